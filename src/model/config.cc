@@ -1,0 +1,70 @@
+#include "model/config.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+
+namespace weft {
+
+int64_t round_up(int64_t v, int64_t multiple) { return (v + multiple - 1) / multiple * multiple; }
+
+void ModelConfig::validate() const {
+  if (n_layer <= 0 || n_head <= 0 || n_embd <= 0 || n_ctx <= 0 || vocab_size <= 0 || ffn <= 0) {
+    throw_input("model '{}': every size must be positive (layers {}, heads {}, hidden {}, context {}, vocab {}, ffn {})",
+                name, n_layer, n_head, n_embd, n_ctx, vocab_size, ffn);
+  }
+  if (n_embd % n_head != 0) {
+    throw_input("model '{}': hidden size {} is not divisible by the number of heads {}", name, n_embd, n_head);
+  }
+  if (padded_vocab < vocab_size) {
+    throw_input("model '{}': padded vocabulary {} is smaller than the vocabulary {}", name, padded_vocab, vocab_size);
+  }
+}
+
+ModelConfig make_model_config(const std::string& name, int n_layer, int n_head, int n_embd,
+                              int n_ctx, int vocab_size, int ffn) {
+  ModelConfig c;
+  c.name = name;
+  c.n_layer = n_layer;
+  c.n_head = n_head;
+  c.n_embd = n_embd;
+  c.n_ctx = n_ctx;
+  c.vocab_size = vocab_size;
+  c.padded_vocab = static_cast<int>(round_up(vocab_size, 128));
+  c.ffn = ffn > 0 ? ffn : 4 * n_embd;
+  c.validate();
+  return c;
+}
+
+namespace {
+struct Preset {
+  const char* name;
+  int layers, heads, hidden, ctx;
+};
+// GPT-2 sizes from Radford et al. 2019 / the Hugging Face configs; 22B/175B/1T as trained
+// on Frontier (Dash et al. 2023, "Optimizing Distributed Training on Frontier for Large
+// Language Models", Table II: 48x6144x48, 96x12288x96, 128x25600x160, sequence 2048).
+constexpr Preset kPresets[] = {
+    {"tiny", 4, 4, 256, 256},          {"small", 6, 6, 384, 256},
+    {"gpt2-124m", 12, 12, 768, 1024},  {"gpt2-350m", 24, 16, 1024, 1024},
+    {"gpt2-774m", 36, 20, 1280, 1024}, {"gpt2-1558m", 48, 25, 1600, 1024},
+    {"gpt-22b", 48, 48, 6144, 2048},   {"gpt-175b", 96, 96, 12288, 2048},
+    {"gpt-1t", 128, 160, 25600, 2048},
+};
+}  // namespace
+
+std::vector<std::string> model_preset_names() {
+  std::vector<std::string> names;
+  for (const auto& p : kPresets) names.emplace_back(p.name);
+  return names;
+}
+
+ModelConfig model_preset(const std::string& name) {
+  for (const auto& p : kPresets) {
+    if (name == p.name) return make_model_config(p.name, p.layers, p.heads, p.hidden, p.ctx, 50257);
+  }
+  throw_input("unknown model preset '{}' (known: {})", name, fmt::join(model_preset_names(), ", "));
+}
+
+}  // namespace weft

@@ -1,0 +1,77 @@
+// Parameter layout: every parameter lives in one flat fp32 buffer (and every gradient in
+// another of the same layout), in this order: wte, wpe, then per layer
+// [ln_1.w, ln_1.b, c_attn.w, c_attn.b, attn.c_proj.w, attn.c_proj.b, ln_2.w, ln_2.b,
+//  c_fc.w, c_fc.b, mlp.c_proj.w, mlp.c_proj.b], then ln_f.w, ln_f.b.
+// A layer's parameters are contiguous, so a pipeline stage or a ZeRO-3 gather is a range.
+// Matrices use Hugging Face's GPT-2 Conv1D layout (in, out): y = x @ W + b.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace weft {
+
+enum class ParamKind {
+  kWte,        // (Vp, C) token embedding, tied with the output head
+  kWpe,        // (n_ctx, C) learned positions
+  kLn1W, kLn1B,
+  kQkvW, kQkvB,          // (C, 3C), (3C)
+  kAttnProjW, kAttnProjB,  // (C, C), (C)
+  kLn2W, kLn2B,
+  kFcW, kFcB,            // (C, F), (F)
+  kFcProjW, kFcProjB,    // (F, C), (C)
+  kLnfW, kLnfB,
+};
+constexpr int kParamsPerLayer = 12;
+
+struct ParamTensor {
+  std::string name;              // Hugging Face GPT-2 name, e.g. "transformer.h.0.attn.c_attn.weight"
+  ParamKind kind;
+  int layer = -1;                // -1 for non-layer tensors
+  std::vector<int64_t> shape;    // shape in the flat buffer
+  std::vector<int64_t> hf_shape; // shape in a checkpoint (wte keeps only the V real rows)
+  int64_t offset = 0;            // element offset in the flat buffer
+  int64_t numel = 0;
+  uint64_t id = 0;               // stable id: the RNG stream of its initialisation
+  bool weight_decay = false;     // AdamW decay applies to matrices (and embeddings), not biases or norms
+};
+
+// Pointers into one flat buffer (parameters or gradients), per layer.
+struct LayerPtrs {
+  float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+};
+struct ModelPtrs {
+  float* wte;
+  float* wpe;
+  std::vector<LayerPtrs> layers;
+  float* lnfw;
+  float* lnfb;
+};
+
+class ParamLayout {
+ public:
+  explicit ParamLayout(const ModelConfig& cfg);
+  const ModelConfig& config() const { return cfg_; }
+  const std::vector<ParamTensor>& tensors() const { return tensors_; }
+  int64_t total() const { return total_; }
+  // Parameters counted as in the literature: wte with V rows (not Vp), wpe included.
+  int64_t count_unpadded() const;
+  // Element range [begin, end) of layer l's parameters.
+  std::pair<int64_t, int64_t> layer_range(int l) const;
+  const ParamTensor* find(const std::string& name) const;  // nullptr if absent
+  ModelPtrs pointers(float* base) const;
+
+ private:
+  ModelConfig cfg_;
+  std::vector<ParamTensor> tensors_;
+  int64_t total_ = 0;
+};
+
+// Fills `params` (size layout.total()) with the GPT-2 initialisation: weights N(0, 0.02),
+// residual projections N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weight 1, padded vocab rows 0.
+// Element i of tensor t gets a value that depends only on (seed, t.id, i).
+void init_params(const ParamLayout& layout, uint64_t seed, float* params);
+
+}  // namespace weft
