@@ -1,0 +1,398 @@
+// CPU backend: matrix products through BLAS (cblas_sgemm), everything else OpenMP loops.
+// This is the reference implementation every other backend is checked against.
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/buffer.h"
+#include "core/error.h"
+
+namespace weft {
+namespace {
+
+// Splits [0, n) into `parts` contiguous chunks; returns chunk i's [begin, end).
+inline std::pair<int64_t, int64_t> chunk(int64_t n, int parts, int i) {
+  int64_t base = n / parts, rem = n % parts;
+  int64_t b = i * base + std::min<int64_t>(i, rem);
+  return {b, b + base + (i < rem ? 1 : 0)};
+}
+
+// exp(x) for the softmax and GELU hot loops, written so that the compiler vectorises it
+// (glibc's vector expf is only declared under -ffast-math). Range reduction
+// x = n ln2 + r, |r| <= ln2/2, then a degree-6 Taylor/Horner polynomial for exp(r) and 2^n
+// through the exponent bits: relative error below 2e-7 (about 2 ulp) on [-87, 88].
+inline float vexp(float x) {
+  x = std::min(std::max(x, -87.0f), 88.0f);
+  const float n = std::nearbyint(x * 1.44269504088896341f);
+  const float r = std::fma(n, -0.693145751953125f, std::fma(n, -1.428606765330187e-06f, x));
+  float p = 1.0f / 720.0f;
+  p = std::fma(p, r, 1.0f / 120.0f);
+  p = std::fma(p, r, 1.0f / 24.0f);
+  p = std::fma(p, r, 1.0f / 6.0f);
+  p = std::fma(p, r, 0.5f);
+  p = std::fma(p, r, 1.0f);
+  p = std::fma(p, r, 1.0f);
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
+inline float fast_tanh(float x) {
+  // tanh(x) = 1 - 2 / (exp(2x) + 1); saturates correctly for large |x|.
+  x = std::min(std::max(x, -9.0f), 9.0f);
+  float e = vexp(2.0f * x);
+  return 1.0f - 2.0f / (e + 1.0f);
+}
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+
+  void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+            int64_t ldc) override {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+
+  void matmul_forward(float* out, const float* inp, const float* w, const float* bias,
+                      int64_t N, int64_t IN, int64_t OUT, bool accumulate) override {
+    float beta = accumulate ? 1.0f : 0.0f;
+    if (bias) {
+      if (accumulate) {
+        add_bias(out, out, bias, N, OUT);
+      } else {
+        add_bias(out, nullptr, bias, N, OUT);
+      }
+      beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OUT, IN, 1.0f, inp, IN, w, OUT,
+                beta, out, OUT);
+  }
+
+  void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout,
+                       const float* inp, const float* w, int64_t N, int64_t IN,
+                       int64_t OUT) override {
+    if (dinp) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, IN, OUT, 1.0f, dout, OUT, w, OUT,
+                  0.0f, dinp, IN);
+    }
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IN, OUT, N, 1.0f, inp, IN, dout, OUT,
+                1.0f, dw, OUT);
+    if (dbias) {
+#pragma omp parallel
+      {
+        auto [c0, c1] = chunk(OUT, omp_get_num_threads(), omp_get_thread_num());
+        for (int64_t r = 0; r < N; ++r) {
+          const float* row = dout + r * OUT;
+#pragma omp simd
+          for (int64_t c = c0; c < c1; ++c) dbias[c] += row[c];
+        }
+      }
+    }
+  }
+
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                         int64_t B, int64_t T, int64_t C) override {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < B * T; ++i) {
+      const float* e = wte + static_cast<int64_t>(tokens[i]) * C;
+      const float* p = wpe + (i % T) * C;
+      float* o = out + i * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) o[c] = e[c] + p[c];
+    }
+  }
+
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                          int64_t B, int64_t T, int64_t C) override {
+    // Each thread owns a slice of the channels, so repeated tokens never race.
+#pragma omp parallel
+    {
+      auto [c0, c1] = chunk(C, omp_get_num_threads(), omp_get_thread_num());
+      for (int64_t i = 0; i < B * T; ++i) {
+        float* d = dwte + static_cast<int64_t>(tokens[i]) * C;
+        const float* g = dout + i * C;
+        float* dp = dwpe + (i % T) * C;
+#pragma omp simd
+        for (int64_t c = c0; c < c1; ++c) {
+          d[c] += g[c];
+          dp[c] += g[c];
+        }
+      }
+    }
+  }
+
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                         const float* b, int64_t N, int64_t C, float eps) override {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      const float* x = inp + i * C;
+      float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+      for (int64_t c = 0; c < C; ++c) s += x[c];
+      float m = s / C;
+      float v = 0.0f;
+#pragma omp simd reduction(+ : v)
+      for (int64_t c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
+      float r = 1.0f / std::sqrt(v / C + eps);
+      float* o = out + i * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - m) * r * w[c] + b[c];
+      mean[i] = m;
+      rstd[i] = r;
+    }
+  }
+
+  void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                          const float* w, const float* mean, const float* rstd, int64_t N,
+                          int64_t C) override {
+    int nt = omp_get_max_threads();
+    scratch_.resize(static_cast<size_t>(nt) * 2 * C);
+    std::fill(scratch_.begin(), scratch_.end(), 0.0f);
+#pragma omp parallel
+    {
+      int tid = omp_get_thread_num();
+      float* pdw = scratch_.data() + static_cast<size_t>(tid) * 2 * C;
+      float* pdb = pdw + C;
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < N; ++i) {
+        const float* x = inp + i * C;
+        const float* g = dout + i * C;
+        const float m = mean[i], r = rstd[i];
+        float sum_d = 0.0f, sum_dn = 0.0f;
+#pragma omp simd reduction(+ : sum_d, sum_dn)
+        for (int64_t c = 0; c < C; ++c) {
+          float n = (x[c] - m) * r;
+          float d = w[c] * g[c];
+          sum_d += d;
+          sum_dn += d * n;
+        }
+        sum_d /= C;
+        sum_dn /= C;
+        float* dx = dinp + i * C;
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) {
+          float n = (x[c] - m) * r;
+          float d = w[c] * g[c];
+          pdb[c] += g[c];
+          pdw[c] += n * g[c];
+          dx[c] += (d - sum_d - n * sum_dn) * r;
+        }
+      }
+    }
+    for (int t = 0; t < nt; ++t) {
+      const float* pdw = scratch_.data() + static_cast<size_t>(t) * 2 * C;
+      for (int64_t c = 0; c < C; ++c) {
+        dw[c] += pdw[c];
+        db[c] += pdw[C + c];
+      }
+    }
+  }
+
+  void add_bias(float* out, const float* inp, const float* bias, int64_t N, int64_t C) override {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      float* o = out + i * C;
+      if (inp && bias) {
+        const float* x = inp + i * C;
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) o[c] = x[c] + bias[c];
+      } else if (bias) {
+        std::memcpy(o, bias, C * sizeof(float));
+      } else if (inp != out) {
+        std::memcpy(o, inp + i * C, C * sizeof(float));
+      }
+    }
+  }
+
+  void gelu_forward(float* out, const float* inp, int64_t n) override {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      float x = inp[i];
+      float u = kGeluScale * (x + 0.044715f * x * x * x);
+      out[i] = 0.5f * x * (1.0f + fast_tanh(u));
+    }
+  }
+
+  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      float x = inp[i];
+      float u = kGeluScale * (x + 0.044715f * x * x * x);
+      float th = fast_tanh(u);
+      float sech2 = 1.0f - th * th;
+      float local = 0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+      dinp[i] = local * dout[i];
+    }
+  }
+
+  // Causal attention per (b, h) with BLAS on row blocks of kBlock queries: block i only
+  // multiplies against keys [0, end of block i), which skips most of the masked half.
+  static constexpr int64_t kBlock = 64;
+
+  void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
+                         int64_t C, int64_t NH) override {
+    const int64_t hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t bh = 0; bh < B * NH; ++bh) {
+      const int64_t b = bh / NH, h = bh % NH;
+      const float* q = qkv + b * T * C3 + h * hs;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      float* a = att + bh * T * T;
+      float* o = out + b * T * C + h * hs;
+      for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
+        const int64_t i1 = std::min(T, i0 + kBlock), rows = i1 - i0;
+        // scores[i0:i1, 0:i1] = q[i0:i1] k[0:i1]^T * scale
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, i1, hs, scale, q + i0 * C3, C3,
+                    k, C3, 0.0f, a + i0 * T, T);
+        for (int64_t i = i0; i < i1; ++i) {
+          float* r = a + i * T;
+          float mx = -INFINITY;
+          for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, r[j]);
+          float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+          for (int64_t j = 0; j <= i; ++j) {
+            r[j] = vexp(r[j] - mx);
+            s += r[j];
+          }
+          const float inv = 1.0f / s;
+#pragma omp simd
+          for (int64_t j = 0; j <= i; ++j) r[j] *= inv;
+          for (int64_t j = i + 1; j < T; ++j) r[j] = 0.0f;
+        }
+        // out[i0:i1] = att[i0:i1, 0:i1] v[0:i1]
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, i1, 1.0f, a + i0 * T, T, v,
+                    C3, 0.0f, o + i0 * C, C);
+      }
+    }
+  }
+
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                          int64_t B, int64_t T, int64_t C, int64_t NH) override {
+    const int64_t hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+    int nt = omp_get_max_threads();
+    scratch_.resize(static_cast<size_t>(nt) * kBlock * T);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t bh = 0; bh < B * NH; ++bh) {
+      const int64_t b = bh / NH, h = bh % NH;
+      float* datt = scratch_.data() + static_cast<size_t>(omp_get_thread_num()) * kBlock * T;
+      const float* q = qkv + b * T * C3 + h * hs;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      float* dq = dqkv + b * T * C3 + h * hs;
+      float* dk = dq + C;
+      float* dv = dq + 2 * C;
+      const float* a = att + bh * T * T;
+      const float* dO = dout + b * T * C + h * hs;
+      for (int64_t t = 0; t < T; ++t) {
+        std::memset(dk + t * C3, 0, hs * sizeof(float));
+        std::memset(dv + t * C3, 0, hs * sizeof(float));
+      }
+      for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
+        const int64_t i1 = std::min(T, i0 + kBlock), rows = i1 - i0;
+        // dv[0:i1] += att[i0:i1, 0:i1]^T dO[i0:i1]
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1, hs, rows, 1.0f, a + i0 * T, T,
+                    dO + i0 * C, C, 1.0f, dv, C3);
+        // datt[rows, 0:i1] = dO[i0:i1] v[0:i1]^T
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, i1, hs, 1.0f, dO + i0 * C, C, v,
+                    C3, 0.0f, datt, T);
+        // softmax backward: dscore = att * (datt - sum_j att*datt), times the 1/sqrt(hs) scale
+        for (int64_t i = i0; i < i1; ++i) {
+          const float* ar = a + i * T;
+          float* dr = datt + (i - i0) * T;
+          float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+          for (int64_t j = 0; j <= i; ++j) dot += ar[j] * dr[j];
+#pragma omp simd
+          for (int64_t j = 0; j <= i; ++j) dr[j] = ar[j] * (dr[j] - dot) * scale;
+          for (int64_t j = i + 1; j < i1; ++j) dr[j] = 0.0f;
+        }
+        // dq[i0:i1] = dscore k[0:i1];  dk[0:i1] += dscore^T q[i0:i1]
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, i1, 1.0f, datt, T, k, C3,
+                    0.0f, dq + i0 * C3, C3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1, hs, rows, 1.0f, datt, T,
+                    q + i0 * C3, C3, 1.0f, dk, C3);
+      }
+    }
+  }
+
+  void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t N,
+                             int64_t V, int64_t Vp, float dloss) override {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      float* r = logits + i * Vp;
+      float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+      for (int64_t j = 0; j < V; ++j) mx = std::max(mx, r[j]);
+      const float target_logit = r[targets[i]];
+      float s = 0.0f;
+      if (dloss != 0.0f) {
+#pragma omp simd reduction(+ : s)
+        for (int64_t j = 0; j < V; ++j) {
+          r[j] = vexp(r[j] - mx);
+          s += r[j];
+        }
+        const float k = dloss / s;
+#pragma omp simd
+        for (int64_t j = 0; j < V; ++j) r[j] *= k;
+        r[targets[i]] -= dloss;
+        for (int64_t j = V; j < Vp; ++j) r[j] = 0.0f;
+      } else {
+#pragma omp simd reduction(+ : s)
+        for (int64_t j = 0; j < V; ++j) s += vexp(r[j] - mx);
+      }
+      losses[i] = std::log(s) + mx - target_logit;
+    }
+  }
+
+  void adamw(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
+             float beta2, float eps, float weight_decay, int64_t t) override {
+    const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(t));
+    const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(t));
+    const float step = static_cast<float>(lr / bc1);
+    const float rbc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+    const float decay = 1.0f - lr * weight_decay;
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      float gi = g[i];
+      float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+      float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+      m[i] = mi;
+      v[i] = vi;
+      p[i] = p[i] * decay - step * mi / (std::sqrt(vi) * rbc2 + eps);
+    }
+  }
+
+  double sum_squares(const float* x, int64_t n) override {
+    double s = 0.0;
+#pragma omp parallel for reduction(+ : s) schedule(static)
+    for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+    return s;
+  }
+
+  void scale(float* x, float s, int64_t n) override {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) x[i] *= s;
+  }
+
+ private:
+  std::vector<float> scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace weft

@@ -1,0 +1,72 @@
+// Checkpoints: one folder per checkpoint, readable by Hugging Face transformers as it is
+// (GPT2LMHeadModel.from_pretrained(dir)). See docs/formats-checkpoint.md.
+//
+//   <dir>/model.safetensors      every parameter under its Hugging Face GPT-2 name, F32,
+//                                hf_shape (wte keeps only the V real rows); metadata {"format": "pt"}
+//   <dir>/config.json            Hugging Face GPT2Config keys plus a "weft" object
+//   <dir>/optimizer.safetensors  (optional) AdamW moments "exp_avg.<name>", "exp_avg_sq.<name>"
+//   <dir>/trainer.json           the caller's training state (opaque here)
+//
+// Saving is atomic: the folder is written as <dir>.tmp-<pid>, then swapped into place, so a
+// crash at any moment leaves the previous complete checkpoint or the new one (recovery rule
+// in resolve_checkpoint_dir). One process saves a given <dir> at a time.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "model/config.h"
+#include "model/params.h"
+
+namespace weft {
+
+inline constexpr const char* kCheckpointModelFile = "model.safetensors";
+inline constexpr const char* kCheckpointConfigFile = "config.json";
+inline constexpr const char* kCheckpointOptimizerFile = "optimizer.safetensors";
+inline constexpr const char* kCheckpointTrainerFile = "trainer.json";
+
+struct CheckpointData {
+  const ParamLayout* layout = nullptr;
+  const float* params = nullptr;      // layout->total() floats (the flat parameter buffer)
+  const float* exp_avg = nullptr;     // AdamW first moments, same layout; both null: no optimizer file
+  const float* exp_avg_sq = nullptr;  // AdamW second moments, same layout
+  nlohmann::json trainer;             // written as trainer.json (null is written as {})
+};
+
+// Writes the checkpoint folder `dir` atomically (see above). Creates missing parent folders.
+// Before writing, cleans up after an interrupted earlier save of the same `dir` (restores
+// <dir>.old-* when <dir> is missing, removes stale <dir>.tmp-* / <dir>.old-*).
+// Throws RuntimeError on I/O failure (the previous checkpoint, if any, stays in place).
+void save_checkpoint(const std::string& dir, const CheckpointData& data);
+
+// The folder to read a checkpoint from: `dir` itself when it exists; when it does not, the
+// <dir>.old-<pid> folder that a save interrupted between its two renames left (the previous
+// complete checkpoint; the newest if several). <dir>.tmp-* folders are never used: they may
+// be incomplete. Throws InputError if neither exists. Read-only: changes nothing on disk.
+std::string resolve_checkpoint_dir(const std::string& dir);
+
+// The config.json object for a model (Hugging Face GPT2Config keys plus "weft").
+nlohmann::json checkpoint_config_json(const ModelConfig& cfg);
+// Parses such an object (or a plain Hugging Face GPT-2 config.json); `source` names the file
+// in errors. Throws InputError naming the key for a missing or invalid key.
+ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& source);
+
+// Reads <dir>/config.json. Throws InputError if it is missing, not JSON, or lacks a key.
+ModelConfig load_checkpoint_config(const std::string& dir);
+
+// Fills `params` (layout.total() floats) from <dir>/model.safetensors. Checks every tensor
+// before writing anything: a missing tensor, a shape other than hf_shape, a non-float dtype or
+// a tensor GPT-2 does not have is an InputError naming the file, the tensor and both shapes.
+// Accepts Hugging Face files: names with or without the "transformer." prefix, F16/BF16/F64
+// data, the ".attn.bias"/".attn.masked_bias" buffers (ignored) and an "lm_head.weight" equal
+// to the token embedding. The padded vocabulary rows of wte are set to 0.
+void load_checkpoint_params(const std::string& dir, const ParamLayout& layout, float* params);
+
+// Fills the AdamW moments from <dir>/optimizer.safetensors; returns false (and writes nothing)
+// when the checkpoint has no optimizer file. Same checks as load_checkpoint_params.
+bool load_checkpoint_optimizer(const std::string& dir, const ParamLayout& layout, float* exp_avg,
+                               float* exp_avg_sq);
+
+// Reads <dir>/trainer.json. Throws InputError if it is missing or not JSON.
+nlohmann::json load_checkpoint_trainer(const std::string& dir);
+
+}  // namespace weft

@@ -1,0 +1,73 @@
+#include "ckpt/fs_util.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace weft::ckpt_io {
+
+void write_all(int fd, const void* data, size_t n, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  constexpr size_t kMaxWrite = size_t{1} << 30;  // Linux writes at most ~2 GB per call
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n < kMaxWrite ? n : kMaxWrite);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      throw_runtime("{}: write failed: {}", path, std::strerror(errno));
+    }
+    if (w == 0) throw_runtime("{}: write wrote nothing ({} bytes left)", path, n);
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void write_file_synced(const std::string& path, const std::string& contents) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw_runtime("{}: cannot create: {}", path, std::strerror(errno));
+  try {
+    write_all(fd, contents.data(), contents.size(), path);
+    if (::fsync(fd) != 0) throw_runtime("{}: fsync failed: {}", path, std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (::close(fd) != 0) throw_runtime("{}: close failed: {}", path, std::strerror(errno));
+}
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw_runtime("{}: cannot open for fsync: {}", path, std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0 && err != EINVAL && err != EROFS) {
+    throw_runtime("{}: fsync failed: {}", path, std::strerror(err));
+  }
+}
+
+std::string parent_dir(const std::string& path) {
+  std::filesystem::path p(path);
+  std::filesystem::path parent = p.parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
+std::string read_text_file(const std::string& path, const char* what) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw_input("{}: cannot read {}: it is a folder", path, what);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw_input("{}: cannot read {}: {}", path, what, std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw_runtime("{}: read failed", path);
+  return ss.str();
+}
+
+}  // namespace weft::ckpt_io

@@ -1,0 +1,26 @@
+// Small POSIX file helpers shared by the checkpoint code (internal to src/ckpt).
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace weft::ckpt_io {
+
+// Writes all n bytes (retrying short writes and EINTR). Throws RuntimeError naming `path`.
+void write_all(int fd, const void* data, size_t n, const std::string& path);
+
+// Writes `contents` to `path` (created or truncated) and fsyncs it. Not atomic on its own:
+// callers write into a temporary name or folder and rename.
+void write_file_synced(const std::string& path, const std::string& contents);
+
+// fsyncs a file or a folder (a folder: to make renames and creations inside it durable).
+// Filesystems that cannot fsync a folder (EINVAL) are tolerated.
+void fsync_path(const std::string& path);
+
+// The folder holding `path` ("." for a bare name).
+std::string parent_dir(const std::string& path);
+
+// Reads a whole (small) text file. Throws InputError "<path>: cannot read <what>: <reason>"
+// when it cannot be opened.
+std::string read_text_file(const std::string& path, const char* what);
+
+}  // namespace weft::ckpt_io

@@ -1,0 +1,202 @@
+#include "model/gpt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace weft {
+
+GPT::GPT(const ModelConfig& cfg, Backend& backend)
+    : layout_(cfg), backend_(backend), params_(layout_.total()), grads_(layout_.total(), true) {}
+
+double GPT::train_flops_per_token(const ModelConfig& c, int64_t T) {
+  const double C = c.n_embd, F = c.ffn, L = c.n_layer;
+  const double matmul_params = L * (C * 3 * C + C * C + 2 * C * F) + static_cast<double>(c.padded_vocab) * C;
+  return 6.0 * matmul_params + 12.0 * L * C * static_cast<double>(T);
+}
+
+void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk) {
+  const ModelConfig& c = config();
+  if (T > c.n_ctx) {
+    throw_input("sequence length {} is longer than the model's context {} ({})", T, c.n_ctx, c.name);
+  }
+  if (B <= 0 || T <= 0) throw_input("batch {} and sequence length {} must be positive", B, T);
+  if (acts_.B == B && acts_.T == T && acts_training_ == training &&
+      (head_chunk == 0 || head_chunk == acts_.head_chunk)) {
+    return;
+  }
+  const int64_t N = B * T, C = c.n_embd, F = c.ffn, NH = c.n_head, Vp = c.padded_vocab;
+  if (head_chunk <= 0) {
+    // Materialise up to 2^25 logits (128 MiB) at a time: big enough for efficient products.
+    head_chunk = std::max<int64_t>(1, std::min<int64_t>(N, (int64_t{1} << 25) / Vp));
+  }
+  head_chunk = std::min(head_chunk, N);
+  const int64_t per_layer = N * C * 5 + N * 4 + N * 3 * C + B * NH * T * T + N * F * 2;
+  int64_t total = N * C + c.n_layer * per_layer + N * C + 2 * N + N + head_chunk * Vp;
+  if (training) total += N * C * 2 + N * 3 * C + N * F;
+  acts_.storage.resize(static_cast<size_t>(total));
+  float* p = acts_.storage.data();
+  auto take = [&p](int64_t n) {
+    float* r = p;
+    p += n;
+    return r;
+  };
+  acts_.B = B;
+  acts_.T = T;
+  acts_.head_chunk = head_chunk;
+  acts_.encoded = take(N * C);
+  acts_.layers.resize(c.n_layer);
+  for (auto& a : acts_.layers) {
+    a.ln1 = take(N * C);
+    a.ln1_mean = take(N);
+    a.ln1_rstd = take(N);
+    a.qkv = take(N * 3 * C);
+    a.att = take(B * NH * T * T);
+    a.atty = take(N * C);
+    a.res2 = take(N * C);
+    a.ln2 = take(N * C);
+    a.ln2_mean = take(N);
+    a.ln2_rstd = take(N);
+    a.fch = take(N * F);
+    a.fch_gelu = take(N * F);
+    a.res3 = take(N * C);
+  }
+  acts_.lnf = take(N * C);
+  acts_.lnf_mean = take(N);
+  acts_.lnf_rstd = take(N);
+  acts_.losses = take(N);
+  acts_.logits = take(head_chunk * Vp);
+  if (training) {
+    acts_.dres = take(N * C);
+    acts_.dC = take(N * C);
+    acts_.d3C = take(N * 3 * C);
+    acts_.dF = take(N * F);
+  } else {
+    acts_.dres = acts_.dC = acts_.d3C = acts_.dF = nullptr;
+  }
+  WEFT_CHECK(p == acts_.storage.data() + total, "activation layout {} != {}", p - acts_.storage.data(), total);
+  acts_training_ = training;
+}
+
+void GPT::check_tokens(const int32_t* tokens, int64_t n, const char* what) const {
+  const int32_t V = config().vocab_size;
+  for (int64_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= V) {
+      throw_input("{} token {} at position {} is outside the vocabulary [0, {})", what, tokens[i], i, V);
+    }
+  }
+}
+
+void GPT::check_shape(int64_t B, int64_t T, bool training) const {
+  WEFT_CHECK(B <= acts_.B && T <= acts_.T && B * T * T <= acts_.B * acts_.T * acts_.T,
+             "micro-batch ({}, {}) exceeds the reserved ({}, {})", B, T, acts_.B, acts_.T);
+  WEFT_CHECK(!training || acts_training_, "forward_backward needs reserve(..., training=true)");
+}
+
+void GPT::forward_blocks(const int32_t* inputs, int64_t B, int64_t T) {
+  const ModelConfig& c = config();
+  const int64_t N = B * T, C = c.n_embd, F = c.ffn, NH = c.n_head;
+  Backend& be = backend_;
+  ModelPtrs w = layout_.pointers(params_.data());
+  be.embedding_forward(acts_.encoded, inputs, w.wte, w.wpe, B, T, C);
+  const float* x = acts_.encoded;
+  for (int l = 0; l < c.n_layer; ++l) {
+    const LayerPtrs& lw = w.layers[l];
+    Activations::Layer& a = acts_.layers[l];
+    be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, lw.ln1w, lw.ln1b, N, C, c.ln_eps);
+    be.matmul_forward(a.qkv, a.ln1, lw.qkvw, lw.qkvb, N, C, 3 * C, false);
+    be.attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+    // res2 = x + atty @ W + b: the residual add and the bias ride on the product.
+    be.add_bias(a.res2, x, lw.attprojb, N, C);
+    be.matmul_forward(a.res2, a.atty, lw.attprojw, nullptr, N, C, C, true);
+    be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, lw.ln2w, lw.ln2b, N, C, c.ln_eps);
+    be.matmul_forward(a.fch, a.ln2, lw.fcw, lw.fcb, N, C, F, false);
+    be.gelu_forward(a.fch_gelu, a.fch, N * F);
+    be.add_bias(a.res3, a.res2, lw.fcprojb, N, C);
+    be.matmul_forward(a.res3, a.fch_gelu, lw.fcprojw, nullptr, N, F, C, true);
+    x = a.res3;
+  }
+  be.layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, x, w.lnfw, w.lnfb, N, C, c.ln_eps);
+}
+
+float GPT::forward_loss(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) {
+  check_shape(B, T, false);
+  check_tokens(inputs, B * T, "input");
+  check_tokens(targets, B * T, "target");
+  forward_blocks(inputs, B, T);
+  const ModelConfig& c = config();
+  const int64_t N = B * T, C = c.n_embd, Vp = c.padded_vocab;
+  const float* wte = params_.data();
+  for (int64_t r0 = 0; r0 < N; r0 += acts_.head_chunk) {
+    const int64_t rows = std::min(acts_.head_chunk, N - r0);
+    backend_.gemm(false, true, rows, Vp, C, 1.0f, acts_.lnf + r0 * C, C, wte, C, 0.0f, acts_.logits, Vp);
+    backend_.softmax_cross_entropy(acts_.logits, acts_.losses + r0, targets + r0, rows, c.vocab_size, Vp, 0.0f);
+  }
+  double s = 0.0;
+  for (int64_t i = 0; i < N; ++i) s += acts_.losses[i];
+  return static_cast<float>(s / static_cast<double>(N));
+}
+
+float GPT::forward_backward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T,
+                            float loss_scale) {
+  check_shape(B, T, true);
+  check_tokens(inputs, B * T, "input");
+  check_tokens(targets, B * T, "target");
+  forward_blocks(inputs, B, T);
+  const ModelConfig& c = config();
+  const int64_t N = B * T, C = c.n_embd, F = c.ffn, NH = c.n_head, Vp = c.padded_vocab;
+  Backend& be = backend_;
+  ModelPtrs w = layout_.pointers(params_.data());
+  ModelPtrs g = layout_.pointers(grads_.data());
+
+  // Output head fused with the loss, chunk by chunk: logits -> dlogits in place ->
+  // dwte += dlogits^T lnf and dlnf = dlogits wte. The full (N, Vp) logits never exist.
+  for (int64_t r0 = 0; r0 < N; r0 += acts_.head_chunk) {
+    const int64_t rows = std::min(acts_.head_chunk, N - r0);
+    const float* lnf = acts_.lnf + r0 * C;
+    be.gemm(false, true, rows, Vp, C, 1.0f, lnf, C, w.wte, C, 0.0f, acts_.logits, Vp);
+    be.softmax_cross_entropy(acts_.logits, acts_.losses + r0, targets + r0, rows, c.vocab_size, Vp, loss_scale);
+    be.gemm(true, false, Vp, C, rows, 1.0f, acts_.logits, Vp, lnf, C, 1.0f, g.wte, C);
+    be.gemm(false, false, rows, C, Vp, 1.0f, acts_.logits, Vp, w.wte, C, 0.0f, acts_.dC + r0 * C, C);
+  }
+  double loss_sum = 0.0;
+  for (int64_t i = 0; i < N; ++i) loss_sum += acts_.losses[i];
+
+  const float* x_last = c.n_layer > 0 ? acts_.layers.back().res3 : acts_.encoded;
+  std::memset(acts_.dres, 0, static_cast<size_t>(N * C) * sizeof(float));
+  be.layernorm_backward(acts_.dres, g.lnfw, g.lnfb, acts_.dC, x_last, w.lnfw, acts_.lnf_mean,
+                        acts_.lnf_rstd, N, C);
+  for (int l = c.n_layer - 1; l >= 0; --l) {
+    const LayerPtrs& lw = w.layers[l];
+    const LayerPtrs& lg = g.layers[l];
+    Activations::Layer& a = acts_.layers[l];
+    const float* x = l == 0 ? acts_.encoded : acts_.layers[l - 1].res3;
+    // dres holds d(res3); the residual passes it through unchanged.
+    be.matmul_backward(acts_.dF, lg.fcprojw, lg.fcprojb, acts_.dres, a.fch_gelu, lw.fcprojw, N, F, C);
+    be.gelu_backward(acts_.dF, a.fch, acts_.dF, N * F);
+    be.matmul_backward(acts_.dC, lg.fcw, lg.fcb, acts_.dF, a.ln2, lw.fcw, N, C, F);
+    be.layernorm_backward(acts_.dres, lg.ln2w, lg.ln2b, acts_.dC, a.res2, lw.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
+    // dres now holds d(res2).
+    be.matmul_backward(acts_.dC, lg.attprojw, lg.attprojb, acts_.dres, a.atty, lw.attprojw, N, C, C);
+    be.attention_backward(acts_.d3C, acts_.dC, a.qkv, a.att, B, T, C, NH);
+    be.matmul_backward(acts_.dC, lg.qkvw, lg.qkvb, acts_.d3C, a.ln1, lw.qkvw, N, C, 3 * C);
+    be.layernorm_backward(acts_.dres, lg.ln1w, lg.ln1b, acts_.dC, x, lw.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
+    // dres now holds d(x), the gradient of this layer's input.
+  }
+  be.embedding_backward(g.wte, g.wpe, acts_.dres, inputs, B, T, C);
+  return static_cast<float>(loss_sum / static_cast<double>(N));
+}
+
+void GPT::forward_last_logits(const int32_t* tokens, int64_t T, float* logits_out) {
+  check_shape(1, T, false);
+  check_tokens(tokens, T, "input");
+  forward_blocks(tokens, 1, T);
+  const ModelConfig& c = config();
+  const int64_t C = c.n_embd;
+  backend_.gemm(false, true, 1, c.vocab_size, C, 1.0f, acts_.lnf + (T - 1) * C, C, params_.data(), C, 0.0f,
+                logits_out, c.vocab_size);
+}
+
+}  // namespace weft

@@ -1,0 +1,92 @@
+// GPT-2 forward and backward, written once for one device against the Backend interface.
+// Computes exactly what Hugging Face's GPT2LMHeadModel computes (pre-LayerNorm blocks,
+// learned positions, fused QKV, GELU tanh approximation, tied embeddings, final LayerNorm)
+// with dropout 0. Parameters and gradients live in one flat buffer each (see params.h).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/buffer.h"
+#include "model/config.h"
+#include "model/params.h"
+
+namespace weft {
+
+// Activations of one micro-batch (B, T), kept for the backward pass.
+struct Activations {
+  int64_t B = 0, T = 0;  // capacity
+  struct Layer {
+    float *ln1, *ln1_mean, *ln1_rstd;   // (N,C), (N), (N)
+    float* qkv;                          // (N,3C)
+    float* att;                          // (B,NH,T,T) softmax probabilities
+    float* atty;                         // (N,C) attention output before c_proj
+    float* res2;                         // (N,C) residual after attention
+    float *ln2, *ln2_mean, *ln2_rstd;   // (N,C), (N), (N)
+    float* fch;                          // (N,F) c_fc output (pre-GELU)
+    float* fch_gelu;                     // (N,F)
+    float* res3;                         // (N,C) residual after the MLP = next layer's input
+  };
+  float* encoded = nullptr;  // (N,C) embeddings = layer 0 input
+  std::vector<Layer> layers;
+  float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
+  float* losses = nullptr;  // (N)
+  float* logits = nullptr;  // (head_chunk, Vp)
+  // Gradient scratch.
+  float* dres = nullptr;    // (N,C) gradient of the residual stream
+  float* dC = nullptr;      // (N,C)
+  float* d3C = nullptr;     // (N,3C)
+  float* dF = nullptr;      // (N,F)
+  Buffer<float> storage;
+  int64_t head_chunk = 0;
+  int64_t bytes() const { return static_cast<int64_t>(storage.bytes()); }
+};
+
+class GPT {
+ public:
+  GPT(const ModelConfig& cfg, Backend& backend);
+
+  const ModelConfig& config() const { return layout_.config(); }
+  const ParamLayout& layout() const { return layout_; }
+  float* params() { return params_.data(); }
+  float* grads() { return grads_.data(); }
+  const float* params() const { return params_.data(); }
+  const float* grads() const { return grads_.data(); }
+  int64_t num_params() const { return layout_.total(); }
+  Backend& backend() { return backend_; }
+
+  void init(uint64_t seed) { init_params(layout_, seed, params_.data()); }
+  void zero_grads() { grads_.zero(); }
+
+  // Sizes the activation storage for micro-batches of up to (B, T); training also keeps
+  // gradient scratch. head_chunk: rows of logits materialised at once (0: automatic).
+  void reserve(int64_t B, int64_t T, bool training, int64_t head_chunk = 0);
+
+  // Forward and backward of one micro-batch: returns the mean loss over its B*T tokens and
+  // accumulates d(loss_scale * sum of token losses)/d(params) into grads().
+  // inputs, targets: (B,T).
+  float forward_backward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T,
+                         float loss_scale);
+  // Mean loss over B*T tokens, no gradients.
+  float forward_loss(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T);
+  // Logits (V real entries) of the last position of a single sequence of length T.
+  void forward_last_logits(const int32_t* tokens, int64_t T, float* logits_out);
+
+  // Model FLOPs per token for training at sequence length T: 6 * (matmul parameters)
+  // + 12 * L * C * T for attention (PaLM, Chowdhery et al. 2022, appendix B).
+  static double train_flops_per_token(const ModelConfig& cfg, int64_t T);
+
+ private:
+  void forward_blocks(const int32_t* inputs, int64_t B, int64_t T);
+  void check_tokens(const int32_t* tokens, int64_t n, const char* what) const;
+  void check_shape(int64_t B, int64_t T, bool training) const;
+
+  ParamLayout layout_;
+  Backend& backend_;
+  Buffer<float> params_;
+  Buffer<float> grads_;
+  Activations acts_;
+  bool acts_training_ = false;
+};
+
+}  // namespace weft

@@ -1,0 +1,44 @@
+#include "optim/optim.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace weft {
+
+AdamW::AdamW(const ParamLayout& layout, AdamWConfig cfg)
+    : cfg_(cfg), m_(layout.total(), true), v_(layout.total(), true) {
+  for (const ParamTensor& t : layout.tensors()) {
+    if (!ranges_.empty() && ranges_.back().decay == t.weight_decay && ranges_.back().end == t.offset) {
+      ranges_.back().end = t.offset + t.numel;
+    } else {
+      ranges_.push_back({t.offset, t.offset + t.numel, t.weight_decay});
+    }
+  }
+}
+
+void AdamW::step(Backend& be, float* params, const float* grads, float lr, int64_t t) {
+  for (const Range& r : ranges_) {
+    be.adamw(params + r.begin, grads + r.begin, m_.data() + r.begin, v_.data() + r.begin,
+             r.end - r.begin, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, r.decay ? cfg_.weight_decay : 0.0f, t);
+  }
+}
+
+float lr_at(int64_t step, float lr, int64_t warmup, int64_t decay_steps, float min_ratio) {
+  if (warmup > 0 && step < warmup) return lr * static_cast<float>(step + 1) / static_cast<float>(warmup);
+  const float min_lr = lr * min_ratio;
+  if (step >= decay_steps || decay_steps <= warmup) return min_lr;
+  const double progress = static_cast<double>(step - warmup) / static_cast<double>(decay_steps - warmup);
+  const double coeff = 0.5 * (1.0 + std::cos(M_PI * progress));
+  return static_cast<float>(min_lr + coeff * (lr - min_lr));
+}
+
+double clip_grad_norm(Backend& be, float* grads, int64_t n, double max_norm) {
+  const double norm = std::sqrt(be.sum_squares(grads, n));
+  if (max_norm > 0.0 && std::isfinite(norm)) {
+    const double coef = max_norm / (norm + 1e-6);
+    if (coef < 1.0) be.scale(grads, static_cast<float>(coef), n);
+  }
+  return norm;
+}
+
+}  // namespace weft

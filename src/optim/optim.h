@@ -1,0 +1,48 @@
+// AdamW over the flat parameter buffer, the learning-rate schedule and global-norm clipping.
+#pragma once
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "core/buffer.h"
+#include "model/params.h"
+
+namespace weft {
+
+struct AdamWConfig {
+  float lr = 6e-4f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.1f;  // decoupled; applied to tensors with weight_decay set (matrices, embeddings)
+};
+
+class AdamW {
+ public:
+  AdamW(const ParamLayout& layout, AdamWConfig cfg);
+  // One update at learning rate lr; t is the 1-based step number (bias correction).
+  void step(Backend& be, float* params, const float* grads, float lr, int64_t t);
+  float* exp_avg() { return m_.data(); }
+  float* exp_avg_sq() { return v_.data(); }
+  const AdamWConfig& config() const { return cfg_; }
+  int64_t state_bytes() const { return static_cast<int64_t>(m_.bytes() + v_.bytes()); }
+
+ private:
+  struct Range {
+    int64_t begin, end;
+    bool decay;
+  };
+  std::vector<Range> ranges_;  // consecutive tensors with the same decay setting, merged
+  AdamWConfig cfg_;
+  Buffer<float> m_, v_;
+};
+
+// Linear warmup over `warmup` steps to `lr`, then cosine decay to lr * min_ratio at
+// `decay_steps`, constant after. step is 0-based: the first update uses lr * 1/warmup.
+float lr_at(int64_t step, float lr, int64_t warmup, int64_t decay_steps, float min_ratio);
+
+// Global L2 norm of the gradients; if max_norm > 0 and the norm exceeds it, scales them by
+// max_norm / (norm + 1e-6) as torch.nn.utils.clip_grad_norm_ does. Returns the norm before
+// clipping.
+double clip_grad_norm(Backend& be, float* grads, int64_t n, double max_norm);
+
+}  // namespace weft

@@ -1,0 +1,266 @@
+#include "train/config.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <charconv>
+#include <functional>
+#include <sstream>
+#include <toml++/toml.h>
+#include <variant>
+
+#include "core/error.h"
+
+namespace weft {
+namespace {
+
+using Field = std::variant<int64_t RunConfig::*, double RunConfig::*, std::string RunConfig::*>;
+struct Key {
+  const char* section;
+  const char* name;
+  Field field;
+};
+
+const std::vector<Key>& keys() {
+  static const std::vector<Key> k = {
+      {"model", "model", &RunConfig::model},
+      {"model", "n_layer", &RunConfig::n_layer},
+      {"model", "n_head", &RunConfig::n_head},
+      {"model", "n_embd", &RunConfig::n_embd},
+      {"model", "n_ctx", &RunConfig::n_ctx},
+      {"model", "vocab_size", &RunConfig::vocab_size},
+      {"data", "data", &RunConfig::data},
+      {"data", "val_data", &RunConfig::val_data},
+      {"train", "seq_len", &RunConfig::seq_len},
+      {"train", "global_batch", &RunConfig::global_batch},
+      {"train", "micro_batch", &RunConfig::micro_batch},
+      {"train", "steps", &RunConfig::steps},
+      {"train", "lr", &RunConfig::lr},
+      {"train", "min_lr_ratio", &RunConfig::min_lr_ratio},
+      {"train", "warmup_steps", &RunConfig::warmup_steps},
+      {"train", "lr_decay_steps", &RunConfig::lr_decay_steps},
+      {"train", "weight_decay", &RunConfig::weight_decay},
+      {"train", "beta1", &RunConfig::beta1},
+      {"train", "beta2", &RunConfig::beta2},
+      {"train", "eps", &RunConfig::eps},
+      {"train", "grad_clip", &RunConfig::grad_clip},
+      {"train", "seed", &RunConfig::seed},
+      {"train", "threads", &RunConfig::threads},
+      {"train", "head_chunk", &RunConfig::head_chunk},
+      {"eval", "val_every", &RunConfig::val_every},
+      {"eval", "val_batches", &RunConfig::val_batches},
+      {"checkpoint", "ckpt_every", &RunConfig::ckpt_every},
+      {"checkpoint", "keep_last", &RunConfig::keep_last},
+      {"run", "out", &RunConfig::out},
+      {"run", "log_every", &RunConfig::log_every},
+      {"sample", "sample_tokens", &RunConfig::sample_tokens},
+      {"sample", "sample_prompt", &RunConfig::sample_prompt},
+      {"sample", "temperature", &RunConfig::temperature},
+      {"sample", "top_k", &RunConfig::top_k},
+  };
+  return k;
+}
+
+const Key* find_key(const std::string& name) {
+  // "section.key" or a bare key (all key names are unique).
+  for (const Key& k : keys()) {
+    if (name == k.name || name == fmt::format("{}.{}", k.section, k.name)) return &k;
+  }
+  return nullptr;
+}
+
+std::string known_keys_text() { return fmt::format("{}", fmt::join(run_config_keys(), ", ")); }
+
+const char* type_name(const Field& f) {
+  if (std::holds_alternative<int64_t RunConfig::*>(f)) return "an integer";
+  if (std::holds_alternative<double RunConfig::*>(f)) return "a number";
+  return "a string";
+}
+
+std::string node_type_name(const toml::node& n) {
+  std::ostringstream os;
+  os << n.type();
+  std::string text;
+  n.visit([&](auto&& v) {
+    std::ostringstream vs;
+    vs << v;
+    text = vs.str();
+  });
+  return fmt::format("{} {}", os.str(), text);
+}
+
+void set_from_toml(RunConfig& cfg, const Key& k, const toml::node& node, const std::string& where) {
+  const std::string full = fmt::format("{}.{}", k.section, k.name);
+  std::visit(
+      [&](auto member) {
+        using T = std::remove_reference_t<decltype(cfg.*member)>;
+        if constexpr (std::is_same_v<T, int64_t>) {
+          auto v = node.value_exact<int64_t>();
+          if (!v) throw_input("{}: key '{}' must be {}, got {}", where, full, type_name(k.field), node_type_name(node));
+          cfg.*member = *v;
+        } else if constexpr (std::is_same_v<T, double>) {
+          auto v = node.value<double>();  // integers are accepted as numbers
+          if (!v || node.is_boolean()) throw_input("{}: key '{}' must be {}, got {}", where, full, type_name(k.field), node_type_name(node));
+          cfg.*member = *v;
+        } else {
+          auto v = node.value_exact<std::string>();
+          if (!v) throw_input("{}: key '{}' must be {}, got {}", where, full, type_name(k.field), node_type_name(node));
+          cfg.*member = *v;
+        }
+      },
+      k.field);
+}
+
+void set_from_string(RunConfig& cfg, const Key& k, const std::string& text) {
+  const std::string full = fmt::format("--{}", k.name);
+  std::visit(
+      [&](auto member) {
+        using T = std::remove_reference_t<decltype(cfg.*member)>;
+        if constexpr (std::is_same_v<T, int64_t>) {
+          int64_t v = 0;
+          auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+          if (ec != std::errc() || p != text.data() + text.size()) {
+            throw_input("option {} must be an integer, got '{}'", full, text);
+          }
+          cfg.*member = v;
+        } else if constexpr (std::is_same_v<T, double>) {
+          try {
+            size_t used = 0;
+            double v = std::stod(text, &used);
+            if (used != text.size()) throw std::invalid_argument("trailing");
+            cfg.*member = v;
+          } catch (const std::exception&) {
+            throw_input("option {} must be a number, got '{}'", full, text);
+          }
+        } else {
+          cfg.*member = text;
+        }
+      },
+      k.field);
+}
+
+}  // namespace
+
+std::vector<std::string> run_config_keys() {
+  std::vector<std::string> out;
+  for (const Key& k : keys()) out.push_back(fmt::format("{}.{}", k.section, k.name));
+  return out;
+}
+
+RunConfig load_run_config(const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides) {
+  RunConfig cfg;
+  if (!path.empty()) {
+    toml::table tbl;
+    try {
+      tbl = toml::parse_file(path);
+    } catch (const toml::parse_error& e) {
+      const auto& src = e.source();
+      if (!src.begin) throw_input("{}: cannot read the config: {}", path, e.description());
+      throw_input("{}:{}:{}: invalid TOML: {}", path, src.begin.line, src.begin.column, e.description());
+    }
+    for (auto&& [section_key, section_node] : tbl) {
+      const std::string section(section_key.str());
+      const toml::table* sec = section_node.as_table();
+      if (!sec) {
+        throw_input("{}: top-level key '{}' is not a [section]; keys live in sections ({})", path, section, known_keys_text());
+      }
+      for (auto&& [name_key, node] : *sec) {
+        const std::string name(name_key.str());
+        const Key* k = find_key(section + "." + name);
+        if (!k) {
+          throw_input("{}: unknown key '{}.{}' (known keys: {})", path, section, name, known_keys_text());
+        }
+        set_from_toml(cfg, *k, node, path);
+      }
+    }
+  }
+  for (const auto& [name, value] : overrides) {
+    const Key* k = find_key(name);
+    if (!k) throw_input("unknown option --{} (config keys: {})", name, known_keys_text());
+    set_from_string(cfg, *k, value);
+  }
+  cfg.validate();
+  return cfg;
+}
+
+ModelConfig RunConfig::model_config() const {
+  ModelConfig base = model_preset(model);
+  auto pick = [](int64_t over, int base_v) { return over > 0 ? static_cast<int>(over) : base_v; };
+  if (n_layer < 0 || n_head < 0 || n_embd < 0 || n_ctx < 0 || vocab_size < 0) {
+    throw_input("model shape overrides must be >= 0 (0 keeps the preset): n_layer {}, n_head {}, n_embd {}, n_ctx {}, vocab_size {}",
+                n_layer, n_head, n_embd, n_ctx, vocab_size);
+  }
+  if (n_layer == 0 && n_head == 0 && n_embd == 0 && n_ctx == 0 && vocab_size == 0) return base;
+  const int C = pick(n_embd, base.n_embd);
+  return make_model_config(model, pick(n_layer, base.n_layer), pick(n_head, base.n_head), C,
+                           pick(n_ctx, base.n_ctx), pick(vocab_size, base.vocab_size),
+                           n_embd > 0 ? 4 * C : base.ffn);
+}
+
+int64_t RunConfig::seq() const { return seq_len > 0 ? seq_len : model_config().n_ctx; }
+
+void RunConfig::validate() const {
+  ModelConfig mc = model_config();
+  if (seq_len < 0) throw_input("seq_len must be >= 0 (0: the model context), got {}", seq_len);
+  if (seq() > mc.n_ctx) {
+    throw_input("seq_len {} is longer than the context of model '{}' ({})", seq(), mc.name, mc.n_ctx);
+  }
+  if (global_batch <= 0 || micro_batch <= 0) {
+    throw_input("global_batch {} and micro_batch {} must be positive", global_batch, micro_batch);
+  }
+  if (global_batch % micro_batch != 0) {
+    throw_input("global_batch {} is not a multiple of micro_batch {}", global_batch, micro_batch);
+  }
+  if (steps < 0) throw_input("steps must be >= 0, got {}", steps);
+  if (!(lr > 0)) throw_input("lr must be positive, got {}", lr);
+  if (min_lr_ratio < 0 || min_lr_ratio > 1) throw_input("min_lr_ratio must lie in [0, 1], got {}", min_lr_ratio);
+  if (warmup_steps < 0 || lr_decay_steps < 0) {
+    throw_input("warmup_steps {} and lr_decay_steps {} must be >= 0", warmup_steps, lr_decay_steps);
+  }
+  if (weight_decay < 0) throw_input("weight_decay must be >= 0, got {}", weight_decay);
+  if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1)) {
+    throw_input("beta1 {} and beta2 {} must lie in [0, 1)", beta1, beta2);
+  }
+  if (!(eps > 0)) throw_input("eps must be positive, got {}", eps);
+  if (grad_clip < 0) throw_input("grad_clip must be >= 0 (0: off), got {}", grad_clip);
+  if (seed < 0) throw_input("seed must be >= 0, got {}", seed);
+  if (threads < 0) throw_input("threads must be >= 0 (0: all cores), got {}", threads);
+  if (head_chunk < 0) throw_input("head_chunk must be >= 0, got {}", head_chunk);
+  if (val_every < 0 || val_batches < 0) throw_input("val_every {} and val_batches {} must be >= 0", val_every, val_batches);
+  if (ckpt_every < 0 || keep_last < 0) throw_input("ckpt_every {} and keep_last {} must be >= 0", ckpt_every, keep_last);
+  if (log_every <= 0) throw_input("log_every must be positive, got {}", log_every);
+  if (sample_tokens < 0) throw_input("sample_tokens must be >= 0, got {}", sample_tokens);
+  if (!(temperature > 0)) throw_input("temperature must be positive, got {}", temperature);
+  if (top_k < 0) throw_input("top_k must be >= 0 (0: no cut), got {}", top_k);
+  if (out.empty()) throw_input("out (the run folder) must not be empty");
+  if (data.empty()) throw_input("data (the shard folder) must not be empty");
+}
+
+std::string RunConfig::to_toml() const {
+  std::ostringstream os;
+  std::string section;
+  for (const Key& k : keys()) {
+    if (section != k.section) {
+      section = k.section;
+      os << (os.tellp() > 0 ? "\n" : "") << "[" << section << "]\n";
+    }
+    os << k.name << " = ";
+    std::visit(
+        [&](auto member) {
+          using T = std::remove_reference_t<decltype(this->*member)>;
+          if constexpr (std::is_same_v<T, std::string>) {
+            os << toml::value<std::string>(this->*member);
+          } else if constexpr (std::is_same_v<T, double>) {
+            os << fmt::format("{}", this->*member);
+            if (fmt::format("{}", this->*member).find_first_of(".eEn") == std::string::npos) os << ".0";
+          } else {
+            os << this->*member;
+          }
+        },
+        k.field);
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace weft

@@ -1,0 +1,65 @@
+// A run's configuration: a TOML file whose every key can be overridden on the command line
+// (`--steps 100` or `--train.steps 100`). Unknown keys and wrong types are errors that name
+// the key, the value and the file.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace weft {
+
+struct RunConfig {
+  // [model]
+  std::string model = "tiny";  // preset; the shape keys below override it when non-zero
+  int64_t n_layer = 0, n_head = 0, n_embd = 0, n_ctx = 0, vocab_size = 0;
+  // [data]
+  std::string data = "data/fortunes";  // folder (or glob) holding *train*.bin shards
+  std::string val_data = "";           // folder (or glob) of *val*.bin shards; empty: same as data
+  // [train]
+  int64_t seq_len = 0;  // 0: the model's context
+  int64_t global_batch = 8;  // sequences per optimizer step
+  int64_t micro_batch = 8;   // sequences per forward/backward; global_batch / micro_batch = accumulation steps
+  int64_t steps = 100;
+  double lr = 6e-4;
+  double min_lr_ratio = 0.1;
+  int64_t warmup_steps = 10;
+  int64_t lr_decay_steps = 0;  // 0: steps
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // 0: off
+  int64_t seed = 1337;
+  int64_t threads = 0;     // 0: OMP_NUM_THREADS or every core
+  int64_t head_chunk = 0;  // rows of logits materialised at once; 0: automatic
+  // [eval]
+  int64_t val_every = 0;   // 0: only at the end
+  int64_t val_batches = 8; // micro-batches of validation windows
+  // [checkpoint]
+  int64_t ckpt_every = 0;  // 0: only at the end
+  int64_t keep_last = 2;   // checkpoints kept in the run folder (0: all)
+  // [run]
+  std::string out = "runs/tiny";
+  int64_t log_every = 1;
+  // [sample] printed at the end of training
+  int64_t sample_tokens = 0;
+  std::string sample_prompt = "";
+  double temperature = 1.0;
+  int64_t top_k = 40;
+
+  ModelConfig model_config() const;  // preset + overrides, validated
+  int64_t seq() const;               // seq_len resolved against the model context
+  // Checks the values (ranges, divisibility); throws InputError naming them.
+  void validate() const;
+  std::string to_toml() const;       // the resolved config, loadable again
+};
+
+// Loads a TOML file (empty path: defaults) and applies `--key value` overrides.
+RunConfig load_run_config(const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides);
+
+// Every known key as "section.key".
+std::vector<std::string> run_config_keys();
+
+}  // namespace weft

@@ -1,0 +1,331 @@
+#include "train/trainer.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "backend/backend.h"
+#include "ckpt/checkpoint.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "data/loader.h"
+#include "data/tokenizer.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
+#include "train/sample.h"
+
+namespace fs = std::filesystem;
+
+namespace weft {
+
+int set_threads(int64_t threads) {
+  if (threads > 0) {
+    omp_set_num_threads(static_cast<int>(threads));
+    openblas_set_num_threads(static_cast<int>(threads));
+  }
+  return omp_get_max_threads();
+}
+
+namespace {
+
+std::string step_dir_name(int64_t step) { return fmt::format("step-{:06d}", step); }
+
+// Checkpoints in a run folder, oldest first: (step, folder as resolved).
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& run_dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  if (!fs::is_directory(run_dir, ec)) return out;
+  static const std::regex re(R"(step-(\d+)(\.old-\d+)?)");
+  std::map<int64_t, std::string> seen;
+  for (const auto& e : fs::directory_iterator(run_dir, ec)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || !std::regex_match(name, m, re)) continue;
+    const int64_t step = std::stoll(m[1].str());
+    const std::string dir = (fs::path(run_dir) / fmt::format("step-{}", m[1].str())).string();
+    try {
+      seen[step] = resolve_checkpoint_dir(dir);
+    } catch (const InputError&) {
+    }
+  }
+  for (auto& [s, d] : seen) out.emplace_back(s, d);
+  return out;
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  int64_t t = static_cast<int64_t>(s + 0.5);
+  if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t / 60) % 60);
+  if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+// Rewrites metrics.jsonl keeping only entries up to `step` (used when resuming, so that a
+// crashed run's lines past its last checkpoint do not repeat). Atomic.
+void truncate_metrics(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    try {
+      auto j = nlohmann::json::parse(line);
+      if (j.contains("step") && j["step"].get<int64_t>() > step) continue;
+    } catch (const std::exception&) {
+      continue;  // a torn last line from a crash
+    }
+    kept += line + "\n";
+  }
+  in.close();
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << kept;
+    if (!out) throw_runtime("cannot write {}", tmp);
+  }
+  fs::rename(tmp, path);
+}
+
+void write_text_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    if (!out) throw_runtime("cannot write {}", tmp);
+  }
+  fs::rename(tmp, path);
+}
+
+}  // namespace
+
+std::string find_latest_checkpoint(const std::string& run_dir) {
+  auto all = list_checkpoints(run_dir);
+  return all.empty() ? std::string() : all.back().second;
+}
+
+TrainResult train(const RunConfig& cfg, const TrainOptions& opt) {
+  using clock = std::chrono::steady_clock;
+  cfg.validate();
+  const int threads = set_threads(cfg.threads);
+  const ModelConfig mc = cfg.model_config();
+  const int64_t T = cfg.seq(), B = cfg.micro_batch, G = cfg.global_batch;
+  const int64_t accum = G / B;
+  const uint64_t seed = static_cast<uint64_t>(cfg.seed);
+
+  // Data first: a missing corpus should fail before anything is written.
+  TokenDataset train_data = TokenDataset::open_split(cfg.data, "train");
+  const std::string val_src = cfg.val_data.empty() ? cfg.data : cfg.val_data;
+  std::unique_ptr<TokenDataset> val_data;
+  if (cfg.val_batches > 0) val_data = std::make_unique<TokenDataset>(TokenDataset::open_split(val_src, "val"));
+  if (train_data.num_windows(T) <= 0) {
+    throw_input("{}: the training split holds {} tokens, fewer than one sequence of {}+1", cfg.data, train_data.size(), T);
+  }
+  if (val_data && val_data->num_windows(T) <= 0) {
+    throw_input("{}: the validation split holds {} tokens, fewer than one sequence of {}+1", val_src, val_data->size(), T);
+  }
+
+  // The run folder.
+  std::string resume_dir;
+  const auto existing = list_checkpoints(cfg.out);
+  if (opt.resume) {
+    resume_dir = opt.resume_from.empty() ? (existing.empty() ? "" : existing.back().second)
+                                         : resolve_checkpoint_dir(opt.resume_from);
+    if (resume_dir.empty()) throw_input("--resume: no checkpoint (step-*) in run folder {}", cfg.out);
+  } else {
+    const bool has_metrics = fs::exists(fs::path(cfg.out) / "metrics.jsonl");
+    if ((!existing.empty() || has_metrics) && !opt.overwrite) {
+      throw_input("run folder {} already holds a run ({}); pass --resume to continue it, --overwrite to replace it, or --out to choose another folder",
+                  cfg.out, existing.empty() ? std::string("metrics.jsonl") : fs::path(existing.back().second).filename().string());
+    }
+    if (opt.overwrite) {
+      for (const auto& [s, d] : existing) fs::remove_all(d);
+      fs::remove(fs::path(cfg.out) / "metrics.jsonl");
+    }
+  }
+  std::error_code ec;
+  fs::create_directories(cfg.out, ec);
+  if (ec) throw_input("cannot create run folder {}: {}", cfg.out, ec.message());
+
+  auto backend = make_cpu_backend();
+  GPT model(mc, *backend);
+  model.reserve(B, T, true, cfg.head_chunk);
+  AdamWConfig acfg;
+  acfg.lr = static_cast<float>(cfg.lr);
+  acfg.beta1 = static_cast<float>(cfg.beta1);
+  acfg.beta2 = static_cast<float>(cfg.beta2);
+  acfg.eps = static_cast<float>(cfg.eps);
+  acfg.weight_decay = static_cast<float>(cfg.weight_decay);
+  AdamW optim(model.layout(), acfg);
+
+  int64_t start_step = 0;
+  if (!resume_dir.empty()) {
+    ModelConfig saved = load_checkpoint_config(resume_dir);
+    if (saved.n_layer != mc.n_layer || saved.n_head != mc.n_head || saved.n_embd != mc.n_embd ||
+        saved.n_ctx != mc.n_ctx || saved.vocab_size != mc.vocab_size) {
+      throw_input("{}: checkpoint model (layers {}, heads {}, hidden {}, context {}, vocab {}) does not match the config (layers {}, heads {}, hidden {}, context {}, vocab {})",
+                  resume_dir, saved.n_layer, saved.n_head, saved.n_embd, saved.n_ctx, saved.vocab_size,
+                  mc.n_layer, mc.n_head, mc.n_embd, mc.n_ctx, mc.vocab_size);
+    }
+    load_checkpoint_params(resume_dir, model.layout(), model.params());
+    if (!load_checkpoint_optimizer(resume_dir, model.layout(), optim.exp_avg(), optim.exp_avg_sq())) {
+      throw_input("{}: the checkpoint has no optimizer state ({}), so the run cannot continue exactly", resume_dir, kCheckpointOptimizerFile);
+    }
+    nlohmann::json st = load_checkpoint_trainer(resume_dir);
+    if (!st.contains("step") || !st["step"].is_number_integer()) {
+      throw_input("{}/{}: missing integer 'step'", resume_dir, kCheckpointTrainerFile);
+    }
+    start_step = st["step"].get<int64_t>();
+    if (st.contains("seed") && st["seed"].get<int64_t>() != cfg.seed) {
+      throw_input("{}: checkpoint was trained with seed {}, the config says {}; the data order would differ", resume_dir, st["seed"].get<int64_t>(), cfg.seed);
+    }
+    if (st.contains("global_batch") && st["global_batch"].get<int64_t>() != G) {
+      throw_input("{}: checkpoint was trained with global_batch {}, the config says {}", resume_dir, st["global_batch"].get<int64_t>(), G);
+    }
+    truncate_metrics((fs::path(cfg.out) / "metrics.jsonl").string(), start_step);
+    log_info("resuming from {} at step {}", resume_dir, start_step);
+  } else {
+    model.init(seed);
+  }
+  write_text_atomic((fs::path(cfg.out) / "config.toml").string(), cfg.to_toml());
+
+  const int64_t params_bytes = model.num_params() * 4, grads_bytes = model.num_params() * 4;
+  const int64_t optim_bytes = optim.state_bytes();
+  nlohmann::json memory = {{"params", params_bytes}, {"grads", grads_bytes}, {"optimizer", optim_bytes},
+                           {"activations", 0}};
+  log_info("weft train: model {} ({} layers, {} heads, hidden {}, context {}), {:.2f}M parameters ({:.2f}M without padding)",
+           mc.name, mc.n_layer, mc.n_head, mc.n_embd, mc.n_ctx, model.num_params() / 1e6,
+           model.layout().count_unpadded() / 1e6);
+  log_info("data: {} train tokens ({} windows of {}), global batch {} = {} micro-batches of {}, {} threads",
+           train_data.size(), train_data.num_windows(T), T, G, accum, B, threads);
+  log_info("memory: params {:.1f} MiB, grads {:.1f} MiB, optimizer {:.1f} MiB", params_bytes / 1048576.0,
+           grads_bytes / 1048576.0, optim_bytes / 1048576.0);
+
+  std::ofstream metrics((fs::path(cfg.out) / "metrics.jsonl").string(), std::ios::app);
+  if (!metrics) throw_runtime("cannot open {}/metrics.jsonl", cfg.out);
+
+  std::vector<int32_t> inputs(B * T), targets(B * T);
+  auto evaluate = [&]() -> double {
+    const int64_t windows = std::min(val_data->num_windows(T), cfg.val_batches * B);
+    double sum = 0.0;
+    int64_t n = 0;
+    for (int64_t w0 = 0; w0 < windows; w0 += B) {
+      const int64_t nb = std::min(B, windows - w0);
+      for (int64_t i = 0; i < nb; ++i) val_data->window(w0 + i, T, inputs.data() + i * T, targets.data() + i * T);
+      sum += static_cast<double>(model.forward_loss(inputs.data(), targets.data(), nb, T)) * nb;
+      n += nb;
+    }
+    // forward_loss may have shrunk nothing; activations stay sized for training.
+    return sum / static_cast<double>(n);
+  };
+
+  TrainResult res;
+  res.first_step = start_step;
+  res.steps_done = start_step;
+  const int64_t decay_steps = cfg.lr_decay_steps > 0 ? cfg.lr_decay_steps : cfg.steps;
+  const float loss_scale = 1.0f / static_cast<float>(G * T);
+  double time_sum = 0.0;
+  int64_t timed_steps = 0;
+  const double flops_per_token = GPT::train_flops_per_token(mc, T);
+
+  auto save = [&](int64_t step_done) {
+    const std::string dir = (fs::path(cfg.out) / step_dir_name(step_done)).string();
+    CheckpointData d;
+    d.layout = &model.layout();
+    d.params = model.params();
+    d.exp_avg = optim.exp_avg();
+    d.exp_avg_sq = optim.exp_avg_sq();
+    d.trainer = {{"step", step_done}, {"seed", cfg.seed}, {"global_batch", G}, {"seq_len", T},
+                 {"tokens", step_done * G * T}, {"data", cfg.data}, {"model", mc.name}};
+    save_checkpoint(dir, d);
+    res.last_checkpoint = dir;
+    if (cfg.keep_last > 0) {
+      auto all = list_checkpoints(cfg.out);
+      for (size_t i = 0; i + cfg.keep_last < all.size(); ++i) fs::remove_all(all[i].second);
+    }
+    log_info("checkpoint {}", dir);
+  };
+
+  if (val_data && start_step == 0 && cfg.steps > 0) {
+    const double vl = evaluate();
+    res.first_val_loss = res.last_val_loss = vl;
+    metrics << nlohmann::json{{"step", 0}, {"val_loss", vl}}.dump() << "\n" << std::flush;
+    log_info("step {:>5} | val loss {:.4f}", 0, vl);
+  }
+
+  for (int64_t step = start_step; step < cfg.steps; ++step) {
+    const auto t0 = clock::now();
+    model.zero_grads();
+    double loss = 0.0;
+    for (int64_t m = 0; m < accum; ++m) {
+      train_data.sample_batch(seed, step, G, m * B, B, static_cast<int>(T), inputs.data(), targets.data());
+      loss += model.forward_backward(inputs.data(), targets.data(), B, T, loss_scale);
+    }
+    loss /= static_cast<double>(accum);
+    const double norm = clip_grad_norm(*backend, model.grads(), model.num_params(), cfg.grad_clip);
+    if (!std::isfinite(loss) || !std::isfinite(norm)) {
+      throw_runtime("step {}: loss {} / gradient norm {} is not finite; stopping (last checkpoint: {})", step + 1, loss,
+                    norm, res.last_checkpoint.empty() ? "none" : res.last_checkpoint);
+    }
+    const float lr = lr_at(step, static_cast<float>(cfg.lr), cfg.warmup_steps, decay_steps,
+                           static_cast<float>(cfg.min_lr_ratio));
+    optim.step(*backend, model.params(), model.grads(), lr, step + 1);
+    const double dt = std::chrono::duration<double>(clock::now() - t0).count();
+    const int64_t done = step + 1;
+    // The first step of a process includes one-time costs (page faults, BLAS buffers).
+    if (done > start_step + 1 || cfg.steps - start_step == 1) {
+      time_sum += dt;
+      ++timed_steps;
+    }
+    const double tps = static_cast<double>(G * T) / dt;
+    const double mean_dt = timed_steps > 0 ? time_sum / timed_steps : dt;
+    res.last_loss = loss;
+    res.steps_done = done;
+    metrics << nlohmann::json{{"step", done}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
+                              {"tokens_per_s", tps}, {"ms", dt * 1e3}, {"tokens", done * G * T},
+                              {"model_flops_per_s", flops_per_token * tps}, {"memory", memory}}
+                   .dump()
+            << "\n" << std::flush;
+    if (done % cfg.log_every == 0 || done == cfg.steps) {
+      log_info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | {:.1f} ms | ETA {}", done,
+               cfg.steps, loss, lr, norm, tps, dt * 1e3, format_duration(mean_dt * (cfg.steps - done)));
+    }
+    const bool last = done == cfg.steps;
+    if (val_data && ((cfg.val_every > 0 && done % cfg.val_every == 0) || last)) {
+      const double vl = evaluate();
+      if (res.first_val_loss < 0) res.first_val_loss = vl;
+      res.last_val_loss = vl;
+      metrics << nlohmann::json{{"step", done}, {"val_loss", vl}}.dump() << "\n" << std::flush;
+      log_info("step {:>5} | val loss {:.4f}", done, vl);
+    }
+    if ((cfg.ckpt_every > 0 && done % cfg.ckpt_every == 0) || last) save(done);
+  }
+  res.tokens_per_s = timed_steps > 0 ? static_cast<double>(G * T) * timed_steps / time_sum : 0.0;
+  if (timed_steps > 0) {
+    log_info("done: {} steps, {:.0f} tokens/s, {:.3f} GFLOP/s (model FLOPs)", res.steps_done - start_step,
+             res.tokens_per_s, res.tokens_per_s * flops_per_token / 1e9);
+  }
+
+  if (cfg.sample_tokens > 0) {
+    Tokenizer tok = Tokenizer::load_gpt2("");
+    std::vector<int32_t> prompt = {tok.eot_token()};
+    if (!cfg.sample_prompt.empty()) tok.encode_append(cfg.sample_prompt, prompt);
+    SampleOptions so;
+    so.max_tokens = cfg.sample_tokens;
+    so.temperature = cfg.temperature;
+    so.top_k = cfg.top_k;
+    so.seed = seed;
+    auto out = sample_tokens(model, prompt, so);
+    res.sample = tok.decode(std::vector<int32_t>(out.begin() + 1, out.end()));
+    log_info("sample:\n{}", res.sample);
+  }
+  return res;
+}
+
+}  // namespace weft

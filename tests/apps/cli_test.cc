@@ -1,0 +1,132 @@
+// The command line on bad input: one clear line on stderr naming the values, exit code 2,
+// nothing already written damaged. And the commands' normal output formats.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/checkpoint.h"
+#include "model/params.h"
+#include "test_util.h"
+
+namespace weft {
+namespace {
+
+using test::RunResult;
+using test::TempDir;
+namespace fs = std::filesystem;
+
+// Exit code 2, one line on stderr, containing every expected fragment.
+void expect_bad_input(const RunResult& r, const std::vector<std::string>& fragments) {
+  EXPECT_EQ(r.code, 2) << "stderr: " << r.err;
+  std::string first = r.err.substr(0, r.err.find('\n'));
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "stderr should be one line: " << r.err;
+  for (const auto& f : fragments) EXPECT_NE(first.find(f), std::string::npos) << "missing '" << f << "' in: " << first;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tmp = std::make_unique<TempDir>("cli");
+    test::make_random_corpus(*tmp / "data", 6000, 1200);
+    config = *tmp / "run.toml";
+    std::ofstream(config) << "[model]\nmodel = \"tiny\"\nn_layer = 1\nn_head = 2\nn_embd = 32\nn_ctx = 16\n"
+                          << "[data]\ndata = \"" << (*tmp / "data") << "\"\n"
+                          << "[train]\nglobal_batch = 2\nmicro_batch = 2\nsteps = 2\nthreads = 1\n"
+                          << "[eval]\nval_batches = 1\n[run]\nout = \"" << (*tmp / "run") << "\"\n";
+  }
+  RunResult weft(const std::string& args) { return test::run_weft(args, *tmp / fmt::format("cmd{}", n++)); }
+  std::unique_ptr<TempDir> tmp;
+  std::string config;
+  int n = 0;
+};
+
+TEST_F(Cli, ConfigErrors) {
+  expect_bad_input(weft("train " + *tmp / "nope.toml"), {"nope.toml", "does not exist"});
+  std::ofstream(*tmp / "unknown.toml") << "[train]\nlrr = 1.0\n";
+  expect_bad_input(weft("train " + *tmp / "unknown.toml"), {"unknown.toml", "unknown key 'train.lrr'"});
+  std::ofstream(*tmp / "type.toml") << "[train]\nlr = \"fast\"\n";
+  expect_bad_input(weft("train " + *tmp / "type.toml"), {"train.lr", "must be a number", "fast"});
+  std::ofstream(*tmp / "syntax.toml") << "[train\nlr = 1\n";
+  expect_bad_input(weft("train " + *tmp / "syntax.toml"), {"syntax.toml", "invalid TOML"});
+  expect_bad_input(weft("train " + config + " --lrr 3"), {"unknown option --lrr"});
+  expect_bad_input(weft("train " + config + " --steps many"), {"--steps", "integer", "many"});
+  expect_bad_input(weft("train " + config + " --seq_len 64"), {"seq_len 64", "context", "16"});
+  expect_bad_input(weft("train " + config + " --global_batch 3"), {"global_batch 3", "micro_batch 2"});
+  expect_bad_input(weft("train " + config + " --model gpt-9"), {"unknown model preset 'gpt-9'"});
+  expect_bad_input(weft("train " + config + " --n_head 3"), {"32", "heads 3"});
+  expect_bad_input(weft("frobnicate"), {"unknown command 'frobnicate'"});
+  expect_bad_input(weft("bench --model tiny --batch 0"), {"--batch 0"});
+  EXPECT_FALSE(fs::exists(*tmp / "run"));  // nothing was started
+}
+
+TEST_F(Cli, DataErrors) {
+  expect_bad_input(weft("train " + config + " --data " + *tmp / "missing"), {"missing"});
+  // a shard with a bad magic number
+  fs::create_directories(*tmp / "bad");
+  {
+    std::ofstream f(*tmp / "bad/x_train_000000.bin", std::ios::binary);
+    std::vector<int32_t> header(256, 0);
+    header[0] = 12345;
+    header[1] = 1;
+    header[2] = 10;
+    f.write(reinterpret_cast<const char*>(header.data()), 1024);
+    std::vector<uint16_t> toks(10, 1);
+    f.write(reinterpret_cast<const char*>(toks.data()), 20);
+  }
+  expect_bad_input(weft("train " + config + " --data " + *tmp / "bad"), {"x_train_000000.bin", "12345"});
+  // a truncated shard: header says more tokens than the file holds
+  fs::create_directories(*tmp / "trunc");
+  fs::copy_file(*tmp / "data/x_train_000000.bin", *tmp / "trunc/x_train_000000.bin");
+  fs::resize_file(*tmp / "trunc/x_train_000000.bin", 1024 + 1000);
+  expect_bad_input(weft("train " + config + " --data " + *tmp / "trunc"), {"x_train_000000.bin", "6000"});
+  expect_bad_input(weft("prepare --input " + *tmp / "nothing-here --out " + *tmp / "prep"), {"nothing-here"});
+}
+
+TEST_F(Cli, TrainEvalGenerateAndCheckpointErrors) {
+  RunResult r = weft("train " + config);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("step     2/2"), std::string::npos) << r.out;
+  const std::string ckpt = *tmp / "run/step-000002";
+  ASSERT_TRUE(fs::exists(ckpt + "/model.safetensors"));
+  const std::string model_bytes = test::read_text(ckpt + "/model.safetensors");
+  const std::string metrics = test::read_text(*tmp / "run/metrics.jsonl");
+
+  // A second run into the same folder is refused and leaves it as it was.
+  expect_bad_input(weft("train " + config), {*tmp / "run", "--resume", "--overwrite"});
+  // Resuming with another model shape is refused before anything is written.
+  expect_bad_input(weft("train " + config + " --resume --steps 4 --n_embd 64"), {ckpt, "hidden 32", "hidden 64"});
+  EXPECT_EQ(test::read_text(ckpt + "/model.safetensors"), model_bytes);
+  EXPECT_EQ(test::read_text(*tmp / "run/metrics.jsonl"), metrics);
+
+  // eval: JSON with loss and tokens; window count checked.
+  r = weft("eval --checkpoint " + *tmp / "run --data " + *tmp / "data/x_val_000000.bin --windows 10 --format json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["tokens"].get<int64_t>(), 160);
+  EXPECT_GT(j["loss"].get<double>(), 0.0);
+  expect_bad_input(weft("eval --checkpoint " + ckpt + " --data " + *tmp / "data/x_val_000000.bin --windows 100000"), {"100000", "windows"});
+
+  // generate prints text
+  r = weft("generate --checkpoint " + ckpt + " --prompt Hello --tokens 5");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("Hello", 0), 0u);
+
+  // A checkpoint whose tensors do not match its config.json: the message names the tensor and shapes.
+  fs::copy(ckpt, *tmp / "mismatch", fs::copy_options::recursive);
+  {
+    auto cfg = nlohmann::json::parse(test::read_text(ckpt + "/config.json"));
+    cfg["n_embd"] = 64;
+    std::ofstream(*tmp / "mismatch/config.json") << cfg.dump();
+  }
+  expect_bad_input(weft("eval --checkpoint " + *tmp / "mismatch --data " + *tmp / "data/x_val_000000.bin"),
+                   {"model.safetensors", "32]", "64]"});
+  // A truncated model file.
+  fs::copy(ckpt, *tmp / "trunc", fs::copy_options::recursive);
+  fs::resize_file(*tmp / "trunc/model.safetensors", fs::file_size(*tmp / "trunc/model.safetensors") / 2);
+  expect_bad_input(weft("generate --checkpoint " + *tmp / "trunc --tokens 2"), {"trunc/model.safetensors"});
+  // A missing checkpoint.
+  expect_bad_input(weft("generate --checkpoint " + *tmp / "nowhere"), {"nowhere"});
+}
+
+}  // namespace
+}  // namespace weft

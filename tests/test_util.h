@@ -1,0 +1,87 @@
+// Shared test helpers: per-test temporary folders, subprocess runs, small token corpora.
+#pragma once
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "data/shard.h"
+
+namespace weft::test {
+
+namespace fs = std::filesystem;
+
+// A fresh folder under WEFT_TEST_TMP named after the running test; removed if the test passes.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& group = "misc") {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = fs::path(WEFT_TEST_TMP) / group / fmt::format("{}.{}-{}", info->test_suite_name(), info->name(), ::getpid());
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    if (!::testing::Test::HasFailure()) {
+      std::error_code ec;
+      fs::remove_all(path_, ec);
+    }
+  }
+  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+struct RunResult {
+  int code = -1;
+  std::string out, err;
+};
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs `build/weft ARGS` with stdout and stderr captured, from the source folder.
+inline RunResult run_weft(const std::string& args, const std::string& scratch) {
+  const std::string out = scratch + ".out", err = scratch + ".err";
+  const std::string cmd = fmt::format("cd {} && OMP_NUM_THREADS=2 {} {} > {} 2> {} < /dev/null", WEFT_SOURCE_DIR,
+                                      WEFT_BINARY, args, out, err);
+  int st = std::system(cmd.c_str());
+  RunResult r;
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.out = read_text(out);
+  r.err = read_text(err);
+  return r;
+}
+
+// A corpus of random tokens (vocabulary V) in llm.c shards: DIR/x_train_000000.bin, DIR/x_val_000000.bin.
+inline void make_random_corpus(const std::string& dir, int64_t train_tokens, int64_t val_tokens, int V = 50257,
+                               uint32_t seed = 5) {
+  fs::create_directories(dir);
+  std::mt19937 g(seed);
+  // A learnable stream: mostly a fixed cycle of 97 tokens, with some noise.
+  std::uniform_int_distribution<int32_t> tok(0, V - 1);
+  std::vector<int32_t> cycle(97);
+  for (auto& c : cycle) c = tok(g);
+  auto make = [&](int64_t n) {
+    std::vector<int32_t> v(n);
+    for (int64_t i = 0; i < n; ++i) v[i] = (g() % 8 == 0) ? tok(g) : cycle[i % 97];
+    return v;
+  };
+  write_shard(dir + "/x_train_000000.bin", make(train_tokens), V);
+  write_shard(dir + "/x_val_000000.bin", make(val_tokens), V);
+}
+
+}  // namespace weft::test
