@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -93,9 +94,22 @@ int cmd_train(const std::vector<std::string>& args) {
   return 0;
 }
 
-int cmd_prepare(CLI::App& app, std::vector<std::string> inputs, std::string out, std::string tokenizer,
-                double val_fraction, int64_t shard_tokens, int64_t seed) {
+int cmd_prepare(std::vector<std::string> inputs, std::string out, std::string tokenizer, double val_fraction,
+                int64_t shard_tokens, int64_t seed, bool overwrite) {
   PrepareOptions o;
+  // Re-running the same preparation is idempotent: shards that weft prepared from the same
+  // inputs are replaced without --overwrite; anything else in the folder is protected.
+  const fs::path meta = fs::path(out) / "meta.json";
+  if (!overwrite && fs::exists(meta)) {
+    try {
+      auto j = nlohmann::json::parse(std::ifstream(meta));
+      overwrite = j.value("inputs", std::vector<std::string>{}) == inputs && j.value("seed", int64_t{-1}) == seed &&
+                  j.value("val_fraction", -1.0) == val_fraction && j.value("shard_tokens", int64_t{-1}) == shard_tokens;
+    } catch (const std::exception&) {
+      overwrite = false;
+    }
+  }
+  o.overwrite = overwrite;
   o.inputs = std::move(inputs);
   o.out_dir = std::move(out);
   o.tokenizer_dir = std::move(tokenizer);
@@ -135,16 +149,18 @@ int main(int argc, char** argv) {
     if (cmd == "prepare") {
       std::vector<std::string> inputs;
       std::string out, tokenizer;
-      double val_fraction = 0.005;
+      double val_fraction = 0.02;
       int64_t shard_tokens = 100'000'000, seed = 1337;
+      bool overwrite = false;
       app.add_option("--input", inputs, "text files, folders of them, or JSONL files with a \"text\" field")->required();
       app.add_option("--out", out, "output folder for the shards")->required();
       app.add_option("--tokenizer", tokenizer, "folder with GPT-2's encoder.json + vocab.bpe (default: installed by setup.sh)");
       app.add_option("--val-fraction", val_fraction, "fraction of documents held out for validation");
       app.add_option("--shard-tokens", shard_tokens, "tokens per shard file");
       app.add_option("--seed", seed, "seed of the train/validation split");
+      app.add_flag("--overwrite", overwrite, "replace the shards of an earlier preparation in --out");
       app.parse(argc - 1, argv + 1);
-      rc = cmd_prepare(app, inputs, out, tokenizer, val_fraction, shard_tokens, seed);
+      rc = cmd_prepare(inputs, out, tokenizer, val_fraction, shard_tokens, seed, overwrite);
     } else if (cmd == "eval") {
       std::string ckpt, data, format = "text";
       int64_t windows = 0, batch = 8, threads = 0;

