@@ -289,8 +289,8 @@ int main(int argc, char** argv) {
         auto t0 = std::chrono::steady_clock::now();
         model.zero_grads();
         model.forward_backward(in.data(), tg.data(), batch, seq, scale);
-        clip_grad_norm(*be, model.grads(), model.num_params(), 1.0);
-        optim.step(*be, model.params(), model.grads(), 1e-4f, s + 1);
+        const double norm = grad_norm(*be, model.grads(), model.num_params());
+        optim.step(*be, model.params(), model.grads(), 1e-4f, s + 1, clip_coefficient(norm, 1.0));
         double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (s >= warmup) times.push_back(dt);
       }

@@ -77,9 +77,11 @@ class Backend {
   // --- optimizer ---
   // AdamW over n elements (decoupled weight decay as in Loshchilov & Hutter / torch.optim.AdamW):
   // p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
-  // p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). t counts from 1.
+  // p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). t counts from 1. The gradient is
+  // read as g * grad_scale (gradient clipping without a separate pass over g).
   virtual void adamw(float* p, const float* g, float* m, float* v, int64_t n, float lr,
-                     float beta1, float beta2, float eps, float weight_decay, int64_t t) = 0;
+                     float beta1, float beta2, float eps, float weight_decay, int64_t t,
+                     float grad_scale) = 0;
   // sum of squares of x (n), in double.
   virtual double sum_squares(const float* x, int64_t n) = 0;
   // x *= s.

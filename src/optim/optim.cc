@@ -16,10 +16,10 @@ AdamW::AdamW(const ParamLayout& layout, AdamWConfig cfg)
   }
 }
 
-void AdamW::step(Backend& be, float* params, const float* grads, float lr, int64_t t) {
+void AdamW::step(Backend& be, float* params, const float* grads, float lr, int64_t t, float grad_scale) {
   for (const Range& r : ranges_) {
     be.adamw(params + r.begin, grads + r.begin, m_.data() + r.begin, v_.data() + r.begin,
-             r.end - r.begin, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, r.decay ? cfg_.weight_decay : 0.0f, t);
+             r.end - r.begin, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, r.decay ? cfg_.weight_decay : 0.0f, t, grad_scale);
   }
 }
 
@@ -32,13 +32,11 @@ float lr_at(int64_t step, float lr, int64_t warmup, int64_t decay_steps, float m
   return static_cast<float>(min_lr + coeff * (lr - min_lr));
 }
 
-double clip_grad_norm(Backend& be, float* grads, int64_t n, double max_norm) {
-  const double norm = std::sqrt(be.sum_squares(grads, n));
-  if (max_norm > 0.0 && std::isfinite(norm)) {
-    const double coef = max_norm / (norm + 1e-6);
-    if (coef < 1.0) be.scale(grads, static_cast<float>(coef), n);
-  }
-  return norm;
+double grad_norm(Backend& be, const float* grads, int64_t n) { return std::sqrt(be.sum_squares(grads, n)); }
+
+float clip_coefficient(double norm, double max_norm) {
+  if (max_norm <= 0.0 || !std::isfinite(norm)) return 1.0f;
+  return static_cast<float>(std::min(1.0, max_norm / (norm + 1e-6)));
 }
 
 }  // namespace weft

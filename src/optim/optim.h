@@ -19,8 +19,9 @@ struct AdamWConfig {
 class AdamW {
  public:
   AdamW(const ParamLayout& layout, AdamWConfig cfg);
-  // One update at learning rate lr; t is the 1-based step number (bias correction).
-  void step(Backend& be, float* params, const float* grads, float lr, int64_t t);
+  // One update at learning rate lr; t is the 1-based step number (bias correction). The
+  // gradients are used multiplied by grad_scale (the clipping coefficient).
+  void step(Backend& be, float* params, const float* grads, float lr, int64_t t, float grad_scale = 1.0f);
   float* exp_avg() { return m_.data(); }
   float* exp_avg_sq() { return v_.data(); }
   const AdamWConfig& config() const { return cfg_; }
@@ -40,9 +41,10 @@ class AdamW {
 // `decay_steps`, constant after. step is 0-based: the first update uses lr * 1/warmup.
 float lr_at(int64_t step, float lr, int64_t warmup, int64_t decay_steps, float min_ratio);
 
-// Global L2 norm of the gradients; if max_norm > 0 and the norm exceeds it, scales them by
-// max_norm / (norm + 1e-6) as torch.nn.utils.clip_grad_norm_ does. Returns the norm before
-// clipping.
-double clip_grad_norm(Backend& be, float* grads, int64_t n, double max_norm);
+// Global L2 norm of the gradients.
+double grad_norm(Backend& be, const float* grads, int64_t n);
+// The factor torch.nn.utils.clip_grad_norm_ scales gradients by: min(1, max_norm / (norm + 1e-6));
+// 1 when max_norm is 0 (clipping off) or the norm is not finite. AdamW applies it on the fly.
+float clip_coefficient(double norm, double max_norm);
 
 }  // namespace weft

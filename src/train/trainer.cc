@@ -268,14 +268,14 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt) {
       loss += model.forward_backward(inputs.data(), targets.data(), B, T, loss_scale);
     }
     loss /= static_cast<double>(accum);
-    const double norm = clip_grad_norm(*backend, model.grads(), model.num_params(), cfg.grad_clip);
+    const double norm = grad_norm(*backend, model.grads(), model.num_params());
     if (!std::isfinite(loss) || !std::isfinite(norm)) {
       throw_runtime("step {}: loss {} / gradient norm {} is not finite; stopping (last checkpoint: {})", step + 1, loss,
                     norm, res.last_checkpoint.empty() ? "none" : res.last_checkpoint);
     }
     const float lr = lr_at(step, static_cast<float>(cfg.lr), cfg.warmup_steps, decay_steps,
                            static_cast<float>(cfg.min_lr_ratio));
-    optim.step(*backend, model.params(), model.grads(), lr, step + 1);
+    optim.step(*backend, model.params(), model.grads(), lr, step + 1, clip_coefficient(norm, cfg.grad_clip));
     const double dt = std::chrono::duration<double>(clock::now() - t0).count();
     const int64_t done = step + 1;
     // The first step of a process includes one-time costs (page faults, BLAS buffers).

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "optim/optim.h"
 
 namespace weft {
 namespace {
@@ -275,11 +276,13 @@ TEST_F(CpuOps, AdamWMatchesFormula) {
   auto p0 = p, m0 = m, v0 = v;
   const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
   const int t = 3;
-  be->adamw(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, t);
+  const float gs = 0.75f;  // clipping coefficient applied on the fly
+  be->adamw(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, t, gs);
   for (int i = 0; i < n; ++i) {
+    const double gi = double(g[i]) * gs;
     double pi = p0[i] * (1 - double(lr) * wd);
-    double mi = b1 * double(m0[i]) + (1 - double(b1)) * g[i];
-    double vi = b2 * double(v0[i]) + (1 - double(b2)) * double(g[i]) * g[i];
+    double mi = b1 * double(m0[i]) + (1 - double(b1)) * gi;
+    double vi = b2 * double(v0[i]) + (1 - double(b2)) * gi * gi;
     double denom = std::sqrt(vi) / std::sqrt(1 - std::pow(double(b2), t)) + eps;
     pi -= lr / (1 - std::pow(double(b1), t)) * mi / denom;
     EXPECT_NEAR(p[i], pi, 1e-6 * std::max(1.0, std::fabs(pi)));
@@ -299,5 +302,25 @@ TEST_F(CpuOps, SumSquaresAndScale) {
   EXPECT_NEAR(ref2, ref / 4, 1e-9 * ref);
 }
 
+}  // namespace
+}  // namespace weft
+
+namespace weft {
+namespace {
+TEST(Optim, ClipCoefficientMatchesTorch) {
+  // torch.nn.utils.clip_grad_norm_: coef = max_norm / (total_norm + 1e-6), clamped to 1.
+  EXPECT_FLOAT_EQ(clip_coefficient(4.0, 1.0), static_cast<float>(1.0 / (4.0 + 1e-6)));
+  EXPECT_FLOAT_EQ(clip_coefficient(0.5, 1.0), 1.0f);
+  EXPECT_FLOAT_EQ(clip_coefficient(4.0, 0.0), 1.0f);  // off
+}
+TEST(Optim, LearningRateSchedule) {
+  // warmup: (k+1)/warmup * lr; then cosine from lr to 0.1 lr at decay_steps
+  EXPECT_FLOAT_EQ(lr_at(0, 1.0f, 10, 110, 0.1f), 0.1f);
+  EXPECT_FLOAT_EQ(lr_at(9, 1.0f, 10, 110, 0.1f), 1.0f);
+  EXPECT_FLOAT_EQ(lr_at(10, 1.0f, 10, 110, 0.1f), 1.0f);
+  EXPECT_NEAR(lr_at(60, 1.0f, 10, 110, 0.1f), 0.55f, 1e-6);  // halfway: (1 + 0.1) / 2
+  EXPECT_FLOAT_EQ(lr_at(110, 1.0f, 10, 110, 0.1f), 0.1f);
+  EXPECT_FLOAT_EQ(lr_at(500, 1.0f, 10, 110, 0.1f), 0.1f);
+}
 }  // namespace
 }  // namespace weft

@@ -358,7 +358,7 @@ class CpuBackend final : public Backend {
   }
 
   void adamw(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
-             float beta2, float eps, float weight_decay, int64_t t) override {
+             float beta2, float eps, float weight_decay, int64_t t, float grad_scale) override {
     const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(t));
     const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(t));
     const float step = static_cast<float>(lr / bc1);
@@ -366,7 +366,7 @@ class CpuBackend final : public Backend {
     const float decay = 1.0f - lr * weight_decay;
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; ++i) {
-      float gi = g[i];
+      float gi = g[i] * grad_scale;
       float mi = beta1 * m[i] + (1.0f - beta1) * gi;
       float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
       m[i] = mi;
