@@ -8,8 +8,15 @@
 
 namespace weft {
 
-GPT::GPT(const ModelConfig& cfg, Backend& backend)
-    : layout_(cfg), backend_(backend), params_(layout_.total()), grads_(layout_.total(), true) {}
+LocalParamStore::LocalParamStore(const ParamLayout& layout)
+    : layout_(layout), params_(layout.total()), grads_(layout.total(), true) {}
+
+GPT::GPT(const ModelConfig& cfg, Backend& backend, bool local_store) : layout_(cfg), backend_(backend) {
+  if (local_store) {
+    local_ = std::make_unique<LocalParamStore>(layout_);
+    store_ = local_.get();
+  }
+}
 
 double GPT::train_flops_per_token(const ModelConfig& c, int64_t T) {
   const double C = c.n_embd, F = c.ffn, L = c.n_layer;
@@ -98,14 +105,18 @@ void GPT::check_shape(int64_t B, int64_t T, bool training) const {
 }
 
 void GPT::forward_blocks(const int32_t* inputs, int64_t B, int64_t T) {
+  WEFT_CHECK(store_ != nullptr, "GPT has no parameter store");
   const ModelConfig& c = config();
   const int64_t N = B * T, C = c.n_embd, F = c.ffn, NH = c.n_head;
+  const int L = c.n_layer;
   Backend& be = backend_;
-  ModelPtrs w = layout_.pointers(params_.data());
-  be.embedding_forward(acts_.encoded, inputs, w.wte, w.wpe, B, T, C);
+  ParamStore& st = *store_;
+  float *wte, *wpe;
+  layout_.embedding_ptrs(const_cast<float*>(st.acquire(0)), &wte, &wpe);  // held to the end
+  be.embedding_forward(acts_.encoded, inputs, wte, wpe, B, T, C);
   const float* x = acts_.encoded;
-  for (int l = 0; l < c.n_layer; ++l) {
-    const LayerPtrs& lw = w.layers[l];
+  for (int l = 0; l < L; ++l) {
+    const LayerPtrs lw = layout_.layer_ptrs(l, const_cast<float*>(st.acquire(l + 1)));
     Activations::Layer& a = acts_.layers[l];
     be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, lw.ln1w, lw.ln1b, N, C, c.ln_eps);
     be.matmul_forward(a.qkv, a.ln1, lw.qkvw, lw.qkvb, N, C, 3 * C, false);
@@ -118,9 +129,12 @@ void GPT::forward_blocks(const int32_t* inputs, int64_t B, int64_t T) {
     be.gelu_forward(a.fch_gelu, a.fch, N * F);
     be.add_bias(a.res3, a.res2, lw.fcprojb, N, C);
     be.matmul_forward(a.res3, a.fch_gelu, lw.fcprojw, nullptr, N, F, C, true);
+    st.release(l + 1);
     x = a.res3;
   }
-  be.layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, x, w.lnfw, w.lnfb, N, C, c.ln_eps);
+  float *lnfw, *lnfb;
+  layout_.final_ptrs(const_cast<float*>(st.acquire(L + 1)), &lnfw, &lnfb);  // held to the end
+  be.layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, x, lnfw, lnfb, N, C, c.ln_eps);
 }
 
 float GPT::forward_loss(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) {
@@ -130,12 +144,15 @@ float GPT::forward_loss(const int32_t* inputs, const int32_t* targets, int64_t B
   forward_blocks(inputs, B, T);
   const ModelConfig& c = config();
   const int64_t N = B * T, C = c.n_embd, Vp = c.padded_vocab;
-  const float* wte = params_.data();
+  const float* wte = store_->acquire(0);  // still held from forward_blocks
   for (int64_t r0 = 0; r0 < N; r0 += acts_.head_chunk) {
     const int64_t rows = std::min(acts_.head_chunk, N - r0);
     backend_.gemm(false, true, rows, Vp, C, 1.0f, acts_.lnf + r0 * C, C, wte, C, 0.0f, acts_.logits, Vp);
     backend_.softmax_cross_entropy(acts_.logits, acts_.losses + r0, targets + r0, rows, c.vocab_size, Vp, 0.0f);
   }
+  store_->release(0);  // the extra acquire above
+  store_->release(c.n_layer + 1);
+  store_->release(0);
   double s = 0.0;
   for (int64_t i = 0; i < N; ++i) s += acts_.losses[i];
   return static_cast<float>(s / static_cast<double>(N));
@@ -149,30 +166,38 @@ float GPT::forward_backward(const int32_t* inputs, const int32_t* targets, int64
   forward_blocks(inputs, B, T);
   const ModelConfig& c = config();
   const int64_t N = B * T, C = c.n_embd, F = c.ffn, NH = c.n_head, Vp = c.padded_vocab;
+  const int L = c.n_layer;
   Backend& be = backend_;
-  ModelPtrs w = layout_.pointers(params_.data());
-  ModelPtrs g = layout_.pointers(grads_.data());
+  ParamStore& st = *store_;
+  float *wte, *wpe, *dwte, *dwpe;
+  layout_.embedding_ptrs(const_cast<float*>(st.acquire(0)), &wte, &wpe);
+  st.release(0);  // balance the acquire just above; forward_blocks' acquire is still held
+  layout_.embedding_ptrs(st.grads(0), &dwte, &dwpe);
 
   // Output head fused with the loss, chunk by chunk: logits -> dlogits in place ->
   // dwte += dlogits^T lnf and dlnf = dlogits wte. The full (N, Vp) logits never exist.
   for (int64_t r0 = 0; r0 < N; r0 += acts_.head_chunk) {
     const int64_t rows = std::min(acts_.head_chunk, N - r0);
     const float* lnf = acts_.lnf + r0 * C;
-    be.gemm(false, true, rows, Vp, C, 1.0f, lnf, C, w.wte, C, 0.0f, acts_.logits, Vp);
+    be.gemm(false, true, rows, Vp, C, 1.0f, lnf, C, wte, C, 0.0f, acts_.logits, Vp);
     be.softmax_cross_entropy(acts_.logits, acts_.losses + r0, targets + r0, rows, c.vocab_size, Vp, loss_scale);
-    be.gemm(true, false, Vp, C, rows, 1.0f, acts_.logits, Vp, lnf, C, 1.0f, g.wte, C);
-    be.gemm(false, false, rows, C, Vp, 1.0f, acts_.logits, Vp, w.wte, C, 0.0f, acts_.dC + r0 * C, C);
+    be.gemm(true, false, Vp, C, rows, 1.0f, acts_.logits, Vp, lnf, C, 1.0f, dwte, C);
+    be.gemm(false, false, rows, C, Vp, 1.0f, acts_.logits, Vp, wte, C, 0.0f, acts_.dC + r0 * C, C);
   }
   double loss_sum = 0.0;
   for (int64_t i = 0; i < N; ++i) loss_sum += acts_.losses[i];
 
-  const float* x_last = c.n_layer > 0 ? acts_.layers.back().res3 : acts_.encoded;
+  const float* x_last = L > 0 ? acts_.layers.back().res3 : acts_.encoded;
+  float *lnfw, *lnfb, *dlnfw, *dlnfb;
+  layout_.final_ptrs(const_cast<float*>(st.acquire(L + 1)), &lnfw, &lnfb);
+  st.release(L + 1);
+  layout_.final_ptrs(st.grads(L + 1), &dlnfw, &dlnfb);
   std::memset(acts_.dres, 0, static_cast<size_t>(N * C) * sizeof(float));
-  be.layernorm_backward(acts_.dres, g.lnfw, g.lnfb, acts_.dC, x_last, w.lnfw, acts_.lnf_mean,
-                        acts_.lnf_rstd, N, C);
-  for (int l = c.n_layer - 1; l >= 0; --l) {
-    const LayerPtrs& lw = w.layers[l];
-    const LayerPtrs& lg = g.layers[l];
+  be.layernorm_backward(acts_.dres, dlnfw, dlnfb, acts_.dC, x_last, lnfw, acts_.lnf_mean, acts_.lnf_rstd, N, C);
+  st.ready(L + 1);
+  for (int l = L - 1; l >= 0; --l) {
+    const LayerPtrs lw = layout_.layer_ptrs(l, const_cast<float*>(st.acquire(l + 1)));
+    const LayerPtrs lg = layout_.layer_ptrs(l, st.grads(l + 1));
     Activations::Layer& a = acts_.layers[l];
     const float* x = l == 0 ? acts_.encoded : acts_.layers[l - 1].res3;
     // dres holds d(res3); the residual passes it through unchanged.
@@ -186,8 +211,13 @@ float GPT::forward_backward(const int32_t* inputs, const int32_t* targets, int64
     be.matmul_backward(acts_.dC, lg.qkvw, lg.qkvb, acts_.d3C, a.ln1, lw.qkvw, N, C, 3 * C);
     be.layernorm_backward(acts_.dres, lg.ln1w, lg.ln1b, acts_.dC, x, lw.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
     // dres now holds d(x), the gradient of this layer's input.
+    st.release(l + 1);
+    st.ready(l + 1);
   }
-  be.embedding_backward(g.wte, g.wpe, acts_.dres, inputs, B, T, C);
+  be.embedding_backward(dwte, dwpe, acts_.dres, inputs, B, T, C);
+  st.ready(0);
+  st.release(L + 1);
+  st.release(0);
   return static_cast<float>(loss_sum / static_cast<double>(N));
 }
 
@@ -197,8 +227,12 @@ void GPT::forward_last_logits(const int32_t* tokens, int64_t T, float* logits_ou
   forward_blocks(tokens, 1, T);
   const ModelConfig& c = config();
   const int64_t C = c.n_embd;
-  backend_.gemm(false, true, 1, c.vocab_size, C, 1.0f, acts_.lnf + (T - 1) * C, C, params_.data(), C, 0.0f,
-                logits_out, c.vocab_size);
+  const float* wte = store_->acquire(0);
+  backend_.gemm(false, true, 1, c.vocab_size, C, 1.0f, acts_.lnf + (T - 1) * C, C, wte, C, 0.0f, logits_out,
+                c.vocab_size);
+  store_->release(0);
+  store_->release(c.n_layer + 1);
+  store_->release(0);
 }
 
 }  // namespace weft

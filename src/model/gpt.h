@@ -3,12 +3,15 @@
 // learned positions, fused QKV, GELU tanh approximation, tied embeddings, final LayerNorm)
 // with dropout 0. Parameters and gradients live in one flat buffer each (see params.h).
 #pragma once
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
 #include "core/buffer.h"
 #include "model/config.h"
+#include "model/param_store.h"
 #include "model/params.h"
 
 namespace weft {
@@ -42,21 +45,43 @@ struct Activations {
   int64_t bytes() const { return static_cast<int64_t>(storage.bytes()); }
 };
 
+// Parameters and gradients in two whole flat buffers: the single-process store.
+class LocalParamStore final : public ParamStore {
+ public:
+  explicit LocalParamStore(const ParamLayout& layout);
+  const float* acquire(int g) override { return params_.data() + layout_.group_range(g).first; }
+  void release(int) override {}
+  float* grads(int g) override { return grads_.data() + layout_.group_range(g).first; }
+  void ready(int) override {}
+  float* params() { return params_.data(); }
+  float* grad_buffer() { return grads_.data(); }
+
+ private:
+  const ParamLayout& layout_;
+  Buffer<float> params_;
+  Buffer<float> grads_;
+};
+
 class GPT {
  public:
-  GPT(const ModelConfig& cfg, Backend& backend);
+  // local_store: allocate whole parameter and gradient buffers (the single-process store).
+  // A data-parallel run passes false and installs its own store with set_store().
+  GPT(const ModelConfig& cfg, Backend& backend, bool local_store = true);
 
   const ModelConfig& config() const { return layout_.config(); }
   const ParamLayout& layout() const { return layout_; }
-  float* params() { return params_.data(); }
-  float* grads() { return grads_.data(); }
-  const float* params() const { return params_.data(); }
-  const float* grads() const { return grads_.data(); }
+  // The local store's whole buffers (null without a local store).
+  float* params() { return local_ ? local_->params() : nullptr; }
+  float* grads() { return local_ ? local_->grad_buffer() : nullptr; }
   int64_t num_params() const { return layout_.total(); }
   Backend& backend() { return backend_; }
+  void set_store(ParamStore* store) { store_ = store; }
+  ParamStore& store() { return *store_; }
 
-  void init(uint64_t seed) { init_params(layout_, seed, params_.data()); }
-  void zero_grads() { grads_.zero(); }
+  void init(uint64_t seed) { init_params(layout_, seed, params()); }
+  void zero_grads() { std::fill(grads(), grads() + layout_.total(), 0.0f); }
+  // Bytes of the activation storage (stashed activations + workspace).
+  int64_t activation_bytes() const { return acts_.bytes(); }
 
   // Sizes the activation storage for micro-batches of up to (B, T); training also keeps
   // gradient scratch. head_chunk: rows of logits materialised at once (0: automatic).
@@ -83,8 +108,8 @@ class GPT {
 
   ParamLayout layout_;
   Backend& backend_;
-  Buffer<float> params_;
-  Buffer<float> grads_;
+  std::unique_ptr<LocalParamStore> local_;
+  ParamStore* store_ = nullptr;
   Activations acts_;
   bool acts_training_ = false;
 };

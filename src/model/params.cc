@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -61,6 +62,44 @@ std::pair<int64_t, int64_t> ParamLayout::layer_range(int l) const {
   return {first.offset, last.offset + last.numel};
 }
 
+std::pair<int64_t, int64_t> ParamLayout::group_range(int g) const {
+  WEFT_CHECK(g >= 0 && g < num_groups(), "group {} of {}", g, num_groups());
+  if (g == 0) return {0, tensors_[1].offset + tensors_[1].numel};
+  if (g <= cfg_.n_layer) return layer_range(g - 1);
+  const ParamTensor& w = tensors_[tensors_.size() - 2];
+  return {w.offset, total_};
+}
+
+int64_t ParamLayout::max_group_size() const {
+  int64_t m = 0;
+  for (int g = 0; g < num_groups(); ++g) {
+    auto [b, e] = group_range(g);
+    m = std::max(m, e - b);
+  }
+  return m;
+}
+
+void ParamLayout::embedding_ptrs(float* base, float** wte, float** wpe) const {
+  *wte = base + tensors_[0].offset;
+  *wpe = base + tensors_[1].offset;
+}
+
+LayerPtrs ParamLayout::layer_ptrs(int l, float* base) const {
+  const ParamTensor* t = &tensors_[2 + l * kParamsPerLayer];
+  const int64_t b = t[0].offset;
+  LayerPtrs p;
+  float** slots[kParamsPerLayer] = {&p.ln1w, &p.ln1b, &p.qkvw, &p.qkvb, &p.attprojw, &p.attprojb,
+                                    &p.ln2w, &p.ln2b, &p.fcw,  &p.fcb,  &p.fcprojw,  &p.fcprojb};
+  for (int i = 0; i < kParamsPerLayer; ++i) *slots[i] = base + (t[i].offset - b);
+  return p;
+}
+
+void ParamLayout::final_ptrs(float* base, float** lnfw, float** lnfb) const {
+  const ParamTensor& w = tensors_[tensors_.size() - 2];
+  *lnfw = base;
+  *lnfb = base + (tensors_.back().offset - w.offset);
+}
+
 const ParamTensor* ParamLayout::find(const std::string& name) const {
   for (const auto& t : tensors_) {
     if (t.name == name) return &t;
@@ -86,19 +125,26 @@ ModelPtrs ParamLayout::pointers(float* base) const {
 }
 
 void init_params(const ParamLayout& layout, uint64_t seed, float* params) {
+  init_params_range(layout, seed, 0, layout.total(), params);
+}
+
+void init_params_range(const ParamLayout& layout, uint64_t seed, int64_t begin, int64_t end, float* out) {
   const ModelConfig& cfg = layout.config();
   const float proj_std = cfg.init_std / std::sqrt(2.0f * static_cast<float>(cfg.n_layer));
   for (const ParamTensor& t : layout.tensors()) {
-    float* p = params + t.offset;
+    const int64_t b = std::max(begin, t.offset), e = std::min(end, t.offset + t.numel);
+    if (b >= e) continue;
+    float* p = out + (b - begin);
+    const int64_t i0 = b - t.offset, i1 = e - t.offset;  // element indices within the tensor
     switch (t.kind) {
       case ParamKind::kLn1W:
       case ParamKind::kLn2W:
       case ParamKind::kLnfW:
-        for (int64_t i = 0; i < t.numel; ++i) p[i] = 1.0f;
+        for (int64_t i = i0; i < i1; ++i) p[i - i0] = 1.0f;
         break;
       case ParamKind::kLn1B: case ParamKind::kLn2B: case ParamKind::kLnfB: case ParamKind::kQkvB:
       case ParamKind::kAttnProjB: case ParamKind::kFcB: case ParamKind::kFcProjB:
-        for (int64_t i = 0; i < t.numel; ++i) p[i] = 0.0f;
+        for (int64_t i = i0; i < i1; ++i) p[i - i0] = 0.0f;
         break;
       default: {
         const float std = (t.kind == ParamKind::kAttnProjW || t.kind == ParamKind::kFcProjW) ? proj_std : cfg.init_std;
@@ -106,8 +152,8 @@ void init_params(const ParamLayout& layout, uint64_t seed, float* params) {
         const int64_t live = t.kind == ParamKind::kWte ? int64_t{cfg.vocab_size} * cfg.n_embd : t.numel;
         const uint64_t stream = kRngStreamInit + t.id;
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < t.numel; ++i) {
-          p[i] = i < live ? std * Philox::normal(seed, stream, static_cast<uint64_t>(i)) : 0.0f;
+        for (int64_t i = i0; i < i1; ++i) {
+          p[i - i0] = i < live ? std * Philox::normal(seed, stream, static_cast<uint64_t>(i)) : 0.0f;
         }
       }
     }

@@ -60,6 +60,14 @@ class ParamLayout {
   int64_t count_unpadded() const;
   // Element range [begin, end) of layer l's parameters.
   std::pair<int64_t, int64_t> layer_range(int l) const;
+  // Parameter groups (see model/param_store.h): 0 embeddings, 1..L layers, L+1 final norm.
+  int num_groups() const { return cfg_.n_layer + 2; }
+  std::pair<int64_t, int64_t> group_range(int g) const;
+  int64_t max_group_size() const;
+  // Pointers to the tensors of a group whose first element is at `base`.
+  void embedding_ptrs(float* base, float** wte, float** wpe) const;
+  LayerPtrs layer_ptrs(int l, float* base) const;
+  void final_ptrs(float* base, float** lnfw, float** lnfb) const;
   const ParamTensor* find(const std::string& name) const;  // nullptr if absent
   ModelPtrs pointers(float* base) const;
 
@@ -73,5 +81,8 @@ class ParamLayout {
 // residual projections N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weight 1, padded vocab rows 0.
 // Element i of tensor t gets a value that depends only on (seed, t.id, i).
 void init_params(const ParamLayout& layout, uint64_t seed, float* params);
+// The same values for the element range [begin, end) only, written to out[0, end - begin):
+// a ZeRO-3 shard initialises exactly its part of the single-process model.
+void init_params_range(const ParamLayout& layout, uint64_t seed, int64_t begin, int64_t end, float* out);
 
 }  // namespace weft

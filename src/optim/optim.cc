@@ -5,13 +5,17 @@
 
 namespace weft {
 
-AdamW::AdamW(const ParamLayout& layout, AdamWConfig cfg)
-    : cfg_(cfg), m_(layout.total(), true), v_(layout.total(), true) {
+AdamW::AdamW(const ParamLayout& layout, AdamWConfig cfg, int64_t begin, int64_t end)
+    : begin_(begin), end_(end < 0 ? layout.total() : end), cfg_(cfg) {
+  m_.resize(static_cast<size_t>(end_ - begin_), true);
+  v_.resize(static_cast<size_t>(end_ - begin_), true);
   for (const ParamTensor& t : layout.tensors()) {
-    if (!ranges_.empty() && ranges_.back().decay == t.weight_decay && ranges_.back().end == t.offset) {
-      ranges_.back().end = t.offset + t.numel;
+    const int64_t b = std::max(t.offset, begin_), e = std::min(t.offset + t.numel, end_);
+    if (b >= e) continue;
+    if (!ranges_.empty() && ranges_.back().decay == t.weight_decay && ranges_.back().end == b - begin_) {
+      ranges_.back().end = e - begin_;
     } else {
-      ranges_.push_back({t.offset, t.offset + t.numel, t.weight_decay});
+      ranges_.push_back({b - begin_, e - begin_, t.weight_decay});
     }
   }
 }

@@ -18,10 +18,15 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  AdamW(const ParamLayout& layout, AdamWConfig cfg);
+  // State for the element range [begin, end) of the flat buffer (end < 0: the whole buffer);
+  // a ZeRO rank keeps only its shard.
+  AdamW(const ParamLayout& layout, AdamWConfig cfg, int64_t begin = 0, int64_t end = -1);
   // One update at learning rate lr; t is the 1-based step number (bias correction). The
-  // gradients are used multiplied by grad_scale (the clipping coefficient).
+  // gradients are used multiplied by grad_scale (the clipping coefficient). params and grads
+  // point at the first element of the range.
   void step(Backend& be, float* params, const float* grads, float lr, int64_t t, float grad_scale = 1.0f);
+  int64_t begin() const { return begin_; }
+  int64_t end() const { return end_; }
   float* exp_avg() { return m_.data(); }
   float* exp_avg_sq() { return v_.data(); }
   const AdamWConfig& config() const { return cfg_; }
@@ -32,7 +37,8 @@ class AdamW {
     int64_t begin, end;
     bool decay;
   };
-  std::vector<Range> ranges_;  // consecutive tensors with the same decay setting, merged
+  std::vector<Range> ranges_;  // consecutive tensors with the same decay setting, merged, relative to begin_
+  int64_t begin_ = 0, end_ = 0;
   AdamWConfig cfg_;
   Buffer<float> m_, v_;
 };

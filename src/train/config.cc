@@ -14,7 +14,7 @@
 namespace weft {
 namespace {
 
-using Field = std::variant<int64_t RunConfig::*, double RunConfig::*, std::string RunConfig::*>;
+using Field = std::variant<int64_t RunConfig::*, double RunConfig::*, std::string RunConfig::*, bool RunConfig::*>;
 struct Key {
   const char* section;
   const char* name;
@@ -47,12 +47,21 @@ const std::vector<Key>& keys() {
       {"train", "seed", &RunConfig::seed},
       {"train", "threads", &RunConfig::threads},
       {"train", "head_chunk", &RunConfig::head_chunk},
+      {"parallel", "tp", &RunConfig::tp},
+      {"parallel", "pp", &RunConfig::pp},
+      {"parallel", "dp", &RunConfig::dp},
+      {"parallel", "order", &RunConfig::order},
+      {"parallel", "zero", &RunConfig::zero},
+      {"parallel", "bucket_mb", &RunConfig::bucket_mb},
+      {"parallel", "prefetch", &RunConfig::prefetch},
+      {"parallel", "comm_timeout", &RunConfig::comm_timeout},
       {"eval", "val_every", &RunConfig::val_every},
       {"eval", "val_batches", &RunConfig::val_batches},
       {"checkpoint", "ckpt_every", &RunConfig::ckpt_every},
       {"checkpoint", "keep_last", &RunConfig::keep_last},
       {"run", "out", &RunConfig::out},
       {"run", "log_every", &RunConfig::log_every},
+      {"run", "trace", &RunConfig::trace},
       {"sample", "sample_tokens", &RunConfig::sample_tokens},
       {"sample", "sample_prompt", &RunConfig::sample_prompt},
       {"sample", "temperature", &RunConfig::temperature},
@@ -74,6 +83,7 @@ std::string known_keys_text() { return fmt::format("{}", fmt::join(run_config_ke
 const char* type_name(const Field& f) {
   if (std::holds_alternative<int64_t RunConfig::*>(f)) return "an integer";
   if (std::holds_alternative<double RunConfig::*>(f)) return "a number";
+  if (std::holds_alternative<bool RunConfig::*>(f)) return "true or false";
   return "a string";
 }
 
@@ -96,6 +106,10 @@ void set_from_toml(RunConfig& cfg, const Key& k, const toml::node& node, const s
         using T = std::remove_reference_t<decltype(cfg.*member)>;
         if constexpr (std::is_same_v<T, int64_t>) {
           auto v = node.value_exact<int64_t>();
+          if (!v) throw_input("{}: key '{}' must be {}, got {}", where, full, type_name(k.field), node_type_name(node));
+          cfg.*member = *v;
+        } else if constexpr (std::is_same_v<T, bool>) {
+          auto v = node.value_exact<bool>();
           if (!v) throw_input("{}: key '{}' must be {}, got {}", where, full, type_name(k.field), node_type_name(node));
           cfg.*member = *v;
         } else if constexpr (std::is_same_v<T, double>) {
@@ -123,6 +137,14 @@ void set_from_string(RunConfig& cfg, const Key& k, const std::string& text) {
             throw_input("option {} must be an integer, got '{}'", full, text);
           }
           cfg.*member = v;
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (text == "true" || text == "1" || text == "yes") {
+            cfg.*member = true;
+          } else if (text == "false" || text == "0" || text == "no") {
+            cfg.*member = false;
+          } else {
+            throw_input("option {} must be true or false, got '{}'", full, text);
+          }
         } else if constexpr (std::is_same_v<T, double>) {
           try {
             size_t used = 0;
@@ -233,6 +255,11 @@ void RunConfig::validate() const {
   if (!(temperature > 0)) throw_input("temperature must be positive, got {}", temperature);
   if (top_k < 0) throw_input("top_k must be >= 0 (0: no cut), got {}", top_k);
   if (out.empty()) throw_input("out (the run folder) must not be empty");
+  if (tp < 1 || pp < 1 || dp < 0) throw_input("tp {} and pp {} must be >= 1, dp {} >= 0 (0: world / (tp * pp))", tp, pp, dp);
+  if (zero < 0 || zero > 3) throw_input("zero must be 0, 1, 2 or 3, got {}", zero);
+  if (!(bucket_mb > 0)) throw_input("bucket_mb must be positive, got {}", bucket_mb);
+  if (prefetch < 0) throw_input("prefetch must be >= 0, got {}", prefetch);
+  if (comm_timeout < 0) throw_input("comm_timeout must be >= 0 seconds (0: never), got {}", comm_timeout);
   if (data.empty()) throw_input("data (the shard folder) must not be empty");
 }
 
@@ -250,6 +277,8 @@ std::string RunConfig::to_toml() const {
           using T = std::remove_reference_t<decltype(this->*member)>;
           if constexpr (std::is_same_v<T, std::string>) {
             os << toml::value<std::string>(this->*member);
+          } else if constexpr (std::is_same_v<T, bool>) {
+            os << (this->*member ? "true" : "false");
           } else if constexpr (std::is_same_v<T, double>) {
             os << fmt::format("{}", this->*member);
             if (fmt::format("{}", this->*member).find_first_of(".eEn") == std::string::npos) os << ".0";

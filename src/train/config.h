@@ -34,6 +34,15 @@ struct RunConfig {
   int64_t seed = 1337;
   int64_t threads = 0;     // 0: OMP_NUM_THREADS or every core
   int64_t head_chunk = 0;  // rows of logits materialised at once; 0: automatic
+  // [parallel]
+  int64_t tp = 1;              // tensor-parallel size
+  int64_t pp = 1;              // pipeline-parallel size
+  int64_t dp = 0;              // data-parallel size; 0: world size / (tp * pp)
+  std::string order = "tp-dp-pp";  // rank order, first axis varies fastest (tp inside a node)
+  int64_t zero = 0;            // ZeRO stage 0..3
+  double bucket_mb = 8.0;      // gradient bucket size (MiB) for zero 0/1
+  int64_t prefetch = 1;        // zero 3: parameter groups gathered ahead
+  double comm_timeout = 300.0; // seconds a collective may wait before the job is stopped (0: never)
   // [eval]
   int64_t val_every = 0;   // 0: only at the end
   int64_t val_batches = 8; // micro-batches of validation windows
@@ -43,6 +52,7 @@ struct RunConfig {
   // [run]
   std::string out = "runs/tiny";
   int64_t log_every = 1;
+  bool trace = false;  // per-rank JSONL trace of every collective (trace-rank<R>.jsonl) + per-step summary
   // [sample] printed at the end of training
   int64_t sample_tokens = 0;
   std::string sample_prompt = "";

@@ -1,0 +1,58 @@
+// Helpers shared by the Communicator implementations (self, mpi): tracing of one call and
+// argument checks. Not part of the public interface.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/tracer.h"
+#include "core/error.h"
+
+namespace weft::detail {
+
+// The trace of one call: begin() at post (a no-op when tracing is off), finish() once the
+// completion is observed. finish() records at most once.
+struct CallTrace {
+  Tracer* tracer = nullptr;  // null: not traced
+  TraceEvent ev;
+
+  void begin(Tracer* t, const char* kind, const std::string& axis, int64_t bytes, const std::string& group,
+             bool async) {
+    if (t == nullptr || !t->enabled()) return;
+    tracer = t;
+    ev.kind = kind;
+    ev.axis = axis;
+    ev.bytes = bytes;
+    ev.group = group;
+    ev.async = async;
+    ev.start_s = Tracer::now();
+  }
+  void finish() {
+    if (tracer == nullptr) return;
+    ev.duration_s = Tracer::now() - ev.start_s;
+    tracer->record(std::move(ev));
+    tracer = nullptr;
+  }
+};
+
+inline std::string group_label(const std::vector<int>& world_ranks) {
+  return "ranks " + format_ranks(world_ranks);
+}
+
+// Checks a per-rank count vector against the group size; returns the sum.
+inline int64_t checked_total(const std::vector<int64_t>& counts, int group_size, const char* kind) {
+  WEFT_CHECK(static_cast<int>(counts.size()) == group_size, "{}: {} counts given for a group of {} ranks", kind,
+             counts.size(), group_size);
+  int64_t total = 0;
+  for (int64_t c : counts) {
+    WEFT_CHECK(c >= 0, "{}: negative count {}", kind, c);
+    total += c;
+  }
+  return total;
+}
+
+inline void check_count(int64_t count, const char* kind) { WEFT_CHECK(count >= 0, "{}: negative count {}", kind, count); }
+
+}  // namespace weft::detail

@@ -1,0 +1,101 @@
+#include "comm/tracer.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace weft {
+
+namespace {
+// Taken during static initialisation, before main: "process start" for Tracer::now().
+const std::chrono::steady_clock::time_point g_process_start = std::chrono::steady_clock::now();
+
+void add(TraceTotals& t, const TraceEvent& ev) {
+  t.calls += 1;
+  t.bytes += ev.bytes;
+  t.time_s += ev.duration_s;
+}
+
+std::string format_totals(const TraceTotals& t) {
+  return fmt::format("{} calls {} {:.3f} s", t.calls, format_bytes(t.bytes), t.time_s);
+}
+}  // namespace
+
+double Tracer::now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - g_process_start).count();
+}
+
+void Tracer::record(TraceEvent ev) {
+  if (!enabled_) return;
+  ev.step = step_;
+  events_.push_back(std::move(ev));
+}
+
+TraceSummary Tracer::summary() const {
+  TraceSummary s;
+  for (const TraceEvent& ev : events_) {
+    add(s.total, ev);
+    TraceAxisSummary& a = s.by_axis[ev.axis];
+    add(a.total, ev);
+    add(a.by_kind[ev.kind], ev);
+  }
+  return s;
+}
+
+std::string TraceSummary::format() const {
+  std::string out;
+  for (const auto& [axis, a] : by_axis) {
+    std::string kinds;
+    for (const auto& [kind, t] : a.by_kind) {
+      if (!kinds.empty()) kinds += ", ";
+      kinds += fmt::format("{} {}", kind, format_totals(t));
+    }
+    out += fmt::format("{}: {} ({})\n", axis, format_totals(a.total), kinds);
+  }
+  return out;
+}
+
+void Tracer::write_jsonl(const std::string& path) const {
+  std::ofstream f(path, std::ios::app);
+  if (!f) throw_runtime("cannot open trace file '{}' for appending", path);
+  for (const TraceEvent& ev : events_) {
+    nlohmann::json j = {{"kind", ev.kind},       {"axis", ev.axis},   {"bytes", ev.bytes},
+                        {"group", ev.group},     {"start_s", ev.start_s}, {"duration_s", ev.duration_s},
+                        {"step", ev.step},       {"async", ev.async}};
+    f << j.dump() << '\n';
+  }
+  f.flush();
+  if (!f) throw_runtime("failed writing trace file '{}'", path);
+}
+
+std::string format_bytes(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  if (bytes < (int64_t{1} << 20)) return fmt::format("{:.1f} KiB", b / 1024.0);
+  if (bytes < (int64_t{1} << 30)) return fmt::format("{:.1f} MiB", b / (1024.0 * 1024.0));
+  return fmt::format("{:.1f} GiB", b / (1024.0 * 1024.0 * 1024.0));
+}
+
+std::string format_ranks(const std::vector<int>& ranks) {
+  const size_t n = ranks.size();
+  if (n <= 8) {
+    std::string out;
+    for (size_t i = 0; i < n; ++i) {
+      if (i > 0) out += ',';
+      out += std::to_string(ranks[i]);
+    }
+    return out;
+  }
+  const int stride = ranks[1] - ranks[0];
+  bool arithmetic = stride > 0;
+  for (size_t i = 2; i < n && arithmetic; ++i) arithmetic = ranks[i] - ranks[i - 1] == stride;
+  if (arithmetic && stride == 1) return fmt::format("{}-{}", ranks.front(), ranks.back());
+  if (arithmetic) return fmt::format("{},{},...,{}", ranks[0], ranks[1], ranks.back());
+  return fmt::format("{},{},{},{},...,{} ({} ranks)", ranks[0], ranks[1], ranks[2], ranks[3], ranks.back(), n);
+}
+
+}  // namespace weft

@@ -1,0 +1,96 @@
+// Records every communication call: what it was, on which axis, how many bytes, with whom,
+// when it started and how long it took. Each Communicator is given a Tracer (set_tracer);
+// groups made by split() inherit their parent's. One Tracer per process; the trainer calls
+// set_step() at the start of each step and writes the events with write_jsonl().
+//
+// Bytes convention (TraceEvent::bytes): the size of the whole logical buffer the operation
+// works on, the same on every rank of the group:
+//   all_reduce           count * dtype size
+//   reduce_scatter(_v)   the full input: sum of all blocks (size() * count for the even form)
+//   all_gather(_v)       the full output: sum of all blocks (size() * count for the even form)
+//   broadcast            count * dtype size
+//   send / recv          count * dtype size
+//   barrier              0
+// Wire traffic per rank follows from this with the usual factors (ring all-reduce moves
+// 2 (n-1)/n of it, reduce-scatter and all-gather (n-1)/n); the planner applies them.
+//
+// Timing: start_s is Tracer::now() when the call was posted; duration_s runs until the
+// completion was observed: for blocking calls until they return, for asynchronous calls
+// (async = true) until wait(), test() or progress() saw the operation complete.
+//
+// Not thread-safe: use one Tracer from one thread (weft drives communication from the main
+// thread only, MPI_THREAD_FUNNELED). A disabled Tracer (or none) costs one branch per call.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace weft {
+
+struct TraceEvent {
+  std::string kind;   // all_reduce, reduce_scatter, all_gather, broadcast, send, recv, barrier
+  std::string axis;   // the communicator's axis: world, tp, pp, dp, ...
+  int64_t bytes = 0;  // see the bytes convention above
+  std::string group;  // the group's world ranks ("ranks 0,2") or, for send/recv, the peer's world rank ("peer 3")
+  double start_s = 0;     // Tracer::now() at post
+  double duration_s = 0;  // until completion was observed
+  int64_t step = -1;      // stamped by Tracer::record() with the current step
+  bool async = false;     // posted by an i* call (completion observed by wait/test/progress)
+};
+
+// Totals over a set of events.
+struct TraceTotals {
+  int64_t calls = 0;
+  int64_t bytes = 0;
+  double time_s = 0;  // sum of durations (asynchronous calls overlap, so this can exceed wall time)
+};
+
+struct TraceAxisSummary {
+  TraceTotals total;
+  std::map<std::string, TraceTotals> by_kind;  // all_reduce -> totals, ...
+};
+
+struct TraceSummary {
+  TraceTotals total;
+  std::map<std::string, TraceAxisSummary> by_axis;  // dp -> totals, ...
+  // One line per axis: "dp: 12 calls, 4.0 MiB, 0.012 s (all_reduce 10 calls 3.5 MiB 0.010 s, ...)".
+  std::string format() const;
+};
+
+class Tracer {
+ public:
+  explicit Tracer(bool enabled = true) : enabled_(enabled) {}
+
+  bool enabled() const { return enabled_; }
+  void set_enabled(bool on) { enabled_ = on; }
+
+  // Appends the event (ignored when disabled); its step is overwritten with the current step.
+  void record(TraceEvent ev);
+  void set_step(int64_t step) { step_ = step; }
+  int64_t step() const { return step_; }
+
+  const std::vector<TraceEvent>& events() const { return events_; }
+  void clear() { events_.clear(); }
+  TraceSummary summary() const;
+
+  // Appends the held events to `path`, one JSON object per line (keys as in TraceEvent).
+  // Does not clear them. Throws RuntimeError if the file cannot be written.
+  void write_jsonl(const std::string& path) const;
+
+  // Seconds on the steady clock since the process started.
+  static double now();
+
+ private:
+  bool enabled_ = true;
+  int64_t step_ = 0;
+  std::vector<TraceEvent> events_;
+};
+
+// "512 B", "4.0 KiB", "4.0 MiB", "1.5 GiB": used in trace summaries and error messages.
+std::string format_bytes(int64_t bytes);
+// A compact list of ranks: "0,2,4" (up to 8 listed), "0-15" (consecutive), "0,4,...,60"
+// (evenly strided), else the first four, "...", the last and the count.
+std::string format_ranks(const std::vector<int>& ranks);
+
+}  // namespace weft

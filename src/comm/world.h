@@ -1,0 +1,28 @@
+// The entry point of a run into communication: the world communicator, and the way out when
+// something goes wrong on a multi-rank run.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+
+namespace weft {
+
+// The MPI world when the process was launched by an MPI launcher (mpirun, srun; see
+// MpiRuntime::launched_under_mpi; WEFT_MPI=1/0 forces it either way), else the self
+// communicator: a single-process run never touches MPI. The MPI runtime is kept alive in a
+// static and finalised at exit; the returned communicator must be destroyed before then
+// (keep it in main's scope, not in a static). Also calls set_log_rank(world rank).
+// Throws RuntimeError when launched under MPI by a weft built without MPI (WEFT_WITH_MPI=OFF).
+std::unique_ptr<Communicator> make_world_communicator(int* argc, char*** argv);
+
+// True once make_world_communicator() has initialised MPI (and MPI is not finalised).
+bool mpi_active();
+
+// Ends the whole job: prints `msg` as one line on stderr, prefixed with "[rank R] " when
+// MPI is active, then MPI_Abort(MPI_COMM_WORLD, code), which makes the launcher stop every
+// rank; without MPI, std::exit(code). The CLI calls it for any error on a multi-rank run
+// (a CommTimeout, or an exception on one rank while the others wait in a collective).
+[[noreturn]] void abort_job(const std::string& msg, int code);
+
+}  // namespace weft

@@ -1,0 +1,36 @@
+// Where the model finds its parameters and puts its gradients. The model is written once for
+// one device; data parallelism and ZeRO are implemented around it as ParamStores that may
+// gather parameters just before a group is used, hand out transient gradient buffers, and
+// start reducing a group's gradients as soon as its backward is done.
+//
+// The flat buffer is cut into groups, each a contiguous element range (ParamLayout::group_range):
+//   group 0        embeddings: wte, wpe (wte is also the output head)
+//   group 1 .. L   the layers
+//   group L + 1    the final LayerNorm
+// Order of calls in one micro-batch:
+//   forward:  acquire(0) [held to the end of backward], acquire(l)/release(l) for each layer,
+//             acquire(L+1), head (group 0)
+//   backward: grads(0) for the head, grads(L+1) ... ready(L+1), then for l = L .. 1:
+//             acquire(l), grads(l), release(l), ready(l); finally the embedding backward into
+//             grads(0), ready(0), release(0) and release(L+1).
+#pragma once
+#include <cstdint>
+
+namespace weft {
+
+class ParamStore {
+ public:
+  virtual ~ParamStore() = default;
+  // Parameters of group g, laid out as in the flat buffer from the group's first element.
+  // Valid until release(g).
+  virtual const float* acquire(int g) = 0;
+  virtual void release(int g) = 0;
+  // Gradient accumulator of group g for the current micro-batch (same layout as acquire).
+  // The model adds into it; the store decides whether it starts at zero or carries the
+  // previous micro-batches' sum.
+  virtual float* grads(int g) = 0;
+  // Group g's gradient contribution of this micro-batch is complete.
+  virtual void ready(int g) = 0;
+};
+
+}  // namespace weft

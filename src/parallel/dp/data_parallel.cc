@@ -1,0 +1,327 @@
+#include "parallel/dp/data_parallel.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace weft {
+
+namespace {
+constexpr int kGradSlots = 2;  // transient gradient buffers for layers in flight (zero 2/3)
+}
+
+DataParallel::DataParallel(const ParamLayout& layout, Communicator& dp, const DataParallelConfig& cfg)
+    : layout_(layout), dp_(dp), cfg_(cfg) {
+  if (cfg.zero < 0 || cfg.zero > 3) throw_input("zero stage must be 0, 1, 2 or 3, got {}", cfg.zero);
+  if (cfg.bucket_bytes <= 0) throw_input("bucket size must be positive, got {} bytes", cfg.bucket_bytes);
+  n_ = layout.total();
+  L_ = layout.config().n_layer;
+  const int64_t P = dp.size();
+  shard_ = (n_ + P - 1) / P;
+  shard_begin_ = std::min(n_, dp.rank() * shard_);
+  shard_end_ = std::min(n_, (dp.rank() + 1) * shard_);
+  const int G = layout.num_groups();
+
+  params_.resize(static_cast<size_t>(cfg.zero == 3 ? shard_end_ - shard_begin_ : n_));
+  if (cfg.zero <= 1) grads_.resize(static_cast<size_t>(n_), true);
+  if (cfg.zero >= 1) shard_grads_.resize(static_cast<size_t>(shard_end_ - shard_begin_), true);
+
+  if (cfg.zero <= 1) {
+    // Buckets of consecutive groups in the order backward completes them: L+1, L, ..., 1, 0.
+    bucket_of_group_.assign(G, -1);
+    Bucket cur{0, 0, {}, 0};
+    for (int g = G - 1; g >= 0; --g) {
+      auto [b, e] = layout.group_range(g);
+      if (cur.groups.empty()) cur.end = e;
+      cur.begin = b;
+      cur.groups.push_back(g);
+      if ((cur.end - cur.begin) * 4 >= cfg.bucket_bytes || g == 0) {
+        for (int x : cur.groups) bucket_of_group_[x] = static_cast<int>(buckets_.size());
+        buckets_.push_back(cur);
+        cur = Bucket{0, 0, {}, 0};
+      }
+    }
+  } else {
+    int64_t max_other = 0;
+    for (int g = 1; g < G; ++g) {
+      auto [b, e] = layout.group_range(g);
+      max_other = std::max(max_other, e - b);
+    }
+    const int64_t g0 = layout.group_range(0).second;
+    grad_slots_.resize(1 + kGradSlots);
+    for (size_t s = 0; s < grad_slots_.size(); ++s) {
+      const int64_t size = s == 0 ? g0 : max_other;
+      grad_slots_[s].data.resize(static_cast<size_t>(size));
+      grad_slots_[s].recv.resize(static_cast<size_t>(std::max<int64_t>(1, std::min(size, shard_))));
+    }
+    grad_slot_of_group_.assign(G, -1);
+    if (cfg.zero == 3) {
+      param_slots_.resize(1 + 2 + std::max(0, cfg.prefetch));
+      for (size_t s = 0; s < param_slots_.size(); ++s) {
+        param_slots_[s].data.resize(static_cast<size_t>(s == 0 ? g0 : max_other));
+      }
+    }
+  }
+}
+
+DataParallel::~DataParallel() {
+  // Outstanding requests must finish before their buffers go away.
+  try {
+    while (!inflight_.empty()) complete_oldest();
+    for (auto& s : param_slots_) {
+      if (s.pending) s.pending->wait();
+    }
+  } catch (...) {
+  }
+}
+
+std::vector<int64_t> DataParallel::owner_counts(int64_t b, int64_t e) const {
+  std::vector<int64_t> c(dp_.size());
+  for (int r = 0; r < dp_.size(); ++r) {
+    const int64_t ob = std::min(n_, r * shard_), oe = std::min(n_, (r + 1) * shard_);
+    c[r] = std::max<int64_t>(0, std::min(e, oe) - std::max(b, ob));
+  }
+  return c;
+}
+
+float* DataParallel::opt_params() { return cfg_.zero == 3 ? params_.data() : params_.data() + opt_begin(); }
+
+float* DataParallel::opt_grads() { return cfg_.zero == 0 ? grads_.data() : shard_grads_.data(); }
+
+void DataParallel::load_full_params(const float* full) {
+  if (cfg_.zero == 3) {
+    std::memcpy(params_.data(), full + shard_begin_, static_cast<size_t>(shard_end_ - shard_begin_) * sizeof(float));
+    for (auto& s : param_slots_) s.valid = false;
+  } else {
+    std::memcpy(params_.data(), full, static_cast<size_t>(n_) * sizeof(float));
+  }
+}
+
+void DataParallel::gather_full_params(float* out) {
+  if (cfg_.zero == 3) {
+    dp_.all_gather_v(params_.data(), out, owner_counts(0, n_), CommDType::kF32);
+  } else {
+    std::memcpy(out, params_.data(), static_cast<size_t>(n_) * sizeof(float));
+  }
+}
+
+void DataParallel::gather_opt_range(const float* mine, float* out) {
+  if (cfg_.zero == 0) {
+    std::memcpy(out, mine, static_cast<size_t>(n_) * sizeof(float));
+  } else {
+    dp_.all_gather_v(mine, out, owner_counts(0, n_), CommDType::kF32);
+  }
+}
+
+void DataParallel::begin_step() {
+  WEFT_CHECK(inflight_.empty(), "{} reductions still in flight at the start of a step", inflight_.size());
+  if (cfg_.zero <= 1) grads_.zero();
+  if (cfg_.zero >= 1) shard_grads_.zero();
+}
+
+void DataParallel::begin_micro_batch(bool last) {
+  last_micro_ = last;
+  backward_ = false;
+  for (auto& b : buckets_) b.pending = static_cast<int>(b.groups.size());
+}
+
+void DataParallel::post_bucket(Bucket& b) {
+  InFlight f;
+  if (cfg_.zero == 0) {
+    f.handle = dp_.iall_reduce(grads_.data() + b.begin, b.end - b.begin, CommDType::kF32, ReduceOp::kSum);
+  } else {
+    float* recv = shard_grads_.data() + (std::clamp(b.begin, shard_begin_, shard_end_) - shard_begin_);
+    f.handle = dp_.ireduce_scatter_v(grads_.data() + b.begin, recv, owner_counts(b.begin, b.end), CommDType::kF32,
+                                     ReduceOp::kSum);
+  }
+  inflight_.push_back(std::move(f));
+}
+
+void DataParallel::complete_oldest() {
+  InFlight f = std::move(inflight_.front());
+  inflight_.pop_front();
+  f.handle->wait();
+  if (f.recv) {
+    float* dst = shard_grads_.data() + f.shard_offset;
+    for (int64_t i = 0; i < f.recv_count; ++i) dst[i] += f.recv[i];
+  }
+  if (f.slot >= 0) grad_slots_[f.slot].busy = false;
+}
+
+void DataParallel::finish_step_gradients() {
+  while (!inflight_.empty()) complete_oldest();
+  if (cfg_.zero <= 1) {
+    for (const auto& b : buckets_) {
+      WEFT_CHECK(b.pending == 0, "bucket [{}, {}) was never reduced ({} groups not ready)", b.begin, b.end, b.pending);
+    }
+  }
+}
+
+double DataParallel::grad_norm_sq() {
+  const float* g = opt_grads();
+  const int64_t n = opt_end() - opt_begin();
+  double s = 0.0;
+#pragma omp parallel for reduction(+ : s) schedule(static)
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(g[i]) * g[i];
+  if (cfg_.zero >= 1) dp_.all_reduce_sum(&s, 1);
+  return s;
+}
+
+void DataParallel::after_optimizer_step() {
+  if (cfg_.zero == 1 || cfg_.zero == 2) {
+    dp_.all_gather_v(params_.data() + shard_begin_, params_.data(), owner_counts(0, n_), CommDType::kF32);
+  } else if (cfg_.zero == 3) {
+    for (auto& s : param_slots_) s.valid = false;
+  }
+}
+
+// --- ParamStore ---
+
+int DataParallel::find_param_slot(int g) const {
+  for (size_t s = 0; s < param_slots_.size(); ++s) {
+    if (param_slots_[s].group == g && param_slots_[s].valid) return static_cast<int>(s);
+  }
+  return -1;
+}
+
+int DataParallel::gather_group(int g) {
+  int slot = -1;
+  if (g == 0) {
+    slot = 0;
+  } else {
+    uint64_t best = UINT64_MAX;
+    for (size_t s = 1; s < param_slots_.size(); ++s) {
+      const ParamSlot& p = param_slots_[s];
+      if (p.refs > 0 || p.pending) continue;
+      const uint64_t age = p.valid ? p.last_use + 1 : 0;  // empty slots first, then least recently used
+      if (age < best) {
+        best = age;
+        slot = static_cast<int>(s);
+      }
+    }
+  }
+  if (slot < 0) return -1;
+  ParamSlot& p = param_slots_[slot];
+  WEFT_CHECK(p.refs == 0 && !p.pending, "parameter slot {} of group {} is in use", slot, p.group);
+  auto [b, e] = layout_.group_range(g);
+  const float* send = params_.data() + (std::clamp(b, shard_begin_, shard_end_) - shard_begin_);
+  p.group = g;
+  p.valid = true;
+  p.last_use = ++clock_;
+  p.pending = dp_.iall_gather_v(send, p.data.data(), owner_counts(b, e), CommDType::kF32);
+  int64_t used = 0;
+  for (const auto& s : param_slots_) used += s.valid ? static_cast<int64_t>(s.data.bytes()) : 0;
+  peak_param_slots_ = std::max(peak_param_slots_, used);
+  return slot;
+}
+
+void DataParallel::prefetch_after(int g) {
+  if (cfg_.prefetch <= 0) return;
+  int next = -1;
+  if (!backward_) {
+    next = g <= L_ ? g + 1 : -1;  // 0 -> 1 -> ... -> L -> L+1
+  } else if (g >= 2 && g <= L_) {
+    next = g - 1;  // L -> ... -> 1
+  } else if (g == L_ + 1) {
+    next = L_;
+  }
+  if (next < 1 || next > L_ + 1) return;
+  if (find_param_slot(next) >= 0) return;
+  gather_group(next);  // -1 (no free slot) simply skips the prefetch
+}
+
+const float* DataParallel::acquire(int g) {
+  dp_.progress();
+  if (cfg_.zero < 3) return params_.data() + layout_.group_range(g).first;
+  int s = find_param_slot(g);
+  if (s < 0) s = gather_group(g);
+  WEFT_CHECK(s >= 0, "no free parameter buffer to gather group {}", g);
+  ParamSlot& p = param_slots_[s];
+  if (p.pending) {
+    p.pending->wait();
+    p.pending.reset();
+  }
+  ++p.refs;
+  p.last_use = ++clock_;
+  prefetch_after(g);
+  return p.data.data();
+}
+
+void DataParallel::release(int g) {
+  if (cfg_.zero < 3) return;
+  const int s = find_param_slot(g);
+  WEFT_CHECK(s >= 0 && param_slots_[s].refs > 0, "release of group {} that is not acquired", g);
+  --param_slots_[s].refs;
+}
+
+float* DataParallel::grads(int g) {
+  backward_ = true;
+  if (cfg_.zero <= 1) return grads_.data() + layout_.group_range(g).first;
+  int s = grad_slot_of_group_[g];
+  if (s >= 0) return grad_slots_[s].data.data();
+  if (g == 0) {
+    while (grad_slots_[0].busy) complete_oldest();
+    s = 0;
+  } else {
+    for (;;) {
+      for (size_t i = 1; i < grad_slots_.size() && s < 0; ++i) {
+        if (!grad_slots_[i].busy) s = static_cast<int>(i);
+      }
+      if (s >= 0) break;
+      WEFT_CHECK(!inflight_.empty(), "every gradient buffer is busy and nothing is in flight");
+      complete_oldest();
+    }
+  }
+  GradSlot& slot = grad_slots_[s];
+  auto [b, e] = layout_.group_range(g);
+  std::memset(slot.data.data(), 0, static_cast<size_t>(e - b) * sizeof(float));
+  slot.busy = true;
+  slot.group = g;
+  grad_slot_of_group_[g] = s;
+  int64_t used = 0;
+  for (const auto& x : grad_slots_) used += x.busy ? static_cast<int64_t>(x.data.bytes()) : 0;
+  peak_grad_slots_ = std::max(peak_grad_slots_, used);
+  return slot.data.data();
+}
+
+void DataParallel::ready(int g) {
+  if (cfg_.zero <= 1) {
+    if (last_micro_) {
+      Bucket& b = buckets_[bucket_of_group_[g]];
+      if (--b.pending == 0) post_bucket(b);
+    }
+    dp_.progress();
+    return;
+  }
+  const int s = grad_slot_of_group_[g];
+  WEFT_CHECK(s >= 0, "group {} is ready but has no gradient buffer", g);
+  GradSlot& slot = grad_slots_[s];
+  auto [b, e] = layout_.group_range(g);
+  std::vector<int64_t> counts = owner_counts(b, e);
+  InFlight f;
+  f.slot = s;
+  f.recv = slot.recv.data();
+  f.recv_count = counts[dp_.rank()];
+  f.shard_offset = std::clamp(b, shard_begin_, shard_end_) - shard_begin_;
+  f.handle = dp_.ireduce_scatter_v(slot.data.data(), slot.recv.data(), counts, CommDType::kF32, ReduceOp::kSum);
+  inflight_.push_back(std::move(f));
+  grad_slot_of_group_[g] = -1;
+  dp_.progress();
+}
+
+DataParallelMemory DataParallel::memory() const {
+  DataParallelMemory m;
+  m.params = static_cast<int64_t>(params_.bytes());
+  m.grads = static_cast<int64_t>(grads_.bytes());
+  if (cfg_.zero >= 2) m.grads += static_cast<int64_t>(shard_grads_.bytes());
+  if (cfg_.zero == 1) m.comm += static_cast<int64_t>(shard_grads_.bytes());
+  for (const auto& s : grad_slots_) {
+    m.grads += static_cast<int64_t>(s.data.bytes());
+    m.comm += static_cast<int64_t>(s.recv.bytes());
+  }
+  for (const auto& s : param_slots_) m.params += static_cast<int64_t>(s.data.bytes());
+  return m;
+}
+
+}  // namespace weft

@@ -1,0 +1,146 @@
+// Data parallelism with ZeRO stages 0-3 (Rajbhandari et al. 2020, "ZeRO: Memory
+// Optimizations Toward Training Trillion Parameter Models"), as a ParamStore around the
+// single-device model.
+//
+// The flat parameter buffer (n elements) is cut into dp contiguous shards of S = ceil(n/dp)
+// elements; rank r owns [r*S, min(n, (r+1)*S)). Every collective works on element ranges of
+// the flat buffer, so a bucket or a layer is split among the ranks that own parts of it.
+//
+//   zero 0  params, grads and AdamW state whole on every rank; gradients summed with
+//           all-reduce in buckets, posted as soon as a bucket's layers finish backward in the
+//           last micro-batch (earlier micro-batches accumulate locally, no communication).
+//   zero 1  AdamW state sharded: buckets are reduce-scattered to their owners, each rank
+//           updates its shard, then the parameters are all-gathered.
+//   zero 2  gradients sharded as well: each group's gradient lives in a transient buffer for
+//           the duration of its backward, is reduce-scattered into the owners' shard
+//           gradients and the buffer is reused (so the reduction happens every micro-batch).
+//   zero 3  parameters sharded as well: each group is all-gathered into a transient buffer
+//           just before use (the next group's gather is prefetched) and dropped after.
+//
+// Gradients are sums over ranks of each rank's d(loss_scale * local token losses): with
+// loss_scale = 1 / (global batch tokens) the result is the gradient of the global mean loss.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/buffer.h"
+#include "model/param_store.h"
+#include "model/params.h"
+
+namespace weft {
+
+struct DataParallelConfig {
+  int zero = 0;                        // ZeRO stage 0..3
+  int64_t bucket_bytes = 8ll << 20;    // zero 0/1: gradient bucket size
+  int prefetch = 1;                    // zero 3: groups gathered ahead
+};
+
+// Bytes held per category by one rank (persistent plus the peak of transient buffers).
+struct DataParallelMemory {
+  int64_t params = 0;      // parameter buffers (whole or shard, plus zero-3 gather buffers)
+  int64_t grads = 0;       // gradient buffers (whole or shard, plus zero-2/3 transient buffers)
+  int64_t comm = 0;        // receive buffers of reductions
+};
+
+class DataParallel final : public ParamStore {
+ public:
+  DataParallel(const ParamLayout& layout, Communicator& dp, const DataParallelConfig& cfg);
+  ~DataParallel() override;
+
+  int zero() const { return cfg_.zero; }
+  int dp() const { return dp_.size(); }
+  // The element range whose optimizer state and update this rank owns: the whole buffer for
+  // zero 0, this rank's shard otherwise.
+  int64_t opt_begin() const { return cfg_.zero == 0 ? 0 : shard_begin_; }
+  int64_t opt_end() const { return cfg_.zero == 0 ? n_ : shard_end_; }
+  int64_t shard_begin() const { return shard_begin_; }
+  int64_t shard_end() const { return shard_end_; }
+  // counts[r] = elements of [b, e) that rank r owns.
+  std::vector<int64_t> owner_counts(int64_t b, int64_t e) const;
+
+  // Parameters of [opt_begin, opt_end), updated in place by the optimizer.
+  float* opt_params();
+  // Summed gradient of [opt_begin, opt_end) (valid after finish_step_gradients).
+  float* opt_grads();
+
+  // Sets every rank's parameters from a whole buffer (the same on every rank).
+  void load_full_params(const float* full);
+  // Every rank receives the whole parameter buffer (zero 3 gathers it).
+  void gather_full_params(float* out);
+  // Whole-buffer copy of optimizer-range data (e.g. AdamW moments) from every rank's range.
+  void gather_opt_range(const float* mine, float* out);
+
+  // --- one optimizer step ---
+  void begin_step();                       // clears the gradient accumulators
+  void begin_micro_batch(bool last);       // `last`: reduce during this micro-batch's backward
+  void finish_step_gradients();            // waits for every reduction of the step
+  // Squared L2 norm of the summed gradient over all ranks.
+  double grad_norm_sq();
+  void after_optimizer_step();             // zero 1/2: all-gather the updated shards
+
+  DataParallelMemory memory() const;
+
+  // ParamStore
+  const float* acquire(int g) override;
+  void release(int g) override;
+  float* grads(int g) override;
+  void ready(int g) override;
+
+ private:
+  struct Bucket {
+    int64_t begin, end;
+    std::vector<int> groups;
+    int pending = 0;  // groups not ready yet in this micro-batch
+  };
+  struct InFlight {
+    CommHandle handle;
+    int slot = -1;           // gradient slot to free on completion (zero 2/3)
+    float* recv = nullptr;   // reduce-scatter output to add into shard grads (zero 2/3)
+    int64_t recv_count = 0;
+    int64_t shard_offset = 0;
+  };
+  struct ParamSlot {
+    int group = -1;
+    int refs = 0;
+    bool valid = false;
+    uint64_t last_use = 0;
+    CommHandle pending;  // gather in flight
+    Buffer<float> data;
+  };
+  struct GradSlot {
+    int group = -1;
+    bool busy = false;
+    Buffer<float> data;
+    Buffer<float> recv;
+  };
+
+  void post_bucket(Bucket& b);
+  void complete_oldest();
+  int find_param_slot(int g) const;
+  int gather_group(int g);   // returns the slot; posts the gather (non-blocking)
+  void prefetch_after(int g);
+
+  const ParamLayout& layout_;
+  Communicator& dp_;
+  DataParallelConfig cfg_;
+  int64_t n_ = 0, shard_ = 0, shard_begin_ = 0, shard_end_ = 0;
+  int L_ = 0;
+
+  Buffer<float> params_;       // zero 0-2: whole; zero 3: shard
+  Buffer<float> grads_;        // zero 0/1: whole accumulator
+  Buffer<float> shard_grads_;  // zero 1-3: summed gradient of the shard
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_group_;
+  bool last_micro_ = true;
+  bool backward_ = false;
+  std::deque<InFlight> inflight_;
+  std::vector<ParamSlot> param_slots_;  // zero 3
+  std::vector<GradSlot> grad_slots_;    // zero 2/3
+  std::vector<int> grad_slot_of_group_;
+  uint64_t clock_ = 0;
+  int64_t peak_param_slots_ = 0, peak_grad_slots_ = 0;
+};
+
+}  // namespace weft
