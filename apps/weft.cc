@@ -9,10 +9,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
 #include "ckpt/checkpoint.h"
+#include "comm/world.h"
 #include "core/buffer.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -49,7 +51,7 @@ const char* kUsage =
     "run 'weft <command> --help' for the options of a command.\n";
 
 // `weft train CONFIG [--key value | --key=value]... [--resume [DIR]] [--overwrite]`
-int cmd_train(const std::vector<std::string>& args) {
+int cmd_train(const std::vector<std::string>& args, Communicator& world) {
   std::string config_path;
   std::vector<std::pair<std::string, std::string>> overrides;
   TrainOptions opt;
@@ -90,7 +92,7 @@ int cmd_train(const std::vector<std::string>& args) {
   if (opt.resume && opt.overwrite) throw_input("--resume and --overwrite exclude each other");
   RunConfig cfg = load_run_config(config_path, overrides);
   opt.config_path = config_path;
-  train(cfg, opt);
+  train(cfg, opt, world);
   return 0;
 }
 
@@ -132,6 +134,25 @@ std::string checkpoint_dir_arg(const std::string& path) {
 
 int main(int argc, char** argv) {
   CLI::App app{"weft"};
+  // Under mpirun/srun every rank runs this; otherwise a single process that never touches MPI.
+  std::unique_ptr<Communicator> world;
+  try {
+    world = make_world_communicator(&argc, &argv);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "weft: cannot start the process group: {}\n", e.what());
+    return 1;
+  }
+  const bool multi = world->size() > 1;
+  // On several ranks a failure must stop every rank (no hang). Rank 0 reports; the others wait
+  // a moment first, so that an error every rank hits (a bad config) is printed once.
+  auto fail = [&](const std::string& msg, int code) -> int {
+    if (!multi) {
+      fmt::print(stderr, "weft: {}\n", msg);
+      return code;
+    }
+    if (world->rank() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    abort_job(msg, code);
+  };
   try {
     if (argc < 2) {
       fmt::print(stderr, "{}", kUsage);
@@ -142,7 +163,7 @@ int main(int argc, char** argv) {
       fmt::print("{}", kUsage);
       return 0;
     }
-    if (cmd == "train") return cmd_train(std::vector<std::string>(argv + 2, argv + argc));
+    if (cmd == "train") return cmd_train(std::vector<std::string>(argv + 2, argv + argc), *world);
 
     app.name("weft " + cmd);
     int rc = 0;
@@ -336,10 +357,10 @@ int main(int argc, char** argv) {
     // --help prints the options and exits 0; a bad option is bad input (exit 2).
     return app.exit(e) == 0 ? 0 : 2;
   } catch (const InputError& e) {
-    fmt::print(stderr, "weft: {}\n", e.what());
-    return 2;
+    return fail(e.what(), 2);
+  } catch (const CommTimeout& e) {
+    return fail(e.what(), 1);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "weft: error: {}\n", e.what());
-    return 1;
+    return fail(fmt::format("error: {}", e.what()), 1);
   }
 }

@@ -9,16 +9,23 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <cstring>
+#include <map>
 #include <regex>
 
 #include "backend/backend.h"
 #include "ckpt/checkpoint.h"
+#include "comm/self_comm.h"
+#include "comm/tracer.h"
+#include "core/buffer.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
+#include "parallel/dp/data_parallel.h"
+#include "parallel/grid.h"
 #include "train/sample.h"
 
 namespace fs = std::filesystem;
@@ -111,13 +118,38 @@ std::string find_latest_checkpoint(const std::string& run_dir) {
 }
 
 TrainResult train(const RunConfig& cfg, const TrainOptions& opt) {
+  auto self = make_self_communicator("world");
+  return train(cfg, opt, *self);
+}
+
+TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& world) {
   using clock = std::chrono::steady_clock;
   cfg.validate();
   const int threads = set_threads(cfg.threads);
   const ModelConfig mc = cfg.model_config();
   const int64_t T = cfg.seq(), B = cfg.micro_batch, G = cfg.global_batch;
-  const int64_t accum = G / B;
   const uint64_t seed = static_cast<uint64_t>(cfg.seed);
+  const bool rank0 = world.rank() == 0;
+  set_log_rank(world.rank());
+
+  // The layout, validated in one place.
+  GridSpec spec;
+  spec.tp = static_cast<int>(cfg.tp);
+  spec.pp = static_cast<int>(cfg.pp);
+  spec.dp = cfg.dp > 0 ? static_cast<int>(cfg.dp) : std::max(1, world.size() / std::max<int>(1, spec.tp * spec.pp));
+  spec.order = cfg.order;
+  validate_layout(spec, world.size(), LayoutChecks{mc.n_head, mc.n_layer, G, B});
+  if (spec.tp > 1 || spec.pp > 1) {
+    throw_input("tp {} / pp {}: tensor and pipeline parallelism are not implemented yet in this version; use dp (and zero)",
+                spec.tp, spec.pp);
+  }
+  Tracer tracer(cfg.trace);
+  world.set_tracer(&tracer);
+  world.set_timeout(std::chrono::milliseconds(static_cast<int64_t>(cfg.comm_timeout * 1000.0)));
+  ProcessGrid grid(world, spec);
+  Communicator& dpc = grid.comm(Axis::kDp);
+  const int dp = spec.dp, dp_rank = grid.coord(Axis::kDp);
+  const int64_t per_rank = G / dp, accum = per_rank / B;
 
   // Data first: a missing corpus should fail before anything is written.
   TokenDataset train_data = TokenDataset::open_split(cfg.data, "train");
@@ -131,7 +163,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt) {
     throw_input("{}: the validation split holds {} tokens, fewer than one sequence of {}+1", val_src, val_data->size(), T);
   }
 
-  // The run folder.
+  // The run folder (rank 0 decides; every rank sees the same files).
   std::string resume_dir;
   const auto existing = list_checkpoints(cfg.out);
   if (opt.resume) {
@@ -144,27 +176,8 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt) {
       throw_input("run folder {} already holds a run ({}); pass --resume to continue it, --overwrite to replace it, or --out to choose another folder",
                   cfg.out, existing.empty() ? std::string("metrics.jsonl") : fs::path(existing.back().second).filename().string());
     }
-    if (opt.overwrite) {
-      for (const auto& [s, d] : existing) fs::remove_all(d);
-      fs::remove(fs::path(cfg.out) / "metrics.jsonl");
-    }
   }
-  std::error_code ec;
-  fs::create_directories(cfg.out, ec);
-  if (ec) throw_input("cannot create run folder {}: {}", cfg.out, ec.message());
-
-  auto backend = make_cpu_backend();
-  GPT model(mc, *backend);
-  model.reserve(B, T, true, cfg.head_chunk);
-  AdamWConfig acfg;
-  acfg.lr = static_cast<float>(cfg.lr);
-  acfg.beta1 = static_cast<float>(cfg.beta1);
-  acfg.beta2 = static_cast<float>(cfg.beta2);
-  acfg.eps = static_cast<float>(cfg.eps);
-  acfg.weight_decay = static_cast<float>(cfg.weight_decay);
-  AdamW optim(model.layout(), acfg);
-
-  int64_t start_step = 0;
+  nlohmann::json resume_state;
   if (!resume_dir.empty()) {
     ModelConfig saved = load_checkpoint_config(resume_dir);
     if (saved.n_layer != mc.n_layer || saved.n_head != mc.n_head || saved.n_embd != mc.n_embd ||
@@ -173,56 +186,111 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt) {
                   resume_dir, saved.n_layer, saved.n_head, saved.n_embd, saved.n_ctx, saved.vocab_size,
                   mc.n_layer, mc.n_head, mc.n_embd, mc.n_ctx, mc.vocab_size);
     }
-    load_checkpoint_params(resume_dir, model.layout(), model.params());
-    if (!load_checkpoint_optimizer(resume_dir, model.layout(), optim.exp_avg(), optim.exp_avg_sq())) {
-      throw_input("{}: the checkpoint has no optimizer state ({}), so the run cannot continue exactly", resume_dir, kCheckpointOptimizerFile);
-    }
-    nlohmann::json st = load_checkpoint_trainer(resume_dir);
-    if (!st.contains("step") || !st["step"].is_number_integer()) {
+    resume_state = load_checkpoint_trainer(resume_dir);
+    if (!resume_state.contains("step") || !resume_state["step"].is_number_integer()) {
       throw_input("{}/{}: missing integer 'step'", resume_dir, kCheckpointTrainerFile);
     }
-    start_step = st["step"].get<int64_t>();
-    if (st.contains("seed") && st["seed"].get<int64_t>() != cfg.seed) {
-      throw_input("{}: checkpoint was trained with seed {}, the config says {}; the data order would differ", resume_dir, st["seed"].get<int64_t>(), cfg.seed);
+    if (resume_state.contains("seed") && resume_state["seed"].get<int64_t>() != cfg.seed) {
+      throw_input("{}: checkpoint was trained with seed {}, the config says {}; the data order would differ", resume_dir,
+                  resume_state["seed"].get<int64_t>(), cfg.seed);
     }
-    if (st.contains("global_batch") && st["global_batch"].get<int64_t>() != G) {
-      throw_input("{}: checkpoint was trained with global_batch {}, the config says {}", resume_dir, st["global_batch"].get<int64_t>(), G);
+    if (resume_state.contains("global_batch") && resume_state["global_batch"].get<int64_t>() != G) {
+      throw_input("{}: checkpoint was trained with global_batch {}, the config says {}", resume_dir,
+                  resume_state["global_batch"].get<int64_t>(), G);
     }
-    truncate_metrics((fs::path(cfg.out) / "metrics.jsonl").string(), start_step);
-    log_info("resuming from {} at step {}", resume_dir, start_step);
-  } else {
-    model.init(seed);
   }
-  write_text_atomic((fs::path(cfg.out) / "config.toml").string(), cfg.to_toml());
+  world.barrier();  // every rank has validated its inputs before rank 0 touches the folder
+  if (rank0) {
+    if (!opt.resume && opt.overwrite) {
+      for (const auto& [s, d] : existing) fs::remove_all(d);
+      fs::remove(fs::path(cfg.out) / "metrics.jsonl");
+    }
+    std::error_code ec;
+    fs::create_directories(cfg.out, ec);
+    if (ec) throw_input("cannot create run folder {}: {}", cfg.out, ec.message());
+  }
 
-  const int64_t params_bytes = model.num_params() * 4, grads_bytes = model.num_params() * 4;
-  const int64_t optim_bytes = optim.state_bytes();
-  nlohmann::json memory = {{"params", params_bytes}, {"grads", grads_bytes}, {"optimizer", optim_bytes},
-                           {"activations", 0}};
+  auto backend = make_cpu_backend();
+  GPT model(mc, *backend, /*local_store=*/false);
+  DataParallelConfig dcfg;
+  dcfg.zero = static_cast<int>(cfg.zero);
+  dcfg.bucket_bytes = static_cast<int64_t>(cfg.bucket_mb * 1048576.0);
+  dcfg.prefetch = static_cast<int>(cfg.prefetch);
+  DataParallel store(model.layout(), dpc, dcfg);
+  model.set_store(&store);
+  model.reserve(B, T, true, cfg.head_chunk);
+  AdamWConfig acfg;
+  acfg.lr = static_cast<float>(cfg.lr);
+  acfg.beta1 = static_cast<float>(cfg.beta1);
+  acfg.beta2 = static_cast<float>(cfg.beta2);
+  acfg.eps = static_cast<float>(cfg.eps);
+  acfg.weight_decay = static_cast<float>(cfg.weight_decay);
+  AdamW optim(model.layout(), acfg, store.opt_begin(), store.opt_end());
+  const int64_t n = model.num_params();
+
+  int64_t start_step = 0;
+  if (!resume_dir.empty()) {
+    {
+      Buffer<float> full(static_cast<size_t>(n));
+      load_checkpoint_params(resume_dir, model.layout(), full.data());
+      store.load_full_params(full.data());
+    }
+    Buffer<float> m(static_cast<size_t>(n)), v(static_cast<size_t>(n));
+    if (!load_checkpoint_optimizer(resume_dir, model.layout(), m.data(), v.data())) {
+      throw_input("{}: the checkpoint has no optimizer state ({}), so the run cannot continue exactly", resume_dir,
+                  kCheckpointOptimizerFile);
+    }
+    const size_t len = static_cast<size_t>(optim.end() - optim.begin());
+    std::memcpy(optim.exp_avg(), m.data() + optim.begin(), len * sizeof(float));
+    std::memcpy(optim.exp_avg_sq(), v.data() + optim.begin(), len * sizeof(float));
+    start_step = resume_state["step"].get<int64_t>();
+    if (rank0) truncate_metrics((fs::path(cfg.out) / "metrics.jsonl").string(), start_step);
+    log_info("resuming from {} at step {}", resume_dir, start_step);
+  } else if (dcfg.zero == 3) {
+    init_params_range(model.layout(), seed, store.shard_begin(), store.shard_end(), store.opt_params());
+  } else {
+    Buffer<float> full(static_cast<size_t>(n));
+    init_params(model.layout(), seed, full.data());
+    store.load_full_params(full.data());
+  }
+  if (rank0) write_text_atomic((fs::path(cfg.out) / "config.toml").string(), cfg.to_toml());
+
+  // Memory of this rank, by category (bytes).
+  const DataParallelMemory dm = store.memory();
+  nlohmann::json memory = {{"params", dm.params}, {"grads", dm.grads}, {"optimizer", optim.state_bytes()},
+                           {"activations", model.activation_bytes()}, {"comm", dm.comm}};
   log_info("weft train: model {} ({} layers, {} heads, hidden {}, context {}), {:.2f}M parameters ({:.2f}M without padding)",
-           mc.name, mc.n_layer, mc.n_head, mc.n_embd, mc.n_ctx, model.num_params() / 1e6,
-           model.layout().count_unpadded() / 1e6);
-  log_info("data: {} train tokens ({} windows of {}), global batch {} = {} micro-batches of {}, {} threads",
-           train_data.size(), train_data.num_windows(T), T, G, accum, B, threads);
-  log_info("memory: params {:.1f} MiB, grads {:.1f} MiB, optimizer {:.1f} MiB", params_bytes / 1048576.0,
-           grads_bytes / 1048576.0, optim_bytes / 1048576.0);
+           mc.name, mc.n_layer, mc.n_head, mc.n_embd, mc.n_ctx, n / 1e6, model.layout().count_unpadded() / 1e6);
+  log_info("layout: {}, zero {}; {} threads per rank", grid.layout().describe(), dcfg.zero, threads);
+  log_info("data: {} train tokens ({} windows of {}); global batch {} = dp {} x {} micro-batches of {}",
+           train_data.size(), train_data.num_windows(T), T, G, dp, accum, B);
+  log_info("memory per rank: params {:.1f} MiB, grads {:.1f} MiB, optimizer {:.1f} MiB, activations {:.1f} MiB, comm {:.1f} MiB",
+           dm.params / 1048576.0, dm.grads / 1048576.0, optim.state_bytes() / 1048576.0,
+           model.activation_bytes() / 1048576.0, dm.comm / 1048576.0);
 
-  std::ofstream metrics((fs::path(cfg.out) / "metrics.jsonl").string(), std::ios::app);
-  if (!metrics) throw_runtime("cannot open {}/metrics.jsonl", cfg.out);
+  std::ofstream metrics;
+  if (rank0) {
+    metrics.open((fs::path(cfg.out) / "metrics.jsonl").string(), std::ios::app);
+    if (!metrics) throw_runtime("cannot open {}/metrics.jsonl", cfg.out);
+  }
+  const std::string trace_path = (fs::path(cfg.out) / fmt::format("trace-rank{}.jsonl", world.rank())).string();
+  if (cfg.trace && start_step == 0) fs::remove(trace_path);
 
   std::vector<int32_t> inputs(B * T), targets(B * T);
+  // Validation: the first val_batches * micro_batch windows, dealt round-robin over dp ranks.
   auto evaluate = [&]() -> double {
     const int64_t windows = std::min(val_data->num_windows(T), cfg.val_batches * B);
-    double sum = 0.0;
-    int64_t n = 0;
-    for (int64_t w0 = 0; w0 < windows; w0 += B) {
-      const int64_t nb = std::min(B, windows - w0);
-      for (int64_t i = 0; i < nb; ++i) val_data->window(w0 + i, T, inputs.data() + i * T, targets.data() + i * T);
-      sum += static_cast<double>(model.forward_loss(inputs.data(), targets.data(), nb, T)) * nb;
-      n += nb;
+    std::vector<int64_t> mine;
+    for (int64_t w = dp_rank; w < windows; w += dp) mine.push_back(w);
+    double sums[2] = {0.0, 0.0};  // token-loss sum, tokens
+    for (size_t i0 = 0; i0 < mine.size(); i0 += static_cast<size_t>(B)) {
+      const int64_t nb = std::min<int64_t>(B, static_cast<int64_t>(mine.size() - i0));
+      for (int64_t i = 0; i < nb; ++i) val_data->window(mine[i0 + i], T, inputs.data() + i * T, targets.data() + i * T);
+      sums[0] += static_cast<double>(model.forward_loss(inputs.data(), targets.data(), nb, T)) * nb * T;
+      sums[1] += static_cast<double>(nb * T);
     }
-    // forward_loss may have shrunk nothing; activations stay sized for training.
-    return sum / static_cast<double>(n);
+    dpc.all_reduce_sum(sums, 2);
+    return sums[0] / sums[1];
   };
 
   TrainResult res;
@@ -236,46 +304,63 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt) {
 
   auto save = [&](int64_t step_done) {
     const std::string dir = (fs::path(cfg.out) / step_dir_name(step_done)).string();
-    CheckpointData d;
-    d.layout = &model.layout();
-    d.params = model.params();
-    d.exp_avg = optim.exp_avg();
-    d.exp_avg_sq = optim.exp_avg_sq();
-    d.trainer = {{"step", step_done}, {"seed", cfg.seed}, {"global_batch", G}, {"seq_len", T},
-                 {"tokens", step_done * G * T}, {"data", cfg.data}, {"model", mc.name}};
-    save_checkpoint(dir, d);
-    res.last_checkpoint = dir;
-    if (cfg.keep_last > 0) {
-      auto all = list_checkpoints(cfg.out);
-      for (size_t i = 0; i + cfg.keep_last < all.size(); ++i) fs::remove_all(all[i].second);
+    // Gathered: every rank contributes its shards; rank 0 writes one layout-free checkpoint.
+    Buffer<float> full(static_cast<size_t>(n)), m(static_cast<size_t>(n)), v(static_cast<size_t>(n));
+    store.gather_full_params(full.data());
+    store.gather_opt_range(optim.exp_avg(), m.data());
+    store.gather_opt_range(optim.exp_avg_sq(), v.data());
+    if (rank0) {
+      CheckpointData d;
+      d.layout = &model.layout();
+      d.params = full.data();
+      d.exp_avg = m.data();
+      d.exp_avg_sq = v.data();
+      d.trainer = {{"step", step_done}, {"seed", cfg.seed}, {"global_batch", G}, {"seq_len", T},
+                   {"tokens", step_done * G * T}, {"data", cfg.data}, {"model", mc.name},
+                   {"layout", {{"tp", spec.tp}, {"pp", spec.pp}, {"dp", dp}, {"zero", dcfg.zero}}}};
+      save_checkpoint(dir, d);
+      if (cfg.keep_last > 0) {
+        auto all = list_checkpoints(cfg.out);
+        for (size_t i = 0; i + cfg.keep_last < all.size(); ++i) fs::remove_all(all[i].second);
+      }
+      log_info("checkpoint {}", dir);
     }
-    log_info("checkpoint {}", dir);
+    res.last_checkpoint = dir;
+    world.barrier();
   };
 
   if (val_data && start_step == 0 && cfg.steps > 0) {
     const double vl = evaluate();
     res.first_val_loss = res.last_val_loss = vl;
-    metrics << nlohmann::json{{"step", 0}, {"val_loss", vl}}.dump() << "\n" << std::flush;
+    if (rank0) metrics << nlohmann::json{{"step", 0}, {"val_loss", vl}}.dump() << "\n" << std::flush;
     log_info("step {:>5} | val loss {:.4f}", 0, vl);
   }
 
   for (int64_t step = start_step; step < cfg.steps; ++step) {
     const auto t0 = clock::now();
-    model.zero_grads();
-    double loss = 0.0;
+    tracer.set_step(step + 1);
+    store.take_exposed_seconds();
+    store.begin_step();
+    double loss_sum = 0.0;  // this rank's token-loss sum
     for (int64_t m = 0; m < accum; ++m) {
-      train_data.sample_batch(seed, step, G, m * B, B, static_cast<int>(T), inputs.data(), targets.data());
-      loss += model.forward_backward(inputs.data(), targets.data(), B, T, loss_scale);
+      store.begin_micro_batch(m == accum - 1);
+      train_data.sample_batch(seed, step, G, dp_rank * per_rank + m * B, B, static_cast<int>(T), inputs.data(),
+                              targets.data());
+      loss_sum += static_cast<double>(model.forward_backward(inputs.data(), targets.data(), B, T, loss_scale)) * B * T;
     }
-    loss /= static_cast<double>(accum);
-    const double norm = grad_norm(*backend, model.grads(), model.num_params());
+    store.finish_step_gradients();
+    const double norm = std::sqrt(store.grad_norm_sq());
+    if (dp > 1) dpc.all_reduce_sum(&loss_sum, 1);
+    const double loss = loss_sum / static_cast<double>(G * T);
     if (!std::isfinite(loss) || !std::isfinite(norm)) {
       throw_runtime("step {}: loss {} / gradient norm {} is not finite; stopping (last checkpoint: {})", step + 1, loss,
                     norm, res.last_checkpoint.empty() ? "none" : res.last_checkpoint);
     }
     const float lr = lr_at(step, static_cast<float>(cfg.lr), cfg.warmup_steps, decay_steps,
                            static_cast<float>(cfg.min_lr_ratio));
-    optim.step(*backend, model.params(), model.grads(), lr, step + 1, clip_coefficient(norm, cfg.grad_clip));
+    optim.step(*backend, store.opt_params(), store.opt_grads(), lr, step + 1, clip_coefficient(norm, cfg.grad_clip));
+    store.after_optimizer_step();
+    const double exposed = store.take_exposed_seconds();
     const double dt = std::chrono::duration<double>(clock::now() - t0).count();
     const int64_t done = step + 1;
     // The first step of a process includes one-time costs (page faults, BLAS buffers).
@@ -287,21 +372,33 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt) {
     const double mean_dt = timed_steps > 0 ? time_sum / timed_steps : dt;
     res.last_loss = loss;
     res.steps_done = done;
-    metrics << nlohmann::json{{"step", done}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
-                              {"tokens_per_s", tps}, {"ms", dt * 1e3}, {"tokens", done * G * T},
-                              {"model_flops_per_s", flops_per_token * tps}, {"memory", memory}}
-                   .dump()
-            << "\n" << std::flush;
+    nlohmann::json line = {{"step", done}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
+                           {"tokens_per_s", tps}, {"ms", dt * 1e3}, {"tokens", done * G * T},
+                           {"model_flops_per_s", flops_per_token * tps}, {"memory", memory},
+                           {"dp_exposed_ms", exposed * 1e3}};
+    if (cfg.trace) {
+      const TraceSummary ts = tracer.summary();
+      nlohmann::json comm = nlohmann::json::object();
+      for (const auto& [axis, a] : ts.by_axis) {
+        comm[axis] = {{"calls", a.total.calls}, {"bytes", a.total.bytes}, {"time_s", a.total.time_s}};
+      }
+      line["comm"] = comm;
+      tracer.write_jsonl(trace_path);
+      tracer.clear();
+    }
+    if (rank0) metrics << line.dump() << "\n" << std::flush;
     if (done % cfg.log_every == 0 || done == cfg.steps) {
-      log_info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | {:.1f} ms | ETA {}", done,
-               cfg.steps, loss, lr, norm, tps, dt * 1e3, format_duration(mean_dt * (cfg.steps - done)));
+      log_info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | {:.1f} ms{} | ETA {}", done,
+               cfg.steps, loss, lr, norm, tps, dt * 1e3,
+               dp > 1 ? fmt::format(" (dp comm exposed {:.1f} ms)", exposed * 1e3) : std::string(),
+               format_duration(mean_dt * (cfg.steps - done)));
     }
     const bool last = done == cfg.steps;
     if (val_data && ((cfg.val_every > 0 && done % cfg.val_every == 0) || last)) {
       const double vl = evaluate();
       if (res.first_val_loss < 0) res.first_val_loss = vl;
       res.last_val_loss = vl;
-      metrics << nlohmann::json{{"step", done}, {"val_loss", vl}}.dump() << "\n" << std::flush;
+      if (rank0) metrics << nlohmann::json{{"step", done}, {"val_loss", vl}}.dump() << "\n" << std::flush;
       log_info("step {:>5} | val loss {:.4f}", done, vl);
     }
     if ((cfg.ckpt_every > 0 && done % cfg.ckpt_every == 0) || last) save(done);
@@ -321,6 +418,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt) {
     so.temperature = cfg.temperature;
     so.top_k = cfg.top_k;
     so.seed = seed;
+    // Every rank samples (ZeRO-3 gathers need all of them); rank 0 prints.
     auto out = sample_tokens(model, prompt, so);
     res.sample = tok.decode(std::vector<int32_t>(out.begin() + 1, out.end()));
     log_info("sample:\n{}", res.sample);

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "comm/communicator.h"
 #include "train/config.h"
 
 namespace weft {
@@ -25,6 +26,9 @@ struct TrainResult {
   std::string sample;         // text printed at the end (if sample_tokens > 0)
 };
 
+// Trains on the processes of `world` (tp x pp x dp from the config; every rank calls it).
+TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& world);
+// Single process.
 TrainResult train(const RunConfig& cfg, const TrainOptions& opt);
 
 // Newest complete checkpoint folder "<run>/step-NNNNNN" (empty if none).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "comm/tracer.h"
 #include "core/error.h"
 
 namespace weft {
@@ -141,7 +142,9 @@ void DataParallel::post_bucket(Bucket& b) {
 void DataParallel::complete_oldest() {
   InFlight f = std::move(inflight_.front());
   inflight_.pop_front();
+  const double t0 = Tracer::now();
   f.handle->wait();
+  exposed_s_ += Tracer::now() - t0;
   if (f.recv) {
     float* dst = shard_grads_.data() + f.shard_offset;
     for (int64_t i = 0; i < f.recv_count; ++i) dst[i] += f.recv[i];
@@ -164,13 +167,19 @@ double DataParallel::grad_norm_sq() {
   double s = 0.0;
 #pragma omp parallel for reduction(+ : s) schedule(static)
   for (int64_t i = 0; i < n; ++i) s += static_cast<double>(g[i]) * g[i];
-  if (cfg_.zero >= 1) dp_.all_reduce_sum(&s, 1);
+  if (cfg_.zero >= 1) {
+    const double t0 = Tracer::now();
+    dp_.all_reduce_sum(&s, 1);
+    exposed_s_ += Tracer::now() - t0;
+  }
   return s;
 }
 
 void DataParallel::after_optimizer_step() {
   if (cfg_.zero == 1 || cfg_.zero == 2) {
+    const double t0 = Tracer::now();
     dp_.all_gather_v(params_.data() + shard_begin_, params_.data(), owner_counts(0, n_), CommDType::kF32);
+    exposed_s_ += Tracer::now() - t0;
   } else if (cfg_.zero == 3) {
     for (auto& s : param_slots_) s.valid = false;
   }
@@ -239,7 +248,9 @@ const float* DataParallel::acquire(int g) {
   WEFT_CHECK(s >= 0, "no free parameter buffer to gather group {}", g);
   ParamSlot& p = param_slots_[s];
   if (p.pending) {
+    const double t0 = Tracer::now();
     p.pending->wait();
+    exposed_s_ += Tracer::now() - t0;
     p.pending.reset();
   }
   ++p.refs;
@@ -308,6 +319,12 @@ void DataParallel::ready(int g) {
   inflight_.push_back(std::move(f));
   grad_slot_of_group_[g] = -1;
   dp_.progress();
+}
+
+double DataParallel::take_exposed_seconds() {
+  const double s = exposed_s_;
+  exposed_s_ = 0.0;
+  return s;
 }
 
 DataParallelMemory DataParallel::memory() const {

@@ -81,6 +81,9 @@ class DataParallel final : public ParamStore {
   void after_optimizer_step();             // zero 1/2: all-gather the updated shards
 
   DataParallelMemory memory() const;
+  // Seconds this rank spent blocked on data-parallel communication (waits that computation
+  // did not hide) since the last call; resets the counter.
+  double take_exposed_seconds();
 
   // ParamStore
   const float* acquire(int g) override;
@@ -140,6 +143,7 @@ class DataParallel final : public ParamStore {
   std::vector<GradSlot> grad_slots_;    // zero 2/3
   std::vector<int> grad_slot_of_group_;
   uint64_t clock_ = 0;
+  double exposed_s_ = 0.0;
   int64_t peak_param_slots_ = 0, peak_grad_slots_ = 0;
 };
 
