@@ -53,11 +53,12 @@ inline std::string read_text(const std::string& path) {
   return ss.str();
 }
 
-// Runs `build/weft ARGS` with stdout and stderr captured, from the source folder.
-inline RunResult run_weft(const std::string& args, const std::string& scratch) {
+// Runs `PREFIX build/weft ARGS` (PREFIX: a launcher such as mpirun, or env settings) with
+// stdout and stderr captured, from the source folder.
+inline RunResult run_weft_with(const std::string& prefix, const std::string& args, const std::string& scratch) {
   const std::string out = scratch + ".out", err = scratch + ".err";
-  const std::string cmd = fmt::format("cd {} && OMP_NUM_THREADS=2 {} {} > {} 2> {} < /dev/null", WEFT_SOURCE_DIR,
-                                      WEFT_BINARY, args, out, err);
+  const std::string cmd = fmt::format("cd {} && OMP_NUM_THREADS=2 {} {} {} > {} 2> {} < /dev/null", WEFT_SOURCE_DIR,
+                                      prefix, WEFT_BINARY, args, out, err);
   int st = std::system(cmd.c_str());
   RunResult r;
   r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
@@ -65,6 +66,8 @@ inline RunResult run_weft(const std::string& args, const std::string& scratch) {
   r.err = read_text(err);
   return r;
 }
+
+inline RunResult run_weft(const std::string& args, const std::string& scratch) { return run_weft_with("", args, scratch); }
 
 // A corpus of random tokens (vocabulary V) in llm.c shards: DIR/x_train_000000.bin, DIR/x_val_000000.bin.
 inline void make_random_corpus(const std::string& dir, int64_t train_tokens, int64_t val_tokens, int V = 50257,

@@ -19,18 +19,9 @@ namespace weft {
 
 #if WEFT_HAVE_MPI
 
-namespace {
-std::unique_ptr<MpiRuntime>& runtime_slot() {
-  static std::unique_ptr<MpiRuntime> rt;
-  return rt;
-}
-}  // namespace
-
 std::unique_ptr<Communicator> make_world_communicator(int* argc, char*** argv) {
   if (!MpiRuntime::launched_under_mpi()) return make_self_communicator("world");
-  std::unique_ptr<MpiRuntime>& rt = runtime_slot();
-  if (!rt) rt = std::make_unique<MpiRuntime>(argc, argv);
-  std::unique_ptr<Communicator> world = rt->world();
+  std::unique_ptr<Communicator> world = make_mpi_world(argc, argv);
   set_log_rank(world->rank());
   return world;
 }

@@ -10,9 +10,10 @@ namespace weft {
 
 // The MPI world when the process was launched by an MPI launcher (mpirun, srun; see
 // MpiRuntime::launched_under_mpi; WEFT_MPI=1/0 forces it either way), else the self
-// communicator: a single-process run never touches MPI. The MPI runtime is kept alive in a
-// static and finalised at exit; the returned communicator must be destroyed before then
-// (keep it in main's scope, not in a static). Also calls set_log_rank(world rank).
+// communicator: a single-process run never touches MPI. The returned MPI world owns the MPI
+// runtime: destroying it calls MPI_Finalize (see make_mpi_world in comm/mpi/mpi_comm.h), so
+// keep it in main's scope (not in a static), destroy the ProcessGrid and other communicators
+// before it, and call this once per process. Also calls set_log_rank(world rank).
 // Throws RuntimeError when launched under MPI by a weft built without MPI (WEFT_WITH_MPI=OFF).
 std::unique_ptr<Communicator> make_world_communicator(int* argc, char*** argv);
 

@@ -45,7 +45,7 @@ struct RunConfig {
   double comm_timeout = 300.0; // seconds a collective may wait before the job is stopped (0: never)
   // [eval]
   int64_t val_every = 0;   // 0: only at the end
-  int64_t val_batches = 8; // micro-batches of validation windows
+  int64_t val_batches = 8; // validation uses val_batches * global_batch windows
   // [checkpoint]
   int64_t ckpt_every = 0;  // 0: only at the end
   int64_t keep_last = 2;   // checkpoints kept in the run folder (0: all)

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <map>
 #include <regex>
+#include <thread>
 
 #include "backend/backend.h"
 #include "ckpt/checkpoint.h"
@@ -258,7 +259,8 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   // Memory of this rank, by category (bytes).
   const DataParallelMemory dm = store.memory();
   nlohmann::json memory = {{"params", dm.params}, {"grads", dm.grads}, {"optimizer", optim.state_bytes()},
-                           {"activations", model.activation_bytes()}, {"comm", dm.comm}};
+                           {"activations", model.activation_bytes()}, {"comm", dm.comm},
+                           {"params_transient", dm.params_transient}, {"grads_transient", dm.grads_transient}};
   log_info("weft train: model {} ({} layers, {} heads, hidden {}, context {}), {:.2f}M parameters ({:.2f}M without padding)",
            mc.name, mc.n_layer, mc.n_head, mc.n_embd, mc.n_ctx, n / 1e6, model.layout().count_unpadded() / 1e6);
   log_info("layout: {}, zero {}; {} threads per rank", grid.layout().describe(), dcfg.zero, threads);
@@ -278,16 +280,26 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
 
   std::vector<int32_t> inputs(B * T), targets(B * T);
   // Validation: the first val_batches * micro_batch windows, dealt round-robin over dp ranks.
+  // Every rank runs the same number of forward passes (ZeRO-3 gathers parameters inside
+  // them); a rank without windows left runs one on window 0 and ignores it.
   auto evaluate = [&]() -> double {
-    const int64_t windows = std::min(val_data->num_windows(T), cfg.val_batches * B);
+    const int64_t windows = std::min(val_data->num_windows(T), cfg.val_batches * G);
     std::vector<int64_t> mine;
     for (int64_t w = dp_rank; w < windows; w += dp) mine.push_back(w);
+    const int64_t most = (windows + dp - 1) / dp;
+    const int64_t passes = (most + B - 1) / B;
     double sums[2] = {0.0, 0.0};  // token-loss sum, tokens
-    for (size_t i0 = 0; i0 < mine.size(); i0 += static_cast<size_t>(B)) {
-      const int64_t nb = std::min<int64_t>(B, static_cast<int64_t>(mine.size() - i0));
-      for (int64_t i = 0; i < nb; ++i) val_data->window(mine[i0 + i], T, inputs.data() + i * T, targets.data() + i * T);
-      sums[0] += static_cast<double>(model.forward_loss(inputs.data(), targets.data(), nb, T)) * nb * T;
-      sums[1] += static_cast<double>(nb * T);
+    for (int64_t p = 0; p < passes; ++p) {
+      const int64_t i0 = p * B;
+      const int64_t nb = std::clamp<int64_t>(static_cast<int64_t>(mine.size()) - i0, 0, B);
+      for (int64_t i = 0; i < std::max<int64_t>(nb, 1); ++i) {
+        val_data->window(nb > 0 ? mine[i0 + i] : 0, T, inputs.data() + i * T, targets.data() + i * T);
+      }
+      const double l = model.forward_loss(inputs.data(), targets.data(), std::max<int64_t>(nb, 1), T);
+      if (nb > 0) {
+        sums[0] += l * static_cast<double>(nb * T);
+        sums[1] += static_cast<double>(nb * T);
+      }
     }
     dpc.all_reduce_sum(sums, 2);
     return sums[0] / sums[1];
@@ -336,7 +348,23 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
     log_info("step {:>5} | val loss {:.4f}", 0, vl);
   }
 
+  // Fault injection for the failure tests: WEFT_FAULT="stall:RANK:STEP" or "exit:RANK:STEP".
+  std::string fault_kind;
+  int fault_rank = -1;
+  int64_t fault_step = -1;
+  if (const char* f = std::getenv("WEFT_FAULT")) {
+    char kind[16] = {0};
+    long long st = -1;
+    if (std::sscanf(f, "%15[a-z]:%d:%lld", kind, &fault_rank, &st) == 3) {
+      fault_kind = kind;
+      fault_step = st;
+    }
+  }
   for (int64_t step = start_step; step < cfg.steps; ++step) {
+    if (world.rank() == fault_rank && step + 1 == fault_step) {
+      if (fault_kind == "exit") std::_Exit(3);
+      if (fault_kind == "stall") std::this_thread::sleep_for(std::chrono::hours(1));
+    }
     const auto t0 = clock::now();
     tracer.set_step(step + 1);
     store.take_exposed_seconds();

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "comm/mpi/mpi_comm.h"
 #include "core/log.h"
@@ -56,15 +58,24 @@ int main(int argc, char** argv) {
       delete listeners.Release(listeners.default_result_printer());
       listeners.Append(new weft::test::RankFailurePrinter(rank));
     }
-    int failed[2] = {RUN_ALL_TESTS() != 0 ? 1 : 0, 0};
-    failed[1] = failed[0];
-    world->all_reduce(&failed[0], 1, weft::CommDType::kI32, weft::ReduceOp::kMax);
-    world->all_reduce(&failed[1], 1, weft::CommDType::kI32, weft::ReduceOp::kSum);
+    const int32_t failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+    std::vector<int32_t> per_rank(static_cast<size_t>(world->size()));
+    world->all_gather(&failed, per_rank.data(), 1, weft::CommDType::kI32);
+    std::string failed_ranks;
+    for (size_t r = 0; r < per_rank.size(); ++r) {
+      if (per_rank[r] == 0) continue;
+      if (!failed_ranks.empty()) failed_ranks += ',';
+      failed_ranks += std::to_string(r);
+    }
     if (rank == 0) {
-      fmt::print("weft_mpi_tests: {} ranks, {} with failures\n", world->size(), failed[1]);
+      if (failed_ranks.empty()) {
+        fmt::print("weft_mpi_tests: passed on all {} ranks\n", world->size());
+      } else {
+        fmt::print("weft_mpi_tests: FAILED on ranks {} of {} (see the [rank R] lines)\n", failed_ranks, world->size());
+      }
       std::fflush(stdout);
     }
-    exit_code = failed[0];
+    exit_code = failed_ranks.empty() ? 0 : 1;
     weft::test::g_world = nullptr;
   }
   return exit_code;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs a command that must fail (an mpirun job in which one rank dies or stalls) and checks
 # that it ends with a non-zero exit code within MAX_SECONDS and that its output matches
-# PATTERN (an extended regular expression).
+# PATTERN (an extended regular expression over the whole output; . matches newlines).
 #   run_fault.sh MAX_SECONDS PATTERN command [args...]
 set -u
 max="$1"; pattern="$2"; shift 2
@@ -16,5 +16,5 @@ echo "run_fault: exit code $rc after ${elapsed} s (limit ${max} s)"
 fail=0
 if [ "$rc" -eq 0 ]; then echo "run_fault: FAIL: the job exited with code 0"; fail=1; fi
 if [ "$elapsed_ms" -gt $((max * 1000)) ]; then echo "run_fault: FAIL: took ${elapsed} s > ${max} s"; fail=1; fi
-if ! grep -Eq -- "$pattern" <<<"$out"; then echo "run_fault: FAIL: output does not match /$pattern/"; fail=1; fi
+if ! grep -Ezq -- "$pattern" <<<"$out"; then echo "run_fault: FAIL: output does not match /$pattern/"; fail=1; fi
 exit $fail

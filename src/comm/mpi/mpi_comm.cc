@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -179,7 +180,9 @@ class MpiRequest : public CommRequest {
   ~MpiRequest() override {
     if (op_->done) return;
     if (mpi_finalized()) return;
-    if (!op_->timed_out) {
+    // Wait, unless a wait timed out already or an exception is unwinding the stack (the
+    // handler is about to end the job; waiting the full timeout first would only delay it).
+    if (!op_->timed_out && std::uncaught_exceptions() == 0) {
       try {
         ctx_->wait(*op_);
         return;
@@ -291,6 +294,9 @@ class MpiCommunicator : public Communicator {
 
   void set_timeout(std::chrono::milliseconds t) override { ctx_->timeout = t; }
   void set_tracer(Tracer* tracer) override { ctx_->tracer = tracer; }
+
+  // The communicator keeps the runtime alive and finalises MPI when destroyed (make_mpi_world).
+  void own_runtime(std::unique_ptr<MpiRuntime> rt) { runtime_ = std::move(rt); }
 
  private:
   static int64_t nbytes(int64_t count, CommDType t) { return count * static_cast<int64_t>(comm_dtype_size(t)); }
@@ -437,6 +443,7 @@ class MpiCommunicator : public Communicator {
     return p;
   }
 
+  std::unique_ptr<MpiRuntime> runtime_;  // declared before ctx_: destroyed after it
   std::shared_ptr<CommContext> ctx_;
 };
 
@@ -470,7 +477,9 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
 }
 
 MpiRuntime::~MpiRuntime() {
-  if (owns_ && !mpi_finalized()) MPI_Finalize();
+  // During exception unwinding, MPI stays initialised: MPI_Finalize would wait for peers that
+  // may be stuck in a collective, and the handler still needs MPI to call abort_job().
+  if (owns_ && !mpi_finalized() && std::uncaught_exceptions() == 0) MPI_Finalize();
 }
 
 bool MpiRuntime::launched_under_mpi() {
@@ -506,11 +515,22 @@ int MpiRuntime::world_size() const {
   return n;
 }
 
-std::unique_ptr<Communicator> MpiRuntime::world() {
+namespace {
+std::unique_ptr<MpiCommunicator> dup_world() {
   MPI_Comm dup = MPI_COMM_NULL;
   const int rc = MPI_Comm_dup(MPI_COMM_WORLD, &dup);
   if (rc != MPI_SUCCESS) throw_runtime("weft: MPI_Comm_dup of MPI_COMM_WORLD failed: {}", mpi_error_string(rc));
   return std::make_unique<MpiCommunicator>(dup, "world");
+}
+}  // namespace
+
+std::unique_ptr<Communicator> MpiRuntime::world() { return dup_world(); }
+
+std::unique_ptr<Communicator> make_mpi_world(int* argc, char*** argv) {
+  auto rt = std::make_unique<MpiRuntime>(argc, argv);
+  std::unique_ptr<MpiCommunicator> world = dup_world();
+  world->own_runtime(std::move(rt));
+  return world;
 }
 
 }  // namespace weft

@@ -2,8 +2,9 @@
 //
 // MpiRuntime initialises MPI (MPI_THREAD_FUNNELED: only the main thread calls MPI) and
 // finalises it when destroyed; world() returns a Communicator over a duplicate of
-// MPI_COMM_WORLD, so weft's traffic never matches anyone else's. Most code should not use
-// this header: make_world_communicator() in comm/world.h picks MPI or the self communicator.
+// MPI_COMM_WORLD, so weft's traffic never matches anyone else's. make_mpi_world() does both
+// and ties MPI's lifetime to the returned communicator. Most code should not use this
+// header: make_world_communicator() in comm/world.h picks MPI or the self communicator.
 //
 // How the MPI communicator behaves (beyond comm/communicator.h):
 // - Every blocking call is the non-blocking MPI call plus wait(), so the timeout applies to
@@ -31,7 +32,9 @@
 // - MPI errors are returned, not fatal (MPI_ERRORS_RETURN on weft's communicators), and
 //   thrown as RuntimeError with MPI's message.
 // - Destroying a handle that was not waited for waits for it (with the timeout; on timeout
-//   it logs a warning and leaves the operation pending as above).
+//   it logs a warning and leaves the operation pending as above). While an exception
+//   unwinds the stack it does not wait: the operation is left pending, for the handler to
+//   end the job without first sitting out the timeout.
 #pragma once
 #include <memory>
 
@@ -44,7 +47,10 @@ class MpiRuntime {
   // Calls MPI_Init_thread(MPI_THREAD_FUNNELED) unless MPI is initialised already (then the
   // runtime neither initialises nor finalises). argc/argv may be null.
   MpiRuntime(int* argc, char*** argv);
-  ~MpiRuntime();  // MPI_Finalize, if this runtime initialised MPI
+  // MPI_Finalize, if this runtime initialised MPI, except while an exception unwinds the
+  // stack (then the handler can still call abort_job(), and a process that exits without
+  // finalising makes the launcher end the job).
+  ~MpiRuntime();
   MpiRuntime(const MpiRuntime&) = delete;
   MpiRuntime& operator=(const MpiRuntime&) = delete;
 
@@ -65,5 +71,13 @@ class MpiRuntime {
  private:
   bool owns_ = false;
 };
+
+// Initialises MPI (as MpiRuntime) and returns the world communicator, which owns the runtime:
+// destroying it finalises MPI (destroy the communicators split from it and any handles
+// first). A process that leaves without destroying it (std::exit on an error path, a
+// crash) does not call MPI_Finalize, so the launcher sees a rank that died and ends the
+// whole job at once, instead of that rank waiting in MPI_Finalize for peers that are stuck
+// in a collective. Destroyed while an exception unwinds, it does not finalise either.
+std::unique_ptr<Communicator> make_mpi_world(int* argc, char*** argv);
 
 }  // namespace weft

@@ -334,10 +334,12 @@ DataParallelMemory DataParallel::memory() const {
   if (cfg_.zero >= 2) m.grads += static_cast<int64_t>(shard_grads_.bytes());
   if (cfg_.zero == 1) m.comm += static_cast<int64_t>(shard_grads_.bytes());
   for (const auto& s : grad_slots_) {
-    m.grads += static_cast<int64_t>(s.data.bytes());
+    m.grads_transient += static_cast<int64_t>(s.data.bytes());
     m.comm += static_cast<int64_t>(s.recv.bytes());
   }
-  for (const auto& s : param_slots_) m.params += static_cast<int64_t>(s.data.bytes());
+  for (const auto& s : param_slots_) m.params_transient += static_cast<int64_t>(s.data.bytes());
+  m.params += m.params_transient;
+  m.grads += m.grads_transient;
   return m;
 }
 

@@ -42,6 +42,8 @@ struct DataParallelMemory {
   int64_t params = 0;      // parameter buffers (whole or shard, plus zero-3 gather buffers)
   int64_t grads = 0;       // gradient buffers (whole or shard, plus zero-2/3 transient buffers)
   int64_t comm = 0;        // receive buffers of reductions
+  int64_t params_transient = 0;  // of params: zero-3 gather buffers
+  int64_t grads_transient = 0;   // of grads: zero-2/3 per-group gradient buffers
 };
 
 class DataParallel final : public ParamStore {
