@@ -32,12 +32,16 @@ class Backend {
                                int64_t OUT) = 0;
 
   // --- embeddings ---
-  // out (B,T,C) = wte[tokens] + wpe[t]. writes.
+  // out (B,T,C) = wte[tokens - v0] + wpe[t]. writes. Vocabulary-parallel: wte holds rows
+  // [v0, v0 + vrows) only and a token outside them contributes zero; wpe may be null.
   virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte,
-                                 const float* wpe, int64_t B, int64_t T, int64_t C) = 0;
-  // dwte[tokens] += dout, dwpe[t] += sum over b of dout. accumulates.
+                                 const float* wpe, int64_t B, int64_t T, int64_t C,
+                                 int64_t v0 = 0, int64_t vrows = INT64_MAX) = 0;
+  // dwte[tokens - v0] += dout (tokens in range), dwpe[t] += sum over b of dout (if not
+  // null). accumulates.
   virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
-                                  const int32_t* tokens, int64_t B, int64_t T, int64_t C) = 0;
+                                  const int32_t* tokens, int64_t B, int64_t T, int64_t C,
+                                  int64_t v0 = 0, int64_t vrows = INT64_MAX) = 0;
 
   // --- LayerNorm over the last dim ---
   // out (N,C), mean (N), rstd (N). writes.
@@ -52,6 +56,8 @@ class Backend {
   // --- elementwise ---
   // out = inp + bias broadcast over rows of (N,C) (bias may be null: plain copy). writes.
   virtual void add_bias(float* out, const float* inp, const float* bias, int64_t N, int64_t C) = 0;
+  // out = a + b elementwise (n). writes; out may alias a or b.
+  virtual void add(float* out, const float* a, const float* b, int64_t n) = 0;
   // GELU, tanh approximation (Hugging Face "gelu_new"). writes out (n).
   virtual void gelu_forward(float* out, const float* inp, int64_t n) = 0;
   // dinp = gelu'(inp) * dout. writes; dinp may alias dout.
@@ -73,6 +79,20 @@ class Backend {
   // losses (N) writes -log p[target]. Targets must lie in [0, V).
   virtual void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets,
                                      int64_t N, int64_t V, int64_t Vp, float dloss) = 0;
+
+  // --- vocabulary-parallel softmax cross-entropy, in phases around the reductions ---
+  // Each rank holds logits (N, ld) for its vocabulary columns, of which the first `cols`
+  // are real (the rest padding). Phase 1: row maxima (writes max, N). Phase 2: sums of
+  // exp(logit - max) with the global max (writes sum, N). Target logits: tl[i] = logit of
+  // targets[i] - v0 if it lies in [0, cols), else 0 (writes). Phase 3 (gradient, in place):
+  // logits -> (exp(logit - max) / sum - [col == target - v0]) * dloss, 0 on padding.
+  virtual void ce_row_max(const float* logits, int64_t N, int64_t ld, int64_t cols, float* max) = 0;
+  virtual void ce_row_sumexp(const float* logits, int64_t N, int64_t ld, int64_t cols,
+                             const float* max, float* sum) = 0;
+  virtual void ce_target_logit(const float* logits, int64_t N, int64_t ld, int64_t cols,
+                               const int32_t* targets, int64_t v0, float* tl) = 0;
+  virtual void ce_grad(float* logits, int64_t N, int64_t ld, int64_t cols, const float* max,
+                       const float* sum, const int32_t* targets, int64_t v0, float dloss) = 0;
 
   // --- optimizer ---
   // AdamW over n elements (decoupled weight decay as in Loshchilov & Hutter / torch.optim.AdamW):

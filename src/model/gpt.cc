@@ -11,7 +11,8 @@ namespace weft {
 LocalParamStore::LocalParamStore(const ParamLayout& layout)
     : layout_(layout), params_(layout.total()), grads_(layout.total(), true) {}
 
-GPT::GPT(const ModelConfig& cfg, Backend& backend, bool local_store) : layout_(cfg), backend_(backend) {
+GPT::GPT(const ModelConfig& cfg, Backend& backend, bool local_store, int tp_size, int tp_rank)
+    : layout_(cfg, tp_size, tp_rank), backend_(backend), P_(tp_size) {
   if (local_store) {
     local_ = std::make_unique<LocalParamStore>(layout_);
     store_ = local_.get();
@@ -34,7 +35,8 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk) {
       (head_chunk == 0 || head_chunk == acts_.head_chunk)) {
     return;
   }
-  const int64_t N = B * T, C = c.n_embd, F = c.ffn, NH = c.n_head, Vp = c.padded_vocab;
+  const int64_t N = B * T, C = c.n_embd, F = c.ffn / P_, NH = c.n_head / P_, Vp = c.padded_vocab / P_;
+  const int64_t Cl = C / P_;  // this rank's share of the attention channels
   if (head_chunk <= 0) {
     // About 2^25 logits (128 MiB) at a time, rounded down to a multiple of 256 rows: big
     // enough for efficient products, small enough to stay near the caches (measured best
@@ -42,9 +44,10 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk) {
     head_chunk = std::max<int64_t>(256, (int64_t{1} << 25) / Vp / 256 * 256);
   }
   head_chunk = std::min(head_chunk, N);
-  const int64_t per_layer = N * C * 5 + N * 4 + N * 3 * C + B * NH * T * T + N * F * 2;
-  int64_t total = N * C + c.n_layer * per_layer + N * C + 2 * N + N + head_chunk * Vp;
-  if (training) total += N * C * 2 + N * 3 * C + N * F;
+  const int64_t per_layer = N * C * 4 + N * Cl + N * 4 + N * 3 * Cl + B * NH * T * T + N * F * 2;
+  int64_t total = N * C + c.n_layer * per_layer + N * C + 2 * N + N + head_chunk * Vp + 3 * head_chunk;
+  if (P_ > 1) total += N * C;
+  if (training) total += N * C * 2 + N * 3 * Cl + N * F;
   acts_.storage.resize(static_cast<size_t>(total));
   float* p = acts_.storage.data();
   auto take = [&p](int64_t n) {
@@ -61,9 +64,9 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk) {
     a.ln1 = take(N * C);
     a.ln1_mean = take(N);
     a.ln1_rstd = take(N);
-    a.qkv = take(N * 3 * C);
+    a.qkv = take(N * 3 * Cl);
     a.att = take(B * NH * T * T);
-    a.atty = take(N * C);
+    a.atty = take(N * Cl);
     a.res2 = take(N * C);
     a.ln2 = take(N * C);
     a.ln2_mean = take(N);
@@ -77,10 +80,12 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk) {
   acts_.lnf_rstd = take(N);
   acts_.losses = take(N);
   acts_.logits = take(head_chunk * Vp);
+  acts_.stats = take(3 * head_chunk);
+  acts_.tmp = P_ > 1 ? take(N * C) : nullptr;
   if (training) {
     acts_.dres = take(N * C);
     acts_.dC = take(N * C);
-    acts_.d3C = take(N * 3 * C);
+    acts_.d3C = take(N * 3 * Cl);
     acts_.dF = take(N * F);
   } else {
     acts_.dres = acts_.dC = acts_.d3C = acts_.dF = nullptr;
@@ -106,29 +111,53 @@ void GPT::check_shape(int64_t B, int64_t T, bool training) const {
 
 void GPT::forward_blocks(const int32_t* inputs, int64_t B, int64_t T) {
   WEFT_CHECK(store_ != nullptr, "GPT has no parameter store");
+  WEFT_CHECK(P_ == 1 || (tp_ != nullptr && tp_->size() == P_), "tensor-parallel size {} needs set_tp()", P_);
   const ModelConfig& c = config();
-  const int64_t N = B * T, C = c.n_embd, F = c.ffn, NH = c.n_head;
+  const int64_t N = B * T, C = c.n_embd, F = c.ffn / P_, NH = c.n_head / P_, Cl = C / P_;
+  const int64_t Vl = c.padded_vocab / P_, v0 = layout_.tp_rank() * Vl;
   const int L = c.n_layer;
   Backend& be = backend_;
   ParamStore& st = *store_;
   float *wte, *wpe;
   layout_.embedding_ptrs(const_cast<float*>(st.acquire(0)), &wte, &wpe);  // held to the end
-  be.embedding_forward(acts_.encoded, inputs, wte, wpe, B, T, C);
+  if (P_ == 1) {
+    be.embedding_forward(acts_.encoded, inputs, wte, wpe, B, T, C);
+  } else {
+    // Vocabulary-parallel lookup: each rank adds the rows it holds (positions once), summed.
+    be.embedding_forward(acts_.encoded, inputs, wte, layout_.tp_rank() == 0 ? wpe : nullptr, B, T, C, v0, Vl);
+    tp_->all_reduce_sum(acts_.encoded, N * C);
+  }
   const float* x = acts_.encoded;
   for (int l = 0; l < L; ++l) {
     const LayerPtrs lw = layout_.layer_ptrs(l, const_cast<float*>(st.acquire(l + 1)));
     Activations::Layer& a = acts_.layers[l];
     be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, lw.ln1w, lw.ln1b, N, C, c.ln_eps);
-    be.matmul_forward(a.qkv, a.ln1, lw.qkvw, lw.qkvb, N, C, 3 * C, false);
-    be.attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
-    // res2 = x + atty @ W + b: the residual add and the bias ride on the product.
-    be.add_bias(a.res2, x, lw.attprojb, N, C);
-    be.matmul_forward(a.res2, a.atty, lw.attprojw, nullptr, N, C, C, true);
+    // Column-parallel c_attn: this rank's heads.
+    be.matmul_forward(a.qkv, a.ln1, lw.qkvw, lw.qkvb, N, C, 3 * Cl, false);
+    be.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NH);
+    if (P_ == 1) {
+      // res2 = x + atty @ W + b: the residual add and the bias ride on the product.
+      be.add_bias(a.res2, x, lw.attprojb, N, C);
+      be.matmul_forward(a.res2, a.atty, lw.attprojw, nullptr, N, C, C, true);
+    } else {
+      // Row-parallel c_proj: partial products summed over the tensor-parallel ranks.
+      be.matmul_forward(acts_.tmp, a.atty, lw.attprojw, nullptr, N, Cl, C, false);
+      tp_->all_reduce_sum(acts_.tmp, N * C);
+      be.add_bias(acts_.tmp, acts_.tmp, lw.attprojb, N, C);
+      be.add(a.res2, x, acts_.tmp, N * C);
+    }
     be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, lw.ln2w, lw.ln2b, N, C, c.ln_eps);
     be.matmul_forward(a.fch, a.ln2, lw.fcw, lw.fcb, N, C, F, false);
     be.gelu_forward(a.fch_gelu, a.fch, N * F);
-    be.add_bias(a.res3, a.res2, lw.fcprojb, N, C);
-    be.matmul_forward(a.res3, a.fch_gelu, lw.fcprojw, nullptr, N, F, C, true);
+    if (P_ == 1) {
+      be.add_bias(a.res3, a.res2, lw.fcprojb, N, C);
+      be.matmul_forward(a.res3, a.fch_gelu, lw.fcprojw, nullptr, N, F, C, true);
+    } else {
+      be.matmul_forward(acts_.tmp, a.fch_gelu, lw.fcprojw, nullptr, N, F, C, false);
+      tp_->all_reduce_sum(acts_.tmp, N * C);
+      be.add_bias(acts_.tmp, acts_.tmp, lw.fcprojb, N, C);
+      be.add(a.res3, a.res2, acts_.tmp, N * C);
+    }
     st.release(l + 1);
     x = a.res3;
   }
@@ -137,24 +166,55 @@ void GPT::forward_blocks(const int32_t* inputs, int64_t B, int64_t T) {
   be.layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, x, lnfw, lnfb, N, C, c.ln_eps);
 }
 
+double GPT::head(const int32_t* targets, int64_t N, const float* wte, float* dwte, float dloss) {
+  const ModelConfig& c = config();
+  const int64_t C = c.n_embd, Vl = c.padded_vocab / P_, v0 = layout_.tp_rank() * Vl;
+  const int64_t cols = std::clamp<int64_t>(c.vocab_size - v0, 0, Vl);  // real vocabulary columns here
+  Backend& be = backend_;
+  // Chunk by chunk: logits -> loss (and, training, dlogits in place -> dwte += dlogits^T lnf,
+  // dlnf = dlogits wte). The full (N, Vp) logits never exist.
+  for (int64_t r0 = 0; r0 < N; r0 += acts_.head_chunk) {
+    const int64_t rows = std::min(acts_.head_chunk, N - r0);
+    const float* lnf = acts_.lnf + r0 * C;
+    be.gemm(false, true, rows, Vl, C, 1.0f, lnf, C, wte, C, 0.0f, acts_.logits, Vl);
+    if (P_ == 1) {
+      be.softmax_cross_entropy(acts_.logits, acts_.losses + r0, targets + r0, rows, c.vocab_size, Vl, dloss);
+    } else {
+      // Vocabulary-parallel cross-entropy: global row max, then sums of exp and the target
+      // logit, each reduced over the ranks; no rank ever holds a whole row of logits.
+      float* mx = acts_.stats;
+      float* sm = acts_.stats + rows;  // sm and tl adjacent: one reduction
+      float* tl = acts_.stats + 2 * rows;
+      be.ce_row_max(acts_.logits, rows, Vl, cols, mx);
+      tp_->all_reduce_max(mx, rows);
+      be.ce_row_sumexp(acts_.logits, rows, Vl, cols, mx, sm);
+      be.ce_target_logit(acts_.logits, rows, Vl, cols, targets + r0, v0, tl);
+      tp_->all_reduce_sum(sm, 2 * rows);
+      for (int64_t i = 0; i < rows; ++i) acts_.losses[r0 + i] = std::log(sm[i]) + mx[i] - tl[i];
+      if (dloss != 0.0f) be.ce_grad(acts_.logits, rows, Vl, cols, mx, sm, targets + r0, v0, dloss);
+    }
+    if (dloss != 0.0f) {
+      be.gemm(true, false, Vl, C, rows, 1.0f, acts_.logits, Vl, lnf, C, 1.0f, dwte, C);
+      be.gemm(false, false, rows, C, Vl, 1.0f, acts_.logits, Vl, wte, C, 0.0f, acts_.dC + r0 * C, C);
+      if (P_ > 1) tp_->all_reduce_sum(acts_.dC + r0 * C, rows * C);
+    }
+  }
+  double s = 0.0;
+  for (int64_t i = 0; i < N; ++i) s += acts_.losses[i];
+  return s;
+}
+
 float GPT::forward_loss(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) {
   check_shape(B, T, false);
   check_tokens(inputs, B * T, "input");
   check_tokens(targets, B * T, "target");
   forward_blocks(inputs, B, T);
-  const ModelConfig& c = config();
-  const int64_t N = B * T, C = c.n_embd, Vp = c.padded_vocab;
+  const int64_t N = B * T;
   const float* wte = store_->acquire(0);  // still held from forward_blocks
-  for (int64_t r0 = 0; r0 < N; r0 += acts_.head_chunk) {
-    const int64_t rows = std::min(acts_.head_chunk, N - r0);
-    backend_.gemm(false, true, rows, Vp, C, 1.0f, acts_.lnf + r0 * C, C, wte, C, 0.0f, acts_.logits, Vp);
-    backend_.softmax_cross_entropy(acts_.logits, acts_.losses + r0, targets + r0, rows, c.vocab_size, Vp, 0.0f);
-  }
+  const double s = head(targets, N, wte, nullptr, 0.0f);
   store_->release(0);  // the extra acquire above
-  store_->release(c.n_layer + 1);
+  store_->release(config().n_layer + 1);
   store_->release(0);
-  double s = 0.0;
-  for (int64_t i = 0; i < N; ++i) s += acts_.losses[i];
   return static_cast<float>(s / static_cast<double>(N));
 }
 
@@ -165,7 +225,8 @@ float GPT::forward_backward(const int32_t* inputs, const int32_t* targets, int64
   check_tokens(targets, B * T, "target");
   forward_blocks(inputs, B, T);
   const ModelConfig& c = config();
-  const int64_t N = B * T, C = c.n_embd, F = c.ffn, NH = c.n_head, Vp = c.padded_vocab;
+  const int64_t N = B * T, C = c.n_embd, F = c.ffn / P_, NH = c.n_head / P_, Cl = C / P_;
+  const int64_t Vl = c.padded_vocab / P_, v0 = layout_.tp_rank() * Vl;
   const int L = c.n_layer;
   Backend& be = backend_;
   ParamStore& st = *store_;
@@ -173,19 +234,7 @@ float GPT::forward_backward(const int32_t* inputs, const int32_t* targets, int64
   layout_.embedding_ptrs(const_cast<float*>(st.acquire(0)), &wte, &wpe);
   st.release(0);  // balance the acquire just above; forward_blocks' acquire is still held
   layout_.embedding_ptrs(st.grads(0), &dwte, &dwpe);
-
-  // Output head fused with the loss, chunk by chunk: logits -> dlogits in place ->
-  // dwte += dlogits^T lnf and dlnf = dlogits wte. The full (N, Vp) logits never exist.
-  for (int64_t r0 = 0; r0 < N; r0 += acts_.head_chunk) {
-    const int64_t rows = std::min(acts_.head_chunk, N - r0);
-    const float* lnf = acts_.lnf + r0 * C;
-    be.gemm(false, true, rows, Vp, C, 1.0f, lnf, C, wte, C, 0.0f, acts_.logits, Vp);
-    be.softmax_cross_entropy(acts_.logits, acts_.losses + r0, targets + r0, rows, c.vocab_size, Vp, loss_scale);
-    be.gemm(true, false, Vp, C, rows, 1.0f, acts_.logits, Vp, lnf, C, 1.0f, dwte, C);
-    be.gemm(false, false, rows, C, Vp, 1.0f, acts_.logits, Vp, wte, C, 0.0f, acts_.dC + r0 * C, C);
-  }
-  double loss_sum = 0.0;
-  for (int64_t i = 0; i < N; ++i) loss_sum += acts_.losses[i];
+  const double loss_sum = head(targets, N, wte, dwte, loss_scale);
 
   const float* x_last = L > 0 ? acts_.layers.back().res3 : acts_.encoded;
   float *lnfw, *lnfb, *dlnfw, *dlnfb;
@@ -204,17 +253,19 @@ float GPT::forward_backward(const int32_t* inputs, const int32_t* targets, int64
     be.matmul_backward(acts_.dF, lg.fcprojw, lg.fcprojb, acts_.dres, a.fch_gelu, lw.fcprojw, N, F, C);
     be.gelu_backward(acts_.dF, a.fch, acts_.dF, N * F);
     be.matmul_backward(acts_.dC, lg.fcw, lg.fcb, acts_.dF, a.ln2, lw.fcw, N, C, F);
+    if (P_ > 1) tp_->all_reduce_sum(acts_.dC, N * C);  // column-parallel input gradient
     be.layernorm_backward(acts_.dres, lg.ln2w, lg.ln2b, acts_.dC, a.res2, lw.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
     // dres now holds d(res2).
-    be.matmul_backward(acts_.dC, lg.attprojw, lg.attprojb, acts_.dres, a.atty, lw.attprojw, N, C, C);
-    be.attention_backward(acts_.d3C, acts_.dC, a.qkv, a.att, B, T, C, NH);
-    be.matmul_backward(acts_.dC, lg.qkvw, lg.qkvb, acts_.d3C, a.ln1, lw.qkvw, N, C, 3 * C);
+    be.matmul_backward(acts_.dC, lg.attprojw, lg.attprojb, acts_.dres, a.atty, lw.attprojw, N, Cl, C);
+    be.attention_backward(acts_.d3C, acts_.dC, a.qkv, a.att, B, T, Cl, NH);
+    be.matmul_backward(acts_.dC, lg.qkvw, lg.qkvb, acts_.d3C, a.ln1, lw.qkvw, N, C, 3 * Cl);
+    if (P_ > 1) tp_->all_reduce_sum(acts_.dC, N * C);
     be.layernorm_backward(acts_.dres, lg.ln1w, lg.ln1b, acts_.dC, x, lw.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
     // dres now holds d(x), the gradient of this layer's input.
     st.release(l + 1);
     st.ready(l + 1);
   }
-  be.embedding_backward(dwte, dwpe, acts_.dres, inputs, B, T, C);
+  be.embedding_backward(dwte, dwpe, acts_.dres, inputs, B, T, C, v0, Vl);
   st.ready(0);
   st.release(L + 1);
   st.release(0);
@@ -228,8 +279,16 @@ void GPT::forward_last_logits(const int32_t* tokens, int64_t T, float* logits_ou
   const ModelConfig& c = config();
   const int64_t C = c.n_embd;
   const float* wte = store_->acquire(0);
-  backend_.gemm(false, true, 1, c.vocab_size, C, 1.0f, acts_.lnf + (T - 1) * C, C, wte, C, 0.0f, logits_out,
-                c.vocab_size);
+  if (P_ == 1) {
+    backend_.gemm(false, true, 1, c.vocab_size, C, 1.0f, acts_.lnf + (T - 1) * C, C, wte, C, 0.0f, logits_out,
+                  c.vocab_size);
+  } else {
+    const int64_t Vl = c.padded_vocab / P_, v0 = layout_.tp_rank() * Vl;
+    std::vector<float> all(c.padded_vocab, 0.0f);
+    backend_.gemm(false, true, 1, Vl, C, 1.0f, acts_.lnf + (T - 1) * C, C, wte, C, 0.0f, all.data() + v0, Vl);
+    tp_->all_reduce_sum(all.data(), c.padded_vocab);
+    std::copy(all.begin(), all.begin() + c.vocab_size, logits_out);
+  }
   store_->release(0);
   store_->release(c.n_layer + 1);
   store_->release(0);

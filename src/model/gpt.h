@@ -13,6 +13,7 @@
 #include "model/config.h"
 #include "model/param_store.h"
 #include "model/params.h"
+#include "model/tp_ops.h"
 
 namespace weft {
 
@@ -40,6 +41,8 @@ struct Activations {
   float* dC = nullptr;      // (N,C)
   float* d3C = nullptr;     // (N,3C)
   float* dF = nullptr;      // (N,F)
+  float* tmp = nullptr;     // (N,C) partial sums of row-parallel products (tp > 1)
+  float* stats = nullptr;   // (3, head_chunk) row max, sum of exp, target logit
   Buffer<float> storage;
   int64_t head_chunk = 0;
   int64_t bytes() const { return static_cast<int64_t>(storage.bytes()); }
@@ -66,7 +69,10 @@ class GPT {
  public:
   // local_store: allocate whole parameter and gradient buffers (the single-process store).
   // A data-parallel run passes false and installs its own store with set_store().
-  GPT(const ModelConfig& cfg, Backend& backend, bool local_store = true);
+  // tp_size/tp_rank: this process holds tensor-parallel part tp_rank of tp_size (see
+  // ParamLayout); set_tp() then provides the communication.
+  GPT(const ModelConfig& cfg, Backend& backend, bool local_store = true, int tp_size = 1, int tp_rank = 0);
+  void set_tp(TensorParallelOps* tp) { tp_ = tp; }
 
   const ModelConfig& config() const { return layout_.config(); }
   const ParamLayout& layout() const { return layout_; }
@@ -103,6 +109,9 @@ class GPT {
 
  private:
   void forward_blocks(const int32_t* inputs, int64_t B, int64_t T);
+  // The output head and loss over rows [0, N) of lnf, chunk by chunk; with dloss != 0 also
+  // dwte and dlnf (into acts_.dC).
+  double head(const int32_t* targets, int64_t N, const float* wte, float* dwte, float dloss);
   void check_tokens(const int32_t* tokens, int64_t n, const char* what) const;
   void check_shape(int64_t B, int64_t T, bool training) const;
 
@@ -110,6 +119,8 @@ class GPT {
   Backend& backend_;
   std::unique_ptr<LocalParamStore> local_;
   ParamStore* store_ = nullptr;
+  TensorParallelOps* tp_ = nullptr;
+  int P_ = 1;  // tensor-parallel size
   Activations acts_;
   bool acts_training_ = false;
 };

@@ -10,49 +10,115 @@
 
 namespace weft {
 
-ParamLayout::ParamLayout(const ModelConfig& cfg) : cfg_(cfg) {
+ParamLayout::ParamLayout(const ModelConfig& cfg, int tp_size, int tp_rank)
+    : cfg_(cfg), tp_size_(tp_size), tp_rank_(tp_rank) {
   cfg_.validate();
-  const int64_t C = cfg.n_embd, F = cfg.ffn, Vp = cfg.padded_vocab, V = cfg.vocab_size;
-  auto add = [&](std::string name, ParamKind kind, int layer, std::vector<int64_t> shape,
-                 bool decay) {
+  const int64_t C = cfg.n_embd, F = cfg.ffn, Vp = cfg.padded_vocab, V = cfg.vocab_size, P = tp_size;
+  if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size) throw_input("tensor-parallel rank {} of {}", tp_rank, tp_size);
+  if (cfg.n_head % P != 0) throw_input("{} attention heads are not divisible by tp {}", cfg.n_head, P);
+  if (F % P != 0) throw_input("MLP size {} is not divisible by tp {}", F, P);
+  if (Vp % P != 0) throw_input("padded vocabulary {} is not divisible by tp {}", Vp, P);
+  auto add = [&](std::string name, ParamKind kind, int layer, std::vector<int64_t> full, TpSplit split, bool decay) {
     ParamTensor t;
     t.name = std::move(name);
     t.kind = kind;
     t.layer = layer;
-    t.shape = shape;
-    t.hf_shape = shape;
+    t.full_shape = full;
+    t.hf_shape = full;
+    t.split = P == 1 ? TpSplit::kReplicated : split;
+    t.shape = full;
+    if (t.split == TpSplit::kRows) t.shape[0] /= P;
+    if (t.split == TpSplit::kCols || t.split == TpSplit::kQkvCols) t.shape.back() /= P;
     t.offset = total_;
     t.numel = 1;
-    for (int64_t d : shape) t.numel *= d;
+    for (int64_t d : t.shape) t.numel *= d;
     t.id = static_cast<uint64_t>(tensors_.size());
     t.weight_decay = decay;
     total_ += t.numel;
     tensors_.push_back(std::move(t));
   };
-  add("transformer.wte.weight", ParamKind::kWte, -1, {Vp, C}, true);
+  using S = TpSplit;
+  add("transformer.wte.weight", ParamKind::kWte, -1, {Vp, C}, S::kRows, true);
   tensors_.back().hf_shape = {V, C};
-  add("transformer.wpe.weight", ParamKind::kWpe, -1, {cfg.n_ctx, C}, true);
+  add("transformer.wpe.weight", ParamKind::kWpe, -1, {cfg.n_ctx, C}, S::kReplicated, true);
   for (int l = 0; l < cfg.n_layer; ++l) {
     std::string p = fmt::format("transformer.h.{}.", l);
-    add(p + "ln_1.weight", ParamKind::kLn1W, l, {C}, false);
-    add(p + "ln_1.bias", ParamKind::kLn1B, l, {C}, false);
-    add(p + "attn.c_attn.weight", ParamKind::kQkvW, l, {C, 3 * C}, true);
-    add(p + "attn.c_attn.bias", ParamKind::kQkvB, l, {3 * C}, false);
-    add(p + "attn.c_proj.weight", ParamKind::kAttnProjW, l, {C, C}, true);
-    add(p + "attn.c_proj.bias", ParamKind::kAttnProjB, l, {C}, false);
-    add(p + "ln_2.weight", ParamKind::kLn2W, l, {C}, false);
-    add(p + "ln_2.bias", ParamKind::kLn2B, l, {C}, false);
-    add(p + "mlp.c_fc.weight", ParamKind::kFcW, l, {C, F}, true);
-    add(p + "mlp.c_fc.bias", ParamKind::kFcB, l, {F}, false);
-    add(p + "mlp.c_proj.weight", ParamKind::kFcProjW, l, {F, C}, true);
-    add(p + "mlp.c_proj.bias", ParamKind::kFcProjB, l, {C}, false);
+    add(p + "ln_1.weight", ParamKind::kLn1W, l, {C}, S::kReplicated, false);
+    add(p + "ln_1.bias", ParamKind::kLn1B, l, {C}, S::kReplicated, false);
+    add(p + "attn.c_attn.weight", ParamKind::kQkvW, l, {C, 3 * C}, S::kQkvCols, true);
+    add(p + "attn.c_attn.bias", ParamKind::kQkvB, l, {3 * C}, S::kQkvCols, false);
+    add(p + "attn.c_proj.weight", ParamKind::kAttnProjW, l, {C, C}, S::kRows, true);
+    add(p + "attn.c_proj.bias", ParamKind::kAttnProjB, l, {C}, S::kReplicated, false);
+    add(p + "ln_2.weight", ParamKind::kLn2W, l, {C}, S::kReplicated, false);
+    add(p + "ln_2.bias", ParamKind::kLn2B, l, {C}, S::kReplicated, false);
+    add(p + "mlp.c_fc.weight", ParamKind::kFcW, l, {C, F}, S::kCols, true);
+    add(p + "mlp.c_fc.bias", ParamKind::kFcB, l, {F}, S::kCols, false);
+    add(p + "mlp.c_proj.weight", ParamKind::kFcProjW, l, {F, C}, S::kRows, true);
+    add(p + "mlp.c_proj.bias", ParamKind::kFcProjB, l, {C}, S::kReplicated, false);
   }
-  add("transformer.ln_f.weight", ParamKind::kLnfW, -1, {C}, false);
-  add("transformer.ln_f.bias", ParamKind::kLnfB, -1, {C}, false);
+  add("transformer.ln_f.weight", ParamKind::kLnfW, -1, {C}, S::kReplicated, false);
+  add("transformer.ln_f.bias", ParamKind::kLnfB, -1, {C}, S::kReplicated, false);
+}
+
+int64_t ParamLayout::global_index(const ParamTensor& t, int64_t local) const {
+  const int64_t P = tp_size_, r = tp_rank_;
+  switch (t.split) {
+    case TpSplit::kReplicated:
+      return local;
+    case TpSplit::kRows: {
+      const int64_t rows = t.shape[0], cols = t.numel / rows;
+      return (r * rows) * cols + local;  // a contiguous block of whole rows
+    }
+    case TpSplit::kCols: {
+      const int64_t lc = t.shape.back(), fc = lc * P;
+      const int64_t i = local / lc, j = local % lc;
+      return i * fc + r * lc + j;
+    }
+    case TpSplit::kQkvCols: {
+      // Columns [q | k | v], each of C; rank r holds heads [r*NH/P, (r+1)*NH/P) of each.
+      const int64_t lc = t.shape.back(), fc = lc * P, part = lc / 3;  // part = C/P
+      const int64_t i = local / lc, j = local % lc;
+      const int64_t s = j / part, jj = j % part;
+      return i * fc + s * (part * P) + r * part + jj;
+    }
+  }
+  return local;
+}
+
+int64_t ParamLayout::total_full() const {
+  int64_t n = 0;
+  for (const auto& t : tensors_) {
+    int64_t f = 1;
+    for (int64_t d : t.full_shape) f *= d;
+    n += f;
+  }
+  return n;
+}
+
+void extract_tp_part(const ParamLayout& local, const ParamLayout& full, const float* full_buf, float* local_buf) {
+  WEFT_CHECK(full.tp_size() == 1 && local.tensors().size() == full.tensors().size(), "layouts do not match");
+  for (size_t k = 0; k < local.tensors().size(); ++k) {
+    const ParamTensor& lt = local.tensors()[k];
+    const float* src = full_buf + full.tensors()[k].offset;
+    float* dst = local_buf + lt.offset;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < lt.numel; ++i) dst[i] = src[local.global_index(lt, i)];
+  }
+}
+
+void insert_tp_part(const ParamLayout& local, const ParamLayout& full, const float* local_buf, float* full_buf) {
+  WEFT_CHECK(full.tp_size() == 1 && local.tensors().size() == full.tensors().size(), "layouts do not match");
+  for (size_t k = 0; k < local.tensors().size(); ++k) {
+    const ParamTensor& lt = local.tensors()[k];
+    float* dst = full_buf + full.tensors()[k].offset;
+    const float* src = local_buf + lt.offset;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < lt.numel; ++i) dst[local.global_index(lt, i)] = src[i];
+  }
 }
 
 int64_t ParamLayout::count_unpadded() const {
-  return total_ - static_cast<int64_t>(cfg_.padded_vocab - cfg_.vocab_size) * cfg_.n_embd;
+  return total_full() - static_cast<int64_t>(cfg_.padded_vocab - cfg_.vocab_size) * cfg_.n_embd;
 }
 
 std::pair<int64_t, int64_t> ParamLayout::layer_range(int l) const {
@@ -149,11 +215,14 @@ void init_params_range(const ParamLayout& layout, uint64_t seed, int64_t begin, 
       default: {
         const float std = (t.kind == ParamKind::kAttnProjW || t.kind == ParamKind::kFcProjW) ? proj_std : cfg.init_std;
         // Padded vocabulary rows stay zero: they never receive a gradient.
-        const int64_t live = t.kind == ParamKind::kWte ? int64_t{cfg.vocab_size} * cfg.n_embd : t.numel;
+        // Keyed by the element's index in the whole tensor: every tensor-parallel split
+        // reproduces the single-process values.
+        const int64_t live = t.kind == ParamKind::kWte ? int64_t{cfg.vocab_size} * cfg.n_embd : INT64_MAX;
         const uint64_t stream = kRngStreamInit + t.id;
 #pragma omp parallel for schedule(static)
         for (int64_t i = i0; i < i1; ++i) {
-          p[i - i0] = i < live ? std * Philox::normal(seed, stream, static_cast<uint64_t>(i)) : 0.0f;
+          const int64_t gi = layout.global_index(t, i);
+          p[i - i0] = gi < live ? std * Philox::normal(seed, stream, static_cast<uint64_t>(gi)) : 0.0f;
         }
       }
     }

@@ -26,11 +26,18 @@ enum class ParamKind {
 };
 constexpr int kParamsPerLayer = 12;
 
+// How a tensor is split over the tensor-parallel ranks (Megatron-LM): column-parallel
+// matrices split their output columns (c_attn: the columns of each of q, k, v, i.e. whole
+// heads), row-parallel matrices their input rows, the embedding its vocabulary rows.
+enum class TpSplit { kReplicated, kRows, kCols, kQkvCols };
+
 struct ParamTensor {
   std::string name;              // Hugging Face GPT-2 name, e.g. "transformer.h.0.attn.c_attn.weight"
   ParamKind kind;
   int layer = -1;                // -1 for non-layer tensors
-  std::vector<int64_t> shape;    // shape in the flat buffer
+  std::vector<int64_t> shape;    // shape in the flat buffer (this tensor-parallel rank's part)
+  std::vector<int64_t> full_shape;  // shape of the whole tensor (tp = 1)
+  TpSplit split = TpSplit::kReplicated;
   std::vector<int64_t> hf_shape; // shape in a checkpoint (wte keeps only the V real rows)
   int64_t offset = 0;            // element offset in the flat buffer
   int64_t numel = 0;
@@ -52,7 +59,14 @@ struct ModelPtrs {
 
 class ParamLayout {
  public:
-  explicit ParamLayout(const ModelConfig& cfg);
+  // The layout of tensor-parallel rank tp_rank of tp_size (1: the whole model).
+  explicit ParamLayout(const ModelConfig& cfg, int tp_size = 1, int tp_rank = 0);
+  int tp_size() const { return tp_size_; }
+  int tp_rank() const { return tp_rank_; }
+  // Index in the whole tensor (row-major, full_shape) of element `local` of this rank's part.
+  int64_t global_index(const ParamTensor& t, int64_t local) const;
+  // Elements of the whole model counted once (replicated tensors once, split ones whole).
+  int64_t total_full() const;
   const ModelConfig& config() const { return cfg_; }
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   int64_t total() const { return total_; }
@@ -75,7 +89,15 @@ class ParamLayout {
   ModelConfig cfg_;
   std::vector<ParamTensor> tensors_;
   int64_t total_ = 0;
+  int tp_size_ = 1, tp_rank_ = 0;
 };
+
+// Tensor parallelism and whole-model buffers: every tensor-parallel rank's flat buffer
+// (layout `local`) <-> one flat buffer in the tp = 1 layout `full`.
+// Copies this rank's part out of a whole-model buffer.
+void extract_tp_part(const ParamLayout& local, const ParamLayout& full, const float* full_buf, float* local_buf);
+// Writes one rank's part (layout `local`, any tp rank) into a whole-model buffer.
+void insert_tp_part(const ParamLayout& local, const ParamLayout& full, const float* local_buf, float* full_buf);
 
 // Fills `params` (size layout.total()) with the GPT-2 initialisation: weights N(0, 0.02),
 // residual projections N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weight 1, padded vocab rows 0.

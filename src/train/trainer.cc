@@ -27,6 +27,7 @@
 #include "optim/optim.h"
 #include "parallel/dp/data_parallel.h"
 #include "parallel/grid.h"
+#include "parallel/tp/tp_comm.h"
 #include "train/sample.h"
 
 namespace fs = std::filesystem;
@@ -140,16 +141,18 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   spec.dp = cfg.dp > 0 ? static_cast<int>(cfg.dp) : std::max(1, world.size() / std::max<int>(1, spec.tp * spec.pp));
   spec.order = cfg.order;
   validate_layout(spec, world.size(), LayoutChecks{mc.n_head, mc.n_layer, G, B});
-  if (spec.tp > 1 || spec.pp > 1) {
-    throw_input("tp {} / pp {}: tensor and pipeline parallelism are not implemented yet in this version; use dp (and zero)",
-                spec.tp, spec.pp);
+  if (spec.pp > 1) {
+    throw_input("pp {}: pipeline parallelism is not implemented yet in this version; use tp and dp (with zero)", spec.pp);
   }
   Tracer tracer(cfg.trace);
   world.set_tracer(&tracer);
   world.set_timeout(std::chrono::milliseconds(static_cast<int64_t>(cfg.comm_timeout * 1000.0)));
   ProcessGrid grid(world, spec);
   Communicator& dpc = grid.comm(Axis::kDp);
+  Communicator& tpc = grid.comm(Axis::kTp);
+  CommTensorParallel tp_ops(tpc);
   const int dp = spec.dp, dp_rank = grid.coord(Axis::kDp);
+  const int tp = spec.tp, tp_rank = grid.coord(Axis::kTp);
   const int64_t per_rank = G / dp, accum = per_rank / B;
 
   // Data first: a missing corpus should fail before anything is written.
@@ -212,7 +215,9 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   }
 
   auto backend = make_cpu_backend();
-  GPT model(mc, *backend, /*local_store=*/false);
+  GPT model(mc, *backend, /*local_store=*/false, tp, tp_rank);
+  model.set_tp(&tp_ops);
+  const ParamLayout full_layout(mc);  // the whole model (tp = 1): checkpoints
   DataParallelConfig dcfg;
   dcfg.zero = static_cast<int>(cfg.zero);
   dcfg.bucket_bytes = static_cast<int64_t>(cfg.bucket_mb * 1048576.0);
@@ -227,23 +232,50 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   acfg.eps = static_cast<float>(cfg.eps);
   acfg.weight_decay = static_cast<float>(cfg.weight_decay);
   AdamW optim(model.layout(), acfg, store.opt_begin(), store.opt_end());
-  const int64_t n = model.num_params();
+  const int64_t n = model.num_params();  // this tensor-parallel rank's part
+  const int64_t n_full = full_layout.total();
+  if (tp > 1 && tp_rank != 0) {
+    // Replicated tensors have identical gradients on every tp rank: count them once.
+    std::vector<std::pair<int64_t, int64_t>> skip;
+    for (const ParamTensor& t : model.layout().tensors()) {
+      if (t.split == TpSplit::kReplicated) skip.emplace_back(t.offset, t.offset + t.numel);
+    }
+    store.set_norm_skip(std::move(skip));
+  }
+  // Whole-model buffer (tp = 1 layout) <-> this rank's part, through the tp group.
+  auto to_local = [&](const float* whole, float* local) {
+    if (tp == 1) {
+      std::memcpy(local, whole, static_cast<size_t>(n) * sizeof(float));
+    } else {
+      extract_tp_part(model.layout(), full_layout, whole, local);
+    }
+  };
+  auto to_whole = [&](const float* local, float* whole) {
+    if (tp == 1) {
+      std::memcpy(whole, local, static_cast<size_t>(n) * sizeof(float));
+      return;
+    }
+    Buffer<float> parts(static_cast<size_t>(n * tp));
+    tpc.all_gather(local, parts.data(), n, CommDType::kF32);
+    for (int r = 0; r < tp; ++r) insert_tp_part(ParamLayout(mc, tp, r), full_layout, parts.data() + r * n, whole);
+  };
 
   int64_t start_step = 0;
   if (!resume_dir.empty()) {
-    {
-      Buffer<float> full(static_cast<size_t>(n));
-      load_checkpoint_params(resume_dir, model.layout(), full.data());
-      store.load_full_params(full.data());
-    }
-    Buffer<float> m(static_cast<size_t>(n)), v(static_cast<size_t>(n));
-    if (!load_checkpoint_optimizer(resume_dir, model.layout(), m.data(), v.data())) {
+    Buffer<float> whole(static_cast<size_t>(n_full)), local(static_cast<size_t>(n));
+    load_checkpoint_params(resume_dir, full_layout, whole.data());
+    to_local(whole.data(), local.data());
+    store.load_full_params(local.data());
+    Buffer<float> m(static_cast<size_t>(n_full)), v(static_cast<size_t>(n_full));
+    if (!load_checkpoint_optimizer(resume_dir, full_layout, m.data(), v.data())) {
       throw_input("{}: the checkpoint has no optimizer state ({}), so the run cannot continue exactly", resume_dir,
                   kCheckpointOptimizerFile);
     }
     const size_t len = static_cast<size_t>(optim.end() - optim.begin());
-    std::memcpy(optim.exp_avg(), m.data() + optim.begin(), len * sizeof(float));
-    std::memcpy(optim.exp_avg_sq(), v.data() + optim.begin(), len * sizeof(float));
+    to_local(m.data(), local.data());
+    std::memcpy(optim.exp_avg(), local.data() + optim.begin(), len * sizeof(float));
+    to_local(v.data(), local.data());
+    std::memcpy(optim.exp_avg_sq(), local.data() + optim.begin(), len * sizeof(float));
     start_step = resume_state["step"].get<int64_t>();
     if (rank0) truncate_metrics((fs::path(cfg.out) / "metrics.jsonl").string(), start_step);
     log_info("resuming from {} at step {}", resume_dir, start_step);
@@ -316,14 +348,19 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
 
   auto save = [&](int64_t step_done) {
     const std::string dir = (fs::path(cfg.out) / step_dir_name(step_done)).string();
-    // Gathered: every rank contributes its shards; rank 0 writes one layout-free checkpoint.
-    Buffer<float> full(static_cast<size_t>(n)), m(static_cast<size_t>(n)), v(static_cast<size_t>(n));
-    store.gather_full_params(full.data());
-    store.gather_opt_range(optim.exp_avg(), m.data());
-    store.gather_opt_range(optim.exp_avg_sq(), v.data());
+    // Gathered: every rank contributes its shards (dp, then tp); rank 0 writes one
+    // layout-free checkpoint of the whole model.
+    Buffer<float> local(static_cast<size_t>(n));
+    Buffer<float> full(static_cast<size_t>(n_full)), m(static_cast<size_t>(n_full)), v(static_cast<size_t>(n_full));
+    store.gather_full_params(local.data());
+    to_whole(local.data(), full.data());
+    store.gather_opt_range(optim.exp_avg(), local.data());
+    to_whole(local.data(), m.data());
+    store.gather_opt_range(optim.exp_avg_sq(), local.data());
+    to_whole(local.data(), v.data());
     if (rank0) {
       CheckpointData d;
-      d.layout = &model.layout();
+      d.layout = &full_layout;
       d.params = full.data();
       d.exp_avg = m.data();
       d.exp_avg_sq = v.data();
@@ -377,7 +414,9 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
       loss_sum += static_cast<double>(model.forward_backward(inputs.data(), targets.data(), B, T, loss_scale)) * B * T;
     }
     store.finish_step_gradients();
-    const double norm = std::sqrt(store.grad_norm_sq());
+    double norm_sq = store.grad_norm_sq();
+    if (tp > 1) tpc.all_reduce_sum(&norm_sq, 1);
+    const double norm = std::sqrt(norm_sq);
     if (dp > 1) dpc.all_reduce_sum(&loss_sum, 1);
     const double loss = loss_sum / static_cast<double>(G * T);
     if (!std::isfinite(loss) || !std::isfinite(norm)) {

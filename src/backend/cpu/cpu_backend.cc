@@ -101,31 +101,45 @@ class CpuBackend final : public Backend {
   }
 
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                         int64_t B, int64_t T, int64_t C) override {
+                         int64_t B, int64_t T, int64_t C, int64_t v0, int64_t vrows) override {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < B * T; ++i) {
-      const float* e = wte + static_cast<int64_t>(tokens[i]) * C;
-      const float* p = wpe + (i % T) * C;
+      const int64_t row = static_cast<int64_t>(tokens[i]) - v0;
+      const bool mine = row >= 0 && row < vrows;
+      const float* e = wte + (mine ? row : 0) * C;
+      const float* p = wpe ? wpe + (i % T) * C : nullptr;
       float* o = out + i * C;
+      if (mine && p) {
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) o[c] = e[c] + p[c];
+        for (int64_t c = 0; c < C; ++c) o[c] = e[c] + p[c];
+      } else if (mine) {
+        std::memcpy(o, e, C * sizeof(float));
+      } else if (p) {
+        std::memcpy(o, p, C * sizeof(float));
+      } else {
+        std::memset(o, 0, C * sizeof(float));
+      }
     }
   }
 
   void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                          int64_t B, int64_t T, int64_t C) override {
+                          int64_t B, int64_t T, int64_t C, int64_t v0, int64_t vrows) override {
     // Each thread owns a slice of the channels, so repeated tokens never race.
 #pragma omp parallel
     {
       auto [c0, c1] = chunk(C, omp_get_num_threads(), omp_get_thread_num());
       for (int64_t i = 0; i < B * T; ++i) {
-        float* d = dwte + static_cast<int64_t>(tokens[i]) * C;
         const float* g = dout + i * C;
-        float* dp = dwpe + (i % T) * C;
+        const int64_t row = static_cast<int64_t>(tokens[i]) - v0;
+        if (row >= 0 && row < vrows) {
+          float* d = dwte + row * C;
 #pragma omp simd
-        for (int64_t c = c0; c < c1; ++c) {
-          d[c] += g[c];
-          dp[c] += g[c];
+          for (int64_t c = c0; c < c1; ++c) d[c] += g[c];
+        }
+        if (dwpe) {
+          float* dp = dwpe + (i % T) * C;
+#pragma omp simd
+          for (int64_t c = c0; c < c1; ++c) dp[c] += g[c];
         }
       }
     }
@@ -212,6 +226,11 @@ class CpuBackend final : public Backend {
         std::memcpy(o, inp + i * C, C * sizeof(float));
       }
     }
+  }
+
+  void add(float* out, const float* a, const float* b, int64_t n) override {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
   }
 
   void gelu_forward(float* out, const float* inp, int64_t n) override {
@@ -354,6 +373,52 @@ class CpuBackend final : public Backend {
         for (int64_t j = 0; j < V; ++j) s += vexp(r[j] - mx);
       }
       losses[i] = std::log(s) + mx - target_logit;
+    }
+  }
+
+  void ce_row_max(const float* logits, int64_t N, int64_t ld, int64_t cols, float* max) override {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      const float* r = logits + i * ld;
+      float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+      for (int64_t j = 0; j < cols; ++j) mx = std::max(mx, r[j]);
+      max[i] = mx;
+    }
+  }
+
+  void ce_row_sumexp(const float* logits, int64_t N, int64_t ld, int64_t cols, const float* max,
+                     float* sum) override {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      const float* r = logits + i * ld;
+      const float mx = max[i];
+      float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+      for (int64_t j = 0; j < cols; ++j) s += vexp(r[j] - mx);
+      sum[i] = s;
+    }
+  }
+
+  void ce_target_logit(const float* logits, int64_t N, int64_t ld, int64_t cols, const int32_t* targets,
+                       int64_t v0, float* tl) override {
+    for (int64_t i = 0; i < N; ++i) {
+      const int64_t j = static_cast<int64_t>(targets[i]) - v0;
+      tl[i] = (j >= 0 && j < cols) ? logits[i * ld + j] : 0.0f;
+    }
+  }
+
+  void ce_grad(float* logits, int64_t N, int64_t ld, int64_t cols, const float* max, const float* sum,
+               const int32_t* targets, int64_t v0, float dloss) override {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      float* r = logits + i * ld;
+      const float mx = max[i], k = dloss / sum[i];
+#pragma omp simd
+      for (int64_t j = 0; j < cols; ++j) r[j] = vexp(r[j] - mx) * k;
+      for (int64_t j = cols; j < ld; ++j) r[j] = 0.0f;
+      const int64_t t = static_cast<int64_t>(targets[i]) - v0;
+      if (t >= 0 && t < cols) r[t] -= dloss;
     }
   }
 

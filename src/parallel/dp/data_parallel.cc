@@ -167,6 +167,10 @@ double DataParallel::grad_norm_sq() {
   double s = 0.0;
 #pragma omp parallel for reduction(+ : s) schedule(static)
   for (int64_t i = 0; i < n; ++i) s += static_cast<double>(g[i]) * g[i];
+  for (const auto& [b0, e0] : norm_skip_) {  // subtract the skipped ranges (within this rank's range)
+    const int64_t b = std::max(b0, opt_begin()), e = std::min(e0, opt_end());
+    for (int64_t i = b; i < e; ++i) s -= static_cast<double>(g[i - opt_begin()]) * g[i - opt_begin()];
+  }
   if (cfg_.zero >= 1) {
     const double t0 = Tracer::now();
     dp_.all_reduce_sum(&s, 1);

@@ -78,8 +78,10 @@ class DataParallel final : public ParamStore {
   void begin_step();                       // clears the gradient accumulators
   void begin_micro_batch(bool last);       // `last`: reduce during this micro-batch's backward
   void finish_step_gradients();            // waits for every reduction of the step
-  // Squared L2 norm of the summed gradient over all ranks.
+  // Squared L2 norm of the summed gradient over the data-parallel ranks, leaving out the
+  // element ranges set with set_norm_skip (tensor-parallel replicas counted on one rank only).
   double grad_norm_sq();
+  void set_norm_skip(std::vector<std::pair<int64_t, int64_t>> ranges) { norm_skip_ = std::move(ranges); }
   void after_optimizer_step();             // zero 1/2: all-gather the updated shards
 
   DataParallelMemory memory() const;
@@ -146,6 +148,7 @@ class DataParallel final : public ParamStore {
   std::vector<int> grad_slot_of_group_;
   uint64_t clock_ = 0;
   double exposed_s_ = 0.0;
+  std::vector<std::pair<int64_t, int64_t>> norm_skip_;
   int64_t peak_param_slots_ = 0, peak_grad_slots_ = 0;
 };
 

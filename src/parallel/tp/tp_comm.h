@@ -1,0 +1,20 @@
+// TensorParallelOps over a Communicator (the tp axis group of the ProcessGrid).
+#pragma once
+#include "comm/communicator.h"
+#include "model/tp_ops.h"
+
+namespace weft {
+
+class CommTensorParallel final : public TensorParallelOps {
+ public:
+  explicit CommTensorParallel(Communicator& tp) : tp_(tp) {}
+  int size() const override { return tp_.size(); }
+  int rank() const override { return tp_.rank(); }
+  void all_reduce_sum(float* x, int64_t n) override { tp_.all_reduce(x, n, CommDType::kF32, ReduceOp::kSum); }
+  void all_reduce_max(float* x, int64_t n) override { tp_.all_reduce(x, n, CommDType::kF32, ReduceOp::kMax); }
+
+ private:
+  Communicator& tp_;
+};
+
+}  // namespace weft
