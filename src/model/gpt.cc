@@ -31,7 +31,7 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk) {
     throw_input("sequence length {} is longer than the model's context {} ({})", T, c.n_ctx, c.name);
   }
   if (B <= 0 || T <= 0) throw_input("batch {} and sequence length {} must be positive", B, T);
-  if (acts_.B == B && acts_.T == T && acts_training_ == training &&
+  if (acts_.B == B && acts_.T == T && acts_training_ == training && acts_sp_ == sp_ &&
       (head_chunk == 0 || head_chunk == acts_.head_chunk)) {
     return;
   }
@@ -44,10 +44,15 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk) {
     head_chunk = std::max<int64_t>(256, (int64_t{1} << 25) / Vp / 256 * 256);
   }
   head_chunk = std::min(head_chunk, N);
-  const int64_t per_layer = N * C * 4 + N * Cl + N * 4 + N * 3 * Cl + B * NH * T * T + N * F * 2;
-  int64_t total = N * C + c.n_layer * per_layer + N * C + 2 * N + N + head_chunk * Vp + 3 * head_chunk;
+  if (sp_ && N % P_ != 0) {
+    throw_input("sequence parallelism: micro-batch {} x sequence {} = {} tokens are not divisible by tp {}", B, T, N, P_);
+  }
+  const int64_t Nl = sp_ ? N / P_ : N;  // rows of the residual stream held here
+  const int64_t per_layer = Nl * C * 2 + N * C * 2 + N * Cl + N * 4 + N * 3 * Cl + B * NH * T * T + N * F * 2;
+  int64_t total = Nl * C + c.n_layer * per_layer + N * C + 2 * N + N + head_chunk * Vp + 3 * head_chunk + 2 * C;
   if (P_ > 1) total += N * C;
-  if (training) total += N * C * 2 + N * 3 * Cl + N * F;
+  if (sp_) total += Nl * C;
+  if (training) total += Nl * C + N * C + N * 3 * Cl + N * F;
   acts_.storage.resize(static_cast<size_t>(total));
   float* p = acts_.storage.data();
   auto take = [&p](int64_t n) {
@@ -58,22 +63,22 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk) {
   acts_.B = B;
   acts_.T = T;
   acts_.head_chunk = head_chunk;
-  acts_.encoded = take(N * C);
+  acts_.encoded = take(Nl * C);
   acts_.layers.resize(c.n_layer);
   for (auto& a : acts_.layers) {
-    a.ln1 = take(N * C);
+    a.ln1 = take(N * C);  // sequence parallel: the gathered whole
     a.ln1_mean = take(N);
     a.ln1_rstd = take(N);
     a.qkv = take(N * 3 * Cl);
     a.att = take(B * NH * T * T);
     a.atty = take(N * Cl);
-    a.res2 = take(N * C);
+    a.res2 = take(Nl * C);
     a.ln2 = take(N * C);
     a.ln2_mean = take(N);
     a.ln2_rstd = take(N);
     a.fch = take(N * F);
     a.fch_gelu = take(N * F);
-    a.res3 = take(N * C);
+    a.res3 = take(Nl * C);
   }
   acts_.lnf = take(N * C);
   acts_.lnf_mean = take(N);
@@ -82,8 +87,10 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk) {
   acts_.logits = take(head_chunk * Vp);
   acts_.stats = take(3 * head_chunk);
   acts_.tmp = P_ > 1 ? take(N * C) : nullptr;
+  acts_.loc = sp_ ? take(Nl * C) : nullptr;
+  acts_.lns = take(2 * C);
   if (training) {
-    acts_.dres = take(N * C);
+    acts_.dres = take(Nl * C);
     acts_.dC = take(N * C);
     acts_.d3C = take(N * 3 * Cl);
     acts_.dF = take(N * F);
@@ -92,6 +99,7 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk) {
   }
   WEFT_CHECK(p == acts_.storage.data() + total, "activation layout {} != {}", p - acts_.storage.data(), total);
   acts_training_ = training;
+  acts_sp_ = sp_;
 }
 
 void GPT::check_tokens(const int32_t* tokens, int64_t n, const char* what) const {
@@ -107,6 +115,10 @@ void GPT::check_shape(int64_t B, int64_t T, bool training) const {
   WEFT_CHECK(B <= acts_.B && T <= acts_.T && B * T * T <= acts_.B * acts_.T * acts_.T,
              "micro-batch ({}, {}) exceeds the reserved ({}, {})", B, T, acts_.B, acts_.T);
   WEFT_CHECK(!training || acts_training_, "forward_backward needs reserve(..., training=true)");
+  WEFT_CHECK(acts_sp_ == sp_, "sequence parallelism changed since reserve()");
+  if (sp_ && (B * T) % P_ != 0) {
+    throw_input("sequence parallelism: {} x {} = {} tokens are not divisible by tp {}", B, T, B * T, P_);
+  }
 }
 
 void GPT::forward_blocks(const int32_t* inputs, int64_t B, int64_t T) {
@@ -122,16 +134,26 @@ void GPT::forward_blocks(const int32_t* inputs, int64_t B, int64_t T) {
   layout_.embedding_ptrs(const_cast<float*>(st.acquire(0)), &wte, &wpe);  // held to the end
   if (P_ == 1) {
     be.embedding_forward(acts_.encoded, inputs, wte, wpe, B, T, C);
-  } else {
+  } else if (!sp_) {
     // Vocabulary-parallel lookup: each rank adds the rows it holds (positions once), summed.
     be.embedding_forward(acts_.encoded, inputs, wte, layout_.tp_rank() == 0 ? wpe : nullptr, B, T, C, v0, Vl);
     tp_->all_reduce_sum(acts_.encoded, N * C);
+  } else {
+    // ... summed and scattered: each rank keeps its rows of the sequence.
+    be.embedding_forward(acts_.tmp, inputs, wte, layout_.tp_rank() == 0 ? wpe : nullptr, B, T, C, v0, Vl);
+    tp_->reduce_scatter(acts_.tmp, acts_.encoded, N / P_ * C);
   }
+  const int64_t Nl = sp_ ? N / P_ : N;
   const float* x = acts_.encoded;
   for (int l = 0; l < L; ++l) {
     const LayerPtrs lw = layout_.layer_ptrs(l, const_cast<float*>(st.acquire(l + 1)));
     Activations::Layer& a = acts_.layers[l];
-    be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, lw.ln1w, lw.ln1b, N, C, c.ln_eps);
+    if (sp_) {
+      be.layernorm_forward(acts_.loc, a.ln1_mean, a.ln1_rstd, x, lw.ln1w, lw.ln1b, Nl, C, c.ln_eps);
+      tp_->all_gather(acts_.loc, a.ln1, Nl * C);
+    } else {
+      be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, lw.ln1w, lw.ln1b, N, C, c.ln_eps);
+    }
     // Column-parallel c_attn: this rank's heads.
     be.matmul_forward(a.qkv, a.ln1, lw.qkvw, lw.qkvb, N, C, 3 * Cl, false);
     be.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NH);
@@ -139,31 +161,61 @@ void GPT::forward_blocks(const int32_t* inputs, int64_t B, int64_t T) {
       // res2 = x + atty @ W + b: the residual add and the bias ride on the product.
       be.add_bias(a.res2, x, lw.attprojb, N, C);
       be.matmul_forward(a.res2, a.atty, lw.attprojw, nullptr, N, C, C, true);
-    } else {
+    } else if (!sp_) {
       // Row-parallel c_proj: partial products summed over the tensor-parallel ranks.
       be.matmul_forward(acts_.tmp, a.atty, lw.attprojw, nullptr, N, Cl, C, false);
       tp_->all_reduce_sum(acts_.tmp, N * C);
       be.add_bias(acts_.tmp, acts_.tmp, lw.attprojb, N, C);
       be.add(a.res2, x, acts_.tmp, N * C);
+    } else {
+      be.matmul_forward(acts_.tmp, a.atty, lw.attprojw, nullptr, N, Cl, C, false);
+      tp_->reduce_scatter(acts_.tmp, acts_.loc, Nl * C);
+      be.add_bias(acts_.loc, acts_.loc, lw.attprojb, Nl, C);
+      be.add(a.res2, x, acts_.loc, Nl * C);
     }
-    be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, lw.ln2w, lw.ln2b, N, C, c.ln_eps);
+    if (sp_) {
+      be.layernorm_forward(acts_.loc, a.ln2_mean, a.ln2_rstd, a.res2, lw.ln2w, lw.ln2b, Nl, C, c.ln_eps);
+      tp_->all_gather(acts_.loc, a.ln2, Nl * C);
+    } else {
+      be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, lw.ln2w, lw.ln2b, N, C, c.ln_eps);
+    }
     be.matmul_forward(a.fch, a.ln2, lw.fcw, lw.fcb, N, C, F, false);
     be.gelu_forward(a.fch_gelu, a.fch, N * F);
     if (P_ == 1) {
       be.add_bias(a.res3, a.res2, lw.fcprojb, N, C);
       be.matmul_forward(a.res3, a.fch_gelu, lw.fcprojw, nullptr, N, F, C, true);
-    } else {
+    } else if (!sp_) {
       be.matmul_forward(acts_.tmp, a.fch_gelu, lw.fcprojw, nullptr, N, F, C, false);
       tp_->all_reduce_sum(acts_.tmp, N * C);
       be.add_bias(acts_.tmp, acts_.tmp, lw.fcprojb, N, C);
       be.add(a.res3, a.res2, acts_.tmp, N * C);
+    } else {
+      be.matmul_forward(acts_.tmp, a.fch_gelu, lw.fcprojw, nullptr, N, F, C, false);
+      tp_->reduce_scatter(acts_.tmp, acts_.loc, Nl * C);
+      be.add_bias(acts_.loc, acts_.loc, lw.fcprojb, Nl, C);
+      be.add(a.res3, a.res2, acts_.loc, Nl * C);
     }
     st.release(l + 1);
     x = a.res3;
   }
   float *lnfw, *lnfb;
   layout_.final_ptrs(const_cast<float*>(st.acquire(L + 1)), &lnfw, &lnfb);  // held to the end
-  be.layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, x, lnfw, lnfb, N, C, c.ln_eps);
+  if (sp_) {
+    // The vocabulary-parallel head needs every row: gather them.
+    be.layernorm_forward(acts_.loc, acts_.lnf_mean, acts_.lnf_rstd, x, lnfw, lnfb, Nl, C, c.ln_eps);
+    tp_->all_gather(acts_.loc, acts_.lnf, Nl * C);
+  } else {
+    be.layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, x, lnfw, lnfb, N, C, c.ln_eps);
+  }
+}
+
+void GPT::ln_backward_sp(float* dres, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                         const float* mean, const float* rstd, int64_t rows, int64_t C) {
+  std::memset(acts_.lns, 0, static_cast<size_t>(2 * C) * sizeof(float));
+  backend_.layernorm_backward(dres, acts_.lns, acts_.lns + C, dout, inp, w, mean, rstd, rows, C);
+  tp_->all_reduce_sum(acts_.lns, 2 * C);
+  backend_.add(dw, dw, acts_.lns, C);
+  backend_.add(db, db, acts_.lns + C, C);
 }
 
 double GPT::head(const int32_t* targets, int64_t N, const float* wte, float* dwte, float dloss) {
@@ -196,7 +248,7 @@ double GPT::head(const int32_t* targets, int64_t N, const float* wte, float* dwt
     if (dloss != 0.0f) {
       be.gemm(true, false, Vl, C, rows, 1.0f, acts_.logits, Vl, lnf, C, 1.0f, dwte, C);
       be.gemm(false, false, rows, C, Vl, 1.0f, acts_.logits, Vl, wte, C, 0.0f, acts_.dC + r0 * C, C);
-      if (P_ > 1) tp_->all_reduce_sum(acts_.dC + r0 * C, rows * C);
+      if (P_ > 1 && !sp_) tp_->all_reduce_sum(acts_.dC + r0 * C, rows * C);
     }
   }
   double s = 0.0;
@@ -235,37 +287,72 @@ float GPT::forward_backward(const int32_t* inputs, const int32_t* targets, int64
   st.release(0);  // balance the acquire just above; forward_blocks' acquire is still held
   layout_.embedding_ptrs(st.grads(0), &dwte, &dwpe);
   const double loss_sum = head(targets, N, wte, dwte, loss_scale);
+  st.head_done();
 
   const float* x_last = L > 0 ? acts_.layers.back().res3 : acts_.encoded;
   float *lnfw, *lnfb, *dlnfw, *dlnfb;
   layout_.final_ptrs(const_cast<float*>(st.acquire(L + 1)), &lnfw, &lnfb);
   st.release(L + 1);
   layout_.final_ptrs(st.grads(L + 1), &dlnfw, &dlnfb);
-  std::memset(acts_.dres, 0, static_cast<size_t>(N * C) * sizeof(float));
-  be.layernorm_backward(acts_.dres, dlnfw, dlnfb, acts_.dC, x_last, lnfw, acts_.lnf_mean, acts_.lnf_rstd, N, C);
+  const int64_t Nl = sp_ ? N / P_ : N;
+  std::memset(acts_.dres, 0, static_cast<size_t>(Nl * C) * sizeof(float));
+  if (sp_) {
+    tp_->reduce_scatter(acts_.dC, acts_.loc, Nl * C);  // this rank's rows of dlnf
+    ln_backward_sp(acts_.dres, dlnfw, dlnfb, acts_.loc, x_last, lnfw, acts_.lnf_mean, acts_.lnf_rstd, Nl, C);
+  } else {
+    be.layernorm_backward(acts_.dres, dlnfw, dlnfb, acts_.dC, x_last, lnfw, acts_.lnf_mean, acts_.lnf_rstd, N, C);
+  }
   st.ready(L + 1);
   for (int l = L - 1; l >= 0; --l) {
     const LayerPtrs lw = layout_.layer_ptrs(l, const_cast<float*>(st.acquire(l + 1)));
     const LayerPtrs lg = layout_.layer_ptrs(l, st.grads(l + 1));
     Activations::Layer& a = acts_.layers[l];
     const float* x = l == 0 ? acts_.encoded : acts_.layers[l - 1].res3;
-    // dres holds d(res3); the residual passes it through unchanged.
-    be.matmul_backward(acts_.dF, lg.fcprojw, lg.fcprojb, acts_.dres, a.fch_gelu, lw.fcprojw, N, F, C);
+    // dres holds d(res3); the residual passes it through unchanged. Under sequence
+    // parallelism it holds this rank's rows: gather them for the row-parallel product.
+    const float* dy = acts_.dres;
+    if (sp_) {
+      tp_->all_gather(acts_.dres, acts_.tmp, Nl * C);
+      dy = acts_.tmp;
+    }
+    be.matmul_backward(acts_.dF, lg.fcprojw, lg.fcprojb, dy, a.fch_gelu, lw.fcprojw, N, F, C);
     be.gelu_backward(acts_.dF, a.fch, acts_.dF, N * F);
     be.matmul_backward(acts_.dC, lg.fcw, lg.fcb, acts_.dF, a.ln2, lw.fcw, N, C, F);
-    if (P_ > 1) tp_->all_reduce_sum(acts_.dC, N * C);  // column-parallel input gradient
-    be.layernorm_backward(acts_.dres, lg.ln2w, lg.ln2b, acts_.dC, a.res2, lw.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
+    if (sp_) {
+      tp_->reduce_scatter(acts_.dC, acts_.loc, Nl * C);  // column-parallel input gradient, scattered
+      ln_backward_sp(acts_.dres, lg.ln2w, lg.ln2b, acts_.loc, a.res2, lw.ln2w, a.ln2_mean, a.ln2_rstd, Nl, C);
+    } else {
+      if (P_ > 1) tp_->all_reduce_sum(acts_.dC, N * C);  // column-parallel input gradient
+      be.layernorm_backward(acts_.dres, lg.ln2w, lg.ln2b, acts_.dC, a.res2, lw.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
+    }
     // dres now holds d(res2).
-    be.matmul_backward(acts_.dC, lg.attprojw, lg.attprojb, acts_.dres, a.atty, lw.attprojw, N, Cl, C);
+    dy = acts_.dres;
+    if (sp_) {
+      tp_->all_gather(acts_.dres, acts_.tmp, Nl * C);
+      dy = acts_.tmp;
+    }
+    be.matmul_backward(acts_.dC, lg.attprojw, lg.attprojb, dy, a.atty, lw.attprojw, N, Cl, C);
     be.attention_backward(acts_.d3C, acts_.dC, a.qkv, a.att, B, T, Cl, NH);
     be.matmul_backward(acts_.dC, lg.qkvw, lg.qkvb, acts_.d3C, a.ln1, lw.qkvw, N, C, 3 * Cl);
-    if (P_ > 1) tp_->all_reduce_sum(acts_.dC, N * C);
-    be.layernorm_backward(acts_.dres, lg.ln1w, lg.ln1b, acts_.dC, x, lw.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
+    if (sp_) {
+      tp_->reduce_scatter(acts_.dC, acts_.loc, Nl * C);
+      ln_backward_sp(acts_.dres, lg.ln1w, lg.ln1b, acts_.loc, x, lw.ln1w, a.ln1_mean, a.ln1_rstd, Nl, C);
+    } else {
+      if (P_ > 1) tp_->all_reduce_sum(acts_.dC, N * C);
+      be.layernorm_backward(acts_.dres, lg.ln1w, lg.ln1b, acts_.dC, x, lw.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
+    }
     // dres now holds d(x), the gradient of this layer's input.
     st.release(l + 1);
     st.ready(l + 1);
   }
-  be.embedding_backward(dwte, dwpe, acts_.dres, inputs, B, T, C, v0, Vl);
+  const float* demb = acts_.dres;
+  if (sp_) {
+    tp_->all_gather(acts_.dres, acts_.tmp, Nl * C);
+    demb = acts_.tmp;
+  }
+  if (!st.embedding_backward(inputs, demb, B, T, v0, Vl)) {
+    be.embedding_backward(dwte, dwpe, demb, inputs, B, T, C, v0, Vl);
+  }
   st.ready(0);
   st.release(L + 1);
   st.release(0);

@@ -43,6 +43,8 @@ struct Activations {
   float* dF = nullptr;      // (N,F)
   float* tmp = nullptr;     // (N,C) partial sums of row-parallel products (tp > 1)
   float* stats = nullptr;   // (3, head_chunk) row max, sum of exp, target logit
+  float* loc = nullptr;     // (N/tp, C) sequence-parallel scratch
+  float* lns = nullptr;     // (2C) LayerNorm gradient scratch (sequence parallel)
   Buffer<float> storage;
   int64_t head_chunk = 0;
   int64_t bytes() const { return static_cast<int64_t>(storage.bytes()); }
@@ -72,7 +74,13 @@ class GPT {
   // tp_size/tp_rank: this process holds tensor-parallel part tp_rank of tp_size (see
   // ParamLayout); set_tp() then provides the communication.
   GPT(const ModelConfig& cfg, Backend& backend, bool local_store = true, int tp_size = 1, int tp_rank = 0);
-  void set_tp(TensorParallelOps* tp) { tp_ = tp; }
+  // sequence_parallel: the LayerNorm/residual regions hold only this rank's B*T/tp rows;
+  // all-gathers and reduce-scatters replace the all-reduces (Korthikanti et al. 2022).
+  void set_tp(TensorParallelOps* tp, bool sequence_parallel = false) {
+    tp_ = tp;
+    sp_ = sequence_parallel && P_ > 1;
+  }
+  bool sequence_parallel() const { return sp_; }
 
   const ModelConfig& config() const { return layout_.config(); }
   const ParamLayout& layout() const { return layout_; }
@@ -121,8 +129,14 @@ class GPT {
   ParamStore* store_ = nullptr;
   TensorParallelOps* tp_ = nullptr;
   int P_ = 1;  // tensor-parallel size
+  bool sp_ = false;
+  // Adds this micro-batch's LayerNorm gradients (partial over the rank's rows under sequence
+  // parallelism) summed over the tp ranks to dw, db.
+  void ln_backward_sp(float* dres, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                      const float* mean, const float* rstd, int64_t rows, int64_t C);
   Activations acts_;
   bool acts_training_ = false;
+  bool acts_sp_ = false;
 };
 
 }  // namespace weft

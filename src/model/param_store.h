@@ -31,6 +31,16 @@ class ParamStore {
   virtual float* grads(int g) = 0;
   // Group g's gradient contribution of this micro-batch is complete.
   virtual void ready(int g) = 0;
+  // The output head has added its (dense) part of the tied embedding's gradient.
+  virtual void head_done() {}
+  // The embedding lookup's gradient: the store may take it over (returns true), e.g. to
+  // exchange the few (token, gradient row) pairs instead of reducing the whole (dense) wte
+  // gradient at the very end of the backward. Otherwise the model adds it to grads(0).
+  // tokens (B,T), dres (B,T,C); vocabulary rows [v0, v0 + vrows) are this rank's.
+  virtual bool embedding_backward(const int32_t* tokens, const float* dres, int64_t B, int64_t T, int64_t v0,
+                                  int64_t vrows) {
+    return false;
+  }
 };
 
 }  // namespace weft

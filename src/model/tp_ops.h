@@ -17,6 +17,11 @@ class TensorParallelOps {
   virtual int rank() const = 0;
   virtual void all_reduce_sum(float* x, int64_t n) = 0;
   virtual void all_reduce_max(float* x, int64_t n) = 0;
+  // Sequence parallelism (Korthikanti et al. 2022): rank r holds rows [r*n, (r+1)*n) of a
+  // row-sharded activation. all_gather: local (n) -> whole (size()*n); reduce_scatter:
+  // whole partial sums (size()*n) -> this rank's rows of the sum (n).
+  virtual void all_gather(const float* local, float* whole, int64_t n) = 0;
+  virtual void reduce_scatter(const float* whole, float* local, int64_t n) = 0;
 };
 
 }  // namespace weft

@@ -52,6 +52,7 @@ const std::vector<Key>& keys() {
       {"parallel", "dp", &RunConfig::dp},
       {"parallel", "order", &RunConfig::order},
       {"parallel", "zero", &RunConfig::zero},
+      {"parallel", "sequence_parallel", &RunConfig::sequence_parallel},
       {"parallel", "bucket_mb", &RunConfig::bucket_mb},
       {"parallel", "prefetch", &RunConfig::prefetch},
       {"parallel", "comm_timeout", &RunConfig::comm_timeout},

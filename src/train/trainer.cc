@@ -216,13 +216,14 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
 
   auto backend = make_cpu_backend();
   GPT model(mc, *backend, /*local_store=*/false, tp, tp_rank);
-  model.set_tp(&tp_ops);
+  model.set_tp(&tp_ops, cfg.sequence_parallel);
+  if (cfg.sequence_parallel && tp == 1) log_warn("sequence_parallel has no effect with tp 1");
   const ParamLayout full_layout(mc);  // the whole model (tp = 1): checkpoints
   DataParallelConfig dcfg;
   dcfg.zero = static_cast<int>(cfg.zero);
   dcfg.bucket_bytes = static_cast<int64_t>(cfg.bucket_mb * 1048576.0);
   dcfg.prefetch = static_cast<int>(cfg.prefetch);
-  DataParallel store(model.layout(), dpc, dcfg);
+  DataParallel store(model.layout(), dpc, dcfg, *backend);
   model.set_store(&store);
   model.reserve(B, T, true, cfg.head_chunk);
   AdamWConfig acfg;
@@ -485,7 +486,9 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
     so.temperature = cfg.temperature;
     so.top_k = cfg.top_k;
     so.seed = seed;
-    // Every rank samples (ZeRO-3 gathers need all of them); rank 0 prints.
+    // Every rank samples (ZeRO-3 gathers need all of them); rank 0 prints. One sequence of
+    // any length: without sequence parallelism.
+    model.set_tp(&tp_ops, false);
     auto out = sample_tokens(model, prompt, so);
     res.sample = tok.decode(std::vector<int32_t>(out.begin() + 1, out.end()));
     log_info("sample:\n{}", res.sample);

@@ -184,9 +184,13 @@ TEST_F(DataParallelRuns, TraceVolumesMatchTheFormulas) {
   // plus the step's loss (one f64).
   EXPECT_EQ(bytes[0]["all_reduce"], grad_bytes + 8);
   EXPECT_EQ(bytes[0].count("reduce_scatter"), 0u);
+  // ... and the embedding lookup's gradient exchanged as (token, row) pairs in the last
+  // micro-batch: dp x B*T tokens (int32) and dp x B*T*C floats.
+  const int64_t B = 2, T = 64, C = 256;
+  EXPECT_EQ(bytes[0]["all_gather"], 2 * B * T * 4 + 2 * B * T * C * 4);
   // zero 1: gradients reduce-scattered once, parameters all-gathered once, norm and loss.
   EXPECT_EQ(bytes[1]["reduce_scatter"], grad_bytes);
-  EXPECT_EQ(bytes[1]["all_gather"], grad_bytes);
+  EXPECT_EQ(bytes[1]["all_gather"], grad_bytes + 2 * B * T * 4 + 2 * B * T * C * 4);
   EXPECT_EQ(bytes[1]["all_reduce"], 16);
   // zero 3: each of the 2 micro-batches per rank (8 / dp 2 / micro 2) reduce-scatters every
   // gradient. Every group is gathered at least once per step; gathered groups stay valid until

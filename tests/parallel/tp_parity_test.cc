@@ -67,7 +67,12 @@ TEST_F(TensorParallelRuns, Tp2Tp4AndTp2xDp2MatchOneProcess) {
   const auto ref = losses(*tmp / "ref"), ref_val = losses(*tmp / "ref", "val_loss");
   ASSERT_EQ(ref.size(), 12u);
   const std::vector<std::pair<int, std::string>> layouts = {
-      {2, "--tp 2"}, {4, "--tp 4"}, {4, "--tp 2 --dp 2 --zero 1 --micro_batch 1"}, {4, "--tp 2 --dp 2 --zero 3 --micro_batch 1"}};
+      {2, "--tp 2"},
+      {4, "--tp 4"},
+      {2, "--tp 2 --sequence_parallel true"},
+      {4, "--tp 4 --sequence_parallel true"},
+      {4, "--tp 2 --dp 2 --zero 1 --micro_batch 1"},
+      {4, "--tp 2 --dp 2 --zero 3 --micro_batch 1 --sequence_parallel true"}};
   for (const auto& [np, args] : layouts) {
     const std::string out = *tmp / fmt::format("run{}", n);
     r = train(np, args + " --out " + out);
@@ -136,6 +141,32 @@ TEST_F(TensorParallelRuns, TraceHasFourActivationAllReducesPerLayer) {
   // Besides: the cross-entropy's per-row maxima and sums (2 small all-reduces per micro-batch,
   // one chunk) and the gradient norm's sum over the tp ranks (once per step).
   EXPECT_EQ(calls, full + micro * 2 + 1);
+}
+
+TEST_F(TensorParallelRuns, SequenceParallelTraceHasGathersAndScatters) {
+  const std::string out = *tmp / "trace-sp";
+  RunResult r = train(2, "--tp 2 --sequence_parallel true --steps 2 --val_batches 0 --trace true --out " + out);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const int64_t B = 2, T = 64, C = 256, L = 4, micro = 2;
+  std::ifstream in(out + "/trace-rank0.jsonl");
+  std::string line;
+  std::map<std::string, int64_t> full, calls;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j["step"] != 2 || j["axis"] != "tp") continue;
+    ++calls[j["kind"]];
+    if (j["bytes"].get<int64_t>() == B * T * C * 4) ++full[j["kind"]];
+  }
+  // The all-reduces of B*T*C become all-gathers and reduce-scatters of the same volume: per
+  // layer and micro-batch 2 + 2 in forward (before c_attn and c_fc / after their row-parallel
+  // partners) and 2 + 2 in backward, plus the embedding (scatter), the head's input (gather)
+  // and their backward conjugates.
+  EXPECT_EQ(full["all_gather"], micro * (4 * L + 2));
+  EXPECT_EQ(full["reduce_scatter"], micro * (4 * L + 2));
+  EXPECT_EQ(full["all_reduce"], 0);
+  // Small all-reduces: cross-entropy statistics (2 per micro-batch), the LayerNorm gradients
+  // of the rows each rank holds (2 per layer + the final norm, per micro-batch), the norm.
+  EXPECT_EQ(calls["all_reduce"], micro * (2 + 2 * L + 1) + 1);
 }
 
 TEST(TensorParallelLayout, SplitMatricesAreOneOverTp) {

@@ -12,8 +12,9 @@ namespace {
 constexpr int kGradSlots = 2;  // transient gradient buffers for layers in flight (zero 2/3)
 }
 
-DataParallel::DataParallel(const ParamLayout& layout, Communicator& dp, const DataParallelConfig& cfg)
-    : layout_(layout), dp_(dp), cfg_(cfg) {
+DataParallel::DataParallel(const ParamLayout& layout, Communicator& dp, const DataParallelConfig& cfg,
+                           Backend& backend)
+    : layout_(layout), dp_(dp), backend_(backend), cfg_(cfg) {
   if (cfg.zero < 0 || cfg.zero > 3) throw_input("zero stage must be 0, 1, 2 or 3, got {}", cfg.zero);
   if (cfg.bucket_bytes <= 0) throw_input("bucket size must be positive, got {} bytes", cfg.bucket_bytes);
   n_ = layout.total();
@@ -32,12 +33,14 @@ DataParallel::DataParallel(const ParamLayout& layout, Communicator& dp, const Da
     // Buckets of consecutive groups in the order backward completes them: L+1, L, ..., 1, 0.
     bucket_of_group_.assign(G, -1);
     Bucket cur{0, 0, {}, 0};
+    split_embedding_ = dp.size() > 1;  // zero 0 and 1
     for (int g = G - 1; g >= 0; --g) {
       auto [b, e] = layout.group_range(g);
       if (cur.groups.empty()) cur.end = e;
       cur.begin = b;
       cur.groups.push_back(g);
-      if ((cur.end - cur.begin) * 4 >= cfg.bucket_bytes || g == 0) {
+      // The embedding group is a bucket of its own (it is reduced early, see head_done).
+      if ((cur.end - cur.begin) * 4 >= cfg.bucket_bytes || g == 0 || g == 1) {
         for (int x : cur.groups) bucket_of_group_[x] = static_cast<int>(buckets_.size());
         buckets_.push_back(cur);
         cur = Bucket{0, 0, {}, 0};
@@ -124,6 +127,7 @@ void DataParallel::begin_step() {
 void DataParallel::begin_micro_batch(bool last) {
   last_micro_ = last;
   backward_ = false;
+  embedding_posted_ = false;
   for (auto& b : buckets_) b.pending = static_cast<int>(b.groups.size());
 }
 
@@ -300,8 +304,57 @@ float* DataParallel::grads(int g) {
   return slot.data.data();
 }
 
+void DataParallel::head_done() {
+  if (!split_embedding_ || !last_micro_) return;
+  Bucket& b = buckets_[bucket_of_group_[0]];
+  WEFT_CHECK(b.groups.size() == 1, "the embedding bucket holds {} groups", b.groups.size());
+  b.pending = 0;
+  post_bucket(b);
+  embedding_posted_ = true;
+}
+
+bool DataParallel::embedding_backward(const int32_t* tokens, const float* dres, int64_t B, int64_t T, int64_t v0,
+                                      int64_t vrows) {
+  if (!split_embedding_ || !last_micro_ || !embedding_posted_) return false;
+  const int P = dp_.size();
+  const int64_t C = layout_.config().n_embd, N = B * T;
+  std::vector<int32_t> all_tokens(static_cast<size_t>(N * P));
+  Buffer<float> all_dres(static_cast<size_t>(N * C * P));
+  const double t0 = Tracer::now();
+  dp_.all_gather(tokens, all_tokens.data(), N, CommDType::kI32);
+  dp_.all_gather(dres, all_dres.data(), N * C, CommDType::kF32);
+  while (!inflight_.empty()) complete_oldest();  // the head part's all-reduce included
+  exposed_s_ += Tracer::now() - t0;
+  if (cfg_.zero == 0) {
+    float *dwte, *dwpe;
+    layout_.embedding_ptrs(grads_.data(), &dwte, &dwpe);
+    for (int r = 0; r < P; ++r) {  // the same order on every rank: identical gradients
+      backend_.embedding_backward(dwte, dwpe, all_dres.data() + r * N * C, all_tokens.data() + r * N, B, T, C, v0,
+                                  vrows);
+    }
+    return true;
+  }
+  // zero 1: add the rows to the part of the embedding gradient this rank owns.
+  const int64_t wte_off = layout_.tensors()[0].offset, wpe_off = layout_.tensors()[1].offset;
+  float* sg = shard_grads_.data();
+  auto add_row = [&](int64_t off, const float* row) {
+    const int64_t b = std::max(off, shard_begin_), e = std::min(off + C, shard_end_);
+    for (int64_t i = b; i < e; ++i) sg[i - shard_begin_] += row[i - off];
+  };
+  for (int r = 0; r < P; ++r) {
+    for (int64_t i = 0; i < N; ++i) {
+      const float* row = all_dres.data() + (r * N + i) * C;
+      const int64_t tok = static_cast<int64_t>(all_tokens[r * N + i]) - v0;
+      if (tok >= 0 && tok < vrows) add_row(wte_off + tok * C, row);
+      add_row(wpe_off + (i % T) * C, row);
+    }
+  }
+  return true;
+}
+
 void DataParallel::ready(int g) {
   if (cfg_.zero <= 1) {
+    if (g == 0 && embedding_posted_) return;  // reduced already (head_done)
     if (last_micro_) {
       Bucket& b = buckets_[bucket_of_group_[g]];
       if (--b.pending == 0) post_bucket(b);

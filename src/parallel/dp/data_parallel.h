@@ -24,6 +24,7 @@
 #include <deque>
 #include <vector>
 
+#include "backend/backend.h"
 #include "comm/communicator.h"
 #include "core/buffer.h"
 #include "model/param_store.h"
@@ -48,7 +49,7 @@ struct DataParallelMemory {
 
 class DataParallel final : public ParamStore {
  public:
-  DataParallel(const ParamLayout& layout, Communicator& dp, const DataParallelConfig& cfg);
+  DataParallel(const ParamLayout& layout, Communicator& dp, const DataParallelConfig& cfg, Backend& backend);
   ~DataParallel() override;
 
   int zero() const { return cfg_.zero; }
@@ -94,6 +95,13 @@ class DataParallel final : public ParamStore {
   void release(int g) override;
   float* grads(int g) override;
   void ready(int g) override;
+  // zero 0: the tied embedding's gradient is reduced in two parts. The head's dense part is
+  // all-reduced right after the head, hidden behind the whole layer backward; the lookup's
+  // part is exchanged as (token, gradient row) pairs (B*T*C floats per rank instead of
+  // Vp*C) and every rank applies all of them in rank order.
+  void head_done() override;
+  bool embedding_backward(const int32_t* tokens, const float* dres, int64_t B, int64_t T, int64_t v0,
+                          int64_t vrows) override;
 
  private:
   struct Bucket {
@@ -131,6 +139,9 @@ class DataParallel final : public ParamStore {
 
   const ParamLayout& layout_;
   Communicator& dp_;
+  Backend& backend_;
+  bool split_embedding_ = false;  // zero 0 with dp > 1: see head_done()
+  bool embedding_posted_ = false;
   DataParallelConfig cfg_;
   int64_t n_ = 0, shard_ = 0, shard_begin_ = 0, shard_end_ = 0;
   int L_ = 0;
