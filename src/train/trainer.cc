@@ -142,7 +142,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   spec.order = cfg.order;
   validate_layout(spec, world.size(), LayoutChecks{mc.n_head, mc.n_layer, G, B});
   if (spec.pp > 1) {
-    throw_input("pp {}: pipeline parallelism is not implemented yet in this version; use tp and dp (with zero)", spec.pp);
+    throw_input("pp {}: this version trains tp x dp layouts (pipeline stages arrive in a later version); use pp 1", spec.pp);
   }
   Tracer tracer(cfg.trace);
   world.set_tracer(&tracer);
