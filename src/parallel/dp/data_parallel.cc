@@ -121,7 +121,8 @@ void DataParallel::gather_opt_range(const float* mine, float* out) {
 void DataParallel::begin_step() {
   WEFT_CHECK(inflight_.empty(), "{} reductions still in flight at the start of a step", inflight_.size());
   if (cfg_.zero <= 1) grads_.zero();
-  if (cfg_.zero >= 1) shard_grads_.zero();
+  // zero 1: the bucket reduce-scatters overwrite every element of the shard; 2/3 accumulate.
+  if (cfg_.zero >= 2) shard_grads_.zero();
 }
 
 void DataParallel::begin_micro_batch(bool last) {
