@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -77,9 +78,15 @@ int cmd_train(const std::vector<std::string>& args, Communicator& world) {
       if (eq != std::string::npos) {
         value = key.substr(eq + 1);
         key = key.substr(0, eq);
-      } else {
-        if (i + 1 >= args.size()) throw_input("option --{} needs a value", key);
-        value = args[++i];
+      }
+      std::replace(key.begin(), key.end(), '-', '_');  // --sequence-parallel = --sequence_parallel
+      if (eq == std::string::npos) {
+        if (run_config_key_is_bool(key) && (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0)) {
+          value = "true";  // a bare flag
+        } else {
+          if (i + 1 >= args.size()) throw_input("option --{} needs a value", key);
+          value = args[++i];
+        }
       }
       overrides.emplace_back(key, value);
       continue;

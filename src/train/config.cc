@@ -164,6 +164,11 @@ void set_from_string(RunConfig& cfg, const Key& k, const std::string& text) {
 
 }  // namespace
 
+bool run_config_key_is_bool(const std::string& name) {
+  const Key* k = find_key(name);
+  return k != nullptr && std::holds_alternative<bool RunConfig::*>(k->field);
+}
+
 std::vector<std::string> run_config_keys() {
   std::vector<std::string> out;
   for (const Key& k : keys()) out.push_back(fmt::format("{}.{}", k.section, k.name));

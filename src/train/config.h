@@ -72,5 +72,8 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::pair<s
 
 // Every known key as "section.key".
 std::vector<std::string> run_config_keys();
+// True when `name` ("key" or "section.key") is a true/false key, which the command line also
+// takes as a bare flag (`--trace` = `--trace true`).
+bool run_config_key_is_bool(const std::string& name);
 
 }  // namespace weft

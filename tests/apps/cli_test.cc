@@ -128,5 +128,16 @@ TEST_F(Cli, TrainEvalGenerateAndCheckpointErrors) {
   expect_bad_input(weft("generate --checkpoint " + *tmp / "nowhere"), {"nowhere"});
 }
 
+// Hyphenated option names are the config keys; a true/false key is also a bare flag.
+TEST_F(Cli, HyphenatedOptionsAndBareFlags) {
+  RunResult r = weft("train " + config + " --log-every 1 --trace --out " + *tmp / "flags");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(*tmp / "flags/trace-rank0.jsonl"));
+  const std::string resolved = test::read_text(*tmp / "flags/config.toml");
+  EXPECT_NE(resolved.find("trace = true"), std::string::npos) << resolved;
+  EXPECT_NE(resolved.find("log_every = 1"), std::string::npos) << resolved;
+  expect_bad_input(weft("train " + config + " --trace maybe"), {"--trace", "true or false", "maybe"});
+}
+
 }  // namespace
 }  // namespace weft
