@@ -280,7 +280,7 @@ std::string RunConfig::to_toml() const {
     os << k.name << " = ";
     std::visit(
         [&](auto member) {
-          using T = std::remove_reference_t<decltype(this->*member)>;
+          using T = std::remove_cvref_t<decltype(this->*member)>;
           if constexpr (std::is_same_v<T, std::string>) {
             os << toml::value<std::string>(this->*member);
           } else if constexpr (std::is_same_v<T, bool>) {
