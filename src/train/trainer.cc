@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <regex>
@@ -35,6 +36,16 @@ namespace fs = std::filesystem;
 namespace weft {
 
 int set_threads(int64_t threads) {
+  if (threads <= 0 && std::getenv("OMP_NUM_THREADS") == nullptr) {
+    // Several ranks on one machine without OMP_NUM_THREADS: share the cores instead of
+    // starting every core's worth of threads in every rank.
+    const char* local = nullptr;
+    for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
+      if ((local = std::getenv(v)) != nullptr) break;
+    }
+    const int ranks_here = local ? std::max(1, std::atoi(local)) : 1;
+    if (ranks_here > 1) threads = std::max(1, omp_get_num_procs() / ranks_here);
+  }
   if (threads > 0) {
     omp_set_num_threads(static_cast<int>(threads));
     openblas_set_num_threads(static_cast<int>(threads));
