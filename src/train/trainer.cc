@@ -149,7 +149,11 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   GridSpec spec;
   spec.tp = static_cast<int>(cfg.tp);
   spec.pp = static_cast<int>(cfg.pp);
-  spec.dp = cfg.dp > 0 ? static_cast<int>(cfg.dp) : std::max(1, world.size() / std::max<int>(1, spec.tp * spec.pp));
+  if (cfg.dp == 0 && world.size() % (spec.tp * spec.pp) != 0) {
+    throw_input("world size {} is not divisible by tp {} x pp {} = {} (dp is derived as world / (tp x pp))", world.size(),
+                spec.tp, spec.pp, spec.tp * spec.pp);
+  }
+  spec.dp = cfg.dp > 0 ? static_cast<int>(cfg.dp) : std::max(1, world.size() / (spec.tp * spec.pp));
   spec.order = cfg.order;
   validate_layout(spec, world.size(), LayoutChecks{mc.n_head, mc.n_layer, G, B});
   if (spec.pp > 1) {
