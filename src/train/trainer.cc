@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "data/loader.h"
+#include "data/text_util.h"
 #include "data/tokenizer.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
@@ -104,23 +105,7 @@ void truncate_metrics(const std::string& path, int64_t step) {
     kept += line + "\n";
   }
   in.close();
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << kept;
-    if (!out) throw_runtime("cannot write {}", tmp);
-  }
-  fs::rename(tmp, path);
-}
-
-void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out) throw_runtime("cannot write {}", tmp);
-  }
-  fs::rename(tmp, path);
+  write_file_atomic(path, kept);
 }
 
 }  // namespace
@@ -302,7 +287,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
     init_params(model.layout(), seed, full.data());
     store.load_full_params(full.data());
   }
-  if (rank0) write_text_atomic((fs::path(cfg.out) / "config.toml").string(), cfg.to_toml());
+  if (rank0) write_file_atomic((fs::path(cfg.out) / "config.toml").string(), cfg.to_toml());
 
   // Memory of this rank, by category (bytes).
   const DataParallelMemory dm = store.memory();
