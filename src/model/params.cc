@@ -10,8 +10,16 @@
 
 namespace weft {
 
-ParamLayout::ParamLayout(const ModelConfig& cfg, int tp_size, int tp_rank)
-    : cfg_(cfg), tp_size_(tp_size), tp_rank_(tp_rank) {
+ParamLayout::ParamLayout(const ModelConfig& cfg, int tp_size, int tp_rank, const StageSpec& stage)
+    : cfg_(cfg), tp_size_(tp_size), tp_rank_(tp_rank), stage_(stage) {
+  if (stage_.num_layers < 0) stage_.num_layers = cfg.n_layer - stage_.first_layer;
+  if (stage_.first_layer < 0 || stage_.first_layer + stage_.num_layers > cfg.n_layer) {
+    throw_input("pipeline stage layers [{}, {}) outside the model's {} layers", stage_.first_layer,
+                stage_.first_layer + stage_.num_layers, cfg.n_layer);
+  }
+  layer_first_.assign(cfg.n_layer, -1);
+  uint64_t next_id = 0;
+  bool include = true;
   cfg_.validate();
   const int64_t C = cfg.n_embd, F = cfg.ffn, Vp = cfg.padded_vocab, V = cfg.vocab_size, P = tp_size;
   if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size) throw_input("tensor-parallel rank {} of {}", tp_rank, tp_size);
@@ -19,6 +27,8 @@ ParamLayout::ParamLayout(const ModelConfig& cfg, int tp_size, int tp_rank)
   if (F % P != 0) throw_input("MLP size {} is not divisible by tp {}", F, P);
   if (Vp % P != 0) throw_input("padded vocabulary {} is not divisible by tp {}", Vp, P);
   auto add = [&](std::string name, ParamKind kind, int layer, std::vector<int64_t> full, TpSplit split, bool decay) {
+    const uint64_t id = next_id++;
+    if (!include) return;
     ParamTensor t;
     t.name = std::move(name);
     t.kind = kind;
@@ -32,16 +42,20 @@ ParamLayout::ParamLayout(const ModelConfig& cfg, int tp_size, int tp_rank)
     t.offset = total_;
     t.numel = 1;
     for (int64_t d : t.shape) t.numel *= d;
-    t.id = static_cast<uint64_t>(tensors_.size());
+    t.id = id;
     t.weight_decay = decay;
     total_ += t.numel;
     tensors_.push_back(std::move(t));
   };
   using S = TpSplit;
+  include = stage_.embedding || stage_.head;
+  if (include) emb_ = static_cast<int>(tensors_.size());
   add("transformer.wte.weight", ParamKind::kWte, -1, {Vp, C}, S::kRows, true);
-  tensors_.back().hf_shape = {V, C};
+  if (include) tensors_.back().hf_shape = {V, C};
   add("transformer.wpe.weight", ParamKind::kWpe, -1, {cfg.n_ctx, C}, S::kReplicated, true);
   for (int l = 0; l < cfg.n_layer; ++l) {
+    include = l >= stage_.first_layer && l < stage_.first_layer + stage_.num_layers;
+    if (include) layer_first_[l] = static_cast<int>(tensors_.size());
     std::string p = fmt::format("transformer.h.{}.", l);
     add(p + "ln_1.weight", ParamKind::kLn1W, l, {C}, S::kReplicated, false);
     add(p + "ln_1.bias", ParamKind::kLn1B, l, {C}, S::kReplicated, false);
@@ -56,6 +70,8 @@ ParamLayout::ParamLayout(const ModelConfig& cfg, int tp_size, int tp_rank)
     add(p + "mlp.c_proj.weight", ParamKind::kFcProjW, l, {F, C}, S::kRows, true);
     add(p + "mlp.c_proj.bias", ParamKind::kFcProjB, l, {C}, S::kReplicated, false);
   }
+  include = stage_.head;
+  if (include) final_ = static_cast<int>(tensors_.size());
   add("transformer.ln_f.weight", ParamKind::kLnfW, -1, {C}, S::kReplicated, false);
   add("transformer.ln_f.bias", ParamKind::kLnfB, -1, {C}, S::kReplicated, false);
 }
@@ -96,10 +112,12 @@ int64_t ParamLayout::total_full() const {
 }
 
 void extract_tp_part(const ParamLayout& local, const ParamLayout& full, const float* full_buf, float* local_buf) {
-  WEFT_CHECK(full.tp_size() == 1 && local.tensors().size() == full.tensors().size(), "layouts do not match");
+  WEFT_CHECK(full.tp_size() == 1, "the whole-model layout must have tp 1");
   for (size_t k = 0; k < local.tensors().size(); ++k) {
     const ParamTensor& lt = local.tensors()[k];
-    const float* src = full_buf + full.tensors()[k].offset;
+    const ParamTensor* ft = full.find(lt.name);
+    WEFT_CHECK(ft != nullptr, "{} is not in the whole-model layout", lt.name);
+    const float* src = full_buf + ft->offset;
     float* dst = local_buf + lt.offset;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < lt.numel; ++i) dst[i] = src[local.global_index(lt, i)];
@@ -107,10 +125,12 @@ void extract_tp_part(const ParamLayout& local, const ParamLayout& full, const fl
 }
 
 void insert_tp_part(const ParamLayout& local, const ParamLayout& full, const float* local_buf, float* full_buf) {
-  WEFT_CHECK(full.tp_size() == 1 && local.tensors().size() == full.tensors().size(), "layouts do not match");
+  WEFT_CHECK(full.tp_size() == 1, "the whole-model layout must have tp 1");
   for (size_t k = 0; k < local.tensors().size(); ++k) {
     const ParamTensor& lt = local.tensors()[k];
-    float* dst = full_buf + full.tensors()[k].offset;
+    const ParamTensor* ft = full.find(lt.name);
+    WEFT_CHECK(ft != nullptr, "{} is not in the whole-model layout", lt.name);
+    float* dst = full_buf + ft->offset;
     const float* src = local_buf + lt.offset;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < lt.numel; ++i) dst[local.global_index(lt, i)] = src[i];
@@ -122,23 +142,29 @@ int64_t ParamLayout::count_unpadded() const {
 }
 
 std::pair<int64_t, int64_t> ParamLayout::layer_range(int l) const {
-  WEFT_CHECK(l >= 0 && l < cfg_.n_layer, "layer {} of {}", l, cfg_.n_layer);
-  const ParamTensor& first = tensors_[2 + l * kParamsPerLayer];
-  const ParamTensor& last = tensors_[2 + l * kParamsPerLayer + kParamsPerLayer - 1];
+  WEFT_CHECK(l >= 0 && l < cfg_.n_layer && layer_first_[l] >= 0, "layer {} is not in this part of the model", l);
+  const ParamTensor& first = tensors_[layer_first_[l]];
+  const ParamTensor& last = tensors_[layer_first_[l] + kParamsPerLayer - 1];
   return {first.offset, last.offset + last.numel};
 }
 
+bool ParamLayout::has_group(int g) const {
+  if (g == 0) return emb_ >= 0;
+  if (g >= 1 && g <= cfg_.n_layer) return layer_first_[g - 1] >= 0;
+  return g == cfg_.n_layer + 1 && final_ >= 0;
+}
+
 std::pair<int64_t, int64_t> ParamLayout::group_range(int g) const {
-  WEFT_CHECK(g >= 0 && g < num_groups(), "group {} of {}", g, num_groups());
-  if (g == 0) return {0, tensors_[1].offset + tensors_[1].numel};
+  WEFT_CHECK(g >= 0 && g < num_groups() && has_group(g), "group {} is not in this part of the model", g);
+  if (g == 0) return {tensors_[emb_].offset, tensors_[emb_ + 1].offset + tensors_[emb_ + 1].numel};
   if (g <= cfg_.n_layer) return layer_range(g - 1);
-  const ParamTensor& w = tensors_[tensors_.size() - 2];
-  return {w.offset, total_};
+  return {tensors_[final_].offset, tensors_[final_ + 1].offset + tensors_[final_ + 1].numel};
 }
 
 int64_t ParamLayout::max_group_size() const {
   int64_t m = 0;
   for (int g = 0; g < num_groups(); ++g) {
+    if (!has_group(g)) continue;
     auto [b, e] = group_range(g);
     m = std::max(m, e - b);
   }
@@ -146,12 +172,14 @@ int64_t ParamLayout::max_group_size() const {
 }
 
 void ParamLayout::embedding_ptrs(float* base, float** wte, float** wpe) const {
-  *wte = base + tensors_[0].offset;
-  *wpe = base + tensors_[1].offset;
+  WEFT_CHECK(emb_ >= 0, "the embedding is not in this part of the model");
+  *wte = base;
+  *wpe = base + (tensors_[emb_ + 1].offset - tensors_[emb_].offset);
 }
 
 LayerPtrs ParamLayout::layer_ptrs(int l, float* base) const {
-  const ParamTensor* t = &tensors_[2 + l * kParamsPerLayer];
+  WEFT_CHECK(layer_first_[l] >= 0, "layer {} is not in this part of the model", l);
+  const ParamTensor* t = &tensors_[layer_first_[l]];
   const int64_t b = t[0].offset;
   LayerPtrs p;
   float** slots[kParamsPerLayer] = {&p.ln1w, &p.ln1b, &p.qkvw, &p.qkvb, &p.attprojw, &p.attprojb,
@@ -161,9 +189,9 @@ LayerPtrs ParamLayout::layer_ptrs(int l, float* base) const {
 }
 
 void ParamLayout::final_ptrs(float* base, float** lnfw, float** lnfb) const {
-  const ParamTensor& w = tensors_[tensors_.size() - 2];
+  WEFT_CHECK(final_ >= 0, "the final LayerNorm is not in this part of the model");
   *lnfw = base;
-  *lnfb = base + (tensors_.back().offset - w.offset);
+  *lnfb = base + (tensors_[final_ + 1].offset - tensors_[final_].offset);
 }
 
 const ParamTensor* ParamLayout::find(const std::string& name) const {
@@ -171,23 +199,6 @@ const ParamTensor* ParamLayout::find(const std::string& name) const {
     if (t.name == name) return &t;
   }
   return nullptr;
-}
-
-ModelPtrs ParamLayout::pointers(float* base) const {
-  ModelPtrs m;
-  m.wte = base + tensors_[0].offset;
-  m.wpe = base + tensors_[1].offset;
-  m.layers.resize(cfg_.n_layer);
-  for (int l = 0; l < cfg_.n_layer; ++l) {
-    const ParamTensor* t = &tensors_[2 + l * kParamsPerLayer];
-    LayerPtrs& p = m.layers[l];
-    float** slots[kParamsPerLayer] = {&p.ln1w, &p.ln1b, &p.qkvw, &p.qkvb, &p.attprojw, &p.attprojb,
-                                      &p.ln2w, &p.ln2b, &p.fcw,  &p.fcb,  &p.fcprojw,  &p.fcprojb};
-    for (int i = 0; i < kParamsPerLayer; ++i) *slots[i] = base + t[i].offset;
-  }
-  m.lnfw = base + tensors_[tensors_.size() - 2].offset;
-  m.lnfb = base + tensors_[tensors_.size() - 1].offset;
-  return m;
 }
 
 void init_params(const ParamLayout& layout, uint64_t seed, float* params) {

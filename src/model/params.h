@@ -49,18 +49,27 @@ struct ParamTensor {
 struct LayerPtrs {
   float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 };
-struct ModelPtrs {
-  float* wte;
-  float* wpe;
-  std::vector<LayerPtrs> layers;
-  float* lnfw;
-  float* lnfb;
+
+// The part of the model a pipeline stage holds: layers [first_layer, first_layer + num_layers)
+// (num_layers < 0: all), the embedding group (wte, wpe) when `embedding` or `head` (the tied
+// output head needs wte), the final LayerNorm when `head`.
+struct StageSpec {
+  int first_layer = 0;
+  int num_layers = -1;
+  bool embedding = true;
+  bool head = true;
 };
 
 class ParamLayout {
  public:
-  // The layout of tensor-parallel rank tp_rank of tp_size (1: the whole model).
-  explicit ParamLayout(const ModelConfig& cfg, int tp_size = 1, int tp_rank = 0);
+  // The layout of tensor-parallel rank tp_rank of tp_size (1: the whole model), restricted to
+  // a pipeline stage's part (default: the whole model). Tensor ids (the RNG streams of the
+  // initialisation) are those of the whole model, whatever the part.
+  explicit ParamLayout(const ModelConfig& cfg, int tp_size = 1, int tp_rank = 0, const StageSpec& stage = {});
+  const StageSpec& stage() const { return stage_; }
+  bool has_group(int g) const;
+  int first_layer() const { return stage_.first_layer; }
+  int num_layers() const { return stage_.num_layers; }
   int tp_size() const { return tp_size_; }
   int tp_rank() const { return tp_rank_; }
   // Index in the whole tensor (row-major, full_shape) of element `local` of this rank's part.
@@ -83,13 +92,15 @@ class ParamLayout {
   LayerPtrs layer_ptrs(int l, float* base) const;
   void final_ptrs(float* base, float** lnfw, float** lnfb) const;
   const ParamTensor* find(const std::string& name) const;  // nullptr if absent
-  ModelPtrs pointers(float* base) const;
 
  private:
   ModelConfig cfg_;
   std::vector<ParamTensor> tensors_;
   int64_t total_ = 0;
   int tp_size_ = 1, tp_rank_ = 0;
+  StageSpec stage_;
+  int emb_ = -1, final_ = -1;     // tensor index of wte / ln_f.weight, -1 if absent
+  std::vector<int> layer_first_;  // tensor index of each layer's first tensor, -1 if absent
 };
 
 // Tensor parallelism and whole-model buffers: every tensor-parallel rank's flat buffer

@@ -207,3 +207,40 @@ TEST(TensorParallelLayout, SplitMatricesAreOneOverTp) {
 
 }  // namespace
 }  // namespace weft
+
+namespace weft {
+namespace {
+// Pipeline stage parts of the layout: each stage holds its layers, the first the embedding,
+// the last the final norm and (tied head) the embedding too; the values initialised in a
+// part equal the whole model's.
+TEST(StageLayout, PartsHoldTheirGroupsAndTheWholeModelsValues) {
+  const ModelConfig cfg = model_preset("tiny");
+  const ParamLayout whole(cfg);
+  std::vector<float> all(whole.total());
+  init_params(whole, 9, all.data());
+  const StageSpec stages[] = {{0, 2, true, false}, {2, 1, false, false}, {3, 1, false, true}};
+  int64_t layer_elems = 0;
+  for (const StageSpec& s : stages) {
+    for (int tp : {1, 2}) {
+      const ParamLayout part(cfg, tp, tp - 1, s);
+      EXPECT_EQ(part.has_group(0), s.embedding || s.head);
+      EXPECT_EQ(part.has_group(cfg.n_layer + 1), s.head);
+      for (int l = 0; l < cfg.n_layer; ++l) {
+        EXPECT_EQ(part.has_group(l + 1), l >= s.first_layer && l < s.first_layer + s.num_layers);
+      }
+      std::vector<float> mine(part.total()), expect(part.total());
+      init_params(part, 9, mine.data());
+      extract_tp_part(part, whole, all.data(), expect.data());
+      EXPECT_EQ(mine, expect);
+      if (tp == 1) {
+        for (int l = s.first_layer; l < s.first_layer + s.num_layers; ++l) {
+          auto [b, e] = part.layer_range(l);
+          layer_elems += e - b;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(layer_elems, whole.layer_range(3).second - whole.layer_range(0).first);
+}
+}  // namespace
+}  // namespace weft
