@@ -29,30 +29,38 @@ DataParallel::DataParallel(const ParamLayout& layout, Communicator& dp, const Da
   if (cfg.zero <= 1) grads_.resize(static_cast<size_t>(n_), true);
   if (cfg.zero >= 1) shard_grads_.resize(static_cast<size_t>(shard_end_ - shard_begin_), true);
 
+  // The groups this part of the model holds (a pipeline stage holds some), in the order
+  // backward completes them: L+1, L, ..., 1, 0. They are adjacent in the flat buffer.
+  std::vector<int> owned;
+  for (int g = G - 1; g >= 0; --g) {
+    if (layout.has_group(g)) owned.push_back(g);
+  }
   if (cfg.zero <= 1) {
-    // Buckets of consecutive groups in the order backward completes them: L+1, L, ..., 1, 0.
     bucket_of_group_.assign(G, -1);
     Bucket cur{0, 0, {}, 0};
     split_embedding_ = dp.size() > 1;  // zero 0 and 1
-    for (int g = G - 1; g >= 0; --g) {
+    for (size_t i = 0; i < owned.size(); ++i) {
+      const int g = owned[i];
       auto [b, e] = layout.group_range(g);
       if (cur.groups.empty()) cur.end = e;
       cur.begin = b;
       cur.groups.push_back(g);
       // The embedding group is a bucket of its own (it is reduced early, see head_done).
-      if ((cur.end - cur.begin) * 4 >= cfg.bucket_bytes || g == 0 || g == 1) {
+      const bool before_embedding = i + 1 < owned.size() && owned[i + 1] == 0;
+      if ((cur.end - cur.begin) * 4 >= cfg.bucket_bytes || g == 0 || before_embedding || i + 1 == owned.size()) {
         for (int x : cur.groups) bucket_of_group_[x] = static_cast<int>(buckets_.size());
         buckets_.push_back(cur);
         cur = Bucket{0, 0, {}, 0};
       }
     }
   } else {
-    int64_t max_other = 0;
-    for (int g = 1; g < G; ++g) {
+    int64_t max_other = 1;
+    for (int g : owned) {
+      if (g == 0) continue;
       auto [b, e] = layout.group_range(g);
       max_other = std::max(max_other, e - b);
     }
-    const int64_t g0 = layout.group_range(0).second;
+    const int64_t g0 = layout.has_group(0) ? layout.group_range(0).second - layout.group_range(0).first : 1;
     grad_slots_.resize(1 + kGradSlots);
     for (size_t s = 0; s < grad_slots_.size(); ++s) {
       const int64_t size = s == 0 ? g0 : max_other;
@@ -244,7 +252,7 @@ void DataParallel::prefetch_after(int g) {
   } else if (g == L_ + 1) {
     next = L_;
   }
-  if (next < 1 || next > L_ + 1) return;
+  if (next < 1 || next > L_ + 1 || !layout_.has_group(next)) return;
   if (find_param_slot(next) >= 0) return;
   gather_group(next);  // -1 (no free slot) simply skips the prefetch
 }
