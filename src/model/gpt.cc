@@ -11,8 +11,8 @@ namespace weft {
 LocalParamStore::LocalParamStore(const ParamLayout& layout)
     : layout_(layout), params_(layout.total()), grads_(layout.total(), true) {}
 
-GPT::GPT(const ModelConfig& cfg, Backend& backend, bool local_store, int tp_size, int tp_rank)
-    : layout_(cfg, tp_size, tp_rank), backend_(backend), P_(tp_size) {
+GPT::GPT(const ModelConfig& cfg, Backend& backend, bool local_store, int tp_size, int tp_rank, const StageSpec& stage)
+    : layout_(cfg, tp_size, tp_rank, stage), backend_(backend), P_(tp_size) {
   if (local_store) {
     local_ = std::make_unique<LocalParamStore>(layout_);
     store_ = local_.get();
@@ -25,13 +25,13 @@ double GPT::train_flops_per_token(const ModelConfig& c, int64_t T) {
   return 6.0 * matmul_params + 12.0 * L * C * static_cast<double>(T);
 }
 
-void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk) {
+void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk, int slots) {
   const ModelConfig& c = config();
   if (T > c.n_ctx) {
     throw_input("sequence length {} is longer than the model's context {} ({})", T, c.n_ctx, c.name);
   }
   if (B <= 0 || T <= 0) throw_input("batch {} and sequence length {} must be positive", B, T);
-  if (acts_.B == B && acts_.T == T && acts_training_ == training && acts_sp_ == sp_ &&
+  if (acts_.B == B && acts_.T == T && acts_training_ == training && acts_sp_ == sp_ && acts_slots_ == std::max(1, slots) &&
       (head_chunk == 0 || head_chunk == acts_.head_chunk)) {
     return;
   }
@@ -47,57 +47,64 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk) {
   if (sp_ && N % P_ != 0) {
     throw_input("sequence parallelism: micro-batch {} x sequence {} = {} tokens are not divisible by tp {}", B, T, N, P_);
   }
-  const int64_t Nl = sp_ ? N / P_ : N;  // rows of the residual stream held here
-  const int64_t per_layer = Nl * C * 2 + N * C * 2 + N * Cl + N * 4 + N * 3 * Cl + B * NH * T * T + N * F * 2;
-  int64_t total = Nl * C + c.n_layer * per_layer + N * C + 2 * N + N + head_chunk * Vp + 3 * head_chunk + 2 * C;
-  if (P_ > 1) total += N * C;
-  if (sp_) total += Nl * C;
-  if (training) total += Nl * C + N * C + N * 3 * Cl + N * F;
-  acts_.storage.resize(static_cast<size_t>(total));
-  float* p = acts_.storage.data();
-  auto take = [&p](int64_t n) {
-    float* r = p;
-    p += n;
-    return r;
+  const int64_t nl = layout_.num_layers();  // this pipeline stage's layers
+  auto build = [&](Activations& A) {
+    const int64_t Nl = sp_ ? N / P_ : N;  // rows of the residual stream held here
+    const int64_t per_layer = Nl * C * 2 + N * C * 2 + N * Cl + N * 4 + N * 3 * Cl + B * NH * T * T + N * F * 2;
+    int64_t total = Nl * C + nl * per_layer + N * C + 2 * N + N + head_chunk * Vp + 3 * head_chunk + 2 * C;
+    if (P_ > 1) total += N * C;
+    if (sp_) total += Nl * C;
+    if (training) total += Nl * C + N * C + N * 3 * Cl + N * F;
+    A.storage.resize(static_cast<size_t>(total));
+    float* p = A.storage.data();
+    auto take = [&p](int64_t n) {
+      float* r = p;
+      p += n;
+      return r;
+    };
+    A.B = B;
+    A.T = T;
+    A.head_chunk = head_chunk;
+    A.encoded = take(Nl * C);
+    A.layers.resize(nl);
+    for (auto& a : A.layers) {
+      a.ln1 = take(N * C);  // sequence parallel: the gathered whole
+      a.ln1_mean = take(N);
+      a.ln1_rstd = take(N);
+      a.qkv = take(N * 3 * Cl);
+      a.att = take(B * NH * T * T);
+      a.atty = take(N * Cl);
+      a.res2 = take(Nl * C);
+      a.ln2 = take(N * C);
+      a.ln2_mean = take(N);
+      a.ln2_rstd = take(N);
+      a.fch = take(N * F);
+      a.fch_gelu = take(N * F);
+      a.res3 = take(Nl * C);
+    }
+    A.lnf = take(N * C);
+    A.lnf_mean = take(N);
+    A.lnf_rstd = take(N);
+    A.losses = take(N);
+    A.logits = take(head_chunk * Vp);
+    A.stats = take(3 * head_chunk);
+    A.tmp = P_ > 1 ? take(N * C) : nullptr;
+    A.loc = sp_ ? take(Nl * C) : nullptr;
+    A.lns = take(2 * C);
+    if (training) {
+      A.dres = take(Nl * C);
+      A.dC = take(N * C);
+      A.d3C = take(N * 3 * Cl);
+      A.dF = take(N * F);
+    } else {
+      A.dres = A.dC = A.d3C = A.dF = nullptr;
+    }
+    WEFT_CHECK(p == A.storage.data() + total, "activation layout {} != {}", p - A.storage.data(), total);
   };
-  acts_.B = B;
-  acts_.T = T;
-  acts_.head_chunk = head_chunk;
-  acts_.encoded = take(Nl * C);
-  acts_.layers.resize(c.n_layer);
-  for (auto& a : acts_.layers) {
-    a.ln1 = take(N * C);  // sequence parallel: the gathered whole
-    a.ln1_mean = take(N);
-    a.ln1_rstd = take(N);
-    a.qkv = take(N * 3 * Cl);
-    a.att = take(B * NH * T * T);
-    a.atty = take(N * Cl);
-    a.res2 = take(Nl * C);
-    a.ln2 = take(N * C);
-    a.ln2_mean = take(N);
-    a.ln2_rstd = take(N);
-    a.fch = take(N * F);
-    a.fch_gelu = take(N * F);
-    a.res3 = take(Nl * C);
-  }
-  acts_.lnf = take(N * C);
-  acts_.lnf_mean = take(N);
-  acts_.lnf_rstd = take(N);
-  acts_.losses = take(N);
-  acts_.logits = take(head_chunk * Vp);
-  acts_.stats = take(3 * head_chunk);
-  acts_.tmp = P_ > 1 ? take(N * C) : nullptr;
-  acts_.loc = sp_ ? take(Nl * C) : nullptr;
-  acts_.lns = take(2 * C);
-  if (training) {
-    acts_.dres = take(Nl * C);
-    acts_.dC = take(N * C);
-    acts_.d3C = take(N * 3 * Cl);
-    acts_.dF = take(N * F);
-  } else {
-    acts_.dres = acts_.dC = acts_.d3C = acts_.dF = nullptr;
-  }
-  WEFT_CHECK(p == acts_.storage.data() + total, "activation layout {} != {}", p - acts_.storage.data(), total);
+  build(acts_);
+  slots_.resize(static_cast<size_t>(std::max(1, slots) - 1));
+  for (auto& a : slots_) build(a);
+  acts_slots_ = std::max(1, slots);
   acts_training_ = training;
   acts_sp_ = sp_;
 }
@@ -127,12 +134,17 @@ void GPT::forward_blocks(const int32_t* inputs, int64_t B, int64_t T) {
   const ModelConfig& c = config();
   const int64_t N = B * T, C = c.n_embd, F = c.ffn / P_, NH = c.n_head / P_, Cl = C / P_;
   const int64_t Vl = c.padded_vocab / P_, v0 = layout_.tp_rank() * Vl;
-  const int L = c.n_layer;
+  const int L = c.n_layer, l0 = layout_.first_layer(), nl = layout_.num_layers();
+  const bool first = layout_.stage().embedding, last = layout_.stage().head;
   Backend& be = backend_;
   ParamStore& st = *store_;
-  float *wte, *wpe;
-  layout_.embedding_ptrs(const_cast<float*>(st.acquire(0)), &wte, &wpe);  // held to the end
-  if (P_ == 1) {
+  float *wte = nullptr, *wpe = nullptr;
+  if (layout_.has_group(0)) {
+    layout_.embedding_ptrs(const_cast<float*>(st.acquire(0)), &wte, &wpe);  // held to the end
+  }
+  if (!first) {
+    // a later pipeline stage: acts_.encoded holds the activation received from the previous one
+  } else if (P_ == 1) {
     be.embedding_forward(acts_.encoded, inputs, wte, wpe, B, T, C);
   } else if (!sp_) {
     // Vocabulary-parallel lookup: each rank adds the rows it holds (positions once), summed.
@@ -145,9 +157,9 @@ void GPT::forward_blocks(const int32_t* inputs, int64_t B, int64_t T) {
   }
   const int64_t Nl = sp_ ? N / P_ : N;
   const float* x = acts_.encoded;
-  for (int l = 0; l < L; ++l) {
+  for (int l = l0; l < l0 + nl; ++l) {
     const LayerPtrs lw = layout_.layer_ptrs(l, const_cast<float*>(st.acquire(l + 1)));
-    Activations::Layer& a = acts_.layers[l];
+    Activations::Layer& a = acts_.layers[l - l0];
     if (sp_) {
       be.layernorm_forward(acts_.loc, a.ln1_mean, a.ln1_rstd, x, lw.ln1w, lw.ln1b, Nl, C, c.ln_eps);
       tp_->all_gather(acts_.loc, a.ln1, Nl * C);
@@ -198,6 +210,7 @@ void GPT::forward_blocks(const int32_t* inputs, int64_t B, int64_t T) {
     st.release(l + 1);
     x = a.res3;
   }
+  if (!last) return;
   float *lnfw, *lnfb;
   layout_.final_ptrs(const_cast<float*>(st.acquire(L + 1)), &lnfw, &lnfb);  // held to the end
   if (sp_) {
@@ -257,6 +270,7 @@ double GPT::head(const int32_t* targets, int64_t N, const float* wte, float* dwt
 }
 
 float GPT::forward_loss(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) {
+  WEFT_CHECK(layout_.stage().embedding && layout_.stage().head, "forward_loss needs the whole model");
   check_shape(B, T, false);
   check_tokens(inputs, B * T, "input");
   check_tokens(targets, B * T, "target");
@@ -272,29 +286,43 @@ float GPT::forward_loss(const int32_t* inputs, const int32_t* targets, int64_t B
 
 float GPT::forward_backward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T,
                             float loss_scale) {
+  WEFT_CHECK(layout_.stage().embedding && layout_.stage().head, "forward_backward needs the whole model; a pipeline stage uses stage_forward/stage_backward");
   check_shape(B, T, true);
   check_tokens(inputs, B * T, "input");
   check_tokens(targets, B * T, "target");
   forward_blocks(inputs, B, T);
+  const double loss_sum = backward_part(inputs, targets, nullptr, B, T, loss_scale);
+  return static_cast<float>(loss_sum / static_cast<double>(B * T));
+}
+
+double GPT::backward_part(const int32_t* inputs, const int32_t* targets, const float* dy, int64_t B, int64_t T,
+                          float loss_scale) {
   const ModelConfig& c = config();
   const int64_t N = B * T, C = c.n_embd, F = c.ffn / P_, NH = c.n_head / P_, Cl = C / P_;
   const int64_t Vl = c.padded_vocab / P_, v0 = layout_.tp_rank() * Vl;
-  const int L = c.n_layer;
+  const int L = c.n_layer, l0 = layout_.first_layer(), nl = layout_.num_layers();
+  const bool first = layout_.stage().embedding, last = layout_.stage().head;
   Backend& be = backend_;
   ParamStore& st = *store_;
-  float *wte, *wpe, *dwte, *dwpe;
-  layout_.embedding_ptrs(const_cast<float*>(st.acquire(0)), &wte, &wpe);
-  st.release(0);  // balance the acquire just above; forward_blocks' acquire is still held
-  layout_.embedding_ptrs(st.grads(0), &dwte, &dwpe);
-  const double loss_sum = head(targets, N, wte, dwte, loss_scale);
+  const int64_t Nl = sp_ ? N / P_ : N;
+  float *wte = nullptr, *wpe = nullptr, *dwte = nullptr, *dwpe = nullptr;
+  double loss_sum = 0.0;
+  if (layout_.has_group(0)) {
+    layout_.embedding_ptrs(const_cast<float*>(st.acquire(0)), &wte, &wpe);
+    st.release(0);  // balance the acquire just above; forward_blocks' acquire is still held
+    layout_.embedding_ptrs(st.grads(0), &dwte, &dwpe);
+  }
+  if (!last) {
+    // a pipeline stage before the last: the gradient of its output came from the next stage
+    std::memcpy(acts_.dres, dy, static_cast<size_t>(Nl * C) * sizeof(float));
+  } else {
+  loss_sum = head(targets, N, wte, dwte, loss_scale);
   st.head_done();
-
-  const float* x_last = L > 0 ? acts_.layers.back().res3 : acts_.encoded;
+  const float* x_last = nl > 0 ? acts_.layers.back().res3 : acts_.encoded;
   float *lnfw, *lnfb, *dlnfw, *dlnfb;
   layout_.final_ptrs(const_cast<float*>(st.acquire(L + 1)), &lnfw, &lnfb);
   st.release(L + 1);
   layout_.final_ptrs(st.grads(L + 1), &dlnfw, &dlnfb);
-  const int64_t Nl = sp_ ? N / P_ : N;
   std::memset(acts_.dres, 0, static_cast<size_t>(Nl * C) * sizeof(float));
   if (sp_) {
     tp_->reduce_scatter(acts_.dC, acts_.loc, Nl * C);  // this rank's rows of dlnf
@@ -303,11 +331,12 @@ float GPT::forward_backward(const int32_t* inputs, const int32_t* targets, int64
     be.layernorm_backward(acts_.dres, dlnfw, dlnfb, acts_.dC, x_last, lnfw, acts_.lnf_mean, acts_.lnf_rstd, N, C);
   }
   st.ready(L + 1);
-  for (int l = L - 1; l >= 0; --l) {
+  }
+  for (int l = l0 + nl - 1; l >= l0; --l) {
     const LayerPtrs lw = layout_.layer_ptrs(l, const_cast<float*>(st.acquire(l + 1)));
     const LayerPtrs lg = layout_.layer_ptrs(l, st.grads(l + 1));
-    Activations::Layer& a = acts_.layers[l];
-    const float* x = l == 0 ? acts_.encoded : acts_.layers[l - 1].res3;
+    Activations::Layer& a = acts_.layers[l - l0];
+    const float* x = l == l0 ? acts_.encoded : acts_.layers[l - l0 - 1].res3;
     // dres holds d(res3); the residual passes it through unchanged. Under sequence
     // parallelism it holds this rank's rows: gather them for the row-parallel product.
     const float* dy = acts_.dres;
@@ -345,18 +374,88 @@ float GPT::forward_backward(const int32_t* inputs, const int32_t* targets, int64
     st.release(l + 1);
     st.ready(l + 1);
   }
-  const float* demb = acts_.dres;
-  if (sp_) {
-    tp_->all_gather(acts_.dres, acts_.tmp, Nl * C);
-    demb = acts_.tmp;
+  if (first) {
+    const float* demb = acts_.dres;
+    if (sp_) {
+      tp_->all_gather(acts_.dres, acts_.tmp, Nl * C);
+      demb = acts_.tmp;
+    }
+    if (!st.embedding_backward(inputs, demb, B, T, v0, Vl)) {
+      be.embedding_backward(dwte, dwpe, demb, inputs, B, T, C, v0, Vl);
+    }
   }
-  if (!st.embedding_backward(inputs, demb, B, T, v0, Vl)) {
-    be.embedding_backward(dwte, dwpe, demb, inputs, B, T, C, v0, Vl);
+  // The embedding group is complete: after the lookup (first stage) or the head (a last
+  // stage that is not also the first holds it only for the tied head).
+  if (layout_.has_group(0)) st.ready(0);
+  if (last) st.release(L + 1);
+  if (layout_.has_group(0)) st.release(0);
+  // dres now holds the gradient of the stage's input (sent to the previous stage).
+  return loss_sum;
+}
+
+void GPT::swap_slot(int slot) {
+  WEFT_CHECK(slot >= 0 && slot < acts_slots_, "activation slot {} of {}", slot, acts_slots_);
+  if (slot > 0) std::swap(acts_, slots_[static_cast<size_t>(slot - 1)]);
+}
+
+void GPT::stage_forward(int slot, const int32_t* inputs, const float* x_in, int64_t B, int64_t T, bool for_backward) {
+  check_shape(B, T, for_backward);
+  if (layout_.stage().embedding) check_tokens(inputs, B * T, "input");
+  swap_slot(slot);
+  try {
+    if (!layout_.stage().embedding) {
+      const int64_t rows = sp_ ? B * T / P_ : B * T;
+      std::memcpy(acts_.encoded, x_in, static_cast<size_t>(rows * config().n_embd) * sizeof(float));
+    }
+    forward_blocks(inputs, B, T);
+    if (!for_backward) {  // drop the holds that the backward would release
+      if (layout_.stage().head) store_->release(config().n_layer + 1);
+      if (layout_.has_group(0)) store_->release(0);
+    }
+  } catch (...) {
+    swap_slot(slot);
+    throw;
   }
-  st.ready(0);
-  st.release(L + 1);
-  st.release(0);
-  return static_cast<float>(loss_sum / static_cast<double>(N));
+  swap_slot(slot);
+}
+
+double GPT::stage_backward(int slot, const int32_t* inputs, const int32_t* targets, const float* dy, int64_t B,
+                           int64_t T, float loss_scale) {
+  if (layout_.stage().head) check_tokens(targets, B * T, "target");
+  swap_slot(slot);
+  double s = 0.0;
+  try {
+    s = backward_part(inputs, targets, dy, B, T, loss_scale);
+  } catch (...) {
+    swap_slot(slot);
+    throw;
+  }
+  swap_slot(slot);
+  return s;
+}
+
+double GPT::stage_loss(int slot, const int32_t* targets, int64_t B, int64_t T) {
+  WEFT_CHECK(layout_.stage().head, "stage_loss on a stage without the head");
+  check_tokens(targets, B * T, "target");
+  swap_slot(slot);
+  const double s = head(targets, B * T, store_->acquire(0), nullptr, 0.0f);
+  store_->release(0);
+  swap_slot(slot);
+  return s;
+}
+
+const float* GPT::stage_output(int slot) {
+  swap_slot(slot);
+  const float* p = layout_.num_layers() > 0 ? acts_.layers.back().res3 : acts_.encoded;
+  swap_slot(slot);
+  return p;
+}
+
+const float* GPT::stage_input_grad(int slot) {
+  swap_slot(slot);
+  const float* p = acts_.dres;
+  swap_slot(slot);
+  return p;
 }
 
 void GPT::forward_last_logits(const int32_t* tokens, int64_t T, float* logits_out) {

@@ -73,7 +73,8 @@ class GPT {
   // A data-parallel run passes false and installs its own store with set_store().
   // tp_size/tp_rank: this process holds tensor-parallel part tp_rank of tp_size (see
   // ParamLayout); set_tp() then provides the communication.
-  GPT(const ModelConfig& cfg, Backend& backend, bool local_store = true, int tp_size = 1, int tp_rank = 0);
+  GPT(const ModelConfig& cfg, Backend& backend, bool local_store = true, int tp_size = 1, int tp_rank = 0,
+      const StageSpec& stage = {});
   // sequence_parallel: the LayerNorm/residual regions hold only this rank's B*T/tp rows;
   // all-gathers and reduce-scatters replace the all-reduces (Korthikanti et al. 2022).
   void set_tp(TensorParallelOps* tp, bool sequence_parallel = false) {
@@ -99,7 +100,8 @@ class GPT {
 
   // Sizes the activation storage for micro-batches of up to (B, T); training also keeps
   // gradient scratch. head_chunk: rows of logits materialised at once (0: automatic).
-  void reserve(int64_t B, int64_t T, bool training, int64_t head_chunk = 0);
+  // slots: activation sets for that many micro-batches in flight (pipeline schedules).
+  void reserve(int64_t B, int64_t T, bool training, int64_t head_chunk = 0, int slots = 1);
 
   // Forward and backward of one micro-batch: returns the mean loss over its B*T tokens and
   // accumulates d(loss_scale * sum of token losses)/d(params) into grads().
@@ -111,12 +113,31 @@ class GPT {
   // Logits (V real entries) of the last position of a single sequence of length T.
   void forward_last_logits(const int32_t* tokens, int64_t T, float* logits_out);
 
+  // --- pipeline stages (this GPT holds a StageSpec part of the model) ---
+  // Forward of one micro-batch in activation slot `slot`: the first stage reads `inputs`
+  // (B,T), a later one the previous stage's output x_in (B*T rows of C; B*T/tp under sequence
+  // parallelism). for_backward: keep what the backward needs (and the parameter holds).
+  void stage_forward(int slot, const int32_t* inputs, const float* x_in, int64_t B, int64_t T, bool for_backward);
+  // Backward of that micro-batch: the last stage computes the loss (returns the sum of its
+  // token losses, gradients scaled by loss_scale), an earlier one takes dy, the gradient of
+  // its output from the next stage. Then stage_input_grad(slot) is the gradient to send back.
+  double stage_backward(int slot, const int32_t* inputs, const int32_t* targets, const float* dy, int64_t B,
+                        int64_t T, float loss_scale);
+  // Last stage, after stage_forward(..., false): the sum of the token losses.
+  double stage_loss(int slot, const int32_t* targets, int64_t B, int64_t T);
+  const float* stage_output(int slot);
+  const float* stage_input_grad(int slot);
+
   // Model FLOPs per token for training at sequence length T: 6 * (matmul parameters)
   // + 12 * L * C * T for attention (PaLM, Chowdhery et al. 2022, appendix B).
   static double train_flops_per_token(const ModelConfig& cfg, int64_t T);
 
  private:
   void forward_blocks(const int32_t* inputs, int64_t B, int64_t T);
+  // The backward from the stage's top (the loss on the last stage, dy otherwise) to its input.
+  double backward_part(const int32_t* inputs, const int32_t* targets, const float* dy, int64_t B, int64_t T,
+                       float loss_scale);
+  void swap_slot(int slot);
   // The output head and loss over rows [0, N) of lnf, chunk by chunk; with dloss != 0 also
   // dwte and dlnf (into acts_.dC).
   double head(const int32_t* targets, int64_t N, const float* wte, float* dwte, float dloss);
@@ -137,6 +158,8 @@ class GPT {
   Activations acts_;
   bool acts_training_ = false;
   bool acts_sp_ = false;
+  int acts_slots_ = 1;
+  std::vector<Activations> slots_;  // slots 1.. (slot 0 is acts_); swapped into acts_ in use
 };
 
 }  // namespace weft
