@@ -53,6 +53,8 @@ const std::vector<Key>& keys() {
       {"parallel", "order", &RunConfig::order},
       {"parallel", "zero", &RunConfig::zero},
       {"parallel", "sequence_parallel", &RunConfig::sequence_parallel},
+      {"parallel", "schedule", &RunConfig::schedule},
+      {"parallel", "virtual_stages", &RunConfig::virtual_stages},
       {"parallel", "bucket_mb", &RunConfig::bucket_mb},
       {"parallel", "prefetch", &RunConfig::prefetch},
       {"parallel", "comm_timeout", &RunConfig::comm_timeout},

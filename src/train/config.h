@@ -41,6 +41,8 @@ struct RunConfig {
   std::string order = "tp-dp-pp";  // rank order, first axis varies fastest (tp inside a node)
   int64_t zero = 0;            // ZeRO stage 0..3
   bool sequence_parallel = false;  // with tp > 1: shard LayerNorm/residual regions along the tokens
+  std::string schedule = "1f1b";   // pipeline schedule: gpipe, 1f1b (interleaved: planned)
+  int64_t virtual_stages = 1;      // model chunks per pipeline stage (interleaved schedule)
   double bucket_mb = 8.0;      // gradient bucket size (MiB) for zero 0/1
   int64_t prefetch = 1;        // zero 3: parameter groups gathered ahead
   double comm_timeout = 300.0; // seconds a collective may wait before the job is stopped (0: never)

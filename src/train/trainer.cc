@@ -29,6 +29,8 @@
 #include "optim/optim.h"
 #include "parallel/dp/data_parallel.h"
 #include "parallel/grid.h"
+#include "parallel/pp/partition.h"
+#include "parallel/pp/schedule.h"
 #include "parallel/tp/tp_comm.h"
 #include "train/sample.h"
 
@@ -141,8 +143,14 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   spec.dp = cfg.dp > 0 ? static_cast<int>(cfg.dp) : std::max(1, world.size() / (spec.tp * spec.pp));
   spec.order = cfg.order;
   validate_layout(spec, world.size(), LayoutChecks{mc.n_head, mc.n_layer, G, B});
-  if (spec.pp > 1) {
-    throw_input("pp {}: this version trains tp x dp layouts (pipeline stages arrive in a later version); use pp 1", spec.pp);
+  const PipeSchedule schedule = parse_schedule(cfg.schedule);
+  if (spec.pp > 1 && (schedule == PipeSchedule::kInterleaved || cfg.virtual_stages != 1)) {
+    throw_input("schedule '{}' with {} virtual stages: this version runs the gpipe and 1f1b schedules (the interleaved "
+                "schedule is planned, not yet executed); use --schedule 1f1b", cfg.schedule, cfg.virtual_stages);
+  }
+  if (spec.pp > 1 && cfg.zero > 1) {
+    throw_input("zero {} with pp {}: ZeRO-2/3 reduce gradients every micro-batch and gather parameters per use, which "
+                "pipelining would multiply; use zero 0 or 1 with pipeline parallelism", cfg.zero, spec.pp);
   }
   Tracer tracer(cfg.trace);
   world.set_tracer(&tracer);
@@ -153,6 +161,17 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   CommTensorParallel tp_ops(tpc);
   const int dp = spec.dp, dp_rank = grid.coord(Axis::kDp);
   const int tp = spec.tp, tp_rank = grid.coord(Axis::kTp);
+  Communicator& ppc = grid.comm(Axis::kPp);
+  const int pp = spec.pp, stage = grid.coord(Axis::kPp);
+  StageSpec stage_spec;  // this rank's pipeline stage
+  {
+    const std::vector<StageRange> parts = partition_layers(mc.n_layer, pp);
+    stage_spec = {parts[stage].first_layer, parts[stage].num_layers, stage == 0, stage == pp - 1};
+  }
+  // The first and the last stage share the tied embedding: one group per (tp, dp) position.
+  const bool holds_embedding = pp > 1 && (stage == 0 || stage == pp - 1);
+  std::unique_ptr<Communicator> tied =
+      world.split(holds_embedding ? 1 + tp_rank + tp * dp_rank : 0, stage, "pp-embedding");
   const int64_t per_rank = G / dp, accum = per_rank / B;
 
   // Data first: a missing corpus should fail before anything is written.
@@ -215,7 +234,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   }
 
   auto backend = make_cpu_backend();
-  GPT model(mc, *backend, /*local_store=*/false, tp, tp_rank);
+  GPT model(mc, *backend, /*local_store=*/false, tp, tp_rank, stage_spec);
   model.set_tp(&tp_ops, cfg.sequence_parallel);
   if (cfg.sequence_parallel && tp == 1) log_warn("sequence_parallel has no effect with tp 1");
   const ParamLayout full_layout(mc);  // the whole model (tp = 1): checkpoints
@@ -225,7 +244,12 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   dcfg.prefetch = static_cast<int>(cfg.prefetch);
   DataParallel store(model.layout(), dpc, dcfg, *backend);
   model.set_store(&store);
-  model.reserve(B, T, true, cfg.head_chunk);
+  if (holds_embedding) store.set_tied_embedding(tied.get());
+  // Pipeline: this stage's schedule of one step and the micro-batches it keeps in flight.
+  const std::vector<PipeAction> actions = pp > 1 ? stage_schedule(schedule, pp, stage, static_cast<int>(accum))
+                                                 : std::vector<PipeAction>{};
+  const int slots = pp > 1 ? std::max(1, max_in_flight(actions)) : 1;
+  model.reserve(B, T, true, cfg.head_chunk, slots);
   AdamWConfig acfg;
   acfg.lr = static_cast<float>(cfg.lr);
   acfg.beta1 = static_cast<float>(cfg.beta1);
@@ -235,17 +259,21 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   AdamW optim(model.layout(), acfg, store.opt_begin(), store.opt_end());
   const int64_t n = model.num_params();  // this tensor-parallel rank's part
   const int64_t n_full = full_layout.total();
-  if (tp > 1 && tp_rank != 0) {
-    // Replicated tensors have identical gradients on every tp rank: count them once.
+  {
+    // Replicated tensors have identical gradients on every tp rank, and the tied embedding
+    // is on the first and the last stage: count each once in the gradient norm.
     std::vector<std::pair<int64_t, int64_t>> skip;
     for (const ParamTensor& t : model.layout().tensors()) {
-      if (t.split == TpSplit::kReplicated) skip.emplace_back(t.offset, t.offset + t.numel);
+      if (tp > 1 && tp_rank != 0 && t.split == TpSplit::kReplicated) skip.emplace_back(t.offset, t.offset + t.numel);
+      else if (pp > 1 && stage != 0 && (t.kind == ParamKind::kWte || t.kind == ParamKind::kWpe)) {
+        skip.emplace_back(t.offset, t.offset + t.numel);
+      }
     }
     store.set_norm_skip(std::move(skip));
   }
   // Whole-model buffer (tp = 1 layout) <-> this rank's part, through the tp group.
   auto to_local = [&](const float* whole, float* local) {
-    if (tp == 1) {
+    if (tp == 1 && pp == 1) {
       std::memcpy(local, whole, static_cast<size_t>(n) * sizeof(float));
     } else {
       extract_tp_part(model.layout(), full_layout, whole, local);
@@ -253,12 +281,39 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   };
   auto to_whole = [&](const float* local, float* whole) {
     if (tp == 1) {
-      std::memcpy(whole, local, static_cast<size_t>(n) * sizeof(float));
+      if (pp == 1) {
+        std::memcpy(whole, local, static_cast<size_t>(n) * sizeof(float));
+      } else {
+        insert_tp_part(model.layout(), full_layout, local, whole);
+      }
       return;
     }
     Buffer<float> parts(static_cast<size_t>(n * tp));
     tpc.all_gather(local, parts.data(), n, CommDType::kF32);
-    for (int r = 0; r < tp; ++r) insert_tp_part(ParamLayout(mc, tp, r), full_layout, parts.data() + r * n, whole);
+    for (int r = 0; r < tp; ++r) {
+      insert_tp_part(ParamLayout(mc, tp, r, stage_spec), full_layout, parts.data() + r * n, whole);
+    }
+  };
+  // The whole model from every stage: each contributes its tensors (the tied embedding from the
+  // first stage only) and the pipeline group sums them.
+  auto to_whole_model = [&](const float* local, float* whole) {
+    if (pp == 1) {
+      to_whole(local, whole);
+      return;
+    }
+    std::fill(whole, whole + n_full, 0.0f);
+    if (tp == 1) {
+      insert_tp_part(model.layout(), full_layout, local, whole);
+    } else {
+      to_whole(local, whole);
+    }
+    if (stage != 0) {
+      for (const char* name : {"transformer.wte.weight", "transformer.wpe.weight"}) {
+        const ParamTensor* t = full_layout.find(name);
+        std::fill(whole + t->offset, whole + t->offset + t->numel, 0.0f);
+      }
+    }
+    ppc.all_reduce_sum(whole, n_full);
   };
 
   int64_t start_step = 0;
@@ -315,6 +370,9 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   // Validation: the first val_batches * micro_batch windows, dealt round-robin over dp ranks.
   // Every rank runs the same number of forward passes (ZeRO-3 gathers parameters inside
   // them); a rank without windows left runs one on window 0 and ignores it.
+  // Pipeline receive buffers (one micro-batch of activations or of their gradients).
+  const int64_t act_count = (cfg.sequence_parallel && tp > 1 ? B * T / tp : B * T) * mc.n_embd;
+  Buffer<float> xbuf(static_cast<size_t>(pp > 1 ? act_count : 1)), dybuf(static_cast<size_t>(pp > 1 ? act_count : 1));
   auto evaluate = [&]() -> double {
     const int64_t windows = std::min(val_data->num_windows(T), cfg.val_batches * G);
     std::vector<int64_t> mine;
@@ -328,12 +386,24 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
       for (int64_t i = 0; i < std::max<int64_t>(nb, 1); ++i) {
         val_data->window(nb > 0 ? mine[i0 + i] : 0, T, inputs.data() + i * T, targets.data() + i * T);
       }
-      const double l = model.forward_loss(inputs.data(), targets.data(), std::max<int64_t>(nb, 1), T);
+      const int64_t rows = std::max<int64_t>(nb, 1);
+      double l = 0.0;
+      if (pp == 1) {
+        l = model.forward_loss(inputs.data(), targets.data(), rows, T) * static_cast<double>(rows * T);
+      } else {
+        // Forward through the pipeline; the last stage has the loss.
+        const int64_t count = (cfg.sequence_parallel && tp > 1 ? rows * T / tp : rows * T) * mc.n_embd;
+        if (stage > 0) ppc.recv(xbuf.data(), count, CommDType::kF32, stage - 1, 0);
+        model.stage_forward(0, inputs.data(), xbuf.data(), rows, T, false);
+        if (stage < pp - 1) ppc.send(model.stage_output(0), count, CommDType::kF32, stage + 1, 0);
+        if (stage == pp - 1) l = model.stage_loss(0, targets.data(), rows, T);
+      }
       if (nb > 0) {
-        sums[0] += l * static_cast<double>(nb * T);
+        sums[0] += l * (static_cast<double>(nb) / static_cast<double>(rows));
         sums[1] += static_cast<double>(nb * T);
       }
     }
+    if (pp > 1) ppc.all_reduce_sum(sums, 1);  // the loss lives on the last stage
     dpc.all_reduce_sum(sums, 2);
     return sums[0] / sums[1];
   };
@@ -354,11 +424,11 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
     Buffer<float> local(static_cast<size_t>(n));
     Buffer<float> full(static_cast<size_t>(n_full)), m(static_cast<size_t>(n_full)), v(static_cast<size_t>(n_full));
     store.gather_full_params(local.data());
-    to_whole(local.data(), full.data());
+    to_whole_model(local.data(), full.data());
     store.gather_opt_range(optim.exp_avg(), local.data());
-    to_whole(local.data(), m.data());
+    to_whole_model(local.data(), m.data());
     store.gather_opt_range(optim.exp_avg_sq(), local.data());
-    to_whole(local.data(), v.data());
+    to_whole_model(local.data(), v.data());
     if (rank0) {
       CheckpointData d;
       d.layout = &full_layout;
@@ -408,7 +478,42 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
     store.take_exposed_seconds();
     store.begin_step();
     double loss_sum = 0.0;  // this rank's token-loss sum
-    for (int64_t m = 0; m < accum; ++m) {
+    if (pp > 1) {
+      // Walk this stage's schedule: forwards receive the previous stage's activations and
+      // send theirs on, backwards receive the next stage's gradient and send theirs back.
+      // Sends are asynchronous; a slot's sends are waited for before the slot is reused.
+      std::vector<CommHandle> fwd_send(slots), bwd_send(slots);
+      int last_backward = -1;
+      for (size_t i = 0; i < actions.size(); ++i) {
+        if (actions[i].kind == PipeAction::kBackward) last_backward = static_cast<int>(i);
+      }
+      for (size_t i = 0; i < actions.size(); ++i) {
+        const PipeAction& a = actions[i];
+        const int mb = a.micro_batch, slot = mb % slots;
+        train_data.sample_batch(seed, step, G, dp_rank * per_rank + mb * B, B, static_cast<int>(T), inputs.data(),
+                                targets.data());
+        if (a.kind == PipeAction::kForward) {
+          if (fwd_send[slot]) fwd_send[slot]->wait(), fwd_send[slot].reset();
+          if (bwd_send[slot]) bwd_send[slot]->wait(), bwd_send[slot].reset();
+          if (stage > 0) ppc.recv(xbuf.data(), act_count, CommDType::kF32, stage - 1, 2 * mb);
+          model.stage_forward(slot, inputs.data(), xbuf.data(), B, T, true);
+          if (stage < pp - 1) {
+            fwd_send[slot] = ppc.isend(model.stage_output(slot), act_count, CommDType::kF32, stage + 1, 2 * mb);
+          }
+        } else {
+          store.begin_micro_batch(static_cast<int>(i) == last_backward);
+          if (stage < pp - 1) ppc.recv(dybuf.data(), act_count, CommDType::kF32, stage + 1, 2 * mb + 1);
+          loss_sum += model.stage_backward(slot, inputs.data(), targets.data(), dybuf.data(), B, T, loss_scale);
+          if (stage > 0) {
+            bwd_send[slot] = ppc.isend(model.stage_input_grad(slot), act_count, CommDType::kF32, stage - 1, 2 * mb + 1);
+          }
+        }
+        ppc.progress();
+      }
+      for (auto& h : fwd_send) if (h) h->wait();
+      for (auto& h : bwd_send) if (h) h->wait();
+    }
+    for (int64_t m = 0; m < (pp > 1 ? 0 : accum); ++m) {
       store.begin_micro_batch(m == accum - 1);
       train_data.sample_batch(seed, step, G, dp_rank * per_rank + m * B, B, static_cast<int>(T), inputs.data(),
                               targets.data());
@@ -417,6 +522,10 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
     store.finish_step_gradients();
     double norm_sq = store.grad_norm_sq();
     if (tp > 1) tpc.all_reduce_sum(&norm_sq, 1);
+    if (pp > 1) {
+      ppc.all_reduce_sum(&norm_sq, 1);
+      ppc.all_reduce_sum(&loss_sum, 1);  // the loss lives on the last stage
+    }
     const double norm = std::sqrt(norm_sq);
     if (dp > 1) dpc.all_reduce_sum(&loss_sum, 1);
     const double loss = loss_sum / static_cast<double>(G * T);
@@ -477,7 +586,9 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
              res.tokens_per_s, res.tokens_per_s * flops_per_token / 1e9);
   }
 
-  if (cfg.sample_tokens > 0) {
+  if (cfg.sample_tokens > 0 && pp > 1) {
+    log_info("sample: skipped (sampling runs on a whole model; use weft generate on the checkpoint)");
+  } else if (cfg.sample_tokens > 0) {
     Tokenizer tok = Tokenizer::load_gpt2("");
     std::vector<int32_t> prompt = {tok.eot_token()};
     if (!cfg.sample_prompt.empty()) tok.encode_append(cfg.sample_prompt, prompt);

@@ -165,8 +165,27 @@ void DataParallel::complete_oldest() {
   if (f.slot >= 0) grad_slots_[f.slot].busy = false;
 }
 
+void DataParallel::set_tied_embedding(Communicator* tied) {
+  if (tied == nullptr) return;
+  if (cfg_.zero > 1) throw_input("ZeRO stage {} does not combine with pipeline parallelism here; use zero 0 or 1", cfg_.zero);
+  WEFT_CHECK(layout_.has_group(0), "a stage without the embedding cannot share it");
+  WEFT_CHECK(buckets_[bucket_of_group_[0]].groups.size() == 1, "the embedding bucket holds other groups");
+  tied_ = tied;
+  split_embedding_ = false;
+}
+
 void DataParallel::finish_step_gradients() {
   while (!inflight_.empty()) complete_oldest();
+  if (tied_ != nullptr) {
+    // The tied embedding: sum the two stages' local gradients, then reduce over dp.
+    Bucket& b = buckets_[bucket_of_group_[0]];
+    const double t0 = Tracer::now();
+    tied_->all_reduce_sum(grads_.data() + b.begin, b.end - b.begin);
+    b.pending = 0;
+    post_bucket(b);
+    while (!inflight_.empty()) complete_oldest();
+    exposed_s_ += Tracer::now() - t0;
+  }
   if (cfg_.zero <= 1) {
     for (const auto& b : buckets_) {
       WEFT_CHECK(b.pending == 0, "bucket [{}, {}) was never reduced ({} groups not ready)", b.begin, b.end, b.pending);
@@ -364,6 +383,7 @@ bool DataParallel::embedding_backward(const int32_t* tokens, const float* dres, 
 void DataParallel::ready(int g) {
   if (cfg_.zero <= 1) {
     if (g == 0 && embedding_posted_) return;  // reduced already (head_done)
+    if (g == 0 && tied_ != nullptr) return;   // reduced at the end of the step
     if (last_micro_) {
       Bucket& b = buckets_[bucket_of_group_[g]];
       if (--b.pending == 0) post_bucket(b);

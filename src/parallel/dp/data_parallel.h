@@ -79,6 +79,10 @@ class DataParallel final : public ParamStore {
   void begin_step();                       // clears the gradient accumulators
   void begin_micro_batch(bool last);       // `last`: reduce during this micro-batch's backward
   void finish_step_gradients();            // waits for every reduction of the step
+  // Pipeline parallelism: the first and the last stage both hold the tied embedding; its
+  // gradient is summed between them (over `tied`) at the end of the step, before its
+  // data-parallel reduction. zero 0/1 only.
+  void set_tied_embedding(Communicator* tied);
   // Squared L2 norm of the summed gradient over the data-parallel ranks, leaving out the
   // element ranges set with set_norm_skip (tensor-parallel replicas counted on one rank only).
   double grad_norm_sq();
@@ -141,6 +145,7 @@ class DataParallel final : public ParamStore {
   Communicator& dp_;
   Backend& backend_;
   bool split_embedding_ = false;  // zero 0 with dp > 1: see head_done()
+  Communicator* tied_ = nullptr;  // see set_tied_embedding
   bool embedding_posted_ = false;
   DataParallelConfig cfg_;
   int64_t n_ = 0, shard_ = 0, shard_begin_ = 0, shard_end_ = 0;

@@ -1,0 +1,113 @@
+// Pipeline parallelism by layout parity (fp32, 1e-5 relative, 12 steps of the tiny preset):
+// pp 2 and 4 with the GPipe and 1F1B schedules, 3D tp 2 x pp 2 x dp 2 with ZeRO-1 on 8 ranks,
+// checkpoints that resume across pipeline depths, and the layouts refused with a message.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+namespace weft {
+namespace {
+
+using test::RunResult;
+using test::TempDir;
+namespace fs = std::filesystem;
+
+std::map<int64_t, double> metric(const std::string& run, const char* key) {
+  std::map<int64_t, double> out;
+  std::ifstream in(run + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains(key)) out[j["step"].get<int64_t>()] = j[key].get<double>();
+  }
+  return out;
+}
+
+void expect_same(const std::map<int64_t, double>& a, const std::map<int64_t, double>& ref, const std::string& what) {
+  ASSERT_FALSE(a.empty()) << what;
+  for (const auto& [step, v] : a) {
+    ASSERT_TRUE(ref.count(step)) << what << " step " << step;
+    EXPECT_NEAR(v, ref.at(step), 1e-5 * ref.at(step)) << what << ", step " << step;
+  }
+}
+
+class PipelineRuns : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tmp = std::make_unique<TempDir>("pp");
+    test::make_random_corpus(*tmp / "data", 40000, 4000);
+    config = *tmp / "run.toml";
+    std::ofstream(config) << "[model]\nmodel = \"tiny\"\n[data]\ndata = \"" << (*tmp / "data") << "\"\n"
+                          << "[train]\nseq_len = 32\nglobal_batch = 8\nmicro_batch = 2\nsteps = 12\nlr = 2e-3\n"
+                          << "warmup_steps = 3\nthreads = 1\nseed = 99\n"
+                          << "[eval]\nval_every = 6\nval_batches = 1\n[checkpoint]\nkeep_last = 0\n"
+                          << "[parallel]\ncomm_timeout = 120.0\n";
+  }
+  RunResult train(int np, const std::string& args) {
+    std::string launcher;
+    if (np > 0) {
+      launcher = fmt::format("mpirun --oversubscribe {} -np {} -x OMP_NUM_THREADS=1", geteuid() == 0 ? "--allow-run-as-root" : "", np);
+    }
+    return test::run_weft_with(launcher, "train " + config + " " + args, *tmp / fmt::format("cmd{}", n++));
+  }
+  std::unique_ptr<TempDir> tmp;
+  std::string config;
+  int n = 0;
+};
+
+TEST_F(PipelineRuns, SchedulesAndThreeDLayoutsMatchOneProcess) {
+  RunResult r = train(0, "--ckpt_every 6 --out " + *tmp / "ref");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto ref = metric(*tmp / "ref", "loss"), ref_val = metric(*tmp / "ref", "val_loss");
+  ASSERT_EQ(ref.size(), 12u);
+  const std::vector<std::pair<int, std::string>> layouts = {
+      {2, "--pp 2 --schedule gpipe"},
+      {2, "--pp 2 --schedule 1f1b"},
+      {4, "--pp 4 --schedule 1f1b"},
+      {4, "--pp 4 --schedule gpipe --micro_batch 1"},
+      {8, "--tp 2 --pp 2 --dp 2 --zero 1 --micro_batch 1"}};
+  for (const auto& [np, args] : layouts) {
+    const std::string out = *tmp / fmt::format("run{}", n);
+    r = train(np, args + " --out " + out);
+    ASSERT_EQ(r.code, 0) << args << ": " << r.err;
+    expect_same(metric(out, "loss"), ref, args);
+    expect_same(metric(out, "val_loss"), ref_val, args + " (validation)");
+  }
+}
+
+TEST_F(PipelineRuns, CheckpointsResumeAcrossPipelineDepths) {
+  RunResult r = train(0, "--out " + *tmp / "ref");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto ref = metric(*tmp / "ref", "loss");
+  r = train(2, "--pp 2 --ckpt_every 6 --out " + *tmp / "pp2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  // pp 2 -> one process, and pp 2 -> pp 4
+  for (const auto& [np, args] : std::vector<std::pair<int, std::string>>{{0, ""}, {4, "--pp 4"}}) {
+    const std::string out = *tmp / fmt::format("resume{}", np);
+    fs::create_directories(out);
+    fs::copy(*tmp / "pp2/step-000006", out + "/step-000006", fs::copy_options::recursive);
+    r = train(np, args + " --resume --out " + out);
+    ASSERT_EQ(r.code, 0) << r.err;
+    auto c = metric(out, "loss");
+    EXPECT_EQ(c.begin()->first, 7);
+    expect_same(c, ref, "pp 2 -> " + (args.empty() ? std::string("pp 1") : args));
+  }
+}
+
+TEST_F(PipelineRuns, UnsupportedCombinationsAreRefused) {
+  RunResult r = train(2, "--pp 2 --zero 2 --out " + *tmp / "z2");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("zero 2 with pp 2"), std::string::npos) << r.err;
+  r = train(2, "--pp 2 --schedule interleaved --virtual_stages 2 --out " + *tmp / "il");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("interleaved"), std::string::npos) << r.err;
+  r = train(2, "--pp 2 --schedule zigzag --out " + *tmp / "zz");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("zigzag"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace weft
