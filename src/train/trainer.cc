@@ -165,7 +165,10 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   const int pp = spec.pp, stage = grid.coord(Axis::kPp);
   StageSpec stage_spec;  // this rank's pipeline stage
   {
-    const std::vector<StageRange> parts = partition_layers(mc.n_layer, pp);
+    // Balanced by cost: the output head (2*C*Vp FLOPs per token against a layer's 24*C^2)
+    // counts as Vp / (12 C) layers on the last stage.
+    const double head_cost = static_cast<double>(mc.padded_vocab) / (12.0 * mc.n_embd);
+    const std::vector<StageRange> parts = partition_layers(mc.n_layer, pp, 1, {}, head_cost);
     stage_spec = {parts[stage].first_layer, parts[stage].num_layers, stage == 0, stage == pp - 1};
   }
   // The first and the last stage share the tied embedding: one group per (tp, dp) position.
@@ -249,6 +252,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   const std::vector<PipeAction> actions = pp > 1 ? stage_schedule(schedule, pp, stage, static_cast<int>(accum))
                                                  : std::vector<PipeAction>{};
   const int slots = pp > 1 ? std::max(1, max_in_flight(actions)) : 1;
+  double pipe_busy = 0.0, pipe_wait = 0.0;
   model.reserve(B, T, true, cfg.head_chunk, slots);
   AdamWConfig acfg;
   acfg.lr = static_cast<float>(cfg.lr);
@@ -478,11 +482,14 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
     store.take_exposed_seconds();
     store.begin_step();
     double loss_sum = 0.0;  // this rank's token-loss sum
+    const double pipe_t0 = Tracer::now();
+    double pipe_span = 0.0;
     if (pp > 1) {
       // Walk this stage's schedule: forwards receive the previous stage's activations and
       // send theirs on, backwards receive the next stage's gradient and send theirs back.
       // Sends are asynchronous; a slot's sends are waited for before the slot is reused.
       std::vector<CommHandle> fwd_send(slots), bwd_send(slots);
+      pipe_busy = pipe_wait = 0.0;
       int last_backward = -1;
       for (size_t i = 0; i < actions.size(); ++i) {
         if (actions[i].kind == PipeAction::kBackward) last_backward = static_cast<int>(i);
@@ -495,15 +502,23 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
         if (a.kind == PipeAction::kForward) {
           if (fwd_send[slot]) fwd_send[slot]->wait(), fwd_send[slot].reset();
           if (bwd_send[slot]) bwd_send[slot]->wait(), bwd_send[slot].reset();
+          double w0 = Tracer::now();
           if (stage > 0) ppc.recv(xbuf.data(), act_count, CommDType::kF32, stage - 1, 2 * mb);
+          const double c0 = Tracer::now();
+          pipe_wait += c0 - w0;
           model.stage_forward(slot, inputs.data(), xbuf.data(), B, T, true);
+          pipe_busy += Tracer::now() - c0;
           if (stage < pp - 1) {
             fwd_send[slot] = ppc.isend(model.stage_output(slot), act_count, CommDType::kF32, stage + 1, 2 * mb);
           }
         } else {
           store.begin_micro_batch(static_cast<int>(i) == last_backward);
+          const double w0 = Tracer::now();
           if (stage < pp - 1) ppc.recv(dybuf.data(), act_count, CommDType::kF32, stage + 1, 2 * mb + 1);
+          const double c0 = Tracer::now();
+          pipe_wait += c0 - w0;
           loss_sum += model.stage_backward(slot, inputs.data(), targets.data(), dybuf.data(), B, T, loss_scale);
+          pipe_busy += Tracer::now() - c0;
           if (stage > 0) {
             bwd_send[slot] = ppc.isend(model.stage_input_grad(slot), act_count, CommDType::kF32, stage - 1, 2 * mb + 1);
           }
@@ -512,6 +527,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
       }
       for (auto& h : fwd_send) if (h) h->wait();
       for (auto& h : bwd_send) if (h) h->wait();
+      pipe_span = Tracer::now() - pipe_t0;
     }
     for (int64_t m = 0; m < (pp > 1 ? 0 : accum); ++m) {
       store.begin_micro_batch(m == accum - 1);
@@ -553,6 +569,26 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
                            {"tokens_per_s", tps}, {"ms", dt * 1e3}, {"tokens", done * G * T},
                            {"model_flops_per_s", flops_per_token * tps}, {"memory", memory},
                            {"dp_exposed_ms", exposed * 1e3}};
+    if (pp > 1) {
+      // Per stage: compute time, time blocked receiving from a neighbour, and the idle rest of
+      // the schedule's span (the bubble), gathered from every stage.
+      double mine[3] = {pipe_busy, pipe_wait, pipe_span};
+      std::vector<double> all(3 * pp);
+      ppc.all_gather(mine, all.data(), 3, CommDType::kF64);
+      nlohmann::json busy = nlohmann::json::array(), wait = nlohmann::json::array(), idle = nlohmann::json::array();
+      for (int s2 = 0; s2 < pp; ++s2) {
+        busy.push_back(all[3 * s2] * 1e3);
+        wait.push_back(all[3 * s2 + 1] * 1e3);
+        idle.push_back((all[3 * s2 + 2] - all[3 * s2]) * 1e3);
+      }
+      double max_span = 0.0, sum_busy = 0.0;
+      for (int s2 = 0; s2 < pp; ++s2) max_span = std::max(max_span, all[3 * s2 + 2]), sum_busy += all[3 * s2];
+      line["pipeline"] = {{"schedule", cfg.schedule}, {"stages", pp}, {"micro_batches", accum},
+                          {"busy_ms", busy}, {"p2p_wait_ms", wait}, {"idle_ms", idle},
+                          {"bubble_fraction", max_span > 0 ? 1.0 - sum_busy / (pp * max_span) : 0.0},
+                          {"bubble_predicted", static_cast<double>(pp - 1) / static_cast<double>(accum)},
+                          {"activation_slots", slots}};
+    }
     if (cfg.trace) {
       const TraceSummary ts = tracer.summary();
       nlohmann::json comm = nlohmann::json::object();
