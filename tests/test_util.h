@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <string>
@@ -85,6 +87,34 @@ inline void make_random_corpus(const std::string& dir, int64_t train_tokens, int
   };
   write_shard(dir + "/x_train_000000.bin", make(train_tokens), V);
   write_shard(dir + "/x_val_000000.bin", make(val_tokens), V);
+}
+
+// step -> value of `key` in a run folder's metrics.jsonl ("loss", "val_loss", ...).
+inline std::map<int64_t, double> metric_series(const std::string& run, const char* key) {
+  std::map<int64_t, double> out;
+  std::ifstream in(run + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains(key)) out[j["step"].get<int64_t>()] = j[key].get<double>();
+  }
+  return out;
+}
+
+// Every step of `a` is in `ref` and within 1e-5 relative (layout parity, fp32).
+inline void expect_same_series(const std::map<int64_t, double>& a, const std::map<int64_t, double>& ref,
+                               const std::string& what) {
+  ASSERT_FALSE(a.empty()) << what;
+  for (const auto& [step, v] : a) {
+    ASSERT_TRUE(ref.count(step)) << what << " step " << step;
+    EXPECT_NEAR(v, ref.at(step), 1e-5 * ref.at(step)) << what << ", step " << step;
+  }
+}
+
+// "mpirun ... -np N -x OMP_NUM_THREADS=1" for N > 0 ranks; "" runs a plain single process.
+inline std::string mpi_launcher(int np) {
+  if (np <= 0) return "";
+  return fmt::format("mpirun --oversubscribe {} -np {} -x OMP_NUM_THREADS=1", geteuid() == 0 ? "--allow-run-as-root" : "", np);
 }
 
 }  // namespace weft::test

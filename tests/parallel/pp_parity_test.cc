@@ -15,24 +15,8 @@ using test::RunResult;
 using test::TempDir;
 namespace fs = std::filesystem;
 
-std::map<int64_t, double> metric(const std::string& run, const char* key) {
-  std::map<int64_t, double> out;
-  std::ifstream in(run + "/metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j.contains(key)) out[j["step"].get<int64_t>()] = j[key].get<double>();
-  }
-  return out;
-}
-
-void expect_same(const std::map<int64_t, double>& a, const std::map<int64_t, double>& ref, const std::string& what) {
-  ASSERT_FALSE(a.empty()) << what;
-  for (const auto& [step, v] : a) {
-    ASSERT_TRUE(ref.count(step)) << what << " step " << step;
-    EXPECT_NEAR(v, ref.at(step), 1e-5 * ref.at(step)) << what << ", step " << step;
-  }
-}
+using test::expect_same_series;
+using test::metric_series;
 
 class PipelineRuns : public ::testing::Test {
  protected:
@@ -47,11 +31,7 @@ class PipelineRuns : public ::testing::Test {
                           << "[parallel]\ncomm_timeout = 120.0\n";
   }
   RunResult train(int np, const std::string& args) {
-    std::string launcher;
-    if (np > 0) {
-      launcher = fmt::format("mpirun --oversubscribe {} -np {} -x OMP_NUM_THREADS=1", geteuid() == 0 ? "--allow-run-as-root" : "", np);
-    }
-    return test::run_weft_with(launcher, "train " + config + " " + args, *tmp / fmt::format("cmd{}", n++));
+    return test::run_weft_with(test::mpi_launcher(np), "train " + config + " " + args, *tmp / fmt::format("cmd{}", n++));
   }
   std::unique_ptr<TempDir> tmp;
   std::string config;
@@ -61,7 +41,7 @@ class PipelineRuns : public ::testing::Test {
 TEST_F(PipelineRuns, SchedulesAndThreeDLayoutsMatchOneProcess) {
   RunResult r = train(0, "--ckpt_every 6 --out " + *tmp / "ref");
   ASSERT_EQ(r.code, 0) << r.err;
-  const auto ref = metric(*tmp / "ref", "loss"), ref_val = metric(*tmp / "ref", "val_loss");
+  const auto ref = metric_series(*tmp / "ref", "loss"), ref_val = metric_series(*tmp / "ref", "val_loss");
   ASSERT_EQ(ref.size(), 12u);
   const std::vector<std::pair<int, std::string>> layouts = {
       {2, "--pp 2 --schedule gpipe"},
@@ -73,15 +53,15 @@ TEST_F(PipelineRuns, SchedulesAndThreeDLayoutsMatchOneProcess) {
     const std::string out = *tmp / fmt::format("run{}", n);
     r = train(np, args + " --out " + out);
     ASSERT_EQ(r.code, 0) << args << ": " << r.err;
-    expect_same(metric(out, "loss"), ref, args);
-    expect_same(metric(out, "val_loss"), ref_val, args + " (validation)");
+    expect_same_series(metric_series(out, "loss"), ref, args);
+    expect_same_series(metric_series(out, "val_loss"), ref_val, args + " (validation)");
   }
 }
 
 TEST_F(PipelineRuns, CheckpointsResumeAcrossPipelineDepths) {
   RunResult r = train(0, "--out " + *tmp / "ref");
   ASSERT_EQ(r.code, 0) << r.err;
-  const auto ref = metric(*tmp / "ref", "loss");
+  const auto ref = metric_series(*tmp / "ref", "loss");
   r = train(2, "--pp 2 --ckpt_every 6 --out " + *tmp / "pp2");
   ASSERT_EQ(r.code, 0) << r.err;
   // pp 2 -> one process, and pp 2 -> pp 4
@@ -91,9 +71,9 @@ TEST_F(PipelineRuns, CheckpointsResumeAcrossPipelineDepths) {
     fs::copy(*tmp / "pp2/step-000006", out + "/step-000006", fs::copy_options::recursive);
     r = train(np, args + " --resume --out " + out);
     ASSERT_EQ(r.code, 0) << r.err;
-    auto c = metric(out, "loss");
+    auto c = metric_series(out, "loss");
     EXPECT_EQ(c.begin()->first, 7);
-    expect_same(c, ref, "pp 2 -> " + (args.empty() ? std::string("pp 1") : args));
+    expect_same_series(c, ref, "pp 2 -> " + (args.empty() ? std::string("pp 1") : args));
   }
 }
 

@@ -18,24 +18,8 @@ using test::RunResult;
 using test::TempDir;
 namespace fs = std::filesystem;
 
-std::map<int64_t, double> losses(const std::string& run, const char* key = "loss") {
-  std::map<int64_t, double> out;
-  std::ifstream in(run + "/metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j.contains(key)) out[j["step"].get<int64_t>()] = j[key].get<double>();
-  }
-  return out;
-}
-
-void expect_same(const std::map<int64_t, double>& a, const std::map<int64_t, double>& ref, const std::string& what) {
-  ASSERT_FALSE(a.empty()) << what;
-  for (const auto& [step, v] : a) {
-    ASSERT_TRUE(ref.count(step)) << what << " step " << step;
-    EXPECT_NEAR(v, ref.at(step), 1e-5 * ref.at(step)) << what << ", step " << step;
-  }
-}
+using test::expect_same_series;
+using test::metric_series;
 
 class TensorParallelRuns : public ::testing::Test {
  protected:
@@ -50,11 +34,7 @@ class TensorParallelRuns : public ::testing::Test {
                           << "[parallel]\ncomm_timeout = 120.0\n";
   }
   RunResult train(int np, const std::string& args) {
-    std::string launcher;
-    if (np > 0) {
-      launcher = fmt::format("mpirun --oversubscribe {} -np {} -x OMP_NUM_THREADS=1", geteuid() == 0 ? "--allow-run-as-root" : "", np);
-    }
-    return test::run_weft_with(launcher, "train " + config + " " + args, *tmp / fmt::format("cmd{}", n++));
+    return test::run_weft_with(test::mpi_launcher(np), "train " + config + " " + args, *tmp / fmt::format("cmd{}", n++));
   }
   std::unique_ptr<TempDir> tmp;
   std::string config;
@@ -64,7 +44,7 @@ class TensorParallelRuns : public ::testing::Test {
 TEST_F(TensorParallelRuns, Tp2Tp4AndTp2xDp2MatchOneProcess) {
   RunResult r = train(0, "--out " + *tmp / "ref");
   ASSERT_EQ(r.code, 0) << r.err;
-  const auto ref = losses(*tmp / "ref"), ref_val = losses(*tmp / "ref", "val_loss");
+  const auto ref = metric_series(*tmp / "ref", "loss"), ref_val = metric_series(*tmp / "ref", "val_loss");
   ASSERT_EQ(ref.size(), 12u);
   const std::vector<std::pair<int, std::string>> layouts = {
       {2, "--tp 2"},
@@ -77,8 +57,8 @@ TEST_F(TensorParallelRuns, Tp2Tp4AndTp2xDp2MatchOneProcess) {
     const std::string out = *tmp / fmt::format("run{}", n);
     r = train(np, args + " --out " + out);
     ASSERT_EQ(r.code, 0) << args << ": " << r.err;
-    expect_same(losses(out), ref, args);
-    expect_same(losses(out, "val_loss"), ref_val, args + " (validation)");
+    expect_same_series(metric_series(out, "loss"), ref, args);
+    expect_same_series(metric_series(out, "val_loss"), ref_val, args + " (validation)");
   }
 }
 
@@ -87,12 +67,12 @@ TEST_F(TensorParallelRuns, CheckpointsAreLayoutFree) {
   // single-process curve, and the tp 2 run's checkpoint equals the tp 1 run's to float tolerance.
   RunResult r = train(0, "--ckpt_every 6 --out " + *tmp / "ref");
   ASSERT_EQ(r.code, 0) << r.err;
-  const auto ref = losses(*tmp / "ref");
+  const auto ref = metric_series(*tmp / "ref", "loss");
   fs::create_directories(*tmp / "a");
   fs::copy(*tmp / "ref/step-000006", *tmp / "a/step-000006", fs::copy_options::recursive);
   r = train(2, "--tp 2 --resume --out " + *tmp / "a");
   ASSERT_EQ(r.code, 0) << r.err;
-  expect_same(losses(*tmp / "a"), ref, "tp 1 -> tp 2");
+  expect_same_series(metric_series(*tmp / "a", "loss"), ref, "tp 1 -> tp 2");
 
   r = train(2, "--tp 2 --ckpt_every 6 --out " + *tmp / "b");
   ASSERT_EQ(r.code, 0) << r.err;
@@ -100,7 +80,7 @@ TEST_F(TensorParallelRuns, CheckpointsAreLayoutFree) {
   fs::copy(*tmp / "b/step-000006", *tmp / "c/step-000006", fs::copy_options::recursive);
   r = train(0, "--resume --out " + *tmp / "c");
   ASSERT_EQ(r.code, 0) << r.err;
-  expect_same(losses(*tmp / "c"), ref, "tp 2 -> tp 1");
+  expect_same_series(metric_series(*tmp / "c", "loss"), ref, "tp 2 -> tp 1");
   // The tp 2 checkpoint holds the same tensors (names, shapes) as the tp 1 one, values within fp32 tolerance.
   const std::string a = test::read_text(*tmp / "ref/step-000006/model.safetensors");
   const std::string b = test::read_text(*tmp / "b/step-000006/model.safetensors");
