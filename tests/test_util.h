@@ -117,4 +117,32 @@ inline std::string mpi_launcher(int np) {
   return fmt::format("mpirun --oversubscribe {} -np {} -x OMP_NUM_THREADS=1", geteuid() == 0 ? "--allow-run-as-root" : "", np);
 }
 
+// Layout-parity runs of the tiny preset on a random corpus: one fixture for the dp, tp and pp
+// suites, which differ only in their [train] lines.
+class ParityRuns : public ::testing::Test {
+ protected:
+  // A fresh folder `group` with a corpus and run.toml (tiny preset, `train_lines` under [train],
+  // validation every 6 steps over `val_batches` global batches, every checkpoint kept).
+  void prepare(const std::string& group, const std::string& train_lines, int val_batches) {
+    tmp = std::make_unique<TempDir>(group);
+    make_random_corpus(*tmp / "data", 40000, 4000);
+    config = *tmp / "run.toml";
+    std::ofstream(config) << "[model]\nmodel = \"tiny\"\n[data]\ndata = \"" << (*tmp / "data") << "\"\n"
+                          << "[train]\n" << train_lines << "steps = 12\nlr = 2e-3\nwarmup_steps = 3\nthreads = 1\n"
+                          << "[eval]\nval_every = 6\nval_batches = " << val_batches << "\n"
+                          << "[checkpoint]\nkeep_last = 0\n[parallel]\ncomm_timeout = 120.0\n";
+  }
+  // `weft train run.toml ARGS` on np ranks (0: a plain single process). env: "NAME=value" set
+  // for the command and exported to every rank.
+  RunResult train(int np, const std::string& args, const std::string& env = "") {
+    std::string prefix = env.empty() ? "" : env + " ";
+    prefix += mpi_launcher(np);
+    if (np > 0 && !env.empty()) prefix += " -x " + env.substr(0, env.find('='));
+    return run_weft_with(prefix, "train " + config + " " + args, *tmp / fmt::format("cmd{}", n++));
+  }
+  std::unique_ptr<TempDir> tmp;
+  std::string config;
+  int n = 0;
+};
+
 }  // namespace weft::test

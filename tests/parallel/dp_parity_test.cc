@@ -54,39 +54,14 @@ void expect_same_curve(const Curve& a, const Curve& ref, const std::string& what
   EXPECT_GE(compared, 1) << what;
 }
 
-class DataParallelRuns : public ::testing::Test {
+class DataParallelRuns : public test::ParityRuns {
  protected:
-  void SetUp() override {
-    tmp = std::make_unique<TempDir>("dp");
-    test::make_random_corpus(*tmp / "data", 40000, 4000);
-    config = *tmp / "run.toml";
-    // The tiny preset (4 layers, 4 heads, d 256, GPT-2 vocabulary), short sequences for speed.
-    std::ofstream(config) << "[model]\nmodel = \"tiny\"\n[data]\ndata = \"" << (*tmp / "data") << "\"\n"
-                          << "[train]\nseq_len = 64\nglobal_batch = 8\nmicro_batch = 2\nsteps = 12\nlr = 2e-3\n"
-                          << "warmup_steps = 3\nthreads = 1\nseed = 4242\n"
-                          << "[eval]\nval_every = 6\nval_batches = 2\n[checkpoint]\nkeep_last = 0\n"
-                          << "[parallel]\ncomm_timeout = 120.0\n";
-  }
-  // Runs weft train on `np` ranks (np == 0: a plain single process without mpirun).
-  RunResult train(int np, const std::string& args, const std::string& env = "") {
-    std::string launcher;
-    if (np > 0) {
-      launcher = fmt::format("mpirun --oversubscribe {} -np {} -x OMP_NUM_THREADS=1 {}",
-                             geteuid() == 0 ? "--allow-run-as-root" : "", np,
-                             env.empty() ? "" : "-x " + env.substr(0, env.find('=')));
-    }
-    const std::string prefix = env.empty() ? "" : env + " ";
-    RunResult r = test::run_weft_with(prefix + launcher, "train " + config + " " + args, *tmp / fmt::format("cmd{}", n++));
-    return r;
-  }
+  void SetUp() override { prepare("dp", "seq_len = 64\nglobal_batch = 8\nmicro_batch = 2\nseed = 4242\n", 2); }
   std::string reference() {
     RunResult r = train(0, "--out " + *tmp / "ref");
     EXPECT_EQ(r.code, 0) << r.err;
     return *tmp / "ref";
   }
-  std::unique_ptr<TempDir> tmp;
-  std::string config;
-  int n = 0;
 };
 
 TEST_F(DataParallelRuns, EveryZeroStageOnTwoRanksMatchesOneProcess) {

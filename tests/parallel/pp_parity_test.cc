@@ -18,24 +18,9 @@ namespace fs = std::filesystem;
 using test::expect_same_series;
 using test::metric_series;
 
-class PipelineRuns : public ::testing::Test {
+class PipelineRuns : public test::ParityRuns {
  protected:
-  void SetUp() override {
-    tmp = std::make_unique<TempDir>("pp");
-    test::make_random_corpus(*tmp / "data", 40000, 4000);
-    config = *tmp / "run.toml";
-    std::ofstream(config) << "[model]\nmodel = \"tiny\"\n[data]\ndata = \"" << (*tmp / "data") << "\"\n"
-                          << "[train]\nseq_len = 32\nglobal_batch = 8\nmicro_batch = 2\nsteps = 12\nlr = 2e-3\n"
-                          << "warmup_steps = 3\nthreads = 1\nseed = 99\n"
-                          << "[eval]\nval_every = 6\nval_batches = 1\n[checkpoint]\nkeep_last = 0\n"
-                          << "[parallel]\ncomm_timeout = 120.0\n";
-  }
-  RunResult train(int np, const std::string& args) {
-    return test::run_weft_with(test::mpi_launcher(np), "train " + config + " " + args, *tmp / fmt::format("cmd{}", n++));
-  }
-  std::unique_ptr<TempDir> tmp;
-  std::string config;
-  int n = 0;
+  void SetUp() override { prepare("pp", "seq_len = 32\nglobal_batch = 8\nmicro_batch = 2\nseed = 99\n", 1); }
 };
 
 TEST_F(PipelineRuns, SchedulesAndThreeDLayoutsMatchOneProcess) {

@@ -21,24 +21,9 @@ namespace fs = std::filesystem;
 using test::expect_same_series;
 using test::metric_series;
 
-class TensorParallelRuns : public ::testing::Test {
+class TensorParallelRuns : public test::ParityRuns {
  protected:
-  void SetUp() override {
-    tmp = std::make_unique<TempDir>("tp");
-    test::make_random_corpus(*tmp / "data", 40000, 4000);
-    config = *tmp / "run.toml";
-    std::ofstream(config) << "[model]\nmodel = \"tiny\"\n[data]\ndata = \"" << (*tmp / "data") << "\"\n"
-                          << "[train]\nseq_len = 64\nglobal_batch = 4\nmicro_batch = 2\nsteps = 12\nlr = 2e-3\n"
-                          << "warmup_steps = 3\nthreads = 1\nseed = 777\n"
-                          << "[eval]\nval_every = 6\nval_batches = 2\n[checkpoint]\nkeep_last = 0\n"
-                          << "[parallel]\ncomm_timeout = 120.0\n";
-  }
-  RunResult train(int np, const std::string& args) {
-    return test::run_weft_with(test::mpi_launcher(np), "train " + config + " " + args, *tmp / fmt::format("cmd{}", n++));
-  }
-  std::unique_ptr<TempDir> tmp;
-  std::string config;
-  int n = 0;
+  void SetUp() override { prepare("tp", "seq_len = 64\nglobal_batch = 4\nmicro_batch = 2\nseed = 777\n", 2); }
 };
 
 TEST_F(TensorParallelRuns, Tp2Tp4AndTp2xDp2MatchOneProcess) {
