@@ -28,6 +28,7 @@
 #include "train/config.h"
 #include "train/sample.h"
 #include "train/trainer.h"
+#include "plan_cmd.h"
 
 namespace fs = std::filesystem;
 using namespace weft;
@@ -48,6 +49,10 @@ const char* kUsage =
     "                      sample text from a checkpoint (a run folder uses its newest checkpoint)\n"
     "  bench --model PRESET [--batch B] [--seq T] [--threads N] [--steps S] [--format json]\n"
     "                      time training steps on random tokens\n"
+    "  plan --model PRESET --system systems/NAME.toml --gpus N --global-batch B [--tp ..] [--top N] [--scaling]\n"
+    "                      predict memory and step time of layouts and rank them\n"
+    "  calibrate [--out systems/local.toml]\n"
+    "                      measure this machine (sgemm, memory, MPI links) and write a system file\n"
     "\n"
     "run 'weft <command> --help' for the options of a command.\n";
 
@@ -174,6 +179,8 @@ int main(int argc, char** argv) {
 
     app.name("weft " + cmd);
     int rc = 0;
+    if (cmd == "plan") return cmd_plan(app, argc, argv);
+    if (cmd == "calibrate") return cmd_calibrate(app, argc, argv, *world);
     if (cmd == "prepare") {
       std::vector<std::string> inputs;
       std::string out, tokenizer;
@@ -356,7 +363,7 @@ int main(int argc, char** argv) {
         fmt::print("\n");
       }
     } else {
-      fmt::print(stderr, "weft: unknown command '{}' (commands: train, prepare, eval, generate, bench; see weft --help)\n", cmd);
+      fmt::print(stderr, "weft: unknown command '{}' (commands: train, prepare, eval, generate, bench, plan, calibrate; see weft --help)\n", cmd);
       return 2;
     }
     return rc;

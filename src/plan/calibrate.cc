@@ -1,0 +1,204 @@
+#include "plan/calibrate.h"
+
+#include <cblas.h>
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "core/buffer.h"
+#include "core/error.h"
+
+namespace weft::plan {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double mem_total_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit) {
+    if (key == "MemTotal:") return kb * 1024.0;
+  }
+  return 8e9;
+}
+
+// Best-of-`reps` seconds of an sgemm (n x n) @ (n x n); every rank runs at once.
+double time_sgemm(int n, int reps, Communicator& world) {
+  Buffer<float> a(static_cast<size_t>(n) * n), b(static_cast<size_t>(n) * n), c(static_cast<size_t>(n) * n);
+  for (int64_t i = 0; i < static_cast<int64_t>(n) * n; ++i) {
+    a[i] = 0.001f * static_cast<float>(i % 997);
+    b[i] = 0.002f * static_cast<float>(i % 991);
+  }
+  // Small products are repeated within one timing so that the clock resolution does not matter.
+  const double flops = 2.0 * n * n * static_cast<double>(n);
+  const int inner = std::max(1, static_cast<int>(2e8 / flops));
+  double best = 1e30;
+  for (int r = 0; r < reps + 1; ++r) {
+    world.barrier();
+    const auto t0 = Clock::now();
+    for (int i = 0; i < inner; ++i) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    }
+    const double dt = seconds_since(t0) / inner;
+    if (r > 0) best = std::min(best, dt);  // the first run warms up
+  }
+  return best;
+}
+
+// STREAM triad (McCalpin 1995): a[i] = b[i] + s c[i], 3 x 4 bytes per element (2 reads, 1
+// write; write-allocate traffic not counted, as STREAM reports it).
+double triad_bandwidth(int64_t n, int reps, Communicator& world) {
+  Buffer<float> a(n), b(n), c(n);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    a[i] = 0;
+    b[i] = 1.0f;
+    c[i] = 2.0f;
+  }
+  double best = 1e30;
+  for (int r = 0; r < reps + 1; ++r) {
+    world.barrier();
+    const auto t0 = Clock::now();
+    float* pa = a.data();
+    const float* pb = b.data();
+    const float* pc = c.data();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) pa[i] = pb[i] + 0.5f * pc[i];
+    const double dt = seconds_since(t0);
+    if (r > 0) best = std::min(best, dt);
+  }
+  volatile float sink = a[n / 2];
+  (void)sink;
+  return 12.0 * static_cast<double>(n) / best;
+}
+
+double fork_join_latency() {
+  float x[64] = {};
+  double best = 1e30;
+  for (int r = 0; r < 50; ++r) {
+    const auto t0 = Clock::now();
+#pragma omp parallel for
+    for (int i = 0; i < 64; ++i) x[i] += 1.0f;
+    best = std::min(best, seconds_since(t0));
+  }
+  return best;
+}
+
+// Half round trip between ranks 0 and 1 (others idle) of `bytes`, best of `reps`.
+double ping_pong(Communicator& world, int64_t bytes, int reps) {
+  std::vector<uint8_t> buf(static_cast<size_t>(bytes), 1);
+  double best = 1e30;
+  for (int r = 0; r < reps + 1; ++r) {
+    world.barrier();
+    const auto t0 = Clock::now();
+    if (world.rank() == 0) {
+      world.send(buf.data(), bytes, CommDType::kU8, 1, 7);
+      world.recv(buf.data(), bytes, CommDType::kU8, 1, 8);
+    } else if (world.rank() == 1) {
+      world.recv(buf.data(), bytes, CommDType::kU8, 0, 7);
+      world.send(buf.data(), bytes, CommDType::kU8, 0, 8);
+    }
+    const double dt = seconds_since(t0) / 2;
+    if (r > 0) best = std::min(best, dt);
+  }
+  double v = world.rank() == 0 ? best : 0.0;
+  world.all_reduce(&v, 1, CommDType::kF64, ReduceOp::kMax);  // rank 0's figure everywhere
+  return v;
+}
+
+// The smallest value over the ranks (each rank's share: the slowest one bounds a step).
+double min_over_ranks(Communicator& world, double v) {
+  world.all_reduce(&v, 1, CommDType::kF64, ReduceOp::kMin);
+  return v;
+}
+
+}  // namespace
+
+Calibration calibrate(const CalibrationOptions& o, Communicator& world) {
+  if (o.threads < 0) throw_input("--threads must be >= 0, got {}", o.threads);
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  const int threads = omp_get_max_threads();
+  openblas_set_num_threads(threads);
+  const int ranks = world.size();
+  Calibration cal;
+  System& s = cal.system;
+  s.name = o.name;
+  const unsigned hw = std::thread::hardware_concurrency();
+  s.description = fmt::format("this machine as measured by weft calibrate: {} rank(s) x {} thread(s), {} hardware threads",
+                              ranks, threads, hw);
+  Device& d = s.device;
+  d.name = fmt::format("CPU rank ({} threads)", threads);
+  cal.notes.push_back(fmt::format("Written by `weft calibrate` ({} rank(s) x {} thread(s) on {} hardware threads).",
+                                  ranks, threads, hw));
+  cal.notes.push_back("A device is one MPI rank with its threads; every rank measured at the same time.");
+
+  // Matrix products.
+  std::vector<int> sizes = o.quick ? std::vector<int>{32, 64, 128, 256, 512}
+                                   : std::vector<int>{32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048};
+  const int reps = o.quick ? 2 : 4;
+  std::vector<std::pair<double, double>> rates;  // (FLOPs per call, FLOP/s)
+  for (int n : sizes) {
+    const double dt = time_sgemm(n, reps, world);
+    const double flops = 2.0 * n * n * static_cast<double>(n);
+    const double rate = min_over_ranks(world, flops / dt);
+    rates.emplace_back(flops, rate);
+    cal.notes.push_back(fmt::format("sgemm {}^3: {:.2f} GFLOP/s per rank", n, rate / 1e9));
+  }
+  double peak = 0;
+  for (const auto& r : rates) peak = std::max(peak, r.second);
+  d.peak_flops_32 = peak;
+  d.peak_flops_16 = peak;  // weft's CPU backend computes in fp32
+  d.matmul_efficiency = 1.0;
+  for (const auto& r : rates) d.matmul_curve.emplace_back(r.first, r.second / peak);
+
+  // Memory.
+  const int64_t n = o.quick ? (int64_t{1} << 22) : (int64_t{1} << 25);  // 16 or 128 MiB per array
+  d.memory_bandwidth = min_over_ranks(world, triad_bandwidth(n, o.quick ? 2 : 5, world));
+  cal.notes.push_back(fmt::format("STREAM triad over 3 x {} MiB: {:.2f} GB/s per rank", n * 4 >> 20,
+                                  d.memory_bandwidth / 1e9));
+  d.memory_bytes = mem_total_bytes() / ranks;
+  cal.notes.push_back(fmt::format("memory: MemTotal {:.2f} GB / {} rank(s)", mem_total_bytes() / 1e9, ranks));
+  d.kernel_latency = min_over_ranks(world, fork_join_latency());
+  cal.notes.push_back(fmt::format("OpenMP fork/join (kernel latency): {:.2f} us", d.kernel_latency * 1e6));
+
+  // Links between ranks.
+  LinkLevel link;
+  link.name = "machine";
+  link.devices = 0;
+  if (ranks >= 2) {
+    const double lat = ping_pong(world, 8, o.quick ? 10 : 200);
+    const int64_t big = o.quick ? (int64_t{1} << 20) : (int64_t{1} << 24);
+    const double t_big = ping_pong(world, big, o.quick ? 3 : 10);
+    link.latency = lat;
+    link.bandwidth = static_cast<double>(big) / std::max(1e-12, t_big - lat);
+    cal.link_measured = true;
+    cal.notes.push_back(fmt::format("MPI ping-pong ranks 0-1: latency {:.2f} us (8 B), bandwidth {:.2f} GB/s ({} MiB)",
+                                    lat * 1e6, link.bandwidth / 1e9, big >> 20));
+  } else {
+    // Not measured: a copy through shared memory reads and writes each byte once.
+    link.latency = 1e-6;
+    link.bandwidth = d.memory_bandwidth / 2;
+    cal.notes.push_back(
+        "NOT MEASURED: the link level (run `mpirun -np 2 weft calibrate` to measure it); estimated as half the memory "
+        "bandwidth and 1 us");
+  }
+  s.levels.push_back(link);
+  s.defaults.flash_attention = false;  // weft's CPU attention materialises the scores
+  s.defaults.dropout = false;
+  s.defaults.fp32_grad_accumulation = false;
+  s.defaults.overlap_dp = true;
+  s.validate();
+  return cal;
+}
+
+}  // namespace weft::plan

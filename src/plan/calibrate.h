@@ -1,0 +1,39 @@
+// `weft calibrate`: measures this machine and describes it as a planner system. A "device"
+// on a CPU machine is one process (one MPI rank) with its threads; under mpirun every rank
+// measures at the same time, so the figures are each rank's share of the shared machine.
+//
+// Measured:
+// - sgemm rate by shape (OpenBLAS cblas_sgemm, square n = 32 .. 2048, best of several runs):
+//   the best rate is peak_flops_32 (= peak_flops_16: weft computes in fp32 on CPUs), the
+//   others form the matmul_curve (fraction of that peak by FLOPs per call);
+// - memory bandwidth: a STREAM-style triad a = b + s c over arrays far larger than the caches
+//   (bytes read + written per second), best of several runs;
+// - kernel latency: the time of an OpenMP parallel loop over a few elements (fork/join);
+// - between ranks (under mpirun with >= 2 ranks): ping-pong between ranks 0 and 1 over
+//   MPI, latency = half the round trip of 8 bytes, bandwidth from the round trip of 16 MiB;
+//   without MPI the link level is an estimate from the memory bandwidth, marked so.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "plan/system.h"
+
+namespace weft::plan {
+
+struct CalibrationOptions {
+  int threads = 0;        // 0: as set (OMP_NUM_THREADS or all cores)
+  bool quick = false;     // smaller sizes, fewer repetitions (tests)
+  std::string name = "local";
+};
+
+struct Calibration {
+  System system;
+  std::vector<std::string> notes;  // one line per measurement, written as comments
+  bool link_measured = false;
+};
+
+// Runs the measurements on every rank of `world` (collective: every rank must call it).
+Calibration calibrate(const CalibrationOptions& o, Communicator& world);
+
+}  // namespace weft::plan

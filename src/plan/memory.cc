@@ -1,0 +1,175 @@
+#include "plan/memory.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace weft::plan {
+
+double stage_params_per_rank(const ModelShape& m, const Layout& l, int stage) {
+  const double h = static_cast<double>(m.hidden), f = static_cast<double>(m.ffn), t = l.tp;
+  // Split over tp: c_attn (h, 3h) + 3h, attn c_proj (h/t, h), c_fc (h, f/t) + f/t, mlp c_proj
+  // (f/t, h). Replicated: two LayerNorms (4h) and the two row-parallel biases (2h).
+  const double per_layer = (4 * h * h + 2 * h * f + 3 * h + f) / t + 6 * h;
+  double n = per_layer * static_cast<double>(stage_layers(m, l, stage));
+  const double vocab_rows = std::ceil(static_cast<double>(m.vocab) / t);  // padded to a multiple of tp
+  if (stage == 0) n += vocab_rows * h + static_cast<double>(m.context) * h;  // wte (split), wpe
+  if (stage == l.pp - 1) {
+    n += 2 * h;                             // final LayerNorm
+    // The tied head's copy of the embedding group: weft's last stage holds wte and wpe (see
+    // StageSpec in model/params.h; Megatron-LM keeps only wte there).
+    if (l.pp > 1) n += vocab_rows * h + static_cast<double>(m.context) * h;
+  }
+  return n;
+}
+
+BytesPerParam bytes_per_param(const MemoryOptions& o) {
+  if (o.precision == Precision::kFp32) return {4, 4, 8};  // p, g, Adam m + v
+  // 16-bit parameters and gradients, fp32 master + m + v (Rajbhandari et al. 2020, K = 12),
+  // + the fp32 gradient accumulation buffer (Megatron-LM main_grad; the seeds' 20 bytes).
+  return {2, o.fp32_grad_accumulation ? 6.0 : 2.0, 12};
+}
+
+double layer_stash_bytes(const ModelShape& m, const Layout& l, const MemoryOptions& o) {
+  // Korthikanti et al. 2022 sec. 4.1, in elements of e bytes (their 2-byte activations) and
+  // 1-byte dropout masks. sbh = s b h, t = tp.
+  const double e = elem_bytes(o.precision), t = l.tp;
+  const double sb = static_cast<double>(m.seq) * static_cast<double>(l.micro_batch);
+  const double sbh = sb * static_cast<double>(m.hidden), sbf = sb * static_cast<double>(m.ffn);
+  const double as2b = static_cast<double>(m.heads) * static_cast<double>(m.seq) * sb;
+  const double rep = l.sequence_parallel ? t : 1.0;  // replicated terms: / t only with sp
+  // Replicated over tp (unless sp): the two LayerNorm inputs (2 sbh), the QKV product input
+  // and the first MLP product input (the LayerNorm outputs, 2 sbh): Korthikanti's 10 sbh
+  // minus the two dropout masks.
+  double bytes = 4 * sbh * e / rep;
+  // Split over tp: Q and K (2 sbh), V (sbh), the attention-projection input (sbh), the GeLU
+  // input and output (2 sbf; Korthikanti's 16 sbh at f = 4h): their 24 sbh bytes.
+  bytes += (4 * sbh + 2 * sbf) * e / t;
+  if (o.dropout) {
+    // Dropout masks (1 byte): after the attention projection and after the MLP (replicated
+    // unless sp), on the attention probabilities (split).
+    bytes += 2 * sbh / rep;
+  }
+  const bool keep_scores = l.recompute == Recompute::kNone && !o.flash_attention;
+  if (keep_scores) {
+    bytes += as2b * e / t;                       // softmax output (2 a s^2 b bytes)
+    if (o.dropout) bytes += as2b * (1 + e) / t;  // its dropout mask + dropout output
+  }
+  return bytes;
+}
+
+double layer_checkpoint_bytes(const ModelShape& m, const Layout& l, const MemoryOptions& o) {
+  // Korthikanti et al. 2022 sec. 5: full recompute stores the layer input, 2 s b h bytes;
+  // with sequence parallelism the input is sharded over tp.
+  const double sbh = static_cast<double>(m.seq) * static_cast<double>(l.micro_batch) * static_cast<double>(m.hidden);
+  return sbh * elem_bytes(o.precision) / (l.sequence_parallel ? l.tp : 1.0);
+}
+
+double in_flight_layers(const ModelShape& m, const Layout& l, int64_t mb, int stage) {
+  const double layers = static_cast<double>(stage_layers(m, l, stage));
+  const int64_t p = l.pp;
+  switch (l.schedule) {
+    case PipeSchedule::kGpipe:
+      return static_cast<double>(mb) * layers;
+    case PipeSchedule::k1F1B:
+      return static_cast<double>(std::min<int64_t>(p - stage, mb)) * layers;
+    case PipeSchedule::kInterleaved: {
+      const int64_t v = l.virtual_stages;
+      int64_t chunks = mb * v;  // m == p: Megatron runs every forward first
+      if (mb != p) chunks = std::min<int64_t>(2 * (p - stage - 1) + (v - 1) * p + 1, mb * v);
+      return static_cast<double>(chunks) * layers / static_cast<double>(v);
+    }
+  }
+  return 0;
+}
+
+MemoryBreakdown stage_memory(const ModelShape& m, const Layout& l, const MemoryOptions& o, int stage) {
+  MemoryBreakdown r;
+  r.stage = stage;
+  const double e = elem_bytes(o.precision), t = l.tp, dp = l.dp;
+  const double n_params = stage_params_per_rank(m, l, stage);
+  const BytesPerParam bpp = bytes_per_param(o);
+  // ZeRO partitioning over the dp ranks (Rajbhandari et al. 2020 sec. 5.1).
+  r.params = n_params * bpp.params / (l.zero >= 3 ? dp : 1.0);
+  r.grads = n_params * bpp.grads / (l.zero >= 2 ? dp : 1.0);
+  r.optimizer = n_params * bpp.optimizer / (l.zero >= 1 ? dp : 1.0);
+
+  // Activations: per layer-micro-batch stash, times the layer-micro-batches in flight.
+  const double layers = static_cast<double>(stage_layers(m, l, stage));
+  const double full = layer_stash_bytes(m, l, o);
+  double per_layer = full;
+  if (l.recompute == Recompute::kFull) {
+    const double rec = l.recompute_layers < 0 ? layers : std::min<double>(l.recompute_layers, layers);
+    Layout none = l;
+    none.recompute = Recompute::kNone;
+    const double kept = layer_stash_bytes(m, none, o);  // layers not recomputed keep everything
+    per_layer = (rec * layer_checkpoint_bytes(m, l, o) + (layers - rec) * kept) / std::max(1.0, layers);
+  }
+  const int64_t mb = micro_batches(o.global_batch, l);
+  r.activations = per_layer * in_flight_layers(m, l, mb, stage);
+  const double sb = static_cast<double>(m.seq) * static_cast<double>(l.micro_batch);
+  const double sbh = sb * static_cast<double>(m.hidden), sbf = sb * static_cast<double>(m.ffn);
+  const double as2b = static_cast<double>(m.heads) * static_cast<double>(m.seq) * sb;
+  const double rep = l.sequence_parallel ? t : 1.0;
+  if (stage == l.pp - 1) {
+    // The final LayerNorm input and output (kept for the head's backward), per micro-batch
+    // in flight on this stage (Korthikanti et al. 2022 sec. 4.3: the output layer).
+    const double in_flight_mb = in_flight_layers(m, l, mb, stage) / std::max(1.0, layers);
+    r.activations += 2 * sbh * e / rep * in_flight_mb;
+  }
+
+  // Workspace: gradients of one layer's activations (residual stream, attention output,
+  // QKV, MLP hidden: 3 sbh + 3 sbh/t + sbf/t elements, weft's Activations scratch), the
+  // attention-score gradient when scores are materialised, the all-gathered input under sp.
+  double ws = (3 * sbh / rep + 3 * sbh / t + sbf / t) * e;
+  if (!o.flash_attention) ws += as2b * e / t;
+  if (l.sequence_parallel) ws += sbh * e;
+  if (l.recompute == Recompute::kFull) {
+    Layout none = l;
+    none.recompute = Recompute::kNone;
+    ws += layer_stash_bytes(m, none, o);  // the layer being rematerialised
+  } else if (l.recompute == Recompute::kSelective && !o.flash_attention) {
+    ws += as2b * e / t;  // the recomputed attention scores of one layer
+  }
+  if (stage == l.pp - 1) {
+    // Head logits of one micro-batch, s b V/t, in fp32 for the softmax cross-entropy
+    // (Megatron-LM's vocab-parallel cross-entropy upcasts them).
+    ws += sb * std::ceil(static_cast<double>(m.vocab) / t) * 4;
+  }
+  r.workspace = ws;
+
+  // Communication buffers.
+  double comm = 0;
+  if (l.dp > 1 && l.zero <= 2 && o.dp_bucket_elements > 0) {
+    const double grad_elem = (o.precision == Precision::kFp32 || o.fp32_grad_accumulation) ? 4 : 2;
+    comm += std::min(o.dp_bucket_elements, n_params) * grad_elem;
+  }
+  if (l.dp > 1 && l.zero == 3) {
+    // Two layers gathered at once (the layer in use + the prefetched one).
+    const double h = static_cast<double>(m.hidden), f = static_cast<double>(m.ffn);
+    comm += 2 * ((4 * h * h + 2 * h * f + 3 * h + f) / t + 6 * h) * bpp.params;
+  }
+  if (l.pp > 1) comm += 4 * sbh * e / rep;  // send + receive, activations + their gradients
+  r.comm = comm;
+  r.sum();
+  return r;
+}
+
+MemoryBreakdown worst_stage_memory(const ModelShape& m, const Layout& l, const MemoryOptions& o) {
+  // Stage 0 holds the embedding and the most micro-batches in flight, the last stage the head;
+  // middle stages are dominated by one of those two unless layers are uneven, so check all
+  // when there are few and the ends (plus stage 1) otherwise.
+  MemoryBreakdown best = stage_memory(m, l, o, 0);
+  auto consider = [&](int s) {
+    MemoryBreakdown b = stage_memory(m, l, o, s);
+    if (b.total > best.total) best = b;
+  };
+  if (l.pp <= 8) {
+    for (int s = 1; s < l.pp; ++s) consider(s);
+  } else {
+    consider(1);
+    consider(l.pp - 1);
+  }
+  return best;
+}
+
+}  // namespace weft::plan

@@ -1,0 +1,94 @@
+// Closed-form memory per rank, by category, for one pipeline stage of a layout.
+//
+// Categories (bytes on one rank):
+//   params       the working copy of the stage's parameters (ZeRO-3: a 1/dp shard)
+//   grads        gradients: 16-bit gradients + the fp32 accumulation buffer in mixed
+//                precision, fp32 gradients in fp32 (ZeRO-2/3: a 1/dp shard)
+//   optimizer    Adam: fp32 master weights + m + v in mixed precision, m + v in fp32
+//                (ZeRO-1/2/3: a 1/dp shard)
+//   activations  activations stashed for the backward pass at the peak of the schedule
+//                (the micro-batches in flight on this stage x its layers)
+//   workspace    transient buffers at the peak: activation gradients of one layer, the layer
+//                rematerialised under full recompute, the head's logits on the last stage
+//   comm         communication buffers: data-parallel gradient bucket, ZeRO-3 gathered
+//                parameters, pipeline send/receive buffers
+//
+// Sources:
+// - Bytes per parameter in mixed precision with Adam: 2 (fp16/bf16 parameters) + 2 (16-bit
+//   gradients) + 12 (fp32 master parameters, momentum, variance) = 16 (Rajbhandari et al.
+//   2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", sec. 3.1:
+//   K = 12); ZeRO stage 1 partitions the 12 over the dp ranks, stage 2 also the gradients,
+//   stage 3 also the parameters (ibid., sec. 5.1, Figure 1). Megatron-LM and the seeds
+//   (Dash et al., "Distributed Training of LLMs on Frontier", memory table: 20 bytes per
+//   parameter, 440 GB for 22B, 3.5 TB for 175B, 20 TB for 1T) add 4 bytes of fp32 gradient
+//   accumulation ("gradients are always kept in fp32"): 20 bytes in total.
+// - fp32 training: 4 (parameters) + 4 (gradients) + 8 (Adam m, v) = 16 bytes per parameter.
+// - Activations per layer: Korthikanti et al. 2022, "Reducing Activation Recomputation in
+//   Large Transformer Models", sec. 4: with 16-bit activations and dropout,
+//   s b h (34 + 5 a s / h) bytes; with tensor parallelism t, s b h (10 + 24/t + 5 a s/(h t));
+//   with sequence parallelism, s b h / t (34 + 5 a s / h); selective recompute drops the
+//   5 a s / h term; full recompute keeps only the layer input, 2 s b h (sec. 5).
+//   Without dropout (weft has none) the 1-byte masks and the dropout output disappear:
+//   16 s b h + a s^2 b elements per layer for f = 4h (see layer_stash_bytes).
+// - Micro-batches in flight: GPipe keeps m (Huang et al. 2019); 1F1B keeps min(p - i, m) on
+//   stage i (Narayanan et al. 2021, PipeDream-Flush); interleaved 1F1B keeps Megatron's
+//   warm-up + 1 chunks, min(2 (p - i - 1) + (v - 1) p + 1, m v) (all m v when m == p), which
+//   on the first stage is L (1 + (p - 1)/(p v)) layer-micro-batches against 1F1B's p x L/p = L
+//   (Korthikanti et al. 2022, sec. 4.2.3). These equal max_in_flight(stage_schedule(...)) of parallel/pp/schedule.h.
+#pragma once
+#include <cstdint>
+
+#include "plan/shape.h"
+
+namespace weft::plan {
+
+struct MemoryOptions {
+  Precision precision = Precision::kBf16;
+  int64_t global_batch = 1;
+  // Mixed precision: keep an fp32 gradient accumulation buffer (Megatron's main_grad; the
+  // seeds' 20 bytes per parameter). Ignored for fp32.
+  bool fp32_grad_accumulation = true;
+  bool dropout = false;          // Korthikanti's dropout masks and outputs (weft: no dropout)
+  bool flash_attention = false;  // the a s^2 b attention scores are never stored (Dao et al. 2022)
+  // Data-parallel gradient bucket (Megatron DDP: 40M elements), in elements; 0: none.
+  double dp_bucket_elements = 40e6;
+};
+
+// Bytes per category on one rank. `total` is their sum.
+struct MemoryBreakdown {
+  double params = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0, comm = 0, total = 0;
+  int stage = 0;  // the pipeline stage these bytes are for
+  void sum() { total = params + grads + optimizer + activations + workspace + comm; }
+};
+
+// Parameters (elements) held by one rank of pipeline stage `stage`: its layers split over
+// tp (LayerNorms and row-parallel biases replicated), the token embedding (split over tp)
+// and positions on stage 0, the final LayerNorm and the tied head (a copy of the embedding
+// group when pp > 1, as weft's StageSpec keeps it) on the last stage.
+double stage_params_per_rank(const ModelShape& m, const Layout& l, int stage);
+
+// Bytes per parameter of each category before ZeRO partitioning.
+struct BytesPerParam {
+  double params, grads, optimizer;
+};
+BytesPerParam bytes_per_param(const MemoryOptions& o);
+
+// Bytes one transformer layer stashes for the backward pass for one micro-batch on one
+// rank, without recompute (Korthikanti et al. 2022 sec. 4.1; see the header comment). Split
+// as Korthikanti's terms split: LayerNorm inputs and the inputs of the QKV and first MLP
+// products are replicated over tp unless sequence parallel; the rest is divided by tp.
+// With recompute selective or flash attention, the attention-score terms are left out.
+double layer_stash_bytes(const ModelShape& m, const Layout& l, const MemoryOptions& o);
+// Bytes a layer keeps under full recompute: its input (2 s b h in 16 bits; / t with sp).
+double layer_checkpoint_bytes(const ModelShape& m, const Layout& l, const MemoryOptions& o);
+
+// Micro-batches in flight on `stage`, counted in units of the stage's layers: the stash
+// peak is in_flight_layers(...) layer-micro-batches (see the header comment for sources).
+double in_flight_layers(const ModelShape& m, const Layout& l, int64_t micro_batches, int stage);
+
+// Memory on one rank of pipeline stage `stage` (0..pp-1).
+MemoryBreakdown stage_memory(const ModelShape& m, const Layout& l, const MemoryOptions& o, int stage);
+// The stage with the largest total (ties: the first).
+MemoryBreakdown worst_stage_memory(const ModelShape& m, const Layout& l, const MemoryOptions& o);
+
+}  // namespace weft::plan

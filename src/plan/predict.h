@@ -1,0 +1,102 @@
+// Step-time and memory prediction for one layout on one system: the planner's public API.
+//
+// The trainer calls
+//
+//   plan::System sys = plan::load_system("systems/local.toml");
+//   plan::Options opt = plan::Options::from_system(sys, plan::Precision::kFp32, global_batch);
+//   plan::Prediction p = plan::predict(shape, sys, layout, opt);
+//   plan::MemoryBreakdown mem = plan::stage_memory(shape, layout, opt.memory(), my_stage);
+//
+// and prints p.time (step time split into compute, TP communication, pipeline bubble + p2p,
+// exposed DP communication, optimizer) and mem beside what it measured.
+//
+// Model (every formula cites its source where it is computed, in predict.cc):
+// - compute: each operation of a layer (matrix products with their FLOPs and bytes; memory-
+//   bound element-wise ops with their bytes) takes max(FLOPs / (peak x efficiency(FLOPs)),
+//   bytes / memory bandwidth) + kernel latency (the roofline, Williams et al. 2009); backward
+//   products cost twice the forward; recompute adds the recomputed forward.
+// - communication: alpha-beta per collective (ring algorithms, Thakur et al. 2005: all-reduce
+//   2(n-1) steps moving 2(n-1)/n of the buffer, reduce-scatter and all-gather (n-1) steps
+//   moving (n-1)/n), per link level of the system: a group's members are placed by the rank
+//   order (tp fastest by default), and the slowest level it spans sets the bandwidth.
+// - pipeline: per micro-batch stage times t_f, t_b and the p2p time give the step of the
+//   schedule (GPipe/1F1B bubble (p-1)/m, interleaved (p-1)/(v m): Narayanan et al. 2021);
+//   the closed forms are checked against parallel/pp/schedule.h's simulator in the tests.
+// - data parallel: gradient all-reduce (ZeRO 0) or reduce-scatter + parameter all-gather
+//   (ZeRO 1/2), per-micro-batch gathers under ZeRO 3 (Rajbhandari et al. 2020 sec. 7);
+//   the gradient reduction overlaps the last micro-batch's backward when overlap_dp is set.
+#pragma once
+#include <string>
+
+#include "plan/memory.h"
+#include "plan/shape.h"
+#include "plan/system.h"
+
+namespace weft::plan {
+
+struct Options {
+  Precision precision = Precision::kBf16;
+  int64_t global_batch = 1;  // sequences per optimizer step
+  bool flash_attention = false;
+  bool dropout = false;
+  bool fp32_grad_accumulation = true;
+  bool overlap_dp = true;
+  std::string rank_order = "tp-dp-pp";  // first axis varies fastest (weft's [parallel] order)
+  double dp_bucket_elements = 40e6;
+
+  // The system's software defaults ([defaults] of the system file).
+  static Options from_system(const System& s, Precision p, int64_t global_batch);
+  MemoryOptions memory() const;
+};
+
+// Seconds of one optimizer step, by where the time goes. total = compute + tp_comm +
+// pp_bubble + dp_exposed + optimizer.
+struct StepTime {
+  double compute = 0;     // m x (forward + backward + recompute) of the slowest stage
+  double tp_comm = 0;     // m x tensor-parallel collectives of the slowest stage
+  double pp_bubble = 0;   // pipeline fill/drain + point-to-point transfers on the critical path
+  double dp_exposed = 0;  // data-parallel / ZeRO communication not hidden behind the backward
+  double optimizer = 0;   // the optimizer step (memory-bound)
+  double total = 0;
+};
+
+struct Prediction {
+  Layout layout;
+  int64_t micro_batches = 0;   // m per pipeline
+  StepTime time;
+  double step_time_s = 0;
+  double tokens_per_s = 0;
+  double model_flops = 0;      // per step, all ranks (GPT::train_flops_per_token x tokens)
+  double hardware_flops = 0;   // per step, all ranks, recompute included
+  double mfu = 0;              // model FLOPs / (step time x ranks x peak)
+  double hfu = 0;              // hardware FLOPs / (step time x ranks x peak)
+  MemoryBreakdown memory;      // the worst stage
+  bool fits = false;           // memory.total <= device memory
+  // Per micro-batch on the slowest stage: forward, backward (with recompute), one p2p send.
+  double t_forward = 0, t_backward = 0, t_p2p = 0;
+};
+
+// Predicts one layout. InputError (naming the values) when the layout does not fit the model
+// or batch (check_layout) or the rank order is not a permutation of tp, dp, pp.
+Prediction predict(const ModelShape& m, const System& sys, const Layout& l, const Options& o);
+// The same without check_layout (the search has checked already).
+Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layout& l, const Options& o);
+
+// Communication time of one collective over `n` ranks whose ranks are `stride` apart in the
+// world order, moving `bytes` (the full buffer), on every group of that axis at once.
+enum class Collective { kAllReduce, kReduceScatter, kAllGather, kSendRecv };
+double collective_time(const System& sys, Collective c, int64_t n, int64_t stride, double bytes);
+
+// Ranks between neighbours of `axis` ("tp", "dp", "pp") under `order` ("tp-dp-pp": tp
+// fastest). InputError for an order that is not a permutation of tp, dp, pp.
+int64_t axis_stride(const Layout& l, const std::string& order, const std::string& axis);
+
+// Seconds of one pipeline's micro-batches in one step from per micro-batch stage times:
+// t_max the slowest stage's forward + backward, t_sum that summed over the p stages, t_p2p
+// one activation transfer between neighbour stages.
+double pipeline_time(PipeSchedule s, int p, int64_t m, int v, double t_max, double t_sum, double t_p2p);
+
+// Time of one matrix product of `flops` moving `bytes` (roofline + efficiency curve).
+double matmul_time(const Device& d, Precision p, double flops, double bytes);
+
+}  // namespace weft::plan

@@ -1,0 +1,90 @@
+// The planner's inputs: the model shape, the layout (how the model is split over ranks) and
+// the numeric precision; parameter counts and FLOPs per token/micro-batch.
+//
+// Notation (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+// Models", Table 1): s sequence length, b micro-batch size, h hidden size, a attention heads,
+// L layers, V (padded) vocabulary, f MLP hidden size (4h for GPT), t tensor-parallel size,
+// p pipeline-parallel size, m micro-batches per pipeline per step, v virtual stages.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "model/config.h"
+#include "parallel/pp/schedule.h"
+
+namespace weft::plan {
+
+// A GPT decoder's shape (pre-LayerNorm blocks, learned positions, tied embeddings: weft's
+// model, which is also Megatron-LM's GPT).
+struct ModelShape {
+  std::string name = "custom";
+  int64_t layers = 0;  // L
+  int64_t hidden = 0;  // h
+  int64_t heads = 0;   // a
+  int64_t seq = 0;     // s: training sequence length (<= context)
+  int64_t vocab = 0;   // V: padded vocabulary (rows of the embedding/head)
+  int64_t ffn = 0;     // f: MLP hidden size
+  int64_t context = 0; // rows of the learned position embedding (>= seq)
+
+  // From a weft model config (padded vocabulary, its context; seq 0 means the context).
+  static ModelShape from_config(const ModelConfig& c, int64_t seq = 0);
+  // InputError naming the values when a size is not positive or hidden % heads != 0.
+  void validate() const;
+
+  // Parameters of one transformer layer (weights and biases, both LayerNorms).
+  double layer_params() const;
+  // Token + position embedding (the head is tied to the token embedding).
+  double embedding_params() const;
+  // The whole model, counted once (the tied head not twice).
+  double total_params() const;
+  // Model FLOPs per token of a training step (forward + backward), as
+  // GPT::train_flops_per_token: 6 * matmul params + 12 L h s (PaLM, Chowdhery et al. 2022,
+  // appendix B; equal to Megatron's 72 B s L h^2 (1 + s/6h + V/12hL) per sequence).
+  double model_flops_per_token() const;
+};
+
+enum class Precision { kFp32, kBf16, kFp16 };
+Precision parse_precision(const std::string& name);  // "fp32", "bf16", "fp16"
+std::string precision_name(Precision p);
+// Bytes of one activation/parameter element in compute: 4 for fp32, 2 otherwise.
+int elem_bytes(Precision p);
+
+// Activation recomputation (Korthikanti et al. 2022 sec. 4-5): none; selective (recompute
+// the attention core: softmax, its dropout and the attention over values); full (keep each
+// layer's input only and recompute the layer in the backward pass).
+enum class Recompute { kNone, kSelective, kFull };
+Recompute parse_recompute(const std::string& name);  // "none", "selective", "full"
+std::string recompute_name(Recompute r);
+
+struct Layout {
+  int tp = 1;  // tensor-parallel size (t)
+  int pp = 1;  // pipeline stages (p)
+  int dp = 1;  // data-parallel replicas
+  int64_t micro_batch = 1;  // sequences per micro-batch (b)
+  int zero = 0;             // ZeRO stage 0..3 over the dp axis (Rajbhandari et al. 2020)
+  Recompute recompute = Recompute::kNone;
+  // With full recompute: layers of each stage that are recomputed (Megatron's
+  // --recompute-num-layers, "block" method); -1: all of them.
+  int recompute_layers = -1;
+  bool sequence_parallel = false;  // Korthikanti et al. 2022 sec. 4.2.2 (needs tp > 1 to matter)
+  PipeSchedule schedule = PipeSchedule::k1F1B;
+  int virtual_stages = 1;  // v: model chunks per stage (interleaved 1F1B)
+
+  int world() const { return tp * pp * dp; }
+  std::string describe() const;  // "tp 4 pp 16 dp 2 mb 1 zero 1 full sp 1f1b"
+};
+
+// Micro-batches per pipeline per optimizer step: global_batch / (dp * micro_batch).
+int64_t micro_batches(int64_t global_batch, const Layout& l);
+
+// InputError naming the values when the layout does not fit the model/batch: heads and ffn
+// % tp (the vocabulary is padded to a multiple of tp, as Megatron-LM does), layers % (pp * v), world != gpus (when gpus > 0), global_batch %
+// (dp * micro_batch), zero outside 0..3, interleaved without m % p == 0 or v < 2, v > 1
+// without the interleaved schedule.
+void check_layout(const ModelShape& m, const Layout& l, int64_t global_batch, int64_t gpus = 0);
+
+// Layers held by pipeline stage `stage` (its chunks of the even split of L over p*v chunks,
+// extra layers on the first chunks, as parallel/pp/partition.h with no head cost).
+int64_t stage_layers(const ModelShape& m, const Layout& l, int stage);
+
+}  // namespace weft::plan

@@ -1,0 +1,221 @@
+#include "plan/system.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+#include <toml++/toml.h>
+
+#include "core/error.h"
+
+namespace weft::plan {
+
+int64_t System::unit_devices(size_t i) const {
+  if (i >= levels.size() || levels[i].devices <= 0) return INT64_MAX / 4;
+  return levels[i].devices;
+}
+
+void System::validate() const {
+  const Device& d = device;
+  if (!(d.peak_flops_16 > 0) || !(d.peak_flops_32 > 0)) {
+    throw_input("system '{}': device peak_flops_16 ({}) and peak_flops_32 ({}) must be positive", name, d.peak_flops_16,
+                d.peak_flops_32);
+  }
+  if (!(d.memory_bytes > 0) || !(d.memory_bandwidth > 0)) {
+    throw_input("system '{}': device memory_bytes ({}) and memory_bandwidth ({}) must be positive", name, d.memory_bytes,
+                d.memory_bandwidth);
+  }
+  if (!(d.matmul_efficiency > 0 && d.matmul_efficiency <= 1)) {
+    throw_input("system '{}': device matmul_efficiency must be in (0, 1], got {}", name, d.matmul_efficiency);
+  }
+  if (!(d.kernel_latency >= 0)) throw_input("system '{}': kernel_latency must be >= 0, got {}", name, d.kernel_latency);
+  for (size_t i = 0; i < d.matmul_curve.size(); ++i) {
+    const auto& [f, e] = d.matmul_curve[i];
+    if (!(f > 0) || !(e > 0 && e <= 1.5)) {
+      throw_input("system '{}': matmul_curve point {} is [{}, {}]: FLOPs must be > 0 and the fraction in (0, 1.5]", name,
+                  i, f, e);
+    }
+    if (i > 0 && !(f > d.matmul_curve[i - 1].first)) {
+      throw_input("system '{}': matmul_curve FLOPs must increase, point {} has {} after {}", name, i, f,
+                  d.matmul_curve[i - 1].first);
+    }
+  }
+  if (levels.empty()) throw_input("system '{}': needs at least one [[level]] of links", name);
+  int64_t prev = 1;
+  for (size_t i = 0; i < levels.size(); ++i) {
+    const LinkLevel& l = levels[i];
+    if (!(l.bandwidth > 0) || !(l.latency >= 0)) {
+      throw_input("system '{}': level '{}' needs bandwidth > 0 (got {}) and latency >= 0 (got {})", name, l.name,
+                  l.bandwidth, l.latency);
+    }
+    const bool top = i + 1 == levels.size();
+    if (!top && l.devices <= 0) {
+      throw_input("system '{}': level '{}' is not the last, so it needs devices > 0 (got {})", name, l.name, l.devices);
+    }
+    if (l.devices > 0) {
+      if (l.devices <= prev || l.devices % prev != 0) {
+        throw_input("system '{}': level '{}' has {} devices per unit, which must be a multiple of the {} of the level below",
+                    name, l.name, l.devices, prev);
+      }
+      prev = l.devices;
+    }
+  }
+}
+
+namespace {
+
+struct Reader {
+  std::string path;
+  const toml::table* tbl;
+  std::string section;
+  std::set<std::string> seen;
+
+  const toml::node* get(const std::string& key) {
+    seen.insert(key);
+    return tbl->get(key);
+  }
+  double number(const std::string& key, double def, bool required) {
+    const toml::node* n = get(key);
+    if (!n) {
+      if (required) throw_input("{}: [{}] needs '{}'", path, section, key);
+      return def;
+    }
+    auto v = n->value<double>();
+    if (!v) throw_input("{}: [{}] {} must be a number", path, section, key);
+    return *v;
+  }
+  std::string string(const std::string& key, const std::string& def) {
+    const toml::node* n = get(key);
+    if (!n) return def;
+    auto v = n->value<std::string>();
+    if (!v) throw_input("{}: [{}] {} must be a string", path, section, key);
+    return *v;
+  }
+  bool boolean(const std::string& key, bool def) {
+    const toml::node* n = get(key);
+    if (!n) return def;
+    auto v = n->value<bool>();
+    if (!v) throw_input("{}: [{}] {} must be true or false", path, section, key);
+    return *v;
+  }
+  void finish() {
+    for (auto&& [k, v] : *tbl) {
+      if (!seen.count(std::string(k.str()))) {
+        std::string known;
+        for (const auto& s : seen) known += (known.empty() ? "" : ", ") + s;
+        throw_input("{}: unknown key '{}' in [{}] (known: {})", path, k.str(), section, known);
+      }
+    }
+  }
+};
+
+}  // namespace
+
+System load_system(const std::string& path) {
+  if (!std::filesystem::exists(path)) throw_input("system file {} does not exist (see systems/*.toml)", path);
+  toml::table tbl;
+  try {
+    tbl = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    const auto& src = e.source();
+    throw_input("{}:{}:{}: invalid TOML: {}", path, src.begin.line, src.begin.column, e.description());
+  }
+  System s;
+  s.path = path;
+  s.name = std::filesystem::path(path).stem().string();
+  for (auto&& [k, v] : tbl) {
+    const std::string key(k.str());
+    if (key != "system" && key != "device" && key != "level" && key != "defaults") {
+      throw_input("{}: unknown section '{}' (known: [system], [device], [[level]], [defaults])", path, key);
+    }
+  }
+  if (const toml::table* t = tbl["system"].as_table()) {
+    Reader r{path, t, "system", {}};
+    s.name = r.string("name", s.name);
+    s.description = r.string("description", "");
+    r.finish();
+  }
+  const toml::table* dt = tbl["device"].as_table();
+  if (!dt) throw_input("{}: needs a [device] section", path);
+  {
+    Reader r{path, dt, "device", {}};
+    Device& d = s.device;
+    d.name = r.string("name", "device");
+    d.peak_flops_16 = r.number("peak_flops_16", 0, true);
+    d.peak_flops_32 = r.number("peak_flops_32", 0, true);
+    d.memory_bytes = r.number("memory_bytes", 0, true);
+    d.memory_bandwidth = r.number("memory_bandwidth", 0, true);
+    d.matmul_efficiency = r.number("matmul_efficiency", 1.0, false);
+    d.kernel_latency = r.number("kernel_latency", 0, false);
+    if (const toml::node* c = r.get("matmul_curve")) {
+      const toml::array* arr = c->as_array();
+      if (!arr) throw_input("{}: [device] matmul_curve must be an array of [FLOPs, fraction] pairs", path);
+      for (const auto& p : *arr) {
+        const toml::array* pair = p.as_array();
+        if (!pair || pair->size() != 2 || !pair->get(0)->value<double>() || !pair->get(1)->value<double>()) {
+          throw_input("{}: [device] matmul_curve entries must be [FLOPs, fraction] pairs of numbers", path);
+        }
+        d.matmul_curve.emplace_back(*pair->get(0)->value<double>(), *pair->get(1)->value<double>());
+      }
+    }
+    r.finish();
+  }
+  const toml::array* levels = tbl["level"].as_array();
+  if (!levels) throw_input("{}: needs [[level]] entries (link levels, innermost first)", path);
+  for (const auto& node : *levels) {
+    const toml::table* lt = node.as_table();
+    if (!lt) throw_input("{}: every [[level]] must be a table", path);
+    Reader r{path, lt, "level", {}};
+    LinkLevel l;
+    l.name = r.string("name", fmt::format("level{}", s.levels.size()));
+    l.devices = static_cast<int64_t>(r.number("devices", 0, false));
+    l.bandwidth = r.number("bandwidth", 0, true);
+    l.latency = r.number("latency", 0, true);
+    r.finish();
+    s.levels.push_back(l);
+  }
+  if (const toml::table* t = tbl["defaults"].as_table()) {
+    Reader r{path, t, "defaults", {}};
+    s.defaults.flash_attention = r.boolean("flash_attention", false);
+    s.defaults.dropout = r.boolean("dropout", false);
+    s.defaults.fp32_grad_accumulation = r.boolean("fp32_grad_accumulation", true);
+    s.defaults.overlap_dp = r.boolean("overlap_dp", true);
+    r.finish();
+  }
+  try {
+    s.validate();
+  } catch (const InputError& e) {
+    throw_input("{}: {}", path, e.what());
+  }
+  return s;
+}
+
+std::string system_to_toml(const System& s, const std::vector<std::string>& notes) {
+  std::string out;
+  for (const auto& n : notes) out += "# " + n + "\n";
+  out += fmt::format("\n[system]\nname = \"{}\"\ndescription = \"{}\"\n", s.name, s.description);
+  const Device& d = s.device;
+  out += fmt::format(
+      "\n[device]\nname = \"{}\"\npeak_flops_16 = {:.6g}\npeak_flops_32 = {:.6g}\nmemory_bytes = {:.6g}\n"
+      "memory_bandwidth = {:.6g}\nmatmul_efficiency = {:.4g}\nkernel_latency = {:.4g}\n",
+      d.name, d.peak_flops_16, d.peak_flops_32, d.memory_bytes, d.memory_bandwidth, d.matmul_efficiency,
+      d.kernel_latency);
+  if (!d.matmul_curve.empty()) {
+    out += "matmul_curve = [";
+    for (size_t i = 0; i < d.matmul_curve.size(); ++i) {
+      out += fmt::format("{}[{:.6g}, {:.4f}]", i ? ", " : "", d.matmul_curve[i].first, d.matmul_curve[i].second);
+    }
+    out += "]\n";
+  }
+  for (const auto& l : s.levels) {
+    out += fmt::format("\n[[level]]\nname = \"{}\"\ndevices = {}\nbandwidth = {:.6g}\nlatency = {:.6g}\n", l.name,
+                       l.devices, l.bandwidth, l.latency);
+  }
+  out += fmt::format(
+      "\n[defaults]\nflash_attention = {}\ndropout = {}\nfp32_grad_accumulation = {}\noverlap_dp = {}\n",
+      s.defaults.flash_attention, s.defaults.dropout, s.defaults.fp32_grad_accumulation, s.defaults.overlap_dp);
+  return out;
+}
+
+}  // namespace weft::plan

@@ -1,0 +1,75 @@
+// A machine description for the planner: one device (peak matrix FLOP/s by precision, memory,
+// memory bandwidth, a size-dependent matrix-product efficiency) and a hierarchy of link levels
+// (e.g. GCD-GCD inside a card, card-card inside a node, node-node), each with a latency
+// (alpha) and a per-device bandwidth (beta). Loaded from TOML (systems/*.toml; every figure
+// there cites its source) or written by `weft calibrate`.
+//
+//   [system]   name, description
+//   [device]   name, peak_flops_16, peak_flops_32 (FLOP/s of matrix products), memory_bytes,
+//              memory_bandwidth (bytes/s), matmul_efficiency (largest fraction of peak a
+//              matrix product reaches), kernel_latency (s per kernel),
+//              matmul_curve (optional, measured: [[FLOPs per call, fraction of peak], ...])
+//   [[level]]  name, devices (devices in one unit of the level, cumulative: 2 per card, 8 per
+//              node; 0 for the top level: the whole machine), bandwidth (bytes/s per device
+//              and direction when every device of a unit sends across the level at once),
+//              latency (s per message)
+//   [defaults] software of the figures: flash_attention, dropout, fp32_grad_accumulation,
+//              overlap_dp (gradient reduction overlapped with the last backward)
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "plan/shape.h"
+
+namespace weft::plan {
+
+struct Device {
+  std::string name = "device";
+  double peak_flops_16 = 0;  // matrix FLOP/s in fp16/bf16
+  double peak_flops_32 = 0;  // matrix FLOP/s in fp32
+  double memory_bytes = 0;
+  double memory_bandwidth = 0;     // bytes/s
+  double matmul_efficiency = 1.0;  // fraction of peak a large matrix product sustains
+  double kernel_latency = 0;       // s added to every kernel (launch, sync)
+  // Measured fraction of peak by FLOPs per call (sorted by FLOPs); empty: roofline only.
+  std::vector<std::pair<double, double>> matmul_curve;
+
+  double peak_flops(Precision p) const { return p == Precision::kFp32 ? peak_flops_32 : peak_flops_16; }
+};
+
+struct LinkLevel {
+  std::string name;
+  int64_t devices = 0;     // devices in one unit of this level; 0: the whole machine
+  double bandwidth = 0;    // bytes/s per device per direction
+  double latency = 0;      // s per message
+};
+
+struct SoftwareDefaults {
+  bool flash_attention = false;
+  bool dropout = false;
+  bool fp32_grad_accumulation = true;
+  bool overlap_dp = true;
+};
+
+struct System {
+  std::string name = "system";
+  std::string description;
+  std::string path;  // the file it was loaded from
+  Device device;
+  std::vector<LinkLevel> levels;  // innermost first
+  SoftwareDefaults defaults;
+
+  // Devices in one unit of level i (the top level: unbounded).
+  int64_t unit_devices(size_t i) const;
+  // InputError naming the value when a figure is missing or out of range.
+  void validate() const;
+};
+
+// Loads a system file. InputError naming the file, key and value for a missing file, bad
+// TOML, an unknown key, a wrong type or an out-of-range figure.
+System load_system(const std::string& path);
+// The TOML text of a system (comments carry `notes`, one per line, at the top).
+std::string system_to_toml(const System& s, const std::vector<std::string>& notes = {});
+
+}  // namespace weft::plan

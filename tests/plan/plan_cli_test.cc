@@ -1,0 +1,127 @@
+// `weft plan` and `weft calibrate` on the command line: output formats and bad input (one
+// line on stderr naming the values, exit code 2); system files load and round-trip.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/self_comm.h"
+#include "plan/calibrate.h"
+#include "plan/system.h"
+#include "test_util.h"
+
+namespace weft {
+namespace {
+
+using test::RunResult;
+using test::TempDir;
+
+void expect_bad_input(const RunResult& r, const std::vector<std::string>& fragments) {
+  EXPECT_EQ(r.code, 2) << "stderr: " << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "stderr should be one line: " << r.err;
+  for (const auto& f : fragments) EXPECT_NE(r.err.find(f), std::string::npos) << "missing '" << f << "' in: " << r.err;
+}
+
+class PlanCli : public ::testing::Test {
+ protected:
+  void SetUp() override { tmp = std::make_unique<TempDir>("plan"); }
+  RunResult weft(const std::string& args) { return test::run_weft(args, *tmp / fmt::format("cmd{}", n++)); }
+  std::unique_ptr<TempDir> tmp;
+  int n = 0;
+};
+
+TEST_F(PlanCli, JsonOfAPinnedLayoutIsOneElement) {
+  const RunResult r = weft(
+      "plan --model gpt-175b --system systems/frontier.toml --global-batch 640 --precision fp16 --tp 4 --pp 16 --dp 2 "
+      "--micro-batch 1 --zero 1 --recompute full --no-sequence-parallel --schedule 1f1b --format json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.is_array());
+  ASSERT_EQ(j.size(), 1u);
+  const auto& e = j[0];
+  for (const char* k : {"tp", "pp", "dp", "micro_batch", "zero", "recompute", "sequence_parallel", "schedule",
+                        "virtual_stages"}) {
+    EXPECT_TRUE(e["layout"].contains(k)) << k;
+  }
+  EXPECT_EQ(e["layout"]["tp"], 4);
+  EXPECT_EQ(e["layout"]["recompute"], "full");
+  for (const char* k : {"step_time_s", "tokens_per_s", "mfu", "memory_bytes", "fits"}) EXPECT_TRUE(e.contains(k)) << k;
+  for (const char* k : {"params", "grads", "optimizer", "activations", "workspace", "comm", "total"}) {
+    EXPECT_TRUE(e["memory_bytes"].contains(k)) << k;
+  }
+  EXPECT_TRUE(e["fits"].get<bool>());
+  EXPECT_GT(e["mfu"].get<double>(), 0.0);
+  EXPECT_LT(e["mfu"].get<double>(), 1.0);
+}
+
+TEST_F(PlanCli, TextTableAndExplanation) {
+  const RunResult r = weft("plan --model gpt2-350m --system systems/dgx-a100-80gb.toml --gpus 16 --global-batch 64 --top 3");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("searched"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" beats "), std::string::npos) << r.out;
+  const RunResult s = weft(
+      "plan --model gpt-175b --system systems/frontier.toml --gpus 1024 --global-batch 8000 --precision fp16 --tp 4 "
+      "--pp 16 --micro-batch 1 --zero 1 --recompute full --scaling both --scaling-gpus 128,256,512,1024 --csv " +
+      *tmp / "s.csv");
+  ASSERT_EQ(s.code, 0) << s.err;
+  EXPECT_NE(s.out.find("strong scaling"), std::string::npos);
+  EXPECT_NE(s.out.find("weak scaling"), std::string::npos);
+  EXPECT_NE(test::read_text(*tmp / "s.csv").find("strong,1024,8000"), std::string::npos);
+}
+
+TEST_F(PlanCli, BadInput) {
+  const std::string base = "plan --system systems/frontier.toml --global-batch 640 ";
+  expect_bad_input(weft(base + "--model gpt-175b --gpus 128 --tp 7"), {"--tp 7", "96 attention heads"});
+  expect_bad_input(weft(base + "--model gpt-175b --gpus 128 --pp 5"), {"--pp 5", "96 layers"});
+  expect_bad_input(weft(base + "--model gpt-175b --gpus 100 --tp 8 --pp 16"), {"--gpus 100", "tp 8", "pp 16"});
+  expect_bad_input(weft(base + "--model gpt-175b --gpus 128 --tp 4 --pp 16 --dp 4"), {"dp 4", "256", "128"});
+  expect_bad_input(weft(base + "--model gpt-9 --gpus 8"), {"unknown model preset 'gpt-9'"});
+  expect_bad_input(weft(base + "--model gpt-175b --gpus 8"), {"no layout", "fits in memory", "GB"});
+  expect_bad_input(weft(base + "--model gpt-175b --gpus 128 --precision fp8"), {"unknown precision 'fp8'"});
+  expect_bad_input(weft(base + "--model gpt-175b --gpus 128 --recompute some"), {"unknown recompute mode 'some'"});
+  expect_bad_input(weft("plan --system systems/nope.toml --global-batch 8 --model tiny --gpus 1"),
+                   {"systems/nope.toml", "does not exist"});
+  expect_bad_input(weft("plan --system systems/frontier.toml --global-batch 8 --gpus 1"), {"--model", "--layers"});
+  expect_bad_input(weft("plan --system systems/frontier.toml --global-batch 8 --model tiny"), {"--gpus is required"});
+  std::ofstream(*tmp / "bad.toml") << "[device]\npeak_flops_16 = 1e12\npeak_flops_32 = 1e12\nmemory_bytes = 1e9\n"
+                                   << "memory_bandwidth = 1e9\nfrobs = 3\n[[level]]\nbandwidth = 1e9\nlatency = 0\n";
+  expect_bad_input(weft("plan --system " + *tmp / "bad.toml" + " --global-batch 8 --model tiny --gpus 1"),
+                   {"bad.toml", "unknown key 'frobs'"});
+}
+
+TEST(PlanSystem, FilesLoadAndRoundTrip) {
+  for (const char* name : {"frontier", "dgx-a100-80gb", "dgx-h100"}) {
+    const plan::System s = plan::load_system(std::string(WEFT_SOURCE_DIR) + "/systems/" + name + ".toml");
+    EXPECT_EQ(s.name, name);
+    EXPECT_GE(s.levels.size(), 2u);
+    TempDir tmp("plan");
+    const std::string p = tmp / "copy.toml";
+    std::ofstream(p) << plan::system_to_toml(s, {"a note"});
+    const plan::System c = plan::load_system(p);
+    EXPECT_DOUBLE_EQ(c.device.peak_flops_16, s.device.peak_flops_16);
+    EXPECT_DOUBLE_EQ(c.levels.back().bandwidth, s.levels.back().bandwidth);
+    EXPECT_EQ(c.defaults.flash_attention, s.defaults.flash_attention);
+  }
+  const plan::System f = plan::load_system(std::string(WEFT_SOURCE_DIR) + "/systems/frontier.toml");
+  EXPECT_DOUBLE_EQ(f.device.peak_flops_16, 191.5e12);
+  EXPECT_EQ(f.levels[0].devices, 2);
+  EXPECT_EQ(f.levels[1].devices, 8);
+}
+
+// A quick calibration in one process writes a loadable system whose figures are positive.
+TEST(PlanSystem, QuickCalibration) {
+  auto self = make_self_communicator();
+  plan::CalibrationOptions o;
+  o.quick = true;
+  o.threads = 1;
+  const plan::Calibration c = plan::calibrate(o, *self);
+  EXPECT_GT(c.system.device.peak_flops_32, 1e8);
+  EXPECT_GT(c.system.device.memory_bandwidth, 1e8);
+  EXPECT_FALSE(c.link_measured);
+  EXPECT_EQ(c.system.device.matmul_curve.size(), 5u);
+  TempDir tmp("plan");
+  std::ofstream(tmp / "local.toml") << plan::system_to_toml(c.system, c.notes);
+  EXPECT_NO_THROW(plan::load_system(tmp / "local.toml"));
+}
+
+}  // namespace
+}  // namespace weft
