@@ -205,6 +205,8 @@ int cmd_plan(CLI::App& app, int argc, char** argv) {
       if (v <= 0) throw_input("{} must be positive, got {}", what, v);
     }
     if (pins.zero && (*pins.zero < 0 || *pins.zero > 3)) throw_input("--zero must be 0..3, got {}", *pins.zero);
+    if (shape.heads % l.tp != 0) throw_input("--tp {} does not divide the {} attention heads of {}", l.tp, shape.heads, shape.name);
+    if (shape.layers % l.pp != 0) throw_input("--pp {} does not divide the {} layers of {}", l.pp, shape.layers, shape.name);
     if (gpus % (static_cast<int64_t>(l.tp) * l.pp) != 0) {
       throw_input("--gpus {} is not divisible by tp {} x pp {}", gpus, l.tp, l.pp);
     }
@@ -212,8 +214,6 @@ int cmd_plan(CLI::App& app, int argc, char** argv) {
       throw_input("tp {} x pp {} x dp {} = {} ranks, but --gpus is {}", l.tp, l.pp, *pins.dp,
                   static_cast<int64_t>(l.tp) * l.pp * *pins.dp, gpus);
     }
-    if (shape.heads % l.tp != 0) throw_input("--tp {} does not divide the {} attention heads of {}", l.tp, shape.heads, shape.name);
-    if (shape.layers % l.pp != 0) throw_input("--pp {} does not divide the {} layers of {}", l.pp, shape.layers, shape.name);
   }
 
   if (o_scaling->count()) {

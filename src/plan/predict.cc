@@ -269,15 +269,17 @@ double pipeline_time(PipeSchedule s, int p, int64_t m, int v, double t_max, doub
   // GPipe: (m - 1) t_max + sum_s t_s + 2 (p - 1) t_p2p: forwards stream, transfers overlap.
   // 1F1B: each steady-state round waits for a round trip to the neighbour stage, so every
   //   micro-batch also pays 2 t_p2p: (m - 1)(t_max + 2 t_p2p) + sum_s t_s + 2 (p - 1) t_p2p.
-  // Interleaved: the fill/drain shrinks to 1/v: m t_max + (sum_s t_s - t_max)/v, and each
-  //   chunk round pays the round trip.
+  // Interleaved: the fill/drain shrinks to 1/v: m t_max + (sum_s t_s - t_max)/v; the
+  //   transfers hide in the steady state (a stage has other chunks' work queued), only the
+  //   2 (p v - 1) hops of the first micro-batch's forward and last backward through the p v
+  //   chunks remain.
   switch (s) {
     case PipeSchedule::kGpipe:
       return (md - 1) * t_max + t_sum + 2 * (P - 1) * t_p2p;
     case PipeSchedule::k1F1B:
       return (md - 1) * (t_max + 2 * t_p2p) + t_sum + 2 * (P - 1) * t_p2p;
     case PipeSchedule::kInterleaved:
-      return md * t_max + (t_sum - t_max) / V + 2 * (md * V - 1) * t_p2p + 2 * (P - 1) * t_p2p;
+      return md * t_max + (t_sum - t_max) / V + 2 * (P * V - 1) * t_p2p;
   }
   return 0;
 }

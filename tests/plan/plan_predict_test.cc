@@ -4,7 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 
+#include "core/error.h"
+
+#include "core/error.h"
 #include "parallel/pp/schedule.h"
 #include "plan/search.h"
 
