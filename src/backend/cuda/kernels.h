@@ -1,0 +1,90 @@
+// Launchers of the CUDA kernels (implemented in the .cu files of this folder), called by
+// cuda_backend.cc. All pointers are device pointers; every launcher enqueues on `s` and
+// returns at once. T is float or gpu::bf16_t (explicit instantiations in the .cu files);
+// arithmetic is fp32 whatever T is. Shapes as in backend/backend.h.
+#pragma once
+#include <cstdint>
+
+#include "backend/cuda/gpu_runtime.h"
+
+namespace weft::cuda::kern {
+
+using gpu::bf16_t;
+using gpu::Stream;
+
+// --- elementwise (elementwise.cu) ---
+template <typename T> void add_bias(T* out, const T* inp, const T* bias, int64_t N, int64_t C, Stream s);
+template <typename T> void add(T* out, const T* a, const T* b, int64_t n, Stream s);
+template <typename T> void gelu_forward(T* out, const T* inp, int64_t n, Stream s);
+template <typename T> void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, Stream s);
+template <typename T> void scale(T* x, float a, int64_t n, Stream s);
+void convert(bf16_t* dst, const float* src, int64_t n, Stream s);
+void convert(float* dst, const bf16_t* src, int64_t n, Stream s);
+// dbias (OUT) += column sums of dout (N,OUT), fp32 accumulation, deterministic: partials
+// over row chunks go to `scratch` (at least column_sum_scratch(N, OUT) floats).
+template <typename T>
+void column_sum_accumulate(float* dbias, const T* dout, int64_t N, int64_t OUT, float* scratch, Stream s);
+int64_t column_sum_scratch(int64_t N, int64_t OUT);
+// AdamW (backend.h); p16, when not null, receives the updated parameters rounded to bf16.
+void adamw(float* p, bf16_t* p16, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
+           float eps, float weight_decay, float step, float rbc2, float grad_scale, Stream s);
+// sum of squares in double, deterministic; result written to *out (device). scratch: at least
+// sum_squares_scratch() doubles.
+template <typename T> void sum_squares(const T* x, int64_t n, double* out, double* scratch, Stream s);
+int64_t sum_squares_scratch();
+
+// --- embeddings (embedding.cu) ---
+template <typename T>
+void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B, int64_t T_, int64_t C,
+                       int64_t v0, int64_t vrows, Stream s);
+// Deterministic: positions are sorted by token (stable radix sort), each distinct row sums
+// its positions in order. scratch: embedding_backward_scratch(N, vrows) bytes.
+template <typename T>
+void embedding_backward(float* dwte, float* dwpe, const T* dout, const int32_t* tokens, int64_t B, int64_t T_,
+                        int64_t C, int64_t v0, int64_t vrows, void* scratch, Stream s);
+int64_t embedding_backward_scratch(int64_t N, int64_t vrows);
+
+// --- LayerNorm (layernorm.cu) ---
+// residual, when not null, receives a + b and is normalised (fused residual add); else the
+// input is a. out, residual of type T; statistics fp32.
+template <typename T>
+void layernorm_forward(T* out, float* mean, float* rstd, T* residual, const T* a, const T* b, const T* w,
+                       const T* bias, int64_t N, int64_t C, float eps, Stream s);
+// dinp += ...; dw, db += ... (deterministic through `scratch`, layernorm_backward_scratch floats).
+template <typename T>
+void layernorm_backward(T* dinp, float* dw, float* db, const T* dout, const T* inp, const T* w, const float* mean,
+                        const float* rstd, int64_t N, int64_t C, float* scratch, Stream s);
+int64_t layernorm_backward_scratch(int64_t N, int64_t C);
+
+// --- softmax cross-entropy (softmax_ce.cu) ---
+template <typename T>
+void softmax_cross_entropy(T* logits, float* losses, const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
+                           float dloss, Stream s);
+template <typename T> void ce_row_max(const T* logits, int64_t N, int64_t ld, int64_t cols, float* max, Stream s);
+template <typename T>
+void ce_row_sumexp(const T* logits, int64_t N, int64_t ld, int64_t cols, const float* max, float* sum, Stream s);
+template <typename T>
+void ce_target_logit(const T* logits, int64_t N, int64_t ld, int64_t cols, const int32_t* targets, int64_t v0,
+                     float* tl, Stream s);
+template <typename T>
+void ce_grad(T* logits, int64_t N, int64_t ld, int64_t cols, const float* max, const float* sum,
+             const int32_t* targets, int64_t v0, float dloss, Stream s);
+
+// --- attention, fp32 reference path (attention_ref.cu): softmax of the stored scores ---
+// att (BH, T, T) rows: causal softmax of scale * scores in place, zeros above the diagonal.
+void causal_softmax_rows(float* att, int64_t BH, int64_t T, float scale, Stream s);
+// datt -> scale * att * (datt - sum_j att*datt), zeros above the diagonal.
+void causal_softmax_backward_rows(float* datt, const float* att, int64_t BH, int64_t T, float scale, Stream s);
+
+// --- flash attention, bf16 (flash_attention.cu) ---
+// out (B,T,C), lse (B,NH,T) = log sum_j exp(scale * q.k_j) (natural log). hs = C/NH in {64, 128}.
+void flash_attention_forward(bf16_t* out, float* lse, const bf16_t* qkv, int64_t B, int64_t T, int64_t C,
+                             int64_t NH, Stream s);
+// dqkv (B,T,3C) writes. scratch: flash_attention_backward_scratch floats (D = rowsum(dO*O)).
+void flash_attention_backward(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv, const bf16_t* out,
+                              const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH, float* scratch,
+                              Stream s);
+int64_t flash_attention_backward_scratch(int64_t B, int64_t T, int64_t NH);
+bool flash_attention_supports(int64_t C, int64_t NH);
+
+}  // namespace weft::cuda::kern
