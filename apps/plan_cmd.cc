@@ -235,10 +235,9 @@ int cmd_plan(CLI::App& app, int argc, char** argv) {
       const char* kind = weak ? "weak" : "strong";
       nlohmann::json arr = nlohmann::json::array();
       if (format == "text") {
-        fmt::print("{} scaling of {} on {} ({}; efficiency vs {} devices):\n", kind, shape.name, sys.name,
+        fmt::print("{} scaling of {} on {} ({}; efficiency per device vs the first count with a layout):\n", kind, shape.name, sys.name,
                    weak ? fmt::format("global batch {} per {} devices", global_batch, counts.front())
-                        : fmt::format("global batch {}", global_batch),
-                   counts.front());
+                        : fmt::format("global batch {}", global_batch));
         fmt::print("  {:>7} {:>8}  {:<44} {:>10} {:>11} {:>6} {:>10}\n", "devices", "batch", "best layout", "step s",
                    "tokens/s", "MFU%", "efficiency");
       }
@@ -249,7 +248,7 @@ int cmd_plan(CLI::App& app, int argc, char** argv) {
                        p.best.layout.describe(), p.best.step_time_s, p.best.tokens_per_s, 100 * p.best.mfu,
                        100 * p.efficiency);
           } else {
-            fmt::print("  {:>7} {:>8}  no layout fits\n", p.gpus, p.global_batch);
+            fmt::print("  {:>7} {:>8}  {}\n", p.gpus, p.global_batch, p.note);
           }
         }
         nlohmann::json e = {{"gpus", p.gpus}, {"global_batch", p.global_batch}, {"found", p.found}};

@@ -193,9 +193,11 @@ std::vector<ScalingPoint> scaling(const ModelShape& m, const System& sys, const 
       if (!r.top.empty()) {
         pt.found = true;
         pt.best = r.top.front();
+      } else {
+        pt.note = "no layout fits in memory";
       }
     } catch (const InputError&) {
-      pt.found = false;
+      pt.note = "no valid layout matches the pins";
     }
     out.push_back(pt);
   }

@@ -44,13 +44,14 @@ struct ScalingPoint {
   int64_t gpus = 0;
   int64_t global_batch = 0;
   bool found = false;  // some layout fits
+  std::string note;    // why not: no valid layout matches the pins, or none fits in memory
   Prediction best;
   double efficiency = 0;  // strong: (T_base N_base) / (T N); weak: tokens/s per device vs base
 };
 
 // Strong scaling (fixed global batch) or weak scaling (global batch grows with the devices:
 // batch x gpus / gpus[0]) over `gpu_counts`, each with its best layout under the pins.
-// Efficiency is relative to the first count.
+// Efficiency is relative to the first count with a fitting layout.
 std::vector<ScalingPoint> scaling(const ModelShape& m, const System& sys, const std::vector<int64_t>& gpu_counts,
                                   const Options& o, const Pins& pins, bool weak);
 
