@@ -1,4 +1,6 @@
 // Elementwise kernels, the dbias column sum, AdamW and the sum of squares.
+#include <cuda_fp16.h>
+
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -69,6 +71,11 @@ __global__ void column_finish_kernel(float* dbias, const float* partial, int64_t
   float s = 0.0f;
   for (int64_t c = 0; c < chunks; ++c) s += partial[c * OUT + col];
   dbias[col] += s;
+}
+
+__global__ void round_kernel(float* x, int64_t n, int kind) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = kind == 1 ? __bfloat162float(__float2bfloat16_rn(x[i])) : __half2float(__float2half_rn(x[i]));
 }
 
 __global__ void adamw_kernel(float* p, bf16_t* p16, const float* g, float* m, float* v, int64_t n, float beta1,
@@ -142,6 +149,12 @@ void convert(float* dst, const bf16_t* src, int64_t n, Stream s) {
   if (n == 0) return;
   convert_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(dst, src, n);
   WEFT_KERNEL_CHECK("convert_kernel");
+}
+
+void round_through(float* x, int64_t n, int kind, Stream s) {
+  if (n == 0) return;
+  round_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(x, n, kind);
+  WEFT_KERNEL_CHECK("round_kernel");
 }
 
 int64_t column_sum_scratch(int64_t N, int64_t OUT) { return ((N + kColRowsPer - 1) / kColRowsPer) * OUT; }

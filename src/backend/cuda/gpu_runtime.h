@@ -31,6 +31,9 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#if defined(__CUDACC__)
+#include <mma.h>
+#endif
 
 namespace weft::gpu {
 
@@ -40,16 +43,27 @@ using bf16_t = __nv_bfloat16;  // device storage type of bf16 (2 bytes, bit-iden
 using BlasLtHandle = cublasLtHandle_t;
 using BlasHandle = cublasHandle_t;
 
-#if defined(__CUDACC__)
-constexpr int kWarpSize = 32;
-#define WEFT_SHFL_XOR(v, lane_mask) __shfl_xor_sync(0xffffffffu, (v), (lane_mask))
-#endif
 
 // Throws RuntimeError: "weft: <lib> error at <file>:<line>: <call>: <what>".
 [[noreturn]] void throw_gpu_error(const char* lib, const char* call, const char* file, int line,
                                   const std::string& what);
 std::string cuda_error_string(cudaError_t e);      // "out of memory (cudaErrorMemoryAllocation)"
 std::string cublas_error_string(cublasStatus_t s); // "CUBLAS_STATUS_NOT_SUPPORTED"
+
+#if defined(__CUDACC__)
+constexpr int kWarpSize = 32;
+#define WEFT_SHFL_XOR(v, lane_mask) __shfl_xor_sync(0xffffffffu, (v), (lane_mask))
+// Tensor-core fragments (HIP: namespace wmma = rocwmma;).
+namespace wmma = nvcuda::wmma;
+// Opt a kernel into more than 48 KiB of dynamic shared memory (HIP: hipFuncSetAttribute).
+template <typename Kernel>
+inline void set_max_dynamic_smem(Kernel kernel, int bytes) {
+  const cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e != cudaSuccess) throw_gpu_error("CUDA", "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", __FILE__,
+                                        __LINE__, cuda_error_string(e));
+}
+#endif
 
 // --- devices ---
 // Number of visible devices; 0 (and the reason in *why, if given) when none is usable:

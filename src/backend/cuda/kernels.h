@@ -20,6 +20,8 @@ template <typename T> void gelu_backward(T* dinp, const T* inp, const T* dout, i
 template <typename T> void scale(T* x, float a, int64_t n, Stream s);
 void convert(bf16_t* dst, const float* src, int64_t n, Stream s);
 void convert(float* dst, const bf16_t* src, int64_t n, Stream s);
+// x rounded in place through 16-bit storage: kind 1 = bf16, 2 = fp16 (IEEE half).
+void round_through(float* x, int64_t n, int kind, Stream s);
 // dbias (OUT) += column sums of dout (N,OUT), fp32 accumulation, deterministic: partials
 // over row chunks go to `scratch` (at least column_sum_scratch(N, OUT) floats).
 template <typename T>
@@ -75,6 +77,9 @@ void ce_grad(T* logits, int64_t N, int64_t ld, int64_t cols, const float* max, c
 void causal_softmax_rows(float* att, int64_t BH, int64_t T, float scale, Stream s);
 // datt -> scale * att * (datt - sum_j att*datt), zeros above the diagonal.
 void causal_softmax_backward_rows(float* datt, const float* att, int64_t BH, int64_t T, float scale, Stream s);
+
+// The .cu files use no fmt (nvcc rejects its consteval format checks): argument checks
+// that need a message live in cuda_backend.cc.
 
 // --- flash attention, bf16 (flash_attention.cu) ---
 // out (B,T,C), lse (B,NH,T) = log sum_j exp(scale * q.k_j) (natural log). hs = C/NH in {64, 128}.

@@ -1,0 +1,168 @@
+// The CUDA backend: the op interface of backend/backend.h over DEVICE pointers with the CPU
+// backend's fp32 semantics, plus bf16 variants of the hot paths for mixed precision.
+//
+// Every op is enqueued on the backend's one compute stream (stream()) and returns at once;
+// only sum_squares (which returns a value) and synchronize() wait. Buffers come from
+// DeviceBuffer (device_buffer.h). Scratch space (cuBLASLt workspace, reduction partials,
+// sort buffers, the attention datt/D rows) is owned by the backend, grows on demand and is
+// counted under `workspace`.
+//
+// bf16 policy (what the model wires): parameters live as fp32 master weights (optimizer
+// state fp32 too) and a bf16 compute copy written by adamw_bf16; activations and activation
+// gradients are bf16; weight gradients accumulate in fp32 (cuBLASLt writes an fp32 C from
+// bf16 A, B; dbias, LayerNorm dw/db and embedding gradients are fp32); every reduction and
+// softmax statistic is fp32. Matrix products: cuBLASLt, bf16 inputs, fp32 accumulation
+// (CUBLAS_COMPUTE_32F), with the bias and GELU epilogues fused where they apply.
+//
+// Determinism: no op uses atomics; two runs with the same inputs give the same bits on the
+// same GPU and library versions (cuBLASLt's algorithm choice is fixed per shape).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "backend/cuda/dtype.h"
+#include "backend/cuda/gpu_runtime.h"
+
+namespace weft::cuda {
+
+// What the matrix-product epilogue adds to out = inp @ w.
+enum class Epilogue {
+  kNone,      // out = inp @ w
+  kBias,      // out = inp @ w + bias
+  kGeluBias,  // pre_gelu = inp @ w + bias (kept for backward); out = gelu(pre_gelu)
+};
+
+class CudaBackend final : public Backend {
+ public:
+  // Selects `device` (negative: by local rank, gpu::select_device) and creates the compute
+  // stream, the cuBLAS/cuBLASLt handles and the cuBLASLt workspace (32 MiB).
+  explicit CudaBackend(int device = -1);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+  int device() const;
+  gpu::Stream stream() const;
+  void synchronize();  // waits for everything enqueued so far
+
+  // --- the fp32 interface (backend.h), device pointers ---
+  // fp32 products use cuBLAS SGEMM in strict fp32 (no TF32) so that they match the CPU
+  // reference; set_tf32(true) allows TF32 tensor cores.
+  void set_tf32(bool on);
+  void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+            const float* B, int64_t ldb, float beta, float* C, int64_t ldc) override;
+  void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int64_t N, int64_t IN,
+                      int64_t OUT, bool accumulate) override;
+  void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
+                       int64_t N, int64_t IN, int64_t OUT) override;
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B, int64_t T,
+                         int64_t C, int64_t v0 = 0, int64_t vrows = INT64_MAX) override;
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
+                          int64_t C, int64_t v0 = 0, int64_t vrows = INT64_MAX) override;
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+                         int64_t N, int64_t C, float eps) override;
+  void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                          const float* mean, const float* rstd, int64_t N, int64_t C) override;
+  void add_bias(float* out, const float* inp, const float* bias, int64_t N, int64_t C) override;
+  void add(float* out, const float* a, const float* b, int64_t n) override;
+  void gelu_forward(float* out, const float* inp, int64_t n) override;
+  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override;
+  // The reference path: scores through cuBLAS into att (B,NH,T,T), as the interface asks.
+  void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+                         int64_t NH) override;
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B, int64_t T,
+                          int64_t C, int64_t NH) override;
+  void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
+                             float dloss) override;
+  void ce_row_max(const float* logits, int64_t N, int64_t ld, int64_t cols, float* max) override;
+  void ce_row_sumexp(const float* logits, int64_t N, int64_t ld, int64_t cols, const float* max,
+                     float* sum) override;
+  void ce_target_logit(const float* logits, int64_t N, int64_t ld, int64_t cols, const int32_t* targets, int64_t v0,
+                       float* tl) override;
+  void ce_grad(float* logits, int64_t N, int64_t ld, int64_t cols, const float* max, const float* sum,
+               const int32_t* targets, int64_t v0, float dloss) override;
+  void adamw(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
+             float weight_decay, int64_t t, float grad_scale) override;
+  double sum_squares(const float* x, int64_t n) override;
+  void scale(float* x, float s, int64_t n) override;
+  // x rounded in place to bf16 / fp16 values (round to nearest even; fp16 overflow -> inf).
+  void round_to(float* x, int64_t n, Precision p) override;
+
+  // --- bf16 (mixed precision) ---
+  // Conversions.
+  void to_bf16(bf16* dst, const float* src, int64_t n);
+  void to_f32(float* dst, const bf16* src, int64_t n);
+
+  // Row-major product C (M,N) = alpha op(A) op(B) + beta C in cuBLASLt, bf16 A and B, fp32
+  // accumulation; C is bf16 or fp32 (weight gradients accumulate into fp32 with beta = 1).
+  void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda,
+                 const bf16* B, int64_t ldb, float beta, bf16* C, int64_t ldc);
+  void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda,
+                 const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc);
+  // out (N,OUT) = inp (N,IN) @ w (IN,OUT) with the epilogue; bias (OUT) for kBias and
+  // kGeluBias; pre_gelu (N,OUT) written for kGeluBias. accumulate: out += (kNone, kBias only).
+  void matmul_forward_bf16(bf16* out, bf16* pre_gelu, const bf16* inp, const bf16* w, const bf16* bias, int64_t N,
+                           int64_t IN, int64_t OUT, Epilogue ep = Epilogue::kNone, bool accumulate = false);
+  // dinp (N,IN) = dout @ w^T (writes; skipped if null), multiplied by gelu'(pre_gelu) when
+  // pre_gelu (N,IN) is given (the fused GELU backward of the layer that produced inp);
+  // dw (IN,OUT) += inp^T @ dout (fp32); dbias (OUT) += column sums of dout (fp32, if not null).
+  void matmul_backward_bf16(bf16* dinp, float* dw, float* dbias, const bf16* dout, const bf16* inp, const bf16* w,
+                            int64_t N, int64_t IN, int64_t OUT, const bf16* pre_gelu = nullptr);
+
+  // LayerNorm, fp32 statistics: out (N,C), mean, rstd (N) fp32. writes.
+  void layernorm_forward_bf16(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w, const bf16* b,
+                              int64_t N, int64_t C, float eps);
+  // Fused residual add + LayerNorm: residual = a + b (writes; may alias a or b), out = LN(residual).
+  void residual_layernorm_forward_bf16(bf16* residual, bf16* out, float* mean, float* rstd, const bf16* a,
+                                       const bf16* b, const bf16* w, const bf16* bias, int64_t N, int64_t C,
+                                       float eps);
+  // dinp (N,C) bf16 accumulates (the residual gradient stream); dw, db (C) fp32 accumulate.
+  void layernorm_backward_bf16(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
+                               const float* mean, const float* rstd, int64_t N, int64_t C);
+
+  void add_bf16(bf16* out, const bf16* a, const bf16* b, int64_t n);  // out may alias a or b
+  void gelu_forward_bf16(bf16* out, const bf16* inp, int64_t n);
+  void gelu_backward_bf16(bf16* dinp, const bf16* inp, const bf16* dout, int64_t n);
+
+  // Embedding: out (B,T,C) bf16 from bf16 tables; gradients into fp32 tables (accumulate,
+  // deterministic). Same vocabulary-parallel arguments as the fp32 ops.
+  void embedding_forward_bf16(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int64_t B,
+                              int64_t T, int64_t C, int64_t v0 = 0, int64_t vrows = INT64_MAX);
+  void embedding_backward_bf16(float* dwte, float* dwpe, const bf16* dout, const int32_t* tokens, int64_t B,
+                               int64_t T, int64_t C, int64_t v0 = 0, int64_t vrows = INT64_MAX);
+
+  // Flash attention (flash_attention.cu): qkv (B,T,3C), out (B,T,C), lse (B,NH,T) fp32
+  // instead of the (B,NH,T,T) probabilities. Head size C/NH of 64 or 128.
+  static bool flash_attention_supports(int64_t C, int64_t NH);
+  void attention_forward_bf16(bf16* out, float* lse, const bf16* qkv, int64_t B, int64_t T, int64_t C, int64_t NH);
+  // dqkv (B,T,3C) writes; needs the forward's out and lse.
+  void attention_backward_bf16(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
+                               int64_t B, int64_t T, int64_t C, int64_t NH);
+
+  // Cross-entropy on bf16 logits (the gradient written back in bf16), fp32 losses/statistics.
+  void softmax_cross_entropy_bf16(bf16* logits, float* losses, const int32_t* targets, int64_t N, int64_t V,
+                                  int64_t Vp, float dloss);
+  void ce_row_max_bf16(const bf16* logits, int64_t N, int64_t ld, int64_t cols, float* max);
+  void ce_row_sumexp_bf16(const bf16* logits, int64_t N, int64_t ld, int64_t cols, const float* max, float* sum);
+  void ce_target_logit_bf16(const bf16* logits, int64_t N, int64_t ld, int64_t cols, const int32_t* targets,
+                            int64_t v0, float* tl);
+  void ce_grad_bf16(bf16* logits, int64_t N, int64_t ld, int64_t cols, const float* max, const float* sum,
+                    const int32_t* targets, int64_t v0, float dloss);
+
+  // AdamW over the flat fp32 master buffer (semantics of adamw above); p16 (n), when not
+  // null, receives the updated parameters rounded to bf16: the compute copy.
+  void adamw_bf16(float* p, bf16* p16, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int64_t t, float grad_scale);
+  double sum_squares_bf16(const bf16* x, int64_t n);
+
+ private:
+  struct State;
+  std::unique_ptr<State> st_;
+};
+
+std::unique_ptr<CudaBackend> make_cuda_backend(int device = -1);
+
+}  // namespace weft::cuda

@@ -1,0 +1,544 @@
+// Every op of the CUDA backend against the CPU backend (the reference), by normalised error
+// ||x - ref|| / ||ref|| with a tolerance per op and dtype:
+//   fp32 ops                       1e-5 (products, attention, LayerNorm: summation order
+//                                  differs), 1e-6 (elementwise), exact (embedding forward)
+//   bf16 ops                       inputs rounded to bf16 first so that both sides see the
+//                                  same values; 1e-2 for bf16 outputs (8 mantissa bits:
+//                                  ~4e-3 per rounding, a few roundings deep), 2e-2 for
+//                                  flash attention (P rounded to bf16 before P V), 1e-5 for
+//                                  fp32 results computed from bf16 inputs (losses)
+// Without a visible GPU every test is skipped with the reason.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device_buffer.h"
+
+namespace weft::cuda {
+namespace {
+
+using Vec = std::vector<float>;
+
+double rel_err(const Vec& x, const Vec& ref) {
+  EXPECT_EQ(x.size(), ref.size());
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < x.size() && i < ref.size(); ++i) {
+    const double d = static_cast<double>(x[i]) - ref[i];
+    num += d * d;
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  if (den == 0.0) return std::sqrt(num);
+  return std::sqrt(num / den);
+}
+
+Vec randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  Vec v(n);
+  for (auto& x : v) x = d(gen);
+  return v;
+}
+
+Vec rounded(Vec v) {
+  for (auto& x : v) x = round_bf16(x);
+  return v;
+}
+
+std::vector<bf16> to_bf16_host(const Vec& v) {
+  std::vector<bf16> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = to_bf16(v[i]);
+  return r;
+}
+
+Vec to_f32_host(const std::vector<bf16>& v) {
+  Vec r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = to_float(v[i]);
+  return r;
+}
+
+class CudaOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (gpu::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device visible (" << why << ")";
+    if (!gpu_) gpu_ = make_cuda_backend();
+    if (!cpu_) cpu_ = make_cpu_backend();
+  }
+  static void TearDownTestSuite() {
+    gpu_.reset();
+    cpu_.reset();
+  }
+
+  // Device copies of host vectors, and back.
+  DeviceBuffer<float> up(const Vec& v) { return upload(v); }
+  DeviceBuffer<bf16> up16(const Vec& v) { return upload(to_bf16_host(v)); }
+  DeviceBuffer<int32_t> up(const std::vector<int32_t>& v) { return upload(v); }
+  Vec down(const DeviceBuffer<float>& d) { return download(d.data(), d.size(), gpu_->stream()); }
+  Vec down(const DeviceBuffer<bf16>& d) { return to_f32_host(download(d.data(), d.size(), gpu_->stream())); }
+
+  static std::unique_ptr<CudaBackend> gpu_;
+  static std::unique_ptr<Backend> cpu_;
+};
+std::unique_ptr<CudaBackend> CudaOps::gpu_;
+std::unique_ptr<Backend> CudaOps::cpu_;
+
+constexpr double kTolF32 = 1e-5;
+constexpr double kTolElem = 1e-6;
+constexpr double kTolBf16 = 1e-2;
+constexpr double kTolFlash = 2e-2;
+
+// ---------------------------------------------------------------------------------------
+// fp32
+
+TEST_F(CudaOps, GemmAllTransposes) {
+  const int64_t M = 37, N = 53, K = 29;
+  for (int ta = 0; ta < 2; ++ta) {
+    for (int tb = 0; tb < 2; ++tb) {
+      const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+      Vec A = randn(static_cast<size_t>(M * K), 1), B = randn(static_cast<size_t>(K * N), 2),
+          C = randn(static_cast<size_t>(M * N), 3);
+      Vec ref = C;
+      cpu_->gemm(ta, tb, M, N, K, 0.7f, A.data(), lda, B.data(), ldb, 0.3f, ref.data(), N);
+      auto dA = up(A);
+      auto dB = up(B);
+      auto dC = up(C);
+      gpu_->gemm(ta, tb, M, N, K, 0.7f, dA.data(), lda, dB.data(), ldb, 0.3f, dC.data(), N);
+      EXPECT_LT(rel_err(down(dC), ref), kTolF32) << "trans_a " << ta << " trans_b " << tb;
+    }
+  }
+}
+
+TEST_F(CudaOps, MatmulForwardBackward) {
+  const int64_t N = 70, IN = 48, OUT = 80;
+  Vec inp = randn(N * IN, 4), w = randn(IN * OUT, 5, 0.1f), bias = randn(OUT, 6), out0 = randn(N * OUT, 7);
+  for (int acc = 0; acc < 2; ++acc) {
+    Vec ref = out0;
+    cpu_->matmul_forward(ref.data(), inp.data(), w.data(), bias.data(), N, IN, OUT, acc);
+    auto di = up(inp);
+    auto dw = up(w);
+    auto db = up(bias);
+    auto dout = up(out0);
+    gpu_->matmul_forward(dout.data(), di.data(), dw.data(), db.data(), N, IN, OUT, acc);
+    EXPECT_LT(rel_err(down(dout), ref), kTolF32) << "accumulate " << acc;
+  }
+  Vec g = randn(N * OUT, 8), dw0 = randn(IN * OUT, 9), db0 = randn(OUT, 10);
+  Vec rdi(N * IN), rdw = dw0, rdb = db0;
+  cpu_->matmul_backward(rdi.data(), rdw.data(), rdb.data(), g.data(), inp.data(), w.data(), N, IN, OUT);
+  auto dg = up(g);
+  auto di = up(inp);
+  auto dwt = up(w);
+  auto ddw = up(dw0);
+  auto ddb = up(db0);
+  DeviceBuffer<float> ddi(N * IN);
+  gpu_->matmul_backward(ddi.data(), ddw.data(), ddb.data(), dg.data(), di.data(), dwt.data(), N, IN, OUT);
+  EXPECT_LT(rel_err(down(ddi), rdi), kTolF32);
+  EXPECT_LT(rel_err(down(ddw), rdw), kTolF32);
+  EXPECT_LT(rel_err(down(ddb), rdb), kTolF32);
+}
+
+TEST_F(CudaOps, EmbeddingVocabParallel) {
+  const int64_t B = 3, T = 17, C = 24, V = 40;
+  std::vector<int32_t> tok(B * T);
+  std::mt19937 gen(11);
+  for (auto& t : tok) t = static_cast<int32_t>(gen() % 12);  // repeated tokens
+  tok[5] = 39;
+  const int64_t v0 = 4, vrows = 20;  // this rank holds rows [4, 24)
+  Vec wte = randn(vrows * C, 12), wpe = randn(T * C, 13), g = randn(B * T * C, 14);
+  Vec ref(B * T * C);
+  cpu_->embedding_forward(ref.data(), tok.data(), wte.data(), wpe.data(), B, T, C, v0, vrows);
+  auto dt = up(tok);
+  auto dwte = up(wte);
+  auto dwpe = up(wpe);
+  DeviceBuffer<float> dout(B * T * C);
+  gpu_->embedding_forward(dout.data(), dt.data(), dwte.data(), dwpe.data(), B, T, C, v0, vrows);
+  EXPECT_EQ(rel_err(down(dout), ref), 0.0);
+
+  Vec rdwte = randn(vrows * C, 15), rdwpe = randn(T * C, 16);
+  auto ddwte = up(rdwte);
+  auto ddwpe = up(rdwpe);
+  auto dg = up(g);
+  cpu_->embedding_backward(rdwte.data(), rdwpe.data(), g.data(), tok.data(), B, T, C, v0, vrows);
+  gpu_->embedding_backward(ddwte.data(), ddwpe.data(), dg.data(), dt.data(), B, T, C, v0, vrows);
+  EXPECT_LT(rel_err(down(ddwte), rdwte), kTolElem);
+  EXPECT_LT(rel_err(down(ddwpe), rdwpe), kTolElem);
+  // Whole vocabulary (default v0/vrows) and no position table.
+  Vec wte_all = randn(V * C, 17);
+  Vec ref2(B * T * C);
+  cpu_->embedding_forward(ref2.data(), tok.data(), wte_all.data(), nullptr, B, T, C);
+  auto dwa = up(wte_all);
+  gpu_->embedding_forward(dout.data(), dt.data(), dwa.data(), nullptr, B, T, C);
+  EXPECT_EQ(rel_err(down(dout), ref2), 0.0);
+}
+
+TEST_F(CudaOps, EmbeddingBackwardIsDeterministic) {
+  const int64_t B = 8, T = 256, C = 64, V = 50;
+  std::vector<int32_t> tok(B * T);
+  std::mt19937 gen(18);
+  for (auto& t : tok) t = static_cast<int32_t>(gen() % V);
+  Vec g = randn(B * T * C, 19);
+  auto dt = up(tok);
+  auto dg = up(g);
+  DeviceBuffer<float> a(V * C, MemCategory::kOther, true), b(V * C, MemCategory::kOther, true);
+  gpu_->embedding_backward(a.data(), nullptr, dg.data(), dt.data(), B, T, C);
+  gpu_->embedding_backward(b.data(), nullptr, dg.data(), dt.data(), B, T, C);
+  Vec ha = down(a), hb = down(b);
+  EXPECT_EQ(std::memcmp(ha.data(), hb.data(), ha.size() * sizeof(float)), 0);
+}
+
+TEST_F(CudaOps, LayerNorm) {
+  const int64_t N = 300, C = 200;  // N over one reduction chunk, C not a multiple of 32
+  Vec x = randn(N * C, 20, 2.0f), w = randn(C, 21), b = randn(C, 22), g = randn(N * C, 23);
+  Vec ro(N * C), rm(N), rr(N);
+  cpu_->layernorm_forward(ro.data(), rm.data(), rr.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
+  auto dx = up(x);
+  auto dw = up(w);
+  auto db = up(b);
+  DeviceBuffer<float> o(N * C), m(N), r(N);
+  gpu_->layernorm_forward(o.data(), m.data(), r.data(), dx.data(), dw.data(), db.data(), N, C, 1e-5f);
+  EXPECT_LT(rel_err(down(o), ro), kTolF32);
+  EXPECT_LT(rel_err(down(m), rm), kTolF32);
+  EXPECT_LT(rel_err(down(r), rr), kTolF32);
+  Vec rdi = randn(N * C, 24), rdw = randn(C, 25), rdb = randn(C, 26);
+  auto ddi = up(rdi);
+  auto ddw = up(rdw);
+  auto ddb = up(rdb);
+  auto dg = up(g);
+  cpu_->layernorm_backward(rdi.data(), rdw.data(), rdb.data(), g.data(), x.data(), w.data(), rm.data(), rr.data(), N,
+                           C);
+  gpu_->layernorm_backward(ddi.data(), ddw.data(), ddb.data(), dg.data(), dx.data(), dw.data(), m.data(), r.data(), N,
+                           C);
+  EXPECT_LT(rel_err(down(ddi), rdi), kTolF32);
+  EXPECT_LT(rel_err(down(ddw), rdw), kTolF32);
+  EXPECT_LT(rel_err(down(ddb), rdb), kTolF32);
+}
+
+TEST_F(CudaOps, Elementwise) {
+  const int64_t N = 33, C = 65, n = N * C;
+  Vec a = randn(n, 27, 2.0f), b = randn(n, 28), bias = randn(C, 29), g = randn(n, 30);
+  auto da = up(a);
+  auto db = up(b);
+  auto dbias = up(bias);
+  auto dg = up(g);
+  DeviceBuffer<float> o(n);
+  Vec ref(n);
+  cpu_->add_bias(ref.data(), a.data(), bias.data(), N, C);
+  gpu_->add_bias(o.data(), da.data(), dbias.data(), N, C);
+  EXPECT_LT(rel_err(down(o), ref), kTolElem);
+  cpu_->add(ref.data(), a.data(), b.data(), n);
+  gpu_->add(o.data(), da.data(), db.data(), n);
+  EXPECT_LT(rel_err(down(o), ref), kTolElem);
+  cpu_->gelu_forward(ref.data(), a.data(), n);
+  gpu_->gelu_forward(o.data(), da.data(), n);
+  EXPECT_LT(rel_err(down(o), ref), kTolElem);
+  cpu_->gelu_backward(ref.data(), a.data(), g.data(), n);
+  gpu_->gelu_backward(o.data(), da.data(), dg.data(), n);
+  EXPECT_LT(rel_err(down(o), ref), kTolElem);
+  Vec s = a;
+  cpu_->scale(s.data(), 0.37f, n);
+  gpu_->scale(da.data(), 0.37f, n);
+  EXPECT_LT(rel_err(down(da), s), kTolElem);
+}
+
+TEST_F(CudaOps, AttentionFp32) {
+  const int64_t B = 2, T = 70, C = 48, NH = 3;
+  Vec qkv = randn(B * T * 3 * C, 31), g = randn(B * T * C, 32);
+  Vec ro(B * T * C), ratt(B * NH * T * T), rd(B * T * 3 * C);
+  cpu_->attention_forward(ro.data(), ratt.data(), qkv.data(), B, T, C, NH);
+  cpu_->attention_backward(rd.data(), g.data(), qkv.data(), ratt.data(), B, T, C, NH);
+  auto dq = up(qkv);
+  auto dg = up(g);
+  DeviceBuffer<float> o(B * T * C), att(B * NH * T * T), d(B * T * 3 * C);
+  gpu_->attention_forward(o.data(), att.data(), dq.data(), B, T, C, NH);
+  gpu_->attention_backward(d.data(), dg.data(), dq.data(), att.data(), B, T, C, NH);
+  EXPECT_LT(rel_err(down(o), ro), kTolF32);
+  EXPECT_LT(rel_err(down(att), ratt), kTolF32);
+  EXPECT_LT(rel_err(down(d), rd), kTolF32);
+}
+
+TEST_F(CudaOps, SoftmaxCrossEntropy) {
+  const int64_t N = 9, V = 1000, Vp = 1024;
+  Vec logits = randn(N * Vp, 33, 3.0f);
+  std::vector<int32_t> tgt(N);
+  for (int64_t i = 0; i < N; ++i) tgt[i] = static_cast<int32_t>((i * 97) % V);
+  auto dt = up(tgt);
+  for (float dloss : {0.0f, 1.0f / N}) {
+    Vec ref = logits, rl(N);
+    cpu_->softmax_cross_entropy(ref.data(), rl.data(), tgt.data(), N, V, Vp, dloss);
+    auto dl = up(logits);
+    DeviceBuffer<float> losses(N);
+    gpu_->softmax_cross_entropy(dl.data(), losses.data(), dt.data(), N, V, Vp, dloss);
+    EXPECT_LT(rel_err(down(losses), rl), kTolF32) << "dloss " << dloss;
+    EXPECT_LT(rel_err(down(dl), ref), kTolF32) << "dloss " << dloss;
+  }
+}
+
+TEST_F(CudaOps, VocabParallelCrossEntropyPhases) {
+  const int64_t N = 7, ld = 72, cols = 64, v0 = 128;
+  Vec logits = randn(N * ld, 34, 2.0f);
+  std::vector<int32_t> tgt = {128, 130, 191, 5, 200, 150, 129};
+  Vec rmax(N), rsum(N), rtl(N);
+  cpu_->ce_row_max(logits.data(), N, ld, cols, rmax.data());
+  for (auto& m : rmax) m += 0.5f;  // a "global" max above the local one, as after the all-reduce
+  cpu_->ce_row_sumexp(logits.data(), N, ld, cols, rmax.data(), rsum.data());
+  cpu_->ce_target_logit(logits.data(), N, ld, cols, tgt.data(), v0, rtl.data());
+  Vec rg = logits;
+  cpu_->ce_grad(rg.data(), N, ld, cols, rmax.data(), rsum.data(), tgt.data(), v0, 0.25f);
+
+  auto dl = up(logits);
+  auto dt = up(tgt);
+  auto dmax = up(rmax);
+  DeviceBuffer<float> mx(N), sum(N), tl(N);
+  gpu_->ce_row_max(dl.data(), N, ld, cols, mx.data());
+  Vec local_max = down(mx);
+  for (int64_t i = 0; i < N; ++i) EXPECT_FLOAT_EQ(local_max[i] + 0.5f, rmax[i]);
+  gpu_->ce_row_sumexp(dl.data(), N, ld, cols, dmax.data(), sum.data());
+  gpu_->ce_target_logit(dl.data(), N, ld, cols, dt.data(), v0, tl.data());
+  gpu_->ce_grad(dl.data(), N, ld, cols, dmax.data(), sum.data(), dt.data(), v0, 0.25f);
+  EXPECT_LT(rel_err(down(sum), rsum), kTolF32);
+  EXPECT_EQ(rel_err(down(tl), rtl), 0.0);
+  EXPECT_LT(rel_err(down(dl), rg), kTolF32);
+}
+
+TEST_F(CudaOps, AdamWSumSquaresScale) {
+  const int64_t n = 10007;
+  Vec p = randn(n, 35), g = randn(n, 36), m = randn(n, 37, 0.1f), v = rounded(randn(n, 38, 0.1f));
+  for (auto& x : v) x = std::fabs(x);
+  auto dp = up(p);
+  auto dg = up(g);
+  auto dm = up(m);
+  auto dv = up(v);
+  DeviceBuffer<bf16> p16(n);
+  cpu_->adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.5f);
+  gpu_->adamw_bf16(dp.data(), p16.data(), dg.data(), dm.data(), dv.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.5f);
+  Vec gp = down(dp);
+  EXPECT_LT(rel_err(gp, p), kTolElem);
+  EXPECT_LT(rel_err(down(dm), m), kTolElem);
+  EXPECT_LT(rel_err(down(dv), v), kTolElem);
+  EXPECT_EQ(rel_err(down(p16), rounded(gp)), 0.0);  // the compute copy is the rounded master
+  const double ref = cpu_->sum_squares(g.data(), n);
+  EXPECT_NEAR(gpu_->sum_squares(dg.data(), n), ref, 1e-9 * ref);
+  auto g16 = up16(g);
+  const Vec gr = rounded(g);
+  EXPECT_NEAR(gpu_->sum_squares_bf16(g16.data(), n), cpu_->sum_squares(gr.data(), n), 1e-9 * ref);
+}
+
+// ---------------------------------------------------------------------------------------
+// bf16
+
+TEST_F(CudaOps, GemmBf16) {
+  const int64_t M = 64, N = 96, K = 80;
+  for (int ta = 0; ta < 2; ++ta) {
+    for (int tb = 0; tb < 2; ++tb) {
+      const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+      Vec A = rounded(randn(M * K, 40)), B = rounded(randn(K * N, 41)), C = randn(M * N, 42);
+      Vec ref = C;
+      cpu_->gemm(ta, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 1.0f, ref.data(), N);
+      auto dA = up16(A);
+      auto dB = up16(B);
+      auto dC = up(C);
+      gpu_->gemm_bf16(ta, tb, M, N, K, 1.0f, dA.data(), lda, dB.data(), ldb, 1.0f, dC.data(), N);
+      EXPECT_LT(rel_err(down(dC), ref), kTolF32) << "fp32 C, trans " << ta << tb;  // fp32 accumulation
+      Vec ref16(M * N, 0.0f);
+      cpu_->gemm(ta, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, ref16.data(), N);
+      DeviceBuffer<bf16> dC16(M * N);
+      gpu_->gemm_bf16(ta, tb, M, N, K, 1.0f, dA.data(), lda, dB.data(), ldb, 0.0f, dC16.data(), N);
+      EXPECT_LT(rel_err(down(dC16), ref16), kTolBf16) << "bf16 C, trans " << ta << tb;
+    }
+  }
+}
+
+TEST_F(CudaOps, MatmulBf16Epilogues) {
+  const int64_t N = 128, IN = 64, OUT = 192;
+  Vec inp = rounded(randn(N * IN, 43)), w = rounded(randn(IN * OUT, 44, 0.1f)), bias = rounded(randn(OUT, 45));
+  Vec pre(N * OUT), act(N * OUT);
+  cpu_->matmul_forward(pre.data(), inp.data(), w.data(), bias.data(), N, IN, OUT, false);
+  cpu_->gelu_forward(act.data(), pre.data(), N * OUT);
+  auto di = up16(inp);
+  auto dw = up16(w);
+  auto db = up16(bias);
+  DeviceBuffer<bf16> out(N * OUT), dpre(N * OUT);
+  gpu_->matmul_forward_bf16(out.data(), nullptr, di.data(), dw.data(), db.data(), N, IN, OUT, Epilogue::kBias);
+  EXPECT_LT(rel_err(down(out), pre), kTolBf16);
+  gpu_->matmul_forward_bf16(out.data(), dpre.data(), di.data(), dw.data(), db.data(), N, IN, OUT, Epilogue::kGeluBias);
+  EXPECT_LT(rel_err(down(dpre), pre), kTolBf16);
+  EXPECT_LT(rel_err(down(out), act), kTolBf16);
+
+  // Backward of the next layer (IN2 = OUT) through the fused GELU: dinp = (g w2^T) * gelu'(pre).
+  const int64_t OUT2 = 48;
+  Vec w2 = rounded(randn(OUT * OUT2, 46, 0.1f)), g = rounded(randn(N * OUT2, 47));
+  const Vec prer = rounded(pre), actr = rounded(act);
+  Vec rda(N * OUT), rdw = randn(OUT * OUT2, 48), rdb = randn(OUT2, 49);
+  auto ddw = up(rdw);
+  auto ddb = up(rdb);
+  cpu_->matmul_backward(rda.data(), rdw.data(), rdb.data(), g.data(), actr.data(), w2.data(), N, OUT, OUT2);
+  cpu_->gelu_backward(rda.data(), prer.data(), rda.data(), N * OUT);
+  auto dw2 = up16(w2);
+  auto dg = up16(g);
+  auto dact = up16(actr);
+  auto dpr = up16(prer);
+  DeviceBuffer<bf16> dda(N * OUT);
+  gpu_->matmul_backward_bf16(dda.data(), ddw.data(), ddb.data(), dg.data(), dact.data(), dw2.data(), N, OUT, OUT2,
+                             dpr.data());
+  EXPECT_LT(rel_err(down(dda), rda), kTolBf16);
+  EXPECT_LT(rel_err(down(ddw), rdw), kTolF32);  // fp32 C from bf16 inputs
+  EXPECT_LT(rel_err(down(ddb), rdb), kTolF32);
+}
+
+TEST_F(CudaOps, LayerNormBf16WithResidual) {
+  const int64_t N = 256, C = 768;
+  Vec a = rounded(randn(N * C, 50)), b = rounded(randn(N * C, 51)), w = rounded(randn(C, 52)),
+      bias = rounded(randn(C, 53)), g = rounded(randn(N * C, 54));
+  Vec res(N * C);
+  for (int64_t i = 0; i < N * C; ++i) res[i] = round_bf16(a[i] + b[i]);
+  Vec ro(N * C), rm(N), rr(N);
+  cpu_->layernorm_forward(ro.data(), rm.data(), rr.data(), res.data(), w.data(), bias.data(), N, C, 1e-5f);
+  auto da = up16(a);
+  auto dbb = up16(b);
+  auto dw = up16(w);
+  auto dbias = up16(bias);
+  DeviceBuffer<bf16> dres(N * C), o(N * C);
+  DeviceBuffer<float> m(N), r(N);
+  gpu_->residual_layernorm_forward_bf16(dres.data(), o.data(), m.data(), r.data(), da.data(), dbb.data(), dw.data(),
+                                        dbias.data(), N, C, 1e-5f);
+  EXPECT_EQ(rel_err(down(dres), res), 0.0);
+  EXPECT_LT(rel_err(down(o), ro), kTolBf16);
+  EXPECT_LT(rel_err(down(m), rm), kTolF32);
+  EXPECT_LT(rel_err(down(r), rr), kTolF32);
+
+  Vec rdi = rounded(randn(N * C, 55)), rdw = randn(C, 56), rdb = randn(C, 57);
+  auto ddi = up16(rdi);
+  auto ddw = up(rdw);
+  auto ddb = up(rdb);
+  auto dg = up16(g);
+  cpu_->layernorm_backward(rdi.data(), rdw.data(), rdb.data(), g.data(), res.data(), w.data(), rm.data(), rr.data(), N,
+                           C);
+  gpu_->layernorm_backward_bf16(ddi.data(), ddw.data(), ddb.data(), dg.data(), dres.data(), dw.data(), m.data(),
+                                r.data(), N, C);
+  EXPECT_LT(rel_err(down(ddi), rdi), kTolBf16);
+  EXPECT_LT(rel_err(down(ddw), rdw), kTolF32 * 10);
+  EXPECT_LT(rel_err(down(ddb), rdb), kTolF32);
+}
+
+TEST_F(CudaOps, CrossEntropyBf16) {
+  const int64_t N = 16, V = 50257, Vp = 50304;
+  Vec logits = rounded(randn(N * Vp, 58, 2.0f));
+  std::vector<int32_t> tgt(N);
+  for (int64_t i = 0; i < N; ++i) tgt[i] = static_cast<int32_t>((i * 7919) % V);
+  Vec ref = logits, rl(N);
+  cpu_->softmax_cross_entropy(ref.data(), rl.data(), tgt.data(), N, V, Vp, 1.0f / N);
+  auto dl = up16(logits);
+  auto dt = up(tgt);
+  DeviceBuffer<float> losses(N);
+  gpu_->softmax_cross_entropy_bf16(dl.data(), losses.data(), dt.data(), N, V, Vp, 1.0f / N);
+  EXPECT_LT(rel_err(down(losses), rl), kTolF32);
+  EXPECT_LT(rel_err(down(dl), ref), kTolBf16);
+}
+
+TEST_F(CudaOps, EmbeddingBf16) {
+  const int64_t B = 4, T = 64, C = 96, V = 100;
+  std::vector<int32_t> tok(B * T);
+  std::mt19937 gen(59);
+  for (auto& t : tok) t = static_cast<int32_t>(gen() % V);
+  Vec wte = rounded(randn(V * C, 60)), wpe = rounded(randn(T * C, 61)), g = rounded(randn(B * T * C, 62));
+  Vec ref(B * T * C);
+  cpu_->embedding_forward(ref.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+  auto dt = up(tok);
+  auto dwte = up16(wte);
+  auto dwpe = up16(wpe);
+  auto dg = up16(g);
+  DeviceBuffer<bf16> out(B * T * C);
+  gpu_->embedding_forward_bf16(out.data(), dt.data(), dwte.data(), dwpe.data(), B, T, C);
+  EXPECT_LT(rel_err(down(out), ref), kTolBf16);
+  Vec rdwte(V * C, 0.0f), rdwpe(T * C, 0.0f);
+  cpu_->embedding_backward(rdwte.data(), rdwpe.data(), g.data(), tok.data(), B, T, C);
+  DeviceBuffer<float> ddwte(V * C, MemCategory::kOther, true), ddwpe(T * C, MemCategory::kOther, true);
+  gpu_->embedding_backward_bf16(ddwte.data(), ddwpe.data(), dg.data(), dt.data(), B, T, C);
+  EXPECT_LT(rel_err(down(ddwte), rdwte), kTolElem);
+  EXPECT_LT(rel_err(down(ddwpe), rdwpe), kTolElem);
+}
+
+struct FlashShape {
+  int64_t B, T, C, NH;
+};
+
+class CudaFlash : public CudaOps, public ::testing::WithParamInterface<FlashShape> {};
+
+TEST_P(CudaFlash, ForwardBackwardAgainstCpu) {
+  const auto [B, T, C, NH] = GetParam();
+  Vec qkv = rounded(randn(B * T * 3 * C, 63)), g = rounded(randn(B * T * C, 64));
+  Vec ro(B * T * C), ratt(B * NH * T * T), rd(B * T * 3 * C);
+  cpu_->attention_forward(ro.data(), ratt.data(), qkv.data(), B, T, C, NH);
+  cpu_->attention_backward(rd.data(), g.data(), qkv.data(), ratt.data(), B, T, C, NH);
+  // lse reference: log sum_j exp(scale q.k_j) over j <= i, in double.
+  const int64_t hs = C / NH;
+  Vec rlse(B * NH * T);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < NH; ++h)
+      for (int64_t i = 0; i < T; ++i) {
+        const float* q = qkv.data() + (b * T + i) * 3 * C + h * hs;
+        double mx = -1e300;
+        std::vector<double> s(i + 1);
+        for (int64_t j = 0; j <= i; ++j) {
+          const float* k = qkv.data() + (b * T + j) * 3 * C + C + h * hs;
+          double d = 0.0;
+          for (int64_t e = 0; e < hs; ++e) d += static_cast<double>(q[e]) * k[e];
+          s[j] = d / std::sqrt(static_cast<double>(hs));
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0.0;
+        for (double x : s) sum += std::exp(x - mx);
+        rlse[(b * NH + h) * T + i] = static_cast<float>(mx + std::log(sum));
+      }
+  auto dq = up16(qkv);
+  auto dg = up16(g);
+  DeviceBuffer<bf16> o(B * T * C), d(B * T * 3 * C), d2(B * T * 3 * C);
+  DeviceBuffer<float> lse(B * NH * T);
+  gpu_->attention_forward_bf16(o.data(), lse.data(), dq.data(), B, T, C, NH);
+  EXPECT_LT(rel_err(down(o), ro), kTolFlash);
+  EXPECT_LT(rel_err(down(lse), rlse), 1e-4);
+  gpu_->attention_backward_bf16(d.data(), dg.data(), dq.data(), o.data(), lse.data(), B, T, C, NH);
+  // The backward reads the forward's bf16 output for D = rowsum(dO O): compare per part.
+  const Vec gd = down(d);
+  for (int part = 0; part < 3; ++part) {
+    Vec x, ref;
+    for (int64_t r = 0; r < B * T; ++r)
+      for (int64_t c = 0; c < C; ++c) {
+        x.push_back(gd[r * 3 * C + part * C + c]);
+        ref.push_back(rd[r * 3 * C + part * C + c]);
+      }
+    EXPECT_LT(rel_err(x, ref), kTolFlash) << "part " << "qkv"[part];
+  }
+  gpu_->attention_backward_bf16(d2.data(), dg.data(), dq.data(), o.data(), lse.data(), B, T, C, NH);
+  const Vec gd2 = down(d2);
+  EXPECT_EQ(std::memcmp(gd.data(), gd2.data(), gd.size() * sizeof(float)), 0) << "backward not deterministic";
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaFlash,
+                         ::testing::Values(FlashShape{2, 64, 128, 2},    // one tile, hs 64
+                                           FlashShape{2, 130, 128, 2},   // ragged last tile
+                                           FlashShape{1, 200, 256, 2},   // hs 128
+                                           FlashShape{1, 1024, 768, 12}  // gpt2-124m
+                                           ),
+                         [](const auto& info) {
+                           const FlashShape& s = info.param;
+                           return "B" + std::to_string(s.B) + "_T" + std::to_string(s.T) + "_C" + std::to_string(s.C) +
+                                  "_NH" + std::to_string(s.NH);
+                         });
+
+TEST_F(CudaOps, DeviceBufferCountsBytes) {
+  const int64_t before = memory_tracker().snapshot()[MemCategory::kActivations];
+  {
+    DeviceBuffer<bf16> b(1000, MemCategory::kActivations);
+    EXPECT_EQ(memory_tracker().snapshot()[MemCategory::kActivations] - before, 2000);
+  }
+  EXPECT_EQ(memory_tracker().snapshot()[MemCategory::kActivations], before);
+}
+
+}  // namespace
+}  // namespace weft::cuda
