@@ -467,6 +467,10 @@ struct FlashShape {
   int64_t B, T, C, NH;
 };
 
+void PrintTo(const FlashShape& s, std::ostream* os) {
+  *os << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH;
+}
+
 class CudaFlash : public CudaOps, public ::testing::WithParamInterface<FlashShape> {};
 
 TEST_P(CudaFlash, ForwardBackwardAgainstCpu) {

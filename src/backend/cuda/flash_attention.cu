@@ -83,6 +83,8 @@ __device__ __forceinline__ void warp_gemm(float* c, int ldc, const bf16_t* a, in
   }
 }
 
+constexpr int kSmemLimit = 163 * 1024;  // opt-in dynamic shared memory per block on sm_80 (sm_90: 227 KiB)
+
 constexpr int align32(int bytes) { return (bytes + 31) / 32 * 32; }
 
 // ---------------------------------------------------------------------------------------
@@ -376,6 +378,7 @@ __global__ void __launch_bounds__(BwdQCfg<HS>::THREADS)
 template <int HS>
 void launch_forward(bf16_t* out, float* lse, const bf16_t* qkv, int B, int T, int C, int NH, float scale, Stream s) {
   using K = FwdCfg<HS>;
+  static_assert(K::BYTES <= kSmemLimit, "forward tile does not fit the A100's shared memory");
   gpu::set_max_dynamic_smem(flash_fwd_kernel<HS>, K::BYTES);
   const dim3 grid((T + K::BR - 1) / K::BR, B * NH);
   flash_fwd_kernel<HS><<<grid, K::THREADS, K::BYTES, s>>>(out, lse, qkv, T, C, NH, scale);
@@ -386,6 +389,8 @@ template <int HS, int BC>
 void launch_backward(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv, const float* lse, const float* D, int B,
                      int T, int C, int NH, float scale, Stream s) {
   using KV = BwdKvCfg<HS, BC>;
+  static_assert(KV::BYTES <= kSmemLimit && BwdQCfg<HS>::BYTES <= kSmemLimit,
+                "backward tiles do not fit the A100's shared memory");
   gpu::set_max_dynamic_smem(flash_bwd_dkdv_kernel<HS, BC>, KV::BYTES);
   const dim3 grid_kv((T + KV::BC - 1) / KV::BC, B * NH);
   flash_bwd_dkdv_kernel<HS, BC><<<grid_kv, KV::THREADS, KV::BYTES, s>>>(dqkv, dout, qkv, lse, D, T, C, NH, scale);
