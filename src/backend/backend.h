@@ -1,6 +1,7 @@
 // The op interface. The model (src/model) is written once against it; each backend
 // implements every op. cpu/ is the reference every other backend is checked against.
-// All tensors are row-major fp32 here (mixed precision arrives with the CUDA backend).
+// All tensors are row-major fp32 here; 16-bit storage is emulated with round_to (see
+// core/precision.h).
 // Shapes use fixed letters: B batch, T sequence, C channels, NH heads, hs = C/NH,
 // F = MLP hidden, V real vocabulary, Vp padded vocabulary, N = B*T rows.
 // "accumulates" means the op adds into its output; "writes" means it overwrites it.
@@ -8,6 +9,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+
+#include "core/precision.h"
 
 namespace weft {
 
@@ -106,6 +109,11 @@ class Backend {
   virtual double sum_squares(const float* x, int64_t n) = 0;
   // x *= s.
   virtual void scale(float* x, float s, int64_t n) = 0;
+
+  // --- mixed precision ---
+  // x (n) rounded in place to the nearest value of precision p (round to nearest even;
+  // fp16 overflow gives inf): the CPU backend's emulation of 16-bit storage. No-op for kFp32.
+  virtual void round_to(float* x, int64_t n, Precision p) = 0;
 };
 
 // The CPU backend (BLAS + OpenMP).

@@ -9,7 +9,9 @@
 namespace weft {
 
 LocalParamStore::LocalParamStore(const ParamLayout& layout)
-    : layout_(layout), params_(layout.total()), grads_(layout.total(), true) {}
+    : layout_(layout),
+      params_(static_cast<size_t>(layout.total()), MemCategory::kParams),
+      grads_(static_cast<size_t>(layout.total()), MemCategory::kGrads, true) {}
 
 GPT::GPT(const ModelConfig& cfg, Backend& backend, bool local_store, int tp_size, int tp_rank, const StageSpec& stage)
     : layout_(cfg, tp_size, tp_rank, stage), backend_(backend), P_(tp_size) {
@@ -25,14 +27,66 @@ double GPT::train_flops_per_token(const ModelConfig& c, int64_t T) {
   return 6.0 * matmul_params + 12.0 * L * C * static_cast<double>(T);
 }
 
+Recompute parse_recompute(const std::string& name) {
+  if (name == "none") return Recompute::kNone;
+  if (name == "selective") return Recompute::kSelective;
+  if (name == "full") return Recompute::kFull;
+  throw_input("unknown recompute mode '{}', expected one of: none, selective, full", name);
+}
+
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "?";
+}
+
+namespace {
+// Points a layer's tensors at consecutive pieces taken by `take` (the probabilities at `att`;
+// the output res3 only if `output`). ln1 and ln2 hold all N rows (gathered under sequence
+// parallelism); the residuals and statistics the rank's Nl rows.
+template <class Take>
+void carve_layer(LayerActs& a, Take& take, int64_t N, int64_t Nl, int64_t C, int64_t Cl, int64_t F, float* att,
+                 bool output) {
+  a.ln1 = take(N * C);
+  a.ln1_mean = take(Nl);
+  a.ln1_rstd = take(Nl);
+  a.qkv = take(N * 3 * Cl);
+  a.att = att;
+  a.atty = take(N * Cl);
+  a.res2 = take(Nl * C);
+  a.ln2 = take(N * C);
+  a.ln2_mean = take(Nl);
+  a.ln2_rstd = take(Nl);
+  a.fch = take(N * F);
+  a.fch_gelu = take(N * F);
+  a.res3 = output ? take(Nl * C) : nullptr;
+}
+}  // namespace
+
+void GPT::set_recompute(Recompute mode, int full_layers) {
+  recompute_ = mode;
+  full_layers_ = full_layers;
+}
+
+int64_t GPT::activation_bytes() const {
+  int64_t b = 0;
+  for (const Activations& a : stash_) b += a.bytes();
+  return b;
+}
+
 void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk, int slots) {
   const ModelConfig& c = config();
   if (T > c.n_ctx) {
     throw_input("sequence length {} is longer than the model's context {} ({})", T, c.n_ctx, c.name);
   }
   if (B <= 0 || T <= 0) throw_input("batch {} and sequence length {} must be positive", B, T);
-  if (acts_.B == B && acts_.T == T && acts_training_ == training && acts_sp_ == sp_ && acts_slots_ == std::max(1, slots) &&
-      (head_chunk == 0 || head_chunk == acts_.head_chunk)) {
+  slots = std::max(1, slots);
+  if (ws_.B == B && ws_.T == T && acts_training_ == training && acts_sp_ == sp_ && acts_slots_ == slots &&
+      acts_recompute_ == recompute_ && acts_full_layers_ == full_layers_ &&
+      (head_chunk == 0 || head_chunk == ws_.head_chunk)) {
     return;
   }
   const int64_t N = B * T, C = c.n_embd, F = c.ffn / P_, NH = c.n_head / P_, Vp = c.padded_vocab / P_;
@@ -47,66 +101,104 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk, int s
   if (sp_ && N % P_ != 0) {
     throw_input("sequence parallelism: micro-batch {} x sequence {} = {} tokens are not divisible by tp {}", B, T, N, P_);
   }
-  const int64_t nl = layout_.num_layers();  // this pipeline stage's layers
-  auto build = [&](Activations& A) {
-    const int64_t Nl = sp_ ? N / P_ : N;  // rows of the residual stream held here
-    const int64_t per_layer = Nl * C * 2 + N * C * 2 + N * Cl + N * 4 + N * 3 * Cl + B * NH * T * T + N * F * 2;
-    int64_t total = Nl * C + nl * per_layer + N * C + 2 * N + N + head_chunk * Vp + 3 * head_chunk + 2 * C;
-    if (P_ > 1) total += N * C;
-    if (sp_) total += Nl * C;
-    if (training) total += Nl * C + N * C + N * 3 * Cl + N * F;
-    A.storage.resize(static_cast<size_t>(total));
-    float* p = A.storage.data();
-    auto take = [&p](int64_t n) {
-      float* r = p;
-      p += n;
-      return r;
-    };
-    A.B = B;
-    A.T = T;
-    A.head_chunk = head_chunk;
-    A.encoded = take(Nl * C);
-    A.layers.resize(nl);
-    for (auto& a : A.layers) {
-      a.ln1 = take(N * C);  // sequence parallel: the gathered whole
-      a.ln1_mean = take(N);
-      a.ln1_rstd = take(N);
-      a.qkv = take(N * 3 * Cl);
-      a.att = take(B * NH * T * T);
-      a.atty = take(N * Cl);
-      a.res2 = take(Nl * C);
-      a.ln2 = take(N * C);
-      a.ln2_mean = take(N);
-      a.ln2_rstd = take(N);
-      a.fch = take(N * F);
-      a.fch_gelu = take(N * F);
-      a.res3 = take(Nl * C);
-    }
-    A.lnf = take(N * C);
-    A.lnf_mean = take(N);
-    A.lnf_rstd = take(N);
-    A.losses = take(N);
-    A.logits = take(head_chunk * Vp);
-    A.stats = take(3 * head_chunk);
-    A.tmp = P_ > 1 ? take(N * C) : nullptr;
-    A.loc = sp_ ? take(Nl * C) : nullptr;
-    A.lns = take(2 * C);
-    if (training) {
-      A.dres = take(Nl * C);
-      A.dC = take(N * C);
-      A.d3C = take(N * 3 * Cl);
-      A.dF = take(N * F);
+  const int nl = layout_.num_layers();  // this pipeline stage's layers
+  const bool head = layout_.stage().head;
+  const int64_t Nl = sp_ ? N / P_ : N;  // rows of the residual stream held here
+  const int64_t att = B * NH * T * T;
+  // Stash of one micro-batch (elements): see build_stash.
+  const int64_t layer_none = N * C + 2 * Nl + N * 3 * Cl + att + N * Cl + Nl * C + N * C + 2 * Nl + 2 * N * F + Nl * C;
+  slot_elems_ = Nl * C + (head ? N * C + 2 * Nl : 0);
+  for (int i = 0; i < nl; ++i) {
+    if (!training || recompute_ == Recompute::kNone || (recompute_ == Recompute::kFull && !full_recompute(i))) {
+      slot_elems_ += layer_none;
+    } else if (recompute_ == Recompute::kSelective) {
+      slot_elems_ += layer_none - att;
     } else {
-      A.dres = A.dC = A.d3C = A.dF = nullptr;
+      slot_elems_ += Nl * C;  // full: the layer's output only
     }
-    WEFT_CHECK(p == A.storage.data() + total, "activation layout {} != {}", p - A.storage.data(), total);
-  };
-  build(acts_);
-  slots_.resize(static_cast<size_t>(std::max(1, slots) - 1));
-  for (auto& a : slots_) build(a);
-  acts_slots_ = std::max(1, slots);
+  }
   acts_training_ = training;
   acts_sp_ = sp_;
+  acts_slots_ = slots;
+  acts_recompute_ = recompute_;
+  acts_full_layers_ = full_layers_;
+  ws_.B = B;
+  ws_.T = T;
+  ws_.head_chunk = head_chunk;
+
+  // Workspace, shared by the slots.
+  bool any_full = false, any_recompute = false;
+  for (int i = 0; i < nl && training; ++i) {
+    any_full = any_full || full_recompute(i);
+    any_recompute = any_recompute || full_recompute(i) || recompute_ == Recompute::kSelective;
+  }
+  int64_t total = 2 * C;
+  if (head) total += N + head_chunk * Vp + 3 * head_chunk;
+  if (P_ > 1) total += N * C;
+  if (sp_) total += Nl * C;
+  if (training) total += Nl * C + N * C + N * 3 * Cl + N * F;
+  if (any_recompute) total += att;
+  if (any_full) total += layer_none - att - Nl * C;
+  ws_.storage.resize(static_cast<size_t>(total));
+  float* p = ws_.storage.data();
+  auto take = [&p](int64_t n) {
+    float* r = p;
+    p += n;
+    return r;
+  };
+  ws_.lns = take(2 * C);
+  ws_.losses = head ? take(N) : nullptr;
+  ws_.logits = head ? take(head_chunk * Vp) : nullptr;
+  ws_.stats = head ? take(3 * head_chunk) : nullptr;
+  ws_.tmp = P_ > 1 ? take(N * C) : nullptr;
+  ws_.loc = sp_ ? take(Nl * C) : nullptr;
+  ws_.dres = training ? take(Nl * C) : nullptr;
+  ws_.dC = training ? take(N * C) : nullptr;
+  ws_.d3C = training ? take(N * 3 * Cl) : nullptr;
+  ws_.dF = training ? take(N * F) : nullptr;
+  ws_.att = any_recompute ? take(att) : nullptr;
+  ws_.layer = {};
+  if (any_full) {
+    carve_layer(ws_.layer, take, N, Nl, C, Cl, F, ws_.att, false);
+  }
+  WEFT_CHECK(p == ws_.storage.data() + total, "workspace layout {} != {}", p - ws_.storage.data(), total);
+
+  stash_.clear();
+  stash_.resize(static_cast<size_t>(slots));
+  build_stash(stash_[0]);
+  cur_ = &stash_[0];
+}
+
+void GPT::build_stash(Activations& A) {
+  const ModelConfig& c = config();
+  const int64_t B = ws_.B, T = ws_.T, N = B * T, C = c.n_embd, F = c.ffn / P_, NH = c.n_head / P_, Cl = C / P_;
+  const int64_t Nl = sp_ ? N / P_ : N;
+  const int nl = layout_.num_layers();
+  A.storage.resize(static_cast<size_t>(slot_elems_));
+  float* p = A.storage.data();
+  auto take = [&p](int64_t n) {
+    float* r = p;
+    p += n;
+    return r;
+  };
+  A.encoded = take(Nl * C);
+  A.layers.resize(static_cast<size_t>(nl));
+  for (int i = 0; i < nl; ++i) {
+    LayerActs& a = A.layers[static_cast<size_t>(i)];
+    if (acts_training_ && full_recompute(i)) {
+      a = ws_.layer;  // everything but the output lives in the workspace
+      a.res3 = take(Nl * C);
+      continue;
+    }
+    float* att = acts_training_ && recompute_ == Recompute::kSelective ? ws_.att : nullptr;
+    carve_layer(a, take, N, Nl, C, Cl, F, att ? att : take(B * NH * T * T), true);
+  }
+  if (layout_.stage().head) {
+    A.lnf = take(N * C);
+    A.lnf_mean = take(Nl);
+    A.lnf_rstd = take(Nl);
+  }
+  WEFT_CHECK(p == A.storage.data() + slot_elems_, "activation layout {} != {}", p - A.storage.data(), slot_elems_);
 }
 
 void GPT::check_tokens(const int32_t* tokens, int64_t n, const char* what) const {
@@ -119,8 +211,8 @@ void GPT::check_tokens(const int32_t* tokens, int64_t n, const char* what) const
 }
 
 void GPT::check_shape(int64_t B, int64_t T, bool training) const {
-  WEFT_CHECK(B <= acts_.B && T <= acts_.T && B * T * T <= acts_.B * acts_.T * acts_.T,
-             "micro-batch ({}, {}) exceeds the reserved ({}, {})", B, T, acts_.B, acts_.T);
+  WEFT_CHECK(cur_ != nullptr && B <= ws_.B && T <= ws_.T && B * T * T <= ws_.B * ws_.T * ws_.T,
+             "micro-batch ({}, {}) exceeds the reserved ({}, {})", B, T, ws_.B, ws_.T);
   WEFT_CHECK(!training || acts_training_, "forward_backward needs reserve(..., training=true)");
   WEFT_CHECK(acts_sp_ == sp_, "sequence parallelism changed since reserve()");
   if (sp_ && (B * T) % P_ != 0) {
@@ -132,7 +224,7 @@ void GPT::forward_blocks(const int32_t* inputs, int64_t B, int64_t T) {
   WEFT_CHECK(store_ != nullptr, "GPT has no parameter store");
   WEFT_CHECK(P_ == 1 || (tp_ != nullptr && tp_->size() == P_), "tensor-parallel size {} needs set_tp()", P_);
   const ModelConfig& c = config();
-  const int64_t N = B * T, C = c.n_embd, F = c.ffn / P_, NH = c.n_head / P_, Cl = C / P_;
+  const int64_t N = B * T, C = c.n_embd, Nl = sp_ ? N / P_ : N;
   const int64_t Vl = c.padded_vocab / P_, v0 = layout_.tp_rank() * Vl;
   const int L = c.n_layer, l0 = layout_.first_layer(), nl = layout_.num_layers();
   const bool first = layout_.stage().embedding, last = layout_.stage().head;
@@ -143,70 +235,24 @@ void GPT::forward_blocks(const int32_t* inputs, int64_t B, int64_t T) {
     layout_.embedding_ptrs(const_cast<float*>(st.acquire(0)), &wte, &wpe);  // held to the end
   }
   if (!first) {
-    // a later pipeline stage: acts_.encoded holds the activation received from the previous one
+    // a later pipeline stage: cur_->encoded holds the activation received from the previous one
   } else if (P_ == 1) {
-    be.embedding_forward(acts_.encoded, inputs, wte, wpe, B, T, C);
+    be.embedding_forward(cur_->encoded, inputs, wte, wpe, B, T, C);
   } else if (!sp_) {
     // Vocabulary-parallel lookup: each rank adds the rows it holds (positions once), summed.
-    be.embedding_forward(acts_.encoded, inputs, wte, layout_.tp_rank() == 0 ? wpe : nullptr, B, T, C, v0, Vl);
-    tp_->all_reduce_sum(acts_.encoded, N * C);
+    be.embedding_forward(cur_->encoded, inputs, wte, layout_.tp_rank() == 0 ? wpe : nullptr, B, T, C, v0, Vl);
+    tp_->all_reduce_sum(cur_->encoded, N * C);
   } else {
     // ... summed and scattered: each rank keeps its rows of the sequence.
-    be.embedding_forward(acts_.tmp, inputs, wte, layout_.tp_rank() == 0 ? wpe : nullptr, B, T, C, v0, Vl);
-    tp_->reduce_scatter(acts_.tmp, acts_.encoded, N / P_ * C);
+    be.embedding_forward(ws_.tmp, inputs, wte, layout_.tp_rank() == 0 ? wpe : nullptr, B, T, C, v0, Vl);
+    tp_->reduce_scatter(ws_.tmp, cur_->encoded, N / P_ * C);
   }
-  const int64_t Nl = sp_ ? N / P_ : N;
-  const float* x = acts_.encoded;
+  if (first) rnd(cur_->encoded, Nl * C);
+  const float* x = cur_->encoded;
   for (int l = l0; l < l0 + nl; ++l) {
     const LayerPtrs lw = layout_.layer_ptrs(l, const_cast<float*>(st.acquire(l + 1)));
-    Activations::Layer& a = acts_.layers[l - l0];
-    if (sp_) {
-      be.layernorm_forward(acts_.loc, a.ln1_mean, a.ln1_rstd, x, lw.ln1w, lw.ln1b, Nl, C, c.ln_eps);
-      tp_->all_gather(acts_.loc, a.ln1, Nl * C);
-    } else {
-      be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, lw.ln1w, lw.ln1b, N, C, c.ln_eps);
-    }
-    // Column-parallel c_attn: this rank's heads.
-    be.matmul_forward(a.qkv, a.ln1, lw.qkvw, lw.qkvb, N, C, 3 * Cl, false);
-    be.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NH);
-    if (P_ == 1) {
-      // res2 = x + atty @ W + b: the residual add and the bias ride on the product.
-      be.add_bias(a.res2, x, lw.attprojb, N, C);
-      be.matmul_forward(a.res2, a.atty, lw.attprojw, nullptr, N, C, C, true);
-    } else if (!sp_) {
-      // Row-parallel c_proj: partial products summed over the tensor-parallel ranks.
-      be.matmul_forward(acts_.tmp, a.atty, lw.attprojw, nullptr, N, Cl, C, false);
-      tp_->all_reduce_sum(acts_.tmp, N * C);
-      be.add_bias(acts_.tmp, acts_.tmp, lw.attprojb, N, C);
-      be.add(a.res2, x, acts_.tmp, N * C);
-    } else {
-      be.matmul_forward(acts_.tmp, a.atty, lw.attprojw, nullptr, N, Cl, C, false);
-      tp_->reduce_scatter(acts_.tmp, acts_.loc, Nl * C);
-      be.add_bias(acts_.loc, acts_.loc, lw.attprojb, Nl, C);
-      be.add(a.res2, x, acts_.loc, Nl * C);
-    }
-    if (sp_) {
-      be.layernorm_forward(acts_.loc, a.ln2_mean, a.ln2_rstd, a.res2, lw.ln2w, lw.ln2b, Nl, C, c.ln_eps);
-      tp_->all_gather(acts_.loc, a.ln2, Nl * C);
-    } else {
-      be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, lw.ln2w, lw.ln2b, N, C, c.ln_eps);
-    }
-    be.matmul_forward(a.fch, a.ln2, lw.fcw, lw.fcb, N, C, F, false);
-    be.gelu_forward(a.fch_gelu, a.fch, N * F);
-    if (P_ == 1) {
-      be.add_bias(a.res3, a.res2, lw.fcprojb, N, C);
-      be.matmul_forward(a.res3, a.fch_gelu, lw.fcprojw, nullptr, N, F, C, true);
-    } else if (!sp_) {
-      be.matmul_forward(acts_.tmp, a.fch_gelu, lw.fcprojw, nullptr, N, F, C, false);
-      tp_->all_reduce_sum(acts_.tmp, N * C);
-      be.add_bias(acts_.tmp, acts_.tmp, lw.fcprojb, N, C);
-      be.add(a.res3, a.res2, acts_.tmp, N * C);
-    } else {
-      be.matmul_forward(acts_.tmp, a.fch_gelu, lw.fcprojw, nullptr, N, F, C, false);
-      tp_->reduce_scatter(acts_.tmp, acts_.loc, Nl * C);
-      be.add_bias(acts_.loc, acts_.loc, lw.fcprojb, Nl, C);
-      be.add(a.res3, a.res2, acts_.loc, Nl * C);
-    }
+    LayerActs& a = cur_->layers[static_cast<size_t>(l - l0)];
+    layer_forward(l, lw, x, a, B, T, false);
     st.release(l + 1);
     x = a.res3;
   }
@@ -215,20 +261,89 @@ void GPT::forward_blocks(const int32_t* inputs, int64_t B, int64_t T) {
   layout_.final_ptrs(const_cast<float*>(st.acquire(L + 1)), &lnfw, &lnfb);  // held to the end
   if (sp_) {
     // The vocabulary-parallel head needs every row: gather them.
-    be.layernorm_forward(acts_.loc, acts_.lnf_mean, acts_.lnf_rstd, x, lnfw, lnfb, Nl, C, c.ln_eps);
-    tp_->all_gather(acts_.loc, acts_.lnf, Nl * C);
+    be.layernorm_forward(ws_.loc, cur_->lnf_mean, cur_->lnf_rstd, x, lnfw, lnfb, Nl, C, c.ln_eps);
+    rnd(ws_.loc, Nl * C);
+    tp_->all_gather(ws_.loc, cur_->lnf, Nl * C);
   } else {
-    be.layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, x, lnfw, lnfb, N, C, c.ln_eps);
+    be.layernorm_forward(cur_->lnf, cur_->lnf_mean, cur_->lnf_rstd, x, lnfw, lnfb, N, C, c.ln_eps);
+    rnd(cur_->lnf, N * C);
   }
+}
+
+void GPT::layer_forward(int l, const LayerPtrs& lw, const float* x, LayerActs& a, int64_t B, int64_t T,
+                        bool to_gelu) {
+  const ModelConfig& c = config();
+  const int64_t N = B * T, C = c.n_embd, F = c.ffn / P_, NH = c.n_head / P_, Cl = C / P_;
+  const int64_t Nl = sp_ ? N / P_ : N;
+  Backend& be = backend_;
+  if (sp_) {
+    be.layernorm_forward(ws_.loc, a.ln1_mean, a.ln1_rstd, x, lw.ln1w, lw.ln1b, Nl, C, c.ln_eps);
+    rnd(ws_.loc, Nl * C);
+    tp_->all_gather(ws_.loc, a.ln1, Nl * C);
+  } else {
+    be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, lw.ln1w, lw.ln1b, N, C, c.ln_eps);
+    rnd(a.ln1, N * C);
+  }
+  // Column-parallel c_attn: this rank's heads.
+  be.matmul_forward(a.qkv, a.ln1, lw.qkvw, lw.qkvb, N, C, 3 * Cl, false);
+  rnd(a.qkv, N * 3 * Cl);
+  be.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NH);
+  rnd(a.att, B * NH * T * T);
+  rnd(a.atty, N * Cl);
+  if (P_ == 1) {
+    // res2 = x + atty @ W + b: the residual add and the bias ride on the product.
+    be.add_bias(a.res2, x, lw.attprojb, N, C);
+    be.matmul_forward(a.res2, a.atty, lw.attprojw, nullptr, N, C, C, true);
+  } else if (!sp_) {
+    // Row-parallel c_proj: partial products summed over the tensor-parallel ranks.
+    be.matmul_forward(ws_.tmp, a.atty, lw.attprojw, nullptr, N, Cl, C, false);
+    tp_->all_reduce_sum(ws_.tmp, N * C);
+    be.add_bias(ws_.tmp, ws_.tmp, lw.attprojb, N, C);
+    be.add(a.res2, x, ws_.tmp, N * C);
+  } else {
+    be.matmul_forward(ws_.tmp, a.atty, lw.attprojw, nullptr, N, Cl, C, false);
+    tp_->reduce_scatter(ws_.tmp, ws_.loc, Nl * C);
+    be.add_bias(ws_.loc, ws_.loc, lw.attprojb, Nl, C);
+    be.add(a.res2, x, ws_.loc, Nl * C);
+  }
+  rnd(a.res2, Nl * C);
+  if (sp_) {
+    be.layernorm_forward(ws_.loc, a.ln2_mean, a.ln2_rstd, a.res2, lw.ln2w, lw.ln2b, Nl, C, c.ln_eps);
+    rnd(ws_.loc, Nl * C);
+    tp_->all_gather(ws_.loc, a.ln2, Nl * C);
+  } else {
+    be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, lw.ln2w, lw.ln2b, N, C, c.ln_eps);
+    rnd(a.ln2, N * C);
+  }
+  be.matmul_forward(a.fch, a.ln2, lw.fcw, lw.fcb, N, C, F, false);
+  rnd(a.fch, N * F);
+  be.gelu_forward(a.fch_gelu, a.fch, N * F);
+  rnd(a.fch_gelu, N * F);
+  if (to_gelu) return;
+  if (P_ == 1) {
+    be.add_bias(a.res3, a.res2, lw.fcprojb, N, C);
+    be.matmul_forward(a.res3, a.fch_gelu, lw.fcprojw, nullptr, N, F, C, true);
+  } else if (!sp_) {
+    be.matmul_forward(ws_.tmp, a.fch_gelu, lw.fcprojw, nullptr, N, F, C, false);
+    tp_->all_reduce_sum(ws_.tmp, N * C);
+    be.add_bias(ws_.tmp, ws_.tmp, lw.fcprojb, N, C);
+    be.add(a.res3, a.res2, ws_.tmp, N * C);
+  } else {
+    be.matmul_forward(ws_.tmp, a.fch_gelu, lw.fcprojw, nullptr, N, F, C, false);
+    tp_->reduce_scatter(ws_.tmp, ws_.loc, Nl * C);
+    be.add_bias(ws_.loc, ws_.loc, lw.fcprojb, Nl, C);
+    be.add(a.res3, a.res2, ws_.loc, Nl * C);
+  }
+  rnd(a.res3, Nl * C);
 }
 
 void GPT::ln_backward_sp(float* dres, float* dw, float* db, const float* dout, const float* inp, const float* w,
                          const float* mean, const float* rstd, int64_t rows, int64_t C) {
-  std::memset(acts_.lns, 0, static_cast<size_t>(2 * C) * sizeof(float));
-  backend_.layernorm_backward(dres, acts_.lns, acts_.lns + C, dout, inp, w, mean, rstd, rows, C);
-  tp_->all_reduce_sum(acts_.lns, 2 * C);
-  backend_.add(dw, dw, acts_.lns, C);
-  backend_.add(db, db, acts_.lns + C, C);
+  std::memset(ws_.lns, 0, static_cast<size_t>(2 * C) * sizeof(float));
+  backend_.layernorm_backward(dres, ws_.lns, ws_.lns + C, dout, inp, w, mean, rstd, rows, C);
+  tp_->all_reduce_sum(ws_.lns, 2 * C);
+  backend_.add(dw, dw, ws_.lns, C);
+  backend_.add(db, db, ws_.lns + C, C);
 }
 
 double GPT::head(const int32_t* targets, int64_t N, const float* wte, float* dwte, float dloss) {
@@ -238,34 +353,36 @@ double GPT::head(const int32_t* targets, int64_t N, const float* wte, float* dwt
   Backend& be = backend_;
   // Chunk by chunk: logits -> loss (and, training, dlogits in place -> dwte += dlogits^T lnf,
   // dlnf = dlogits wte). The full (N, Vp) logits never exist.
-  for (int64_t r0 = 0; r0 < N; r0 += acts_.head_chunk) {
-    const int64_t rows = std::min(acts_.head_chunk, N - r0);
-    const float* lnf = acts_.lnf + r0 * C;
-    be.gemm(false, true, rows, Vl, C, 1.0f, lnf, C, wte, C, 0.0f, acts_.logits, Vl);
+  for (int64_t r0 = 0; r0 < N; r0 += ws_.head_chunk) {
+    const int64_t rows = std::min(ws_.head_chunk, N - r0);
+    const float* lnf = cur_->lnf + r0 * C;
+    be.gemm(false, true, rows, Vl, C, 1.0f, lnf, C, wte, C, 0.0f, ws_.logits, Vl);
+    rnd(ws_.logits, rows * Vl);
     if (P_ == 1) {
-      be.softmax_cross_entropy(acts_.logits, acts_.losses + r0, targets + r0, rows, c.vocab_size, Vl, dloss);
+      be.softmax_cross_entropy(ws_.logits, ws_.losses + r0, targets + r0, rows, c.vocab_size, Vl, dloss);
     } else {
       // Vocabulary-parallel cross-entropy: global row max, then sums of exp and the target
       // logit, each reduced over the ranks; no rank ever holds a whole row of logits.
-      float* mx = acts_.stats;
-      float* sm = acts_.stats + rows;  // sm and tl adjacent: one reduction
-      float* tl = acts_.stats + 2 * rows;
-      be.ce_row_max(acts_.logits, rows, Vl, cols, mx);
+      float* mx = ws_.stats;
+      float* sm = ws_.stats + rows;  // sm and tl adjacent: one reduction
+      float* tl = ws_.stats + 2 * rows;
+      be.ce_row_max(ws_.logits, rows, Vl, cols, mx);
       tp_->all_reduce_max(mx, rows);
-      be.ce_row_sumexp(acts_.logits, rows, Vl, cols, mx, sm);
-      be.ce_target_logit(acts_.logits, rows, Vl, cols, targets + r0, v0, tl);
+      be.ce_row_sumexp(ws_.logits, rows, Vl, cols, mx, sm);
+      be.ce_target_logit(ws_.logits, rows, Vl, cols, targets + r0, v0, tl);
       tp_->all_reduce_sum(sm, 2 * rows);
-      for (int64_t i = 0; i < rows; ++i) acts_.losses[r0 + i] = std::log(sm[i]) + mx[i] - tl[i];
-      if (dloss != 0.0f) be.ce_grad(acts_.logits, rows, Vl, cols, mx, sm, targets + r0, v0, dloss);
+      for (int64_t i = 0; i < rows; ++i) ws_.losses[r0 + i] = std::log(sm[i]) + mx[i] - tl[i];
+      if (dloss != 0.0f) be.ce_grad(ws_.logits, rows, Vl, cols, mx, sm, targets + r0, v0, dloss);
     }
     if (dloss != 0.0f) {
-      be.gemm(true, false, Vl, C, rows, 1.0f, acts_.logits, Vl, lnf, C, 1.0f, dwte, C);
-      be.gemm(false, false, rows, C, Vl, 1.0f, acts_.logits, Vl, wte, C, 0.0f, acts_.dC + r0 * C, C);
-      if (P_ > 1 && !sp_) tp_->all_reduce_sum(acts_.dC + r0 * C, rows * C);
+      be.gemm(true, false, Vl, C, rows, 1.0f, ws_.logits, Vl, lnf, C, 1.0f, dwte, C);
+      be.gemm(false, false, rows, C, Vl, 1.0f, ws_.logits, Vl, wte, C, 0.0f, ws_.dC + r0 * C, C);
+      if (P_ > 1 && !sp_) tp_->all_reduce_sum(ws_.dC + r0 * C, rows * C);
+      if (P_ == 1 || !sp_) rnd(ws_.dC + r0 * C, rows * C);
     }
   }
   double s = 0.0;
-  for (int64_t i = 0; i < N; ++i) s += acts_.losses[i];
+  for (int64_t i = 0; i < N; ++i) s += ws_.losses[i];
   return s;
 }
 
@@ -314,71 +431,91 @@ double GPT::backward_part(const int32_t* inputs, const int32_t* targets, const f
   }
   if (!last) {
     // a pipeline stage before the last: the gradient of its output came from the next stage
-    std::memcpy(acts_.dres, dy, static_cast<size_t>(Nl * C) * sizeof(float));
+    std::memcpy(ws_.dres, dy, static_cast<size_t>(Nl * C) * sizeof(float));
   } else {
   loss_sum = head(targets, N, wte, dwte, loss_scale);
   st.head_done();
-  const float* x_last = nl > 0 ? acts_.layers.back().res3 : acts_.encoded;
+  const float* x_last = nl > 0 ? cur_->layers.back().res3 : cur_->encoded;
   float *lnfw, *lnfb, *dlnfw, *dlnfb;
   layout_.final_ptrs(const_cast<float*>(st.acquire(L + 1)), &lnfw, &lnfb);
   st.release(L + 1);
   layout_.final_ptrs(st.grads(L + 1), &dlnfw, &dlnfb);
-  std::memset(acts_.dres, 0, static_cast<size_t>(Nl * C) * sizeof(float));
+  std::memset(ws_.dres, 0, static_cast<size_t>(Nl * C) * sizeof(float));
   if (sp_) {
-    tp_->reduce_scatter(acts_.dC, acts_.loc, Nl * C);  // this rank's rows of dlnf
-    ln_backward_sp(acts_.dres, dlnfw, dlnfb, acts_.loc, x_last, lnfw, acts_.lnf_mean, acts_.lnf_rstd, Nl, C);
+    tp_->reduce_scatter(ws_.dC, ws_.loc, Nl * C);  // this rank's rows of dlnf
+    rnd(ws_.loc, Nl * C);
+    ln_backward_sp(ws_.dres, dlnfw, dlnfb, ws_.loc, x_last, lnfw, cur_->lnf_mean, cur_->lnf_rstd, Nl, C);
   } else {
-    be.layernorm_backward(acts_.dres, dlnfw, dlnfb, acts_.dC, x_last, lnfw, acts_.lnf_mean, acts_.lnf_rstd, N, C);
+    be.layernorm_backward(ws_.dres, dlnfw, dlnfb, ws_.dC, x_last, lnfw, cur_->lnf_mean, cur_->lnf_rstd, N, C);
   }
+  rnd(ws_.dres, Nl * C);
   st.ready(L + 1);
   }
   for (int l = l0 + nl - 1; l >= l0; --l) {
     const LayerPtrs lw = layout_.layer_ptrs(l, const_cast<float*>(st.acquire(l + 1)));
     const LayerPtrs lg = layout_.layer_ptrs(l, st.grads(l + 1));
-    Activations::Layer& a = acts_.layers[l - l0];
-    const float* x = l == l0 ? acts_.encoded : acts_.layers[l - l0 - 1].res3;
+    LayerActs& a = cur_->layers[static_cast<size_t>(l - l0)];
+    const float* x = l == l0 ? cur_->encoded : cur_->layers[static_cast<size_t>(l - l0 - 1)].res3;
+    const bool full = full_recompute(l - l0);
+    if (full) layer_forward(l, lw, x, a, B, T, true);  // rematerialise the layer in the workspace
     // dres holds d(res3); the residual passes it through unchanged. Under sequence
     // parallelism it holds this rank's rows: gather them for the row-parallel product.
-    const float* dy = acts_.dres;
+    const float* dy = ws_.dres;
     if (sp_) {
-      tp_->all_gather(acts_.dres, acts_.tmp, Nl * C);
-      dy = acts_.tmp;
+      tp_->all_gather(ws_.dres, ws_.tmp, Nl * C);
+      dy = ws_.tmp;
     }
-    be.matmul_backward(acts_.dF, lg.fcprojw, lg.fcprojb, dy, a.fch_gelu, lw.fcprojw, N, F, C);
-    be.gelu_backward(acts_.dF, a.fch, acts_.dF, N * F);
-    be.matmul_backward(acts_.dC, lg.fcw, lg.fcb, acts_.dF, a.ln2, lw.fcw, N, C, F);
+    be.matmul_backward(ws_.dF, lg.fcprojw, lg.fcprojb, dy, a.fch_gelu, lw.fcprojw, N, F, C);
+    rnd(ws_.dF, N * F);
+    be.gelu_backward(ws_.dF, a.fch, ws_.dF, N * F);
+    rnd(ws_.dF, N * F);
+    be.matmul_backward(ws_.dC, lg.fcw, lg.fcb, ws_.dF, a.ln2, lw.fcw, N, C, F);
     if (sp_) {
-      tp_->reduce_scatter(acts_.dC, acts_.loc, Nl * C);  // column-parallel input gradient, scattered
-      ln_backward_sp(acts_.dres, lg.ln2w, lg.ln2b, acts_.loc, a.res2, lw.ln2w, a.ln2_mean, a.ln2_rstd, Nl, C);
+      tp_->reduce_scatter(ws_.dC, ws_.loc, Nl * C);  // column-parallel input gradient, scattered
+      rnd(ws_.loc, Nl * C);
+      ln_backward_sp(ws_.dres, lg.ln2w, lg.ln2b, ws_.loc, a.res2, lw.ln2w, a.ln2_mean, a.ln2_rstd, Nl, C);
     } else {
-      if (P_ > 1) tp_->all_reduce_sum(acts_.dC, N * C);  // column-parallel input gradient
-      be.layernorm_backward(acts_.dres, lg.ln2w, lg.ln2b, acts_.dC, a.res2, lw.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
+      if (P_ > 1) tp_->all_reduce_sum(ws_.dC, N * C);  // column-parallel input gradient
+      rnd(ws_.dC, N * C);
+      be.layernorm_backward(ws_.dres, lg.ln2w, lg.ln2b, ws_.dC, a.res2, lw.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
     }
+    rnd(ws_.dres, Nl * C);
     // dres now holds d(res2).
-    dy = acts_.dres;
+    dy = ws_.dres;
     if (sp_) {
-      tp_->all_gather(acts_.dres, acts_.tmp, Nl * C);
-      dy = acts_.tmp;
+      tp_->all_gather(ws_.dres, ws_.tmp, Nl * C);
+      dy = ws_.tmp;
     }
-    be.matmul_backward(acts_.dC, lg.attprojw, lg.attprojb, dy, a.atty, lw.attprojw, N, Cl, C);
-    be.attention_backward(acts_.d3C, acts_.dC, a.qkv, a.att, B, T, Cl, NH);
-    be.matmul_backward(acts_.dC, lg.qkvw, lg.qkvb, acts_.d3C, a.ln1, lw.qkvw, N, C, 3 * Cl);
+    if (!full && a.att == ws_.att) {
+      // Selective recompute: the attention probabilities again, from the stashed q, k, v (the
+      // recomputed output goes to d3C, free until attention_backward writes it).
+      be.attention_forward(ws_.d3C, ws_.att, a.qkv, B, T, Cl, NH);
+      rnd(ws_.att, B * NH * T * T);  // as the forward stored them
+    }
+    be.matmul_backward(ws_.dC, lg.attprojw, lg.attprojb, dy, a.atty, lw.attprojw, N, Cl, C);
+    rnd(ws_.dC, N * Cl);
+    be.attention_backward(ws_.d3C, ws_.dC, a.qkv, a.att, B, T, Cl, NH);
+    rnd(ws_.d3C, N * 3 * Cl);
+    be.matmul_backward(ws_.dC, lg.qkvw, lg.qkvb, ws_.d3C, a.ln1, lw.qkvw, N, C, 3 * Cl);
     if (sp_) {
-      tp_->reduce_scatter(acts_.dC, acts_.loc, Nl * C);
-      ln_backward_sp(acts_.dres, lg.ln1w, lg.ln1b, acts_.loc, x, lw.ln1w, a.ln1_mean, a.ln1_rstd, Nl, C);
+      tp_->reduce_scatter(ws_.dC, ws_.loc, Nl * C);
+      rnd(ws_.loc, Nl * C);
+      ln_backward_sp(ws_.dres, lg.ln1w, lg.ln1b, ws_.loc, x, lw.ln1w, a.ln1_mean, a.ln1_rstd, Nl, C);
     } else {
-      if (P_ > 1) tp_->all_reduce_sum(acts_.dC, N * C);
-      be.layernorm_backward(acts_.dres, lg.ln1w, lg.ln1b, acts_.dC, x, lw.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
+      if (P_ > 1) tp_->all_reduce_sum(ws_.dC, N * C);
+      rnd(ws_.dC, N * C);
+      be.layernorm_backward(ws_.dres, lg.ln1w, lg.ln1b, ws_.dC, x, lw.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
     }
+    rnd(ws_.dres, Nl * C);
     // dres now holds d(x), the gradient of this layer's input.
     st.release(l + 1);
     st.ready(l + 1);
   }
   if (first) {
-    const float* demb = acts_.dres;
+    const float* demb = ws_.dres;
     if (sp_) {
-      tp_->all_gather(acts_.dres, acts_.tmp, Nl * C);
-      demb = acts_.tmp;
+      tp_->all_gather(ws_.dres, ws_.tmp, Nl * C);
+      demb = ws_.tmp;
     }
     if (!st.embedding_backward(inputs, demb, B, T, v0, Vl)) {
       be.embedding_backward(dwte, dwpe, demb, inputs, B, T, C, v0, Vl);
@@ -393,70 +530,64 @@ double GPT::backward_part(const int32_t* inputs, const int32_t* targets, const f
   return loss_sum;
 }
 
-void GPT::swap_slot(int slot) {
+void GPT::use_slot(int slot) {
   WEFT_CHECK(slot >= 0 && slot < acts_slots_, "activation slot {} of {}", slot, acts_slots_);
-  if (slot > 0) std::swap(acts_, slots_[static_cast<size_t>(slot - 1)]);
+  Activations& A = stash_[static_cast<size_t>(slot)];
+  if (A.storage.size() == 0) build_stash(A);  // first use
+  cur_ = &A;
 }
+
+namespace {
+// Makes a slot current for one call; slot 0 again afterwards (the whole-model calls use it).
+struct SlotScope {
+  SlotScope(GPT* g, Activations** cur, Activations* zero) : cur_(cur), zero_(zero) {}
+  ~SlotScope() { *cur_ = zero_; }
+  Activations** cur_;
+  Activations* zero_;
+};
+}  // namespace
 
 void GPT::stage_forward(int slot, const int32_t* inputs, const float* x_in, int64_t B, int64_t T, bool for_backward) {
   check_shape(B, T, for_backward);
   if (layout_.stage().embedding) check_tokens(inputs, B * T, "input");
-  swap_slot(slot);
-  try {
-    if (!layout_.stage().embedding) {
-      const int64_t rows = sp_ ? B * T / P_ : B * T;
-      std::memcpy(acts_.encoded, x_in, static_cast<size_t>(rows * config().n_embd) * sizeof(float));
-    }
-    forward_blocks(inputs, B, T);
-    if (!for_backward) {  // drop the holds that the backward would release
-      if (layout_.stage().head) store_->release(config().n_layer + 1);
-      if (layout_.has_group(0)) store_->release(0);
-    }
-  } catch (...) {
-    swap_slot(slot);
-    throw;
+  SlotScope scope(this, &cur_, &stash_[0]);
+  use_slot(slot);
+  if (!layout_.stage().embedding) {
+    const int64_t rows = sp_ ? B * T / P_ : B * T;
+    std::memcpy(cur_->encoded, x_in, static_cast<size_t>(rows * config().n_embd) * sizeof(float));
   }
-  swap_slot(slot);
+  forward_blocks(inputs, B, T);
+  if (!for_backward) {  // drop the holds that the backward would release
+    if (layout_.stage().head) store_->release(config().n_layer + 1);
+    if (layout_.has_group(0)) store_->release(0);
+  }
 }
 
 double GPT::stage_backward(int slot, const int32_t* inputs, const int32_t* targets, const float* dy, int64_t B,
                            int64_t T, float loss_scale) {
   if (layout_.stage().head) check_tokens(targets, B * T, "target");
-  swap_slot(slot);
-  double s = 0.0;
-  try {
-    s = backward_part(inputs, targets, dy, B, T, loss_scale);
-  } catch (...) {
-    swap_slot(slot);
-    throw;
-  }
-  swap_slot(slot);
-  return s;
+  SlotScope scope(this, &cur_, &stash_[0]);
+  use_slot(slot);
+  return backward_part(inputs, targets, dy, B, T, loss_scale);
 }
 
 double GPT::stage_loss(int slot, const int32_t* targets, int64_t B, int64_t T) {
   WEFT_CHECK(layout_.stage().head, "stage_loss on a stage without the head");
   check_tokens(targets, B * T, "target");
-  swap_slot(slot);
+  SlotScope scope(this, &cur_, &stash_[0]);
+  use_slot(slot);
   const double s = head(targets, B * T, store_->acquire(0), nullptr, 0.0f);
   store_->release(0);
-  swap_slot(slot);
   return s;
 }
 
 const float* GPT::stage_output(int slot) {
-  swap_slot(slot);
-  const float* p = layout_.num_layers() > 0 ? acts_.layers.back().res3 : acts_.encoded;
-  swap_slot(slot);
-  return p;
+  SlotScope scope(this, &cur_, &stash_[0]);
+  use_slot(slot);
+  return layout_.num_layers() > 0 ? cur_->layers.back().res3 : cur_->encoded;
 }
 
-const float* GPT::stage_input_grad(int slot) {
-  swap_slot(slot);
-  const float* p = acts_.dres;
-  swap_slot(slot);
-  return p;
-}
+const float* GPT::stage_input_grad(int slot) { return ws_.dres; }
 
 void GPT::forward_last_logits(const int32_t* tokens, int64_t T, float* logits_out) {
   check_shape(1, T, false);
@@ -466,12 +597,12 @@ void GPT::forward_last_logits(const int32_t* tokens, int64_t T, float* logits_ou
   const int64_t C = c.n_embd;
   const float* wte = store_->acquire(0);
   if (P_ == 1) {
-    backend_.gemm(false, true, 1, c.vocab_size, C, 1.0f, acts_.lnf + (T - 1) * C, C, wte, C, 0.0f, logits_out,
+    backend_.gemm(false, true, 1, c.vocab_size, C, 1.0f, cur_->lnf + (T - 1) * C, C, wte, C, 0.0f, logits_out,
                   c.vocab_size);
   } else {
     const int64_t Vl = c.padded_vocab / P_, v0 = layout_.tp_rank() * Vl;
     std::vector<float> all(c.padded_vocab, 0.0f);
-    backend_.gemm(false, true, 1, Vl, C, 1.0f, acts_.lnf + (T - 1) * C, C, wte, C, 0.0f, all.data() + v0, Vl);
+    backend_.gemm(false, true, 1, Vl, C, 1.0f, cur_->lnf + (T - 1) * C, C, wte, C, 0.0f, all.data() + v0, Vl);
     tp_->all_reduce_sum(all.data(), c.padded_vocab);
     std::copy(all.begin(), all.begin() + c.vocab_size, logits_out);
   }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -13,40 +14,58 @@
 #include "model/config.h"
 #include "model/param_store.h"
 #include "model/params.h"
+#include "model/recompute.h"
 #include "model/tp_ops.h"
 
 namespace weft {
 
-// Activations of one micro-batch (B, T), kept for the backward pass.
+// Activation recompute (model/recompute.h): full recompute runs a layer's forward again up to
+// the MLP's GELU output (the last product's output is not needed). Recomputing runs the same
+// code on the same inputs, so the results are bitwise identical.
+
+// One layer's activations for its backward pass. N = B*T rows, Nl = N/tp under sequence
+// parallelism (else N), C hidden, Cl = C/tp, F = ffn/tp, NH = heads/tp. The pointers lead into
+// the micro-batch's stash or, for what the layer recomputes, into the shared workspace.
+struct LayerActs {
+  float *ln1, *ln1_mean, *ln1_rstd;   // (N,C) normalised input (gathered under SP), (Nl), (Nl)
+  float* qkv;                          // (N,3Cl)
+  float* att;                          // (B,NH,T,T) softmax probabilities
+  float* atty;                         // (N,Cl) attention output before c_proj
+  float* res2;                         // (Nl,C) residual after attention
+  float *ln2, *ln2_mean, *ln2_rstd;   // (N,C), (Nl), (Nl)
+  float* fch;                          // (N,F) c_fc output (pre-GELU)
+  float* fch_gelu;                     // (N,F)
+  float* res3;                         // (Nl,C) residual after the MLP = next layer's input
+};
+
+// Activations of one micro-batch kept for the backward pass: one set per micro-batch in
+// flight (pipeline schedules keep several). Counted as `activations` in core/memory.h.
 struct Activations {
-  int64_t B = 0, T = 0;  // capacity
-  struct Layer {
-    float *ln1, *ln1_mean, *ln1_rstd;   // (N,C), (N), (N)
-    float* qkv;                          // (N,3C)
-    float* att;                          // (B,NH,T,T) softmax probabilities
-    float* atty;                         // (N,C) attention output before c_proj
-    float* res2;                         // (N,C) residual after attention
-    float *ln2, *ln2_mean, *ln2_rstd;   // (N,C), (N), (N)
-    float* fch;                          // (N,F) c_fc output (pre-GELU)
-    float* fch_gelu;                     // (N,F)
-    float* res3;                         // (N,C) residual after the MLP = next layer's input
-  };
-  float* encoded = nullptr;  // (N,C) embeddings = layer 0 input
-  std::vector<Layer> layers;
-  float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
-  float* losses = nullptr;  // (N)
-  float* logits = nullptr;  // (head_chunk, Vp)
-  // Gradient scratch.
-  float* dres = nullptr;    // (N,C) gradient of the residual stream
-  float* dC = nullptr;      // (N,C)
-  float* d3C = nullptr;     // (N,3C)
-  float* dF = nullptr;      // (N,F)
-  float* tmp = nullptr;     // (N,C) partial sums of row-parallel products (tp > 1)
-  float* stats = nullptr;   // (3, head_chunk) row max, sum of exp, target logit
-  float* loc = nullptr;     // (N/tp, C) sequence-parallel scratch
-  float* lns = nullptr;     // (2C) LayerNorm gradient scratch (sequence parallel)
-  Buffer<float> storage;
-  int64_t head_chunk = 0;
+  float* encoded = nullptr;  // (Nl,C) the stage's input: embeddings, or the previous stage's output
+  std::vector<LayerActs> layers;
+  float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;  // last stage: (N,C), (Nl), (Nl)
+  Buffer<float> storage{0, MemCategory::kActivations};
+  int64_t bytes() const { return static_cast<int64_t>(storage.bytes()); }
+};
+
+// Scratch of one micro-batch, shared by every micro-batch in flight: activation gradients,
+// partial sums, the head's logits chunk, and the recompute buffers. Counted as `workspace`.
+struct Workspace {
+  int64_t B = 0, T = 0;      // capacity
+  int64_t head_chunk = 0;    // rows of logits materialised at once
+  float* losses = nullptr;   // (N) per-token losses (last stage)
+  float* logits = nullptr;   // (head_chunk, Vp/tp) (last stage)
+  float* stats = nullptr;    // (3, head_chunk) row max, sum of exp, target logit (last stage)
+  float* tmp = nullptr;      // (N,C) partial sums of row-parallel products (tp > 1)
+  float* loc = nullptr;      // (Nl,C) sequence-parallel scratch
+  float* lns = nullptr;      // (2C) LayerNorm gradient scratch (sequence parallel)
+  float* dres = nullptr;     // (Nl,C) gradient of the residual stream (training)
+  float* dC = nullptr;       // (N,C)
+  float* d3C = nullptr;      // (N,3Cl)
+  float* dF = nullptr;       // (N,F)
+  float* att = nullptr;      // (B,NH,T,T) recomputed probabilities (selective or full recompute)
+  LayerActs layer{};         // the rematerialised layer (full recompute)
+  Buffer<float> storage{0, MemCategory::kWorkspace};
   int64_t bytes() const { return static_cast<int64_t>(storage.bytes()); }
 };
 
@@ -95,12 +114,26 @@ class GPT {
 
   void init(uint64_t seed) { init_params(layout_, seed, params()); }
   void zero_grads() { std::fill(grads(), grads() + layout_.total(), 0.0f); }
-  // Bytes of the activation storage (stashed activations + workspace).
-  int64_t activation_bytes() const { return acts_.bytes(); }
+  // Bytes of the stashed activations allocated so far (every slot used) and of the workspace.
+  int64_t activation_bytes() const;
+  int64_t workspace_bytes() const { return ws_.bytes(); }
+  // Bytes one micro-batch's stash takes (one slot).
+  int64_t stash_bytes_per_slot() const { return slot_elems_ * static_cast<int64_t>(sizeof(float)); }
 
+  // Recompute mode for training; kFull applies to the first `full_layers` layers of this part
+  // (< 0: all), the others recompute nothing (Megatron's "block" method). Before reserve().
+  void set_recompute(Recompute mode, int full_layers = -1);
+  // Storage precision of activations and activation gradients (core/precision.h): every
+  // such tensor an op writes is rounded to it (the CPU backend's 16-bit emulation); weight
+  // gradients accumulate in fp32 and LayerNorm statistics and losses stay fp32. The
+  // parameters' rounding is the optimizer's (master weights, optim.h).
+  void set_precision(Precision p) { prec_ = p; }
+  Precision precision() const { return prec_; }
+  Recompute recompute() const { return recompute_; }
   // Sizes the activation storage for micro-batches of up to (B, T); training also keeps
   // gradient scratch. head_chunk: rows of logits materialised at once (0: automatic).
-  // slots: activation sets for that many micro-batches in flight (pipeline schedules).
+  // slots: activation sets for up to that many micro-batches in flight (pipeline schedules);
+  // slot 0 is allocated now, the others when first used.
   void reserve(int64_t B, int64_t T, bool training, int64_t head_chunk = 0, int slots = 1);
 
   // Forward and backward of one micro-batch: returns the mean loss over its B*T tokens and
@@ -126,6 +159,7 @@ class GPT {
   // Last stage, after stage_forward(..., false): the sum of the token losses.
   double stage_loss(int slot, const int32_t* targets, int64_t B, int64_t T);
   const float* stage_output(int slot);
+  // The gradient of the stage's input after stage_backward: valid until the next backward.
   const float* stage_input_grad(int slot);
 
   // Model FLOPs per token for training at sequence length T: 6 * (matmul parameters)
@@ -134,12 +168,17 @@ class GPT {
 
  private:
   void forward_blocks(const int32_t* inputs, int64_t B, int64_t T);
+  // Forward of layer l (params lw) from x into a; with `to_gelu` stop after the MLP's GELU
+  // (what the backward needs: the full-recompute rematerialisation).
+  void layer_forward(int l, const LayerPtrs& lw, const float* x, LayerActs& a, int64_t B, int64_t T, bool to_gelu);
+  // Whether local layer i is fully recomputed.
+  bool full_recompute(int i) const { return recompute_ == Recompute::kFull && (full_layers_ < 0 || i < full_layers_); }
   // The backward from the stage's top (the loss on the last stage, dy otherwise) to its input.
   double backward_part(const int32_t* inputs, const int32_t* targets, const float* dy, int64_t B, int64_t T,
                        float loss_scale);
-  void swap_slot(int slot);
+  void use_slot(int slot);  // makes slot `slot` current, allocating it on first use
   // The output head and loss over rows [0, N) of lnf, chunk by chunk; with dloss != 0 also
-  // dwte and dlnf (into acts_.dC).
+  // dwte and dlnf (into ws_.dC).
   double head(const int32_t* targets, int64_t N, const float* wte, float* dwte, float dloss);
   void check_tokens(const int32_t* tokens, int64_t n, const char* what) const;
   void check_shape(int64_t B, int64_t T, bool training) const;
@@ -155,11 +194,22 @@ class GPT {
   // parallelism) summed over the tp ranks to dw, db.
   void ln_backward_sp(float* dres, float* dw, float* db, const float* dout, const float* inp, const float* w,
                       const float* mean, const float* rstd, int64_t rows, int64_t C);
-  Activations acts_;
+  void build_stash(Activations& A);
+  std::vector<Activations> stash_;  // one per slot; allocated on first use
+  Activations* cur_ = nullptr;      // the current slot's stash
+  Workspace ws_;
+  int64_t slot_elems_ = 0;
   bool acts_training_ = false;
   bool acts_sp_ = false;
-  int acts_slots_ = 1;
-  std::vector<Activations> slots_;  // slots 1.. (slot 0 is acts_); swapped into acts_ in use
+  int acts_slots_ = 0;
+  Recompute recompute_ = Recompute::kNone;
+  Precision prec_ = Precision::kFp32;
+  void rnd(float* x, int64_t n) {
+    if (prec_ != Precision::kFp32) backend_.round_to(x, n, prec_);
+  }
+  int full_layers_ = -1;
+  Recompute acts_recompute_ = Recompute::kNone;
+  int acts_full_layers_ = -1;
 };
 
 }  // namespace weft

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace weft {
 
 AdamW::AdamW(const ParamLayout& layout, AdamWConfig cfg, int64_t begin, int64_t end)
     : begin_(begin), end_(end < 0 ? layout.total() : end), cfg_(cfg) {
+  m_.set_category(MemCategory::kOptimizer);
+  v_.set_category(MemCategory::kOptimizer);
   m_.resize(static_cast<size_t>(end_ - begin_), true);
   v_.resize(static_cast<size_t>(end_ - begin_), true);
   for (const ParamTensor& t : layout.tensors()) {
@@ -21,10 +24,27 @@ AdamW::AdamW(const ParamLayout& layout, AdamWConfig cfg, int64_t begin, int64_t 
 }
 
 void AdamW::step(Backend& be, float* params, const float* grads, float lr, int64_t t, float grad_scale) {
+  float* p = master_.size() ? master_.data() : params;
   for (const Range& r : ranges_) {
-    be.adamw(params + r.begin, grads + r.begin, m_.data() + r.begin, v_.data() + r.begin,
+    be.adamw(p + r.begin, grads + r.begin, m_.data() + r.begin, v_.data() + r.begin,
              r.end - r.begin, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, r.decay ? cfg_.weight_decay : 0.0f, t, grad_scale);
   }
+  if (master_.size()) {
+    // The model computes with the 16-bit copy of the updated master weights.
+    std::memcpy(params, master_.data(), master_.bytes());
+    be.round_to(params, static_cast<int64_t>(master_.size()), precision_);
+  }
+}
+
+void AdamW::use_master_weights(Precision prec, const float* fp32) {
+  precision_ = prec;
+  if (prec == Precision::kFp32) {
+    master_.resize(0);
+    return;
+  }
+  master_.set_category(MemCategory::kOptimizer);
+  master_.resize(static_cast<size_t>(end_ - begin_));
+  std::memcpy(master_.data(), fp32, master_.bytes());
 }
 
 float lr_at(int64_t step, float lr, int64_t warmup, int64_t decay_steps, float min_ratio) {

@@ -4,6 +4,7 @@
 
 #include "backend/backend.h"
 #include "core/buffer.h"
+#include "core/precision.h"
 #include "model/params.h"
 
 namespace weft {
@@ -25,12 +26,19 @@ class AdamW {
   // gradients are used multiplied by grad_scale (the clipping coefficient). params and grads
   // point at the first element of the range.
   void step(Backend& be, float* params, const float* grads, float lr, int64_t t, float grad_scale = 1.0f);
+  // Mixed precision (Micikevicius et al. 2018): keep fp32 master weights of the range, copied
+  // from `fp32` (the range's values, first element first). From then on step() updates the
+  // master weights and writes them, rounded to `p`, to params (the caller rounds the model's
+  // parameters once at the start). kFp32: no master copy.
+  void use_master_weights(Precision p, const float* fp32);
+  // The fp32 master weights of the range (null without mixed precision).
+  float* master() { return master_.size() ? master_.data() : nullptr; }
   int64_t begin() const { return begin_; }
   int64_t end() const { return end_; }
   float* exp_avg() { return m_.data(); }
   float* exp_avg_sq() { return v_.data(); }
   const AdamWConfig& config() const { return cfg_; }
-  int64_t state_bytes() const { return static_cast<int64_t>(m_.bytes() + v_.bytes()); }
+  int64_t state_bytes() const { return static_cast<int64_t>(m_.bytes() + v_.bytes() + master_.bytes()); }
 
  private:
   struct Range {
@@ -41,6 +49,8 @@ class AdamW {
   int64_t begin_ = 0, end_ = 0;
   AdamWConfig cfg_;
   Buffer<float> m_, v_;
+  Buffer<float> master_;
+  Precision precision_ = Precision::kFp32;
 };
 
 // Linear warmup over `warmup` steps to `lr`, then cosine decay to lr * min_ratio at

@@ -49,45 +49,13 @@ double ModelShape::model_flops_per_token() const {
   return 6.0 * matmul_params + 12.0 * L * h * static_cast<double>(seq);
 }
 
-Precision parse_precision(const std::string& name) {
-  if (name == "fp32") return Precision::kFp32;
-  if (name == "bf16") return Precision::kBf16;
-  if (name == "fp16") return Precision::kFp16;
-  throw_input("unknown precision '{}' (known: fp32, bf16, fp16)", name);
-}
-
-std::string precision_name(Precision p) {
-  switch (p) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kBf16: return "bf16";
-    case Precision::kFp16: return "fp16";
-  }
-  return "?";
-}
-
 int elem_bytes(Precision p) { return p == Precision::kFp32 ? 4 : 2; }
-
-Recompute parse_recompute(const std::string& name) {
-  if (name == "none") return Recompute::kNone;
-  if (name == "selective") return Recompute::kSelective;
-  if (name == "full") return Recompute::kFull;
-  throw_input("unknown recompute mode '{}' (known: none, selective, full)", name);
-}
-
-std::string recompute_name(Recompute r) {
-  switch (r) {
-    case Recompute::kNone: return "none";
-    case Recompute::kSelective: return "selective";
-    case Recompute::kFull: return "full";
-  }
-  return "?";
-}
 
 std::string Layout::describe() const {
   std::string s = fmt::format("tp {} pp {} dp {} mb {} zero {} {}", tp, pp, dp, micro_batch, zero, recompute_name(recompute));
   if (recompute == Recompute::kFull && recompute_layers >= 0) s += fmt::format("({})", recompute_layers);
   if (sequence_parallel) s += " sp";
-  s += " " + schedule_name(schedule);
+  s += fmt::format(" {}", schedule_name(schedule));
   if (schedule == PipeSchedule::kInterleaved) s += fmt::format(" v{}", virtual_stages);
   return s;
 }

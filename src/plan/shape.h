@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <string>
 
+#include "core/precision.h"
 #include "model/config.h"
+#include "model/recompute.h"
 #include "parallel/pp/schedule.h"
 
 namespace weft::plan {
@@ -43,18 +45,20 @@ struct ModelShape {
   double model_flops_per_token() const;
 };
 
-enum class Precision { kFp32, kBf16, kFp16 };
-Precision parse_precision(const std::string& name);  // "fp32", "bf16", "fp16"
-std::string precision_name(Precision p);
+// weft's precision type (core/precision.h): "fp32", "bf16", "fp16".
+using weft::Precision;
+using weft::parse_precision;
+using weft::precision_name;
 // Bytes of one activation/parameter element in compute: 4 for fp32, 2 otherwise.
 int elem_bytes(Precision p);
 
 // Activation recomputation (Korthikanti et al. 2022 sec. 4-5): none; selective (recompute
 // the attention core: softmax, its dropout and the attention over values); full (keep each
 // layer's input only and recompute the layer in the backward pass).
-enum class Recompute { kNone, kSelective, kFull };
-Recompute parse_recompute(const std::string& name);  // "none", "selective", "full"
-std::string recompute_name(Recompute r);
+// weft's recompute modes (model/recompute.h): "none", "selective", "full".
+using weft::Recompute;
+using weft::parse_recompute;
+using weft::recompute_name;
 
 struct Layout {
   int tp = 1;  // tensor-parallel size (t)

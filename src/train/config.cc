@@ -1,5 +1,7 @@
 #include "train/config.h"
 
+#include "model/gpt.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -47,6 +49,13 @@ const std::vector<Key>& keys() {
       {"train", "seed", &RunConfig::seed},
       {"train", "threads", &RunConfig::threads},
       {"train", "head_chunk", &RunConfig::head_chunk},
+      {"train", "recompute", &RunConfig::recompute},
+      {"train", "recompute_layers", &RunConfig::recompute_layers},
+      {"train", "precision", &RunConfig::precision},
+      {"train", "loss_scale", &RunConfig::loss_scale},
+      {"train", "initial_loss_scale", &RunConfig::initial_loss_scale},
+      {"train", "loss_scale_window", &RunConfig::loss_scale_window},
+      {"train", "min_loss_scale", &RunConfig::min_loss_scale},
       {"parallel", "tp", &RunConfig::tp},
       {"parallel", "pp", &RunConfig::pp},
       {"parallel", "dp", &RunConfig::dp},
@@ -65,6 +74,7 @@ const std::vector<Key>& keys() {
       {"run", "out", &RunConfig::out},
       {"run", "log_every", &RunConfig::log_every},
       {"run", "trace", &RunConfig::trace},
+      {"run", "system", &RunConfig::system},
       {"sample", "sample_tokens", &RunConfig::sample_tokens},
       {"sample", "sample_prompt", &RunConfig::sample_prompt},
       {"sample", "temperature", &RunConfig::temperature},
@@ -256,6 +266,20 @@ void RunConfig::validate() const {
   if (seed < 0) throw_input("seed must be >= 0, got {}", seed);
   if (threads < 0) throw_input("threads must be >= 0 (0: all cores), got {}", threads);
   if (head_chunk < 0) throw_input("head_chunk must be >= 0, got {}", head_chunk);
+  parse_recompute(recompute);  // names the valid modes
+  parse_precision(precision);
+  if (loss_scale < 0) throw_input("loss_scale must be >= 0 (0: dynamic for fp16, none otherwise), got {}", loss_scale);
+  if (!(initial_loss_scale > 0) || !(min_loss_scale > 0) || min_loss_scale > initial_loss_scale) {
+    throw_input("initial_loss_scale {} and min_loss_scale {} must be positive with min <= initial", initial_loss_scale,
+                min_loss_scale);
+  }
+  if (loss_scale_window < 1) throw_input("loss_scale_window must be >= 1, got {}", loss_scale_window);
+  if (recompute_layers < -1 || recompute_layers == 0) {
+    throw_input("recompute_layers must be >= 1 (or -1: every layer of a stage), got {}", recompute_layers);
+  }
+  if (recompute_layers != -1 && recompute != "full") {
+    throw_input("recompute_layers {} applies to recompute 'full', not '{}'", recompute_layers, recompute);
+  }
   if (val_every < 0 || val_batches < 0) throw_input("val_every {} and val_batches {} must be >= 0", val_every, val_batches);
   if (ckpt_every < 0 || keep_last < 0) throw_input("ckpt_every {} and keep_last {} must be >= 0", ckpt_every, keep_last);
   if (log_every <= 0) throw_input("log_every must be positive, got {}", log_every);

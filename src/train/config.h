@@ -34,6 +34,13 @@ struct RunConfig {
   int64_t seed = 1337;
   int64_t threads = 0;     // 0: OMP_NUM_THREADS or every core
   int64_t head_chunk = 0;  // rows of logits materialised at once; 0: automatic
+  std::string recompute = "none";  // activation recompute: none, selective (attention core), full (whole layers)
+  int64_t recompute_layers = -1;   // full recompute: layers recomputed per pipeline stage (chunk); -1: all
+  std::string precision = "fp32";  // fp32, bf16 or fp16 storage of parameters/activations (fp32 master weights)
+  double loss_scale = 0.0;           // fp16: 0 = dynamic loss scaling, > 0 = this static scale (bf16/fp32: 0 = none)
+  double initial_loss_scale = 65536.0;  // dynamic: starting scale (2^16)
+  int64_t loss_scale_window = 1000;  // dynamic: good steps before the scale doubles
+  double min_loss_scale = 1.0;       // dynamic: the scale never halves below this
   // [parallel]
   int64_t tp = 1;              // tensor-parallel size
   int64_t pp = 1;              // pipeline-parallel size
@@ -41,7 +48,7 @@ struct RunConfig {
   std::string order = "tp-dp-pp";  // rank order, first axis varies fastest (tp inside a node)
   int64_t zero = 0;            // ZeRO stage 0..3
   bool sequence_parallel = false;  // with tp > 1: shard LayerNorm/residual regions along the tokens
-  std::string schedule = "1f1b";   // pipeline schedule: gpipe, 1f1b (interleaved: planned)
+  std::string schedule = "1f1b";   // pipeline schedule: gpipe, 1f1b, interleaved
   int64_t virtual_stages = 1;      // model chunks per pipeline stage (interleaved schedule)
   double bucket_mb = 8.0;      // gradient bucket size (MiB) for zero 0/1
   int64_t prefetch = 1;        // zero 3: parameter groups gathered ahead
@@ -55,7 +62,8 @@ struct RunConfig {
   // [run]
   std::string out = "runs/tiny";
   int64_t log_every = 1;
-  bool trace = false;  // per-rank JSONL trace of every collective (trace-rank<R>.jsonl) + per-step summary
+  bool trace = false;
+  std::string system = "";  // system file for the step-time prediction (empty: systems/local.toml if present)  // per-rank JSONL trace of every collective (trace-rank<R>.jsonl) + per-step summary
   // [sample] printed at the end of training
   int64_t sample_tokens = 0;
   std::string sample_prompt = "";

@@ -1,6 +1,8 @@
 // Pipeline parallelism by layout parity (fp32, 1e-5 relative, 12 steps of the tiny preset):
-// pp 2 and 4 with the GPipe and 1F1B schedules, 3D tp 2 x pp 2 x dp 2 with ZeRO-1 on 8 ranks,
-// checkpoints that resume across pipeline depths, and the layouts refused with a message.
+// pp 2 and 4 with the GPipe and 1F1B schedules, interleaved 1F1B with 2 virtual stages (also
+// with dp), 3D tp 2 x pp 2 x dp 2 with ZeRO-1 on 8 ranks, the activation sets each stage keeps
+// in flight, checkpoints that resume across pipeline depths and schedules, and the layouts
+// refused with a message.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -23,6 +25,17 @@ class PipelineRuns : public test::ParityRuns {
   void SetUp() override { prepare("pp", "seq_len = 32\nglobal_batch = 8\nmicro_batch = 2\nseed = 99\n", 1); }
 };
 
+// The `pipeline` object of a run's first step.
+nlohmann::json first_pipeline(const std::string& run) {
+  std::ifstream in(run + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("pipeline")) return j["pipeline"];
+  }
+  return {};
+}
+
 TEST_F(PipelineRuns, SchedulesAndThreeDLayoutsMatchOneProcess) {
   RunResult r = train(0, "--ckpt_every 6 --out " + *tmp / "ref");
   ASSERT_EQ(r.code, 0) << r.err;
@@ -33,13 +46,24 @@ TEST_F(PipelineRuns, SchedulesAndThreeDLayoutsMatchOneProcess) {
       {2, "--pp 2 --schedule 1f1b"},
       {4, "--pp 4 --schedule 1f1b"},
       {4, "--pp 4 --schedule gpipe --micro_batch 1"},
+      {2, "--pp 2 --schedule interleaved --virtual_stages 2 --micro_batch 1"},
+      {4, "--pp 2 --dp 2 --zero 1 --schedule interleaved --virtual_stages 2 --micro_batch 1"},
       {8, "--tp 2 --pp 2 --dp 2 --zero 1 --micro_batch 1"}};
-  for (const auto& [np, args] : layouts) {
+  // Activation sets in flight per stage, measured while running the schedule: m for GPipe,
+  // min(p - s, m) for 1F1B, and for interleaved (p 2, v 2, m 8) the Megatron warm-up
+  // W = (p - s - 1) * 2 + (v - 1) * p forwards plus one: 5 and 3 (m 8 or 4).
+  const std::vector<std::vector<int>> in_flight = {{4, 4}, {2, 1}, {4, 3, 2, 1}, {8, 8, 8, 8}, {5, 3}, {5, 3}, {2, 1}};
+  for (size_t k = 0; k < layouts.size(); ++k) {
+    const auto& [np, args] = layouts[k];
     const std::string out = *tmp / fmt::format("run{}", n);
     r = train(np, args + " --out " + out);
     ASSERT_EQ(r.code, 0) << args << ": " << r.err;
     expect_same_series(metric_series(out, "loss"), ref, args);
     expect_same_series(metric_series(out, "val_loss"), ref_val, args + " (validation)");
+    const nlohmann::json pipe = first_pipeline(out);
+    ASSERT_TRUE(pipe.contains("in_flight_peak")) << args;
+    EXPECT_EQ(pipe["in_flight_peak"].get<std::vector<int>>(), in_flight[k]) << args;
+    EXPECT_EQ(pipe["in_flight_planned"].get<std::vector<int>>(), in_flight[k]) << args;
   }
 }
 
@@ -47,10 +71,10 @@ TEST_F(PipelineRuns, CheckpointsResumeAcrossPipelineDepths) {
   RunResult r = train(0, "--out " + *tmp / "ref");
   ASSERT_EQ(r.code, 0) << r.err;
   const auto ref = metric_series(*tmp / "ref", "loss");
-  r = train(2, "--pp 2 --ckpt_every 6 --out " + *tmp / "pp2");
+  r = train(2, "--pp 2 --schedule interleaved --virtual_stages 2 --ckpt_every 6 --out " + *tmp / "pp2");
   ASSERT_EQ(r.code, 0) << r.err;
-  // pp 2 -> one process, and pp 2 -> pp 4
-  for (const auto& [np, args] : std::vector<std::pair<int, std::string>>{{0, ""}, {4, "--pp 4"}}) {
+  // pp 2 interleaved -> one process, -> pp 4, -> pp 2 1F1B
+  for (const auto& [np, args] : std::vector<std::pair<int, std::string>>{{0, ""}, {4, "--pp 4"}, {2, "--pp 2"}}) {
     const std::string out = *tmp / fmt::format("resume{}", np);
     fs::create_directories(out);
     fs::copy(*tmp / "pp2/step-000006", out + "/step-000006", fs::copy_options::recursive);
@@ -58,7 +82,7 @@ TEST_F(PipelineRuns, CheckpointsResumeAcrossPipelineDepths) {
     ASSERT_EQ(r.code, 0) << r.err;
     auto c = metric_series(out, "loss");
     EXPECT_EQ(c.begin()->first, 7);
-    expect_same_series(c, ref, "pp 2 -> " + (args.empty() ? std::string("pp 1") : args));
+    expect_same_series(c, ref, "pp 2 interleaved -> " + (args.empty() ? std::string("pp 1") : args));
   }
 }
 
@@ -66,9 +90,16 @@ TEST_F(PipelineRuns, UnsupportedCombinationsAreRefused) {
   RunResult r = train(2, "--pp 2 --zero 2 --out " + *tmp / "z2");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("zero 2 with pp 2"), std::string::npos) << r.err;
-  r = train(2, "--pp 2 --schedule interleaved --virtual_stages 2 --out " + *tmp / "il");
+  r = train(2, "--pp 2 --schedule 1f1b --virtual_stages 2 --out " + *tmp / "v2");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("virtual_stages 2 needs the interleaved schedule"), std::string::npos) << r.err;
+  r = train(2, "--pp 2 --schedule interleaved --virtual_stages 4 --out " + *tmp / "il");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("pp 2 x virtual_stages 4 = 8 model chunks"), std::string::npos) << r.err;
+  r = train(4, "--pp 4 --schedule interleaved --micro_batch 4 --out " + *tmp / "m2");  // m = 2
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("interleaved"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(*tmp / "m2/metrics.jsonl"));
   r = train(2, "--pp 2 --schedule zigzag --out " + *tmp / "zz");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("zigzag"), std::string::npos) << r.err;

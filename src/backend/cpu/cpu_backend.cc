@@ -447,6 +447,16 @@ class CpuBackend final : public Backend {
     return s;
   }
 
+  void round_to(float* x, int64_t n, Precision p) override {
+    if (p == Precision::kBf16) {
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+      for (int64_t i = 0; i < n; ++i) x[i] = round_bf16(x[i]);
+    } else if (p == Precision::kFp16) {
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+      for (int64_t i = 0; i < n; ++i) x[i] = round_fp16(x[i]);
+    }
+  }
+
   void scale(float* x, float s, int64_t n) override {
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; ++i) x[i] *= s;

@@ -9,7 +9,6 @@
 namespace weft {
 
 namespace {
-constexpr int kGradSlots = 2;  // transient gradient buffers for layers in flight (zero 2/3)
 }
 
 DataParallel::DataParallel(const ParamLayout& layout, Communicator& dp, const DataParallelConfig& cfg,
@@ -25,6 +24,10 @@ DataParallel::DataParallel(const ParamLayout& layout, Communicator& dp, const Da
   shard_end_ = std::min(n_, (dp.rank() + 1) * shard_);
   const int G = layout.num_groups();
 
+  params_.set_category(MemCategory::kParams);
+  grads_.set_category(MemCategory::kGrads);
+  // ZeRO-1: the reduce-scatter's output (counted as communication); ZeRO-2/3: the gradients.
+  shard_grads_.set_category(cfg.zero == 1 ? MemCategory::kComm : MemCategory::kGrads);
   params_.resize(static_cast<size_t>(cfg.zero == 3 ? shard_end_ - shard_begin_ : n_));
   if (cfg.zero <= 1) grads_.resize(static_cast<size_t>(n_), true);
   if (cfg.zero >= 1) shard_grads_.resize(static_cast<size_t>(shard_end_ - shard_begin_), true);
@@ -61,16 +64,19 @@ DataParallel::DataParallel(const ParamLayout& layout, Communicator& dp, const Da
       max_other = std::max(max_other, e - b);
     }
     const int64_t g0 = layout.has_group(0) ? layout.group_range(0).second - layout.group_range(0).first : 1;
-    grad_slots_.resize(1 + kGradSlots);
+    grad_slots_.resize(1 + DataParallel::kGradSlots);
     for (size_t s = 0; s < grad_slots_.size(); ++s) {
       const int64_t size = s == 0 ? g0 : max_other;
+      grad_slots_[s].data.set_category(MemCategory::kGrads);
+      grad_slots_[s].recv.set_category(MemCategory::kComm);
       grad_slots_[s].data.resize(static_cast<size_t>(size));
       grad_slots_[s].recv.resize(static_cast<size_t>(std::max<int64_t>(1, std::min(size, shard_))));
     }
     grad_slot_of_group_.assign(G, -1);
     if (cfg.zero == 3) {
-      param_slots_.resize(1 + 2 + std::max(0, cfg.prefetch));
+      param_slots_.resize(static_cast<size_t>(param_slots(cfg.prefetch)));
       for (size_t s = 0; s < param_slots_.size(); ++s) {
+        param_slots_[s].data.set_category(MemCategory::kParams);
         param_slots_[s].data.resize(static_cast<size_t>(s == 0 ? g0 : max_other));
       }
     }
@@ -347,7 +353,7 @@ bool DataParallel::embedding_backward(const int32_t* tokens, const float* dres, 
   const int P = dp_.size();
   const int64_t C = layout_.config().n_embd, N = B * T;
   std::vector<int32_t> all_tokens(static_cast<size_t>(N * P));
-  Buffer<float> all_dres(static_cast<size_t>(N * C * P));
+  Buffer<float> all_dres(static_cast<size_t>(N * C * P), MemCategory::kComm);
   const double t0 = Tracer::now();
   dp_.all_gather(tokens, all_tokens.data(), N, CommDType::kI32);
   dp_.all_gather(dres, all_dres.data(), N * C, CommDType::kF32);

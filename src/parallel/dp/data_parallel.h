@@ -49,6 +49,12 @@ struct DataParallelMemory {
 
 class DataParallel final : public ParamStore {
  public:
+  // Transient gradient buffers for layers in flight (zero 2/3), besides the embedding's.
+  static constexpr int kGradSlots = 2;
+  // Transient parameter buffers (zero 3): the embedding's, the layer in use and the next, and
+  // `prefetch` more.
+  static int param_slots(int prefetch) { return 1 + 2 + (prefetch > 0 ? prefetch : 0); }
+
   DataParallel(const ParamLayout& layout, Communicator& dp, const DataParallelConfig& cfg, Backend& backend);
   ~DataParallel() override;
 

@@ -1,0 +1,45 @@
+// Numeric precision of a training run's compute (Micikevicius et al. 2018, "Mixed Precision
+// Training"; Kalamkar et al. 2019 for bf16): parameters, activations and activation gradients
+// are stored in the compute type; weight gradients accumulate in fp32; the optimizer keeps
+// fp32 master weights and moments.
+//   kFp32  everything fp32
+//   kBf16  bfloat16 storage (8-bit exponent: fp32's range, no loss scaling needed)
+//   kFp16  IEEE half storage (5-bit exponent, max 65504): needs (dynamic) loss scaling
+// On the CPU backend the 16-bit types are emulated: values live in fp32 buffers rounded to
+// the nearest representable 16-bit value (round to nearest even), so that every rounding,
+// overflow and loss-scaling decision of a GPU run happens the same way here.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace weft {
+
+enum class Precision { kFp32, kBf16, kFp16 };
+Precision parse_precision(const std::string& name);  // "fp32", "bf16", "fp16"; InputError otherwise
+const char* precision_name(Precision p);
+// Bytes of one stored element: 4 for fp32, 2 for bf16/fp16.
+inline int precision_bytes(Precision p) { return p == Precision::kFp32 ? 4 : 2; }
+
+// x rounded to the nearest bfloat16 (ties to even); NaN stays NaN, overflow rounds to inf.
+inline float round_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) return x;  // inf, NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  float r;
+  std::memcpy(&r, &u, 4);
+  return r;
+}
+
+// x rounded to the nearest IEEE binary16 (ties to even), back in fp32: |x| > 65504 (after
+// rounding) becomes inf, tiny values become subnormal halves or zero.
+inline float round_fp16(float x) { return static_cast<float>(static_cast<_Float16>(x)); }
+
+inline float round_to(Precision p, float x) {
+  return p == Precision::kBf16 ? round_bf16(x) : p == Precision::kFp16 ? round_fp16(x) : x;
+}
+
+}  // namespace weft

@@ -1,0 +1,190 @@
+// Mixed precision on the CPU backend (16-bit storage emulated by rounding): the rounding
+// itself against PyTorch's conversions, bf16 training following the fp32 curve, fp16 dynamic
+// loss scaling (overflow -> skipped step and halved scale, growth after the window), exact
+// resume with fp32 master weights, and bad settings refused.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "core/precision.h"
+#include "test_util.h"
+
+namespace weft {
+namespace {
+
+using test::RunResult;
+using test::metric_series;
+namespace fs = std::filesystem;
+
+TEST(Precision, RoundingMatchesKnownValues) {
+  EXPECT_EQ(round_bf16(1.0f), 1.0f);
+  EXPECT_EQ(round_bf16(1.0f + std::ldexp(1.0f, -8)), 1.0f);                               // tie -> even
+  EXPECT_EQ(round_bf16(1.0f + 3 * std::ldexp(1.0f, -8)), 1.0f + std::ldexp(1.0f, -6));    // tie -> even (up)
+  EXPECT_EQ(round_bf16(1.0f + std::ldexp(1.0f, -7)), 1.0f + std::ldexp(1.0f, -7));        // representable
+  EXPECT_TRUE(std::isinf(round_bf16(3.4e38f)));
+  EXPECT_TRUE(std::isnan(round_bf16(NAN)));
+  EXPECT_EQ(round_fp16(65504.0f), 65504.0f);
+  EXPECT_TRUE(std::isinf(round_fp16(65520.0f)));  // halfway to 2^16 rounds to even: inf
+  EXPECT_EQ(round_fp16(1e-8f), 0.0f);
+  EXPECT_EQ(round_fp16(std::ldexp(1.0f, -24)), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(round_fp16(1.0f + std::ldexp(1.0f, -11)), 1.0f);           // tie -> even
+  auto be = make_cpu_backend();
+  std::vector<float> x = {1.0f + std::ldexp(1.0f, -12), 70000.0f};
+  be->round_to(x.data(), 2, Precision::kFp16);
+  EXPECT_EQ(x[0], 1.0f);
+  EXPECT_TRUE(std::isinf(x[1]));
+  EXPECT_EQ(parse_precision("bf16"), Precision::kBf16);
+  EXPECT_THROW(parse_precision("fp8"), InputError);
+}
+
+TEST(Precision, RoundingMatchesPyTorch) {
+  // 20000 values over many binades, converted by torch (x.to(bfloat16/float16).float()).
+  test::TempDir tmp("prec");
+  std::mt19937 g(4);
+  std::uniform_real_distribution<float> mant(-2.0f, 2.0f);
+  std::uniform_int_distribution<int> ex(-30, 20);
+  std::vector<float> x(20000);
+  for (auto& v : x) v = std::ldexp(mant(g), ex(g));
+  const std::string in = tmp / "x.bin", out = tmp / "y.bin";
+  std::ofstream(in, std::ios::binary).write(reinterpret_cast<const char*>(x.data()), x.size() * 4);
+  const std::string py =
+      "import sys, numpy as np, torch\n"
+      "x = torch.from_numpy(np.fromfile(sys.argv[1], dtype=np.float32))\n"
+      "np.concatenate([x.to(torch.bfloat16).float().numpy(), x.to(torch.float16).float().numpy()]).tofile(sys.argv[2])\n";
+  std::ofstream(tmp / "conv.py") << py;
+  ASSERT_EQ(std::system(("/usr/bin/python3 " + (tmp / "conv.py") + " " + in + " " + out).c_str()), 0);
+  std::vector<float> y(2 * x.size());
+  std::ifstream(out, std::ios::binary).read(reinterpret_cast<char*>(y.data()), y.size() * 4);
+  int bad_bf = 0, bad_fp = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float b = round_bf16(x[i]), h = round_fp16(x[i]);
+    if (!(b == y[i] || (std::isnan(b) && std::isnan(y[i])))) ++bad_bf;
+    if (!(h == y[x.size() + i] || (std::isinf(h) && std::isinf(y[x.size() + i])))) ++bad_fp;
+  }
+  EXPECT_EQ(bad_bf, 0);
+  EXPECT_EQ(bad_fp, 0);
+}
+
+class PrecisionRuns : public test::ParityRuns {
+ protected:
+  void SetUp() override { prepare("prec", "seq_len = 32\nglobal_batch = 8\nmicro_batch = 4\nseed = 3\n", 1); }
+  std::vector<nlohmann::json> steps(const std::string& out) {
+    std::vector<nlohmann::json> v;
+    std::ifstream in(out + "/metrics.jsonl");
+    std::string line;
+    while (std::getline(in, line)) {
+      auto j = nlohmann::json::parse(line);
+      if (j.contains("loss")) v.push_back(j);
+    }
+    return v;
+  }
+};
+
+TEST_F(PrecisionRuns, Bf16FollowsTheFp32Curve) {
+  // 50 steps of the tiny preset: bf16 keeps about 3 significant digits per value. Measured:
+  // bf16 learns slightly slower (its loss is 0-2.8% above fp32's, 1.1% on average); the test
+  // holds every step within 4% and the mean within 2%, and both learn.
+  RunResult r = train(0, "--steps 50 --val_batches 0 --out " + *tmp / "fp32");
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = train(0, "--steps 50 --val_batches 0 --precision bf16 --out " + *tmp / "bf16");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto a = metric_series(*tmp / "fp32", "loss"), b = metric_series(*tmp / "bf16", "loss");
+  ASSERT_EQ(a.size(), 50u);
+  ASSERT_EQ(b.size(), 50u);
+  double worst = 0, mean = 0;
+  for (const auto& [s, l] : a) {
+    worst = std::max(worst, std::abs(b.at(s) - l) / l);
+    mean += std::abs(b.at(s) - l) / l / static_cast<double>(a.size());
+  }
+  EXPECT_LT(worst, 0.04);
+  EXPECT_LT(mean, 0.02);
+  EXPECT_GT(worst, 0.0);  // the rounding does happen
+  EXPECT_LT(b.at(50), 0.8 * b.at(1));
+  std::printf("bf16 vs fp32 over 50 steps: worst relative loss difference %.3g, mean %.3g (final %.4f vs %.4f)\n",
+              worst, mean, b.at(50), a.at(50));
+}
+
+TEST_F(PrecisionRuns, Fp16DynamicLossScalingSkipsOverflowsAndGrows) {
+  // Starting at 2^26 the scaled gradients overflow fp16 (the output head's gradient alone is
+  // up to scale / tokens): the first steps are skipped with the scale halving each time, until
+  // it fits; after `window` good steps it doubles (and may overflow again). Measured: 5 skips
+  // down to 2^21, two more overflows settle it at 2^18, which doubles after 4 good steps.
+  RunResult r = train(0, "--steps 16 --val_batches 0 --precision fp16 --initial_loss_scale 67108864 "
+                         "--loss_scale_window 4 --out " + *tmp / "fp16");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto s = steps(*tmp / "fp16");
+  ASSERT_EQ(s.size(), 16u);
+  for (const auto& j : s) std::printf("step %d: loss scale %g%s\n", j["step"].get<int>(), j["loss_scale"].get<double>(), j.value("skipped", false) ? " (skipped)" : "");
+  // The scale each step used follows DeepSpeed's DynamicLossScaler exactly: halved after an
+  // overflow (that step skipped), doubled after 4 consecutive good steps.
+  int skipped = 0, grown = 0, good = 0;
+  size_t first_good = s.size();
+  EXPECT_EQ(s[0]["loss_scale"].get<double>(), 67108864.0);
+  for (size_t i = 0; i < s.size(); ++i) {
+    const bool skip = s[i].value("skipped", false);
+    if (i > 0) {
+      const double prev = s[i - 1]["loss_scale"].get<double>();
+      const bool prev_skip = s[i - 1].value("skipped", false);
+      double expect = prev;
+      if (prev_skip) {
+        expect = prev / 2, good = 0;
+      } else if (++good == 4) {
+        expect = prev * 2, good = 0, ++grown;
+      }
+      EXPECT_EQ(s[i]["loss_scale"].get<double>(), expect) << "step " << i + 1;
+    }
+    if (skip) ++skipped;
+    if (!skip && first_good == s.size()) first_good = i;
+  }
+  EXPECT_GE(skipped, 1);
+  EXPECT_GE(grown, 1);
+  ASSERT_LT(first_good, s.size());
+  EXPECT_NE(r.err.find("fp16 gradient overflow"), std::string::npos) << r.err;
+  // The updates that happen learn like fp32's (same data; a skipped step's batch is lost).
+  EXPECT_LT(s.back()["loss"].get<double>(), s[first_good]["loss"].get<double>());
+}
+
+TEST_F(PrecisionRuns, ResumeWithMasterWeightsIsExact) {
+  for (const char* prec : {"bf16", "fp16"}) {
+    const std::string a = *tmp / fmt::format("{}-a", prec), b = *tmp / fmt::format("{}-b", prec);
+    RunResult r = train(0, fmt::format("--steps 6 --ckpt_every 3 --val_batches 0 --precision {} --out {}", prec, a));
+    ASSERT_EQ(r.code, 0) << r.err;
+    fs::create_directories(b);
+    fs::copy(a + "/step-000003", b + "/step-000003", fs::copy_options::recursive);
+    r = train(0, fmt::format("--steps 6 --val_batches 0 --precision {} --resume --out {}", prec, b));
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto x = metric_series(a, "loss"), y = metric_series(b, "loss");
+    for (int s = 4; s <= 6; ++s) EXPECT_EQ(x.at(s), y.at(s)) << prec << " step " << s;
+  }
+}
+
+TEST_F(PrecisionRuns, Bf16WorksOnEveryAxis) {
+  RunResult r = train(0, "--steps 4 --val_batches 0 --precision bf16 --out " + *tmp / "one");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto ref = metric_series(*tmp / "one", "loss");
+  r = train(4, "--steps 4 --val_batches 0 --precision bf16 --tp 2 --pp 2 --micro_batch 2 --out " + *tmp / "3d");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto d = metric_series(*tmp / "3d", "loss");
+  // Another layout sums in another order, so the 16-bit roundings differ: bf16 tolerance.
+  for (const auto& [s, l] : ref) EXPECT_NEAR(d.at(s), l, 0.01 * l) << "step " << s;
+}
+
+TEST_F(PrecisionRuns, BadSettingsAreRefused) {
+  RunResult r = train(0, "--precision fp8 --out " + *tmp / "x1");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("unknown precision 'fp8'"), std::string::npos) << r.err;
+  r = train(0, "--precision fp16 --loss_scale_window 0 --out " + *tmp / "x2");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("loss_scale_window must be >= 1, got 0"), std::string::npos) << r.err;
+  r = train(0, "--precision fp16 --initial_loss_scale 4 --min_loss_scale 8 --out " + *tmp / "x3");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("initial_loss_scale 4 and min_loss_scale 8"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace weft
