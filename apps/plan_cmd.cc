@@ -281,8 +281,14 @@ int cmd_plan(CLI::App& app, int argc, char** argv) {
           "set title '{} on {}'; plot '{}' using ($2):(stringcolumn(1) eq 'strong' ? 100*$8 : 1/0) with linespoints "
           "title 'strong', '' using ($2):(stringcolumn(1) eq 'weak' ? 100*$8 : 1/0) with linespoints title 'weak'",
           plot, shape.name, sys.name, data);
-      const std::string cmd = "gnuplot -e \"" + script + "\"";
-      if (std::system(cmd.c_str()) != 0) throw_runtime("gnuplot failed to write {}", plot);
+      // The script goes through a file: its $2, $8 must not meet a shell.
+      const std::string script_file = plot + ".gp";
+      std::ofstream(script_file) << script << "\n";
+      const std::string cmd = "gnuplot '" + script_file + "'";
+      if (std::system(cmd.c_str()) != 0) throw_runtime("gnuplot failed to write {} (script {})", plot, script_file);
+      std::error_code ec;
+      if (std::filesystem::file_size(plot, ec) == 0 || ec) throw_runtime("gnuplot wrote nothing to {} (script {})", plot, script_file);
+      std::remove(script_file.c_str());
     }
     return 0;
   }

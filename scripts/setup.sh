@@ -16,6 +16,7 @@ PKGS=(
   libgtest-dev libgmock-dev libpcre2-dev
   python3 python3-torch python3-numpy
   fortunes fortunes-min
+  gnuplot-nox
 )
 # Node.js (with npm) is on most machines already, sometimes from another repository that
 # bundles npm; install Debian's only where it is missing.

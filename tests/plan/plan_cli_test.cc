@@ -68,6 +68,21 @@ TEST_F(PlanCli, TextTableAndExplanation) {
   EXPECT_NE(test::read_text(*tmp / "s.csv").find("strong,1024,8000"), std::string::npos);
 }
 
+TEST_F(PlanCli, ScalingWritesCsvAndPngPlot) {
+  // gnuplot-nox is installed by scripts/setup.sh; the PNG must be a real image.
+  const std::string png = *tmp / "scaling.png", csv = *tmp / "scaling.csv";
+  const RunResult r = weft("plan --model gpt-175b --system systems/frontier.toml --gpus 1024 --global-batch 8000 "
+                           "--precision fp16 --tp 4 --pp 16 --micro-batch 1 --zero 1 --recompute full "
+                           "--scaling both --scaling-gpus 128,256,512,1024 --csv " + csv + " --plot " + png);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("strong scaling"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("weak scaling"), std::string::npos) << r.out;
+  const std::string img = test::read_text(png);
+  ASSERT_GT(img.size(), 1000u);
+  EXPECT_EQ(img.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  EXPECT_NE(test::read_text(csv).find("strong"), std::string::npos);
+}
+
 TEST_F(PlanCli, BadInput) {
   const std::string base = "plan --system systems/frontier.toml --global-batch 640 ";
   expect_bad_input(weft(base + "--model gpt-175b --gpus 128 --tp 7"), {"--tp 7", "96 attention heads"});
