@@ -248,6 +248,33 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
                   resume_state["global_batch"].get<int64_t>(), G);
     }
   }
+  const Recompute recompute = parse_recompute(cfg.recompute);
+  const Precision prec = parse_precision(cfg.precision);
+  // The planner's step time for this layout on the calibrated system (weft calibrate).
+  std::string system_path = cfg.system;
+  if (system_path.empty() && fs::exists("systems/local.toml")) system_path = "systems/local.toml";
+  std::optional<plan::Prediction> step_prediction;
+  if (!system_path.empty()) {
+    const plan::System sys = plan::load_system(system_path);  // InputError naming the file and key
+    plan::Options po = plan::Options::from_system(sys, prec, G);
+    po.rank_order = cfg.order;
+    plan::Layout pl;
+    pl.tp = spec.tp;
+    pl.pp = spec.pp;
+    pl.dp = spec.dp;
+    pl.micro_batch = B;
+    pl.zero = static_cast<int>(cfg.zero);
+    pl.recompute = recompute;
+    pl.recompute_layers = static_cast<int>(cfg.recompute_layers);
+    pl.sequence_parallel = cfg.sequence_parallel && spec.tp > 1;
+    pl.schedule = schedule;
+    pl.virtual_stages = spec.pp > 1 ? vs : 1;
+    try {
+      step_prediction = plan::predict(plan::ModelShape::from_config(mc, T), sys, pl, po);
+    } catch (const InputError& e) {
+      log_warn("planner: cannot price this layout on {}: {}", system_path, e.what());
+    }
+  }
   world.barrier();  // every rank has validated its inputs before rank 0 touches the folder
   if (rank0) {
     if (!opt.resume && opt.overwrite) {
@@ -286,8 +313,6 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
     int last_backward = -1;        // index in `actions` of its last backward of the step
     int64_t n() const { return model->num_params(); }
   };
-  const Recompute recompute = parse_recompute(cfg.recompute);
-  const Precision prec = parse_precision(cfg.precision);
   std::vector<Chunk> chunks(static_cast<size_t>(vchunks));
   for (int c = 0; c < vchunks; ++c) {
     Chunk& ch = chunks[c];
@@ -468,23 +493,15 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   run_shape.layout.virtual_stages = vchunks;
   run_shape.master_weights = prec != Precision::kFp32;
   const plan::MemoryBreakdown predicted = plan::weft_rank_memory(run_shape, stage, dp_rank);
-  // The planner's step time for this layout on the calibrated system (weft calibrate).
-  std::string system_path = cfg.system;
-  if (system_path.empty() && fs::exists("systems/local.toml")) system_path = "systems/local.toml";
-  std::optional<plan::Prediction> step_prediction;
-  if (!system_path.empty()) {
-    const plan::System sys = plan::load_system(system_path);  // InputError naming the file and key
-    plan::Options po = plan::Options::from_system(sys, prec, G);
-    po.rank_order = cfg.order;
-    plan::Layout pl = run_shape.layout;
-    step_prediction = plan::predict(plan::ModelShape::from_config(mc, T), sys, pl, po);
+  if (step_prediction) {
     log_info("planner ({}): predicted step {:.1f} ms = compute {:.1f} + tp comm {:.1f} + pipeline bubble/p2p {:.1f} + dp exposed {:.1f} + optimizer {:.1f}",
              system_path, step_prediction->step_time_s * 1e3, step_prediction->time.compute * 1e3,
              step_prediction->time.tp_comm * 1e3, step_prediction->time.pp_bubble * 1e3,
              step_prediction->time.dp_exposed * 1e3, step_prediction->time.optimizer * 1e3);
-  } else {
+  } else if (system_path.empty()) {
     log_info("planner: no system file (run `weft calibrate --out systems/local.toml` or pass --system) - step time not predicted");
   }
+
   // Peaks from here on: the training steps (set-up's and checkpoints' staging buffers are not
   // part of a step).
   memory_tracker().reset_peaks();

@@ -15,6 +15,7 @@ namespace {
 
 using test::RunResult;
 using test::metric_series;
+namespace fs = std::filesystem;
 
 class MemoryRuns : public test::ParityRuns {
  protected:
@@ -104,6 +105,31 @@ TEST_F(MemoryRuns, SmallPresetMatchesTheModel) {
     ASSERT_EQ(r.code, 0) << args << ": " << r.err;
     check(out, "small " + args);
   }
+}
+
+TEST_F(MemoryRuns, RunsPrintThePlannersStepTime) {
+  // With a system file the run's last metrics line holds the planner's step time for its own
+  // layout beside the measured mean; a missing system file is refused before anything runs.
+  const std::string out = *tmp / "sys";
+  RunResult r = train(2, "--tp 2 --steps 3 --val_batches 0 --system " + std::string(WEFT_SOURCE_DIR) +
+                             "/systems/dgx-h100.toml --out " + out);
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream in(out + "/metrics.jsonl");
+  std::string line;
+  nlohmann::json rep;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("step_time_report")) rep = j["step_time_report"];
+  }
+  ASSERT_FALSE(rep.empty());
+  EXPECT_GT(rep["measured_s"].get<double>(), 0);
+  EXPECT_GT(rep["predicted_s"].get<double>(), 0);
+  EXPECT_GT(rep["predicted"]["tp_comm"].get<double>(), 0);  // tp 2 communicates
+  EXPECT_NE((r.out + r.err).find("step time: predicted"), std::string::npos) << r.out;
+  r = train(0, "--system /nonexistent/sys.toml --out " + *tmp / "nosys");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("/nonexistent/sys.toml"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(*tmp / "nosys/metrics.jsonl"));
 }
 
 TEST_F(MemoryRuns, BadRecomputeSettingsAreRefused) {
