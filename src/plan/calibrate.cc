@@ -197,6 +197,7 @@ Calibration calibrate(const CalibrationOptions& o, Communicator& world) {
   s.defaults.dropout = false;
   s.defaults.fp32_grad_accumulation = false;
   s.defaults.overlap_dp = true;
+  s.defaults.memory_model = "weft";  // weft's own buffers (plan/weft_memory.h)
   s.validate();
   return cal;
 }

@@ -1,5 +1,7 @@
 #include "plan/memory.h"
 
+#include "plan/weft_memory.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -83,6 +85,22 @@ double in_flight_layers(const ModelShape& m, const Layout& l, int64_t mb, int st
 }
 
 MemoryBreakdown stage_memory(const ModelShape& m, const Layout& l, const MemoryOptions& o, int stage) {
+  if (o.memory_model == "weft") {
+    // weft's own buffers, exact for its CPU backend (plan/weft_memory.h).
+    WeftRunShape w;
+    w.model.name = m.name;
+    w.model.n_layer = static_cast<int>(m.layers);
+    w.model.n_head = static_cast<int>(m.heads);
+    w.model.n_embd = static_cast<int>(m.hidden);
+    w.model.n_ctx = static_cast<int>(m.context);
+    w.model.vocab_size = w.model.padded_vocab = static_cast<int>(m.vocab);
+    w.model.ffn = static_cast<int>(m.ffn);
+    w.seq = m.seq;
+    w.micro_batches = micro_batches(o.global_batch, l);
+    w.layout = l;
+    w.master_weights = o.precision != Precision::kFp32;
+    return weft_rank_memory(w, stage, 0);
+  }
   MemoryBreakdown r;
   r.stage = stage;
   const double e = elem_bytes(o.precision), t = l.tp, dp = l.dp;

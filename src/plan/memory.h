@@ -37,6 +37,7 @@
 //   (Korthikanti et al. 2022, sec. 4.2.3). These equal max_in_flight(stage_schedule(...)) of parallel/pp/schedule.h.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "plan/shape.h"
 
@@ -52,6 +53,9 @@ struct MemoryOptions {
   bool flash_attention = false;  // the a s^2 b attention scores are never stored (Dao et al. 2022)
   // Data-parallel gradient bucket (Megatron DDP: 40M elements), in elements; 0: none.
   double dp_bucket_elements = 40e6;
+  // "megatron": the formulas below; "weft": weft's own buffers (plan/weft_memory.h), used for
+  // systems written by `weft calibrate`.
+  std::string memory_model = "megatron";
 };
 
 // Bytes per category on one rank. `total` is their sum.

@@ -16,6 +16,7 @@ Options Options::from_system(const System& s, Precision p, int64_t global_batch)
   o.dropout = s.defaults.dropout;
   o.fp32_grad_accumulation = s.defaults.fp32_grad_accumulation;
   o.overlap_dp = s.defaults.overlap_dp;
+  o.memory_model = s.defaults.memory_model;
   return o;
 }
 
@@ -27,6 +28,7 @@ MemoryOptions Options::memory() const {
   m.dropout = dropout;
   m.flash_attention = flash_attention;
   m.dp_bucket_elements = dp_bucket_elements;
+  m.memory_model = memory_model;
   return m;
 }
 

@@ -43,6 +43,7 @@ struct Options {
   bool overlap_dp = true;
   std::string rank_order = "tp-dp-pp";  // first axis varies fastest (weft's [parallel] order)
   double dp_bucket_elements = 40e6;
+  std::string memory_model = "megatron";  // see MemoryOptions
 
   // The system's software defaults ([defaults] of the system file).
   static Options from_system(const System& s, Precision p, int64_t global_batch);

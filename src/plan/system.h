@@ -50,6 +50,10 @@ struct SoftwareDefaults {
   bool dropout = false;
   bool fp32_grad_accumulation = true;
   bool overlap_dp = true;
+  // Whose buffers the memory model counts: "megatron" (plan/memory.h: Megatron-LM/DeepSpeed
+  // mixed precision, the published systems) or "weft" (plan/weft_memory.h: weft's own
+  // buffers, exact for its CPU backend; what `weft calibrate` writes).
+  std::string memory_model = "megatron";
 };
 
 struct System {

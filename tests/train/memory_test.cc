@@ -132,6 +132,39 @@ TEST_F(MemoryRuns, RunsPrintThePlannersStepTime) {
   EXPECT_FALSE(fs::exists(*tmp / "nosys/metrics.jsonl"));
 }
 
+TEST_F(MemoryRuns, PlannerPredictsWeftRunsMemory) {
+  // `weft plan` on a system whose memory model is weft's (what `weft calibrate` writes)
+  // predicts the fullest stage's memory of the same layout's run: states within 1%,
+  // activations within 10% (they are the same closed form, checked above against the run).
+  std::string sys = test::read_text(std::string(WEFT_SOURCE_DIR) + "/systems/dgx-h100.toml");
+  sys += "\n";
+  const size_t d = sys.find("[defaults]");
+  ASSERT_NE(d, std::string::npos);
+  sys.insert(sys.find('\n', d) + 1, "memory_model = \"weft\"\n");
+  std::ofstream(*tmp / "weft-sys.toml") << sys;
+  for (const std::string layout : {"--tp 2 --pp 2 --dp 1 --zero 0 --recompute selective", "--tp 1 --pp 1 --dp 2 --zero 3 --recompute full"}) {
+    const std::string out = *tmp / fmt::format("planned{}", n);
+    RunResult r = train(4 / (layout.find("--dp 2") != std::string::npos ? 2 : 1), layout + " --steps 1 --val_batches 0 --out " + out);
+    ASSERT_EQ(r.code, 0) << r.err;
+    RunResult p = test::run_weft("plan --model tiny --seq 32 --global-batch 8 --micro-batch 2 --precision fp32 "
+                                 "--no-sequence-parallel --schedule 1f1b --format json --system " + *tmp / "weft-sys.toml" +
+                                     " " + layout,
+                                 *tmp / fmt::format("plan{}", n));
+    ASSERT_EQ(p.code, 0) << p.err;
+    const auto plan = nlohmann::json::parse(p.out)[0]["memory_bytes"];
+    // The fullest stage of the run.
+    nlohmann::json worst;
+    for (const auto& rr : report(out)) {
+      if (worst.empty() || rr["measured"]["total"].get<double>() > worst["total"].get<double>()) worst = rr["measured"];
+    }
+    for (const char* k : {"params", "grads", "optimizer"}) {
+      EXPECT_NEAR(plan[k].get<double>(), worst[k].get<double>(), 0.01 * worst[k].get<double>()) << layout << ": " << k;
+    }
+    EXPECT_NEAR(plan["activations"].get<double>(), worst["activations"].get<double>(),
+                0.10 * worst["activations"].get<double>()) << layout;
+  }
+}
+
 TEST_F(MemoryRuns, BadRecomputeSettingsAreRefused) {
   RunResult r = train(0, "--recompute partial --out " + *tmp / "bad1");
   EXPECT_EQ(r.code, 2);
