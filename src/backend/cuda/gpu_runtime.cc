@@ -174,4 +174,33 @@ float event_elapsed_ms(Event start, Event end) {
 
 void device_sync() { WEFT_CUDA_CHECK(cudaDeviceSynchronize()); }
 
+void capture_begin(Stream s) {
+  // Thread-local mode: only this thread's unsafe calls (cudaMalloc, synchronisations) break
+  // the capture; other threads are not affected.
+  WEFT_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+}
+
+GraphExec capture_end(Stream s, std::string* why) noexcept {
+  cudaGraph_t graph = nullptr;
+  cudaError_t e = cudaStreamEndCapture(s, &graph);
+  GraphExec exec = nullptr;
+  if (e == cudaSuccess && graph != nullptr) {
+    e = cudaGraphInstantiate(&exec, graph, 0);
+    if (e != cudaSuccess) exec = nullptr;
+  }
+  if (graph != nullptr) (void)cudaGraphDestroy(graph);
+  if (e != cudaSuccess || exec == nullptr) {
+    if (why) *why = cuda_error_string(e == cudaSuccess ? cudaErrorUnknown : e);
+    (void)cudaGetLastError();  // capture errors are not sticky: clear them
+    return nullptr;
+  }
+  return exec;
+}
+
+void graph_launch(GraphExec g, Stream s) { WEFT_CUDA_CHECK(cudaGraphLaunch(g, s)); }
+
+void graph_destroy(GraphExec g) noexcept {
+  if (g != nullptr) (void)cudaGraphExecDestroy(g);
+}
+
 }  // namespace weft::gpu

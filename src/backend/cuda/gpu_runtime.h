@@ -102,6 +102,17 @@ bool event_query(Event e);  // true once complete; throws on an error
 float event_elapsed_ms(Event start, Event end);
 void device_sync();
 
+// --- graphs (stream capture; HIP: hipStreamBeginCapture / hipGraphInstantiate / hipGraphLaunch) ---
+// Work enqueued on `s` between capture_begin and capture_end is recorded, not run; the
+// returned executable graph replays it with graph_launch. capture_end returns null (and the
+// reason in *why) when the capture was invalidated (an operation that cannot be captured,
+// such as a synchronisation or an allocation); the stream is usable again either way.
+using GraphExec = cudaGraphExec_t;
+void capture_begin(Stream s);
+GraphExec capture_end(Stream s, std::string* why = nullptr) noexcept;
+void graph_launch(GraphExec g, Stream s);
+void graph_destroy(GraphExec g) noexcept;
+
 }  // namespace weft::gpu
 
 #define WEFT_CUDA_CHECK(call)                                                                  \
