@@ -19,6 +19,7 @@
 #include "core/buffer.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/memory.h"
 #include "core/rng.h"
 #include "data/loader.h"
 #include "data/prepare.h"
@@ -29,6 +30,9 @@
 #include "train/sample.h"
 #include "train/trainer.h"
 #include "plan_cmd.h"
+#if WEFT_HAVE_CUDA
+#include "model/cuda/gpt_cuda.h"
+#endif
 
 namespace fs = std::filesystem;
 using namespace weft;
@@ -48,7 +52,8 @@ const char* kUsage =
     "  generate --checkpoint DIR [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K]\n"
     "                      sample text from a checkpoint (a run folder uses its newest checkpoint)\n"
     "  bench --model PRESET [--batch B] [--seq T] [--threads N] [--steps S] [--format json]\n"
-    "                      time training steps on random tokens\n"
+    "        [--backend cpu|cuda] [--precision fp32|bf16] [--peak-tflops F] [--matmul-only]\n"
+    "                      time training steps on random tokens (cuda: one GPU, MFU against F and the measured bf16 GEMM rate)\n"
     "  plan --model PRESET --system systems/NAME.toml --gpus N --global-batch B [--tp ..] [--top N] [--scaling]\n"
     "                      predict memory and step time of layouts and rank them\n"
     "  calibrate [--out systems/local.toml]\n"
@@ -140,6 +145,100 @@ std::string checkpoint_dir_arg(const std::string& path) {
   std::string latest = find_latest_checkpoint(path);
   if (!latest.empty()) return latest;
   return resolve_checkpoint_dir(path);
+}
+
+
+// `weft bench --backend cuda`: training steps of GptCuda (model/cuda/gpt_cuda.h) on random
+// tokens, everything on one GPU. MFU is stated twice: against the card's data-sheet peak
+// (--peak-tflops, default H100 SXM bf16 dense) and against the bf16 GEMM rate measured here
+// through cuBLASLt at gemm_n^3 (what a perfect model could reach with these libraries).
+// --matmul-only measures and prints only that rate.
+int bench_cuda(const ModelConfig& mc, const std::string& model_name, int64_t batch, int64_t seq, int64_t steps,
+               int64_t warmup, const std::string& precision, double peak_tflops, bool matmul_only, int64_t gemm_n,
+               bool measure_gemm, bool graphs, const std::string& format) {
+#if WEFT_HAVE_CUDA
+  using namespace weft::cuda;
+  const Precision prec = parse_precision(precision);
+  if (matmul_only) {
+    auto be = make_cuda_backend();
+    const double r = measure_bf16_gemm_flops(*be, gemm_n, 20);
+    nlohmann::json j = {{"impl", "weft-cuda"}, {"case", "bf16_gemm"}, {"device", gpu::device_name(be->device())},
+                        {"n", gemm_n}, {"gemm_flops_per_s", r}, {"fraction_of_peak", r / (peak_tflops * 1e12)},
+                        {"peak_tflops", peak_tflops}};
+    if (format == "json") {
+      fmt::print("{}\n", j.dump());
+    } else {
+      fmt::print("{}: cuBLASLt bf16 GEMM {}^3: {:.1f} TFLOP/s ({:.0f}% of the {:.0f} TFLOP/s peak)\n",
+                 j["device"].get<std::string>(), gemm_n, r / 1e12, 100.0 * r / (peak_tflops * 1e12), peak_tflops);
+    }
+    return 0;
+  }
+  GptCuda model(mc, prec, 1337);
+  model.set_use_graphs(graphs);
+  model.reserve(batch, seq);
+  const float scale = 1.0f / static_cast<float>(batch * seq);
+  std::vector<int32_t> in(batch * seq), tg(batch * seq);
+  std::vector<double> times;
+  float loss_first = 0.0f, loss_last = 0.0f;
+  for (int64_t s = 0; s < warmup + steps; ++s) {
+    for (int64_t i = 0; i < batch * seq; ++i) {
+      auto r = Philox::draw(1337, kRngStreamBench + s, i);
+      in[i] = static_cast<int32_t>(r[0] % mc.vocab_size);
+      tg[i] = static_cast<int32_t>(r[1] % mc.vocab_size);
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    model.zero_grads();
+    const float loss = model.forward_backward(in.data(), tg.data(), batch, seq, scale);
+    const double norm = std::sqrt(model.grad_norm_sq());
+    model.adamw_step(1e-4f, s + 1, clip_coefficient(norm, 1.0), 0.9f, 0.95f, 1e-8f, 0.1f);
+    model.synchronize();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s == 0) loss_first = loss;
+    loss_last = loss;
+    if (s >= warmup) times.push_back(dt);
+  }
+  std::sort(times.begin(), times.end());
+  const double med = times[times.size() / 2];
+  const double tps = static_cast<double>(batch * seq) / med;
+  const double mflops = tps * GPT::train_flops_per_token(mc, seq);
+  const double peak = peak_tflops * 1e12;
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  nlohmann::json j = {{"impl", "weft-cuda"}, {"model", model_name}, {"batch", batch}, {"seq", seq},
+                      {"precision", precision_name(prec)}, {"device", gpu::device_name(model.backend().device())},
+                      {"cuda_graphs", model.graph_active()}, {"steps", steps}, {"warmup", warmup},
+                      {"ms_per_step", med * 1e3}, {"ms_per_step_min", times.front() * 1e3},
+                      {"ms_per_step_max", times.back() * 1e3}, {"tokens_per_s", tps},
+                      {"model_flops_per_token", GPT::train_flops_per_token(mc, seq)}, {"model_flops_per_s", mflops},
+                      {"peak_tflops", peak_tflops}, {"mfu_peak", mflops / peak}, {"loss_first", loss_first},
+                      {"loss_last", loss_last},
+                      {"device_gib", {{"params", model.param_bytes() / gib}, {"grads", model.grad_bytes() / gib},
+                                      {"optimizer", model.optimizer_bytes() / gib},
+                                      {"activations", model.activation_bytes() / gib},
+                                      {"tracked_peak", memory_tracker().snapshot().total_peak / gib}}}};
+  if (measure_gemm) {
+    const double g = measure_bf16_gemm_flops(model.backend(), gemm_n, 20);
+    j["gemm_n"] = gemm_n;
+    j["gemm_flops_per_s"] = g;
+    j["mfu_gemm"] = mflops / g;
+  }
+  if (format == "json") {
+    fmt::print("{}\n", j.dump());
+  } else {
+    fmt::print("{} {} batch {} seq {} on {}: {:.2f} ms/step, {:.0f} tokens/s, {:.1f} TFLOP/s model FLOPs, MFU {:.1f}% of "
+               "{:.0f} TFLOP/s", model_name, precision_name(prec), batch, seq, j["device"].get<std::string>(), med * 1e3,
+               tps, mflops / 1e12, 100.0 * mflops / peak, peak_tflops);
+    if (j.contains("mfu_gemm")) {
+      fmt::print(", {:.1f}% of the measured bf16 GEMM rate {:.1f} TFLOP/s", 100.0 * j["mfu_gemm"].get<double>(),
+                 j["gemm_flops_per_s"].get<double>() / 1e12);
+    }
+    fmt::print("\n");
+  }
+  return 0;
+#else
+  (void)mc, (void)model_name, (void)batch, (void)seq, (void)steps, (void)warmup, (void)precision, (void)peak_tflops;
+  (void)matmul_only, (void)gemm_n, (void)measure_gemm, (void)graphs, (void)format;
+  throw_input("this weft was built without CUDA (-DWEFT_CUDA=ON)");
+#endif
 }
 
 }  // namespace
@@ -289,7 +388,18 @@ int main(int argc, char** argv) {
     } else if (cmd == "bench") {
       std::string model_name = "tiny", format = "text";
       int64_t batch = 8, seq = 0, threads = 0, steps = 10, warmup = 2, head_chunk = 0;
-      bool no_peak = false;
+      bool no_peak = false, matmul_only = false, no_graphs = false;
+      std::string backend_name = "cpu", precision = "fp32";
+      double peak_tflops = 989.0;
+      int64_t gemm_n = 8192;
+      app.add_option("--backend", backend_name, "cpu or cuda (one GPU; needs a weft built with -DWEFT_CUDA=ON)")
+          ->check(CLI::IsMember({"cpu", "cuda"}));
+      app.add_option("--precision", precision, "fp32 or bf16 (cuda; the CPU bench runs fp32)")
+          ->check(CLI::IsMember({"fp32", "bf16"}));
+      app.add_option("--peak-tflops", peak_tflops, "cuda: the card's peak TFLOP/s for MFU (989: H100 SXM bf16 dense)");
+      app.add_flag("--matmul-only", matmul_only, "cuda: only measure the bf16 GEMM rate (cuBLASLt, --gemm-n cubed)");
+      app.add_option("--gemm-n", gemm_n, "cuda: size of the square bf16 GEMM that measures the card's rate");
+      app.add_flag("--no-graphs", no_graphs, "cuda: run without CUDA graphs");
       app.add_option("--model", model_name, "model preset");
       app.add_option("--batch", batch, "sequences per step");
       app.add_option("--seq", seq, "sequence length (0: the model context)");
@@ -306,6 +416,14 @@ int main(int argc, char** argv) {
         throw_input("--batch {}, --seq {} and --steps {} must be positive, --warmup {} >= 0", batch, seq, steps, warmup);
       }
       if (seq > mc.n_ctx) throw_input("--seq {} is longer than the context of {} ({})", seq, model_name, mc.n_ctx);
+      if (backend_name == "cuda" || matmul_only) {
+        if (peak_tflops <= 0 || gemm_n <= 0) throw_input("--peak-tflops {} and --gemm-n {} must be positive", peak_tflops, gemm_n);
+        return bench_cuda(mc, model_name, batch, seq, steps, warmup, precision, peak_tflops, matmul_only, gemm_n,
+                          !no_peak, !no_graphs, format);
+      }
+      if (precision != "fp32") {
+        throw_input("--precision {} applies to --backend cuda; the CPU bench runs fp32", precision);
+      }
       const int nthreads = set_threads(threads);
       auto be = make_cpu_backend();
       GPT model(mc, *be);
