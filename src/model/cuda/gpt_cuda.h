@@ -85,6 +85,9 @@ class GptCuda {
   // CUDA graphs for forward + backward (default on): the first call of a shape runs eagerly
   // (it sizes the scratch and picks the cuBLASLt algorithms), the second records a graph,
   // later calls replay it. A capture that fails is logged once and the model runs eagerly.
+  // Graphs are keyed by (B, T, loss_scale, backward): a loss scale that changes every step
+  // (fp16 dynamic scaling; not supported here) would never replay. Default: on in bf16, off
+  // in fp32 (the check path uses plain cuBLAS, whose capture needs a user workspace).
   void set_use_graphs(bool on);
   bool graph_active() const;  // a graph is recorded and in use
   void synchronize() { be_->synchronize(); }
