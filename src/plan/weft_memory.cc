@@ -110,8 +110,8 @@ MemoryBreakdown weft_rank_memory(const WeftRunShape& r, int stage, int dp_rank) 
     workspace += ws;
   }
   // Pipeline: the receive buffers for activations and their gradients, and (at least) one
-  // send buffer.
-  if (p > 1) comm += 3.0 * Nl * C;
+  // send buffer (1/t of the activations with the scatter-gather of tp > 1 without sp).
+  if (p > 1) comm += 2.0 * Nl * C + (t > 1 && !sp ? Nl * C / t : Nl * C);
 
   MemoryBreakdown m;
   m.stage = stage;

@@ -556,6 +556,21 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   // them); a rank without windows left runs one on window 0 and ignores it.
   // Pipeline receive buffers (one micro-batch of activations or of their gradients).
   const int64_t act_count = (cfg.sequence_parallel && tp > 1 ? B * T / tp : B * T) * mc.n_embd;
+  // Scatter-gather (Narayanan et al. 2021 sec. 4.1): with tp > 1 and no sequence parallelism
+  // every tp rank of a stage holds the same activations, so each sends only its 1/tp slice and
+  // the receiving stage all-gathers the slices over tp. (With sequence parallelism a rank's
+  // rows are its slice already.)
+  const bool pp_scatter = pp > 1 && tp > 1 && !(cfg.sequence_parallel && tp > 1);
+  const int64_t send_count = pp_scatter ? act_count / tp : act_count;
+  auto recv_act = [&](float* buf, int64_t count, int peer, int tag) {
+    if (!pp_scatter) {
+      ppc.recv(buf, count, CommDType::kF32, peer, tag);
+      return;
+    }
+    const int64_t part = count / tp;
+    ppc.recv(buf + tp_rank * part, part, CommDType::kF32, peer, tag);
+    tpc.all_gather(buf + tp_rank * part, buf, part, CommDType::kF32);
+  };
   Buffer<float> xbuf(static_cast<size_t>(pp > 1 ? act_count : 0), MemCategory::kComm);
   Buffer<float> dybuf(static_cast<size_t>(pp > 1 ? act_count : 0), MemCategory::kComm);
   struct SendBuf {
@@ -584,9 +599,13 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
         // Forward through the pipeline's chunks in model order; the last chunk has the loss.
         const int64_t count = (cfg.sequence_parallel && tp > 1 ? rows * T / tp : rows * T) * mc.n_embd;
         for (Chunk& ch : chunks) {
-          if (ch.global > 0) ppc.recv(xbuf.data(), count, CommDType::kF32, (stage + pp - 1) % pp, 0);
+          if (ch.global > 0) recv_act(xbuf.data(), count, (stage + pp - 1) % pp, 0);
           ch.model->stage_forward(0, inputs.data(), xbuf.data(), rows, T, false);
-          if (ch.global < K - 1) ppc.send(ch.model->stage_output(0), count, CommDType::kF32, (stage + 1) % pp, 0);
+          if (ch.global < K - 1) {
+            const int64_t part = pp_scatter ? count / tp : count;
+            ppc.send(ch.model->stage_output(0) + (pp_scatter ? tp_rank * part : 0), part, CommDType::kF32,
+                     (stage + 1) % pp, 0);
+          }
           if (ch.spec.head) l = ch.model->stage_loss(0, targets.data(), rows, T);
         }
       }
@@ -706,10 +725,11 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
           send_pool.emplace_back();
           sb = &send_pool.back();
           sb->data.set_category(MemCategory::kComm);
-          sb->data.resize(static_cast<size_t>(act_count));
+          sb->data.resize(static_cast<size_t>(send_count));
         }
-        std::memcpy(sb->data.data(), src, static_cast<size_t>(act_count) * sizeof(float));
-        sb->handle = ppc.isend(sb->data.data(), act_count, CommDType::kF32, peer, tag);
+        std::memcpy(sb->data.data(), src + (pp_scatter ? tp_rank * send_count : 0),
+                    static_cast<size_t>(send_count) * sizeof(float));
+        sb->handle = ppc.isend(sb->data.data(), send_count, CommDType::kF32, peer, tag);
       };
       const int prev = (stage + pp - 1) % pp, next = (stage + 1) % pp;
       for (size_t i = 0; i < actions.size(); ++i) {
@@ -725,7 +745,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
           ch.slot_of[mb] = slot;
           pipe_in_flight_peak = std::max(pipe_in_flight_peak, ++in_flight);
           const double w0 = Tracer::now();
-          if (g > 0) ppc.recv(xbuf.data(), act_count, CommDType::kF32, prev, 2 * (mb * K + g));
+          if (g > 0) recv_act(xbuf.data(), act_count, prev, 2 * (mb * K + g));
           const double c0 = Tracer::now();
           pipe_wait += c0 - w0;
           ch.model->stage_forward(slot, inputs.data(), xbuf.data(), B, T, true);
@@ -735,7 +755,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
           const int slot = ch.slot_of.at(mb);
           ch.store->begin_micro_batch(static_cast<int>(i) == ch.last_backward);
           const double w0 = Tracer::now();
-          if (g < K - 1) ppc.recv(dybuf.data(), act_count, CommDType::kF32, next, 2 * (mb * K + g) + 1);
+          if (g < K - 1) recv_act(dybuf.data(), act_count, next, 2 * (mb * K + g) + 1);
           const double c0 = Tracer::now();
           pipe_wait += c0 - w0;
           loss_sum += ch.model->stage_backward(slot, inputs.data(), targets.data(), dybuf.data(), B, T, loss_scale);
