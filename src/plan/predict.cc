@@ -16,6 +16,7 @@ Options Options::from_system(const System& s, Precision p, int64_t global_batch)
   o.dropout = s.defaults.dropout;
   o.fp32_grad_accumulation = s.defaults.fp32_grad_accumulation;
   o.overlap_dp = s.defaults.overlap_dp;
+  o.pp_scatter_gather = s.defaults.pp_scatter_gather;
   o.memory_model = s.defaults.memory_model;
   return o;
 }
@@ -325,11 +326,17 @@ Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layou
                   collective_time(sys, Collective::kAllReduce, l.tp, tp_stride, N * h * e);
     }
   }
-  // Point-to-point between stages: the activations of one micro-batch (N h elements, / t with
-  // sp since each tp rank sends its shard), one send per micro-batch per direction.
+  // Point-to-point between stages: the activations of one micro-batch, one send per
+  // micro-batch per direction. Each tp rank sends its shard under sp; without sp, with the
+  // scatter-gather (Narayanan et al. 2021 sec. 4.1; Megatron-LM and weft), its 1/t slice of
+  // the replicated activations, all-gathered over tp by the receiver, else all of them.
   if (l.pp > 1) {
     const int64_t pp_stride = axis_stride(l, o.rank_order, "pp");
-    c.p2p = collective_time(sys, Collective::kSendRecv, l.pp, pp_stride, N * h * e / rep);
+    const bool scatter = o.pp_scatter_gather && l.tp > 1 && !l.sequence_parallel;
+    c.p2p = collective_time(sys, Collective::kSendRecv, l.pp, pp_stride, N * h * e / (scatter ? t : rep));
+    if (scatter) {
+      c.p2p += collective_time(sys, Collective::kAllGather, l.tp, axis_stride(l, o.rank_order, "tp"), N * h * e);
+    }
   }
 
   Prediction p;

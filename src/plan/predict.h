@@ -41,6 +41,7 @@ struct Options {
   bool dropout = false;
   bool fp32_grad_accumulation = true;
   bool overlap_dp = true;
+  bool pp_scatter_gather = true;  // see SoftwareDefaults
   std::string rank_order = "tp-dp-pp";  // first axis varies fastest (weft's [parallel] order)
   double dp_bucket_elements = 40e6;
   std::string memory_model = "megatron";  // see MemoryOptions

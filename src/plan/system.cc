@@ -181,6 +181,7 @@ System load_system(const std::string& path) {
     s.defaults.dropout = r.boolean("dropout", false);
     s.defaults.fp32_grad_accumulation = r.boolean("fp32_grad_accumulation", true);
     s.defaults.overlap_dp = r.boolean("overlap_dp", true);
+    s.defaults.pp_scatter_gather = r.boolean("pp_scatter_gather", true);
     s.defaults.memory_model = r.string("memory_model", "megatron");
     if (s.defaults.memory_model != "megatron" && s.defaults.memory_model != "weft") {
       throw_input("{}: [defaults] memory_model = '{}': expected 'megatron' or 'weft'", path, s.defaults.memory_model);
@@ -217,9 +218,9 @@ std::string system_to_toml(const System& s, const std::vector<std::string>& note
                        l.devices, l.bandwidth, l.latency);
   }
   out += fmt::format(
-      "\n[defaults]\nflash_attention = {}\ndropout = {}\nfp32_grad_accumulation = {}\noverlap_dp = {}\nmemory_model = \"{}\"\n",
+      "\n[defaults]\nflash_attention = {}\ndropout = {}\nfp32_grad_accumulation = {}\noverlap_dp = {}\npp_scatter_gather = {}\nmemory_model = \"{}\"\n",
       s.defaults.flash_attention, s.defaults.dropout, s.defaults.fp32_grad_accumulation, s.defaults.overlap_dp,
-      s.defaults.memory_model);
+      s.defaults.pp_scatter_gather, s.defaults.memory_model);
   return out;
 }
 

@@ -50,6 +50,10 @@ struct SoftwareDefaults {
   bool dropout = false;
   bool fp32_grad_accumulation = true;
   bool overlap_dp = true;
+  // Pipeline sends carry 1/t of the activations, all-gathered over tp by the receiver
+  // (Narayanan et al. 2021 sec. 4.1; Megatron-LM's default and weft's); false: every tp rank
+  // sends the whole activations (DeepSpeed's pipeline engine without partitioned activations).
+  bool pp_scatter_gather = true;
   // Whose buffers the memory model counts: "megatron" (plan/memory.h: Megatron-LM/DeepSpeed
   // mixed precision, the published systems) or "weft" (plan/weft_memory.h: weft's own
   // buffers, exact for its CPU backend; what `weft calibrate` writes).
