@@ -1,6 +1,6 @@
 // Pipeline parallelism by layout parity (fp32, 1e-5 relative, 12 steps of the tiny preset):
-// pp 2 and 4 with the GPipe and 1F1B schedules, interleaved 1F1B with 2 virtual stages (also
-// with dp), 3D tp 2 x pp 2 x dp 2 with ZeRO-1 on 8 ranks, the activation sets each stage keeps
+// pp 2 and 4 with the GPipe and 1F1B schedules, interleaved 1F1B with 2 virtual stages (pp 2,
+// pp 2 x dp 2, and pp 4 on an 8-layer model), 3D tp 2 x pp 2 x dp 2 with ZeRO-1 on 8 ranks, the activation sets each stage keeps
 // in flight, checkpoints that resume across pipeline depths and schedules, and the layouts
 // refused with a message.
 #include <gtest/gtest.h>
@@ -65,6 +65,21 @@ TEST_F(PipelineRuns, SchedulesAndThreeDLayoutsMatchOneProcess) {
     EXPECT_EQ(pipe["in_flight_peak"].get<std::vector<int>>(), in_flight[k]) << args;
     EXPECT_EQ(pipe["in_flight_planned"].get<std::vector<int>>(), in_flight[k]) << args;
   }
+}
+
+TEST_F(PipelineRuns, FourStagesInterleavedMatchOneProcess) {
+  // pp 4 x v 2 = 8 chunks: the tiny preset with 8 layers, one layer per chunk; m = 8. Chunk
+  // c on stage c % 4, so every micro-batch crosses the four stages twice.
+  RunResult r = train(0, "--n_layer 8 --out " + *tmp / "ref8");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string out = *tmp / "pp4v2";
+  r = train(4, "--n_layer 8 --pp 4 --schedule interleaved --virtual_stages 2 --micro_batch 1 --out " + out);
+  ASSERT_EQ(r.code, 0) << r.err;
+  expect_same_series(metric_series(out, "loss"), metric_series(*tmp / "ref8", "loss"), "pp 4 interleaved v 2");
+  expect_same_series(metric_series(out, "val_loss"), metric_series(*tmp / "ref8", "val_loss"), "pp 4 interleaved (validation)");
+  // Megatron's warm-up + 1 per stage s: min((4 - s - 1) * 2 + (2 - 1) * 4 + 1, m v = 16).
+  const nlohmann::json pipe = first_pipeline(out);
+  EXPECT_EQ(pipe["in_flight_peak"].get<std::vector<int>>(), (std::vector<int>{11, 9, 7, 5}));
 }
 
 TEST_F(PipelineRuns, CheckpointsResumeAcrossPipelineDepths) {
