@@ -39,6 +39,15 @@ using namespace weft;
 
 namespace {
 
+// Step s's random tokens and targets of a benchmark (the same on every backend).
+void bench_tokens(int64_t s, int vocab, std::vector<int32_t>& in, std::vector<int32_t>& tg) {
+  for (size_t i = 0; i < in.size(); ++i) {
+    auto r = Philox::draw(1337, kRngStreamBench + s, i);
+    in[i] = static_cast<int32_t>(r[0] % vocab);
+    tg[i] = static_cast<int32_t>(r[1] % vocab);
+  }
+}
+
 const char* kUsage =
     "usage: weft <command> [options]\n"
     "\n"
@@ -181,11 +190,7 @@ int bench_cuda(const ModelConfig& mc, const std::string& model_name, int64_t bat
   std::vector<double> times;
   float loss_first = 0.0f, loss_last = 0.0f;
   for (int64_t s = 0; s < warmup + steps; ++s) {
-    for (int64_t i = 0; i < batch * seq; ++i) {
-      auto r = Philox::draw(1337, kRngStreamBench + s, i);
-      in[i] = static_cast<int32_t>(r[0] % mc.vocab_size);
-      tg[i] = static_cast<int32_t>(r[1] % mc.vocab_size);
-    }
+    bench_tokens(s, mc.vocab_size, in, tg);
     auto t0 = std::chrono::steady_clock::now();
     model.zero_grads();
     const float loss = model.forward_backward(in.data(), tg.data(), batch, seq, scale);
@@ -434,11 +439,7 @@ int main(int argc, char** argv) {
       const float scale = 1.0f / static_cast<float>(batch * seq);
       std::vector<double> times;
       for (int64_t s = 0; s < warmup + steps; ++s) {
-        for (int64_t i = 0; i < batch * seq; ++i) {
-          auto r = Philox::draw(1337, kRngStreamBench + s, i);
-          in[i] = static_cast<int32_t>(r[0] % mc.vocab_size);
-          tg[i] = static_cast<int32_t>(r[1] % mc.vocab_size);
-        }
+        bench_tokens(s, mc.vocab_size, in, tg);
         auto t0 = std::chrono::steady_clock::now();
         model.zero_grads();
         model.forward_backward(in.data(), tg.data(), batch, seq, scale);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "core/error.h"
 
@@ -141,11 +142,7 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk, int s
   if (any_full) total += layer_none - att - Nl * C;
   ws_.storage.resize(static_cast<size_t>(total));
   float* p = ws_.storage.data();
-  auto take = [&p](int64_t n) {
-    float* r = p;
-    p += n;
-    return r;
-  };
+  auto take = [&p](int64_t n) { return std::exchange(p, p + n); };
   ws_.lns = take(2 * C);
   ws_.losses = head ? take(N) : nullptr;
   ws_.logits = head ? take(head_chunk * Vp) : nullptr;
@@ -176,11 +173,7 @@ void GPT::build_stash(Activations& A) {
   const int nl = layout_.num_layers();
   A.storage.resize(static_cast<size_t>(slot_elems_));
   float* p = A.storage.data();
-  auto take = [&p](int64_t n) {
-    float* r = p;
-    p += n;
-    return r;
-  };
+  auto take = [&p](int64_t n) { return std::exchange(p, p + n); };
   A.encoded = take(Nl * C);
   A.layers.resize(static_cast<size_t>(nl));
   for (int i = 0; i < nl; ++i) {
