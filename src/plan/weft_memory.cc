@@ -109,9 +109,9 @@ MemoryBreakdown weft_rank_memory(const WeftRunShape& r, int stage, int dp_rank) 
     if (any_full) ws += layer_none - att - Nl * C;
     workspace += ws;
   }
-  // Pipeline: the receive buffers for activations and their gradients, and (at least) one
-  // send buffer (1/t of the activations with the scatter-gather of tp > 1 without sp).
-  if (p > 1) comm += 2.0 * Nl * C + (t > 1 && !sp ? Nl * C / t : Nl * C);
+  // Pipeline: the receive buffers (kPipeRecvAhead posted ahead + the one in use), and (at
+  // least) one send buffer (1/t of the activations with the scatter-gather of tp > 1 without sp).
+  if (p > 1) comm += (kPipeRecvAhead + 1.0) * Nl * C + (t > 1 && !sp ? Nl * C / t : Nl * C);
 
   MemoryBreakdown m;
   m.stage = stage;

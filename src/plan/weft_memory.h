@@ -25,7 +25,7 @@
 //   C-, 3C/t- and F/t-wide products), the row-parallel partial sums (tp > 1), the head's
 //   logits chunk and loss statistics (last stage), and the recompute buffers.
 // - comm: ZeRO-1's reduce-scatter output, ZeRO-2/3's receive buffers, the pipeline's receive
-//   buffers and one send buffer per message in flight (at least one), and the transient
+//   buffers (posted ahead) and one send buffer per message in flight (at least one), and the transient
 //   gather of the embedding gradient rows (dp > 1, ZeRO 0/1).
 #pragma once
 #include <cstdint>

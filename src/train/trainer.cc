@@ -571,8 +571,12 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
     ppc.recv(buf + tp_rank * part, part, CommDType::kF32, peer, tag);
     tpc.all_gather(buf + tp_rank * part, buf, part, CommDType::kF32);
   };
-  Buffer<float> xbuf(static_cast<size_t>(pp > 1 ? act_count : 0), MemCategory::kComm);
-  Buffer<float> dybuf(static_cast<size_t>(pp > 1 ? act_count : 0), MemCategory::kComm);
+  // Receive buffers: the step keeps kRecvAhead receives posted ahead of the action that needs
+  // them (so the transfer runs while the stage computes) plus the one being consumed.
+  constexpr int kRecvAhead = kPipeRecvAhead;
+  std::vector<Buffer<float>> rbuf;
+  for (int b = 0; b < (pp > 1 ? kRecvAhead + 1 : 0); ++b) rbuf.emplace_back(static_cast<size_t>(act_count), MemCategory::kComm);
+
   struct SendBuf {
     Buffer<float> data;
     CommHandle handle;
@@ -599,8 +603,8 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
         // Forward through the pipeline's chunks in model order; the last chunk has the loss.
         const int64_t count = (cfg.sequence_parallel && tp > 1 ? rows * T / tp : rows * T) * mc.n_embd;
         for (Chunk& ch : chunks) {
-          if (ch.global > 0) recv_act(xbuf.data(), count, (stage + pp - 1) % pp, 0);
-          ch.model->stage_forward(0, inputs.data(), xbuf.data(), rows, T, false);
+          if (ch.global > 0) recv_act(rbuf[0].data(), count, (stage + pp - 1) % pp, 0);
+          ch.model->stage_forward(0, inputs.data(), rbuf[0].data(), rows, T, false);
           if (ch.global < K - 1) {
             const int64_t part = pp_scatter ? count / tp : count;
             ppc.send(ch.model->stage_output(0) + (pp_scatter ? tp_rank * part : 0), part, CommDType::kF32,
@@ -707,7 +711,8 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
       // stage holding chunk g-1 and sends its output on to the one holding g+1; a backward
       // receives the gradient of its output from there and sends its input's gradient back.
       // Sends copy into pooled buffers and are asynchronous, so computing never waits on a
-      // send (only on the receives it needs); the step waits for all of them at its end.
+      // send; the step waits for all of them at its end. Receives are posted kRecvAhead
+      // actions ahead, so a message travels while the stage computes the actions before it.
       // Tags: 2 * (micro-batch * K + receiving chunk) + direction.
       pipe_busy = pipe_wait = 0.0;
       pipe_in_flight_peak = 0;
@@ -732,6 +737,50 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
         sb->handle = ppc.isend(sb->data.data(), send_count, CommDType::kF32, peer, tag);
       };
       const int prev = (stage + pp - 1) % pp, next = (stage + 1) % pp;
+      // The step's receives in schedule order: (peer, tag) of each action that needs one.
+      struct RecvSpec {
+        int peer, tag;
+      };
+      std::vector<RecvSpec> rq;
+      for (const PipeAction& a : actions) {
+        const int mb = a.micro_batch, g = chunks[static_cast<size_t>(a.chunk)].global;
+        if (a.kind == PipeAction::kForward && g > 0) rq.push_back({prev, 2 * (mb * K + g)});
+        if (a.kind == PipeAction::kBackward && g < K - 1) rq.push_back({next, 2 * (mb * K + g) + 1});
+      }
+      // Posted ahead, each into a free buffer (its slice under the scatter-gather).
+      struct Posted {
+        int buf;
+        CommHandle handle;
+      };
+      std::deque<Posted> posted;
+      std::vector<int> free_bufs;
+      for (int b = kRecvAhead; b >= 0; --b) free_bufs.push_back(b);
+      size_t next_recv = 0;
+      auto post_more = [&]() {
+        while (next_recv < rq.size() && static_cast<int>(posted.size()) < kRecvAhead && !free_bufs.empty()) {
+          const int b = free_bufs.back();
+          free_bufs.pop_back();
+          const RecvSpec& r = rq[next_recv++];
+          float* dst = rbuf[static_cast<size_t>(b)].data() + (pp_scatter ? tp_rank * send_count : 0);
+          posted.push_back({b, ppc.irecv(dst, send_count, CommDType::kF32, r.peer, r.tag)});
+        }
+      };
+      // The next posted receive, complete (and all-gathered over tp under the scatter-gather).
+      auto take_recv = [&]() -> int {
+        WEFT_CHECK(!posted.empty(), "pipeline: no receive posted for stage {}", stage);
+        Posted pr = std::move(posted.front());
+        posted.pop_front();
+        pr.handle->wait();
+        float* buf = rbuf[static_cast<size_t>(pr.buf)].data();
+        if (pp_scatter) tpc.all_gather(buf + tp_rank * send_count, buf, send_count, CommDType::kF32);
+        post_more();  // keep the transfers ahead running while this one is used
+        return pr.buf;
+      };
+      auto release_recv = [&](int b) {
+        free_bufs.push_back(b);
+        post_more();
+      };
+      post_more();
       for (size_t i = 0; i < actions.size(); ++i) {
         const PipeAction& a = actions[i];
         Chunk& ch = chunks[static_cast<size_t>(a.chunk)];
@@ -745,21 +794,26 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
           ch.slot_of[mb] = slot;
           pipe_in_flight_peak = std::max(pipe_in_flight_peak, ++in_flight);
           const double w0 = Tracer::now();
-          if (g > 0) recv_act(xbuf.data(), act_count, prev, 2 * (mb * K + g));
+          const int rb = g > 0 ? take_recv() : -1;
           const double c0 = Tracer::now();
           pipe_wait += c0 - w0;
-          ch.model->stage_forward(slot, inputs.data(), xbuf.data(), B, T, true);
+          ch.model->stage_forward(slot, inputs.data(), rb >= 0 ? rbuf[static_cast<size_t>(rb)].data() : nullptr, B, T,
+                                  true);
           pipe_busy += Tracer::now() - c0;
+          if (rb >= 0) release_recv(rb);
           if (g < K - 1) send(ch.model->stage_output(slot), next, 2 * (mb * K + g + 1));
         } else {
           const int slot = ch.slot_of.at(mb);
           ch.store->begin_micro_batch(static_cast<int>(i) == ch.last_backward);
           const double w0 = Tracer::now();
-          if (g < K - 1) recv_act(dybuf.data(), act_count, next, 2 * (mb * K + g) + 1);
+          const int rb = g < K - 1 ? take_recv() : -1;
           const double c0 = Tracer::now();
           pipe_wait += c0 - w0;
-          loss_sum += ch.model->stage_backward(slot, inputs.data(), targets.data(), dybuf.data(), B, T, loss_scale);
+          loss_sum += ch.model->stage_backward(slot, inputs.data(), targets.data(),
+                                               rb >= 0 ? rbuf[static_cast<size_t>(rb)].data() : nullptr, B, T,
+                                               loss_scale);
           pipe_busy += Tracer::now() - c0;
+          if (rb >= 0) release_recv(rb);
           if (g > 0) send(ch.model->stage_input_grad(slot), prev, 2 * (mb * K + g - 1) + 1);
           ch.slot_of.erase(mb);
           ch.free_slots.push_back(slot);

@@ -36,6 +36,10 @@ namespace weft {
 
 enum class PipeSchedule { kGpipe, k1F1B, kInterleaved };
 
+// The pipeline runtime keeps this many receives posted ahead of the action that needs them
+// (plus one buffer being consumed): a message travels while the stage computes.
+constexpr int kPipeRecvAhead = 2;
+
 // "gpipe", "1f1b", "interleaved"; InputError listing the names otherwise.
 PipeSchedule parse_schedule(const std::string& name);
 std::string schedule_name(PipeSchedule s);
