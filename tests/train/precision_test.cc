@@ -163,7 +163,7 @@ TEST_F(PrecisionRuns, ResumeWithMasterWeightsIsExact) {
   }
 }
 
-TEST_F(PrecisionRuns, Bf16WorksOnEveryAxis) {
+TEST_F(PrecisionRuns, SixteenBitWorksOnEveryAxis) {
   RunResult r = train(0, "--steps 4 --val_batches 0 --precision bf16 --out " + *tmp / "one");
   ASSERT_EQ(r.code, 0) << r.err;
   const auto ref = metric_series(*tmp / "one", "loss");
@@ -172,6 +172,19 @@ TEST_F(PrecisionRuns, Bf16WorksOnEveryAxis) {
   const auto d = metric_series(*tmp / "3d", "loss");
   // Another layout sums in another order, so the 16-bit roundings differ: bf16 tolerance.
   for (const auto& [s, l] : ref) EXPECT_NEAR(d.at(s), l, 0.01 * l) << "step " << s;
+  // fp16 with dynamic scaling across a pipeline and data parallelism: the overflow decision
+  // comes from the gradient norm reduced over every axis, so all ranks skip together (a rank
+  // that did not would hang or diverge); the run learns.
+  r = train(4, "--steps 8 --val_batches 0 --precision fp16 --initial_loss_scale 67108864 --loss_scale_window 3 "
+               "--pp 2 --dp 2 --zero 1 --micro_batch 2 --out " + *tmp / "fp16-3d");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto f = steps(*tmp / "fp16-3d");
+  ASSERT_EQ(f.size(), 8u);
+  int skipped = 0;
+  for (const auto& j : f) skipped += j.value("skipped", false) ? 1 : 0;
+  EXPECT_GE(skipped, 1);
+  EXPECT_LT(skipped, 8);
+  EXPECT_LT(f.back()["loss"].get<double>(), f.front()["loss"].get<double>());
 }
 
 TEST_F(PrecisionRuns, BadSettingsAreRefused) {
