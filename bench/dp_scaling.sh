@@ -10,11 +10,7 @@ ROUNDS="${1:-2}"
 MODELS="${2:-tiny small}"
 ZEROS="${3:-0 1}"
 STEPS="${STEPS:-8}"
-WEFT="${WEFT:-build/weft}"
-ROOT_FLAG=""
-[ "$(id -u)" = "0" ] && ROOT_FLAG="--allow-run-as-root"
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
+source bench/common.sh
 
 # Mean tokens/s over the steps after the first (which pays one-time costs), and the mean
 # exposed data-parallel communication per step.

@@ -5,11 +5,7 @@
 #   bash bench/memory_table.sh > /tmp/table.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WEFT="${WEFT:-build/weft}"
-ROOT_FLAG=""
-[ "$(id -u)" = "0" ] && ROOT_FLAG="--allow-run-as-root"
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
+source bench/common.sh
 python3 bench/random_shards.py "$TMP/data" 50257 200000
 echo "| model | layout | rank (stage) | params | grads | optimizer | activations | workspace | comm | total |"
 echo "|---|---|---|---|---|---|---|---|---|---|"

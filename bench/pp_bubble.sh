@@ -13,11 +13,7 @@ cd "$(dirname "$0")/.."
 STAGES="${1:-2}"
 MBS="${2:-2 4 8}"
 STEPS="${STEPS:-6}"
-WEFT="${WEFT:-build/weft}"
-ROOT_FLAG=""
-[ "$(id -u)" = "0" ] && ROOT_FLAG="--allow-run-as-root"
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
+source bench/common.sh
 
 python3 bench/random_shards.py "$TMP/data" 512 400000
 

@@ -8,11 +8,7 @@ cd "$(dirname "$0")/.."
 ROUNDS="${1:-2}"
 MODELS="${2:-small}"
 STEPS="${STEPS:-6}"
-WEFT="${WEFT:-build/weft}"
-ROOT_FLAG=""
-[ "$(id -u)" = "0" ] && ROOT_FLAG="--allow-run-as-root"
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
+source bench/common.sh
 
 measure() {
   python3 - "$1" <<'PY'

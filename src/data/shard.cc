@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "data/text_util.h"
 
 namespace weft {
 
@@ -43,35 +44,21 @@ void write_shard(const std::string& path, const int32_t* tokens, int64_t count, 
   header[1] = width == 2 ? kShardVersionU16 : kShardVersionU32;
   header[2] = static_cast<int32_t>(count);
 
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw_runtime("cannot create {}: {}", tmp, std::strerror(errno));
-  bool ok = std::fwrite(header, sizeof(header), 1, f) == 1;
-  if (width == 4) {
-    ok = ok && std::fwrite(tokens, 4, static_cast<size_t>(count), f) == static_cast<size_t>(count);
-  } else {
-    constexpr int64_t kChunk = 1 << 16;
-    std::vector<uint16_t> buf(static_cast<size_t>(std::min(count, kChunk)));
-    for (int64_t b = 0; ok && b < count; b += kChunk) {
-      const int64_t n = std::min(kChunk, count - b);
-      for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<uint16_t>(tokens[b + i]);
-      ok = std::fwrite(buf.data(), 2, static_cast<size_t>(n), f) == static_cast<size_t>(n);
-    }
-  }
-  int err = ok ? 0 : errno;
-  if (std::fclose(f) != 0 && ok) {
-    ok = false;
-    err = errno;
-  }
-  if (!ok) {
-    std::remove(tmp.c_str());
-    throw_runtime("cannot write shard {} ({} tokens): {}", tmp, count, std::strerror(err));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    err = errno;
-    std::remove(tmp.c_str());
-    throw_runtime("cannot rename {} to {}: {}", tmp, path, std::strerror(err));
-  }
+  write_file_atomic(
+      path,
+      [&](std::FILE* f) {
+        bool ok = std::fwrite(header, sizeof(header), 1, f) == 1;
+        if (width == 4) return ok && std::fwrite(tokens, 4, static_cast<size_t>(count), f) == static_cast<size_t>(count);
+        constexpr int64_t kChunk = 1 << 16;
+        std::vector<uint16_t> buf(static_cast<size_t>(std::min(count, kChunk)));
+        for (int64_t b = 0; ok && b < count; b += kChunk) {
+          const int64_t n = std::min(kChunk, count - b);
+          for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<uint16_t>(tokens[b + i]);
+          ok = std::fwrite(buf.data(), 2, static_cast<size_t>(n), f) == static_cast<size_t>(n);
+        }
+        return ok;
+      },
+      fmt::format("shard of {} tokens", count));
 }
 
 ShardReader::ShardReader(const std::string& path) : path_(path) {

@@ -133,10 +133,16 @@ std::string read_file(const std::string& path) {
 }
 
 void write_file_atomic(const std::string& path, std::string_view data) {
+  write_file_atomic(
+      path, [&](std::FILE* f) { return std::fwrite(data.data(), 1, data.size(), f) == data.size(); },
+      fmt::format("{} bytes", data.size()));
+}
+
+void write_file_atomic(const std::string& path, const std::function<bool(std::FILE*)>& write, const std::string& what) {
   const std::string tmp = path + ".tmp";
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) throw_runtime("cannot create {}: {}", tmp, std::strerror(errno));
-  bool ok = std::fwrite(data.data(), 1, data.size(), f) == data.size();
+  bool ok = write(f);
   int err = ok ? 0 : errno;
   if (std::fclose(f) != 0 && ok) {
     ok = false;
@@ -144,7 +150,7 @@ void write_file_atomic(const std::string& path, std::string_view data) {
   }
   if (!ok) {
     std::remove(tmp.c_str());
-    throw_runtime("cannot write {} ({} bytes): {}", tmp, data.size(), std::strerror(err));
+    throw_runtime("cannot write {} ({}): {}", tmp, what, std::strerror(err));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     err = errno;

@@ -2,6 +2,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -25,5 +27,8 @@ std::string read_file(const std::string& path);
 // Writes `data` to `path` atomically: to `path + ".tmp"` first, then renamed over `path`.
 // Throws RuntimeError naming the path and the reason (the .tmp file is removed on failure).
 void write_file_atomic(const std::string& path, std::string_view data);
+// The same with the contents produced by `write` (returns false when an fwrite failed); `what`
+// describes them in the error message ("1000 tokens").
+void write_file_atomic(const std::string& path, const std::function<bool(std::FILE*)>& write, const std::string& what);
 
 }  // namespace weft

@@ -28,22 +28,6 @@ double GPT::train_flops_per_token(const ModelConfig& c, int64_t T) {
   return 6.0 * matmul_params + 12.0 * L * C * static_cast<double>(T);
 }
 
-Recompute parse_recompute(const std::string& name) {
-  if (name == "none") return Recompute::kNone;
-  if (name == "selective") return Recompute::kSelective;
-  if (name == "full") return Recompute::kFull;
-  throw_input("unknown recompute mode '{}', expected one of: none, selective, full", name);
-}
-
-const char* recompute_name(Recompute r) {
-  switch (r) {
-    case Recompute::kNone: return "none";
-    case Recompute::kSelective: return "selective";
-    case Recompute::kFull: return "full";
-  }
-  return "?";
-}
-
 namespace {
 // Points a layer's tensors at consecutive pieces taken by `take` (the probabilities at `att`;
 // the output res3 only if `output`). ln1 and ln2 hold all N rows (gathered under sequence
@@ -533,7 +517,7 @@ void GPT::use_slot(int slot) {
 namespace {
 // Makes a slot current for one call; slot 0 again afterwards (the whole-model calls use it).
 struct SlotScope {
-  SlotScope(GPT* g, Activations** cur, Activations* zero) : cur_(cur), zero_(zero) {}
+  SlotScope(Activations** cur, Activations* zero) : cur_(cur), zero_(zero) {}
   ~SlotScope() { *cur_ = zero_; }
   Activations** cur_;
   Activations* zero_;
@@ -543,7 +527,7 @@ struct SlotScope {
 void GPT::stage_forward(int slot, const int32_t* inputs, const float* x_in, int64_t B, int64_t T, bool for_backward) {
   check_shape(B, T, for_backward);
   if (layout_.stage().embedding) check_tokens(inputs, B * T, "input");
-  SlotScope scope(this, &cur_, &stash_[0]);
+  SlotScope scope(&cur_, &stash_[0]);
   use_slot(slot);
   if (!layout_.stage().embedding) {
     const int64_t rows = sp_ ? B * T / P_ : B * T;
@@ -559,7 +543,7 @@ void GPT::stage_forward(int slot, const int32_t* inputs, const float* x_in, int6
 double GPT::stage_backward(int slot, const int32_t* inputs, const int32_t* targets, const float* dy, int64_t B,
                            int64_t T, float loss_scale) {
   if (layout_.stage().head) check_tokens(targets, B * T, "target");
-  SlotScope scope(this, &cur_, &stash_[0]);
+  SlotScope scope(&cur_, &stash_[0]);
   use_slot(slot);
   return backward_part(inputs, targets, dy, B, T, loss_scale);
 }
@@ -567,7 +551,7 @@ double GPT::stage_backward(int slot, const int32_t* inputs, const int32_t* targe
 double GPT::stage_loss(int slot, const int32_t* targets, int64_t B, int64_t T) {
   WEFT_CHECK(layout_.stage().head, "stage_loss on a stage without the head");
   check_tokens(targets, B * T, "target");
-  SlotScope scope(this, &cur_, &stash_[0]);
+  SlotScope scope(&cur_, &stash_[0]);
   use_slot(slot);
   const double s = head(targets, B * T, store_->acquire(0), nullptr, 0.0f);
   store_->release(0);
@@ -575,12 +559,11 @@ double GPT::stage_loss(int slot, const int32_t* targets, int64_t B, int64_t T) {
 }
 
 const float* GPT::stage_output(int slot) {
-  SlotScope scope(this, &cur_, &stash_[0]);
+  SlotScope scope(&cur_, &stash_[0]);
   use_slot(slot);
   return layout_.num_layers() > 0 ? cur_->layers.back().res3 : cur_->encoded;
 }
 
-const float* GPT::stage_input_grad(int slot) { return ws_.dres; }
 
 void GPT::forward_last_logits(const int32_t* tokens, int64_t T, float* logits_out) {
   check_shape(1, T, false);

@@ -153,14 +153,14 @@ class GPT {
   void stage_forward(int slot, const int32_t* inputs, const float* x_in, int64_t B, int64_t T, bool for_backward);
   // Backward of that micro-batch: the last stage computes the loss (returns the sum of its
   // token losses, gradients scaled by loss_scale), an earlier one takes dy, the gradient of
-  // its output from the next stage. Then stage_input_grad(slot) is the gradient to send back.
+  // its output from the next stage. Then stage_input_grad() is the gradient to send back.
   double stage_backward(int slot, const int32_t* inputs, const int32_t* targets, const float* dy, int64_t B,
                         int64_t T, float loss_scale);
   // Last stage, after stage_forward(..., false): the sum of the token losses.
   double stage_loss(int slot, const int32_t* targets, int64_t B, int64_t T);
   const float* stage_output(int slot);
   // The gradient of the stage's input after stage_backward: valid until the next backward.
-  const float* stage_input_grad(int slot);
+  const float* stage_input_grad() const { return ws_.dres; }
 
   // Model FLOPs per token for training at sequence length T: 6 * (matmul parameters)
   // + 12 * L * C * T for attention (PaLM, Chowdhery et al. 2022, appendix B).

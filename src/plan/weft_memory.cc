@@ -87,14 +87,7 @@ MemoryBreakdown weft_rank_memory(const WeftRunShape& r, int stage, int dp_rank) 
       any_recompute = any_recompute || full || l.recompute == Recompute::kSelective;
       slot += full ? Nl * C : l.recompute == Recompute::kSelective ? layer_none - att : layer_none;
     }
-    int in_flight = 1;
-    if (p > 1) {
-      std::vector<PipeAction> mine;
-      for (const PipeAction& a : actions) {
-        if (a.chunk == c) mine.push_back(a);
-      }
-      in_flight = std::max(1, max_in_flight(mine));
-    }
+    const int in_flight = p > 1 ? std::max(1, max_in_flight(actions, c)) : 1;
     activations += static_cast<double>(in_flight) * slot;
 
     // Workspace of the chunk: LayerNorm-gradient scratch (2C), the head's losses, logits

@@ -253,22 +253,23 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   // The planner's step time for this layout on the calibrated system (weft calibrate).
   std::string system_path = cfg.system;
   if (system_path.empty() && fs::exists("systems/local.toml")) system_path = "systems/local.toml";
+  // This run's layout as the planner describes it (its step time and memory models).
+  plan::Layout pl;
+  pl.tp = spec.tp;
+  pl.pp = spec.pp;
+  pl.dp = spec.dp;
+  pl.micro_batch = B;
+  pl.zero = static_cast<int>(cfg.zero);
+  pl.recompute = recompute;
+  pl.recompute_layers = static_cast<int>(cfg.recompute_layers);
+  pl.sequence_parallel = cfg.sequence_parallel && spec.tp > 1;
+  pl.schedule = schedule;
+  pl.virtual_stages = spec.pp > 1 ? vs : 1;
   std::optional<plan::Prediction> step_prediction;
   if (!system_path.empty()) {
     const plan::System sys = plan::load_system(system_path);  // InputError naming the file and key
     plan::Options po = plan::Options::from_system(sys, prec, G);
     po.rank_order = cfg.order;
-    plan::Layout pl;
-    pl.tp = spec.tp;
-    pl.pp = spec.pp;
-    pl.dp = spec.dp;
-    pl.micro_batch = B;
-    pl.zero = static_cast<int>(cfg.zero);
-    pl.recompute = recompute;
-    pl.recompute_layers = static_cast<int>(cfg.recompute_layers);
-    pl.sequence_parallel = cfg.sequence_parallel && spec.tp > 1;
-    pl.schedule = schedule;
-    pl.virtual_stages = spec.pp > 1 ? vs : 1;
     try {
       step_prediction = plan::predict(plan::ModelShape::from_config(mc, T), sys, pl, po);
     } catch (const InputError& e) {
@@ -325,13 +326,10 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
     // The first and the last chunk share the tied embedding: summed over `tied`.
     if (holds_embedding && (ch.spec.embedding || ch.spec.head)) ch.store->set_tied_embedding(tied.get());
     if (pp > 1) {
-      std::vector<PipeAction> mine;
       for (size_t i = 0; i < actions.size(); ++i) {
-        if (actions[i].chunk != c) continue;
-        mine.push_back(actions[i]);
-        if (actions[i].kind == PipeAction::kBackward) ch.last_backward = static_cast<int>(i);
+        if (actions[i].chunk == c && actions[i].kind == PipeAction::kBackward) ch.last_backward = static_cast<int>(i);
       }
-      ch.slots = std::max(1, max_in_flight(mine));
+      ch.slots = std::max(1, max_in_flight(actions, c));
       for (int k = ch.slots - 1; k >= 0; --k) ch.free_slots.push_back(k);
     }
     ch.model->set_recompute(recompute, static_cast<int>(cfg.recompute_layers));
@@ -481,16 +479,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   run_shape.micro_batches = accum;
   run_shape.head_chunk = cfg.head_chunk;
   run_shape.prefetch = static_cast<int>(cfg.prefetch);
-  run_shape.layout.tp = tp;
-  run_shape.layout.pp = pp;
-  run_shape.layout.dp = dp;
-  run_shape.layout.micro_batch = B;
-  run_shape.layout.zero = dcfg.zero;
-  run_shape.layout.recompute = recompute;
-  run_shape.layout.recompute_layers = static_cast<int>(cfg.recompute_layers);
-  run_shape.layout.sequence_parallel = cfg.sequence_parallel && tp > 1;
-  run_shape.layout.schedule = schedule;
-  run_shape.layout.virtual_stages = vchunks;
+  run_shape.layout = pl;
   run_shape.master_weights = prec != Precision::kFp32;
   const plan::MemoryBreakdown predicted = plan::weft_rank_memory(run_shape, stage, dp_rank);
   if (step_prediction) {
@@ -561,16 +550,14 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   // the receiving stage all-gathers the slices over tp. (With sequence parallelism a rank's
   // rows are its slice already.)
   const bool pp_scatter = pp > 1 && tp > 1 && !(cfg.sequence_parallel && tp > 1);
-  const int64_t send_count = pp_scatter ? act_count / tp : act_count;
-  auto recv_act = [&](float* buf, int64_t count, int peer, int tag) {
-    if (!pp_scatter) {
-      ppc.recv(buf, count, CommDType::kF32, peer, tag);
-      return;
-    }
-    const int64_t part = count / tp;
-    ppc.recv(buf + tp_rank * part, part, CommDType::kF32, peer, tag);
-    tpc.all_gather(buf + tp_rank * part, buf, part, CommDType::kF32);
+  // What a message of `count` activations carries: this rank's slice of them.
+  auto part_of = [&](int64_t count) { return pp_scatter ? count / tp : count; };
+  auto slice_of = [&](auto* buf, int64_t count) { return pp_scatter ? buf + tp_rank * part_of(count) : buf; };
+  // After a receive into slice_of(buf, count): the whole of buf, from every tp rank's slice.
+  auto gather_slices = [&](float* buf, int64_t count) {
+    if (pp_scatter) tpc.all_gather(slice_of(buf, count), buf, part_of(count), CommDType::kF32);
   };
+  const int64_t send_count = part_of(act_count);
   // Receive buffers: the step keeps kRecvAhead receives posted ahead of the action that needs
   // them (so the transfer runs while the stage computes) plus the one being consumed.
   constexpr int kRecvAhead = kPipeRecvAhead;
@@ -603,11 +590,14 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
         // Forward through the pipeline's chunks in model order; the last chunk has the loss.
         const int64_t count = (cfg.sequence_parallel && tp > 1 ? rows * T / tp : rows * T) * mc.n_embd;
         for (Chunk& ch : chunks) {
-          if (ch.global > 0) recv_act(rbuf[0].data(), count, (stage + pp - 1) % pp, 0);
-          ch.model->stage_forward(0, inputs.data(), rbuf[0].data(), rows, T, false);
+          float* x = rbuf[0].data();
+          if (ch.global > 0) {
+            ppc.recv(slice_of(x, count), part_of(count), CommDType::kF32, (stage + pp - 1) % pp, 0);
+            gather_slices(x, count);
+          }
+          ch.model->stage_forward(0, inputs.data(), x, rows, T, false);
           if (ch.global < K - 1) {
-            const int64_t part = pp_scatter ? count / tp : count;
-            ppc.send(ch.model->stage_output(0) + (pp_scatter ? tp_rank * part : 0), part, CommDType::kF32,
+            ppc.send(slice_of(ch.model->stage_output(0), count), part_of(count), CommDType::kF32,
                      (stage + 1) % pp, 0);
           }
           if (ch.spec.head) l = ch.model->stage_loss(0, targets.data(), rows, T);
@@ -732,7 +722,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
           sb->data.set_category(MemCategory::kComm);
           sb->data.resize(static_cast<size_t>(send_count));
         }
-        std::memcpy(sb->data.data(), src + (pp_scatter ? tp_rank * send_count : 0),
+        std::memcpy(sb->data.data(), slice_of(src, act_count),
                     static_cast<size_t>(send_count) * sizeof(float));
         sb->handle = ppc.isend(sb->data.data(), send_count, CommDType::kF32, peer, tag);
       };
@@ -761,7 +751,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
           const int b = free_bufs.back();
           free_bufs.pop_back();
           const RecvSpec& r = rq[next_recv++];
-          float* dst = rbuf[static_cast<size_t>(b)].data() + (pp_scatter ? tp_rank * send_count : 0);
+          float* dst = slice_of(rbuf[static_cast<size_t>(b)].data(), act_count);
           posted.push_back({b, ppc.irecv(dst, send_count, CommDType::kF32, r.peer, r.tag)});
         }
       };
@@ -771,8 +761,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
         Posted pr = std::move(posted.front());
         posted.pop_front();
         pr.handle->wait();
-        float* buf = rbuf[static_cast<size_t>(pr.buf)].data();
-        if (pp_scatter) tpc.all_gather(buf + tp_rank * send_count, buf, send_count, CommDType::kF32);
+        gather_slices(rbuf[static_cast<size_t>(pr.buf)].data(), act_count);
         post_more();  // keep the transfers ahead running while this one is used
         return pr.buf;
       };
@@ -814,7 +803,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
                                                loss_scale);
           pipe_busy += Tracer::now() - c0;
           if (rb >= 0) release_recv(rb);
-          if (g > 0) send(ch.model->stage_input_grad(slot), prev, 2 * (mb * K + g - 1) + 1);
+          if (g > 0) send(ch.model->stage_input_grad(), prev, 2 * (mb * K + g - 1) + 1);
           ch.slot_of.erase(mb);
           ch.free_slots.push_back(slot);
           --in_flight;

@@ -92,10 +92,11 @@ std::vector<PipeAction> stage_schedule(PipeSchedule s, int stages, int stage, in
   return out;
 }
 
-int max_in_flight(const std::vector<PipeAction>& actions) {
+int max_in_flight(const std::vector<PipeAction>& actions, int chunk) {
   std::set<std::pair<int, int>> live;
   int peak = 0;
   for (const PipeAction& a : actions) {
+    if (chunk >= 0 && a.chunk != chunk) continue;
     if (a.kind == PipeAction::kForward) {
       live.insert({a.micro_batch, a.chunk});
       peak = std::max(peak, static_cast<int>(live.size()));

@@ -60,7 +60,8 @@ std::vector<PipeAction> stage_schedule(PipeSchedule s, int stages, int stage, in
 
 // Peak number of (micro-batch, chunk) pairs whose forward has run and backward has not: the
 // activations stashed at once.
-int max_in_flight(const std::vector<PipeAction>& actions);
+// chunk >= 0: counts only that virtual chunk's pairs (one chunk's activation slots).
+int max_in_flight(const std::vector<PipeAction>& actions, int chunk = -1);
 
 struct PipeSimResult {
   double step_time = 0;       // end of the last action on any stage (start at 0)
