@@ -1,7 +1,4 @@
-// `weft plan`: predicts memory and step time of layouts and ranks them; `weft calibrate`:
-// measures this machine and writes a system file.
-#include "plan_cmd.h"
-
+// `weft plan`: predicts memory and step time of layouts and ranks them (see docs/planner.md).
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -11,9 +8,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cli_util.h"
+#include "commands.h"
 #include "core/error.h"
 #include "model/config.h"
-#include "plan/calibrate.h"
 #include "plan/predict.h"
 #include "plan/search.h"
 
@@ -94,227 +92,285 @@ std::vector<int64_t> parse_counts(const std::string& s) {
   return out;
 }
 
-}  // namespace
-
-int cmd_plan(CLI::App& app, int argc, char** argv) {
+// The options of `weft plan`, with the options whose presence pins a choice or overrides the
+// system's defaults.
+struct PlanArgs {
   std::string model = "", system_path, precision = "bf16", format = "text", recompute, schedule, order = "tp-dp-pp";
   int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, ffn = 0, gpus = 0, global_batch = 0, top = 5;
   int tp = 0, pp = 0, dp = 0, zero = 0, vstages = 0, recompute_layers = -1;
   int64_t micro_batch = 0;
   bool sp = false, flash = false, dropout = false, overlap = false;
   std::string scaling, scaling_gpus, csv, plot;
-  app.add_option("--model", model, "model preset (gpt2-124m, gpt-22b, gpt-175b, gpt-1t, ...)");
-  app.add_option("--layers", layers, "layers (with --hidden --heads: a custom model, or override the preset)");
-  app.add_option("--hidden", hidden, "hidden size");
-  app.add_option("--heads", heads, "attention heads");
-  app.add_option("--seq", seq, "sequence length (default: the model context)");
-  app.add_option("--vocab", vocab, "vocabulary (padded to a multiple of 128)");
-  app.add_option("--ffn", ffn, "MLP size (default 4 x hidden)");
-  app.add_option("--system", system_path, "system file (systems/frontier.toml, systems/local.toml from weft calibrate)")
-      ->required();
-  auto* o_gpus = app.add_option("--gpus", gpus, "devices (default: tp x pp x dp when all three are pinned)");
-  app.add_option("--global-batch", global_batch, "sequences per optimizer step")->required();
-  app.add_option("--precision", precision, "bf16, fp16 or fp32");
-  auto* o_tp = app.add_option("--tp", tp, "pin the tensor-parallel size");
-  auto* o_pp = app.add_option("--pp", pp, "pin the pipeline stages");
-  auto* o_dp = app.add_option("--dp", dp, "pin the data-parallel size");
-  auto* o_mb = app.add_option("--micro-batch", micro_batch, "pin the micro-batch size (sequences)");
-  auto* o_zero = app.add_option("--zero", zero, "pin the ZeRO stage 0..3");
-  auto* o_rc = app.add_option("--recompute", recompute, "pin recompute: none, selective, full");
-  auto* o_rcl = app.add_option("--recompute-layers", recompute_layers, "full recompute: layers per stage (default all)");
-  auto* o_sp = app.add_flag("--sequence-parallel,!--no-sequence-parallel", sp, "pin sequence parallelism on (or off)");
-  auto* o_sch = app.add_option("--schedule", schedule, "pin the pipeline schedule: gpipe, 1f1b, interleaved");
-  auto* o_v = app.add_option("--virtual-stages", vstages, "pin the virtual stages (interleaved schedule)");
-  app.add_option("--order", order, "rank order, first axis fastest (tp-dp-pp)");
-  auto* o_flash = app.add_flag("--flash-attention,!--no-flash-attention", flash, "override the system's [defaults]");
-  auto* o_drop = app.add_flag("--dropout,!--no-dropout", dropout, "override the system's [defaults]");
-  auto* o_ov = app.add_flag("--overlap-dp,!--no-overlap-dp", overlap, "override the system's [defaults]");
-  app.add_option("--top", top, "layouts to print");
-  app.add_option("--format", format, "text or json")->check(CLI::IsMember({"text", "json"}));
-  auto* o_scaling = app.add_option("--scaling", scaling, "strong, weak or both: scaling efficiency vs device count")
-                        ->check(CLI::IsMember({"strong", "weak", "both"}))
-                        ->expected(0, 1)
-                        ->default_str("both");
-  app.add_option("--scaling-gpus", scaling_gpus, "device counts for --scaling (default: gpus/8, gpus/4, gpus/2, gpus)");
-  app.add_option("--csv", csv, "--scaling: also write the curves as CSV to this file");
-  app.add_option("--plot", plot, "--scaling: also write a PNG plot (needs gnuplot on the PATH)");
-  app.parse(argc - 1, argv + 1);
+  CLI::Option *o_gpus = nullptr, *o_tp = nullptr, *o_pp = nullptr, *o_dp = nullptr, *o_mb = nullptr, *o_zero = nullptr;
+  CLI::Option *o_rc = nullptr, *o_rcl = nullptr, *o_sp = nullptr, *o_sch = nullptr, *o_v = nullptr;
+  CLI::Option *o_flash = nullptr, *o_drop = nullptr, *o_ov = nullptr, *o_scaling = nullptr;
+};
 
-  // The model.
+void add_plan_options(CLI::App& app, PlanArgs& a) {
+  app.add_option("--model", a.model, "model preset (gpt2-124m, gpt-22b, gpt-175b, gpt-1t, ...)");
+  app.add_option("--layers", a.layers, "layers (with --hidden --heads: a custom model, or override the preset)");
+  app.add_option("--hidden", a.hidden, "hidden size");
+  app.add_option("--heads", a.heads, "attention heads");
+  app.add_option("--seq", a.seq, "sequence length (default: the model context)");
+  app.add_option("--vocab", a.vocab, "vocabulary (padded to a multiple of 128)");
+  app.add_option("--ffn", a.ffn, "MLP size (default 4 x hidden)");
+  app.add_option("--system", a.system_path, "system file (systems/frontier.toml, systems/local.toml from weft calibrate)")
+      ->required();
+  a.o_gpus = app.add_option("--gpus", a.gpus, "devices (default: tp x pp x dp when all three are pinned)");
+  app.add_option("--global-batch", a.global_batch, "sequences per optimizer step")->required();
+  app.add_option("--precision", a.precision, "bf16, fp16 or fp32");
+  a.o_tp = app.add_option("--tp", a.tp, "pin the tensor-parallel size");
+  a.o_pp = app.add_option("--pp", a.pp, "pin the pipeline stages");
+  a.o_dp = app.add_option("--dp", a.dp, "pin the data-parallel size");
+  a.o_mb = app.add_option("--micro-batch", a.micro_batch, "pin the micro-batch size (sequences)");
+  a.o_zero = app.add_option("--zero", a.zero, "pin the ZeRO stage 0..3");
+  a.o_rc = app.add_option("--recompute", a.recompute, "pin recompute: none, selective, full");
+  a.o_rcl = app.add_option("--recompute-layers", a.recompute_layers, "full recompute: layers per stage (default all)");
+  a.o_sp = app.add_flag("--sequence-parallel,!--no-sequence-parallel", a.sp, "pin sequence parallelism on (or off)");
+  a.o_sch = app.add_option("--schedule", a.schedule, "pin the pipeline schedule: gpipe, 1f1b, interleaved");
+  a.o_v = app.add_option("--virtual-stages", a.vstages, "pin the virtual stages (interleaved schedule)");
+  app.add_option("--order", a.order, "rank order, first axis fastest (tp-dp-pp)");
+  a.o_flash = app.add_flag("--flash-attention,!--no-flash-attention", a.flash, "override the system's [defaults]");
+  a.o_drop = app.add_flag("--dropout,!--no-dropout", a.dropout, "override the system's [defaults]");
+  a.o_ov = app.add_flag("--overlap-dp,!--no-overlap-dp", a.overlap, "override the system's [defaults]");
+  app.add_option("--top", a.top, "layouts to print");
+  add_format_option(app, a.format);
+  a.o_scaling = app.add_option("--scaling", a.scaling, "strong, weak or both: scaling efficiency vs device count")
+                    ->check(CLI::IsMember({"strong", "weak", "both"}))
+                    ->expected(0, 1)
+                    ->default_str("both");
+  app.add_option("--scaling-gpus", a.scaling_gpus, "device counts for --scaling (default: gpus/8, gpus/4, gpus/2, gpus)");
+  app.add_option("--csv", a.csv, "--scaling: also write the curves as CSV to this file");
+  app.add_option("--plot", a.plot, "--scaling: also write a PNG plot (needs gnuplot on the PATH)");
+}
+
+// The model: a preset or --layers, --hidden and --heads, with any size option overriding it.
+ModelShape plan_model(const PlanArgs& a) {
   ModelConfig mc;
-  if (!model.empty()) {
-    mc = model_preset(model);
+  if (!a.model.empty()) {
+    mc = model_preset(a.model);
   } else {
-    if (layers <= 0 || hidden <= 0 || heads <= 0) {
-      throw_input("give --model PRESET or --layers, --hidden and --heads (got layers {}, hidden {}, heads {})", layers,
-                  hidden, heads);
+    if (a.layers <= 0 || a.hidden <= 0 || a.heads <= 0) {
+      throw_input("give --model PRESET or --layers, --hidden and --heads (got layers {}, hidden {}, heads {})", a.layers,
+                  a.hidden, a.heads);
     }
     mc.name = "custom";
     mc.n_ctx = 1024;
   }
-  for (auto [v, what] : {std::pair{layers, "--layers"}, {hidden, "--hidden"}, {heads, "--heads"}, {seq, "--seq"},
-                         {vocab, "--vocab"}, {ffn, "--ffn"}}) {
+  for (auto [v, what] : {std::pair{a.layers, "--layers"}, {a.hidden, "--hidden"}, {a.heads, "--heads"}, {a.seq, "--seq"},
+                         {a.vocab, "--vocab"}, {a.ffn, "--ffn"}}) {
     if (v < 0) throw_input("{} must be positive, got {}", what, v);
   }
-  if (layers > 0 || hidden > 0 || heads > 0 || vocab > 0 || ffn > 0 || seq > mc.n_ctx) {
-    const int L = layers > 0 ? static_cast<int>(layers) : mc.n_layer;
-    const int C = hidden > 0 ? static_cast<int>(hidden) : mc.n_embd;
-    const int NH = heads > 0 ? static_cast<int>(heads) : mc.n_head;
-    const int ctx = static_cast<int>(std::max<int64_t>(seq, mc.n_ctx));
-    const int V = vocab > 0 ? static_cast<int>(vocab) : mc.vocab_size;
-    const int F = ffn > 0 ? static_cast<int>(ffn) : (hidden > 0 ? 4 * C : mc.ffn);
+  if (a.layers > 0 || a.hidden > 0 || a.heads > 0 || a.vocab > 0 || a.ffn > 0 || a.seq > mc.n_ctx) {
+    const int L = a.layers > 0 ? static_cast<int>(a.layers) : mc.n_layer;
+    const int C = a.hidden > 0 ? static_cast<int>(a.hidden) : mc.n_embd;
+    const int NH = a.heads > 0 ? static_cast<int>(a.heads) : mc.n_head;
+    const int ctx = static_cast<int>(std::max<int64_t>(a.seq, mc.n_ctx));
+    const int V = a.vocab > 0 ? static_cast<int>(a.vocab) : mc.vocab_size;
+    const int F = a.ffn > 0 ? static_cast<int>(a.ffn) : (a.hidden > 0 ? 4 * C : mc.ffn);
     mc = make_model_config(mc.name, L, NH, C, ctx, V, F);
   }
-  const ModelShape shape = ModelShape::from_config(mc, seq);
+  const ModelShape shape = ModelShape::from_config(mc, a.seq);
   shape.validate();
+  return shape;
+}
 
-  const System sys = load_system(system_path);
-  const Precision prec = parse_precision(precision);
-  if (global_batch <= 0) throw_input("--global-batch must be positive, got {}", global_batch);
-  if (top <= 0) throw_input("--top must be positive, got {}", top);
-  Options opt = Options::from_system(sys, prec, global_batch);
-  opt.rank_order = order;
-  if (o_flash->count()) opt.flash_attention = flash;
-  if (o_drop->count()) opt.dropout = dropout;
-  if (o_ov->count()) opt.overlap_dp = overlap;
+// The system's defaults, with the rank order and the switches given on the command line.
+Options plan_options(const PlanArgs& a, const System& sys, Precision prec) {
+  Options opt = Options::from_system(sys, prec, a.global_batch);
+  opt.rank_order = a.order;
+  if (a.o_flash->count()) opt.flash_attention = a.flash;
+  if (a.o_drop->count()) opt.dropout = a.dropout;
+  if (a.o_ov->count()) opt.overlap_dp = a.overlap;
+  return opt;
+}
 
+Pins plan_pins(const PlanArgs& a) {
   Pins pins;
-  if (o_tp->count()) pins.tp = tp;
-  if (o_pp->count()) pins.pp = pp;
-  if (o_dp->count()) pins.dp = dp;
-  if (o_mb->count()) pins.micro_batch = micro_batch;
-  if (o_zero->count()) pins.zero = zero;
-  if (o_rc->count()) pins.recompute = parse_recompute(recompute);
-  if (o_rcl->count()) pins.recompute_layers = recompute_layers;
-  if (o_sp->count()) pins.sequence_parallel = sp;
-  if (o_sch->count()) pins.schedule = parse_schedule(schedule);
-  if (o_v->count()) pins.virtual_stages = vstages;
-  if (!o_gpus->count()) {
+  if (a.o_tp->count()) pins.tp = a.tp;
+  if (a.o_pp->count()) pins.pp = a.pp;
+  if (a.o_dp->count()) pins.dp = a.dp;
+  if (a.o_mb->count()) pins.micro_batch = a.micro_batch;
+  if (a.o_zero->count()) pins.zero = a.zero;
+  if (a.o_rc->count()) pins.recompute = parse_recompute(a.recompute);
+  if (a.o_rcl->count()) pins.recompute_layers = a.recompute_layers;
+  if (a.o_sp->count()) pins.sequence_parallel = a.sp;
+  if (a.o_sch->count()) pins.schedule = parse_schedule(a.schedule);
+  if (a.o_v->count()) pins.virtual_stages = a.vstages;
+  return pins;
+}
+
+// The devices: --gpus, or tp x pp x dp when all three are pinned.
+int64_t plan_gpus(const PlanArgs& a, const Pins& pins) {
+  int64_t gpus = a.gpus;
+  if (!a.o_gpus->count()) {
     if (!(pins.tp && pins.pp && pins.dp)) throw_input("--gpus is required unless --tp, --pp and --dp are all given");
-    gpus = static_cast<int64_t>(tp) * pp * dp;
+    gpus = static_cast<int64_t>(a.tp) * a.pp * a.dp;
   }
   if (gpus <= 0) throw_input("--gpus must be positive, got {}", gpus);
-  // Pinned sizes that cannot work get the layout check's message (names the values).
-  {
-    Layout l;
-    l.tp = pins.tp.value_or(1);
-    l.pp = pins.pp.value_or(1);
-    for (auto [v, what] : {std::pair{l.tp, "--tp"}, {l.pp, "--pp"}, {pins.dp.value_or(1), "--dp"},
-                           {pins.virtual_stages.value_or(1), "--virtual-stages"},
-                           {static_cast<int>(pins.micro_batch.value_or(1)), "--micro-batch"}}) {
-      if (v <= 0) throw_input("{} must be positive, got {}", what, v);
-    }
-    if (pins.zero && (*pins.zero < 0 || *pins.zero > 3)) throw_input("--zero must be 0..3, got {}", *pins.zero);
-    if (shape.heads % l.tp != 0) throw_input("--tp {} does not divide the {} attention heads of {}", l.tp, shape.heads, shape.name);
-    if (shape.layers % l.pp != 0) throw_input("--pp {} does not divide the {} layers of {}", l.pp, shape.layers, shape.name);
-    if (gpus % (static_cast<int64_t>(l.tp) * l.pp) != 0) {
-      throw_input("--gpus {} is not divisible by tp {} x pp {}", gpus, l.tp, l.pp);
-    }
-    if (pins.dp && static_cast<int64_t>(l.tp) * l.pp * *pins.dp != gpus && pins.tp && pins.pp) {
-      throw_input("tp {} x pp {} x dp {} = {} ranks, but --gpus is {}", l.tp, l.pp, *pins.dp,
-                  static_cast<int64_t>(l.tp) * l.pp * *pins.dp, gpus);
-    }
-  }
+  return gpus;
+}
 
-  if (o_scaling->count()) {
-    std::vector<int64_t> counts;
-    if (!scaling_gpus.empty()) {
-      counts = parse_counts(scaling_gpus);
-    } else {
-      for (int64_t d : {8, 4, 2, 1}) {
-        if (gpus % d == 0) counts.push_back(gpus / d);
-      }
-    }
-    const bool do_strong = scaling != "weak", do_weak = scaling != "strong";
-    nlohmann::json j = nlohmann::json::object();
-    std::string csv_text = "kind,gpus,global_batch,layout,step_time_s,tokens_per_s,mfu,efficiency\n";
-    for (int pass = 0; pass < 2; ++pass) {
-      const bool weak = pass == 1;
-      if ((weak && !do_weak) || (!weak && !do_strong)) continue;
-      const auto pts = plan::scaling(shape, sys, counts, opt, pins, weak);
-      const char* kind = weak ? "weak" : "strong";
-      nlohmann::json arr = nlohmann::json::array();
-      if (format == "text") {
-        fmt::print("{} scaling of {} on {} ({}; efficiency per device vs the first count with a layout):\n", kind, shape.name, sys.name,
-                   weak ? fmt::format("global batch {} per {} devices", global_batch, counts.front())
-                        : fmt::format("global batch {}", global_batch));
-        fmt::print("  {:>7} {:>8}  {:<44} {:>10} {:>11} {:>6} {:>10}\n", "devices", "batch", "best layout", "step s",
-                   "tokens/s", "MFU%", "efficiency");
-      }
-      for (const auto& p : pts) {
-        if (format == "text") {
-          if (p.found) {
-            fmt::print("  {:>7} {:>8}  {:<44} {:>10.4g} {:>11.5g} {:>6.2f} {:>9.2f}%\n", p.gpus, p.global_batch,
-                       p.best.layout.describe(), p.best.step_time_s, p.best.tokens_per_s, 100 * p.best.mfu,
-                       100 * p.efficiency);
-          } else {
-            fmt::print("  {:>7} {:>8}  {}\n", p.gpus, p.global_batch, p.note);
-          }
-        }
-        nlohmann::json e = {{"gpus", p.gpus}, {"global_batch", p.global_batch}, {"found", p.found}};
-        if (p.found) {
-          e["best"] = to_json(p.best);
-          e["efficiency"] = p.efficiency;
-          csv_text += fmt::format("{},{},{},{},{},{},{},{}\n", kind, p.gpus, p.global_batch, p.best.layout.describe(),
-                                  p.best.step_time_s, p.best.tokens_per_s, p.best.mfu, p.efficiency);
-        }
-        arr.push_back(e);
-      }
-      j[kind] = arr;
-    }
-    if (format == "json") fmt::print("{}\n", j.dump());
-    if (!csv.empty()) {
-      std::ofstream f(csv);
-      if (!f) throw_input("cannot write {}", csv);
-      f << csv_text;
-    }
-    if (!plot.empty()) {
-      // PNG through gnuplot when it is installed; otherwise say so (the CSV has the numbers).
-      if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
-        throw_input("--plot {}: gnuplot is not installed (apt-get install gnuplot-nox), use --csv for the numbers", plot);
-      }
-      const std::string data = plot + ".csv";
-      std::ofstream(data) << csv_text;
-      const std::string script = fmt::format(
-          "set terminal png size 900,600; set output '{}'; set datafile separator ','; set logscale x 2; "
-          "set xlabel 'devices'; set ylabel 'scaling efficiency (%)'; set yrange [0:110]; set key bottom left; "
-          "set title '{} on {}'; plot '{}' using ($2):(stringcolumn(1) eq 'strong' ? 100*$8 : 1/0) with linespoints "
-          "title 'strong', '' using ($2):(stringcolumn(1) eq 'weak' ? 100*$8 : 1/0) with linespoints title 'weak'",
-          plot, shape.name, sys.name, data);
-      // The script goes through a file: its $2, $8 must not meet a shell.
-      const std::string script_file = plot + ".gp";
-      std::ofstream(script_file) << script << "\n";
-      const std::string cmd = "gnuplot '" + script_file + "'";
-      if (std::system(cmd.c_str()) != 0) throw_runtime("gnuplot failed to write {} (script {})", plot, script_file);
-      std::error_code ec;
-      if (std::filesystem::file_size(plot, ec) == 0 || ec) throw_runtime("gnuplot wrote nothing to {} (script {})", plot, script_file);
-      std::remove(script_file.c_str());
-    }
-    return 0;
+// Pinned sizes that cannot work get the layout check's message (names the values).
+void check_pins(const Pins& pins, const ModelShape& shape, int64_t gpus) {
+  Layout l;
+  l.tp = pins.tp.value_or(1);
+  l.pp = pins.pp.value_or(1);
+  for (auto [v, what] : {std::pair{l.tp, "--tp"}, {l.pp, "--pp"}, {pins.dp.value_or(1), "--dp"},
+                         {pins.virtual_stages.value_or(1), "--virtual-stages"},
+                         {static_cast<int>(pins.micro_batch.value_or(1)), "--micro-batch"}}) {
+    if (v <= 0) throw_input("{} must be positive, got {}", what, v);
   }
+  if (pins.zero && (*pins.zero < 0 || *pins.zero > 3)) throw_input("--zero must be 0..3, got {}", *pins.zero);
+  if (shape.heads % l.tp != 0) throw_input("--tp {} does not divide the {} attention heads of {}", l.tp, shape.heads, shape.name);
+  if (shape.layers % l.pp != 0) throw_input("--pp {} does not divide the {} layers of {}", l.pp, shape.layers, shape.name);
+  if (gpus % (static_cast<int64_t>(l.tp) * l.pp) != 0) {
+    throw_input("--gpus {} is not divisible by tp {} x pp {}", gpus, l.tp, l.pp);
+  }
+  if (pins.dp && static_cast<int64_t>(l.tp) * l.pp * *pins.dp != gpus && pins.tp && pins.pp) {
+    throw_input("tp {} x pp {} x dp {} = {} ranks, but --gpus is {}", l.tp, l.pp, *pins.dp,
+                static_cast<int64_t>(l.tp) * l.pp * *pins.dp, gpus);
+  }
+}
 
-  const SearchResult r = search_layouts(shape, sys, gpus, opt, pins, static_cast<size_t>(top));
-  std::vector<Prediction> shown = r.top;
-  if (shown.empty()) {
-    if (r.evaluated == 1 && r.smallest) {
-      shown.push_back(*r.smallest);  // a fully pinned layout is shown even when it does not fit
-    } else {
-      const Prediction& s = *r.smallest;
-      throw_input("no layout of {} on {} x {} fits in memory: of {} valid layouts the smallest, {}, needs {} GB on stage {} "
-                  "(params {}, grads {}, optimizer {}, activations {}, workspace {}, comm {}); a device has {} GB",
-                  shape.name, gpus, sys.device.name, r.evaluated, s.layout.describe(), gb(s.memory.total),
-                  s.memory.stage, gb(s.memory.params), gb(s.memory.grads), gb(s.memory.optimizer),
-                  gb(s.memory.activations), gb(s.memory.workspace), gb(s.memory.comm), gb(sys.device.memory_bytes));
+// What the planner is asked: the model on the machine, the options and the pinned choices.
+struct PlanQuery {
+  ModelShape shape;
+  System sys;
+  Precision prec = Precision::kBf16;
+  Options opt;
+  Pins pins;
+  int64_t gpus = 0;
+};
+
+// The query the options describe; InputError naming the values for any that cannot work.
+PlanQuery make_query(const PlanArgs& a) {
+  PlanQuery q;
+  q.shape = plan_model(a);
+  q.sys = load_system(a.system_path);
+  q.prec = parse_precision(a.precision);
+  if (a.global_batch <= 0) throw_input("--global-batch must be positive, got {}", a.global_batch);
+  if (a.top <= 0) throw_input("--top must be positive, got {}", a.top);
+  q.opt = plan_options(a, q.sys, q.prec);
+  q.pins = plan_pins(a);
+  q.gpus = plan_gpus(a, q.pins);
+  check_pins(q.pins, q.shape, q.gpus);
+  return q;
+}
+
+// The device counts of --scaling: --scaling-gpus, or gpus/8, gpus/4, gpus/2 and gpus.
+std::vector<int64_t> scaling_counts(const PlanArgs& a, int64_t gpus) {
+  if (!a.scaling_gpus.empty()) return parse_counts(a.scaling_gpus);
+  std::vector<int64_t> counts;
+  for (int64_t d : {8, 4, 2, 1}) {
+    if (gpus % d == 0) counts.push_back(gpus / d);
+  }
+  return counts;
+}
+
+void print_scaling_header(const PlanQuery& q, const PlanArgs& a, const std::vector<int64_t>& counts, bool weak) {
+  fmt::print("{} scaling of {} on {} ({}; efficiency per device vs the first count with a layout):\n",
+             weak ? "weak" : "strong", q.shape.name, q.sys.name,
+             weak ? fmt::format("global batch {} per {} devices", a.global_batch, counts.front())
+                  : fmt::format("global batch {}", a.global_batch));
+  fmt::print("  {:>7} {:>8}  {:<44} {:>10} {:>11} {:>6} {:>10}\n", "devices", "batch", "best layout", "step s",
+             "tokens/s", "MFU%", "efficiency");
+}
+
+void print_scaling_point(const ScalingPoint& p) {
+  if (p.found) {
+    fmt::print("  {:>7} {:>8}  {:<44} {:>10.4g} {:>11.5g} {:>6.2f} {:>9.2f}%\n", p.gpus, p.global_batch,
+               p.best.layout.describe(), p.best.step_time_s, p.best.tokens_per_s, 100 * p.best.mfu, 100 * p.efficiency);
+  } else {
+    fmt::print("  {:>7} {:>8}  {}\n", p.gpus, p.global_batch, p.note);
+  }
+}
+
+// One scaling curve (strong, or weak: the global batch grows with the devices): printed as a
+// table in text format and appended to `csv_text`; returns its points as JSON.
+nlohmann::json scaling_curve(const PlanQuery& q, const PlanArgs& a, const std::vector<int64_t>& counts, bool weak,
+                             std::string& csv_text) {
+  const auto pts = plan::scaling(q.shape, q.sys, counts, q.opt, q.pins, weak);
+  const char* kind = weak ? "weak" : "strong";
+  nlohmann::json arr = nlohmann::json::array();
+  if (a.format == "text") print_scaling_header(q, a, counts, weak);
+  for (const auto& p : pts) {
+    if (a.format == "text") print_scaling_point(p);
+    nlohmann::json e = {{"gpus", p.gpus}, {"global_batch", p.global_batch}, {"found", p.found}};
+    if (p.found) {
+      e["best"] = to_json(p.best);
+      e["efficiency"] = p.efficiency;
+      csv_text += fmt::format("{},{},{},{},{},{},{},{}\n", kind, p.gpus, p.global_batch, p.best.layout.describe(),
+                              p.best.step_time_s, p.best.tokens_per_s, p.best.mfu, p.efficiency);
     }
+    arr.push_back(e);
   }
-  if (format == "json") {
-    nlohmann::json arr = nlohmann::json::array();
-    for (const auto& p : shown) arr.push_back(to_json(p));
-    fmt::print("{}\n", arr.dump());
-    return 0;
+  return arr;
+}
+
+// --plot: the curves of `csv_text` as a PNG through gnuplot when it is installed; otherwise
+// says so (the CSV has the numbers).
+void write_scaling_plot(const std::string& plot, const std::string& csv_text, const PlanQuery& q) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    throw_input("--plot {}: gnuplot is not installed (apt-get install gnuplot-nox), use --csv for the numbers", plot);
   }
-  fmt::print("{} ({:.4g}B parameters, seq {}) on {} x {} ({}), global batch {}, {}\n", shape.name,
-             shape.total_params() / 1e9, shape.seq, gpus, sys.device.name, sys.name, global_batch, precision_name(prec));
+  const std::string data = plot + ".csv";
+  std::ofstream(data) << csv_text;
+  const std::string script = fmt::format(
+      "set terminal png size 900,600; set output '{}'; set datafile separator ','; set logscale x 2; "
+      "set xlabel 'devices'; set ylabel 'scaling efficiency (%)'; set yrange [0:110]; set key bottom left; "
+      "set title '{} on {}'; plot '{}' using ($2):(stringcolumn(1) eq 'strong' ? 100*$8 : 1/0) with linespoints "
+      "title 'strong', '' using ($2):(stringcolumn(1) eq 'weak' ? 100*$8 : 1/0) with linespoints title 'weak'",
+      plot, q.shape.name, q.sys.name, data);
+  // The script goes through a file: its $2, $8 must not meet a shell.
+  const std::string script_file = plot + ".gp";
+  std::ofstream(script_file) << script << "\n";
+  const std::string cmd = "gnuplot '" + script_file + "'";
+  if (std::system(cmd.c_str()) != 0) throw_runtime("gnuplot failed to write {} (script {})", plot, script_file);
+  std::error_code ec;
+  if (std::filesystem::file_size(plot, ec) == 0 || ec) throw_runtime("gnuplot wrote nothing to {} (script {})", plot, script_file);
+  std::remove(script_file.c_str());
+}
+
+// --scaling: strong and/or weak scaling efficiency over the device counts.
+int run_scaling(const PlanQuery& q, const PlanArgs& a) {
+  const std::vector<int64_t> counts = scaling_counts(a, q.gpus);
+  const bool do_strong = a.scaling != "weak", do_weak = a.scaling != "strong";
+  nlohmann::json j = nlohmann::json::object();
+  std::string csv_text = "kind,gpus,global_batch,layout,step_time_s,tokens_per_s,mfu,efficiency\n";
+  for (int pass = 0; pass < 2; ++pass) {
+    const bool weak = pass == 1;
+    if ((weak && !do_weak) || (!weak && !do_strong)) continue;
+    j[weak ? "weak" : "strong"] = scaling_curve(q, a, counts, weak, csv_text);
+  }
+  if (a.format == "json") fmt::print("{}\n", j.dump());
+  if (!a.csv.empty()) {
+    std::ofstream f(a.csv);
+    if (!f) throw_input("cannot write {}", a.csv);
+    f << csv_text;
+  }
+  if (!a.plot.empty()) write_scaling_plot(a.plot, csv_text, q);
+  return 0;
+}
+
+// The layouts to show: the fastest that fit, or a fully pinned layout even when it does not.
+// InputError naming the smallest layout when nothing fits.
+std::vector<Prediction> shown_layouts(const SearchResult& r, const PlanQuery& q) {
+  if (!r.top.empty()) return r.top;
+  if (r.evaluated == 1 && r.smallest) return {*r.smallest};
+  const Prediction& s = *r.smallest;
+  throw_input("no layout of {} on {} x {} fits in memory: of {} valid layouts the smallest, {}, needs {} GB on stage {} "
+              "(params {}, grads {}, optimizer {}, activations {}, workspace {}, comm {}); a device has {} GB",
+              q.shape.name, q.gpus, q.sys.device.name, r.evaluated, s.layout.describe(), gb(s.memory.total),
+              s.memory.stage, gb(s.memory.params), gb(s.memory.grads), gb(s.memory.optimizer), gb(s.memory.activations),
+              gb(s.memory.workspace), gb(s.memory.comm), gb(q.sys.device.memory_bytes));
+}
+
+void print_ranking(const PlanQuery& q, const PlanArgs& a, const SearchResult& r, const std::vector<Prediction>& shown) {
+  const System& sys = q.sys;
+  fmt::print("{} ({:.4g}B parameters, seq {}) on {} x {} ({}), global batch {}, {}\n", q.shape.name,
+             q.shape.total_params() / 1e9, q.shape.seq, q.gpus, sys.device.name, sys.name, a.global_batch,
+             precision_name(q.prec));
   fmt::print("searched {} valid layouts in {:.3f} s; {} fit in {} GB per device\n\n", r.evaluated, r.seconds, r.fitting,
              gb(sys.device.memory_bytes));
   print_table(shown, sys.device.memory_bytes);
@@ -324,33 +380,31 @@ int cmd_plan(CLI::App& app, int argc, char** argv) {
     fmt::print("\nthis layout needs {} GB per device on stage {}; the device has {} GB\n", gb(shown[0].memory.total),
                shown[0].memory.stage, gb(sys.device.memory_bytes));
   }
+}
+
+// The `top` fastest layouts, as a table or JSON.
+int run_search(const PlanQuery& q, const PlanArgs& a) {
+  const SearchResult r = search_layouts(q.shape, q.sys, q.gpus, q.opt, q.pins, static_cast<size_t>(a.top));
+  const std::vector<Prediction> shown = shown_layouts(r, q);
+  if (a.format == "json") {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const auto& p : shown) arr.push_back(to_json(p));
+    fmt::print("{}\n", arr.dump());
+    return 0;
+  }
+  print_ranking(q, a, r, shown);
   return 0;
 }
 
-int cmd_calibrate(CLI::App& app, int argc, char** argv, Communicator& world) {
-  std::string out = "systems/local.toml", name = "local";
-  int threads = 0;
-  bool quick = false;
-  app.add_option("--out", out, "system file to write");
-  app.add_option("--name", name, "system name");
-  app.add_option("--threads", threads, "threads per rank (0: OMP_NUM_THREADS or all cores)");
-  app.add_flag("--quick", quick, "fewer sizes and repetitions (seconds instead of a minute)");
+}  // namespace
+
+int cmd_plan(CLI::App& app, int argc, char** argv, Communicator&) {
+  PlanArgs a;
+  add_plan_options(app, a);
   app.parse(argc - 1, argv + 1);
-  CalibrationOptions o;
-  o.threads = threads;
-  o.quick = quick;
-  o.name = name;
-  const Calibration c = calibrate(o, world);
-  if (world.rank() == 0) {
-    const std::filesystem::path p(out);
-    if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
-    std::ofstream f(out);
-    if (!f) throw_input("cannot write {}", out);
-    f << system_to_toml(c.system, c.notes);
-    for (const auto& n : c.notes) fmt::print("{}\n", n);
-    fmt::print("wrote {}\n", out);
-  }
-  return 0;
+  const PlanQuery q = make_query(a);
+  if (a.o_scaling->count()) return run_scaling(q, a);
+  return run_search(q, a);
 }
 
 }  // namespace weft

@@ -1,0 +1,284 @@
+// `weft bench`: times training steps on random tokens, on the CPU or (--backend cuda) on one
+// GPU, and states the model FLOP rate against the machine's measured matrix-product rate.
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "cli_util.h"
+#include "commands.h"
+#include "core/buffer.h"
+#include "core/error.h"
+#include "core/memory.h"
+#include "core/precision.h"
+#include "core/rng.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
+#include "train/trainer.h"
+#if WEFT_HAVE_CUDA
+#include "model/cuda/gpt_cuda.h"
+#endif
+
+namespace weft {
+
+namespace {
+
+struct BenchOptions {
+  std::string model_name = "tiny", format = "text";
+  int64_t batch = 8, seq = 0, threads = 0, steps = 10, warmup = 2, head_chunk = 0;
+  bool no_peak = false, matmul_only = false, no_graphs = false;
+  std::string backend_name = "cpu", precision = "fp32";
+  double peak_tflops = 989.0;
+  int64_t gemm_n = 8192;
+};
+
+void add_bench_options(CLI::App& app, BenchOptions& o) {
+  app.add_option("--backend", o.backend_name, "cpu or cuda (one GPU; needs a weft built with -DWEFT_CUDA=ON)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--precision", o.precision, "fp32 or bf16 (cuda; the CPU bench runs fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--peak-tflops", o.peak_tflops, "cuda: the card's peak TFLOP/s for MFU (989: H100 SXM bf16 dense)");
+  app.add_flag("--matmul-only", o.matmul_only, "cuda: only measure the bf16 GEMM rate (cuBLASLt, --gemm-n cubed)");
+  app.add_option("--gemm-n", o.gemm_n, "cuda: size of the square bf16 GEMM that measures the card's rate");
+  app.add_flag("--no-graphs", o.no_graphs, "cuda: run without CUDA graphs");
+  app.add_option("--model", o.model_name, "model preset");
+  app.add_option("--batch", o.batch, "sequences per step");
+  app.add_option("--seq", o.seq, "sequence length (0: the model context)");
+  add_threads_option(app, o.threads);
+  app.add_option("--steps", o.steps, "timed steps");
+  app.add_option("--warmup", o.warmup, "untimed steps first");
+  app.add_option("--head-chunk", o.head_chunk, "rows of logits materialised at once (0: automatic)");
+  app.add_flag("--no-peak", o.no_peak, "skip measuring the machine's sgemm rate (cuda: its bf16 GEMM rate)");
+  add_format_option(app, o.format);
+}
+
+// Sets --seq 0 to the context of `mc`; InputError unless the step sizes are positive and fit it.
+void check_step_sizes(BenchOptions& o, const ModelConfig& mc) {
+  if (o.seq == 0) o.seq = mc.n_ctx;
+  if (o.batch <= 0 || o.seq <= 0 || o.steps <= 0 || o.warmup < 0) {
+    throw_input("--batch {}, --seq {} and --steps {} must be positive, --warmup {} >= 0", o.batch, o.seq, o.steps,
+                o.warmup);
+  }
+  if (o.seq > mc.n_ctx) throw_input("--seq {} is longer than the context of {} ({})", o.seq, o.model_name, mc.n_ctx);
+}
+
+// Step s's random tokens and targets of a benchmark (the same on every backend).
+void bench_tokens(int64_t s, int vocab, std::vector<int32_t>& in, std::vector<int32_t>& tg) {
+  for (size_t i = 0; i < in.size(); ++i) {
+    auto r = Philox::draw(1337, kRngStreamBench + s, i);
+    in[i] = static_cast<int32_t>(r[0] % vocab);
+    tg[i] = static_cast<int32_t>(r[1] % vocab);
+  }
+}
+
+// Runs warmup + steps training steps, step(s, inputs, targets) on step s's random tokens (B,T);
+// returns the seconds of the timed ones, shortest first.
+template <class Step>
+std::vector<double> time_steps(const BenchOptions& o, int vocab, Step&& step) {
+  std::vector<int32_t> in(o.batch * o.seq), tg(o.batch * o.seq);
+  std::vector<double> times;
+  for (int64_t s = 0; s < o.warmup + o.steps; ++s) {
+    bench_tokens(s, vocab, in, tg);
+    auto t0 = std::chrono::steady_clock::now();
+    step(s, in, tg);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s >= o.warmup) times.push_back(dt);
+  }
+  std::sort(times.begin(), times.end());
+  return times;
+}
+
+// The median step of sorted step times and the rates it gives.
+struct StepRate {
+  double median_s = 0;
+  double tokens_per_s = 0;
+  double model_flops_per_token = 0;
+  double model_flops_per_s = 0;
+};
+
+StepRate step_rate(const std::vector<double>& sorted_times, const BenchOptions& o, const ModelConfig& mc) {
+  StepRate r;
+  r.median_s = sorted_times[sorted_times.size() / 2];
+  r.tokens_per_s = static_cast<double>(o.batch * o.seq) / r.median_s;
+  r.model_flops_per_token = GPT::train_flops_per_token(mc, o.seq);
+  r.model_flops_per_s = r.tokens_per_s * r.model_flops_per_token;
+  return r;
+}
+
+// The machine's single-precision matrix-product rate: best of 5 square sgemms (FLOP/s).
+double measure_sgemm_flops() {
+  const int n = 2048;
+  Buffer<float> a(n * n), b(n * n), c(n * n);
+  for (int i = 0; i < n * n; ++i) a[i] = b[i] = 0.001f * static_cast<float>(i % 1000);
+  double best = 1e30;
+  for (int r = 0; r < 5; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 2.0 * n * n * static_cast<double>(n) / best;
+}
+
+void print_cpu_result(const nlohmann::json& j, const BenchOptions& o, int nthreads, const StepRate& r) {
+  if (o.format == "json") {
+    fmt::print("{}\n", j.dump());
+    return;
+  }
+  fmt::print("{} batch {} seq {} threads {}: {:.1f} ms/step, {:.0f} tokens/s, {:.1f} GFLOP/s model FLOPs", o.model_name,
+             o.batch, o.seq, nthreads, r.median_s * 1e3, r.tokens_per_s, r.model_flops_per_s / 1e9);
+  if (j.contains("fraction_of_sgemm")) {
+    fmt::print(" ({:.0f}% of the measured sgemm rate {:.1f} GFLOP/s)", 100.0 * j["fraction_of_sgemm"].get<double>(),
+               j["sgemm_flops_per_s"].get<double>() / 1e9);
+  }
+  fmt::print("\n");
+}
+
+// Training steps of the CPU GPT (fp32) with AdamW.
+int bench_cpu(const ModelConfig& mc, const BenchOptions& o) {
+  const int nthreads = set_threads(o.threads);
+  auto be = make_cpu_backend();
+  GPT model(mc, *be);
+  model.init(1337);
+  model.reserve(o.batch, o.seq, true, o.head_chunk);
+  AdamW optim(model.layout(), AdamWConfig{});
+  const float scale = 1.0f / static_cast<float>(o.batch * o.seq);
+  const auto times = time_steps(o, mc.vocab_size, [&](int64_t s, const auto& in, const auto& tg) {
+    model.zero_grads();
+    model.forward_backward(in.data(), tg.data(), o.batch, o.seq, scale);
+    const double norm = grad_norm(*be, model.grads(), model.num_params());
+    optim.step(*be, model.params(), model.grads(), 1e-4f, s + 1, clip_coefficient(norm, 1.0));
+  });
+  const StepRate r = step_rate(times, o, mc);
+  nlohmann::json j = {{"impl", "weft"}, {"model", o.model_name}, {"batch", o.batch}, {"seq", o.seq},
+                      {"threads", nthreads}, {"ms_per_step", r.median_s * 1e3}, {"tokens_per_s", r.tokens_per_s},
+                      {"model_flops_per_s", r.model_flops_per_s}};
+  if (!o.no_peak) {
+    const double peak = measure_sgemm_flops();
+    j["sgemm_flops_per_s"] = peak;
+    j["fraction_of_sgemm"] = r.model_flops_per_s / peak;
+  }
+  print_cpu_result(j, o, nthreads, r);
+  return 0;
+}
+
+#if WEFT_HAVE_CUDA
+// --matmul-only: the bf16 GEMM rate of cuBLASLt at gemm_n^3 against the card's peak.
+int bench_cuda_matmul(const BenchOptions& o) {
+  auto be = cuda::make_cuda_backend();
+  const double r = cuda::measure_bf16_gemm_flops(*be, o.gemm_n, 20);
+  nlohmann::json j = {{"impl", "weft-cuda"}, {"case", "bf16_gemm"}, {"device", gpu::device_name(be->device())},
+                      {"n", o.gemm_n}, {"gemm_flops_per_s", r}, {"fraction_of_peak", r / (o.peak_tflops * 1e12)},
+                      {"peak_tflops", o.peak_tflops}};
+  if (o.format == "json") {
+    fmt::print("{}\n", j.dump());
+  } else {
+    fmt::print("{}: cuBLASLt bf16 GEMM {}^3: {:.1f} TFLOP/s ({:.0f}% of the {:.0f} TFLOP/s peak)\n",
+               j["device"].get<std::string>(), o.gemm_n, r / 1e12, 100.0 * r / (o.peak_tflops * 1e12), o.peak_tflops);
+  }
+  return 0;
+}
+
+// The JSON line of a GPU bench: its settings, the step times and rates, device memory by kind.
+nlohmann::json cuda_result(cuda::GptCuda& model, const BenchOptions& o, Precision prec, const std::vector<double>& times,
+                           const StepRate& r, float loss_first, float loss_last) {
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  return {{"impl", "weft-cuda"}, {"model", o.model_name}, {"batch", o.batch}, {"seq", o.seq},
+          {"precision", precision_name(prec)}, {"device", gpu::device_name(model.backend().device())},
+          {"cuda_graphs", model.graph_active()}, {"steps", o.steps}, {"warmup", o.warmup},
+          {"ms_per_step", r.median_s * 1e3}, {"ms_per_step_min", times.front() * 1e3},
+          {"ms_per_step_max", times.back() * 1e3}, {"tokens_per_s", r.tokens_per_s},
+          {"model_flops_per_token", r.model_flops_per_token}, {"model_flops_per_s", r.model_flops_per_s},
+          {"peak_tflops", o.peak_tflops}, {"mfu_peak", r.model_flops_per_s / (o.peak_tflops * 1e12)},
+          {"loss_first", loss_first}, {"loss_last", loss_last},
+          {"device_gib", {{"params", model.param_bytes() / gib}, {"grads", model.grad_bytes() / gib},
+                          {"optimizer", model.optimizer_bytes() / gib}, {"activations", model.activation_bytes() / gib},
+                          {"tracked_peak", memory_tracker().snapshot().total_peak / gib}}}};
+}
+
+void print_cuda_result(const nlohmann::json& j, const BenchOptions& o, const StepRate& r, Precision prec) {
+  if (o.format == "json") {
+    fmt::print("{}\n", j.dump());
+    return;
+  }
+  fmt::print("{} {} batch {} seq {} on {}: {:.2f} ms/step, {:.0f} tokens/s, {:.1f} TFLOP/s model FLOPs, MFU {:.1f}% of "
+             "{:.0f} TFLOP/s", o.model_name, precision_name(prec), o.batch, o.seq, j["device"].get<std::string>(),
+             r.median_s * 1e3, r.tokens_per_s, r.model_flops_per_s / 1e12,
+             100.0 * r.model_flops_per_s / (o.peak_tflops * 1e12), o.peak_tflops);
+  if (j.contains("mfu_gemm")) {
+    fmt::print(", {:.1f}% of the measured bf16 GEMM rate {:.1f} TFLOP/s", 100.0 * j["mfu_gemm"].get<double>(),
+               j["gemm_flops_per_s"].get<double>() / 1e12);
+  }
+  fmt::print("\n");
+}
+
+// Training steps of GptCuda with its fused AdamW, everything on one GPU.
+int bench_cuda_steps(const ModelConfig& mc, const BenchOptions& o, Precision prec) {
+  cuda::GptCuda model(mc, prec, 1337);
+  model.set_use_graphs(!o.no_graphs);
+  model.reserve(o.batch, o.seq);
+  const float scale = 1.0f / static_cast<float>(o.batch * o.seq);
+  float loss_first = 0.0f, loss_last = 0.0f;
+  const auto times = time_steps(o, mc.vocab_size, [&](int64_t s, const auto& in, const auto& tg) {
+    model.zero_grads();
+    const float loss = model.forward_backward(in.data(), tg.data(), o.batch, o.seq, scale);
+    const double norm = std::sqrt(model.grad_norm_sq());
+    model.adamw_step(1e-4f, s + 1, clip_coefficient(norm, 1.0), 0.9f, 0.95f, 1e-8f, 0.1f);
+    model.synchronize();
+    if (s == 0) loss_first = loss;
+    loss_last = loss;
+  });
+  const StepRate r = step_rate(times, o, mc);
+  nlohmann::json j = cuda_result(model, o, prec, times, r, loss_first, loss_last);
+  if (!o.no_peak) {
+    const double g = cuda::measure_bf16_gemm_flops(model.backend(), o.gemm_n, 20);
+    j["gemm_n"] = o.gemm_n;
+    j["gemm_flops_per_s"] = g;
+    j["mfu_gemm"] = r.model_flops_per_s / g;
+  }
+  print_cuda_result(j, o, r, prec);
+  return 0;
+}
+#endif
+
+// `weft bench --backend cuda`: training steps of GptCuda (model/cuda/gpt_cuda.h) on random
+// tokens, everything on one GPU. MFU is stated twice: against the card's data-sheet peak
+// (--peak-tflops, default H100 SXM bf16 dense) and against the bf16 GEMM rate measured here
+// through cuBLASLt at gemm_n^3 (what a perfect model could reach with these libraries).
+// --matmul-only measures and prints only that rate.
+int bench_cuda(const ModelConfig& mc, const BenchOptions& o) {
+#if WEFT_HAVE_CUDA
+  const Precision prec = parse_precision(o.precision);
+  if (o.matmul_only) return bench_cuda_matmul(o);
+  return bench_cuda_steps(mc, o, prec);
+#else
+  (void)mc, (void)o;
+  throw_input("this weft was built without CUDA (-DWEFT_CUDA=ON)");
+#endif
+}
+
+}  // namespace
+
+int cmd_bench(CLI::App& app, int argc, char** argv, Communicator&) {
+  BenchOptions o;
+  add_bench_options(app, o);
+  app.parse(argc - 1, argv + 1);
+  const ModelConfig mc = model_preset(o.model_name);
+  check_step_sizes(o, mc);
+  if (o.backend_name == "cuda" || o.matmul_only) {
+    if (o.peak_tflops <= 0 || o.gemm_n <= 0) {
+      throw_input("--peak-tflops {} and --gemm-n {} must be positive", o.peak_tflops, o.gemm_n);
+    }
+    return bench_cuda(mc, o);
+  }
+  if (o.precision != "fp32") throw_input("--precision {} applies to --backend cuda; the CPU bench runs fp32", o.precision);
+  return bench_cpu(mc, o);
+}
+
+}  // namespace weft

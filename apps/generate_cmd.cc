@@ -1,0 +1,93 @@
+// `weft generate`: samples text from a checkpoint and prints it as the tokens arrive.
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli_util.h"
+#include "commands.h"
+#include "core/error.h"
+#include "data/tokenizer.h"
+#include "train/sample.h"
+#include "train/trainer.h"
+
+namespace weft {
+
+namespace {
+
+// Whether `s` ends in the first bytes of a UTF-8 character whose other bytes are still to come.
+bool ends_in_partial_character(const std::string& s) {
+  size_t cut = s.size();
+  int back = 0;
+  while (cut > 0 && back < 4 && (static_cast<unsigned char>(s[cut - 1]) & 0xC0) == 0x80) --cut, ++back;
+  if (cut > 0 && (static_cast<unsigned char>(s[cut - 1]) & 0x80)) {
+    unsigned char lead = static_cast<unsigned char>(s[cut - 1]);
+    int need = lead >= 0xF0 ? 3 : lead >= 0xE0 ? 2 : lead >= 0xC0 ? 1 : 0;
+    return need > back;
+  }
+  return false;
+}
+
+// Prints tokens as they arrive; holds back the bytes of an unfinished UTF-8 character.
+class TokenPrinter {
+ public:
+  explicit TokenPrinter(const Tokenizer& tok) : tok_(tok) {}
+  void add(int32_t t) {
+    pending_.push_back(t);
+    std::string s = tok_.decode(pending_);
+    if (ends_in_partial_character(s)) return;  // incomplete character: wait for more tokens
+    fmt::print("{}", s);
+    std::fflush(stdout);
+    pending_.clear();
+  }
+  // Prints what is held back and ends the line.
+  void finish() {
+    if (!pending_.empty()) fmt::print("{}", tok_.decode(pending_));
+    fmt::print("\n");
+  }
+
+ private:
+  const Tokenizer& tok_;
+  std::vector<int32_t> pending_;
+};
+
+}  // namespace
+
+int cmd_generate(CLI::App& app, int argc, char** argv, Communicator&) {
+  std::string ckpt, prompt, tokenizer;
+  int64_t tokens = 128, top_k = 40, seed = 1337, threads = 0;
+  double temperature = 1.0;
+  add_checkpoint_option(app, ckpt);
+  app.add_option("--prompt", prompt, "text to continue (default: start of a document)");
+  app.add_option("--tokens", tokens, "tokens to generate");
+  app.add_option("--temperature", temperature, "sampling temperature (> 0)");
+  app.add_option("--top-k", top_k, "sample among the k most likely tokens (0: all)");
+  app.add_option("--seed", seed, "sampling seed");
+  add_threads_option(app, threads);
+  app.add_option("--tokenizer", tokenizer, "folder with GPT-2's tokenizer files");
+  app.parse(argc - 1, argv + 1);
+  if (tokens < 0) throw_input("--tokens must be >= 0, got {}", tokens);
+  if (!(temperature > 0)) throw_input("--temperature must be positive, got {}", temperature);
+  if (top_k < 0) throw_input("--top-k must be >= 0, got {}", top_k);
+  set_threads(threads);
+  const std::string dir = checkpoint_dir_arg(ckpt);
+  Tokenizer tok = Tokenizer::load_gpt2(tokenizer);
+  CheckpointModel m(dir);
+  std::vector<int32_t> ids = {tok.eot_token()};
+  tok.encode_append(prompt, ids);
+  SampleOptions so;
+  so.max_tokens = tokens;
+  so.temperature = temperature;
+  so.top_k = top_k;
+  so.seed = static_cast<uint64_t>(seed);
+  fmt::print("{}", prompt);
+  std::fflush(stdout);
+  TokenPrinter printer(tok);
+  sample_tokens(m.model, ids, so, [&](int32_t t) { printer.add(t); });
+  printer.finish();
+  return 0;
+}
+
+}  // namespace weft
