@@ -21,6 +21,7 @@
 #include "core/rng.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
+#include "parallel/pp/schedule.h"
 #include "train/trainer.h"
 #if WEFT_HAVE_CUDA
 #include "model/cuda/gpt_cuda.h"
@@ -37,12 +38,13 @@ struct BenchOptions {
   std::string backend_name = "cpu", precision = "fp32";
   double peak_tflops = 989.0;
   int64_t gemm_n = 8192;
+  LayoutOptions layout;  // cpu: any layout through the engine
 };
 
 void add_bench_options(CLI::App& app, BenchOptions& o) {
   app.add_option("--backend", o.backend_name, "cpu or cuda (one GPU; needs a weft built with -DWEFT_CUDA=ON)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  app.add_option("--precision", o.precision, "fp32 or bf16 (cuda; the CPU bench runs fp32)")
+  app.add_option("--precision", o.precision, "fp32 or bf16 (on the CPU: 16-bit storage emulated)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--peak-tflops", o.peak_tflops, "cuda: the card's peak TFLOP/s for MFU (989: H100 SXM bf16 dense)");
   app.add_flag("--matmul-only", o.matmul_only, "cuda: only measure the bf16 GEMM rate (cuBLASLt, --gemm-n cubed)");
@@ -57,6 +59,7 @@ void add_bench_options(CLI::App& app, BenchOptions& o) {
   app.add_option("--head-chunk", o.head_chunk, "rows of logits materialised at once (0: automatic)");
   app.add_flag("--no-peak", o.no_peak, "skip measuring the machine's sgemm rate (cuda: its bf16 GEMM rate)");
   add_format_option(app, o.format);
+  add_layout_options(app, o.layout);
 }
 
 // Sets --seq 0 to the context of `mc`; InputError unless the step sizes are positive and fit it.
@@ -140,31 +143,44 @@ void print_cpu_result(const nlohmann::json& j, const BenchOptions& o, int nthrea
   fmt::print("\n");
 }
 
-// Training steps of the CPU GPT (fp32) with AdamW.
-int bench_cpu(const ModelConfig& mc, const BenchOptions& o) {
+// The JSON line of a CPU bench: its settings, layout and rates.
+nlohmann::json cpu_result(const BenchOptions& o, const EngineConfig& ec, int nthreads, int world, const StepRate& r) {
+  return {{"impl", "weft"}, {"model", o.model_name}, {"batch", o.batch}, {"seq", o.seq}, {"threads", nthreads},
+          {"precision", o.precision}, {"world", world}, {"tp", ec.grid.tp}, {"pp", ec.grid.pp}, {"dp", ec.grid.dp},
+          {"zero", ec.data_parallel.zero}, {"micro_batch", ec.micro_batch}, {"schedule", schedule_name(ec.schedule)},
+          {"virtual_stages", ec.virtual_stages}, {"sequence_parallel", ec.sequence_parallel && ec.grid.tp > 1},
+          {"ms_per_step", r.median_s * 1e3}, {"tokens_per_s", r.tokens_per_s},
+          {"model_flops_per_s", r.model_flops_per_s}};
+}
+
+// Training steps (AdamW, clipping) through the engine in any layout; --batch sequences per step
+// over every replica. Rank 0 prints; the sgemm peak is measured only by a single process.
+int bench_cpu(const ModelConfig& mc, const BenchOptions& o, Communicator& world) {
   const int nthreads = set_threads(o.threads);
-  auto be = make_cpu_backend();
-  GPT model(mc, *be);
-  model.init(1337);
-  model.reserve(o.batch, o.seq, true, o.head_chunk);
-  AdamW optim(model.layout(), AdamWConfig{});
-  const float scale = 1.0f / static_cast<float>(o.batch * o.seq);
-  const auto times = time_steps(o, mc.vocab_size, [&](int64_t s, const auto& in, const auto& tg) {
-    model.zero_grads();
-    model.forward_backward(in.data(), tg.data(), o.batch, o.seq, scale);
-    const double norm = grad_norm(*be, model.grads(), model.num_params());
-    optim.step(*be, model.params(), model.grads(), 1e-4f, s + 1, clip_coefficient(norm, 1.0));
+  EngineRequest req;
+  req.model = mc;
+  req.seq = o.seq;
+  req.batch = o.batch;
+  req.precision = o.precision;
+  req.head_chunk = o.head_chunk;
+  EngineRun run(layout_engine_config(o.layout, req, world.size()), world);
+  Engine& engine = *run.engine;
+  engine.init_params(1337);
+  const int64_t T = o.seq;
+  const auto times = time_steps(o, mc.vocab_size, [&](int64_t, const auto& in, const auto& tg) {
+    engine.step(1e-4f, [&](int64_t first, int64_t count, int32_t* i, int32_t* t) {
+      std::copy(in.begin() + first * T, in.begin() + (first + count) * T, i);
+      std::copy(tg.begin() + first * T, tg.begin() + (first + count) * T, t);
+    });
   });
   const StepRate r = step_rate(times, o, mc);
-  nlohmann::json j = {{"impl", "weft"}, {"model", o.model_name}, {"batch", o.batch}, {"seq", o.seq},
-                      {"threads", nthreads}, {"ms_per_step", r.median_s * 1e3}, {"tokens_per_s", r.tokens_per_s},
-                      {"model_flops_per_s", r.model_flops_per_s}};
-  if (!o.no_peak) {
+  nlohmann::json j = cpu_result(o, engine.config(), nthreads, world.size(), r);
+  if (!o.no_peak && world.size() == 1) {
     const double peak = measure_sgemm_flops();
     j["sgemm_flops_per_s"] = peak;
     j["fraction_of_sgemm"] = r.model_flops_per_s / peak;
   }
-  print_cpu_result(j, o, nthreads, r);
+  if (world.rank() == 0) print_cpu_result(j, o, nthreads, r);
   return 0;
 }
 
@@ -265,7 +281,7 @@ int bench_cuda(const ModelConfig& mc, const BenchOptions& o) {
 
 }  // namespace
 
-int cmd_bench(CLI::App& app, int argc, char** argv, Communicator&) {
+int cmd_bench(CLI::App& app, int argc, char** argv, Communicator& world) {
   BenchOptions o;
   add_bench_options(app, o);
   app.parse(argc - 1, argv + 1);
@@ -275,10 +291,14 @@ int cmd_bench(CLI::App& app, int argc, char** argv, Communicator&) {
     if (o.peak_tflops <= 0 || o.gemm_n <= 0) {
       throw_input("--peak-tflops {} and --gemm-n {} must be positive", o.peak_tflops, o.gemm_n);
     }
+    const LayoutOptions& l = o.layout;
+    if (world.size() > 1 || l.tp != 1 || l.pp != 1 || l.dp > 1 || l.zero != 0) {
+      throw_input("--backend cuda benchmarks one GPU (tp 1, pp 1, dp 1, zero 0; got {} ranks, tp {}, pp {}, dp {}, zero {}); "
+                  "layouts on GPUs come with the CUDA engine", world.size(), l.tp, l.pp, l.dp, l.zero);
+    }
     return bench_cuda(mc, o);
   }
-  if (o.precision != "fp32") throw_input("--precision {} applies to --backend cuda; the CPU bench runs fp32", o.precision);
-  return bench_cpu(mc, o);
+  return bench_cpu(mc, o, world);
 }
 
 }  // namespace weft

@@ -1,8 +1,13 @@
 #include "cli_util.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "ckpt/checkpoint.h"
+#include "core/buffer.h"
+#include "core/error.h"
+#include "train/config.h"
+#include "train/engine_config.h"
 #include "train/trainer.h"
 
 namespace weft {
@@ -24,9 +29,53 @@ std::string checkpoint_dir_arg(const std::string& path) {
   return resolve_checkpoint_dir(path);
 }
 
-CheckpointModel::CheckpointModel(const std::string& dir)
-    : config(load_checkpoint_config(dir)), backend(make_cpu_backend()), model(config, *backend) {
-  load_checkpoint_params(dir, model.layout(), model.params());
+void add_layout_options(CLI::App& app, LayoutOptions& o) {
+  app.add_option("--tp", o.tp, "tensor-parallel size");
+  app.add_option("--pp", o.pp, "pipeline-parallel size");
+  app.add_option("--dp", o.dp, "data-parallel size (0: world / (tp x pp))");
+  app.add_option("--zero", o.zero, "ZeRO stage 0..3");
+  app.add_option("--schedule", o.schedule, "pipeline schedule: gpipe, 1f1b, interleaved");
+  app.add_option("--virtual-stages", o.virtual_stages, "model chunks per pipeline stage (interleaved)");
+  app.add_flag("--sequence-parallel", o.sequence_parallel, "with tp > 1: shard LayerNorm/residual regions by tokens");
+  app.add_option("--micro-batch", o.micro_batch, "sequences per forward/backward (0: one micro-batch per replica)");
+  app.add_option("--recompute", o.recompute, "activation recompute: none, selective, full");
+  app.add_option("--order", o.order, "rank order of the axes, first fastest");
+}
+
+EngineConfig layout_engine_config(const LayoutOptions& o, const EngineRequest& r, int world_size) {
+  RunConfig cfg;
+  cfg.tp = o.tp;
+  cfg.pp = o.pp;
+  cfg.dp = o.dp;
+  cfg.zero = o.zero;
+  cfg.schedule = o.schedule;
+  cfg.virtual_stages = o.virtual_stages;
+  cfg.sequence_parallel = o.sequence_parallel;
+  cfg.recompute = o.recompute;
+  cfg.order = o.order;
+  cfg.precision = r.precision;
+  cfg.head_chunk = r.head_chunk;
+  cfg.seq_len = r.seq;
+  const int64_t tp_pp = std::max<int64_t>(1, o.tp * o.pp);
+  const int64_t dp = o.dp > 0 ? o.dp : std::max<int64_t>(1, world_size / tp_pp);
+  cfg.global_batch = r.per_replica ? r.batch * dp : r.batch;
+  cfg.micro_batch = o.micro_batch > 0 ? o.micro_batch : std::max<int64_t>(1, cfg.global_batch / dp);
+  if (cfg.micro_batch <= 0 || cfg.global_batch % cfg.micro_batch != 0) {
+    throw_input("--micro-batch {} does not divide the batch of {} sequences", cfg.micro_batch, cfg.global_batch);
+  }
+  EngineConfig ec = engine_config(cfg, r.model, world_size);
+  ec.training = r.training;
+  return ec;
+}
+
+EngineRun::EngineRun(const EngineConfig& cfg, Communicator& world)
+    : backend(make_cpu_backend()), engine(std::make_unique<Engine>(cfg, world, *backend)) {}
+
+void load_checkpoint_into(Engine& engine, const std::string& dir) {
+  const ParamLayout& whole = engine.whole_layout();
+  Buffer<float> params(static_cast<size_t>(whole.total()));
+  load_checkpoint_params(dir, whole, params.data());
+  engine.load_state(params.data(), nullptr, nullptr);
 }
 
 }  // namespace weft

@@ -8,7 +8,8 @@
 
 #include "backend/backend.h"
 #include "model/config.h"
-#include "model/gpt.h"
+#include "comm/communicator.h"
+#include "engine/engine.h"
 
 namespace weft {
 
@@ -22,12 +23,37 @@ void add_format_option(CLI::App& app, std::string& format);
 // The checkpoint folder a --checkpoint argument names: a run folder means its newest checkpoint.
 std::string checkpoint_dir_arg(const std::string& path);
 
-// A GPT on the CPU backend holding the parameters of the checkpoint folder `dir`.
-struct CheckpointModel {
-  explicit CheckpointModel(const std::string& dir);
-  ModelConfig config;
-  std::unique_ptr<Backend> backend;
-  GPT model;
+// The layout options of the commands that run a model on the engine (bench, eval, generate):
+// --tp, --pp, --dp, --zero, --schedule, --virtual-stages, --sequence-parallel, --micro-batch,
+// --recompute, --order. Launched like `weft train` (mpirun -np tp*pp*dp).
+struct LayoutOptions {
+  int64_t tp = 1, pp = 1, dp = 0, zero = 0, virtual_stages = 1, micro_batch = 0;
+  std::string schedule = "1f1b", recompute = "none", order = "tp-dp-pp";
+  bool sequence_parallel = false;
 };
+void add_layout_options(CLI::App& app, LayoutOptions& o);
+
+// What a command's engine runs: the model, sequence length T, `batch` sequences per step over
+// every data-parallel replica (per replica with per_replica), precision and head chunk.
+struct EngineRequest {
+  ModelConfig model;
+  int64_t seq = 0;
+  int64_t batch = 1;
+  bool per_replica = false;
+  std::string precision = "fp32";
+  int64_t head_chunk = 0;
+  bool training = true;
+};
+// The engine's configuration, checked by the layout rules (InputError naming the values).
+EngineConfig layout_engine_config(const LayoutOptions& o, const EngineRequest& r, int world_size);
+
+// An engine on the CPU backend, with its backend.
+struct EngineRun {
+  EngineRun(const EngineConfig& cfg, Communicator& world);
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Engine> engine;
+};
+// Loads the parameters of the checkpoint folder `dir` into `engine` (every rank).
+void load_checkpoint_into(Engine& engine, const std::string& dir);
 
 }  // namespace weft

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "train/sample.h"
+#include "ckpt/checkpoint.h"
 #include "train/trainer.h"
 
 namespace weft {
@@ -55,7 +56,9 @@ class TokenPrinter {
 
 }  // namespace
 
-int cmd_generate(CLI::App& app, int argc, char** argv, Communicator&) {
+// Runs in any layout (mpirun -np tp*pp*dp weft generate --tp .. --pp ..); rank 0 prints.
+int cmd_generate(CLI::App& app, int argc, char** argv, Communicator& world) {
+  LayoutOptions layout;
   std::string ckpt, prompt, tokenizer;
   int64_t tokens = 128, top_k = 40, seed = 1337, threads = 0;
   double temperature = 1.0;
@@ -67,6 +70,7 @@ int cmd_generate(CLI::App& app, int argc, char** argv, Communicator&) {
   app.add_option("--seed", seed, "sampling seed");
   add_threads_option(app, threads);
   app.add_option("--tokenizer", tokenizer, "folder with GPT-2's tokenizer files");
+  add_layout_options(app, layout);
   app.parse(argc - 1, argv + 1);
   if (tokens < 0) throw_input("--tokens must be >= 0, got {}", tokens);
   if (!(temperature > 0)) throw_input("--temperature must be positive, got {}", temperature);
@@ -74,7 +78,15 @@ int cmd_generate(CLI::App& app, int argc, char** argv, Communicator&) {
   set_threads(threads);
   const std::string dir = checkpoint_dir_arg(ckpt);
   Tokenizer tok = Tokenizer::load_gpt2(tokenizer);
-  CheckpointModel m(dir);
+  EngineRequest req;
+  req.model = load_checkpoint_config(dir);
+  req.seq = req.model.n_ctx;
+  req.batch = 1;
+  req.per_replica = true;
+  req.training = false;
+  EngineRun run(layout_engine_config(layout, req, world.size()), world);
+  load_checkpoint_into(*run.engine, dir);
+  const bool rank0 = world.rank() == 0;
   std::vector<int32_t> ids = {tok.eot_token()};
   tok.encode_append(prompt, ids);
   SampleOptions so;
@@ -82,11 +94,13 @@ int cmd_generate(CLI::App& app, int argc, char** argv, Communicator&) {
   so.temperature = temperature;
   so.top_k = top_k;
   so.seed = static_cast<uint64_t>(seed);
-  fmt::print("{}", prompt);
+  if (rank0) fmt::print("{}", prompt);
   std::fflush(stdout);
   TokenPrinter printer(tok);
-  sample_tokens(m.model, ids, so, [&](int32_t t) { printer.add(t); });
-  printer.finish();
+  sample_tokens(*run.engine, ids, so, [&](int32_t t) {
+    if (rank0) printer.add(t);
+  });
+  if (rank0) printer.finish();
   return 0;
 }
 

@@ -57,10 +57,12 @@ inline std::string read_text(const std::string& path) {
 
 // Runs `PREFIX build/weft ARGS` (PREFIX: a launcher such as mpirun, or env settings) with
 // stdout and stderr captured, from the source folder.
-inline RunResult run_weft_with(const std::string& prefix, const std::string& args, const std::string& scratch) {
+// `binary` replaces build/weft (e.g. a test harness built on the same library).
+inline RunResult run_weft_with(const std::string& prefix, const std::string& args, const std::string& scratch,
+                               const std::string& binary = WEFT_BINARY) {
   const std::string out = scratch + ".out", err = scratch + ".err";
   const std::string cmd = fmt::format("cd {} && OMP_NUM_THREADS=2 {} {} {} > {} 2> {} < /dev/null", WEFT_SOURCE_DIR,
-                                      prefix, WEFT_BINARY, args, out, err);
+                                      prefix, binary, args, out, err);
   int st = std::system(cmd.c_str());
   RunResult r;
   r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);

@@ -565,26 +565,38 @@ const float* GPT::stage_output(int slot) {
 }
 
 
-void GPT::forward_last_logits(const int32_t* tokens, int64_t T, float* logits_out) {
-  check_shape(1, T, false);
-  check_tokens(tokens, T, "input");
-  forward_blocks(tokens, 1, T);
+// Logits (V real entries) of one row (C) of the final LayerNorm's output: the head's product
+// with wte (this rank's vocabulary columns, summed over tp).
+void GPT::row_logits(const float* lnf_row, float* logits_out) {
   const ModelConfig& c = config();
   const int64_t C = c.n_embd;
   const float* wte = store_->acquire(0);
   if (P_ == 1) {
-    backend_.gemm(false, true, 1, c.vocab_size, C, 1.0f, cur_->lnf + (T - 1) * C, C, wte, C, 0.0f, logits_out,
-                  c.vocab_size);
+    backend_.gemm(false, true, 1, c.vocab_size, C, 1.0f, lnf_row, C, wte, C, 0.0f, logits_out, c.vocab_size);
   } else {
     const int64_t Vl = c.padded_vocab / P_, v0 = layout_.tp_rank() * Vl;
     std::vector<float> all(c.padded_vocab, 0.0f);
-    backend_.gemm(false, true, 1, Vl, C, 1.0f, cur_->lnf + (T - 1) * C, C, wte, C, 0.0f, all.data() + v0, Vl);
+    backend_.gemm(false, true, 1, Vl, C, 1.0f, lnf_row, C, wte, C, 0.0f, all.data() + v0, Vl);
     tp_->all_reduce_sum(all.data(), c.padded_vocab);
     std::copy(all.begin(), all.begin() + c.vocab_size, logits_out);
   }
   store_->release(0);
-  store_->release(c.n_layer + 1);
+}
+
+void GPT::forward_last_logits(const int32_t* tokens, int64_t T, float* logits_out) {
+  check_shape(1, T, false);
+  check_tokens(tokens, T, "input");
+  forward_blocks(tokens, 1, T);
+  row_logits(cur_->lnf + (T - 1) * config().n_embd, logits_out);
+  store_->release(config().n_layer + 1);
   store_->release(0);
+}
+
+void GPT::stage_last_logits(int slot, int64_t T, float* logits_out) {
+  WEFT_CHECK(layout_.stage().head, "stage_last_logits on a stage without the head");
+  SlotScope scope(&cur_, &stash_[0]);
+  use_slot(slot);
+  row_logits(cur_->lnf + (T - 1) * config().n_embd, logits_out);
 }
 
 }  // namespace weft

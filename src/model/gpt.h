@@ -159,6 +159,9 @@ class GPT {
   // Last stage, after stage_forward(..., false): the sum of the token losses.
   double stage_loss(int slot, const int32_t* targets, int64_t B, int64_t T);
   const float* stage_output(int slot);
+  // Last stage, after stage_forward(slot, ..., 1, T, false) of one sequence: the logits (V real
+  // entries) of its last position (generation through a pipeline).
+  void stage_last_logits(int slot, int64_t T, float* logits_out);
   // The gradient of the stage's input after stage_backward: valid until the next backward.
   const float* stage_input_grad() const { return ws_.dres; }
 
@@ -180,6 +183,7 @@ class GPT {
   // The output head and loss over rows [0, N) of lnf, chunk by chunk; with dloss != 0 also
   // dwte and dlnf (into ws_.dC).
   double head(const int32_t* targets, int64_t N, const float* wte, float* dwte, float dloss);
+  void row_logits(const float* lnf_row, float* logits_out);
   void check_tokens(const int32_t* tokens, int64_t n, const char* what) const;
   void check_shape(int64_t B, int64_t T, bool training) const;
 

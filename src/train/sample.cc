@@ -31,24 +31,39 @@ int32_t pick_token(const float* logits, int64_t V, double temperature, int64_t t
   return idx.back();
 }
 
-std::vector<int32_t> sample_tokens(GPT& model, const std::vector<int32_t>& prompt, const SampleOptions& opt,
+std::vector<int32_t> sample_tokens(const LogitsFn& logits_of, int64_t vocab, int64_t n_ctx,
+                                   const std::vector<int32_t>& prompt, const SampleOptions& opt,
                                    const std::function<void(int32_t)>& on_token) {
   if (prompt.empty()) throw_input("sampling needs a prompt of at least one token");
   if (!(opt.temperature > 0)) throw_input("temperature must be positive, got {}", opt.temperature);
-  const ModelConfig& c = model.config();
   std::vector<int32_t> tokens = prompt;
-  std::vector<float> logits(c.vocab_size);
-  model.reserve(1, c.n_ctx, false);
+  std::vector<float> logits(static_cast<size_t>(vocab));
   for (int64_t i = 0; i < opt.max_tokens; ++i) {
-    const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), c.n_ctx);
-    model.forward_last_logits(tokens.data() + tokens.size() - T, T, logits.data());
+    const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), n_ctx);
+    logits_of(tokens.data() + tokens.size() - T, T, logits.data());
     const float u = Philox::uniform(opt.seed, kRngStreamSample, static_cast<uint64_t>(i));
-    const int32_t next = pick_token(logits.data(), c.vocab_size, opt.temperature, opt.top_k, u);
+    const int32_t next = pick_token(logits.data(), vocab, opt.temperature, opt.top_k, u);
     tokens.push_back(next);
     if (on_token) on_token(next);
     if (next == opt.stop_token) break;
   }
   return tokens;
+}
+
+std::vector<int32_t> sample_tokens(GPT& model, const std::vector<int32_t>& prompt, const SampleOptions& opt,
+                                   const std::function<void(int32_t)>& on_token) {
+  const ModelConfig& c = model.config();
+  model.reserve(1, c.n_ctx, false);
+  const LogitsFn f = [&](const int32_t* t, int64_t T, float* out) { model.forward_last_logits(t, T, out); };
+  return sample_tokens(f, c.vocab_size, c.n_ctx, prompt, opt, on_token);
+}
+
+std::vector<int32_t> sample_tokens(Engine& engine, const std::vector<int32_t>& prompt, const SampleOptions& opt,
+                                   const std::function<void(int32_t)>& on_token) {
+  const ModelConfig& c = engine.config().model;
+  engine.begin_generation();
+  const LogitsFn f = [&](const int32_t* t, int64_t T, float* out) { engine.last_logits(t, T, out); };
+  return sample_tokens(f, c.vocab_size, c.n_ctx, prompt, opt, on_token);
 }
 
 }  // namespace weft

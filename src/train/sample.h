@@ -5,6 +5,7 @@
 #include <functional>
 #include <vector>
 
+#include "engine/engine.h"
 #include "model/gpt.h"
 
 namespace weft {
@@ -19,7 +20,15 @@ struct SampleOptions {
 
 // Extends `prompt` (at least one token) by up to max_tokens tokens; the context slides to the
 // model's last n_ctx tokens. on_token (optional) is called with each new token as it comes.
+// The logits (V real entries) after the last of T tokens.
+using LogitsFn = std::function<void(const int32_t* tokens, int64_t T, float* logits)>;
+std::vector<int32_t> sample_tokens(const LogitsFn& logits, int64_t vocab, int64_t n_ctx,
+                                   const std::vector<int32_t>& prompt, const SampleOptions& opt,
+                                   const std::function<void(int32_t)>& on_token = {});
+// With a whole model on one process, or an engine in any layout without pp (every rank calls it).
 std::vector<int32_t> sample_tokens(GPT& model, const std::vector<int32_t>& prompt, const SampleOptions& opt,
+                                   const std::function<void(int32_t)>& on_token = {});
+std::vector<int32_t> sample_tokens(Engine& engine, const std::vector<int32_t>& prompt, const SampleOptions& opt,
                                    const std::function<void(int32_t)>& on_token = {});
 
 // Picks one token from logits (V) with temperature and top-k, using uniform draw u in (0, 1].

@@ -1,10 +1,12 @@
 // The training loop of one process: data, model, optimizer, metrics, validation, checkpoints.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "comm/communicator.h"
 #include "train/config.h"
+#include "train/run_folder.h"
 
 namespace weft {
 
@@ -13,6 +15,9 @@ struct TrainOptions {
   bool resume = false;        // continue from the newest checkpoint in the run folder (or resume_from)
   std::string resume_from;    // a checkpoint folder; empty: newest in cfg.out
   bool overwrite = false;     // start afresh in a run folder that already holds a run
+  // Called on every rank before each step (0-based) starts: a hook for the test harness (fault
+  // injection in tests/mpi/fault_train.cc); production runs leave it empty.
+  std::function<void(int64_t step)> before_step;
 };
 
 struct TrainResult {
@@ -31,8 +36,6 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
 // Single process.
 TrainResult train(const RunConfig& cfg, const TrainOptions& opt);
 
-// Newest complete checkpoint folder "<run>/step-NNNNNN" (empty if none).
-std::string find_latest_checkpoint(const std::string& run_dir);
 
 // Sets the thread count of weft's loops and of BLAS (0: keep OMP_NUM_THREADS / all cores).
 // Returns the count in force.

@@ -182,16 +182,22 @@ TEST_F(DataParallelRuns, TraceVolumesMatchTheFormulas) {
 
 TEST_F(DataParallelRuns, StalledOrDeadRankStopsTheJob) {
   const auto t0 = std::chrono::steady_clock::now();
-  RunResult r = train(2, "--comm_timeout 3 --out " + *tmp / "stall", "WEFT_FAULT=stall:1:3");
+  // tests/mpi/fault_train.cc: `weft train` with rank 1 stalling (exiting) before step 3.
+  auto faulty = [&](const std::string& fault, const std::string& args) {
+    return test::run_weft_with(test::mpi_launcher(2), fault + " " + config + " " + args, *tmp / ("fault-" + fault),
+                               WEFT_FAULT_TRAIN_BINARY);
+  };
+  RunResult r = faulty("stall:1:3", "--comm_timeout 3 --out " + *tmp / "stall");
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_NE(r.code, 0);
   EXPECT_LT(secs, 60.0);
   EXPECT_NE(r.err.find("did not complete within 3"), std::string::npos) << r.err;
   const auto t1 = std::chrono::steady_clock::now();
-  r = train(2, "--comm_timeout 5 --out " + *tmp / "dead", "WEFT_FAULT=exit:1:3");
+  r = faulty("exit:1:3", "--comm_timeout 5 --out " + *tmp / "dead");
   const double secs2 = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   EXPECT_NE(r.code, 0);
   EXPECT_LT(secs2, 60.0);
+  EXPECT_NE(r.err.find("injecting fault 'exit' before step 3"), std::string::npos) << r.err;
 }
 
 }  // namespace

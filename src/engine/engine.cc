@@ -1,0 +1,305 @@
+#include "engine/engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "engine/engine_chunk.h"
+#include "model/gpt.h"
+#include "parallel/pp/partition.h"
+#include "parallel/tp/tp_comm.h"
+
+namespace weft {
+
+// A chunk as the pipeline runtime drives it: reads the micro-batch's tokens before each action
+// and opens the store's gradient reduction before each backward.
+class Engine::PipeAdapter final : public PipeChunk {
+ public:
+  PipeAdapter(Engine& e, Chunk& ch, const BatchFn& batch, float loss_scale)
+      : e_(e), ch_(ch), batch_(batch), loss_scale_(loss_scale) {}
+  void prepare(const PipeAction& a, bool last) override {
+    const int64_t B = e_.cfg_.micro_batch;
+    batch_(e_.dp_rank_ * e_.per_rank_ + a.micro_batch * B, B, e_.inputs_.data(), e_.targets_.data());
+    if (a.kind == PipeAction::kBackward) ch_.store->begin_micro_batch(last);
+  }
+  void forward(int slot, int, const float* x) override {
+    ch_.model->stage_forward(slot, e_.inputs_.data(), x, e_.cfg_.micro_batch, e_.cfg_.seq, true);
+  }
+  double backward(int slot, int, const float* dy, bool) override {
+    return ch_.model->stage_backward(slot, e_.inputs_.data(), e_.targets_.data(), dy, e_.cfg_.micro_batch,
+                                     e_.cfg_.seq, loss_scale_);
+  }
+  const float* output(int slot) override { return ch_.model->stage_output(slot); }
+  const float* input_grad() override { return ch_.model->stage_input_grad(); }
+
+ private:
+  Engine& e_;
+  Chunk& ch_;
+  const BatchFn& batch_;
+  float loss_scale_;
+};
+
+Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
+    : cfg_(cfg), world_(world), backend_(backend), scaler_(cfg.precision, cfg.loss_scale) {
+  const GridSpec& spec = cfg.grid;
+  grid_ = std::make_unique<ProcessGrid>(world, spec);
+  tp_ops_ = std::make_unique<CommTensorParallel>(grid_->comm(Axis::kTp));
+  stage_ = grid_->coord(Axis::kPp);
+  tp_rank_ = grid_->coord(Axis::kTp);
+  dp_rank_ = grid_->coord(Axis::kDp);
+  per_rank_ = cfg.global_batch / spec.dp;
+  accum_ = per_rank_ / cfg.micro_batch;
+  // The first and the last stage share the tied embedding: one group per (tp, dp) position.
+  const bool holds_embedding = spec.pp > 1 && (stage_ == 0 || stage_ == spec.pp - 1);
+  tied_ = world.split(holds_embedding ? 1 + tp_rank_ + spec.tp * dp_rank_ : 0, stage_, "pp-embedding");
+  whole_ = std::make_unique<ParamLayout>(cfg.model);
+  if (spec.pp > 1) {
+    PipeRuntimeConfig rc;
+    rc.schedule = cfg.schedule;
+    rc.stages = spec.pp;
+    rc.stage = stage_;
+    rc.virtual_stages = cfg.virtual_stages;
+    rc.micro_batches = static_cast<int>(accum_);
+    const bool sp = cfg.sequence_parallel && spec.tp > 1;
+    rc.message = (sp ? cfg.micro_batch * cfg.seq / spec.tp : cfg.micro_batch * cfg.seq) * cfg.model.n_embd;
+    // With sequence parallelism a rank's rows are its slice already.
+    rc.scatter_gather = spec.tp > 1 && !sp;
+    runtime_ = std::make_unique<PipelineRuntime>(grid_->comm(Axis::kPp), grid_->comm(Axis::kTp), rc);
+  }
+  inputs_.resize(static_cast<size_t>(cfg.micro_batch * cfg.seq));
+  targets_.resize(inputs_.size());
+  build_chunks();
+}
+
+Engine::~Engine() = default;
+
+void Engine::build_chunks() {
+  const GridSpec& spec = cfg_.grid;
+  const int vchunks = spec.pp > 1 ? cfg_.virtual_stages : 1;
+  // Balanced by cost: the output head counts as Vp / (12 C) layers on the last chunk.
+  const double head_cost = gpt_head_cost_in_layers(cfg_.model.padded_vocab, cfg_.model.n_embd);
+  const std::vector<StageRange> parts = partition_layers(cfg_.model.n_layer, spec.pp, vchunks, {}, head_cost);
+  const int K = spec.pp * vchunks;
+  for (int c = 0; c < vchunks; ++c) {
+    auto ch = std::make_unique<Chunk>();
+    const int g = global_chunk(stage_, c, spec.pp);
+    ch->global = g;
+    ch->spec = {parts[g].first_layer, parts[g].num_layers, g == 0, g == K - 1};
+    ch->model = std::make_unique<GPT>(cfg_.model, backend_, /*local_store=*/false, spec.tp, tp_rank_, ch->spec);
+    ch->model->set_tp(tp_ops_.get(), cfg_.sequence_parallel);
+    ch->store = std::make_unique<DataParallel>(ch->model->layout(), grid_->comm(Axis::kDp), cfg_.data_parallel, backend_);
+    ch->model->set_store(ch->store.get());
+    if (spec.pp > 1 && (ch->spec.embedding || ch->spec.head)) ch->store->set_tied_embedding(tied_.get());
+    ch->model->set_recompute(cfg_.recompute, cfg_.recompute_layers);
+    ch->model->set_precision(cfg_.precision);
+    ch->model->reserve(cfg_.micro_batch, cfg_.seq, cfg_.training, cfg_.head_chunk, runtime_ ? runtime_->slots(c) : 1);
+    if (cfg_.training) {
+      ch->optim = std::make_unique<AdamW>(ch->model->layout(), cfg_.adamw, ch->store->opt_begin(), ch->store->opt_end());
+    }
+    set_norm_skip(*ch);
+    chunks_.push_back(std::move(ch));
+  }
+}
+
+// Replicated tensors have identical gradients on every tp rank, and the tied embedding is on
+// the first and the last chunk: count each once in the gradient norm.
+void Engine::set_norm_skip(Chunk& ch) {
+  std::vector<std::pair<int64_t, int64_t>> skip;
+  for (const ParamTensor& t : ch.model->layout().tensors()) {
+    if (cfg_.grid.tp > 1 && tp_rank_ != 0 && t.split == TpSplit::kReplicated) {
+      skip.emplace_back(t.offset, t.offset + t.numel);
+    } else if (ch.global != 0 && (t.kind == ParamKind::kWte || t.kind == ParamKind::kWpe)) {
+      skip.emplace_back(t.offset, t.offset + t.numel);
+    }
+  }
+  ch.store->set_norm_skip(std::move(skip));
+}
+
+std::string Engine::describe_chunks() const {
+  std::string parts;
+  for (const auto& ch : chunks_) {
+    parts += fmt::format("{}layers {}-{}{}{}", parts.empty() ? "" : ", ", ch->spec.first_layer,
+                         ch->spec.first_layer + ch->spec.num_layers - 1, ch->spec.embedding ? " + embedding" : "",
+                         ch->spec.head ? " + head" : "");
+  }
+  return parts;
+}
+
+int64_t Engine::num_params() const {
+  int64_t n = 0;
+  for (const auto& ch : chunks_) n += ch->n();
+  return n;
+}
+
+int64_t Engine::num_unpadded() const {
+  int64_t n = 0;
+  for (const auto& ch : chunks_) n += ch->model->layout().count_unpadded();
+  return n;
+}
+
+DataParallelMemory Engine::store_memory() const {
+  DataParallelMemory dm;
+  for (const auto& ch : chunks_) {
+    const DataParallelMemory d = ch->store->memory();
+    dm.params += d.params;
+    dm.grads += d.grads;
+    dm.comm += d.comm;
+    dm.params_transient += d.params_transient;
+    dm.grads_transient += d.grads_transient;
+  }
+  return dm;
+}
+
+void Engine::restore_counters(int64_t optimizer_steps, double loss_scale, int64_t good_steps) {
+  opt_steps_ = optimizer_steps;
+  scaler_.restore(loss_scale, good_steps);
+}
+
+// This rank's micro-batches of the step, through the pipeline or one after another; returns
+// this rank's token-loss sum.
+double Engine::run_micro_batches(const BatchFn& batch, float loss_scale, PipeStepStats& pipe) {
+  double loss_sum = 0.0;
+  if (runtime_) {
+    std::vector<std::unique_ptr<PipeAdapter>> adapters;
+    std::vector<PipeChunk*> view;
+    for (auto& ch : chunks_) {
+      adapters.push_back(std::make_unique<PipeAdapter>(*this, *ch, batch, loss_scale));
+      view.push_back(adapters.back().get());
+    }
+    pipe = runtime_->run_step(view);
+    return loss_sum + pipe.loss_sum;
+  }
+  const int64_t B = cfg_.micro_batch, T = cfg_.seq;
+  GPT& model = *chunks_[0]->model;
+  DataParallel& store = *chunks_[0]->store;
+  for (int64_t m = 0; m < accum_; ++m) {
+    store.begin_micro_batch(m == accum_ - 1);
+    batch(dp_rank_ * per_rank_ + m * B, B, inputs_.data(), targets_.data());
+    loss_sum += static_cast<double>(model.forward_backward(inputs_.data(), targets_.data(), B, T, loss_scale)) * B * T;
+  }
+  return loss_sum;
+}
+
+// Squared norm of the (scaled) gradients of the whole model, on every rank.
+double Engine::grad_norm_sq() {
+  double norm_sq = 0.0;
+  for (auto& ch : chunks_) {
+    ch->store->finish_step_gradients();
+    norm_sq += ch->store->grad_norm_sq();
+  }
+  if (cfg_.grid.tp > 1) comm(Axis::kTp).all_reduce_sum(&norm_sq, 1);
+  if (cfg_.grid.pp > 1) comm(Axis::kPp).all_reduce_sum(&norm_sq, 1);
+  return norm_sq;
+}
+
+StepResult Engine::step(float lr, const BatchFn& batch) {
+  WEFT_CHECK(cfg_.training, "Engine::step on an inference-only engine");
+  const GridSpec& spec = cfg_.grid;
+  for (auto& ch : chunks_) {
+    ch->store->take_exposed_seconds();
+    ch->store->begin_step();
+  }
+  const int64_t G = cfg_.global_batch, T = cfg_.seq;
+  const float token_scale = 1.0f / static_cast<float>(G * T);  // the loss is the mean over the batch's tokens
+  const double step_scale = scaler_.scale();
+  const float loss_scale = static_cast<float>(step_scale) * token_scale;  // scale: a power of two (or the user's)
+  StepResult r;
+  double loss_sum = run_micro_batches(batch, loss_scale, r.pipeline);
+  const double norm_sq = grad_norm_sq();
+  if (spec.pp > 1) comm(Axis::kPp).all_reduce_sum(&loss_sum, 1);  // the loss lives on the last stage
+  r.grad_norm = std::sqrt(norm_sq) / step_scale;  // of the unscaled gradients
+  if (spec.dp > 1) comm(Axis::kDp).all_reduce_sum(&loss_sum, 1);
+  r.loss = loss_sum / static_cast<double>(G * T);
+  r.loss_scale = step_scale;
+  const LossScaler::Verdict verdict = scaler_.check(r.loss, r.grad_norm);
+  r.skipped = verdict == LossScaler::Verdict::kSkip;
+  r.non_finite = verdict == LossScaler::Verdict::kNonFinite;
+  if (verdict == LossScaler::Verdict::kApply) {
+    ++opt_steps_;
+    // Clipping and unscaling in one factor on the fly.
+    const float grad_scale = static_cast<float>(clip_coefficient(r.grad_norm, cfg_.grad_clip) / step_scale);
+    for (auto& ch : chunks_) {
+      ch->optim->step(backend_, ch->store->opt_params(), ch->store->opt_grads(), lr, opt_steps_, grad_scale);
+      ch->store->after_optimizer_step();
+    }
+    scaler_.updated();
+  }
+  for (auto& ch : chunks_) r.dp_exposed_s += ch->store->take_exposed_seconds();
+  return r;
+}
+
+// The loss sum of `rows` sequences (a forward through every chunk), on every stage.
+double Engine::forward_loss(int64_t rows, const int32_t* inputs, const int32_t* targets) {
+  const int64_t T = cfg_.seq;
+  if (!runtime_) return chunks_[0]->model->forward_loss(inputs, targets, rows, T) * static_cast<double>(rows * T);
+  const int64_t tp = cfg_.grid.tp;
+  const int64_t count = (cfg_.sequence_parallel && tp > 1 ? rows * T / tp : rows * T) * cfg_.model.n_embd;
+  double l = 0.0;
+  runtime_->forward_only(count, [&](int c, const float* x) -> const float* {
+    Chunk& ch = *chunks_[static_cast<size_t>(c)];
+    ch.model->stage_forward(0, inputs, x, rows, T, false);
+    if (ch.spec.head) l = ch.model->stage_loss(0, targets, rows, T);
+    return ch.model->stage_output(0);
+  });
+  return l;
+}
+
+double Engine::evaluate(const TokenDataset& data, int64_t windows) {
+  const int64_t B = cfg_.micro_batch, T = cfg_.seq;
+  const int dp = cfg_.grid.dp;
+  windows = std::min(data.num_windows(T), windows);
+  // Every rank runs the same number of forward passes (ZeRO-3 gathers parameters inside
+  // them); a rank without windows left runs one on window 0 and ignores it.
+  std::vector<int64_t> mine;
+  for (int64_t w = dp_rank_; w < windows; w += dp) mine.push_back(w);
+  const int64_t most = (windows + dp - 1) / dp;
+  const int64_t passes = (most + B - 1) / B;
+  double sums[2] = {0.0, 0.0};  // token-loss sum, tokens
+  for (int64_t p = 0; p < passes; ++p) {
+    const int64_t i0 = p * B;
+    const int64_t nb = std::clamp<int64_t>(static_cast<int64_t>(mine.size()) - i0, 0, B);
+    for (int64_t i = 0; i < std::max<int64_t>(nb, 1); ++i) {
+      data.window(nb > 0 ? mine[i0 + i] : 0, static_cast<int>(T), inputs_.data() + i * T, targets_.data() + i * T);
+    }
+    const int64_t rows = std::max<int64_t>(nb, 1);
+    const double l = forward_loss(rows, inputs_.data(), targets_.data());
+    if (nb > 0) {
+      sums[0] += l * (static_cast<double>(nb) / static_cast<double>(rows));
+      sums[1] += static_cast<double>(nb * T);
+    }
+  }
+  if (cfg_.grid.pp > 1) comm(Axis::kPp).all_reduce_sum(sums, 1);  // the loss lives on the last stage
+  comm(Axis::kDp).all_reduce_sum(sums, 2);
+  return sums[0] / sums[1];
+}
+
+void Engine::begin_generation() {
+  // One sequence of any length: without sequence parallelism, one activation slot.
+  for (auto& ch : chunks_) {
+    ch->model->set_tp(tp_ops_.get(), false);
+    ch->model->reserve(1, cfg_.model.n_ctx, false);
+  }
+}
+
+void Engine::last_logits(const int32_t* tokens, int64_t T, float* logits) {
+  if (!runtime_) {
+    chunks_[0]->model->forward_last_logits(tokens, T, logits);
+    return;
+  }
+  // Through the pipeline; the last stage has the logits and shares them (the other stages
+  // add zeros, which leaves every value's bits as they are).
+  const int64_t V = cfg_.model.vocab_size;
+  std::fill(logits, logits + V, 0.0f);
+  runtime_->forward_only(T * cfg_.model.n_embd, [&](int c, const float* x) -> const float* {
+    Chunk& ch = *chunks_[static_cast<size_t>(c)];
+    ch.model->stage_forward(0, tokens, x, 1, T, false);
+    if (ch.spec.head) ch.model->stage_last_logits(0, T, logits);
+    return ch.model->stage_output(0);
+  });
+  comm(Axis::kPp).all_reduce_sum(logits, V);
+}
+
+}  // namespace weft

@@ -1,0 +1,153 @@
+// The engine: one rank's part of a model in any tp x pp x dp layout, as model chunks x
+// parameter stores x optimizer shards, driven by the pipeline runtime. It trains one step of
+// a global batch, evaluates, gathers and loads layout-free state, and produces logits for
+// generation. `weft train`, `weft eval`, `weft bench` and `weft generate` all run on it; it
+// knows nothing of run folders, metrics or cadences (src/train/).
+//
+// Each model chunk is a GPT over a range of layers (one per pipeline stage, or v of them with
+// the interleaved schedule) with its own DataParallel store (ZeRO 0..3) and AdamW shard; the
+// step runs them all and sums their gradient norms. The first and the last chunk share the
+// tied embedding, whose gradient is summed between them.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "comm/communicator.h"
+#include "data/loader.h"
+#include "model/config.h"
+#include "model/params.h"
+#include "model/recompute.h"
+#include "optim/loss_scale.h"
+#include "optim/optim.h"
+#include "parallel/dp/data_parallel.h"
+#include "parallel/grid.h"
+#include "parallel/pp/runtime.h"
+#include "parallel/pp/schedule.h"
+
+namespace weft {
+
+class GPT;
+class CommTensorParallel;
+
+struct EngineConfig {
+  ModelConfig model;
+  int64_t seq = 0;             // T
+  int64_t micro_batch = 1;     // B
+  int64_t global_batch = 1;    // G sequences per step, over every dp rank
+  GridSpec grid;               // tp, pp, dp and their rank order (validated by the layout rules)
+  PipeSchedule schedule = PipeSchedule::k1F1B;
+  int virtual_stages = 1;      // chunks per stage (interleaved)
+  bool sequence_parallel = false;
+  DataParallelConfig data_parallel;
+  Recompute recompute = Recompute::kNone;
+  int recompute_layers = -1;
+  Precision precision = Precision::kFp32;
+  int64_t head_chunk = 0;
+  AdamWConfig adamw;
+  LossScaleConfig loss_scale;
+  double grad_clip = 1.0;      // 0: off
+  // false: inference only (evaluate, generate): no optimizer state, no gradient scratch.
+  bool training = true;
+};
+
+// Fills micro-batch rows [first, first + count) of the step's global batch: inputs and targets
+// (count, T).
+using BatchFn = std::function<void(int64_t first, int64_t count, int32_t* inputs, int32_t* targets)>;
+
+struct StepResult {
+  double loss = 0.0;           // mean over the global batch's tokens
+  double grad_norm = 0.0;      // of the unscaled gradients, before clipping
+  double loss_scale = 1.0;     // the scale this step used
+  bool skipped = false;        // fp16 overflow: no update, the scale halved
+  bool non_finite = false;     // loss or norm not finite (and nothing to adjust): stop the run
+  double dp_exposed_s = 0.0;   // data-parallel communication not hidden by computation
+  PipeStepStats pipeline;      // pp > 1
+};
+
+class Engine {
+ public:
+  // Collective over `world` (builds the grid's communicators). The backend outlives the engine.
+  Engine(const EngineConfig& cfg, Communicator& world, Backend& backend);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const EngineConfig& config() const { return cfg_; }
+  ProcessGrid& grid() { return *grid_; }
+  Communicator& comm(Axis a) { return grid_->comm(a); }
+  int stage() const { return stage_; }
+  int tp_rank() const { return tp_rank_; }
+  int dp_rank() const { return dp_rank_; }
+  int64_t accumulation() const { return accum_; }  // micro-batches per step on this dp rank
+  PipelineRuntime* pipeline() { return runtime_.get(); }  // null without pp
+  int num_chunks() const { return static_cast<int>(chunks_.size()); }
+  // "layers 0-1 + embedding, layers 4-5" for the log.
+  std::string describe_chunks() const;
+  int64_t num_params() const;       // this rank's (its tp part of its chunks)
+  int64_t num_unpadded() const;
+  // Of this rank's stores: the ZeRO-3 gather buffers and ZeRO-2/3 transient gradients.
+  DataParallelMemory store_memory() const;
+
+  // --- state ---
+  // The whole model's layout (tp = 1, every layer): what checkpoints hold.
+  const ParamLayout& whole_layout() const { return *whole_; }
+  void init_params(uint64_t seed);
+  // Loads whole-model parameters (fp32; with 16-bit storage they become the master weights)
+  // and, if not null, the AdamW moments. Every rank passes the same buffers.
+  void load_state(const float* params, const float* exp_avg, const float* exp_avg_sq);
+  // Gathers the whole model's parameters (the fp32 master weights under mixed precision) and
+  // moments onto every rank (collective). Buffers of whole_layout().total() floats.
+  void gather_state(float* params, float* exp_avg, float* exp_avg_sq);
+  int64_t optimizer_steps() const { return opt_steps_; }
+  const LossScaler& loss_scaler() const { return scaler_; }
+  // Continues a run: the updates done so far and the dynamic loss-scale state.
+  void restore_counters(int64_t optimizer_steps, double loss_scale, int64_t good_steps);
+
+  // --- work ---
+  // One optimizer step at learning rate lr over the global batch that `batch` yields (step is
+  // 0-based). Collective.
+  StepResult step(float lr, const BatchFn& batch);
+  // Mean token loss over windows [0, windows) of `data`, dealt round-robin over dp ranks.
+  double evaluate(const TokenDataset& data, int64_t windows);
+  // Generation: sizes the activations for one sequence of up to n_ctx tokens (the training
+  // buffers are released), without sequence parallelism; any layout.
+  void begin_generation();
+  // Logits (V real entries) after the last position of one sequence of T tokens, after
+  // begin_generation(), on every rank; collective over the grid (pipeline, tp, ZeRO-3 gathers).
+  void last_logits(const int32_t* tokens, int64_t T, float* logits);
+
+ private:
+  struct Chunk;
+  class PipeAdapter;
+  void build_chunks();
+  void set_norm_skip(Chunk& ch);
+  double forward_loss(int64_t rows, const int32_t* inputs, const int32_t* targets);
+  // Whole-model buffer (tp = 1 layout) <-> one chunk's part on this rank, through tp.
+  void to_local(const Chunk& ch, const float* whole, float* local) const;
+  void to_whole(const Chunk& ch, const float* local, float* whole);
+  void to_whole_model(const std::function<void(Chunk&, float*)>& local, float* whole);
+  void load_params(Chunk& ch, float* fp32);
+  double run_micro_batches(const BatchFn& batch, float loss_scale, PipeStepStats& pipe);
+  double grad_norm_sq();
+
+  EngineConfig cfg_;
+  Communicator& world_;
+  Backend& backend_;
+  std::unique_ptr<ProcessGrid> grid_;
+  std::unique_ptr<CommTensorParallel> tp_ops_;
+  std::unique_ptr<Communicator> tied_;  // first and last stage: the tied embedding
+  std::unique_ptr<ParamLayout> whole_;
+  std::unique_ptr<PipelineRuntime> runtime_;
+  std::vector<std::unique_ptr<Chunk>> chunks_;
+  int stage_ = 0, tp_rank_ = 0, dp_rank_ = 0;
+  int64_t per_rank_ = 0, accum_ = 0;
+  std::vector<int32_t> inputs_, targets_;  // one micro-batch (B,T)
+  LossScaler scaler_;
+  int64_t opt_steps_ = 0;  // updates done (fp16 overflow steps are skipped)
+};
+
+}  // namespace weft

@@ -1,0 +1,198 @@
+#include "parallel/pp/runtime.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "comm/tracer.h"
+#include "core/error.h"
+#include "parallel/pp/partition.h"
+
+namespace weft {
+
+PipelineRuntime::PipelineRuntime(Communicator& pp, Communicator& tp, const PipeRuntimeConfig& cfg)
+    : pp_(pp), tp_(tp), cfg_(cfg) {
+  WEFT_CHECK(pp.size() == cfg.stages && pp.rank() == cfg.stage, "pipeline runtime: stage {} of {} on a pp axis of {} (rank {})",
+             cfg.stage, cfg.stages, pp.size(), pp.rank());
+  WEFT_CHECK(!cfg.scatter_gather || cfg.message % tp.size() == 0,
+             "pipeline scatter-gather: a message of {} floats does not split over tp {}", cfg.message, tp.size());
+  actions_ = stage_schedule(cfg.schedule, cfg.stages, cfg.stage, cfg.micro_batches, cfg.virtual_stages);
+  for (int b = 0; b < kPipeRecvAhead + 1; ++b) rbuf_.emplace_back(static_cast<size_t>(cfg.message), MemCategory::kComm);
+}
+
+int PipelineRuntime::global(int c) const { return global_chunk(cfg_.stage, c, cfg_.stages); }
+
+int PipelineRuntime::slots(int c) const { return std::max(1, weft::max_in_flight(actions_, c)); }
+
+int PipelineRuntime::max_in_flight() const { return std::max(1, weft::max_in_flight(actions_)); }
+
+int64_t PipelineRuntime::part_of(int64_t count) const { return cfg_.scatter_gather ? count / tp_.size() : count; }
+
+float* PipelineRuntime::slice_of(float* buf, int64_t count) const {
+  return cfg_.scatter_gather ? buf + tp_.rank() * part_of(count) : buf;
+}
+
+const float* PipelineRuntime::slice_of(const float* buf, int64_t count) const {
+  return cfg_.scatter_gather ? buf + tp_.rank() * part_of(count) : buf;
+}
+
+// After a receive into slice_of(buf, count): the whole of buf, from every tp rank's slice.
+void PipelineRuntime::gather_slices(float* buf, int64_t count) {
+  if (cfg_.scatter_gather) tp_.all_gather(slice_of(buf, count), buf, part_of(count), CommDType::kF32);
+}
+
+// Copies this rank's slice of a message into a free pooled buffer and sends it asynchronously.
+void PipelineRuntime::send(const float* src, int peer, int tag) {
+  const int64_t n = part_of(cfg_.message);
+  SendBuf* sb = nullptr;
+  for (SendBuf& b : send_pool_) {
+    if (!b.handle || b.handle->test()) {
+      b.handle.reset();
+      sb = &b;
+      break;
+    }
+  }
+  if (!sb) {
+    send_pool_.emplace_back();
+    sb = &send_pool_.back();
+    sb->data.set_category(MemCategory::kComm);
+    sb->data.resize(static_cast<size_t>(n));
+  }
+  std::memcpy(sb->data.data(), slice_of(src, cfg_.message), static_cast<size_t>(n) * sizeof(float));
+  sb->handle = pp_.isend(sb->data.data(), n, CommDType::kF32, peer, tag);
+}
+
+void PipelineRuntime::wait_sends() {
+  for (SendBuf& b : send_pool_) {
+    if (b.handle) b.handle->wait(), b.handle.reset();
+  }
+}
+
+// The step's receives in schedule order: (peer, tag) of each action that needs one.
+std::vector<PipelineRuntime::RecvSpec> PipelineRuntime::step_receives() const {
+  const int K = num_chunks(), p = cfg_.stages;
+  const int prev = (cfg_.stage + p - 1) % p, next = (cfg_.stage + 1) % p;
+  std::vector<RecvSpec> rq;
+  for (const PipeAction& a : actions_) {
+    const int mb = a.micro_batch, g = global(a.chunk);
+    if (a.kind == PipeAction::kForward && g > 0) rq.push_back({prev, 2 * (mb * K + g)});
+    if (a.kind == PipeAction::kBackward && g < K - 1) rq.push_back({next, 2 * (mb * K + g) + 1});
+  }
+  return rq;
+}
+
+// Keeps up to kPipeRecvAhead receives posted, each into a free buffer (its slice under the
+// scatter-gather).
+void PipelineRuntime::post_more() {
+  const int64_t n = part_of(cfg_.message);
+  while (next_recv_ < rq_.size() && static_cast<int>(posted_.size()) < kPipeRecvAhead && !free_bufs_.empty()) {
+    const int b = free_bufs_.back();
+    free_bufs_.pop_back();
+    const RecvSpec& r = rq_[next_recv_++];
+    float* dst = slice_of(rbuf_[static_cast<size_t>(b)].data(), cfg_.message);
+    posted_.push_back({b, pp_.irecv(dst, n, CommDType::kF32, r.peer, r.tag)});
+  }
+}
+
+int PipelineRuntime::take_recv() {
+  WEFT_CHECK(!posted_.empty(), "pipeline: no receive posted for stage {}", cfg_.stage);
+  Posted pr = std::move(posted_.front());
+  posted_.pop_front();
+  pr.handle->wait();
+  gather_slices(rbuf_[static_cast<size_t>(pr.buf)].data(), cfg_.message);
+  post_more();  // keep the transfers ahead running while this one is used
+  return pr.buf;
+}
+
+void PipelineRuntime::release_recv(int buf) {
+  free_bufs_.push_back(buf);
+  post_more();
+}
+
+PipeStepStats PipelineRuntime::run_step(const std::vector<PipeChunk*>& chunks) {
+  WEFT_CHECK(static_cast<int>(chunks.size()) == cfg_.virtual_stages, "pipeline: {} chunks for {} virtual stages",
+             chunks.size(), cfg_.virtual_stages);
+  const int K = num_chunks(), p = cfg_.stages;
+  const int prev = (cfg_.stage + p - 1) % p, next = (cfg_.stage + 1) % p;
+  if (free_slots_.empty()) {  // first step: every slot free, slot 0 taken first
+    free_slots_.resize(chunks.size());
+    slot_of_.resize(chunks.size());
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      for (int k = slots(static_cast<int>(c)) - 1; k >= 0; --k) free_slots_[c].push_back(k);
+    }
+  }
+  std::vector<int> last_backward(chunks.size(), -1);
+  for (size_t i = 0; i < actions_.size(); ++i) {
+    if (actions_[i].kind == PipeAction::kBackward) last_backward[static_cast<size_t>(actions_[i].chunk)] = static_cast<int>(i);
+  }
+  PipeStepStats st;
+  const double t0 = Tracer::now();
+  int in_flight = 0;
+  rq_ = step_receives();
+  next_recv_ = 0;
+  free_bufs_.clear();
+  for (int b = kPipeRecvAhead; b >= 0; --b) free_bufs_.push_back(b);
+  post_more();
+  for (size_t i = 0; i < actions_.size(); ++i) {
+    const PipeAction& a = actions_[i];
+    const size_t c = static_cast<size_t>(a.chunk);
+    PipeChunk& ch = *chunks[c];
+    const int mb = a.micro_batch, g = global(a.chunk);
+    const bool forward = a.kind == PipeAction::kForward;
+    ch.prepare(a, static_cast<int>(i) == last_backward[c]);
+    int slot;
+    if (forward) {
+      WEFT_CHECK(!free_slots_[c].empty(), "pipeline chunk {}: no free activation slot", g);
+      slot = free_slots_[c].back();
+      free_slots_[c].pop_back();
+      slot_of_[c][mb] = slot;
+      st.in_flight_peak = std::max(st.in_flight_peak, ++in_flight);
+    } else {
+      slot = slot_of_[c].at(mb);
+    }
+    const double w0 = Tracer::now();
+    const bool receives = forward ? g > 0 : g < K - 1;
+    const int rb = receives ? take_recv() : -1;
+    const float* x = rb >= 0 ? rbuf_[static_cast<size_t>(rb)].data() : nullptr;
+    const double c0 = Tracer::now();
+    st.wait_s += c0 - w0;
+    if (forward) {
+      ch.forward(slot, mb, x);
+    } else {
+      st.loss_sum += ch.backward(slot, mb, x, static_cast<int>(i) == last_backward[c]);
+    }
+    st.busy_s += Tracer::now() - c0;
+    if (rb >= 0) release_recv(rb);
+    if (forward && g < K - 1) send(ch.output(slot), next, 2 * (mb * K + g + 1));
+    if (!forward) {
+      if (g > 0) send(ch.input_grad(), prev, 2 * (mb * K + g - 1) + 1);
+      slot_of_[c].erase(mb);
+      free_slots_[c].push_back(slot);
+      --in_flight;
+    }
+    pp_.progress();
+  }
+  wait_sends();
+  st.span_s = Tracer::now() - t0;
+  return st;
+}
+
+void PipelineRuntime::forward_only(int64_t count, const std::function<const float*(int c, const float* x)>& forward) {
+  WEFT_CHECK(!cfg_.scatter_gather || count % tp_.size() == 0, "pipeline: a message of {} floats over tp {}", count,
+             tp_.size());
+  // A longer message than training's (generation at the full context): a larger buffer.
+  if (count > static_cast<int64_t>(rbuf_[0].size())) rbuf_[0].resize(static_cast<size_t>(count));
+  const int K = num_chunks(), p = cfg_.stages;
+  const int prev = (cfg_.stage + p - 1) % p, next = (cfg_.stage + 1) % p;
+  for (int c = 0; c < cfg_.virtual_stages; ++c) {
+    const int g = global(c);
+    float* x = rbuf_[0].data();
+    if (g > 0) {
+      pp_.recv(slice_of(x, count), part_of(count), CommDType::kF32, prev, 0);
+      gather_slices(x, count);
+    }
+    const float* y = forward(c, g > 0 ? x : nullptr);
+    if (g < K - 1) pp_.send(slice_of(y, count), part_of(count), CommDType::kF32, next, 0);
+  }
+}
+
+}  // namespace weft

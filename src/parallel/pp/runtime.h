@@ -1,0 +1,135 @@
+// The pipeline runtime: executes one stage's schedule (schedule.h) over any model chunks.
+// It owns what the schedule needs around the computation and nothing of the model:
+// activation slots per chunk, receives posted ahead into a pool of buffers, sends copied into
+// pooled buffers and sent asynchronously, and the scatter-gather over tensor parallelism.
+//
+// A chunk is anything with a forward and a backward over one micro-batch's activations of
+// `message` floats (PipeChunk). Global chunk g (0..K-1, K = stages * virtual stages) lives on
+// stage g % stages as local chunk g / stages (partition.h); a forward of g receives its input
+// from the stage holding g-1 and sends its output to the one holding g+1; a backward receives
+// the gradient of its output from g+1's stage and sends its input's gradient back to g-1's.
+// Tags: 2 * (micro-batch * K + receiving chunk) + direction (0 forward, 1 backward).
+//
+// Scatter-gather (Narayanan et al. 2021 sec. 4.1): when every tp rank of a stage holds the
+// same activations (tp > 1 without sequence parallelism), each sends only its 1/tp slice and
+// the receiving stage all-gathers the slices over tp.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/buffer.h"
+#include "parallel/pp/schedule.h"
+
+namespace weft {
+
+// One model chunk as the runtime drives it. Activation slots (0..slots-1) name the stash a
+// micro-batch's forward keeps for its backward.
+class PipeChunk {
+ public:
+  virtual ~PipeChunk() = default;
+  // Called before an action waits for its input: e.g. read the micro-batch's tokens and open
+  // its gradient reduction (last: the chunk's last backward of the step). Default: nothing.
+  virtual void prepare(const PipeAction& action, bool last) {}
+  // Forward of micro-batch mb into `slot`; x: its input received from the previous chunk
+  // (null on global chunk 0, which reads tokens).
+  virtual void forward(int slot, int mb, const float* x) = 0;
+  // Backward of micro-batch mb held in `slot`; dy: the gradient of its output from the next
+  // chunk (null on the last chunk, which has the loss). last: the chunk's last backward of the
+  // step. Returns the sum of the token losses it computed (the last chunk), else 0.
+  virtual double backward(int slot, int mb, const float* dy, bool last) = 0;
+  // The output of the forward held in `slot` (valid until that slot's backward).
+  virtual const float* output(int slot) = 0;
+  // The gradient of the input after the latest backward (valid until the next backward).
+  virtual const float* input_grad() = 0;
+};
+
+struct PipeRuntimeConfig {
+  PipeSchedule schedule = PipeSchedule::k1F1B;
+  int stages = 1;
+  int stage = 0;
+  int virtual_stages = 1;     // local chunks of this stage
+  int micro_batches = 1;
+  int64_t message = 0;        // floats of one micro-batch's activations (or gradients) on this rank
+  bool scatter_gather = false;  // send 1/tp slices and all-gather them over tp
+};
+
+// One step's measurements on this stage.
+struct PipeStepStats {
+  double loss_sum = 0.0;       // sum of the token losses computed here (last stage)
+  double busy_s = 0.0;         // in forward and backward
+  double wait_s = 0.0;         // blocked on a receive
+  double span_s = 0.0;         // first action to the last send's completion
+  int in_flight_peak = 0;      // most (micro-batch, chunk) activation sets held at once
+};
+
+class PipelineRuntime {
+ public:
+  // pp: the pipeline axis (stage s is rank s); tp: the tensor-parallel axis (scatter-gather).
+  PipelineRuntime(Communicator& pp, Communicator& tp, const PipeRuntimeConfig& cfg);
+
+  const PipeRuntimeConfig& config() const { return cfg_; }
+  const std::vector<PipeAction>& actions() const { return actions_; }
+  // Global chunk index of local chunk c.
+  int global(int c) const;
+  int num_chunks() const { return cfg_.stages * cfg_.virtual_stages; }
+  // Activation slots local chunk c needs (its forwards in flight at once, at least 1).
+  int slots(int c) const;
+  // (micro-batch, chunk) pairs in flight at most on this stage.
+  int max_in_flight() const;
+
+  // Runs this stage's schedule of one step; chunks[c] is local chunk c. Returns when every
+  // action ran and every send completed.
+  PipeStepStats run_step(const std::vector<PipeChunk*>& chunks);
+
+  // Forward only, one batch, every local chunk in model order (evaluation, generation):
+  // `count` floats per message (a batch smaller than a training micro-batch, or one sequence
+  // longer than it: the buffer grows).
+  // forward(c, x) runs local chunk c on input x (null on global chunk 0) and returns its output.
+  void forward_only(int64_t count, const std::function<const float*(int c, const float* x)>& forward);
+
+ private:
+  struct SendBuf {
+    Buffer<float> data;
+    CommHandle handle;
+  };
+  struct Posted {
+    int buf;
+    CommHandle handle;
+  };
+  struct RecvSpec {
+    int peer, tag;
+  };
+  // The slice of a message of `count` floats this rank sends and receives.
+  int64_t part_of(int64_t count) const;
+  float* slice_of(float* buf, int64_t count) const;
+  const float* slice_of(const float* buf, int64_t count) const;
+  void gather_slices(float* buf, int64_t count);
+  void send(const float* src, int peer, int tag);
+  void wait_sends();
+  std::vector<RecvSpec> step_receives() const;
+  void post_more();
+  int take_recv();  // the next posted receive, complete and gathered; returns its buffer
+  void release_recv(int buf);
+
+  Communicator& pp_;
+  Communicator& tp_;
+  PipeRuntimeConfig cfg_;
+  std::vector<PipeAction> actions_;
+  std::vector<Buffer<float>> rbuf_;  // kPipeRecvAhead posted + the one being consumed
+  std::deque<SendBuf> send_pool_;    // grows to the most sends outstanding
+  // Per step: receives in schedule order, those posted, the free receive buffers.
+  std::vector<RecvSpec> rq_;
+  size_t next_recv_ = 0;
+  std::deque<Posted> posted_;
+  std::vector<int> free_bufs_;
+  // Per chunk, kept across steps: free activation slots (taken from the back) and the slot
+  // of each micro-batch in flight.
+  std::vector<std::vector<int>> free_slots_;
+  std::vector<std::map<int, int>> slot_of_;
+};
+
+}  // namespace weft
