@@ -194,27 +194,8 @@ int cmd_plan(CLI::App& app, int argc, char** argv) {
     gpus = static_cast<int64_t>(tp) * pp * dp;
   }
   if (gpus <= 0) throw_input("--gpus must be positive, got {}", gpus);
-  // Pinned sizes that cannot work get the layout check's message (names the values).
-  {
-    Layout l;
-    l.tp = pins.tp.value_or(1);
-    l.pp = pins.pp.value_or(1);
-    for (auto [v, what] : {std::pair{l.tp, "--tp"}, {l.pp, "--pp"}, {pins.dp.value_or(1), "--dp"},
-                           {pins.virtual_stages.value_or(1), "--virtual-stages"},
-                           {static_cast<int>(pins.micro_batch.value_or(1)), "--micro-batch"}}) {
-      if (v <= 0) throw_input("{} must be positive, got {}", what, v);
-    }
-    if (pins.zero && (*pins.zero < 0 || *pins.zero > 3)) throw_input("--zero must be 0..3, got {}", *pins.zero);
-    if (shape.heads % l.tp != 0) throw_input("--tp {} does not divide the {} attention heads of {}", l.tp, shape.heads, shape.name);
-    if (shape.layers % l.pp != 0) throw_input("--pp {} does not divide the {} layers of {}", l.pp, shape.layers, shape.name);
-    if (gpus % (static_cast<int64_t>(l.tp) * l.pp) != 0) {
-      throw_input("--gpus {} is not divisible by tp {} x pp {}", gpus, l.tp, l.pp);
-    }
-    if (pins.dp && static_cast<int64_t>(l.tp) * l.pp * *pins.dp != gpus && pins.tp && pins.pp) {
-      throw_input("tp {} x pp {} x dp {} = {} ranks, but --gpus is {}", l.tp, l.pp, *pins.dp,
-                  static_cast<int64_t>(l.tp) * l.pp * *pins.dp, gpus);
-    }
-  }
+  // Pins that no valid layout matches are refused by the search with the layout rule that
+  // refused them (parallel/layout_rules.h, the trainer's rules).
 
   if (o_scaling->count()) {
     std::vector<int64_t> counts;

@@ -38,6 +38,7 @@
 #include "parallel/tp/tp_comm.h"
 #include "plan/predict.h"
 #include "plan/weft_memory.h"
+#include "train/run_layout.h"
 #include "train/sample.h"
 
 namespace fs = std::filesystem;
@@ -138,33 +139,12 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   const bool rank0 = world.rank() == 0;
   set_log_rank(world.rank());
 
-  // The layout, validated in one place.
-  GridSpec spec;
-  spec.tp = static_cast<int>(cfg.tp);
-  spec.pp = static_cast<int>(cfg.pp);
-  if (cfg.dp == 0 && world.size() % (spec.tp * spec.pp) != 0) {
-    throw_input("world size {} is not divisible by tp {} x pp {} = {} (dp is derived as world / (tp x pp))", world.size(),
-                spec.tp, spec.pp, spec.tp * spec.pp);
-  }
-  spec.dp = cfg.dp > 0 ? static_cast<int>(cfg.dp) : std::max(1, world.size() / (spec.tp * spec.pp));
-  spec.order = cfg.order;
-  validate_layout(spec, world.size(), LayoutChecks{mc.n_head, mc.n_layer, G, B});
-  const PipeSchedule schedule = parse_schedule(cfg.schedule);
+  // The layout, validated in one place (parallel/layout_rules.h, shared with the planner).
+  const RunLayout run_layout = validate_run_layout(cfg, world.size());
+  GridSpec spec = run_layout.grid;
+  const PipeSchedule schedule = run_layout.layout.schedule;
   // Virtual stages: model chunks per pipeline stage (the interleaved schedule only).
-  const int vs = static_cast<int>(cfg.virtual_stages);
-  if (vs < 1) throw_input("virtual_stages must be >= 1, got {}", vs);
-  if (vs > 1 && (spec.pp == 1 || schedule != PipeSchedule::kInterleaved)) {
-    throw_input("virtual_stages {} needs the interleaved schedule and pp > 1 (got schedule '{}', pp {})", vs,
-                cfg.schedule, spec.pp);
-  }
-  if (spec.pp > 1 && mc.n_layer < spec.pp * vs) {
-    throw_input("pp {} x virtual_stages {} = {} model chunks need at least that many layers; the model has {}", spec.pp,
-                vs, spec.pp * vs, mc.n_layer);
-  }
-  if (spec.pp > 1 && cfg.zero > 1) {
-    throw_input("zero {} with pp {}: ZeRO-2/3 reduce gradients every micro-batch and gather parameters per use, which "
-                "pipelining would multiply; use zero 0 or 1 with pipeline parallelism", cfg.zero, spec.pp);
-  }
+  const int vs = run_layout.layout.virtual_stages;
   Tracer tracer(cfg.trace);
   world.set_tracer(&tracer);
   world.set_timeout(std::chrono::milliseconds(static_cast<int64_t>(cfg.comm_timeout * 1000.0)));
