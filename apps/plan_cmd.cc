@@ -211,28 +211,6 @@ int64_t plan_gpus(const PlanArgs& a, const Pins& pins) {
   return gpus;
 }
 
-// Pinned sizes that cannot work get the layout check's message (names the values).
-void check_pins(const Pins& pins, const ModelShape& shape, int64_t gpus) {
-  Layout l;
-  l.tp = pins.tp.value_or(1);
-  l.pp = pins.pp.value_or(1);
-  for (auto [v, what] : {std::pair{l.tp, "--tp"}, {l.pp, "--pp"}, {pins.dp.value_or(1), "--dp"},
-                         {pins.virtual_stages.value_or(1), "--virtual-stages"},
-                         {static_cast<int>(pins.micro_batch.value_or(1)), "--micro-batch"}}) {
-    if (v <= 0) throw_input("{} must be positive, got {}", what, v);
-  }
-  if (pins.zero && (*pins.zero < 0 || *pins.zero > 3)) throw_input("--zero must be 0..3, got {}", *pins.zero);
-  if (shape.heads % l.tp != 0) throw_input("--tp {} does not divide the {} attention heads of {}", l.tp, shape.heads, shape.name);
-  if (shape.layers % l.pp != 0) throw_input("--pp {} does not divide the {} layers of {}", l.pp, shape.layers, shape.name);
-  if (gpus % (static_cast<int64_t>(l.tp) * l.pp) != 0) {
-    throw_input("--gpus {} is not divisible by tp {} x pp {}", gpus, l.tp, l.pp);
-  }
-  if (pins.dp && static_cast<int64_t>(l.tp) * l.pp * *pins.dp != gpus && pins.tp && pins.pp) {
-    throw_input("tp {} x pp {} x dp {} = {} ranks, but --gpus is {}", l.tp, l.pp, *pins.dp,
-                static_cast<int64_t>(l.tp) * l.pp * *pins.dp, gpus);
-  }
-}
-
 // What the planner is asked: the model on the machine, the options and the pinned choices.
 struct PlanQuery {
   ModelShape shape;
@@ -254,7 +232,8 @@ PlanQuery make_query(const PlanArgs& a) {
   q.opt = plan_options(a, q.sys, q.prec);
   q.pins = plan_pins(a);
   q.gpus = plan_gpus(a, q.pins);
-  check_pins(q.pins, q.shape, q.gpus);
+  // Pins that no valid layout matches are refused by the search with the layout rule that
+  // refused them (parallel/layout_rules.h, the trainer's rules).
   return q;
 }
 

@@ -65,13 +65,6 @@ std::array<Axis, kNumAxes> parse_order(const std::string& order) {
   return out;
 }
 
-void check_sizes(const GridSpec& spec) {
-  for (const AxisInfo& a : axis_table()) {
-    const int s = spec.size_of(a.axis);
-    if (s < 1) throw_input("{} size {} must be at least 1", a.name, s);
-  }
-}
-
 }  // namespace
 
 const std::string& axis_name(Axis a) { return axis_table()[idx(a)].name; }
@@ -85,35 +78,29 @@ int GridSpec::size_of(Axis a) const {
   throw_runtime("unknown Axis {}", static_cast<int>(a));
 }
 
-void validate_layout(const GridSpec& spec, int world_size, const LayoutChecks& checks) {
-  check_sizes(spec);
-  parse_order(spec.order);
+std::string axis_size_error(const GridSpec& spec) {
+  for (const AxisInfo& a : axis_table()) {
+    const int s = spec.size_of(a.axis);
+    if (s < 1) return fmt::format("{} size {} must be at least 1", a.name, s);
+  }
+  return {};
+}
+
+std::string world_size_error(const GridSpec& spec, int64_t world_size) {
   const int64_t product = int64_t{spec.tp} * spec.pp * spec.dp;
-  if (product != world_size) {
-    throw_input("world size {} does not equal tp {} x pp {} x dp {} = {}", world_size, spec.tp, spec.pp, spec.dp,
-                product);
-  }
-  if (checks.n_head > 0 && checks.n_head % spec.tp != 0) {
-    throw_input("{} attention heads are not divisible by tp {}", checks.n_head, spec.tp);
-  }
-  if (checks.n_layer > 0 && checks.n_layer % spec.pp != 0) {
-    throw_input("{} layers are not divisible by pp {}", checks.n_layer, spec.pp);
-  }
-  if (checks.global_batch > 0) {
-    if (checks.micro_batch > 0) {
-      const int64_t per_step = checks.micro_batch * spec.dp;
-      if (checks.global_batch % per_step != 0) {
-        throw_input("global batch {} is not divisible by micro batch {} x dp {} = {}", checks.global_batch,
-                    checks.micro_batch, spec.dp, per_step);
-      }
-    } else if (checks.global_batch % spec.dp != 0) {
-      throw_input("global batch {} is not divisible by dp {}", checks.global_batch, spec.dp);
-    }
-  }
+  if (product == world_size) return {};
+  return fmt::format("world size {} does not equal tp {} x pp {} x dp {} = {}", world_size, spec.tp, spec.pp, spec.dp,
+                     product);
+}
+
+void validate_layout(const GridSpec& spec, int world_size) {
+  if (std::string e = axis_size_error(spec); !e.empty()) throw InputError(e);
+  parse_order(spec.order);
+  if (std::string e = world_size_error(spec, world_size); !e.empty()) throw InputError(e);
 }
 
 GridLayout::GridLayout(const GridSpec& spec) : spec_(spec) {
-  check_sizes(spec);
+  if (std::string e = axis_size_error(spec); !e.empty()) throw InputError(e);
   order_ = parse_order(spec.order);
   for (Axis a : kAllAxes) sizes_[idx(a)] = spec.size_of(a);
   int stride = 1;

@@ -11,8 +11,8 @@
 // are ordered by their coordinate on the axis (group rank == coordinate).
 //
 // Adding an axis (cp): a value in Axis, a row in the table in grid.cc, a field in GridSpec
-// (and its case in GridSpec::size_of) and a check in validate_layout if it constrains the
-// model.
+// (and its case in GridSpec::size_of) and a rule in parallel/layout_rules.h if it constrains
+// the model.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -44,24 +44,21 @@ struct GridSpec {
   int world_size() const { return tp * pp * dp; }
 };
 
-// What the model and the batch require of a layout; 0 skips a check.
-struct LayoutChecks {
-  int64_t n_head = 0;        // must be divisible by tp
-  int64_t n_layer = 0;       // must be divisible by pp
-  int64_t global_batch = 0;  // must be divisible by micro_batch * dp (by dp alone if micro_batch is 0)
-  int64_t micro_batch = 0;
-};
-
-// Every layout check, in one place. Throws InputError naming the numbers:
+// What the grid itself needs, non-throwing ("" when fine), for the layout rules
+// (parallel/layout_rules.h), which hold every other check of a layout:
 //   "tp size 0 must be at least 1"
+std::string axis_size_error(const GridSpec& spec);
+//   "world size 6 does not equal tp 2 x pp 2 x dp 2 = 8"
+std::string world_size_error(const GridSpec& spec, int64_t world_size);
+
+// The grid's checks: sizes, rank order and the world product. Throws InputError naming the
+// numbers (the two above, and for the order):
 //   "unknown axis 'xp' in order 'tp-xp-pp' (axes: tp, pp, dp)"
 //   "axis 'tp' appears twice in order 'tp-tp-pp'"
 //   "order 'tp-dp' does not name axis pp (it must list each of tp, pp, dp once)"
-//   "world size 6 does not equal tp 2 x pp 2 x dp 2 = 8"
-//   "4 attention heads are not divisible by tp 3"
-//   "12 layers are not divisible by pp 5"
-//   "global batch 10 is not divisible by micro batch 2 x dp 3 = 6"
-void validate_layout(const GridSpec& spec, int world_size, const LayoutChecks& checks = {});
+// What the model and the batch require of a layout (heads % tp, layers, batch) is checked by
+// the layout rules, not here.
+void validate_layout(const GridSpec& spec, int world_size);
 
 // The arithmetic of a validated layout, without communicators (the planner and the tests
 // use it on its own).

@@ -7,13 +7,16 @@
 
 namespace weft::plan {
 
-double stage_params_per_rank(const ModelShape& m, const Layout& l, int stage) {
+namespace {
+
+// stage_params_per_rank for a stage of `layers` layers.
+double params_per_rank(const ModelShape& m, const Layout& l, int stage, int64_t layers) {
   const double h = static_cast<double>(m.hidden), f = static_cast<double>(m.ffn), t = l.tp;
   // Split over tp: c_attn (h, 3h) + 3h, attn c_proj (h/t, h), c_fc (h, f/t) + f/t, mlp c_proj
   // (f/t, h). Replicated: two LayerNorms (4h) and the two row-parallel biases (2h).
   const double per_layer = (4 * h * h + 2 * h * f + 3 * h + f) / t + 6 * h;
-  double n = per_layer * static_cast<double>(stage_layers(m, l, stage));
-  const double vocab_rows = std::ceil(static_cast<double>(m.vocab) / t);  // padded to a multiple of tp
+  double n = per_layer * static_cast<double>(layers);
+  const double vocab_rows = std::ceil(static_cast<double>(m.vocab) / t);  // V/t (a layout rule: tp divides V)
   if (stage == 0) n += vocab_rows * h + static_cast<double>(m.context) * h;  // wte (split), wpe
   if (stage == l.pp - 1) {
     n += 2 * h;                             // final LayerNorm
@@ -22,6 +25,12 @@ double stage_params_per_rank(const ModelShape& m, const Layout& l, int stage) {
     if (l.pp > 1) n += vocab_rows * h + static_cast<double>(m.context) * h;
   }
   return n;
+}
+
+}  // namespace
+
+double stage_params_per_rank(const ModelShape& m, const Layout& l, int stage) {
+  return params_per_rank(m, l, stage, stage_layers(m, l, stage));
 }
 
 BytesPerParam bytes_per_param(const MemoryOptions& o) {
@@ -66,8 +75,11 @@ double layer_checkpoint_bytes(const ModelShape& m, const Layout& l, const Memory
   return sbh * elem_bytes(o.precision) / (l.sequence_parallel ? l.tp : 1.0);
 }
 
-double in_flight_layers(const ModelShape& m, const Layout& l, int64_t mb, int stage) {
-  const double layers = static_cast<double>(stage_layers(m, l, stage));
+namespace {
+
+// in_flight_layers for a stage of `n_layers` layers.
+double in_flight(const Layout& l, int64_t mb, int stage, int64_t n_layers) {
+  const double layers = static_cast<double>(n_layers);
   const int64_t p = l.pp;
   switch (l.schedule) {
     case PipeSchedule::kGpipe:
@@ -84,7 +96,9 @@ double in_flight_layers(const ModelShape& m, const Layout& l, int64_t mb, int st
   return 0;
 }
 
-MemoryBreakdown stage_memory(const ModelShape& m, const Layout& l, const MemoryOptions& o, int stage) {
+// stage_memory for a stage of `n_layers` layers (the partition computed once by the caller).
+MemoryBreakdown stage_memory_of(const ModelShape& m, const Layout& l, const MemoryOptions& o, int stage,
+                                int64_t n_layers) {
   if (o.memory_model == "weft") {
     // weft's own buffers, exact for its CPU backend (plan/weft_memory.h).
     WeftRunShape w;
@@ -104,7 +118,7 @@ MemoryBreakdown stage_memory(const ModelShape& m, const Layout& l, const MemoryO
   MemoryBreakdown r;
   r.stage = stage;
   const double e = elem_bytes(o.precision), t = l.tp, dp = l.dp;
-  const double n_params = stage_params_per_rank(m, l, stage);
+  const double n_params = params_per_rank(m, l, stage, n_layers);
   const BytesPerParam bpp = bytes_per_param(o);
   // ZeRO partitioning over the dp ranks (Rajbhandari et al. 2020 sec. 5.1).
   r.params = n_params * bpp.params / (l.zero >= 3 ? dp : 1.0);
@@ -112,7 +126,7 @@ MemoryBreakdown stage_memory(const ModelShape& m, const Layout& l, const MemoryO
   r.optimizer = n_params * bpp.optimizer / (l.zero >= 1 ? dp : 1.0);
 
   // Activations: per layer-micro-batch stash, times the layer-micro-batches in flight.
-  const double layers = static_cast<double>(stage_layers(m, l, stage));
+  const double layers = static_cast<double>(n_layers);
   const double full = layer_stash_bytes(m, l, o);
   double per_layer = full;
   if (l.recompute == Recompute::kFull) {
@@ -123,7 +137,7 @@ MemoryBreakdown stage_memory(const ModelShape& m, const Layout& l, const MemoryO
     per_layer = (rec * layer_checkpoint_bytes(m, l, o) + (layers - rec) * kept) / std::max(1.0, layers);
   }
   const int64_t mb = micro_batches(o.global_batch, l);
-  r.activations = per_layer * in_flight_layers(m, l, mb, stage);
+  r.activations = per_layer * in_flight(l, mb, stage, n_layers);
   const double sb = static_cast<double>(m.seq) * static_cast<double>(l.micro_batch);
   const double sbh = sb * static_cast<double>(m.hidden), sbf = sb * static_cast<double>(m.ffn);
   const double as2b = static_cast<double>(m.heads) * static_cast<double>(m.seq) * sb;
@@ -131,7 +145,7 @@ MemoryBreakdown stage_memory(const ModelShape& m, const Layout& l, const MemoryO
   if (stage == l.pp - 1) {
     // The final LayerNorm input and output (kept for the head's backward), per micro-batch
     // in flight on this stage (Korthikanti et al. 2022 sec. 4.3: the output layer).
-    const double in_flight_mb = in_flight_layers(m, l, mb, stage) / std::max(1.0, layers);
+    const double in_flight_mb = in_flight(l, mb, stage, n_layers) / std::max(1.0, layers);
     r.activations += 2 * sbh * e / rep * in_flight_mb;
   }
 
@@ -172,13 +186,25 @@ MemoryBreakdown stage_memory(const ModelShape& m, const Layout& l, const MemoryO
   return r;
 }
 
+}  // namespace
+
+double in_flight_layers(const ModelShape& m, const Layout& l, int64_t mb, int stage) {
+  return in_flight(l, mb, stage, stage_layers(m, l, stage));
+}
+
+MemoryBreakdown stage_memory(const ModelShape& m, const Layout& l, const MemoryOptions& o, int stage) {
+  return stage_memory_of(m, l, o, stage, stage_layers(m, l, stage));
+}
+
 MemoryBreakdown worst_stage_memory(const ModelShape& m, const Layout& l, const MemoryOptions& o) {
-  // Stage 0 holds the embedding and the most micro-batches in flight, the last stage the head;
-  // middle stages are dominated by one of those two unless layers are uneven, so check all
-  // when there are few and the ends (plus stage 1) otherwise.
-  MemoryBreakdown best = stage_memory(m, l, o, 0);
+  // Stage 0 holds the embedding, the most layers (the partition puts the extra layers on the
+  // first chunks) and the most micro-batches in flight, the last stage the head; middle
+  // stages are dominated by one of those two, so check all when there are few and the ends
+  // (plus stage 1) otherwise.
+  const std::vector<int64_t> layers = stage_layer_counts(m, l);
+  MemoryBreakdown best = stage_memory_of(m, l, o, 0, layers[0]);
   auto consider = [&](int s) {
-    MemoryBreakdown b = stage_memory(m, l, o, s);
+    MemoryBreakdown b = stage_memory_of(m, l, o, s, layers[static_cast<size_t>(s)]);
     if (b.total > best.total) best = b;
   };
   if (l.pp <= 8) {

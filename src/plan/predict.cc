@@ -164,9 +164,10 @@ struct StageCost {
   double t_b() const { return comp_b + tp_b; }
 };
 
-StageCost stage_cost(const Context& c, int stage) {
+// One micro-batch on pipeline stage `stage`, which holds `layers` layers.
+StageCost stage_cost(const Context& c, int stage, int64_t layers) {
   const Layout& l = c.l;
-  const double n = static_cast<double>(stage_layers(c.m, l, stage));
+  const double n = static_cast<double>(layers);
   const LayerCost& lc = c.layer;
   StageCost sc;
   sc.comp_f = n * lc.fwd;
@@ -289,7 +290,7 @@ double pipeline_time(PipeSchedule s, int p, int64_t m, int v, double t_max, doub
 
 Prediction predict(const ModelShape& m, const System& sys, const Layout& l, const Options& o) {
   m.validate();
-  check_layout(m, l, o.global_batch);
+  check_layout(layout_candidate(m, l, o.global_batch, o.precision));
   axis_stride(l, o.rank_order, "tp");  // validates the order
   return predict_unchecked(m, sys, l, o);
 }
@@ -345,19 +346,15 @@ Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layou
   p.micro_batches = mb;
   const double md = static_cast<double>(mb);
 
-  // Stage costs: stage 0 (embedding, most layers), the last stage (head), and a middle one.
-  std::vector<StageCost> costs;
-  std::vector<int> which;
-  which.push_back(0);
-  if (l.pp > 2) which.push_back(1);
-  if (l.pp > 1) which.push_back(l.pp - 1);
+  // Every stage's cost, its layers from the trainer's partition (uneven when L % (p v) != 0
+  // or the head is costly): the slowest sets t_max, all of them t_sum.
+  const std::vector<int64_t> layers = stage_layer_counts(m, l);
   double sum_t = 0, max_t = 0, hw_flops = 0;
   StageCost slow;
-  for (size_t i = 0; i < which.size(); ++i) {
-    const StageCost sc = stage_cost(c, which[i]);
-    const double weight = (l.pp > 2 && which[i] == 1) ? static_cast<double>(l.pp - 2) : 1.0;
-    sum_t += weight * (sc.t_f() + sc.t_b());
-    hw_flops += weight * sc.flops;
+  for (int s = 0; s < l.pp; ++s) {
+    const StageCost sc = stage_cost(c, s, layers[static_cast<size_t>(s)]);
+    sum_t += sc.t_f() + sc.t_b();
+    hw_flops += sc.flops;
     if (sc.t_f() + sc.t_b() > max_t) {
       max_t = sc.t_f() + sc.t_b();
       slow = sc;

@@ -78,10 +78,11 @@ struct Prediction {
   double t_forward = 0, t_backward = 0, t_p2p = 0;
 };
 
-// Predicts one layout. InputError (naming the values) when the layout does not fit the model
-// or batch (check_layout) or the rank order is not a permutation of tp, dp, pp.
+// Predicts one layout. InputError (naming the values) when the layout breaks a layout rule
+// (parallel/layout_rules.h, as the trainer applies them) or the rank order is not a
+// permutation of tp, dp, pp.
 Prediction predict(const ModelShape& m, const System& sys, const Layout& l, const Options& o);
-// The same without check_layout (the search has checked already).
+// The same without the checks (the search has checked already).
 Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layout& l, const Options& o);
 
 // Communication time of one collective over `n` ranks whose ranks are `stride` apart in the

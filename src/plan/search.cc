@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
+#include <functional>
 
 #include "core/error.h"
 
@@ -29,93 +31,168 @@ bool faster(const Prediction& a, const Prediction& b) {
   return a.memory.total < b.memory.total;
 }
 
-}  // namespace
+// A pinned value, or the whole domain.
+template <typename T, typename U>
+std::vector<T> domain(const std::optional<T>& pin, const std::vector<U>& all) {
+  if (pin) return {*pin};
+  return std::vector<T>(all.begin(), all.end());
+}
 
-SearchResult search_layouts(const ModelShape& m, const System& sys, int64_t gpus, const Options& o, const Pins& pins,
-                            size_t keep) {
-  m.validate();
-  if (gpus <= 0) throw_input("--gpus must be positive, got {}", gpus);
-  if (o.global_batch <= 0) throw_input("--global-batch must be positive, got {}", o.global_batch);
-  axis_stride(Layout{}, o.rank_order, "tp");  // validates the order
-  const auto t0 = std::chrono::steady_clock::now();
-  SearchResult res;
-  std::vector<Prediction> fit;
-  const MemoryOptions mo = o.memory();
-  const double capacity = sys.device.memory_bytes;
+// "--tp 7 --zero 3" (the pins as `weft plan` takes them).
+std::string pins_text(const Pins& p) {
+  std::string s;
+  auto add = [&](const char* name, const auto& v) {
+    if (v) s += fmt::format(" --{} {}", name, *v);
+  };
+  add("tp", p.tp), add("pp", p.pp), add("dp", p.dp), add("micro-batch", p.micro_batch), add("zero", p.zero);
+  if (p.recompute) s += fmt::format(" --recompute {}", recompute_name(*p.recompute));
+  add("recompute-layers", p.recompute_layers);
+  if (p.sequence_parallel) s += *p.sequence_parallel ? " --sequence-parallel" : " --no-sequence-parallel";
+  if (p.schedule) s += fmt::format(" --schedule {}", schedule_name(*p.schedule));
+  add("virtual-stages", p.virtual_stages);
+  return s;
+}
+
+// Walks the candidates of a search: the axes (tp, pp, dp), then the micro-batch, then the
+// rest, checking each level with the layout rules' part for it (parallel/layout_rules.h) and
+// every complete candidate with all of them. The domains hold every value a valid layout
+// can take (divisors of the devices and of the batch; virtual stages 2..L/p, interleaved
+// with pp > 1 only); a pin replaces a domain by its value, so the rules name what is wrong
+// with it. `why` keeps the first refusal at each level; the deepest is the one reported.
+struct Walk {
+  const ModelShape& m;
+  int64_t gpus;
+  const Options& o;
+  const Pins& pins;
+  const std::function<void(const Layout&)>& visit;
   int64_t valid = 0;
+  std::array<std::string, 3> why;
 
-  for (int64_t tp : divisors(m.heads)) {
-    if (pins.tp && tp != *pins.tp) continue;
-    if (m.ffn % tp != 0 || gpus % tp != 0) continue;
-    for (int64_t pp : divisors(m.layers)) {
-      if (pins.pp && pp != *pins.pp) continue;
-      if ((gpus / tp) % pp != 0) continue;
-      const int64_t dp = gpus / (tp * pp);
-      if (pins.dp && dp != *pins.dp) continue;
-      if (o.global_batch % dp != 0) continue;
-      for (int64_t mbs : divisors(o.global_batch / dp)) {
-        if (pins.micro_batch && mbs != *pins.micro_batch) continue;
-        const int64_t mb = o.global_batch / (dp * mbs);
-        for (int zero = 0; zero <= 3; ++zero) {
-          if (pins.zero ? zero != *pins.zero : (dp == 1 && zero > 0)) continue;
-          for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
-            if (pins.recompute && rc != *pins.recompute) continue;
-            // Under FlashAttention selective recompute changes nothing (no scores are kept).
-            if (!pins.recompute && rc == Recompute::kSelective && o.flash_attention) continue;
-            for (int sp = 0; sp <= 1; ++sp) {
-              if (pins.sequence_parallel ? (sp != 0) != *pins.sequence_parallel : (sp && tp == 1)) continue;
-              for (PipeSchedule sch : {PipeSchedule::k1F1B, PipeSchedule::kGpipe, PipeSchedule::kInterleaved}) {
-                if (pins.schedule ? sch != *pins.schedule : (pp == 1 && sch != PipeSchedule::k1F1B)) continue;
-                std::vector<int64_t> vs{1};
-                if (sch == PipeSchedule::kInterleaved) {
-                  vs.clear();
-                  if (pp < 2 || mb % pp != 0) continue;
-                  for (int64_t v : divisors(m.layers / pp)) {
-                    if (v >= 2) vs.push_back(v);
-                  }
-                }
-                for (int64_t v : vs) {
-                  if (pins.virtual_stages && v != *pins.virtual_stages) continue;
-                  Layout l;
-                  l.tp = static_cast<int>(tp);
-                  l.pp = static_cast<int>(pp);
-                  l.dp = static_cast<int>(dp);
-                  l.micro_batch = mbs;
-                  l.zero = zero;
-                  l.recompute = rc;
-                  if (pins.recompute_layers) l.recompute_layers = *pins.recompute_layers;
-                  l.sequence_parallel = sp != 0;
-                  l.schedule = sch;
-                  l.virtual_stages = static_cast<int>(v);
-                  // A pinned combination may still be invalid (e.g. sp with tp 1): check it.
-                  try {
-                    check_layout(m, l, o.global_batch, gpus);
-                  } catch (const InputError&) {
-                    continue;
-                  }
-                  ++valid;
-                  const MemoryBreakdown mem = worst_stage_memory(m, l, mo);
-                  if (mem.total > capacity) {
-                    if (!res.smallest || mem.total < res.smallest->memory.total) {
-                      Prediction p = predict_unchecked(m, sys, l, o);
-                      res.smallest = p;
-                    }
-                    continue;
-                  }
-                  fit.push_back(predict_unchecked(m, sys, l, o));
-                }
-              }
+  void refuse(size_t level, const std::string& e) {
+    if (why[level].empty()) why[level] = e;
+  }
+  std::string reason() const {
+    for (size_t i = why.size(); i-- > 0;) {
+      if (!why[i].empty()) return why[i];
+    }
+    return "no candidate";
+  }
+
+  void axes() {
+    LayoutCandidate c = layout_candidate(m, Layout{}, o.global_batch, o.precision, gpus);
+    for (int tp : domain(pins.tp, divisors(gpus))) {
+      for (int pp : domain(pins.pp, divisors(gpus))) {
+        c.tp = tp, c.pp = pp, c.dp = pins.dp.value_or(0);
+        if (std::string e = axes_error(c); !e.empty()) {
+          refuse(0, e);
+          continue;
+        }
+        c.dp = c.resolved_dp();
+        batch(c);
+      }
+    }
+  }
+
+  void batch(LayoutCandidate c) {
+    for (int64_t mbs : domain(pins.micro_batch, divisors(o.global_batch))) {
+      c.micro_batch = mbs;
+      if (std::string e = batch_error(c); !e.empty()) {
+        refuse(1, e);
+        continue;
+      }
+      rest(c);
+    }
+  }
+
+  std::vector<int> virtual_stages(const LayoutCandidate& c) const {
+    std::vector<int> vs{1};
+    if (c.schedule == PipeSchedule::kInterleaved && c.pp > 1) {
+      vs.clear();
+      for (int64_t v = 2; v * c.pp <= m.layers; ++v) vs.push_back(static_cast<int>(v));
+    }
+    return domain(pins.virtual_stages, vs);
+  }
+
+  void rest(LayoutCandidate c) {
+    const std::vector<Recompute> rcs{Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+    const std::vector<PipeSchedule> schedules{PipeSchedule::k1F1B, PipeSchedule::kGpipe, PipeSchedule::kInterleaved};
+    c.recompute_layers = pins.recompute_layers.value_or(-1);
+    for (int zero : domain(pins.zero, std::vector<int>{0, 1, 2, 3})) {
+      for (Recompute rc : domain(pins.recompute, rcs)) {
+        for (bool sp : domain(pins.sequence_parallel, std::vector<bool>{false, true})) {
+          for (PipeSchedule sch : domain(pins.schedule, schedules)) {
+            c.zero = zero, c.recompute = rc, c.sequence_parallel = sp, c.schedule = sch;
+            for (int v : virtual_stages(c)) {
+              c.virtual_stages = v;
+              leaf(c);
             }
           }
         }
       }
     }
   }
-  if (valid == 0) {
-    throw_input("no valid layout of {} (layers {}, heads {}, MLP {}) on {} devices with global batch {} matches the pins",
-                m.name, m.layers, m.heads, m.ffn, gpus, o.global_batch);
+
+  void leaf(const LayoutCandidate& c) {
+    if (std::string e = layout_error(c); !e.empty()) return refuse(2, e);
+    ++valid;
+    Layout l;
+    l.tp = c.tp, l.pp = c.pp, l.dp = c.dp, l.micro_batch = c.micro_batch, l.zero = c.zero;
+    l.recompute = c.recompute, l.recompute_layers = c.recompute_layers, l.sequence_parallel = c.sequence_parallel;
+    l.schedule = c.schedule, l.virtual_stages = c.virtual_stages;
+    visit(l);
   }
-  res.evaluated = valid;
+};
+
+// Layouts that predict the same as a simpler one, which the ranking leaves out unless pinned:
+// ZeRO > 0 with dp 1 (nothing to shard: the same time, no less memory) and, under
+// FlashAttention, selective recompute (no scores are kept, so it changes nothing).
+bool equivalent_to_simpler(const Layout& l, const Options& o, const Pins& pins) {
+  if (!pins.zero && l.dp == 1 && l.zero > 0) return true;
+  return !pins.recompute && l.recompute == Recompute::kSelective && o.flash_attention;
+}
+
+}  // namespace
+
+int64_t for_each_valid_layout(const ModelShape& m, int64_t gpus, const Options& o, const Pins& pins,
+                              const std::function<void(const Layout&)>& visit) {
+  m.validate();
+  if (gpus <= 0) throw_input("--gpus must be positive, got {}", gpus);
+  if (o.global_batch <= 0) throw_input("--global-batch must be positive, got {}", o.global_batch);
+  Walk w{m, gpus, o, pins, visit, 0, {}};
+  w.axes();
+  if (w.valid == 0) {
+    const std::string pinned = pins_text(pins);
+    throw_input("no valid layout of {} (layers {}, heads {}, MLP {}) on {} devices with global batch {}{}: {}", m.name,
+                m.layers, m.heads, m.ffn, gpus, o.global_batch,
+                pinned.empty() ? std::string() : " matches the pins" + pinned, w.reason());
+  }
+  return w.valid;
+}
+
+std::vector<Layout> valid_layouts(const ModelShape& m, int64_t gpus, const Options& o, const Pins& pins) {
+  std::vector<Layout> out;
+  for_each_valid_layout(m, gpus, o, pins, [&](const Layout& l) { out.push_back(l); });
+  return out;
+}
+
+SearchResult search_layouts(const ModelShape& m, const System& sys, int64_t gpus, const Options& o, const Pins& pins,
+                            size_t keep) {
+  axis_stride(Layout{}, o.rank_order, "tp");  // validates the order
+  const auto t0 = std::chrono::steady_clock::now();
+  SearchResult res;
+  std::vector<Prediction> fit;
+  const MemoryOptions mo = o.memory();
+  const double capacity = sys.device.memory_bytes;
+  for_each_valid_layout(m, gpus, o, pins, [&](const Layout& l) {
+    if (equivalent_to_simpler(l, o, pins)) return;
+    ++res.evaluated;
+    const MemoryBreakdown mem = worst_stage_memory(m, l, mo);
+    if (mem.total <= capacity) {
+      fit.push_back(predict_unchecked(m, sys, l, o));
+    } else if (!res.smallest || mem.total < res.smallest->memory.total) {
+      res.smallest = predict_unchecked(m, sys, l, o);
+    }
+  });
   res.fitting = static_cast<int64_t>(fit.size());
   const size_t k = std::min(keep, fit.size());
   std::partial_sort(fit.begin(), fit.begin() + static_cast<std::ptrdiff_t>(k), fit.end(), faster);

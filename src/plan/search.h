@@ -1,6 +1,8 @@
-// Layout search: enumerate every valid layout of a model on a number of devices, drop those
-// that do not fit in memory, rank the rest by predicted step time; strong/weak scaling.
+// Layout search: enumerate every valid layout of a model on a number of devices (the layout
+// rules of parallel/layout_rules.h decide), drop those that do not fit in memory, rank the
+// rest by predicted step time; strong/weak scaling.
 #pragma once
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,19 +22,26 @@ struct Pins {
 
 struct SearchResult {
   std::vector<Prediction> top;  // fitting layouts, fastest first (ties: less memory first)
-  int64_t evaluated = 0;        // valid layouts predicted
+  int64_t evaluated = 0;        // valid layouts priced
   int64_t fitting = 0;          // of those, the ones that fit in memory
   double seconds = 0;           // wall time of the search
   // When nothing fits: the layout that needs the least memory (fits = false).
   std::optional<Prediction> smallest;
 };
 
-// Every valid layout on `gpus` devices that matches the pins: tp dividing the heads and the
-// MLP size, pp x v dividing the layers, dp = gpus / (tp pp), micro-batches dividing the
-// global batch / dp, ZeRO 0..3 (only 0 when dp = 1), recompute none/selective/full,
-// sequence parallel (only with tp > 1), schedules gpipe/1f1b/interleaved (only 1f1b when
-// pp = 1; interleaved with v >= 2 and m % p == 0). Keeps the `keep` fastest that fit.
-// InputError naming the values when no layout matches the pins (before memory).
+// Every layout on `gpus` devices that matches the pins and that the layout rules accept
+// (parallel/layout_rules.h: the rules the trainer applies, so the search lists exactly what
+// `weft train` runs), in search order, unpriced: visit(l) for each; returns their number.
+// InputError naming the values when there is none: the pins (if any) and the rule that
+// refused the candidates that came closest (e.g. "zero 3 with pp 2: ZeRO-2/3 ...").
+int64_t for_each_valid_layout(const ModelShape& m, int64_t gpus, const Options& o, const Pins& pins,
+                              const std::function<void(const Layout&)>& visit);
+std::vector<Layout> valid_layouts(const ModelShape& m, int64_t gpus, const Options& o, const Pins& pins);
+
+// Ranks the valid layouts (for_each_valid_layout) that fit in memory by predicted step time
+// and keeps the `keep` fastest. Left out unless pinned, as they predict the same as a simpler
+// layout: ZeRO > 0 with dp 1, and selective recompute under FlashAttention. `evaluated`
+// counts the layouts priced (every valid one but those).
 SearchResult search_layouts(const ModelShape& m, const System& sys, int64_t gpus, const Options& o, const Pins& pins,
                             size_t keep);
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "parallel/pp/partition.h"
 
 namespace weft::plan {
 
@@ -64,49 +65,26 @@ int64_t micro_batches(int64_t global_batch, const Layout& l) {
   return global_batch / (static_cast<int64_t>(l.dp) * l.micro_batch);
 }
 
-void check_layout(const ModelShape& m, const Layout& l, int64_t global_batch, int64_t gpus) {
-  if (l.tp < 1 || l.pp < 1 || l.dp < 1 || l.micro_batch < 1 || l.virtual_stages < 1) {
-    throw_input("layout sizes must be >= 1: tp {}, pp {}, dp {}, micro-batch {}, virtual stages {}", l.tp, l.pp, l.dp,
-                l.micro_batch, l.virtual_stages);
-  }
-  if (gpus > 0 && static_cast<int64_t>(l.tp) * l.pp * l.dp != gpus) {
-    throw_input("tp {} x pp {} x dp {} = {} ranks, but --gpus is {}", l.tp, l.pp, l.dp,
-                static_cast<int64_t>(l.tp) * l.pp * l.dp, gpus);
-  }
-  if (m.heads % l.tp != 0) throw_input("tp {} does not divide the {} attention heads of {}", l.tp, m.heads, m.name);
-  if (m.ffn % l.tp != 0) throw_input("tp {} does not divide the MLP size {} of {}", l.tp, m.ffn, m.name);
-  if (m.layers % (static_cast<int64_t>(l.pp) * l.virtual_stages) != 0) {
-    throw_input("pp {} x virtual stages {} does not divide the {} layers of {}", l.pp, l.virtual_stages, m.layers,
-                m.name);
-  }
-  if (global_batch <= 0) throw_input("global batch must be positive, got {}", global_batch);
-  if (global_batch % (static_cast<int64_t>(l.dp) * l.micro_batch) != 0) {
-    throw_input("global batch {} is not divisible by dp {} x micro-batch {}", global_batch, l.dp, l.micro_batch);
-  }
-  if (l.zero < 0 || l.zero > 3) throw_input("ZeRO stage must be 0..3, got {}", l.zero);
-  if (l.recompute_layers < -1) throw_input("recompute layers must be >= 0 (or -1: all), got {}", l.recompute_layers);
-  if (l.sequence_parallel && l.tp == 1) throw_input("sequence parallelism needs tp > 1 (tp is 1)");
-  const int64_t mb = micro_batches(global_batch, l);
-  if (l.schedule == PipeSchedule::kInterleaved) {
-    if (l.virtual_stages < 2) throw_input("the interleaved schedule needs --virtual-stages >= 2, got {}", l.virtual_stages);
-    if (l.pp < 2) throw_input("the interleaved schedule needs pp >= 2, got pp {}", l.pp);
-    if (mb % l.pp != 0) {
-      throw_input("the interleaved schedule needs micro-batches {} (global batch {} / (dp {} x micro-batch {})) divisible by pp {}",
-                  mb, global_batch, l.dp, l.micro_batch, l.pp);
-    }
-  } else if (l.virtual_stages != 1) {
-    throw_input("virtual stages {} need the interleaved schedule (got {})", l.virtual_stages, schedule_name(l.schedule));
-  }
+LayoutCandidate layout_candidate(const ModelShape& m, const Layout& l, int64_t global_batch, Precision p, int64_t gpus) {
+  return {.world = gpus > 0 ? gpus : static_cast<int64_t>(l.tp) * l.pp * l.dp,
+          .tp = l.tp, .pp = l.pp, .dp = l.dp, .virtual_stages = l.virtual_stages,
+          .micro_batch = l.micro_batch, .global_batch = global_batch, .zero = l.zero,
+          .sequence_parallel = l.sequence_parallel, .schedule = l.schedule, .recompute = l.recompute,
+          .recompute_layers = l.recompute_layers, .precision = p,
+          .model = {m.layers, m.heads, m.hidden, m.ffn, m.vocab, m.seq}};
+}
+
+std::vector<int64_t> stage_layer_counts(const ModelShape& m, const Layout& l) {
+  const int v = l.pp > 1 ? l.virtual_stages : 1;
+  const std::vector<StageRange> parts = partition_layers(static_cast<int>(m.layers), l.pp, v, {},
+                                                         gpt_head_cost_in_layers(m.vocab, m.hidden));
+  std::vector<int64_t> n(static_cast<size_t>(l.pp), 0);
+  for (size_t c = 0; c < parts.size(); ++c) n[static_cast<size_t>(chunk_stage(static_cast<int>(c), l.pp))] += parts[c].num_layers;
+  return n;
 }
 
 int64_t stage_layers(const ModelShape& m, const Layout& l, int stage) {
-  const int64_t K = static_cast<int64_t>(l.pp) * l.virtual_stages;
-  int64_t n = 0;
-  for (int c = 0; c < l.virtual_stages; ++c) {
-    const int64_t chunk = static_cast<int64_t>(c) * l.pp + stage;
-    n += m.layers / K + (chunk < m.layers % K ? 1 : 0);
-  }
-  return n;
+  return stage_layer_counts(m, l).at(static_cast<size_t>(stage));
 }
 
 }  // namespace weft::plan

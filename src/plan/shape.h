@@ -8,10 +8,12 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/precision.h"
 #include "model/config.h"
 #include "model/recompute.h"
+#include "parallel/layout_rules.h"
 #include "parallel/pp/schedule.h"
 
 namespace weft::plan {
@@ -70,7 +72,7 @@ struct Layout {
   // With full recompute: layers of each stage that are recomputed (Megatron's
   // --recompute-num-layers, "block" method); -1: all of them.
   int recompute_layers = -1;
-  bool sequence_parallel = false;  // Korthikanti et al. 2022 sec. 4.2.2 (needs tp > 1 to matter)
+  bool sequence_parallel = false;  // Korthikanti et al. 2022 sec. 4.2.2 (a layout rule: tp > 1)
   PipeSchedule schedule = PipeSchedule::k1F1B;
   int virtual_stages = 1;  // v: model chunks per stage (interleaved 1F1B)
 
@@ -81,14 +83,16 @@ struct Layout {
 // Micro-batches per pipeline per optimizer step: global_batch / (dp * micro_batch).
 int64_t micro_batches(int64_t global_batch, const Layout& l);
 
-// InputError naming the values when the layout does not fit the model/batch: heads and ffn
-// % tp (the vocabulary is padded to a multiple of tp, as Megatron-LM does), layers % (pp * v), world != gpus (when gpus > 0), global_batch %
-// (dp * micro_batch), zero outside 0..3, interleaved without m % p == 0 or v < 2, v > 1
-// without the interleaved schedule.
-void check_layout(const ModelShape& m, const Layout& l, int64_t global_batch, int64_t gpus = 0);
+// The layout rules' candidate (parallel/layout_rules.h) for layout `l` of model `m`: the rules
+// the trainer applies decide what the planner lists and prices. gpus 0: l.world().
+LayoutCandidate layout_candidate(const ModelShape& m, const Layout& l, int64_t global_batch, Precision p,
+                                 int64_t gpus = 0);
 
-// Layers held by pipeline stage `stage` (its chunks of the even split of L over p*v chunks,
-// extra layers on the first chunks, as parallel/pp/partition.h with no head cost).
+// Layers held by each pipeline stage: the chunks of parallel/pp/partition.h's
+// partition_layers with the head's cost (gpt_head_cost_in_layers), the split the trainer runs
+// (stage s holds chunks s, s + p, ...). Uneven when L % (p v) != 0 or the head is costly.
+std::vector<int64_t> stage_layer_counts(const ModelShape& m, const Layout& l);
+// Layers held by pipeline stage `stage` (one entry of stage_layer_counts).
 int64_t stage_layers(const ModelShape& m, const Layout& l, int stage);
 
 }  // namespace weft::plan

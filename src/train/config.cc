@@ -240,16 +240,13 @@ ModelConfig RunConfig::model_config() const {
 int64_t RunConfig::seq() const { return seq_len > 0 ? seq_len : model_config().n_ctx; }
 
 void RunConfig::validate() const {
+  // The layout keys (tp, pp, dp, zero, global/micro batch, sequence_parallel, schedule,
+  // virtual_stages, recompute_layers) are checked with the world size by the layout rules
+  // (validate_run_layout, train/run_layout.h), the same ones the planner applies.
   ModelConfig mc = model_config();
   if (seq_len < 0) throw_input("seq_len must be >= 0 (0: the model context), got {}", seq_len);
   if (seq() > mc.n_ctx) {
     throw_input("seq_len {} is longer than the context of model '{}' ({})", seq(), mc.name, mc.n_ctx);
-  }
-  if (global_batch <= 0 || micro_batch <= 0) {
-    throw_input("global_batch {} and micro_batch {} must be positive", global_batch, micro_batch);
-  }
-  if (global_batch % micro_batch != 0) {
-    throw_input("global_batch {} is not a multiple of micro_batch {}", global_batch, micro_batch);
   }
   if (steps < 0) throw_input("steps must be >= 0, got {}", steps);
   if (!(lr > 0)) throw_input("lr must be positive, got {}", lr);
@@ -274,12 +271,6 @@ void RunConfig::validate() const {
                 min_loss_scale);
   }
   if (loss_scale_window < 1) throw_input("loss_scale_window must be >= 1, got {}", loss_scale_window);
-  if (recompute_layers < -1 || recompute_layers == 0) {
-    throw_input("recompute_layers must be >= 1 (or -1: every layer of a stage), got {}", recompute_layers);
-  }
-  if (recompute_layers != -1 && recompute != "full") {
-    throw_input("recompute_layers {} applies to recompute 'full', not '{}'", recompute_layers, recompute);
-  }
   if (val_every < 0 || val_batches < 0) throw_input("val_every {} and val_batches {} must be >= 0", val_every, val_batches);
   if (ckpt_every < 0 || keep_last < 0) throw_input("ckpt_every {} and keep_last {} must be >= 0", ckpt_every, keep_last);
   if (log_every <= 0) throw_input("log_every must be positive, got {}", log_every);
@@ -287,8 +278,6 @@ void RunConfig::validate() const {
   if (!(temperature > 0)) throw_input("temperature must be positive, got {}", temperature);
   if (top_k < 0) throw_input("top_k must be >= 0 (0: no cut), got {}", top_k);
   if (out.empty()) throw_input("out (the run folder) must not be empty");
-  if (tp < 1 || pp < 1 || dp < 0) throw_input("tp {} and pp {} must be >= 1, dp {} >= 0 (0: world / (tp * pp))", tp, pp, dp);
-  if (zero < 0 || zero > 3) throw_input("zero must be 0, 1, 2 or 3, got {}", zero);
   if (!(bucket_mb > 0)) throw_input("bucket_mb must be positive, got {}", bucket_mb);
   if (prefetch < 0) throw_input("prefetch must be >= 0, got {}", prefetch);
   if (comm_timeout < 0) throw_input("comm_timeout must be >= 0 seconds (0: never), got {}", comm_timeout);

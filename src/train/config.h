@@ -72,7 +72,8 @@ struct RunConfig {
 
   ModelConfig model_config() const;  // preset + overrides, validated
   int64_t seq() const;               // seq_len resolved against the model context
-  // Checks the values (ranges, divisibility); throws InputError naming them.
+  // Checks the values (ranges) but not the layout keys, which need the world size: see
+  // validate_run_layout (train/run_layout.h). Throws InputError naming them.
   void validate() const;
   std::string to_toml() const;       // the resolved config, loadable again
 };

@@ -311,7 +311,6 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   RunData data = open_run_data(cfg, ec.seq);
   const RunFolder folder = inspect_run_folder(cfg, opt, ec.model);
   auto backend = make_cpu_backend();
-  if (cfg.sequence_parallel && ec.grid.tp == 1) log_warn("sequence_parallel has no effect with tp 1");
   Engine engine(ec, world, *backend);
   const RunPrediction pred = predict_run(cfg, ec, engine.stage(), engine.dp_rank());
   world.barrier();  // every rank has validated its inputs before rank 0 touches the folder

@@ -51,7 +51,7 @@ TEST_F(Cli, ConfigErrors) {
   expect_bad_input(weft("train " + config + " --lrr 3"), {"unknown option --lrr"});
   expect_bad_input(weft("train " + config + " --steps many"), {"--steps", "integer", "many"});
   expect_bad_input(weft("train " + config + " --seq_len 64"), {"seq_len 64", "context", "16"});
-  expect_bad_input(weft("train " + config + " --global_batch 3"), {"global_batch 3", "micro_batch 2"});
+  expect_bad_input(weft("train " + config + " --global_batch 3"), {"global batch 3", "micro batch 2 x dp 1"});
   expect_bad_input(weft("train " + config + " --model gpt-9"), {"unknown model preset 'gpt-9'"});
   expect_bad_input(weft("train " + config + " --n_head 3"), {"32", "heads 3"});
   expect_bad_input(weft("frobnicate"), {"unknown command 'frobnicate'"});

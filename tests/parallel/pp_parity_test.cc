@@ -1,5 +1,5 @@
 // Pipeline parallelism by layout parity (fp32, 1e-5 relative, 12 steps of the tiny preset):
-// pp 2 and 4 with the GPipe and 1F1B schedules, interleaved 1F1B with 2 virtual stages (pp 2,
+// pp 2, 3 (uneven stages) and 4 with the GPipe and 1F1B schedules, interleaved 1F1B with 2 virtual stages (pp 2,
 // pp 2 x dp 2, and pp 4 on an 8-layer model), 3D tp 2 x pp 2 x dp 2 with ZeRO-1 on 8 ranks, the activation sets each stage keeps
 // in flight, checkpoints that resume across pipeline depths and schedules, and the layouts
 // refused with a message.
@@ -44,6 +44,7 @@ TEST_F(PipelineRuns, SchedulesAndThreeDLayoutsMatchOneProcess) {
   const std::vector<std::pair<int, std::string>> layouts = {
       {2, "--pp 2 --schedule gpipe"},
       {2, "--pp 2 --schedule 1f1b"},
+      {3, "--pp 3"},  // 4 layers on 3 stages: the partition's uneven 2, 1, 1
       {4, "--pp 4 --schedule 1f1b"},
       {4, "--pp 4 --schedule gpipe --micro_batch 1"},
       {2, "--pp 2 --schedule interleaved --virtual_stages 2 --micro_batch 1"},
@@ -52,7 +53,7 @@ TEST_F(PipelineRuns, SchedulesAndThreeDLayoutsMatchOneProcess) {
   // Activation sets in flight per stage, measured while running the schedule: m for GPipe,
   // min(p - s, m) for 1F1B, and for interleaved (p 2, v 2, m 8) the Megatron warm-up
   // W = (p - s - 1) * 2 + (v - 1) * p forwards plus one: 5 and 3 (m 8 or 4).
-  const std::vector<std::vector<int>> in_flight = {{4, 4}, {2, 1}, {4, 3, 2, 1}, {8, 8, 8, 8}, {5, 3}, {5, 3}, {2, 1}};
+  const std::vector<std::vector<int>> in_flight = {{4, 4}, {2, 1}, {3, 2, 1}, {4, 3, 2, 1}, {8, 8, 8, 8}, {5, 3}, {5, 3}, {2, 1}};
   for (size_t k = 0; k < layouts.size(); ++k) {
     const auto& [np, args] = layouts[k];
     const std::string out = *tmp / fmt::format("run{}", n);
@@ -102,22 +103,29 @@ TEST_F(PipelineRuns, CheckpointsResumeAcrossPipelineDepths) {
 }
 
 TEST_F(PipelineRuns, UnsupportedCombinationsAreRefused) {
-  RunResult r = train(2, "--pp 2 --zero 2 --out " + *tmp / "z2");
-  EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("zero 2 with pp 2"), std::string::npos) << r.err;
-  r = train(2, "--pp 2 --schedule 1f1b --virtual_stages 2 --out " + *tmp / "v2");
-  EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("virtual_stages 2 needs the interleaved schedule"), std::string::npos) << r.err;
-  r = train(2, "--pp 2 --schedule interleaved --virtual_stages 4 --out " + *tmp / "il");
-  EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("pp 2 x virtual_stages 4 = 8 model chunks"), std::string::npos) << r.err;
-  r = train(4, "--pp 4 --schedule interleaved --micro_batch 4 --out " + *tmp / "m2");  // m = 2
-  EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("interleaved"), std::string::npos) << r.err;
-  EXPECT_FALSE(fs::exists(*tmp / "m2/metrics.jsonl"));
-  r = train(2, "--pp 2 --schedule zigzag --out " + *tmp / "zz");
-  EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("zigzag"), std::string::npos) << r.err;
+  struct Case {
+    int np;
+    std::string args, message;
+  };
+  const std::vector<Case> cases = {
+      {2, "--pp 2 --zero 2", "zero 2 with pp 2"},
+      {2, "--pp 2 --schedule 1f1b --virtual_stages 2", "virtual_stages 2 needs the interleaved schedule"},
+      {2, "--pp 2 --schedule interleaved --virtual_stages 4", "pp 2 x virtual_stages 4 = 8 model chunks"},
+      {4, "--n_layer 8 --pp 4 --schedule interleaved --virtual_stages 2 --micro_batch 4",  // m = 2
+       "the interleaved schedule needs micro-batches 2"},
+      {2, "--pp 2 --schedule interleaved", "the interleaved schedule needs virtual_stages >= 2, got 1"},
+      // One stage ignores the schedule: refused rather than silently run as 1F1B.
+      {0, "--schedule gpipe", "schedule 'gpipe' needs pp > 1"},
+      // Sequence parallelism with tp 1 would change nothing: refused, not a warning.
+      {0, "--sequence_parallel true", "sequence parallelism needs tp > 1"},
+      {2, "--pp 2 --schedule zigzag", "zigzag"}};
+  for (const Case& c : cases) {
+    const std::string out = *tmp / fmt::format("refused{}", n);
+    const RunResult r = train(c.np, c.args + " --out " + out);
+    EXPECT_EQ(r.code, 2) << c.args;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << ": " << r.err;
+    EXPECT_FALSE(fs::exists(out + "/metrics.jsonl")) << c.args;
+  }
 }
 
 }  // namespace

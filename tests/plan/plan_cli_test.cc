@@ -8,6 +8,7 @@
 #include "plan/calibrate.h"
 #include "plan/system.h"
 #include "test_util.h"
+#include "train/run_layout.h"
 
 namespace weft {
 namespace {
@@ -86,8 +87,8 @@ TEST_F(PlanCli, ScalingWritesCsvAndPngPlot) {
 TEST_F(PlanCli, BadInput) {
   const std::string base = "plan --system systems/frontier.toml --global-batch 640 ";
   expect_bad_input(weft(base + "--model gpt-175b --gpus 128 --tp 7"), {"--tp 7", "96 attention heads"});
-  expect_bad_input(weft(base + "--model gpt-175b --gpus 128 --pp 5"), {"--pp 5", "96 layers"});
-  expect_bad_input(weft(base + "--model gpt-175b --gpus 100 --tp 8 --pp 16"), {"--gpus 100", "tp 8", "pp 16"});
+  expect_bad_input(weft(base + "--model gpt-175b --gpus 128 --pp 128"), {"--pp 128", "128 model chunks", "the model has 96"});
+  expect_bad_input(weft(base + "--model gpt-175b --gpus 100 --tp 8 --pp 16"), {"world size 100", "tp 8", "pp 16"});
   expect_bad_input(weft(base + "--model gpt-175b --gpus 128 --tp 4 --pp 16 --dp 4"), {"dp 4", "256", "128"});
   expect_bad_input(weft(base + "--model gpt-9 --gpus 8"), {"unknown model preset 'gpt-9'"});
   expect_bad_input(weft(base + "--model gpt-175b --gpus 8"), {"no layout", "fits in memory", "GB"});
@@ -101,6 +102,49 @@ TEST_F(PlanCli, BadInput) {
                                    << "memory_bandwidth = 1e9\nfrobs = 3\n[[level]]\nbandwidth = 1e9\nlatency = 0\n";
   expect_bad_input(weft("plan --system " + *tmp / "bad.toml" + " --global-batch 8 --model tiny --gpus 1"),
                    {"bad.toml", "unknown key 'frobs'"});
+}
+
+// Pins that the trainer refuses get the layout rule's message (parallel/layout_rules.h), the
+// one `weft train` prints for the same layout.
+TEST_F(PlanCli, PinsTheTrainerRefusesAreRefusedWithItsRule) {
+  const std::string base = "plan --model tiny --system systems/dgx-h100.toml --global-batch 8 ";
+  expect_bad_input(weft(base + "--gpus 8 --pp 2 --dp 4 --zero 3"),
+                   {"--pp 2 --dp 4 --zero 3", "zero 3 with pp 2: ZeRO-2/3 reduce gradients every micro-batch"});
+  expect_bad_input(weft(base + "--tp 1 --pp 2 --dp 2 --zero 2"), {"zero 2 with pp 2"});
+  expect_bad_input(weft(base + "--gpus 2 --tp 1 --sequence-parallel"), {"sequence parallelism needs tp > 1"});
+  expect_bad_input(weft(base + "--gpus 4 --pp 2 --schedule interleaved --virtual-stages 3"),
+                   {"pp 2 x virtual_stages 3 = 6 model chunks", "the model has 4"});
+  expect_bad_input(weft(base + "--gpus 4 --tp 3"), {"4 attention heads are not divisible by tp 3"});
+}
+
+// A search for the tiny model ranks only layouts that `weft train` accepts (its validation
+// entry point on every ranked layout), and the best of them trains.
+class PlanTrainRuns : public test::ParityRuns {
+ protected:
+  void SetUp() override { prepare("plan-train", "seq_len = 32\nglobal_batch = 8\nmicro_batch = 2\n", 0); }
+};
+
+std::string train_args(const nlohmann::json& l) {
+  return fmt::format("--tp {} --pp {} --dp {} --micro_batch {} --zero {} --recompute {} --sequence_parallel {} --schedule {} "
+                     "--virtual_stages {}", l["tp"].get<int>(), l["pp"].get<int>(), l["dp"].get<int>(),
+                     l["micro_batch"].get<int>(), l["zero"].get<int>(), l["recompute"].get<std::string>(),
+                     l["sequence_parallel"].get<bool>(), l["schedule"].get<std::string>(), l["virtual_stages"].get<int>());
+}
+
+TEST_F(PlanTrainRuns, EveryRankedLayoutIsOneTheTrainerRuns) {
+  const RunResult p = test::run_weft("plan --model tiny --seq 32 --gpus 4 --global-batch 8 --precision fp32 "
+                                     "--system systems/dgx-h100.toml --top 100000 --format json", *tmp / "plan");
+  ASSERT_EQ(p.code, 0) << p.err;
+  const auto ranked = nlohmann::json::parse(p.out);
+  ASSERT_GT(ranked.size(), 50u);
+  for (const auto& e : ranked) {
+    std::vector<std::pair<std::string, std::string>> overrides;
+    for (const auto& [k, v] : e["layout"].items()) overrides.emplace_back(k, v.is_string() ? v.get<std::string>() : v.dump());
+    const RunConfig cfg = load_run_config(config, overrides);
+    EXPECT_NO_THROW(validate_run_layout(cfg, 4)) << e["layout"].dump();
+  }
+  const RunResult r = train(4, train_args(ranked[0]["layout"]) + " --steps 1 --val_batches 0 --out " + *tmp / "best");
+  EXPECT_EQ(r.code, 0) << train_args(ranked[0]["layout"]) << ": " << r.err;
 }
 
 TEST(PlanSystem, FilesLoadAndRoundTrip) {

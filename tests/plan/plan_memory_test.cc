@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "model/params.h"
+#include "parallel/pp/partition.h"
 #include "parallel/pp/schedule.h"
 #include "plan/memory.h"
 
@@ -56,7 +57,9 @@ TEST(PlanMemory, ParamCountMatchesTheModelLayout) {
       l.tp = tp;
       l.pp = 2;
       const ModelShape m = ModelShape::from_config(cfg);
-      StageSpec first{0, cfg.n_layer / 2, true, false}, last{cfg.n_layer / 2, cfg.n_layer / 2, false, true};
+      // The trainer's split: the head counts as Vp / (12 C) layers (tiny: 3 + 1 layers).
+      const auto parts = partition_layers(cfg.n_layer, 2, 1, {}, gpt_head_cost_in_layers(cfg.padded_vocab, cfg.n_embd));
+      StageSpec first{0, parts[0].num_layers, true, false}, last{parts[1].first_layer, parts[1].num_layers, false, true};
       EXPECT_DOUBLE_EQ(stage_params_per_rank(m, l, 0), static_cast<double>(ParamLayout(cfg, tp, 0, first).total()))
           << name << " tp " << tp;
       EXPECT_DOUBLE_EQ(stage_params_per_rank(m, l, 1), static_cast<double>(ParamLayout(cfg, tp, 0, last).total()))
@@ -136,6 +139,7 @@ TEST(PlanMemory, KorthikantiActivationsPerLayer) {
 // The closed-form stash counts equal the peak in flight of the real schedules.
 TEST(PlanMemory, InFlightMatchesTheSchedules) {
   ModelShape m = shape_of("gpt2-124m");  // 12 layers
+  m.vocab = 128;  // a head of ~0 layers: the partition is the even split (12 / (p v) per chunk)
   for (int p : {2, 3, 4}) {
     for (int64_t mb : {1, 2, 4, 6, 8, 12}) {
       for (PipeSchedule s : {PipeSchedule::kGpipe, PipeSchedule::k1F1B, PipeSchedule::kInterleaved}) {
@@ -176,16 +180,18 @@ TEST(PlanMemory, RecomputeAndPipelineStages) {
   l.micro_batch = 2;
   l.recompute = Recompute::kFull;
   const MemoryBreakdown first = stage_memory(m, l, o, 0), last = stage_memory(m, l, o, 3);
-  // 1F1B: stage 0 keeps p = 4 micro-batches of 6 layer inputs, the last stage 1 (+ the final
-  // LayerNorm's input and output).
+  // The trainer's partition: the head counts as 50304 / (12 x 1024) = 4.1 layers, so the 24
+  // layers split 7, 7, 7, 3. 1F1B: stage 0 keeps p = 4 micro-batches of 7 layer inputs, the
+  // last stage 1 of 3 (+ the final LayerNorm's input and output).
+  EXPECT_EQ(stage_layer_counts(m, l), (std::vector<int64_t>{7, 7, 7, 3}));
   const double ckpt = layer_checkpoint_bytes(m, l, o);
-  EXPECT_DOUBLE_EQ(first.activations, 4 * 6 * ckpt);
-  EXPECT_DOUBLE_EQ(last.activations, 6 * ckpt + 2 * ckpt);
-  // recompute_layers = 2: two layers keep their input, four keep everything.
+  EXPECT_DOUBLE_EQ(first.activations, 4 * 7 * ckpt);
+  EXPECT_DOUBLE_EQ(last.activations, 3 * ckpt + 2 * ckpt);
+  // recompute_layers = 2: two layers keep their input, five keep everything.
   l.recompute_layers = 2;
   Layout none = l;
   none.recompute = Recompute::kNone;
-  EXPECT_DOUBLE_EQ(stage_memory(m, l, o, 0).activations, 4 * (2 * ckpt + 4 * layer_stash_bytes(m, none, o)));
+  EXPECT_DOUBLE_EQ(stage_memory(m, l, o, 0).activations, 4 * (2 * ckpt + 5 * layer_stash_bytes(m, none, o)));
   EXPECT_GE(worst_stage_memory(m, l, o).total, first.total);
 }
 
