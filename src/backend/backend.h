@@ -1,15 +1,43 @@
-// The op interface. The model (src/model) is written once against it; each backend
-// implements every op. cpu/ is the reference every other backend is checked against.
-// All tensors are row-major fp32 here; 16-bit storage is emulated with round_to (see
+// The backend interface: the device contract (memory, copies, fills, synchronisation) and
+// the ops. The model (src/model) is written once against it; each backend implements every
+// op. cpu/ is the reference every other backend is checked against; cpu_guarded/ is the CPU
+// backend with its device memory fenced from the host, which proves that nothing above the
+// backend touches device memory; cuda/ runs on a GPU.
+//
+// Device memory. Every pointer an op, copy or fill takes as "device" is device memory of
+// this backend: a pointer returned by device_alloc, or an interior pointer into such an
+// allocation (an offset that stays inside it). Only the backend reads or writes it; the host
+// moves data in and out with copy_to_device / copy_to_host. The CPU backend's device memory
+// is plain host memory, so host buffers passed to its ops work (today's callers do that: the
+// model, the parameter stores and the optimizer have not moved onto device buffers yet).
+// DeviceBuffer (backend/device_buffer.h) owns one allocation; prefer it to the raw calls.
+//
+// Interface methods say, ggml style (ggml-backend-impl.h), whether a backend must implement
+// them (REQUIRED) or may (OPTIONAL), and what the default does. The memory group's defaults
+// are host memory: right for backends whose ops run on the host (cpu); a backend with its
+// own memory must override the whole group (device_alloc_impl, device_free_impl, the three
+// copies, begin_host_access) and should override is_device_memory and synchronize.
+//
+// Ordering: copies, fills and ops run in the order they are called (a GPU backend puts them
+// on one stream). copy_to_host returns once the host data is valid, copy_to_device once the
+// source may be reused; copy_device, fill and ops may return before they finish: call
+// synchronize() before timing them or before another process or device reads the memory.
+//
+// Threads: one thread calls a backend at a time (a backend parallelises inside its calls).
+//
+// Ops: tensors are row-major fp32 here; 16-bit storage is emulated with round_to (see
 // core/precision.h).
 // Shapes use fixed letters: B batch, T sequence, C channels, NH heads, hs = C/NH,
 // F = MLP hidden, V real vocabulary, Vp padded vocabulary, N = B*T rows.
 // "accumulates" means the op adds into its output; "writes" means it overwrites it.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include "core/dtype.h"
+#include "core/memory.h"
 #include "core/precision.h"
 
 namespace weft {
@@ -18,6 +46,59 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+
+  // ===== the device contract =====
+  // --- memory ---
+  // count elements of dtype dt (dtype_bytes(dt, count) bytes, at least 64-byte aligned),
+  // counted in the process's MemoryTracker under c exactly as core/buffer.h's Buffer counts
+  // (the element bytes, not the rounding). Contents are undefined. count 0 gives nullptr.
+  // Throws RuntimeError naming the size when the memory is not there. Not virtual: it
+  // counts, then calls device_alloc_impl.
+  void* device_alloc(DType dt, int64_t count, MemCategory c);
+  // Frees what device_alloc returned, given the same dt, count and c (the backend need not
+  // remember sizes). nullptr is a no-op. Not virtual: it counts, then calls device_free_impl.
+  void device_free(void* p, DType dt, int64_t count, MemCategory c) noexcept;
+
+  // --- copies (byte counts; offsets in bytes from the device pointer) ---
+  // REQUIRED for a backend with its own memory. Default: memcpy (host memory).
+  // Host -> device: dst + dst_offset receives bytes from host src. Returns once src may be reused.
+  virtual void copy_to_device(void* dst, size_t dst_offset, const void* src, size_t bytes);
+  // Device -> host: host dst receives bytes from src + src_offset. Returns once dst is valid.
+  virtual void copy_to_host(void* dst, const void* src, size_t src_offset, size_t bytes);
+  // Device -> device, both of this backend; the ranges must not overlap.
+  virtual void copy_device(void* dst, size_t dst_offset, const void* src, size_t src_offset, size_t bytes);
+
+  // --- fill ---
+  // OPTIONAL. Elements [first, first + count) of dst (dtype dt) = value (encode_element in
+  // core/dtype.h: floats round to nearest even, integer dtypes need an integral value in range;
+  // int4 needs first and count even). Default: in place when begin_host_access grants the
+  // host access (cpu), otherwise through copy_to_device from a host staging buffer.
+  virtual void fill(void* dst, DType dt, int64_t first, int64_t count, float value);
+
+  // --- synchronisation ---
+  // OPTIONAL. Waits until every copy, fill and op called so far has finished. Default: no-op
+  // (the CPU backend's calls finish before they return).
+  virtual void synchronize() {}
+
+  // --- checks ---
+  // OPTIONAL. True when p lies in device memory of this backend (for checks, never for
+  // dispatch). Default: true for every pointer (a host backend cannot tell its device memory
+  // from other host memory); cpu-guarded knows each allocation; cuda asks the driver.
+  virtual bool is_device_memory(const void* p) const { return true; }
+
+  // --- host access, for host-staged communication only ---
+  // OPTIONAL. A communicator that moves device buffers through host memory (MPI on a
+  // backend without device-aware transport; see HostAccess below) asks for direct host
+  // access to [p, p + bytes) of one allocation. true: the host may read and write the range
+  // until end_host_access(p, bytes), after synchronize(); false: it must stage through
+  // copy_to_host / copy_to_device. Nothing else above the backend may touch device memory.
+  // Default: true (host memory) and a no-op end. cpu-guarded unfences the allocation for
+  // the scope; cuda returns false.
+  virtual bool begin_host_access(void* p, size_t bytes) { return true; }
+  virtual void end_host_access(void* p, size_t bytes) {}
+
+  // ===== ops =====
+  // REQUIRED, every one. Every pointer is device memory of this backend (see above).
 
   // --- matrix products (required) ---
   // General product, row-major: C (M,N) = alpha * op(A) op(B) + beta * C, where op(X) is X
@@ -114,6 +195,39 @@ class Backend {
   // x (n) rounded in place to the nearest value of precision p (round to nearest even;
   // fp16 overflow gives inf): the CPU backend's emulation of 16-bit storage. No-op for kFp32.
   virtual void round_to(float* x, int64_t n, Precision p) = 0;
+
+ protected:
+  // --- the memory group's implementation ---
+  // REQUIRED for a backend with its own memory. bytes > 0; returns at least 64-byte aligned
+  // memory or throws RuntimeError naming the size. c is for diagnostics (the tracker is
+  // already counted). Default: std::aligned_alloc (64 bytes, size rounded up to 64).
+  virtual void* device_alloc_impl(size_t bytes, MemCategory c);
+  // REQUIRED for a backend with its own memory; must not throw. Default: std::free.
+  virtual void device_free_impl(void* p, size_t bytes) noexcept;
+};
+
+// RAII scope of direct host access to a range of device memory (Backend::begin_host_access).
+// Used ONLY by host-staged communication (comm/device_comm.h) and the default fill: when
+// direct() the range may be handed to MPI (or filled) in place; otherwise the caller stages
+// through copies. Nothing else above the backend may use it.
+class HostAccess {
+ public:
+  HostAccess(Backend& be, void* p, size_t bytes) : be_(be), p_(p), bytes_(bytes) {
+    be_.synchronize();
+    direct_ = bytes_ == 0 || be_.begin_host_access(p_, bytes_);
+  }
+  ~HostAccess() {
+    if (direct_ && bytes_ > 0) be_.end_host_access(p_, bytes_);
+  }
+  HostAccess(const HostAccess&) = delete;
+  HostAccess& operator=(const HostAccess&) = delete;
+  bool direct() const { return direct_; }
+
+ private:
+  Backend& be_;
+  void* p_;
+  size_t bytes_;
+  bool direct_ = false;
 };
 
 // The CPU backend (BLAS + OpenMP).

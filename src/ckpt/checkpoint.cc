@@ -154,7 +154,7 @@ void check_tensor_set(const SafetensorsFile& f, const std::vector<std::pair<std:
       throw_input("{}: {} has shape {}, the model expects {}", f.path(), name, format_shape(t.shape),
                   format_shape(shape));
     }
-    if (t.dtype != DType::kF32 && t.dtype != DType::kF16 && t.dtype != DType::kBF16 && t.dtype != DType::kF64) {
+    if (t.dtype != StDType::kF32 && t.dtype != StDType::kF16 && t.dtype != StDType::kBF16 && t.dtype != StDType::kF64) {
       throw_input("{}: {} has dtype {}, expected F32, F16, BF16 or F64", f.path(), name, dtype_name(t.dtype));
     }
   }
@@ -359,7 +359,7 @@ void save_checkpoint(const std::string& dir, const CheckpointData& data) {
   try {
     std::vector<TensorRef> refs;
     for (const ParamTensor& t : layout.tensors()) {
-      refs.push_back({t.name, DType::kF32, t.hf_shape, data.params + t.offset});
+      refs.push_back({t.name, StDType::kF32, t.hf_shape, data.params + t.offset});
     }
     write_safetensors((tmp / kCheckpointModelFile).string(), refs, {{"format", "pt"}});
     ckpt_io::write_file_synced((tmp / kCheckpointConfigFile).string(),
@@ -367,10 +367,10 @@ void save_checkpoint(const std::string& dir, const CheckpointData& data) {
     if (data.exp_avg != nullptr) {
       refs.clear();
       for (const ParamTensor& t : layout.tensors()) {
-        refs.push_back({"exp_avg." + t.name, DType::kF32, t.hf_shape, data.exp_avg + t.offset});
+        refs.push_back({"exp_avg." + t.name, StDType::kF32, t.hf_shape, data.exp_avg + t.offset});
       }
       for (const ParamTensor& t : layout.tensors()) {
-        refs.push_back({"exp_avg_sq." + t.name, DType::kF32, t.hf_shape, data.exp_avg_sq + t.offset});
+        refs.push_back({"exp_avg_sq." + t.name, StDType::kF32, t.hf_shape, data.exp_avg_sq + t.offset});
       }
       write_safetensors((tmp / kCheckpointOptimizerFile).string(), refs, {{"format", "weft-adamw"}});
     }

@@ -26,24 +26,24 @@ namespace weft {
 namespace {
 
 struct DTypeEntry {
-  DType dtype;
+  StDType dtype;
   const char* name;
   size_t size;
 };
 constexpr DTypeEntry kDTypes[] = {
-    {DType::kBool, "BOOL", 1},      {DType::kU8, "U8", 1},     {DType::kI8, "I8", 1},
-    {DType::kF8E5M2, "F8_E5M2", 1}, {DType::kF8E4M3, "F8_E4M3", 1},
-    {DType::kI16, "I16", 2},        {DType::kU16, "U16", 2},   {DType::kF16, "F16", 2},
-    {DType::kBF16, "BF16", 2},      {DType::kI32, "I32", 4},   {DType::kU32, "U32", 4},
-    {DType::kF32, "F32", 4},        {DType::kF64, "F64", 8},   {DType::kI64, "I64", 8},
-    {DType::kU64, "U64", 8},
+    {StDType::kBool, "BOOL", 1},      {StDType::kU8, "U8", 1},     {StDType::kI8, "I8", 1},
+    {StDType::kF8E5M2, "F8_E5M2", 1}, {StDType::kF8E4M3, "F8_E4M3", 1},
+    {StDType::kI16, "I16", 2},        {StDType::kU16, "U16", 2},   {StDType::kF16, "F16", 2},
+    {StDType::kBF16, "BF16", 2},      {StDType::kI32, "I32", 4},   {StDType::kU32, "U32", 4},
+    {StDType::kF32, "F32", 4},        {StDType::kF64, "F64", 8},   {StDType::kI64, "I64", 8},
+    {StDType::kU64, "U64", 8},
 };
 
-const DTypeEntry& dtype_entry(DType d) {
+const DTypeEntry& dtype_entry(StDType d) {
   for (const auto& e : kDTypes) {
     if (e.dtype == d) return e;
   }
-  throw RuntimeError(fmt::format("internal error: unknown DType {}", static_cast<int>(d)));
+  throw RuntimeError(fmt::format("internal error: unknown StDType {}", static_cast<int>(d)));
 }
 
 std::string known_dtype_names() {
@@ -76,10 +76,10 @@ bool json_to_u64(const nlohmann::json& j, uint64_t* out) {
 
 }  // namespace
 
-size_t dtype_size(DType d) { return dtype_entry(d).size; }
-const char* dtype_name(DType d) { return dtype_entry(d).name; }
+size_t dtype_size(StDType d) { return dtype_entry(d).size; }
+const char* dtype_name(StDType d) { return dtype_entry(d).name; }
 
-bool parse_dtype(const std::string& s, DType* out) {
+bool parse_dtype(const std::string& s, StDType* out) {
   for (const auto& e : kDTypes) {
     if (s == e.name) {
       *out = e.dtype;
@@ -425,14 +425,14 @@ void SafetensorsFile::read_f32(const std::string& name, const std::vector<int64_
     throw_input("{}: {} has shape {}, the model expects {}", path_, name, format_shape(t.shape),
                 format_shape(expected_shape));
   }
-  if (t.dtype != DType::kF32 && t.dtype != DType::kF64 && t.dtype != DType::kF16 && t.dtype != DType::kBF16) {
+  if (t.dtype != StDType::kF32 && t.dtype != StDType::kF64 && t.dtype != StDType::kF16 && t.dtype != StDType::kBF16) {
     throw_input("{}: {} has dtype {}, expected a floating-point dtype (F32, F64, F16 or BF16)", path_, name,
                 dtype_name(t.dtype));
   }
   const int64_t n = t.numel;
   if (n == 0) return;
   const unsigned char* src = buffer_ + t.begin;
-  const DType dt = t.dtype;
+  const StDType dt = t.dtype;
   const size_t es = dtype_size(dt);
   // Chunks of 1M elements: reading a large mapped tensor is page-fault bound, so spread it.
   constexpr int64_t kChunk = int64_t{1} << 20;
@@ -444,24 +444,24 @@ void SafetensorsFile::read_f32(const std::string& name, const std::vector<int64_
     const unsigned char* s = src + static_cast<size_t>(lo) * es;
     float* o = out + lo;
     switch (dt) {
-      case DType::kF32:
+      case StDType::kF32:
         std::memcpy(o, s, static_cast<size_t>(hi - lo) * sizeof(float));
         break;
-      case DType::kF64:
+      case StDType::kF64:
         for (int64_t i = 0; i < hi - lo; ++i) {
           double v;
           std::memcpy(&v, s + i * 8, 8);
           o[i] = static_cast<float>(v);
         }
         break;
-      case DType::kF16:
+      case StDType::kF16:
         for (int64_t i = 0; i < hi - lo; ++i) {
           uint16_t v;
           std::memcpy(&v, s + i * 2, 2);
           o[i] = f16_to_f32(v);
         }
         break;
-      case DType::kBF16:
+      case StDType::kBF16:
         for (int64_t i = 0; i < hi - lo; ++i) {
           uint16_t v;
           std::memcpy(&v, s + i * 2, 2);

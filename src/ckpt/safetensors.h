@@ -18,14 +18,15 @@
 
 namespace weft {
 
-// Element types of the safetensors format, named as in its header ("F32", "BF16", ...).
-enum class DType {
+// Element types of the safetensors format, named as in its header ("F32", "BF16", ...); the
+// file's tags, not core/dtype.h's DType (the element types of device buffers).
+enum class StDType {
   kBool, kU8, kI8, kF8E5M2, kF8E4M3, kI16, kU16, kF16, kBF16, kI32, kU32, kF32, kF64, kI64, kU64,
 };
 
-size_t dtype_size(DType d);             // bytes per element
-const char* dtype_name(DType d);        // "F32", "BF16", ...
-bool parse_dtype(const std::string& s, DType* out);  // false for an unknown name
+size_t dtype_size(StDType d);       // bytes per element
+const char* dtype_name(StDType d);  // "F32", "BF16", ...
+bool parse_dtype(const std::string& s, StDType* out);  // false for an unknown name
 
 // IEEE half and bfloat16 conversions (round to nearest even; NaN stays NaN).
 float f16_to_f32(uint16_t h);
@@ -39,7 +40,7 @@ std::string format_shape(const std::vector<int64_t>& shape);
 // One tensor to write: `data` holds numel(shape) * dtype_size(dtype) bytes, row-major.
 struct TensorRef {
   std::string name;
-  DType dtype = DType::kF32;
+  StDType dtype = StDType::kF32;
   std::vector<int64_t> shape;
   const void* data = nullptr;
 };
@@ -54,7 +55,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorRef>& te
 
 struct SafetensorsTensorInfo {
   std::string name;
-  DType dtype = DType::kF32;
+  StDType dtype = StDType::kF32;
   std::vector<int64_t> shape;
   int64_t numel = 0;
   uint64_t begin = 0;  // byte offsets in the data buffer, [begin, end)

@@ -111,7 +111,7 @@ TEST(CheckpointTest, RoundTripTinyBitExact) {
     EXPECT_EQ(f.info("transformer.wpe.weight").shape, (std::vector<int64_t>{256, 256}));
     EXPECT_EQ(f.info("transformer.h.3.attn.c_attn.weight").shape, (std::vector<int64_t>{256, 768}));
     EXPECT_EQ(f.info("transformer.h.3.mlp.c_proj.weight").shape, (std::vector<int64_t>{1024, 256}));
-    EXPECT_EQ(f.info("transformer.ln_f.bias").dtype, DType::kF32);
+    EXPECT_EQ(f.info("transformer.ln_f.bias").dtype, StDType::kF32);
     EXPECT_FALSE(f.has("lm_head.weight"));
     SafetensorsFile o(dir + "/optimizer.safetensors");
     EXPECT_EQ(o.size(), 2u * (2u + 12u * 4u + 2u));
@@ -376,17 +376,17 @@ HfFile make_hf_file(const ParamLayout& layout, const std::vector<float>& params,
     std::vector<uint16_t> data(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) data[i] = f32_to_f16(params[t.offset + i]);
     h.f16.push_back(std::move(data));
-    h.refs.push_back({t.name.substr(std::string("transformer.").size()), DType::kF16, t.hf_shape, h.f16.back().data()});
+    h.refs.push_back({t.name.substr(std::string("transformer.").size()), StDType::kF16, t.hf_shape, h.f16.back().data()});
   }
   const ModelConfig& cfg = layout.config();
   for (int l = 0; l < cfg.n_layer; ++l) {
     h.f32.emplace_back(static_cast<size_t>(cfg.n_ctx * cfg.n_ctx), 1.0f);
-    h.refs.push_back({"h." + std::to_string(l) + ".attn.bias", DType::kF32, {1, 1, cfg.n_ctx, cfg.n_ctx},
+    h.refs.push_back({"h." + std::to_string(l) + ".attn.bias", StDType::kF32, {1, 1, cfg.n_ctx, cfg.n_ctx},
                       h.f32.back().data()});
   }
   h.f16.push_back(h.f16.front());  // lm_head = wte
   if (!lm_head_equal) h.f16.back()[37] ^= 1;
-  h.refs.push_back({"lm_head.weight", DType::kF16, layout.tensors()[0].hf_shape, h.f16.back().data()});
+  h.refs.push_back({"lm_head.weight", StDType::kF16, layout.tensors()[0].hf_shape, h.f16.back().data()});
   return h;
 }
 
@@ -437,9 +437,9 @@ TEST(CheckpointTest, UnknownTensorsAndDtypesAreErrors) {
   save_checkpoint(dir, {&layout, params.data(), nullptr, nullptr, {}});
   const std::string file = dir + "/model.safetensors";
   std::vector<TensorRef> refs;
-  for (const ParamTensor& t : layout.tensors()) refs.push_back({t.name, DType::kF32, t.hf_shape, params.data() + t.offset});
+  for (const ParamTensor& t : layout.tensors()) refs.push_back({t.name, StDType::kF32, t.hf_shape, params.data() + t.offset});
   const float extra = 1.0f;
-  refs.push_back({"transformer.h.0.attn.rotary", DType::kF32, {1}, &extra});
+  refs.push_back({"transformer.h.0.attn.rotary", StDType::kF32, {1}, &extra});
   write_safetensors(file, refs, {{"format", "pt"}});
   std::vector<float> out(params.size());
   EXPECT_EQ(input_error_message([&] { load_checkpoint_params(dir, layout, out.data()); }),
@@ -448,7 +448,7 @@ TEST(CheckpointTest, UnknownTensorsAndDtypesAreErrors) {
   refs.pop_back();
   const std::vector<int32_t> ints(32, 1);
   for (auto& r : refs) {
-    if (r.name == "transformer.ln_f.bias") r = {r.name, DType::kI32, r.shape, ints.data()};
+    if (r.name == "transformer.ln_f.bias") r = {r.name, StDType::kI32, r.shape, ints.data()};
   }
   write_safetensors(file, refs, {{"format", "pt"}});
   EXPECT_EQ(input_error_message([&] { load_checkpoint_params(dir, layout, out.data()); }),

@@ -45,11 +45,11 @@ struct Sample {
   float scalar = 42.0f;                                                   // []
   std::vector<TensorRef> refs() const {
     return {
-        {"f32", DType::kF32, {2, 3}, f32.data()},   {"f64", DType::kF64, {4}, f64.data()},
-        {"f16", DType::kF16, {2, 2}, f16.data()},   {"bf16", DType::kBF16, {3}, bf16.data()},
-        {"i32", DType::kI32, {2}, i32.data()},      {"i64", DType::kI64, {1}, i64.data()},
-        {"u8", DType::kU8, {5}, u8.data()},         {"scalar", DType::kF32, {}, &scalar},
-        {"empty", DType::kF32, {0, 3}, nullptr},
+        {"f32", StDType::kF32, {2, 3}, f32.data()},   {"f64", StDType::kF64, {4}, f64.data()},
+        {"f16", StDType::kF16, {2, 2}, f16.data()},   {"bf16", StDType::kBF16, {3}, bf16.data()},
+        {"i32", StDType::kI32, {2}, i32.data()},      {"i64", StDType::kI64, {1}, i64.data()},
+        {"u8", StDType::kU8, {5}, u8.data()},         {"scalar", StDType::kF32, {}, &scalar},
+        {"empty", StDType::kF32, {0, 3}, nullptr},
     };
   }
 };
@@ -118,7 +118,7 @@ TEST(SafetensorsTest, MetadataRoundTrip) {
   const std::string path = tmp / "m.safetensors";
   const std::vector<float> v{1.0f, 2.0f};
   const std::map<std::string, std::string> meta{{"format", "pt"}, {"note", "two words, \"quoted\""}};
-  write_safetensors(path, {{"v", DType::kF32, {2}, v.data()}}, meta);
+  write_safetensors(path, {{"v", StDType::kF32, {2}, v.data()}}, meta);
   SafetensorsFile f(path);
   EXPECT_EQ(f.metadata(), meta);
   // A file with no tensors at all is valid too.
@@ -132,9 +132,9 @@ TEST(SafetensorsTest, OverwriteIsAtomicRename) {
   TempDir tmp;
   const std::string path = tmp / "x.safetensors";
   const std::vector<float> a{1.0f}, b{2.0f, 3.0f};
-  write_safetensors(path, {{"a", DType::kF32, {1}, a.data()}}, {});
+  write_safetensors(path, {{"a", StDType::kF32, {1}, a.data()}}, {});
   SafetensorsFile old_map(path);  // a reader holding the old file keeps seeing it
-  write_safetensors(path, {{"b", DType::kF32, {2}, b.data()}}, {});
+  write_safetensors(path, {{"b", StDType::kF32, {2}, b.data()}}, {});
   SafetensorsFile fresh(path);
   EXPECT_TRUE(fresh.has("b"));
   EXPECT_FALSE(fresh.has("a"));
@@ -195,16 +195,16 @@ TEST(SafetensorsTest, BF16ConversionKnownValues) {
 TEST(SafetensorsTest, DtypeNames) {
   for (const char* name : {"BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "BF16", "I32", "U32", "F32",
                            "F64", "I64", "U64"}) {
-    DType d;
+    StDType d;
     ASSERT_TRUE(parse_dtype(name, &d)) << name;
     EXPECT_STREQ(dtype_name(d), name);
   }
-  DType d;
+  StDType d;
   EXPECT_FALSE(parse_dtype("F12", &d));
   EXPECT_FALSE(parse_dtype("f32", &d));
-  EXPECT_EQ(dtype_size(DType::kBF16), 2u);
-  EXPECT_EQ(dtype_size(DType::kF64), 8u);
-  EXPECT_EQ(dtype_size(DType::kBool), 1u);
+  EXPECT_EQ(dtype_size(StDType::kBF16), 2u);
+  EXPECT_EQ(dtype_size(StDType::kF64), 8u);
+  EXPECT_EQ(dtype_size(StDType::kBool), 1u);
 }
 
 // Each malformed file: InputError naming the path and the offending values.
@@ -278,7 +278,7 @@ TEST(SafetensorsTest, TruncatedFileIsInputError) {
   TempDir tmp;
   const std::string path = tmp / "t.safetensors";
   std::vector<float> v(100, 0.5f);
-  write_safetensors(path, {{"v", DType::kF32, {100}, v.data()}}, {{"format", "pt"}});
+  write_safetensors(path, {{"v", StDType::kF32, {100}, v.data()}}, {{"format", "pt"}});
   const uint64_t full = std::filesystem::file_size(path);
   std::filesystem::resize_file(path, full - 10);  // a copy that stopped early
   expect_input_error([&] { SafetensorsFile f(path); },
@@ -299,7 +299,7 @@ TEST(SafetensorsTest, ReadF32Errors) {
   const std::string path = tmp / "r.safetensors";
   const std::vector<float> w(6, 1.0f);
   const std::vector<int32_t> ids{1, 2};
-  write_safetensors(path, {{"w", DType::kF32, {2, 3}, w.data()}, {"ids", DType::kI32, {2}, ids.data()}}, {});
+  write_safetensors(path, {{"w", StDType::kF32, {2, 3}, w.data()}, {"ids", StDType::kI32, {2}, ids.data()}}, {});
   SafetensorsFile f(path);
   std::vector<float> out(6);
   expect_input_error([&] { f.read_f32("w", {3, 2}, out.data()); },
@@ -322,7 +322,7 @@ TEST(SafetensorsTest, LargeTensorParallelRead) {
     f[i] = static_cast<float>(i % 2048) * 0.25f - 256.0f;  // |x| <= 256 in steps of 1/4: exact in half
     h[i] = f32_to_f16(f[i]);
   }
-  write_safetensors(path, {{"f", DType::kF32, {n}, f.data()}, {"h", DType::kF16, {n}, h.data()}}, {});
+  write_safetensors(path, {{"f", StDType::kF32, {n}, f.data()}, {"h", StDType::kF16, {n}, h.data()}}, {});
   SafetensorsFile file(path);
   std::vector<float> out(n, NAN);
   file.read_f32("f", {n}, out.data());

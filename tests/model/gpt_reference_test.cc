@@ -59,7 +59,7 @@ TEST(GptReference, LossGradientsAndAdamWMatchPyTorch) {
   cd.params = model.params();
   save_checkpoint((dir / "ckpt").string(), cd);
   write_safetensors((dir / "batch.safetensors").string(),
-                    {{"inputs", DType::kI32, {S, B, T}, tokens.data()}, {"targets", DType::kI32, {S, B, T}, targets.data()}}, {});
+                    {{"inputs", StDType::kI32, {S, B, T}, tokens.data()}, {"targets", StDType::kI32, {S, B, T}, targets.data()}}, {});
   const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
   const int steps = 10;
   const std::string cmd = fmt::format(

@@ -1,5 +1,7 @@
 // CPU backend: matrix products through BLAS (cblas_sgemm), everything else OpenMP loops.
 // This is the reference implementation every other backend is checked against.
+// Its device memory is host memory: it keeps the device contract's defaults (backend.cc:
+// aligned_alloc, memcpy, no-op synchronize), so the contract costs it nothing.
 #include <cblas.h>
 #include <omp.h>
 

@@ -210,6 +210,26 @@ int CudaBackend::device() const { return st_->device; }
 gpu::Stream CudaBackend::stream() const { return st_->stream; }
 void CudaBackend::synchronize() { gpu::stream_sync(st_->stream); }
 
+// ------------------------------------------------------------------------------------------
+// the device contract (backend.h): cudaMalloc'd memory, copies on the compute stream
+
+void* CudaBackend::device_alloc_impl(size_t bytes, MemCategory c) { return gpu::device_malloc(bytes); }
+void CudaBackend::device_free_impl(void* p, size_t bytes) noexcept { gpu::device_free(p); }
+
+void CudaBackend::copy_to_device(void* dst, size_t dst_offset, const void* src, size_t bytes) {
+  if (bytes) gpu::copy_h2d(static_cast<char*>(dst) + dst_offset, src, bytes, st_->stream);
+}
+void CudaBackend::copy_to_host(void* dst, const void* src, size_t src_offset, size_t bytes) {
+  if (bytes) gpu::copy_d2h(dst, static_cast<const char*>(src) + src_offset, bytes, st_->stream);
+}
+void CudaBackend::copy_device(void* dst, size_t dst_offset, const void* src, size_t src_offset, size_t bytes) {
+  if (bytes) {
+    gpu::copy_d2d_async(static_cast<char*>(dst) + dst_offset, static_cast<const char*>(src) + src_offset, bytes,
+                        st_->stream);
+  }
+}
+bool CudaBackend::is_device_memory(const void* p) const { return gpu::is_device_pointer(p); }
+
 void CudaBackend::set_tf32(bool on) {
   WEFT_CUBLAS_CHECK(cublasSetMathMode(st_->blas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
 }

@@ -46,7 +46,18 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   int device() const;
   gpu::Stream stream() const;
-  void synchronize();  // waits for everything enqueued so far
+  void synchronize() override;  // waits for everything enqueued so far
+
+  // --- the device contract (backend.h) ---
+  // Device memory from cudaMalloc; copies on the compute stream (to_device and to_host wait
+  // for completion, copy_device does not); fill stages through copy_to_device (the default);
+  // the host never gets direct access (begin_host_access is false: host-staged
+  // communication copies).
+  void copy_to_device(void* dst, size_t dst_offset, const void* src, size_t bytes) override;
+  void copy_to_host(void* dst, const void* src, size_t src_offset, size_t bytes) override;
+  void copy_device(void* dst, size_t dst_offset, const void* src, size_t src_offset, size_t bytes) override;
+  bool is_device_memory(const void* p) const override;
+  bool begin_host_access(void* p, size_t bytes) override { return false; }
 
   // --- the fp32 interface (backend.h), device pointers ---
   // fp32 products use cuBLAS SGEMM in strict fp32 (no TF32) so that they match the CPU
@@ -157,6 +168,10 @@ class CudaBackend final : public Backend {
   void adamw_bf16(float* p, bf16* p16, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
                   float beta2, float eps, float weight_decay, int64_t t, float grad_scale);
   double sum_squares_bf16(const bf16* x, int64_t n);
+
+ protected:
+  void* device_alloc_impl(size_t bytes, MemCategory c) override;
+  void device_free_impl(void* p, size_t bytes) noexcept override;
 
  private:
   struct State;
