@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "model/gpt_description.h"
 
 namespace weft {
 
@@ -22,11 +23,7 @@ GPT::GPT(const ModelConfig& cfg, Backend& backend, bool local_store, int tp_size
   }
 }
 
-double GPT::train_flops_per_token(const ModelConfig& c, int64_t T) {
-  const double C = c.n_embd, F = c.ffn, L = c.n_layer;
-  const double matmul_params = L * (C * 3 * C + C * C + 2 * C * F) + static_cast<double>(c.padded_vocab) * C;
-  return 6.0 * matmul_params + 12.0 * L * C * static_cast<double>(T);
-}
+double GPT::train_flops_per_token(const ModelConfig& c, int64_t T) { return GptDescription::train_flops_per_token(c, T); }
 
 namespace {
 // Points a layer's tensors at consecutive pieces taken by `take` (the probabilities at `att`;

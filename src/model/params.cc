@@ -10,22 +10,31 @@
 
 namespace weft {
 
-ParamLayout::ParamLayout(const ModelConfig& cfg, int tp_size, int tp_rank, const StageSpec& stage)
-    : cfg_(cfg), tp_size_(tp_size), tp_rank_(tp_rank), stage_(stage) {
-  if (stage_.num_layers < 0) stage_.num_layers = cfg.n_layer - stage_.first_layer;
-  if (stage_.first_layer < 0 || stage_.first_layer + stage_.num_layers > cfg.n_layer) {
-    throw_input("pipeline stage layers [{}, {}) outside the model's {} layers", stage_.first_layer,
-                stage_.first_layer + stage_.num_layers, cfg.n_layer);
+StageSpec resolve_stage(const ModelConfig& cfg, StageSpec stage) {
+  if (stage.num_layers < 0) stage.num_layers = cfg.n_layer - stage.first_layer;
+  if (stage.first_layer < 0 || stage.first_layer + stage.num_layers > cfg.n_layer) {
+    throw_input("pipeline stage layers [{}, {}) outside the model's {} layers", stage.first_layer,
+                stage.first_layer + stage.num_layers, cfg.n_layer);
   }
+  return stage;
+}
+
+void check_tp_split(const ModelConfig& cfg, int tp_size) {
+  if (tp_size < 1) throw_input("tensor-parallel size {} must be at least 1", tp_size);
+  if (cfg.n_head % tp_size != 0) throw_input("{} attention heads are not divisible by tp {}", cfg.n_head, tp_size);
+  if (cfg.ffn % tp_size != 0) throw_input("MLP size {} is not divisible by tp {}", cfg.ffn, tp_size);
+  if (cfg.padded_vocab % tp_size != 0) throw_input("padded vocabulary {} is not divisible by tp {}", cfg.padded_vocab, tp_size);
+}
+
+ParamLayout::ParamLayout(const ModelConfig& cfg, int tp_size, int tp_rank, const StageSpec& stage)
+    : cfg_(cfg), tp_size_(tp_size), tp_rank_(tp_rank), stage_(resolve_stage(cfg, stage)) {
   layer_first_.assign(cfg.n_layer, -1);
   uint64_t next_id = 0;
   bool include = true;
   cfg_.validate();
   const int64_t C = cfg.n_embd, F = cfg.ffn, Vp = cfg.padded_vocab, V = cfg.vocab_size, P = tp_size;
   if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size) throw_input("tensor-parallel rank {} of {}", tp_rank, tp_size);
-  if (cfg.n_head % P != 0) throw_input("{} attention heads are not divisible by tp {}", cfg.n_head, P);
-  if (F % P != 0) throw_input("MLP size {} is not divisible by tp {}", F, P);
-  if (Vp % P != 0) throw_input("padded vocabulary {} is not divisible by tp {}", Vp, P);
+  check_tp_split(cfg, tp_size);
   auto add = [&](std::string name, ParamKind kind, int layer, std::vector<int64_t> full, TpSplit split, bool decay) {
     const uint64_t id = next_id++;
     if (!include) return;

@@ -60,6 +60,13 @@ struct StageSpec {
   bool head = true;
 };
 
+// The stage with num_layers < 0 resolved (the layers from first_layer on); InputError when
+// its layers lie outside the model.
+StageSpec resolve_stage(const ModelConfig& cfg, StageSpec stage);
+// InputError naming the values unless tp divides the heads (whole heads per rank), the MLP size
+// and the padded vocabulary (the column-, row- and vocabulary-parallel splits).
+void check_tp_split(const ModelConfig& cfg, int tp_size);
+
 class ParamLayout {
  public:
   // The layout of tensor-parallel rank tp_rank of tp_size (1: the whole model), restricted to

@@ -9,28 +9,19 @@ namespace weft::plan {
 
 namespace {
 
-// stage_params_per_rank for a stage of `layers` layers.
-double params_per_rank(const ModelShape& m, const Layout& l, int stage, int64_t layers) {
-  const double h = static_cast<double>(m.hidden), f = static_cast<double>(m.ffn), t = l.tp;
-  // Split over tp: c_attn (h, 3h) + 3h, attn c_proj (h/t, h), c_fc (h, f/t) + f/t, mlp c_proj
-  // (f/t, h). Replicated: two LayerNorms (4h) and the two row-parallel biases (2h).
-  const double per_layer = (4 * h * h + 2 * h * f + 3 * h + f) / t + 6 * h;
-  double n = per_layer * static_cast<double>(layers);
-  const double vocab_rows = std::ceil(static_cast<double>(m.vocab) / t);  // V/t (a layout rule: tp divides V)
-  if (stage == 0) n += vocab_rows * h + static_cast<double>(m.context) * h;  // wte (split), wpe
-  if (stage == l.pp - 1) {
-    n += 2 * h;                             // final LayerNorm
-    // The tied head's copy of the embedding group: weft's last stage holds wte and wpe (see
-    // StageSpec in model/params.h; Megatron-LM keeps only wte there).
-    if (l.pp > 1) n += vocab_rows * h + static_cast<double>(m.context) * h;
-  }
-  return n;
+// The model's description (model/gpt_description.h) of one rank of pipeline stage `stage`
+// holding `layers` layers: stage 0 the embedding group (wte/t, wpe), the last stage ln_f and
+// the tied head's copy of the embedding group, as weft's StageSpec keeps it (Megatron-LM keeps
+// only wte there); LayerNorms and row-parallel biases replicated over tp.
+GptDescription stage_description(const ModelShape& m, const Layout& l, int stage, int64_t layers) {
+  const StageSpec part{0, static_cast<int>(layers), stage == 0, stage == l.pp - 1};
+  return describe_part(m.config(), m.seq, l, part);
 }
 
 }  // namespace
 
 double stage_params_per_rank(const ModelShape& m, const Layout& l, int stage) {
-  return params_per_rank(m, l, stage, stage_layers(m, l, stage));
+  return static_cast<double>(stage_description(m, l, stage, stage_layers(m, l, stage)).rank_params().part);
 }
 
 BytesPerParam bytes_per_param(const MemoryOptions& o) {
@@ -102,13 +93,7 @@ MemoryBreakdown stage_memory_of(const ModelShape& m, const Layout& l, const Memo
   if (o.memory_model == "weft") {
     // weft's own buffers, exact for its CPU backend (plan/weft_memory.h).
     WeftRunShape w;
-    w.model.name = m.name;
-    w.model.n_layer = static_cast<int>(m.layers);
-    w.model.n_head = static_cast<int>(m.heads);
-    w.model.n_embd = static_cast<int>(m.hidden);
-    w.model.n_ctx = static_cast<int>(m.context);
-    w.model.vocab_size = w.model.padded_vocab = static_cast<int>(m.vocab);
-    w.model.ffn = static_cast<int>(m.ffn);
+    w.model = m.config();
     w.seq = m.seq;
     w.micro_batches = micro_batches(o.global_batch, l);
     w.layout = l;
@@ -118,7 +103,8 @@ MemoryBreakdown stage_memory_of(const ModelShape& m, const Layout& l, const Memo
   MemoryBreakdown r;
   r.stage = stage;
   const double e = elem_bytes(o.precision), t = l.tp, dp = l.dp;
-  const double n_params = params_per_rank(m, l, stage, n_layers);
+  const GptDescription desc = stage_description(m, l, stage, n_layers);
+  const double n_params = static_cast<double>(desc.rank_params().part);
   const BytesPerParam bpp = bytes_per_param(o);
   // ZeRO partitioning over the dp ranks (Rajbhandari et al. 2020 sec. 5.1).
   r.params = n_params * bpp.params / (l.zero >= 3 ? dp : 1.0);
@@ -177,8 +163,7 @@ MemoryBreakdown stage_memory_of(const ModelShape& m, const Layout& l, const Memo
   }
   if (l.dp > 1 && l.zero == 3) {
     // Two layers gathered at once (the layer in use + the prefetched one).
-    const double h = static_cast<double>(m.hidden), f = static_cast<double>(m.ffn);
-    comm += 2 * ((4 * h * h + 2 * h * f + 3 * h + f) / t + 6 * h) * bpp.params;
+    comm += 2 * static_cast<double>(desc.rank_params().layer) * bpp.params;
   }
   if (l.pp > 1) comm += 4 * sbh * e / rep;  // send + receive, activations + their gradients
   r.comm = comm;

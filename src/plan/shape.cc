@@ -29,25 +29,36 @@ void ModelShape::validate() const {
   if (context < seq) throw_input("model '{}': sequence length {} is longer than the context {}", name, seq, context);
 }
 
-double ModelShape::layer_params() const {
-  const double h = static_cast<double>(hidden), f = static_cast<double>(ffn);
-  // c_attn (h, 3h) + 3h, attn c_proj (h, h) + h, c_fc (h, f) + f, mlp c_proj (f, h) + h,
-  // two LayerNorms 2 * 2h.
-  return 4 * h * h + 2 * h * f + f + 9 * h;
+ModelConfig ModelShape::config() const {
+  ModelConfig c;
+  c.name = name;
+  c.n_layer = static_cast<int>(layers);
+  c.n_head = static_cast<int>(heads);
+  c.n_embd = static_cast<int>(hidden);
+  c.n_ctx = static_cast<int>(context);
+  c.vocab_size = c.padded_vocab = static_cast<int>(vocab);
+  c.ffn = static_cast<int>(ffn);
+  return c;
 }
 
-double ModelShape::embedding_params() const {
-  return static_cast<double>(vocab) * hidden + static_cast<double>(context) * hidden;
-}
+namespace {
+// The whole model on one rank (tp 1): its counts are the model's (model/gpt_description.h).
+GptDescription whole_model(const ModelShape& m) { return GptDescription({.model = m.config(), .T = m.seq}); }
+}  // namespace
 
-double ModelShape::total_params() const {
-  return static_cast<double>(layers) * layer_params() + embedding_params() + 2.0 * hidden;
-}
+double ModelShape::layer_params() const { return static_cast<double>(whole_model(*this).full_params().layer); }
 
-double ModelShape::model_flops_per_token() const {
-  const double h = static_cast<double>(hidden), f = static_cast<double>(ffn), L = static_cast<double>(layers);
-  const double matmul_params = L * (4 * h * h + 2 * h * f) + static_cast<double>(vocab) * h;
-  return 6.0 * matmul_params + 12.0 * L * h * static_cast<double>(seq);
+double ModelShape::embedding_params() const { return static_cast<double>(whole_model(*this).full_params().embedding); }
+
+double ModelShape::total_params() const { return static_cast<double>(whole_model(*this).total_params()); }
+
+double ModelShape::model_flops_per_token() const { return GptDescription::train_flops_per_token(config(), seq); }
+
+GptDescription describe_part(const ModelConfig& mc, int64_t seq, const Layout& l, const StageSpec& part,
+                             int64_t head_chunk) {
+  return GptDescription({.model = mc, .B = l.micro_batch, .T = seq, .tp = l.tp,
+                         .sequence_parallel = l.sequence_parallel, .recompute = l.recompute,
+                         .recompute_layers = l.recompute_layers, .head_chunk = head_chunk, .stage = part});
 }
 
 int elem_bytes(Precision p) { return p == Precision::kFp32 ? 4 : 2; }

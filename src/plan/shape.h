@@ -12,6 +12,7 @@
 
 #include "core/precision.h"
 #include "model/config.h"
+#include "model/gpt_description.h"
 #include "model/recompute.h"
 #include "parallel/layout_rules.h"
 #include "parallel/pp/schedule.h"
@@ -34,7 +35,10 @@ struct ModelShape {
   static ModelShape from_config(const ModelConfig& c, int64_t seq = 0);
   // InputError naming the values when a size is not positive or hidden % heads != 0.
   void validate() const;
+  // The weft model of this shape (its vocabulary is the padded one: the shape knows no other).
+  ModelConfig config() const;
 
+  // The counts below are the model's own (model/gpt_description.h), read, not recomputed.
   // Parameters of one transformer layer (weights and biases, both LayerNorms).
   double layer_params() const;
   // Token + position embedding (the head is tied to the token embedding).
@@ -87,6 +91,12 @@ int64_t micro_batches(int64_t global_batch, const Layout& l);
 // the trainer applies decide what the planner lists and prices. gpus 0: l.world().
 LayoutCandidate layout_candidate(const ModelShape& m, const Layout& l, int64_t global_batch, Precision p,
                                  int64_t gpus = 0);
+
+// The model's description (model/gpt_description.h) of one rank of layout `l` holding `part`
+// of model `mc`, micro-batches of l.micro_batch sequences of `seq` tokens: the parameter counts,
+// FLOPs and buffer sizes the planner reads. head_chunk 0: automatic, as GPT::reserve.
+GptDescription describe_part(const ModelConfig& mc, int64_t seq, const Layout& l, const StageSpec& part,
+                             int64_t head_chunk = 0);
 
 // Layers held by each pipeline stage: the chunks of parallel/pp/partition.h's
 // partition_layers with the head's cost (gpt_head_cost_in_layers), the split the trainer runs

@@ -4,7 +4,12 @@
 // the tests hold the two together (states to 1%, activations to 10%).
 //
 // Where plan/memory.h models Megatron-LM-style mixed-precision training for the planner, this
-// models what weft (fp32, CPU backend) holds:
+// models what weft (fp32, CPU backend) holds. Every count of the model itself (parameters per
+// chunk, layer and group; stash and workspace elements per micro-batch; the head chunk) is
+// read from the model's description (model/gpt_description.h), which tests/model/
+// gpt_description_test.cc holds equal to what ParamLayout and GPT::reserve allocate; this
+// file adds what lies around the model (ZeRO shards, the schedule's micro-batches in flight,
+// communication buffers):
 // - params / grads / optimizer: the ZeRO formulas (Rajbhandari et al. 2020, sec. 5.1) over
 //   each model chunk's parameter count (its layers split over tp, LayerNorms and row-parallel
 //   biases replicated; Shoeybi et al. 2019 sec. 3), fp32: 4 bytes of parameters, 4 of
@@ -51,9 +56,5 @@ struct WeftRunShape {
 // Bytes one rank of pipeline stage `stage` (data-parallel rank `dp_rank`) allocates per
 // category; `total` is the sum of the categories' peaks.
 MemoryBreakdown weft_rank_memory(const WeftRunShape& run, int stage, int dp_rank = 0);
-
-// Parameters (elements) of the model chunk holding layers [first, first + n) on one tensor-
-// parallel rank, with the embedding group if `embedding || head`, the final LayerNorm if `head`.
-int64_t weft_chunk_params(const ModelConfig& m, int tp, int64_t n_layers, bool embedding, bool head);
 
 }  // namespace weft::plan

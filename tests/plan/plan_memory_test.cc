@@ -44,7 +44,8 @@ TEST(PlanMemory, SeedTable) {
   EXPECT_DOUBLE_EQ(b.params + b.grads + b.optimizer, 16.0 * m.total_params());
 }
 
-// The planner counts parameters independently of model/params; both must agree.
+// The planner's parameter counts (read from the model's description, model/gpt_description.h)
+// equal what model/params lays out.
 TEST(PlanMemory, ParamCountMatchesTheModelLayout) {
   for (const char* name : {"tiny", "gpt2-124m", "gpt2-350m"}) {
     const ModelConfig cfg = model_preset(name);

@@ -240,5 +240,41 @@ TEST(PlanPredict, BreakdownAddsUpAndFlopsAreConsistent) {
   EXPECT_THROW(predict(m, sys, dash_layout(5, 16, 2), o), InputError);  // 96 heads % 5
 }
 
+// The compute model's FLOPs are the model's own (model/gpt_description.h): hardware FLOPs per
+// token = the model FLOPs + what each stage's recompute adds (with the scores materialised:
+// FlashAttention's backward recomputes them, which the description does not count).
+TEST(PlanPredict, HardwareFlopsAreTheModelDescriptions) {
+  const System sys = load_system(std::string(WEFT_SOURCE_DIR) + "/systems/dgx-h100.toml");
+  const ModelShape m = ModelShape::from_config(model_preset("gpt2-350m"), 512);
+  Options o = Options::from_system(sys, Precision::kBf16, 32);
+  o.flash_attention = false;
+  struct Case {
+    int tp, pp;
+    Recompute rc;
+    int layers;
+    bool sp;
+  };
+  for (const Case& c : {Case{1, 1, Recompute::kNone, -1, false}, Case{2, 1, Recompute::kSelective, -1, true},
+                        Case{1, 4, Recompute::kFull, 2, false}, Case{2, 2, Recompute::kFull, -1, false}}) {
+    Layout l;
+    l.tp = c.tp, l.pp = c.pp, l.micro_batch = 2, l.recompute = c.rc, l.recompute_layers = c.layers;
+    l.sequence_parallel = c.sp;
+    const Prediction p = predict(m, sys, l, o);
+    const double tokens = 32.0 * 512;
+    const ModelConfig mc = m.config();
+    EXPECT_DOUBLE_EQ(p.model_flops / tokens, GptDescription::train_flops_per_token(mc, 512)) << l.describe();
+    double hw = GptDescription::train_flops_per_token(mc, 512);
+    const std::vector<int64_t> layers = stage_layer_counts(m, l);
+    for (int s = 0; s < l.pp; ++s) {
+      const StageSpec part{0, static_cast<int>(layers[static_cast<size_t>(s)]), s == 0, s == l.pp - 1};
+      hw += describe_part(mc, m.seq, l, part).recompute_flops_per_token();
+    }
+    EXPECT_NEAR(p.hardware_flops / tokens / hw, 1.0, 1e-12) << l.describe();
+    if (c.rc != Recompute::kNone) {
+      EXPECT_GT(hw, p.model_flops / tokens) << l.describe();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace weft::plan

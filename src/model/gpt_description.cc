@@ -1,0 +1,136 @@
+#include "model/gpt_description.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace weft {
+
+namespace {
+
+// One layer's parameters on one of t ranks, tensor by tensor as params.cc lays them out
+// (Shoeybi et al. 2019, sec. 3): c_attn's columns split by whole heads, attn.c_proj's and
+// mlp.c_proj's rows split, c_fc's columns split; the LayerNorms and the two row-parallel
+// biases (added once, after the all-reduce) replicated.
+int64_t layer_params(int64_t C, int64_t F, int64_t t) {
+  const int64_t ln = 2 * C;                              // ln_1 / ln_2: weight, bias (C each)
+  const int64_t qkv = C * (3 * C / t) + 3 * C / t;       // c_attn (C, 3C/t) + (3C/t)
+  const int64_t attn_proj = (C / t) * C + C;             // attn.c_proj (C/t, C) + (C)
+  const int64_t fc = C * (F / t) + F / t;                // c_fc (C, F/t) + (F/t)
+  const int64_t fc_proj = (F / t) * C + C;               // mlp.c_proj (F/t, C) + (C)
+  return 2 * ln + qkv + attn_proj + fc + fc_proj;
+}
+
+// The parameters of a part of `layers` layers on one of t ranks (t = 1: whole tensors).
+GptParamCounts param_counts(const ModelConfig& m, int64_t t, int64_t layers, const StageSpec& st) {
+  GptParamCounts p;
+  const int64_t C = m.n_embd;
+  p.layer = layer_params(C, m.ffn, t);
+  p.embedding = m.padded_vocab / t * C + int64_t{m.n_ctx} * C;  // wte (Vp/t rows), wpe (replicated)
+  p.final_norm = 2 * C;
+  // The tied output head reads wte: a part with the head holds the embedding group too.
+  p.part = layers * p.layer + (st.embedding || st.head ? p.embedding : 0) + (st.head ? p.final_norm : 0);
+  return p;
+}
+
+// GPT::reserve's automatic chunk: about 2^25 logits (128 MiB) at a time, a multiple of 256
+// rows, at least 256; never more rows than the micro-batch has.
+int64_t resolve_head_chunk(int64_t requested, int64_t Vl, int64_t N) {
+  const int64_t rows = requested > 0 ? requested : std::max<int64_t>(256, (int64_t{1} << 25) / Vl / 256 * 256);
+  return std::min(rows, N);
+}
+
+}  // namespace
+
+GptDescription::GptDescription(const GptRunSpec& spec) : s_(spec) {
+  const ModelConfig& m = s_.model;
+  m.validate();
+  s_.stage = resolve_stage(m, s_.stage);
+  check_tp_split(m, s_.tp);
+  const int64_t t = s_.tp;
+  nl_ = s_.stage.num_layers;
+  rank_ = param_counts(m, t, nl_, s_.stage);
+  full_ = param_counts(m, 1, nl_, s_.stage);
+  sp_ = s_.sequence_parallel && t > 1;
+  N_ = s_.B * s_.T;
+  if (sp_ && N_ % t != 0) {
+    throw_input("sequence parallelism: micro-batch {} x sequence {} = {} tokens are not divisible by tp {}", s_.B,
+                s_.T, N_, t);
+  }
+  Nl_ = sp_ ? N_ / t : N_;
+  C_ = m.n_embd, Cl_ = C_ / t, Fl_ = m.ffn / t, NHl_ = m.n_head / t, Vl_ = m.padded_vocab / t;
+  head_chunk_ = resolve_head_chunk(s_.head_chunk, Vl_, N_);
+  // GPT::set_recompute: kFull recomputes the part's first recompute_layers layers (Megatron's
+  // "block" method), the others keep everything; recomputing happens in training only.
+  if (s_.training && s_.recompute == Recompute::kFull) {
+    rf_ = s_.recompute_layers < 0 ? nl_ : std::min<int64_t>(s_.recompute_layers, nl_);
+  }
+  selective_ = s_.training && s_.recompute == Recompute::kSelective;
+}
+
+int64_t GptDescription::total_params() const {
+  const GptParamCounts whole = param_counts(s_.model, 1, s_.model.n_layer, StageSpec{});
+  return whole.part;
+}
+
+double GptDescription::train_flops_per_token(const ModelConfig& c, int64_t T) {
+  const double C = c.n_embd, F = c.ffn, L = c.n_layer;
+  const double matmul_params = L * (C * 3 * C + C * C + 2 * C * F) + static_cast<double>(c.padded_vocab) * C;
+  return 6.0 * matmul_params + 12.0 * L * C * static_cast<double>(T);
+}
+
+double GptDescription::attention_core_forward_flops_per_token() const {
+  // Per token: q k^T over T keys (2 C T) and the probabilities times v (2 C T).
+  return 4.0 * static_cast<double>(C_) * static_cast<double>(s_.T);
+}
+
+double GptDescription::layer_forward_flops_per_token() const {
+  const double C = static_cast<double>(C_), F = s_.model.ffn;
+  return 2.0 * (C * 3 * C + C * C + 2 * C * F) + attention_core_forward_flops_per_token();
+}
+
+double GptDescription::recompute_flops_per_token() const {
+  const double full = static_cast<double>(rf_) * layer_forward_flops_per_token();
+  const double selective = selective_ ? static_cast<double>(nl_) * attention_core_forward_flops_per_token() : 0.0;
+  return full + selective;
+}
+
+int64_t GptDescription::probs_elems() const { return s_.B * NHl_ * s_.T * s_.T; }
+
+int64_t GptDescription::layer_elems() const {
+  // gpt.h's LayerActs, in carve_layer's order: ln1 (N,C) gathered under sequence parallelism,
+  // its mean and rstd (Nl each), qkv (N,3Cl), the probabilities (B,NHl,T,T), atty (N,Cl),
+  // res2 (Nl,C), ln2 (N,C) + mean, rstd, fch and its GELU (N,Fl each), res3 (Nl,C).
+  const int64_t N = N_, Nl = Nl_, C = C_, Cl = Cl_, F = Fl_;
+  return N * C + 2 * Nl + N * 3 * Cl + probs_elems() + N * Cl + Nl * C + N * C + 2 * Nl + 2 * N * F + Nl * C;
+}
+
+int64_t GptDescription::layer_stash_elems(int64_t i) const {
+  WEFT_CHECK(i >= 0 && i < nl_, "layer {} of a part of {} layers", i, nl_);
+  if (i < rf_) return residual_elems();                 // full: the layer's output only
+  if (selective_) return layer_elems() - probs_elems();  // selective: no probabilities
+  return layer_elems();
+}
+
+int64_t GptDescription::stash_elems() const {
+  // The part's input (Nl,C); on the last stage ln_f's output (N,C) and its statistics (Nl each).
+  int64_t n = residual_elems() + (s_.stage.head ? N_ * C_ + 2 * Nl_ : 0);
+  n += rf_ * residual_elems();
+  n += (nl_ - rf_) * (selective_ ? layer_elems() - probs_elems() : layer_elems());
+  return n;
+}
+
+int64_t GptDescription::workspace_elems() const {
+  // gpt.h's Workspace, in GPT::reserve's order.
+  const int64_t N = N_, Nl = Nl_, C = C_, Cl = Cl_, F = Fl_;
+  int64_t n = 2 * C;                                                              // lns
+  if (s_.stage.head) n += N + head_chunk_ * Vl_ + 3 * head_chunk_;                // losses, logits, stats
+  if (s_.tp > 1) n += N * C;                                                      // tmp
+  if (sp_) n += Nl * C;                                                           // loc
+  if (s_.training) n += Nl * C + N * C + N * 3 * Cl + N * F;                      // dres, dC, d3C, dF
+  if (rf_ > 0 || (selective_ && nl_ > 0)) n += probs_elems();                     // recomputed probabilities
+  if (rf_ > 0) n += layer_elems() - probs_elems() - residual_elems();             // the rematerialised layer
+  return n;
+}
+
+}  // namespace weft

@@ -1,0 +1,108 @@
+// The GPT's one description of itself (DESIGN.md principle 4, "one source of truth for
+// counts"): for one rank's part of a run, its parameter counts, the model FLOPs per token and
+// the elements of every buffer the model allocates for a micro-batch. Who reads it:
+//   - the planner: plan/shape.cc (whole-model counts and FLOPs), plan/weft_memory.cc (weft's
+//     own buffers, byte for byte) and plan/memory.cc (the parameters of a stage);
+//   - GPT::train_flops_per_token (the trainer's and bench's model FLOP rate).
+// What it describes: ParamLayout (params.h) lays out rank_params().part elements and
+// GPT::reserve (gpt.h) allocates stash_elems() per activation slot and workspace_elems() once;
+// tests/model/gpt_description_test.cc holds them equal over a table of layouts.
+//
+// Letters as in gpt.h: B micro-batch, T sequence, N = B T tokens, C hidden, F MLP size,
+// NH heads, Vp padded vocabulary, L layers, t tensor-parallel size; Cl = C/t, Fl = F/t,
+// NHl = NH/t, Vl = Vp/t; Nl = N/t under sequence parallelism, else N.
+#pragma once
+#include <cstdint>
+
+#include "core/precision.h"
+#include "model/config.h"
+#include "model/params.h"
+#include "model/recompute.h"
+
+namespace weft {
+
+// What one rank runs: the model, the micro-batch and the rank's part of the layout, as GPT
+// takes them (constructor, set_tp, set_recompute, set_precision, reserve).
+struct GptRunSpec {
+  ModelConfig model{};
+  int64_t B = 1;                   // sequences per micro-batch
+  int64_t T = 0;                   // sequence length
+  int tp = 1;                      // tensor-parallel size t (ParamLayout's tp_size)
+  bool sequence_parallel = false;  // takes effect with tp > 1 only (GPT::set_tp)
+  Recompute recompute = Recompute::kNone;
+  int recompute_layers = -1;       // kFull: the part's first layers recomputed; -1: all
+  Precision precision = Precision::kFp32;
+  int64_t head_chunk = 0;          // rows of logits materialised at once; 0: automatic
+  StageSpec stage{};               // the pipeline part (default: the whole model)
+  bool training = true;            // false: forward only (no gradient scratch, no recompute)
+};
+
+// Parameter elements, as ParamLayout lays them out.
+struct GptParamCounts {
+  int64_t layer = 0;       // one block: ln_1, c_attn, attn.c_proj, ln_2, c_fc, mlp.c_proj
+  int64_t embedding = 0;   // the embedding group: wte (Vp rows) + wpe (n_ctx rows)
+  int64_t final_norm = 0;  // ln_f (the output head is tied to wte: nothing of its own)
+  // The part: its layers, the embedding group if it holds the embedding or the head, ln_f
+  // if it holds the head (StageSpec).
+  int64_t part = 0;
+};
+
+class GptDescription {
+ public:
+  // InputError naming the values when tp does not divide the heads, the MLP size or the
+  // padded vocabulary (ParamLayout's rules), or, under sequence parallelism, the B T tokens
+  // (GPT::reserve's), or when the part lies outside the model.
+  explicit GptDescription(const GptRunSpec& spec);
+  const GptRunSpec& spec() const { return s_; }
+
+  // --- parameters ---
+  // This tensor-parallel rank's part: column-parallel tensors hold F/t (c_fc) or whole heads
+  // (c_attn: 3 C/t) columns, row-parallel ones C/t or F/t rows, the embedding Vp/t rows;
+  // LayerNorms, wpe and the row-parallel biases are replicated (Shoeybi et al. 2019, sec. 3).
+  const GptParamCounts& rank_params() const { return rank_; }
+  // The same tensors whole (tp 1): ParamLayout::total_full() of the part.
+  const GptParamCounts& full_params() const { return full_; }
+  // The whole model, every tensor once (L layers, the embedding group, ln_f).
+  int64_t total_params() const;
+  int64_t part_layers() const { return nl_; }
+
+  // --- FLOPs per token, whole tensors (summed over the tp ranks) ---
+  // Model FLOPs of a training step at sequence length T: 6 N_mm + 12 L C T with N_mm =
+  // L (3C^2 + C^2 + 2CF) + Vp C the parameters in matrix products (PaLM, Chowdhery et al.
+  // 2022, appendix B; attention scores and weighted sums without discounting the mask).
+  static double train_flops_per_token(const ModelConfig& m, int64_t T);
+  double train_flops_per_token() const { return train_flops_per_token(s_.model, s_.T); }
+  // One layer's forward: 2 (4C^2 + 2CF) for its products + 4 C T for Q K^T and P V.
+  double layer_forward_flops_per_token() const;
+  double attention_core_forward_flops_per_token() const;  // 4 C T
+  // What the part's recompute adds to the backward pass (Korthikanti et al. 2022): full, a
+  // forward per recomputed layer (sec. 3); selective, the attention core per layer (sec. 4.2).
+  double recompute_flops_per_token() const;
+
+  // --- activations and workspace: elements of one micro-batch on this rank ---
+  int64_t tokens() const { return N_; }              // N
+  int64_t residual_elems() const { return Nl_ * C_; }  // Nl C: a part's input, output, a pipeline message
+  int64_t head_chunk() const { return head_chunk_; }  // rows of logits at once
+  int64_t recomputed_layers() const { return rf_; }    // layers of the part fully recomputed
+  // What local layer i (0 .. part_layers()-1) stashes for its backward pass.
+  int64_t layer_stash_elems(int64_t i) const;
+  int64_t stash_elems() const;      // one micro-batch (one activation slot of GPT)
+  int64_t workspace_elems() const;  // shared by every micro-batch in flight
+  // Bytes of one stored activation element: the CPU backend keeps bf16/fp16 values in fp32
+  // buffers (core/precision.h), so the bytes do not depend on the precision.
+  static constexpr int64_t kBytesPerElement = sizeof(float);
+  int64_t stash_bytes() const { return kBytesPerElement * stash_elems(); }
+  int64_t workspace_bytes() const { return kBytesPerElement * workspace_elems(); }
+
+ private:
+  int64_t layer_elems() const;  // a layer's stash without recompute
+  int64_t probs_elems() const;  // B NHl T T: the attention probabilities
+
+  GptRunSpec s_;
+  GptParamCounts rank_, full_;
+  int64_t nl_ = 0, rf_ = 0;  // the part's layers, those fully recomputed
+  int64_t N_ = 0, Nl_ = 0, C_ = 0, Cl_ = 0, Fl_ = 0, NHl_ = 0, Vl_ = 0, head_chunk_ = 0;
+  bool sp_ = false, selective_ = false;  // sequence parallel; selective recompute in effect
+};
+
+}  // namespace weft
