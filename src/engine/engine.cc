@@ -97,7 +97,8 @@ void Engine::build_chunks() {
     ch->model->set_precision(cfg_.precision);
     ch->model->reserve(cfg_.micro_batch, cfg_.seq, cfg_.training, cfg_.head_chunk, runtime_ ? runtime_->slots(c) : 1);
     if (cfg_.training) {
-      ch->optim = std::make_unique<AdamW>(ch->model->layout(), cfg_.adamw, ch->store->opt_begin(), ch->store->opt_end());
+      ch->optim = std::make_unique<AdamW>(ch->model->layout(), cfg_.adamw, backend_, ch->store->opt_begin(),
+                                          ch->store->opt_end());
     }
     set_norm_skip(*ch);
     chunks_.push_back(std::move(ch));
@@ -222,7 +223,7 @@ StepResult Engine::step(float lr, const BatchFn& batch) {
     // Clipping and unscaling in one factor on the fly.
     const float grad_scale = static_cast<float>(clip_coefficient(r.grad_norm, cfg_.grad_clip) / step_scale);
     for (auto& ch : chunks_) {
-      ch->optim->step(backend_, ch->store->opt_params(), ch->store->opt_grads(), lr, opt_steps_, grad_scale);
+      ch->optim->step(ch->store->opt_params(), ch->store->opt_grads(), lr, opt_steps_, grad_scale);
       ch->store->after_optimizer_step();
     }
     scaler_.updated();

@@ -68,7 +68,7 @@ void Engine::to_whole_model(const std::function<void(Chunk&, float*)>& local, fl
 // A chunk's parameters from fp32 values (this rank's part, whole): with 16-bit storage the
 // optimizer keeps the fp32 values of its range as master weights, the model the rounded ones.
 void Engine::load_params(Chunk& ch, float* fp32) {
-  if (ch.optim) ch.optim->use_master_weights(cfg_.precision, fp32 + ch.optim->begin());
+  if (ch.optim) ch.optim->use_master_weights(cfg_.precision, fp32 + ch.optim->begin(), /*from_host=*/true);
   backend_.round_to(fp32, ch.n(), cfg_.precision);
   ch.store->load_full_params(fp32);
 }
@@ -79,7 +79,7 @@ void Engine::init_params(uint64_t seed) {
     if (cfg_.data_parallel.zero == 3) {
       init_params_range(ch.model->layout(), seed, ch.store->shard_begin(), ch.store->shard_end(),
                         ch.store->opt_params());
-      if (ch.optim) ch.optim->use_master_weights(cfg_.precision, ch.store->opt_params());
+      if (ch.optim) ch.optim->use_master_weights(cfg_.precision, ch.store->opt_params(), /*from_host=*/false);
       backend_.round_to(ch.store->opt_params(), ch.store->shard_end() - ch.store->shard_begin(), cfg_.precision);
     } else {
       Buffer<float> full(static_cast<size_t>(ch.n()));
@@ -96,12 +96,10 @@ void Engine::load_state(const float* params, const float* exp_avg, const float* 
     to_local(ch, params, local.data());
     load_params(ch, local.data());
     if (!exp_avg || !ch.optim) continue;
-    AdamW& optim = *ch.optim;  // (its shard of the moments)
-    const size_t len = static_cast<size_t>(optim.end() - optim.begin());
+    Buffer<float> local_sq(static_cast<size_t>(ch.n()));  // (this rank's shard of the moments)
     to_local(ch, exp_avg, local.data());
-    std::memcpy(optim.exp_avg(), local.data() + optim.begin(), len * sizeof(float));
-    to_local(ch, exp_avg_sq, local.data());
-    std::memcpy(optim.exp_avg_sq(), local.data() + optim.begin(), len * sizeof(float));
+    to_local(ch, exp_avg_sq, local_sq.data());
+    ch.optim->load_moments(local.data() + ch.optim->begin(), local_sq.data() + ch.optim->begin());
   }
 }
 

@@ -6,12 +6,13 @@
 
 namespace weft {
 
-AdamW::AdamW(const ParamLayout& layout, AdamWConfig cfg, int64_t begin, int64_t end)
-    : begin_(begin), end_(end < 0 ? layout.total() : end), cfg_(cfg) {
-  m_.set_category(MemCategory::kOptimizer);
-  v_.set_category(MemCategory::kOptimizer);
-  m_.resize(static_cast<size_t>(end_ - begin_), true);
-  v_.resize(static_cast<size_t>(end_ - begin_), true);
+AdamW::AdamW(const ParamLayout& layout, AdamWConfig cfg, Backend& backend, int64_t begin, int64_t end)
+    : begin_(begin), end_(end < 0 ? layout.total() : end), cfg_(cfg), be_(backend) {
+  const int64_t n = end_ - begin_;
+  m_ = DeviceBuffer(be_, DType::kF32, n, MemCategory::kOptimizer);
+  v_ = DeviceBuffer(be_, DType::kF32, n, MemCategory::kOptimizer);
+  m_.zero();
+  v_.zero();
   for (const ParamTensor& t : layout.tensors()) {
     const int64_t b = std::max(t.offset, begin_), e = std::min(t.offset + t.numel, end_);
     if (b >= e) continue;
@@ -23,28 +24,37 @@ AdamW::AdamW(const ParamLayout& layout, AdamWConfig cfg, int64_t begin, int64_t 
   }
 }
 
-void AdamW::step(Backend& be, float* params, const float* grads, float lr, int64_t t, float grad_scale) {
-  float* p = master_.size() ? master_.data() : params;
+void AdamW::step(float* params, const float* grads, float lr, int64_t t, float grad_scale) {
+  float* p = master() ? master() : params;
   for (const Range& r : ranges_) {
-    be.adamw(p + r.begin, grads + r.begin, m_.data() + r.begin, v_.data() + r.begin,
-             r.end - r.begin, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, r.decay ? cfg_.weight_decay : 0.0f, t, grad_scale);
+    be_.adamw(p + r.begin, grads + r.begin, exp_avg() + r.begin, exp_avg_sq() + r.begin, r.end - r.begin, lr,
+              cfg_.beta1, cfg_.beta2, cfg_.eps, r.decay ? cfg_.weight_decay : 0.0f, t, grad_scale);
   }
-  if (master_.size()) {
+  if (master()) {
     // The model computes with the 16-bit copy of the updated master weights.
-    std::memcpy(params, master_.data(), master_.bytes());
-    be.round_to(params, static_cast<int64_t>(master_.size()), precision_);
+    be_.copy_device(params, 0, master(), 0, static_cast<size_t>(master_.bytes()));
+    be_.round_to(params, master_.count(), precision_);
   }
 }
 
-void AdamW::use_master_weights(Precision prec, const float* fp32) {
+void AdamW::use_master_weights(Precision prec, const float* fp32, bool from_host) {
   precision_ = prec;
   if (prec == Precision::kFp32) {
-    master_.resize(0);
+    master_ = DeviceBuffer();
     return;
   }
-  master_.set_category(MemCategory::kOptimizer);
-  master_.resize(static_cast<size_t>(end_ - begin_));
-  std::memcpy(master_.data(), fp32, master_.bytes());
+  master_ = DeviceBuffer(be_, DType::kF32, end_ - begin_, MemCategory::kOptimizer);
+  const size_t bytes = static_cast<size_t>(master_.bytes());
+  if (from_host) {
+    be_.copy_to_device(master(), 0, fp32, bytes);
+  } else {
+    be_.copy_device(master(), 0, fp32, 0, bytes);
+  }
+}
+
+void AdamW::load_moments(const float* exp_avg_host, const float* exp_avg_sq_host) {
+  be_.copy_to_device(exp_avg(), 0, exp_avg_host, static_cast<size_t>(m_.bytes()));
+  be_.copy_to_device(exp_avg_sq(), 0, exp_avg_sq_host, static_cast<size_t>(v_.bytes()));
 }
 
 float lr_at(int64_t step, float lr, int64_t warmup, int64_t decay_steps, float min_ratio) {

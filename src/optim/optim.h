@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/device_buffer.h"
 #include "core/buffer.h"
 #include "core/precision.h"
 #include "model/params.h"
@@ -17,26 +18,32 @@ struct AdamWConfig {
   float weight_decay = 0.1f;  // decoupled; applied to tensors with weight_decay set (matrices, embeddings)
 };
 
+// The optimizer's state (moments and, with 16-bit storage, fp32 master weights) lives in
+// device buffers of its backend; every update runs through the backend's ops. Pointers given
+// to and returned by it are device memory of that backend.
 class AdamW {
  public:
   // State for the element range [begin, end) of the flat buffer (end < 0: the whole buffer);
-  // a ZeRO rank keeps only its shard.
-  AdamW(const ParamLayout& layout, AdamWConfig cfg, int64_t begin = 0, int64_t end = -1);
+  // a ZeRO rank keeps only its shard. The moments start at zero.
+  AdamW(const ParamLayout& layout, AdamWConfig cfg, Backend& backend, int64_t begin = 0, int64_t end = -1);
   // One update at learning rate lr; t is the 1-based step number (bias correction). The
   // gradients are used multiplied by grad_scale (the clipping coefficient). params and grads
-  // point at the first element of the range.
-  void step(Backend& be, float* params, const float* grads, float lr, int64_t t, float grad_scale = 1.0f);
+  // point at the first element of the range (device memory).
+  void step(float* params, const float* grads, float lr, int64_t t, float grad_scale = 1.0f);
   // Mixed precision (Micikevicius et al. 2018): keep fp32 master weights of the range, copied
-  // from `fp32` (the range's values, first element first). From then on step() updates the
-  // master weights and writes them, rounded to `p`, to params (the caller rounds the model's
-  // parameters once at the start). kFp32: no master copy.
-  void use_master_weights(Precision p, const float* fp32);
-  // The fp32 master weights of the range (null without mixed precision).
-  float* master() { return master_.size() ? master_.data() : nullptr; }
+  // from `fp32` (the range's values, first element first; host memory when from_host, else
+  // device memory). From then on step() updates the master weights and writes them, rounded
+  // to `p`, to params (the caller rounds the model's parameters once at the start). kFp32: no
+  // master copy.
+  void use_master_weights(Precision p, const float* fp32, bool from_host);
+  // The fp32 master weights of the range (null without mixed precision); device memory.
+  float* master() { return master_.count() ? master_.data<float>() : nullptr; }
   int64_t begin() const { return begin_; }
   int64_t end() const { return end_; }
-  float* exp_avg() { return m_.data(); }
-  float* exp_avg_sq() { return v_.data(); }
+  float* exp_avg() { return m_.data<float>(); }
+  float* exp_avg_sq() { return v_.data<float>(); }
+  // Sets the moments of the range from host values (a checkpoint's), first element first.
+  void load_moments(const float* exp_avg, const float* exp_avg_sq);
   const AdamWConfig& config() const { return cfg_; }
   int64_t state_bytes() const { return static_cast<int64_t>(m_.bytes() + v_.bytes() + master_.bytes()); }
 
@@ -48,8 +55,9 @@ class AdamW {
   std::vector<Range> ranges_;  // consecutive tensors with the same decay setting, merged, relative to begin_
   int64_t begin_ = 0, end_ = 0;
   AdamWConfig cfg_;
-  Buffer<float> m_, v_;
-  Buffer<float> master_;
+  Backend& be_;
+  DeviceBuffer m_, v_;
+  DeviceBuffer master_;
   Precision precision_ = Precision::kFp32;
 };
 

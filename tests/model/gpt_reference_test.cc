@@ -97,14 +97,14 @@ TEST(GptReference, LossGradientsAndAdamWMatchPyTorch) {
 
   std::printf("loss rel. error %.2e, worst gradient rel. L2 error %.2e\n", std::fabs(loss - ref_loss) / ref_loss, worst_grad);
   // Ten AdamW steps, constant learning rate, no clipping; step k uses batch k % S.
-  AdamW opt(model.layout(), AdamWConfig{lr, b1, b2, eps, wd});
+  AdamW opt(model.layout(), AdamWConfig{lr, b1, b2, eps, wd}, *be);
   const double* ref_losses = static_cast<const double*>(ref.data("losses"));
   for (int k = 0; k < steps; ++k) {
     const int64_t s = k % S;
     model.zero_grads();
     float l = model.forward_backward(tokens.data() + s * B * T, targets.data() + s * B * T, B, T, 1.0f / (B * T));
     EXPECT_NEAR(l, ref_losses[k], 1e-5 * ref_losses[k]) << "step " << k;
-    opt.step(*be, model.params(), model.grads(), lr, k + 1);
+    opt.step(model.params(), model.grads(), lr, k + 1);
   }
   for (const ParamTensor& t : model.layout().tensors()) {
     const auto& info = ref.info("final." + t.name);
