@@ -77,13 +77,11 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk, int s
   if (B <= 0 || T <= 0) throw_input("batch {} and sequence length {} must be positive", B, T);
   slots = std::max(1, slots);
   if (ws_.B == B && ws_.T == T && acts_training_ == training && acts_rows_ == tp_.local_rows(B * T) &&
-      acts_slots_ == slots &&
-      acts_recompute_ == recompute_ && acts_full_layers_ == full_layers_ &&
+      acts_slots_ == slots && acts_recompute_ == recompute_ && acts_full_layers_ == full_layers_ &&
       (head_chunk == 0 || head_chunk == ws_.head_chunk)) {
     return;
   }
-  const int64_t N = B * T, C = c.n_embd, F = tp_.part(c.ffn), NH = tp_.part(c.n_head), Vp = head_.vocab_rows();
-  const int64_t Cl = tp_.part(C);  // this rank's share of the attention channels
+  const int64_t N = B * T, C = c.n_embd, NH = tp_.part(c.n_head), Vp = head_.vocab_rows();
   if (head_chunk <= 0) {
     // About 2^25 logits (128 MiB) at a time, rounded down to a multiple of 256 rows: big
     // enough for efficient products, small enough to stay near the caches (measured best
@@ -95,9 +93,8 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk, int s
   const int nl = layout_.num_layers();  // this pipeline stage's layers
   const bool head = layout_.stage().head;
   const int64_t Nl = tp_.local_rows(N);  // rows of the residual stream held here
-  const int64_t att = B * NH * T * T;
+  const int64_t att = B * NH * T * T, layer_none = layer_stash_elems(B, T);
   // Stash of one micro-batch (elements): see build_stash.
-  const int64_t layer_none = N * C + 2 * Nl + N * 3 * Cl + att + N * Cl + Nl * C + N * C + 2 * Nl + 2 * N * F + Nl * C;
   slot_elems_ = Nl * C + (head ? N * C + 2 * Nl : 0);
   for (int i = 0; i < nl; ++i) {
     if (!training || recompute_ == Recompute::kNone || (recompute_ == Recompute::kFull && !full_recompute(i))) {
@@ -116,10 +113,28 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk, int s
   ws_.B = B;
   ws_.T = T;
   ws_.head_chunk = head_chunk;
+  build_workspace();
+  stash_.clear();
+  stash_.resize(static_cast<size_t>(slots));
+  build_stash(stash_[0]);
+  cur_ = &stash_[0];
+}
 
-  // Workspace, shared by the slots.
+int64_t GPT::layer_stash_elems(int64_t B, int64_t T) const {
+  const ModelConfig& c = config();
+  const int64_t N = B * T, C = c.n_embd, F = tp_.part(c.ffn), NH = tp_.part(c.n_head), Cl = tp_.part(C);
+  const int64_t Nl = tp_.local_rows(N);
+  return N * C + 2 * Nl + N * 3 * Cl + B * NH * T * T + N * Cl + Nl * C + N * C + 2 * Nl + 2 * N * F + Nl * C;
+}
+
+void GPT::build_workspace() {
+  const ModelConfig& c = config();
+  const int64_t B = ws_.B, T = ws_.T, N = B * T, C = c.n_embd, F = tp_.part(c.ffn), NH = tp_.part(c.n_head);
+  const int64_t Cl = tp_.part(C), Nl = acts_rows_, Vp = head_.vocab_rows(), head_chunk = ws_.head_chunk;
+  const int64_t att = B * NH * T * T, layer_none = layer_stash_elems(B, T);
+  const bool training = acts_training_, head = layout_.stage().head;
   bool any_full = false, any_recompute = false;
-  for (int i = 0; i < nl && training; ++i) {
+  for (int i = 0; i < layout_.num_layers() && training; ++i) {
     any_full = any_full || full_recompute(i);
     any_recompute = any_recompute || full_recompute(i) || recompute_ == Recompute::kSelective;
   }
@@ -146,11 +161,6 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk, int s
     carve_layer(ws_.layer, take, N, Nl, C, Cl, F, ws_.att, false);
   }
   WEFT_CHECK(p == ws_.storage.data() + total, "workspace layout {} != {}", p - ws_.storage.data(), total);
-
-  stash_.clear();
-  stash_.resize(static_cast<size_t>(slots));
-  build_stash(stash_[0]);
-  cur_ = &stash_[0];
 }
 
 void GPT::build_stash(Activations& A) {
@@ -293,11 +303,10 @@ float GPT::forward_backward(const int32_t* inputs, const int32_t* targets, int64
 double GPT::backward_part(const int32_t* inputs, const int32_t* targets, const float* dy, int64_t B, int64_t T,
                           float loss_scale) {
   const ModelConfig& c = config();
-  const int64_t N = B * T, C = c.n_embd, F = tp_.part(c.ffn), NH = tp_.part(c.n_head), Cl = tp_.part(C);
+  const int64_t N = B * T, C = c.n_embd;
   const int64_t Nl = tp_.local_rows(N);  // rows of the residual stream held here
   const int L = c.n_layer, l0 = layout_.first_layer(), nl = layout_.num_layers();
   const bool first = layout_.stage().embedding, last = layout_.stage().head;
-  Backend& be = backend_;
   ParamStore& st = *store_;
   float *wte = nullptr, *wpe = nullptr, *dwte = nullptr, *dwpe = nullptr;
   double loss_sum = 0.0;
@@ -326,31 +335,8 @@ double GPT::backward_part(const int32_t* inputs, const int32_t* targets, const f
   for (int l = l0 + nl - 1; l >= l0; --l) {
     const LayerPtrs lw = layout_.layer_ptrs(l, const_cast<float*>(st.acquire(l + 1)));
     const LayerPtrs lg = layout_.layer_ptrs(l, st.grads(l + 1));
-    LayerActs& a = cur_->layers[static_cast<size_t>(l - l0)];
     const float* x = l == l0 ? cur_->encoded : cur_->layers[static_cast<size_t>(l - l0 - 1)].res3;
-    const bool full = full_recompute(l - l0);
-    if (full) layer_forward(l, lw, x, a, B, T, true);  // rematerialise the layer in the workspace
-    // dres holds d(res3); the residual passes it on unchanged to res2.
-    row_.backward(ws_.dF, lg.fcprojw, lg.fcprojb, ws_.dres, a.fch_gelu, lw.fcprojw, N, F, C);
-    be.gelu_backward(ws_.dF, a.fch, ws_.dF, N * F);
-    rnd(ws_.dF, N * F);
-    const float* dln2 = column_.backward(ws_.dC, lg.fcw, lg.fcb, ws_.dF, a.ln2, lw.fcw, N, C, F);
-    ln_.backward(ws_.dres, lg.ln2w, lg.ln2b, dln2, a.res2, lw.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
-    rnd(ws_.dres, Nl * C);
-    // dres now holds d(res2); the residual passes it on unchanged to x.
-    if (!full && a.att == ws_.att) {
-      // Selective recompute: the attention probabilities again, from the stashed q, k, v (the
-      // recomputed output goes to d3C, free until attention_backward writes it).
-      be.attention_forward(ws_.d3C, ws_.att, a.qkv, B, T, Cl, NH);
-      rnd(ws_.att, B * NH * T * T);  // as the forward stored them
-    }
-    row_.backward(ws_.dC, lg.attprojw, lg.attprojb, ws_.dres, a.atty, lw.attprojw, N, Cl, C);
-    be.attention_backward(ws_.d3C, ws_.dC, a.qkv, a.att, B, T, Cl, NH);
-    rnd(ws_.d3C, N * 3 * Cl);
-    const float* dln1 = column_.backward(ws_.dC, lg.qkvw, lg.qkvb, ws_.d3C, a.ln1, lw.qkvw, N, C, 3 * Cl);
-    ln_.backward(ws_.dres, lg.ln1w, lg.ln1b, dln1, x, lw.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
-    rnd(ws_.dres, Nl * C);
-    // dres now holds d(x), the gradient of this layer's input.
+    layer_backward(l, lw, lg, x, cur_->layers[static_cast<size_t>(l - l0)], B, T);
     st.release(l + 1);
     st.ready(l + 1);
   }
@@ -367,6 +353,38 @@ double GPT::backward_part(const int32_t* inputs, const int32_t* targets, const f
   if (layout_.has_group(0)) st.release(0);
   // dres now holds the gradient of the stage's input (sent to the previous stage).
   return loss_sum;
+}
+
+// The block's backward, the forward's steps in reverse: ws_.dres holds d(res3) (this rank's
+// rows) on entry and d(x) on return; the weight gradients accumulate into lg.
+void GPT::layer_backward(int l, const LayerPtrs& lw, const LayerPtrs& lg, const float* x, LayerActs& a, int64_t B,
+                         int64_t T) {
+  const ModelConfig& c = config();
+  const int64_t N = B * T, C = c.n_embd, F = tp_.part(c.ffn), NH = tp_.part(c.n_head), Cl = tp_.part(C);
+  const int64_t Nl = tp_.local_rows(N);  // rows of the residual stream held here
+  Backend& be = backend_;
+  const bool full = full_recompute(l - layout_.first_layer());
+  if (full) layer_forward(l, lw, x, a, B, T, true);  // rematerialise the layer in the workspace
+  // The residual passes d(res3) on unchanged to res2.
+  row_.backward(ws_.dF, lg.fcprojw, lg.fcprojb, ws_.dres, a.fch_gelu, lw.fcprojw, N, F, C);
+  be.gelu_backward(ws_.dF, a.fch, ws_.dF, N * F);
+  rnd(ws_.dF, N * F);
+  const float* dln2 = column_.backward(ws_.dC, lg.fcw, lg.fcb, ws_.dF, a.ln2, lw.fcw, N, C, F);
+  ln_.backward(ws_.dres, lg.ln2w, lg.ln2b, dln2, a.res2, lw.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
+  rnd(ws_.dres, Nl * C);
+  // dres now holds d(res2); the residual passes it on unchanged to x.
+  if (!full && a.att == ws_.att) {
+    // Selective recompute: the attention probabilities again, from the stashed q, k, v (the
+    // recomputed output goes to d3C, free until attention_backward writes it).
+    be.attention_forward(ws_.d3C, ws_.att, a.qkv, B, T, Cl, NH);
+    rnd(ws_.att, B * NH * T * T);  // as the forward stored them
+  }
+  row_.backward(ws_.dC, lg.attprojw, lg.attprojb, ws_.dres, a.atty, lw.attprojw, N, Cl, C);
+  be.attention_backward(ws_.d3C, ws_.dC, a.qkv, a.att, B, T, Cl, NH);
+  rnd(ws_.d3C, N * 3 * Cl);
+  const float* dln1 = column_.backward(ws_.dC, lg.qkvw, lg.qkvb, ws_.d3C, a.ln1, lw.qkvw, N, C, 3 * Cl);
+  ln_.backward(ws_.dres, lg.ln1w, lg.ln1b, dln1, x, lw.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
+  rnd(ws_.dres, Nl * C);
 }
 
 void GPT::use_slot(int slot) {

@@ -102,6 +102,8 @@ class GPT {
   // ParamLayout); set_tp() then provides the communication.
   GPT(const ModelConfig& cfg, Backend& backend, bool local_store = true, int tp_size = 1, int tp_rank = 0,
       const StageSpec& stage = {});
+  GPT(const GPT&) = delete;  // the layers refer to tp_: a GPT stays where it was built
+  GPT& operator=(const GPT&) = delete;
   // sequence_parallel: the LayerNorm/residual regions hold only this rank's B*T/tp rows;
   // all-gathers and reduce-scatters replace the all-reduces (Korthikanti et al. 2022).
   void set_tp(TensorParallelOps* tp, bool sequence_parallel = false) { tp_.set_ops(tp, sequence_parallel); }
@@ -182,6 +184,9 @@ class GPT {
   // Forward of layer l (params lw) from x into a; with `to_gelu` stop after the MLP's GELU
   // (what the backward needs: the full-recompute rematerialisation).
   void layer_forward(int l, const LayerPtrs& lw, const float* x, LayerActs& a, int64_t B, int64_t T, bool to_gelu);
+  // Backward of layer l (params lw, gradients lg) whose input was x: ws_.dres from d(output) to d(x).
+  void layer_backward(int l, const LayerPtrs& lw, const LayerPtrs& lg, const float* x, LayerActs& a, int64_t B,
+                      int64_t T);
   // Whether local layer i is fully recomputed.
   bool full_recompute(int i) const { return recompute_ == Recompute::kFull && (full_layers_ < 0 || i < full_layers_); }
   // The backward from the stage's top (the loss on the last stage, dy otherwise) to its input.
@@ -208,6 +213,10 @@ class GPT {
   VocabParallelEmbedding embedding_;
   VocabParallelHead head_;
   void build_stash(Activations& A);
+  // Sizes and carves the workspace (and the tensor-parallel layers' scratch) for the reserved shape.
+  void build_workspace();
+  // Elements of one layer's stash without recompute, for micro-batches (B, T).
+  int64_t layer_stash_elems(int64_t B, int64_t T) const;
   std::vector<Activations> stash_;  // one per slot; allocated on first use
   Activations* cur_ = nullptr;      // the current slot's stash
   Workspace ws_;
