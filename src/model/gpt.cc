@@ -16,7 +16,14 @@ LocalParamStore::LocalParamStore(const ParamLayout& layout)
       grads_(static_cast<size_t>(layout.total()), MemCategory::kGrads, true) {}
 
 GPT::GPT(const ModelConfig& cfg, Backend& backend, bool local_store, int tp_size, int tp_rank, const StageSpec& stage)
-    : layout_(cfg, tp_size, tp_rank, stage), backend_(backend), P_(tp_size) {
+    : layout_(cfg, tp_size, tp_rank, stage),
+      backend_(backend),
+      tp_(backend, tp_size, tp_rank),
+      ln_(tp_, cfg.ln_eps),
+      column_(tp_),
+      row_(tp_),
+      embedding_(tp_, cfg.padded_vocab),
+      head_(tp_, cfg.vocab_size, cfg.padded_vocab) {
   if (local_store) {
     local_ = std::make_unique<LocalParamStore>(layout_);
     store_ = local_.get();
@@ -66,13 +73,12 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk, int s
   }
   if (B <= 0 || T <= 0) throw_input("batch {} and sequence length {} must be positive", B, T);
   slots = std::max(1, slots);
-  if (ws_.B == B && ws_.T == T && acts_training_ == training && acts_sp_ == sp_ && acts_slots_ == slots &&
-      acts_recompute_ == recompute_ && acts_full_layers_ == full_layers_ &&
+  if (ws_.B == B && ws_.T == T && acts_training_ == training && acts_rows_ == tp_.local_rows(B * T) &&
+      acts_slots_ == slots && acts_recompute_ == recompute_ && acts_full_layers_ == full_layers_ &&
       (head_chunk == 0 || head_chunk == ws_.head_chunk)) {
     return;
   }
-  const int64_t N = B * T, C = c.n_embd, F = c.ffn / P_, NH = c.n_head / P_, Vp = c.padded_vocab / P_;
-  const int64_t Cl = C / P_;  // this rank's share of the attention channels
+  const int64_t N = B * T, C = c.n_embd, NH = tp_.part(c.n_head), Vp = head_.vocab_rows();
   if (head_chunk <= 0) {
     // About 2^25 logits (128 MiB) at a time, rounded down to a multiple of 256 rows: big
     // enough for efficient products, small enough to stay near the caches (measured best
@@ -80,15 +86,12 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk, int s
     head_chunk = std::max<int64_t>(256, (int64_t{1} << 25) / Vp / 256 * 256);
   }
   head_chunk = std::min(head_chunk, N);
-  if (sp_ && N % P_ != 0) {
-    throw_input("sequence parallelism: micro-batch {} x sequence {} = {} tokens are not divisible by tp {}", B, T, N, P_);
-  }
+  tp_.check_rows(B, T);
   const int nl = layout_.num_layers();  // this pipeline stage's layers
   const bool head = layout_.stage().head;
-  const int64_t Nl = sp_ ? N / P_ : N;  // rows of the residual stream held here
-  const int64_t att = B * NH * T * T;
+  const int64_t Nl = tp_.local_rows(N);  // rows of the residual stream held here
+  const int64_t att = B * NH * T * T, layer_none = layer_stash_elems(B, T);
   // Stash of one micro-batch (elements): see build_stash.
-  const int64_t layer_none = N * C + 2 * Nl + N * 3 * Cl + att + N * Cl + Nl * C + N * C + 2 * Nl + 2 * N * F + Nl * C;
   slot_elems_ = Nl * C + (head ? N * C + 2 * Nl : 0);
   for (int i = 0; i < nl; ++i) {
     if (!training || recompute_ == Recompute::kNone || (recompute_ == Recompute::kFull && !full_recompute(i))) {
@@ -100,36 +103,51 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk, int s
     }
   }
   acts_training_ = training;
-  acts_sp_ = sp_;
+  acts_rows_ = Nl;
   acts_slots_ = slots;
   acts_recompute_ = recompute_;
   acts_full_layers_ = full_layers_;
   ws_.B = B;
   ws_.T = T;
   ws_.head_chunk = head_chunk;
+  build_workspace();
+  stash_.clear();
+  stash_.resize(static_cast<size_t>(slots));
+  build_stash(stash_[0]);
+  cur_ = &stash_[0];
+}
 
-  // Workspace, shared by the slots.
+int64_t GPT::layer_stash_elems(int64_t B, int64_t T) const {
+  const ModelConfig& c = config();
+  const int64_t N = B * T, C = c.n_embd, F = tp_.part(c.ffn), NH = tp_.part(c.n_head), Cl = tp_.part(C);
+  const int64_t Nl = tp_.local_rows(N);
+  return N * C + 2 * Nl + N * 3 * Cl + B * NH * T * T + N * Cl + Nl * C + N * C + 2 * Nl + 2 * N * F + Nl * C;
+}
+
+void GPT::build_workspace() {
+  const ModelConfig& c = config();
+  const int64_t B = ws_.B, T = ws_.T, N = B * T, C = c.n_embd, F = tp_.part(c.ffn), NH = tp_.part(c.n_head);
+  const int64_t Cl = tp_.part(C), Nl = acts_rows_, Vp = head_.vocab_rows(), head_chunk = ws_.head_chunk;
+  const int64_t att = B * NH * T * T, layer_none = layer_stash_elems(B, T);
+  const bool training = acts_training_, head = layout_.stage().head;
   bool any_full = false, any_recompute = false;
-  for (int i = 0; i < nl && training; ++i) {
+  for (int i = 0; i < layout_.num_layers() && training; ++i) {
     any_full = any_full || full_recompute(i);
     any_recompute = any_recompute || full_recompute(i) || recompute_ == Recompute::kSelective;
   }
-  int64_t total = 2 * C;
+  int64_t total = 0;
   if (head) total += N + head_chunk * Vp + 3 * head_chunk;
-  if (P_ > 1) total += N * C;
-  if (sp_) total += Nl * C;
   if (training) total += Nl * C + N * C + N * 3 * Cl + N * F;
   if (any_recompute) total += att;
   if (any_full) total += layer_none - att - Nl * C;
+  tp_.release();  // both buffers go before either is allocated again
   ws_.storage.resize(static_cast<size_t>(total));
+  tp_.reserve(N, C);
   float* p = ws_.storage.data();
   auto take = [&p](int64_t n) { return std::exchange(p, p + n); };
-  ws_.lns = take(2 * C);
   ws_.losses = head ? take(N) : nullptr;
   ws_.logits = head ? take(head_chunk * Vp) : nullptr;
   ws_.stats = head ? take(3 * head_chunk) : nullptr;
-  ws_.tmp = P_ > 1 ? take(N * C) : nullptr;
-  ws_.loc = sp_ ? take(Nl * C) : nullptr;
   ws_.dres = training ? take(Nl * C) : nullptr;
   ws_.dC = training ? take(N * C) : nullptr;
   ws_.d3C = training ? take(N * 3 * Cl) : nullptr;
@@ -140,17 +158,12 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk, int s
     carve_layer(ws_.layer, take, N, Nl, C, Cl, F, ws_.att, false);
   }
   WEFT_CHECK(p == ws_.storage.data() + total, "workspace layout {} != {}", p - ws_.storage.data(), total);
-
-  stash_.clear();
-  stash_.resize(static_cast<size_t>(slots));
-  build_stash(stash_[0]);
-  cur_ = &stash_[0];
 }
 
 void GPT::build_stash(Activations& A) {
   const ModelConfig& c = config();
-  const int64_t B = ws_.B, T = ws_.T, N = B * T, C = c.n_embd, F = c.ffn / P_, NH = c.n_head / P_, Cl = C / P_;
-  const int64_t Nl = sp_ ? N / P_ : N;
+  const int64_t B = ws_.B, T = ws_.T, N = B * T, C = c.n_embd, F = tp_.part(c.ffn), NH = tp_.part(c.n_head);
+  const int64_t Cl = tp_.part(C), Nl = acts_rows_;
   const int nl = layout_.num_layers();
   A.storage.resize(static_cast<size_t>(slot_elems_));
   float* p = A.storage.data();
@@ -188,40 +201,24 @@ void GPT::check_shape(int64_t B, int64_t T, bool training) const {
   WEFT_CHECK(cur_ != nullptr && B <= ws_.B && T <= ws_.T && B * T * T <= ws_.B * ws_.T * ws_.T,
              "micro-batch ({}, {}) exceeds the reserved ({}, {})", B, T, ws_.B, ws_.T);
   WEFT_CHECK(!training || acts_training_, "forward_backward needs reserve(..., training=true)");
-  WEFT_CHECK(acts_sp_ == sp_, "sequence parallelism changed since reserve()");
-  if (sp_ && (B * T) % P_ != 0) {
-    throw_input("sequence parallelism: {} x {} = {} tokens are not divisible by tp {}", B, T, B * T, P_);
-  }
+  WEFT_CHECK(acts_rows_ == tp_.local_rows(ws_.B * ws_.T), "sequence parallelism changed since reserve()");
+  tp_.check_rows(B, T);
 }
 
 void GPT::forward_blocks(const int32_t* inputs, int64_t B, int64_t T) {
   WEFT_CHECK(store_ != nullptr, "GPT has no parameter store");
-  WEFT_CHECK(P_ == 1 || (tp_ != nullptr && tp_->size() == P_), "tensor-parallel size {} needs set_tp()", P_);
+  tp_.check_ready();
   const ModelConfig& c = config();
-  const int64_t N = B * T, C = c.n_embd, Nl = sp_ ? N / P_ : N;
-  const int64_t Vl = c.padded_vocab / P_, v0 = layout_.tp_rank() * Vl;
+  const int64_t N = B * T, C = c.n_embd;
   const int L = c.n_layer, l0 = layout_.first_layer(), nl = layout_.num_layers();
   const bool first = layout_.stage().embedding, last = layout_.stage().head;
-  Backend& be = backend_;
   ParamStore& st = *store_;
   float *wte = nullptr, *wpe = nullptr;
   if (layout_.has_group(0)) {
     layout_.embedding_ptrs(const_cast<float*>(st.acquire(0)), &wte, &wpe);  // held to the end
   }
-  if (!first) {
-    // a later pipeline stage: cur_->encoded holds the activation received from the previous one
-  } else if (P_ == 1) {
-    be.embedding_forward(cur_->encoded, inputs, wte, wpe, B, T, C);
-  } else if (!sp_) {
-    // Vocabulary-parallel lookup: each rank adds the rows it holds (positions once), summed.
-    be.embedding_forward(cur_->encoded, inputs, wte, layout_.tp_rank() == 0 ? wpe : nullptr, B, T, C, v0, Vl);
-    tp_->all_reduce_sum(cur_->encoded, N * C);
-  } else {
-    // ... summed and scattered: each rank keeps its rows of the sequence.
-    be.embedding_forward(ws_.tmp, inputs, wte, layout_.tp_rank() == 0 ? wpe : nullptr, B, T, C, v0, Vl);
-    tp_->reduce_scatter(ws_.tmp, cur_->encoded, N / P_ * C);
-  }
-  if (first) rnd(cur_->encoded, Nl * C);
+  // On a later pipeline stage cur_->encoded holds the activation received from the previous one.
+  if (first) embedding_.forward(cur_->encoded, inputs, wte, wpe, B, T, C);
   const float* x = cur_->encoded;
   for (int l = l0; l < l0 + nl; ++l) {
     const LayerPtrs lw = layout_.layer_ptrs(l, const_cast<float*>(st.acquire(l + 1)));
@@ -233,127 +230,41 @@ void GPT::forward_blocks(const int32_t* inputs, int64_t B, int64_t T) {
   if (!last) return;
   float *lnfw, *lnfb;
   layout_.final_ptrs(const_cast<float*>(st.acquire(L + 1)), &lnfw, &lnfb);  // held to the end
-  if (sp_) {
-    // The vocabulary-parallel head needs every row: gather them.
-    be.layernorm_forward(ws_.loc, cur_->lnf_mean, cur_->lnf_rstd, x, lnfw, lnfb, Nl, C, c.ln_eps);
-    rnd(ws_.loc, Nl * C);
-    tp_->all_gather(ws_.loc, cur_->lnf, Nl * C);
-  } else {
-    be.layernorm_forward(cur_->lnf, cur_->lnf_mean, cur_->lnf_rstd, x, lnfw, lnfb, N, C, c.ln_eps);
-    rnd(cur_->lnf, N * C);
-  }
+  ln_.forward(cur_->lnf, cur_->lnf_mean, cur_->lnf_rstd, x, lnfw, lnfb, N, C);  // every row, for the head
 }
 
+// One block, as on a single device: x (Nl,C) -> ln_1 -> c_attn (column-parallel: this rank's
+// heads) -> attention -> c_proj (row-parallel) + x = res2 -> ln_2 -> c_fc (column-parallel) ->
+// GELU -> c_proj (row-parallel) + res2 = res3.
 void GPT::layer_forward(int l, const LayerPtrs& lw, const float* x, LayerActs& a, int64_t B, int64_t T,
                         bool to_gelu) {
   const ModelConfig& c = config();
-  const int64_t N = B * T, C = c.n_embd, F = c.ffn / P_, NH = c.n_head / P_, Cl = C / P_;
-  const int64_t Nl = sp_ ? N / P_ : N;
+  const int64_t N = B * T, C = c.n_embd, F = tp_.part(c.ffn), NH = tp_.part(c.n_head), Cl = tp_.part(C);
   Backend& be = backend_;
-  if (sp_) {
-    be.layernorm_forward(ws_.loc, a.ln1_mean, a.ln1_rstd, x, lw.ln1w, lw.ln1b, Nl, C, c.ln_eps);
-    rnd(ws_.loc, Nl * C);
-    tp_->all_gather(ws_.loc, a.ln1, Nl * C);
-  } else {
-    be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, lw.ln1w, lw.ln1b, N, C, c.ln_eps);
-    rnd(a.ln1, N * C);
-  }
-  // Column-parallel c_attn: this rank's heads.
-  be.matmul_forward(a.qkv, a.ln1, lw.qkvw, lw.qkvb, N, C, 3 * Cl, false);
-  rnd(a.qkv, N * 3 * Cl);
+  ln_.forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, lw.ln1w, lw.ln1b, N, C);
+  column_.forward(a.qkv, a.ln1, lw.qkvw, lw.qkvb, N, C, 3 * Cl);
   be.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NH);
   rnd(a.att, B * NH * T * T);
   rnd(a.atty, N * Cl);
-  if (P_ == 1) {
-    // res2 = x + atty @ W + b: the residual add and the bias ride on the product.
-    be.add_bias(a.res2, x, lw.attprojb, N, C);
-    be.matmul_forward(a.res2, a.atty, lw.attprojw, nullptr, N, C, C, true);
-  } else if (!sp_) {
-    // Row-parallel c_proj: partial products summed over the tensor-parallel ranks.
-    be.matmul_forward(ws_.tmp, a.atty, lw.attprojw, nullptr, N, Cl, C, false);
-    tp_->all_reduce_sum(ws_.tmp, N * C);
-    be.add_bias(ws_.tmp, ws_.tmp, lw.attprojb, N, C);
-    be.add(a.res2, x, ws_.tmp, N * C);
-  } else {
-    be.matmul_forward(ws_.tmp, a.atty, lw.attprojw, nullptr, N, Cl, C, false);
-    tp_->reduce_scatter(ws_.tmp, ws_.loc, Nl * C);
-    be.add_bias(ws_.loc, ws_.loc, lw.attprojb, Nl, C);
-    be.add(a.res2, x, ws_.loc, Nl * C);
-  }
-  rnd(a.res2, Nl * C);
-  if (sp_) {
-    be.layernorm_forward(ws_.loc, a.ln2_mean, a.ln2_rstd, a.res2, lw.ln2w, lw.ln2b, Nl, C, c.ln_eps);
-    rnd(ws_.loc, Nl * C);
-    tp_->all_gather(ws_.loc, a.ln2, Nl * C);
-  } else {
-    be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, lw.ln2w, lw.ln2b, N, C, c.ln_eps);
-    rnd(a.ln2, N * C);
-  }
-  be.matmul_forward(a.fch, a.ln2, lw.fcw, lw.fcb, N, C, F, false);
-  rnd(a.fch, N * F);
+  row_.forward(a.res2, x, a.atty, lw.attprojw, lw.attprojb, N, Cl, C);
+  ln_.forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, lw.ln2w, lw.ln2b, N, C);
+  column_.forward(a.fch, a.ln2, lw.fcw, lw.fcb, N, C, F);
   be.gelu_forward(a.fch_gelu, a.fch, N * F);
   rnd(a.fch_gelu, N * F);
   if (to_gelu) return;
-  if (P_ == 1) {
-    be.add_bias(a.res3, a.res2, lw.fcprojb, N, C);
-    be.matmul_forward(a.res3, a.fch_gelu, lw.fcprojw, nullptr, N, F, C, true);
-  } else if (!sp_) {
-    be.matmul_forward(ws_.tmp, a.fch_gelu, lw.fcprojw, nullptr, N, F, C, false);
-    tp_->all_reduce_sum(ws_.tmp, N * C);
-    be.add_bias(ws_.tmp, ws_.tmp, lw.fcprojb, N, C);
-    be.add(a.res3, a.res2, ws_.tmp, N * C);
-  } else {
-    be.matmul_forward(ws_.tmp, a.fch_gelu, lw.fcprojw, nullptr, N, F, C, false);
-    tp_->reduce_scatter(ws_.tmp, ws_.loc, Nl * C);
-    be.add_bias(ws_.loc, ws_.loc, lw.fcprojb, Nl, C);
-    be.add(a.res3, a.res2, ws_.loc, Nl * C);
-  }
-  rnd(a.res3, Nl * C);
-}
-
-void GPT::ln_backward_sp(float* dres, float* dw, float* db, const float* dout, const float* inp, const float* w,
-                         const float* mean, const float* rstd, int64_t rows, int64_t C) {
-  std::memset(ws_.lns, 0, static_cast<size_t>(2 * C) * sizeof(float));
-  backend_.layernorm_backward(dres, ws_.lns, ws_.lns + C, dout, inp, w, mean, rstd, rows, C);
-  tp_->all_reduce_sum(ws_.lns, 2 * C);
-  backend_.add(dw, dw, ws_.lns, C);
-  backend_.add(db, db, ws_.lns + C, C);
+  row_.forward(a.res3, a.res2, a.fch_gelu, lw.fcprojw, lw.fcprojb, N, F, C);
 }
 
 double GPT::head(const int32_t* targets, int64_t N, const float* wte, float* dwte, float dloss) {
-  const ModelConfig& c = config();
-  const int64_t C = c.n_embd, Vl = c.padded_vocab / P_, v0 = layout_.tp_rank() * Vl;
-  const int64_t cols = std::clamp<int64_t>(c.vocab_size - v0, 0, Vl);  // real vocabulary columns here
-  Backend& be = backend_;
+  const int64_t C = config().n_embd;
   // Chunk by chunk: logits -> loss (and, training, dlogits in place -> dwte += dlogits^T lnf,
   // dlnf = dlogits wte). The full (N, Vp) logits never exist.
   for (int64_t r0 = 0; r0 < N; r0 += ws_.head_chunk) {
     const int64_t rows = std::min(ws_.head_chunk, N - r0);
     const float* lnf = cur_->lnf + r0 * C;
-    be.gemm(false, true, rows, Vl, C, 1.0f, lnf, C, wte, C, 0.0f, ws_.logits, Vl);
-    rnd(ws_.logits, rows * Vl);
-    if (P_ == 1) {
-      be.softmax_cross_entropy(ws_.logits, ws_.losses + r0, targets + r0, rows, c.vocab_size, Vl, dloss);
-    } else {
-      // Vocabulary-parallel cross-entropy: global row max, then sums of exp and the target
-      // logit, each reduced over the ranks; no rank ever holds a whole row of logits.
-      float* mx = ws_.stats;
-      float* sm = ws_.stats + rows;  // sm and tl adjacent: one reduction
-      float* tl = ws_.stats + 2 * rows;
-      be.ce_row_max(ws_.logits, rows, Vl, cols, mx);
-      tp_->all_reduce_max(mx, rows);
-      be.ce_row_sumexp(ws_.logits, rows, Vl, cols, mx, sm);
-      be.ce_target_logit(ws_.logits, rows, Vl, cols, targets + r0, v0, tl);
-      tp_->all_reduce_sum(sm, 2 * rows);
-      for (int64_t i = 0; i < rows; ++i) ws_.losses[r0 + i] = std::log(sm[i]) + mx[i] - tl[i];
-      if (dloss != 0.0f) be.ce_grad(ws_.logits, rows, Vl, cols, mx, sm, targets + r0, v0, dloss);
-    }
-    if (dloss != 0.0f) {
-      be.gemm(true, false, Vl, C, rows, 1.0f, ws_.logits, Vl, lnf, C, 1.0f, dwte, C);
-      be.gemm(false, false, rows, C, Vl, 1.0f, ws_.logits, Vl, wte, C, 0.0f, ws_.dC + r0 * C, C);
-      if (P_ > 1 && !sp_) tp_->all_reduce_sum(ws_.dC + r0 * C, rows * C);
-      if (P_ == 1 || !sp_) rnd(ws_.dC + r0 * C, rows * C);
-    }
+    head_.logits(ws_.logits, lnf, wte, rows, C);
+    head_.cross_entropy(ws_.logits, ws_.losses + r0, targets + r0, rows, dloss, ws_.stats);
+    if (dloss != 0.0f) head_.backward(ws_.dC + r0 * C, dwte, ws_.logits, lnf, wte, rows, C);
   }
   double s = 0.0;
   for (int64_t i = 0; i < N; ++i) s += ws_.losses[i];
@@ -389,13 +300,11 @@ float GPT::forward_backward(const int32_t* inputs, const int32_t* targets, int64
 double GPT::backward_part(const int32_t* inputs, const int32_t* targets, const float* dy, int64_t B, int64_t T,
                           float loss_scale) {
   const ModelConfig& c = config();
-  const int64_t N = B * T, C = c.n_embd, F = c.ffn / P_, NH = c.n_head / P_, Cl = C / P_;
-  const int64_t Vl = c.padded_vocab / P_, v0 = layout_.tp_rank() * Vl;
+  const int64_t N = B * T, C = c.n_embd;
+  const int64_t Nl = tp_.local_rows(N);  // rows of the residual stream held here
   const int L = c.n_layer, l0 = layout_.first_layer(), nl = layout_.num_layers();
   const bool first = layout_.stage().embedding, last = layout_.stage().head;
-  Backend& be = backend_;
   ParamStore& st = *store_;
-  const int64_t Nl = sp_ ? N / P_ : N;
   float *wte = nullptr, *wpe = nullptr, *dwte = nullptr, *dwpe = nullptr;
   double loss_sum = 0.0;
   if (layout_.has_group(0)) {
@@ -407,92 +316,31 @@ double GPT::backward_part(const int32_t* inputs, const int32_t* targets, const f
     // a pipeline stage before the last: the gradient of its output came from the next stage
     std::memcpy(ws_.dres, dy, static_cast<size_t>(Nl * C) * sizeof(float));
   } else {
-  loss_sum = head(targets, N, wte, dwte, loss_scale);
-  st.head_done();
-  const float* x_last = nl > 0 ? cur_->layers.back().res3 : cur_->encoded;
-  float *lnfw, *lnfb, *dlnfw, *dlnfb;
-  layout_.final_ptrs(const_cast<float*>(st.acquire(L + 1)), &lnfw, &lnfb);
-  st.release(L + 1);
-  layout_.final_ptrs(st.grads(L + 1), &dlnfw, &dlnfb);
-  std::memset(ws_.dres, 0, static_cast<size_t>(Nl * C) * sizeof(float));
-  if (sp_) {
-    tp_->reduce_scatter(ws_.dC, ws_.loc, Nl * C);  // this rank's rows of dlnf
-    rnd(ws_.loc, Nl * C);
-    ln_backward_sp(ws_.dres, dlnfw, dlnfb, ws_.loc, x_last, lnfw, cur_->lnf_mean, cur_->lnf_rstd, Nl, C);
-  } else {
-    be.layernorm_backward(ws_.dres, dlnfw, dlnfb, ws_.dC, x_last, lnfw, cur_->lnf_mean, cur_->lnf_rstd, N, C);
-  }
-  rnd(ws_.dres, Nl * C);
-  st.ready(L + 1);
+    loss_sum = head(targets, N, wte, dwte, loss_scale);
+    st.head_done();
+    const float* x_last = nl > 0 ? cur_->layers.back().res3 : cur_->encoded;
+    float *lnfw, *lnfb, *dlnfw, *dlnfb;
+    layout_.final_ptrs(const_cast<float*>(st.acquire(L + 1)), &lnfw, &lnfb);
+    st.release(L + 1);
+    layout_.final_ptrs(st.grads(L + 1), &dlnfw, &dlnfb);
+    std::memset(ws_.dres, 0, static_cast<size_t>(Nl * C) * sizeof(float));
+    const float* dlnf = head_.input_grad(ws_.dC, N, C);
+    ln_.backward(ws_.dres, dlnfw, dlnfb, dlnf, x_last, lnfw, cur_->lnf_mean, cur_->lnf_rstd, N, C);
+    rnd(ws_.dres, Nl * C);
+    st.ready(L + 1);
   }
   for (int l = l0 + nl - 1; l >= l0; --l) {
     const LayerPtrs lw = layout_.layer_ptrs(l, const_cast<float*>(st.acquire(l + 1)));
     const LayerPtrs lg = layout_.layer_ptrs(l, st.grads(l + 1));
-    LayerActs& a = cur_->layers[static_cast<size_t>(l - l0)];
     const float* x = l == l0 ? cur_->encoded : cur_->layers[static_cast<size_t>(l - l0 - 1)].res3;
-    const bool full = full_recompute(l - l0);
-    if (full) layer_forward(l, lw, x, a, B, T, true);  // rematerialise the layer in the workspace
-    // dres holds d(res3); the residual passes it through unchanged. Under sequence
-    // parallelism it holds this rank's rows: gather them for the row-parallel product.
-    const float* dy = ws_.dres;
-    if (sp_) {
-      tp_->all_gather(ws_.dres, ws_.tmp, Nl * C);
-      dy = ws_.tmp;
-    }
-    be.matmul_backward(ws_.dF, lg.fcprojw, lg.fcprojb, dy, a.fch_gelu, lw.fcprojw, N, F, C);
-    rnd(ws_.dF, N * F);
-    be.gelu_backward(ws_.dF, a.fch, ws_.dF, N * F);
-    rnd(ws_.dF, N * F);
-    be.matmul_backward(ws_.dC, lg.fcw, lg.fcb, ws_.dF, a.ln2, lw.fcw, N, C, F);
-    if (sp_) {
-      tp_->reduce_scatter(ws_.dC, ws_.loc, Nl * C);  // column-parallel input gradient, scattered
-      rnd(ws_.loc, Nl * C);
-      ln_backward_sp(ws_.dres, lg.ln2w, lg.ln2b, ws_.loc, a.res2, lw.ln2w, a.ln2_mean, a.ln2_rstd, Nl, C);
-    } else {
-      if (P_ > 1) tp_->all_reduce_sum(ws_.dC, N * C);  // column-parallel input gradient
-      rnd(ws_.dC, N * C);
-      be.layernorm_backward(ws_.dres, lg.ln2w, lg.ln2b, ws_.dC, a.res2, lw.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
-    }
-    rnd(ws_.dres, Nl * C);
-    // dres now holds d(res2).
-    dy = ws_.dres;
-    if (sp_) {
-      tp_->all_gather(ws_.dres, ws_.tmp, Nl * C);
-      dy = ws_.tmp;
-    }
-    if (!full && a.att == ws_.att) {
-      // Selective recompute: the attention probabilities again, from the stashed q, k, v (the
-      // recomputed output goes to d3C, free until attention_backward writes it).
-      be.attention_forward(ws_.d3C, ws_.att, a.qkv, B, T, Cl, NH);
-      rnd(ws_.att, B * NH * T * T);  // as the forward stored them
-    }
-    be.matmul_backward(ws_.dC, lg.attprojw, lg.attprojb, dy, a.atty, lw.attprojw, N, Cl, C);
-    rnd(ws_.dC, N * Cl);
-    be.attention_backward(ws_.d3C, ws_.dC, a.qkv, a.att, B, T, Cl, NH);
-    rnd(ws_.d3C, N * 3 * Cl);
-    be.matmul_backward(ws_.dC, lg.qkvw, lg.qkvb, ws_.d3C, a.ln1, lw.qkvw, N, C, 3 * Cl);
-    if (sp_) {
-      tp_->reduce_scatter(ws_.dC, ws_.loc, Nl * C);
-      rnd(ws_.loc, Nl * C);
-      ln_backward_sp(ws_.dres, lg.ln1w, lg.ln1b, ws_.loc, x, lw.ln1w, a.ln1_mean, a.ln1_rstd, Nl, C);
-    } else {
-      if (P_ > 1) tp_->all_reduce_sum(ws_.dC, N * C);
-      rnd(ws_.dC, N * C);
-      be.layernorm_backward(ws_.dres, lg.ln1w, lg.ln1b, ws_.dC, x, lw.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
-    }
-    rnd(ws_.dres, Nl * C);
-    // dres now holds d(x), the gradient of this layer's input.
+    layer_backward(l, lw, lg, x, cur_->layers[static_cast<size_t>(l - l0)], B, T);
     st.release(l + 1);
     st.ready(l + 1);
   }
   if (first) {
-    const float* demb = ws_.dres;
-    if (sp_) {
-      tp_->all_gather(ws_.dres, ws_.tmp, Nl * C);
-      demb = ws_.tmp;
-    }
-    if (!st.embedding_backward(inputs, demb, B, T, v0, Vl)) {
-      be.embedding_backward(dwte, dwpe, demb, inputs, B, T, C, v0, Vl);
+    const float* demb = embedding_.output_grad(ws_.dres, N, C);  // every row's gradient
+    if (!st.embedding_backward(inputs, demb, B, T, embedding_.v0(), embedding_.vocab_rows())) {
+      embedding_.backward(dwte, dwpe, demb, inputs, B, T, C);
     }
   }
   // The embedding group is complete: after the lookup (first stage) or the head (a last
@@ -502,6 +350,38 @@ double GPT::backward_part(const int32_t* inputs, const int32_t* targets, const f
   if (layout_.has_group(0)) st.release(0);
   // dres now holds the gradient of the stage's input (sent to the previous stage).
   return loss_sum;
+}
+
+// The block's backward, the forward's steps in reverse: ws_.dres holds d(res3) (this rank's
+// rows) on entry and d(x) on return; the weight gradients accumulate into lg.
+void GPT::layer_backward(int l, const LayerPtrs& lw, const LayerPtrs& lg, const float* x, LayerActs& a, int64_t B,
+                         int64_t T) {
+  const ModelConfig& c = config();
+  const int64_t N = B * T, C = c.n_embd, F = tp_.part(c.ffn), NH = tp_.part(c.n_head), Cl = tp_.part(C);
+  const int64_t Nl = tp_.local_rows(N);  // rows of the residual stream held here
+  Backend& be = backend_;
+  const bool full = full_recompute(l - layout_.first_layer());
+  if (full) layer_forward(l, lw, x, a, B, T, true);  // rematerialise the layer in the workspace
+  // The residual passes d(res3) on unchanged to res2.
+  row_.backward(ws_.dF, lg.fcprojw, lg.fcprojb, ws_.dres, a.fch_gelu, lw.fcprojw, N, F, C);
+  be.gelu_backward(ws_.dF, a.fch, ws_.dF, N * F);
+  rnd(ws_.dF, N * F);
+  const float* dln2 = column_.backward(ws_.dC, lg.fcw, lg.fcb, ws_.dF, a.ln2, lw.fcw, N, C, F);
+  ln_.backward(ws_.dres, lg.ln2w, lg.ln2b, dln2, a.res2, lw.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
+  rnd(ws_.dres, Nl * C);
+  // dres now holds d(res2); the residual passes it on unchanged to x.
+  if (!full && a.att == ws_.att) {
+    // Selective recompute: the attention probabilities again, from the stashed q, k, v (the
+    // recomputed output goes to d3C, free until attention_backward writes it).
+    be.attention_forward(ws_.d3C, ws_.att, a.qkv, B, T, Cl, NH);
+    rnd(ws_.att, B * NH * T * T);  // as the forward stored them
+  }
+  row_.backward(ws_.dC, lg.attprojw, lg.attprojb, ws_.dres, a.atty, lw.attprojw, N, Cl, C);
+  be.attention_backward(ws_.d3C, ws_.dC, a.qkv, a.att, B, T, Cl, NH);
+  rnd(ws_.d3C, N * 3 * Cl);
+  const float* dln1 = column_.backward(ws_.dC, lg.qkvw, lg.qkvb, ws_.d3C, a.ln1, lw.qkvw, N, C, 3 * Cl);
+  ln_.backward(ws_.dres, lg.ln1w, lg.ln1b, dln1, x, lw.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
+  rnd(ws_.dres, Nl * C);
 }
 
 void GPT::use_slot(int slot) {
@@ -527,7 +407,7 @@ void GPT::stage_forward(int slot, const int32_t* inputs, const float* x_in, int6
   SlotScope scope(&cur_, &stash_[0]);
   use_slot(slot);
   if (!layout_.stage().embedding) {
-    const int64_t rows = sp_ ? B * T / P_ : B * T;
+    const int64_t rows = tp_.local_rows(B * T);
     std::memcpy(cur_->encoded, x_in, static_cast<size_t>(rows * config().n_embd) * sizeof(float));
   }
   forward_blocks(inputs, B, T);
@@ -561,22 +441,9 @@ const float* GPT::stage_output(int slot) {
   return layout_.num_layers() > 0 ? cur_->layers.back().res3 : cur_->encoded;
 }
 
-
-// Logits (V real entries) of one row (C) of the final LayerNorm's output: the head's product
-// with wte (this rank's vocabulary columns, summed over tp).
+// Logits (V real entries) of one row (C) of the final LayerNorm's output (generation).
 void GPT::row_logits(const float* lnf_row, float* logits_out) {
-  const ModelConfig& c = config();
-  const int64_t C = c.n_embd;
-  const float* wte = store_->acquire(0);
-  if (P_ == 1) {
-    backend_.gemm(false, true, 1, c.vocab_size, C, 1.0f, lnf_row, C, wte, C, 0.0f, logits_out, c.vocab_size);
-  } else {
-    const int64_t Vl = c.padded_vocab / P_, v0 = layout_.tp_rank() * Vl;
-    std::vector<float> all(c.padded_vocab, 0.0f);
-    backend_.gemm(false, true, 1, Vl, C, 1.0f, lnf_row, C, wte, C, 0.0f, all.data() + v0, Vl);
-    tp_->all_reduce_sum(all.data(), c.padded_vocab);
-    std::copy(all.begin(), all.begin() + c.vocab_size, logits_out);
-  }
+  head_.row_logits(logits_out, lnf_row, store_->acquire(0), config().n_embd);
   store_->release(0);
 }
 

@@ -2,6 +2,16 @@
 // Computes exactly what Hugging Face's GPT2LMHeadModel computes (pre-LayerNorm blocks,
 // learned positions, fused QKV, GELU tanh approximation, tied embeddings, final LayerNorm)
 // with dropout 0. Parameters and gradients live in one flat buffer each (see params.h).
+//
+// Tensor parallelism comes in through the layers of src/parallel/tp (layers.h), as Megatron's
+// GPT uses tensor_parallel's ColumnParallelLinear and RowParallelLinear: the block is the
+// single-device block (ln -> c_attn -> attention -> c_proj + residual -> ln -> c_fc -> gelu ->
+// c_proj + residual) and names only the role each product plays in it (column- or
+// row-parallel, vocabulary-parallel), a property of the architecture like "this product feeds
+// the attention". Which ranks, how many, whether the residual stream is sequence-parallel and
+// every collective stay inside those layers and their group (TensorParallel); the model only
+// sizes its buffers by the group's part() and local_rows(). With tp = 1 each layer is the plain
+// op. The dependency goes model -> parallel/tp; parallel/tp knows nothing of the model.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -15,7 +25,7 @@
 #include "model/param_store.h"
 #include "model/params.h"
 #include "model/recompute.h"
-#include "model/tp_ops.h"
+#include "parallel/tp/layers.h"
 
 namespace weft {
 
@@ -49,16 +59,14 @@ struct Activations {
 };
 
 // Scratch of one micro-batch, shared by every micro-batch in flight: activation gradients,
-// partial sums, the head's logits chunk, and the recompute buffers. Counted as `workspace`.
+// the head's logits chunk, and the recompute buffers. Counted as `workspace`, with the
+// tensor-parallel layers' scratch (TensorParallel::reserve).
 struct Workspace {
   int64_t B = 0, T = 0;      // capacity
   int64_t head_chunk = 0;    // rows of logits materialised at once
   float* losses = nullptr;   // (N) per-token losses (last stage)
   float* logits = nullptr;   // (head_chunk, Vp/tp) (last stage)
   float* stats = nullptr;    // (3, head_chunk) row max, sum of exp, target logit (last stage)
-  float* tmp = nullptr;      // (N,C) partial sums of row-parallel products (tp > 1)
-  float* loc = nullptr;      // (Nl,C) sequence-parallel scratch
-  float* lns = nullptr;      // (2C) LayerNorm gradient scratch (sequence parallel)
   float* dres = nullptr;     // (Nl,C) gradient of the residual stream (training)
   float* dC = nullptr;       // (N,C)
   float* d3C = nullptr;      // (N,3Cl)
@@ -94,13 +102,12 @@ class GPT {
   // ParamLayout); set_tp() then provides the communication.
   GPT(const ModelConfig& cfg, Backend& backend, bool local_store = true, int tp_size = 1, int tp_rank = 0,
       const StageSpec& stage = {});
+  GPT(const GPT&) = delete;  // the layers refer to tp_: a GPT stays where it was built
+  GPT& operator=(const GPT&) = delete;
   // sequence_parallel: the LayerNorm/residual regions hold only this rank's B*T/tp rows;
   // all-gathers and reduce-scatters replace the all-reduces (Korthikanti et al. 2022).
-  void set_tp(TensorParallelOps* tp, bool sequence_parallel = false) {
-    tp_ = tp;
-    sp_ = sequence_parallel && P_ > 1;
-  }
-  bool sequence_parallel() const { return sp_; }
+  void set_tp(TensorParallelOps* tp, bool sequence_parallel = false) { tp_.set_ops(tp, sequence_parallel); }
+  bool sequence_parallel() const { return tp_.sequence_parallel(); }
 
   const ModelConfig& config() const { return layout_.config(); }
   const ParamLayout& layout() const { return layout_; }
@@ -116,7 +123,7 @@ class GPT {
   void zero_grads() { std::fill(grads(), grads() + layout_.total(), 0.0f); }
   // Bytes of the stashed activations allocated so far (every slot used) and of the workspace.
   int64_t activation_bytes() const;
-  int64_t workspace_bytes() const { return ws_.bytes(); }
+  int64_t workspace_bytes() const { return ws_.bytes() + tp_.scratch_bytes(); }
   // Bytes one micro-batch's stash takes (one slot).
   int64_t stash_bytes_per_slot() const { return slot_elems_ * static_cast<int64_t>(sizeof(float)); }
 
@@ -127,7 +134,10 @@ class GPT {
   // such tensor an op writes is rounded to it (the CPU backend's 16-bit emulation); weight
   // gradients accumulate in fp32 and LayerNorm statistics and losses stay fp32. The
   // parameters' rounding is the optimizer's (master weights, optim.h).
-  void set_precision(Precision p) { prec_ = p; }
+  void set_precision(Precision p) {
+    prec_ = p;
+    tp_.set_precision(p);
+  }
   Precision precision() const { return prec_; }
   Recompute recompute() const { return recompute_; }
   // Sizes the activation storage for micro-batches of up to (B, T); training also keeps
@@ -174,6 +184,9 @@ class GPT {
   // Forward of layer l (params lw) from x into a; with `to_gelu` stop after the MLP's GELU
   // (what the backward needs: the full-recompute rematerialisation).
   void layer_forward(int l, const LayerPtrs& lw, const float* x, LayerActs& a, int64_t B, int64_t T, bool to_gelu);
+  // Backward of layer l (params lw, gradients lg) whose input was x: ws_.dres from d(output) to d(x).
+  void layer_backward(int l, const LayerPtrs& lw, const LayerPtrs& lg, const float* x, LayerActs& a, int64_t B,
+                      int64_t T);
   // Whether local layer i is fully recomputed.
   bool full_recompute(int i) const { return recompute_ == Recompute::kFull && (full_layers_ < 0 || i < full_layers_); }
   // The backward from the stage's top (the loss on the last stage, dy otherwise) to its input.
@@ -181,7 +194,7 @@ class GPT {
                        float loss_scale);
   void use_slot(int slot);  // makes slot `slot` current, allocating it on first use
   // The output head and loss over rows [0, N) of lnf, chunk by chunk; with dloss != 0 also
-  // dwte and dlnf (into ws_.dC).
+  // dwte and dlnf (into ws_.dC, summed over tp as far as head_.input_grad() leaves it).
   double head(const int32_t* targets, int64_t N, const float* wte, float* dwte, float dloss);
   void row_logits(const float* lnf_row, float* logits_out);
   void check_tokens(const int32_t* tokens, int64_t n, const char* what) const;
@@ -191,20 +204,25 @@ class GPT {
   Backend& backend_;
   std::unique_ptr<LocalParamStore> local_;
   ParamStore* store_ = nullptr;
-  TensorParallelOps* tp_ = nullptr;
-  int P_ = 1;  // tensor-parallel size
-  bool sp_ = false;
-  // Adds this micro-batch's LayerNorm gradients (partial over the rank's rows under sequence
-  // parallelism) summed over the tp ranks to dw, db.
-  void ln_backward_sp(float* dres, float* dw, float* db, const float* dout, const float* inp, const float* w,
-                      const float* mean, const float* rstd, int64_t rows, int64_t C);
+  // The tensor-parallel group and the layers that use it (one object per kind: they keep no
+  // per-layer state). Declared in this order: each layer holds a reference to tp_.
+  TensorParallel tp_;
+  SequenceParallelLayerNorm ln_;
+  ColumnParallelLinear column_;
+  RowParallelLinear row_;
+  VocabParallelEmbedding embedding_;
+  VocabParallelHead head_;
   void build_stash(Activations& A);
+  // Sizes and carves the workspace (and the tensor-parallel layers' scratch) for the reserved shape.
+  void build_workspace();
+  // Elements of one layer's stash without recompute, for micro-batches (B, T).
+  int64_t layer_stash_elems(int64_t B, int64_t T) const;
   std::vector<Activations> stash_;  // one per slot; allocated on first use
   Activations* cur_ = nullptr;      // the current slot's stash
   Workspace ws_;
   int64_t slot_elems_ = 0;
   bool acts_training_ = false;
-  bool acts_sp_ = false;
+  int64_t acts_rows_ = 0;  // rows of the residual stream held here at reserve()
   int acts_slots_ = 0;
   Recompute recompute_ = Recompute::kNone;
   Precision prec_ = Precision::kFp32;

@@ -1,7 +1,7 @@
 // TensorParallelOps over a Communicator (the tp axis group of the ProcessGrid).
 #pragma once
 #include "comm/communicator.h"
-#include "model/tp_ops.h"
+#include "parallel/tp/tp_ops.h"
 
 namespace weft {
 

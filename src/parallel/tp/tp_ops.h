@@ -1,10 +1,7 @@
-// The communication a tensor-parallel model needs (Megatron-LM, Shoeybi et al. 2019): the
-// model calls these at the seams of its split layers, and they undo each other between
-// forward and backward:
-//   column-parallel input:  identity in forward, all_reduce of the input gradient in backward
-//   row-parallel output:    all_reduce of the partial outputs in forward, identity in backward
-//   vocabulary-parallel embedding and cross-entropy: all_reduce (sum / max) of per-row values.
-// The model is unaware of the transport; src/parallel/tp implements this over a Communicator.
+// The collectives of the tensor-parallel group (Megatron-LM, Shoeybi et al. 2019), the
+// transport under the mappings and layers of this folder (mappings.h, layers.h): the model
+// never calls these; its parallel layers do. CommTensorParallel (tp_comm.h) implements them
+// over the tp axis's Communicator.
 #pragma once
 #include <cstdint>
 

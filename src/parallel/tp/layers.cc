@@ -1,0 +1,138 @@
+#include "parallel/tp/layers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace weft {
+
+void SequenceParallelLayerNorm::forward(float* out, float* mean, float* rstd, const float* x, const float* w,
+                                        const float* b, int64_t N, int64_t C) {
+  const int64_t Nl = tp_.local_rows(N);
+  float* y = tp_.sequence_parallel() ? tp_.rows() : out;  // this rank's rows
+  tp_.backend().layernorm_forward(y, mean, rstd, x, w, b, Nl, C, eps_);
+  tp_.round(y, Nl * C);
+  tp_.column_input_forward(y, out, N, C);
+}
+
+void SequenceParallelLayerNorm::backward(float* dx, float* dw, float* db, const float* dout, const float* x,
+                                         const float* w, const float* mean, const float* rstd, int64_t N, int64_t C) {
+  Backend& be = tp_.backend();
+  const int64_t Nl = tp_.local_rows(N);
+  if (!tp_.sequence_parallel()) {
+    be.layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, Nl, C);
+    return;
+  }
+  // This rank's rows' part of the weight gradient, summed over the ranks, then accumulated.
+  float* g = tp_.ln_grads();
+  std::memset(g, 0, static_cast<size_t>(2 * C) * sizeof(float));
+  be.layernorm_backward(dx, g, g + C, dout, x, w, mean, rstd, Nl, C);
+  tp_.all_reduce(g, 2 * C);
+  be.add(dw, dw, g, C);
+  be.add(db, db, g + C, C);
+}
+
+void ColumnParallelLinear::forward(float* out, const float* inp, const float* w, const float* b, int64_t N,
+                                   int64_t IN, int64_t OUTl) {
+  tp_.backend().matmul_forward(out, inp, w, b, N, IN, OUTl, false);
+  tp_.round(out, N * OUTl);
+}
+
+float* ColumnParallelLinear::backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                                      const float* w, int64_t N, int64_t IN, int64_t OUTl) {
+  tp_.backend().matmul_backward(dinp, dw, db, dout, inp, w, N, IN, OUTl);
+  tp_.column_input_backward_rows(dinp, N, IN);
+  return tp_.column_input_backward_scatter(dinp, N, IN);
+}
+
+void RowParallelLinear::forward(float* out, const float* res, const float* inp, const float* w, const float* b,
+                                int64_t N, int64_t INl, int64_t OUT) {
+  Backend& be = tp_.backend();
+  const int64_t Nl = tp_.local_rows(N);
+  if (tp_.size() == 1) {
+    // out = res + inp @ w + b: the residual add and the bias ride on the product.
+    be.add_bias(out, res, b, N, OUT);
+    be.matmul_forward(out, inp, w, nullptr, N, INl, OUT, true);
+  } else {
+    // The partial products summed over the ranks, then the bias once and the residual.
+    be.matmul_forward(tp_.partial(), inp, w, nullptr, N, INl, OUT, false);
+    float* y = tp_.row_output_forward(tp_.partial(), tp_.rows(), N, OUT);
+    be.add_bias(y, y, b, Nl, OUT);
+    be.add(out, res, y, Nl * OUT);
+  }
+  tp_.round(out, Nl * OUT);
+}
+
+void RowParallelLinear::backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                                 const float* w, int64_t N, int64_t INl, int64_t OUT) {
+  const float* dy = tp_.row_output_backward(dout, N, OUT);  // all N rows
+  tp_.backend().matmul_backward(dinp, dw, db, dy, inp, w, N, INl, OUT);
+  tp_.round(dinp, N * INl);
+}
+
+void VocabParallelEmbedding::forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                                     int64_t B, int64_t T, int64_t C) {
+  const int64_t N = B * T;
+  // The lookup's partial sums: in place, or (sequence parallel) in scratch, scattered to out.
+  float* partial = tp_.sequence_parallel() ? tp_.partial() : out;
+  tp_.backend().embedding_forward(partial, tokens, wte, tp_.rank() == 0 ? wpe : nullptr, B, T, C, v0_, rows_);
+  tp_.row_output_forward(partial, out, N, C);
+  tp_.round(out, tp_.local_rows(N) * C);
+}
+
+void VocabParallelEmbedding::backward(float* dwte, float* dwpe, const float* dy, const int32_t* tokens, int64_t B,
+                                      int64_t T, int64_t C) {
+  tp_.backend().embedding_backward(dwte, dwpe, dy, tokens, B, T, C, v0_, rows_);
+}
+
+VocabParallelHead::VocabParallelHead(TensorParallel& tp, int64_t V, int64_t Vp)
+    : tp_(tp), V_(V), Vp_(Vp), rows_(tp.part(Vp)), v0_(tp.rank() * rows_),
+      cols_(std::clamp<int64_t>(V - v0_, 0, rows_)) {}
+
+void VocabParallelHead::logits(float* logits, const float* x, const float* wte, int64_t rows, int64_t C) {
+  tp_.backend().gemm(false, true, rows, rows_, C, 1.0f, x, C, wte, C, 0.0f, logits, rows_);
+  tp_.round(logits, rows * rows_);
+}
+
+void VocabParallelHead::cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t rows,
+                                      float dloss, float* stats) {
+  Backend& be = tp_.backend();
+  if (tp_.size() == 1) {
+    be.softmax_cross_entropy(logits, losses, targets, rows, V_, rows_, dloss);
+    return;
+  }
+  float* mx = stats;
+  float* sm = stats + rows;  // sm and tl adjacent: one reduction
+  float* tl = stats + 2 * rows;
+  be.ce_row_max(logits, rows, rows_, cols_, mx);
+  tp_.all_reduce_max(mx, rows);
+  be.ce_row_sumexp(logits, rows, rows_, cols_, mx, sm);
+  be.ce_target_logit(logits, rows, rows_, cols_, targets, v0_, tl);
+  tp_.all_reduce(sm, 2 * rows);
+  for (int64_t i = 0; i < rows; ++i) losses[i] = std::log(sm[i]) + mx[i] - tl[i];
+  if (dloss != 0.0f) be.ce_grad(logits, rows, rows_, cols_, mx, sm, targets, v0_, dloss);
+}
+
+void VocabParallelHead::backward(float* dx, float* dwte, const float* dlogits, const float* x, const float* wte,
+                                 int64_t rows, int64_t C) {
+  Backend& be = tp_.backend();
+  be.gemm(true, false, rows_, C, rows, 1.0f, dlogits, rows_, x, C, 1.0f, dwte, C);
+  be.gemm(false, false, rows, C, rows_, 1.0f, dlogits, rows_, wte, C, 0.0f, dx, C);
+  tp_.column_input_backward_rows(dx, rows, C);
+}
+
+void VocabParallelHead::row_logits(float* out, const float* x, const float* wte, int64_t C) {
+  Backend& be = tp_.backend();
+  if (tp_.size() == 1) {
+    be.gemm(false, true, 1, V_, C, 1.0f, x, C, wte, C, 0.0f, out, V_);
+    return;
+  }
+  // This rank's columns in place among zeros, summed over the ranks: every column.
+  std::vector<float> all(static_cast<size_t>(Vp_), 0.0f);
+  be.gemm(false, true, 1, rows_, C, 1.0f, x, C, wte, C, 0.0f, all.data() + v0_, rows_);
+  tp_.all_reduce(all.data(), Vp_);
+  std::copy(all.begin(), all.begin() + V_, out);
+}
+
+}  // namespace weft

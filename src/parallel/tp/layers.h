@@ -1,0 +1,133 @@
+// Tensor-parallel layers (Megatron-LM core, megatron/core/tensor_parallel/layers.py and
+// cross_entropy.py; Shoeybi et al. 2019): each is the single-device op with the
+// communication pair of its region (mappings.h) around it, so that a model written for one
+// device uses them as it would use plain layers. With tp = 1 each is exactly the plain op (the
+// same backend calls in the same order); a rank never holds more than its part of a split
+// weight, and the model never sees a rank, a group size or a collective.
+//
+// Shapes: N = B*T rows, Nl = N/tp rows held here under sequence parallelism (else N), and
+// `l` marks this rank's part of a split size (OUTl = OUT/tp, Vl = Vp/tp). What a layer writes
+// is rounded to the storage precision (TensorParallel::round). The layers keep no state of
+// their own beyond a few sizes: every layer of a kind can share one object; they share the
+// group's scratch, one micro-batch (and one layer) at a time.
+#pragma once
+#include <cstdint>
+
+#include "parallel/tp/mappings.h"
+
+namespace weft {
+
+// LayerNorm in front of column-parallel layers (the sequence-parallel LayerNorm region): it
+// normalises the rows held here and hands the column-parallel products all N rows, all-gathered
+// under sequence parallelism (their input region's forward runs here, where the gathered rows
+// are produced and kept for the products' backward). Under sequence parallelism its weights see
+// only this rank's rows, so their gradient is summed over the ranks right away.
+class SequenceParallelLayerNorm {
+ public:
+  SequenceParallelLayerNorm(TensorParallel& tp, float eps) : tp_(tp), eps_(eps) {}
+  // out (N,C) all rows normalised; mean, rstd (Nl) of the rows held here; x (Nl,C). writes.
+  void forward(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b, int64_t N,
+               int64_t C);
+  // dx (Nl,C), dw, db (C) accumulate; dout (Nl,C): the gradient of this rank's rows of out,
+  // already summed over the ranks (ColumnParallelLinear::backward's result).
+  void backward(float* dx, float* dw, float* db, const float* dout, const float* x, const float* w,
+                const float* mean, const float* rstd, int64_t N, int64_t C);
+
+ private:
+  TensorParallel& tp_;
+  float eps_;
+};
+
+// Linear layer with its output columns split over the ranks (ColumnParallelLinear,
+// gather_output = false): out (N,OUTl) = inp (N,IN) @ w (IN,OUTl) + b (OUTl). Its input region
+// (identity / all-reduce of the input gradient; all-gather / reduce-scatter under sequence
+// parallelism) wraps it: the forward half runs where its input is produced
+// (SequenceParallelLayerNorm), the backward half here.
+class ColumnParallelLinear {
+ public:
+  explicit ColumnParallelLinear(TensorParallel& tp) : tp_(tp) {}
+  // writes out (N,OUTl).
+  void forward(float* out, const float* inp, const float* w, const float* b, int64_t N, int64_t IN, int64_t OUTl);
+  // dw (IN,OUTl), db (OUTl) accumulate; dinp (N,IN) is scratch for this rank's partial input
+  // gradient. Returns the input gradient summed over the ranks: this rank's rows (Nl,IN),
+  // in dinp or in the group's scratch.
+  float* backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w, int64_t N,
+                  int64_t IN, int64_t OUTl);
+
+ private:
+  TensorParallel& tp_;
+};
+
+// Linear layer with its input rows split over the ranks (RowParallelLinear,
+// input_is_parallel = true), followed by the residual add: out (Nl,OUT) = res (Nl,OUT) +
+// inp (N,INl) @ w (INl,OUT) + b (OUT). The partial products are summed over the ranks before
+// the bias and the residual (all-reduce; reduce-scatter to the rows held here under sequence
+// parallelism); with tp = 1 the residual and the bias ride on the product.
+class RowParallelLinear {
+ public:
+  explicit RowParallelLinear(TensorParallel& tp) : tp_(tp) {}
+  // writes out (Nl,OUT); out may alias neither res nor inp.
+  void forward(float* out, const float* res, const float* inp, const float* w, const float* b, int64_t N,
+               int64_t INl, int64_t OUT);
+  // dinp (N,INl) writes; dw (INl,OUT), db (OUT) accumulate; dout (Nl,OUT) the gradient of the
+  // rows of out held here (= that of res: the residual passes it on unchanged).
+  void backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w, int64_t N,
+                int64_t INl, int64_t OUT);
+
+ private:
+  TensorParallel& tp_;
+};
+
+// Token embedding with the vocabulary rows split over the ranks (VocabParallelEmbedding),
+// plus the learned positions: each rank looks up the tokens it holds (positions on rank 0),
+// and the lookups are summed like a row-parallel layer's partial outputs.
+class VocabParallelEmbedding {
+ public:
+  // Vp: padded vocabulary; this rank holds wte rows [v0(), v0() + vocab_rows()).
+  VocabParallelEmbedding(TensorParallel& tp, int64_t Vp) : tp_(tp), rows_(tp.part(Vp)), v0_(tp.rank() * rows_) {}
+  int64_t v0() const { return v0_; }
+  int64_t vocab_rows() const { return rows_; }
+  // out (Nl,C) = wte[tokens] + wpe[t] for the rows held here; tokens (B,T). writes (rounded).
+  void forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B, int64_t T, int64_t C);
+  // The gradient of all B*T rows of the lookup from that of the rows held here, dout (Nl,C).
+  const float* output_grad(const float* dout, int64_t N, int64_t C) { return tp_.row_output_backward(dout, N, C); }
+  // dwte (rows held here), dwpe accumulate the lookup's gradient dy (B,T,C) from output_grad().
+  void backward(float* dwte, float* dwpe, const float* dy, const int32_t* tokens, int64_t B, int64_t T, int64_t C);
+
+ private:
+  TensorParallel& tp_;
+  int64_t rows_, v0_;
+};
+
+// The output head with the vocabulary split over the ranks: logits against this rank's rows of
+// the tied embedding wte (a column-parallel product over the vocabulary, its input region that
+// of ColumnParallelLinear) and the vocabulary-parallel cross-entropy (vocab_parallel_cross_entropy):
+// the row max, then the sums of exp and the target logit, each reduced over the ranks, so that
+// no rank ever holds a whole row of logits. Rows are processed in chunks (the caller's).
+class VocabParallelHead {
+ public:
+  // V real and Vp padded vocabulary; this rank holds columns [v0, v0 + vocab_rows()).
+  VocabParallelHead(TensorParallel& tp, int64_t V, int64_t Vp);
+  int64_t vocab_rows() const { return rows_; }
+  // logits (rows,Vl) = x (rows,C) @ wte (Vl,C)^T. writes (rounded).
+  void logits(float* logits, const float* x, const float* wte, int64_t rows, int64_t C);
+  // losses (rows) = -log softmax(logits)[target] over the whole vocabulary, writes; with
+  // dloss != 0 the logits become dlogits * dloss in place (0 on padding). stats (3*rows):
+  // scratch for the row statistics.
+  void cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t rows, float dloss, float* stats);
+  // From dlogits (rows,Vl): dwte (Vl,C) accumulates dlogits^T x; dx (rows,C) = dlogits wte,
+  // summed over the ranks where that can happen chunk by chunk (column_input_backward_rows).
+  void backward(float* dx, float* dwte, const float* dlogits, const float* x, const float* wte, int64_t rows,
+                int64_t C);
+  // After backward() covered all N rows of dx (N,C): the input gradient of this rank's rows
+  // (Nl,C), in dx or in the group's scratch.
+  float* input_grad(float* dx, int64_t N, int64_t C) { return tp_.column_input_backward_scatter(dx, N, C); }
+  // out (V) = the logits of one row x (C), every vocabulary entry (generation).
+  void row_logits(float* out, const float* x, const float* wte, int64_t C);
+
+ private:
+  TensorParallel& tp_;
+  int64_t V_, Vp_, rows_, v0_, cols_;  // cols_: real (not padding) columns held here
+};
+
+}  // namespace weft

@@ -1,0 +1,93 @@
+#include "parallel/tp/mappings.h"
+
+#include <utility>
+
+#include "core/error.h"
+
+namespace weft {
+
+TensorParallel::TensorParallel(Backend& backend, int size, int rank) : be_(backend), size_(size), rank_(rank) {
+  WEFT_CHECK(size >= 1 && rank >= 0 && rank < size, "tensor-parallel rank {} of {}", rank, size);
+}
+
+void TensorParallel::set_ops(TensorParallelOps* ops, bool sequence_parallel) {
+  ops_ = ops;
+  sp_ = sequence_parallel && size_ > 1;
+}
+
+void TensorParallel::check_rows(int64_t B, int64_t T) const {
+  if (sp_ && (B * T) % size_ != 0) {
+    throw_input("sequence parallelism: micro-batch {} x sequence {} = {} tokens are not divisible by tp {}", B, T,
+                B * T, size_);
+  }
+}
+
+void TensorParallel::check_ready() const {
+  WEFT_CHECK(size_ == 1 || (ops_ != nullptr && ops_->size() == size_), "tensor-parallel size {} needs set_tp()",
+             size_);
+}
+
+void TensorParallel::reserve(int64_t N, int64_t C) {
+  const int64_t total = 2 * C + (size_ > 1 ? N * C : 0) + (sp_ ? local_rows(N) * C : 0);
+  scratch_.resize(static_cast<size_t>(total));
+  float* p = scratch_.data();
+  auto take = [&p](int64_t n) { return std::exchange(p, p + n); };
+  ln_grads_ = take(2 * C);
+  partial_ = size_ > 1 ? take(N * C) : nullptr;
+  rows_ = sp_ ? take(local_rows(N) * C) : nullptr;
+}
+
+void TensorParallel::release() {
+  scratch_.resize(0);
+  partial_ = rows_ = ln_grads_ = nullptr;
+}
+
+void TensorParallel::all_reduce(float* x, int64_t n) {
+  if (size_ > 1) ops_->all_reduce_sum(x, n);
+}
+
+void TensorParallel::all_reduce_max(float* x, int64_t n) {
+  if (size_ > 1) ops_->all_reduce_max(x, n);
+}
+
+void TensorParallel::all_gather(const float* local, float* whole, int64_t N, int64_t C) {
+  if (size_ > 1) ops_->all_gather(local, whole, N / size_ * C);
+}
+
+void TensorParallel::reduce_scatter(const float* whole, float* local, int64_t N, int64_t C) {
+  if (size_ > 1) ops_->reduce_scatter(whole, local, N / size_ * C);
+}
+
+void TensorParallel::column_input_forward(const float* local, float* whole, int64_t N, int64_t C) {
+  if (sp_) all_gather(local, whole, N, C);  // gather_from_sequence_region; else copy_to_region
+}
+
+void TensorParallel::column_input_backward_rows(float* d, int64_t rows, int64_t C) {
+  if (sp_) return;  // the reduce-scatter waits for every row
+  all_reduce(d, rows * C);  // copy_to_region's backward
+  round(d, rows * C);
+}
+
+float* TensorParallel::column_input_backward_scatter(float* d, int64_t N, int64_t C) {
+  if (!sp_) return d;
+  reduce_scatter(d, rows_, N, C);  // gather_from_sequence_region's backward
+  round(rows_, local_rows(N) * C);
+  return rows_;
+}
+
+float* TensorParallel::row_output_forward(float* partial, float* local, int64_t N, int64_t C) {
+  if (!sp_) {
+    all_reduce(partial, N * C);  // reduce_from_region
+    return partial;
+  }
+  reduce_scatter(partial, local, N, C);  // reduce_scatter_to_sequence_region
+  return local;
+}
+
+const float* TensorParallel::row_output_backward(const float* d, int64_t N, int64_t C) {
+  if (!sp_) return d;  // reduce_from_region's backward
+  all_gather(d, partial_, N, C);  // reduce_scatter_to_sequence_region's backward
+  return partial_;
+}
+
+}  // namespace weft

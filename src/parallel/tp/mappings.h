@@ -1,0 +1,112 @@
+// The tensor-parallel group as the parallel layers (layers.h) see it, and its communication
+// as Megatron-LM core writes it (megatron/core/tensor_parallel/mappings.py): pairs of
+// collectives, each the conjugate of the other between forward and backward.
+//
+//   mapping                             forward          backward
+//   copy_to_region                      identity         all-reduce (sum)
+//   reduce_from_region                  all-reduce       identity
+//   gather_from_sequence_region         all-gather       reduce-scatter
+//   reduce_scatter_to_sequence_region   reduce-scatter   all-gather
+//
+// There is no autograd here: the layer that runs a mapping's forward runs its conjugate in its
+// own backward. The layers meet the mappings through two regions, each picking its pair by
+// sequence parallelism (Korthikanti et al. 2022: the LayerNorm/residual stretch between the
+// tensor-parallel blocks holds only Nl = N/tp of the N = B*T token rows on each rank):
+//   the input of a column-parallel layer   copy_to_region,     or gather_from_sequence_region
+//   the output of a row-parallel layer     reduce_from_region, or reduce_scatter_to_sequence_region
+// With tp = 1 every mapping is the identity and no collective is called.
+//
+// The group also holds what its layers share: the storage precision they round their outputs
+// to, and the scratch of one micro-batch (counted as workspace, see reserve()).
+#pragma once
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "core/buffer.h"
+#include "core/precision.h"
+#include "parallel/tp/tp_ops.h"
+
+namespace weft {
+
+class TensorParallel {
+ public:
+  // This process holds part `rank` of `size` of every split tensor.
+  TensorParallel(Backend& backend, int size, int rank);
+  // The group's collectives (needed when size > 1) and whether the regions between the
+  // tensor-parallel blocks are sequence-parallel (only with size > 1).
+  void set_ops(TensorParallelOps* ops, bool sequence_parallel);
+  void set_precision(Precision p) { prec_ = p; }
+
+  Backend& backend() const { return be_; }
+  int size() const { return size_; }
+  int rank() const { return rank_; }
+  bool sequence_parallel() const { return sp_; }
+  // This rank's share of a split dimension (heads, channels, MLP width, vocabulary).
+  int64_t part(int64_t n) const { return n / size_; }
+  // Rows of an N-row activation held here between the tensor-parallel blocks.
+  int64_t local_rows(int64_t N) const { return sp_ ? N / size_ : N; }
+  // InputError unless N = B*T rows split evenly over the ranks (sequence parallelism).
+  void check_rows(int64_t B, int64_t T) const;
+  // Fails unless the collectives are there when size > 1.
+  void check_ready() const;
+  // x (n) rounded in place to the storage precision (what every layer does to what it writes).
+  void round(float* x, int64_t n) const {
+    if (prec_ != Precision::kFp32) be_.round_to(x, n, prec_);
+  }
+
+  // Scratch of one micro-batch of up to N rows of C channels, shared by the layers: the
+  // partial sums of a row-parallel product (N,C; tp > 1), this rank's rows of a region
+  // (Nl,C; sequence parallel), and a LayerNorm's weight gradient (2C). release() frees it
+  // (so that a caller re-sizing several buffers frees them all before allocating any).
+  void reserve(int64_t N, int64_t C);
+  void release();
+  int64_t scratch_bytes() const { return static_cast<int64_t>(scratch_.bytes()); }
+  float* partial() const { return partial_; }
+  float* rows() const { return rows_; }
+  float* ln_grads() const { return ln_grads_; }
+
+  // --- the mappings (each call is the identity when tp = 1) ---
+  // copy_to_region backward = reduce_from_region forward: x (n) summed over the ranks.
+  void all_reduce(float* x, int64_t n);
+  // Row maxima of a vocabulary-parallel cross-entropy: x (n) max over the ranks.
+  void all_reduce_max(float* x, int64_t n);
+  // gather_from_sequence_region forward = reduce_scatter_to_sequence_region backward:
+  // local (Nl,C) -> whole (N,C).
+  void all_gather(const float* local, float* whole, int64_t N, int64_t C);
+  // gather_from_sequence_region backward = reduce_scatter_to_sequence_region forward:
+  // partial sums whole (N,C) -> this rank's rows of the sum, local (Nl,C).
+  void reduce_scatter(const float* whole, float* local, int64_t N, int64_t C);
+
+  // --- the input region of a column-parallel layer: every rank needs all N rows ---
+  // Forward: local (Nl,C) -> whole (N,C); local == whole without sequence parallelism.
+  void column_input_forward(const float* local, float* whole, int64_t N, int64_t C);
+  // Backward, in two phases so that a layer computed chunk by chunk (the output head) can
+  // reduce each chunk as soon as it is complete. The rows phase: a complete block of rows of
+  // the partial input gradient d (rows,C) summed over the ranks (all-reduce) and rounded; under
+  // sequence parallelism nothing (the reduce-scatter needs every row).
+  void column_input_backward_rows(float* d, int64_t rows, int64_t C);
+  // The scatter phase, after the rows phase covered all N rows: returns this rank's rows
+  // (Nl,C) of the input gradient; under sequence parallelism the reduce-scatter of d (N,C)
+  // into scratch, rounded; otherwise d itself.
+  float* column_input_backward_scatter(float* d, int64_t N, int64_t C);
+
+  // --- the output region of a row-parallel layer (and of the vocabulary-parallel lookup) ---
+  // Forward: the partial sums (N,C) of every rank -> the rows held here (Nl,C) of their sum:
+  // all-reduce in place (returns partial), or under sequence parallelism reduce-scatter into
+  // `local` (returns local).
+  float* row_output_forward(float* partial, float* local, int64_t N, int64_t C);
+  // Backward: the gradient of the rows held here d (Nl,C) -> of all N rows: d itself, or
+  // under sequence parallelism its all-gather into scratch.
+  const float* row_output_backward(const float* d, int64_t N, int64_t C);
+
+ private:
+  Backend& be_;
+  TensorParallelOps* ops_ = nullptr;
+  int size_ = 1, rank_ = 0;
+  bool sp_ = false;
+  Precision prec_ = Precision::kFp32;
+  Buffer<float> scratch_{0, MemCategory::kWorkspace};
+  float *partial_ = nullptr, *rows_ = nullptr, *ln_grads_ = nullptr;
+};
+
+}  // namespace weft
