@@ -78,30 +78,25 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk, int s
       (head_chunk == 0 || head_chunk == ws_.head_chunk)) {
     return;
   }
-  const int64_t N = B * T, C = c.n_embd, NH = tp_.part(c.n_head), Vp = head_.vocab_rows();
-  if (head_chunk <= 0) {
-    // About 2^25 logits (128 MiB) at a time, rounded down to a multiple of 256 rows: big
-    // enough for efficient products, small enough to stay near the caches (measured best
-    // on 2 cores for Vp = 50304: 512 rows, 6% faster than 667 and 40% faster than 2048).
-    head_chunk = std::max<int64_t>(256, (int64_t{1} << 25) / Vp / 256 * 256);
-  }
-  head_chunk = std::min(head_chunk, N);
   tp_.check_rows(B, T);
-  const int nl = layout_.num_layers();  // this pipeline stage's layers
-  const bool head = layout_.stage().head;
-  const int64_t Nl = tp_.local_rows(N);  // rows of the residual stream held here
-  const int64_t att = B * NH * T * T, layer_none = layer_stash_elems(B, T);
-  // Stash of one micro-batch (elements): see build_stash.
-  slot_elems_ = Nl * C + (head ? N * C + 2 * Nl : 0);
-  for (int i = 0; i < nl; ++i) {
-    if (!training || recompute_ == Recompute::kNone || (recompute_ == Recompute::kFull && !full_recompute(i))) {
-      slot_elems_ += layer_none;
-    } else if (recompute_ == Recompute::kSelective) {
-      slot_elems_ += layer_none - att;
-    } else {
-      slot_elems_ += Nl * C;  // full: the layer's output only
-    }
-  }
+  // The sizes come from the model's one description (model/gpt_description.h), which the
+  // planner reads too; build_stash and build_workspace carve exactly that much.
+  GptRunSpec spec;
+  spec.model = c;
+  spec.B = B;
+  spec.T = T;
+  spec.tp = tp_.size();
+  spec.sequence_parallel = tp_.sequence_parallel();
+  spec.recompute = recompute_;
+  spec.recompute_layers = full_layers_;
+  spec.precision = prec_;
+  spec.head_chunk = head_chunk;
+  spec.stage = layout_.stage();
+  spec.training = training;
+  const GptDescription d(spec);
+  head_chunk = d.head_chunk();
+  slot_elems_ = d.stash_elems();
+  const int64_t Nl = tp_.local_rows(B * T);  // rows of the residual stream held here
   acts_training_ = training;
   acts_rows_ = Nl;
   acts_slots_ = slots;
