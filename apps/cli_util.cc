@@ -5,7 +5,6 @@
 
 #include "ckpt/checkpoint.h"
 #include "core/buffer.h"
-#include "core/error.h"
 #include "train/config.h"
 #include "train/engine_config.h"
 #include "train/trainer.h"
@@ -60,9 +59,7 @@ EngineConfig layout_engine_config(const LayoutOptions& o, const EngineRequest& r
   const int64_t dp = o.dp > 0 ? o.dp : std::max<int64_t>(1, world_size / tp_pp);
   cfg.global_batch = r.per_replica ? r.batch * dp : r.batch;
   cfg.micro_batch = o.micro_batch > 0 ? o.micro_batch : std::max<int64_t>(1, cfg.global_batch / dp);
-  if (cfg.micro_batch <= 0 || cfg.global_batch % cfg.micro_batch != 0) {
-    throw_input("--micro-batch {} does not divide the batch of {} sequences", cfg.micro_batch, cfg.global_batch);
-  }
+  // A micro-batch that does not divide the batch is refused by the layout rules (engine_config).
   EngineConfig ec = engine_config(cfg, r.model, world_size);
   ec.training = r.training;
   return ec;

@@ -162,7 +162,6 @@ void Engine::restore_counters(int64_t optimizer_steps, double loss_scale, int64_
 // This rank's micro-batches of the step, through the pipeline or one after another; returns
 // this rank's token-loss sum.
 double Engine::run_micro_batches(const BatchFn& batch, float loss_scale, PipeStepStats& pipe) {
-  double loss_sum = 0.0;
   if (runtime_) {
     std::vector<std::unique_ptr<PipeAdapter>> adapters;
     std::vector<PipeChunk*> view;
@@ -171,8 +170,9 @@ double Engine::run_micro_batches(const BatchFn& batch, float loss_scale, PipeSte
       view.push_back(adapters.back().get());
     }
     pipe = runtime_->run_step(view);
-    return loss_sum + pipe.loss_sum;
+    return pipe.loss_sum;
   }
+  double loss_sum = 0.0;
   const int64_t B = cfg_.micro_batch, T = cfg_.seq;
   GPT& model = *chunks_[0]->model;
   DataParallel& store = *chunks_[0]->store;
