@@ -10,9 +10,13 @@
 #include <string>
 #include <thread>
 
+#include "backend/registry.h"
 #include "comm/world.h"
 #include "commands.h"
 #include "core/error.h"
+#if WEFT_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 using namespace weft;
 
@@ -77,6 +81,9 @@ int run_command(CLI::App& app, int argc, char** argv, Communicator& world) {
 
 int main(int argc, char** argv) {
   CLI::App app{"weft"};
+#if WEFT_HAVE_CUDA
+  register_backend("cuda", [] { return std::unique_ptr<Backend>(cuda::make_cuda_backend()); });
+#endif
   // Under mpirun/srun every rank runs this; otherwise a single process that never touches MPI.
   std::unique_ptr<Communicator> world;
   try {
