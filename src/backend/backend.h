@@ -175,6 +175,9 @@ class Backend {
                              const float* max, float* sum) = 0;
   virtual void ce_target_logit(const float* logits, int64_t N, int64_t ld, int64_t cols,
                                const int32_t* targets, int64_t v0, float* tl) = 0;
+  // The token losses from the reduced statistics: losses[i] = log(sum[i]) + max[i] - tl[i]
+  // (n rows). writes.
+  virtual void ce_loss(float* losses, const float* max, const float* sum, const float* tl, int64_t n) = 0;
   virtual void ce_grad(float* logits, int64_t N, int64_t ld, int64_t cols, const float* max,
                        const float* sum, const int32_t* targets, int64_t v0, float dloss) = 0;
 

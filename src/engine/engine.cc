@@ -67,7 +67,7 @@ Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
     rc.message = (sp ? cfg.micro_batch * cfg.seq / spec.tp : cfg.micro_batch * cfg.seq) * cfg.model.n_embd;
     // With sequence parallelism a rank's rows are its slice already.
     rc.scatter_gather = spec.tp > 1 && !sp;
-    runtime_ = std::make_unique<PipelineRuntime>(grid_->comm(Axis::kPp), grid_->comm(Axis::kTp), rc);
+    runtime_ = std::make_unique<PipelineRuntime>(grid_->comm(Axis::kPp), grid_->comm(Axis::kTp), backend_, rc);
   }
   inputs_.resize(static_cast<size_t>(cfg.micro_batch * cfg.seq));
   targets_.resize(inputs_.size());

@@ -3,12 +3,21 @@
 // from the chunks, tensor-parallel parts and ZeRO shards of every rank.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "core/buffer.h"
 #include "core/error.h"
 #include "engine/engine_chunk.h"
 
 namespace weft {
+
+namespace {
+// x (n, host memory) rounded to the storage precision, as Backend::round_to rounds device memory.
+void round_host(float* x, int64_t n, Precision p) {
+  if (p == Precision::kFp32) return;
+  for (int64_t i = 0; i < n; ++i) x[i] = round_to(p, x[i]);
+}
+}  // namespace
 
 void Engine::to_local(const Chunk& ch, const float* whole, float* local) const {
   if (cfg_.grid.tp == 1 && cfg_.grid.pp == 1) {
@@ -69,7 +78,7 @@ void Engine::to_whole_model(const std::function<void(Chunk&, float*)>& local, fl
 // optimizer keeps the fp32 values of its range as master weights, the model the rounded ones.
 void Engine::load_params(Chunk& ch, float* fp32) {
   if (ch.optim) ch.optim->use_master_weights(cfg_.precision, fp32 + ch.optim->begin(), /*from_host=*/true);
-  backend_.round_to(fp32, ch.n(), cfg_.precision);
+  round_host(fp32, ch.n(), cfg_.precision);
   ch.store->load_full_params(fp32);
 }
 
@@ -77,8 +86,11 @@ void Engine::init_params(uint64_t seed) {
   for (auto& chp : chunks_) {
     Chunk& ch = *chp;
     if (cfg_.data_parallel.zero == 3) {
-      init_params_range(ch.model->layout(), seed, ch.store->shard_begin(), ch.store->shard_end(),
-                        ch.store->opt_params());
+      // This rank's shard only: computed on the host, uploaded into the store's shard.
+      const int64_t n = ch.store->shard_end() - ch.store->shard_begin();
+      std::vector<float> shard(static_cast<size_t>(n));
+      init_params_range(ch.model->layout(), seed, ch.store->shard_begin(), ch.store->shard_end(), shard.data());
+      backend_.copy_to_device(ch.store->opt_params(), 0, shard.data(), static_cast<size_t>(n) * sizeof(float));
       if (ch.optim) ch.optim->use_master_weights(cfg_.precision, ch.store->opt_params(), /*from_host=*/false);
       backend_.round_to(ch.store->opt_params(), ch.store->shard_end() - ch.store->shard_begin(), cfg_.precision);
     } else {

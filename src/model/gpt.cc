@@ -10,10 +10,12 @@
 
 namespace weft {
 
-LocalParamStore::LocalParamStore(const ParamLayout& layout)
+LocalParamStore::LocalParamStore(const ParamLayout& layout, Backend& backend)
     : layout_(layout),
-      params_(static_cast<size_t>(layout.total()), MemCategory::kParams),
-      grads_(static_cast<size_t>(layout.total()), MemCategory::kGrads, true) {}
+      params_(backend, DType::kF32, layout.total(), MemCategory::kParams),
+      grads_(backend, DType::kF32, layout.total(), MemCategory::kGrads) {
+  grads_.zero();
+}
 
 GPT::GPT(const ModelConfig& cfg, Backend& backend, bool local_store, int tp_size, int tp_rank, const StageSpec& stage)
     : layout_(cfg, tp_size, tp_rank, stage),
@@ -25,9 +27,35 @@ GPT::GPT(const ModelConfig& cfg, Backend& backend, bool local_store, int tp_size
       embedding_(tp_, cfg.padded_vocab),
       head_(tp_, cfg.vocab_size, cfg.padded_vocab) {
   if (local_store) {
-    local_ = std::make_unique<LocalParamStore>(layout_);
+    local_ = std::make_unique<LocalParamStore>(layout_, backend_);
     store_ = local_.get();
   }
+}
+
+void GPT::init(uint64_t seed) {
+  std::vector<float> host(static_cast<size_t>(layout_.total()));
+  init_params(layout_, seed, host.data());
+  upload_params(host.data());
+}
+
+void GPT::upload_params(const float* host) {
+  WEFT_CHECK(local_ != nullptr, "upload_params without a local store");
+  backend_.copy_to_device(params(), 0, host, static_cast<size_t>(layout_.total()) * sizeof(float));
+}
+
+void GPT::download_params(float* host) {
+  WEFT_CHECK(local_ != nullptr, "download_params without a local store");
+  backend_.copy_to_host(host, params(), 0, static_cast<size_t>(layout_.total()) * sizeof(float));
+}
+
+void GPT::download_grads(float* host) {
+  WEFT_CHECK(local_ != nullptr, "download_grads without a local store");
+  backend_.copy_to_host(host, grads(), 0, static_cast<size_t>(layout_.total()) * sizeof(float));
+}
+
+void GPT::zero_grads() {
+  WEFT_CHECK(local_ != nullptr, "zero_grads without a local store");
+  backend_.fill(grads(), DType::kF32, 0, layout_.total(), 0.0f);
 }
 
 double GPT::train_flops_per_token(const ModelConfig& c, int64_t T) { return GptDescription::train_flops_per_token(c, T); }
@@ -135,10 +163,17 @@ void GPT::build_workspace() {
   if (training) total += Nl * C + N * C + N * 3 * Cl + N * F;
   if (any_recompute) total += att;
   if (any_full) total += layer_none - att - Nl * C;
-  tp_.release();  // both buffers go before either is allocated again
-  ws_.storage.resize(static_cast<size_t>(total));
+  const int64_t ntok = (layout_.stage().embedding ? N : 0) + (head ? N : 0);  // token ids
+  tp_.release();  // every buffer goes before any is allocated again
+  ws_.storage = DeviceBuffer();
+  ws_.tokens = DeviceBuffer();
+  ws_.storage = DeviceBuffer(backend_, DType::kF32, total, MemCategory::kWorkspace);
+  ws_.tokens = DeviceBuffer(backend_, DType::kI32, ntok, MemCategory::kWorkspace);
   tp_.reserve(N, C);
-  float* p = ws_.storage.data();
+  int32_t* tok = ws_.tokens.data<int32_t>();
+  ws_.inputs = layout_.stage().embedding ? std::exchange(tok, tok + N) : nullptr;
+  ws_.targets = head ? std::exchange(tok, tok + N) : nullptr;
+  float* p = ws_.storage.data<float>();
   auto take = [&p](int64_t n) { return std::exchange(p, p + n); };
   ws_.losses = head ? take(N) : nullptr;
   ws_.logits = head ? take(head_chunk * Vp) : nullptr;
@@ -152,7 +187,8 @@ void GPT::build_workspace() {
   if (any_full) {
     carve_layer(ws_.layer, take, N, Nl, C, Cl, F, ws_.att, false);
   }
-  WEFT_CHECK(p == ws_.storage.data() + total, "workspace layout {} != {}", p - ws_.storage.data(), total);
+  WEFT_CHECK(p == ws_.storage.data<float>() + total, "workspace layout {} != {}", p - ws_.storage.data<float>(),
+             total);
 }
 
 void GPT::build_stash(Activations& A) {
@@ -160,8 +196,8 @@ void GPT::build_stash(Activations& A) {
   const int64_t B = ws_.B, T = ws_.T, N = B * T, C = c.n_embd, F = tp_.part(c.ffn), NH = tp_.part(c.n_head);
   const int64_t Cl = tp_.part(C), Nl = acts_rows_;
   const int nl = layout_.num_layers();
-  A.storage.resize(static_cast<size_t>(slot_elems_));
-  float* p = A.storage.data();
+  A.storage = DeviceBuffer(backend_, DType::kF32, slot_elems_, MemCategory::kActivations);
+  float* p = A.storage.data<float>();
   auto take = [&p](int64_t n) { return std::exchange(p, p + n); };
   A.encoded = take(Nl * C);
   A.layers.resize(static_cast<size_t>(nl));
@@ -180,7 +216,8 @@ void GPT::build_stash(Activations& A) {
     A.lnf_mean = take(Nl);
     A.lnf_rstd = take(Nl);
   }
-  WEFT_CHECK(p == A.storage.data() + slot_elems_, "activation layout {} != {}", p - A.storage.data(), slot_elems_);
+  WEFT_CHECK(p == A.storage.data<float>() + slot_elems_, "activation layout {} != {}", p - A.storage.data<float>(),
+             slot_elems_);
 }
 
 void GPT::check_tokens(const int32_t* tokens, int64_t n, const char* what) const {
@@ -192,6 +229,17 @@ void GPT::check_tokens(const int32_t* tokens, int64_t n, const char* what) const
   }
 }
 
+void GPT::upload_tokens(const int32_t* inputs, const int32_t* targets, int64_t n) {
+  if (inputs != nullptr && ws_.inputs != nullptr) {
+    check_tokens(inputs, n, "input");
+    backend_.copy_to_device(ws_.inputs, 0, inputs, static_cast<size_t>(n) * sizeof(int32_t));
+  }
+  if (targets != nullptr && ws_.targets != nullptr) {
+    check_tokens(targets, n, "target");
+    backend_.copy_to_device(ws_.targets, 0, targets, static_cast<size_t>(n) * sizeof(int32_t));
+  }
+}
+
 void GPT::check_shape(int64_t B, int64_t T, bool training) const {
   WEFT_CHECK(cur_ != nullptr && B <= ws_.B && T <= ws_.T && B * T * T <= ws_.B * ws_.T * ws_.T,
              "micro-batch ({}, {}) exceeds the reserved ({}, {})", B, T, ws_.B, ws_.T);
@@ -200,7 +248,7 @@ void GPT::check_shape(int64_t B, int64_t T, bool training) const {
   tp_.check_rows(B, T);
 }
 
-void GPT::forward_blocks(const int32_t* inputs, int64_t B, int64_t T) {
+void GPT::forward_blocks(int64_t B, int64_t T) {
   WEFT_CHECK(store_ != nullptr, "GPT has no parameter store");
   tp_.check_ready();
   const ModelConfig& c = config();
@@ -213,7 +261,7 @@ void GPT::forward_blocks(const int32_t* inputs, int64_t B, int64_t T) {
     layout_.embedding_ptrs(const_cast<float*>(st.acquire(0)), &wte, &wpe);  // held to the end
   }
   // On a later pipeline stage cur_->encoded holds the activation received from the previous one.
-  if (first) embedding_.forward(cur_->encoded, inputs, wte, wpe, B, T, C);
+  if (first) embedding_.forward(cur_->encoded, ws_.inputs, wte, wpe, B, T, C);
   const float* x = cur_->encoded;
   for (int l = l0; l < l0 + nl; ++l) {
     const LayerPtrs lw = layout_.layer_ptrs(l, const_cast<float*>(st.acquire(l + 1)));
@@ -250,7 +298,7 @@ void GPT::layer_forward(int l, const LayerPtrs& lw, const float* x, LayerActs& a
   row_.forward(a.res3, a.res2, a.fch_gelu, lw.fcprojw, lw.fcprojb, N, F, C);
 }
 
-double GPT::head(const int32_t* targets, int64_t N, const float* wte, float* dwte, float dloss) {
+double GPT::head(int64_t N, const float* wte, float* dwte, float dloss) {
   const int64_t C = config().n_embd;
   // Chunk by chunk: logits -> loss (and, training, dlogits in place -> dwte += dlogits^T lnf,
   // dlnf = dlogits wte). The full (N, Vp) logits never exist.
@@ -258,23 +306,25 @@ double GPT::head(const int32_t* targets, int64_t N, const float* wte, float* dwt
     const int64_t rows = std::min(ws_.head_chunk, N - r0);
     const float* lnf = cur_->lnf + r0 * C;
     head_.logits(ws_.logits, lnf, wte, rows, C);
-    head_.cross_entropy(ws_.logits, ws_.losses + r0, targets + r0, rows, dloss, ws_.stats);
+    head_.cross_entropy(ws_.logits, ws_.losses + r0, ws_.targets + r0, rows, dloss, ws_.stats);
     if (dloss != 0.0f) head_.backward(ws_.dC + r0 * C, dwte, ws_.logits, lnf, wte, rows, C);
   }
+  // The token losses back on the host, summed there in order (double).
+  host_losses_.resize(static_cast<size_t>(N));
+  backend_.copy_to_host(host_losses_.data(), ws_.losses, 0, static_cast<size_t>(N) * sizeof(float));
   double s = 0.0;
-  for (int64_t i = 0; i < N; ++i) s += ws_.losses[i];
+  for (int64_t i = 0; i < N; ++i) s += host_losses_[static_cast<size_t>(i)];
   return s;
 }
 
 float GPT::forward_loss(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) {
   WEFT_CHECK(layout_.stage().embedding && layout_.stage().head, "forward_loss needs the whole model");
   check_shape(B, T, false);
-  check_tokens(inputs, B * T, "input");
-  check_tokens(targets, B * T, "target");
-  forward_blocks(inputs, B, T);
+  upload_tokens(inputs, targets, B * T);
+  forward_blocks(B, T);
   const int64_t N = B * T;
   const float* wte = store_->acquire(0);  // still held from forward_blocks
-  const double s = head(targets, N, wte, nullptr, 0.0f);
+  const double s = head(N, wte, nullptr, 0.0f);
   store_->release(0);  // the extra acquire above
   store_->release(config().n_layer + 1);
   store_->release(0);
@@ -285,15 +335,13 @@ float GPT::forward_backward(const int32_t* inputs, const int32_t* targets, int64
                             float loss_scale) {
   WEFT_CHECK(layout_.stage().embedding && layout_.stage().head, "forward_backward needs the whole model; a pipeline stage uses stage_forward/stage_backward");
   check_shape(B, T, true);
-  check_tokens(inputs, B * T, "input");
-  check_tokens(targets, B * T, "target");
-  forward_blocks(inputs, B, T);
-  const double loss_sum = backward_part(inputs, targets, nullptr, B, T, loss_scale);
+  upload_tokens(inputs, targets, B * T);
+  forward_blocks(B, T);
+  const double loss_sum = backward_part(nullptr, B, T, loss_scale);
   return static_cast<float>(loss_sum / static_cast<double>(B * T));
 }
 
-double GPT::backward_part(const int32_t* inputs, const int32_t* targets, const float* dy, int64_t B, int64_t T,
-                          float loss_scale) {
+double GPT::backward_part(const float* dy, int64_t B, int64_t T, float loss_scale) {
   const ModelConfig& c = config();
   const int64_t N = B * T, C = c.n_embd;
   const int64_t Nl = tp_.local_rows(N);  // rows of the residual stream held here
@@ -309,16 +357,16 @@ double GPT::backward_part(const int32_t* inputs, const int32_t* targets, const f
   }
   if (!last) {
     // a pipeline stage before the last: the gradient of its output came from the next stage
-    std::memcpy(ws_.dres, dy, static_cast<size_t>(Nl * C) * sizeof(float));
+    backend_.copy_device(ws_.dres, 0, dy, 0, static_cast<size_t>(Nl * C) * sizeof(float));
   } else {
-    loss_sum = head(targets, N, wte, dwte, loss_scale);
+    loss_sum = head(N, wte, dwte, loss_scale);
     st.head_done();
     const float* x_last = nl > 0 ? cur_->layers.back().res3 : cur_->encoded;
     float *lnfw, *lnfb, *dlnfw, *dlnfb;
     layout_.final_ptrs(const_cast<float*>(st.acquire(L + 1)), &lnfw, &lnfb);
     st.release(L + 1);
     layout_.final_ptrs(st.grads(L + 1), &dlnfw, &dlnfb);
-    std::memset(ws_.dres, 0, static_cast<size_t>(Nl * C) * sizeof(float));
+    backend_.fill(ws_.dres, DType::kF32, 0, Nl * C, 0.0f);
     const float* dlnf = head_.input_grad(ws_.dC, N, C);
     ln_.backward(ws_.dres, dlnfw, dlnfb, dlnf, x_last, lnfw, cur_->lnf_mean, cur_->lnf_rstd, N, C);
     rnd(ws_.dres, Nl * C);
@@ -334,8 +382,8 @@ double GPT::backward_part(const int32_t* inputs, const int32_t* targets, const f
   }
   if (first) {
     const float* demb = embedding_.output_grad(ws_.dres, N, C);  // every row's gradient
-    if (!st.embedding_backward(inputs, demb, B, T, embedding_.v0(), embedding_.vocab_rows())) {
-      embedding_.backward(dwte, dwpe, demb, inputs, B, T, C);
+    if (!st.embedding_backward(ws_.inputs, demb, B, T, embedding_.v0(), embedding_.vocab_rows())) {
+      embedding_.backward(dwte, dwpe, demb, ws_.inputs, B, T, C);
     }
   }
   // The embedding group is complete: after the lookup (first stage) or the head (a last
@@ -382,7 +430,7 @@ void GPT::layer_backward(int l, const LayerPtrs& lw, const LayerPtrs& lg, const 
 void GPT::use_slot(int slot) {
   WEFT_CHECK(slot >= 0 && slot < acts_slots_, "activation slot {} of {}", slot, acts_slots_);
   Activations& A = stash_[static_cast<size_t>(slot)];
-  if (A.storage.size() == 0) build_stash(A);  // first use
+  if (!A.storage) build_stash(A);  // first use
   cur_ = &A;
 }
 
@@ -398,14 +446,14 @@ struct SlotScope {
 
 void GPT::stage_forward(int slot, const int32_t* inputs, const float* x_in, int64_t B, int64_t T, bool for_backward) {
   check_shape(B, T, for_backward);
-  if (layout_.stage().embedding) check_tokens(inputs, B * T, "input");
+  if (layout_.stage().embedding) upload_tokens(inputs, nullptr, B * T);
   SlotScope scope(&cur_, &stash_[0]);
   use_slot(slot);
   if (!layout_.stage().embedding) {
     const int64_t rows = tp_.local_rows(B * T);
-    std::memcpy(cur_->encoded, x_in, static_cast<size_t>(rows * config().n_embd) * sizeof(float));
+    backend_.copy_device(cur_->encoded, 0, x_in, 0, static_cast<size_t>(rows * config().n_embd) * sizeof(float));
   }
-  forward_blocks(inputs, B, T);
+  forward_blocks(B, T);
   if (!for_backward) {  // drop the holds that the backward would release
     if (layout_.stage().head) store_->release(config().n_layer + 1);
     if (layout_.has_group(0)) store_->release(0);
@@ -414,18 +462,18 @@ void GPT::stage_forward(int slot, const int32_t* inputs, const float* x_in, int6
 
 double GPT::stage_backward(int slot, const int32_t* inputs, const int32_t* targets, const float* dy, int64_t B,
                            int64_t T, float loss_scale) {
-  if (layout_.stage().head) check_tokens(targets, B * T, "target");
+  upload_tokens(layout_.stage().embedding ? inputs : nullptr, layout_.stage().head ? targets : nullptr, B * T);
   SlotScope scope(&cur_, &stash_[0]);
   use_slot(slot);
-  return backward_part(inputs, targets, dy, B, T, loss_scale);
+  return backward_part(dy, B, T, loss_scale);
 }
 
 double GPT::stage_loss(int slot, const int32_t* targets, int64_t B, int64_t T) {
   WEFT_CHECK(layout_.stage().head, "stage_loss on a stage without the head");
-  check_tokens(targets, B * T, "target");
+  upload_tokens(nullptr, targets, B * T);
   SlotScope scope(&cur_, &stash_[0]);
   use_slot(slot);
-  const double s = head(targets, B * T, store_->acquire(0), nullptr, 0.0f);
+  const double s = head(B * T, store_->acquire(0), nullptr, 0.0f);
   store_->release(0);
   return s;
 }
@@ -438,14 +486,17 @@ const float* GPT::stage_output(int slot) {
 
 // Logits (V real entries) of one row (C) of the final LayerNorm's output (generation).
 void GPT::row_logits(const float* lnf_row, float* logits_out) {
-  head_.row_logits(logits_out, lnf_row, store_->acquire(0), config().n_embd);
+  const ModelConfig& c = config();
+  DeviceBuffer row(backend_, DType::kF32, c.padded_vocab, MemCategory::kWorkspace);
+  head_.row_logits(row.data<float>(), lnf_row, store_->acquire(0), c.n_embd);
   store_->release(0);
+  backend_.copy_to_host(logits_out, row.raw(), 0, static_cast<size_t>(c.vocab_size) * sizeof(float));
 }
 
 void GPT::forward_last_logits(const int32_t* tokens, int64_t T, float* logits_out) {
   check_shape(1, T, false);
-  check_tokens(tokens, T, "input");
-  forward_blocks(tokens, 1, T);
+  upload_tokens(tokens, nullptr, T);
+  forward_blocks(1, T);
   row_logits(cur_->lnf + (T - 1) * config().n_embd, logits_out);
   store_->release(config().n_layer + 1);
   store_->release(0);

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "core/buffer.h"
+#include "backend/device_buffer.h"
 #include "model/config.h"
 #include "model/param_store.h"
 #include "model/params.h"
@@ -54,7 +54,7 @@ struct Activations {
   float* encoded = nullptr;  // (Nl,C) the stage's input: embeddings, or the previous stage's output
   std::vector<LayerActs> layers;
   float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;  // last stage: (N,C), (Nl), (Nl)
-  Buffer<float> storage{0, MemCategory::kActivations};
+  DeviceBuffer storage;  // device memory of the model's backend, under kActivations
   int64_t bytes() const { return static_cast<int64_t>(storage.bytes()); }
 };
 
@@ -73,25 +73,28 @@ struct Workspace {
   float* dF = nullptr;       // (N,F)
   float* att = nullptr;      // (B,NH,T,T) recomputed probabilities (selective or full recompute)
   LayerActs layer{};         // the rematerialised layer (full recompute)
-  Buffer<float> storage{0, MemCategory::kWorkspace};
-  int64_t bytes() const { return static_cast<int64_t>(storage.bytes()); }
+  int32_t* inputs = nullptr;   // (N) the micro-batch's input token ids (a stage with the embedding)
+  int32_t* targets = nullptr;  // (N) its target token ids (a stage with the head)
+  DeviceBuffer storage;  // the float tensors above, under kWorkspace
+  DeviceBuffer tokens;   // int32: inputs then targets, under kWorkspace
+  int64_t bytes() const { return static_cast<int64_t>(storage.bytes() + tokens.bytes()); }
 };
 
-// Parameters and gradients in two whole flat buffers: the single-process store.
+// Parameters and gradients in two whole flat device buffers: the single-process store.
 class LocalParamStore final : public ParamStore {
  public:
-  explicit LocalParamStore(const ParamLayout& layout);
-  const float* acquire(int g) override { return params_.data() + layout_.group_range(g).first; }
+  LocalParamStore(const ParamLayout& layout, Backend& backend);
+  const float* acquire(int g) override { return params() + layout_.group_range(g).first; }
   void release(int) override {}
-  float* grads(int g) override { return grads_.data() + layout_.group_range(g).first; }
+  float* grads(int g) override { return grad_buffer() + layout_.group_range(g).first; }
   void ready(int) override {}
-  float* params() { return params_.data(); }
-  float* grad_buffer() { return grads_.data(); }
+  float* params() { return params_.data<float>(); }
+  float* grad_buffer() { return grads_.data<float>(); }
 
  private:
   const ParamLayout& layout_;
-  Buffer<float> params_;
-  Buffer<float> grads_;
+  DeviceBuffer params_;
+  DeviceBuffer grads_;
 };
 
 class GPT {
@@ -111,16 +114,22 @@ class GPT {
 
   const ModelConfig& config() const { return layout_.config(); }
   const ParamLayout& layout() const { return layout_; }
-  // The local store's whole buffers (null without a local store).
+  // The local store's whole buffers (null without a local store): DEVICE memory of the
+  // backend (read them with Backend::copy_to_host; set them with upload_params).
   float* params() { return local_ ? local_->params() : nullptr; }
   float* grads() { return local_ ? local_->grad_buffer() : nullptr; }
+  // The local store's parameters from / to host memory (layout().total() floats).
+  void upload_params(const float* host);
+  void download_params(float* host);
+  void download_grads(float* host);
   int64_t num_params() const { return layout_.total(); }
   Backend& backend() { return backend_; }
   void set_store(ParamStore* store) { store_ = store; }
   ParamStore& store() { return *store_; }
 
-  void init(uint64_t seed) { init_params(layout_, seed, params()); }
-  void zero_grads() { std::fill(grads(), grads() + layout_.total(), 0.0f); }
+  // The local store: GPT-2's initialisation (init_params), computed on the host and uploaded.
+  void init(uint64_t seed);
+  void zero_grads();
   // Bytes of the stashed activations allocated so far (every slot used) and of the workspace.
   int64_t activation_bytes() const;
   int64_t workspace_bytes() const { return ws_.bytes() + tp_.scratch_bytes(); }
@@ -146,6 +155,10 @@ class GPT {
   // slot 0 is allocated now, the others when first used.
   void reserve(int64_t B, int64_t T, bool training, int64_t head_chunk = 0, int slots = 1);
 
+  // Token ids (inputs, targets, tokens) are HOST memory: the model checks them and uploads
+  // them to its workspace. Activations (x_in, dy, what stage_output and stage_input_grad
+  // return) are DEVICE memory of the backend; logits_out and the returned losses are host.
+  //
   // Forward and backward of one micro-batch: returns the mean loss over its B*T tokens and
   // accumulates d(loss_scale * sum of token losses)/d(params) into grads().
   // inputs, targets: (B,T).
@@ -180,7 +193,10 @@ class GPT {
   static double train_flops_per_token(const ModelConfig& cfg, int64_t T);
 
  private:
-  void forward_blocks(const int32_t* inputs, int64_t B, int64_t T);
+  // Checks host token ids and copies them into the workspace (ws_.inputs / ws_.targets).
+  void upload_tokens(const int32_t* inputs, const int32_t* targets, int64_t n);
+  // forward_blocks, backward_part and head read the token ids from the workspace.
+  void forward_blocks(int64_t B, int64_t T);
   // Forward of layer l (params lw) from x into a; with `to_gelu` stop after the MLP's GELU
   // (what the backward needs: the full-recompute rematerialisation).
   void layer_forward(int l, const LayerPtrs& lw, const float* x, LayerActs& a, int64_t B, int64_t T, bool to_gelu);
@@ -190,14 +206,13 @@ class GPT {
   // Whether local layer i is fully recomputed.
   bool full_recompute(int i) const { return recompute_ == Recompute::kFull && (full_layers_ < 0 || i < full_layers_); }
   // The backward from the stage's top (the loss on the last stage, dy otherwise) to its input.
-  double backward_part(const int32_t* inputs, const int32_t* targets, const float* dy, int64_t B, int64_t T,
-                       float loss_scale);
+  double backward_part(const float* dy, int64_t B, int64_t T, float loss_scale);
   void use_slot(int slot);  // makes slot `slot` current, allocating it on first use
   // The output head and loss over rows [0, N) of lnf, chunk by chunk; with dloss != 0 also
   // dwte and dlnf (into ws_.dC, summed over tp as far as head_.input_grad() leaves it).
-  double head(const int32_t* targets, int64_t N, const float* wte, float* dwte, float dloss);
+  double head(int64_t N, const float* wte, float* dwte, float dloss);
   void row_logits(const float* lnf_row, float* logits_out);
-  void check_tokens(const int32_t* tokens, int64_t n, const char* what) const;
+  void check_tokens(const int32_t* tokens, int64_t n, const char* what) const;  // host tokens
   void check_shape(int64_t B, int64_t T, bool training) const;
 
   ParamLayout layout_;
@@ -217,6 +232,7 @@ class GPT {
   void build_workspace();
   // Elements of one layer's stash without recompute, for micro-batches (B, T).
   int64_t layer_stash_elems(int64_t B, int64_t T) const;
+  std::vector<float> host_losses_;  // the head's token losses, read back to sum them
   std::vector<Activations> stash_;  // one per slot; allocated on first use
   Activations* cur_ = nullptr;      // the current slot's stash
   Workspace ws_;

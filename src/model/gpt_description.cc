@@ -125,6 +125,8 @@ int64_t GptDescription::workspace_elems() const {
   const int64_t N = N_, Nl = Nl_, C = C_, Cl = Cl_, F = Fl_;
   int64_t n = 2 * C;                                                              // lns
   if (s_.stage.head) n += N + head_chunk_ * Vl_ + 3 * head_chunk_;                // losses, logits, stats
+  if (s_.stage.embedding) n += N;                                                 // input token ids (int32)
+  if (s_.stage.head) n += N;                                                      // target token ids (int32)
   if (s_.tp > 1) n += N * C;                                                      // tmp
   if (sp_) n += Nl * C;                                                           // loc
   if (s_.training) n += Nl * C + N * C + N * 3 * Cl + N * F;                      // dres, dC, d3C, dF

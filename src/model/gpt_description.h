@@ -89,7 +89,8 @@ class GptDescription {
   int64_t stash_elems() const;      // one micro-batch (one activation slot of GPT)
   int64_t workspace_elems() const;  // shared by every micro-batch in flight
   // Bytes of one stored activation element: the CPU backend keeps bf16/fp16 values in fp32
-  // buffers (core/precision.h), so the bytes do not depend on the precision.
+  // buffers (core/precision.h), so the bytes do not depend on the precision. The workspace's
+  // token ids are int32: 4 bytes too.
   static constexpr int64_t kBytesPerElement = sizeof(float);
   int64_t stash_bytes() const { return kBytesPerElement * stash_elems(); }
   int64_t workspace_bytes() const { return kBytesPerElement * workspace_elems(); }

@@ -1,17 +1,18 @@
 #include "train/config.h"
 
-#include "model/gpt.h"
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <charconv>
 #include <functional>
 #include <sstream>
 #include <toml++/toml.h>
 #include <variant>
 
+#include "backend/registry.h"
 #include "core/error.h"
+#include "model/gpt.h"
 
 namespace weft {
 namespace {
@@ -75,6 +76,7 @@ const std::vector<Key>& keys() {
       {"run", "log_every", &RunConfig::log_every},
       {"run", "trace", &RunConfig::trace},
       {"run", "system", &RunConfig::system},
+      {"run", "backend", &RunConfig::backend},
       {"sample", "sample_tokens", &RunConfig::sample_tokens},
       {"sample", "sample_prompt", &RunConfig::sample_prompt},
       {"sample", "temperature", &RunConfig::temperature},
@@ -282,6 +284,10 @@ void RunConfig::validate() const {
   if (prefetch < 0) throw_input("prefetch must be >= 0, got {}", prefetch);
   if (comm_timeout < 0) throw_input("comm_timeout must be >= 0 seconds (0: never), got {}", comm_timeout);
   if (data.empty()) throw_input("data (the shard folder) must not be empty");
+  const std::vector<std::string> names = backend_names();
+  if (std::find(names.begin(), names.end(), backend) == names.end()) {
+    make_backend(backend);  // throws InputError naming the known backends
+  }
 }
 
 std::string RunConfig::to_toml() const {

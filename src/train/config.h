@@ -63,6 +63,10 @@ struct RunConfig {
   std::string out = "runs/tiny";
   int64_t log_every = 1;
   bool trace = false;
+  // The backend every rank computes on (backend/registry.h): cpu; cpu-guarded (the CPU
+  // backend with its device memory fenced from the host: a debugging and test backend, same
+  // bits as cpu, much slower); cuda in a build with -DWEFT_CUDA=ON.
+  std::string backend = "cpu";
   std::string system = "";  // system file for the step-time prediction (empty: systems/local.toml if present)  // per-rank JSONL trace of every collective (trace-rank<R>.jsonl) + per-step summary
   // [sample] printed at the end of training
   int64_t sample_tokens = 0;

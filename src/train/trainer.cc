@@ -11,7 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "backend/backend.h"
+#include "backend/registry.h"
 #include "ckpt/checkpoint.h"
 #include "comm/self_comm.h"
 #include "comm/tracer.h"
@@ -310,7 +310,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   // written.
   RunData data = open_run_data(cfg, ec.seq);
   const RunFolder folder = inspect_run_folder(cfg, opt, ec.model);
-  auto backend = make_cpu_backend();
+  auto backend = make_backend(cfg.backend);
   Engine engine(ec, world, *backend);
   const RunPrediction pred = predict_run(cfg, ec, engine.stage(), engine.dp_rank());
   world.barrier();  // every rank has validated its inputs before rank 0 touches the folder

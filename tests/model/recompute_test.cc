@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "core/buffer.h"
 #include "model/gpt.h"
 
 namespace weft {

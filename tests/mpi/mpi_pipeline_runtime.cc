@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "mpi_test_util.h"
+#include "backend/backend.h"
 #include "parallel/grid.h"
 #include "parallel/pp/runtime.h"
 
@@ -89,7 +90,8 @@ void run_case(int tp, PipeSchedule sched, int v, int m) {
   if (pp < 2 || world->size() % tp != 0) GTEST_SKIP() << "needs pp >= 2 on " << world->size() << " ranks with tp " << tp;
   ProcessGrid grid(*world, GridSpec{tp, pp, 1, "tp-dp-pp"});
   PipeRuntimeConfig rc{sched, pp, grid.coord(Axis::kPp), v, m, kN, tp > 1};
-  PipelineRuntime rt(grid.comm(Axis::kPp), grid.comm(Axis::kTp), rc);
+  auto be = make_cpu_backend();  // the toy chunks compute on the host: cpu device memory is host memory
+  PipelineRuntime rt(grid.comm(Axis::kPp), grid.comm(Axis::kTp), *be, rc);
   const int K = pp * v;
   std::vector<std::unique_ptr<ToyChunk>> chunks;
   std::vector<PipeChunk*> view;
@@ -142,7 +144,8 @@ TEST(PipelineRuntime, ForwardOnlyPassesThroughEveryChunk) {
   if (pp < 2) GTEST_SKIP() << "needs 2 ranks";
   ProcessGrid grid(*world, GridSpec{1, pp, 1, "tp-dp-pp"});
   PipeRuntimeConfig rc{PipeSchedule::kInterleaved, pp, grid.coord(Axis::kPp), 2, 2 * pp, kN, false};
-  PipelineRuntime rt(grid.comm(Axis::kPp), grid.comm(Axis::kTp), rc);
+  auto be = make_cpu_backend();  // the toy chunks compute on the host: cpu device memory is host memory
+  PipelineRuntime rt(grid.comm(Axis::kPp), grid.comm(Axis::kTp), *be, rc);
   const int64_t count = kN / 2;
   std::vector<std::vector<float>> out(2, std::vector<float>(count));
   std::vector<float> last;

@@ -142,6 +142,9 @@ class GuardedBackend final : public Backend {
                        float* tl) override {
     run<&Backend::ce_target_logit>("ce_target_logit", logits, N, ld, cols, targets, v0, tl);
   }
+  void ce_loss(float* losses, const float* max, const float* sum, const float* tl, int64_t n) override {
+    run<&Backend::ce_loss>("ce_loss", losses, max, sum, tl, n);
+  }
   void ce_grad(float* logits, int64_t N, int64_t ld, int64_t cols, const float* max, const float* sum,
                const int32_t* targets, int64_t v0, float dloss) override {
     run<&Backend::ce_grad>("ce_grad", logits, N, ld, cols, max, sum, targets, v0, dloss);

@@ -367,6 +367,10 @@ void CudaBackend::ce_target_logit(const float* logits, int64_t N, int64_t ld, in
   kern::ce_target_logit<float>(logits, N, ld, cols, targets, v0, tl, st_->stream);
 }
 
+void CudaBackend::ce_loss(float* losses, const float* max, const float* sum, const float* tl, int64_t n) {
+  kern::ce_loss(losses, max, sum, tl, n, st_->stream);
+}
+
 void CudaBackend::ce_grad(float* logits, int64_t N, int64_t ld, int64_t cols, const float* max, const float* sum,
                           const int32_t* targets, int64_t v0, float dloss) {
   kern::ce_grad<float>(logits, N, ld, cols, max, sum, targets, v0, dloss, st_->stream);

@@ -93,6 +93,7 @@ class CudaBackend final : public Backend {
                      float* sum) override;
   void ce_target_logit(const float* logits, int64_t N, int64_t ld, int64_t cols, const int32_t* targets, int64_t v0,
                        float* tl) override;
+  void ce_loss(float* losses, const float* max, const float* sum, const float* tl, int64_t n) override;
   void ce_grad(float* logits, int64_t N, int64_t ld, int64_t cols, const float* max, const float* sum,
                const int32_t* targets, int64_t v0, float dloss) override;
   void adamw(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,

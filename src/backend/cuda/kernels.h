@@ -71,6 +71,8 @@ void ce_target_logit(const T* logits, int64_t N, int64_t ld, int64_t cols, const
 template <typename T>
 void ce_grad(T* logits, int64_t N, int64_t ld, int64_t cols, const float* max, const float* sum,
              const int32_t* targets, int64_t v0, float dloss, Stream s);
+// losses[i] = log(sum[i]) + max[i] - tl[i] (n rows).
+void ce_loss(float* losses, const float* max, const float* sum, const float* tl, int64_t n, Stream s);
 
 // --- attention, fp32 reference path (attention_ref.cu): softmax of the stored scores ---
 // att (BH, T, T) rows: causal softmax of scale * scores in place, zeros above the diagonal.

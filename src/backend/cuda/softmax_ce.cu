@@ -123,6 +123,17 @@ void ce_grad(T* logits, int64_t N, int64_t ld, int64_t cols, const float* max, c
   WEFT_KERNEL_CHECK("ce_grad_kernel");
 }
 
+__global__ void ce_loss_kernel(float* losses, const float* max, const float* sum, const float* tl, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) losses[i] = logf(sum[i]) + max[i] - tl[i];
+}
+
+void ce_loss(float* losses, const float* max, const float* sum, const float* tl, int64_t n, Stream s) {
+  if (n == 0) return;
+  ce_loss_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(losses, max, sum, tl, n);
+  WEFT_KERNEL_CHECK("ce_loss_kernel");
+}
+
 #define WEFT_INSTANTIATE(T)                                                                                    \
   template void softmax_cross_entropy<T>(T*, float*, const int32_t*, int64_t, int64_t, int64_t, float, Stream); \
   template void ce_row_max<T>(const T*, int64_t, int64_t, int64_t, float*, Stream);                            \

@@ -1,7 +1,6 @@
 #include "parallel/pp/runtime.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "comm/tracer.h"
 #include "core/error.h"
@@ -9,14 +8,14 @@
 
 namespace weft {
 
-PipelineRuntime::PipelineRuntime(Communicator& pp, Communicator& tp, const PipeRuntimeConfig& cfg)
-    : pp_(pp), tp_(tp), cfg_(cfg) {
+PipelineRuntime::PipelineRuntime(Communicator& pp, Communicator& tp, Backend& be, const PipeRuntimeConfig& cfg)
+    : pp_(pp), tp_(tp), be_(be), cfg_(cfg) {
   WEFT_CHECK(pp.size() == cfg.stages && pp.rank() == cfg.stage, "pipeline runtime: stage {} of {} on a pp axis of {} (rank {})",
              cfg.stage, cfg.stages, pp.size(), pp.rank());
   WEFT_CHECK(!cfg.scatter_gather || cfg.message % tp.size() == 0,
              "pipeline scatter-gather: a message of {} floats does not split over tp {}", cfg.message, tp.size());
   actions_ = stage_schedule(cfg.schedule, cfg.stages, cfg.stage, cfg.micro_batches, cfg.virtual_stages);
-  for (int b = 0; b < kPipeRecvAhead + 1; ++b) rbuf_.emplace_back(static_cast<size_t>(cfg.message), MemCategory::kComm);
+  for (int b = 0; b < kPipeRecvAhead + 1; ++b) rbuf_.emplace_back(be, DType::kF32, cfg.message, MemCategory::kComm);
 }
 
 int PipelineRuntime::global(int c) const { return global_chunk(cfg_.stage, c, cfg_.stages); }
@@ -54,11 +53,10 @@ void PipelineRuntime::send(const float* src, int peer, int tag) {
   if (!sb) {
     send_pool_.emplace_back();
     sb = &send_pool_.back();
-    sb->data.set_category(MemCategory::kComm);
-    sb->data.resize(static_cast<size_t>(n));
+    sb->data = DeviceBuffer(be_, DType::kF32, n, MemCategory::kComm);
   }
-  std::memcpy(sb->data.data(), slice_of(src, cfg_.message), static_cast<size_t>(n) * sizeof(float));
-  sb->handle = pp_.isend(sb->data.data(), n, CommDType::kF32, peer, tag);
+  be_.copy_device(sb->data.raw(), 0, slice_of(src, cfg_.message), 0, static_cast<size_t>(n) * sizeof(float));
+  sb->handle = pp_.isend(sb->data.raw(), n, CommDType::kF32, peer, tag);
 }
 
 void PipelineRuntime::wait_sends() {
@@ -88,7 +86,7 @@ void PipelineRuntime::post_more() {
     const int b = free_bufs_.back();
     free_bufs_.pop_back();
     const RecvSpec& r = rq_[next_recv_++];
-    float* dst = slice_of(rbuf_[static_cast<size_t>(b)].data(), cfg_.message);
+    float* dst = slice_of(rbuf_[static_cast<size_t>(b)].data<float>(), cfg_.message);
     posted_.push_back({b, pp_.irecv(dst, n, CommDType::kF32, r.peer, r.tag)});
   }
 }
@@ -98,7 +96,7 @@ int PipelineRuntime::take_recv() {
   Posted pr = std::move(posted_.front());
   posted_.pop_front();
   pr.handle->wait();
-  gather_slices(rbuf_[static_cast<size_t>(pr.buf)].data(), cfg_.message);
+  gather_slices(rbuf_[static_cast<size_t>(pr.buf)].data<float>(), cfg_.message);
   post_more();  // keep the transfers ahead running while this one is used
   return pr.buf;
 }
@@ -152,7 +150,7 @@ PipeStepStats PipelineRuntime::run_step(const std::vector<PipeChunk*>& chunks) {
     const double w0 = Tracer::now();
     const bool receives = forward ? g > 0 : g < K - 1;
     const int rb = receives ? take_recv() : -1;
-    const float* x = rb >= 0 ? rbuf_[static_cast<size_t>(rb)].data() : nullptr;
+    const float* x = rb >= 0 ? rbuf_[static_cast<size_t>(rb)].data<float>() : nullptr;
     const double c0 = Tracer::now();
     st.wait_s += c0 - w0;
     if (forward) {
@@ -180,12 +178,15 @@ void PipelineRuntime::forward_only(int64_t count, const std::function<const floa
   WEFT_CHECK(!cfg_.scatter_gather || count % tp_.size() == 0, "pipeline: a message of {} floats over tp {}", count,
              tp_.size());
   // A longer message than training's (generation at the full context): a larger buffer.
-  if (count > static_cast<int64_t>(rbuf_[0].size())) rbuf_[0].resize(static_cast<size_t>(count));
+  if (count > rbuf_[0].count()) {
+    rbuf_[0] = DeviceBuffer();
+    rbuf_[0] = DeviceBuffer(be_, DType::kF32, count, MemCategory::kComm);
+  }
   const int K = num_chunks(), p = cfg_.stages;
   const int prev = (cfg_.stage + p - 1) % p, next = (cfg_.stage + 1) % p;
   for (int c = 0; c < cfg_.virtual_stages; ++c) {
     const int g = global(c);
-    float* x = rbuf_[0].data();
+    float* x = rbuf_[0].data<float>();
     if (g > 0) {
       pp_.recv(slice_of(x, count), part_of(count), CommDType::kF32, prev, 0);
       gather_slices(x, count);

@@ -13,6 +13,11 @@
 // Scatter-gather (Narayanan et al. 2021 sec. 4.1): when every tp rank of a stage holds the
 // same activations (tp > 1 without sequence parallelism), each sends only its 1/tp slice and
 // the receiving stage all-gathers the slices over tp.
+//
+// Device memory: the messages (what a chunk's forward and backward take as x / dy, and what
+// output() and input_grad() return) are device memory of the backend the runtime is given;
+// its receive and send buffers are device buffers (under `comm`), and the communicators must
+// move device memory (comm/device_comm.h; a plain host communicator on the cpu backend).
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -21,7 +26,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "core/buffer.h"
+#include "backend/device_buffer.h"
 #include "parallel/pp/schedule.h"
 
 namespace weft {
@@ -69,7 +74,8 @@ struct PipeStepStats {
 class PipelineRuntime {
  public:
   // pp: the pipeline axis (stage s is rank s); tp: the tensor-parallel axis (scatter-gather).
-  PipelineRuntime(Communicator& pp, Communicator& tp, const PipeRuntimeConfig& cfg);
+  // be: the backend whose device memory holds the messages.
+  PipelineRuntime(Communicator& pp, Communicator& tp, Backend& be, const PipeRuntimeConfig& cfg);
 
   const PipeRuntimeConfig& config() const { return cfg_; }
   const std::vector<PipeAction>& actions() const { return actions_; }
@@ -93,7 +99,7 @@ class PipelineRuntime {
 
  private:
   struct SendBuf {
-    Buffer<float> data;
+    DeviceBuffer data;
     CommHandle handle;
   };
   struct Posted {
@@ -117,9 +123,10 @@ class PipelineRuntime {
 
   Communicator& pp_;
   Communicator& tp_;
+  Backend& be_;
   PipeRuntimeConfig cfg_;
   std::vector<PipeAction> actions_;
-  std::vector<Buffer<float>> rbuf_;  // kPipeRecvAhead posted + the one being consumed
+  std::vector<DeviceBuffer> rbuf_;  // kPipeRecvAhead posted + the one being consumed
   std::deque<SendBuf> send_pool_;    // grows to the most sends outstanding
   // Per step: receives in schedule order, those posted, the free receive buffers.
   std::vector<RecvSpec> rq_;

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <vector>
 
 namespace weft {
 
@@ -26,7 +24,7 @@ void SequenceParallelLayerNorm::backward(float* dx, float* dw, float* db, const 
   }
   // This rank's rows' part of the weight gradient, summed over the ranks, then accumulated.
   float* g = tp_.ln_grads();
-  std::memset(g, 0, static_cast<size_t>(2 * C) * sizeof(float));
+  be.fill(g, DType::kF32, 0, 2 * C, 0.0f);
   be.layernorm_backward(dx, g, g + C, dout, x, w, mean, rstd, Nl, C);
   tp_.all_reduce(g, 2 * C);
   be.add(dw, dw, g, C);
@@ -110,7 +108,7 @@ void VocabParallelHead::cross_entropy(float* logits, float* losses, const int32_
   be.ce_row_sumexp(logits, rows, rows_, cols_, mx, sm);
   be.ce_target_logit(logits, rows, rows_, cols_, targets, v0_, tl);
   tp_.all_reduce(sm, 2 * rows);
-  for (int64_t i = 0; i < rows; ++i) losses[i] = std::log(sm[i]) + mx[i] - tl[i];
+  be.ce_loss(losses, mx, sm, tl, rows);
   if (dloss != 0.0f) be.ce_grad(logits, rows, rows_, cols_, mx, sm, targets, v0_, dloss);
 }
 
@@ -129,10 +127,9 @@ void VocabParallelHead::row_logits(float* out, const float* x, const float* wte,
     return;
   }
   // This rank's columns in place among zeros, summed over the ranks: every column.
-  std::vector<float> all(static_cast<size_t>(Vp_), 0.0f);
-  be.gemm(false, true, 1, rows_, C, 1.0f, x, C, wte, C, 0.0f, all.data() + v0_, rows_);
-  tp_.all_reduce(all.data(), Vp_);
-  std::copy(all.begin(), all.begin() + V_, out);
+  be.fill(out, DType::kF32, 0, Vp_, 0.0f);
+  be.gemm(false, true, 1, rows_, C, 1.0f, x, C, wte, C, 0.0f, out + v0_, rows_);
+  tp_.all_reduce(out, Vp_);
 }
 
 }  // namespace weft

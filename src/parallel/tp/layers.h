@@ -122,7 +122,8 @@ class VocabParallelHead {
   // After backward() covered all N rows of dx (N,C): the input gradient of this rank's rows
   // (Nl,C), in dx or in the group's scratch.
   float* input_grad(float* dx, int64_t N, int64_t C) { return tp_.column_input_backward_scatter(dx, N, C); }
-  // out (V) = the logits of one row x (C), every vocabulary entry (generation).
+  // out (Vp, device) = the logits of one row x (C): every vocabulary entry in its first V
+  // (generation; the padding columns are scratch).
   void row_logits(float* out, const float* x, const float* wte, int64_t C);
 
  private:

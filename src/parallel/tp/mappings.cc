@@ -29,8 +29,9 @@ void TensorParallel::check_ready() const {
 
 void TensorParallel::reserve(int64_t N, int64_t C) {
   const int64_t total = 2 * C + (size_ > 1 ? N * C : 0) + (sp_ ? local_rows(N) * C : 0);
-  scratch_.resize(static_cast<size_t>(total));
-  float* p = scratch_.data();
+  scratch_ = DeviceBuffer();
+  scratch_ = DeviceBuffer(be_, DType::kF32, total, MemCategory::kWorkspace);
+  float* p = scratch_.data<float>();
   auto take = [&p](int64_t n) { return std::exchange(p, p + n); };
   ln_grads_ = take(2 * C);
   partial_ = size_ > 1 ? take(N * C) : nullptr;
@@ -38,7 +39,7 @@ void TensorParallel::reserve(int64_t N, int64_t C) {
 }
 
 void TensorParallel::release() {
-  scratch_.resize(0);
+  scratch_ = DeviceBuffer();
   partial_ = rows_ = ln_grads_ = nullptr;
 }
 

@@ -22,7 +22,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
-#include "core/buffer.h"
+#include "backend/device_buffer.h"
 #include "core/precision.h"
 #include "parallel/tp/tp_ops.h"
 
@@ -105,7 +105,7 @@ class TensorParallel {
   int size_ = 1, rank_ = 0;
   bool sp_ = false;
   Precision prec_ = Precision::kFp32;
-  Buffer<float> scratch_{0, MemCategory::kWorkspace};
+  DeviceBuffer scratch_;  // device memory of be_, under kWorkspace
   float *partial_ = nullptr, *rows_ = nullptr, *ln_grads_ = nullptr;
 };
 
