@@ -133,46 +133,38 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk, int s
   ws_.B = B;
   ws_.T = T;
   ws_.head_chunk = head_chunk;
-  build_workspace();
+  build_workspace(d);
   stash_.clear();
   stash_.resize(static_cast<size_t>(slots));
   build_stash(stash_[0]);
   cur_ = &stash_[0];
 }
 
-int64_t GPT::layer_stash_elems(int64_t B, int64_t T) const {
-  const ModelConfig& c = config();
-  const int64_t N = B * T, C = c.n_embd, F = tp_.part(c.ffn), NH = tp_.part(c.n_head), Cl = tp_.part(C);
-  const int64_t Nl = tp_.local_rows(N);
-  return N * C + 2 * Nl + N * 3 * Cl + B * NH * T * T + N * Cl + Nl * C + N * C + 2 * Nl + 2 * N * F + Nl * C;
-}
-
-void GPT::build_workspace() {
+void GPT::build_workspace(const GptDescription& d) {
   const ModelConfig& c = config();
   const int64_t B = ws_.B, T = ws_.T, N = B * T, C = c.n_embd, F = tp_.part(c.ffn), NH = tp_.part(c.n_head);
   const int64_t Cl = tp_.part(C), Nl = acts_rows_, Vp = head_.vocab_rows(), head_chunk = ws_.head_chunk;
-  const int64_t att = B * NH * T * T, layer_none = layer_stash_elems(B, T);
   const bool training = acts_training_, head = layout_.stage().head;
   bool any_full = false, any_recompute = false;
   for (int i = 0; i < layout_.num_layers() && training; ++i) {
     any_full = any_full || full_recompute(i);
     any_recompute = any_recompute || full_recompute(i) || recompute_ == Recompute::kSelective;
   }
-  int64_t total = 0;
-  if (head) total += N + head_chunk * Vp + 3 * head_chunk;
-  if (training) total += Nl * C + N * C + N * 3 * Cl + N * F;
-  if (any_recompute) total += att;
-  if (any_full) total += layer_none - att - Nl * C;
-  const int64_t ntok = (layout_.stage().embedding ? N : 0) + (head ? N : 0);  // token ids
+  const int64_t total = d.workspace_tensor_elems();
   tp_.release();  // every buffer goes before any is allocated again
   ws_.storage = DeviceBuffer();
   ws_.tokens = DeviceBuffer();
   ws_.storage = DeviceBuffer(backend_, DType::kF32, total, MemCategory::kWorkspace);
-  ws_.tokens = DeviceBuffer(backend_, DType::kI32, ntok, MemCategory::kWorkspace);
+  ws_.tokens = DeviceBuffer(backend_, DType::kI32, d.token_elems(), MemCategory::kWorkspace);
   tp_.reserve(N, C);
+  WEFT_CHECK(tp_.scratch_bytes() == d.tp_scratch_elems() * static_cast<int64_t>(sizeof(float)),
+             "tensor-parallel scratch {} bytes, the description says {} elements", tp_.scratch_bytes(),
+             d.tp_scratch_elems());
   int32_t* tok = ws_.tokens.data<int32_t>();
   ws_.inputs = layout_.stage().embedding ? std::exchange(tok, tok + N) : nullptr;
   ws_.targets = head ? std::exchange(tok, tok + N) : nullptr;
+  WEFT_CHECK(tok == ws_.tokens.data<int32_t>() + d.token_elems(), "token ids {} != {}",
+             tok - ws_.tokens.data<int32_t>(), d.token_elems());
   float* p = ws_.storage.data<float>();
   auto take = [&p](int64_t n) { return std::exchange(p, p + n); };
   ws_.losses = head ? take(N) : nullptr;
@@ -182,7 +174,7 @@ void GPT::build_workspace() {
   ws_.dC = training ? take(N * C) : nullptr;
   ws_.d3C = training ? take(N * 3 * Cl) : nullptr;
   ws_.dF = training ? take(N * F) : nullptr;
-  ws_.att = any_recompute ? take(att) : nullptr;
+  ws_.att = any_recompute ? take(B * NH * T * T) : nullptr;
   ws_.layer = {};
   if (any_full) {
     carve_layer(ws_.layer, take, N, Nl, C, Cl, F, ws_.att, false);

@@ -97,6 +97,8 @@ class LocalParamStore final : public ParamStore {
   DeviceBuffer grads_;
 };
 
+class GptDescription;
+
 class GPT {
  public:
   // local_store: allocate whole parameter and gradient buffers (the single-process store).
@@ -228,10 +230,9 @@ class GPT {
   VocabParallelEmbedding embedding_;
   VocabParallelHead head_;
   void build_stash(Activations& A);
-  // Sizes and carves the workspace (and the tensor-parallel layers' scratch) for the reserved shape.
-  void build_workspace();
-  // Elements of one layer's stash without recompute, for micro-batches (B, T).
-  int64_t layer_stash_elems(int64_t B, int64_t T) const;
+  // Allocates and carves the workspace (and the tensor-parallel layers' scratch) that the
+  // description sizes for the reserved shape.
+  void build_workspace(const GptDescription& d);
   std::vector<float> host_losses_;  // the head's token losses, read back to sum them
   std::vector<Activations> stash_;  // one per slot; allocated on first use
   Activations* cur_ = nullptr;      // the current slot's stash

@@ -120,19 +120,29 @@ int64_t GptDescription::stash_elems() const {
   return n;
 }
 
-int64_t GptDescription::workspace_elems() const {
-  // gpt.h's Workspace, in GPT::reserve's order.
+int64_t GptDescription::workspace_tensor_elems() const {
+  // gpt.h's Workspace, in GPT::build_workspace's order.
   const int64_t N = N_, Nl = Nl_, C = C_, Cl = Cl_, F = Fl_;
-  int64_t n = 2 * C;                                                              // lns
-  if (s_.stage.head) n += N + head_chunk_ * Vl_ + 3 * head_chunk_;                // losses, logits, stats
-  if (s_.stage.embedding) n += N;                                                 // input token ids (int32)
-  if (s_.stage.head) n += N;                                                      // target token ids (int32)
-  if (s_.tp > 1) n += N * C;                                                      // tmp
-  if (sp_) n += Nl * C;                                                           // loc
-  if (s_.training) n += Nl * C + N * C + N * 3 * Cl + N * F;                      // dres, dC, d3C, dF
-  if (rf_ > 0 || (selective_ && nl_ > 0)) n += probs_elems();                     // recomputed probabilities
-  if (rf_ > 0) n += layer_elems() - probs_elems() - residual_elems();             // the rematerialised layer
+  int64_t n = 0;
+  if (s_.stage.head) n += N + head_chunk_ * Vl_ + 3 * head_chunk_;     // losses, logits, stats
+  if (s_.training) n += Nl * C + N * C + N * 3 * Cl + N * F;           // dres, dC, d3C, dF
+  if (rf_ > 0 || (selective_ && nl_ > 0)) n += probs_elems();          // recomputed probabilities
+  if (rf_ > 0) n += layer_elems() - probs_elems() - residual_elems();  // the rematerialised layer
   return n;
+}
+
+int64_t GptDescription::token_elems() const {
+  return (s_.stage.embedding ? N_ : 0) + (s_.stage.head ? N_ : 0);  // input ids, target ids
+}
+
+int64_t GptDescription::tp_scratch_elems() const {
+  // TensorParallel::reserve: a LayerNorm's weight gradient (2C), the partial sums of a
+  // row-parallel product (N,C; tp > 1), this rank's rows of a region (Nl,C; sequence parallel).
+  return 2 * C_ + (s_.tp > 1 ? N_ * C_ : 0) + (sp_ ? Nl_ * C_ : 0);
+}
+
+int64_t GptDescription::workspace_elems() const {
+  return workspace_tensor_elems() + token_elems() + tp_scratch_elems();
 }
 
 }  // namespace weft

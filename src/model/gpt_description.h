@@ -87,7 +87,10 @@ class GptDescription {
   // What local layer i (0 .. part_layers()-1) stashes for its backward pass.
   int64_t layer_stash_elems(int64_t i) const;
   int64_t stash_elems() const;      // one micro-batch (one activation slot of GPT)
-  int64_t workspace_elems() const;  // shared by every micro-batch in flight
+  int64_t workspace_elems() const;  // shared by every micro-batch in flight: the three below
+  int64_t workspace_tensor_elems() const;  // the model's scratch tensors (gpt.h's Workspace)
+  int64_t token_elems() const;             // the micro-batch's token ids (int32)
+  int64_t tp_scratch_elems() const;        // the tensor-parallel layers' scratch
   // Bytes of one stored activation element: the CPU backend keeps bf16/fp16 values in fp32
   // buffers (core/precision.h), so the bytes do not depend on the precision. The workspace's
   // token ids are int32: 4 bytes too.
