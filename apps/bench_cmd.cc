@@ -19,13 +19,10 @@
 #include "commands.h"
 #include "core/buffer.h"
 #include "core/error.h"
-#include "core/memory.h"
-#include "core/precision.h"
 #include "core/rng.h"
 #include "model/gpt.h"
-#include "optim/optim.h"
 #include "parallel/pp/schedule.h"
-#include "train/trainer.h"
+#include "train/trainer.h"  // set_threads
 #if WEFT_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
