@@ -1,5 +1,7 @@
-// `weft bench`: times training steps on random tokens, on the CPU or (--backend cuda) on one
-// GPU, and states the model FLOP rate against the machine's measured matrix-product rate.
+// `weft bench`: times training steps on random tokens through the engine, on any backend of
+// backend/registry.h (--backend cpu, cpu-guarded, cuda), and states the model FLOP rate
+// against the machine's measured matrix-product rate (cuda: the bf16 GEMM rate and the card's
+// peak). --matmul-only measures only the CUDA backend's bf16 GEMM rate.
 #include <cblas.h>
 #include <fmt/format.h>
 
@@ -12,19 +14,17 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/registry.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "core/buffer.h"
 #include "core/error.h"
-#include "core/memory.h"
-#include "core/precision.h"
 #include "core/rng.h"
 #include "model/gpt.h"
-#include "optim/optim.h"
 #include "parallel/pp/schedule.h"
-#include "train/trainer.h"
+#include "train/trainer.h"  // set_threads
 #if WEFT_HAVE_CUDA
-#include "model/cuda/gpt_cuda.h"
+#include "backend/cuda/cuda_backend.h"
 #endif
 
 namespace weft {
@@ -38,18 +38,21 @@ struct BenchOptions {
   std::string backend_name = "cpu", precision = "fp32";
   double peak_tflops = 989.0;
   int64_t gemm_n = 8192;
-  LayoutOptions layout;  // cpu: any layout through the engine
+  LayoutOptions layout;  // any layout through the engine
 };
 
 void add_bench_options(CLI::App& app, BenchOptions& o) {
-  app.add_option("--backend", o.backend_name, "cpu or cuda (one GPU; needs a weft built with -DWEFT_CUDA=ON)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
-  app.add_option("--precision", o.precision, "fp32 or bf16 (on the CPU: 16-bit storage emulated)")
+  std::string names;
+  for (const std::string& n : backend_names()) names += (names.empty() ? "" : ", ") + n;
+  app.add_option("--backend", o.backend_name,
+                 fmt::format("backend by name: {} (cuda needs a weft built with -DWEFT_CUDA=ON)", names));
+  app.add_option("--precision", o.precision,
+                 "fp32 or bf16 (16-bit storage emulated by rounding fp32 buffers, on every backend for now)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--peak-tflops", o.peak_tflops, "cuda: the card's peak TFLOP/s for MFU (989: H100 SXM bf16 dense)");
   app.add_flag("--matmul-only", o.matmul_only, "cuda: only measure the bf16 GEMM rate (cuBLASLt, --gemm-n cubed)");
   app.add_option("--gemm-n", o.gemm_n, "cuda: size of the square bf16 GEMM that measures the card's rate");
-  app.add_flag("--no-graphs", o.no_graphs, "cuda: run without CUDA graphs");
+  app.add_flag("--no-graphs", o.no_graphs, "removed (CUDA graphs of the former GptCuda): an error")->group("");
   app.add_option("--model", o.model_name, "model preset");
   app.add_option("--batch", o.batch, "sequences per step");
   app.add_option("--seq", o.seq, "sequence length (0: the model context)");
@@ -129,59 +132,41 @@ double measure_sgemm_flops() {
   return 2.0 * n * n * static_cast<double>(n) / best;
 }
 
-void print_cpu_result(const nlohmann::json& j, const BenchOptions& o, int nthreads, const StepRate& r) {
+// The JSON line of a bench: its settings, backend, layout and rates.
+nlohmann::json engine_result(const BenchOptions& o, const EngineConfig& ec, int nthreads, int world,
+                             const StepRate& r) {
+  return {{"impl", "weft"}, {"backend", o.backend_name}, {"model", o.model_name}, {"batch", o.batch},
+          {"seq", o.seq}, {"threads", nthreads}, {"precision", o.precision}, {"world", world}, {"tp", ec.grid.tp},
+          {"pp", ec.grid.pp}, {"dp", ec.grid.dp}, {"zero", ec.data_parallel.zero}, {"micro_batch", ec.micro_batch},
+          {"schedule", schedule_name(ec.schedule)}, {"virtual_stages", ec.virtual_stages},
+          {"sequence_parallel", ec.sequence_parallel && ec.grid.tp > 1}, {"steps", o.steps}, {"warmup", o.warmup},
+          {"ms_per_step", r.median_s * 1e3}, {"tokens_per_s", r.tokens_per_s},
+          {"model_flops_per_token", r.model_flops_per_token}, {"model_flops_per_s", r.model_flops_per_s}};
+}
+
+void print_result(const nlohmann::json& j, const BenchOptions& o, int nthreads, const StepRate& r) {
   if (o.format == "json") {
     fmt::print("{}\n", j.dump());
     return;
   }
-  fmt::print("{} batch {} seq {} threads {}: {:.1f} ms/step, {:.0f} tokens/s, {:.1f} GFLOP/s model FLOPs", o.model_name,
-             o.batch, o.seq, nthreads, r.median_s * 1e3, r.tokens_per_s, r.model_flops_per_s / 1e9);
+  fmt::print("{} {} batch {} seq {} on {}", o.model_name, o.precision, o.batch, o.seq,
+             j.contains("device") ? j["device"].get<std::string>() : o.backend_name);
+  if (o.backend_name != "cuda") fmt::print(" threads {}", nthreads);
+  const bool tera = r.model_flops_per_s >= 1e12;
+  fmt::print(": {:.2f} ms/step, {:.0f} tokens/s, {:.1f} {}FLOP/s model FLOPs", r.median_s * 1e3, r.tokens_per_s,
+             r.model_flops_per_s / (tera ? 1e12 : 1e9), tera ? "T" : "G");
   if (j.contains("fraction_of_sgemm")) {
     fmt::print(" ({:.0f}% of the measured sgemm rate {:.1f} GFLOP/s)", 100.0 * j["fraction_of_sgemm"].get<double>(),
                j["sgemm_flops_per_s"].get<double>() / 1e9);
   }
-  fmt::print("\n");
-}
-
-// The JSON line of a CPU bench: its settings, layout and rates.
-nlohmann::json cpu_result(const BenchOptions& o, const EngineConfig& ec, int nthreads, int world, const StepRate& r) {
-  return {{"impl", "weft"}, {"model", o.model_name}, {"batch", o.batch}, {"seq", o.seq}, {"threads", nthreads},
-          {"precision", o.precision}, {"world", world}, {"tp", ec.grid.tp}, {"pp", ec.grid.pp}, {"dp", ec.grid.dp},
-          {"zero", ec.data_parallel.zero}, {"micro_batch", ec.micro_batch}, {"schedule", schedule_name(ec.schedule)},
-          {"virtual_stages", ec.virtual_stages}, {"sequence_parallel", ec.sequence_parallel && ec.grid.tp > 1},
-          {"ms_per_step", r.median_s * 1e3}, {"tokens_per_s", r.tokens_per_s},
-          {"model_flops_per_s", r.model_flops_per_s}};
-}
-
-// Training steps (AdamW, clipping) through the engine in any layout; --batch sequences per step
-// over every replica. Rank 0 prints; the sgemm peak is measured only by a single process.
-int bench_cpu(const ModelConfig& mc, const BenchOptions& o, Communicator& world) {
-  const int nthreads = set_threads(o.threads);
-  EngineRequest req;
-  req.model = mc;
-  req.seq = o.seq;
-  req.batch = o.batch;
-  req.precision = o.precision;
-  req.head_chunk = o.head_chunk;
-  EngineRun run(layout_engine_config(o.layout, req, world.size()), world);
-  Engine& engine = *run.engine;
-  engine.init_params(1337);
-  const int64_t T = o.seq;
-  const auto times = time_steps(o, mc.vocab_size, [&](int64_t, const auto& in, const auto& tg) {
-    engine.step(1e-4f, [&](int64_t first, int64_t count, int32_t* i, int32_t* t) {
-      std::copy(in.begin() + first * T, in.begin() + (first + count) * T, i);
-      std::copy(tg.begin() + first * T, tg.begin() + (first + count) * T, t);
-    });
-  });
-  const StepRate r = step_rate(times, o, mc);
-  nlohmann::json j = cpu_result(o, engine.config(), nthreads, world.size(), r);
-  if (!o.no_peak && world.size() == 1) {
-    const double peak = measure_sgemm_flops();
-    j["sgemm_flops_per_s"] = peak;
-    j["fraction_of_sgemm"] = r.model_flops_per_s / peak;
+  if (j.contains("mfu_peak")) {
+    fmt::print(", MFU {:.1f}% of {:.0f} TFLOP/s", 100.0 * j["mfu_peak"].get<double>(), o.peak_tflops);
   }
-  if (world.rank() == 0) print_cpu_result(j, o, nthreads, r);
-  return 0;
+  if (j.contains("mfu_gemm")) {
+    fmt::print(", {:.1f}% of the measured bf16 GEMM rate {:.1f} TFLOP/s", 100.0 * j["mfu_gemm"].get<double>(),
+               j["gemm_flops_per_s"].get<double>() / 1e12);
+  }
+  fmt::print("\n");
 }
 
 #if WEFT_HAVE_CUDA
@@ -189,9 +174,9 @@ int bench_cpu(const ModelConfig& mc, const BenchOptions& o, Communicator& world)
 int bench_cuda_matmul(const BenchOptions& o) {
   auto be = cuda::make_cuda_backend();
   const double r = cuda::measure_bf16_gemm_flops(*be, o.gemm_n, 20);
-  nlohmann::json j = {{"impl", "weft-cuda"}, {"case", "bf16_gemm"}, {"device", gpu::device_name(be->device())},
-                      {"n", o.gemm_n}, {"gemm_flops_per_s", r}, {"fraction_of_peak", r / (o.peak_tflops * 1e12)},
-                      {"peak_tflops", o.peak_tflops}};
+  nlohmann::json j = {{"impl", "weft"}, {"backend", "cuda"}, {"case", "bf16_gemm"},
+                      {"device", gpu::device_name(be->device())}, {"n", o.gemm_n}, {"gemm_flops_per_s", r},
+                      {"fraction_of_peak", r / (o.peak_tflops * 1e12)}, {"peak_tflops", o.peak_tflops}};
   if (o.format == "json") {
     fmt::print("{}\n", j.dump());
   } else {
@@ -200,83 +185,59 @@ int bench_cuda_matmul(const BenchOptions& o) {
   }
   return 0;
 }
+#endif
 
-// The JSON line of a GPU bench: its settings, the step times and rates, device memory by kind.
-nlohmann::json cuda_result(cuda::GptCuda& model, const BenchOptions& o, Precision prec, const std::vector<double>& times,
-                           const StepRate& r, float loss_first, float loss_last) {
-  const double gib = 1024.0 * 1024.0 * 1024.0;
-  return {{"impl", "weft-cuda"}, {"model", o.model_name}, {"batch", o.batch}, {"seq", o.seq},
-          {"precision", precision_name(prec)}, {"device", gpu::device_name(model.backend().device())},
-          {"cuda_graphs", model.graph_active()}, {"steps", o.steps}, {"warmup", o.warmup},
-          {"ms_per_step", r.median_s * 1e3}, {"ms_per_step_min", times.front() * 1e3},
-          {"ms_per_step_max", times.back() * 1e3}, {"tokens_per_s", r.tokens_per_s},
-          {"model_flops_per_token", r.model_flops_per_token}, {"model_flops_per_s", r.model_flops_per_s},
-          {"peak_tflops", o.peak_tflops}, {"mfu_peak", r.model_flops_per_s / (o.peak_tflops * 1e12)},
-          {"loss_first", loss_first}, {"loss_last", loss_last},
-          {"device_gib", {{"params", model.param_bytes() / gib}, {"grads", model.grad_bytes() / gib},
-                          {"optimizer", model.optimizer_bytes() / gib}, {"activations", model.activation_bytes() / gib},
-                          {"tracked_peak", memory_tracker().snapshot().total_peak / gib}}}};
-}
-
-void print_cuda_result(const nlohmann::json& j, const BenchOptions& o, const StepRate& r, Precision prec) {
-  if (o.format == "json") {
-    fmt::print("{}\n", j.dump());
-    return;
-  }
-  fmt::print("{} {} batch {} seq {} on {}: {:.2f} ms/step, {:.0f} tokens/s, {:.1f} TFLOP/s model FLOPs, MFU {:.1f}% of "
-             "{:.0f} TFLOP/s", o.model_name, precision_name(prec), o.batch, o.seq, j["device"].get<std::string>(),
-             r.median_s * 1e3, r.tokens_per_s, r.model_flops_per_s / 1e12,
-             100.0 * r.model_flops_per_s / (o.peak_tflops * 1e12), o.peak_tflops);
-  if (j.contains("mfu_gemm")) {
-    fmt::print(", {:.1f}% of the measured bf16 GEMM rate {:.1f} TFLOP/s", 100.0 * j["mfu_gemm"].get<double>(),
-               j["gemm_flops_per_s"].get<double>() / 1e12);
-  }
-  fmt::print("\n");
-}
-
-// Training steps of GptCuda with its fused AdamW, everything on one GPU.
-int bench_cuda_steps(const ModelConfig& mc, const BenchOptions& o, Precision prec) {
-  cuda::GptCuda model(mc, prec, 1337);
-  model.set_use_graphs(!o.no_graphs);
-  model.reserve(o.batch, o.seq);
-  const float scale = 1.0f / static_cast<float>(o.batch * o.seq);
-  float loss_first = 0.0f, loss_last = 0.0f;
-  const auto times = time_steps(o, mc.vocab_size, [&](int64_t s, const auto& in, const auto& tg) {
-    model.zero_grads();
-    const float loss = model.forward_backward(in.data(), tg.data(), o.batch, o.seq, scale);
-    const double norm = std::sqrt(model.grad_norm_sq());
-    model.adamw_step(1e-4f, s + 1, clip_coefficient(norm, 1.0), 0.9f, 0.95f, 1e-8f, 0.1f);
-    model.synchronize();
-    if (s == 0) loss_first = loss;
-    loss_last = loss;
-  });
-  const StepRate r = step_rate(times, o, mc);
-  nlohmann::json j = cuda_result(model, o, prec, times, r, loss_first, loss_last);
-  if (!o.no_peak) {
-    const double g = cuda::measure_bf16_gemm_flops(model.backend(), o.gemm_n, 20);
+// The machine's matrix-product rate for the fraction printed beside the step rate, measured
+// by a single process only: on cuda the card's bf16 GEMM rate (cuBLASLt, gemm_n^3) with the
+// MFU against --peak-tflops, otherwise the host's sgemm rate.
+void add_peak(nlohmann::json& j, const BenchOptions& o, Backend& be, const StepRate& r) {
+#if WEFT_HAVE_CUDA
+  if (auto* cb = dynamic_cast<cuda::CudaBackend*>(&be)) {
+    j["device"] = gpu::device_name(cb->device());
+    j["peak_tflops"] = o.peak_tflops;
+    j["mfu_peak"] = r.model_flops_per_s / (o.peak_tflops * 1e12);
+    if (o.no_peak) return;
+    const double g = cuda::measure_bf16_gemm_flops(*cb, o.gemm_n, 20);
     j["gemm_n"] = o.gemm_n;
     j["gemm_flops_per_s"] = g;
     j["mfu_gemm"] = r.model_flops_per_s / g;
+    return;
   }
-  print_cuda_result(j, o, r, prec);
-  return 0;
+#endif
+  if (o.no_peak) return;
+  const double peak = measure_sgemm_flops();
+  j["sgemm_flops_per_s"] = peak;
+  j["fraction_of_sgemm"] = r.model_flops_per_s / peak;
 }
-#endif
 
-// `weft bench --backend cuda`: training steps of GptCuda (model/cuda/gpt_cuda.h) on random
-// tokens, everything on one GPU. MFU is stated twice: against the card's data-sheet peak
-// (--peak-tflops, default H100 SXM bf16 dense) and against the bf16 GEMM rate measured here
-// through cuBLASLt at gemm_n^3 (what a perfect model could reach with these libraries).
-// --matmul-only measures and prints only that rate.
-int bench_cuda(const ModelConfig& mc, const BenchOptions& o) {
-#if WEFT_HAVE_CUDA
-  const Precision prec = parse_precision(o.precision);
-  if (o.matmul_only) return bench_cuda_matmul(o);
-  return bench_cuda_steps(mc, o, prec);
-#else
-  (void)mc, (void)o;
-  throw_input("this weft was built without CUDA (-DWEFT_CUDA=ON)");
-#endif
+// Training steps (AdamW, clipping) through the engine, as `weft train` runs them, in any
+// layout and on the backend --backend names (backend/registry.h); --batch sequences per step
+// over every replica. Rank 0 prints.
+int bench_engine(const ModelConfig& mc, const BenchOptions& o, Communicator& world) {
+  const int nthreads = set_threads(o.threads);
+  EngineRequest req;
+  req.model = mc;
+  req.seq = o.seq;
+  req.batch = o.batch;
+  req.precision = o.precision;
+  req.head_chunk = o.head_chunk;
+  EngineRun run(layout_engine_config(o.layout, req, world.size()), world, o.backend_name);
+  Engine& engine = *run.engine;
+  Backend& be = *run.backend;
+  engine.init_params(1337);
+  const int64_t T = o.seq;
+  const auto times = time_steps(o, mc.vocab_size, [&](int64_t, const auto& in, const auto& tg) {
+    engine.step(1e-4f, [&](int64_t first, int64_t count, int32_t* i, int32_t* t) {
+      std::copy(in.begin() + first * T, in.begin() + (first + count) * T, i);
+      std::copy(tg.begin() + first * T, tg.begin() + (first + count) * T, t);
+    });
+    be.synchronize();  // a device backend's work of the step is done before the clock stops
+  });
+  const StepRate r = step_rate(times, o, mc);
+  nlohmann::json j = engine_result(o, engine.config(), nthreads, world.size(), r);
+  if (world.size() == 1) add_peak(j, o, be, r);
+  if (world.rank() == 0) print_result(j, o, nthreads, r);
+  return 0;
 }
 
 }  // namespace
@@ -285,20 +246,24 @@ int cmd_bench(CLI::App& app, int argc, char** argv, Communicator& world) {
   BenchOptions o;
   add_bench_options(app, o);
   app.parse(argc - 1, argv + 1);
+  if (o.no_graphs) {
+    throw_input("--no-graphs is gone: CUDA graphs belonged to GptCuda, the second GPT that was removed; "
+                "`weft bench --backend cuda` runs the one GPT through the engine, without graphs (docs/cuda.md)");
+  }
+  if (o.peak_tflops <= 0 || o.gemm_n <= 0) {
+    throw_input("--peak-tflops {} and --gemm-n {} must be positive", o.peak_tflops, o.gemm_n);
+  }
+  if (o.matmul_only) {
+#if WEFT_HAVE_CUDA
+    return bench_cuda_matmul(o);
+#else
+    throw_input("--matmul-only measures the CUDA backend's bf16 GEMM rate: this weft was built without CUDA "
+                "(-DWEFT_CUDA=ON)");
+#endif
+  }
   const ModelConfig mc = model_preset(o.model_name);
   check_step_sizes(o, mc);
-  if (o.backend_name == "cuda" || o.matmul_only) {
-    if (o.peak_tflops <= 0 || o.gemm_n <= 0) {
-      throw_input("--peak-tflops {} and --gemm-n {} must be positive", o.peak_tflops, o.gemm_n);
-    }
-    const LayoutOptions& l = o.layout;
-    if (world.size() > 1 || l.tp != 1 || l.pp != 1 || l.dp > 1 || l.zero != 0) {
-      throw_input("--backend cuda benchmarks one GPU (tp 1, pp 1, dp 1, zero 0; got {} ranks, tp {}, pp {}, dp {}, zero {}); "
-                  "layouts on GPUs come with the CUDA engine", world.size(), l.tp, l.pp, l.dp, l.zero);
-    }
-    return bench_cuda(mc, o);
-  }
-  return bench_cpu(mc, o, world);
+  return bench_engine(mc, o, world);
 }
 
 }  // namespace weft

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "backend/registry.h"
 #include "ckpt/checkpoint.h"
 #include "core/buffer.h"
 #include "train/config.h"
@@ -65,8 +66,8 @@ EngineConfig layout_engine_config(const LayoutOptions& o, const EngineRequest& r
   return ec;
 }
 
-EngineRun::EngineRun(const EngineConfig& cfg, Communicator& world)
-    : backend(make_cpu_backend()), engine(std::make_unique<Engine>(cfg, world, *backend)) {}
+EngineRun::EngineRun(const EngineConfig& cfg, Communicator& world, const std::string& backend_name)
+    : backend(make_backend(backend_name)), engine(std::make_unique<Engine>(cfg, world, *backend)) {}
 
 void load_checkpoint_into(Engine& engine, const std::string& dir) {
   const ParamLayout& whole = engine.whole_layout();

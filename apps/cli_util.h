@@ -47,9 +47,10 @@ struct EngineRequest {
 // The engine's configuration, checked by the layout rules (InputError naming the values).
 EngineConfig layout_engine_config(const LayoutOptions& o, const EngineRequest& r, int world_size);
 
-// An engine on the CPU backend, with its backend.
+// An engine with its backend: the one backend/registry.h's make_backend(backend_name) gives
+// (InputError naming the known backends for an unknown name).
 struct EngineRun {
-  EngineRun(const EngineConfig& cfg, Communicator& world);
+  EngineRun(const EngineConfig& cfg, Communicator& world, const std::string& backend_name = "cpu");
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Engine> engine;
 };

@@ -1,6 +1,7 @@
 // The backend interface: the device contract (memory, copies, fills, synchronisation) and
 // the ops. The model (src/model) is written once against it; each backend implements every
-// op. cpu/ is the reference every other backend is checked against; cpu_guarded/ is the CPU
+// required op and may implement the optional fused ops (whose defaults are sequences of the
+// required ones). cpu/ is the reference every other backend is checked against; cpu_guarded/ is the CPU
 // backend with its device memory fenced from the host, which proves that nothing above the
 // backend touches device memory; cuda/ runs on a GPU.
 //
@@ -41,6 +42,22 @@
 #include "core/precision.h"
 
 namespace weft {
+
+// The optional fused ops of Backend (section "optional fused ops" below), for
+// Backend::offers and messages.
+enum class FusedOp {
+  kResidualLayerNorm,        // residual_layernorm_forward
+  kMatmulResidualLayerNorm,  // matmul_residual_layernorm_forward
+  kMatmulGelu,               // matmul_gelu_forward
+  kMatmulGeluBackward,       // matmul_gelu_backward
+  kAttentionLse,             // attention_forward_lse + attention_backward_lse (default throws)
+  kAdamwCopy,                // adamw_copy
+};
+inline constexpr FusedOp kFusedOps[] = {FusedOp::kResidualLayerNorm, FusedOp::kMatmulResidualLayerNorm,
+                                        FusedOp::kMatmulGelu,        FusedOp::kMatmulGeluBackward,
+                                        FusedOp::kAttentionLse,      FusedOp::kAdamwCopy};
+// "residual_layernorm_forward", ...: the op's method name (the pair's first for kAttentionLse).
+const char* fused_op_name(FusedOp op);
 
 class Backend {
  public:
@@ -198,6 +215,99 @@ class Backend {
   // x (n) rounded in place to the nearest value of precision p (round to nearest even;
   // fp16 overflow gives inf): the CPU backend's emulation of 16-bit storage. No-op for kFp32.
   virtual void round_to(float* x, int64_t n, Precision p) = 0;
+
+  // ===== optional fused ops =====
+  // OPTIONAL, every one. A fused op does in one call what the model otherwise does with a
+  // short sequence of the required ops above; a backend overrides it where it has a kernel
+  // that makes fewer passes over memory (a cuBLASLt epilogue, a fused residual + LayerNorm)
+  // or needs less memory (flash attention). Each DEFAULT (src/backend/fused_defaults.cc) is
+  // that sequence, in exactly the order the model calls it today (src/model/gpt.cc,
+  // src/parallel/tp/layers.cc, src/optim/optim.cc), including the rounding to the storage
+  // precision `p` the model does between the steps (round_to; kFp32: none). So on the cpu
+  // backend (and on cpu-guarded, whose checked ops the default calls) a fused op gives
+  // BITWISE the plain sequence's results (tests/backend/fused_ops_test.cc), and a caller may
+  // use it whether or not the backend offers it. An override computes the same quantities
+  // to the backend's usual float tolerance (another summation order, an epilogue that skips
+  // an intermediate rounding); the backend's header says what it does differently.
+  // An op with no plain equivalent that has the same memory (kAttentionLse) throws
+  // RuntimeError by default: ask offers() first.
+  // Every pointer is device memory of this backend; shapes as above (N = B*T rows).
+  //
+  // Not here on purpose: cross-entropy without a probability buffer is already what the
+  // required softmax_cross_entropy and ce_* do (in place on the logits; CudaBackend runs the
+  // same one-pass kernel for fp32 as for bf16); bias epilogues are matmul_forward's bias.
+  // What the CUDA backend's bf16 variants add beyond these ops is real 16-bit storage,
+  // which needs buffers that carry dtypes (issue 13).
+
+  // Whether this backend implements `op` itself (true) or leaves it to the default (false).
+  // OPTIONAL. Default: false for every op.
+  virtual bool offers(FusedOp op) const { return false; }
+
+  // --- residual add + LayerNorm ---
+  // residual (N,C) = a + b, rounded to p; out (N,C) = LayerNorm(residual; w, bias (C), eps),
+  // rounded to p; mean, rstd (N) those of the rounded residual. writes. residual may alias a
+  // or b; out aliases nothing.
+  // DEFAULT: add(residual, a, b, N*C); round_to(residual, N*C, p);
+  //          layernorm_forward(out, mean, rstd, residual, w, bias, N, C, eps); round_to(out, N*C, p).
+  virtual void residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* a,
+                                          const float* b, const float* w, const float* bias, int64_t N, int64_t C,
+                                          float eps, Precision p);
+
+  // --- product + bias + residual add + LayerNorm (a row-parallel layer at tp = 1 and the LayerNorm after it) ---
+  // residual (N,C) = res + inp (N,IN) @ w (IN,C) + bias (C) (bias may be null), rounded to p;
+  // out (N,C) = LayerNorm(residual; ln_w, ln_b (C), eps), rounded to p; mean, rstd (N).
+  // writes. residual may alias res (not inp); out aliases nothing.
+  // DEFAULT: add_bias(residual, res, bias, N, C); matmul_forward(residual, inp, w, nullptr, N, IN, C, true);
+  //          round_to(residual, N*C, p);
+  //          layernorm_forward(out, mean, rstd, residual, ln_w, ln_b, N, C, eps); round_to(out, N*C, p).
+  virtual void matmul_residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
+                                                 const float* res, const float* inp, const float* w,
+                                                 const float* bias, const float* ln_w, const float* ln_b, int64_t N,
+                                                 int64_t IN, int64_t C, float eps, Precision p);
+
+  // --- product + bias + GELU (the MLP's first product) ---
+  // pre (N,OUT) = inp (N,IN) @ w (IN,OUT) + bias (OUT) (bias may be null), rounded to p (kept
+  // for the backward); out (N,OUT) = gelu(pre), rounded to p. writes both.
+  // DEFAULT: matmul_forward(pre, inp, w, bias, N, IN, OUT, false); round_to(pre, N*OUT, p);
+  //          gelu_forward(out, pre, N*OUT); round_to(out, N*OUT, p).
+  virtual void matmul_gelu_forward(float* out, float* pre, const float* inp, const float* w, const float* bias,
+                                   int64_t N, int64_t IN, int64_t OUT, Precision p);
+  // The backward of a product whose input was gelu(pre) (the MLP's second product):
+  // dinp (N,IN) = (dout (N,OUT) @ w^T, rounded to p) * gelu'(pre (N,IN)), rounded to p
+  // (writes; not null); dw (IN,OUT) += inp^T @ dout; dbias (OUT) += column sums of dout
+  // (skipped if null). inp is gelu(pre) as stored.
+  // DEFAULT: matmul_backward(dinp, dw, dbias, dout, inp, w, N, IN, OUT); round_to(dinp, N*IN, p);
+  //          gelu_backward(dinp, pre, dinp, N*IN); round_to(dinp, N*IN, p).
+  virtual void matmul_gelu_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
+                                    const float* w, const float* pre, int64_t N, int64_t IN, int64_t OUT,
+                                    Precision p);
+
+  // --- causal self-attention keeping log-sum-exp (flash attention) ---
+  // As attention_forward, but instead of the (B,NH,T,T) probabilities it keeps
+  // lse (B,NH,T) = log sum_{j<=t} exp(q_t . k_j / sqrt(hs)) (natural log): qkv (B,T,3C),
+  // out (B,T,C). writes. Nothing is rounded to a storage precision (the caller rounds out
+  // as after attention_forward).
+  // DEFAULT: throws RuntimeError: no sequence of the required ops keeps only lse
+  // (attention_forward needs the probabilities' memory). Call it only where
+  // offers(FusedOp::kAttentionLse) and attention_lse_supports(C, NH) are true.
+  virtual void attention_forward_lse(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+                                     int64_t NH);
+  // dqkv (B,T,3C) writes, from dout (B,T,C) and the forward's qkv, out and lse.
+  // DEFAULT: throws RuntimeError, as attention_forward_lse.
+  virtual void attention_backward_lse(float* dqkv, const float* dout, const float* qkv, const float* out,
+                                      const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH);
+  // Whether attention_*_lse takes this shape (a backend may support some head sizes C/NH
+  // only). OPTIONAL. Default: offers(FusedOp::kAttentionLse).
+  virtual bool attention_lse_supports(int64_t C, int64_t NH) const { return offers(FusedOp::kAttentionLse); }
+
+  // --- AdamW writing the copy the model computes with ---
+  // adamw over p (the fp32 master weights; all arguments as adamw), then
+  // copy (n) = the updated p rounded to copy_precision. writes copy; copy aliases nothing.
+  // DEFAULT: adamw(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
+  //          copy_device(copy, 0, p, 0, 4*n); round_to(copy, n, copy_precision).
+  virtual void adamw_copy(float* p, float* copy, const float* g, float* m, float* v, int64_t n, float lr,
+                          float beta1, float beta2, float eps, float weight_decay, int64_t t, float grad_scale,
+                          Precision copy_precision);
 
  protected:
   // --- the memory group's implementation ---

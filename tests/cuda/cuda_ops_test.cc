@@ -2,6 +2,9 @@
 // ||x - ref|| / ||ref|| with a tolerance per op and dtype:
 //   fp32 ops                       1e-5 (products, attention, LayerNorm: summation order
 //                                  differs), 1e-6 (elementwise), exact (embedding forward)
+//   optional fused ops             against the CPU defaults: as the fp32 ops; 1e-4 where a
+//                                  cuBLASLt GELU epilogue evaluates GELU; the bf16 tolerance
+//                                  where a 16-bit storage precision rounds between the steps
 //   bf16 ops                       inputs rounded to bf16 first so that both sides see the
 //                                  same values; 1e-2 for bf16 outputs (8 mantissa bits:
 //                                  ~4e-3 per rounding, a few roundings deep), 2e-2 for
@@ -14,11 +17,13 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_buffer.h"
+#include "core/precision.h"
 
 namespace weft::cuda {
 namespace {
@@ -329,6 +334,133 @@ TEST_F(CudaOps, AdamWSumSquaresScale) {
 }
 
 // ---------------------------------------------------------------------------------------
+// optional fused ops (backend.h): the CUDA overrides against the CPU backend's defaults (the
+// model's plain sequences). fp32: other summation orders, kTolF32; the cuBLASLt GELU
+// epilogues evaluate GELU and its derivative their own way: 1e-4. With a 16-bit storage
+// precision the CUDA backend runs the default sequence on its own ops: kTolBf16 (a few
+// values round to the neighbouring 16-bit value). flash attention: CudaFlash below.
+
+constexpr double kTolEpilogue = 1e-4;
+
+TEST_F(CudaOps, FusedOpsAreOffered) {
+  for (FusedOp op : kFusedOps) EXPECT_TRUE(gpu_->offers(op)) << fused_op_name(op);
+  EXPECT_TRUE(gpu_->attention_lse_supports(768, 12));   // hs 64
+  EXPECT_TRUE(gpu_->attention_lse_supports(256, 2));    // hs 128
+  EXPECT_FALSE(gpu_->attention_lse_supports(96, 3));    // hs 32
+}
+
+TEST_F(CudaOps, FusedResidualLayerNorm) {
+  const int64_t N = 300, C = 200, IN = 96;
+  Vec a = randn(N * C, 70, 2.0f), b = randn(N * C, 71), w = randn(C, 72), bias = randn(C, 73);
+  Vec inp = randn(N * IN, 74), pw = randn(IN * C, 75, 0.2f), pb = randn(C, 76);
+  for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+    const double tol = p == Precision::kFp32 ? kTolF32 : kTolBf16;
+    const char* pn = precision_name(p);
+    {
+      Vec rres(N * C), rout(N * C), rm(N), rr(N);
+      cpu_->residual_layernorm_forward(rres.data(), rout.data(), rm.data(), rr.data(), a.data(), b.data(), w.data(),
+                                       bias.data(), N, C, 1e-5f, p);
+      auto da = up(a);
+      auto db = up(b);
+      auto dw = up(w);
+      auto dbias = up(bias);
+      DeviceBuffer<float> res(N * C), out(N * C), m(N), r(N);
+      gpu_->residual_layernorm_forward(res.data(), out.data(), m.data(), r.data(), da.data(), db.data(), dw.data(),
+                                       dbias.data(), N, C, 1e-5f, p);
+      EXPECT_LT(rel_err(down(res), rres), tol) << pn;
+      EXPECT_LT(rel_err(down(out), rout), tol) << pn;
+      EXPECT_LT(rel_err(down(m), rm), tol) << pn;
+      EXPECT_LT(rel_err(down(r), rr), tol) << pn;
+    }
+    {
+      Vec rres(N * C), rout(N * C), rm(N), rr(N);
+      cpu_->matmul_residual_layernorm_forward(rres.data(), rout.data(), rm.data(), rr.data(), a.data(), inp.data(),
+                                              pw.data(), pb.data(), w.data(), bias.data(), N, IN, C, 1e-5f, p);
+      auto da = up(a);
+      auto di = up(inp);
+      auto dpw = up(pw);
+      auto dpb = up(pb);
+      auto dw = up(w);
+      auto dbias = up(bias);
+      DeviceBuffer<float> out(N * C), m(N), r(N);
+      // The residual written over res (allowed: it may alias res).
+      gpu_->matmul_residual_layernorm_forward(da.data(), out.data(), m.data(), r.data(), da.data(), di.data(),
+                                              dpw.data(), dpb.data(), dw.data(), dbias.data(), N, IN, C, 1e-5f, p);
+      EXPECT_LT(rel_err(down(da), rres), tol) << pn;
+      EXPECT_LT(rel_err(down(out), rout), tol) << pn;
+      EXPECT_LT(rel_err(down(m), rm), tol) << pn;
+      EXPECT_LT(rel_err(down(r), rr), tol) << pn;
+    }
+  }
+}
+
+TEST_F(CudaOps, FusedMatmulGelu) {
+  // OUT 80 and F 80: the epilogue paths (aux leading dimension a multiple of 8); 81: the
+  // default sequence on the GPU's ops.
+  for (int64_t OUT : {int64_t{80}, int64_t{81}}) {
+    for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+      const int64_t N = 70, IN = 48;
+      const double tol = p == Precision::kBf16 ? kTolBf16 : OUT % 8 == 0 ? kTolEpilogue : kTolF32;
+      const std::string what = std::string(precision_name(p)) + " OUT " + std::to_string(OUT);
+      Vec inp = randn(N * IN, 77), w = randn(IN * OUT, 78, 0.3f), bias = randn(OUT, 79);
+      Vec rout(N * OUT), rpre(N * OUT);
+      cpu_->matmul_gelu_forward(rout.data(), rpre.data(), inp.data(), w.data(), bias.data(), N, IN, OUT, p);
+      auto di = up(inp);
+      auto dw = up(w);
+      auto db = up(bias);
+      DeviceBuffer<float> out(N * OUT), pre(N * OUT);
+      gpu_->matmul_gelu_forward(out.data(), pre.data(), di.data(), dw.data(), db.data(), N, IN, OUT, p);
+      EXPECT_LT(rel_err(down(pre), rpre), tol) << what;
+      EXPECT_LT(rel_err(down(out), rout), tol) << what;
+
+      // The backward of the next product (IN2 = OUT, the MLP's F; OUT2 = 48), input gelu(pre).
+      const int64_t IN2 = OUT, OUT2 = 48;
+      Vec g = randn(N * OUT2, 80), w2 = randn(IN2 * OUT2, 81, 0.3f), dw0 = randn(IN2 * OUT2, 82), db0 = randn(OUT2, 83);
+      Vec rdi(N * IN2), rdw = dw0, rdb = db0;
+      cpu_->matmul_gelu_backward(rdi.data(), rdw.data(), rdb.data(), g.data(), rout.data(), w2.data(), rpre.data(), N,
+                                 IN2, OUT2, p);
+      auto dg = up(g);
+      auto dw2 = up(w2);
+      auto ddw = up(dw0);
+      auto ddb = up(db0);
+      auto dinp = up(rout);
+      auto dpre = up(rpre);
+      DeviceBuffer<float> ddi(N * IN2);
+      gpu_->matmul_gelu_backward(ddi.data(), ddw.data(), ddb.data(), dg.data(), dinp.data(), dw2.data(), dpre.data(),
+                                 N, IN2, OUT2, p);
+      EXPECT_LT(rel_err(down(ddi), rdi), tol) << what;
+      EXPECT_LT(rel_err(down(ddw), rdw), kTolF32) << what;
+      EXPECT_LT(rel_err(down(ddb), rdb), kTolF32) << what;
+    }
+  }
+}
+
+TEST_F(CudaOps, FusedAdamwCopy) {
+  const int64_t n = 10007;
+  for (Precision prec : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+    Vec p = randn(n, 84), g = randn(n, 85), m = randn(n, 86, 0.1f), v = randn(n, 87, 0.1f), copy(n);
+    for (auto& x : v) x = std::fabs(x);
+    auto dp = up(p);
+    auto dg = up(g);
+    auto dm = up(m);
+    auto dv = up(v);
+    DeviceBuffer<float> dc(n);
+    cpu_->adamw_copy(p.data(), copy.data(), g.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.5f,
+                     prec);
+    gpu_->adamw_copy(dp.data(), dc.data(), dg.data(), dm.data(), dv.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3,
+                     0.5f, prec);
+    const Vec gp = down(dp);
+    EXPECT_LT(rel_err(gp, p), kTolElem) << precision_name(prec);
+    EXPECT_LT(rel_err(down(dm), m), kTolElem) << precision_name(prec);
+    EXPECT_LT(rel_err(down(dv), v), kTolElem) << precision_name(prec);
+    // The copy is exactly the GPU's own master weights rounded (as round_to would).
+    Vec want = gp;
+    for (auto& x : want) x = round_to(prec, x);
+    EXPECT_EQ(rel_err(down(dc), want), 0.0) << precision_name(prec);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
 // bf16
 
 TEST_F(CudaOps, GemmBf16) {
@@ -473,13 +605,8 @@ void PrintTo(const FlashShape& s, std::ostream* os) {
 
 class CudaFlash : public CudaOps, public ::testing::WithParamInterface<FlashShape> {};
 
-TEST_P(CudaFlash, ForwardBackwardAgainstCpu) {
-  const auto [B, T, C, NH] = GetParam();
-  Vec qkv = rounded(randn(B * T * 3 * C, 63)), g = rounded(randn(B * T * C, 64));
-  Vec ro(B * T * C), ratt(B * NH * T * T), rd(B * T * 3 * C);
-  cpu_->attention_forward(ro.data(), ratt.data(), qkv.data(), B, T, C, NH);
-  cpu_->attention_backward(rd.data(), g.data(), qkv.data(), ratt.data(), B, T, C, NH);
-  // lse reference: log sum_j exp(scale q.k_j) over j <= i, in double.
+// lse reference: log sum_j exp(scale q.k_j) over j <= i, in double; qkv (B,T,3C).
+Vec lse_reference(const Vec& qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
   const int64_t hs = C / NH;
   Vec rlse(B * NH * T);
   for (int64_t b = 0; b < B; ++b)
@@ -499,6 +626,29 @@ TEST_P(CudaFlash, ForwardBackwardAgainstCpu) {
         for (double x : s) sum += std::exp(x - mx);
         rlse[(b * NH + h) * T + i] = static_cast<float>(mx + std::log(sum));
       }
+  return rlse;
+}
+
+// The normalised error of each of q, k, v's parts of a (B*T, 3C) gradient against the reference.
+void expect_qkv_parts_near(const Vec& got, const Vec& ref, int64_t N, int64_t C, double tol, const char* what) {
+  for (int part = 0; part < 3; ++part) {
+    Vec x, r;
+    for (int64_t row = 0; row < N; ++row)
+      for (int64_t c = 0; c < C; ++c) {
+        x.push_back(got[row * 3 * C + part * C + c]);
+        r.push_back(ref[row * 3 * C + part * C + c]);
+      }
+    EXPECT_LT(rel_err(x, r), tol) << what << ": part " << "qkv"[part];
+  }
+}
+
+TEST_P(CudaFlash, ForwardBackwardAgainstCpu) {
+  const auto [B, T, C, NH] = GetParam();
+  Vec qkv = rounded(randn(B * T * 3 * C, 63)), g = rounded(randn(B * T * C, 64));
+  Vec ro(B * T * C), ratt(B * NH * T * T), rd(B * T * 3 * C);
+  cpu_->attention_forward(ro.data(), ratt.data(), qkv.data(), B, T, C, NH);
+  cpu_->attention_backward(rd.data(), g.data(), qkv.data(), ratt.data(), B, T, C, NH);
+  const Vec rlse = lse_reference(qkv, B, T, C, NH);
   auto dq = up16(qkv);
   auto dg = up16(g);
   DeviceBuffer<bf16> o(B * T * C), d(B * T * 3 * C), d2(B * T * 3 * C);
@@ -509,18 +659,42 @@ TEST_P(CudaFlash, ForwardBackwardAgainstCpu) {
   gpu_->attention_backward_bf16(d.data(), dg.data(), dq.data(), o.data(), lse.data(), B, T, C, NH);
   // The backward reads the forward's bf16 output for D = rowsum(dO O): compare per part.
   const Vec gd = down(d);
-  for (int part = 0; part < 3; ++part) {
-    Vec x, ref;
-    for (int64_t r = 0; r < B * T; ++r)
-      for (int64_t c = 0; c < C; ++c) {
-        x.push_back(gd[r * 3 * C + part * C + c]);
-        ref.push_back(rd[r * 3 * C + part * C + c]);
-      }
-    EXPECT_LT(rel_err(x, ref), kTolFlash) << "part " << "qkv"[part];
-  }
+  expect_qkv_parts_near(gd, rd, B * T, C, kTolFlash, "attention_backward_bf16");
   gpu_->attention_backward_bf16(d2.data(), dg.data(), dq.data(), o.data(), lse.data(), B, T, C, NH);
   const Vec gd2 = down(d2);
   EXPECT_EQ(std::memcmp(gd.data(), gd2.data(), gd.size() * sizeof(float)), 0) << "backward not deterministic";
+}
+
+// The optional fused pair attention_forward_lse / attention_backward_lse: the same flash
+// kernels behind fp32 pointers (bf16 in scratch). Inputs are bf16 values, so the conversion is
+// exact and the bf16 path's tolerances apply; the results equal the bf16 methods' bit for bit.
+TEST_P(CudaFlash, Fp32InterfaceLseAgainstCpu) {
+  const auto [B, T, C, NH] = GetParam();
+  ASSERT_TRUE(gpu_->offers(FusedOp::kAttentionLse));
+  ASSERT_TRUE(gpu_->attention_lse_supports(C, NH));
+  Vec qkv = rounded(randn(B * T * 3 * C, 65)), g = rounded(randn(B * T * C, 66));
+  Vec ro(B * T * C), ratt(B * NH * T * T), rd(B * T * 3 * C);
+  cpu_->attention_forward(ro.data(), ratt.data(), qkv.data(), B, T, C, NH);
+  cpu_->attention_backward(rd.data(), g.data(), qkv.data(), ratt.data(), B, T, C, NH);
+  auto dq = up(qkv);
+  auto dg = up(g);
+  DeviceBuffer<float> o(B * T * C), lse(B * NH * T), d(B * T * 3 * C);
+  gpu_->attention_forward_lse(o.data(), lse.data(), dq.data(), B, T, C, NH);
+  const Vec go = down(o);
+  EXPECT_LT(rel_err(go, ro), kTolFlash);
+  EXPECT_LT(rel_err(down(lse), lse_reference(qkv, B, T, C, NH)), 1e-4);
+  gpu_->attention_backward_lse(d.data(), dg.data(), dq.data(), o.data(), lse.data(), B, T, C, NH);
+  const Vec gd = down(d);
+  expect_qkv_parts_near(gd, rd, B * T, C, kTolFlash, "attention_backward_lse");
+  // The bf16 methods on the same values: the same bits.
+  auto dq16 = up16(qkv);
+  auto dg16 = up16(g);
+  DeviceBuffer<bf16> o16(B * T * C), d16(B * T * 3 * C);
+  DeviceBuffer<float> lse16(B * NH * T);
+  gpu_->attention_forward_bf16(o16.data(), lse16.data(), dq16.data(), B, T, C, NH);
+  gpu_->attention_backward_bf16(d16.data(), dg16.data(), dq16.data(), o16.data(), lse16.data(), B, T, C, NH);
+  EXPECT_EQ(rel_err(go, down(o16)), 0.0);
+  EXPECT_EQ(rel_err(gd, down(d16)), 0.0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaFlash,
@@ -531,8 +705,15 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaFlash,
                                            ),
                          [](const auto& info) {
                            const FlashShape& s = info.param;
-                           return "B" + std::to_string(s.B) + "_T" + std::to_string(s.T) + "_C" + std::to_string(s.C) +
-                                  "_NH" + std::to_string(s.NH);
+                           std::string name = "B";  // appended piece by piece: GCC 12's -Wrestrict
+                           name += std::to_string(s.B);  // misfires on "literal" + std::string&&
+                           name += "_T";
+                           name += std::to_string(s.T);
+                           name += "_C";
+                           name += std::to_string(s.C);
+                           name += "_NH";
+                           name += std::to_string(s.NH);
+                           return name;
                          });
 
 TEST_F(CudaOps, DeviceBufferCountsBytes) {

@@ -17,6 +17,9 @@
 //     hands the signal on to the previous handler (by default the process dies of SIGSEGV).
 //   * the results are BITWISE those of the cpu backend: the same code runs underneath, on
 //     memory with the same 64-byte alignment.
+//   * the optional fused ops are not forwarded: their defaults (backend.h) run here, on the
+//     checked ops above, so a fused op is fenced step by step and gives cpu's bits (cpu
+//     offers none; one it ever implements must be forwarded here too).
 //   * begin_host_access opens one buffer for host-staged communication (HostAccess in
 //     backend.h; comm/device_comm.h); nothing else may use it. With host_access = false it
 //     refuses, as a GPU backend does, and the communication stages through copies.

@@ -2,10 +2,13 @@
 // cuBLASLt (bf16, with epilogues); everything else through the kernel launchers of kernels.h.
 #include "backend/cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/kernels.h"
@@ -46,6 +49,40 @@ void check_flash(const char* what, const void* qkv, const void* out, const void*
   }
 }
 
+// cuBLASLt's GELU epilogues want the aux matrix's leading dimension a multiple of 8 elements
+// and the aux pointer 16-byte aligned; the fused fp32 ops run their default sequence otherwise.
+bool lt_aux_ok(int64_t ld, const void* aux) { return ld % 8 == 0 && reinterpret_cast<uintptr_t>(aux) % 16 == 0; }
+
+// Hands out 256-byte-aligned pieces of one scratch allocation; with a null base it only
+// counts (the first pass sizes the scratch, the second assigns the pointers).
+class Carver {
+ public:
+  explicit Carver(void* base) : base_(static_cast<uint8_t*>(base)) {}
+  template <typename T>
+  T* take(int64_t n) {
+    const size_t off = used_;
+    used_ += (static_cast<size_t>(n) * sizeof(T) + 255) / 256 * 256;
+    return base_ ? reinterpret_cast<T*>(base_ + off) : nullptr;
+  }
+  size_t used() const { return used_; }
+
+ private:
+  uint8_t* base_;
+  size_t used_ = 0;
+};
+
+// AdamW with the bias corrections in double on the host, exactly as the CPU backend computes
+// them; p16 (bf16) and pcopy (fp32 rounded through copy_kind) as kern::adamw.
+void launch_adamw(gpu::Stream s, float* p, gpu::bf16_t* p16, float* pcopy, int copy_kind, const float* g, float* m,
+                  float* v, int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t,
+                  float grad_scale) {
+  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(t));
+  const float step = static_cast<float>(lr / bc1);
+  const float rbc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  kern::adamw(p, p16, pcopy, copy_kind, g, m, v, n, lr, beta1, beta2, eps, weight_decay, step, rbc2, grad_scale, s);
+}
+
 const char* epilogue_name(cublasLtEpilogue_t ep) {
   switch (ep) {
     case CUBLASLT_EPILOGUE_DEFAULT: return "none";
@@ -81,8 +118,8 @@ struct CudaBackend::State {
   DeviceBuffer<uint8_t> scratch{0, MemCategory::kWorkspace};
   DeviceBuffer<double> reduce{0, MemCategory::kWorkspace};
   // cuBLASLt's choice per call shape (key: everything that changes the heuristic's answer).
-  using AlgoKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, uint32_t,
-                             uint32_t, uint32_t, bool>;
+  using AlgoKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int,
+                             uint32_t, uint32_t, uint32_t, bool>;
   std::map<AlgoKey, std::pair<bool, cublasLtMatmulAlgo_t>> algos;  // first: an algorithm exists
 
   // Scratch of at least `bytes`; growing waits for the stream (work in flight may use it).
@@ -117,9 +154,12 @@ struct CudaBackend::State {
   // Row-major cuBLASLt product with bf16 A, B; C/D of type ctype; returns false (nothing
   // enqueued) when cuBLASLt has no algorithm for this epilogue and shape, so the caller can
   // fall back to separate kernels.
+  // abtype: the type of A and B (bf16, or fp32 for the fused fp32 ops: strict fp32 under
+  // CUBLAS_COMPUTE_32F, no TF32).
   bool lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void* A, int64_t lda,
                  const void* B, int64_t ldb, float beta, void* C, int64_t ldc, cudaDataType_t ctype,
-                 cublasLtEpilogue_t ep, const void* bias, const void* aux, int64_t ldaux) {
+                 cublasLtEpilogue_t ep, const void* bias, const void* aux, int64_t ldaux,
+                 cudaDataType_t abtype = CUDA_R_16BF) {
     if (M == 0 || N == 0) return true;
     LtDescs d;
     WEFT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -141,13 +181,13 @@ struct CudaBackend::State {
     // Layouts (rows, cols, ld) of the column-major operands.
     const uint64_t a_rows = tb ? K : N, a_cols = tb ? N : K;  // our B
     const uint64_t b_rows = ta ? M : K, b_cols = ta ? K : M;  // our A
-    WEFT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_16BF, a_rows, a_cols, ldb));
-    WEFT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_16BF, b_rows, b_cols, lda));
+    WEFT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, abtype, a_rows, a_cols, ldb));
+    WEFT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, abtype, b_rows, b_cols, lda));
     WEFT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.c, ctype, static_cast<uint64_t>(N), static_cast<uint64_t>(M), ldc));
 
     const uint32_t al_a = alignment_of(B), al_b = alignment_of(A), al_c = alignment_of(C);
-    const AlgoKey key{ta, tb, M, N, K, lda, ldb, ldc, static_cast<int>(ctype), static_cast<int>(ep), al_a, al_b,
-                      al_c, beta != 0.0f};
+    const AlgoKey key{ta, tb, M, N, K, lda, ldb, ldc, static_cast<int>(ctype), static_cast<int>(abtype),
+                      static_cast<int>(ep), al_a, al_b, al_c, beta != 0.0f};
     auto it = algos.find(key);
     if (it == algos.end()) {
       WEFT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
@@ -175,8 +215,8 @@ struct CudaBackend::State {
     }
     if (!it->second.first) {
       WEFT_CHECK(ep != CUBLASLT_EPILOGUE_DEFAULT,
-                 "cuBLASLt has no algorithm for a plain bf16 product M={} N={} K={} lda={} ldb={} ldc={}", M, N, K, lda,
-                 ldb, ldc);
+                 "cuBLASLt has no algorithm for a plain {} product M={} N={} K={} lda={} ldb={} ldc={}",
+                 abtype == CUDA_R_32F ? "fp32" : "bf16", M, N, K, lda, ldb, ldc);
       return false;
     }
     WEFT_CUBLAS_CHECK(cublasLtMatmul(lt, d.op, &alpha, B, d.a, A, d.b, &beta, C, d.c, C, d.c, &it->second.second,
@@ -556,13 +596,8 @@ void CudaBackend::ce_grad_bf16(bf16* logits, int64_t N, int64_t ld, int64_t cols
 
 void CudaBackend::adamw_bf16(float* p, bf16* p16, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
                              float beta2, float eps, float weight_decay, int64_t t, float grad_scale) {
-  // Bias corrections in double on the host, exactly as the CPU backend computes them.
-  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(t));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(t));
-  const float step = static_cast<float>(lr / bc1);
-  const float rbc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-  kern::adamw(p, p16 ? dev(p16) : nullptr, g, m, v, n, lr, beta1, beta2, eps, weight_decay, step, rbc2, grad_scale,
-              st_->stream);
+  launch_adamw(st_->stream, p, p16 ? dev(p16) : nullptr, nullptr, 0, g, m, v, n, lr, beta1, beta2, eps, weight_decay,
+               t, grad_scale);
 }
 
 double CudaBackend::sum_squares_bf16(const bf16* x, int64_t n) {
@@ -574,6 +609,143 @@ double CudaBackend::sum_squares_bf16(const bf16* x, int64_t n) {
   return r;
 }
 
+// ------------------------------------------------------------------------------------------
+// optional fused ops (backend.h): the kernels above behind the fp32 interface. With a 16-bit
+// storage precision the fused steps would skip the model's intermediate rounding: the default
+// sequence runs instead (cuda_backend.h).
+
+void CudaBackend::residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* a,
+                                             const float* b, const float* w, const float* bias, int64_t N, int64_t C,
+                                             float eps, Precision p) {
+  if (p != Precision::kFp32) {
+    Backend::residual_layernorm_forward(residual, out, mean, rstd, a, b, w, bias, N, C, eps, p);
+    return;
+  }
+  WEFT_CHECK(residual != nullptr && out != residual, "residual_layernorm_forward: residual null or aliasing out");
+  kern::layernorm_forward<float>(out, mean, rstd, residual, a, b, w, bias, N, C, eps, st_->stream);
+}
+
+void CudaBackend::matmul_residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
+                                                    const float* res, const float* inp, const float* w,
+                                                    const float* bias, const float* ln_w, const float* ln_b, int64_t N,
+                                                    int64_t IN, int64_t C, float eps, Precision p) {
+  if (p != Precision::kFp32) {
+    Backend::matmul_residual_layernorm_forward(residual, out, mean, rstd, res, inp, w, bias, ln_w, ln_b, N, IN, C, eps,
+                                               p);
+    return;
+  }
+  WEFT_CHECK(residual != nullptr && out != residual, "matmul_residual_layernorm_forward: residual null or aliasing out");
+  // tmp (N,C) = inp @ w + bias (scratch), then residual = res + tmp and out = LN(residual) in one kernel.
+  float* tmp = st_->scratch_of<float>(N * C);
+  matmul_forward(tmp, inp, w, bias, N, IN, C, false);
+  kern::layernorm_forward<float>(out, mean, rstd, residual, res, tmp, ln_w, ln_b, N, C, eps, st_->stream);
+}
+
+void CudaBackend::matmul_gelu_forward(float* out, float* pre, const float* inp, const float* w, const float* bias,
+                                      int64_t N, int64_t IN, int64_t OUT, Precision p) {
+  // pre = inp @ w + bias (the aux output), out = gelu(pre): GELU_AUX_BIAS.
+  if (p == Precision::kFp32 && bias != nullptr && lt_aux_ok(OUT, pre) &&
+      st_->lt_matmul(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, 0.0f, out, OUT, CUDA_R_32F,
+                     CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, pre, OUT, CUDA_R_32F)) {
+    return;
+  }
+  Backend::matmul_gelu_forward(out, pre, inp, w, bias, N, IN, OUT, p);
+}
+
+void CudaBackend::matmul_gelu_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
+                                       const float* w, const float* pre, int64_t N, int64_t IN, int64_t OUT,
+                                       Precision p) {
+  WEFT_CHECK(dinp != nullptr, "matmul_gelu_backward needs dinp");
+  // dinp = (dout @ w^T) * gelu'(pre): the DGELU epilogue; then dw, dbias as matmul_backward.
+  const bool fused = p == Precision::kFp32 && lt_aux_ok(IN, pre) &&
+                     st_->lt_matmul(false, true, N, IN, OUT, 1.0f, dout, OUT, w, OUT, 0.0f, dinp, IN, CUDA_R_32F,
+                                    CUBLASLT_EPILOGUE_DGELU, nullptr, pre, IN, CUDA_R_32F);
+  if (!fused) {
+    Backend::matmul_gelu_backward(dinp, dw, dbias, dout, inp, w, pre, N, IN, OUT, p);
+    return;
+  }
+  matmul_backward(nullptr, dw, dbias, dout, inp, w, N, IN, OUT);
+}
+
+void CudaBackend::attention_forward_lse(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+                                        int64_t NH) {
+  if (B * T == 0) return;
+  const int64_t N = B * T;
+  // bf16 copies of qkv and the output in scratch: the flash kernels' storage type.
+  Carver count(nullptr);
+  count.take<gpu::bf16_t>(N * 3 * C);
+  count.take<gpu::bf16_t>(N * C);
+  Carver carve(st_->scratch_bytes(count.used()));
+  gpu::bf16_t* qkv16 = carve.take<gpu::bf16_t>(N * 3 * C);
+  gpu::bf16_t* out16 = carve.take<gpu::bf16_t>(N * C);
+  check_flash("attention_forward_lse", qkv16, out16, out16, B, T, C, NH);
+  kern::convert(qkv16, qkv, N * 3 * C, st_->stream);
+  kern::flash_attention_forward(out16, lse, qkv16, B, T, C, NH, st_->stream);
+  kern::convert(out, out16, N * C, st_->stream);
+}
+
+void CudaBackend::attention_backward_lse(float* dqkv, const float* dout, const float* qkv, const float* out,
+                                         const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH) {
+  if (B * T == 0) return;
+  const int64_t N = B * T;
+  // bf16 copies of qkv, dout, out (out came from bf16: exact) and dqkv, and the D rows.
+  auto carve_all = [&](Carver& c, gpu::bf16_t** q, gpu::bf16_t** g, gpu::bf16_t** o, gpu::bf16_t** d, float** D) {
+    *q = c.take<gpu::bf16_t>(N * 3 * C);
+    *g = c.take<gpu::bf16_t>(N * C);
+    *o = c.take<gpu::bf16_t>(N * C);
+    *d = c.take<gpu::bf16_t>(N * 3 * C);
+    *D = c.take<float>(kern::flash_attention_backward_scratch(B, T, NH));
+  };
+  gpu::bf16_t *qkv16, *dout16, *out16, *dqkv16;
+  float* D;
+  Carver count(nullptr);
+  carve_all(count, &qkv16, &dout16, &out16, &dqkv16, &D);
+  Carver carve(st_->scratch_bytes(count.used()));
+  carve_all(carve, &qkv16, &dout16, &out16, &dqkv16, &D);
+  check_flash("attention_backward_lse", qkv16, dout16, dqkv16, B, T, C, NH);
+  kern::convert(qkv16, qkv, N * 3 * C, st_->stream);
+  kern::convert(dout16, dout, N * C, st_->stream);
+  kern::convert(out16, out, N * C, st_->stream);
+  kern::flash_attention_backward(dqkv16, dout16, qkv16, out16, lse, B, T, C, NH, D, st_->stream);
+  kern::convert(dqkv, dqkv16, N * 3 * C, st_->stream);
+}
+
+void CudaBackend::adamw_copy(float* p, float* copy, const float* g, float* m, float* v, int64_t n, float lr,
+                             float beta1, float beta2, float eps, float weight_decay, int64_t t, float grad_scale,
+                             Precision copy_precision) {
+  WEFT_CHECK(copy != nullptr && copy != p, "adamw_copy: the copy is null or aliases the master weights");
+  const int kind = copy_precision == Precision::kBf16 ? 1 : copy_precision == Precision::kFp16 ? 2 : 0;
+  launch_adamw(st_->stream, p, nullptr, copy, kind, g, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
+}
+
 std::unique_ptr<CudaBackend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+
+double measure_bf16_gemm_flops(CudaBackend& be, int64_t n, int reps) {
+  WEFT_CHECK(n > 0 && reps > 0, "measure_bf16_gemm_flops: n = {}, reps = {}", n, reps);
+  const size_t nn = static_cast<size_t>(n * n);
+  // Values in [-1, 1) (not zeros: the power draw, hence the clock, depends on the data).
+  std::vector<bf16> host(nn);
+  uint32_t s = 12345u;
+  for (size_t i = 0; i < nn; ++i) {
+    s = s * 1664525u + 1013904223u;
+    host[i] = to_bf16(static_cast<float>(s >> 8) / 8388608.0f - 1.0f);
+  }
+  DeviceBuffer<bf16> a(nn, MemCategory::kWorkspace), b(nn, MemCategory::kWorkspace), c(nn, MemCategory::kWorkspace);
+  to_device(a, host.data(), nn, be.stream());
+  to_device(b, host.data(), nn, be.stream());
+  gpu::Event e0 = gpu::event_create(true), e1 = gpu::event_create(true);
+  double best = 0.0;
+  for (int r = 0; r < reps + 3; ++r) {
+    gpu::event_record(e0, be.stream());
+    be.gemm_bf16(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    gpu::event_record(e1, be.stream());
+    be.synchronize();
+    const double ms = gpu::event_elapsed_ms(e0, e1);
+    if (r >= 3 && ms > 0.0) best = std::max(best, 2.0 * static_cast<double>(n) * n * n / (ms * 1e-3));
+  }
+  gpu::event_destroy(e0);
+  gpu::event_destroy(e1);
+  return best;
+}
 
 }  // namespace weft::cuda

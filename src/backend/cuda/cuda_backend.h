@@ -1,13 +1,38 @@
 // The CUDA backend: the op interface of backend/backend.h over DEVICE pointers with the CPU
-// backend's fp32 semantics, plus bf16 variants of the hot paths for mixed precision.
+// backend's fp32 semantics, the optional fused ops with its own kernels, plus bf16 variants of
+// the hot paths for mixed precision.
+//
+// Optional fused ops (backend.h): offers() is true for every one. What the overrides do
+// differently from the default sequences:
+//   residual_layernorm_forward, matmul_residual_layernorm_forward: one LayerNorm kernel that
+//     also writes the residual (layernorm.cu); the product variant first computes
+//     inp @ w + bias into scratch (cuBLAS, strict fp32), so its residual sums
+//     res + (inp @ w + bias) where the default sums (res + bias) + inp @ w.
+//   matmul_gelu_forward, matmul_gelu_backward: cuBLASLt in strict fp32 (CUBLAS_COMPUTE_32F)
+//     with the GELU_AUX_BIAS / DGELU epilogue (cuBLASLt's tanh GELU), where cuBLASLt has an
+//     algorithm and the aux leading dimension is a multiple of 8 floats; the default
+//     sequence otherwise.
+//   attention_forward_lse / attention_backward_lse: the bf16 flash kernels
+//     (flash_attention.cu) behind fp32 pointers: q, k, v (and dout, out) are converted to
+//     bf16 in scratch, the results back to fp32. So these compute with bf16 inputs and
+//     fp32 accumulation: they agree with attention_forward/backward to bf16 precision
+//     (~1e-2 normalised), not fp32. Head sizes 64 and 128 only (attention_lse_supports).
+//   adamw_copy: one pass that updates p, m, v and writes the rounded copy.
+// The epilogues and the fused residual skip the rounding between the fused steps, so with a
+// 16-bit storage precision (p != kFp32) the first four run the default sequence instead: the
+// emulated 16-bit storage then rounds exactly where the model's does. The fp32 buffers of the
+// interface cannot hold real bf16, so GPT (model/gpt.h) on this backend stores fp32 even with
+// --precision bf16 (emulated by round_to) until buffers carry dtypes (issue 13); the bf16
+// methods below stay CudaBackend-specific until then.
 //
 // Every op is enqueued on the backend's one compute stream (stream()) and returns at once;
 // only sum_squares (which returns a value) and synchronize() wait. Buffers come from
 // DeviceBuffer (device_buffer.h). Scratch space (cuBLASLt workspace, reduction partials,
-// sort buffers, the attention datt/D rows) is owned by the backend, grows on demand and is
-// counted under `workspace`.
+// sort buffers, the attention datt/D rows, the fused ops' temporaries) is owned by the
+// backend, grows on demand and is counted under `workspace`.
 //
-// bf16 policy (what the model wires): parameters live as fp32 master weights (optimizer
+// bf16 policy of the bf16 methods (what the removed GptCuda wired; what GPT can wire once
+// buffers carry dtypes, issue 13): parameters live as fp32 master weights (optimizer
 // state fp32 too) and a bf16 compute copy written by adamw_bf16; activations and activation
 // gradients are bf16; weight gradients accumulate in fp32 (cuBLASLt writes an fp32 C from
 // bf16 A, B; dbias, LayerNorm dw/db and embedding gradients are fp32); every reduction and
@@ -103,6 +128,28 @@ class CudaBackend final : public Backend {
   // x rounded in place to bf16 / fp16 values (round to nearest even; fp16 overflow -> inf).
   void round_to(float* x, int64_t n, Precision p) override;
 
+  // --- optional fused ops (backend.h; what differs from the defaults: the header comment) ---
+  bool offers(FusedOp op) const override { return true; }
+  void residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* a,
+                                  const float* b, const float* w, const float* bias, int64_t N, int64_t C, float eps,
+                                  Precision p) override;
+  void matmul_residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* res,
+                                         const float* inp, const float* w, const float* bias, const float* ln_w,
+                                         const float* ln_b, int64_t N, int64_t IN, int64_t C, float eps,
+                                         Precision p) override;
+  void matmul_gelu_forward(float* out, float* pre, const float* inp, const float* w, const float* bias, int64_t N,
+                           int64_t IN, int64_t OUT, Precision p) override;
+  void matmul_gelu_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
+                            const float* pre, int64_t N, int64_t IN, int64_t OUT, Precision p) override;
+  void attention_forward_lse(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+                             int64_t NH) override;
+  void attention_backward_lse(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                              int64_t B, int64_t T, int64_t C, int64_t NH) override;
+  bool attention_lse_supports(int64_t C, int64_t NH) const override { return flash_attention_supports(C, NH); }
+  void adamw_copy(float* p, float* copy, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int64_t t, float grad_scale,
+                  Precision copy_precision) override;
+
   // --- bf16 (mixed precision) ---
   // Conversions.
   void to_bf16(bf16* dst, const float* src, int64_t n);
@@ -180,5 +227,10 @@ class CudaBackend final : public Backend {
 };
 
 std::unique_ptr<CudaBackend> make_cuda_backend(int device = -1);
+
+// The card's bf16 matrix-product rate through cuBLASLt (bf16 in and out, fp32 accumulation):
+// the best of `reps` timed n x n x n products (CUDA events) after a warm-up. FLOP/s.
+// `weft bench --matmul-only` and the MFU denominator of `weft bench --backend cuda`.
+double measure_bf16_gemm_flops(CudaBackend& be, int64_t n = 8192, int reps = 20);
 
 }  // namespace weft::cuda

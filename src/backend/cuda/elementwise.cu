@@ -73,13 +73,21 @@ __global__ void column_finish_kernel(float* dbias, const float* partial, int64_t
   dbias[col] += s;
 }
 
-__global__ void round_kernel(float* x, int64_t n, int kind) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    x[i] = kind == 1 ? __bfloat162float(__float2bfloat16_rn(x[i])) : __half2float(__float2half_rn(x[i]));
+// x rounded through 16-bit storage: kind 1 = bf16, 2 = fp16; otherwise x.
+__device__ __forceinline__ float round_kind(float x, int kind) {
+  if (kind == 1) return __bfloat162float(__float2bfloat16_rn(x));
+  if (kind == 2) return __half2float(__float2half_rn(x));
+  return x;
 }
 
-__global__ void adamw_kernel(float* p, bf16_t* p16, const float* g, float* m, float* v, int64_t n, float beta1,
-                             float beta2, float eps, float decay, float step, float rbc2, float grad_scale) {
+__global__ void round_kernel(float* x, int64_t n, int kind) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = round_kind(x[i], kind);
+}
+
+__global__ void adamw_kernel(float* p, bf16_t* p16, float* pcopy, int copy_kind, const float* g, float* m, float* v,
+                             int64_t n, float beta1, float beta2, float eps, float decay, float step, float rbc2,
+                             float grad_scale) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float gi = g[i] * grad_scale;
     const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
@@ -89,6 +97,7 @@ __global__ void adamw_kernel(float* p, bf16_t* p16, const float* g, float* m, fl
     const float pi = p[i] * decay - step * mi / (sqrtf(vi) * rbc2 + eps);
     p[i] = pi;
     if (p16) p16[i] = __float2bfloat16_rn(pi);
+    if (pcopy) pcopy[i] = round_kind(pi, copy_kind);
   }
 }
 
@@ -171,12 +180,13 @@ void column_sum_accumulate(float* dbias, const T* dout, int64_t N, int64_t OUT, 
   WEFT_KERNEL_CHECK("column_finish_kernel");
 }
 
-void adamw(float* p, bf16_t* p16, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
-           float eps, float weight_decay, float step, float rbc2, float grad_scale, Stream s) {
+void adamw(float* p, bf16_t* p16, float* pcopy, int copy_kind, const float* g, float* m, float* v, int64_t n,
+           float lr, float beta1, float beta2, float eps, float weight_decay, float step, float rbc2,
+           float grad_scale, Stream s) {
   if (n == 0) return;
   const float decay = 1.0f - lr * weight_decay;
-  adamw_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(p, p16, g, m, v, n, beta1, beta2, eps, decay, step, rbc2,
-                                                          grad_scale);
+  adamw_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(p, p16, pcopy, copy_kind, g, m, v, n, beta1, beta2, eps,
+                                                          decay, step, rbc2, grad_scale);
   WEFT_KERNEL_CHECK("adamw_kernel");
 }
 

@@ -27,9 +27,12 @@ void round_through(float* x, int64_t n, int kind, Stream s);
 template <typename T>
 void column_sum_accumulate(float* dbias, const T* dout, int64_t N, int64_t OUT, float* scratch, Stream s);
 int64_t column_sum_scratch(int64_t N, int64_t OUT);
-// AdamW (backend.h); p16, when not null, receives the updated parameters rounded to bf16.
-void adamw(float* p, bf16_t* p16, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
-           float eps, float weight_decay, float step, float rbc2, float grad_scale, Stream s);
+// AdamW (backend.h); p16, when not null, receives the updated parameters rounded to bf16;
+// pcopy, when not null, receives them in fp32 rounded through 16-bit storage of copy_kind
+// (0: none, an exact copy; 1: bf16; 2: fp16, as round_through).
+void adamw(float* p, bf16_t* p16, float* pcopy, int copy_kind, const float* g, float* m, float* v, int64_t n,
+           float lr, float beta1, float beta2, float eps, float weight_decay, float step, float rbc2,
+           float grad_scale, Stream s);
 // sum of squares in double, deterministic; result written to *out (device). scratch: at least
 // sum_squares_scratch() doubles.
 template <typename T> void sum_squares(const T* x, int64_t n, double* out, double* scratch, Stream s);
