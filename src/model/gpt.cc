@@ -283,9 +283,7 @@ void GPT::layer_forward(int l, const LayerPtrs& lw, const float* x, LayerActs& a
   rnd(a.atty, N * Cl);
   row_.forward(a.res2, x, a.atty, lw.attprojw, lw.attprojb, N, Cl, C);
   ln_.forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, lw.ln2w, lw.ln2b, N, C);
-  column_.forward(a.fch, a.ln2, lw.fcw, lw.fcb, N, C, F);
-  be.gelu_forward(a.fch_gelu, a.fch, N * F);
-  rnd(a.fch_gelu, N * F);
+  column_.forward_gelu(a.fch_gelu, a.fch, a.ln2, lw.fcw, lw.fcb, N, C, F);
   if (to_gelu) return;
   row_.forward(a.res3, a.res2, a.fch_gelu, lw.fcprojw, lw.fcprojb, N, F, C);
 }
@@ -398,9 +396,7 @@ void GPT::layer_backward(int l, const LayerPtrs& lw, const LayerPtrs& lg, const 
   const bool full = full_recompute(l - layout_.first_layer());
   if (full) layer_forward(l, lw, x, a, B, T, true);  // rematerialise the layer in the workspace
   // The residual passes d(res3) on unchanged to res2.
-  row_.backward(ws_.dF, lg.fcprojw, lg.fcprojb, ws_.dres, a.fch_gelu, lw.fcprojw, N, F, C);
-  be.gelu_backward(ws_.dF, a.fch, ws_.dF, N * F);
-  rnd(ws_.dF, N * F);
+  row_.backward_gelu(ws_.dF, lg.fcprojw, lg.fcprojb, ws_.dres, a.fch_gelu, lw.fcprojw, a.fch, N, F, C);
   const float* dln2 = column_.backward(ws_.dC, lg.fcw, lg.fcb, ws_.dF, a.ln2, lw.fcw, N, C, F);
   ln_.backward(ws_.dres, lg.ln2w, lg.ln2b, dln2, a.res2, lw.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
   rnd(ws_.dres, Nl * C);

@@ -25,15 +25,18 @@ AdamW::AdamW(const ParamLayout& layout, AdamWConfig cfg, Backend& backend, int64
 }
 
 void AdamW::step(float* params, const float* grads, float lr, int64_t t, float grad_scale) {
-  float* p = master() ? master() : params;
   for (const Range& r : ranges_) {
-    be_.adamw(p + r.begin, grads + r.begin, exp_avg() + r.begin, exp_avg_sq() + r.begin, r.end - r.begin, lr,
-              cfg_.beta1, cfg_.beta2, cfg_.eps, r.decay ? cfg_.weight_decay : 0.0f, t, grad_scale);
-  }
-  if (master()) {
-    // The model computes with the 16-bit copy of the updated master weights.
-    be_.copy_device(params, 0, master(), 0, static_cast<size_t>(master_.bytes()));
-    be_.round_to(params, master_.count(), precision_);
+    const int64_t n = r.end - r.begin;
+    const float wd = r.decay ? cfg_.weight_decay : 0.0f;
+    if (master()) {
+      // The fp32 master weights updated, and the model's 16-bit copy of them written (one pass
+      // on a backend that fuses it; the ranges tile the buffer, so range by range is the same).
+      be_.adamw_copy(master() + r.begin, params + r.begin, grads + r.begin, exp_avg() + r.begin,
+                     exp_avg_sq() + r.begin, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd, t, grad_scale, precision_);
+    } else {
+      be_.adamw(params + r.begin, grads + r.begin, exp_avg() + r.begin, exp_avg_sq() + r.begin, n, lr, cfg_.beta1,
+                cfg_.beta2, cfg_.eps, wd, t, grad_scale);
+    }
   }
 }
 

@@ -37,6 +37,11 @@ void ColumnParallelLinear::forward(float* out, const float* inp, const float* w,
   tp_.round(out, N * OUTl);
 }
 
+void ColumnParallelLinear::forward_gelu(float* out, float* pre, const float* inp, const float* w, const float* b,
+                                        int64_t N, int64_t IN, int64_t OUTl) {
+  tp_.backend().matmul_gelu_forward(out, pre, inp, w, b, N, IN, OUTl, tp_.precision());
+}
+
 float* ColumnParallelLinear::backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                                       const float* w, int64_t N, int64_t IN, int64_t OUTl) {
   tp_.backend().matmul_backward(dinp, dw, db, dout, inp, w, N, IN, OUTl);
@@ -67,6 +72,12 @@ void RowParallelLinear::backward(float* dinp, float* dw, float* db, const float*
   const float* dy = tp_.row_output_backward(dout, N, OUT);  // all N rows
   tp_.backend().matmul_backward(dinp, dw, db, dy, inp, w, N, INl, OUT);
   tp_.round(dinp, N * INl);
+}
+
+void RowParallelLinear::backward_gelu(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                                      const float* w, const float* pre, int64_t N, int64_t INl, int64_t OUT) {
+  const float* dy = tp_.row_output_backward(dout, N, OUT);  // all N rows
+  tp_.backend().matmul_gelu_backward(dinp, dw, db, dy, inp, w, pre, N, INl, OUT, tp_.precision());
 }
 
 void VocabParallelEmbedding::forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,

@@ -48,6 +48,10 @@ class ColumnParallelLinear {
   explicit ColumnParallelLinear(TensorParallel& tp) : tp_(tp) {}
   // writes out (N,OUTl).
   void forward(float* out, const float* inp, const float* w, const float* b, int64_t N, int64_t IN, int64_t OUTl);
+  // With the GELU epilogue: pre (N,OUTl) = the product as forward() writes it, out = gelu(pre),
+  // both rounded (Backend::matmul_gelu_forward: one pass on a backend that fuses it).
+  void forward_gelu(float* out, float* pre, const float* inp, const float* w, const float* b, int64_t N, int64_t IN,
+                    int64_t OUTl);
   // dw (IN,OUTl), db (OUTl) accumulate; dinp (N,IN) is scratch for this rank's partial input
   // gradient. Returns the input gradient summed over the ranks: this rank's rows (Nl,IN),
   // in dinp or in the group's scratch.
@@ -73,6 +77,10 @@ class RowParallelLinear {
   // rows of out held here (= that of res: the residual passes it on unchanged).
   void backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w, int64_t N,
                 int64_t INl, int64_t OUT);
+  // The backward of a layer whose input was gelu(pre) (ColumnParallelLinear::forward_gelu's
+  // output): dinp = gelu'(pre) * (dout w^T), rounded (Backend::matmul_gelu_backward).
+  void backward_gelu(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                     const float* pre, int64_t N, int64_t INl, int64_t OUT);
 
  private:
   TensorParallel& tp_;

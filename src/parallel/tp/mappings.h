@@ -36,6 +36,7 @@ class TensorParallel {
   // tensor-parallel blocks are sequence-parallel (only with size > 1).
   void set_ops(TensorParallelOps* ops, bool sequence_parallel);
   void set_precision(Precision p) { prec_ = p; }
+  Precision precision() const { return prec_; }
 
   Backend& backend() const { return be_; }
   int size() const { return size_; }
