@@ -281,8 +281,8 @@ void GPT::layer_forward(int l, const LayerPtrs& lw, const float* x, LayerActs& a
   be.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NH);
   rnd(a.att, B * NH * T * T);
   rnd(a.atty, N * Cl);
-  row_.forward(a.res2, x, a.atty, lw.attprojw, lw.attprojb, N, Cl, C);
-  ln_.forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, lw.ln2w, lw.ln2b, N, C);
+  row_.forward_norm(ln_, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, a.atty, lw.attprojw, lw.attprojb, lw.ln2w,
+                    lw.ln2b, N, Cl, C);
   column_.forward_gelu(a.fch_gelu, a.fch, a.ln2, lw.fcw, lw.fcb, N, C, F);
   if (to_gelu) return;
   row_.forward(a.res3, a.res2, a.fch_gelu, lw.fcprojw, lw.fcprojb, N, F, C);

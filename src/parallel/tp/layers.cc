@@ -67,6 +67,26 @@ void RowParallelLinear::forward(float* out, const float* res, const float* inp, 
   tp_.round(out, Nl * OUT);
 }
 
+void RowParallelLinear::forward_norm(SequenceParallelLayerNorm& norm, float* out, float* ln_out, float* mean,
+                                     float* rstd, const float* res, const float* inp, const float* w, const float* b,
+                                     const float* ln_w, const float* ln_b, int64_t N, int64_t INl, int64_t OUT) {
+  Backend& be = tp_.backend();
+  if (tp_.size() == 1) {
+    be.matmul_residual_layernorm_forward(out, ln_out, mean, rstd, res, inp, w, b, ln_w, ln_b, N, INl, OUT, norm.eps(),
+                                         tp_.precision());
+    return;
+  }
+  if (tp_.sequence_parallel()) {  // the LayerNorm's rows live in the group's scratch: no fusion
+    forward(out, res, inp, w, b, N, INl, OUT);
+    norm.forward(ln_out, mean, rstd, out, ln_w, ln_b, N, OUT);
+    return;
+  }
+  be.matmul_forward(tp_.partial(), inp, w, nullptr, N, INl, OUT, false);
+  float* y = tp_.row_output_forward(tp_.partial(), tp_.rows(), N, OUT);  // all-reduced in place
+  be.add_bias(y, y, b, N, OUT);
+  be.residual_layernorm_forward(out, ln_out, mean, rstd, res, y, ln_w, ln_b, N, OUT, norm.eps(), tp_.precision());
+}
+
 void RowParallelLinear::backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                                  const float* w, int64_t N, int64_t INl, int64_t OUT) {
   const float* dy = tp_.row_output_backward(dout, N, OUT);  // all N rows

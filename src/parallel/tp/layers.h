@@ -25,6 +25,7 @@ namespace weft {
 class SequenceParallelLayerNorm {
  public:
   SequenceParallelLayerNorm(TensorParallel& tp, float eps) : tp_(tp), eps_(eps) {}
+  float eps() const { return eps_; }
   // out (N,C) all rows normalised; mean, rstd (Nl) of the rows held here; x (Nl,C). writes.
   void forward(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b, int64_t N,
                int64_t C);
@@ -73,6 +74,14 @@ class RowParallelLinear {
   // writes out (Nl,OUT); out may alias neither res nor inp.
   void forward(float* out, const float* res, const float* inp, const float* w, const float* b, int64_t N,
                int64_t INl, int64_t OUT);
+  // forward() and then norm.forward(ln_out, mean, rstd, out, ln_w, ln_b, N, OUT) (the residual
+  // stream's next LayerNorm), with the same writes, fused where the backend offers it: tp = 1,
+  // product + residual + LayerNorm (Backend::matmul_residual_layernorm_forward); tp > 1 without
+  // sequence parallelism, residual + LayerNorm after the reduction (residual_layernorm_forward);
+  // under sequence parallelism the two calls.
+  void forward_norm(SequenceParallelLayerNorm& norm, float* out, float* ln_out, float* mean, float* rstd,
+                    const float* res, const float* inp, const float* w, const float* b, const float* ln_w,
+                    const float* ln_b, int64_t N, int64_t INl, int64_t OUT);
   // dinp (N,INl) writes; dw (INl,OUT), db (OUT) accumulate; dout (Nl,OUT) the gradient of the
   // rows of out held here (= that of res: the residual passes it on unchanged).
   void backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w, int64_t N,
