@@ -42,10 +42,7 @@ struct BenchOptions {
 };
 
 void add_bench_options(CLI::App& app, BenchOptions& o) {
-  std::string names;
-  for (const std::string& n : backend_names()) names += (names.empty() ? "" : ", ") + n;
-  app.add_option("--backend", o.backend_name,
-                 fmt::format("backend by name: {} (cuda needs a weft built with -DWEFT_CUDA=ON)", names));
+  add_backend_option(app, o.backend_name);
   app.add_option("--precision", o.precision,
                  "fp32 or bf16 (16-bit storage emulated by rounding fp32 buffers, on every backend for now)")
       ->check(CLI::IsMember({"fp32", "bf16"}));

@@ -22,6 +22,13 @@ void add_format_option(CLI::App& app, std::string& format) {
   app.add_option("--format", format, "text or json")->check(CLI::IsMember({"text", "json"}));
 }
 
+void add_backend_option(CLI::App& app, std::string& backend) {
+  std::string names;
+  for (const std::string& n : backend_names()) names += (names.empty() ? "" : ", ") + n;
+  app.add_option("--backend", backend,
+                 fmt::format("backend by name: {} (cuda needs a weft built with -DWEFT_CUDA=ON); default cpu", names));
+}
+
 std::string checkpoint_dir_arg(const std::string& path) {
   if (std::filesystem::exists(std::filesystem::path(path) / kCheckpointConfigFile)) return path;
   std::string latest = find_latest_checkpoint(path);

@@ -19,6 +19,8 @@ void add_checkpoint_option(CLI::App& app, std::string& checkpoint);
 void add_threads_option(CLI::App& app, int64_t& threads);
 // --format text|json.
 void add_format_option(CLI::App& app, std::string& format);
+// --backend NAME: a backend of backend/registry.h (cpu, cpu-guarded, cuda in a CUDA build).
+void add_backend_option(CLI::App& app, std::string& backend);
 
 // The checkpoint folder a --checkpoint argument names: a run folder means its newest checkpoint.
 std::string checkpoint_dir_arg(const std::string& path);
