@@ -199,16 +199,35 @@ void DataParallel::finish_step_gradients() {
   }
 }
 
-double DataParallel::grad_norm_sq() {
-  const float* g = opt_grads();
-  const int64_t n = opt_end() - opt_begin();
-  double s = 0.0;
-#pragma omp parallel for reduction(+ : s) schedule(static)
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(g[i]) * g[i];
-  for (const auto& [b0, e0] : norm_skip_) {  // subtract the skipped ranges (within this rank's range)
-    const int64_t b = std::max(b0, opt_begin()), e = std::min(e0, opt_end());
-    for (int64_t i = b; i < e; ++i) s -= static_cast<double>(g[i - opt_begin()]) * g[i - opt_begin()];
+void DataParallel::set_norm_skip(std::vector<std::pair<int64_t, int64_t>> ranges) {
+  std::sort(ranges.begin(), ranges.end());
+  norm_skip_.clear();
+  for (const auto& [b, e] : ranges) {  // merged: sorted, disjoint, not adjacent
+    if (b >= e) continue;
+    if (!norm_skip_.empty() && b <= norm_skip_.back().second) {
+      norm_skip_.back().second = std::max(norm_skip_.back().second, e);
+    } else {
+      norm_skip_.emplace_back(b, e);
+    }
   }
+}
+
+double DataParallel::grad_norm_sq() {
+  // The sum of squares of each kept sub-range of [opt_begin, opt_end) (the range minus the
+  // skipped ranges), in order: no cancellation, unlike the total minus the skipped part.
+  const float* g = opt_grads();
+  const int64_t ob = opt_begin(), oe = opt_end();
+  double s = 0.0;
+  int64_t at = ob;
+  auto add = [&](int64_t b, int64_t e) {
+    if (e > b) s += backend_.sum_squares(g + (b - ob), e - b);
+  };
+  for (const auto& [b0, e0] : norm_skip_) {
+    const int64_t b = std::clamp(b0, ob, oe), e = std::clamp(e0, ob, oe);
+    add(at, b);
+    at = std::max(at, e);
+  }
+  add(at, oe);
   if (cfg_.zero >= 1) {
     const double t0 = Tracer::now();
     dp_.all_reduce_sum(&s, 1);

@@ -90,9 +90,11 @@ class DataParallel final : public ParamStore {
   // data-parallel reduction. zero 0/1 only.
   void set_tied_embedding(Communicator* tied);
   // Squared L2 norm of the summed gradient over the data-parallel ranks, leaving out the
-  // element ranges set with set_norm_skip (tensor-parallel replicas counted on one rank only).
+  // element ranges set with set_norm_skip (tensor-parallel replicas counted on one rank only):
+  // the sum, in element order, of backend sum_squares over each kept sub-range of this rank's
+  // optimizer range.
   double grad_norm_sq();
-  void set_norm_skip(std::vector<std::pair<int64_t, int64_t>> ranges) { norm_skip_ = std::move(ranges); }
+  void set_norm_skip(std::vector<std::pair<int64_t, int64_t>> ranges);
   void after_optimizer_step();             // zero 1/2: all-gather the updated shards
 
   DataParallelMemory memory() const;
