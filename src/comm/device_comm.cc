@@ -1,64 +1,315 @@
 #include "comm/device_comm.h"
 
+#include <array>
+#include <exception>
+#include <optional>
+
+#include "comm/comm_detail.h"
 #include "core/buffer.h"
+#include "core/error.h"
+#include "core/log.h"
 
 namespace weft {
 
 namespace {
 
-// A host view of a device range for one collective: the device memory itself when the
-// backend grants direct access, otherwise a staging buffer (filled from the device when
-// the collective reads it; written back by write_back when it writes it).
-class HostView {
+size_t bytes_of(int64_t count, CommDType t) { return static_cast<size_t>(count) * comm_dtype_size(t); }
+
+// Host views of the device ranges of one call (at most two: send and receive). Each range
+// that does not lie inside another one is a root: the device memory itself when the backend
+// grants direct host access, otherwise a staging buffer (kComm) filled from the device where
+// the call reads it. A range inside a root (an in-place call) is viewed inside the root's
+// view. Not movable: the access scopes and the staging buffers stay where the transport
+// was told they are.
+class HostViews {
  public:
-  HostView(Backend& be, const void* p, size_t bytes, bool read)
-      : be_(be), p_(const_cast<void*>(p)), bytes_(bytes), access_(be, p_, bytes) {
-    if (access_.direct()) return;
-    stage_.set_category(MemCategory::kComm);
-    stage_.resize(bytes_);
-    if (read) be_.copy_to_host(stage_.data(), p_, 0, bytes_);
+  explicit HostViews(Backend& be) : be_(be) {}
+  HostViews(const HostViews&) = delete;
+  HostViews& operator=(const HostViews&) = delete;
+
+  // A device range the call reads and/or writes; returns its index for host().
+  int add(const void* p, size_t bytes, bool read, bool write) {
+    WEFT_CHECK(n_ < static_cast<int>(v_.size()), "DeviceCommunicator: more than {} buffers in one call", v_.size());
+    View& v = v_[static_cast<size_t>(n_)];
+    v.p = static_cast<char*>(const_cast<void*>(p));
+    v.bytes = bytes;
+    v.read = read;
+    v.write = write;
+    return n_++;
   }
-  void* host() { return access_.direct() ? p_ : stage_.data(); }
+
+  // Opens every range (after every add): direct access, or staging filled where read.
+  void open() {
+    for (int i = 0; i < n_; ++i) v_[static_cast<size_t>(i)].parent = parent_of(i);
+    for (int i = 0; i < n_; ++i) {
+      View& r = v_[static_cast<size_t>(i)];
+      if (r.parent >= 0) continue;
+      r.access.emplace(be_, r.p, r.bytes);
+      if (r.access->direct()) {
+        r.host = r.p;
+        continue;
+      }
+      r.stage.set_category(MemCategory::kComm);
+      r.stage.resize(r.bytes);
+      r.host = reinterpret_cast<char*>(r.stage.data());
+      if (r.read) {
+        be_.copy_to_host(r.host, r.p, 0, r.bytes);
+        continue;
+      }
+      for (int j = 0; j < n_; ++j) {  // only the parts that a range inside it reads
+        const View& c = v_[static_cast<size_t>(j)];
+        if (c.parent == i && c.read) be_.copy_to_host(r.host + (c.p - r.p), c.p, 0, c.bytes);
+      }
+    }
+    for (int i = 0; i < n_; ++i) {
+      View& c = v_[static_cast<size_t>(i)];
+      if (c.parent >= 0) {
+        const View& r = v_[static_cast<size_t>(c.parent)];
+        c.host = r.host + (c.p - r.p);
+      }
+    }
+  }
+
+  void* host(int i) const { return v_[static_cast<size_t>(i)].host; }
+
+  // Copies what the call wrote back to the device (staged ranges only).
   void write_back() {
-    if (!access_.direct()) be_.copy_to_device(p_, 0, stage_.data(), bytes_);
+    for (int i = 0; i < n_; ++i) {
+      const View& c = v_[static_cast<size_t>(i)];
+      if (!c.write || c.bytes == 0) continue;
+      const View& r = c.parent >= 0 ? v_[static_cast<size_t>(c.parent)] : c;
+      if (r.access->direct()) continue;
+      if (c.parent >= 0 && r.write) continue;  // the root's copy covers it
+      be_.copy_to_device(c.p, 0, c.host, c.bytes);
+    }
   }
 
  private:
+  struct View {
+    char* p = nullptr;
+    size_t bytes = 0;
+    bool read = false, write = false;
+    int parent = -1;  // the range this one lies inside, or -1 (a root)
+    std::optional<HostAccess> access;  // roots
+    Buffer<uint8_t> stage;             // roots whose access was refused
+    char* host = nullptr;
+  };
+
+  // The range that range i lies inside (identical ranges: the first one), or -1.
+  int parent_of(int i) const {
+    const View& c = v_[static_cast<size_t>(i)];
+    if (c.bytes == 0) return -1;
+    for (int j = 0; j < n_; ++j) {
+      const View& r = v_[static_cast<size_t>(j)];
+      if (j == i || r.bytes == 0 || c.p < r.p || c.p + c.bytes > r.p + r.bytes) continue;
+      const bool same = c.p == r.p && c.bytes == r.bytes;
+      if (!same || j < i) return j;
+    }
+    return -1;
+  }
+
   Backend& be_;
-  void* p_;
-  size_t bytes_;
-  HostAccess access_;
-  Buffer<uint8_t> stage_;
+  std::array<View, 2> v_;
+  int n_ = 0;
 };
 
-size_t bytes_of(int64_t count, CommDType t) { return static_cast<size_t>(count) * comm_dtype_size(t); }
+using Views = std::unique_ptr<HostViews>;
+
+// Runs a blocking host call on opened views, then copies back. If the call fails, the views
+// are leaked: the transport may still write into them.
+template <typename F>
+void run_blocking(Views v, F&& call) {
+  v->open();
+  try {
+    call(*v);
+  } catch (...) {
+    (void)v.release();
+    throw;
+  }
+  v->write_back();
+}
+
+// The handle of an asynchronous call: the host handle plus the views, copied back and
+// released when the call completes.
+class DeviceRequest final : public CommRequest {
+ public:
+  DeviceRequest(Views views, CommHandle inner) : views_(std::move(views)), inner_(std::move(inner)) {}
+  ~DeviceRequest() override {
+    if (done_) return;
+    if (!failed_ && std::uncaught_exceptions() == 0) {
+      try {
+        wait();
+        return;
+      } catch (const std::exception& e) {
+        log_warn("{} (while destroying its handle; its buffers are left to the transport)", e.what());
+      }
+    }
+    inner_.reset();             // the host handle waits or gives the operation up
+    (void)views_.release();     // the transport may still write into them
+  }
+  void wait() override {
+    if (done_) return;
+    try {
+      inner_->wait();
+    } catch (...) {
+      failed_ = true;
+      throw;
+    }
+    finish();
+  }
+  bool test() override {
+    if (done_) return true;
+    if (!inner_->test()) return false;
+    finish();
+    return true;
+  }
+
+ private:
+  void finish() {
+    done_ = true;
+    views_->write_back();
+    views_.reset();
+  }
+
+  Views views_;
+  CommHandle inner_;
+  bool done_ = false, failed_ = false;
+};
+
+// Posts an asynchronous host call on opened views. If posting fails nothing is in flight.
+template <typename F>
+CommHandle run_async(Views v, F&& post) {
+  v->open();
+  CommHandle inner = post(*v);
+  return std::make_unique<DeviceRequest>(std::move(v), std::move(inner));
+}
 
 }  // namespace
 
-void DeviceComm::all_reduce(void* buf, int64_t count, CommDType t, ReduceOp op) {
-  HostView b(be_, buf, bytes_of(count, t), true);
-  comm_.all_reduce(b.host(), count, t, op);
-  b.write_back();
+DeviceCommunicator::DeviceCommunicator(Communicator& host, Backend& be) : host_(host), be_(be) {}
+
+DeviceCommunicator::DeviceCommunicator(std::unique_ptr<Communicator> host, Backend& be)
+    : owned_(std::move(host)), host_(*owned_), be_(be) {}
+
+DeviceCommunicator::~DeviceCommunicator() = default;
+
+// --- blocking ---
+
+void DeviceCommunicator::all_reduce(void* buf, int64_t count, CommDType t, ReduceOp op) {
+  detail::check_count(count, "all_reduce");
+  auto v = std::make_unique<HostViews>(be_);
+  const int b = v->add(buf, bytes_of(count, t), true, true);
+  run_blocking(std::move(v), [&](HostViews& h) { host_.all_reduce(h.host(b), count, t, op); });
 }
 
-void DeviceComm::reduce_scatter(const void* send, void* recv, int64_t count, CommDType t, ReduceOp op) {
-  HostView s(be_, send, bytes_of(count * comm_.size(), t), true);
-  HostView r(be_, recv, bytes_of(count, t), false);
-  comm_.reduce_scatter(s.host(), r.host(), count, t, op);
-  r.write_back();
+void DeviceCommunicator::reduce_scatter(const void* send, void* recv, int64_t count, CommDType t, ReduceOp op) {
+  detail::check_count(count, "reduce_scatter");
+  auto v = std::make_unique<HostViews>(be_);
+  const int s = v->add(send, bytes_of(count * size(), t), true, false);
+  const int r = v->add(recv, bytes_of(count, t), false, true);
+  run_blocking(std::move(v), [&](HostViews& h) { host_.reduce_scatter(h.host(s), h.host(r), count, t, op); });
 }
 
-void DeviceComm::all_gather(const void* send, void* recv, int64_t count, CommDType t) {
-  HostView s(be_, send, bytes_of(count, t), true);
-  HostView r(be_, recv, bytes_of(count * comm_.size(), t), false);
-  comm_.all_gather(s.host(), r.host(), count, t);
-  r.write_back();
+void DeviceCommunicator::reduce_scatter_v(const void* send, void* recv, const std::vector<int64_t>& counts,
+                                          CommDType t, ReduceOp op) {
+  const int64_t total = detail::checked_total(counts, size(), "reduce_scatter_v");
+  auto v = std::make_unique<HostViews>(be_);
+  const int s = v->add(send, bytes_of(total, t), true, false);
+  const int r = v->add(recv, bytes_of(counts[static_cast<size_t>(rank())], t), false, true);
+  run_blocking(std::move(v), [&](HostViews& h) { host_.reduce_scatter_v(h.host(s), h.host(r), counts, t, op); });
 }
 
-void DeviceComm::broadcast(void* buf, int64_t count, CommDType t, int root) {
-  HostView b(be_, buf, bytes_of(count, t), comm_.rank() == root);
-  comm_.broadcast(b.host(), count, t, root);
-  b.write_back();
+void DeviceCommunicator::all_gather(const void* send, void* recv, int64_t count, CommDType t) {
+  detail::check_count(count, "all_gather");
+  auto v = std::make_unique<HostViews>(be_);
+  const int s = v->add(send, bytes_of(count, t), true, false);
+  const int r = v->add(recv, bytes_of(count * size(), t), false, true);
+  run_blocking(std::move(v), [&](HostViews& h) { host_.all_gather(h.host(s), h.host(r), count, t); });
 }
+
+void DeviceCommunicator::all_gather_v(const void* send, void* recv, const std::vector<int64_t>& counts,
+                                      CommDType t) {
+  const int64_t total = detail::checked_total(counts, size(), "all_gather_v");
+  auto v = std::make_unique<HostViews>(be_);
+  const int s = v->add(send, bytes_of(counts[static_cast<size_t>(rank())], t), true, false);
+  const int r = v->add(recv, bytes_of(total, t), false, true);
+  run_blocking(std::move(v), [&](HostViews& h) { host_.all_gather_v(h.host(s), h.host(r), counts, t); });
+}
+
+void DeviceCommunicator::broadcast(void* buf, int64_t count, CommDType t, int root) {
+  detail::check_count(count, "broadcast");
+  const bool mine = rank() == root;
+  auto v = std::make_unique<HostViews>(be_);
+  const int b = v->add(buf, bytes_of(count, t), mine, !mine);
+  run_blocking(std::move(v), [&](HostViews& h) { host_.broadcast(h.host(b), count, t, root); });
+}
+
+void DeviceCommunicator::send(const void* buf, int64_t count, CommDType t, int peer, int tag) {
+  detail::check_count(count, "send");
+  auto v = std::make_unique<HostViews>(be_);
+  const int b = v->add(buf, bytes_of(count, t), true, false);
+  run_blocking(std::move(v), [&](HostViews& h) { host_.send(h.host(b), count, t, peer, tag); });
+}
+
+void DeviceCommunicator::recv(void* buf, int64_t count, CommDType t, int peer, int tag) {
+  detail::check_count(count, "recv");
+  auto v = std::make_unique<HostViews>(be_);
+  const int b = v->add(buf, bytes_of(count, t), false, true);
+  run_blocking(std::move(v), [&](HostViews& h) { host_.recv(h.host(b), count, t, peer, tag); });
+}
+
+void DeviceCommunicator::barrier() { host_.barrier(); }
+
+// --- asynchronous ---
+
+CommHandle DeviceCommunicator::iall_reduce(void* buf, int64_t count, CommDType t, ReduceOp op) {
+  detail::check_count(count, "iall_reduce");
+  auto v = std::make_unique<HostViews>(be_);
+  const int b = v->add(buf, bytes_of(count, t), true, true);
+  return run_async(std::move(v), [&](HostViews& h) { return host_.iall_reduce(h.host(b), count, t, op); });
+}
+
+CommHandle DeviceCommunicator::ireduce_scatter_v(const void* send, void* recv, const std::vector<int64_t>& counts,
+                                                 CommDType t, ReduceOp op) {
+  const int64_t total = detail::checked_total(counts, size(), "ireduce_scatter_v");
+  auto v = std::make_unique<HostViews>(be_);
+  const int s = v->add(send, bytes_of(total, t), true, false);
+  const int r = v->add(recv, bytes_of(counts[static_cast<size_t>(rank())], t), false, true);
+  return run_async(std::move(v),
+                   [&](HostViews& h) { return host_.ireduce_scatter_v(h.host(s), h.host(r), counts, t, op); });
+}
+
+CommHandle DeviceCommunicator::iall_gather_v(const void* send, void* recv, const std::vector<int64_t>& counts,
+                                             CommDType t) {
+  const int64_t total = detail::checked_total(counts, size(), "iall_gather_v");
+  auto v = std::make_unique<HostViews>(be_);
+  const int s = v->add(send, bytes_of(counts[static_cast<size_t>(rank())], t), true, false);
+  const int r = v->add(recv, bytes_of(total, t), false, true);
+  return run_async(std::move(v), [&](HostViews& h) { return host_.iall_gather_v(h.host(s), h.host(r), counts, t); });
+}
+
+CommHandle DeviceCommunicator::isend(const void* buf, int64_t count, CommDType t, int peer, int tag) {
+  detail::check_count(count, "isend");
+  auto v = std::make_unique<HostViews>(be_);
+  const int b = v->add(buf, bytes_of(count, t), true, false);
+  return run_async(std::move(v), [&](HostViews& h) { return host_.isend(h.host(b), count, t, peer, tag); });
+}
+
+CommHandle DeviceCommunicator::irecv(void* buf, int64_t count, CommDType t, int peer, int tag) {
+  detail::check_count(count, "irecv");
+  auto v = std::make_unique<HostViews>(be_);
+  const int b = v->add(buf, bytes_of(count, t), false, true);
+  return run_async(std::move(v), [&](HostViews& h) { return host_.irecv(h.host(b), count, t, peer, tag); });
+}
+
+void DeviceCommunicator::progress() { host_.progress(); }
+
+std::unique_ptr<Communicator> DeviceCommunicator::split(int color, int key, const std::string& axis) {
+  return std::make_unique<DeviceCommunicator>(host_.split(color, key, axis), be_);
+}
+
+void DeviceCommunicator::set_timeout(std::chrono::milliseconds t) { host_.set_timeout(t); }
+
+void DeviceCommunicator::set_tracer(Tracer* tracer) { host_.set_tracer(tracer); }
 
 }  // namespace weft

@@ -55,6 +55,8 @@ Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
   // The first and the last stage share the tied embedding: one group per (tp, dp) position.
   const bool holds_embedding = spec.pp > 1 && (stage_ == 0 || stage_ == spec.pp - 1);
   tied_ = world.split(holds_embedding ? 1 + tp_rank_ + spec.tp * dp_rank_ : 0, stage_, "pp-embedding");
+  dp_device_ = std::make_unique<DeviceCommunicator>(grid_->comm(Axis::kDp), backend);
+  tied_device_ = std::make_unique<DeviceCommunicator>(*tied_, backend);
   whole_ = std::make_unique<ParamLayout>(cfg.model);
   if (spec.pp > 1) {
     PipeRuntimeConfig rc;
@@ -90,9 +92,9 @@ void Engine::build_chunks() {
     ch->spec = {parts[g].first_layer, parts[g].num_layers, g == 0, g == K - 1};
     ch->model = std::make_unique<GPT>(cfg_.model, backend_, /*local_store=*/false, spec.tp, tp_rank_, ch->spec);
     ch->model->set_tp(tp_ops_.get(), cfg_.sequence_parallel);
-    ch->store = std::make_unique<DataParallel>(ch->model->layout(), grid_->comm(Axis::kDp), cfg_.data_parallel, backend_);
+    ch->store = std::make_unique<DataParallel>(ch->model->layout(), *dp_device_, cfg_.data_parallel, backend_);
     ch->model->set_store(ch->store.get());
-    if (spec.pp > 1 && (ch->spec.embedding || ch->spec.head)) ch->store->set_tied_embedding(tied_.get());
+    if (spec.pp > 1 && (ch->spec.embedding || ch->spec.head)) ch->store->set_tied_embedding(tied_device_.get());
     ch->model->set_recompute(cfg_.recompute, cfg_.recompute_layers);
     ch->model->set_precision(cfg_.precision);
     ch->model->reserve(cfg_.micro_batch, cfg_.seq, cfg_.training, cfg_.head_chunk, runtime_ ? runtime_->slots(c) : 1);

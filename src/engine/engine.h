@@ -140,6 +140,9 @@ class Engine {
   std::unique_ptr<ProcessGrid> grid_;
   std::unique_ptr<CommTensorParallel> tp_ops_;
   std::unique_ptr<Communicator> tied_;  // first and last stage: the tied embedding
+  // The stores' dp and tied-embedding groups on device buffers of backend_ (before chunks_:
+  // they outlive the stores).
+  std::unique_ptr<DeviceCommunicator> dp_device_, tied_device_;
   std::unique_ptr<ParamLayout> whole_;
   std::unique_ptr<PipelineRuntime> runtime_;
   std::vector<std::unique_ptr<Chunk>> chunks_;

@@ -59,8 +59,9 @@ void add_states(Elems& e, const WeftRunShape& r, const GptDescription& d, int dp
       break;
   }
   if (r.master_weights) e.optimizer += l.zero == 0 ? n : own;
-  // The embedding gradient's (token, row) exchange: every rank's rows, gathered (transient).
-  if (dp > 1 && l.zero <= 1 && st.embedding) e.comm += static_cast<double>(d.tokens()) * r.model.n_embd * dp;
+  // The embedding gradient's (token, row) exchange: every rank's rows and their int32 tokens,
+  // gathered (transient; 4 bytes per token like a float).
+  if (dp > 1 && l.zero <= 1 && st.embedding) e.comm += static_cast<double>(d.tokens()) * (r.model.n_embd + 1) * dp;
 }
 
 }  // namespace

@@ -6,6 +6,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <memory>
+#include <vector>
+
 #include "backend/cpu_guarded/guarded_backend.h"
 #include "backend/device_buffer.h"
 
@@ -57,6 +60,32 @@ TEST_F(GuardedDeathTest, HostOverrunPastEitherEndFaults) {
               "workspace\\)");
   EXPECT_EXIT({ [[maybe_unused]] volatile float x = buf.data<float>()[-1]; }, ::testing::KilledBySignal(SIGSEGV),
               "cpu-guarded: access 4 bytes before the start of device buffer");
+}
+
+// Host-access scopes are reference-counted per buffer: two overlapping scopes on one buffer
+// (the send and receive views of an in-place gather) and the calls made while they are open
+// keep it unfenced until the last scope closes; then a host access faults again.
+TEST_F(GuardedDeathTest, HostAccessFencesAgainWhenTheLastScopeCloses) {
+  buf.fill(1.0f);
+  auto outer = std::make_unique<HostAccess>(*be, buf.raw(), buf.bytes());
+  {
+    HostAccess inner(*be, buf.data<float>() + 8, 16 * sizeof(float));  // inside the outer view
+    ASSERT_TRUE(outer->direct() && inner.direct());
+    be->scale(buf.data<float>(), 2.0f, 1024);  // opens and closes it once more
+    buf.data<float>()[9] = 5.0f;
+  }
+  buf.data<float>()[10] = 6.0f;  // the outer scope still holds it open
+  be->add(buf.data<float>(), buf.data<float>(), buf.data<float>(), 1024);  // two arguments, one buffer
+  EXPECT_EQ(buf.data<float>()[9], 10.0f);
+  EXPECT_EQ(buf.data<float>()[10], 12.0f);
+  outer.reset();
+  EXPECT_EQ(buf.download<float>(8, 3), (std::vector<float>{4.0f, 10.0f, 12.0f}));
+  EXPECT_EXIT({ buf.data<float>()[9] = 0.0f; }, ::testing::KilledBySignal(SIGSEGV),
+              line("host access to", 4096, "params", "something above the backend touched device memory"));
+}
+
+TEST_F(GuardedDeathTest, EndingHostAccessThatWasNeverBegunAborts) {
+  EXPECT_DEATH(be->end_host_access(buf.raw(), buf.bytes()), "closed more often than it was opened");
 }
 
 // The handler hands the signal on to the one installed before it. Only meaningful in a

@@ -1,13 +1,13 @@
-// Host-staged collectives on device buffers (comm/device_comm.h) over the single-process
-// communicator: on cpu-guarded the self communicator's copies touch device memory, so they
-// only pass if the adapter opened the buffers (direct) or staged them (refused access).
-// Multi-rank sums are in tests/mpi/mpi_device_comm.cc.
+// DeviceCommunicator (comm/device_comm.h) over the single-process communicator: on
+// cpu-guarded the self communicator's copies touch device memory, so they only pass if the
+// adapter opened the buffers (direct) or staged them (refused access). Multi-rank sums,
+// asynchronous calls and send/recv are in tests/mpi/mpi_device_comm.cc.
 #include "comm/device_comm.h"
 
 #include <gtest/gtest.h>
 
-#include "backend/device_buffer.h"
 #include "backend/backend_test_util.h"
+#include "backend/device_buffer.h"
 #include "comm/self_comm.h"
 
 namespace weft {
@@ -16,8 +16,10 @@ namespace {
 class DeviceCommSelf : public ::testing::TestWithParam<std::string> {
  protected:
   std::unique_ptr<Backend> be = test::make_test_backend(GetParam());
-  std::unique_ptr<Communicator> self = make_self_communicator();
-  DeviceComm dc{*self, *be};
+  std::unique_ptr<Communicator> self = make_self_communicator("dp");
+  DeviceCommunicator dc{*self, *be};
+  bool staged() const { return GetParam() == "cpu-guarded-staged"; }
+  int64_t comm_now() const { return memory_tracker().snapshot()[MemCategory::kComm]; }
 };
 
 TEST_P(DeviceCommSelf, CollectivesMoveDeviceData) {
@@ -29,22 +31,99 @@ TEST_P(DeviceCommSelf, CollectivesMoveDeviceData) {
   recv.zero();
   dc.reduce_scatter(send.raw(), recv.raw(), 6, CommDType::kF32, ReduceOp::kSum);
   EXPECT_EQ(recv.download<float>(), v);
+  recv.zero();
+  dc.all_gather_v(send.raw(), recv.raw(), {6}, CommDType::kF32);
+  EXPECT_EQ(recv.download<float>(), v);
+  recv.zero();
+  dc.reduce_scatter_v(send.raw(), recv.raw(), {6}, CommDType::kF32, ReduceOp::kSum);
+  EXPECT_EQ(recv.download<float>(), v);
   dc.all_reduce(send.raw(), 6, CommDType::kF32, ReduceOp::kSum);
   dc.broadcast(send.raw(), 6, CommDType::kF32, 0);
+  dc.barrier();
   EXPECT_EQ(send.download<float>(), v);
+}
+
+TEST_P(DeviceCommSelf, ForwardsTheGroupAndHostValuesGoThroughHost) {
+  EXPECT_EQ(dc.rank(), 0);
+  EXPECT_EQ(dc.size(), 1);
+  EXPECT_EQ(dc.axis(), "dp");
+  EXPECT_EQ(dc.world_ranks(), std::vector<int>{0});
+  EXPECT_EQ(&dc.host(), self.get());
+  double norm = 2.5;
+  dc.host().all_reduce_sum(&norm, 1);  // a host double: never through the device path
+  EXPECT_EQ(norm, 2.5);
+  std::unique_ptr<Communicator> sub = dc.split(0, 0, "sub");
+  auto* dsub = dynamic_cast<DeviceCommunicator*>(sub.get());
+  ASSERT_NE(dsub, nullptr);
+  EXPECT_EQ(dsub->axis(), "sub");
+  EXPECT_EQ(&dsub->backend(), be.get());
+  DeviceBuffer b = to_device(*be, std::vector<float>{7, 8}, DType::kF32);
+  dsub->all_reduce(b.raw(), 2, CommDType::kF32, ReduceOp::kMax);
+  EXPECT_EQ(b.download<float>(), (std::vector<float>{7, 8}));
+}
+
+// In place: a send range inside the receive range (all_gather_v from params + shard_begin
+// into params) and send == recv for reduce_scatter_v. Staged, the inner range is viewed
+// inside the outer one's staging buffer: one staging buffer, not two.
+TEST_P(DeviceCommSelf, InPlaceCallsViewOneBuffer) {
+  const std::vector<float> v = {1, 2, 3, 4, 5, 6, 7, 8};
+  DeviceBuffer b = to_device(*be, v, DType::kF32);
+  const int64_t peak_before = memory_tracker().snapshot().peak_of(MemCategory::kComm);
+  const int64_t before = comm_now();
+  dc.all_gather_v(b.data<float>(), b.raw(), {8}, CommDType::kF32);
+  EXPECT_EQ(b.download<float>(), v);
+  dc.reduce_scatter_v(b.raw(), b.raw(), {8}, CommDType::kF32, ReduceOp::kSum);
+  EXPECT_EQ(b.download<float>(), v);
+  CommHandle h = dc.iall_gather_v(b.data<float>(), b.raw(), {8}, CommDType::kF32);
+  h->wait();
+  EXPECT_EQ(b.download<float>(), v);
+  EXPECT_EQ(comm_now(), before);
+  if (staged()) {  // one 32-byte staging buffer at a time
+    EXPECT_LE(memory_tracker().snapshot().peak_of(MemCategory::kComm), std::max(peak_before, before + 32));
+  }
 }
 
 TEST_P(DeviceCommSelf, StagingIsCountedAndReleased) {
   DeviceBuffer send(*be, DType::kF32, 1000), recv(*be, DType::kF32, 1000);
   send.fill(2.0f);
-  const int64_t before = memory_tracker().snapshot()[MemCategory::kComm];
+  const int64_t before = comm_now();
   const int64_t peak_before = memory_tracker().snapshot().peak_of(MemCategory::kComm);
   dc.all_gather(send.raw(), recv.raw(), 1000, CommDType::kF32);
   EXPECT_EQ(recv.download<float>(), std::vector<float>(1000, 2.0f));
-  EXPECT_EQ(memory_tracker().snapshot()[MemCategory::kComm], before);
-  if (GetParam() == "cpu-guarded-staged") {  // two 4000-byte staging buffers were live at once
+  EXPECT_EQ(comm_now(), before);
+  if (staged()) {  // two 4000-byte staging buffers were live at once
     EXPECT_GE(memory_tracker().snapshot().peak_of(MemCategory::kComm), std::max(peak_before, before + 8000));
   }
+}
+
+// Asynchronous: the staging buffers live in the handle until it completes (wait, test, or
+// its destructor), and the received data are on the device from then on.
+TEST_P(DeviceCommSelf, AsyncHandlesKeepTheirViewsUntilTheyComplete) {
+  DeviceBuffer send = to_device(*be, std::vector<float>{1, 2, 3, 4}, DType::kF32), recv(*be, DType::kF32, 4);
+  recv.zero();
+  const int64_t before = comm_now();
+  CommHandle h = dc.ireduce_scatter_v(send.raw(), recv.raw(), {4}, CommDType::kF32, ReduceOp::kSum);
+  EXPECT_EQ(comm_now(), before + (staged() ? 32 : 0));
+  be->scale(send.data<float>(), 10.0f, 4);  // an op on a buffer of a call in flight
+  while (!h->test()) {
+  }
+  EXPECT_TRUE(h->test());
+  EXPECT_EQ(comm_now(), before);
+  EXPECT_EQ(recv.download<float>(), (std::vector<float>{1, 2, 3, 4}));
+  {
+    CommHandle a = dc.iall_reduce(send.raw(), 4, CommDType::kF32, ReduceOp::kSum);
+    CommHandle g = dc.iall_gather_v(send.raw(), recv.raw(), {4}, CommDType::kF32);
+    EXPECT_EQ(comm_now(), before + (staged() ? 48 : 0));
+  }  // the destructors wait and copy back
+  EXPECT_EQ(comm_now(), before);
+  EXPECT_EQ(recv.download<float>(), (std::vector<float>{10, 20, 30, 40}));
+}
+
+TEST_P(DeviceCommSelf, RejectsHostMemoryOnGuardedBackends) {
+  if (GetParam() == "cpu") GTEST_SKIP() << "cpu device memory is host memory";
+  std::vector<float> host(4, 1.0f);
+  EXPECT_THROW(dc.all_reduce(host.data(), 4, CommDType::kF32, ReduceOp::kSum), RuntimeError);
+  EXPECT_THROW((void)dc.iall_reduce(host.data(), 4, CommDType::kF32, ReduceOp::kSum), RuntimeError);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, DeviceCommSelf, ::testing::Values("cpu", "cpu-guarded", "cpu-guarded-staged"),

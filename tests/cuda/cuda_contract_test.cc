@@ -67,7 +67,7 @@ TEST_F(CudaContract, OpsOnContractBuffersMatchCpu) {
 
 TEST_F(CudaContract, HostStagedCollectives) {
   auto self = make_self_communicator();
-  DeviceComm dc(*self, *be);
+  DeviceCommunicator dc(*self, *be);
   const std::vector<float> v = {1, 2, 3};
   DeviceBuffer send = to_device(*be, v, DType::kF32), recv(*be, DType::kF32, 3);
   dc.all_gather(send.raw(), recv.raw(), 3, CommDType::kF32);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/backend.h"
+#include "comm/device_comm.h"
 #include "comm/self_comm.h"
 #include "parallel/dp/data_parallel.h"
 
@@ -13,6 +14,7 @@ TEST(DataParallelStage, HandlesOnlyTheGroupsOfItsPart) {
   const ModelConfig cfg = make_model_config("t", 4, 2, 32, 16, 301);
   auto comm = make_self_communicator("dp");
   auto be = make_cpu_backend();
+  DeviceCommunicator dcomm(*comm, *be);
   const StageSpec parts[] = {{0, 2, true, false}, {2, 1, false, false}, {3, 1, false, true}};
   for (const StageSpec& part : parts) {
     const ParamLayout layout(cfg, 1, 0, part);
@@ -20,7 +22,7 @@ TEST(DataParallelStage, HandlesOnlyTheGroupsOfItsPart) {
       DataParallelConfig dc;
       dc.zero = zero;
       dc.bucket_bytes = 4096;  // several buckets
-      DataParallel store(layout, *comm, dc, *be);
+      DataParallel store(layout, dcomm, dc, *be);
       std::vector<float> full(layout.total());
       for (size_t i = 0; i < full.size(); ++i) full[i] = 0.001f * static_cast<float>(i % 997);
       store.load_full_params(full.data());

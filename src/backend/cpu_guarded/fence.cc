@@ -178,6 +178,13 @@ void open_region(Region& r) noexcept {
 }
 
 void close_region(Region& r) noexcept {
+  if (r.opens <= 0) {
+    constexpr char kMsg[] =
+        "cpu-guarded: a device buffer was closed more often than it was opened (end_host_access without "
+        "begin_host_access?)\n";
+    (void)!write(2, kMsg, sizeof(kMsg) - 1);
+    std::abort();
+  }
   if (--r.opens == 0) protect(r, PROT_NONE);
 }
 

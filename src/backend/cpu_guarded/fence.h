@@ -34,7 +34,7 @@ struct Region {
   size_t bytes = 0;     // requested bytes
   MemCategory cat = MemCategory::kOther;
   int slot = -1;        // in the handler's table (-1: table full, no diagnostic)
-  int opens = 0;        // nested opens; PROT_NONE when zero
+  int opens = 0;        // open references (calls, host-access scopes); PROT_NONE when zero
 
   bool contains(uintptr_t p, size_t n) const { return p >= data && p + n <= data + bytes; }
 };
@@ -44,8 +44,12 @@ struct Region {
 Region map_region(size_t bytes, MemCategory cat);
 // Unregisters and unmaps it.
 void unmap_region(Region& r) noexcept;
-// Nested open/close: the data pages are readable and writable while opens > 0. A failing
-// mprotect aborts with a message (it happens in destructors and cannot be recovered).
+// Reference-counted open/close of one region: the data pages are readable and writable while
+// opens > 0 and PROT_NONE again only when the last opener closes. Openers are the backend's
+// calls (one open per pointer argument, so two views of one allocation open it twice) and
+// host-access scopes (begin_host_access), which may stay open across many calls while an
+// asynchronous communication is in flight. A close without an open, or a failing mprotect,
+// aborts with a message (it happens in destructors and cannot be recovered).
 void open_region(Region& r) noexcept;
 void close_region(Region& r) noexcept;
 

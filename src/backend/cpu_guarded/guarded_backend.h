@@ -21,8 +21,12 @@
 //     checked ops above, so a fused op is fenced step by step and gives cpu's bits (cpu
 //     offers none; one it ever implements must be forwarded here too).
 //   * begin_host_access opens one buffer for host-staged communication (HostAccess in
-//     backend.h; comm/device_comm.h); nothing else may use it. With host_access = false it
-//     refuses, as a GPU backend does, and the communication stages through copies.
+//     backend.h; DeviceCommunicator in comm/device_comm.h); nothing else may use it. Opens
+//     are reference-counted per buffer: a scope may stay open across many calls (an
+//     asynchronous collective in flight), two scopes may view one buffer (send and receive
+//     ranges of an in-place gather), and the buffer is fenced again when the last one closes.
+//     With host_access = false it refuses, as a GPU backend does, and the communication
+//     stages through copies.
 // Cost: two mprotect system calls per distinct buffer per call (see docs/backends.md); meant
 // for tests and debugging, not for training runs.
 // Threads: like every backend, one thread calls it at a time (OpenMP runs inside the CPU

@@ -1,7 +1,6 @@
 #include "parallel/dp/data_parallel.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "comm/tracer.h"
 #include "core/error.h"
@@ -9,11 +8,18 @@
 namespace weft {
 
 namespace {
-}
 
-DataParallel::DataParallel(const ParamLayout& layout, Communicator& dp, const DataParallelConfig& cfg,
+constexpr size_t kF = sizeof(float);
+
+size_t fbytes(int64_t n) { return static_cast<size_t>(n) * kF; }
+
+}  // namespace
+
+DataParallel::DataParallel(const ParamLayout& layout, DeviceCommunicator& dp, const DataParallelConfig& cfg,
                            Backend& backend)
     : layout_(layout), dp_(dp), backend_(backend), cfg_(cfg) {
+  WEFT_CHECK(&dp.backend() == &backend, "DataParallel: the dp communicator is paired with backend {}, the store runs on {}",
+             dp.backend().name(), backend.name());
   if (cfg.zero < 0 || cfg.zero > 3) throw_input("zero stage must be 0, 1, 2 or 3, got {}", cfg.zero);
   if (cfg.bucket_bytes <= 0) throw_input("bucket size must be positive, got {} bytes", cfg.bucket_bytes);
   n_ = layout.total();
@@ -24,13 +30,17 @@ DataParallel::DataParallel(const ParamLayout& layout, Communicator& dp, const Da
   shard_end_ = std::min(n_, (dp.rank() + 1) * shard_);
   const int G = layout.num_groups();
 
-  params_.set_category(MemCategory::kParams);
-  grads_.set_category(MemCategory::kGrads);
-  // ZeRO-1: the reduce-scatter's output (counted as communication); ZeRO-2/3: the gradients.
-  shard_grads_.set_category(cfg.zero == 1 ? MemCategory::kComm : MemCategory::kGrads);
-  params_.resize(static_cast<size_t>(cfg.zero == 3 ? shard_end_ - shard_begin_ : n_));
-  if (cfg.zero <= 1) grads_.resize(static_cast<size_t>(n_), true);
-  if (cfg.zero >= 1) shard_grads_.resize(static_cast<size_t>(shard_end_ - shard_begin_), true);
+  params_ = DeviceBuffer(backend, DType::kF32, cfg.zero == 3 ? shard_end_ - shard_begin_ : n_, MemCategory::kParams);
+  if (cfg.zero <= 1) {
+    grads_ = DeviceBuffer(backend, DType::kF32, n_, MemCategory::kGrads);
+    grads_.zero();
+  }
+  if (cfg.zero >= 1) {
+    // ZeRO-1: the reduce-scatter's output (counted as communication); ZeRO-2/3: the gradients.
+    shard_grads_ = DeviceBuffer(backend, DType::kF32, shard_end_ - shard_begin_,
+                                cfg.zero == 1 ? MemCategory::kComm : MemCategory::kGrads);
+    shard_grads_.zero();
+  }
 
   // The groups this part of the model holds (a pipeline stage holds some), in the order
   // backward completes them: L+1, L, ..., 1, 0. They are adjacent in the flat buffer.
@@ -67,17 +77,15 @@ DataParallel::DataParallel(const ParamLayout& layout, Communicator& dp, const Da
     grad_slots_.resize(1 + DataParallel::kGradSlots);
     for (size_t s = 0; s < grad_slots_.size(); ++s) {
       const int64_t size = s == 0 ? g0 : max_other;
-      grad_slots_[s].data.set_category(MemCategory::kGrads);
-      grad_slots_[s].recv.set_category(MemCategory::kComm);
-      grad_slots_[s].data.resize(static_cast<size_t>(size));
-      grad_slots_[s].recv.resize(static_cast<size_t>(std::max<int64_t>(1, std::min(size, shard_))));
+      grad_slots_[s].data = DeviceBuffer(backend, DType::kF32, size, MemCategory::kGrads);
+      grad_slots_[s].recv =
+          DeviceBuffer(backend, DType::kF32, std::max<int64_t>(1, std::min(size, shard_)), MemCategory::kComm);
     }
     grad_slot_of_group_.assign(G, -1);
     if (cfg.zero == 3) {
       param_slots_.resize(static_cast<size_t>(param_slots(cfg.prefetch)));
       for (size_t s = 0; s < param_slots_.size(); ++s) {
-        param_slots_[s].data.set_category(MemCategory::kParams);
-        param_slots_[s].data.resize(static_cast<size_t>(s == 0 ? g0 : max_other));
+        param_slots_[s].data = DeviceBuffer(backend, DType::kF32, s == 0 ? g0 : max_other, MemCategory::kParams);
       }
     }
   }
@@ -103,33 +111,38 @@ std::vector<int64_t> DataParallel::owner_counts(int64_t b, int64_t e) const {
   return c;
 }
 
-float* DataParallel::opt_params() { return cfg_.zero == 3 ? params_.data() : params_.data() + opt_begin(); }
+float* DataParallel::opt_params() {
+  float* p = params_.data<float>();
+  return cfg_.zero == 3 || p == nullptr ? p : p + opt_begin();
+}
 
-float* DataParallel::opt_grads() { return cfg_.zero == 0 ? grads_.data() : shard_grads_.data(); }
+float* DataParallel::opt_grads() { return cfg_.zero == 0 ? grads_.data<float>() : shard_grads_.data<float>(); }
 
 void DataParallel::load_full_params(const float* full) {
   if (cfg_.zero == 3) {
-    std::memcpy(params_.data(), full + shard_begin_, static_cast<size_t>(shard_end_ - shard_begin_) * sizeof(float));
+    if (params_) backend_.copy_to_device(params_.raw(), 0, full + shard_begin_, params_.bytes());
     for (auto& s : param_slots_) s.valid = false;
   } else {
-    std::memcpy(params_.data(), full, static_cast<size_t>(n_) * sizeof(float));
+    backend_.copy_to_device(params_.raw(), 0, full, params_.bytes());
   }
 }
 
 void DataParallel::gather_full_params(float* out) {
   if (cfg_.zero == 3) {
-    dp_.all_gather_v(params_.data(), out, owner_counts(0, n_), CommDType::kF32);
+    gather_opt_range(params_.data<float>(), out);
   } else {
-    std::memcpy(out, params_.data(), static_cast<size_t>(n_) * sizeof(float));
+    backend_.copy_to_host(out, params_.raw(), 0, params_.bytes());
   }
 }
 
 void DataParallel::gather_opt_range(const float* mine, float* out) {
   if (cfg_.zero == 0) {
-    std::memcpy(out, mine, static_cast<size_t>(n_) * sizeof(float));
-  } else {
-    dp_.all_gather_v(mine, out, owner_counts(0, n_), CommDType::kF32);
+    backend_.copy_to_host(out, mine, 0, fbytes(n_));
+    return;
   }
+  DeviceBuffer all(backend_, DType::kF32, n_, MemCategory::kComm);
+  dp_.all_gather_v(mine, all.raw(), owner_counts(0, n_), CommDType::kF32);
+  backend_.copy_to_host(out, all.raw(), 0, all.bytes());
 }
 
 void DataParallel::begin_step() {
@@ -149,11 +162,11 @@ void DataParallel::begin_micro_batch(bool last) {
 void DataParallel::post_bucket(Bucket& b) {
   InFlight f;
   if (cfg_.zero == 0) {
-    f.handle = dp_.iall_reduce(grads_.data() + b.begin, b.end - b.begin, CommDType::kF32, ReduceOp::kSum);
+    f.handle = dp_.iall_reduce(grads_.data<float>() + b.begin, b.end - b.begin, CommDType::kF32, ReduceOp::kSum);
   } else {
-    float* recv = shard_grads_.data() + (std::clamp(b.begin, shard_begin_, shard_end_) - shard_begin_);
-    f.handle = dp_.ireduce_scatter_v(grads_.data() + b.begin, recv, owner_counts(b.begin, b.end), CommDType::kF32,
-                                     ReduceOp::kSum);
+    float* recv = shard_grads_.data<float>() + (std::clamp(b.begin, shard_begin_, shard_end_) - shard_begin_);
+    f.handle = dp_.ireduce_scatter_v(grads_.data<float>() + b.begin, recv, owner_counts(b.begin, b.end),
+                                     CommDType::kF32, ReduceOp::kSum);
   }
   inflight_.push_back(std::move(f));
 }
@@ -164,18 +177,20 @@ void DataParallel::complete_oldest() {
   const double t0 = Tracer::now();
   f.handle->wait();
   exposed_s_ += Tracer::now() - t0;
-  if (f.recv) {
-    float* dst = shard_grads_.data() + f.shard_offset;
-    for (int64_t i = 0; i < f.recv_count; ++i) dst[i] += f.recv[i];
+  if (f.recv && f.recv_count > 0) {  // the received part of the group's gradient, into the shard's
+    float* dst = shard_grads_.data<float>() + f.shard_offset;
+    backend_.add(dst, dst, f.recv, f.recv_count);
   }
   if (f.slot >= 0) grad_slots_[f.slot].busy = false;
 }
 
-void DataParallel::set_tied_embedding(Communicator* tied) {
+void DataParallel::set_tied_embedding(DeviceCommunicator* tied) {
   if (tied == nullptr) return;
   if (cfg_.zero > 1) throw_input("ZeRO stage {} does not combine with pipeline parallelism here; use zero 0 or 1", cfg_.zero);
   WEFT_CHECK(layout_.has_group(0), "a stage without the embedding cannot share it");
   WEFT_CHECK(buckets_[bucket_of_group_[0]].groups.size() == 1, "the embedding bucket holds other groups");
+  WEFT_CHECK(&tied->backend() == &backend_, "the tied-embedding communicator is paired with backend {}, the store runs on {}",
+             tied->backend().name(), backend_.name());
   tied_ = tied;
   split_embedding_ = false;
 }
@@ -186,7 +201,7 @@ void DataParallel::finish_step_gradients() {
     // The tied embedding: sum the two stages' local gradients, then reduce over dp.
     Bucket& b = buckets_[bucket_of_group_[0]];
     const double t0 = Tracer::now();
-    tied_->all_reduce_sum(grads_.data() + b.begin, b.end - b.begin);
+    tied_->all_reduce_sum(grads_.data<float>() + b.begin, b.end - b.begin);
     b.pending = 0;
     post_bucket(b);
     while (!inflight_.empty()) complete_oldest();
@@ -199,19 +214,38 @@ void DataParallel::finish_step_gradients() {
   }
 }
 
-double DataParallel::grad_norm_sq() {
-  const float* g = opt_grads();
-  const int64_t n = opt_end() - opt_begin();
-  double s = 0.0;
-#pragma omp parallel for reduction(+ : s) schedule(static)
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(g[i]) * g[i];
-  for (const auto& [b0, e0] : norm_skip_) {  // subtract the skipped ranges (within this rank's range)
-    const int64_t b = std::max(b0, opt_begin()), e = std::min(e0, opt_end());
-    for (int64_t i = b; i < e; ++i) s -= static_cast<double>(g[i - opt_begin()]) * g[i - opt_begin()];
+void DataParallel::set_norm_skip(std::vector<std::pair<int64_t, int64_t>> ranges) {
+  std::sort(ranges.begin(), ranges.end());
+  norm_skip_.clear();
+  for (const auto& [b, e] : ranges) {  // merged: sorted, disjoint, not adjacent
+    if (b >= e) continue;
+    if (!norm_skip_.empty() && b <= norm_skip_.back().second) {
+      norm_skip_.back().second = std::max(norm_skip_.back().second, e);
+    } else {
+      norm_skip_.emplace_back(b, e);
+    }
   }
+}
+
+double DataParallel::grad_norm_sq() {
+  // The sum of squares of each kept sub-range of [opt_begin, opt_end) (the range minus the
+  // skipped ranges), in order: no cancellation, unlike the total minus the skipped part.
+  const float* g = opt_grads();
+  const int64_t ob = opt_begin(), oe = opt_end();
+  double s = 0.0;
+  int64_t at = ob;
+  auto add = [&](int64_t b, int64_t e) {
+    if (e > b) s += backend_.sum_squares(g + (b - ob), e - b);
+  };
+  for (const auto& [b0, e0] : norm_skip_) {
+    const int64_t b = std::clamp(b0, ob, oe), e = std::clamp(e0, ob, oe);
+    add(at, b);
+    at = std::max(at, e);
+  }
+  add(at, oe);
   if (cfg_.zero >= 1) {
     const double t0 = Tracer::now();
-    dp_.all_reduce_sum(&s, 1);
+    dp_.host().all_reduce_sum(&s, 1);  // a host double
     exposed_s_ += Tracer::now() - t0;
   }
   return s;
@@ -220,7 +254,8 @@ double DataParallel::grad_norm_sq() {
 void DataParallel::after_optimizer_step() {
   if (cfg_.zero == 1 || cfg_.zero == 2) {
     const double t0 = Tracer::now();
-    dp_.all_gather_v(params_.data() + shard_begin_, params_.data(), owner_counts(0, n_), CommDType::kF32);
+    // In place: this rank's shard is already in its block of params_.
+    dp_.all_gather_v(params_.data<float>() + shard_begin_, params_.raw(), owner_counts(0, n_), CommDType::kF32);
     exposed_s_ += Tracer::now() - t0;
   } else if (cfg_.zero == 3) {
     for (auto& s : param_slots_) s.valid = false;
@@ -256,11 +291,11 @@ int DataParallel::gather_group(int g) {
   ParamSlot& p = param_slots_[slot];
   WEFT_CHECK(p.refs == 0 && !p.pending, "parameter slot {} of group {} is in use", slot, p.group);
   auto [b, e] = layout_.group_range(g);
-  const float* send = params_.data() + (std::clamp(b, shard_begin_, shard_end_) - shard_begin_);
+  const float* send = params_.data<float>() + (std::clamp(b, shard_begin_, shard_end_) - shard_begin_);
   p.group = g;
   p.valid = true;
   p.last_use = ++clock_;
-  p.pending = dp_.iall_gather_v(send, p.data.data(), owner_counts(b, e), CommDType::kF32);
+  p.pending = dp_.iall_gather_v(send, p.data.raw(), owner_counts(b, e), CommDType::kF32);
   int64_t used = 0;
   for (const auto& s : param_slots_) used += s.valid ? static_cast<int64_t>(s.data.bytes()) : 0;
   peak_param_slots_ = std::max(peak_param_slots_, used);
@@ -284,7 +319,7 @@ void DataParallel::prefetch_after(int g) {
 
 const float* DataParallel::acquire(int g) {
   dp_.progress();
-  if (cfg_.zero < 3) return params_.data() + layout_.group_range(g).first;
+  if (cfg_.zero < 3) return params_.data<float>() + layout_.group_range(g).first;
   int s = find_param_slot(g);
   if (s < 0) s = gather_group(g);
   WEFT_CHECK(s >= 0, "no free parameter buffer to gather group {}", g);
@@ -298,7 +333,7 @@ const float* DataParallel::acquire(int g) {
   ++p.refs;
   p.last_use = ++clock_;
   prefetch_after(g);
-  return p.data.data();
+  return p.data.data<float>();
 }
 
 void DataParallel::release(int g) {
@@ -310,9 +345,9 @@ void DataParallel::release(int g) {
 
 float* DataParallel::grads(int g) {
   backward_ = true;
-  if (cfg_.zero <= 1) return grads_.data() + layout_.group_range(g).first;
+  if (cfg_.zero <= 1) return grads_.data<float>() + layout_.group_range(g).first;
   int s = grad_slot_of_group_[g];
-  if (s >= 0) return grad_slots_[s].data.data();
+  if (s >= 0) return grad_slots_[s].data.data<float>();
   if (g == 0) {
     while (grad_slots_[0].busy) complete_oldest();
     s = 0;
@@ -328,14 +363,14 @@ float* DataParallel::grads(int g) {
   }
   GradSlot& slot = grad_slots_[s];
   auto [b, e] = layout_.group_range(g);
-  std::memset(slot.data.data(), 0, static_cast<size_t>(e - b) * sizeof(float));
+  slot.data.fill(0.0f, 0, e - b);
   slot.busy = true;
   slot.group = g;
   grad_slot_of_group_[g] = s;
   int64_t used = 0;
   for (const auto& x : grad_slots_) used += x.busy ? static_cast<int64_t>(x.data.bytes()) : 0;
   peak_grad_slots_ = std::max(peak_grad_slots_, used);
-  return slot.data.data();
+  return slot.data.data<float>();
 }
 
 void DataParallel::head_done() {
@@ -352,37 +387,37 @@ bool DataParallel::embedding_backward(const int32_t* tokens, const float* dres, 
   if (!split_embedding_ || !last_micro_ || !embedding_posted_) return false;
   const int P = dp_.size();
   const int64_t C = layout_.config().n_embd, N = B * T;
-  std::vector<int32_t> all_tokens(static_cast<size_t>(N * P));
-  Buffer<float> all_dres(static_cast<size_t>(N * C * P), MemCategory::kComm);
+  DeviceBuffer all_tokens(backend_, DType::kI32, N * P, MemCategory::kComm);
+  DeviceBuffer all_dres(backend_, DType::kF32, N * C * P, MemCategory::kComm);
   const double t0 = Tracer::now();
-  dp_.all_gather(tokens, all_tokens.data(), N, CommDType::kI32);
-  dp_.all_gather(dres, all_dres.data(), N * C, CommDType::kF32);
-  while (!inflight_.empty()) complete_oldest();  // the head part's all-reduce included
+  dp_.all_gather(tokens, all_tokens.raw(), N, CommDType::kI32);
+  dp_.all_gather(dres, all_dres.raw(), N * C, CommDType::kF32);
+  while (!inflight_.empty()) complete_oldest();  // the head part's reduction included
   exposed_s_ += Tracer::now() - t0;
-  if (cfg_.zero == 0) {
+  const auto [e0, e1] = layout_.group_range(0);
+  // The rows of every rank, in rank order (the same order on every rank: identical gradients).
+  auto apply_all = [&](float* base) {
     float *dwte, *dwpe;
-    layout_.embedding_ptrs(grads_.data(), &dwte, &dwpe);
-    for (int r = 0; r < P; ++r) {  // the same order on every rank: identical gradients
-      backend_.embedding_backward(dwte, dwpe, all_dres.data() + r * N * C, all_tokens.data() + r * N, B, T, C, v0,
-                                  vrows);
+    layout_.embedding_ptrs(base + e0, &dwte, &dwpe);
+    for (int r = 0; r < P; ++r) {
+      backend_.embedding_backward(dwte, dwpe, all_dres.data<float>() + r * N * C, all_tokens.data<int32_t>() + r * N,
+                                  B, T, C, v0, vrows);
     }
+  };
+  if (cfg_.zero == 0) {
+    apply_all(grads_.data<float>());
     return true;
   }
-  // zero 1: add the rows to the part of the embedding gradient this rank owns.
-  const int64_t wte_off = layout_.tensors()[0].offset, wpe_off = layout_.tensors()[1].offset;
-  float* sg = shard_grads_.data();
-  auto add_row = [&](int64_t off, const float* row) {
-    const int64_t b = std::max(off, shard_begin_), e = std::min(off + C, shard_end_);
-    for (int64_t i = b; i < e; ++i) sg[i - shard_begin_] += row[i - off];
-  };
-  for (int r = 0; r < P; ++r) {
-    for (int64_t i = 0; i < N; ++i) {
-      const float* row = all_dres.data() + (r * N + i) * C;
-      const int64_t tok = static_cast<int64_t>(all_tokens[r * N + i]) - v0;
-      if (tok >= 0 && tok < vrows) add_row(wte_off + tok * C, row);
-      add_row(wpe_off + (i % T) * C, row);
-    }
-  }
+  // zero 1: the rows go into the part of the embedding gradient this rank owns. grads_ (the
+  // whole accumulator) is free now, every bucket has been reduced: the shard's part of the
+  // embedding is copied to its flat offsets there, the rows are applied to the whole
+  // embedding (each element accumulates the rows in (rank, row) order, exactly as adding them
+  // to the shard one by one), and the shard's part is copied back.
+  const int64_t b = std::max(e0, shard_begin_), e = std::min(e1, shard_end_);
+  if (b >= e) return true;  // this rank owns none of the embedding
+  backend_.copy_device(grads_.raw(), fbytes(b), shard_grads_.raw(), fbytes(b - shard_begin_), fbytes(e - b));
+  apply_all(grads_.data<float>());
+  backend_.copy_device(shard_grads_.raw(), fbytes(b - shard_begin_), grads_.raw(), fbytes(b), fbytes(e - b));
   return true;
 }
 
@@ -404,10 +439,10 @@ void DataParallel::ready(int g) {
   std::vector<int64_t> counts = owner_counts(b, e);
   InFlight f;
   f.slot = s;
-  f.recv = slot.recv.data();
+  f.recv = slot.recv.data<float>();
   f.recv_count = counts[dp_.rank()];
   f.shard_offset = std::clamp(b, shard_begin_, shard_end_) - shard_begin_;
-  f.handle = dp_.ireduce_scatter_v(slot.data.data(), slot.recv.data(), counts, CommDType::kF32, ReduceOp::kSum);
+  f.handle = dp_.ireduce_scatter_v(slot.data.raw(), slot.recv.raw(), counts, CommDType::kF32, ReduceOp::kSum);
   inflight_.push_back(std::move(f));
   grad_slot_of_group_[g] = -1;
   dp_.progress();

@@ -19,14 +19,23 @@
 //
 // Gradients are sums over ranks of each rank's d(loss_scale * local token losses): with
 // loss_scale = 1 / (global batch tokens) the result is the gradient of the global mean loss.
+//
+// Device memory. Every buffer (parameters, gradients, shard gradients, the zero-2/3 slots,
+// receive buffers) is a DeviceBuffer of the backend, every computation on them a backend
+// call, and every collective on them goes through the DeviceCommunicator (direct or
+// host-staged, comm/device_comm.h); the host reads back only what it must (the norm's double
+// goes through dp.host()). Each pointer below says whether it is DEVICE memory of the
+// backend or HOST memory. On the cpu backend device memory is host memory, so host code may
+// still read the device pointers there; on any other backend it must not.
 #pragma once
 #include <cstdint>
 #include <deque>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/device_buffer.h"
 #include "comm/communicator.h"
-#include "core/buffer.h"
+#include "comm/device_comm.h"
 #include "model/param_store.h"
 #include "model/params.h"
 
@@ -55,7 +64,9 @@ class DataParallel final : public ParamStore {
   // `prefetch` more.
   static int param_slots(int prefetch) { return 1 + 2 + (prefetch > 0 ? prefetch : 0); }
 
-  DataParallel(const ParamLayout& layout, Communicator& dp, const DataParallelConfig& cfg, Backend& backend);
+  // dp: the data-parallel group on device buffers of `backend` (its backend must be `backend`).
+  // Both outlive the store.
+  DataParallel(const ParamLayout& layout, DeviceCommunicator& dp, const DataParallelConfig& cfg, Backend& backend);
   ~DataParallel() override;
 
   int zero() const { return cfg_.zero; }
@@ -69,16 +80,21 @@ class DataParallel final : public ParamStore {
   // counts[r] = elements of [b, e) that rank r owns.
   std::vector<int64_t> owner_counts(int64_t b, int64_t e) const;
 
-  // Parameters of [opt_begin, opt_end), updated in place by the optimizer.
+  // Parameters of [opt_begin, opt_end), updated in place by the optimizer. DEVICE pointer.
   float* opt_params();
-  // Summed gradient of [opt_begin, opt_end) (valid after finish_step_gradients).
+  // Summed gradient of [opt_begin, opt_end) (valid after finish_step_gradients). DEVICE pointer.
   float* opt_grads();
 
-  // Sets every rank's parameters from a whole buffer (the same on every rank).
+  // Sets every rank's parameters from a whole buffer (the same on every rank). full: HOST
+  // memory, the whole flat layout (n elements).
   void load_full_params(const float* full);
-  // Every rank receives the whole parameter buffer (zero 3 gathers it).
+  // Every rank receives the whole parameter buffer (collective for zero 3, which gathers it
+  // through a transient device buffer counted under comm). out: HOST memory, n elements.
   void gather_full_params(float* out);
-  // Whole-buffer copy of optimizer-range data (e.g. AdamW moments) from every rank's range.
+  // Whole-buffer copy of optimizer-range data (e.g. AdamW moments) from every rank's range
+  // (collective for zero 1-3, through a transient device buffer counted under comm). mine:
+  // DEVICE memory, the opt_end - opt_begin elements of this rank's range; out: HOST memory,
+  // n elements.
   void gather_opt_range(const float* mine, float* out);
 
   // --- one optimizer step ---
@@ -88,11 +104,15 @@ class DataParallel final : public ParamStore {
   // Pipeline parallelism: the first and the last stage both hold the tied embedding; its
   // gradient is summed between them (over `tied`) at the end of the step, before its
   // data-parallel reduction. zero 0/1 only.
-  void set_tied_embedding(Communicator* tied);
+  // tied: the two stages' group on device buffers of the same backend (null: none); it
+  // outlives the store.
+  void set_tied_embedding(DeviceCommunicator* tied);
   // Squared L2 norm of the summed gradient over the data-parallel ranks, leaving out the
-  // element ranges set with set_norm_skip (tensor-parallel replicas counted on one rank only).
+  // element ranges set with set_norm_skip (tensor-parallel replicas counted on one rank only):
+  // the sum, in element order, of backend sum_squares over each kept sub-range of this rank's
+  // optimizer range.
   double grad_norm_sq();
-  void set_norm_skip(std::vector<std::pair<int64_t, int64_t>> ranges) { norm_skip_ = std::move(ranges); }
+  void set_norm_skip(std::vector<std::pair<int64_t, int64_t>> ranges);
   void after_optimizer_step();             // zero 1/2: all-gather the updated shards
 
   DataParallelMemory memory() const;
@@ -101,14 +121,17 @@ class DataParallel final : public ParamStore {
   double take_exposed_seconds();
 
   // ParamStore
+  // acquire: the group's parameters, a DEVICE pointer (valid until release).
   const float* acquire(int g) override;
   void release(int g) override;
+  // grads: the group's gradient accumulator, a DEVICE pointer.
   float* grads(int g) override;
   void ready(int g) override;
-  // zero 0: the tied embedding's gradient is reduced in two parts. The head's dense part is
-  // all-reduced right after the head, hidden behind the whole layer backward; the lookup's
-  // part is exchanged as (token, gradient row) pairs (B*T*C floats per rank instead of
-  // Vp*C) and every rank applies all of them in rank order.
+  // zero 0/1: the tied embedding's gradient is reduced in two parts. The head's dense part is
+  // all-reduced (zero 1: reduce-scattered) right after the head, hidden behind the whole layer
+  // backward; the lookup's part is exchanged as (token, gradient row) pairs (B*T*C floats per
+  // rank instead of Vp*C) and every rank applies all of them in rank order (zero 1: to its
+  // shard). tokens (B,T) int32 and dres (B,T,C) are DEVICE pointers.
   void head_done() override;
   bool embedding_backward(const int32_t* tokens, const float* dres, int64_t B, int64_t T, int64_t v0,
                           int64_t vrows) override;
@@ -122,7 +145,7 @@ class DataParallel final : public ParamStore {
   struct InFlight {
     CommHandle handle;
     int slot = -1;           // gradient slot to free on completion (zero 2/3)
-    float* recv = nullptr;   // reduce-scatter output to add into shard grads (zero 2/3)
+    float* recv = nullptr;   // reduce-scatter output to add into shard grads (zero 2/3); device
     int64_t recv_count = 0;
     int64_t shard_offset = 0;
   };
@@ -131,14 +154,14 @@ class DataParallel final : public ParamStore {
     int refs = 0;
     bool valid = false;
     uint64_t last_use = 0;
-    CommHandle pending;  // gather in flight
-    Buffer<float> data;
+    DeviceBuffer data;
+    CommHandle pending;  // gather in flight (into data: destroyed, i.e. waited for, first)
   };
   struct GradSlot {
     int group = -1;
     bool busy = false;
-    Buffer<float> data;
-    Buffer<float> recv;
+    DeviceBuffer data;
+    DeviceBuffer recv;
   };
 
   void post_bucket(Bucket& b);
@@ -148,25 +171,26 @@ class DataParallel final : public ParamStore {
   void prefetch_after(int g);
 
   const ParamLayout& layout_;
-  Communicator& dp_;
+  DeviceCommunicator& dp_;
   Backend& backend_;
-  bool split_embedding_ = false;  // zero 0 with dp > 1: see head_done()
-  Communicator* tied_ = nullptr;  // see set_tied_embedding
+  bool split_embedding_ = false;  // zero 0/1 with dp > 1: see head_done()
+  DeviceCommunicator* tied_ = nullptr;  // see set_tied_embedding
   bool embedding_posted_ = false;
   DataParallelConfig cfg_;
   int64_t n_ = 0, shard_ = 0, shard_begin_ = 0, shard_end_ = 0;
   int L_ = 0;
 
-  Buffer<float> params_;       // zero 0-2: whole; zero 3: shard
-  Buffer<float> grads_;        // zero 0/1: whole accumulator
-  Buffer<float> shard_grads_;  // zero 1-3: summed gradient of the shard
+  // Device buffers (float elements).
+  DeviceBuffer params_;       // zero 0-2: whole; zero 3: shard
+  DeviceBuffer grads_;        // zero 0/1: whole accumulator
+  DeviceBuffer shard_grads_;  // zero 1-3: summed gradient of the shard
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_group_;
   bool last_micro_ = true;
   bool backward_ = false;
-  std::deque<InFlight> inflight_;
   std::vector<ParamSlot> param_slots_;  // zero 3
   std::vector<GradSlot> grad_slots_;    // zero 2/3
+  std::deque<InFlight> inflight_;       // after the slots: destroyed (waited for) before them
   std::vector<int> grad_slot_of_group_;
   uint64_t clock_ = 0;
   double exposed_s_ = 0.0;
