@@ -9,8 +9,9 @@
 // this backend: a pointer returned by device_alloc, or an interior pointer into such an
 // allocation (an offset that stays inside it). Only the backend reads or writes it; the host
 // moves data in and out with copy_to_device / copy_to_host. The CPU backend's device memory
-// is plain host memory, so host buffers passed to its ops work (today's callers do that: the
-// model, the parameter stores and the optimizer have not moved onto device buffers yet).
+// is plain host memory, so host buffers passed to its ops work there (tests of host-side toy
+// code rely on it); the model, the parameter stores, the optimizer, the pipeline runtime and
+// the engine hand ops only device memory, which cpu-guarded checks (tests/golden, cpu-guarded).
 // DeviceBuffer (backend/device_buffer.h) owns one allocation; prefer it to the raw calls.
 //
 // Interface methods say, ggml style (ggml-backend-impl.h), whether a backend must implement

@@ -46,7 +46,9 @@ Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
     : cfg_(cfg), world_(world), backend_(backend), scaler_(cfg.precision, cfg.loss_scale) {
   const GridSpec& spec = cfg.grid;
   grid_ = std::make_unique<ProcessGrid>(world, spec);
-  tp_ops_ = std::make_unique<CommTensorParallel>(grid_->comm(Axis::kTp));
+  tp_device_ = std::make_unique<DeviceCommunicator>(grid_->comm(Axis::kTp), backend);
+  pp_device_ = std::make_unique<DeviceCommunicator>(grid_->comm(Axis::kPp), backend);
+  tp_ops_ = std::make_unique<CommTensorParallel>(*tp_device_);
   stage_ = grid_->coord(Axis::kPp);
   tp_rank_ = grid_->coord(Axis::kTp);
   dp_rank_ = grid_->coord(Axis::kDp);
@@ -69,7 +71,7 @@ Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
     rc.message = (sp ? cfg.micro_batch * cfg.seq / spec.tp : cfg.micro_batch * cfg.seq) * cfg.model.n_embd;
     // With sequence parallelism a rank's rows are its slice already.
     rc.scatter_gather = spec.tp > 1 && !sp;
-    runtime_ = std::make_unique<PipelineRuntime>(grid_->comm(Axis::kPp), grid_->comm(Axis::kTp), backend_, rc);
+    runtime_ = std::make_unique<PipelineRuntime>(*pp_device_, *tp_device_, backend_, rc);
   }
   inputs_.resize(static_cast<size_t>(cfg.micro_batch * cfg.seq));
   targets_.resize(inputs_.size());

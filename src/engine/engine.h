@@ -138,6 +138,9 @@ class Engine {
   Communicator& world_;
   Backend& backend_;
   std::unique_ptr<ProcessGrid> grid_;
+  // The tp and pp groups on device buffers of backend_: the tensor-parallel layers' and the
+  // pipeline runtime's collectives (declared before their users, which they outlive).
+  std::unique_ptr<DeviceCommunicator> tp_device_, pp_device_;
   std::unique_ptr<CommTensorParallel> tp_ops_;
   std::unique_ptr<Communicator> tied_;  // first and last stage: the tied embedding
   // The stores' dp and tied-embedding groups on device buffers of backend_ (before chunks_:

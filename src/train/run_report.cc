@@ -80,7 +80,8 @@ void log_run_setup(const RunSetup& s, const RunPrediction& pred) {
     log_info("activation recompute: {}{}", recompute_name(ec.recompute),
              cfg.recompute_layers > 0 ? fmt::format(" ({} layers per stage)", cfg.recompute_layers) : std::string());
   }
-  log_info("layout: {}, zero {}; {} threads per rank", e.grid().layout().describe(), ec.data_parallel.zero, s.threads);
+  log_info("layout: {}, zero {}; backend {}, {} threads per rank", e.grid().layout().describe(), ec.data_parallel.zero,
+           s.cfg->backend, s.threads);
   if (PipelineRuntime* rt = e.pipeline()) {
     log_info("pipeline: schedule {}, stage {} of {}, {} chunk(s): {}; {} (micro-batch, chunk) forwards in flight at most",
              schedule_name(ec.schedule), e.stage(), ec.grid.pp, e.num_chunks(), e.describe_chunks(), rt->max_in_flight());

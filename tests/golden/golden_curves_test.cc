@@ -320,9 +320,12 @@ TEST_P(GoldenCurves, BitwiseCurve) {
 std::string case_name(const ::testing::TestParamInfo<GoldenCase>& info) { return info.param.name; }
 
 INSTANTIATE_TEST_SUITE_P(Pinned, GoldenCurves, ::testing::ValuesIn(golden_cases("")), case_name);
-// A variant expected to give the same bits is one more line, e.g.
-//   INSTANTIATE_TEST_SUITE_P(CpuGuarded, GoldenCurves,
-//                            ::testing::ValuesIn(golden_cases("--backend cpu-guarded")), case_name);
+// The same layouts on cpu-guarded (device memory fenced from the host: the model, the stores,
+// the optimizer, the pipeline runtime and the engine touch it only through the backend and
+// the device communicators): the same bits as the cpu backend's pins.
+INSTANTIATE_TEST_SUITE_P(CpuGuarded, GoldenCurves, ::testing::ValuesIn(golden_cases("--backend cpu-guarded")),
+                         case_name);
+// A further variant expected to give the same bits is one more line like the one above.
 // (`golden_cases("--threads 2")` fails on every case: the thread count changes the sums.)
 
 }  // namespace
