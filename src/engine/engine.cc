@@ -94,7 +94,9 @@ void Engine::build_chunks() {
     ch->spec = {parts[g].first_layer, parts[g].num_layers, g == 0, g == K - 1};
     ch->model = std::make_unique<GPT>(cfg_.model, backend_, /*local_store=*/false, spec.tp, tp_rank_, ch->spec);
     ch->model->set_tp(tp_ops_.get(), cfg_.sequence_parallel);
-    ch->store = std::make_unique<DataParallel>(ch->model->layout(), *dp_device_, cfg_.data_parallel, backend_);
+    DataParallelConfig dpc = cfg_.data_parallel;
+    dpc.training = cfg_.training;  // inference: no gradient buffers
+    ch->store = std::make_unique<DataParallel>(ch->model->layout(), *dp_device_, dpc, backend_);
     ch->model->set_store(ch->store.get());
     if (spec.pp > 1 && (ch->spec.embedding || ch->spec.head)) ch->store->set_tied_embedding(tied_device_.get());
     ch->model->set_recompute(cfg_.recompute, cfg_.recompute_layers);

@@ -31,11 +31,11 @@ DataParallel::DataParallel(const ParamLayout& layout, DeviceCommunicator& dp, co
   const int G = layout.num_groups();
 
   params_ = DeviceBuffer(backend, DType::kF32, cfg.zero == 3 ? shard_end_ - shard_begin_ : n_, MemCategory::kParams);
-  if (cfg.zero <= 1) {
+  if (cfg.zero <= 1 && cfg.training) {
     grads_ = DeviceBuffer(backend, DType::kF32, n_, MemCategory::kGrads);
     grads_.zero();
   }
-  if (cfg.zero >= 1) {
+  if (cfg.zero >= 1 && cfg.training) {
     // ZeRO-1: the reduce-scatter's output (counted as communication); ZeRO-2/3: the gradients.
     shard_grads_ = DeviceBuffer(backend, DType::kF32, shard_end_ - shard_begin_,
                                 cfg.zero == 1 ? MemCategory::kComm : MemCategory::kGrads);
@@ -74,7 +74,7 @@ DataParallel::DataParallel(const ParamLayout& layout, DeviceCommunicator& dp, co
       max_other = std::max(max_other, e - b);
     }
     const int64_t g0 = layout.has_group(0) ? layout.group_range(0).second - layout.group_range(0).first : 1;
-    grad_slots_.resize(1 + DataParallel::kGradSlots);
+    grad_slots_.resize(cfg.training ? 1 + DataParallel::kGradSlots : 0);
     for (size_t s = 0; s < grad_slots_.size(); ++s) {
       const int64_t size = s == 0 ? g0 : max_other;
       grad_slots_[s].data = DeviceBuffer(backend, DType::kF32, size, MemCategory::kGrads);
@@ -344,6 +344,7 @@ void DataParallel::release(int g) {
 }
 
 float* DataParallel::grads(int g) {
+  WEFT_CHECK(cfg_.training, "DataParallel::grads on an inference-only store (DataParallelConfig::training = false)");
   backward_ = true;
   if (cfg_.zero <= 1) return grads_.data<float>() + layout_.group_range(g).first;
   int s = grad_slot_of_group_[g];

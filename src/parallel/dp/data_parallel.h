@@ -45,6 +45,7 @@ struct DataParallelConfig {
   int zero = 0;                        // ZeRO stage 0..3
   int64_t bucket_bytes = 8ll << 20;    // zero 0/1: gradient bucket size
   int prefetch = 1;                    // zero 3: groups gathered ahead
+  bool training = true;                // false: inference only (eval, generation): no gradient buffers
 };
 
 // Bytes held per category by one rank (persistent plus the peak of transient buffers).
