@@ -201,7 +201,8 @@ TEST_P(TpLayers, VocabularyParallelHead) {
   std::vector<int32_t> tgt(N);
   for (int64_t i = 0; i < N; ++i) tgt[i] = static_cast<int32_t>((i * 7 + 2) % V);
   const int64_t v0 = r * Vl;
-  Vec x(N * C), wte(Vl * C), logits(N * Vl), losses(N), stats(3 * N), dx(N * C), dwte(Vl * C, 0.0f), row(V);
+  Vec x(N * C), wte(Vl * C), logits(N * Vl), losses(N), stats(3 * N), dx(N * C), dwte(Vl * C, 0.0f),
+      row(Vp);  // row_logits writes Vp columns (the padding ones are scratch)
   for (int64_t i = 0; i < N; ++i)
     for (int64_t c = 0; c < C; ++c) x[i * C + c] = float(X(i, c));
   for (int64_t v = 0; v < Vl; ++v)  // padding rows are zero, as in the model
