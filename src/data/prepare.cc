@@ -6,11 +6,11 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string_view>
-#include <unordered_set>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "core/rng.h"
+#include "data/corpus_inputs.h"
 #include "data/shard.h"
 #include "data/text_util.h"
 #include "data/tokenizer.h"
@@ -18,6 +18,9 @@
 namespace weft {
 
 namespace fs = std::filesystem;
+using corpus_io::collect_inputs;
+using corpus_io::file_documents;
+using corpus_io::InputFile;
 
 namespace {
 
@@ -29,147 +32,6 @@ constexpr int64_t kBatchBytes = 8 << 20;
 
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-bool is_blank(std::string_view s) {
-  return std::all_of(s.begin(), s.end(), [](char c) {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
-  });
-}
-
-// Why `text` is not UTF-8 text, or empty if it is.
-std::string not_text_reason(std::string_view text) {
-  size_t nul = text.find('\0');
-  if (nul != std::string_view::npos) return fmt::format("NUL byte at offset {}", nul);
-  size_t bad = utf8_invalid_offset(text);
-  if (bad != std::string_view::npos) {
-    return fmt::format("invalid UTF-8 at offset {} (byte 0x{:02X})", bad,
-                       static_cast<uint8_t>(text[bad]));
-  }
-  return {};
-}
-
-void add_document(std::vector<std::string>& docs, std::string_view text) {
-  if (!is_blank(text)) docs.emplace_back(text);
-}
-
-// Splits at lines that are exactly "%" (optionally "%\r"); returns false if there are none.
-bool split_percent(std::string_view text, std::vector<std::string>& docs) {
-  bool any = false;
-  size_t doc_start = 0, pos = 0;
-  while (pos < text.size()) {
-    size_t eol = text.find('\n', pos);
-    size_t end = eol == std::string_view::npos ? text.size() : eol;
-    std::string_view line = text.substr(pos, end - pos);
-    const size_t next = eol == std::string_view::npos ? text.size() : eol + 1;
-    if (line == "%" || line == "%\r") {
-      any = true;
-      add_document(docs, text.substr(doc_start, pos - doc_start));
-      doc_start = next;
-    }
-    pos = next;
-  }
-  if (any) add_document(docs, text.substr(doc_start));
-  return any;
-}
-
-// Documents of one file. When the file is not UTF-8 text and `lenient`, returns false and
-// says why in `reason` (the caller skips it); otherwise that is an InputError.
-bool file_documents(const std::string& path, bool split_on_percent, bool lenient,
-                    std::vector<std::string>& docs, std::string* reason) {
-  std::string text = read_file(path);
-  if (ends_with(path, ".jsonl")) {
-    size_t pos = 0;
-    int64_t line_no = 0;
-    while (pos < text.size()) {
-      size_t eol = text.find('\n', pos);
-      if (eol == std::string::npos) eol = text.size();
-      std::string_view line(text.data() + pos, eol - pos);
-      pos = eol + 1;
-      ++line_no;
-      if (is_blank(line)) continue;
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(line);
-      } catch (const nlohmann::json::exception& e) {
-        throw_input("{}:{}: not valid JSON: {}", path, line_no, e.what());
-      }
-      if (!j.is_object() || !j.contains("text") || !j["text"].is_string()) {
-        throw_input("{}:{}: expected a JSON object with a string \"text\" field, got {}", path,
-                    line_no, j.dump().substr(0, 120));
-      }
-      add_document(docs, j["text"].get_ref<const std::string&>());
-    }
-    return true;
-  }
-  std::string why = not_text_reason(text);
-  if (!why.empty()) {
-    if (!lenient) throw_input("{} is not UTF-8 text ({}): pass text or .jsonl files", path, why);
-    *reason = why;
-    return false;
-  }
-  std::string_view body(text);
-  if (body.starts_with("\xEF\xBB\xBF")) body.remove_prefix(3);  // UTF-8 byte order mark
-  if (!split_on_percent || !split_percent(body, docs)) add_document(docs, body);
-  return true;
-}
-
-struct InputFile {
-  std::string path;
-  bool explicit_input;  // named on the command line (not found in a folder)
-  int64_t documents = 0;
-};
-
-bool hidden(const fs::path& p) {
-  const std::string n = p.filename().string();
-  return !n.empty() && n[0] == '.';
-}
-
-// Files of every input in order: a folder contributes its files recursively, sorted by path,
-// skipping hidden files and folders. A file reached twice (e.g. through a symlink) is read once.
-std::vector<InputFile> collect_inputs(const std::vector<std::string>& inputs, int64_t* duplicates) {
-  std::vector<InputFile> files;
-  std::unordered_set<std::string> seen;
-  *duplicates = 0;
-  auto add = [&](const fs::path& p, bool explicit_input) {
-    std::error_code ec;
-    fs::path canon = fs::weakly_canonical(p, ec);
-    const std::string key = ec ? p.string() : canon.string();
-    if (!seen.insert(key).second) {
-      ++*duplicates;
-      return;
-    }
-    files.push_back({p.string(), explicit_input});
-  };
-  for (const std::string& input : inputs) {
-    std::error_code ec;
-    fs::file_status st = fs::status(input, ec);
-    if (ec || !fs::exists(st)) {
-      throw_input("input {} does not exist", input);
-    }
-    if (fs::is_directory(st)) {
-      std::vector<fs::path> found;
-      fs::recursive_directory_iterator it(input, fs::directory_options::skip_permission_denied, ec);
-      if (ec) throw_input("cannot list input folder {}: {}", input, ec.message());
-      for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
-        if (ec) throw_input("cannot list input folder {}: {}", input, ec.message());
-        const fs::path& p = it->path();
-        std::error_code ec2;
-        if (hidden(p)) {
-          if (it->is_directory(ec2)) it.disable_recursion_pending();
-          continue;
-        }
-        if (it->is_regular_file(ec2)) found.push_back(p);
-      }
-      std::sort(found.begin(), found.end());
-      for (const fs::path& p : found) add(p, false);
-    } else if (fs::is_regular_file(st)) {
-      add(input, true);
-    } else {
-      throw_input("input {} is neither a file nor a folder", input);
-    }
-  }
-  return files;
 }
 
 // Shard names "<name>_<split>_<6 digits>.bin" and meta.json in `dir`.
@@ -273,16 +135,8 @@ std::string human(double v) {
   return fmt::format("{:.0f}", v);
 }
 
-}  // namespace
-
-std::vector<std::string> read_documents(const std::string& path, bool split_on_percent_lines) {
-  std::vector<std::string> docs;
-  file_documents(path, split_on_percent_lines, /*lenient=*/false, docs, nullptr);
-  return docs;
-}
-
-PrepareResult prepare_corpus(const PrepareOptions& opt) {
-  const auto t0 = std::chrono::steady_clock::now();
+// Throws for options that cannot work, before anything is read.
+void check_options(const PrepareOptions& opt) {
   if (opt.inputs.empty()) throw_input("prepare: no inputs given");
   if (opt.out_dir.empty()) throw_input("prepare: no output folder given");
   if (!(opt.val_fraction > 0.0 && opt.val_fraction < 1.0)) {
@@ -291,71 +145,80 @@ PrepareResult prepare_corpus(const PrepareOptions& opt) {
   if (opt.shard_tokens < 1 || opt.shard_tokens > INT32_MAX) {
     throw_input("prepare: shard_tokens must be in [1, {}], got {}", INT32_MAX, opt.shard_tokens);
   }
+}
+
+// The shard name: opt.name, else the output folder's name. It must be a file name, and none of
+// its parts (split at '_', '-', '.') may be "train" or "val".
+std::string checked_shard_name(const PrepareOptions& opt) {
   const std::string name = opt.name.empty() ? shard_name_for(opt.out_dir) : opt.name;
   if (name.empty() || name.find('/') != std::string::npos) {
     throw_input("prepare: shard name \"{}\" (from output folder {}) is not a file name", name,
                 opt.out_dir);
   }
-  {
-    size_t i = 0;
-    while (i <= name.size()) {
-      size_t j = name.find_first_of("_-.", i);
-      if (j == std::string::npos) j = name.size();
-      std::string_view part(name.data() + i, j - i);
-      if (part == "train" || part == "val") {
-        throw_input("prepare: shard name \"{}\" has \"{}\" as a part, which would make its shards "
-                    "look like both splits; choose another output folder name or shard name",
-                    name, part);
-      }
-      i = j + 1;
+  size_t i = 0;
+  while (i <= name.size()) {
+    size_t j = name.find_first_of("_-.", i);
+    if (j == std::string::npos) j = name.size();
+    std::string_view part(name.data() + i, j - i);
+    if (part == "train" || part == "val") {
+      throw_input("prepare: shard name \"{}\" has \"{}\" as a part, which would make its shards "
+                  "look like both splits; choose another output folder name or shard name",
+                  name, part);
     }
+    i = j + 1;
   }
+  return name;
+}
 
-  // The tokenizer first: missing files should fail before the corpus is read.
-  const Tokenizer tok = Tokenizer::load_gpt2(opt.tokenizer_dir);
-
-  // Inputs.
-  int64_t duplicates = 0;
-  std::vector<InputFile> files = collect_inputs(opt.inputs, &duplicates);
-
-  // Output folder (before any heavy work).
-  const fs::path out_dir(opt.out_dir);
-  {
-    std::error_code ec;
-    fs::create_directories(out_dir, ec);
-    if (ec || !fs::is_directory(out_dir)) {
-      throw_input("prepare: cannot create output folder {}: {}", opt.out_dir,
-                  ec ? ec.message() : std::string("a file of that name exists"));
-    }
-    std::vector<fs::path> old = earlier_outputs(out_dir, name);
-    if (!old.empty() && !opt.overwrite) {
-      throw_input("prepare: output folder {} already holds {} output file(s) of an earlier run "
-                  "(e.g. {}); remove them or pass --overwrite",
-                  opt.out_dir, old.size(), old.front().filename().string());
-    }
-    for (const fs::path& p : old) {
-      fs::remove(p, ec);
-      if (ec) throw_input("prepare: cannot remove earlier output {}: {}", p.string(), ec.message());
-    }
+// Creates the output folder and removes an earlier run's outputs there (only with overwrite).
+void prepare_output_folder(const fs::path& out_dir, const PrepareOptions& opt,
+                           const std::string& name) {
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec || !fs::is_directory(out_dir)) {
+    throw_input("prepare: cannot create output folder {}: {}", opt.out_dir,
+                ec ? ec.message() : std::string("a file of that name exists"));
   }
+  std::vector<fs::path> old = earlier_outputs(out_dir, name);
+  if (!old.empty() && !opt.overwrite) {
+    throw_input("prepare: output folder {} already holds {} output file(s) of an earlier run "
+                "(e.g. {}); remove them or pass --overwrite",
+                opt.out_dir, old.size(), old.front().filename().string());
+  }
+  for (const fs::path& p : old) {
+    fs::remove(p, ec);
+    if (ec) throw_input("prepare: cannot remove earlier output {}: {}", p.string(), ec.message());
+  }
+}
 
-  // Pass 1: count documents per file, skipping files in folders that are not text.
-  PrepareResult res;
-  std::vector<InputFile> used;
-  std::vector<std::string> skipped;
+struct CountedInputs {
+  std::vector<InputFile> used;       // files with documents counted
+  std::vector<std::string> skipped;  // "path (why)" of files in folders that are not text
+};
+
+// Pass 1: counts documents per file, skipping files in folders that are not text. Fills
+// res.documents, res.files_read and res.files_skipped.
+CountedInputs count_documents(std::vector<InputFile>& files, const PrepareOptions& opt,
+                              PrepareResult& res) {
+  CountedInputs counted;
   for (InputFile& f : files) {
     std::vector<std::string> docs;
     std::string why;
     if (!file_documents(f.path, opt.split_on_percent_lines, !f.explicit_input, docs, &why)) {
-      skipped.push_back(fmt::format("{} ({})", f.path, why));
+      counted.skipped.push_back(fmt::format("{} ({})", f.path, why));
       continue;
     }
     f.documents = static_cast<int64_t>(docs.size());
     res.documents += f.documents;
-    used.push_back(f);
+    counted.used.push_back(f);
   }
-  res.files_read = static_cast<int64_t>(used.size());
-  res.files_skipped = static_cast<int64_t>(skipped.size());
+  res.files_read = static_cast<int64_t>(counted.used.size());
+  res.files_skipped = static_cast<int64_t>(counted.skipped.size());
+  return counted;
+}
+
+// Says which files were skipped (the first three) and how many were reached twice.
+void log_input_notes(const std::vector<std::string>& skipped, int64_t duplicates) {
   if (!skipped.empty()) {
     std::string list;
     for (size_t i = 0; i < skipped.size() && i < 3; ++i) list += (i ? ", " : "") + skipped[i];
@@ -365,6 +228,9 @@ PrepareResult prepare_corpus(const PrepareOptions& opt) {
   if (duplicates > 0) {
     log_info("prepare: {} file(s) reached twice (symlinks) were read once", duplicates);
   }
+}
+
+void require_two_documents(const PrepareOptions& opt, const PrepareResult& res) {
   std::string input_list;
   for (size_t i = 0; i < opt.inputs.size(); ++i) input_list += (i ? ", " : "") + opt.inputs[i];
   if (res.documents < 2) {
@@ -372,36 +238,83 @@ PrepareResult prepare_corpus(const PrepareOptions& opt) {
                 "2 (one for train, one for val)",
                 res.documents, input_list, res.files_read, res.files_skipped);
   }
+}
 
-  // Validation documents.
-  const int64_t n_val = std::clamp<int64_t>(
-      std::llround(opt.val_fraction * static_cast<double>(res.documents)), 1, res.documents - 1);
-  const std::vector<bool> is_val = choose_validation(opt.seed, res.documents, n_val);
+// Which of the n documents go to validation: round(val_fraction * n), at least 1, at most n - 1.
+std::vector<bool> validation_documents(const PrepareOptions& opt, int64_t n) {
+  const int64_t n_val =
+      std::clamp<int64_t>(std::llround(opt.val_fraction * static_cast<double>(n)), 1, n - 1);
+  return choose_validation(opt.seed, n, n_val);
+}
 
-  // Pass 2: tokenize in batches, route each document to its split.
-  const int32_t eot = tok.eot_token();
-  SplitWriter train(out_dir, name, "train", opt.shard_tokens, tok.vocab_size());
-  SplitWriter val(out_dir, name, "val", opt.shard_tokens, tok.vocab_size());
-  std::vector<std::string> batch;
-  int64_t batch_bytes = 0, doc_index = 0;
-  auto last_log = std::chrono::steady_clock::now();
-  auto run_batch = [&]() {
-    std::vector<std::string_view> views(batch.begin(), batch.end());
-    std::vector<std::vector<int32_t>> ids = tok.encode_batch(views);
-    for (size_t i = 0; i < ids.size(); ++i, ++doc_index) {
-      (is_val[static_cast<size_t>(doc_index)] ? val : train).append_document(eot, ids[i]);
+// Pass 2's tokenizing: documents are gathered into batches of about kBatchBytes, each batch is
+// tokenized in parallel, and every document goes, in order, to its split's writer.
+class DocumentRouter {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  DocumentRouter(const Tokenizer& tok, const std::vector<bool>& is_val, SplitWriter& train,
+                 SplitWriter& val, int64_t total_documents, Clock::time_point t0)
+      : tok_(tok),
+        is_val_(is_val),
+        train_(train),
+        val_(val),
+        eot_(tok.eot_token()),
+        total_documents_(total_documents),
+        t0_(t0),
+        last_log_(Clock::now()) {}
+
+  void add(std::string&& doc) {
+    batch_bytes_ += static_cast<int64_t>(doc.size());
+    batch_.push_back(std::move(doc));
+    if (batch_bytes_ >= kBatchBytes) run_batch();
+  }
+
+  // Tokenizes what is left in the batch.
+  void finish() { run_batch(); }
+
+  int64_t documents() const { return doc_index_; }
+  int64_t text_bytes() const { return text_bytes_; }
+
+ private:
+  void run_batch() {
+    std::vector<std::string_view> views(batch_.begin(), batch_.end());
+    std::vector<std::vector<int32_t>> ids = tok_.encode_batch(views);
+    for (size_t i = 0; i < ids.size(); ++i, ++doc_index_) {
+      (is_val_[static_cast<size_t>(doc_index_)] ? val_ : train_).append_document(eot_, ids[i]);
     }
-    res.text_bytes += batch_bytes;
-    batch.clear();
-    batch_bytes = 0;
-    const auto now = std::chrono::steady_clock::now();
-    if (std::chrono::duration<double>(now - last_log).count() > 10.0) {
-      last_log = now;
-      const double s = std::chrono::duration<double>(now - t0).count();
-      log_info("prepare: {} / {} documents, {} tokens, {:.1f} MB/s", doc_index, res.documents,
-               human(static_cast<double>(train.tokens() + val.tokens())), res.text_bytes / s / 1e6);
+    text_bytes_ += batch_bytes_;
+    batch_.clear();
+    batch_bytes_ = 0;
+    log_progress();
+  }
+
+  // At most every 10 seconds.
+  void log_progress() {
+    const auto now = Clock::now();
+    if (std::chrono::duration<double>(now - last_log_).count() > 10.0) {
+      last_log_ = now;
+      const double s = std::chrono::duration<double>(now - t0_).count();
+      log_info("prepare: {} / {} documents, {} tokens, {:.1f} MB/s", doc_index_, total_documents_,
+               human(static_cast<double>(train_.tokens() + val_.tokens())), text_bytes_ / s / 1e6);
     }
-  };
+  }
+
+  const Tokenizer& tok_;
+  const std::vector<bool>& is_val_;
+  SplitWriter& train_;
+  SplitWriter& val_;
+  const int32_t eot_;
+  const int64_t total_documents_;
+  const Clock::time_point t0_;
+  Clock::time_point last_log_;
+  std::vector<std::string> batch_;
+  int64_t batch_bytes_ = 0, doc_index_ = 0, text_bytes_ = 0;
+};
+
+// Pass 2's reading: the documents of every used file again, in order, into the router.
+void route_documents(const std::vector<InputFile>& used, const PrepareOptions& opt,
+                     DocumentRouter& router) {
   for (const InputFile& f : used) {
     std::vector<std::string> docs;
     file_documents(f.path, opt.split_on_percent_lines, /*lenient=*/false, docs, nullptr);
@@ -409,32 +322,30 @@ PrepareResult prepare_corpus(const PrepareOptions& opt) {
       throw_runtime("prepare: {} changed while being read ({} documents, then {})", f.path,
                     f.documents, docs.size());
     }
-    for (std::string& d : docs) {
-      batch_bytes += static_cast<int64_t>(d.size());
-      batch.push_back(std::move(d));
-      if (batch_bytes >= kBatchBytes) run_batch();
-    }
+    for (std::string& d : docs) router.add(std::move(d));
   }
-  run_batch();
-  train.flush(true);
-  val.flush(true);
-  WEFT_CHECK(doc_index == res.documents, "{} documents tokenized, {} counted", doc_index,
-             res.documents);
+  router.finish();
+}
 
+void record_splits(const SplitWriter& train, const SplitWriter& val, PrepareResult& res) {
   res.train_documents = train.documents();
   res.val_documents = val.documents();
   res.train_tokens = train.tokens();
   res.val_tokens = val.tokens();
   res.train_files = train.files();
   res.val_files = val.files();
+}
 
-  // meta.json last: its presence means the shards are complete.
-  auto rel = [](const std::vector<std::string>& paths) {
-    std::vector<std::string> out;
-    for (const std::string& p : paths) out.push_back(fs::path(p).filename().string());
-    return out;
-  };
-  nlohmann::json meta = {
+std::vector<std::string> file_names(const std::vector<std::string>& paths) {
+  std::vector<std::string> out;
+  for (const std::string& p : paths) out.push_back(fs::path(p).filename().string());
+  return out;
+}
+
+nlohmann::json meta_json(const PrepareOptions& opt, const std::string& name, const Tokenizer& tok,
+                         const PrepareResult& res) {
+  const int32_t eot = tok.eot_token();
+  return {
       {"format", "llm.c token shards"},
       {"name", name},
       {"tokenizer", "gpt2"},
@@ -452,20 +363,64 @@ PrepareResult prepare_corpus(const PrepareOptions& opt) {
       {"seed", opt.seed},
       {"shard_tokens", opt.shard_tokens},
       {"train", {{"documents", res.train_documents}, {"tokens", res.train_tokens},
-                 {"files", rel(res.train_files)}}},
+                 {"files", file_names(res.train_files)}}},
       {"val", {{"documents", res.val_documents}, {"tokens", res.val_tokens},
-               {"files", rel(res.val_files)}}},
+               {"files", file_names(res.val_files)}}},
   };
-  res.meta_path = (out_dir / "meta.json").string();
-  write_file_atomic(res.meta_path, meta.dump(2) + "\n");
+}
 
-  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+void log_summary(const PrepareOptions& opt, const PrepareResult& res) {
   log_info("prepare: {} documents ({:.1f} MB) from {} file(s) -> train {} tokens ({} documents, "
            "{} shard(s)), val {} tokens ({} documents, {} shard(s)) in {} ({:.1f} s, {:.2f} MB/s)",
            res.documents, res.text_bytes / 1e6, res.files_read, human(res.train_tokens),
            res.train_documents, res.train_files.size(), human(res.val_tokens), res.val_documents,
            res.val_files.size(), opt.out_dir, res.seconds,
            res.seconds > 0 ? res.text_bytes / res.seconds / 1e6 : 0.0);
+}
+
+}  // namespace
+
+std::vector<std::string> read_documents(const std::string& path, bool split_on_percent_lines) {
+  std::vector<std::string> docs;
+  file_documents(path, split_on_percent_lines, /*lenient=*/false, docs, nullptr);
+  return docs;
+}
+
+PrepareResult prepare_corpus(const PrepareOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  check_options(opt);
+  const std::string name = checked_shard_name(opt);
+  // The tokenizer first: missing files should fail before the corpus is read.
+  const Tokenizer tok = Tokenizer::load_gpt2(opt.tokenizer_dir);
+  int64_t duplicates = 0;
+  std::vector<InputFile> files = collect_inputs(opt.inputs, &duplicates);
+  // Output folder (before any heavy work).
+  const fs::path out_dir(opt.out_dir);
+  prepare_output_folder(out_dir, opt, name);
+
+  PrepareResult res;
+  const CountedInputs counted = count_documents(files, opt, res);
+  log_input_notes(counted.skipped, duplicates);
+  require_two_documents(opt, res);
+  const std::vector<bool> is_val = validation_documents(opt, res.documents);
+
+  SplitWriter train(out_dir, name, "train", opt.shard_tokens, tok.vocab_size());
+  SplitWriter val(out_dir, name, "val", opt.shard_tokens, tok.vocab_size());
+  DocumentRouter router(tok, is_val, train, val, res.documents, t0);
+  route_documents(counted.used, opt, router);
+  train.flush(true);
+  val.flush(true);
+  WEFT_CHECK(router.documents() == res.documents, "{} documents tokenized, {} counted",
+             router.documents(), res.documents);
+  res.text_bytes = router.text_bytes();
+  record_splits(train, val, res);
+
+  // meta.json last: its presence means the shards are complete.
+  res.meta_path = (out_dir / "meta.json").string();
+  write_file_atomic(res.meta_path, meta_json(opt, name, tok, res).dump(2) + "\n");
+
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  log_summary(opt, res);
   return res;
 }
 
