@@ -89,58 +89,6 @@ bool parse_dtype(const std::string& s, StDType* out) {
   return false;
 }
 
-float f16_to_f32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu;
-  const uint32_t mant = h & 0x3ffu;
-  uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: mant * 2^-24, exact in float
-      const float v = static_cast<float>(mant) * 0x1p-24f;
-      bits = std::bit_cast<uint32_t>(v) | sign;
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp + 112u) << 23) | (mant << 13);
-  }
-  return std::bit_cast<float>(bits);
-}
-
-uint16_t f32_to_f16(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
-  const uint32_t ax = x & 0x7fffffffu;
-  if (ax >= 0x7f800000u) {  // inf or NaN (keep NaN quiet and non-zero)
-    const uint32_t payload = ax > 0x7f800000u ? (0x200u | ((ax >> 13) & 0x3ffu)) : 0u;
-    return static_cast<uint16_t>(sign | 0x7c00u | payload);
-  }
-  if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520 rounds to inf
-  if (ax < 0x38800000u) {  // below 2^-14: half subnormal (or zero)
-    if (ax < 0x33000000u) return sign;  // below 2^-25: rounds to zero
-    const uint32_t e = ax >> 23;
-    const uint32_t m = (ax & 0x7fffffu) | 0x800000u;
-    const uint32_t shift = 126u - e;  // 14..24
-    uint32_t q = m >> shift;
-    const uint32_t rem = m & ((1u << shift) - 1u);
-    const uint32_t half = 1u << (shift - 1u);
-    if (rem > half || (rem == half && (q & 1u))) ++q;
-    return static_cast<uint16_t>(sign | q);
-  }
-  const uint32_t r = ax - 0x38000000u;  // rebias the exponent from 127 to 15
-  return static_cast<uint16_t>(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
-}
-
-float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
-
-uint16_t f32_to_bf16(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
-  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
 std::string format_shape(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
@@ -222,7 +170,16 @@ void write_safetensors(const std::string& path, const std::vector<TensorRef>& te
 // ---------------------------------------------------------------------------------------
 // Reader
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+namespace {
+
+// A whole file mapped read-only.
+struct Mapping {
+  void* data;
+  uint64_t size;
+};
+
+// Opens `path`, checks that it is a regular file of at least 8 bytes and maps it read-only.
+Mapping map_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw_input("{}: cannot open safetensors file: {}", path, std::strerror(errno));
   struct stat st {};
@@ -245,123 +202,174 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   const int map_err = errno;
   ::close(fd);
   if (m == MAP_FAILED) throw_runtime("{}: mmap of {} bytes failed: {}", path, file_size, std::strerror(map_err));
-  map_ = m;
-  map_size_ = file_size;
+  return {m, file_size};
+}
 
+// The header length N (the first 8 bytes), checked against the limit and the file size.
+uint64_t header_length(const std::string& path, const unsigned char* bytes, uint64_t file_size) {
+  uint64_t n = 0;
+  std::memcpy(&n, bytes, 8);
+  if (n > SafetensorsFile::kMaxHeaderBytes) {
+    throw_input("{}: header length {} bytes is above the limit of {} bytes (file size {}; not a safetensors file?)",
+                path, n, SafetensorsFile::kMaxHeaderBytes, file_size);
+  }
+  if (n > file_size - 8) {
+    throw_input("{}: header length {} bytes is more than the {} bytes that follow it (file size {}; truncated file?)",
+                path, n, file_size - 8, file_size);
+  }
+  return n;
+}
+
+// The N bytes of header after the length, parsed: a JSON object.
+nlohmann::json parse_header(const std::string& path, const unsigned char* bytes, uint64_t n) {
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(bytes + 8, bytes + 8 + n);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw_input("{}: header ({} bytes) is not valid JSON: {}", path, n, e.what());
+  }
+  if (!header.is_object()) {
+    throw_input("{}: header is a JSON {}, a safetensors header is an object", path, header.type_name());
+  }
+  return header;
+}
+
+// The __metadata__ entry: null, or an object of strings (added to `out`).
+void read_metadata(const std::string& path, const nlohmann::json& entry, std::map<std::string, std::string>& out) {
+  if (entry.is_null()) return;
+  if (!entry.is_object()) {
+    throw_input("{}: __metadata__ is a JSON {}, expected an object of strings", path, entry.type_name());
+  }
+  for (const auto& [k, v] : entry.items()) {
+    if (!v.is_string()) {
+      throw_input("{}: __metadata__ value of '{}' is {}, expected a string", path, k, short_dump(v));
+    }
+    out[k] = v.get<std::string>();
+  }
+}
+
+void check_entry_keys(const std::string& path, const std::string& name, const nlohmann::json& entry) {
+  if (!entry.is_object()) {
+    throw_input("{}: tensor '{}' entry is {}, expected an object with dtype, shape and data_offsets", path, name,
+                short_dump(entry));
+  }
+  for (const char* key : {"dtype", "shape", "data_offsets"}) {
+    if (!entry.contains(key)) throw_input("{}: tensor '{}' lacks the key '{}'", path, name, key);
+  }
+}
+
+StDType parse_entry_dtype(const std::string& path, const std::string& name, const nlohmann::json& jd) {
+  if (!jd.is_string()) throw_input("{}: tensor '{}' has dtype {}, expected a string", path, name, short_dump(jd));
+  StDType dtype = StDType::kF32;
+  if (!parse_dtype(jd.get<std::string>(), &dtype)) {
+    throw_input("{}: tensor '{}' has unknown dtype '{}' (known: {})", path, name, jd.get<std::string>(),
+                known_dtype_names());
+  }
+  return dtype;
+}
+
+// Fills t.shape and t.numel from `js` (t.name and t.dtype set); returns the bytes they need.
+uint64_t parse_entry_shape(const std::string& path, const nlohmann::json& js, SafetensorsTensorInfo& t) {
+  const std::string& name = t.name;
+  if (!js.is_array()) throw_input("{}: tensor '{}' has shape {}, expected an array", path, name, short_dump(js));
+  uint64_t numel = 1;
+  for (const auto& d : js) {
+    uint64_t v = 0;
+    if (!json_to_u64(d, &v) || v > static_cast<uint64_t>(INT64_MAX)) {
+      throw_input("{}: tensor '{}' has shape {}, expected non-negative integers", path, name, short_dump(js));
+    }
+    t.shape.push_back(static_cast<int64_t>(v));
+    if (__builtin_mul_overflow(numel, v, &numel)) {
+      throw_input("{}: tensor '{}' shape {} has too many elements", path, name, format_shape(t.shape));
+    }
+  }
+  uint64_t need = 0;
+  if (numel > static_cast<uint64_t>(INT64_MAX) || __builtin_mul_overflow(numel, dtype_size(t.dtype), &need)) {
+    throw_input("{}: tensor '{}' shape {} has too many elements", path, name, format_shape(t.shape));
+  }
+  t.numel = static_cast<int64_t>(numel);
+  return need;
+}
+
+// Fills t.begin and t.end from `jo`: inside the data buffer and spanning exactly `need` bytes.
+void parse_entry_offsets(const std::string& path, const nlohmann::json& jo, uint64_t need, uint64_t buffer_size,
+                         SafetensorsTensorInfo& t) {
+  const std::string& name = t.name;
+  if (!jo.is_array() || jo.size() != 2 || !json_to_u64(jo[0], &t.begin) || !json_to_u64(jo[1], &t.end)) {
+    throw_input("{}: tensor '{}' has data_offsets {}, expected [begin, end] with non-negative integers", path,
+                name, short_dump(jo));
+  }
+  if (t.begin > t.end) {
+    throw_input("{}: tensor '{}' has data_offsets [{}, {}]: begin is after end", path, name, t.begin, t.end);
+  }
+  if (t.end > buffer_size) {
+    throw_input("{}: tensor '{}' has data_offsets [{}, {}] beyond the data buffer of {} bytes (truncated file?)",
+                path, name, t.begin, t.end, buffer_size);
+  }
+  if (t.end - t.begin != need) {
+    throw_input("{}: tensor '{}' ({} {}) needs {} bytes but its data_offsets [{}, {}] span {} bytes", path, name,
+                dtype_name(t.dtype), format_shape(t.shape), need, t.begin, t.end, t.end - t.begin);
+  }
+}
+
+// One tensor's header entry, validated against a data buffer of `buffer_size` bytes.
+SafetensorsTensorInfo parse_tensor_entry(const std::string& path, const std::string& name,
+                                         const nlohmann::json& entry, uint64_t buffer_size) {
+  check_entry_keys(path, name, entry);
+  SafetensorsTensorInfo t;
+  t.name = name;
+  t.dtype = parse_entry_dtype(path, name, entry.at("dtype"));
+  const uint64_t need = parse_entry_shape(path, entry.at("shape"), t);
+  parse_entry_offsets(path, entry.at("data_offsets"), need, buffer_size, t);
+  return t;
+}
+
+// The tensors must tile the buffer: sorted by offset, each starts where the previous ends.
+// Sorts `tensors` so.
+void check_tiling(const std::string& path, std::vector<SafetensorsTensorInfo>& tensors, uint64_t buffer_size) {
+  std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t covered = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& t = tensors[i];
+    if (t.begin < covered) {
+      const auto& p = tensors[i - 1];
+      throw_input("{}: tensors '{}' (data_offsets [{}, {}]) and '{}' (data_offsets [{}, {}]) overlap", path, p.name,
+                  p.begin, p.end, t.name, t.begin, t.end);
+    }
+    if (t.begin > covered) {
+      throw_input("{}: bytes [{}, {}) of the data buffer belong to no tensor (gap before '{}')", path, covered,
+                  t.begin, t.name);
+    }
+    covered = t.end;
+  }
+  if (covered != buffer_size) {
+    throw_input("{}: the tensors cover {} bytes but the data buffer has {} bytes (trailing bytes [{}, {}))", path,
+                covered, buffer_size, covered, buffer_size);
+  }
+}
+
+}  // namespace
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  const Mapping m = map_file(path);
+  map_ = m.data;
+  map_size_ = m.size;
   try {
     const auto* bytes = static_cast<const unsigned char*>(map_);
-    uint64_t n = 0;
-    std::memcpy(&n, bytes, 8);
-    if (n > kMaxHeaderBytes) {
-      throw_input("{}: header length {} bytes is above the limit of {} bytes (file size {}; not a safetensors file?)",
-                  path, n, kMaxHeaderBytes, file_size);
-    }
-    if (n > file_size - 8) {
-      throw_input("{}: header length {} bytes is more than the {} bytes that follow it (file size {}; truncated file?)",
-                  path, n, file_size - 8, file_size);
-    }
-    const uint64_t buffer_size = file_size - 8 - n;
+    const uint64_t n = header_length(path, bytes, m.size);
+    const uint64_t buffer_size = m.size - 8 - n;
     buffer_ = bytes + 8 + n;
-
-    nlohmann::json header;
-    try {
-      header = nlohmann::json::parse(bytes + 8, bytes + 8 + n);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw_input("{}: header ({} bytes) is not valid JSON: {}", path, n, e.what());
-    }
-    if (!header.is_object()) {
-      throw_input("{}: header is a JSON {}, a safetensors header is an object", path, header.type_name());
-    }
-
-    const nlohmann::json& h = header;
-    for (const auto& [name, entry] : h.items()) {
+    const nlohmann::json header = parse_header(path, bytes, n);
+    for (const auto& [name, entry] : header.items()) {
       if (name == "__metadata__") {
-        if (entry.is_null()) continue;
-        if (!entry.is_object()) {
-          throw_input("{}: __metadata__ is a JSON {}, expected an object of strings", path, entry.type_name());
-        }
-        for (const auto& [k, v] : entry.items()) {
-          if (!v.is_string()) {
-            throw_input("{}: __metadata__ value of '{}' is {}, expected a string", path, k, short_dump(v));
-          }
-          metadata_[k] = v.get<std::string>();
-        }
-        continue;
+        read_metadata(path, entry, metadata_);
+      } else {
+        tensors_.push_back(parse_tensor_entry(path, name, entry, buffer_size));
       }
-      if (!entry.is_object()) {
-        throw_input("{}: tensor '{}' entry is {}, expected an object with dtype, shape and data_offsets", path, name,
-                    short_dump(entry));
-      }
-      for (const char* key : {"dtype", "shape", "data_offsets"}) {
-        if (!entry.contains(key)) throw_input("{}: tensor '{}' lacks the key '{}'", path, name, key);
-      }
-      SafetensorsTensorInfo t;
-      t.name = name;
-      const auto& jd = entry.at("dtype");
-      if (!jd.is_string()) throw_input("{}: tensor '{}' has dtype {}, expected a string", path, name, short_dump(jd));
-      if (!parse_dtype(jd.get<std::string>(), &t.dtype)) {
-        throw_input("{}: tensor '{}' has unknown dtype '{}' (known: {})", path, name, jd.get<std::string>(),
-                    known_dtype_names());
-      }
-      const auto& js = entry.at("shape");
-      if (!js.is_array()) throw_input("{}: tensor '{}' has shape {}, expected an array", path, name, short_dump(js));
-      uint64_t numel = 1;
-      for (const auto& d : js) {
-        uint64_t v = 0;
-        if (!json_to_u64(d, &v) || v > static_cast<uint64_t>(INT64_MAX)) {
-          throw_input("{}: tensor '{}' has shape {}, expected non-negative integers", path, name, short_dump(js));
-        }
-        t.shape.push_back(static_cast<int64_t>(v));
-        if (__builtin_mul_overflow(numel, v, &numel)) {
-          throw_input("{}: tensor '{}' shape {} has too many elements", path, name, format_shape(t.shape));
-        }
-      }
-      uint64_t need = 0;
-      if (numel > static_cast<uint64_t>(INT64_MAX) || __builtin_mul_overflow(numel, dtype_size(t.dtype), &need)) {
-        throw_input("{}: tensor '{}' shape {} has too many elements", path, name, format_shape(t.shape));
-      }
-      t.numel = static_cast<int64_t>(numel);
-      const auto& jo = entry.at("data_offsets");
-      if (!jo.is_array() || jo.size() != 2 || !json_to_u64(jo[0], &t.begin) || !json_to_u64(jo[1], &t.end)) {
-        throw_input("{}: tensor '{}' has data_offsets {}, expected [begin, end] with non-negative integers", path,
-                    name, short_dump(jo));
-      }
-      if (t.begin > t.end) {
-        throw_input("{}: tensor '{}' has data_offsets [{}, {}]: begin is after end", path, name, t.begin, t.end);
-      }
-      if (t.end > buffer_size) {
-        throw_input("{}: tensor '{}' has data_offsets [{}, {}] beyond the data buffer of {} bytes (truncated file?)",
-                    path, name, t.begin, t.end, buffer_size);
-      }
-      if (t.end - t.begin != need) {
-        throw_input("{}: tensor '{}' ({} {}) needs {} bytes but its data_offsets [{}, {}] span {} bytes", path, name,
-                    dtype_name(t.dtype), format_shape(t.shape), need, t.begin, t.end, t.end - t.begin);
-      }
-      tensors_.push_back(std::move(t));
     }
-
-    // The tensors must tile the buffer: sorted by offset, each starts where the previous ends.
-    std::sort(tensors_.begin(), tensors_.end(), [](const auto& a, const auto& b) {
-      return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-    });
-    uint64_t covered = 0;
-    for (size_t i = 0; i < tensors_.size(); ++i) {
-      const auto& t = tensors_[i];
-      if (t.begin < covered) {
-        const auto& p = tensors_[i - 1];
-        throw_input("{}: tensors '{}' (data_offsets [{}, {}]) and '{}' (data_offsets [{}, {}]) overlap", path, p.name,
-                    p.begin, p.end, t.name, t.begin, t.end);
-      }
-      if (t.begin > covered) {
-        throw_input("{}: bytes [{}, {}) of the data buffer belong to no tensor (gap before '{}')", path, covered,
-                    t.begin, t.name);
-      }
-      covered = t.end;
-    }
-    if (covered != buffer_size) {
-      throw_input("{}: the tensors cover {} bytes but the data buffer has {} bytes (trailing bytes [{}, {}))", path,
-                  covered, buffer_size, covered, buffer_size);
-    }
+    check_tiling(path, tensors_, buffer_size);
     for (size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
   } catch (...) {
     unmap();
