@@ -9,17 +9,27 @@
 #include <filesystem>
 #include <functional>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <queue>
 #include <shared_mutex>
 #include <unordered_map>
 
 #include "core/error.h"
+#include "data/gpt2_files.h"
 #include "data/text_util.h"
 
 namespace weft {
 
 namespace fs = std::filesystem;
+using gpt2_files::byte_tokens_of;
+using gpt2_files::eot_token_of;
+using gpt2_files::Merge;
+using gpt2_files::MergeTable;
+using gpt2_files::pair_key;
+using gpt2_files::read_merges;
+using gpt2_files::read_vocab;
+using gpt2_files::StringHash;
+using gpt2_files::token_bytes_of;
+using gpt2_files::Vocab;
 
 namespace {
 
@@ -36,47 +46,6 @@ constexpr const char* kGpt2Pattern =
     "|[" WEFT_JS_SPACE "]+(?![^" WEFT_JS_SPACE "])"
     "|[" WEFT_JS_SPACE "]+";
 #undef WEFT_JS_SPACE
-
-// GPT-2's reversible map from bytes to printable code points (bytes_to_unicode in encoder.py):
-// printable Latin-1 bytes map to themselves, the other 68 to U+0100.. in byte order.
-std::array<uint32_t, 256> bytes_to_unicode() {
-  std::array<uint32_t, 256> map{};
-  std::array<bool, 256> direct{};
-  for (int b = '!'; b <= '~'; ++b) direct[b] = true;
-  for (int b = 0xA1; b <= 0xAC; ++b) direct[b] = true;
-  for (int b = 0xAE; b <= 0xFF; ++b) direct[b] = true;
-  uint32_t n = 0;
-  for (int b = 0; b < 256; ++b) map[b] = direct[b] ? static_cast<uint32_t>(b) : 256 + n++;
-  return map;
-}
-
-// Decodes the code point at s[i] (s must be valid UTF-8) and advances i.
-uint32_t next_code_point(std::string_view s, size_t& i) {
-  const auto b = static_cast<uint8_t>(s[i]);
-  if (b < 0x80) {
-    i += 1;
-    return b;
-  }
-  int len = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : 2;
-  uint32_t cp = b & (len == 2 ? 0x1F : len == 3 ? 0x0F : 0x07);
-  for (int k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<uint8_t>(s[i + k]) & 0x3F);
-  i += static_cast<size_t>(len);
-  return cp;
-}
-
-inline uint64_t pair_key(int32_t a, int32_t b) {
-  return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-}
-
-struct Merge {
-  int32_t rank;    // priority: lower merges first (line order in the merges file)
-  int32_t result;  // token id of the merged symbol
-};
-
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
 
 // Words longer than this are encoded without the cache (they are rare and would only fill it).
 constexpr size_t kMaxCachedWordBytes = 128;
@@ -97,6 +66,26 @@ std::string pcre2_message(int code) {
 bool file_exists(const fs::path& p) {
   std::error_code ec;
   return fs::is_regular_file(p, ec);
+}
+
+struct Gpt2Files {
+  fs::path vocab;   // {"symbol string": id}
+  fs::path merges;  // "left right" per line, by priority
+};
+
+// encoder.json + vocab.bpe (the npm package's names), else vocab.json + merges.txt.
+Gpt2Files locate_gpt2_files(const std::string& dir) {
+  const fs::path d(dir);
+  if (file_exists(d / "encoder.json") && file_exists(d / "vocab.bpe")) {
+    return {d / "encoder.json", d / "vocab.bpe"};
+  }
+  if (file_exists(d / "vocab.json") && file_exists(d / "merges.txt")) {
+    return {d / "vocab.json", d / "merges.txt"};
+  }
+  throw_input(
+      "GPT-2 tokenizer files not found in {} (need encoder.json + vocab.bpe, or vocab.json + "
+      "merges.txt): run scripts/setup.sh",
+      dir);
 }
 
 }  // namespace
@@ -272,145 +261,20 @@ std::string default_tokenizer_dir() {
 
 Tokenizer Tokenizer::load_gpt2(const std::string& dir_in) {
   const std::string dir = dir_in.empty() ? default_tokenizer_dir() : dir_in;
-  const fs::path d(dir);
-  fs::path vocab_path, merges_path;
-  if (file_exists(d / "encoder.json") && file_exists(d / "vocab.bpe")) {
-    vocab_path = d / "encoder.json";
-    merges_path = d / "vocab.bpe";
-  } else if (file_exists(d / "vocab.json") && file_exists(d / "merges.txt")) {
-    vocab_path = d / "vocab.json";
-    merges_path = d / "merges.txt";
-  } else {
-    throw_input(
-        "GPT-2 tokenizer files not found in {} (need encoder.json + vocab.bpe, or vocab.json + "
-        "merges.txt): run scripts/setup.sh",
-        dir);
-  }
-
+  const Gpt2Files files = locate_gpt2_files(dir);
   auto impl = std::make_unique<Impl>();
-  impl->source = fmt::format("{} ({} + {})", dir, vocab_path.filename().string(),
-                             merges_path.filename().string());
+  impl->source = fmt::format("{} ({} + {})", dir, files.vocab.filename().string(),
+                             files.merges.filename().string());
 
-  // Vocabulary: {"symbol string": id}; ids must be exactly 0..V-1.
-  const std::string vocab_file = vocab_path.string();
-  nlohmann::json vocab;
-  try {
-    vocab = nlohmann::json::parse(read_file(vocab_file));
-  } catch (const nlohmann::json::exception& e) {
-    throw_input("{}: not valid JSON: {}", vocab_file, e.what());
-  }
-  if (!vocab.is_object() || vocab.empty()) {
-    throw_input("{}: expected a JSON object mapping token strings to ids, got {}", vocab_file,
-                vocab.type_name());
-  }
-  const size_t V = vocab.size();
-  if (V > static_cast<size_t>(INT32_MAX)) throw_input("{}: {} tokens is too many", vocab_file, V);
-  std::vector<std::string> symbols(V);
-  std::vector<bool> seen(V, false);
-  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> id_of;
-  id_of.reserve(V);
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    if (!it.value().is_number_integer()) {
-      throw_input("{}: token {} has id {}, expected an integer", vocab_file, it.key(),
-                  it.value().dump());
-    }
-    const int64_t id = it.value().get<int64_t>();
-    if (id < 0 || id >= static_cast<int64_t>(V)) {
-      throw_input("{}: token {} has id {}, outside [0, {}) for a vocabulary of {} tokens",
-                  vocab_file, it.key(), id, V, V);
-    }
-    if (seen[id]) {
-      throw_input("{}: id {} is used by both {} and {}", vocab_file, id, symbols[id], it.key());
-    }
-    seen[id] = true;
-    symbols[id] = it.key();
-    id_of.emplace(it.key(), static_cast<int32_t>(id));
-  }
+  const std::string vocab_file = files.vocab.string();
+  const Vocab vocab = read_vocab(vocab_file);
+  impl->token_bytes = token_bytes_of(vocab.symbols, vocab_file);
+  impl->byte_token = byte_tokens_of(vocab.id_of, vocab_file);
+  impl->eot = eot_token_of(vocab.id_of, vocab_file);
 
-  // Bytes of every token: map each symbol character back through bytes_to_unicode. A character
-  // outside the map (only possible in added special tokens) stands for its own UTF-8 bytes.
-  const std::array<uint32_t, 256> b2u = bytes_to_unicode();
-  std::unordered_map<uint32_t, uint8_t> u2b;
-  for (int b = 0; b < 256; ++b) u2b[b2u[b]] = static_cast<uint8_t>(b);
-  impl->token_bytes.resize(V);
-  for (size_t id = 0; id < V; ++id) {
-    const std::string& s = symbols[id];
-    if (!is_valid_utf8(s)) throw_input("{}: token id {} is not valid UTF-8", vocab_file, id);
-    std::string bytes;
-    size_t i = 0;
-    while (i < s.size()) {
-      size_t start = i;
-      uint32_t cp = next_code_point(s, i);
-      auto it = u2b.find(cp);
-      if (it != u2b.end()) {
-        bytes.push_back(static_cast<char>(it->second));
-      } else {
-        bytes.append(s, start, i - start);
-      }
-    }
-    impl->token_bytes[id] = std::move(bytes);
-  }
-  for (int b = 0; b < 256; ++b) {
-    std::string sym;
-    append_utf8(sym, b2u[b]);
-    auto it = id_of.find(sym);
-    if (it == id_of.end()) {
-      throw_input("{}: no token for byte 0x{:02X} (symbol {}): not a byte-level BPE vocabulary",
-                  vocab_file, b, sym);
-    }
-    impl->byte_token[b] = it->second;
-  }
-  auto eot_it = id_of.find("<|endoftext|>");
-  if (eot_it == id_of.end()) throw_input("{}: no <|endoftext|> token", vocab_file);
-  impl->eot = eot_it->second;
-
-  // Merges: one "left right" pair per line, by priority; a "#version" first line is skipped.
-  const std::string merges_file = merges_path.string();
-  const std::string text = read_file(merges_file);
-  impl->merges.reserve(65536);
-  size_t pos = 0;
-  int line_no = 0;
-  int32_t rank = 0;
-  while (pos < text.size()) {
-    size_t eol = text.find('\n', pos);
-    if (eol == std::string::npos) eol = text.size();
-    std::string_view line(text.data() + pos, eol - pos);
-    pos = eol + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line_no == 1 && line.starts_with("#version")) continue;
-    if (line.empty()) continue;
-    std::vector<std::string_view> parts;
-    size_t i = 0;
-    while (i < line.size()) {
-      while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
-      size_t j = i;
-      while (j < line.size() && line[j] != ' ' && line[j] != '\t') ++j;
-      if (j > i) parts.push_back(line.substr(i, j - i));
-      i = j;
-    }
-    if (parts.size() != 2) {
-      throw_input("{}:{}: expected two symbols separated by a space, got \"{}\"", merges_file,
-                  line_no, line);
-    }
-    auto left = id_of.find(parts[0]);
-    auto right = id_of.find(parts[1]);
-    std::string joined = std::string(parts[0]) + std::string(parts[1]);
-    auto result = id_of.find(joined);
-    if (left == id_of.end() || right == id_of.end() || result == id_of.end()) {
-      throw_input("{}:{}: merge \"{} {}\" uses or makes a symbol ({}) missing from {}",
-                  merges_file, line_no, parts[0], parts[1],
-                  left == id_of.end() ? std::string(parts[0])
-                  : right == id_of.end() ? std::string(parts[1])
-                                         : joined,
-                  vocab_file);
-    }
-    // A repeated pair keeps its last rank, as in the reference's dict(zip(merges, ranks)).
-    impl->merges[pair_key(left->second, right->second)] = Merge{rank, result->second};
-    ++rank;
-  }
-  if (rank == 0) throw_input("{}: no merges found", merges_file);
-  impl->n_merges = rank;
+  MergeTable table = read_merges(files.merges.string(), vocab.id_of, vocab_file);
+  impl->merges = std::move(table.merges);
+  impl->n_merges = table.count;
   impl->compile_pattern();
   return Tokenizer(std::move(impl));
 }
