@@ -290,16 +290,19 @@ class Backend {
   // as after attention_forward).
   // DEFAULT: throws RuntimeError: no sequence of the required ops keeps only lse
   // (attention_forward needs the probabilities' memory). Call it only where
-  // offers(FusedOp::kAttentionLse) and attention_lse_supports(C, NH) are true.
+  // offers(FusedOp::kAttentionLse) and attention_lse_supports(C, NH, p) are true.
   virtual void attention_forward_lse(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
                                      int64_t NH);
   // dqkv (B,T,3C) writes, from dout (B,T,C) and the forward's qkv, out and lse.
   // DEFAULT: throws RuntimeError, as attention_forward_lse.
   virtual void attention_backward_lse(float* dqkv, const float* dout, const float* qkv, const float* out,
                                       const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH);
-  // Whether attention_*_lse takes this shape (a backend may support some head sizes C/NH
-  // only). OPTIONAL. Default: offers(FusedOp::kAttentionLse).
-  virtual bool attention_lse_supports(int64_t C, int64_t NH) const { return offers(FusedOp::kAttentionLse); }
+  // Whether attention_*_lse takes this shape at the accuracy storage precision p asks for (a
+  // backend may support some head sizes C/NH only, or compute in 16 bits inside and so decline
+  // fp32 storage, whose runs keep the exact path). OPTIONAL. Default: offers(FusedOp::kAttentionLse).
+  virtual bool attention_lse_supports(int64_t C, int64_t NH, Precision p) const {
+    return offers(FusedOp::kAttentionLse);
+  }
 
   // --- AdamW writing the copy the model computes with ---
   // adamw over p (the fp32 master weights; all arguments as adamw), then

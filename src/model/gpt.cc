@@ -121,6 +121,11 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk, int s
   spec.head_chunk = head_chunk;
   spec.stage = layout_.stage();
   spec.training = training;
+  // Flash attention where the backend offers it for this rank's heads at the storage precision
+  // (the backend, the tensor-parallel split and the precision are set before reserve).
+  attn_lse_ = backend_.offers(FusedOp::kAttentionLse) &&
+              backend_.attention_lse_supports(tp_.part(c.n_embd), tp_.part(c.n_head), prec_);
+  spec.attention_lse = attn_lse_;
   const GptDescription d(spec);
   head_chunk = d.head_chunk();
   slot_elems_ = d.stash_elems();
@@ -146,10 +151,12 @@ void GPT::build_workspace(const GptDescription& d) {
   const int64_t Cl = tp_.part(C), Nl = acts_rows_, Vp = head_.vocab_rows(), head_chunk = ws_.head_chunk;
   const bool training = acts_training_, head = layout_.stage().head;
   bool any_full = false, any_recompute = false;
+  const bool selective = recompute_ == Recompute::kSelective && !attn_lse_;  // lse: nothing to recompute
   for (int i = 0; i < layout_.num_layers() && training; ++i) {
     any_full = any_full || full_recompute(i);
-    any_recompute = any_recompute || full_recompute(i) || recompute_ == Recompute::kSelective;
+    any_recompute = any_recompute || full_recompute(i) || selective;
   }
+  const int64_t att_stats = attn_lse_ ? B * NH * T : B * NH * T * T;  // lse or probabilities
   const int64_t total = d.workspace_tensor_elems();
   tp_.release();  // every buffer goes before any is allocated again
   ws_.storage = DeviceBuffer();
@@ -174,7 +181,7 @@ void GPT::build_workspace(const GptDescription& d) {
   ws_.dC = training ? take(N * C) : nullptr;
   ws_.d3C = training ? take(N * 3 * Cl) : nullptr;
   ws_.dF = training ? take(N * F) : nullptr;
-  ws_.att = any_recompute ? take(B * NH * T * T) : nullptr;
+  ws_.att = any_recompute ? take(att_stats) : nullptr;
   ws_.layer = {};
   if (any_full) {
     carve_layer(ws_.layer, take, N, Nl, C, Cl, F, ws_.att, false);
@@ -188,6 +195,8 @@ void GPT::build_stash(Activations& A) {
   const int64_t B = ws_.B, T = ws_.T, N = B * T, C = c.n_embd, F = tp_.part(c.ffn), NH = tp_.part(c.n_head);
   const int64_t Cl = tp_.part(C), Nl = acts_rows_;
   const int nl = layout_.num_layers();
+  const int64_t att_stats = attn_lse_ ? B * NH * T : B * NH * T * T;  // lse or probabilities
+  const bool selective = acts_training_ && recompute_ == Recompute::kSelective && !attn_lse_;
   A.storage = DeviceBuffer(backend_, DType::kF32, slot_elems_, MemCategory::kActivations);
   float* p = A.storage.data<float>();
   auto take = [&p](int64_t n) { return std::exchange(p, p + n); };
@@ -200,8 +209,7 @@ void GPT::build_stash(Activations& A) {
       a.res3 = take(Nl * C);
       continue;
     }
-    float* att = acts_training_ && recompute_ == Recompute::kSelective ? ws_.att : nullptr;
-    carve_layer(a, take, N, Nl, C, Cl, F, att ? att : take(B * NH * T * T), true);
+    carve_layer(a, take, N, Nl, C, Cl, F, selective ? ws_.att : take(att_stats), true);
   }
   if (layout_.stage().head) {
     A.lnf = take(N * C);
@@ -278,8 +286,12 @@ void GPT::layer_forward(int l, const LayerPtrs& lw, const float* x, LayerActs& a
   Backend& be = backend_;
   ln_.forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, lw.ln1w, lw.ln1b, N, C);
   column_.forward(a.qkv, a.ln1, lw.qkvw, lw.qkvb, N, C, 3 * Cl);
-  be.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NH);
-  rnd(a.att, B * NH * T * T);
+  if (attn_lse_) {
+    be.attention_forward_lse(a.atty, a.att /* lse (B,NH,T) */, a.qkv, B, T, Cl, NH);  // statistics stay fp32
+  } else {
+    be.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NH);
+    rnd(a.att, B * NH * T * T);
+  }
   rnd(a.atty, N * Cl);
   row_.forward_norm(ln_, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, a.atty, lw.attprojw, lw.attprojb, lw.ln2w,
                     lw.ln2b, N, Cl, C);
@@ -401,14 +413,18 @@ void GPT::layer_backward(int l, const LayerPtrs& lw, const LayerPtrs& lg, const 
   ln_.backward(ws_.dres, lg.ln2w, lg.ln2b, dln2, a.res2, lw.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
   rnd(ws_.dres, Nl * C);
   // dres now holds d(res2); the residual passes it on unchanged to x.
-  if (!full && a.att == ws_.att) {
+  if (!full && !attn_lse_ && a.att == ws_.att) {
     // Selective recompute: the attention probabilities again, from the stashed q, k, v (the
     // recomputed output goes to d3C, free until attention_backward writes it).
     be.attention_forward(ws_.d3C, ws_.att, a.qkv, B, T, Cl, NH);
     rnd(ws_.att, B * NH * T * T);  // as the forward stored them
   }
   row_.backward(ws_.dC, lg.attprojw, lg.attprojb, ws_.dres, a.atty, lw.attprojw, N, Cl, C);
-  be.attention_backward(ws_.d3C, ws_.dC, a.qkv, a.att, B, T, Cl, NH);
+  if (attn_lse_) {
+    be.attention_backward_lse(ws_.d3C, ws_.dC, a.qkv, a.atty, a.att /* lse */, B, T, Cl, NH);
+  } else {
+    be.attention_backward(ws_.d3C, ws_.dC, a.qkv, a.att, B, T, Cl, NH);
+  }
   rnd(ws_.d3C, N * 3 * Cl);
   const float* dln1 = column_.backward(ws_.dC, lg.qkvw, lg.qkvb, ws_.d3C, a.ln1, lw.qkvw, N, C, 3 * Cl);
   ln_.backward(ws_.dres, lg.ln1w, lg.ln1b, dln1, x, lw.ln1w, a.ln1_mean, a.ln1_rstd, N, C);

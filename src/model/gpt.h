@@ -39,7 +39,8 @@ namespace weft {
 struct LayerActs {
   float *ln1, *ln1_mean, *ln1_rstd;   // (N,C) normalised input (gathered under SP), (Nl), (Nl)
   float* qkv;                          // (N,3Cl)
-  float* att;                          // (B,NH,T,T) softmax probabilities
+  float* att;                          // (B,NH,T,T) softmax probabilities, or with flash
+                                       // attention (GPT::attention_lse()) the log-sum-exp (B,NH,T)
   float* atty;                         // (N,Cl) attention output before c_proj
   float* res2;                         // (Nl,C) residual after attention
   float *ln2, *ln2_mean, *ln2_rstd;   // (N,C), (Nl), (Nl)
@@ -71,7 +72,8 @@ struct Workspace {
   float* dC = nullptr;       // (N,C)
   float* d3C = nullptr;      // (N,3Cl)
   float* dF = nullptr;       // (N,F)
-  float* att = nullptr;      // (B,NH,T,T) recomputed probabilities (selective or full recompute)
+  float* att = nullptr;      // recomputed attention statistics: (B,NH,T,T) probabilities (selective
+                             // or full recompute), or the (B,NH,T) log-sum-exp (full, flash attention)
   LayerActs layer{};         // the rematerialised layer (full recompute)
   int32_t* inputs = nullptr;   // (N) the micro-batch's input token ids (a stage with the embedding)
   int32_t* targets = nullptr;  // (N) its target token ids (a stage with the head)
@@ -151,6 +153,11 @@ class GPT {
   }
   Precision precision() const { return prec_; }
   Recompute recompute() const { return recompute_; }
+  // Whether the layers use the backend's flash attention (Backend::offers(FusedOp::kAttentionLse)
+  // and attention_lse_supports(C/tp, heads/tp, precision)), decided at reserve(): attention keeps the
+  // log-sum-exp (B,NH,T) instead of the probabilities (B,NH,T,T), and selective recompute
+  // acts as none (GptRunSpec::attention_lse).
+  bool attention_lse() const { return attn_lse_; }
   // Sizes the activation storage for micro-batches of up to (B, T); training also keeps
   // gradient scratch. head_chunk: rows of logits materialised at once (0: automatic).
   // slots: activation sets for up to that many micro-batches in flight (pipeline schedules);
@@ -248,6 +255,7 @@ class GPT {
   }
   int full_layers_ = -1;
   Recompute acts_recompute_ = Recompute::kNone;
+  bool attn_lse_ = false;  // flash attention in use (reserve)
   int acts_full_layers_ = -1;
 };
 

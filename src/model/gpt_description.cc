@@ -65,7 +65,9 @@ GptDescription::GptDescription(const GptRunSpec& spec) : s_(spec) {
   if (s_.training && s_.recompute == Recompute::kFull) {
     rf_ = s_.recompute_layers < 0 ? nl_ : std::min<int64_t>(s_.recompute_layers, nl_);
   }
-  selective_ = s_.training && s_.recompute == Recompute::kSelective;
+  // Selective recompute rebuilds the probabilities from the stashed q, k, v; flash attention
+  // (attention_lse) keeps none, so there is nothing to recompute: it acts as none.
+  selective_ = s_.training && s_.recompute == Recompute::kSelective && !s_.attention_lse;
 }
 
 int64_t GptDescription::total_params() const {
@@ -95,20 +97,23 @@ double GptDescription::recompute_flops_per_token() const {
   return full + selective;
 }
 
-int64_t GptDescription::probs_elems() const { return s_.B * NHl_ * s_.T * s_.T; }
+int64_t GptDescription::att_stats_elems() const {
+  return s_.attention_lse ? s_.B * NHl_ * s_.T : s_.B * NHl_ * s_.T * s_.T;
+}
 
 int64_t GptDescription::layer_elems() const {
   // gpt.h's LayerActs, in carve_layer's order: ln1 (N,C) gathered under sequence parallelism,
-  // its mean and rstd (Nl each), qkv (N,3Cl), the probabilities (B,NHl,T,T), atty (N,Cl),
+  // its mean and rstd (Nl each), qkv (N,3Cl), the attention statistics (the probabilities
+  // (B,NHl,T,T), or the log-sum-exp (B,NHl,T) with attention_lse), atty (N,Cl),
   // res2 (Nl,C), ln2 (N,C) + mean, rstd, fch and its GELU (N,Fl each), res3 (Nl,C).
   const int64_t N = N_, Nl = Nl_, C = C_, Cl = Cl_, F = Fl_;
-  return N * C + 2 * Nl + N * 3 * Cl + probs_elems() + N * Cl + Nl * C + N * C + 2 * Nl + 2 * N * F + Nl * C;
+  return N * C + 2 * Nl + N * 3 * Cl + att_stats_elems() + N * Cl + Nl * C + N * C + 2 * Nl + 2 * N * F + Nl * C;
 }
 
 int64_t GptDescription::layer_stash_elems(int64_t i) const {
   WEFT_CHECK(i >= 0 && i < nl_, "layer {} of a part of {} layers", i, nl_);
   if (i < rf_) return residual_elems();                 // full: the layer's output only
-  if (selective_) return layer_elems() - probs_elems();  // selective: no probabilities
+  if (selective_) return layer_elems() - att_stats_elems();  // selective: no probabilities
   return layer_elems();
 }
 
@@ -116,7 +121,7 @@ int64_t GptDescription::stash_elems() const {
   // The part's input (Nl,C); on the last stage ln_f's output (N,C) and its statistics (Nl each).
   int64_t n = residual_elems() + (s_.stage.head ? N_ * C_ + 2 * Nl_ : 0);
   n += rf_ * residual_elems();
-  n += (nl_ - rf_) * (selective_ ? layer_elems() - probs_elems() : layer_elems());
+  n += (nl_ - rf_) * (selective_ ? layer_elems() - att_stats_elems() : layer_elems());
   return n;
 }
 
@@ -126,8 +131,10 @@ int64_t GptDescription::workspace_tensor_elems() const {
   int64_t n = 0;
   if (s_.stage.head) n += N + head_chunk_ * Vl_ + 3 * head_chunk_;     // losses, logits, stats
   if (s_.training) n += Nl * C + N * C + N * 3 * Cl + N * F;           // dres, dC, d3C, dF
-  if (rf_ > 0 || (selective_ && nl_ > 0)) n += probs_elems();          // recomputed probabilities
-  if (rf_ > 0) n += layer_elems() - probs_elems() - residual_elems();  // the rematerialised layer
+  // The recomputed attention statistics: the probabilities (selective), or those of the
+  // rematerialised layer (full: the probabilities, or the log-sum-exp with attention_lse).
+  if (rf_ > 0 || (selective_ && nl_ > 0)) n += att_stats_elems();
+  if (rf_ > 0) n += layer_elems() - att_stats_elems() - residual_elems();  // the rest of that layer
   return n;
 }
 

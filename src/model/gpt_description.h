@@ -35,6 +35,11 @@ struct GptRunSpec {
   int64_t head_chunk = 0;          // rows of logits materialised at once; 0: automatic
   StageSpec stage{};               // the pipeline part (default: the whole model)
   bool training = true;            // false: forward only (no gradient scratch, no recompute)
+  // The backend offers flash attention (Backend::offers(FusedOp::kAttentionLse) and
+  // attention_lse_supports(Cl, NHl, precision); GPT::reserve asks it): a layer stashes the log-sum-exp
+  // (B,NHl,T) instead of the probabilities (B,NHl,T,T); selective recompute has nothing to
+  // recompute and acts as none. The planner, which has no backend, leaves it false.
+  bool attention_lse = false;
 };
 
 // Parameter elements, as ParamLayout lays them out.
@@ -76,7 +81,8 @@ class GptDescription {
   double layer_forward_flops_per_token() const;
   double attention_core_forward_flops_per_token() const;  // 4 C T
   // What the part's recompute adds to the backward pass (Korthikanti et al. 2022): full, a
-  // forward per recomputed layer (sec. 3); selective, the attention core per layer (sec. 4.2).
+  // forward per recomputed layer (sec. 3); selective, the attention core per layer (sec. 4.2;
+  // nothing with attention_lse, where selective acts as none).
   double recompute_flops_per_token() const;
 
   // --- activations and workspace: elements of one micro-batch on this rank ---
@@ -100,13 +106,15 @@ class GptDescription {
 
  private:
   int64_t layer_elems() const;  // a layer's stash without recompute
-  int64_t probs_elems() const;  // B NHl T T: the attention probabilities
+  // What attention keeps for its backward: the probabilities (B NHl T T), or with
+  // attention_lse the log-sum-exp per query row (B NHl T).
+  int64_t att_stats_elems() const;
 
   GptRunSpec s_;
   GptParamCounts rank_, full_;
   int64_t nl_ = 0, rf_ = 0;  // the part's layers, those fully recomputed
   int64_t N_ = 0, Nl_ = 0, C_ = 0, Cl_ = 0, Fl_ = 0, NHl_ = 0, Vl_ = 0, head_chunk_ = 0;
-  bool sp_ = false, selective_ = false;  // sequence parallel; selective recompute in effect
+  bool sp_ = false, selective_ = false;  // sequence parallel; selective recompute in effect (not with lse)
 };
 
 }  // namespace weft

@@ -56,9 +56,12 @@ double ModelShape::model_flops_per_token() const { return GptDescription::train_
 
 GptDescription describe_part(const ModelConfig& mc, int64_t seq, const Layout& l, const StageSpec& part,
                              int64_t head_chunk) {
+  // attention_lse stays false: the planner plans CPU runs and has no backend to ask whether
+  // it offers flash attention, so it counts the (B,NH/tp,T,T) probabilities.
   return GptDescription({.model = mc, .B = l.micro_batch, .T = seq, .tp = l.tp,
                          .sequence_parallel = l.sequence_parallel, .recompute = l.recompute,
-                         .recompute_layers = l.recompute_layers, .head_chunk = head_chunk, .stage = part});
+                         .recompute_layers = l.recompute_layers, .head_chunk = head_chunk, .stage = part,
+                         .attention_lse = false});
 }
 
 int elem_bytes(Precision p) { return p == Precision::kFp32 ? 4 : 2; }

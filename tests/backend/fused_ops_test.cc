@@ -309,7 +309,7 @@ class FusedOpsOffers : public ::testing::TestWithParam<std::string> {};
 TEST_P(FusedOpsOffers, NoneOfferedAndFlashAttentionThrows) {
   auto be = test::make_test_backend(GetParam());
   for (FusedOp op : kFusedOps) EXPECT_FALSE(be->offers(op)) << fused_op_name(op);
-  EXPECT_FALSE(be->attention_lse_supports(256, 4));
+  EXPECT_FALSE(be->attention_lse_supports(256, 4, Precision::kBf16));
   const int64_t B = 1, T = 4, C = 8, NH = 2;
   DeviceBuffer out(*be, DType::kF32, B * T * C), lse(*be, DType::kF32, B * NH * T),
       qkv(*be, DType::kF32, B * T * 3 * C), dqkv(*be, DType::kF32, B * T * 3 * C);

@@ -344,9 +344,10 @@ constexpr double kTolEpilogue = 1e-4;
 
 TEST_F(CudaOps, FusedOpsAreOffered) {
   for (FusedOp op : kFusedOps) EXPECT_TRUE(gpu_->offers(op)) << fused_op_name(op);
-  EXPECT_TRUE(gpu_->attention_lse_supports(768, 12));   // hs 64
-  EXPECT_TRUE(gpu_->attention_lse_supports(256, 2));    // hs 128
-  EXPECT_FALSE(gpu_->attention_lse_supports(96, 3));    // hs 32
+  EXPECT_TRUE(gpu_->attention_lse_supports(768, 12, Precision::kBf16));   // hs 64
+  EXPECT_TRUE(gpu_->attention_lse_supports(256, 2, Precision::kBf16));    // hs 128
+  EXPECT_FALSE(gpu_->attention_lse_supports(768, 12, Precision::kFp32));  // bf16 inside: not for fp32 storage
+  EXPECT_FALSE(gpu_->attention_lse_supports(96, 3, Precision::kBf16));    // hs 32
 }
 
 TEST_F(CudaOps, FusedResidualLayerNorm) {
@@ -671,7 +672,7 @@ TEST_P(CudaFlash, ForwardBackwardAgainstCpu) {
 TEST_P(CudaFlash, Fp32InterfaceLseAgainstCpu) {
   const auto [B, T, C, NH] = GetParam();
   ASSERT_TRUE(gpu_->offers(FusedOp::kAttentionLse));
-  ASSERT_TRUE(gpu_->attention_lse_supports(C, NH));
+  ASSERT_TRUE(gpu_->attention_lse_supports(C, NH, Precision::kBf16));
   Vec qkv = rounded(randn(B * T * 3 * C, 65)), g = rounded(randn(B * T * C, 66));
   Vec ro(B * T * C), ratt(B * NH * T * T), rd(B * T * 3 * C);
   cpu_->attention_forward(ro.data(), ratt.data(), qkv.data(), B, T, C, NH);

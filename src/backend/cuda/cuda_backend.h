@@ -145,7 +145,10 @@ class CudaBackend final : public Backend {
                              int64_t NH) override;
   void attention_backward_lse(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                               int64_t B, int64_t T, int64_t C, int64_t NH) override;
-  bool attention_lse_supports(int64_t C, int64_t NH) const override { return flash_attention_supports(C, NH); }
+  // The flash kernels compute in bf16: fp32 storage keeps the exact probabilities path.
+  bool attention_lse_supports(int64_t C, int64_t NH, Precision p) const override {
+    return p != Precision::kFp32 && flash_attention_supports(C, NH);
+  }
   void adamw_copy(float* p, float* copy, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
                   float beta2, float eps, float weight_decay, int64_t t, float grad_scale,
                   Precision copy_precision) override;
