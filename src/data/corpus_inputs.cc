@@ -68,15 +68,8 @@ bool file_documents(const std::string& path, bool split_on_percent, bool lenient
                     std::vector<std::string>& docs, std::string* reason) {
   std::string text = read_file(path);
   if (path.ends_with(".jsonl")) {
-    size_t pos = 0;
-    int64_t line_no = 0;
-    while (pos < text.size()) {
-      size_t eol = text.find('\n', pos);
-      if (eol == std::string::npos) eol = text.size();
-      std::string_view line(text.data() + pos, eol - pos);
-      pos = eol + 1;
-      ++line_no;
-      if (is_blank(line)) continue;
+    for_each_line(text, [&](std::string_view line, int64_t line_no) {
+      if (is_blank(line)) return;
       nlohmann::json j;
       try {
         j = nlohmann::json::parse(line);
@@ -88,7 +81,7 @@ bool file_documents(const std::string& path, bool split_on_percent, bool lenient
                     line_no, j.dump().substr(0, 120));
       }
       add_document(docs, j["text"].get_ref<const std::string&>());
-    }
+    });
     return true;
   }
   std::string why = not_text_reason(text);

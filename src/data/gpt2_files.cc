@@ -178,19 +178,11 @@ MergeTable read_merges(const std::string& merges_file, const IdMap& id_of,
   const std::string text = read_file(merges_file);
   MergeTable table;
   table.merges.reserve(65536);
-  size_t pos = 0;
-  int line_no = 0;
-  while (pos < text.size()) {
-    size_t eol = text.find('\n', pos);
-    if (eol == std::string::npos) eol = text.size();
-    std::string_view line(text.data() + pos, eol - pos);
-    pos = eol + 1;
-    ++line_no;
+  for_each_line(text, [&](std::string_view line, int64_t line_no) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line_no == 1 && line.starts_with("#version")) continue;
-    if (line.empty()) continue;
-    add_merge(line, line_no, id_of, merges_file, vocab_file, table);
-  }
+    if ((line_no == 1 && line.starts_with("#version")) || line.empty()) return;
+    add_merge(line, static_cast<int>(line_no), id_of, merges_file, vocab_file, table);
+  });
   if (table.count == 0) throw_input("{}: no merges found", merges_file);
   return table;
 }

@@ -159,4 +159,15 @@ void write_file_atomic(const std::string& path, const std::function<bool(std::FI
   }
 }
 
+void for_each_line(std::string_view text, const std::function<void(std::string_view, int64_t)>& fn) {
+  size_t pos = 0;
+  int64_t line_no = 0;
+  while (pos < text.size()) {
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string_view::npos) eol = text.size();
+    fn(text.substr(pos, eol - pos), ++line_no);
+    pos = eol + 1;
+  }
+}
+
 }  // namespace weft

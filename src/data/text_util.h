@@ -23,6 +23,9 @@ void append_utf8(std::string& out, uint32_t cp);
 
 // The whole file as bytes. Throws InputError naming the path and the reason.
 std::string read_file(const std::string& path);
+// fn(line, line_no) for each line of text (split at '\n', which is not part of the line; line_no
+// counts from 1; a last line without '\n' counts, an empty one after a final '\n' does not).
+void for_each_line(std::string_view text, const std::function<void(std::string_view, int64_t)>& fn);
 
 // Writes `data` to `path` atomically: to `path + ".tmp"` first, then renamed over `path`.
 // Throws RuntimeError naming the path and the reason (the .tmp file is removed on failure).
