@@ -44,24 +44,30 @@ std::vector<std::string> backend_names() {
   return names;
 }
 
+namespace {
+BackendFactory find_factory(const std::string& name) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (const auto& [n, fn] : r.entries) {
+    if (n == name) return fn;
+  }
+  return nullptr;
+}
+}  // namespace
+
+void check_backend_name(const std::string& name) {
+  if (find_factory(name)) return;
+  std::string known;
+  for (const std::string& n : backend_names()) known += (known.empty() ? "" : ", ") + n;
+  if (name == "cuda") {
+    throw_input("backend 'cuda' is not in this build (known: {}); build weft with -DWEFT_CUDA=ON", known);
+  }
+  throw_input("unknown backend '{}' (known: {})", name, known);
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& name) {
-  BackendFactory f;
-  {
-    Registry& r = registry();
-    std::lock_guard<std::mutex> lock(r.mu);
-    for (const auto& [n, fn] : r.entries) {
-      if (n == name) f = fn;
-    }
-  }
-  if (!f) {
-    std::string known;
-    for (const std::string& n : backend_names()) known += (known.empty() ? "" : ", ") + n;
-    if (name == "cuda") {
-      throw_input("backend 'cuda' is not in this build (known: {}); build weft with -DWEFT_CUDA=ON", known);
-    }
-    throw_input("unknown backend '{}' (known: {})", name, known);
-  }
-  return f();
+  check_backend_name(name);
+  return find_factory(name)();
 }
 
 }  // namespace weft

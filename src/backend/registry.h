@@ -19,8 +19,10 @@ using BackendFactory = std::function<std::unique_ptr<Backend>()>;
 void register_backend(const std::string& name, BackendFactory factory);
 // The names make_backend accepts, in registration order (cpu, cpu-guarded first).
 std::vector<std::string> backend_names();
-// A new backend of that name; InputError naming the known backends otherwise (and saying
-// that cuda needs a build with -DWEFT_CUDA=ON when it is asked for and absent).
+// InputError naming the known backends unless `name` is one (and saying that cuda needs a
+// build with -DWEFT_CUDA=ON when it is asked for and absent). Creates nothing.
+void check_backend_name(const std::string& name);
+// A new backend of that name; check_backend_name's InputError otherwise.
 std::unique_ptr<Backend> make_backend(const std::string& name);
 
 }  // namespace weft

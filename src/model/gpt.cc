@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <utility>
 
 #include "core/error.h"
@@ -41,11 +40,6 @@ void GPT::init(uint64_t seed) {
 void GPT::upload_params(const float* host) {
   WEFT_CHECK(local_ != nullptr, "upload_params without a local store");
   backend_.copy_to_device(params(), 0, host, static_cast<size_t>(layout_.total()) * sizeof(float));
-}
-
-void GPT::download_params(float* host) {
-  WEFT_CHECK(local_ != nullptr, "download_params without a local store");
-  backend_.copy_to_host(host, params(), 0, static_cast<size_t>(layout_.total()) * sizeof(float));
 }
 
 void GPT::download_grads(float* host) {
@@ -491,10 +485,11 @@ const float* GPT::stage_output(int slot) {
 // Logits (V real entries) of one row (C) of the final LayerNorm's output (generation).
 void GPT::row_logits(const float* lnf_row, float* logits_out) {
   const ModelConfig& c = config();
-  DeviceBuffer row(backend_, DType::kF32, c.padded_vocab, MemCategory::kWorkspace);
-  head_.row_logits(row.data<float>(), lnf_row, store_->acquire(0), c.n_embd);
+  // Allocated at the first generated token and kept: one per GPT, not one per token.
+  if (!row_logits_) row_logits_ = DeviceBuffer(backend_, DType::kF32, c.padded_vocab, MemCategory::kWorkspace);
+  head_.row_logits(row_logits_.data<float>(), lnf_row, store_->acquire(0), c.n_embd);
   store_->release(0);
-  backend_.copy_to_host(logits_out, row.raw(), 0, static_cast<size_t>(c.vocab_size) * sizeof(float));
+  backend_.copy_to_host(logits_out, row_logits_.raw(), 0, static_cast<size_t>(c.vocab_size) * sizeof(float));
 }
 
 void GPT::forward_last_logits(const int32_t* tokens, int64_t T, float* logits_out) {

@@ -122,9 +122,9 @@ class GPT {
   // backend (read them with Backend::copy_to_host; set them with upload_params).
   float* params() { return local_ ? local_->params() : nullptr; }
   float* grads() { return local_ ? local_->grad_buffer() : nullptr; }
-  // The local store's parameters from / to host memory (layout().total() floats).
+  // The local store's parameters from host memory, its gradients to host memory
+  // (layout().total() floats).
   void upload_params(const float* host);
-  void download_params(float* host);
   void download_grads(float* host);
   int64_t num_params() const { return layout_.total(); }
   Backend& backend() { return backend_; }
@@ -241,6 +241,7 @@ class GPT {
   // description sizes for the reserved shape.
   void build_workspace(const GptDescription& d);
   std::vector<float> host_losses_;  // the head's token losses, read back to sum them
+  DeviceBuffer row_logits_;         // generation: one row's logits (Vp), allocated on first use
   std::vector<Activations> stash_;  // one per slot; allocated on first use
   Activations* cur_ = nullptr;      // the current slot's stash
   Workspace ws_;

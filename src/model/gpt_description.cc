@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "parallel/tp/mappings.h"
 
 namespace weft {
 
@@ -143,9 +144,9 @@ int64_t GptDescription::token_elems() const {
 }
 
 int64_t GptDescription::tp_scratch_elems() const {
-  // TensorParallel::reserve: a LayerNorm's weight gradient (2C), the partial sums of a
-  // row-parallel product (N,C; tp > 1), this rank's rows of a region (Nl,C; sequence parallel).
-  return 2 * C_ + (s_.tp > 1 ? N_ * C_ : 0) + (sp_ ? Nl_ * C_ : 0);
+  // TensorParallel's: a LayerNorm's weight gradient (2C), the partial sums of a row-parallel
+  // product (N,C; tp > 1), this rank's rows of a region (Nl,C; sequence parallel).
+  return TensorParallel::scratch_elems(s_.tp, sp_, N_, C_);
 }
 
 int64_t GptDescription::workspace_elems() const {

@@ -4,7 +4,6 @@
 
 #include "backend/backend.h"
 #include "backend/device_buffer.h"
-#include "core/buffer.h"
 #include "core/precision.h"
 #include "model/params.h"
 

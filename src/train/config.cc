@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <algorithm>
 #include <charconv>
 #include <functional>
 #include <sstream>
@@ -284,10 +283,7 @@ void RunConfig::validate() const {
   if (prefetch < 0) throw_input("prefetch must be >= 0, got {}", prefetch);
   if (comm_timeout < 0) throw_input("comm_timeout must be >= 0 seconds (0: never), got {}", comm_timeout);
   if (data.empty()) throw_input("data (the shard folder) must not be empty");
-  const std::vector<std::string> names = backend_names();
-  if (std::find(names.begin(), names.end(), backend) == names.end()) {
-    make_backend(backend);  // throws InputError naming the known backends
-  }
+  check_backend_name(backend);
 }
 
 std::string RunConfig::to_toml() const {

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "core/buffer.h"
 #include "core/error.h"
 
 namespace weft {

@@ -27,8 +27,13 @@ void TensorParallel::check_ready() const {
              size_);
 }
 
+int64_t TensorParallel::scratch_elems(int size, bool sequence_parallel, int64_t N, int64_t C) {
+  const bool sp = sequence_parallel && size > 1;
+  return 2 * C + (size > 1 ? N * C : 0) + (sp ? N / size * C : 0);
+}
+
 void TensorParallel::reserve(int64_t N, int64_t C) {
-  const int64_t total = 2 * C + (size_ > 1 ? N * C : 0) + (sp_ ? local_rows(N) * C : 0);
+  const int64_t total = scratch_elems(size_, sp_, N, C);
   scratch_ = DeviceBuffer();
   scratch_ = DeviceBuffer(be_, DType::kF32, total, MemCategory::kWorkspace);
   float* p = scratch_.data<float>();

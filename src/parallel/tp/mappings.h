@@ -60,6 +60,9 @@ class TensorParallel {
   // (Nl,C; sequence parallel), and a LayerNorm's weight gradient (2C). release() frees it
   // (so that a caller re-sizing several buffers frees them all before allocating any).
   void reserve(int64_t N, int64_t C);
+  // The scratch's elements for a group of `size` ranks (sequence parallel or not): what
+  // reserve() allocates, and what the model's description counts.
+  static int64_t scratch_elems(int size, bool sequence_parallel, int64_t N, int64_t C);
   void release();
   int64_t scratch_bytes() const { return static_cast<int64_t>(scratch_.bytes()); }
   float* partial() const { return partial_; }
