@@ -1,16 +1,15 @@
-// The CUDA backend: host side. Matrix products through cuBLAS (fp32 reference path) and
-// cuBLASLt (bf16, with epilogues); everything else through the kernel launchers of kernels.h.
+// The CUDA backend: host side. Matrix products through gpu::Blas (gpu_blas.h: cuBLAS for the
+// fp32 reference path, cuBLASLt for bf16 and the epilogues; hipBLAS/hipBLASLt in a HIP build);
+// everything else through the kernel launchers of kernels.h.
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstdint>
-#include <map>
-#include <tuple>
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/gpu_blas.h"
 #include "backend/cuda/kernels.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -19,23 +18,8 @@ namespace weft::cuda {
 
 namespace {
 
-constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;  // cuBLASLt workspace (Hopper wants 32 MiB)
-
-int to_int(int64_t v, const char* what) {
-  WEFT_CHECK(v >= 0 && v <= INT_MAX, "cuda backend: {} = {} outside cuBLAS's int range", what, v);
-  return static_cast<int>(v);
-}
-
 gpu::bf16_t* dev(bf16* p) { return reinterpret_cast<gpu::bf16_t*>(p); }
 const gpu::bf16_t* dev(const bf16* p) { return reinterpret_cast<const gpu::bf16_t*>(p); }
-
-// Largest power of two (up to 256) that divides the address: cuBLASLt's heuristics need it.
-uint32_t alignment_of(const void* p) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  uint32_t al = 256;
-  while (al > 1 && a % al != 0) al /= 2;
-  return al;
-}
 
 void check_flash(const char* what, const void* qkv, const void* out, const void* third, int64_t B, int64_t T,
                  int64_t C, int64_t NH) {
@@ -83,45 +67,14 @@ void launch_adamw(gpu::Stream s, float* p, gpu::bf16_t* p16, float* pcopy, int c
   kern::adamw(p, p16, pcopy, copy_kind, g, m, v, n, lr, beta1, beta2, eps, weight_decay, step, rbc2, grad_scale, s);
 }
 
-const char* epilogue_name(cublasLtEpilogue_t ep) {
-  switch (ep) {
-    case CUBLASLT_EPILOGUE_DEFAULT: return "none";
-    case CUBLASLT_EPILOGUE_BIAS: return "bias";
-    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return "gelu_aux_bias";
-    case CUBLASLT_EPILOGUE_DGELU: return "dgelu";
-    default: return "other";
-  }
-}
-
-// RAII holders of the cuBLASLt descriptors of one call.
-struct LtDescs {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~LtDescs() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-};
-
 }  // namespace
 
 struct CudaBackend::State {
   int device = 0;
   gpu::Stream stream = nullptr;
-  cublasHandle_t blas = nullptr;
-  cublasLtHandle_t lt = nullptr;
-  DeviceBuffer<uint8_t> lt_workspace{0, MemCategory::kWorkspace};
+  std::unique_ptr<gpu::Blas> blas;  // cuBLAS / cuBLASLt (hipBLAS / hipBLASLt), on `stream`
   DeviceBuffer<uint8_t> scratch{0, MemCategory::kWorkspace};
   DeviceBuffer<double> reduce{0, MemCategory::kWorkspace};
-  // cuBLASLt's choice per call shape (key: everything that changes the heuristic's answer).
-  using AlgoKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int,
-                             uint32_t, uint32_t, uint32_t, bool>;
-  std::map<AlgoKey, std::pair<bool, cublasLtMatmulAlgo_t>> algos;  // first: an algorithm exists
-
   // Scratch of at least `bytes`; growing waits for the stream (work in flight may use it).
   void* scratch_bytes(size_t bytes) {
     if (bytes > scratch.size()) {
@@ -134,105 +87,12 @@ struct CudaBackend::State {
   T* scratch_of(int64_t n) {
     return static_cast<T*>(scratch_bytes(static_cast<size_t>(n) * sizeof(T)));
   }
-
-  // Row-major fp32 product, strided-batched: C_i = alpha op(A_i) op(B_i) + beta C_i.
-  void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, int64_t sa,
-             const float* B, int64_t ldb, int64_t sb, float beta, float* C, int64_t ldc, int64_t sc, int64_t batch) {
-    if (M == 0 || N == 0) return;
-    // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
-    const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    if (batch == 1) {
-      WEFT_CUBLAS_CHECK(cublasSgemm(blas, opb, opa, to_int(N, "N"), to_int(M, "M"), to_int(K, "K"), &alpha, B,
-                                    to_int(ldb, "ldb"), A, to_int(lda, "lda"), &beta, C, to_int(ldc, "ldc")));
-    } else {
-      WEFT_CUBLAS_CHECK(cublasSgemmStridedBatched(blas, opb, opa, to_int(N, "N"), to_int(M, "M"), to_int(K, "K"),
-                                                  &alpha, B, to_int(ldb, "ldb"), sb, A, to_int(lda, "lda"), sa, &beta,
-                                                  C, to_int(ldc, "ldc"), sc, to_int(batch, "batch")));
-    }
-  }
-
-  // Row-major cuBLASLt product with bf16 A, B; C/D of type ctype; returns false (nothing
-  // enqueued) when cuBLASLt has no algorithm for this epilogue and shape, so the caller can
-  // fall back to separate kernels.
-  // abtype: the type of A and B (bf16, or fp32 for the fused fp32 ops: strict fp32 under
-  // CUBLAS_COMPUTE_32F, no TF32).
-  bool lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void* A, int64_t lda,
-                 const void* B, int64_t ldb, float beta, void* C, int64_t ldc, cudaDataType_t ctype,
-                 cublasLtEpilogue_t ep, const void* bias, const void* aux, int64_t ldaux,
-                 cudaDataType_t abtype = CUDA_R_16BF) {
-    if (M == 0 || N == 0) return true;
-    LtDescs d;
-    WEFT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    // Column-major view: D^T (N x M) = op(B)^T (N x K) * op(A)^T (K x M): the "A" of the call
-    // is our B and the "B" is our A.
-    const cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
-    WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
-    WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
-    if (bias != nullptr) {
-      WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    }
-    if (aux != nullptr) {
-      const int64_t ld = ldaux;
-      WEFT_CUBLAS_CHECK(
-          cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
-      WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
-    }
-    // Layouts (rows, cols, ld) of the column-major operands.
-    const uint64_t a_rows = tb ? K : N, a_cols = tb ? N : K;  // our B
-    const uint64_t b_rows = ta ? M : K, b_cols = ta ? K : M;  // our A
-    WEFT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, abtype, a_rows, a_cols, ldb));
-    WEFT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, abtype, b_rows, b_cols, lda));
-    WEFT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.c, ctype, static_cast<uint64_t>(N), static_cast<uint64_t>(M), ldc));
-
-    const uint32_t al_a = alignment_of(B), al_b = alignment_of(A), al_c = alignment_of(C);
-    const AlgoKey key{ta, tb, M, N, K, lda, ldb, ldc, static_cast<int>(ctype), static_cast<int>(abtype),
-                      static_cast<int>(ep), al_a, al_b, al_c, beta != 0.0f};
-    auto it = algos.find(key);
-    if (it == algos.end()) {
-      WEFT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
-      const uint64_t ws = kLtWorkspaceBytes;
-      WEFT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                             sizeof(ws)));
-      WEFT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                                             &al_a, sizeof(al_a)));
-      WEFT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                                             &al_b, sizeof(al_b)));
-      WEFT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                             &al_c, sizeof(al_c)));
-      WEFT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                                             &al_c, sizeof(al_c)));
-      cublasLtMatmulHeuristicResult_t result{};
-      int found = 0;
-      const cublasStatus_t st =
-          cublasLtMatmulAlgoGetHeuristic(lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &result, &found);
-      const bool ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
-      if (!ok) {
-        log_debug("cuBLASLt: no algorithm for M={} N={} K={} epilogue {} ({}); falling back", M, N, K,
-                  epilogue_name(ep), cublasGetStatusString(st));
-      }
-      it = algos.emplace(key, std::make_pair(ok, result.algo)).first;
-    }
-    if (!it->second.first) {
-      WEFT_CHECK(ep != CUBLASLT_EPILOGUE_DEFAULT,
-                 "cuBLASLt has no algorithm for a plain {} product M={} N={} K={} lda={} ldb={} ldc={}",
-                 abtype == CUDA_R_32F ? "fp32" : "bf16", M, N, K, lda, ldb, ldc);
-      return false;
-    }
-    WEFT_CUBLAS_CHECK(cublasLtMatmul(lt, d.op, &alpha, B, d.a, A, d.b, &beta, C, d.c, C, d.c, &it->second.second,
-                                     lt_workspace.data(), kLtWorkspaceBytes, stream));
-    return true;
-  }
 };
 
 CudaBackend::CudaBackend(int device) : st_(std::make_unique<State>()) {
   st_->device = gpu::select_device(device);
   st_->stream = gpu::stream_create();
-  WEFT_CUBLAS_CHECK(cublasCreate(&st_->blas));
-  WEFT_CUBLAS_CHECK(cublasSetStream(st_->blas, st_->stream));
-  WEFT_CUBLAS_CHECK(cublasSetMathMode(st_->blas, CUBLAS_DEFAULT_MATH));
-  WEFT_CUBLAS_CHECK(cublasLtCreate(&st_->lt));
-  st_->lt_workspace.resize(kLtWorkspaceBytes);
+  st_->blas = std::make_unique<gpu::Blas>(st_->stream);
   st_->reduce.resize(static_cast<size_t>(kern::sum_squares_scratch() + 1));
   log_debug("cuda backend on device {} ({}, sm {})", st_->device, gpu::device_name(st_->device),
             gpu::device_sm(st_->device));
@@ -240,9 +100,8 @@ CudaBackend::CudaBackend(int device) : st_(std::make_unique<State>()) {
 
 CudaBackend::~CudaBackend() {
   if (!st_) return;
-  (void)cudaStreamSynchronize(st_->stream);
-  if (st_->lt) cublasLtDestroy(st_->lt);
-  if (st_->blas) cublasDestroy(st_->blas);
+  (void)WEFT_GPU_NAME(StreamSynchronize)(st_->stream);  // a destructor: errors surfaced earlier
+  st_->blas.reset();
   gpu::stream_destroy(st_->stream);
 }
 
@@ -271,7 +130,7 @@ void CudaBackend::copy_device(void* dst, size_t dst_offset, const void* src, siz
 bool CudaBackend::is_device_memory(const void* p) const { return gpu::is_device_pointer(p); }
 
 void CudaBackend::set_tf32(bool on) {
-  WEFT_CUBLAS_CHECK(cublasSetMathMode(st_->blas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  st_->blas->set_tf32(on);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -279,7 +138,7 @@ void CudaBackend::set_tf32(bool on) {
 
 void CudaBackend::gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                        int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  st_->sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+  st_->blas->sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
 }
 
 void CudaBackend::matmul_forward(float* out, const float* inp, const float* w, const float* bias, int64_t N,
@@ -289,13 +148,13 @@ void CudaBackend::matmul_forward(float* out, const float* inp, const float* w, c
     kern::add_bias<float>(out, accumulate ? out : nullptr, bias, N, OUT, st_->stream);
     beta = 1.0f;
   }
-  st_->sgemm(false, false, N, OUT, IN, 1.0f, inp, IN, 0, w, OUT, 0, beta, out, OUT, 0, 1);
+  st_->blas->sgemm(false, false, N, OUT, IN, 1.0f, inp, IN, 0, w, OUT, 0, beta, out, OUT, 0, 1);
 }
 
 void CudaBackend::matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                                   const float* w, int64_t N, int64_t IN, int64_t OUT) {
-  if (dinp) st_->sgemm(false, true, N, IN, OUT, 1.0f, dout, OUT, 0, w, OUT, 0, 0.0f, dinp, IN, 0, 1);
-  st_->sgemm(true, false, IN, OUT, N, 1.0f, inp, IN, 0, dout, OUT, 0, 1.0f, dw, OUT, 0, 1);
+  if (dinp) st_->blas->sgemm(false, true, N, IN, OUT, 1.0f, dout, OUT, 0, w, OUT, 0, 0.0f, dinp, IN, 0, 1);
+  st_->blas->sgemm(true, false, IN, OUT, N, 1.0f, inp, IN, 0, dout, OUT, 0, 1.0f, dw, OUT, 0, 1);
   if (dbias) {
     float* scratch = st_->scratch_of<float>(kern::column_sum_scratch(N, OUT));
     kern::column_sum_accumulate<float>(dbias, dout, N, OUT, scratch, st_->stream);
@@ -354,12 +213,12 @@ void CudaBackend::attention_forward(float* out, float* att, const float* qkv, in
   for (int64_t b = 0; b < B; ++b) {
     const float* q = qkv + b * T * C3;
     // att[b, h] (T,T) = scale * q_h k_h^T, batched over the heads (offset hs apart).
-    st_->sgemm(false, true, T, T, hs, scale, q, C3, hs, q + C, C3, hs, 0.0f, att + b * NH * TT, T, TT, NH);
+    st_->blas->sgemm(false, true, T, T, hs, scale, q, C3, hs, q + C, C3, hs, 0.0f, att + b * NH * TT, T, TT, NH);
   }
   kern::causal_softmax_rows(att, B * NH, T, 1.0f, st_->stream);
   for (int64_t b = 0; b < B; ++b) {
     const float* v = qkv + b * T * C3 + 2 * C;
-    st_->sgemm(false, false, T, hs, T, 1.0f, att + b * NH * TT, T, TT, v, C3, hs, 0.0f, out + b * T * C, C, hs, NH);
+    st_->blas->sgemm(false, false, T, hs, T, 1.0f, att + b * NH * TT, T, TT, v, C3, hs, 0.0f, out + b * T * C, C, hs, NH);
   }
 }
 
@@ -379,12 +238,12 @@ void CudaBackend::attention_backward(float* dqkv, const float* dout, const float
     const float* a = att + b * NH * TT;
     const float* dO = dout + b * T * C;
     // dv_h = att_h^T dO_h;  datt_h = dO_h v_h^T
-    st_->sgemm(true, false, T, hs, T, 1.0f, a, T, TT, dO, C, hs, 0.0f, dv, C3, hs, NH);
-    st_->sgemm(false, true, T, T, hs, 1.0f, dO, C, hs, v, C3, hs, 0.0f, datt, T, TT, NH);
+    st_->blas->sgemm(true, false, T, hs, T, 1.0f, a, T, TT, dO, C, hs, 0.0f, dv, C3, hs, NH);
+    st_->blas->sgemm(false, true, T, T, hs, 1.0f, dO, C, hs, v, C3, hs, 0.0f, datt, T, TT, NH);
     kern::causal_softmax_backward_rows(datt, a, NH, T, scale, st_->stream);
     // dq_h = dscore_h k_h;  dk_h = dscore_h^T q_h
-    st_->sgemm(false, false, T, hs, T, 1.0f, datt, T, TT, k, C3, hs, 0.0f, dq, C3, hs, NH);
-    st_->sgemm(true, false, T, hs, T, 1.0f, datt, T, TT, q, C3, hs, 0.0f, dk, C3, hs, NH);
+    st_->blas->sgemm(false, false, T, hs, T, 1.0f, datt, T, TT, k, C3, hs, 0.0f, dq, C3, hs, NH);
+    st_->blas->sgemm(true, false, T, hs, T, 1.0f, datt, T, TT, q, C3, hs, 0.0f, dk, C3, hs, NH);
   }
 }
 
@@ -445,13 +304,13 @@ void CudaBackend::to_f32(float* dst, const bf16* src, int64_t n) { kern::convert
 
 void CudaBackend::gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
                             int64_t lda, const bf16* B, int64_t ldb, float beta, bf16* C, int64_t ldc) {
-  st_->lt_matmul(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, CUDA_R_16BF, CUBLASLT_EPILOGUE_DEFAULT,
+  st_->blas->lt_matmul(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, gpu::MatType::kBf16, gpu::Epilogue::kNone,
                  nullptr, nullptr, 0);
 }
 
 void CudaBackend::gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
                             int64_t lda, const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  st_->lt_matmul(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, CUDA_R_32F, CUBLASLT_EPILOGUE_DEFAULT,
+  st_->blas->lt_matmul(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, gpu::MatType::kF32, gpu::Epilogue::kNone,
                  nullptr, nullptr, 0);
 }
 
@@ -460,25 +319,25 @@ void CudaBackend::matmul_forward_bf16(bf16* out, bf16* pre_gelu, const bf16* inp
   const float beta = accumulate ? 1.0f : 0.0f;
   switch (ep) {
     case Epilogue::kNone:
-      st_->lt_matmul(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, beta, out, OUT, CUDA_R_16BF,
-                     CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0);
+      st_->blas->lt_matmul(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, beta, out, OUT, gpu::MatType::kBf16,
+                     gpu::Epilogue::kNone, nullptr, nullptr, 0);
       return;
     case Epilogue::kBias:
       WEFT_CHECK(bias != nullptr, "matmul_forward_bf16: Epilogue::kBias without a bias");
-      if (!st_->lt_matmul(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, beta, out, OUT, CUDA_R_16BF,
-                          CUBLASLT_EPILOGUE_BIAS, bias, nullptr, 0)) {
-        st_->lt_matmul(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, beta, out, OUT, CUDA_R_16BF,
-                       CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0);
+      if (!st_->blas->lt_matmul(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, beta, out, OUT, gpu::MatType::kBf16,
+                          gpu::Epilogue::kBias, bias, nullptr, 0)) {
+        st_->blas->lt_matmul(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, beta, out, OUT, gpu::MatType::kBf16,
+                       gpu::Epilogue::kNone, nullptr, nullptr, 0);
         kern::add_bias(dev(out), dev(out), dev(bias), N, OUT, st_->stream);
       }
       return;
     case Epilogue::kGeluBias:
       WEFT_CHECK(bias != nullptr && pre_gelu != nullptr && !accumulate,
                  "matmul_forward_bf16: Epilogue::kGeluBias needs bias and pre_gelu and no accumulate");
-      if (!st_->lt_matmul(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, 0.0f, out, OUT, CUDA_R_16BF,
-                          CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, pre_gelu, OUT)) {
-        st_->lt_matmul(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, 0.0f, pre_gelu, OUT, CUDA_R_16BF,
-                       CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0);
+      if (!st_->blas->lt_matmul(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, 0.0f, out, OUT, gpu::MatType::kBf16,
+                          gpu::Epilogue::kGeluAuxBias, bias, pre_gelu, OUT)) {
+        st_->blas->lt_matmul(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, 0.0f, pre_gelu, OUT, gpu::MatType::kBf16,
+                       gpu::Epilogue::kNone, nullptr, nullptr, 0);
         kern::add_bias(dev(pre_gelu), dev(pre_gelu), dev(bias), N, OUT, st_->stream);
         kern::gelu_forward(dev(out), dev(pre_gelu), N * OUT, st_->stream);
       }
@@ -491,17 +350,17 @@ void CudaBackend::matmul_backward_bf16(bf16* dinp, float* dw, float* dbias, cons
   if (dinp) {
     // dinp (N,IN) = dout (N,OUT) w^T [* gelu'(pre_gelu)]
     const bool fused = pre_gelu != nullptr &&
-                       st_->lt_matmul(false, true, N, IN, OUT, 1.0f, dout, OUT, w, OUT, 0.0f, dinp, IN, CUDA_R_16BF,
-                                      CUBLASLT_EPILOGUE_DGELU, nullptr, pre_gelu, IN);
+                       st_->blas->lt_matmul(false, true, N, IN, OUT, 1.0f, dout, OUT, w, OUT, 0.0f, dinp, IN, gpu::MatType::kBf16,
+                                      gpu::Epilogue::kDGelu, nullptr, pre_gelu, IN);
     if (!fused) {
-      st_->lt_matmul(false, true, N, IN, OUT, 1.0f, dout, OUT, w, OUT, 0.0f, dinp, IN, CUDA_R_16BF,
-                     CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0);
+      st_->blas->lt_matmul(false, true, N, IN, OUT, 1.0f, dout, OUT, w, OUT, 0.0f, dinp, IN, gpu::MatType::kBf16,
+                     gpu::Epilogue::kNone, nullptr, nullptr, 0);
       if (pre_gelu) kern::gelu_backward(dev(dinp), dev(pre_gelu), dev(dinp), N * IN, st_->stream);
     }
   }
   // dw (IN,OUT) += inp^T dout, fp32 C
-  st_->lt_matmul(true, false, IN, OUT, N, 1.0f, inp, IN, dout, OUT, 1.0f, dw, OUT, CUDA_R_32F,
-                 CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0);
+  st_->blas->lt_matmul(true, false, IN, OUT, N, 1.0f, inp, IN, dout, OUT, 1.0f, dw, OUT, gpu::MatType::kF32,
+                 gpu::Epilogue::kNone, nullptr, nullptr, 0);
   if (dbias) {
     float* scratch = st_->scratch_of<float>(kern::column_sum_scratch(N, OUT));
     kern::column_sum_accumulate(dbias, dev(dout), N, OUT, scratch, st_->stream);
@@ -645,8 +504,8 @@ void CudaBackend::matmul_gelu_forward(float* out, float* pre, const float* inp, 
                                       int64_t N, int64_t IN, int64_t OUT, Precision p) {
   // pre = inp @ w + bias (the aux output), out = gelu(pre): GELU_AUX_BIAS.
   if (p == Precision::kFp32 && bias != nullptr && lt_aux_ok(OUT, pre) &&
-      st_->lt_matmul(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, 0.0f, out, OUT, CUDA_R_32F,
-                     CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, pre, OUT, CUDA_R_32F)) {
+      st_->blas->lt_matmul(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, 0.0f, out, OUT, gpu::MatType::kF32,
+                     gpu::Epilogue::kGeluAuxBias, bias, pre, OUT, gpu::MatType::kF32)) {
     return;
   }
   Backend::matmul_gelu_forward(out, pre, inp, w, bias, N, IN, OUT, p);
@@ -658,8 +517,8 @@ void CudaBackend::matmul_gelu_backward(float* dinp, float* dw, float* dbias, con
   WEFT_CHECK(dinp != nullptr, "matmul_gelu_backward needs dinp");
   // dinp = (dout @ w^T) * gelu'(pre): the DGELU epilogue; then dw, dbias as matmul_backward.
   const bool fused = p == Precision::kFp32 && lt_aux_ok(IN, pre) &&
-                     st_->lt_matmul(false, true, N, IN, OUT, 1.0f, dout, OUT, w, OUT, 0.0f, dinp, IN, CUDA_R_32F,
-                                    CUBLASLT_EPILOGUE_DGELU, nullptr, pre, IN, CUDA_R_32F);
+                     st_->blas->lt_matmul(false, true, N, IN, OUT, 1.0f, dout, OUT, w, OUT, 0.0f, dinp, IN, gpu::MatType::kF32,
+                                    gpu::Epilogue::kDGelu, nullptr, pre, IN, gpu::MatType::kF32);
   if (!fused) {
     Backend::matmul_gelu_backward(dinp, dw, dbias, dout, inp, w, pre, N, IN, OUT, p);
     return;

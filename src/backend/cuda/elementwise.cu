@@ -1,6 +1,4 @@
 // Elementwise kernels, the dbias column sum, AdamW and the sum of squares.
-#include <cuda_fp16.h>
-
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -75,7 +73,7 @@ __global__ void column_finish_kernel(float* dbias, const float* partial, int64_t
 
 // x rounded through 16-bit storage: kind 1 = bf16, 2 = fp16; otherwise x.
 __device__ __forceinline__ float round_kind(float x, int kind) {
-  if (kind == 1) return __bfloat162float(__float2bfloat16_rn(x));
+  if (kind == 1) return to_f(from_f<bf16_t>(x));
   if (kind == 2) return __half2float(__float2half_rn(x));
   return x;
 }
@@ -96,7 +94,7 @@ __global__ void adamw_kernel(float* p, bf16_t* p16, float* pcopy, int copy_kind,
     v[i] = vi;
     const float pi = p[i] * decay - step * mi / (sqrtf(vi) * rbc2 + eps);
     p[i] = pi;
-    if (p16) p16[i] = __float2bfloat16_rn(pi);
+    if (p16) p16[i] = from_f<bf16_t>(pi);
     if (pcopy) pcopy[i] = round_kind(pi, copy_kind);
   }
 }

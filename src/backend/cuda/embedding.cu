@@ -2,10 +2,9 @@
 // by their row of wte (a stable radix sort keeps them in position order), then each distinct
 // row sums its positions in that order and adds the sum once. dwpe: one thread per (t, c),
 // summing over b in order. Nothing uses atomics, so repeated runs give identical bits.
-#include <cub/device/device_radix_sort.cuh>
-
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/radix_sort.cuh"
 
 namespace weft::cuda::kern {
 namespace {
@@ -61,12 +60,13 @@ __global__ void embedding_pos_kernel(float* dwpe, const T* dout, int64_t B, int6
 
 size_t align_up(size_t x) { return (x + 255) / 256 * 256; }
 
-size_t cub_sort_bytes(int64_t N) {
-  size_t bytes = 0;
-  WEFT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const uint32_t*>(nullptr),
-                                                  static_cast<uint32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
-                                                  static_cast<int32_t*>(nullptr), static_cast<int>(N)));
-  return bytes;
+// The key bits the sort looks at: rows are below vrows < 2^end_bit, so the marker's low
+// end_bit bits (all ones) still sort after every row.
+int sort_end_bit(int64_t vrows) {
+  if (vrows >= (int64_t{1} << 31)) return 32;
+  int end_bit = 1;
+  while ((int64_t{1} << end_bit) <= vrows) ++end_bit;
+  return end_bit;
 }
 
 }  // namespace
@@ -80,8 +80,9 @@ void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe
   WEFT_KERNEL_CHECK("embedding_forward_kernel");
 }
 
-int64_t embedding_backward_scratch(int64_t N, int64_t /*vrows*/) {
-  return static_cast<int64_t>(4 * align_up(static_cast<size_t>(N) * 4) + align_up(cub_sort_bytes(N)));
+int64_t embedding_backward_scratch(int64_t N, int64_t vrows) {
+  return static_cast<int64_t>(4 * align_up(static_cast<size_t>(N) * 4) +
+                              align_up(gpu::sort_pairs_bytes(N, sort_end_bit(vrows))));
 }
 
 template <typename T>
@@ -96,18 +97,11 @@ void embedding_backward(float* dwte, float* dwpe, const T* dout, const int32_t* 
   auto* vals_in = reinterpret_cast<int32_t*>(p + 2 * nb);
   auto* vals_out = reinterpret_cast<int32_t*>(p + 3 * nb);
   void* temp = p + 4 * nb;
-  size_t temp_bytes = cub_sort_bytes(N);
+  const int end_bit = sort_end_bit(vrows);
+  const size_t temp_bytes = gpu::sort_pairs_bytes(N, end_bit);
   embedding_keys_kernel<<<grid_for(N, 256), 256, 0, s>>>(keys_in, vals_in, tokens, N, v0, vrows);
   WEFT_KERNEL_CHECK("embedding_keys_kernel");
-  // Sort only the bits a key can have: rows are below vrows < 2^end_bit, so the marker's low
-  // end_bit bits (all ones) still sort after every row.
-  int end_bit = 32;
-  if (vrows < (int64_t{1} << 31)) {
-    end_bit = 1;
-    while ((int64_t{1} << end_bit) <= vrows) ++end_bit;
-  }
-  WEFT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, vals_in, vals_out,
-                                                  static_cast<int>(N), 0, end_bit, s));
+  gpu::sort_pairs(temp, temp_bytes, keys_in, keys_out, vals_in, vals_out, N, end_bit, s);
   embedding_rows_kernel<T><<<static_cast<unsigned>(N), 128, 0, s>>>(dwte, dout, keys_out, vals_out, N, C);
   WEFT_KERNEL_CHECK("embedding_rows_kernel");
   if (dwpe) {

@@ -1,9 +1,9 @@
 // Causal self-attention in bf16, IO-aware (FlashAttention-2, Dao 2023): the T x T scores
-// never leave shared memory. Products on tensor cores (WMMA 16x16x16, bf16 in, fp32
-// accumulation); softmax statistics in fp32.
+// never leave shared memory. Products on tensor cores (16x16x16 fragments of gpu_mma.h:
+// WMMA on NVIDIA, MFMA on AMD; bf16 in, fp32 accumulation); softmax statistics in fp32.
 //
-// Forward, one block per (query tile of 64 rows, b*NH + h), 4 warps, each owning 16 query
-// rows: for every key tile up to the diagonal, S = Q K^T (fp32, shared memory), online
+// Forward, one block per (query tile of BR rows, b*NH + h), BR / 16 warps, each owning 16
+// query rows (BR = 64 on NVIDIA: 4 warps): for every key tile up to the diagonal, S = Q K^T (fp32, shared memory), online
 // softmax on the warp's rows (running max m and sum l, rescaling the fp32 O accumulator),
 // P rounded to bf16, O += P V. At the end O / l is written and lse = m + log l kept (fp32,
 // (B,NH,T)) for the backward pass.
@@ -19,11 +19,24 @@
 // bit-reproducible); recomputing S and dP for dQ costs 2 more products and gives identical
 // bits on every run.
 //
-// Tiles: BR = BC = 64 for hs = 64; the dK/dV kernel uses BC = 32 key rows (2 warps) for
-// hs = 128 to stay under the A100's 163 KiB of shared memory. Shared-memory rows are padded
-// (+8 bf16, +4 fp32) against bank conflicts; every WMMA pointer stays 32-byte aligned.
+// Warps and rows. A warp (on AMD: a wavefront) owns 16 query rows (16 key rows in the dK/dV
+// kernel): the rows of its 16 x 16 tensor-core tiles, which are 16 x 16 on both vendors (WMMA
+// on NVIDIA, MFMA 16x16x16 on gfx90a, see gpu_mma.h). A block of BR rows therefore has BR / 16
+// warps of kWarp = gpu::kWarpSize lanes: 32 on NVIDIA, 64 on AMD, so a HIP block has twice the
+// threads for the same rows. In the softmax steps a warp walks its 16 rows one at a time and
+// lane l takes the tile's columns l, l + kWarp, l + 2 kWarp, ...: with 32 lanes and 64-column
+// tiles each lane has 2 columns (the CUDA path, unchanged), with 64 lanes 1, and with 64 lanes
+// over 32 columns (the smaller HIP tiles) lanes 32..63 have none and sit the row out; the warp
+// reductions (max, sum) run over all kWarp lanes, those idle lanes contributing -inf and 0.
+//
+// Tiles (Tiles<HS> below): on NVIDIA BR = BC = 64 for hs = 64, and the dK/dV kernel uses BC = 32
+// key rows (2 warps) for hs = 128 to stay under the A100's 163 KiB of shared memory. gfx90a has
+// 64 KiB of LDS per workgroup, so the HIP build runs the same kernels with 32-row query tiles
+// and narrower key tiles. Shared-memory rows are padded (+8 bf16, +4 fp32) against bank
+// conflicts; every WMMA pointer stays 32-byte aligned.
 #include <cmath>
 
+#include "backend/cuda/gpu_mma.h"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -36,7 +49,25 @@ using FragBRow = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16_t, wmma::row_ma
 using FragBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16_t, wmma::col_major>;
 using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
-constexpr int kWarp = 32;  // row ownership below assumes 32-wide warps (see gpu_runtime.h)
+constexpr int kWarp = gpu::kWarpSize;  // lanes per warp: 32 (NVIDIA) or 64 (AMD), see the header
+
+// Query rows BR and key rows BC of each kernel's tiles, per head size; the shared memory of
+// every configuration is checked against gpu::kMaxBlockSmemBytes at compile time.
+#if defined(WEFT_HIP)
+template <int HS>
+struct Tiles {
+  static constexpr int kFwdBR = 32, kFwdBC = HS == 64 ? 64 : 32;  // 45 / 50 KiB
+  static constexpr int kKvBR = 32, kKvBC = HS == 64 ? 32 : 16;    // 50 / 50 KiB
+  static constexpr int kQBR = 32, kQBC = 32;                      // 39 / 62 KiB
+};
+#else
+template <int HS>
+struct Tiles {
+  static constexpr int kFwdBR = 64, kFwdBC = 64;
+  static constexpr int kKvBR = 64, kKvBC = HS == 64 ? 64 : 32;
+  static constexpr int kQBR = 64, kQBC = 64;
+};
+#endif
 
 // Copies rows [row0, row0 + ROWS) of a (T, ld) bf16 matrix (HS columns from src) into
 // shared memory with row stride LDH; rows at or past T become zeros. 16-byte vectors.
@@ -83,16 +114,18 @@ __device__ __forceinline__ void warp_gemm(float* c, int ldc, const bf16_t* a, in
   }
 }
 
-constexpr int kSmemLimit = 163 * 1024;  // opt-in dynamic shared memory per block on sm_80 (sm_90: 227 KiB)
+constexpr int kSmemLimit = gpu::kMaxBlockSmemBytes;
+// (__launch_bounds__ arguments below are parenthesised: HIP's __launch_bounds__ is a macro,
+// and the commas of a template argument list would split its argument.)
 
 constexpr int align32(int bytes) { return (bytes + 31) / 32 * 32; }
 
 // ---------------------------------------------------------------------------------------
 // Forward
 
-template <int HS>
+template <int HS, int BR_, int BC_>
 struct FwdCfg {
-  static constexpr int BR = 64, BC = 64, WARPS = BR / 16, THREADS = WARPS * kWarp;
+  static constexpr int BR = BR_, BC = BC_, WARPS = BR / 16, THREADS = WARPS * kWarp;
   static constexpr int LDH = HS + 8, LDS = BC + 4, LDP = BC + 8, LDO = HS + 4;
   static constexpr int Q = 0;
   static constexpr int K = Q + align32(BR * LDH * 2);
@@ -105,11 +138,14 @@ struct FwdCfg {
   static constexpr int BYTES = L + align32(BR * 4);
 };
 
-template <int HS>
-__global__ void __launch_bounds__(FwdCfg<HS>::THREADS)
+template <int HS, int BR, int BC>
+__global__ void __launch_bounds__((FwdCfg<HS, BR, BC>::THREADS))
     flash_fwd_kernel(bf16_t* out, float* lse, const bf16_t* qkv, int T, int C, int NH, float scale) {
-  using K = FwdCfg<HS>;
-  static_assert(K::BC == 2 * kWarp, "the softmax step gives each lane two columns");
+  using K = FwdCfg<HS, BR, BC>;
+  // Columns per lane in the softmax step (see the header); kFull: every lane's columns are in
+  // the tile, so no column test is compiled (the NVIDIA case).
+  constexpr int kCols = (K::BC + kWarp - 1) / kWarp;
+  constexpr bool kFull = K::BC % kWarp == 0;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16_t* sQ = reinterpret_cast<bf16_t*>(smem + K::Q);
   bf16_t* sK = reinterpret_cast<bf16_t*>(smem + K::K);
@@ -142,32 +178,47 @@ __global__ void __launch_bounds__(FwdCfg<HS>::THREADS)
     __syncthreads();
     // S (16 x BC) = Q_w (16 x HS) K^T
     warp_gemm<K::BC / 16, HS / 16, true, false>(sS + r0 * K::LDS, K::LDS, sQ + r0 * K::LDH, K::LDH, sK, K::LDH);
-    __syncwarp();
+    gpu::sync_warp();
     for (int rr = 0; rr < 16; ++rr) {
       const int r = r0 + rr, qi = q0 + r;
-      const int kj0 = k0 + lane, kj1 = k0 + lane + kWarp;
-      float x0 = sS[r * K::LDS + lane] * scale, x1 = sS[r * K::LDS + lane + kWarp] * scale;
-      if (kj0 > qi || kj0 >= T) x0 = -INFINITY;
-      if (kj1 > qi || kj1 >= T) x1 = -INFINITY;
+      float x[kCols];
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) {
+        const int c = lane + j * kWarp, kj = k0 + c;
+        const bool in_tile = kFull || c < K::BC;
+        x[j] = in_tile ? sS[r * K::LDS + c] * scale : -INFINITY;
+        if (kj > qi || kj >= T) x[j] = -INFINITY;
+      }
+      float xmax = x[0];
+#pragma unroll
+      for (int j = 1; j < kCols; ++j) xmax = fmaxf(xmax, x[j]);
       const float m_old = sM[r];
-      const float m_new = fmaxf(m_old, warp_max(fmaxf(x0, x1)));
+      const float m_new = fmaxf(m_old, warp_max(xmax));
       const float ms = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing yet: no NaN
-      const float p0 = __expf(x0 - ms), p1 = __expf(x1 - ms);
-      const float psum = warp_sum(p0 + p1);
+      float p[kCols];
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) p[j] = __expf(x[j] - ms);
+      float plocal = p[0];
+#pragma unroll
+      for (int j = 1; j < kCols; ++j) plocal += p[j];
+      const float psum = warp_sum(plocal);
       const float alpha = __expf(m_old - ms);
-      sP[r * K::LDP + lane] = __float2bfloat16_rn(p0);
-      sP[r * K::LDP + lane + kWarp] = __float2bfloat16_rn(p1);
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) {
+        const int c = lane + j * kWarp;
+        if (kFull || c < K::BC) sP[r * K::LDP + c] = from_f<bf16_t>(p[j]);
+      }
       for (int d = lane; d < HS; d += kWarp) sO[r * K::LDO + d] *= alpha;
-      __syncwarp();  // every lane has read sM[r], sL[r]
+      gpu::sync_warp();  // every lane has read sM[r], sL[r]
       if (lane == 0) {
         sM[r] = m_new;
         sL[r] = sL[r] * alpha + psum;
       }
     }
-    __syncwarp();
+    gpu::sync_warp();
     // O_w (16 x HS) += P_w (16 x BC) V (BC x HS)
     warp_gemm<HS / 16, K::BC / 16, false, true>(sO + r0 * K::LDO, K::LDO, sP + r0 * K::LDP, K::LDP, sV, K::LDH);
-    __syncwarp();
+    gpu::sync_warp();
   }
   for (int rr = 0; rr < 16; ++rr) {
     const int r = r0 + rr, qi = q0 + r;
@@ -175,7 +226,7 @@ __global__ void __launch_bounds__(FwdCfg<HS>::THREADS)
     const float l = sL[r];
     const float inv = 1.0f / l;
     bf16_t* o = out + (static_cast<int64_t>(b) * T + qi) * C + h * HS;
-    for (int d = lane; d < HS; d += kWarp) o[d] = __float2bfloat16_rn(sO[r * K::LDO + d] * inv);
+    for (int d = lane; d < HS; d += kWarp) o[d] = from_f<bf16_t>(sO[r * K::LDO + d] * inv);
     if (lane == 0) lse[static_cast<int64_t>(bh) * T + qi] = sM[r] + logf(l);
   }
 }
@@ -193,14 +244,14 @@ __global__ void flash_bwd_dot_kernel(float* D, const bf16_t* dout, const bf16_t*
   const int64_t b = bh / NH, h = bh % NH;
   const int64_t off = (b * T + t) * C + h * HS;
   float s = 0.0f;
-  for (int d = lane; d < HS; d += kWarp) s += __bfloat162float(dout[off + d]) * __bfloat162float(out[off + d]);
+  for (int d = lane; d < HS; d += kWarp) s += to_f(dout[off + d]) * to_f(out[off + d]);
   s = warp_sum(s);
   if (lane == 0) D[row] = s;
 }
 
-template <int HS, int BC_>
+template <int HS, int BR_, int BC_>
 struct BwdKvCfg {
-  static constexpr int BR = 64, BC = BC_, WARPS = BC / 16, THREADS = WARPS * kWarp;
+  static constexpr int BR = BR_, BC = BC_, WARPS = BC / 16, THREADS = WARPS * kWarp;
   static constexpr int LDH = HS + 8, LDT = BR + 4, LDPT = BR + 8, LDO = HS + 4;
   static constexpr int Kk = 0;
   static constexpr int V = Kk + align32(BC * LDH * 2);
@@ -217,11 +268,11 @@ struct BwdKvCfg {
   static constexpr int BYTES = DD + align32(BR * 4);
 };
 
-template <int HS, int BC_>
-__global__ void __launch_bounds__(BwdKvCfg<HS, BC_>::THREADS)
+template <int HS, int BR, int BC>
+__global__ void __launch_bounds__((BwdKvCfg<HS, BR, BC>::THREADS))
     flash_bwd_dkdv_kernel(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv, const float* lse, const float* D, int T,
                           int C, int NH, float scale) {
-  using K = BwdKvCfg<HS, BC_>;
+  using K = BwdKvCfg<HS, BR, BC>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16_t* sK = reinterpret_cast<bf16_t*>(smem + K::Kk);
   bf16_t* sV = reinterpret_cast<bf16_t*>(smem + K::V);
@@ -264,7 +315,7 @@ __global__ void __launch_bounds__(BwdKvCfg<HS, BC_>::THREADS)
     // S^T_w (16 x BR) = K_w Q^T;  dP^T_w (16 x BR) = V_w dO^T
     warp_gemm<K::BR / 16, HS / 16, true, false>(sST + kr0 * K::LDT, K::LDT, sK + kr0 * K::LDH, K::LDH, sQ, K::LDH);
     warp_gemm<K::BR / 16, HS / 16, true, false>(sdPT + kr0 * K::LDT, K::LDT, sV + kr0 * K::LDH, K::LDH, sdO, K::LDH);
-    __syncwarp();
+    gpu::sync_warp();
     for (int rr = 0; rr < 16; ++rr) {
       const int kr = kr0 + rr, kj = k0 + kr;
       for (int c = lane; c < K::BR; c += kWarp) {
@@ -272,29 +323,29 @@ __global__ void __launch_bounds__(BwdKvCfg<HS, BC_>::THREADS)
         const bool valid = kj <= qi && qi < T && kj < T;
         const float p = valid ? __expf(sST[kr * K::LDT + c] * scale - sLse[c]) : 0.0f;
         const float ds = p * (sdPT[kr * K::LDT + c] - sD[c]);
-        sPT[kr * K::LDPT + c] = __float2bfloat16_rn(p);
-        sdST[kr * K::LDPT + c] = __float2bfloat16_rn(ds);
+        sPT[kr * K::LDPT + c] = from_f<bf16_t>(p);
+        sdST[kr * K::LDPT + c] = from_f<bf16_t>(ds);
       }
     }
-    __syncwarp();
+    gpu::sync_warp();
     // dV_w (16 x HS) += P^T_w (16 x BR) dO (BR x HS);  dK_w += dS^T_w Q
     warp_gemm<HS / 16, K::BR / 16, false, true>(sdV + kr0 * K::LDO, K::LDO, sPT + kr0 * K::LDPT, K::LDPT, sdO, K::LDH);
     warp_gemm<HS / 16, K::BR / 16, false, true>(sdK + kr0 * K::LDO, K::LDO, sdST + kr0 * K::LDPT, K::LDPT, sQ, K::LDH);
-    __syncwarp();
+    gpu::sync_warp();
   }
   __syncthreads();
   for (int i = threadIdx.x; i < K::BC * HS; i += blockDim.x) {
     const int r = i / HS, d = i % HS;
     if (k0 + r >= T) continue;
     bf16_t* row = dqkv + (static_cast<int64_t>(b) * T + k0 + r) * C3 + h * HS;
-    row[C + d] = __float2bfloat16_rn(sdK[r * K::LDO + d] * scale);
-    row[2 * static_cast<int64_t>(C) + d] = __float2bfloat16_rn(sdV[r * K::LDO + d]);
+    row[C + d] = from_f<bf16_t>(sdK[r * K::LDO + d] * scale);
+    row[2 * static_cast<int64_t>(C) + d] = from_f<bf16_t>(sdV[r * K::LDO + d]);
   }
 }
 
-template <int HS>
+template <int HS, int BR_, int BC_>
 struct BwdQCfg {
-  static constexpr int BR = 64, BC = 64, WARPS = BR / 16, THREADS = WARPS * kWarp;
+  static constexpr int BR = BR_, BC = BC_, WARPS = BR / 16, THREADS = WARPS * kWarp;
   static constexpr int LDH = HS + 8, LDS = BC + 4, LDP = BC + 8, LDO = HS + 4;
   static constexpr int Q = 0;
   static constexpr int DO = Q + align32(BR * LDH * 2);
@@ -309,11 +360,11 @@ struct BwdQCfg {
   static constexpr int BYTES = DD + align32(BR * 4);
 };
 
-template <int HS>
-__global__ void __launch_bounds__(BwdQCfg<HS>::THREADS)
+template <int HS, int BR, int BC>
+__global__ void __launch_bounds__((BwdQCfg<HS, BR, BC>::THREADS))
     flash_bwd_dq_kernel(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv, const float* lse, const float* D, int T,
                         int C, int NH, float scale) {
-  using K = BwdQCfg<HS>;
+  using K = BwdQCfg<HS, BR, BC>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16_t* sQ = reinterpret_cast<bf16_t*>(smem + K::Q);
   bf16_t* sdO = reinterpret_cast<bf16_t*>(smem + K::DO);
@@ -352,53 +403,56 @@ __global__ void __launch_bounds__(BwdQCfg<HS>::THREADS)
     // S_w (16 x BC) = Q_w K^T;  dP_w (16 x BC) = dO_w V^T
     warp_gemm<K::BC / 16, HS / 16, true, false>(sS + r0 * K::LDS, K::LDS, sQ + r0 * K::LDH, K::LDH, sK, K::LDH);
     warp_gemm<K::BC / 16, HS / 16, true, false>(sdP + r0 * K::LDS, K::LDS, sdO + r0 * K::LDH, K::LDH, sV, K::LDH);
-    __syncwarp();
+    gpu::sync_warp();
     for (int rr = 0; rr < 16; ++rr) {
       const int r = r0 + rr, qi = q0 + r;
       for (int c = lane; c < K::BC; c += kWarp) {
         const int kj = k0 + c;
         const bool valid = kj <= qi && qi < T && kj < T;
         const float p = valid ? __expf(sS[r * K::LDS + c] * scale - sLse[r]) : 0.0f;
-        sdS[r * K::LDP + c] = __float2bfloat16_rn(p * (sdP[r * K::LDS + c] - sD[r]));
+        sdS[r * K::LDP + c] = from_f<bf16_t>(p * (sdP[r * K::LDS + c] - sD[r]));
       }
     }
-    __syncwarp();
+    gpu::sync_warp();
     // dQ_w (16 x HS) += dS_w (16 x BC) K (BC x HS)
     warp_gemm<HS / 16, K::BC / 16, false, true>(sdQ + r0 * K::LDO, K::LDO, sdS + r0 * K::LDP, K::LDP, sK, K::LDH);
-    __syncwarp();
+    gpu::sync_warp();
   }
   for (int rr = 0; rr < 16; ++rr) {
     const int r = r0 + rr, qi = q0 + r;
     if (qi >= T) break;
     bf16_t* row = dqkv + (static_cast<int64_t>(b) * T + qi) * C3 + h * HS;
-    for (int d = lane; d < HS; d += kWarp) row[d] = __float2bfloat16_rn(sdQ[r * K::LDO + d] * scale);
+    for (int d = lane; d < HS; d += kWarp) row[d] = from_f<bf16_t>(sdQ[r * K::LDO + d] * scale);
   }
 }
 
 template <int HS>
 void launch_forward(bf16_t* out, float* lse, const bf16_t* qkv, int B, int T, int C, int NH, float scale, Stream s) {
-  using K = FwdCfg<HS>;
-  static_assert(K::BYTES <= kSmemLimit, "forward tile does not fit the A100's shared memory");
-  gpu::set_max_dynamic_smem(flash_fwd_kernel<HS>, K::BYTES);
+  constexpr int BR = Tiles<HS>::kFwdBR, BC = Tiles<HS>::kFwdBC;
+  using K = FwdCfg<HS, BR, BC>;
+  static_assert(K::BYTES <= kSmemLimit, "forward tile does not fit the device's shared memory");
+  gpu::set_max_dynamic_smem(flash_fwd_kernel<HS, BR, BC>, K::BYTES);
   const dim3 grid((T + K::BR - 1) / K::BR, B * NH);
-  flash_fwd_kernel<HS><<<grid, K::THREADS, K::BYTES, s>>>(out, lse, qkv, T, C, NH, scale);
+  flash_fwd_kernel<HS, BR, BC><<<grid, K::THREADS, K::BYTES, s>>>(out, lse, qkv, T, C, NH, scale);
   WEFT_KERNEL_CHECK("flash_fwd_kernel");
 }
 
-template <int HS, int BC>
+template <int HS>
 void launch_backward(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv, const float* lse, const float* D, int B,
                      int T, int C, int NH, float scale, Stream s) {
-  using KV = BwdKvCfg<HS, BC>;
-  static_assert(KV::BYTES <= kSmemLimit && BwdQCfg<HS>::BYTES <= kSmemLimit,
-                "backward tiles do not fit the A100's shared memory");
-  gpu::set_max_dynamic_smem(flash_bwd_dkdv_kernel<HS, BC>, KV::BYTES);
+  constexpr int KV_BR = Tiles<HS>::kKvBR, KV_BC = Tiles<HS>::kKvBC, Q_BR = Tiles<HS>::kQBR, Q_BC = Tiles<HS>::kQBC;
+  using KV = BwdKvCfg<HS, KV_BR, KV_BC>;
+  using KQ = BwdQCfg<HS, Q_BR, Q_BC>;
+  static_assert(KV::BYTES <= kSmemLimit && KQ::BYTES <= kSmemLimit,
+                "backward tiles do not fit the device's shared memory");
+  gpu::set_max_dynamic_smem(flash_bwd_dkdv_kernel<HS, KV_BR, KV_BC>, KV::BYTES);
   const dim3 grid_kv((T + KV::BC - 1) / KV::BC, B * NH);
-  flash_bwd_dkdv_kernel<HS, BC><<<grid_kv, KV::THREADS, KV::BYTES, s>>>(dqkv, dout, qkv, lse, D, T, C, NH, scale);
+  flash_bwd_dkdv_kernel<HS, KV_BR, KV_BC>
+      <<<grid_kv, KV::THREADS, KV::BYTES, s>>>(dqkv, dout, qkv, lse, D, T, C, NH, scale);
   WEFT_KERNEL_CHECK("flash_bwd_dkdv_kernel");
-  using KQ = BwdQCfg<HS>;
-  gpu::set_max_dynamic_smem(flash_bwd_dq_kernel<HS>, KQ::BYTES);
+  gpu::set_max_dynamic_smem(flash_bwd_dq_kernel<HS, Q_BR, Q_BC>, KQ::BYTES);
   const dim3 grid_q((T + KQ::BR - 1) / KQ::BR, B * NH);
-  flash_bwd_dq_kernel<HS><<<grid_q, KQ::THREADS, KQ::BYTES, s>>>(dqkv, dout, qkv, lse, D, T, C, NH, scale);
+  flash_bwd_dq_kernel<HS, Q_BR, Q_BC><<<grid_q, KQ::THREADS, KQ::BYTES, s>>>(dqkv, dout, qkv, lse, D, T, C, NH, scale);
   WEFT_KERNEL_CHECK("flash_bwd_dq_kernel");
 }
 
@@ -438,9 +492,9 @@ void flash_attention_backward(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qk
                          s>>>(scratch, dout, out, b, t, c, nh, hs);
   WEFT_KERNEL_CHECK("flash_bwd_dot_kernel");
   if (hs == 64) {
-    launch_backward<64, 64>(dqkv, dout, qkv, lse, scratch, b, t, c, nh, scale, s);
+    launch_backward<64>(dqkv, dout, qkv, lse, scratch, b, t, c, nh, scale, s);
   } else {
-    launch_backward<128, 32>(dqkv, dout, qkv, lse, scratch, b, t, c, nh, scale, s);
+    launch_backward<128>(dqkv, dout, qkv, lse, scratch, b, t, c, nh, scale, s);
   }
 }
 

@@ -7,25 +7,52 @@
 
 namespace weft::gpu {
 
+namespace {
+// The names that differ between the runtimes by more than the cuda/hip prefix.
+#if defined(WEFT_HIP)
+constexpr const char* kPrefix = "hip";
+using DeviceProp = hipDeviceProp_t;
+constexpr auto kAttrCcMajor = hipDeviceAttributeComputeCapabilityMajor;
+constexpr auto kAttrCcMinor = hipDeviceAttributeComputeCapabilityMinor;
+constexpr Error kErrorUnloading = hipErrorDeinitialized;  // the runtime is shutting down
+bool is_device_memory(const hipPointerAttribute_t& a) {
+#if HIP_VERSION_MAJOR >= 6
+  return a.type == hipMemoryTypeDevice || a.isManaged;  // ROCm 6 renamed memoryType to type
+#else
+  return a.memoryType == hipMemoryTypeDevice || a.isManaged;
+#endif
+}
+using PointerAttributes = hipPointerAttribute_t;
+#else
+constexpr const char* kPrefix = "cuda";
+using DeviceProp = cudaDeviceProp;
+constexpr auto kAttrCcMajor = cudaDevAttrComputeCapabilityMajor;
+constexpr auto kAttrCcMinor = cudaDevAttrComputeCapabilityMinor;
+constexpr Error kErrorUnloading = cudaErrorCudartUnloading;
+bool is_device_memory(const cudaPointerAttributes& a) {
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+using PointerAttributes = cudaPointerAttributes;
+#endif
+}  // namespace
+
 void throw_gpu_error(const char* lib, const char* call, const char* file, int line, const std::string& what) {
   throw RuntimeError(fmt::format("weft: {} error at {}:{}: {}: {}", lib, file, line, call, what));
 }
 
-std::string cuda_error_string(cudaError_t e) {
-  return fmt::format("{} ({})", cudaGetErrorString(e), cudaGetErrorName(e));
+std::string error_string(Error e) {
+  return fmt::format("{} ({})", WEFT_GPU_NAME(GetErrorString)(e), WEFT_GPU_NAME(GetErrorName)(e));
 }
-
-std::string cublas_error_string(cublasStatus_t s) { return cublasGetStatusString(s); }
 
 int device_count(std::string* why) {
   int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();  // clear the sticky-free error so later calls start clean
-    if (why) *why = fmt::format("cudaGetDeviceCount: {}", cuda_error_string(e));
+  const Error e = WEFT_GPU_NAME(GetDeviceCount)(&n);
+  if (e != kSuccess) {
+    (void)WEFT_GPU_NAME(GetLastError)();  // clear the sticky-free error so later calls start clean
+    if (why) *why = fmt::format("{}GetDeviceCount: {}", kPrefix, error_string(e));
     return 0;
   }
-  if (n == 0 && why) *why = "cudaGetDeviceCount: 0 devices";
+  if (n == 0 && why) *why = fmt::format("{}GetDeviceCount: 0 devices", kPrefix);
   return n;
 }
 
@@ -43,42 +70,42 @@ int local_rank_from_env() {
 int select_device(int device) {
   std::string why;
   const int n = device_count(&why);
-  if (n == 0) throw_runtime("weft: no CUDA device visible ({})", why);
+  if (n == 0) throw_runtime("weft: no {} device visible ({})", kRuntimeName, why);
   if (device < 0) device = local_rank_from_env() % n;
-  if (device >= n) throw_input("weft: CUDA device {} requested but only {} visible", device, n);
-  WEFT_CUDA_CHECK(cudaSetDevice(device));
+  if (device >= n) throw_input("weft: {} device {} requested but only {} visible", kRuntimeName, device, n);
+  WEFT_CUDA_CHECK(WEFT_GPU_NAME(SetDevice)(device));
   return device;
 }
 
 int current_device() {
   int d = 0;
-  WEFT_CUDA_CHECK(cudaGetDevice(&d));
+  WEFT_CUDA_CHECK(WEFT_GPU_NAME(GetDevice)(&d));
   return d;
 }
 
 std::string device_name(int device) {
-  cudaDeviceProp prop{};
-  WEFT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  DeviceProp prop{};
+  WEFT_CUDA_CHECK(WEFT_GPU_NAME(GetDeviceProperties)(&prop, device));
   return prop.name;
 }
 
 int device_sm(int device) {
   int major = 0, minor = 0;
-  WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  WEFT_CUDA_CHECK(WEFT_GPU_NAME(DeviceGetAttribute)(&major, kAttrCcMajor, device));
+  WEFT_CUDA_CHECK(WEFT_GPU_NAME(DeviceGetAttribute)(&minor, kAttrCcMinor, device));
   return major * 10 + minor;
 }
 
 void* device_malloc(size_t bytes) {
   if (bytes == 0) return nullptr;
   void* p = nullptr;
-  const cudaError_t e = cudaMalloc(&p, bytes);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
+  const Error e = WEFT_GPU_NAME(Malloc)(&p, bytes);
+  if (e != kSuccess) {
+    (void)WEFT_GPU_NAME(GetLastError)();
     size_t free_b = 0, total_b = 0;
-    (void)cudaMemGetInfo(&free_b, &total_b);
-    throw_runtime("weft: cudaMalloc of {} bytes ({:.1f} MiB) failed: {}; device {} has {:.1f} MiB free of {:.1f} MiB",
-                  bytes, static_cast<double>(bytes) / 1048576.0, cuda_error_string(e), current_device(),
+    (void)WEFT_GPU_NAME(MemGetInfo)(&free_b, &total_b);
+    throw_runtime("weft: {}Malloc of {} bytes ({:.1f} MiB) failed: {}; device {} has {:.1f} MiB free of {:.1f} MiB",
+                  kPrefix, bytes, static_cast<double>(bytes) / 1048576.0, error_string(e), current_device(),
                   static_cast<double>(free_b) / 1048576.0, static_cast<double>(total_b) / 1048576.0);
   }
   return p;
@@ -86,121 +113,121 @@ void* device_malloc(size_t bytes) {
 
 void device_free(void* p) noexcept {
   if (p == nullptr) return;
-  const cudaError_t e = cudaFree(p);
-  if (e != cudaSuccess && e != cudaErrorCudartUnloading) {
-    log_warn("weft: cudaFree failed: {}", cuda_error_string(e));
+  const Error e = WEFT_GPU_NAME(Free)(p);
+  if (e != kSuccess && e != kErrorUnloading) {
+    log_warn("weft: {}Free failed: {}", kPrefix, error_string(e));
   }
 }
 
 void copy_h2d(void* dst, const void* src, size_t bytes, Stream s) {
   if (bytes == 0) return;
-  WEFT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
-  WEFT_CUDA_CHECK(cudaStreamSynchronize(s));
+  WEFT_CUDA_CHECK(WEFT_GPU_NAME(MemcpyAsync)(dst, src, bytes, WEFT_GPU_NAME(MemcpyHostToDevice), s));
+  WEFT_CUDA_CHECK(WEFT_GPU_NAME(StreamSynchronize)(s));
 }
 
 void copy_d2h(void* dst, const void* src, size_t bytes, Stream s) {
   if (bytes == 0) return;
-  WEFT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
-  WEFT_CUDA_CHECK(cudaStreamSynchronize(s));
+  WEFT_CUDA_CHECK(WEFT_GPU_NAME(MemcpyAsync)(dst, src, bytes, WEFT_GPU_NAME(MemcpyDeviceToHost), s));
+  WEFT_CUDA_CHECK(WEFT_GPU_NAME(StreamSynchronize)(s));
 }
 
 void copy_d2d_async(void* dst, const void* src, size_t bytes, Stream s) {
   if (bytes == 0 || dst == src) return;
-  WEFT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
+  WEFT_CUDA_CHECK(WEFT_GPU_NAME(MemcpyAsync)(dst, src, bytes, WEFT_GPU_NAME(MemcpyDeviceToDevice), s));
 }
 
 void copy_h2d_async(void* dst, const void* src, size_t bytes, Stream s) {
   if (bytes == 0) return;
-  WEFT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
+  WEFT_CUDA_CHECK(WEFT_GPU_NAME(MemcpyAsync)(dst, src, bytes, WEFT_GPU_NAME(MemcpyHostToDevice), s));
 }
 
 void copy_d2h_async(void* dst, const void* src, size_t bytes, Stream s) {
   if (bytes == 0) return;
-  WEFT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
+  WEFT_CUDA_CHECK(WEFT_GPU_NAME(MemcpyAsync)(dst, src, bytes, WEFT_GPU_NAME(MemcpyDeviceToHost), s));
 }
 
 void memset_async(void* dst, int value, size_t bytes, Stream s) {
   if (bytes == 0) return;
-  WEFT_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, s));
+  WEFT_CUDA_CHECK(WEFT_GPU_NAME(MemsetAsync)(dst, value, bytes, s));
 }
 
 bool is_device_pointer(const void* p) {
-  cudaPointerAttributes attr{};
-  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-    (void)cudaGetLastError();
+  PointerAttributes attr{};
+  if (WEFT_GPU_NAME(PointerGetAttributes)(&attr, p) != kSuccess) {
+    (void)WEFT_GPU_NAME(GetLastError)();
     return false;
   }
-  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+  return is_device_memory(attr);
 }
 
 Stream stream_create() {
   Stream s = nullptr;
-  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  WEFT_CUDA_CHECK(WEFT_GPU_NAME(StreamCreateWithFlags)(&s, WEFT_GPU_NAME(StreamNonBlocking)));
   return s;
 }
 
 void stream_destroy(Stream s) noexcept {
-  if (s != nullptr) (void)cudaStreamDestroy(s);
+  if (s != nullptr) (void)WEFT_GPU_NAME(StreamDestroy)(s);
 }
 
-void stream_sync(Stream s) { WEFT_CUDA_CHECK(cudaStreamSynchronize(s)); }
+void stream_sync(Stream s) { WEFT_CUDA_CHECK(WEFT_GPU_NAME(StreamSynchronize)(s)); }
 
 Event event_create(bool timing) {
   Event e = nullptr;
-  WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming));
+  WEFT_CUDA_CHECK(WEFT_GPU_NAME(EventCreateWithFlags)(&e, timing ? WEFT_GPU_NAME(EventDefault) : WEFT_GPU_NAME(EventDisableTiming)));
   return e;
 }
 
 void event_destroy(Event e) noexcept {
-  if (e != nullptr) (void)cudaEventDestroy(e);
+  if (e != nullptr) (void)WEFT_GPU_NAME(EventDestroy)(e);
 }
 
-void event_record(Event e, Stream s) { WEFT_CUDA_CHECK(cudaEventRecord(e, s)); }
+void event_record(Event e, Stream s) { WEFT_CUDA_CHECK(WEFT_GPU_NAME(EventRecord)(e, s)); }
 
-void stream_wait_event(Stream s, Event e) { WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, e, 0)); }
+void stream_wait_event(Stream s, Event e) { WEFT_CUDA_CHECK(WEFT_GPU_NAME(StreamWaitEvent)(s, e, 0)); }
 
 bool event_query(Event e) {
-  const cudaError_t r = cudaEventQuery(e);
-  if (r == cudaSuccess) return true;
-  if (r == cudaErrorNotReady) return false;
-  throw_gpu_error("CUDA", "cudaEventQuery(e)", __FILE__, __LINE__, cuda_error_string(r));
+  const Error r = WEFT_GPU_NAME(EventQuery)(e);
+  if (r == kSuccess) return true;
+  if (r == WEFT_GPU_NAME(ErrorNotReady)) return false;
+  throw_gpu_error(kRuntimeName, WEFT_GPU_STR(WEFT_GPU_NAME(EventQuery)(e)), __FILE__, __LINE__, error_string(r));
 }
 
 float event_elapsed_ms(Event start, Event end) {
   float ms = 0.0f;
-  WEFT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, end));
+  WEFT_CUDA_CHECK(WEFT_GPU_NAME(EventElapsedTime)(&ms, start, end));
   return ms;
 }
 
-void device_sync() { WEFT_CUDA_CHECK(cudaDeviceSynchronize()); }
+void device_sync() { WEFT_CUDA_CHECK(WEFT_GPU_NAME(DeviceSynchronize)()); }
 
 void capture_begin(Stream s) {
-  // Thread-local mode: only this thread's unsafe calls (cudaMalloc, synchronisations) break
+  // Thread-local mode: only this thread's unsafe calls (allocations, synchronisations) break
   // the capture; other threads are not affected.
-  WEFT_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  WEFT_CUDA_CHECK(WEFT_GPU_NAME(StreamBeginCapture)(s, WEFT_GPU_NAME(StreamCaptureModeThreadLocal)));
 }
 
 GraphExec capture_end(Stream s, std::string* why) noexcept {
-  cudaGraph_t graph = nullptr;
-  cudaError_t e = cudaStreamEndCapture(s, &graph);
+  WEFT_GPU_NAME(Graph_t) graph = nullptr;
+  Error e = WEFT_GPU_NAME(StreamEndCapture)(s, &graph);
   GraphExec exec = nullptr;
-  if (e == cudaSuccess && graph != nullptr) {
-    e = cudaGraphInstantiate(&exec, graph, 0);
-    if (e != cudaSuccess) exec = nullptr;
+  if (e == kSuccess && graph != nullptr) {
+    e = WEFT_GPU_NAME(GraphInstantiateWithFlags)(&exec, graph, 0);
+    if (e != kSuccess) exec = nullptr;
   }
-  if (graph != nullptr) (void)cudaGraphDestroy(graph);
-  if (e != cudaSuccess || exec == nullptr) {
-    if (why) *why = cuda_error_string(e == cudaSuccess ? cudaErrorUnknown : e);
-    (void)cudaGetLastError();  // capture errors are not sticky: clear them
+  if (graph != nullptr) (void)WEFT_GPU_NAME(GraphDestroy)(graph);
+  if (e != kSuccess || exec == nullptr) {
+    if (why) *why = error_string(e == kSuccess ? WEFT_GPU_NAME(ErrorUnknown) : e);
+    (void)WEFT_GPU_NAME(GetLastError)();  // capture errors are not sticky: clear them
     return nullptr;
   }
   return exec;
 }
 
-void graph_launch(GraphExec g, Stream s) { WEFT_CUDA_CHECK(cudaGraphLaunch(g, s)); }
+void graph_launch(GraphExec g, Stream s) { WEFT_CUDA_CHECK(WEFT_GPU_NAME(GraphLaunch)(g, s)); }
 
 void graph_destroy(GraphExec g) noexcept {
-  if (g != nullptr) (void)cudaGraphExecDestroy(g);
+  if (g != nullptr) (void)WEFT_GPU_NAME(GraphExecDestroy)(g);
 }
 
 }  // namespace weft::gpu

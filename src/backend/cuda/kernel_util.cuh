@@ -8,10 +8,10 @@
 namespace weft::cuda::kern {
 
 __device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(gpu::bf16_t x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f(gpu::bf16_t x) { return gpu::bf16_to_float(x); }
 template <typename T> __device__ __forceinline__ T from_f(float x);
 template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ gpu::bf16_t from_f<gpu::bf16_t>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ gpu::bf16_t from_f<gpu::bf16_t>(float x) { return gpu::float_to_bf16(x); }
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -29,7 +29,8 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// Block-wide reductions for blockDim.x a multiple of the warp size, at most 1024 threads.
+// Block-wide reductions for blockDim.x a multiple of the warp size, at most 1024 threads
+// (32 warps of 32 lanes, or 16 wavefronts of 64: part[] holds one value per warp either way).
 // Every thread gets the result. Contains __syncthreads: call from all threads.
 template <typename V, typename Op>
 __device__ __forceinline__ V block_reduce(V v, Op op, V identity) {

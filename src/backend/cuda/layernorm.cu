@@ -24,7 +24,7 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, T* re
     T* r = residual + row * C;
     const T* y = b + row * C;
     for (int c = lane; c < C; c += gpu::kWarpSize) r[c] = from_f<T>(to_f(x[c]) + to_f(y[c]));
-    __syncwarp();
+    gpu::sync_warp();
     x = r;
   }
   float s = 0.0f;
