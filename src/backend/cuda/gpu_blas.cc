@@ -113,7 +113,7 @@ struct Blas::State {
   Stream stream = nullptr;
   WEFT_BLAS(Handle_t) blas = nullptr;
   WEFT_BLASLT(Handle_t) lt = nullptr;
-  DeviceBuffer<uint8_t> workspace{0, MemCategory::kWorkspace};
+  cuda::DeviceBuffer<uint8_t> workspace{0, MemCategory::kWorkspace};
   bool tf32_warned = false;
   // The Lt heuristic's choice per call shape (key: everything that changes its answer).
   using AlgoKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int,
