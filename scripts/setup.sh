@@ -17,6 +17,7 @@ PKGS=(
   python3 python3-torch python3-numpy
   fortunes fortunes-min
   gnuplot-nox
+  hipcc libamdhip64-dev librocprim-dev
 )
 # Node.js (with npm) is on most machines already, sometimes from another repository that
 # bundles npm; install Debian's only where it is missing.
