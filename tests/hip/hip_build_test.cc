@@ -95,7 +95,9 @@ TEST_F(HipDevice, Bf16ConversionRoundsToNearestEven) {
 std::vector<float> attention_host(const std::vector<bf16>& qkv, int T, int C, int NH, int h) {
   const int hs = C / NH;
   std::vector<float> out(static_cast<size_t>(T) * hs);
-  auto at = [&](int t, int part, int d) { return bf16_to_float(qkv[static_cast<size_t>(t) * 3 * C + part * C + h * hs + d]); };
+  auto at = [&](int t, int part, int d) {
+    return bf16_to_float(qkv[static_cast<size_t>(t) * 3 * C + part * C + h * hs + d]);
+  };
   for (int i = 0; i < T; ++i) {
     std::vector<double> p(i + 1);
     double m = -INFINITY, sum = 0;

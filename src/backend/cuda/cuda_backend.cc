@@ -16,6 +16,9 @@
 
 namespace weft::cuda {
 
+using gpu::BlasEpilogue;
+using gpu::MatType;
+
 namespace {
 
 gpu::bf16_t* dev(bf16* p) { return reinterpret_cast<gpu::bf16_t*>(p); }
@@ -129,9 +132,7 @@ void CudaBackend::copy_device(void* dst, size_t dst_offset, const void* src, siz
 }
 bool CudaBackend::is_device_memory(const void* p) const { return gpu::is_device_pointer(p); }
 
-void CudaBackend::set_tf32(bool on) {
-  st_->blas->set_tf32(on);
-}
+void CudaBackend::set_tf32(bool on) { st_->blas->set_tf32(on); }
 
 // ------------------------------------------------------------------------------------------
 // fp32 interface
@@ -141,8 +142,8 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
   st_->blas->sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
 }
 
-void CudaBackend::matmul_forward(float* out, const float* inp, const float* w, const float* bias, int64_t N,
-                                 int64_t IN, int64_t OUT, bool accumulate) {
+void CudaBackend::matmul_forward(float* out, const float* inp, const float* w, const float* bias, int64_t N, int64_t IN,
+                                 int64_t OUT, bool accumulate) {
   float beta = accumulate ? 1.0f : 0.0f;
   if (bias) {
     kern::add_bias<float>(out, accumulate ? out : nullptr, bias, N, OUT, st_->stream);
@@ -218,7 +219,8 @@ void CudaBackend::attention_forward(float* out, float* att, const float* qkv, in
   kern::causal_softmax_rows(att, B * NH, T, 1.0f, st_->stream);
   for (int64_t b = 0; b < B; ++b) {
     const float* v = qkv + b * T * C3 + 2 * C;
-    st_->blas->sgemm(false, false, T, hs, T, 1.0f, att + b * NH * TT, T, TT, v, C3, hs, 0.0f, out + b * T * C, C, hs, NH);
+    st_->blas->sgemm(false, false, T, hs, T, 1.0f, att + b * NH * TT, T, TT, v, C3, hs, 0.0f, out + b * T * C, C, hs,
+                     NH);
   }
 }
 
@@ -304,14 +306,14 @@ void CudaBackend::to_f32(float* dst, const bf16* src, int64_t n) { kern::convert
 
 void CudaBackend::gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
                             int64_t lda, const bf16* B, int64_t ldb, float beta, bf16* C, int64_t ldc) {
-  st_->blas->lt_matmul(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, gpu::MatType::kBf16, gpu::Epilogue::kNone,
-                 nullptr, nullptr, 0);
+  st_->blas->lt_matmul(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, MatType::kBf16,
+                       BlasEpilogue::kNone, nullptr, nullptr, 0);
 }
 
 void CudaBackend::gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
                             int64_t lda, const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  st_->blas->lt_matmul(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, gpu::MatType::kF32, gpu::Epilogue::kNone,
-                 nullptr, nullptr, 0);
+  st_->blas->lt_matmul(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, MatType::kF32,
+                       BlasEpilogue::kNone, nullptr, nullptr, 0);
 }
 
 void CudaBackend::matmul_forward_bf16(bf16* out, bf16* pre_gelu, const bf16* inp, const bf16* w, const bf16* bias,
@@ -319,25 +321,25 @@ void CudaBackend::matmul_forward_bf16(bf16* out, bf16* pre_gelu, const bf16* inp
   const float beta = accumulate ? 1.0f : 0.0f;
   switch (ep) {
     case Epilogue::kNone:
-      st_->blas->lt_matmul(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, beta, out, OUT, gpu::MatType::kBf16,
-                     gpu::Epilogue::kNone, nullptr, nullptr, 0);
+      st_->blas->lt_matmul(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, beta, out, OUT, MatType::kBf16,
+                           BlasEpilogue::kNone, nullptr, nullptr, 0);
       return;
     case Epilogue::kBias:
       WEFT_CHECK(bias != nullptr, "matmul_forward_bf16: Epilogue::kBias without a bias");
-      if (!st_->blas->lt_matmul(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, beta, out, OUT, gpu::MatType::kBf16,
-                          gpu::Epilogue::kBias, bias, nullptr, 0)) {
-        st_->blas->lt_matmul(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, beta, out, OUT, gpu::MatType::kBf16,
-                       gpu::Epilogue::kNone, nullptr, nullptr, 0);
+      if (!st_->blas->lt_matmul(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, beta, out, OUT, MatType::kBf16,
+                                BlasEpilogue::kBias, bias, nullptr, 0)) {
+        st_->blas->lt_matmul(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, beta, out, OUT, MatType::kBf16,
+                             BlasEpilogue::kNone, nullptr, nullptr, 0);
         kern::add_bias(dev(out), dev(out), dev(bias), N, OUT, st_->stream);
       }
       return;
     case Epilogue::kGeluBias:
       WEFT_CHECK(bias != nullptr && pre_gelu != nullptr && !accumulate,
                  "matmul_forward_bf16: Epilogue::kGeluBias needs bias and pre_gelu and no accumulate");
-      if (!st_->blas->lt_matmul(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, 0.0f, out, OUT, gpu::MatType::kBf16,
-                          gpu::Epilogue::kGeluAuxBias, bias, pre_gelu, OUT)) {
-        st_->blas->lt_matmul(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, 0.0f, pre_gelu, OUT, gpu::MatType::kBf16,
-                       gpu::Epilogue::kNone, nullptr, nullptr, 0);
+      if (!st_->blas->lt_matmul(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, 0.0f, out, OUT, MatType::kBf16,
+                                BlasEpilogue::kGeluAuxBias, bias, pre_gelu, OUT)) {
+        st_->blas->lt_matmul(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, 0.0f, pre_gelu, OUT, MatType::kBf16,
+                             BlasEpilogue::kNone, nullptr, nullptr, 0);
         kern::add_bias(dev(pre_gelu), dev(pre_gelu), dev(bias), N, OUT, st_->stream);
         kern::gelu_forward(dev(out), dev(pre_gelu), N * OUT, st_->stream);
       }
@@ -349,18 +351,18 @@ void CudaBackend::matmul_backward_bf16(bf16* dinp, float* dw, float* dbias, cons
                                        const bf16* w, int64_t N, int64_t IN, int64_t OUT, const bf16* pre_gelu) {
   if (dinp) {
     // dinp (N,IN) = dout (N,OUT) w^T [* gelu'(pre_gelu)]
-    const bool fused = pre_gelu != nullptr &&
-                       st_->blas->lt_matmul(false, true, N, IN, OUT, 1.0f, dout, OUT, w, OUT, 0.0f, dinp, IN, gpu::MatType::kBf16,
-                                      gpu::Epilogue::kDGelu, nullptr, pre_gelu, IN);
+    const bool fused =
+        pre_gelu != nullptr && st_->blas->lt_matmul(false, true, N, IN, OUT, 1.0f, dout, OUT, w, OUT, 0.0f, dinp, IN,
+                                                    MatType::kBf16, BlasEpilogue::kDGelu, nullptr, pre_gelu, IN);
     if (!fused) {
-      st_->blas->lt_matmul(false, true, N, IN, OUT, 1.0f, dout, OUT, w, OUT, 0.0f, dinp, IN, gpu::MatType::kBf16,
-                     gpu::Epilogue::kNone, nullptr, nullptr, 0);
+      st_->blas->lt_matmul(false, true, N, IN, OUT, 1.0f, dout, OUT, w, OUT, 0.0f, dinp, IN, MatType::kBf16,
+                           BlasEpilogue::kNone, nullptr, nullptr, 0);
       if (pre_gelu) kern::gelu_backward(dev(dinp), dev(pre_gelu), dev(dinp), N * IN, st_->stream);
     }
   }
   // dw (IN,OUT) += inp^T dout, fp32 C
-  st_->blas->lt_matmul(true, false, IN, OUT, N, 1.0f, inp, IN, dout, OUT, 1.0f, dw, OUT, gpu::MatType::kF32,
-                 gpu::Epilogue::kNone, nullptr, nullptr, 0);
+  st_->blas->lt_matmul(true, false, IN, OUT, N, 1.0f, inp, IN, dout, OUT, 1.0f, dw, OUT, MatType::kF32,
+                       BlasEpilogue::kNone, nullptr, nullptr, 0);
   if (dbias) {
     float* scratch = st_->scratch_of<float>(kern::column_sum_scratch(N, OUT));
     kern::column_sum_accumulate(dbias, dev(dout), N, OUT, scratch, st_->stream);
@@ -504,8 +506,8 @@ void CudaBackend::matmul_gelu_forward(float* out, float* pre, const float* inp, 
                                       int64_t N, int64_t IN, int64_t OUT, Precision p) {
   // pre = inp @ w + bias (the aux output), out = gelu(pre): GELU_AUX_BIAS.
   if (p == Precision::kFp32 && bias != nullptr && lt_aux_ok(OUT, pre) &&
-      st_->blas->lt_matmul(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, 0.0f, out, OUT, gpu::MatType::kF32,
-                     gpu::Epilogue::kGeluAuxBias, bias, pre, OUT, gpu::MatType::kF32)) {
+      st_->blas->lt_matmul(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, 0.0f, out, OUT, MatType::kF32,
+                           BlasEpilogue::kGeluAuxBias, bias, pre, OUT, MatType::kF32)) {
     return;
   }
   Backend::matmul_gelu_forward(out, pre, inp, w, bias, N, IN, OUT, p);
@@ -517,8 +519,8 @@ void CudaBackend::matmul_gelu_backward(float* dinp, float* dw, float* dbias, con
   WEFT_CHECK(dinp != nullptr, "matmul_gelu_backward needs dinp");
   // dinp = (dout @ w^T) * gelu'(pre): the DGELU epilogue; then dw, dbias as matmul_backward.
   const bool fused = p == Precision::kFp32 && lt_aux_ok(IN, pre) &&
-                     st_->blas->lt_matmul(false, true, N, IN, OUT, 1.0f, dout, OUT, w, OUT, 0.0f, dinp, IN, gpu::MatType::kF32,
-                                    gpu::Epilogue::kDGelu, nullptr, pre, IN, gpu::MatType::kF32);
+                     st_->blas->lt_matmul(false, true, N, IN, OUT, 1.0f, dout, OUT, w, OUT, 0.0f, dinp, IN,
+                                          MatType::kF32, BlasEpilogue::kDGelu, nullptr, pre, IN, MatType::kF32);
   if (!fused) {
     Backend::matmul_gelu_backward(dinp, dw, dbias, dout, inp, w, pre, N, IN, OUT, p);
     return;

@@ -1,5 +1,5 @@
 // bf16 on the host side of the CUDA backend: the host value type of core/dtype.h (2 bytes,
-// bit-identical to the device's __nv_bfloat16 and HIP's __hip_bfloat16), so that model code
+// bit-identical to the device's __nv_bfloat16 and HIP's hip_bfloat16), so that model code
 // compiled without nvcc can hold, copy and convert bf16 buffers. Conversion rounds to nearest
 // even, NaN stays NaN (quiet), as the device's __float2bfloat16_rn does.
 #pragma once

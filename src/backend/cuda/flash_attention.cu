@@ -3,10 +3,10 @@
 // WMMA on NVIDIA, MFMA on AMD; bf16 in, fp32 accumulation); softmax statistics in fp32.
 //
 // Forward, one block per (query tile of BR rows, b*NH + h), BR / 16 warps, each owning 16
-// query rows (BR = 64 on NVIDIA: 4 warps): for every key tile up to the diagonal, S = Q K^T (fp32, shared memory), online
-// softmax on the warp's rows (running max m and sum l, rescaling the fp32 O accumulator),
-// P rounded to bf16, O += P V. At the end O / l is written and lse = m + log l kept (fp32,
-// (B,NH,T)) for the backward pass.
+// query rows (BR = 64 on NVIDIA: 4 warps): for every key tile up to the diagonal, S = Q K^T
+// (fp32, shared memory), online softmax on the warp's rows (running max m and sum l,
+// rescaling the fp32 O accumulator), P rounded to bf16, O += P V. At the end O / l is written
+// and lse = m + log l kept (fp32, (B,NH,T)) for the backward pass.
 //
 // Backward, deterministic (no atomics), in three kernels:
 //   D = rowsum(dO * O)                                    one warp per row

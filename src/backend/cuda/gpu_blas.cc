@@ -73,12 +73,12 @@ uint32_t alignment_of(const void* p) {
 
 DataType data_type(MatType t) { return t == MatType::kF32 ? kR32F : kR16BF; }
 
-LtEpilogue lt_epilogue(Epilogue ep) {
+LtEpilogue lt_epilogue(BlasEpilogue ep) {
   switch (ep) {
-    case Epilogue::kBias: return WEFT_BLASLT_ENUM(EPILOGUE_BIAS);
-    case Epilogue::kGeluAuxBias: return WEFT_BLASLT_ENUM(EPILOGUE_GELU_AUX_BIAS);
-    case Epilogue::kDGelu: return WEFT_BLASLT_ENUM(EPILOGUE_DGELU);
-    case Epilogue::kNone: break;
+    case BlasEpilogue::kBias: return WEFT_BLASLT_ENUM(EPILOGUE_BIAS);
+    case BlasEpilogue::kGeluAuxBias: return WEFT_BLASLT_ENUM(EPILOGUE_GELU_AUX_BIAS);
+    case BlasEpilogue::kDGelu: return WEFT_BLASLT_ENUM(EPILOGUE_DGELU);
+    case BlasEpilogue::kNone: break;
   }
   return WEFT_BLASLT_ENUM(EPILOGUE_DEFAULT);
 }
@@ -99,12 +99,12 @@ struct LtDescs {
 
 }  // namespace
 
-const char* epilogue_name(Epilogue ep) {
+const char* epilogue_name(BlasEpilogue ep) {
   switch (ep) {
-    case Epilogue::kNone: return "none";
-    case Epilogue::kBias: return "bias";
-    case Epilogue::kGeluAuxBias: return "gelu_aux_bias";
-    case Epilogue::kDGelu: return "dgelu";
+    case BlasEpilogue::kNone: return "none";
+    case BlasEpilogue::kBias: return "bias";
+    case BlasEpilogue::kGeluAuxBias: return "gelu_aux_bias";
+    case BlasEpilogue::kDGelu: return "dgelu";
   }
   return "other";
 }
@@ -233,7 +233,7 @@ bool Blas::State::find_algo(LtDescs& d, const AlgoKey& key, WEFT_BLASLT(MatmulAl
 }
 
 bool Blas::lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void* A, int64_t lda,
-                     const void* B, int64_t ldb, float beta, void* C, int64_t ldc, MatType c, Epilogue ep,
+                     const void* B, int64_t ldb, float beta, void* C, int64_t ldc, MatType c, BlasEpilogue ep,
                      const void* bias, const void* aux, int64_t ldaux, MatType ab) {
   if (M == 0 || N == 0) return true;
   const DataType ctype = data_type(c), abtype = data_type(ab);
@@ -244,8 +244,9 @@ bool Blas::lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float al
                            static_cast<int>(lep), alignment_of(B), alignment_of(A), alignment_of(C), beta != 0.0f};
   WEFT_BLASLT(MatmulAlgo_t) algo{};
   if (!st_->find_algo(d, key, &algo, epilogue_name(ep), M, N, K)) {
-    WEFT_CHECK(ep != Epilogue::kNone, "{}Lt has no algorithm for a plain {} product M={} N={} K={} lda={} ldb={} ldc={}",
-               kBlasName, ab == MatType::kF32 ? "fp32" : "bf16", M, N, K, lda, ldb, ldc);
+    WEFT_CHECK(ep != BlasEpilogue::kNone,
+               "{}Lt has no algorithm for a plain {} product M={} N={} K={} lda={} ldb={} ldc={}", kBlasName,
+               ab == MatType::kF32 ? "fp32" : "bf16", M, N, K, lda, ldb, ldc);
     return false;
   }
   WEFT_BLAS_CHECK(WEFT_BLASLT(Matmul)(st_->lt, d.op, &alpha, B, d.a, A, d.b, &beta, C, d.c, C, d.c, &algo,

@@ -13,8 +13,8 @@
 namespace weft::gpu {
 
 enum class MatType { kF32, kBf16 };
-enum class Epilogue { kNone, kBias, kGeluAuxBias, kDGelu };
-const char* epilogue_name(Epilogue ep);  // "none", "bias", "gelu_aux_bias", "dgelu"
+enum class BlasEpilogue { kNone, kBias, kGeluAuxBias, kDGelu };
+const char* epilogue_name(BlasEpilogue ep);  // "none", "bias", "gelu_aux_bias", "dgelu"
 
 class Blas {
  public:
@@ -39,7 +39,7 @@ class Blas {
   // when the library has no algorithm for this epilogue and shape, so that the caller can run
   // separate kernels; a plain product without an algorithm is an error.
   bool lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void* A, int64_t lda,
-                 const void* B, int64_t ldb, float beta, void* C, int64_t ldc, MatType c, Epilogue ep,
+                 const void* B, int64_t ldb, float beta, void* C, int64_t ldc, MatType c, BlasEpilogue ep,
                  const void* bias, const void* aux, int64_t ldaux, MatType ab = MatType::kBf16);
 
  private:

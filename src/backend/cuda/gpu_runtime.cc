@@ -174,7 +174,8 @@ void stream_sync(Stream s) { WEFT_CUDA_CHECK(WEFT_GPU_NAME(StreamSynchronize)(s)
 
 Event event_create(bool timing) {
   Event e = nullptr;
-  WEFT_CUDA_CHECK(WEFT_GPU_NAME(EventCreateWithFlags)(&e, timing ? WEFT_GPU_NAME(EventDefault) : WEFT_GPU_NAME(EventDisableTiming)));
+  const unsigned flags = timing ? WEFT_GPU_NAME(EventDefault) : WEFT_GPU_NAME(EventDisableTiming);
+  WEFT_CUDA_CHECK(WEFT_GPU_NAME(EventCreateWithFlags)(&e, flags));
   return e;
 }
 

@@ -61,7 +61,9 @@ namespace weft::gpu {
 
 #if defined(WEFT_HIP)
 constexpr const char* kRuntimeName = "HIP";
-using bf16_t = hip_bfloat16;  // 2 bytes (member `data`), bit-identical to weft::cuda::bf16
+// 2 bytes (member `data`), bit-identical to weft::cuda::bf16. hipcc translation units see ROCm's
+// C++ struct, g++ ones the same-named C struct of the same header (as rocBLAS's host code does).
+using bf16_t = hip_bfloat16;
 #else
 constexpr const char* kRuntimeName = "CUDA";
 using bf16_t = __nv_bfloat16;  // 2 bytes, bit-identical to weft::cuda::bf16
@@ -101,7 +103,9 @@ __device__ __forceinline__ void sync_warp() {
   __builtin_amdgcn_wave_barrier();
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
 }
-__device__ __forceinline__ float bf16_to_float(bf16_t x) { return __uint_as_float(static_cast<uint32_t>(x.data) << 16); }
+__device__ __forceinline__ float bf16_to_float(bf16_t x) {
+  return __uint_as_float(static_cast<uint32_t>(x.data) << 16);
+}
 // Round to nearest even; NaN becomes the canonical quiet NaN 0x7fff: bit for bit what CUDA's
 // __float2bfloat16_rn gives (cvt.rn.bf16.f32), so both vendors store the same bf16 values.
 __device__ __forceinline__ bf16_t float_to_bf16(float f) {
