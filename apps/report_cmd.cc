@@ -15,7 +15,8 @@ namespace weft {
 int cmd_report(CLI::App& app, int argc, char** argv, Communicator& world) {
   std::vector<std::string> runs;
   std::string out;
-  app.add_option("runs", runs, "run folder, and optionally a second one to compare with it (B against A)")
+  app.description("A Markdown summary (report.md) and PNG plots of a run trained with --trace true; with two runs, B overlaid on A");
+  app.add_option("RUN_DIR", runs, "run folder, and optionally a second one to compare with it (B against A)")
       ->required()
       ->expected(1, 2);
   app.add_option("--out", out, "output folder (default: RUN/report, or RUN_A/compare-NAME_B for two runs)");

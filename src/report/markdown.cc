@@ -177,7 +177,8 @@ std::string pipeline_section(const std::vector<const Run*>& runs, const PlotFile
       continue;
     }
     const PipelineSummary& p = *r->pipeline;
-    s += fmt::format("Schedule {}, {} stages, {} virtual stage(s), {} micro-batches; mean per step over {} step(s). "
+    s += fmt::format("Schedule {}, {} stages, {} virtual stage(s), {} micro-batches; mean per step over {} step(s) "
+                     "(idle = the stage's span - busy; it includes the p2p wait). "
                      "Bubble measured (p x longest span - sum busy) / sum busy = {:.3f}, predicted (p-1)/(v m) = {:.3f}.\n\n",
                      p.schedule, p.stages, p.virtual_stages, p.micro_batches, p.steps_averaged, p.bubble_fraction,
                      p.bubble_predicted);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -15,11 +16,21 @@ std::string series_title(const std::vector<const Run*>& runs, size_t r, const st
   return runs.size() == 1 ? what : runs[r]->label + ": " + what;
 }
 
-// A string column of a datablock: in double quotes (gnuplot's data files know no other), so a
-// label may hold spaces but not a double quote.
-std::string data_string(std::string s) {
+// Text for inside a double-quoted gnuplot string (titles that hold a line break, datablock
+// labels): without the characters that would end or escape it.
+std::string plain(std::string s) {
   std::replace(s.begin(), s.end(), '"', '\'');
-  return "\"" + s + "\"";
+  std::replace(s.begin(), s.end(), '\\', '/');
+  return s;
+}
+
+// A string column of a datablock: in double quotes (gnuplot's data files know no other), so a
+// label may hold spaces.
+std::string data_string(const std::string& s) {
+  std::string out(1, '"');  // (not "\"" + ...: GCC 12 warns falsely on that form, -Wrestrict)
+  out += plain(s);
+  out += '"';
+  return out;
 }
 
 std::string plot_command(const std::vector<std::string>& parts) {
@@ -39,18 +50,23 @@ std::string loss_script(const Gnuplot& gp, const std::vector<const Run*>& runs) 
   std::string s = script_header(gp, "loss", 960, 540);
   s += "set title 'Training and validation loss'\nset xlabel 'tokens trained'\n"
        "set ylabel 'loss (nats per token)'\nset format x '%.1s%c'\n";
+  // The second run is drawn thinner and dashed, with open markers: runs of two layouts that
+  // follow the same curve (layout invariance) both stay visible.
+  static const char* const kTrainStyle[] = {"lw 3", "lw 1.5 dt (6,4)"};
+  static const char* const kValStyle[] = {"pt 7 ps 1.4 lw 1.5 dt 2", "pt 6 ps 2.0 lw 1 dt 3"};
   std::vector<std::string> parts;
   for (size_t r = 0; r < runs.size(); ++r) {
     std::vector<std::string> train, val;
     for (const StepPoint& p : runs[r]->steps) train.push_back(fmt::format("{} {:.9g}", p.tokens, p.loss));
     for (const ValPoint& v : runs[r]->vals) val.push_back(fmt::format("{} {:.9g}", v.tokens, v.val_loss));
+    const int c = static_cast<int>(r);
     s += datablock(fmt::format("train{}", r), train);
-    parts.push_back(fmt::format("$train{} using 1:2 with lines lw 2 lc rgb '{}' title {}", r,
-                                series_colour(static_cast<int>(r), 0), quoted(series_title(runs, r, "training"))));
+    parts.push_back(fmt::format("$train{} using 1:2 with lines {} lc rgb '{}' title {}", r, kTrainStyle[c],
+                                series_colour(c, 0), quoted(series_title(runs, r, "training"))));
     if (val.empty()) continue;
     s += datablock(fmt::format("val{}", r), val);
-    parts.push_back(fmt::format("$val{} using 1:2 with linespoints pt 7 ps 1.2 lw 1.5 dt 2 lc rgb '{}' title {}", r,
-                                series_colour(static_cast<int>(r), 1), quoted(series_title(runs, r, "validation"))));
+    parts.push_back(fmt::format("$val{} using 1:2 with linespoints {} lc rgb '{}' title {}", r, kValStyle[c],
+                                series_colour(c, 1), quoted(series_title(runs, r, "validation"))));
   }
   return s + plot_command(parts);
 }
@@ -176,7 +192,7 @@ std::string pipeline_title(const std::vector<const Run*>& runs) {
     if (!run->pipeline) continue;
     const PipelineSummary& p = *run->pipeline;
     t += fmt::format("\\n{}{}, p {}, v {}, m {}: bubble measured {:.2f}, predicted (p-1)/(v m) {:.2f}",
-                     runs.size() > 1 ? run->label + ": " : "", p.schedule, p.stages, p.virtual_stages, p.micro_batches,
+                     runs.size() > 1 ? plain(run->label) + ": " : "", p.schedule, p.stages, p.virtual_stages, p.micro_batches,
                      p.bubble_fraction, p.bubble_predicted);
   }
   return t;
@@ -203,6 +219,7 @@ struct CommSeries {
   std::string title;
   int run = 0, shade = 0;  // colour: series_colour(run, shade)
   std::vector<std::string> rows;
+  std::vector<std::pair<size_t, double>> bars;  // (axis index, x) of each row
 };
 
 std::vector<CommSeries> comm_series(const std::vector<const Run*>& runs, const std::vector<std::string>& axes,
@@ -218,10 +235,11 @@ std::vector<CommSeries> comm_series(const std::vector<const Run*>& runs, const s
   for (size_t k = 0; k < keys.size(); ++k) {
     const auto& [r, level] = keys[k];
     const int shade = static_cast<int>(std::count_if(keys.begin(), keys.begin() + k, [&](const auto& o) { return o.first == r; }));
-    CommSeries s{series_title(runs, r, level), static_cast<int>(r), shade, {}};
+    CommSeries s{series_title(runs, r, level), static_cast<int>(r), shade, {}, {}};
     for (size_t a = 0; a < axes.size(); ++a) {
       for (const CommAxisLevel& e : runs[r]->comm.by_axis_level) {
         if (e.axis != axes[a] || e.level != level) continue;
+        s.bars.emplace_back(a, a * width + k);
         s.rows.push_back(fmt::format("{:.3f} {:.6g} {}", a * width + k, e.bytes / scale,
                                      e.model_bytes ? fmt::format("{:.6g}", *e.model_bytes / scale) : "NaN"));
       }
@@ -229,6 +247,30 @@ std::vector<CommSeries> comm_series(const std::vector<const Run*>& runs, const s
     out.push_back(std::move(s));
   }
   return out;
+}
+
+// An axis's name under the middle of its bars.
+std::string comm_xtics(const std::vector<std::string>& axes, const std::vector<CommSeries>& series) {
+  std::string s = "set xtics (";
+  for (size_t a = 0; a < axes.size(); ++a) {
+    double sum = 0;
+    int n = 0;
+    for (const CommSeries& c : series) {
+      for (const auto& [axis, x] : c.bars) {
+        if (axis == a) sum += x, ++n;
+      }
+    }
+    s += fmt::format("{}{} {:.3f}", a ? ", " : "", quoted(axes[a]), n ? sum / n : 0.0);
+  }
+  return s + ")\n";
+}
+
+// The y axis of the communication plot: log scale when the axes differ by orders of magnitude
+// (tp's activations against pp's small messages), from a decade below the smallest bar.
+std::string comm_y_axis(double min_b, double max_b, const ByteUnit& unit) {
+  if (min_b <= 0 || max_b / min_b <= 100) return fmt::format("set ylabel 'bytes ({})'\nset yrange [0:*]\n", unit.name);
+  const double bottom = std::pow(10.0, std::floor(std::log10(min_b / unit.scale / 2)));
+  return fmt::format("set ylabel 'bytes ({}, log scale)'\nset logscale y\nset yrange [{:.3g}:*]\n", unit.name, bottom);
 }
 
 }  // namespace
@@ -246,18 +288,10 @@ std::string comm_script(const Gnuplot& gp, const std::vector<const Run*>& runs) 
   const std::vector<std::string> axes(axis_set.begin(), axis_set.end());
   const ByteUnit unit = byte_unit(max_b);
   const std::vector<CommSeries> series = comm_series(runs, axes, unit.scale);
-  const double width = static_cast<double>(series.size()) + 1.0;
-  // Axes differ by orders of magnitude (tp activations against pp's small messages): log scale.
-  const bool log = min_b > 0 && max_b / min_b > 100;
   std::string s = script_header(gp, "communication", 960, 540);
-  s += fmt::format("set title 'Communication of the job by axis and link level (traced steps; points: analytic model)'\n"
-                   "set ylabel 'bytes ({}{})'\nset xlabel 'axis'\nset grid noxtics\nset style fill solid 0.9 border rgb '#404040'\n"
-                   "set boxwidth 0.9\n{}\nset xtics (",
-                   unit.name, log ? ", log scale" : "", log ? "set logscale y" : "set yrange [0:*]");
-  for (size_t a = 0; a < axes.size(); ++a) {
-    s += fmt::format("{}{} {:.3f}", a ? ", " : "", quoted(axes[a]), a * width + (series.size() - 1) / 2.0);
-  }
-  s += ")\n";
+  s += "set title 'Communication of the job by axis and link level (traced steps; points: analytic model)'\n"
+       "set xlabel 'axis'\nset grid noxtics\nset style fill solid 0.9 border rgb '#404040'\nset boxwidth 0.9\n";
+  s += comm_y_axis(min_b, max_b, unit) + comm_xtics(axes, series);
   std::vector<std::string> parts;
   for (size_t k = 0; k < series.size(); ++k) {
     s += datablock(fmt::format("comm{}", k), series[k].rows);

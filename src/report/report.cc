@@ -26,9 +26,16 @@ void label_runs(std::vector<Run>& runs) {
   }
 }
 
+// "runs/x/" -> "x".
+std::string folder_name(const std::string& dir) {
+  fs::path p = fs::path(dir).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();
+  return p.filename().string();
+}
+
 std::string default_out(const std::vector<Run>& runs) {
   if (runs.size() == 1) return (fs::path(runs[0].dir) / "report").string();
-  return (fs::path(runs[0].dir) / ("compare-" + fs::path(runs[1].dir).lexically_normal().filename().string())).string();
+  return (fs::path(runs[0].dir) / ("compare-" + folder_name(runs[1].dir))).string();
 }
 
 // Moves every file of `from` into `to` (created if needed), replacing files of the same name.
