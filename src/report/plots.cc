@@ -204,7 +204,7 @@ std::string pipeline_script(const Gnuplot& gp, const std::vector<const Run*>& ru
   std::string s = script_header(gp, "pipeline", 900, 540);
   s += datablock("pipe", pipeline_rows(runs));
   s += "set title \"Pipeline: time of each stage, mean per step" + pipeline_title(runs) + "\"\n";
-  s += "set ylabel 'time per step (ms)'\nset yrange [0:*]\nset grid noxtics\n"
+  s += "set ylabel 'time per step (ms)'\nset yrange [0:*]\nset grid noxtics\nset key below horizontal\n"
        "set style fill solid 0.9 border rgb '#404040'\nset boxwidth 0.7\n";
   s += plot_command({"$pipe using 1:5:xtic(2) with boxes lc rgb '#d9d9d9' title 'idle, other (bubble)'",
                      "$pipe using 1:4 with boxes lc rgb '#f4a261' title 'idle, blocked on a receive (p2p wait)'",
