@@ -187,6 +187,19 @@ std::string pipeline_section(const std::vector<const Run*>& runs, const PlotFile
   return s;
 }
 
+// The share of calls (and of bytes) in messages under 64 KiB: the small, latency-bound ones.
+std::string small_messages(const CommReport& c) {
+  int64_t calls = 0, small_calls = 0, bytes = 0, small_bytes = 0;
+  for (const CommRow& r : c.rows) {
+    calls += r.count;
+    bytes += r.total_bytes;
+    if (r.bytes < 65536) small_calls += r.count, small_bytes += r.total_bytes;
+  }
+  if (calls == 0) return "No calls.";
+  return fmt::format("{} calls, {:.1f}% of them under 64 KiB, carrying {:.2f}% of the bytes.", calls,
+                     100.0 * small_calls / calls, bytes > 0 ? 100.0 * small_bytes / bytes : 0.0);
+}
+
 std::string model_cell(const std::optional<int64_t>& v) { return v ? std::to_string(*v) : "-"; }
 
 std::string comm_rows_table(const CommReport& c) {
@@ -237,8 +250,8 @@ std::string comm_section(const std::vector<const Run*>& runs, const PlotFiles& p
   for (const Run* r : runs) {
     const CommReport& c = r->comm;
     s += runs.size() > 1 ? "### " + r->label + "\n\n" : std::string();
-    s += fmt::format("World {} ranks, {} per node ({}); {} traced steps; {} row(s) differ from the analytic model.\n\n",
-                     c.world, c.ranks_per_node, c.node_source, c.steps, c.mismatches);
+    s += fmt::format("World {} ranks, {} per node ({}); {} traced steps; {} row(s) differ from the analytic model. {}\n\n",
+                     c.world, c.ranks_per_node, c.node_source, c.steps, c.mismatches, small_messages(c));
     s += comm_rows_table(c);
   }
   return s;

@@ -207,6 +207,10 @@ TEST_F(Report, TracedRunsAndTheirOverlay) {
   EXPECT_TRUE(contains(md, "| pp | inter-node | 32 calls, 131072 bytes (128.0 KiB), model 131072 |")) << md;
   EXPECT_TRUE(contains(md, "| pp-embedding | inter-node | 4 calls, 25731584 bytes"));
   EXPECT_TRUE(contains(md, "0 row(s) differ from the analytic model"));
+  // 33 of the fixture's 37 calls are under 64 KiB (pp's 4 KiB sends and receives, the barrier).
+  EXPECT_TRUE(contains(md, fmt::format("37 calls, {:.1f}% of them under 64 KiB, carrying {:.2f}% of the bytes", 100.0 * 33 / 37,
+                                       100.0 * 32 * 4096 / (32 * 4096 + 4 * 6432896.0))))
+      << md;
   EXPECT_TRUE(contains(md, "Schedule 1f1b, 2 stages"));
 
   // The single process: no pipeline plot, no step-time prediction (no system file given).
