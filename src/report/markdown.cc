@@ -211,7 +211,8 @@ std::string comm_rows_table(const CommReport& c) {
                     r.model_count ? (match ? "yes" : "**no**") : "-", fmt::format("{:.4f}", r.time_s),
                     fmt::format("{:.3f}", r.mean_latency_s * 1e3), fmt::format("{:.3f}", r.trimmed_mean_latency_s * 1e3),
                     fmt::format("{:.3f}", r.algbw_gbps), fmt::format("{:.3f}", r.busbw_gbps),
-                    fmt::format("{:.3f}", r.straggler_max_s * 1e3), std::to_string(r.straggler_worst_rank)});
+                    r.straggler_applicable ? fmt::format("{:.3f}", r.straggler_max_s * 1e3) : "-",
+                    r.straggler_applicable ? std::to_string(r.straggler_worst_rank) : "-"});
   }
   return table({"op", "axis", "level", "group", "bytes/call", "calls", "total bytes", "model calls", "model bytes", "match",
                 "time (s)", "mean latency (ms)", "trimmed mean (ms)", "algbw (GB/s)", "busbw (GB/s)", "straggler max (ms)",

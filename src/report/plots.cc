@@ -33,6 +33,14 @@ std::string data_string(const std::string& s) {
   return out;
 }
 
+// An x range one unit wider than the bars on each side (the first column of `rows` is x), so
+// that a plot of few bars does not stretch them across the whole width.
+std::string bar_xrange(const std::vector<std::string>& rows) {
+  double lo = 0, hi = 0;
+  for (const std::string& r : rows) lo = std::min(lo, std::stod(r)), hi = std::max(hi, std::stod(r));
+  return fmt::format("set xrange [{:.2f}:{:.2f}]\n", lo - 1.0, hi + 1.0);
+}
+
 std::string plot_command(const std::vector<std::string>& parts) {
   std::string s = "plot ";
   for (size_t i = 0; i < parts.size(); ++i) s += (i ? ", \\\n     " : "") + parts[i];
@@ -149,7 +157,8 @@ std::string memory_script(const Gnuplot& gp, const std::vector<const Run*>& runs
   }
   const ByteUnit unit = byte_unit(max_bytes);
   std::string s = script_header(gp, "memory", std::clamp(static_cast<int>(200 + 50 * bars), 800, 2400), 560);
-  s += datablock("mem", memory_rows(runs, unit.scale));
+  const std::vector<std::string> rows = memory_rows(runs, unit.scale);
+  s += datablock("mem", rows) + bar_xrange(rows);
   s += fmt::format("set title 'Memory per rank by category: predicted (planner) and measured (peak of the training steps)'\n"
                    "set ylabel 'bytes ({})'\nset yrange [0:*]\nset xtics rotate by 35 right\nset grid noxtics\n"
                    "set style fill solid 0.9 border rgb '#404040'\nset boxwidth 0.85\n"
@@ -202,7 +211,8 @@ std::string pipeline_title(const std::vector<const Run*>& runs) {
 
 std::string pipeline_script(const Gnuplot& gp, const std::vector<const Run*>& runs) {
   std::string s = script_header(gp, "pipeline", 900, 540);
-  s += datablock("pipe", pipeline_rows(runs));
+  const std::vector<std::string> rows = pipeline_rows(runs);
+  s += datablock("pipe", rows) + bar_xrange(rows);
   s += "set title \"Pipeline: time of each stage, mean per step" + pipeline_title(runs) + "\"\n";
   s += "set ylabel 'time per step (ms)'\nset yrange [0:*]\nset grid noxtics\nset key below horizontal\n"
        "set style fill solid 0.9 border rgb '#404040'\nset boxwidth 0.7\n";
@@ -291,7 +301,9 @@ std::string comm_script(const Gnuplot& gp, const std::vector<const Run*>& runs) 
   std::string s = script_header(gp, "communication", 960, 540);
   s += "set title 'Communication of the job by axis and link level (traced steps; points: analytic model)'\n"
        "set xlabel 'axis'\nset grid noxtics\nset style fill solid 0.9 border rgb '#404040'\nset boxwidth 0.9\n";
-  s += comm_y_axis(min_b, max_b, unit) + comm_xtics(axes, series);
+  std::vector<std::string> all_rows;
+  for (const CommSeries& c : series) all_rows.insert(all_rows.end(), c.rows.begin(), c.rows.end());
+  s += comm_y_axis(min_b, max_b, unit) + comm_xtics(axes, series) + bar_xrange(all_rows);
   std::vector<std::string> parts;
   for (size_t k = 0; k < series.size(); ++k) {
     s += datablock(fmt::format("comm{}", k), series[k].rows);

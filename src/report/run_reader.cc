@@ -189,7 +189,12 @@ CommRow parse_comm_row(const json& r, const std::string& w) {
   c.busbw_gbps = number(r, "busbw_gbps", w);
   c.model_count = optional_integer(r, "model_count", w);
   c.model_total_bytes = optional_integer(r, "model_total_bytes", w);
+  if (r.contains("straggler_s") && r["straggler_s"].is_null()) {
+    c.straggler_applicable = false;
+    return c;
+  }
   const json& s = object(r, "straggler_s", w);
+  c.straggler_applicable = !s.contains("applicable") || s["applicable"] != false;
   c.straggler_max_s = number(s, "max", w + ".straggler_s");
   c.straggler_mean_s = number(s, "mean", w + ".straggler_s");
   c.straggler_worst_rank = static_cast<int>(integer(s, "worst_rank", w + ".straggler_s"));

@@ -66,6 +66,9 @@ struct CommRow {
   int64_t bytes = 0, count = 0, total_bytes = 0;
   double time_s = 0, mean_latency_s = 0, trimmed_mean_latency_s = 0, algbw_gbps = 0, busbw_gbps = 0;
   std::optional<int64_t> model_count, model_total_bytes;  // null: the model has no entry
+  // Each rank's latency minus the fastest rank's, per call; not applicable (straggler_s null, or
+  // "applicable": false) where there is no peer to compare with (a group of one, send/recv).
+  bool straggler_applicable = true;
   double straggler_max_s = 0, straggler_mean_s = 0;
   int straggler_worst_rank = 0;
 };

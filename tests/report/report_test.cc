@@ -311,6 +311,14 @@ TEST(ReportReader, CommReportFieldsAreChecked) {
 
   json j = json::parse(test::read_text(tmp / "comm_report.json"));
   j["rows"][3]["model_count"] = nullptr;  // the model has no entry: allowed
+  j["rows"][3]["straggler_s"] = nullptr;  // no peer to compare with: allowed
+  j["rows"][0]["straggler_s"]["applicable"] = false;
+  std::ofstream(tmp / "comm_report.json") << j.dump();
+  const report::CommReport d = report::read_comm_report(tmp / "comm_report.json");
+  EXPECT_FALSE(d.rows[3].model_count.has_value());
+  EXPECT_FALSE(d.rows[3].straggler_applicable);
+  EXPECT_FALSE(d.rows[0].straggler_applicable);
+  EXPECT_TRUE(d.rows[1].straggler_applicable);
   j["rows"][2].erase("bytes");
   std::ofstream(tmp / "comm_report.json") << j.dump();
   try {
