@@ -74,6 +74,20 @@ bool has_terminal(const std::string& program, const std::string& name) {
   return run_process(program, {"-e", "set terminal " + name}, tmp.string(), log).code == 0;
 }
 
+// gnuplot's messages on one line (the CLI's errors are one line each).
+std::string one_line(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c != '\n') {
+      out += c;
+    } else if (!out.empty() && out.back() != ' ') {
+      out += " / ";
+    }
+  }
+  while (!out.empty() && (out.back() == ' ' || out.back() == '/')) out.pop_back();
+  return out;
+}
+
 }  // namespace
 
 Gnuplot find_gnuplot() {
@@ -92,10 +106,10 @@ void run_script(const Gnuplot& gp, const std::string& dir, const std::string& na
   const std::string png = (fs::path(dir) / (name + ".png")).string();
   const ProcessResult r = run_process(gp.program, {name + ".gp"}, dir, (fs::path(dir) / (name + ".log")).string());
   if (r.code != 0 || !fs::is_regular_file(png)) {
-    throw_runtime("gnuplot failed on {}/{}.gp (exit {}{}): {}", dir, name, r.code,
-                  fs::is_regular_file(png) ? "" : ", no PNG written", r.output);
+    throw_runtime("gnuplot failed on {}.gp (exit {}{}): {}", name, r.code,
+                  fs::is_regular_file(png) ? "" : ", no PNG written", one_line(r.output));
   }
-  if (!r.output.empty()) log_warn("gnuplot on {}.gp: {}", name, r.output);
+  if (!r.output.empty()) log_warn("gnuplot on {}.gp: {}", name, one_line(r.output));
 }
 
 std::string script_header(const Gnuplot& gp, const std::string& name, int width, int height) {

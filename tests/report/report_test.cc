@@ -281,7 +281,7 @@ TEST_F(Report, TracedRunsAndTheirOverlay) {
 // Copies the run folder `from` to `to`.
 void copy_run(const std::string& from, const std::string& to) { fs::copy(from, to, fs::copy_options::recursive); }
 
-TEST_F(Report, BadInput) {
+TEST_F(Report, BadInputAndFailures) {
   const std::string run = train("run", 0, "", kSingleRows);
   ASSERT_FALSE(::testing::Test::HasFailure());
   RunResult r = weft("report " + run + " --out " + *tmp / "good");
@@ -331,6 +331,19 @@ TEST_F(Report, BadInput) {
   expect_bad_input(weft("report " + run + " --out " + *tmp / "no-gnuplot", "PATH=" + *tmp / "empty"), {"gnuplot not found"});
   EXPECT_FALSE(fs::exists(*tmp / "no-gnuplot"));
   EXPECT_EQ(weft("report " + run + " " + run + " " + run).code, 2);  // one or two runs
+
+  // A gnuplot that fails on a script: a runtime failure (exit 1) with its messages on one line,
+  // nothing written, no scratch folder left behind.
+  fs::create_directories(*tmp / "bin");
+  std::ofstream(*tmp / "bin/gnuplot") << "#!/bin/sh\n[ \"$1\" = -e ] && exit 0\necho 'line 3: bad' >&2\necho more >&2\nexit 1\n";
+  fs::permissions(*tmp / "bin/gnuplot", fs::perms::owner_all);
+  r = weft("report " + run + " --out " + *tmp / "failed", "PATH=" + *tmp / "bin:/usr/bin:/bin");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(r.err, "weft: error: gnuplot failed on loss.gp (exit 1, no PNG written): line 3: bad / more\n");
+  EXPECT_FALSE(fs::exists(*tmp / "failed"));
+  for (const auto& e : fs::directory_iterator(tmp->path())) {
+    EXPECT_EQ(e.path().filename().string().find(".weft-report"), std::string::npos) << e.path();
+  }
 }
 
 // comm_report.json read field by field: a wrong field is named with its row.
