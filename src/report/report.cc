@@ -18,20 +18,27 @@ namespace weft::report {
 
 namespace {
 
-// Two runs whose folders have the same name are told apart by the paths as given.
-void label_runs(std::vector<Run>& runs) {
-  if (runs.size() == 2 && runs[0].label == runs[1].label) {
-    runs[0].label = runs[0].dir;
-    runs[1].label = runs[1].dir;
-  }
-}
-
 // "runs/x/" -> "x".
 std::string folder_name(const std::string& dir) {
   fs::path p = fs::path(dir).lexically_normal();
   if (!p.has_filename()) p = p.parent_path();
   return p.filename().string();
 }
+
+// Runs are named by their folder's name; two of the same name by the paths as given.
+void label_runs(std::vector<Run>& runs) {
+  for (Run& r : runs) r.label = folder_name(r.dir);
+  if (runs.size() == 2 && runs[0].label == runs[1].label) {
+    runs[0].label = runs[0].dir;
+    runs[1].label = runs[1].dir;
+  }
+}
+
+// Every file a report may write: those a new report does not write (a pipeline plot, when
+// the new run has pp = 1) are removed from the output folder, so that none is left stale.
+constexpr const char* kReportFiles[] = {"report.md",      "loss.png",     "loss.gp",         "throughput.png",
+                                        "throughput.gp",  "memory.png",   "memory.gp",       "pipeline.png",
+                                        "pipeline.gp",    "communication.png", "communication.gp"};
 
 std::string default_out(const std::vector<Run>& runs) {
   if (runs.size() == 1) return (fs::path(runs[0].dir) / "report").string();
@@ -45,6 +52,9 @@ std::vector<std::string> move_files(const fs::path& from, const fs::path& to) {
   for (const auto& e : fs::directory_iterator(from)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   for (const std::string& n : names) fs::rename(from / n, to / n);
+  for (const char* n : kReportFiles) {
+    if (std::find(names.begin(), names.end(), n) == names.end()) fs::remove(to / n);
+  }
   return names;
 }
 

@@ -267,8 +267,7 @@ void check_run_files(const std::string& dir, int trace_files) {
 Run read_run(const std::string& dir) {
   Run run;
   run.dir = dir;
-  run.label = fs::path(dir).lexically_normal().filename().string();
-  if (run.label.empty()) run.label = fs::path(dir).lexically_normal().parent_path().filename().string();
+  run.label = dir;
   run.trace_files = fs::is_directory(dir) ? count_trace_files(dir) : 0;
   check_run_files(dir, run.trace_files);
   run.config = load_run_config((fs::path(dir) / "config.toml").string(), {});

@@ -91,7 +91,7 @@ struct CommReport {
 // Everything `weft report` shows of one run.
 struct Run {
   std::string dir;    // as given
-  std::string label;  // short name for plots and tables (set by the caller to tell runs apart)
+  std::string label;  // name in plots and tables: the folder as given (`weft report` shortens it)
   RunConfig config;
   std::vector<StepPoint> steps;
   std::vector<ValPoint> vals;

@@ -276,6 +276,14 @@ TEST_F(Report, TracedRunsAndTheirOverlay) {
   const std::string comm_gp = test::read_text(dir + "/communication.gp");
   expect_comm_series(comm_gp, a, "pp2");
   expect_comm_series(comm_gp, b, "single");
+
+  // A report of the single process into the pipeline run's report folder leaves no stale
+  // pipeline plot behind.
+  r = weft("report " + b + " --out " + a + "/report");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_FALSE(fs::exists(a + "/report/pipeline.png"));
+  EXPECT_FALSE(fs::exists(a + "/report/pipeline.gp"));
+  EXPECT_TRUE(contains(test::read_text(a + "/report/report.md"), "# weft run report: single"));
 }
 
 // Copies the run folder `from` to `to`.
