@@ -93,7 +93,8 @@ std::string one_line(const std::string& text) {
 Gnuplot find_gnuplot() {
   const std::string program = find_on_path("gnuplot");
   if (program.empty()) {
-    throw_input("gnuplot not found on PATH: weft report draws its plots with it (install gnuplot-nox; scripts/setup.sh does)");
+    throw_input(
+        "gnuplot not found on PATH: weft report draws its plots with it (install gnuplot-nox; scripts/setup.sh does)");
   }
   for (const char* t : {"pngcairo", "png"}) {
     if (has_terminal(program, t)) return {program, t};

@@ -70,8 +70,9 @@ std::string runs_section(const std::vector<const Run*>& runs) {
   rows.push_back(per_run("batch", runs, [](const Run& r) {
     return fmt::format("{} x {} tokens, micro-batch {}", r.config.global_batch, r.config.seq(), r.config.micro_batch);
   }));
-  rows.push_back(per_run("steps, tokens trained", runs,
-                         [](const Run& r) { return fmt::format("{}, {}", r.steps.back().step, r.steps.back().tokens); }));
+  rows.push_back(per_run("steps, tokens trained", runs, [](const Run& r) {
+    return fmt::format("{}, {}", r.steps.back().step, r.steps.back().tokens);
+  }));
   rows.push_back(per_run("precision, backend", runs,
                          [](const Run& r) { return fmt::format("{}, {}", r.config.precision, r.config.backend); }));
   return "## Runs\n\n" + table(run_header(runs, ""), rows);
@@ -79,7 +80,8 @@ std::string runs_section(const std::vector<const Run*>& runs) {
 
 std::string num(double v, const char* f = "{:.4f}") { return fmt::format(fmt::runtime(f), v); }
 
-std::string loss_section(const std::vector<const Run*>& runs, const std::vector<RunNumbers>& n, const PlotFiles& plots) {
+std::string loss_section(const std::vector<const Run*>& runs, const std::vector<RunNumbers>& n,
+                         const PlotFiles& plots) {
   std::string s = "## Loss\n\n" + image(plots.loss, "training and validation loss against tokens");
   Rows rows;
   std::vector<std::string> train = {"final training loss"}, val = {"final validation loss"};
@@ -113,12 +115,14 @@ std::string throughput_section(const std::vector<const Run*>& runs, const std::v
     rows[0].push_back(fmt::format("{:.0f}", n[i].mean_tokens_per_s));
     rows[1].push_back(fmt::format("{:.1f} (mean of {} steps)", n[i].mean_step_ms, n[i].timed_steps));
     rows[2].push_back(st ? fmt::format("{:.1f}", st->predicted_s * 1e3) : "- (no system file)");
-    rows[3].push_back(st ? fmt::format("{:+.1f}% (against the trainer's {:.1f} ms)", n[i].step_error_pct, st->measured_s * 1e3)
-                         : "-");
+    rows[3].push_back(
+        st ? fmt::format("{:+.1f}% (against the trainer's {:.1f} ms)", n[i].step_error_pct, st->measured_s * 1e3)
+           : "-");
     rows[4].push_back(st ? "`" + st->system + "`" : "-");
   }
   s += table(run_header(runs, ""), rows);
-  s += "Means leave out the first step (it holds one-time costs: page faults, BLAS buffers) when there is more than one.\n\n";
+  s += "Means leave out the first step (it holds one-time costs: page faults, BLAS buffers) when there is more than "
+       "one.\n\n";
   if (runs.size() == 2 && n[0].mean_tokens_per_s > 0) {
     s += fmt::format("{} against {}: {:.2f}x the tokens/s.\n\n", runs[1]->label, runs[0]->label,
                      n[1].mean_tokens_per_s / n[0].mean_tokens_per_s);
@@ -140,11 +144,12 @@ std::string memory_peaks_table(const Run& run) {
 std::string memory_ranks_table(const Run& run) {
   Rows rows;
   for (const RankMemory& r : run.memory) {
-    rows.push_back({std::to_string(r.rank), std::to_string(r.stage), std::to_string(r.tp_rank), std::to_string(r.dp_rank),
-                    mib(r.predicted[kMemTotal]), mib(r.measured[kMemTotal]),
+    rows.push_back({std::to_string(r.rank), std::to_string(r.stage), std::to_string(r.tp_rank),
+                    std::to_string(r.dp_rank), mib(r.predicted[kMemTotal]), mib(r.measured[kMemTotal]),
                     error_pct(r.predicted[kMemTotal], r.measured[kMemTotal])});
   }
-  return table({"rank", "stage", "tp rank", "dp rank", "total predicted (MiB)", "total peak measured (MiB)", "error"}, rows);
+  return table({"rank", "stage", "tp rank", "dp rank", "total predicted (MiB)", "total peak measured (MiB)", "error"},
+               rows);
 }
 
 std::string memory_section(const std::vector<const Run*>& runs, const PlotFiles& plots) {
@@ -163,7 +168,8 @@ std::string pipeline_table(const PipelineSummary& p) {
   for (int st = 0; st < p.stages; ++st) {
     const double span = p.busy_ms[st] + p.idle_ms[st];
     rows.push_back({std::to_string(st), fmt::format("{:.2f}", p.busy_ms[st]), fmt::format("{:.2f}", p.wait_ms[st]),
-                    fmt::format("{:.2f}", p.idle_ms[st]), span > 0 ? fmt::format("{:.1f}%", 100.0 * p.idle_ms[st] / span) : "-"});
+                    fmt::format("{:.2f}", p.idle_ms[st]),
+                    span > 0 ? fmt::format("{:.1f}%", 100.0 * p.idle_ms[st] / span) : "-"});
   }
   return table({"stage", "busy (ms)", "p2p wait (ms)", "idle (ms)", "idle share"}, rows);
 }
@@ -177,11 +183,12 @@ std::string pipeline_section(const std::vector<const Run*>& runs, const PlotFile
       continue;
     }
     const PipelineSummary& p = *r->pipeline;
-    s += fmt::format("Schedule {}, {} stages, {} virtual stage(s), {} micro-batches; mean per step over {} step(s) "
-                     "(idle = the stage's span - busy; it includes the p2p wait). "
-                     "Bubble measured (p x longest span - sum busy) / sum busy = {:.3f}, predicted (p-1)/(v m) = {:.3f}.\n\n",
-                     p.schedule, p.stages, p.virtual_stages, p.micro_batches, p.steps_averaged, p.bubble_fraction,
-                     p.bubble_predicted);
+    s += fmt::format(
+        "Schedule {}, {} stages, {} virtual stage(s), {} micro-batches; mean per step over {} step(s) "
+        "(idle = the stage's span - busy; it includes the p2p wait). "
+        "Bubble measured (p x longest span - sum busy) / sum busy = {:.3f}, predicted (p-1)/(v m) = {:.3f}.\n\n",
+        p.schedule, p.stages, p.virtual_stages, p.micro_batches, p.steps_averaged, p.bubble_fraction,
+        p.bubble_predicted);
     s += pipeline_table(p);
   }
   return s;
@@ -205,18 +212,20 @@ std::string model_cell(const std::optional<int64_t>& v) { return v ? std::to_str
 std::string comm_rows_table(const CommReport& c) {
   Rows rows;
   for (const CommRow& r : c.rows) {
-    const bool match = r.model_count && r.model_total_bytes && *r.model_count == r.count && *r.model_total_bytes == r.total_bytes;
+    const bool match =
+        r.model_count && r.model_total_bytes && *r.model_count == r.count && *r.model_total_bytes == r.total_bytes;
     rows.push_back({r.op, r.axis, r.level, std::to_string(r.group_size), format_bytes(r.bytes), std::to_string(r.count),
                     std::to_string(r.total_bytes), model_cell(r.model_count), model_cell(r.model_total_bytes),
                     r.model_count ? (match ? "yes" : "**no**") : "-", fmt::format("{:.4f}", r.time_s),
-                    fmt::format("{:.3f}", r.mean_latency_s * 1e3), fmt::format("{:.3f}", r.trimmed_mean_latency_s * 1e3),
-                    fmt::format("{:.3f}", r.algbw_gbps), fmt::format("{:.3f}", r.busbw_gbps),
+                    fmt::format("{:.3f}", r.mean_latency_s * 1e3),
+                    fmt::format("{:.3f}", r.trimmed_mean_latency_s * 1e3), fmt::format("{:.3f}", r.algbw_gbps),
+                    fmt::format("{:.3f}", r.busbw_gbps),
                     r.straggler_applicable ? fmt::format("{:.3f}", r.straggler_max_s * 1e3) : "-",
                     r.straggler_applicable ? std::to_string(r.straggler_worst_rank) : "-"});
   }
-  return table({"op", "axis", "level", "group", "bytes/call", "calls", "total bytes", "model calls", "model bytes", "match",
-                "time (s)", "mean latency (ms)", "trimmed mean (ms)", "algbw (GB/s)", "busbw (GB/s)", "straggler max (ms)",
-                "worst rank"},
+  return table({"op", "axis", "level", "group", "bytes/call", "calls", "total bytes", "model calls", "model bytes",
+                "match", "time (s)", "mean latency (ms)", "trimmed mean (ms)", "algbw (GB/s)", "busbw (GB/s)",
+                "straggler max (ms)", "worst rank"},
                rows);
 }
 
@@ -251,8 +260,9 @@ std::string comm_section(const std::vector<const Run*>& runs, const PlotFiles& p
   for (const Run* r : runs) {
     const CommReport& c = r->comm;
     s += runs.size() > 1 ? "### " + r->label + "\n\n" : std::string();
-    s += fmt::format("World {} ranks, {} per node ({}); {} traced steps; {} row(s) differ from the analytic model. {}\n\n",
-                     c.world, c.ranks_per_node, c.node_source, c.steps, c.mismatches, small_messages(c));
+    s += fmt::format(
+        "World {} ranks, {} per node ({}); {} traced steps; {} row(s) differ from the analytic model. {}\n\n", c.world,
+        c.ranks_per_node, c.node_source, c.steps, c.mismatches, small_messages(c));
     s += comm_rows_table(c);
   }
   return s;
@@ -285,11 +295,11 @@ std::string error_pct(double predicted, double measured) {
 std::string report_markdown(const std::vector<const Run*>& runs, const PlotFiles& plots) {
   std::vector<RunNumbers> n;
   for (const Run* r : runs) n.push_back(run_numbers(*r));
-  std::string s = runs.size() == 1 ? fmt::format("# weft run report: {}\n\n", runs[0]->label)
-                                   : fmt::format("# weft run comparison: {} (A) against {} (B)\n\n", runs[0]->label,
-                                                 runs[1]->label);
-  s += runs_section(runs) + loss_section(runs, n, plots) + throughput_section(runs, n, plots) + memory_section(runs, plots) +
-       pipeline_section(runs, plots) + comm_section(runs, plots);
+  std::string s = runs.size() == 1
+                      ? fmt::format("# weft run report: {}\n\n", runs[0]->label)
+                      : fmt::format("# weft run comparison: {} (A) against {} (B)\n\n", runs[0]->label, runs[1]->label);
+  s += runs_section(runs) + loss_section(runs, n, plots) + throughput_section(runs, n, plots) +
+       memory_section(runs, plots) + pipeline_section(runs, plots) + comm_section(runs, plots);
   return s;
 }
 

@@ -17,7 +17,7 @@ struct RunNumbers {
   double final_val_loss = -1;  // -1: no validation
   int timed_steps = 0;         // steps averaged: all but the first (one-time costs), or the only one
   double mean_tokens_per_s = 0, mean_step_ms = 0;
-  double step_error_pct = 0;   // (predicted - measured) / measured of step_time_report, if any
+  double step_error_pct = 0;  // (predicted - measured) / measured of step_time_report, if any
 };
 RunNumbers run_numbers(const Run& run);
 

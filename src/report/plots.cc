@@ -105,13 +105,16 @@ std::string throughput_script(const Gnuplot& gp, const std::vector<const Run*>& 
   std::string s = script_header(gp, "throughput", 960, 760);
   for (size_t r = 0; r < runs.size(); ++r) {
     std::vector<std::string> rows;
-    for (const StepPoint& p : runs[r]->steps) rows.push_back(fmt::format("{} {:.9g} {:.9g}", p.step, p.tokens_per_s, p.ms));
+    for (const StepPoint& p : runs[r]->steps) {
+      rows.push_back(fmt::format("{} {:.9g} {:.9g}", p.step, p.tokens_per_s, p.ms));
+    }
     s += datablock(fmt::format("steps{}", r), rows);
   }
   // The same left margin in both panels, so that their step axes line up.
   s += "set multiplot layout 2,1 title \"Throughput and step time against the planner's prediction\"\nset lmargin 11\n";
-  s += throughput_panel(runs, 2, "tokens/s",
-                        [](const Run& run, double pred_s) { return static_cast<double>(run.tokens_per_step()) / pred_s; });
+  s += throughput_panel(runs, 2, "tokens/s", [](const Run& run, double pred_s) {
+    return static_cast<double>(run.tokens_per_step()) / pred_s;
+  });
   s += throughput_panel(runs, 3, "step time (ms)", [](const Run&, double pred_s) { return pred_s * 1e3; });
   return s + "unset multiplot\n";
 }
@@ -127,8 +130,8 @@ std::vector<std::string> memory_rows(const std::vector<const Run*>& runs, double
     for (const RankMemory& m : runs[r]->memory) {
       for (int measured = 0; measured < 2; ++measured) {
         const auto& v = measured ? m.measured : m.predicted;
-        std::string label = fmt::format("{}r{} {}", runs.size() > 1 ? runs[r]->label + " " : "", m.rank,
-                                        measured ? "meas." : "pred.");
+        std::string label =
+            fmt::format("{}r{} {}", runs.size() > 1 ? runs[r]->label + " " : "", m.rank, measured ? "meas." : "pred.");
         std::string row = fmt::format("{:.2f} {}", x, data_string(label));
         double cum = 0;
         for (size_t k = 0; k < kStacked; ++k) row += fmt::format(" {:.6g}", (cum += v[k]) / scale);
@@ -159,17 +162,19 @@ std::string memory_script(const Gnuplot& gp, const std::vector<const Run*>& runs
   std::string s = script_header(gp, "memory", std::clamp(static_cast<int>(200 + 50 * bars), 800, 2400), 560);
   const std::vector<std::string> rows = memory_rows(runs, unit.scale);
   s += datablock("mem", rows) + bar_xrange(rows);
-  s += fmt::format("set title 'Memory per rank by category: predicted (planner) and measured (peak of the training steps)'\n"
-                   "set ylabel 'bytes ({})'\nset yrange [0:*]\nset xtics rotate by 35 right\nset grid noxtics\n"
-                   "set style fill solid 0.9 border rgb '#404040'\nset boxwidth 0.85\n"
-                   "colours = '{}'\nnames = '",
-                   unit.name, kCategoryColours);
+  s += fmt::format(
+      "set title 'Memory per rank by category: predicted (planner) and measured (peak of the training steps)'\n"
+      "set ylabel 'bytes ({})'\nset yrange [0:*]\nset xtics rotate by 35 right\nset grid noxtics\n"
+      "set style fill solid 0.9 border rgb '#404040'\nset boxwidth 0.85\n"
+      "colours = '{}'\nnames = '",
+      unit.name, kCategoryColours);
   for (size_t k = 0; k < kStacked; ++k) s += fmt::format("{}{}", k ? " " : "", kMemCategories[k]);
   // Drawn from the top of the stack down, each box from zero, so each category shows its share.
-  s += fmt::format("'\nplot for [k={}:1:-1] $mem using 1:(column(k+2)):xtic(2) with boxes lc rgb word(colours, k) "
-                   "title word(names, k), \\\n     $mem using 1:{} with points pt 9 ps 1.6 lc rgb 'black' "
-                   "title 'total peak'\n",
-                   kStacked, kStacked + 3);
+  s += fmt::format(
+      "'\nplot for [k={}:1:-1] $mem using 1:(column(k+2)):xtic(2) with boxes lc rgb word(colours, k) "
+      "title word(names, k), \\\n     $mem using 1:{} with points pt 9 ps 1.6 lc rgb 'black' "
+      "title 'total peak'\n",
+      kStacked, kStacked + 3);
   return s;
 }
 
@@ -187,7 +192,8 @@ std::vector<std::string> pipeline_rows(const std::vector<const Run*>& runs) {
       const double busy = p.busy_ms[st], wait = std::min(p.wait_ms[st], p.idle_ms[st]);
       const double other = std::max(0.0, p.idle_ms[st] - wait);
       const std::string label = fmt::format("{}stage {}", runs.size() > 1 ? run->label + " " : "", st);
-      rows.push_back(fmt::format("{:.2f} {} {:.6g} {:.6g} {:.6g}", x, data_string(label), busy, busy + wait, busy + wait + other));
+      rows.push_back(
+          fmt::format("{:.2f} {} {:.6g} {:.6g} {:.6g}", x, data_string(label), busy, busy + wait, busy + wait + other));
       x += 1.0;
     }
     x += 0.8;
@@ -201,8 +207,8 @@ std::string pipeline_title(const std::vector<const Run*>& runs) {
     if (!run->pipeline) continue;
     const PipelineSummary& p = *run->pipeline;
     t += fmt::format("\\n{}{}, p {}, v {}, m {}: bubble measured {:.2f}, predicted (p-1)/(v m) {:.2f}",
-                     runs.size() > 1 ? plain(run->label) + ": " : "", p.schedule, p.stages, p.virtual_stages, p.micro_batches,
-                     p.bubble_fraction, p.bubble_predicted);
+                     runs.size() > 1 ? plain(run->label) + ": " : "", p.schedule, p.stages, p.virtual_stages,
+                     p.micro_batches, p.bubble_fraction, p.bubble_predicted);
   }
   return t;
 }
@@ -244,7 +250,8 @@ std::vector<CommSeries> comm_series(const std::vector<const Run*>& runs, const s
   const double width = static_cast<double>(keys.size()) + 1.0;
   for (size_t k = 0; k < keys.size(); ++k) {
     const auto& [r, level] = keys[k];
-    const int shade = static_cast<int>(std::count_if(keys.begin(), keys.begin() + k, [&](const auto& o) { return o.first == r; }));
+    const int shade =
+        static_cast<int>(std::count_if(keys.begin(), keys.begin() + k, [&](const auto& o) { return o.first == r; }));
     CommSeries s{series_title(runs, r, level), static_cast<int>(r), shade, {}, {}};
     for (size_t a = 0; a < axes.size(); ++a) {
       for (const CommAxisLevel& e : runs[r]->comm.by_axis_level) {

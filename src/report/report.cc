@@ -36,9 +36,9 @@ void label_runs(std::vector<Run>& runs) {
 
 // Every file a report may write: those a new report does not write (a pipeline plot, when
 // the new run has pp = 1) are removed from the output folder, so that none is left stale.
-constexpr const char* kReportFiles[] = {"report.md",      "loss.png",     "loss.gp",         "throughput.png",
-                                        "throughput.gp",  "memory.png",   "memory.gp",       "pipeline.png",
-                                        "pipeline.gp",    "communication.png", "communication.gp"};
+constexpr const char* kReportFiles[] = {"report.md",     "loss.png",          "loss.gp",         "throughput.png",
+                                        "throughput.gp", "memory.png",        "memory.gp",       "pipeline.png",
+                                        "pipeline.gp",   "communication.png", "communication.gp"};
 
 std::string default_out(const std::vector<Run>& runs) {
   if (runs.size() == 1) return (fs::path(runs[0].dir) / "report").string();
@@ -69,13 +69,17 @@ void render(const std::vector<Run>& runs, const Gnuplot& gp, const std::string& 
 }  // namespace
 
 ReportResult write_report(const std::vector<std::string>& run_dirs, const std::string& out_dir) {
-  if (run_dirs.empty() || run_dirs.size() > 2) throw_input("weft report takes one or two run folders, got {}", run_dirs.size());
+  if (run_dirs.empty() || run_dirs.size() > 2) {
+    throw_input("weft report takes one or two run folders, got {}", run_dirs.size());
+  }
   std::vector<Run> runs;
   for (const std::string& d : run_dirs) runs.push_back(read_run(d));
   label_runs(runs);
   const Gnuplot gp = find_gnuplot();
   ReportResult res{out_dir.empty() ? default_out(runs) : out_dir, {}};
-  if (fs::exists(res.out_dir) && !fs::is_directory(res.out_dir)) throw_input("--out {}: exists and is not a folder", res.out_dir);
+  if (fs::exists(res.out_dir) && !fs::is_directory(res.out_dir)) {
+    throw_input("--out {}: exists and is not a folder", res.out_dir);
+  }
   // The scratch folder sits beside the output folder, so that moving the files is a rename.
   fs::path out = fs::absolute(res.out_dir).lexically_normal();
   if (!out.has_filename()) out = out.parent_path();  // "dir/" names dir

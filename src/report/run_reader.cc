@@ -14,8 +14,11 @@ namespace weft::report {
 namespace {
 
 // The value at `key` of the object `j`, or InputError "{where}: '{key}' is missing or not {what}".
-const json& field(const json& j, const char* key, const std::string& where, bool (json::*is)() const, const char* what) {
-  if (!j.is_object() || !j.contains(key) || !(j[key].*is)()) throw_input("{}: '{}' is missing or not {}", where, key, what);
+const json& field(const json& j, const char* key, const std::string& where, bool (json::*is)() const,
+                  const char* what) {
+  if (!j.is_object() || !j.contains(key) || !(j[key].*is)()) {
+    throw_input("{}: '{}' is missing or not {}", where, key, what);
+  }
   return j[key];
 }
 double number(const json& j, const char* key, const std::string& where) {
@@ -144,7 +147,8 @@ void read_metrics_line(const json& j, const std::string& where, Run& run, Metric
     run.steps.push_back(p);
     if (j.contains("pipeline")) st.pipe_steps.push_back(parse_pipeline(j["pipeline"], where, st.pipe_shape));
   } else {
-    throw_input("{}: neither a step line (loss), a validation line (val_loss) nor the final report (memory_report)", where);
+    throw_input("{}: neither a step line (loss), a validation line (val_loss) nor the final report (memory_report)",
+                where);
   }
 }
 
@@ -215,7 +219,9 @@ CommReport read_comm_report(const std::string& path) {
   } catch (const json::parse_error& e) {
     throw_input("{}: not valid JSON (truncated or corrupt?): {}", path, e.what());
   }
-  if (const int64_t v = integer(j, "version", path); v != 1) throw_input("{}: version {}, this weft reads version 1", path, v);
+  if (const int64_t v = integer(j, "version", path); v != 1) {
+    throw_input("{}: version {}, this weft reads version 1", path, v);
+  }
   CommReport c;
   c.world = static_cast<int>(integer(j, "world", path));
   c.ranks_per_node = static_cast<int>(integer(j, "ranks_per_node", path));
@@ -223,7 +229,9 @@ CommReport read_comm_report(const std::string& path) {
   c.steps = static_cast<int>(integer(j, "steps", path));
   c.model = text(j, "model", path);
   const json& rows = array(j, "rows", path);
-  for (size_t i = 0; i < rows.size(); ++i) c.rows.push_back(parse_comm_row(rows[i], fmt::format("{}: rows[{}]", path, i)));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    c.rows.push_back(parse_comm_row(rows[i], fmt::format("{}: rows[{}]", path, i)));
+  }
   const json& levels = array(j, "by_axis_level", path);
   for (size_t i = 0; i < levels.size(); ++i) {
     c.by_axis_level.push_back(parse_axis_level(levels[i], fmt::format("{}: by_axis_level[{}]", path, i)));
@@ -249,16 +257,20 @@ void check_run_files(const std::string& dir, int trace_files) {
   if (!fs::is_directory(dir)) throw_input("{}: not a run folder (no such directory)", dir);
   for (const char* f : {"metrics.jsonl", "config.toml"}) {
     if (!fs::is_regular_file(fs::path(dir) / f)) {
-      throw_input("{}: not a run folder (no {}; `weft train` writes metrics.jsonl and config.toml into its --out folder)",
-                  dir, f);
+      throw_input(
+          "{}: not a run folder (no {}; `weft train` writes metrics.jsonl and config.toml into its --out folder)", dir,
+          f);
     }
   }
   if (trace_files == 0) {
-    throw_input("{}: the run has no trace (no trace-rank*.jsonl): weft report needs a run trained with --trace true", dir);
+    throw_input("{}: the run has no trace (no trace-rank*.jsonl): weft report needs a run trained with --trace true",
+                dir);
   }
   if (!fs::is_regular_file(fs::path(dir) / "comm_report.json")) {
-    throw_input("{}: no comm_report.json (a traced run writes it when it ends: the run did not finish, or an older weft ran it)",
-                dir);
+    throw_input(
+        "{}: no comm_report.json (a traced run writes it when it ends: the run did not finish, or an older weft ran "
+        "it)",
+        dir);
   }
 }
 

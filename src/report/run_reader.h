@@ -28,8 +28,8 @@ struct ValPoint {
 };
 
 // The memory categories of the final report, in its order; kMemTotal is their sum's peak.
-constexpr std::array<const char*, 7> kMemCategories = {"params", "grads",   "optimizer", "activations",
-                                                        "workspace", "comm", "total"};
+constexpr std::array<const char*, 7> kMemCategories = {"params",    "grads", "optimizer", "activations",
+                                                       "workspace", "comm",  "total"};
 constexpr size_t kMemTotal = 6;
 
 // One rank of the final line's memory_report: bytes by category (kMemCategories order).
@@ -95,7 +95,7 @@ struct Run {
   RunConfig config;
   std::vector<StepPoint> steps;
   std::vector<ValPoint> vals;
-  std::vector<RankMemory> memory;          // the final report, one entry per rank
+  std::vector<RankMemory> memory;           // the final report, one entry per rank
   std::optional<StepTimeReport> step_time;  // null without a system file
   std::optional<PipelineSummary> pipeline;  // null when pp = 1
   int trace_files = 0;                      // trace-rank*.jsonl found

@@ -35,20 +35,45 @@ struct FixtureRow {
 
 // FIXTURE: writes DIR/comm_report.json (schema version 1) with `rows`; the analytic model
 // agrees with every row except `mismatched` (its model count is one more).
-void write_comm_report_fixture(const std::string& dir, int world, const std::vector<FixtureRow>& rows, int mismatched = -1) {
-  json j = {{"version", 1}, {"world", world}, {"ranks_per_node", 1}, {"node_source", "emulated"}, {"steps", 4},
-            {"model", "tiny"}, {"layout", {{"tp", 1}, {"pp", world}, {"dp", 1}, {"sp", false}, {"zero", 0},
-                                           {"schedule", "1f1b"}, {"micro_batches", 2}, {"virtual_stages", 1},
-                                           {"recompute", "none"}, {"precision", "fp32"}}},
-            {"rows", json::array()}, {"histogram", json::array()}, {"by_axis_level", json::array()},
+void write_comm_report_fixture(const std::string& dir, int world, const std::vector<FixtureRow>& rows,
+                               int mismatched = -1) {
+  json j = {{"version", 1},
+            {"world", world},
+            {"ranks_per_node", 1},
+            {"node_source", "emulated"},
+            {"steps", 4},
+            {"model", "tiny"},
+            {"layout",
+             {{"tp", 1},
+              {"pp", world},
+              {"dp", 1},
+              {"sp", false},
+              {"zero", 0},
+              {"schedule", "1f1b"},
+              {"micro_batches", 2},
+              {"virtual_stages", 1},
+              {"recompute", "none"},
+              {"precision", "fp32"}}},
+            {"rows", json::array()},
+            {"histogram", json::array()},
+            {"by_axis_level", json::array()},
             {"mismatches", mismatched >= 0 ? 1 : 0}};
   std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>> levels;  // calls, bytes
   for (size_t i = 0; i < rows.size(); ++i) {
     const FixtureRow& r = rows[i];
     const double t = 1e-4 * static_cast<double>(r.count);
-    j["rows"].push_back({{"op", r.op}, {"axis", r.axis}, {"level", r.level}, {"group_size", r.group}, {"bytes", r.bytes},
-                         {"count", r.count}, {"total_bytes", r.bytes * r.count}, {"time_s", t}, {"mean_latency_s", 1e-4},
-                         {"trimmed_mean_latency_s", 1e-4}, {"algbw_gbps", r.bytes / 1e-4 / 1e9}, {"busbw_gbps", r.bytes / 1e-4 / 1e9},
+    j["rows"].push_back({{"op", r.op},
+                         {"axis", r.axis},
+                         {"level", r.level},
+                         {"group_size", r.group},
+                         {"bytes", r.bytes},
+                         {"count", r.count},
+                         {"total_bytes", r.bytes * r.count},
+                         {"time_s", t},
+                         {"mean_latency_s", 1e-4},
+                         {"trimmed_mean_latency_s", 1e-4},
+                         {"algbw_gbps", r.bytes / 1e-4 / 1e9},
+                         {"busbw_gbps", r.bytes / 1e-4 / 1e9},
                          {"model_count", r.count + (static_cast<int>(i) == mismatched ? 1 : 0)},
                          {"model_total_bytes", r.bytes * r.count},
                          {"straggler_s", {{"max", 2e-5}, {"mean", 1e-5}, {"worst_rank", world - 1}}}});
@@ -58,7 +83,10 @@ void write_comm_report_fixture(const std::string& dir, int world, const std::vec
     l.second += r.bytes * r.count;
   }
   for (const auto& [key, v] : levels) {
-    j["by_axis_level"].push_back({{"axis", key.first}, {"level", key.second}, {"calls", v.first}, {"bytes", v.second},
+    j["by_axis_level"].push_back({{"axis", key.first},
+                                  {"level", key.second},
+                                  {"calls", v.first},
+                                  {"bytes", v.second},
                                   {"model_bytes", v.second}});
   }
   std::ofstream(dir + "/comm_report.json") << j.dump(1);
@@ -91,14 +119,14 @@ void expect_png(const std::string& dir, const std::string& name, const std::stri
   ASSERT_GT(b.size(), 33u);
   EXPECT_EQ(b.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
   auto be32 = [&](size_t at) {
-    return (uint32_t(uint8_t(b[at])) << 24) | (uint32_t(uint8_t(b[at + 1])) << 16) | (uint32_t(uint8_t(b[at + 2])) << 8) |
-           uint32_t(uint8_t(b[at + 3]));
+    return (uint32_t(uint8_t(b[at])) << 24) | (uint32_t(uint8_t(b[at + 1])) << 16) |
+           (uint32_t(uint8_t(b[at + 2])) << 8) | uint32_t(uint8_t(b[at + 3]));
   };
   EXPECT_EQ(be32(8), 13u);  // IHDR's length
   EXPECT_EQ(b.substr(12, 4), "IHDR");
   const std::string gp = test::read_text(dir + "/" + name + ".gp");
-  EXPECT_NE(gp.find(fmt::format(" size {},{}", be32(16), be32(20))), std::string::npos) << "width " << be32(16) << ", height "
-                                                                                        << be32(20) << " in " << gp;
+  EXPECT_NE(gp.find(fmt::format(" size {},{}", be32(16), be32(20))), std::string::npos)
+      << "width " << be32(16) << ", height " << be32(20) << " in " << gp;
   EXPECT_EQ(b.substr(b.size() - 8, 4), "IEND");
   EXPECT_GT(static_cast<double>(b.size()), 1.5 * empty_frame_bytes(dir + "/" + name + ".gp", scratch));
 }
@@ -133,9 +161,7 @@ class Report : public ::testing::Test {
     }
     return out;
   }
-  RunResult weft(const std::string& args, const std::string& env = "") {
-    return test::run_weft_with(env, args, cmd());
-  }
+  RunResult weft(const std::string& args, const std::string& env = "") { return test::run_weft_with(env, args, cmd()); }
   std::string cmd() { return *tmp / fmt::format("cmd{}", n++); }
   std::unique_ptr<TempDir> tmp;
   std::string config;
@@ -211,8 +237,8 @@ void expect_comm(const std::string& md, const std::string& run) {
     EXPECT_TRUE(contains(md, "No calls."));
     return;
   }
-  EXPECT_TRUE(contains(md, fmt::format("{:.0f} calls, {:.1f}% of them under 64 KiB, carrying {:.2f}% of the bytes", calls,
-                                       100.0 * small / calls, bytes > 0 ? 100.0 * small_bytes / bytes : 0.0)))
+  EXPECT_TRUE(contains(md, fmt::format("{:.0f} calls, {:.1f}% of them under 64 KiB, carrying {:.2f}% of the bytes",
+                                       calls, 100.0 * small / calls, bytes > 0 ? 100.0 * small_bytes / bytes : 0.0)))
       << md;
 }
 
@@ -251,7 +277,9 @@ TEST_F(Report, TracedRunsAndTheirOverlay) {
   ASSERT_EQ(r.code, 0) << r.err;
   const std::string md_b = test::read_text(*tmp / "single-report/report.md");
   EXPECT_FALSE(fs::exists(*tmp / "single-report/pipeline.png"));
-  for (const char* png : {"loss", "throughput", "memory", "communication"}) expect_png(*tmp / "single-report", png, *tmp / "frame");
+  for (const char* png : {"loss", "throughput", "memory", "communication"}) {
+    expect_png(*tmp / "single-report", png, *tmp / "frame");
+  }
   EXPECT_TRUE(contains(md_b, "pp = 1: no pipeline."));
   EXPECT_TRUE(contains(md_b, "- (no system file)"));
   expect_numbers(md_b, expected_from_metrics(b));
@@ -263,7 +291,9 @@ TEST_F(Report, TracedRunsAndTheirOverlay) {
   const std::string dir = a + "/compare-single";
   const std::string md_ab = test::read_text(dir + "/report.md");
   EXPECT_TRUE(contains(md_ab, "# weft run comparison: pp2 (A) against single (B)"));
-  for (const char* png : {"loss", "throughput", "memory", "pipeline", "communication"}) expect_png(dir, png, *tmp / "frame");
+  for (const char* png : {"loss", "throughput", "memory", "pipeline", "communication"}) {
+    expect_png(dir, png, *tmp / "frame");
+  }
   expect_numbers(md_ab, expected_from_metrics(a));
   expect_numbers(md_ab, expected_from_metrics(b));
   expect_comm(md_ab, a);
@@ -336,14 +366,16 @@ TEST_F(Report, BadInputAndFailures) {
   }
   EXPECT_EQ(test::read_text(*tmp / "good/report.md"), good_md);
   // gnuplot missing: one line, exit 2, nothing written.
-  expect_bad_input(weft("report " + run + " --out " + *tmp / "no-gnuplot", "PATH=" + *tmp / "empty"), {"gnuplot not found"});
+  expect_bad_input(weft("report " + run + " --out " + *tmp / "no-gnuplot", "PATH=" + *tmp / "empty"),
+                   {"gnuplot not found"});
   EXPECT_FALSE(fs::exists(*tmp / "no-gnuplot"));
   EXPECT_EQ(weft("report " + run + " " + run + " " + run).code, 2);  // one or two runs
 
   // A gnuplot that fails on a script: a runtime failure (exit 1) with its messages on one line,
   // nothing written, no scratch folder left behind.
   fs::create_directories(*tmp / "bin");
-  std::ofstream(*tmp / "bin/gnuplot") << "#!/bin/sh\n[ \"$1\" = -e ] && exit 0\necho 'line 3: bad' >&2\necho more >&2\nexit 1\n";
+  std::ofstream(*tmp / "bin/gnuplot")
+      << "#!/bin/sh\n[ \"$1\" = -e ] && exit 0\necho 'line 3: bad' >&2\necho more >&2\nexit 1\n";
   fs::permissions(*tmp / "bin/gnuplot", fs::perms::owner_all);
   r = weft("report " + run + " --out " + *tmp / "failed", "PATH=" + *tmp / "bin:/usr/bin:/bin");
   EXPECT_EQ(r.code, 1) << r.err;
