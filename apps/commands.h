@@ -21,5 +21,6 @@ int cmd_generate(CLI::App& app, int argc, char** argv, Communicator& world);   /
 int cmd_bench(CLI::App& app, int argc, char** argv, Communicator& world);      // bench_cmd.cc
 int cmd_plan(CLI::App& app, int argc, char** argv, Communicator& world);       // plan_cmd.cc
 int cmd_calibrate(CLI::App& app, int argc, char** argv, Communicator& world);  // calibrate_cmd.cc
+int cmd_report(CLI::App& app, int argc, char** argv, Communicator& world);     // report_cmd.cc
 
 }  // namespace weft

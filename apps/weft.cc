@@ -42,6 +42,8 @@ const char* kUsage =
     "                      predict memory and step time of layouts and rank them\n"
     "  calibrate [--out systems/local.toml]\n"
     "                      measure this machine (sgemm, memory, MPI links) and write a system file\n"
+    "  report RUN_DIR [RUN_DIR_B] [--out DIR]\n"
+    "                      Markdown summary and PNG plots of a traced run, or of two runs compared\n"
     "\n"
     "run 'weft <command> --help' for the options of a command.\n";
 
@@ -53,7 +55,7 @@ struct Command {
 // The subcommands, in the order the unknown-command message lists them.
 constexpr Command kCommands[] = {{"train", cmd_train},     {"prepare", cmd_prepare}, {"eval", cmd_eval},
                                  {"generate", cmd_generate}, {"bench", cmd_bench},     {"plan", cmd_plan},
-                                 {"calibrate", cmd_calibrate}};
+                                 {"calibrate", cmd_calibrate}, {"report", cmd_report}};
 
 // Runs the subcommand that argv[1] names; the usage for none or --help, exit 2 for an unknown one.
 int run_command(CLI::App& app, int argc, char** argv, Communicator& world) {
