@@ -100,6 +100,14 @@ void check_device_comm(const std::string& comm, const std::string& backend) {
   }
 }
 
+DeviceCommInfo device_comm_info(const std::string& comm, const std::string& backend) {
+  const std::string name = comm.empty() ? default_device_comm(backend) : comm;
+  check_device_comm(name, backend);
+  Entry e;
+  find_entry(name, &e);
+  return e.info;
+}
+
 std::unique_ptr<DeviceComm> make_device_comm(const std::string& comm, Communicator& host, Backend& be) {
   const std::string name = comm.empty() ? default_device_comm(be.name()) : comm;
   check_device_comm(name, be.name());

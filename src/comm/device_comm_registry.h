@@ -30,6 +30,10 @@ struct DeviceCommInfo {
   std::vector<std::string> backends;
   // The default for those backends (nccl for cuda); a backend without one uses "mpi".
   bool preferred = false;
+  // Point-to-point without tags, matched in posting order and started when waited for
+  // (comm/p2p_queue.h; NCCL). The pipeline's GPipe and 1F1B orders are sound there; the
+  // interleaved schedule's is not (it deadlocks: see docs/cuda.md), so the engine refuses it.
+  bool posting_order_p2p = false;
 };
 
 // Adds (or replaces) the device communicator `name`.
@@ -39,6 +43,9 @@ std::vector<std::string> device_comm_names();
 // The communicator used for `backend` when none is asked for: a preferred one that lists the
 // backend, otherwise "mpi".
 std::string default_device_comm(const std::string& backend);
+// The description of `comm` ("" = default_device_comm(backend)); check_device_comm's InputError
+// for an unknown one.
+DeviceCommInfo device_comm_info(const std::string& comm, const std::string& backend);
 // InputError unless `comm` is registered and works with `backend`: names the known values, says
 // that nccl needs a build with -DWEFT_CUDA=ON when absent, and which backends a known one
 // takes. Creates nothing.

@@ -42,9 +42,23 @@ class Engine::PipeAdapter final : public PipeChunk {
   float loss_scale_;
 };
 
+// The interleaved schedule posts its exchanges in an order that deadlocks where point-to-point
+// operations are matched in posting order and started when waited for (NCCL; shown by
+// tests/mpi/mpi_pipeline_runtime.cc's NCCL-rules emulation): refused there, before any
+// communicator exists.
+void Engine::check_comm_fits(const EngineConfig& cfg, Backend& backend) {
+  const DeviceCommInfo info = device_comm_info(cfg.comm, backend.name());
+  if (info.posting_order_p2p && cfg.grid.pp > 1 && cfg.schedule == PipeSchedule::kInterleaved) {
+    throw_input("the interleaved pipeline schedule (pp {}) does not run over communicator '{}' yet (its exchange "
+                "order deadlocks under NCCL's in-order matching); use --schedule 1f1b or gpipe, or --comm mpi",
+                cfg.grid.pp, cfg.comm.empty() ? default_device_comm(backend.name()) : cfg.comm);
+  }
+}
+
 Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
     : cfg_(cfg), world_(world), backend_(backend), scaler_(cfg.precision, cfg.loss_scale) {
   const GridSpec& spec = cfg.grid;
+  check_comm_fits(cfg, backend);
   grid_ = std::make_unique<ProcessGrid>(world, spec);
   // Every rank creates its device communicators in the same order (tp, pp, dp, tied): with
   // NCCL each creation is collective over its group.

@@ -633,6 +633,7 @@ void register_nccl_device_comm() {
   DeviceCommInfo info;
   info.backends = {"cuda"};
   info.preferred = true;
+  info.posting_order_p2p = true;
   register_device_comm("nccl", info, [](Communicator& host, Backend& be) -> std::unique_ptr<DeviceComm> {
     auto* cuda_be = dynamic_cast<cuda::CudaBackend*>(&be);
     if (cuda_be == nullptr) throw_input("communicator 'nccl' needs the cuda backend, not '{}'", be.name());
