@@ -2,6 +2,7 @@
 
 #include <nccl.h>
 #include <sched.h>
+#include <unistd.h>
 #include <time.h>
 
 #include <algorithm>
@@ -610,6 +611,31 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   std::shared_ptr<NcclContext> ctx_;
 };
 
+// NCCL refuses two ranks of one communicator on one device ("Duplicate GPU detected"): say so
+// with the ranks and the way out before NCCL is asked. Collective over host.
+void check_one_gpu_per_rank(Communicator& host, const std::string& axis) {
+  struct Where {
+    char node[64];
+    char bus[32];
+  };
+  Where me{};
+  gethostname(me.node, sizeof(me.node) - 1);
+  if (cudaDeviceGetPCIBusId(me.bus, sizeof(me.bus), gpu::current_device()) != cudaSuccess) me.bus[0] = '\0';
+  std::vector<Where> all(static_cast<size_t>(host.size()));
+  host.all_gather(&me, all.data(), static_cast<int64_t>(sizeof(Where)), CommDType::kU8);
+  const std::vector<int>& world = host.world_ranks();
+  for (size_t i = 0; i < all.size(); ++i) {
+    for (size_t j = i + 1; j < all.size(); ++j) {
+      if (all[i].bus[0] == '\0' || std::string(all[i].node) != all[j].node || std::string(all[i].bus) != all[j].bus)
+        continue;
+      throw_input("communicator 'nccl' (axis {}): ranks {} and {} share GPU {} on {}, and NCCL needs one GPU per rank; "
+                  "launch at most one rank per GPU, or use --comm mpi (host-staged) to share a GPU",
+                  axis, world.empty() ? static_cast<int>(i) : world[i], world.empty() ? static_cast<int>(j) : world[j],
+                  all[i].bus, all[i].node);
+    }
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<NcclCommunicator> make_nccl_communicator(Communicator& host, cuda::CudaBackend& be,
@@ -618,6 +644,7 @@ std::unique_ptr<NcclCommunicator> make_nccl_communicator(Communicator& host, cud
   NcclCommunicatorImpl::init_context(*ctx, host, axis);
   ctx->compute = be.stream();
   if (ctx->size > 1) {
+    check_one_gpu_per_rank(host, ctx->axis);
     ncclUniqueId id{};
     if (host.rank() == 0) WEFT_NCCL_CHECK(nullptr, ncclGetUniqueId(&id));
     host.broadcast(&id, static_cast<int64_t>(sizeof(id)), CommDType::kU8, 0);
