@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "backend/registry.h"
+#include "comm/device_comm_registry.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "core/buffer.h"
@@ -35,7 +36,7 @@ struct BenchOptions {
   std::string model_name = "tiny", format = "text";
   int64_t batch = 8, seq = 0, threads = 0, steps = 10, warmup = 2, head_chunk = 0;
   bool no_peak = false, matmul_only = false, no_graphs = false;
-  std::string backend_name = "cpu", precision = "fp32";
+  std::string backend_name = "cpu", precision = "fp32", comm;  // comm "": the backend's default
   double peak_tflops = 989.0;
   int64_t gemm_n = 8192;
   LayoutOptions layout;  // any layout through the engine
@@ -43,6 +44,7 @@ struct BenchOptions {
 
 void add_bench_options(CLI::App& app, BenchOptions& o) {
   add_backend_option(app, o.backend_name);
+  add_comm_option(app, o.comm);
   app.add_option("--precision", o.precision,
                  "fp32 or bf16 (16-bit storage emulated by rounding fp32 buffers, on every backend for now)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
@@ -136,6 +138,7 @@ nlohmann::json engine_result(const BenchOptions& o, const EngineConfig& ec, int 
           {"seq", o.seq}, {"threads", nthreads}, {"precision", o.precision}, {"world", world}, {"tp", ec.grid.tp},
           {"pp", ec.grid.pp}, {"dp", ec.grid.dp}, {"zero", ec.data_parallel.zero}, {"micro_batch", ec.micro_batch},
           {"schedule", schedule_name(ec.schedule)}, {"virtual_stages", ec.virtual_stages},
+          {"comm", ec.comm.empty() ? default_device_comm(o.backend_name) : ec.comm},
           {"sequence_parallel", ec.sequence_parallel && ec.grid.tp > 1}, {"steps", o.steps}, {"warmup", o.warmup},
           {"ms_per_step", r.median_s * 1e3}, {"tokens_per_s", r.tokens_per_s},
           {"model_flops_per_token", r.model_flops_per_token}, {"model_flops_per_s", r.model_flops_per_s}};
@@ -218,7 +221,7 @@ int bench_engine(const ModelConfig& mc, const BenchOptions& o, Communicator& wor
   req.batch = o.batch;
   req.precision = o.precision;
   req.head_chunk = o.head_chunk;
-  EngineRun run(layout_engine_config(o.layout, req, world.size()), world, o.backend_name);
+  EngineRun run(layout_engine_config(o.layout, req, world.size()), world, o.backend_name, o.comm);
   Engine& engine = *run.engine;
   Backend& be = *run.backend;
   engine.init_params(1337);

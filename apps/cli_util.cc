@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "backend/registry.h"
+#include "comm/device_comm_registry.h"
 #include "ckpt/checkpoint.h"
 #include "core/buffer.h"
 #include "train/config.h"
@@ -27,6 +28,15 @@ void add_backend_option(CLI::App& app, std::string& backend) {
   for (const std::string& n : backend_names()) names += (names.empty() ? "" : ", ") + n;
   app.add_option("--backend", backend,
                  fmt::format("backend by name: {} (cuda needs a weft built with -DWEFT_CUDA=ON); default cpu", names));
+}
+
+void add_comm_option(CLI::App& app, std::string& comm) {
+  std::string names;
+  for (const std::string& n : device_comm_names()) names += (names.empty() ? "" : ", ") + n;
+  app.add_option("--comm", comm,
+                 fmt::format("how device buffers move between ranks: {} (nccl: cuda only, one GPU per rank; mpi: "
+                             "host-staged, ranks may share a GPU); default nccl for cuda, mpi otherwise",
+                             names));
 }
 
 std::string checkpoint_dir_arg(const std::string& path) {
@@ -73,8 +83,22 @@ EngineConfig layout_engine_config(const LayoutOptions& o, const EngineRequest& r
   return ec;
 }
 
-EngineRun::EngineRun(const EngineConfig& cfg, Communicator& world, const std::string& backend_name)
-    : backend(make_backend(backend_name)), engine(std::make_unique<Engine>(cfg, world, *backend)) {}
+namespace {
+// The engine's configuration with the communicator, once backend and communicator are known
+// to fit together (nothing created yet).
+EngineConfig with_comm(EngineConfig cfg, const std::string& backend_name, const std::string& comm) {
+  check_backend_name(backend_name);
+  if (!comm.empty()) check_device_comm(comm, backend_name);
+  cfg.comm = comm;
+  return cfg;
+}
+}  // namespace
+
+EngineRun::EngineRun(const EngineConfig& cfg, Communicator& world, const std::string& backend_name,
+                     const std::string& comm)
+    : config(with_comm(cfg, backend_name, comm)),
+      backend(make_backend(backend_name)),
+      engine(std::make_unique<Engine>(config, world, *backend)) {}
 
 void load_checkpoint_into(Engine& engine, const std::string& dir) {
   const ParamLayout& whole = engine.whole_layout();

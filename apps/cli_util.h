@@ -21,6 +21,9 @@ void add_threads_option(CLI::App& app, int64_t& threads);
 void add_format_option(CLI::App& app, std::string& format);
 // --backend NAME: a backend of backend/registry.h (cpu, cpu-guarded, cuda in a CUDA build).
 void add_backend_option(CLI::App& app, std::string& backend);
+// --comm NAME: how device buffers move between ranks (comm/device_comm_registry.h): mpi, nccl
+// in a CUDA build; "" (the default): nccl for cuda, mpi otherwise.
+void add_comm_option(CLI::App& app, std::string& comm);
 
 // The checkpoint folder a --checkpoint argument names: a run folder means its newest checkpoint.
 std::string checkpoint_dir_arg(const std::string& path);
@@ -49,10 +52,14 @@ struct EngineRequest {
 // The engine's configuration, checked by the layout rules (InputError naming the values).
 EngineConfig layout_engine_config(const LayoutOptions& o, const EngineRequest& r, int world_size);
 
-// An engine with its backend: the one backend/registry.h's make_backend(backend_name) gives
-// (InputError naming the known backends for an unknown name).
+// An engine with its backend: the one backend/registry.h's make_backend(backend_name) gives,
+// its device buffers moved between ranks by the communicator `comm` ("": the backend's
+// default). InputError naming the known values for an unknown backend or communicator, or a
+// communicator the backend does not take, before anything is created.
 struct EngineRun {
-  EngineRun(const EngineConfig& cfg, Communicator& world, const std::string& backend_name = "cpu");
+  EngineRun(const EngineConfig& cfg, Communicator& world, const std::string& backend_name = "cpu",
+            const std::string& comm = "");
+  EngineConfig config;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Engine> engine;
 };

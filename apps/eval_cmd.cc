@@ -18,7 +18,7 @@ namespace weft {
 // Runs in any layout (mpirun -np tp*pp*dp weft eval --tp .. --pp ..): the windows are dealt
 // round-robin over the data-parallel replicas, `--batch` windows per forward pass of each.
 int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
-  std::string ckpt, data, format = "text", backend = "cpu";
+  std::string ckpt, data, format = "text", backend = "cpu", comm;
   int64_t windows = 0, batch = 8, threads = 0;
   LayoutOptions layout;
   add_checkpoint_option(app, ckpt);
@@ -27,6 +27,7 @@ int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
   app.add_option("--batch", batch, "windows per forward pass");
   add_threads_option(app, threads);
   add_backend_option(app, backend);
+  add_comm_option(app, comm);
   add_format_option(app, format);
   add_layout_options(app, layout);
   app.parse(argc - 1, argv + 1);
@@ -47,7 +48,7 @@ int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
   req.batch = batch;
   req.per_replica = true;
   req.training = false;
-  EngineRun run(layout_engine_config(layout, req, world.size()), world, backend);
+  EngineRun run(layout_engine_config(layout, req, world.size()), world, backend, comm);
   load_checkpoint_into(*run.engine, dir);
   const double loss = run.engine->evaluate(ds, windows);
   const int64_t tokens = windows * T;

@@ -59,7 +59,7 @@ class TokenPrinter {
 // Runs in any layout (mpirun -np tp*pp*dp weft generate --tp .. --pp ..); rank 0 prints.
 int cmd_generate(CLI::App& app, int argc, char** argv, Communicator& world) {
   LayoutOptions layout;
-  std::string ckpt, prompt, tokenizer, backend = "cpu";
+  std::string ckpt, prompt, tokenizer, backend = "cpu", comm;
   int64_t tokens = 128, top_k = 40, seed = 1337, threads = 0;
   double temperature = 1.0;
   add_checkpoint_option(app, ckpt);
@@ -70,6 +70,7 @@ int cmd_generate(CLI::App& app, int argc, char** argv, Communicator& world) {
   app.add_option("--seed", seed, "sampling seed");
   add_threads_option(app, threads);
   add_backend_option(app, backend);
+  add_comm_option(app, comm);
   app.add_option("--tokenizer", tokenizer, "folder with GPT-2's tokenizer files");
   add_layout_options(app, layout);
   app.parse(argc - 1, argv + 1);
@@ -85,7 +86,7 @@ int cmd_generate(CLI::App& app, int argc, char** argv, Communicator& world) {
   req.batch = 1;
   req.per_replica = true;
   req.training = false;
-  EngineRun run(layout_engine_config(layout, req, world.size()), world, backend);
+  EngineRun run(layout_engine_config(layout, req, world.size()), world, backend, comm);
   load_checkpoint_into(*run.engine, dir);
   const bool rank0 = world.rank() == 0;
   std::vector<int32_t> ids = {tok.eot_token()};

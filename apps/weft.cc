@@ -14,8 +14,10 @@
 #include "comm/world.h"
 #include "commands.h"
 #include "core/error.h"
+#include "backend/cpu_guarded/guarded_backend.h"
 #if WEFT_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "comm/nccl/nccl_comm.h"
 #endif
 
 using namespace weft;
@@ -27,15 +29,17 @@ const char* kUsage =
     "\n"
     "commands:\n"
     "  train CONFIG.toml [--key value ...] [--resume [DIR]] [--overwrite]\n"
-    "                      train a model; every config key can be overridden (--steps 100, --lr 3e-4, --out runs/x)\n"
+    "                      train a model; every config key can be overridden (--steps 100, --lr 3e-4, --out runs/x,\n"
+    "                      --backend cuda, --comm nccl|mpi)\n"
     "  prepare --input PATH [PATH ...] --out DIR\n"
     "                      tokenize text files, folders or JSONL into llm.c-format token shards\n"
-    "  eval --checkpoint DIR --data SHARD [--windows N] [--format json] [--backend NAME] [--tp ..]\n"
+    "  eval --checkpoint DIR --data SHARD [--windows N] [--format json] [--backend NAME] [--comm NAME] [--tp ..]\n"
     "                      mean loss over consecutive windows of a token shard\n"
     "  generate --checkpoint DIR [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--backend NAME]\n"
+    "           [--comm NAME]\n"
     "                      sample text from a checkpoint (a run folder uses its newest checkpoint)\n"
     "  bench --model PRESET [--batch B] [--seq T] [--threads N] [--steps S] [--format json] [--tp ..]\n"
-    "        [--backend NAME] [--precision fp32|bf16] [--peak-tflops F] [--matmul-only]\n"
+    "        [--backend NAME] [--comm NAME] [--precision fp32|bf16] [--peak-tflops F] [--matmul-only]\n"
     "                      time training steps on random tokens through the engine on a backend (cpu, cpu-guarded,\n"
     "                      cuda; cuda: MFU against F and the measured bf16 GEMM rate; --matmul-only: that rate alone)\n"
     "  plan --model PRESET --system systems/NAME.toml --gpus N --global-batch B [--tp ..] [--top N] [--scaling]\n"
@@ -80,13 +84,28 @@ int run_command(CLI::App& app, int argc, char** argv, Communicator& world) {
   return 2;
 }
 
+// What the weft library does not add by itself: the CUDA backend and the NCCL communicator
+// (weft_cuda, in a build with -DWEFT_CUDA=ON), and cpu-guarded with host access refused.
+void register_extra_backends() {
+#if WEFT_HAVE_CUDA
+  register_backend("cuda", [] { return std::unique_ptr<Backend>(cuda::make_cuda_backend()); });
+  register_nccl_device_comm();
+#endif
+  // cpu-guarded refusing host access to its device memory, as a GPU does: `--comm mpi` then
+  // stages every transfer through host copies, the path `--backend cuda --comm mpi` takes, so
+  // that path is checked on any machine (a test and debugging backend, like cpu-guarded).
+  register_backend("cpu-guarded-staged", [] {
+    GuardedOptions o;
+    o.host_access = false;
+    return make_cpu_guarded_backend(o);
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"weft"};
-#if WEFT_HAVE_CUDA
-  register_backend("cuda", [] { return std::unique_ptr<Backend>(cuda::make_cuda_backend()); });
-#endif
+  register_extra_backends();
   // Under mpirun/srun every rank runs this; otherwise a single process that never touches MPI.
   std::unique_ptr<Communicator> world;
   try {

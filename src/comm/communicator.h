@@ -21,8 +21,13 @@ namespace weft {
 
 class Tracer;
 
-enum class CommDType { kF32, kF64, kI32, kI64, kU8 };
+// Element types on the wire. kBF16 and kF16 are 16-bit floats (core/dtype.h's bf16 bits and
+// IEEE binary16): NCCL reduces them natively; the MPI communicator reduces them with its own
+// MPI operations that add in fp32 and round once per pairwise combination (so the result of a
+// sum over more than two ranks can differ from NCCL's in the last bit: NCCL's order is its own).
+enum class CommDType { kF32, kF64, kI32, kI64, kU8, kBF16, kF16 };
 size_t comm_dtype_size(CommDType t);
+const char* comm_dtype_name(CommDType t);  // "f32", "f64", "i32", "i64", "u8", "bf16", "f16"
 
 enum class ReduceOp { kSum, kMax, kMin };
 
@@ -90,7 +95,9 @@ class Communicator {
 
   // Timeout of blocking calls and wait(); zero means none.
   virtual void set_timeout(std::chrono::milliseconds t) = 0;
+  virtual std::chrono::milliseconds timeout() const = 0;
   virtual void set_tracer(Tracer* tracer) = 0;
+  virtual Tracer* tracer() const = 0;  // null: none
 
   // Convenience wrappers for float buffers.
   void all_reduce_sum(float* buf, int64_t n) { all_reduce(buf, n, CommDType::kF32, ReduceOp::kSum); }

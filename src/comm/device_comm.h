@@ -40,7 +40,18 @@
 
 namespace weft {
 
-class DeviceCommunicator final : public Communicator {
+// A communicator on DEVICE buffers of one backend, with the host communicator over the same
+// processes for host values: what the parameter stores and the engine hold. Two kinds:
+// DeviceCommunicator below (any backend, through a host communicator) and NcclCommunicator
+// (comm/nccl/nccl_comm.h, cuda); comm/device_comm_registry.h picks one by name.
+class DeviceComm : public Communicator {
+ public:
+  // The host communicator over the same processes, for host buffers.
+  virtual Communicator& host() const = 0;
+  virtual Backend& backend() const = 0;
+};
+
+class DeviceCommunicator final : public DeviceComm {
  public:
   // Wraps `host` (not owned; it must outlive this object) for device buffers of `be`.
   DeviceCommunicator(Communicator& host, Backend& be);
@@ -49,8 +60,8 @@ class DeviceCommunicator final : public Communicator {
   ~DeviceCommunicator() override;
 
   // The wrapped communicator, for host buffers.
-  Communicator& host() const { return host_; }
-  Backend& backend() const { return be_; }
+  Communicator& host() const override { return host_; }
+  Backend& backend() const override { return be_; }
 
   int rank() const override { return host_.rank(); }
   int size() const override { return host_.size(); }
@@ -83,7 +94,9 @@ class DeviceCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key, const std::string& axis) override;
 
   void set_timeout(std::chrono::milliseconds t) override;
+  std::chrono::milliseconds timeout() const override { return host_.timeout(); }
   void set_tracer(Tracer* tracer) override;
+  Tracer* tracer() const override { return host_.tracer(); }
 
  private:
   std::unique_ptr<Communicator> owned_;

@@ -102,7 +102,9 @@ class SelfCommunicator : public Communicator {
   }
 
   void set_timeout(std::chrono::milliseconds t) override { timeout_ = t; }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
   void set_tracer(Tracer* tracer) override { tracer_ = tracer; }
+  Tracer* tracer() const override { return tracer_; }
 
  private:
   static int64_t bytes(int64_t count, CommDType t) { return count * static_cast<int64_t>(comm_dtype_size(t)); }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "comm/device_comm_registry.h"
 #include "core/error.h"
 #include "engine/engine_chunk.h"
 #include "model/gpt.h"
@@ -41,12 +42,28 @@ class Engine::PipeAdapter final : public PipeChunk {
   float loss_scale_;
 };
 
+// The interleaved schedule posts its exchanges in an order that deadlocks where point-to-point
+// operations are matched in posting order and started when waited for (NCCL; shown by
+// tests/mpi/mpi_pipeline_runtime.cc's NCCL-rules emulation): refused there, before any
+// communicator exists.
+void Engine::check_comm_fits(const EngineConfig& cfg, Backend& backend) {
+  const DeviceCommInfo info = device_comm_info(cfg.comm, backend.name());
+  if (info.posting_order_p2p && cfg.grid.pp > 1 && cfg.schedule == PipeSchedule::kInterleaved) {
+    throw_input("the interleaved pipeline schedule (pp {}) does not run over communicator '{}' yet (its exchange "
+                "order deadlocks under NCCL's in-order matching); use --schedule 1f1b or gpipe, or --comm mpi",
+                cfg.grid.pp, cfg.comm.empty() ? default_device_comm(backend.name()) : cfg.comm);
+  }
+}
+
 Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
     : cfg_(cfg), world_(world), backend_(backend), scaler_(cfg.precision, cfg.loss_scale) {
   const GridSpec& spec = cfg.grid;
+  check_comm_fits(cfg, backend);
   grid_ = std::make_unique<ProcessGrid>(world, spec);
-  tp_device_ = std::make_unique<DeviceCommunicator>(grid_->comm(Axis::kTp), backend);
-  pp_device_ = std::make_unique<DeviceCommunicator>(grid_->comm(Axis::kPp), backend);
+  // Every rank creates its device communicators in the same order (tp, pp, dp, tied): with
+  // NCCL each creation is collective over its group.
+  tp_device_ = make_device_comm(cfg.comm, grid_->comm(Axis::kTp), backend);
+  pp_device_ = make_device_comm(cfg.comm, grid_->comm(Axis::kPp), backend);
   tp_ops_ = std::make_unique<CommTensorParallel>(*tp_device_);
   stage_ = grid_->coord(Axis::kPp);
   tp_rank_ = grid_->coord(Axis::kTp);
@@ -56,8 +73,9 @@ Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
   // The first and the last stage share the tied embedding: one group per (tp, dp) position.
   const bool holds_embedding = spec.pp > 1 && (stage_ == 0 || stage_ == spec.pp - 1);
   tied_ = world.split(holds_embedding ? 1 + tp_rank_ + spec.tp * dp_rank_ : 0, stage_, "pp-embedding");
-  dp_device_ = std::make_unique<DeviceCommunicator>(grid_->comm(Axis::kDp), backend);
-  tied_device_ = std::make_unique<DeviceCommunicator>(*tied_, backend);
+  dp_device_ = make_device_comm(cfg.comm, grid_->comm(Axis::kDp), backend);
+  // The other ranks' group (color 0) never carries device buffers: no communicator for it.
+  if (holds_embedding) tied_device_ = make_device_comm(cfg.comm, *tied_, backend);
   whole_ = std::make_unique<ParamLayout>(cfg.model);
   if (spec.pp > 1) {
     PipeRuntimeConfig rc;

@@ -52,6 +52,9 @@ struct EngineConfig {
   double grad_clip = 1.0;      // 0: off
   // false: inference only (evaluate, generate): no optimizer state, no gradient scratch.
   bool training = true;
+  // How device buffers move between ranks (comm/device_comm_registry.h): "mpi" (host-staged
+  // where the backend refuses host access), "nccl" (cuda only); "": the backend's default.
+  std::string comm;
 };
 
 // Fills micro-batch rows [first, first + count) of the step's global batch: inputs and targets
@@ -123,6 +126,7 @@ class Engine {
  private:
   struct Chunk;
   class PipeAdapter;
+  static void check_comm_fits(const EngineConfig& cfg, Backend& backend);
   void build_chunks();
   void set_norm_skip(Chunk& ch);
   double forward_loss(int64_t rows, const int32_t* inputs, const int32_t* targets);
@@ -138,14 +142,15 @@ class Engine {
   Communicator& world_;
   Backend& backend_;
   std::unique_ptr<ProcessGrid> grid_;
-  // The tp and pp groups on device buffers of backend_: the tensor-parallel layers' and the
-  // pipeline runtime's collectives (declared before their users, which they outlive).
-  std::unique_ptr<DeviceCommunicator> tp_device_, pp_device_;
+  // The tp and pp groups on device buffers of backend_ (cfg_.comm's kind): the tensor-parallel
+  // layers' and the pipeline runtime's collectives (declared before their users, which they
+  // outlive).
+  std::unique_ptr<DeviceComm> tp_device_, pp_device_;
   std::unique_ptr<CommTensorParallel> tp_ops_;
   std::unique_ptr<Communicator> tied_;  // first and last stage: the tied embedding
   // The stores' dp and tied-embedding groups on device buffers of backend_ (before chunks_:
-  // they outlive the stores).
-  std::unique_ptr<DeviceCommunicator> dp_device_, tied_device_;
+  // they outlive the stores). tied_device_ only on the first and the last stage with pp > 1.
+  std::unique_ptr<DeviceComm> dp_device_, tied_device_;
   std::unique_ptr<ParamLayout> whole_;
   std::unique_ptr<PipelineRuntime> runtime_;
   std::vector<std::unique_ptr<Chunk>> chunks_;

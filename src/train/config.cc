@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "backend/registry.h"
+#include "comm/device_comm_registry.h"
 #include "core/error.h"
 #include "model/gpt.h"
 
@@ -76,6 +77,7 @@ const std::vector<Key>& keys() {
       {"run", "trace", &RunConfig::trace},
       {"run", "system", &RunConfig::system},
       {"run", "backend", &RunConfig::backend},
+      {"run", "comm", &RunConfig::comm},
       {"sample", "sample_tokens", &RunConfig::sample_tokens},
       {"sample", "sample_prompt", &RunConfig::sample_prompt},
       {"sample", "temperature", &RunConfig::temperature},
@@ -284,6 +286,7 @@ void RunConfig::validate() const {
   if (comm_timeout < 0) throw_input("comm_timeout must be >= 0 seconds (0: never), got {}", comm_timeout);
   if (data.empty()) throw_input("data (the shard folder) must not be empty");
   check_backend_name(backend);
+  if (!comm.empty()) check_device_comm(comm, backend);
 }
 
 std::string RunConfig::to_toml() const {

@@ -67,6 +67,11 @@ struct RunConfig {
   // backend with its device memory fenced from the host: a debugging and test backend, same
   // bits as cpu, much slower); cuda in a build with -DWEFT_CUDA=ON.
   std::string backend = "cpu";
+  // How device buffers move between ranks (comm/device_comm_registry.h): "mpi" (through the
+  // host communicator, staged through host buffers where the backend refuses host access;
+  // ranks may share a GPU), "nccl" (cuda only, one GPU per rank); "": the backend's default
+  // (nccl for cuda, mpi otherwise).
+  std::string comm = "";
   std::string system = "";  // system file for the step-time prediction (empty: systems/local.toml if present)  // per-rank JSONL trace of every collective (trace-rank<R>.jsonl) + per-step summary
   // [sample] printed at the end of training
   int64_t sample_tokens = 0;

@@ -39,6 +39,7 @@ EngineConfig engine_config(const RunConfig& cfg, const ModelConfig& model, int w
   ec.loss_scale.min_scale = cfg.min_loss_scale;
   ec.loss_scale.window = cfg.loss_scale_window;
   ec.grad_clip = cfg.grad_clip;
+  ec.comm = cfg.comm;
   return ec;
 }
 

@@ -1,6 +1,7 @@
 // Every collective of the MPI communicator against closed forms: element i of rank r's
 // contribution is r * 1000 + i, so a sum over n ranks is 1000 n (n-1) / 2 + n i, the max is
-// 1000 (n-1) + i and the min is i. All values stay below 2^24, exact in f32.
+// 1000 (n-1) + i and the min is i. All values stay below 2^24, exact in f32. The 16-bit floats
+// have their own small closed form.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -11,6 +12,7 @@
 
 #include "comm/communicator.h"
 #include "comm/tracer.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "mpi_test_util.h"
 
@@ -78,6 +80,39 @@ TEST_F(MpiCollectives, AllReduceSumMaxMinEveryDtype) {
   std::vector<double> d = contribution<double>(3);
   comm->all_reduce_sum(d.data(), 3);
   for (int64_t i = 0; i < 3; ++i) EXPECT_EQ(d[static_cast<size_t>(i)], static_cast<double>(sum_over_ranks(n, i)));
+}
+
+// 16-bit floats (the MPI communicator's own types and operations): rank r contributes
+// (r + 1) / 2 + i, exact in bf16 and f16 as are the sums, maxima and minima over up to 8
+// ranks for i < 4 (at most 7 significant bits). Asynchronous and reduce-scatter forms too.
+TEST_F(MpiCollectives, SixteenBitFloatsReduceExactly) {
+  const int64_t count = 4;
+  auto expect = [&](ReduceOp op, int64_t i) {
+    if (op == ReduceOp::kSum) return 0.25f * static_cast<float>(n * (n + 1)) + static_cast<float>(n * i);
+    return 0.5f * static_cast<float>(op == ReduceOp::kMax ? n : 1) + static_cast<float>(i);
+  };
+  auto mine = [&](int64_t i) { return 0.5f * static_cast<float>(rank + 1) + static_cast<float>(i); };
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
+    std::vector<bf16> b(count);
+    std::vector<_Float16> h(count);
+    for (int64_t i = 0; i < count; ++i) {
+      b[static_cast<size_t>(i)] = float_to_bf16(mine(i));
+      h[static_cast<size_t>(i)] = static_cast<_Float16>(mine(i));
+    }
+    comm->all_reduce(b.data(), count, CommDType::kBF16, op);
+    comm->iall_reduce(h.data(), count, CommDType::kF16, op)->wait();
+    for (int64_t i = 0; i < count; ++i) {
+      EXPECT_EQ(bf16_to_float(b[static_cast<size_t>(i)]), expect(op, i)) << "bf16 op " << static_cast<int>(op);
+      EXPECT_EQ(static_cast<float>(h[static_cast<size_t>(i)]), expect(op, i)) << "f16 op " << static_cast<int>(op);
+    }
+  }
+  // Reduce-scatter of n blocks of one element: block q of rank r holds (r + 1) / 2 + q % 4.
+  std::vector<bf16> send(static_cast<size_t>(n)), recv(1);
+  for (int q = 0; q < n; ++q) send[static_cast<size_t>(q)] = float_to_bf16(0.5f * static_cast<float>(rank + 1) + static_cast<float>(q % 4));
+  comm->reduce_scatter(send.data(), recv.data(), 1, CommDType::kBF16, ReduceOp::kSum);
+  EXPECT_EQ(bf16_to_float(recv[0]), expect(ReduceOp::kSum, rank % 4));
+  EXPECT_EQ(comm_dtype_size(CommDType::kBF16), 2u);
+  EXPECT_STREQ(comm_dtype_name(CommDType::kF16), "f16");
 }
 
 TEST_F(MpiCollectives, ReduceScatter) {

@@ -83,6 +83,15 @@ int current_device() {
   return d;
 }
 
+std::string device_pci_bus_id(int device) {
+  char bus[32] = {};
+  if (WEFT_GPU_NAME(DeviceGetPCIBusId)(bus, sizeof(bus), device) != WEFT_GPU_NAME(Success)) {
+    (void)WEFT_GPU_NAME(GetLastError)();
+    return {};
+  }
+  return bus;
+}
+
 std::string device_name(int device) {
   DeviceProp prop{};
   WEFT_CUDA_CHECK(WEFT_GPU_NAME(GetDeviceProperties)(&prop, device));

@@ -148,6 +148,8 @@ int device_count(std::string* why = nullptr);
 int select_device(int device = -1);
 int current_device();
 std::string device_name(int device);
+// PCI bus id ("0000:3B:00.0"): tells two ranks on one device apart from two devices. Empty on error.
+std::string device_pci_bus_id(int device);
 // Compute capability as major*10 + minor (80 for A100, 90 for H100; HIP reports gfx90a as 90
 // too: compare it only on the same vendor).
 int device_sm(int device);

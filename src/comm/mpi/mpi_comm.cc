@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "comm/comm_detail.h"
+#include "core/dtype.h"
 #include "core/log.h"
 
 namespace weft {
@@ -23,6 +24,59 @@ namespace {
 using detail::CallTrace;
 using Clock = std::chrono::steady_clock;
 
+// --- 16-bit floats: MPI has neither type. Each travels as a 2-byte contiguous type, and each
+// ReduceOp has its own MPI operation that widens to fp32, combines and rounds back to nearest
+// even (bf16 through core/dtype.h's conversions, binary16 through the compiler's _Float16). ---
+
+struct Float16Types {
+  MPI_Datatype bf16 = MPI_DATATYPE_NULL, f16 = MPI_DATATYPE_NULL;
+  MPI_Op sum = MPI_OP_NULL, max = MPI_OP_NULL, min = MPI_OP_NULL;
+};
+const Float16Types& float16_types();
+
+template <typename Combine>
+void combine_float16(void* in, void* inout, int n, MPI_Datatype t, Combine f) {
+  if (t == float16_types().bf16) {
+    const bf16* a = static_cast<const bf16*>(in);
+    bf16* b = static_cast<bf16*>(inout);
+    for (int i = 0; i < n; ++i) b[i] = float_to_bf16(f(bf16_to_float(a[i]), bf16_to_float(b[i])));
+  } else {
+    const _Float16* a = static_cast<const _Float16*>(in);
+    _Float16* b = static_cast<_Float16*>(inout);
+    for (int i = 0; i < n; ++i) {
+      b[i] = static_cast<_Float16>(f(static_cast<float>(a[i]), static_cast<float>(b[i])));
+    }
+  }
+}
+
+void float16_sum(void* in, void* inout, int* n, MPI_Datatype* t) {
+  combine_float16(in, inout, *n, *t, [](float a, float b) { return a + b; });
+}
+void float16_max(void* in, void* inout, int* n, MPI_Datatype* t) {
+  combine_float16(in, inout, *n, *t, [](float a, float b) { return std::max(a, b); });
+}
+void float16_min(void* in, void* inout, int* n, MPI_Datatype* t) {
+  combine_float16(in, inout, *n, *t, [](float a, float b) { return std::min(a, b); });
+}
+
+// Created on first use (after MPI_Init); MPI_Finalize frees them.
+const Float16Types& float16_types() {
+  static const Float16Types types = [] {
+    Float16Types f;
+    MPI_Type_contiguous(2, MPI_BYTE, &f.bf16);
+    MPI_Type_commit(&f.bf16);
+    MPI_Type_contiguous(2, MPI_BYTE, &f.f16);
+    MPI_Type_commit(&f.f16);
+    MPI_Op_create(&float16_sum, /*commute=*/1, &f.sum);
+    MPI_Op_create(&float16_max, 1, &f.max);
+    MPI_Op_create(&float16_min, 1, &f.min);
+    return f;
+  }();
+  return types;
+}
+
+bool is_float16(CommDType t) { return t == CommDType::kBF16 || t == CommDType::kF16; }
+
 MPI_Datatype to_mpi(CommDType t) {
   switch (t) {
     case CommDType::kF32: return MPI_FLOAT;
@@ -30,15 +84,19 @@ MPI_Datatype to_mpi(CommDType t) {
     case CommDType::kI32: return MPI_INT32_T;
     case CommDType::kI64: return MPI_INT64_T;
     case CommDType::kU8: return MPI_UINT8_T;
+    case CommDType::kBF16: return float16_types().bf16;
+    case CommDType::kF16: return float16_types().f16;
   }
   throw_runtime("unknown CommDType {}", static_cast<int>(t));
 }
 
-MPI_Op to_mpi(ReduceOp op) {
+// The reduction of `op` on elements of type t.
+MPI_Op to_mpi(ReduceOp op, CommDType t) {
+  const bool f16 = is_float16(t);
   switch (op) {
-    case ReduceOp::kSum: return MPI_SUM;
-    case ReduceOp::kMax: return MPI_MAX;
-    case ReduceOp::kMin: return MPI_MIN;
+    case ReduceOp::kSum: return f16 ? float16_types().sum : MPI_SUM;
+    case ReduceOp::kMax: return f16 ? float16_types().max : MPI_MAX;
+    case ReduceOp::kMin: return f16 ? float16_types().min : MPI_MIN;
   }
   throw_runtime("unknown ReduceOp {}", static_cast<int>(op));
 }
@@ -293,7 +351,9 @@ class MpiCommunicator : public Communicator {
   }
 
   void set_timeout(std::chrono::milliseconds t) override { ctx_->timeout = t; }
+  std::chrono::milliseconds timeout() const override { return ctx_->timeout; }
   void set_tracer(Tracer* tracer) override { ctx_->tracer = tracer; }
+  Tracer* tracer() const override { return ctx_->tracer; }
 
   // The communicator keeps the runtime alive and finalises MPI when destroyed (make_mpi_world).
   void own_runtime(std::unique_ptr<MpiRuntime> rt) { runtime_ = std::move(rt); }
@@ -328,7 +388,7 @@ class MpiCommunicator : public Communicator {
     const int n = to_int(count, "all_reduce", "count");
     auto p = make_op("all_reduce", nbytes(count, t), async);
     if (ctx_->size > 1) {
-      ctx_->check(MPI_Iallreduce(MPI_IN_PLACE, buf, n, to_mpi(t), to_mpi(op), ctx_->comm, &p->req), *p);
+      ctx_->check(MPI_Iallreduce(MPI_IN_PLACE, buf, n, to_mpi(t), to_mpi(op, t), ctx_->comm, &p->req), *p);
     }
     return p;
   }
@@ -339,7 +399,7 @@ class MpiCommunicator : public Communicator {
     to_int(count * ctx_->size, "reduce_scatter", "total count");
     auto p = make_op("reduce_scatter", nbytes(count * ctx_->size, t), false);
     if (ctx_->size > 1) {
-      ctx_->check(MPI_Ireduce_scatter_block(in_place_if(send, recv), recv, n, to_mpi(t), to_mpi(op), ctx_->comm, &p->req),
+      ctx_->check(MPI_Ireduce_scatter_block(in_place_if(send, recv), recv, n, to_mpi(t), to_mpi(op, t), ctx_->comm, &p->req),
                   *p);
     } else if (send != recv && count > 0) {
       std::memmove(recv, send, static_cast<size_t>(nbytes(count, t)));
@@ -355,7 +415,7 @@ class MpiCommunicator : public Communicator {
     if (ctx_->size > 1) {
       p->counts.resize(counts.size());
       for (size_t i = 0; i < counts.size(); ++i) p->counts[i] = static_cast<int>(counts[i]);
-      ctx_->check(MPI_Ireduce_scatter(in_place_if(send, recv), recv, p->counts.data(), to_mpi(t), to_mpi(op),
+      ctx_->check(MPI_Ireduce_scatter(in_place_if(send, recv), recv, p->counts.data(), to_mpi(t), to_mpi(op, t),
                                       ctx_->comm, &p->req),
                   *p);
     } else if (send != recv && total > 0) {

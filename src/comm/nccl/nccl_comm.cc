@@ -1,17 +1,23 @@
 #include "comm/nccl/nccl_comm.h"
 
-#include <nccl.h>
+#include "comm/nccl/nccl_api.h"
 #include <sched.h>
+#include <unistd.h>
 #include <time.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <exception>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
 #include "comm/comm_detail.h"
+#include "comm/device_comm_registry.h"
+#include "comm/p2p_queue.h"
 #include "comm/tracer.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -45,6 +51,8 @@ ncclDataType_t to_nccl(CommDType t) {
     case CommDType::kI32: return ncclInt32;
     case CommDType::kI64: return ncclInt64;
     case CommDType::kU8: return ncclUint8;
+    case CommDType::kBF16: return ncclBfloat16;
+    case CommDType::kF16: return ncclFloat16;
   }
   throw_runtime("unknown CommDType {}", static_cast<int>(t));
 }
@@ -85,6 +93,11 @@ struct PendingOp {
   bool complete = false;
   bool timed_out = false;
   cuda::DeviceBuffer<uint8_t> staging;  // temporary of an in-place reduce-scatter
+  // Point-to-point: posted but not started until waited for (comm/p2p_queue.h). `start`
+  // enqueues its ncclSend/ncclRecv inside the group that starts it.
+  bool started = true;
+  uint64_t p2p_id = 0;
+  std::function<void()> start;
   ~PendingOp() { gpu::event_destroy(done); }
 };
 
@@ -101,6 +114,9 @@ struct NcclContext {
   Tracer* tracer = nullptr;
   bool aborted = false;
   cuda::DeviceBuffer<float> barrier_buf{0, MemCategory::kComm};
+  // Point-to-point operations posted and not started yet (comm/p2p_queue.h).
+  P2pQueue p2p;
+  std::map<uint64_t, PendingOp*> unstarted;
 
   ~NcclContext() {
     if (comm != nullptr) {
@@ -199,9 +215,46 @@ struct NcclContext {
     op.staging.resize(0);
   }
 
+  // Starts, as one NCCL group, the point-to-point operations `ids` (those still held: a handle
+  // dropped after an error is forgotten), after the compute stream's work so far; each
+  // completes with the group. `what` names the operation waited for (for errors).
+  void start_group(const std::vector<uint64_t>& ids, const std::string& what) {
+    std::vector<PendingOp*> ops;
+    for (uint64_t id : ids) {
+      const auto it = unstarted.find(id);
+      if (it == unstarted.end()) continue;
+      ops.push_back(it->second);
+      unstarted.erase(it);
+    }
+    if (ops.empty()) return;
+    after_compute();
+    WEFT_NCCL_CHECK(comm, ncclGroupStart());
+    for (PendingOp* op : ops) op->start();
+    WEFT_NCCL_CHECK(comm, ncclGroupEnd());
+    settle(what);
+    for (PendingOp* op : ops) {
+      op->started = true;
+      op->start = nullptr;
+      gpu::event_record(op->done, stream);
+    }
+  }
+
+  // A collective keeps its place after the point-to-point operations posted before it.
+  void start_pending_p2p(const char* kind) {
+    if (!p2p.empty()) start_group(p2p.start_all(), fmt::format("point-to-point operations before a {}", kind));
+  }
+
+  // Drops a point-to-point operation that will never start (its handle is destroyed after an
+  // error).
+  void forget(PendingOp& op) {
+    if (!op.started) unstarted.erase(op.p2p_id);
+  }
+
+  // test() does not start a held point-to-point operation: only wait() does (p2p_queue.h).
   bool test(PendingOp& op) {
     if (op.complete) return true;
     check_usable(op.kind);
+    if (!op.started) return false;
     if (gpu::event_query(op.done)) {
       finish(op);
       return true;
@@ -212,6 +265,8 @@ struct NcclContext {
 
   void wait(PendingOp& op) {
     if (op.complete) return;
+    check_usable(op.kind);
+    if (!op.started) start_group(p2p.start_for(op.p2p_id), describe(op));
     const Clock::time_point t0 = Clock::now();
     Backoff backoff;
     for (;;) {
@@ -231,11 +286,15 @@ class NcclRequest : public CommRequest {
   NcclRequest(std::shared_ptr<NcclContext> ctx, std::unique_ptr<PendingOp> op)
       : ctx_(std::move(ctx)), op_(std::move(op)) {}
   ~NcclRequest() override {
-    if (op_->complete || op_->timed_out || ctx_->aborted || std::uncaught_exceptions() > 0) return;
+    if (op_->complete || op_->timed_out || ctx_->aborted || std::uncaught_exceptions() > 0) {
+      ctx_->forget(*op_);
+      return;
+    }
     try {
       ctx_->wait(*op_);
     } catch (const std::exception& e) {
       log_warn("{} (while destroying its handle)", e.what());
+      ctx_->forget(*op_);
     }
   }
   void wait() override { ctx_->wait(*op_); }
@@ -248,8 +307,12 @@ class NcclRequest : public CommRequest {
 
 class NcclCommunicatorImpl final : public NcclCommunicator {
  public:
-  NcclCommunicatorImpl(std::shared_ptr<NcclContext> ctx, Communicator* host, std::unique_ptr<Communicator> owned_host)
-      : owned_host_(std::move(owned_host)), host_(host), ctx_(std::move(ctx)) {}
+  NcclCommunicatorImpl(std::shared_ptr<NcclContext> ctx, Communicator* host, std::unique_ptr<Communicator> owned_host,
+                       cuda::CudaBackend& be)
+      : owned_host_(std::move(owned_host)), host_(host), be_(be), ctx_(std::move(ctx)) {}
+
+  Communicator& host() const override { return *host_; }
+  Backend& backend() const override { return be_; }
 
   int rank() const override { return ctx_->rank; }
   int size() const override { return ctx_->size; }
@@ -354,11 +417,13 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     child->tracer = ctx_->tracer;
     child->compute = ctx_->compute;
     Communicator* h = sub_host.get();
-    return std::make_unique<NcclCommunicatorImpl>(std::move(child), h, std::move(sub_host));
+    return std::make_unique<NcclCommunicatorImpl>(std::move(child), h, std::move(sub_host), be_);
   }
 
   void set_timeout(std::chrono::milliseconds t) override { ctx_->timeout = t; }
+  std::chrono::milliseconds timeout() const override { return ctx_->timeout; }
   void set_tracer(Tracer* tracer) override { ctx_->tracer = tracer; }
+  Tracer* tracer() const override { return ctx_->tracer; }
 
   static void init_context(NcclContext& c, Communicator& host, const std::string& axis) {
     c.axis = axis.empty() ? host.axis() : axis;
@@ -367,6 +432,8 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     c.world_ranks = host.world_ranks();
     c.world_rank = c.world_ranks.empty() ? 0 : c.world_ranks[static_cast<size_t>(c.rank)];
     c.group = detail::group_label(c.world_ranks);
+    c.timeout = host.timeout();
+    c.tracer = host.tracer();
     c.stream = gpu::stream_create();
   }
 
@@ -391,6 +458,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   // in, and records the completion event.
   template <typename F>
   void enqueue(PendingOp& op, F&& f) {
+    ctx_->start_pending_p2p(op.kind);
     ctx_->after_compute();
     f();
     ctx_->settle(ctx_->describe(op));
@@ -519,30 +587,66 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
                peer, ctx_->axis);
     detail::check_count(count, kind);
     auto p = make_op(kind, nbytes(count, t), async, ctx_->world_ranks[static_cast<size_t>(peer)]);
-    enqueue(*p, [&] {
+    // Held until waited for (comm/p2p_queue.h): NCCL matches by posting order and a started
+    // receive blocks the stream, so it starts inside the group that waiting forms.
+    const size_t n = static_cast<size_t>(count);
+    const ncclDataType_t dt = to_nccl(t);
+    NcclContext* ctx = ctx_.get();
+    p->start = [ctx, is_send, buf, n, dt, peer] {
       if (is_send) {
-        WEFT_NCCL_CHECK(ctx_->comm,
-                        ncclSend(buf, static_cast<size_t>(count), to_nccl(t), peer, ctx_->comm, ctx_->stream));
+        WEFT_NCCL_CHECK(ctx->comm, ncclSend(buf, n, dt, peer, ctx->comm, ctx->stream));
       } else {
-        WEFT_NCCL_CHECK(ctx_->comm,
-                        ncclRecv(buf, static_cast<size_t>(count), to_nccl(t), peer, ctx_->comm, ctx_->stream));
+        WEFT_NCCL_CHECK(ctx->comm, ncclRecv(buf, n, dt, peer, ctx->comm, ctx->stream));
       }
-    });
+    };
+    p->started = false;
+    p->p2p_id = ctx_->p2p.post(is_send);
+    ctx_->unstarted[p->p2p_id] = p.get();
     return p;
   }
 
   // Declared before ctx_: the host group outlives the NCCL communicator built on it.
   std::unique_ptr<Communicator> owned_host_;
   Communicator* host_;
+  cuda::CudaBackend& be_;
   std::shared_ptr<NcclContext> ctx_;
 };
 
+// NCCL refuses two ranks of one communicator on one device ("Duplicate GPU detected"): say so
+// with the ranks and the way out before NCCL is asked. Collective over host.
+void check_one_gpu_per_rank(Communicator& host, const std::string& axis) {
+  struct Where {
+    char node[64];
+    char bus[32];
+  };
+  Where me{};
+  gethostname(me.node, sizeof(me.node) - 1);
+  const std::string bus = gpu::device_pci_bus_id(gpu::current_device());
+  std::snprintf(me.bus, sizeof(me.bus), "%s", bus.c_str());
+  std::vector<Where> all(static_cast<size_t>(host.size()));
+  host.all_gather(&me, all.data(), static_cast<int64_t>(sizeof(Where)), CommDType::kU8);
+  const std::vector<int>& world = host.world_ranks();
+  for (size_t i = 0; i < all.size(); ++i) {
+    for (size_t j = i + 1; j < all.size(); ++j) {
+      if (all[i].bus[0] == '\0' || std::string(all[i].node) != all[j].node || std::string(all[i].bus) != all[j].bus)
+        continue;
+      throw_input("communicator 'nccl' (axis {}): ranks {} and {} share GPU {} on {}, and NCCL needs one GPU per rank; "
+                  "launch at most one rank per GPU, or use --comm mpi (host-staged) to share a GPU",
+                  axis, world.empty() ? static_cast<int>(i) : world[i], world.empty() ? static_cast<int>(j) : world[j],
+                  all[i].bus, all[i].node);
+    }
+  }
+}
+
 }  // namespace
 
-std::unique_ptr<NcclCommunicator> make_nccl_communicator(Communicator& host, const std::string& axis) {
+std::unique_ptr<NcclCommunicator> make_nccl_communicator(Communicator& host, cuda::CudaBackend& be,
+                                                         const std::string& axis) {
   auto ctx = std::make_shared<NcclContext>();
   NcclCommunicatorImpl::init_context(*ctx, host, axis);
+  ctx->compute = be.stream();
   if (ctx->size > 1) {
+    check_one_gpu_per_rank(host, ctx->axis);
     ncclUniqueId id{};
     if (host.rank() == 0) WEFT_NCCL_CHECK(nullptr, ncclGetUniqueId(&id));
     host.broadcast(&id, static_cast<int64_t>(sizeof(id)), CommDType::kU8, 0);
@@ -551,7 +655,19 @@ std::unique_ptr<NcclCommunicator> make_nccl_communicator(Communicator& host, con
     WEFT_NCCL_CHECK(nullptr, ncclCommInitRankConfig(&ctx->comm, ctx->size, id, ctx->rank, &config));
     ctx->settle(fmt::format("initialisation of the NCCL communicator of axis {} ({})", ctx->axis, ctx->group));
   }
-  return std::make_unique<NcclCommunicatorImpl>(std::move(ctx), &host, nullptr);
+  return std::make_unique<NcclCommunicatorImpl>(std::move(ctx), &host, nullptr, be);
+}
+
+void register_nccl_device_comm() {
+  DeviceCommInfo info;
+  info.backends = {"cuda"};
+  info.preferred = true;
+  info.posting_order_p2p = true;
+  register_device_comm("nccl", info, [](Communicator& host, Backend& be) -> std::unique_ptr<DeviceComm> {
+    auto* cuda_be = dynamic_cast<cuda::CudaBackend*>(&be);
+    if (cuda_be == nullptr) throw_input("communicator 'nccl' needs the cuda backend, not '{}'", be.name());
+    return make_nccl_communicator(host, *cuda_be);
+  });
 }
 
 }  // namespace weft

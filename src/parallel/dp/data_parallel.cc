@@ -15,7 +15,7 @@ size_t fbytes(int64_t n) { return static_cast<size_t>(n) * kF; }
 
 }  // namespace
 
-DataParallel::DataParallel(const ParamLayout& layout, DeviceCommunicator& dp, const DataParallelConfig& cfg,
+DataParallel::DataParallel(const ParamLayout& layout, DeviceComm& dp, const DataParallelConfig& cfg,
                            Backend& backend)
     : layout_(layout), dp_(dp), backend_(backend), cfg_(cfg) {
   WEFT_CHECK(&dp.backend() == &backend, "DataParallel: the dp communicator is paired with backend {}, the store runs on {}",
@@ -184,7 +184,7 @@ void DataParallel::complete_oldest() {
   if (f.slot >= 0) grad_slots_[f.slot].busy = false;
 }
 
-void DataParallel::set_tied_embedding(DeviceCommunicator* tied) {
+void DataParallel::set_tied_embedding(DeviceComm* tied) {
   if (tied == nullptr) return;
   if (cfg_.zero > 1) throw_input("ZeRO stage {} does not combine with pipeline parallelism here; use zero 0 or 1", cfg_.zero);
   WEFT_CHECK(layout_.has_group(0), "a stage without the embedding cannot share it");

@@ -22,8 +22,8 @@
 //
 // Device memory. Every buffer (parameters, gradients, shard gradients, the zero-2/3 slots,
 // receive buffers) is a DeviceBuffer of the backend, every computation on them a backend
-// call, and every collective on them goes through the DeviceCommunicator (direct or
-// host-staged, comm/device_comm.h); the host reads back only what it must (the norm's double
+// call, and every collective on them goes through the DeviceComm (host-staged MPI or
+// NCCL, comm/device_comm.h); the host reads back only what it must (the norm's double
 // goes through dp.host()). Each pointer below says whether it is DEVICE memory of the
 // backend or HOST memory. On the cpu backend device memory is host memory, so host code may
 // still read the device pointers there; on any other backend it must not.
@@ -67,7 +67,7 @@ class DataParallel final : public ParamStore {
 
   // dp: the data-parallel group on device buffers of `backend` (its backend must be `backend`).
   // Both outlive the store.
-  DataParallel(const ParamLayout& layout, DeviceCommunicator& dp, const DataParallelConfig& cfg, Backend& backend);
+  DataParallel(const ParamLayout& layout, DeviceComm& dp, const DataParallelConfig& cfg, Backend& backend);
   ~DataParallel() override;
 
   int zero() const { return cfg_.zero; }
@@ -107,7 +107,7 @@ class DataParallel final : public ParamStore {
   // data-parallel reduction. zero 0/1 only.
   // tied: the two stages' group on device buffers of the same backend (null: none); it
   // outlives the store.
-  void set_tied_embedding(DeviceCommunicator* tied);
+  void set_tied_embedding(DeviceComm* tied);
   // Squared L2 norm of the summed gradient over the data-parallel ranks, leaving out the
   // element ranges set with set_norm_skip (tensor-parallel replicas counted on one rank only):
   // the sum, in element order, of backend sum_squares over each kept sub-range of this rank's
@@ -172,10 +172,10 @@ class DataParallel final : public ParamStore {
   void prefetch_after(int g);
 
   const ParamLayout& layout_;
-  DeviceCommunicator& dp_;
+  DeviceComm& dp_;
   Backend& backend_;
   bool split_embedding_ = false;  // zero 0/1 with dp > 1: see head_done()
-  DeviceCommunicator* tied_ = nullptr;  // see set_tied_embedding
+  DeviceComm* tied_ = nullptr;  // see set_tied_embedding
   bool embedding_posted_ = false;
   DataParallelConfig cfg_;
   int64_t n_ = 0, shard_ = 0, shard_begin_ = 0, shard_end_ = 0;
