@@ -117,7 +117,10 @@ int main(int argc, char** argv) {
   const bool multi = world->size() > 1;
   // On several ranks a failure must stop every rank (no hang). Rank 0 reports; the others wait
   // a moment first, so that an error every rank hits (a bad config) is printed once.
-  auto fail = [&](const std::string& msg, int code) -> int {
+  auto fail = [&](std::string msg, int code) -> int {
+    // Library messages that already name weft ("weft: CUDA error at ...") are not prefixed twice.
+    for (const std::string lead : {"error: weft: ", "weft: "})
+      if (msg.rfind(lead, 0) == 0) msg = (lead[0] == 'e' ? "error: " : "") + msg.substr(lead.size());
     if (!multi) {
       fmt::print(stderr, "weft: {}\n", msg);
       return code;
