@@ -31,8 +31,10 @@ double Tracer::now() {
 
 void Tracer::record(TraceEvent ev) {
   if (!enabled_) return;
-  ev.step = step_;
-  ev.phase = phase_;
+  if (ev.phase.empty()) {  // not stamped at post (comm_detail.h's CallTrace stamps there)
+    ev.step = step_;
+    ev.phase = phase_;
+  }
   events_.push_back(std::move(ev));
 }
 

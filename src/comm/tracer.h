@@ -39,9 +39,9 @@ struct TraceEvent {
   std::string group;  // the group's world ranks ("ranks 0,2") or, for send/recv, the peer's world rank ("peer 3")
   double start_s = 0;     // Tracer::now() at post
   double duration_s = 0;  // until completion was observed
-  int64_t step = -1;      // stamped by Tracer::record() with the current step
+  int64_t step = -1;      // the tracer's step when the call was posted
   bool async = false;     // posted by an i* call (completion observed by wait/test/progress)
-  std::string phase;      // stamped by Tracer::record() with the current phase
+  std::string phase;      // the tracer's phase when the call was posted
 };
 
 // Totals over a set of events.
@@ -70,7 +70,9 @@ class Tracer {
   bool enabled() const { return enabled_; }
   void set_enabled(bool on) { enabled_ = on; }
 
-  // Appends the event (ignored when disabled); its step is overwritten with the current step.
+  // Appends the event (ignored when disabled). An event without a phase gets the current
+  // step and phase; the communicators stamp both when the call is posted (an asynchronous
+  // call belongs to the step and phase that posted it, whenever its completion is seen).
   void record(TraceEvent ev);
   void set_step(int64_t step) { step_ = step; }
   int64_t step() const { return step_; }

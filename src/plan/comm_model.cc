@@ -476,9 +476,12 @@ DpStepComm dp_step_comm(int zero, int groups, int prefetch) {
   switch (zero) {
     case 0: c.all_reduce = 1; break;
     case 1: c.reduce_scatter = 1, c.all_gather = 1; break;
-    case 2: c.reduce_scatter = 1, c.all_gather = 1; break;  // the reduce-scatter per micro-batch
+    case 2:
+      c.reduce_scatter = 1, c.all_gather = 1;
+      c.reduce_scatter_per_micro_batch = true;
+      break;
     default:
-      c.per_micro_batch = true;
+      c.reduce_scatter_per_micro_batch = c.all_gather_per_micro_batch = true;
       c.reduce_scatter = 1;
       c.all_gather = zero3_gathers_per_micro_batch(groups - 2, prefetch);
   }

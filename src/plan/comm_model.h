@@ -71,8 +71,9 @@ TpLayerComm tp_layer_comm(bool sequence_parallel);
 // per micro-batch) and one all-gather of Psi; ZeRO 3 per micro-batch one reduce-scatter of
 // Psi and `zero3_gathers_per_micro_batch` all-gathers of Psi.
 struct DpStepComm {
-  double all_reduce = 0, reduce_scatter = 0, all_gather = 0;  // Psi units per step
-  bool per_micro_batch = false;                               // reduce_scatter and all_gather repeat per micro-batch
+  double all_reduce = 0, reduce_scatter = 0, all_gather = 0;  // Psi units (per step, or per micro-batch below)
+  bool reduce_scatter_per_micro_batch = false;                // ZeRO 2 and 3
+  bool all_gather_per_micro_batch = false;                    // ZeRO 3
 };
 // For a model of `groups` parameter groups (L + 2) and ZeRO-3 prefetch `prefetch`.
 DpStepComm dp_step_comm(int zero, int groups, int prefetch);

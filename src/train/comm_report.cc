@@ -65,15 +65,26 @@ bool in_range(const TraceEvent& ev, const CommReportInputs& in) {
   return ev.step <= in.last_step && (ev.step > in.first_step || (in.first_step == 0 && ev.step == 0));
 }
 
-// Collapses the ranks' events into calls: the k-th event of every member on one (axis,
-// group) is the same collective (collectives on a communicator are called in the same order
-// by all its members).
+// A rank's events in the order they were posted (the file has them in completion order,
+// which differs between ranks for asynchronous calls).
+std::vector<const TraceEvent*> posting_order(const std::vector<TraceEvent>& events) {
+  std::vector<const TraceEvent*> out;
+  out.reserve(events.size());
+  for (const TraceEvent& ev : events) out.push_back(&ev);
+  std::stable_sort(out.begin(), out.end(), [](const TraceEvent* a, const TraceEvent* b) { return a->start_s < b->start_s; });
+  return out;
+}
+
+// Collapses the ranks' events into calls: the k-th event posted by every member on one
+// (axis, group) is the same collective (collectives on a communicator are posted in the same
+// order by all its members).
 std::vector<Call> collect_calls(const std::vector<std::vector<TraceEvent>>& per_rank, const CommReportInputs& in) {
   std::vector<Call> calls;
   std::map<std::tuple<std::string, std::string, int64_t>, size_t> index;  // (axis, group, k) -> call
   for (size_t r = 0; r < per_rank.size(); ++r) {
     std::map<std::pair<std::string, std::string>, int64_t> seen;
-    for (const TraceEvent& ev : per_rank[r]) {
+    for (const TraceEvent* e : posting_order(per_rank[r])) {
+      const TraceEvent& ev = *e;
       const int rank = static_cast<int>(r);
       if (is_p2p(ev.kind)) {
         if (in_range(ev, in)) calls.push_back({ev.kind, ev.axis, ev.phase, ev.bytes, event_ranks(ev, rank), {{rank, ev.duration_s}}});

@@ -62,9 +62,10 @@ Totals traced_totals(const std::string& run, int world) {
 class CommModelRuns : public ::testing::Test {
  protected:
   // A corpus and run.toml: the tiny preset, `train_lines` under [train], `model_lines` under [model].
-  void prepare(const std::string& group, const std::string& model_lines, const std::string& train_lines) {
+  void prepare(const std::string& group, const std::string& model_lines, const std::string& train_lines,
+               int vocab = 50257) {
     tmp = std::make_unique<TempDir>("comm-" + group);
-    test::make_random_corpus(*tmp / "data", 20000, 4000);
+    test::make_random_corpus(*tmp / "data", 20000, 4000, vocab);
     config = *tmp / "run.toml";
     std::ofstream(config) << "[model]\nmodel = \"tiny\"\n" << model_lines << "[data]\ndata = \"" << (*tmp / "data")
                           << "\"\n[train]\n" << train_lines << "steps = 2\nlr = 2e-3\nthreads = 1\n"
@@ -148,7 +149,9 @@ class CommModelRuns : public ::testing::Test {
 // The golden layouts (tests/golden/golden_curves_test.cc: T 32, B 8, micro-batch 2, V 500).
 class GoldenLayouts : public CommModelRuns {
  protected:
-  void SetUp() override { prepare("golden", "vocab_size = 500\n", "seq_len = 32\nglobal_batch = 8\nmicro_batch = 2\nseed = 99\n"); }
+  void SetUp() override {
+    prepare("golden", "vocab_size = 500\n", "seq_len = 32\nglobal_batch = 8\nmicro_batch = 2\nseed = 99\n", 500);
+  }
 };
 
 TEST_F(GoldenLayouts, SingleProcessTraceEqualsTheModel) {
