@@ -149,8 +149,12 @@ std::map<RowKey, std::pair<int64_t, int64_t>> model_rows(const CommReportInputs&
   return out;
 }
 
+// The straggler summary; for rows without one (send/recv, groups of one rank) an object of
+// zeros with ranks -1 and "applicable": false, so that readers find the same fields.
 nlohmann::json straggler_json(const Row& row) {
-  if (row.straggle.empty()) return nullptr;
+  if (row.straggle.empty()) {
+    return {{"applicable", false}, {"max", 0.0}, {"mean", 0.0}, {"worst_rank", -1}, {"last_arrival_rank", -1}};
+  }
   int worst = -1;
   double worst_sum = -1;
   for (const auto& [r, s] : row.straggle_sum) {
@@ -163,7 +167,7 @@ nlohmann::json straggler_json(const Row& row) {
   }
   const double mx = *std::max_element(row.straggle.begin(), row.straggle.end());
   const double mean = std::accumulate(row.straggle.begin(), row.straggle.end(), 0.0) / static_cast<double>(row.straggle.size());
-  return {{"max", mx}, {"mean", mean}, {"worst_rank", worst}, {"last_arrival_rank", last}};
+  return {{"applicable", true}, {"max", mx}, {"mean", mean}, {"worst_rank", worst}, {"last_arrival_rank", last}};
 }
 
 nlohmann::json row_json(const RowKey& k, const Row& row) {
@@ -271,7 +275,7 @@ std::string format_comm_report(const nlohmann::json& rep) {
                        r["busbw_gbps"].get<double>(), r["model_count"].dump(),
                        r["model_total_bytes"].is_null() ? std::string("-") : format_bytes(r["model_total_bytes"].get<int64_t>()),
                        ok ? " " : "*",
-                       r["straggler_s"].is_null() ? std::string("-") : fmt::format("{:.1f}", r["straggler_s"]["max"].get<double>() * 1e6));
+                       !r["straggler_s"]["applicable"].get<bool>() ? std::string("-") : fmt::format("{:.1f}", r["straggler_s"]["max"].get<double>() * 1e6));
   }
   out += "by axis and level:\n";
   for (const auto& a : rep["by_axis_level"]) {
