@@ -7,6 +7,8 @@
 # bytes, message sizes per axis, share of calls under 64 KiB, model mismatches), then the
 # Markdown tables of docs/communication.md.
 #   bash bench/comm_study.sh [model=small]
+# OUT=dir keeps the runs there (default: a scratch folder); ONLY="label ..." runs only those
+# cases (the tables then read the others from OUT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL="${1:-small}"
@@ -21,6 +23,8 @@ CASES=(
   "dp4-zero1|4|--dp 4 --zero 1"
   "dp4-zero2|4|--dp 4 --zero 2"
   "dp4-zero3|4|--dp 4 --zero 3"
+  "mb1-dp4-zero1|4|--dp 4 --zero 1 --micro_batch 1"
+  "mb1-dp4-zero3|4|--dp 4 --zero 3 --micro_batch 1"
   "tp2|2|--tp 2"
   "tp2-sp|2|--tp 2 --sequence_parallel true"
   "tp2-dp4-zero1|8|--tp 2 --dp 4 --zero 1"
@@ -43,6 +47,7 @@ CASES=(
 
 for c in "${CASES[@]}"; do
   IFS='|' read -r label np args <<<"$c"
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $label "* ]]; then continue; fi
   # shellcheck disable=SC2086
   env -u OPENBLAS_CORETYPE mpirun --oversubscribe $ROOT_FLAG --bind-to none -np "$np" -x OMP_NUM_THREADS=1 \
     -x OMP_WAIT_POLICY=PASSIVE "$WEFT" train configs/tiny.toml --model "$MODEL" --data "$TMP/data" --steps 1 \
@@ -54,6 +59,11 @@ done
 python3 - "$OUT" "${CASES[@]}" <<'PY'
 import json, statistics, sys
 out, cases = sys.argv[1], [c.split("|")[0] for c in sys.argv[2:]]
+# Bytes on the wire per rank (NCCL-tests' bus factor of the group): what the ZeRO paper and
+# the Megatron papers count, where the tracer's bytes are the logical buffer.
+def bus(op, n):
+    if n <= 1: return 0.0
+    return 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n if op in ("all_gather", "reduce_scatter") else 1.0
 def fmt(b):
     for u, s in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if b >= s: return f"{b / s:.1f} {u}"
@@ -64,30 +74,35 @@ for label in cases:
     axes = {}
     for r in rep["rows"]:
         if r["count"] == 0: continue
-        a = axes.setdefault(r["axis"], {"calls": 0, "bytes": 0, "sizes": [], "small": 0})
+        a = axes.setdefault(r["axis"], {"calls": 0, "bytes": 0, "wire": 0.0, "sizes": [], "small": 0})
         a["calls"] += r["count"]; a["bytes"] += r["total_bytes"]
+        a["wire"] += r["total_bytes"] * bus(r["op"], r["group_size"])
         a["sizes"] += [r["bytes"]] * r["count"]
         if r["bytes"] < 65536: a["small"] += r["count"]
     calls = sum(a["calls"] for a in axes.values()); small = sum(a["small"] for a in axes.values())
     res = {"case": label, "layout": rep["layout"], "mismatches": rep["mismatches"], "calls": calls,
-           "bytes": sum(a["bytes"] for a in axes.values()), "share_under_64k": small / calls if calls else 0,
-           "axes": {k: {"calls": a["calls"], "bytes": a["bytes"], "min": min(a["sizes"]), "median": statistics.median(a["sizes"]),
+           "bytes": sum(a["bytes"] for a in axes.values()), "wire_bytes": sum(a["wire"] for a in axes.values()),
+           "share_under_64k": small / calls if calls else 0,
+           "axes": {k: {"calls": a["calls"], "bytes": a["bytes"], "wire_bytes": a["wire"], "min": min(a["sizes"]), "median": statistics.median(a["sizes"]),
                         "max": max(a["sizes"]), "under_64k": a["small"]} for k, a in sorted(axes.items())}}
     results[label] = res
     print(json.dumps(res))
 print()
-print("| case | axis | calls | bytes | message size min / median / max | calls < 64 KiB |")
-print("|---|---|---|---|---|---|")
+print("| case | axis | calls | bytes (logical) | bytes on the wire | message size min / median / max | calls < 64 KiB |")
+print("|---|---|---|---|---|---|---|")
 for label, res in results.items():
     for ax, a in res["axes"].items():
-        print(f"| {label} | {ax} | {a['calls']} | {fmt(a['bytes'])} | {fmt(a['min'])} / {fmt(int(a['median']))} / {fmt(a['max'])} | {a['under_64k']} ({100 * a['under_64k'] / a['calls']:.0f}%) |")
+        print(f"| {label} | {ax} | {a['calls']} | {fmt(a['bytes'])} | {fmt(int(a['wire_bytes']))} | {fmt(a['min'])} / {fmt(int(a['median']))} / {fmt(a['max'])} | {a['under_64k']} ({100 * a['under_64k'] / a['calls']:.0f}%) |")
 print()
 print("| case | calls | bytes | share of calls < 64 KiB | mismatches vs model |")
 print("|---|---|---|---|---|")
 for label, res in results.items():
     print(f"| {label} | {res['calls']} | {fmt(res['bytes'])} | {100 * res['share_under_64k']:.1f}% | {res['mismatches']} |")
-dp = {z: results[f"dp4-zero{z}"]["axes"]["dp"]["bytes"] for z in range(4)}
 print()
-print("dp bytes per step, dp 4: " + ", ".join(f"ZeRO-{z} {fmt(b)}" for z, b in dp.items()) +
-      f"; ZeRO-3 / ZeRO-1 = {dp[3] / dp[1]:.3f}, ZeRO-2 / ZeRO-1 = {dp[2] / dp[1]:.3f}")
+for pre, what in (("", "1 micro-batch per rank"), ("mb1-", "2 micro-batches per rank")):
+    z = [f"{pre}dp4-zero{s}" for s in (0, 1, 2, 3)]
+    z = {int(k[-1]): results[k]["axes"]["dp"] for k in z if k in results}
+    if 1 not in z or 3 not in z: continue
+    print(f"dp 4, {what}: " + ", ".join(f"ZeRO-{s} {fmt(a['bytes'])} ({fmt(int(a['wire_bytes']))} on the wire)" for s, a in z.items()) +
+          f"; ZeRO-3 / ZeRO-1 = {z[3]['bytes'] / z[1]['bytes']:.3f} (wire {z[3]['wire_bytes'] / z[1]['wire_bytes']:.3f})")
 PY
