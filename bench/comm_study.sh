@@ -62,6 +62,7 @@ out, cases = sys.argv[1], [c.split("|")[0] for c in sys.argv[2:]]
 # Bytes on the wire per rank (NCCL-tests' bus factor of the group): what the ZeRO paper and
 # the Megatron papers count, where the tracer's bytes are the logical buffer.
 def bus(op, n):
+    if op == "recv": return 0.0  # a transfer's bytes are counted once, on its send
     if n <= 1: return 0.0
     return 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n if op in ("all_gather", "reduce_scatter") else 1.0
 def fmt(b):
