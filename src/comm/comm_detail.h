@@ -27,6 +27,8 @@ struct CallTrace {
     ev.bytes = bytes;
     ev.group = group;
     ev.async = async;
+    ev.step = t->step();    // the step and phase the call was posted in (an asynchronous call
+    ev.phase = t->phase();  // may complete in the next phase)
     ev.start_s = Tracer::now();
   }
   void finish() {

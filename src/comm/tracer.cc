@@ -31,7 +31,10 @@ double Tracer::now() {
 
 void Tracer::record(TraceEvent ev) {
   if (!enabled_) return;
-  ev.step = step_;
+  if (ev.phase.empty()) {  // not stamped at post (comm_detail.h's CallTrace stamps there)
+    ev.step = step_;
+    ev.phase = phase_;
+  }
   events_.push_back(std::move(ev));
 }
 
@@ -65,11 +68,40 @@ void Tracer::write_jsonl(const std::string& path) const {
   for (const TraceEvent& ev : events_) {
     nlohmann::json j = {{"kind", ev.kind},       {"axis", ev.axis},   {"bytes", ev.bytes},
                         {"group", ev.group},     {"start_s", ev.start_s}, {"duration_s", ev.duration_s},
-                        {"step", ev.step},       {"async", ev.async}};
+                        {"step", ev.step},       {"async", ev.async},     {"phase", ev.phase}};
     f << j.dump() << '\n';
   }
   f.flush();
   if (!f) throw_runtime("failed writing trace file '{}'", path);
+}
+
+std::vector<TraceEvent> read_trace_jsonl(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw_input("cannot open trace file '{}'", path);
+  std::vector<TraceEvent> out;
+  std::string line;
+  int64_t no = 0;
+  while (std::getline(f, line)) {
+    ++no;
+    if (line.empty()) continue;
+    try {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      TraceEvent ev;
+      ev.kind = j.at("kind").get<std::string>();
+      ev.axis = j.at("axis").get<std::string>();
+      ev.bytes = j.at("bytes").get<int64_t>();
+      ev.group = j.at("group").get<std::string>();
+      ev.start_s = j.at("start_s").get<double>();
+      ev.duration_s = j.at("duration_s").get<double>();
+      ev.step = j.at("step").get<int64_t>();
+      ev.async = j.value("async", false);
+      ev.phase = j.value("phase", std::string("train"));
+      out.push_back(std::move(ev));
+    } catch (const nlohmann::json::exception& e) {
+      throw_input("{}:{}: not a trace event ({})", path, no, e.what());
+    }
+  }
+  return out;
 }
 
 std::string format_bytes(int64_t bytes) {
@@ -96,6 +128,44 @@ std::string format_ranks(const std::vector<int>& ranks) {
   if (arithmetic && stride == 1) return fmt::format("{}-{}", ranks.front(), ranks.back());
   if (arithmetic) return fmt::format("{},{},...,{}", ranks[0], ranks[1], ranks.back());
   return fmt::format("{},{},{},{},...,{} ({} ranks)", ranks[0], ranks[1], ranks[2], ranks[3], ranks.back(), n);
+}
+
+std::vector<int> parse_ranks(const std::string& text) {
+  auto num = [&](const std::string& t) {
+    size_t used = 0;
+    int v = -1;
+    try {
+      v = std::stoi(t, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != t.size() || v < 0) throw_input("rank list '{}': '{}' is not a rank", text, t);
+    return v;
+  };
+  if (text.find('(') != std::string::npos) throw_input("rank list '{}' is abbreviated: its ranks are not all named", text);
+  std::vector<std::string> parts;
+  size_t at = 0;
+  while (true) {
+    const size_t c = text.find(',', at);
+    parts.push_back(text.substr(at, c == std::string::npos ? std::string::npos : c - at));
+    if (c == std::string::npos) break;
+    at = c + 1;
+  }
+  std::vector<int> out;
+  if (parts.size() == 1 && parts[0].find('-') != std::string::npos) {
+    const size_t d = parts[0].find('-');
+    const int a = num(parts[0].substr(0, d)), b = num(parts[0].substr(d + 1));
+    for (int r = a; r <= b; ++r) out.push_back(r);
+    return out;
+  }
+  if (parts.size() == 4 && parts[2] == "...") {
+    const int a = num(parts[0]), b = num(parts[1]), z = num(parts[3]);
+    if (b <= a) throw_input("rank list '{}' is not increasing", text);
+    for (int r = a; r <= z; r += b - a) out.push_back(r);
+    return out;
+  }
+  for (const std::string& p : parts) out.push_back(num(p));
+  return out;
 }
 
 }  // namespace weft

@@ -18,6 +18,10 @@
 // completion was observed: for blocking calls until they return, for asynchronous calls
 // (async = true) until wait(), test() or progress() saw the operation complete.
 //
+// Phase: what the process was doing (set_phase): "setup", "train" (the optimizer step: what
+// plan/comm_model.h models), "metrics" (the step line's gathers), "eval", "checkpoint",
+// "report". Stamped on each event like the step.
+//
 // Not thread-safe: use one Tracer from one thread (weft drives communication from the main
 // thread only, MPI_THREAD_FUNNELED). A disabled Tracer (or none) costs one branch per call.
 #pragma once
@@ -35,8 +39,9 @@ struct TraceEvent {
   std::string group;  // the group's world ranks ("ranks 0,2") or, for send/recv, the peer's world rank ("peer 3")
   double start_s = 0;     // Tracer::now() at post
   double duration_s = 0;  // until completion was observed
-  int64_t step = -1;      // stamped by Tracer::record() with the current step
+  int64_t step = -1;      // the tracer's step when the call was posted
   bool async = false;     // posted by an i* call (completion observed by wait/test/progress)
+  std::string phase;      // the tracer's phase when the call was posted
 };
 
 // Totals over a set of events.
@@ -65,10 +70,14 @@ class Tracer {
   bool enabled() const { return enabled_; }
   void set_enabled(bool on) { enabled_ = on; }
 
-  // Appends the event (ignored when disabled); its step is overwritten with the current step.
+  // Appends the event (ignored when disabled). An event without a phase gets the current
+  // step and phase; the communicators stamp both when the call is posted (an asynchronous
+  // call belongs to the step and phase that posted it, whenever its completion is seen).
   void record(TraceEvent ev);
   void set_step(int64_t step) { step_ = step; }
   int64_t step() const { return step_; }
+  void set_phase(std::string phase) { phase_ = std::move(phase); }
+  const std::string& phase() const { return phase_; }
 
   const std::vector<TraceEvent>& events() const { return events_; }
   void clear() { events_.clear(); }
@@ -84,13 +93,21 @@ class Tracer {
  private:
   bool enabled_ = true;
   int64_t step_ = 0;
+  std::string phase_ = "setup";
   std::vector<TraceEvent> events_;
 };
+
+// The events of a file written by write_jsonl (events of older files without "phase" get
+// "train"). Throws InputError naming the file and line for a line that is not an event.
+std::vector<TraceEvent> read_trace_jsonl(const std::string& path);
 
 // "512 B", "4.0 KiB", "4.0 MiB", "1.5 GiB": used in trace summaries and error messages.
 std::string format_bytes(int64_t bytes);
 // A compact list of ranks: "0,2,4" (up to 8 listed), "0-15" (consecutive), "0,4,...,60"
 // (evenly strided), else the first four, "...", the last and the count.
 std::string format_ranks(const std::vector<int>& ranks);
+// The inverse of format_ranks for the exact forms (a list, "a-b", "a,b,...,z"); InputError for
+// the abbreviated irregular form (which names only some of the ranks) or a malformed text.
+std::vector<int> parse_ranks(const std::string& text);
 
 }  // namespace weft

@@ -28,6 +28,28 @@ std::unique_ptr<Communicator> make_world_communicator(int* argc, char*** argv) {
 
 bool mpi_active() { return MpiRuntime::active(); }
 
+NodeMap make_node_map(Communicator& world) {
+  if (!MpiRuntime::active() || world.size() <= 1) {
+    return node_map_from_keys(std::vector<int>(static_cast<size_t>(world.size()), 0), "single-process");
+  }
+  int world_rank = 0, world_size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  MPI_Comm shared = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &shared) != MPI_SUCCESS) {
+    throw_runtime("weft: rank {}: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) failed", world_rank);
+  }
+  int leader = world_rank;  // the node's key: its lowest world rank
+  MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, shared);
+  MPI_Comm_free(&shared);
+  std::vector<int> keys(static_cast<size_t>(world_size));
+  MPI_Allgather(&leader, 1, MPI_INT, keys.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  // world's ranks in its own order (a duplicate of MPI_COMM_WORLD: the same order).
+  std::vector<int> mine;
+  for (int r : world.world_ranks()) mine.push_back(keys.at(static_cast<size_t>(r)));
+  return node_map_from_keys(mine, "mpi-shared-memory");
+}
+
 [[noreturn]] void abort_job(const std::string& msg, int code) {
   if (MpiRuntime::active()) {
     int rank = 0;
@@ -60,6 +82,10 @@ std::unique_ptr<Communicator> make_world_communicator(int* argc, char*** argv) {
 }
 
 bool mpi_active() { return false; }
+
+NodeMap make_node_map(Communicator& world) {
+  return node_map_from_keys(std::vector<int>(static_cast<size_t>(world.size()), 0), "single-process");
+}
 
 [[noreturn]] void abort_job(const std::string& msg, int code) {
   fmt::print(stderr, "{}\n", msg);

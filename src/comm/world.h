@@ -5,6 +5,7 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "comm/topology.h"
 
 namespace weft {
 
@@ -16,6 +17,12 @@ namespace weft {
 // before it, and call this once per process. Also calls set_log_rank(world rank).
 // Throws RuntimeError when launched under MPI by a weft built without MPI (WEFT_WITH_MPI=OFF).
 std::unique_ptr<Communicator> make_world_communicator(int* argc, char*** argv);
+
+// The real rank-to-node map of `world` (the communicator make_world_communicator returned;
+// every rank calls it: collective): with MPI active and more than one rank, one node per
+// shared-memory domain (MPI_Comm_split_type MPI_COMM_TYPE_SHARED), exchanged over
+// MPI_COMM_WORLD directly (not traced); otherwise every rank on node 0 ("single-process").
+NodeMap make_node_map(Communicator& world);
 
 // True once make_world_communicator() has initialised MPI (and MPI is not finalised).
 bool mpi_active();

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "plan/comm_model.h"
 
 namespace weft::plan {
 
@@ -70,6 +71,7 @@ struct LayerCost {
   double attn_core_fwd = 0;         // the part selective recompute redoes
   double flops_fwd = 0, flops_bwd = 0, flops_attn_core = 0;
   double tp_fwd = 0, tp_bwd = 0;    // tensor-parallel communication seconds
+  double tp_recompute = 0;          // what a fully recomputed layer adds to tp_bwd
 };
 
 struct Context {
@@ -139,21 +141,26 @@ LayerCost layer_cost(Context& c) {
   lc.bwd = 2 * tf + core_bwd_factor * tcore + 2 * tew;
   lc.flops_bwd = 2 * ff + core_bwd_factor * fcore;
 
-  // Tensor-parallel communication per layer (Shoeybi et al. 2019; Korthikanti et al. 2022
-  // sec. 4.2.2): forward 2 all-reduces of N h elements (with sp: 2 all-gathers + 2
-  // reduce-scatters, the same bytes), backward 2 more.
+  // Tensor-parallel communication per layer: the calls of weft's layers, from the
+  // communication model (plan/comm_model.h, tp_layer_comm: Shoeybi et al. 2019; Korthikanti
+  // et al. 2022 sec. 4.2.2): forward 2 all-reduces of N h elements (sp: 2 all-gathers + 2
+  // reduce-scatters of the same bytes), backward 2 more (sp: and the LayerNorm weights' 2
+  // small all-reduces of 2h), a fully recomputed layer 1 more (sp: 2 all-gathers + 1
+  // reduce-scatter). Priced at the storage precision's e bytes per element, as Megatron-LM
+  // sends them (weft's own wires are fp32: see docs/communication.md).
   if (l.tp > 1) {
     const int64_t stride = axis_stride(l, c.o.rank_order, "tp");
     const double S = N * h * e;
-    double one;
-    if (l.sequence_parallel) {
-      one = collective_time(c.sys, Collective::kAllGather, l.tp, stride, S) +
-            collective_time(c.sys, Collective::kReduceScatter, l.tp, stride, S);
-    } else {
-      one = collective_time(c.sys, Collective::kAllReduce, l.tp, stride, S);
-    }
-    lc.tp_fwd = 2 * one;
-    lc.tp_bwd = 2 * one;
+    const TpLayerComm k = tp_layer_comm(l.sequence_parallel);
+    auto time_of = [&](const TpLayerCalls& n) {
+      return n.all_reduce * collective_time(c.sys, Collective::kAllReduce, l.tp, stride, S) +
+             n.all_gather * collective_time(c.sys, Collective::kAllGather, l.tp, stride, S) +
+             n.reduce_scatter * collective_time(c.sys, Collective::kReduceScatter, l.tp, stride, S) +
+             n.small_all_reduce * collective_time(c.sys, Collective::kAllReduce, l.tp, stride, 2 * h * e);
+    };
+    lc.tp_fwd = time_of(k.forward);
+    lc.tp_bwd = time_of(k.backward);
+    lc.tp_recompute = time_of(k.recompute);
   }
   return lc;
 }
@@ -181,7 +188,7 @@ StageCost stage_cost(const Context& c, int stage, int64_t layers) {
   if (l.recompute == Recompute::kFull) {
     const double r = l.recompute_layers < 0 ? n : std::min<double>(l.recompute_layers, n);
     sc.comp_b += r * lc.fwd;
-    sc.tp_b += r * lc.tp_fwd;
+    sc.tp_b += r * lc.tp_recompute;
     sc.flops += r * lc.flops_fwd;
   } else if (l.recompute == Recompute::kSelective && !c.o.flash_attention) {
     sc.comp_b += n * lc.attn_core_fwd;
@@ -370,7 +377,10 @@ Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layou
   p.time.pp_bubble = std::max(0.0, pipe - md * max_t);
 
   // Data parallel (Rajbhandari et al. 2020 sec. 7: ZeRO 1/2 move the same 2 Psi as an
-  // all-reduce, ZeRO 3 1.5x that, per micro-batch when gradients accumulate).
+  // all-reduce, ZeRO 3 1.5x that, per micro-batch when gradients accumulate), with weft's
+  // calls from the communication model (dp_step_comm): ZeRO 0/1 reduce once per step (the
+  // last micro-batch), ZeRO 2 reduce-scatters every micro-batch, ZeRO 3 gathers fewer than
+  // twice per micro-batch (what its buffers still hold is not gathered again).
   const int stage_big = stage_params_per_rank(m, l, 0) >= stage_params_per_rank(m, l, l.pp - 1) ? 0 : l.pp - 1;
   const double psi = stage_params_per_rank(m, l, stage_big);
   if (l.dp > 1) {
@@ -382,12 +392,16 @@ Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layou
     } else if (l.zero <= 2) {
       const double rs = collective_time(sys, Collective::kReduceScatter, l.dp, dp_stride, psi * g);
       const double ag = collective_time(sys, Collective::kAllGather, l.dp, dp_stride, psi * e);
-      p.time.dp_exposed = std::max(0.0, rs - window) + ag;
+      // ZeRO 2: every micro-batch's reduce-scatter against its own backward.
+      const double reductions = l.zero == 2 ? md : 1.0;
+      p.time.dp_exposed = reductions * std::max(0.0, rs - window) + ag;
     } else {
-      // Every micro-batch gathers the parameters for its forward and again for its backward
-      // and reduce-scatters its gradients; prefetching hides them behind that micro-batch.
-      const double per_mb = 2 * collective_time(sys, Collective::kAllGather, l.dp, dp_stride, psi * e) +
-                            collective_time(sys, Collective::kReduceScatter, l.dp, dp_stride, psi * g);
+      // Every micro-batch gathers the parameters (forward, and again in the backward what
+      // the buffers no longer hold) and reduce-scatters its gradients; prefetching hides them
+      // behind that micro-batch.
+      const DpStepComm k = dp_step_comm(3, static_cast<int>(m.layers) + 2, DataParallelConfig{}.prefetch);
+      const double per_mb = k.all_gather * collective_time(sys, Collective::kAllGather, l.dp, dp_stride, psi * e) +
+                            k.reduce_scatter * collective_time(sys, Collective::kReduceScatter, l.dp, dp_stride, psi * g);
       const double hide = o.overlap_dp ? slow.t_f() + slow.t_b() : 0.0;
       p.time.dp_exposed = md * std::max(0.0, per_mb - hide);
     }

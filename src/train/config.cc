@@ -75,6 +75,7 @@ const std::vector<Key>& keys() {
       {"run", "out", &RunConfig::out},
       {"run", "log_every", &RunConfig::log_every},
       {"run", "trace", &RunConfig::trace},
+      {"run", "ranks_per_node", &RunConfig::ranks_per_node},
       {"run", "system", &RunConfig::system},
       {"run", "backend", &RunConfig::backend},
       {"run", "comm", &RunConfig::comm},
@@ -283,6 +284,9 @@ void RunConfig::validate() const {
   if (out.empty()) throw_input("out (the run folder) must not be empty");
   if (!(bucket_mb > 0)) throw_input("bucket_mb must be positive, got {}", bucket_mb);
   if (prefetch < 0) throw_input("prefetch must be >= 0, got {}", prefetch);
+  if (ranks_per_node < 0) {
+    throw_input("ranks_per_node must be >= 0 (0: the real nodes), got {}", ranks_per_node);
+  }
   if (comm_timeout < 0) throw_input("comm_timeout must be >= 0 seconds (0: never), got {}", comm_timeout);
   if (data.empty()) throw_input("data (the shard folder) must not be empty");
   check_backend_name(backend);

@@ -10,10 +10,12 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "backend/registry.h"
 #include "ckpt/checkpoint.h"
 #include "comm/self_comm.h"
+#include "comm/world.h"
 #include "comm/tracer.h"
 #include "core/buffer.h"
 #include "core/error.h"
@@ -24,6 +26,7 @@
 #include "data/tokenizer.h"
 #include "engine/engine.h"
 #include "model/gpt.h"
+#include "train/comm_report.h"
 #include "train/engine_config.h"
 #include "train/run_report.h"
 #include "train/sample.h"
@@ -114,8 +117,9 @@ int64_t restore_or_init(Engine& engine, const RunConfig& cfg, const RunFolder& f
 // One run of the training loop: the engine, the run folder's files and the cadences.
 class TrainLoop {
  public:
-  TrainLoop(const RunConfig& cfg, Engine& engine, Communicator& world, Tracer& tracer, RunData& data)
-      : cfg_(cfg), engine_(engine), world_(world), tracer_(tracer), data_(data), rank0_(world.rank() == 0) {}
+  TrainLoop(const RunConfig& cfg, Engine& engine, Communicator& world, Tracer& tracer, RunData& data, NodeMap nodes)
+      : cfg_(cfg), engine_(engine), world_(world), tracer_(tracer), data_(data), rank0_(world.rank() == 0),
+        nodes_(std::move(nodes)) {}
 
   TrainResult run(int64_t start_step, const RunPrediction& pred, const TrainOptions& opt);
 
@@ -125,6 +129,8 @@ class TrainLoop {
   nlohmann::json step_line(int64_t done, float lr, const StepResult& r, double dt);
   void log_step(int64_t done, float lr, const StepResult& r, double dt);
   void sample();
+  int64_t eval_passes() const;
+  void write_comm_report(int64_t start_step);
 
   const RunConfig& cfg_;
   Engine& engine_;
@@ -137,9 +143,37 @@ class TrainLoop {
   TrainResult res_;
   double time_sum_ = 0.0;
   int64_t timed_steps_ = 0;
+  // With trace: the node map and what preceded each step (for the communication model).
+  NodeMap nodes_;
+  CommStepContext next_ctx_;
+  std::vector<CommStepContext> contexts_;
 };
 
+// The forward passes Engine::evaluate makes on every rank: ceil(ceil(windows / dp) / B).
+int64_t TrainLoop::eval_passes() const {
+  const EngineConfig& ec = engine_.config();
+  const int64_t windows = std::min(data_.val->num_windows(ec.seq), cfg_.val_batches * ec.global_batch);
+  const int64_t most = (windows + ec.grid.dp - 1) / ec.grid.dp;
+  return (most + ec.micro_batch - 1) / ec.micro_batch;
+}
+
+// Rank 0, after every rank has written its last events: comm_report.json and .txt (see
+// train/comm_report.h for why rank 0 reads the per-rank files instead of gathering).
+void TrainLoop::write_comm_report(int64_t start_step) {
+  tracer_.set_phase("report");
+  tracer_.write_jsonl(trace_path_);
+  tracer_.clear();
+  world_.barrier();
+  if (!rank0_ || res_.steps_done <= start_step) return;
+  CommReportInputs in{engine_.config(), nodes_, start_step, res_.steps_done, contexts_};
+  const nlohmann::json rep = weft::write_comm_report(cfg_.out, in);
+  log_info("communication report: {}/comm_report.txt ({} rows, {} differing from the model)", cfg_.out,
+           rep["rows"].size(), rep["mismatches"].get<int64_t>());
+}
+
 double TrainLoop::validate(int64_t step) {
+  tracer_.set_phase("eval");
+  next_ctx_.eval_passes_before += eval_passes();
   const double vl = engine_.evaluate(*data_.val, cfg_.val_batches * cfg_.global_batch);
   if (res_.first_val_loss < 0) res_.first_val_loss = vl;
   res_.last_val_loss = vl;
@@ -151,6 +185,7 @@ double TrainLoop::validate(int64_t step) {
 // Gathered: every rank contributes its shards (dp, then tp); rank 0 writes one layout-free
 // checkpoint of the whole model.
 void TrainLoop::save(int64_t step) {
+  tracer_.set_phase("checkpoint");
   const std::string dir = (fs::path(cfg_.out) / step_dir_name(step)).string();
   const ParamLayout& whole = engine_.whole_layout();
   const size_t n = static_cast<size_t>(whole.total());
@@ -247,6 +282,9 @@ TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const 
     if (opt.before_step) opt.before_step(step);
     const auto t0 = clock::now();
     tracer_.set_step(step + 1);
+    tracer_.set_phase("train");
+    next_ctx_.after_training = step > start_step;
+    contexts_.push_back(std::exchange(next_ctx_, CommStepContext{}));
     const float lr = lr_at(step, static_cast<float>(cfg_.lr), cfg_.warmup_steps, decay_steps,
                            static_cast<float>(cfg_.min_lr_ratio));
     const StepResult r = engine_.step(lr, [&](int64_t first, int64_t count, int32_t* in, int32_t* tg) {
@@ -262,6 +300,7 @@ TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const 
     }
     const double dt = std::chrono::duration<double>(clock::now() - t0).count();
     const int64_t done = step + 1;
+    tracer_.set_phase("metrics");
     const nlohmann::json line = step_line(done, lr, r, dt);
     step_snapshot = memory_tracker().snapshot();
     // The first step of a process includes one-time costs (page faults, BLAS buffers).
@@ -279,6 +318,7 @@ TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const 
   }
   const int64_t tokens = ec.global_batch * ec.seq;
   res_.tokens_per_s = timed_steps_ > 0 ? static_cast<double>(tokens) * timed_steps_ / time_sum_ : 0.0;
+  tracer_.set_phase("report");
   if (res_.steps_done > start_step) {
     const nlohmann::json line = final_report(engine_, world_, step_snapshot, pred, time_sum_, timed_steps_, res_.steps_done);
     if (rank0_) metrics_ << line.dump() << "\n" << std::flush;
@@ -287,6 +327,8 @@ TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const 
     log_info("done: {} steps, {:.0f} tokens/s, {:.3f} GFLOP/s (model FLOPs)", res_.steps_done - start_step,
              res_.tokens_per_s, res_.tokens_per_s * GPT::train_flops_per_token(ec.model, ec.seq) / 1e9);
   }
+  if (cfg_.trace) write_comm_report(start_step);
+  tracer_.set_phase("sample");
   sample();
   return res_;
 }
@@ -309,6 +351,12 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   // Data and the run folder first: a missing corpus or a bad resume fails before anything is
   // written.
   RunData data = open_run_data(cfg, ec.seq);
+  // The link levels of the communication report (collective over world for the real map).
+  NodeMap nodes;
+  if (cfg.trace) {
+    nodes = cfg.ranks_per_node > 0 ? emulated_node_map(world.size(), static_cast<int>(cfg.ranks_per_node))
+                                   : make_node_map(world);
+  }
   const RunFolder folder = inspect_run_folder(cfg, opt, ec.model);
   auto backend = make_backend(cfg.backend);
   Engine engine(ec, world, *backend);
@@ -321,7 +369,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   // part of a step).
   memory_tracker().reset_peaks();
   log_run_setup({&cfg, &engine, data.train.size(), data.train.num_windows(ec.seq), threads}, pred);
-  TrainLoop loop(cfg, engine, world, tracer, data);
+  TrainLoop loop(cfg, engine, world, tracer, data, std::move(nodes));
   return loop.run(start_step, pred, opt);
 }
 

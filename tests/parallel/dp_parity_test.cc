@@ -146,7 +146,8 @@ TEST_F(DataParallelRuns, TraceVolumesMatchTheFormulas) {
     std::string line;
     while (std::getline(in, line)) {
       auto j = nlohmann::json::parse(line);
-      if (j["step"] == 2 && j["axis"] == "dp") bytes[z][j["kind"].get<std::string>()] += j["bytes"].get<int64_t>();
+      // The training step itself (the run also traces its final checkpoint gathers at step 2).
+      if (j["step"] == 2 && j["axis"] == "dp" && j["phase"] == "train") bytes[z][j["kind"].get<std::string>()] += j["bytes"].get<int64_t>();
     }
     // n from the accounting: AdamW state of the whole model (zero 0) is 8 bytes per parameter.
     if (z == 0) n_params = read_metrics(out + "/metrics.jsonl")[0]["memory"]["optimizer"].get<int64_t>() / 8;

@@ -94,7 +94,7 @@ TEST_F(TensorParallelRuns, TraceHasFourActivationAllReducesPerLayer) {
   int64_t full = 0, calls = 0;
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line);
-    if (j["step"] != 2 || j["axis"] != "tp") continue;
+    if (j["step"] != 2 || j["axis"] != "tp" || j["phase"] != "train") continue;  // the step, not its checkpoint
     ++calls;
     EXPECT_EQ(j["kind"], "all_reduce");
     if (j["bytes"].get<int64_t>() == B * T * C * 4) ++full;
@@ -118,7 +118,7 @@ TEST_F(TensorParallelRuns, SequenceParallelTraceHasGathersAndScatters) {
   std::map<std::string, int64_t> full, calls;
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line);
-    if (j["step"] != 2 || j["axis"] != "tp") continue;
+    if (j["step"] != 2 || j["axis"] != "tp" || j["phase"] != "train") continue;  // the step, not its checkpoint
     ++calls[j["kind"]];
     if (j["bytes"].get<int64_t>() == B * T * C * 4) ++full[j["kind"]];
   }

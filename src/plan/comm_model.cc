@@ -1,0 +1,509 @@
+#include "plan/comm_model.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+
+#include "core/error.h"
+#include "model/gpt_description.h"
+#include "model/params.h"
+#include "parallel/grid.h"
+#include "parallel/pp/partition.h"
+
+namespace weft {
+
+namespace {
+
+constexpr int64_t kF32 = 4, kF64 = 8, kI32 = 4;  // CommDType sizes weft uses on the wire
+
+// Calls accumulated by (op, axis, bytes, ranks).
+class CallSet {
+ public:
+  void add(const char* op, const char* axis, int64_t bytes, const std::vector<int>& ranks, int64_t n) {
+    if (n <= 0) return;
+    calls_[{op, axis, bytes, ranks}] += n;
+  }
+  std::vector<CommCall> list() const {
+    std::vector<CommCall> out;
+    for (const auto& [k, n] : calls_) {
+      out.push_back({std::get<0>(k), std::get<1>(k), std::get<2>(k), std::get<3>(k), n});
+    }
+    return out;
+  }
+
+ private:
+  std::map<std::tuple<std::string, std::string, int64_t, std::vector<int>>, int64_t> calls_;
+};
+
+// One model chunk of one pipeline stage (the engine's build_chunks).
+struct ChunkInfo {
+  int stage = 0, global = 0;
+  StageSpec spec;
+};
+
+// The layout as the engine builds it.
+struct Job {
+  const EngineConfig& ec;
+  GridLayout grid;
+  int tp, pp, dp, v, K;
+  int64_t m;           // micro-batches per step on one dp rank (the engine's accumulation)
+  int64_t N, C;        // tokens of a micro-batch (B*T), channels
+  bool sp;             // sequence parallelism in effect (tp > 1)
+  std::vector<ChunkInfo> chunks;
+
+  explicit Job(const EngineConfig& e)
+      : ec(e), grid(e.grid), tp(e.grid.tp), pp(e.grid.pp), dp(e.grid.dp), v(e.grid.pp > 1 ? e.virtual_stages : 1) {
+    K = pp * v;
+    m = e.global_batch / dp / e.micro_batch;
+    N = e.micro_batch * e.seq;
+    C = e.model.n_embd;
+    sp = e.sequence_parallel && tp > 1;
+    const double head_cost = gpt_head_cost_in_layers(e.model.padded_vocab, e.model.n_embd);
+    const std::vector<StageRange> parts = partition_layers(e.model.n_layer, pp, v, {}, head_cost);
+    for (int s = 0; s < pp; ++s) {
+      for (int c = 0; c < v; ++c) {
+        const int g = global_chunk(s, c, pp);
+        chunks.push_back({s, g, {parts[g].first_layer, parts[g].num_layers, g == 0, g == K - 1}});
+      }
+    }
+  }
+  int rank(int t, int s, int d) const {
+    GridCoords c{};
+    c[static_cast<int>(Axis::kTp)] = t;
+    c[static_cast<int>(Axis::kPp)] = s;
+    c[static_cast<int>(Axis::kDp)] = d;
+    return grid.world_rank_of(c);
+  }
+  std::vector<int> group(Axis a, int t, int s, int d) const { return grid.group_of(a, rank(t, s, d)); }
+  GptDescription describe(const ChunkInfo& ch) const {
+    GptRunSpec spec;
+    spec.model = ec.model;
+    spec.B = ec.micro_batch;
+    spec.T = ec.seq;
+    spec.tp = tp;
+    spec.sequence_parallel = sp;
+    spec.recompute = ec.recompute;
+    spec.recompute_layers = ec.recompute_layers;
+    spec.precision = ec.precision;
+    spec.head_chunk = ec.head_chunk;
+    spec.stage = ch.spec;
+    return GptDescription(spec);
+  }
+};
+
+}  // namespace
+
+// --- tensor parallel ---
+
+// Per layer and micro-batch, read from parallel/tp/layers.cc and GPT::layer_forward/backward.
+// Megatron-LM (Shoeybi et al. 2019 sec. 3, fig. 4): 2 all-reduces of B s h in the forward
+// (after the attention and the MLP row-parallel products) and 2 in the backward (the input
+// gradients of the two column-parallel products): weft does the same. Sequence parallelism
+// (Korthikanti et al. 2022 sec. 4.2.2): each all-reduce becomes an all-gather + a
+// reduce-scatter of the same buffer, so twice the calls and the same bytes (tracer
+// convention: the whole N x C buffer). Departures:
+// - sp: the LayerNorms' weight gradients are computed from this rank's rows only and summed
+//   over tp right away (SequenceParallelLayerNorm::backward): 2 all-reduces of 2C per layer
+//   backward that the paper does not list (Megatron-LM defers them to the gradient
+//   reduction of "sequence parallel" parameters).
+// - full recompute: Korthikanti et al. (sec. 5) count the recomputed forward's 2 all-reduces
+//   (6 per layer instead of 4). weft's recompute (GPT::layer_backward, to_gelu = true) stops
+//   at the GELU: the MLP's row-parallel product is not redone (its output is not needed
+//   for the backward), so it adds 1 all-reduce (sp: 2 all-gathers + 1 reduce-scatter).
+TpLayerComm tp_layer_comm(bool sequence_parallel) {
+  TpLayerComm c;
+  if (!sequence_parallel) {
+    c.forward.all_reduce = 2;
+    c.backward.all_reduce = 2;
+    c.recompute.all_reduce = 1;
+  } else {
+    c.forward = {0, 2, 2, 0};
+    c.backward = {0, 2, 2, 2};
+    c.recompute = {0, 2, 1, 0};
+  }
+  return c;
+}
+
+namespace {
+
+void add_layer_calls(CallSet& cs, const TpLayerCalls& k, int64_t NC, int64_t C, const std::vector<int>& g, int64_t n) {
+  cs.add("all_reduce", "tp", NC * kF32, g, n * k.all_reduce);
+  cs.add("all_gather", "tp", NC * kF32, g, n * k.all_gather);
+  cs.add("reduce_scatter", "tp", NC * kF32, g, n * k.reduce_scatter);
+  cs.add("all_reduce", "tp", 2 * C * kF32, g, n * k.small_all_reduce);
+}
+
+// The embedding and the head of one micro-batch (tp > 1). Vocabulary-parallel embedding
+// (Shoeybi et al. 2019 sec. 3): the partial lookups are summed like a row-parallel output,
+// all-reduce (sp: reduce-scatter) forward, nothing (sp: all-gather) backward. The head is a
+// column-parallel product over the vocabulary: its input region's all-reduce of the input
+// gradient (sp: the final LayerNorm's all-gather forward, reduce-scatter backward, and its
+// weights' all-reduce of 2C). The vocabulary-parallel cross-entropy (Megatron-LM
+// cross_entropy.py) reduces per row a max, then the sum of exponentials and the target logit:
+// weft sends the last two in one all-reduce (2 floats per row) where Megatron-LM makes two.
+// weft computes the head in chunks of `head_chunk` rows (GptDescription::head_chunk), so
+// each chunk makes its own calls (the published formulas assume one call for all N rows).
+void add_embedding_head(CallSet& cs, const Job& j, const ChunkInfo& ch, const std::vector<int>& g) {
+  const int64_t N = j.N, C = j.C, NC = N * C, m = j.m;
+  if (ch.spec.embedding) {
+    cs.add(j.sp ? "reduce_scatter" : "all_reduce", "tp", NC * kF32, g, m);
+    if (j.sp) cs.add("all_gather", "tp", NC * kF32, g, m);
+  }
+  if (!ch.spec.head) return;
+  if (j.sp) {
+    cs.add("all_gather", "tp", NC * kF32, g, m);          // final LayerNorm's rows, forward
+    cs.add("reduce_scatter", "tp", NC * kF32, g, m);      // head's input gradient
+    cs.add("all_reduce", "tp", 2 * C * kF32, g, m);       // final LayerNorm's weights
+  }
+  const int64_t chunk = j.describe(ch).head_chunk();
+  for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+    const int64_t rows = std::min(chunk, N - r0);
+    cs.add("all_reduce", "tp", rows * kF32, g, m);        // row max
+    cs.add("all_reduce", "tp", 2 * rows * kF32, g, m);    // sum of exp and target logit
+    if (!j.sp) cs.add("all_reduce", "tp", rows * C * kF32, g, m);  // input gradient rows
+  }
+}
+
+void add_tensor_parallel(CallSet& cs, const Job& j) {
+  if (j.tp <= 1) return;
+  const TpLayerComm lc = tp_layer_comm(j.sp);
+  for (const ChunkInfo& ch : j.chunks) {
+    const GptDescription d = j.describe(ch);
+    const int64_t nl = d.part_layers(), rf = d.recomputed_layers();
+    for (int dd = 0; dd < j.dp; ++dd) {
+      const std::vector<int> g = j.group(Axis::kTp, 0, ch.stage, dd);
+      add_layer_calls(cs, lc.forward, j.N * j.C, j.C, g, j.m * nl);
+      add_layer_calls(cs, lc.backward, j.N * j.C, j.C, g, j.m * nl);
+      add_layer_calls(cs, lc.recompute, j.N * j.C, j.C, g, j.m * rf);
+      add_embedding_head(cs, j, ch, g);
+    }
+  }
+}
+
+// --- pipeline ---
+
+// PipelineRuntime::run_step: per micro-batch, the forward of global chunk g < K-1 sends its
+// output to the next stage and the backward of g > 0 sends its input gradient back, each
+// received by the neighbour: 2 (K - 1) transfers per micro-batch and pipeline (Narayanan et
+// al. 2021 sec. 2.2: 2 (p - 1) without interleaving, v times as many chunk boundaries with
+// it). A message is the micro-batch's N x C activation (sp: this rank's N/tp rows). Without
+// sp and tp > 1 the scatter-gather optimisation (Narayanan et al. 2021 sec. 4.1) sends 1/tp
+// of it and the receiving stage all-gathers it over tp: one all-gather per transfer and tp group.
+void add_pipeline(CallSet& cs, const Job& j) {
+  if (j.pp <= 1) return;
+  const bool scatter = j.tp > 1 && !j.sp;
+  const int64_t message = (j.sp ? j.N / j.tp : j.N) * j.C;
+  const int64_t part = scatter ? message / j.tp : message;
+  for (int d = 0; d < j.dp; ++d) {
+    for (int g = 0; g < j.K; ++g) {
+      const int s = chunk_stage(g, j.pp);
+      for (int dir : {+1, -1}) {  // forward: g -> g + 1; backward: g -> g - 1
+        const int to = g + dir;
+        if (to < 0 || to >= j.K) continue;
+        const int r = chunk_stage(to, j.pp);
+        for (int t = 0; t < j.tp; ++t) {
+          cs.add("send", "pp", part * kF32, {j.rank(t, s, d), j.rank(t, r, d)}, j.m);
+          cs.add("recv", "pp", part * kF32, {j.rank(t, r, d), j.rank(t, s, d)}, j.m);
+        }
+        if (scatter) cs.add("all_gather", "tp", message * kF32, j.group(Axis::kTp, 0, r, d), j.m);
+      }
+    }
+  }
+}
+
+// --- data parallel ---
+
+// The gradient buckets of ZeRO 0/1 exactly as DataParallel's constructor cuts them: groups in
+// backward order (L+1 .. 0), a bucket closed once it reaches bucket_bytes, before and after
+// the embedding group (a bucket of its own), and at the end.
+std::vector<std::pair<int64_t, int64_t>> gradient_buckets(const ParamLayout& layout, int64_t bucket_bytes) {
+  std::vector<int> owned;
+  for (int g = layout.num_groups() - 1; g >= 0; --g) {
+    if (layout.has_group(g)) owned.push_back(g);
+  }
+  std::vector<std::pair<int64_t, int64_t>> out;
+  int64_t begin = 0, end = 0;
+  bool open = false;
+  for (size_t i = 0; i < owned.size(); ++i) {
+    const int g = owned[i];
+    auto [b, e] = layout.group_range(g);
+    if (!open) end = e, open = true;
+    begin = b;
+    const bool before_embedding = i + 1 < owned.size() && owned[i + 1] == 0;
+    if ((end - begin) * 4 >= bucket_bytes || g == 0 || before_embedding || i + 1 == owned.size()) {
+      out.emplace_back(begin, end);
+      open = false;
+    }
+  }
+  return out;
+}
+
+// ZeRO-3's parameter buffers (DataParallel::acquire/release/gather_group/prefetch_after),
+// replayed: slot 0 holds the embedding group, slots 1.. the others, least recently used
+// first; a gathered group stays valid until the optimizer step; a prefetch posts the next
+// group's gather (forward: g + 1; backward: g - 1) unless it is valid or no slot is free.
+class Zero3Replay {
+ public:
+  Zero3Replay(int L, int prefetch, const std::function<bool(int)>& has_group)
+      : L_(L), prefetch_(prefetch), has_(has_group), slots_(static_cast<size_t>(DataParallel::param_slots(prefetch))),
+        gathers_(static_cast<size_t>(L + 2), 0) {}
+
+  const std::vector<int64_t>& gathers() const { return gathers_; }
+  void begin_micro_batch() { backward_ = false; }
+  void grads() { backward_ = true; }
+  void set_backward(bool b) { backward_ = b; }
+  void invalidate() {
+    for (Slot& s : slots_) s.valid = false;
+  }
+  void acquire(int g) {
+    int s = find(g);
+    if (s < 0) s = gather(g);
+    WEFT_CHECK(s >= 0, "ZeRO-3 replay: no free parameter buffer for group {}", g);
+    Slot& p = slots_[static_cast<size_t>(s)];
+    p.pending = false;
+    ++p.refs;
+    p.last_use = ++clock_;
+    prefetch_after(g);
+  }
+  void release(int g) {
+    const int s = find(g);
+    WEFT_CHECK(s >= 0 && slots_[static_cast<size_t>(s)].refs > 0, "ZeRO-3 replay: release of group {}", g);
+    --slots_[static_cast<size_t>(s)].refs;
+  }
+
+ private:
+  struct Slot {
+    int group = -1, refs = 0;
+    bool valid = false, pending = false;
+    uint64_t last_use = 0;
+  };
+  int find(int g) const {
+    for (size_t s = 0; s < slots_.size(); ++s) {
+      if (slots_[s].group == g && slots_[s].valid) return static_cast<int>(s);
+    }
+    return -1;
+  }
+  int gather(int g) {
+    int slot = -1;
+    if (g == 0) {
+      slot = 0;
+    } else {
+      uint64_t best = UINT64_MAX;
+      for (size_t s = 1; s < slots_.size(); ++s) {
+        const Slot& p = slots_[s];
+        if (p.refs > 0 || p.pending) continue;
+        const uint64_t age = p.valid ? p.last_use + 1 : 0;
+        if (age < best) best = age, slot = static_cast<int>(s);
+      }
+    }
+    if (slot < 0) return -1;
+    Slot& p = slots_[static_cast<size_t>(slot)];
+    p.group = g;
+    p.valid = true;
+    p.pending = true;
+    p.last_use = ++clock_;
+    ++gathers_[static_cast<size_t>(g)];
+    return slot;
+  }
+  void prefetch_after(int g) {
+    if (prefetch_ <= 0) return;
+    int next = -1;
+    if (!backward_) {
+      next = g <= L_ ? g + 1 : -1;
+    } else if (g >= 2 && g <= L_) {
+      next = g - 1;
+    } else if (g == L_ + 1) {
+      next = L_;
+    }
+    if (next < 1 || next > L_ + 1 || !has_(next) || find(next) >= 0) return;
+    gather(next);
+  }
+
+  int L_, prefetch_;
+  std::function<bool(int)> has_;
+  std::vector<Slot> slots_;
+  std::vector<int64_t> gathers_;
+  bool backward_ = false;
+  uint64_t clock_ = 0;
+};
+
+// The parameter accesses of GPT::forward_blocks (+ the loss's extra hold of the embedding in
+// GPT::forward_loss when `eval`), and of GPT::backward_part, for a whole-model chunk (ZeRO-3
+// does not combine with pipelining: layout rules).
+void replay_forward(Zero3Replay& z, int L, bool eval) {
+  z.acquire(0);
+  for (int l = 0; l < L; ++l) {
+    z.acquire(l + 1);
+    z.release(l + 1);
+  }
+  z.acquire(L + 1);
+  if (!eval) return;
+  z.acquire(0);
+  z.release(0);
+  z.release(L + 1);
+  z.release(0);
+}
+
+void replay_backward(Zero3Replay& z, int L) {
+  z.acquire(0);
+  z.release(0);
+  z.grads();
+  z.acquire(L + 1);
+  z.release(L + 1);
+  for (int l = L - 1; l >= 0; --l) {
+    z.acquire(l + 1);
+    z.release(l + 1);
+  }
+  z.release(L + 1);
+  z.release(0);
+}
+
+// Gathers per group in one step: `eval_passes` evaluation forwards first (with the prefetch
+// direction the last training micro-batch left), then the step's micro-batches.
+std::vector<int64_t> zero3_step_gathers(int L, int prefetch, int64_t micro_batches, const CommStepContext& ctx) {
+  Zero3Replay z(L, prefetch, [](int) { return true; });
+  z.set_backward(ctx.after_training);
+  for (int64_t p = 0; p < ctx.eval_passes_before; ++p) replay_forward(z, L, true);
+  std::vector<int64_t> before = z.gathers();
+  for (int64_t mb = 0; mb < micro_batches; ++mb) {
+    z.begin_micro_batch();
+    replay_forward(z, L, false);
+    replay_backward(z, L);
+  }
+  std::vector<int64_t> out = z.gathers();
+  for (size_t g = 0; g < out.size(); ++g) out[g] -= before[g];
+  return out;
+}
+
+// One chunk's store over one dp group (DataParallel). ZeRO (Rajbhandari et al. 2020 sec. 5,
+// 7): stage 0 all-reduces the gradients (2 Psi on the wire), 1 and 2 reduce-scatter them and
+// all-gather the updated parameters (the same 2 Psi), 3 gathers the parameters for the
+// forward and again for the backward and reduce-scatters the gradients (3 Psi, 1.5x).
+// Departures: weft reduces ZeRO 0/1 gradients once per step (the last micro-batch; earlier
+// ones accumulate locally), ZeRO 2/3 every micro-batch (their gradients live in transient
+// buffers); ZeRO-3 gathers fewer than 2 per micro-batch (see zero3_gathers_per_micro_batch);
+// with dp > 1 and no pipeline, the embedding's lookup gradient is exchanged as (token,
+// gradient row) pairs, two all-gathers of dp x N int32 and dp x N x C floats, instead of
+// reducing that part of the Vp x C table (DataParallel::embedding_backward).
+void add_store(CallSet& cs, const Job& j, const ChunkInfo& ch, int t, const std::vector<int>& g,
+               const CommStepContext& ctx) {
+  const int zero = j.ec.data_parallel.zero;
+  const ParamLayout layout(j.ec.model, j.tp, t, ch.spec);
+  const int64_t n = layout.total();
+  const bool tied = j.pp > 1 && (ch.spec.embedding || ch.spec.head);
+  if (zero <= 1) {
+    for (const auto& [b, e] : gradient_buckets(layout, j.ec.data_parallel.bucket_bytes)) {
+      cs.add(zero == 0 ? "all_reduce" : "reduce_scatter", "dp", (e - b) * kF32, g, 1);
+    }
+    if (j.dp > 1 && !tied && ch.spec.embedding) {
+      cs.add("all_gather", "dp", j.dp * j.N * kI32, g, 1);
+      cs.add("all_gather", "dp", j.dp * j.N * j.C * kF32, g, 1);
+    }
+  } else {
+    for (int gr = 0; gr < layout.num_groups(); ++gr) {
+      if (!layout.has_group(gr)) continue;
+      auto [b, e] = layout.group_range(gr);
+      cs.add("reduce_scatter", "dp", (e - b) * kF32, g, j.m);
+    }
+  }
+  if (zero == 3) {
+    const std::vector<int64_t> gathers =
+        zero3_step_gathers(j.ec.model.n_layer, j.ec.data_parallel.prefetch, j.m, ctx);
+    for (int gr = 0; gr < layout.num_groups(); ++gr) {
+      auto [b, e] = layout.group_range(gr);
+      cs.add("all_gather", "dp", (e - b) * kF32, g, gathers[static_cast<size_t>(gr)]);
+    }
+  }
+  if (zero == 1 || zero == 2) cs.add("all_gather", "dp", n * kF32, g, 1);  // after_optimizer_step
+  if (zero >= 1) cs.add("all_reduce", "dp", kF64, g, 1);                    // gradient norm of the shard
+}
+
+void add_data_parallel(CallSet& cs, const Job& j, const CommStepContext& ctx) {
+  for (const ChunkInfo& ch : j.chunks) {
+    for (int t = 0; t < j.tp; ++t) add_store(cs, j, ch, t, j.group(Axis::kDp, t, ch.stage, 0), ctx);
+  }
+}
+
+// The tied embedding (Press & Wolf 2017; Megatron-LM's embedding group): with pp > 1 the first
+// and the last stage both hold wte, and its gradient is summed between them once per step
+// (DataParallel::finish_step_gradients), the whole embedding group (Vp/tp x C + n_ctx x C:
+// weft ties wpe along, Megatron-LM reduces wte only), before its dp reduction.
+void add_tied_embedding(CallSet& cs, const Job& j) {
+  if (j.pp <= 1) return;
+  const ParamLayout first(j.ec.model, j.tp, 0, j.chunks.front().spec);
+  auto [b, e] = first.group_range(0);
+  for (int t = 0; t < j.tp; ++t) {
+    for (int d = 0; d < j.dp; ++d) {
+      cs.add("all_reduce", "pp-embedding", (e - b) * kF32, {j.rank(t, 0, d), j.rank(t, j.pp - 1, d)}, 1);
+    }
+  }
+}
+
+// The step's scalars (Engine::step, Engine::grad_norm_sq): the squared gradient norm summed
+// over tp (tp > 1) and pp (pp > 1), the loss over pp and dp (each > 1), one f64 each. fp16's
+// overflow check needs no call of its own: the norm is non-finite when a gradient is.
+void add_scalars(CallSet& cs, const Job& j) {
+  for (int s = 0; s < j.pp; ++s) {
+    for (int d = 0; d < j.dp; ++d) {
+      if (j.tp > 1) cs.add("all_reduce", "tp", kF64, j.group(Axis::kTp, 0, s, d), 1);
+    }
+  }
+  for (int t = 0; t < j.tp; ++t) {
+    for (int d = 0; d < j.dp; ++d) {
+      if (j.pp > 1) cs.add("all_reduce", "pp", kF64, j.group(Axis::kPp, t, 0, d), 2);
+    }
+    for (int s = 0; s < j.pp; ++s) {
+      if (j.dp > 1) cs.add("all_reduce", "dp", kF64, j.group(Axis::kDp, t, s, 0), 1);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<CommCall> model_step_comm(const EngineConfig& ec, const CommStepContext& ctx) {
+  const Job j(ec);
+  CallSet cs;
+  add_tensor_parallel(cs, j);
+  add_pipeline(cs, j);
+  add_data_parallel(cs, j, ctx);
+  add_tied_embedding(cs, j);
+  add_scalars(cs, j);
+  return cs.list();
+}
+
+DpStepComm dp_step_comm(int zero, int groups, int prefetch) {
+  DpStepComm c;
+  switch (zero) {
+    case 0: c.all_reduce = 1; break;
+    case 1: c.reduce_scatter = 1, c.all_gather = 1; break;
+    case 2:
+      c.reduce_scatter = 1, c.all_gather = 1;
+      c.reduce_scatter_per_micro_batch = true;
+      break;
+    default:
+      c.reduce_scatter_per_micro_batch = c.all_gather_per_micro_batch = true;
+      c.reduce_scatter = 1;
+      c.all_gather = zero3_gathers_per_micro_batch(groups - 2, prefetch);
+  }
+  return c;
+}
+
+double zero3_gathers_per_micro_batch(int n_layer, int prefetch) {
+  const std::vector<int64_t> one = zero3_step_gathers(n_layer, prefetch, 1, {});
+  const std::vector<int64_t> two = zero3_step_gathers(n_layer, prefetch, 2, {});
+  int64_t layers = 0;  // the second micro-batch's layer gathers
+  for (int g = 1; g <= n_layer; ++g) layers += two[static_cast<size_t>(g)] - one[static_cast<size_t>(g)];
+  return static_cast<double>(layers) / static_cast<double>(n_layer);
+}
+
+CommTotals comm_totals(const std::vector<CommCall>& calls) {
+  CommTotals t;
+  for (const CommCall& c : calls) {
+    auto& [count, bytes] = t[{c.op, c.axis, c.bytes}];
+    count += c.count;
+    bytes += c.count * c.bytes;
+  }
+  return t;
+}
+
+}  // namespace weft

@@ -1,0 +1,54 @@
+// The communication report of a traced run (comm_report.json and comm_report.txt in the run
+// folder; schema in docs/formats-run.md): the job's calls by (op, axis, link level, message
+// size) with their latencies, bandwidths and straggler view, beside what the analytic model
+// (plan/comm_model.h) predicts for the same steps, and a log2 histogram of message sizes.
+//
+// How it is made: every rank writes its events to trace-rank<R>.jsonl as the run goes (the
+// tracer's file); at the end rank 0, after a barrier, reads all of them. The files are there
+// already, so nothing new crosses the network and any backend's communicator works; the run
+// folder must be shared by the ranks (as resuming from its checkpoints already requires).
+//
+// Counting (the same as the model's): a collective is counted once per group: the events of
+// the members of one group with the same (axis, group, order of the call on that group)
+// are one call, whose latency is the slowest member's (the call ends when the last rank
+// does); a send and a receive are each one call of their own rank. Only the training steps
+// (tracer phase "train") are compared with the model; the other phases (setup, eval,
+// metrics, checkpoint, report) are listed apart.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "comm/topology.h"
+#include "comm/tracer.h"
+#include "engine/engine.h"
+#include "plan/comm_model.h"
+
+namespace weft {
+
+struct CommReportInputs {
+  EngineConfig ec;
+  NodeMap nodes;
+  int64_t first_step = 0;  // steps (first_step, last_step] are reported
+  int64_t last_step = 0;
+  // What preceded each reported step (first_step + 1 ... last_step), for the model.
+  std::vector<CommStepContext> contexts;
+};
+
+// The report from every rank's events (per_rank[r]: world rank r's, in its file's order).
+nlohmann::json build_comm_report(const std::vector<std::vector<TraceEvent>>& per_rank, const CommReportInputs& in);
+// The same as a text table (comm_report.txt).
+std::string format_comm_report(const nlohmann::json& report);
+// Reads <run_dir>/trace-rank<R>.jsonl for every rank of the node map and writes
+// comm_report.json and comm_report.txt there. Returns the report.
+nlohmann::json write_comm_report(const std::string& run_dir, const CommReportInputs& in);
+
+// NCCL-tests' bus-bandwidth factor (nccl-tests doc/PERFORMANCE.md) for a group of n ranks:
+// all_reduce 2(n-1)/n, all_gather and reduce_scatter (n-1)/n, broadcast/send/recv 1; 0 for
+// a group of one (nothing moves).
+double bus_factor(const std::string& op, int n);
+// Mean after dropping the lowest and the highest `cut` fraction (DeepSpeed's comms logger:
+// scipy's trim_mean with 0.1).
+double trimmed_mean(std::vector<double> v, double cut = 0.1);
+
+}  // namespace weft

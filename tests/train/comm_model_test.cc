@@ -1,0 +1,305 @@
+// The analytic communication model (plan/comm_model.h) against the tracer, exactly: for every
+// layout of the parity suites (tests/parallel/{dp,tp,pp}_parity_test.cc and the golden
+// layouts of tests/golden/), `weft train --trace` runs a few steps and the traced calls of the
+// training steps, counted here from the per-rank trace files on their own (a collective once
+// per group: on the group's first rank; a send or receive once), must equal the model's count
+// and bytes for every (op, axis, bytes). The run's comm_report.json must agree (zero
+// mismatches, the same totals). Also: link levels with emulated nodes, bad ranks_per_node,
+// the report's conventions (bus factors, trimmed mean, rank lists).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "comm/topology.h"
+#include "comm/tracer.h"
+#include "plan/comm_model.h"
+#include "test_util.h"
+#include "train/comm_report.h"
+#include "train/config.h"
+#include "train/engine_config.h"
+
+namespace weft {
+namespace {
+
+using test::RunResult;
+using test::TempDir;
+namespace fs = std::filesystem;
+
+// One layout of a suite: np ranks (0: a plain process) with args, on the suite's [train] lines.
+struct Layout {
+  int np;
+  std::string args;
+};
+
+// "--key value ..." -> overrides.
+std::vector<std::pair<std::string, std::string>> overrides_of(const std::string& args) {
+  std::istringstream in(args);
+  std::vector<std::pair<std::string, std::string>> out;
+  std::string k, v;
+  while (in >> k >> v) out.emplace_back(k.substr(2), v);
+  return out;
+}
+
+using Totals = std::map<std::tuple<std::string, std::string, int64_t>, std::pair<int64_t, int64_t>>;
+
+// The training steps' calls from the trace files alone.
+Totals traced_totals(const std::string& run, int world) {
+  Totals t;
+  for (int r = 0; r < world; ++r) {
+    for (const TraceEvent& ev : read_trace_jsonl(run + fmt::format("/trace-rank{}.jsonl", r))) {
+      if (ev.phase != "train") continue;
+      const bool p2p = ev.kind == "send" || ev.kind == "recv";
+      if (!p2p && parse_ranks(ev.group.substr(6)).front() != r) continue;  // once per group
+      auto& [n, b] = t[{ev.kind, ev.axis, ev.bytes}];
+      n += 1;
+      b += ev.bytes;
+    }
+  }
+  return t;
+}
+
+class CommModelRuns : public ::testing::Test {
+ protected:
+  // A corpus and run.toml: the tiny preset, `train_lines` under [train], `model_lines` under [model].
+  void prepare(const std::string& group, const std::string& model_lines, const std::string& train_lines,
+               int vocab = 50257) {
+    tmp = std::make_unique<TempDir>("comm-" + group);
+    test::make_random_corpus(*tmp / "data", 20000, 4000, vocab);
+    config = *tmp / "run.toml";
+    std::ofstream(config) << "[model]\nmodel = \"tiny\"\n" << model_lines << "[data]\ndata = \"" << (*tmp / "data")
+                          << "\"\n[train]\n" << train_lines << "steps = 2\nlr = 2e-3\nthreads = 1\n"
+                          << "[eval]\nval_batches = 0\n[checkpoint]\nckpt_every = 0\n[parallel]\ncomm_timeout = 120.0\n";
+  }
+
+  // Runs the layout with --trace and compares trace, model and report; returns the report.
+  nlohmann::json check(const Layout& l, const std::string& extra = "") {
+    const std::string out = *tmp / fmt::format("run{}", n);
+    const std::string args = l.args + extra;
+    std::string prefix = test::mpi_launcher(l.np);
+    RunResult r = test::run_weft_with(prefix, "train " + config + " " + args + " --trace true --out " + out,
+                                      *tmp / fmt::format("cmd{}", n++));
+    EXPECT_EQ(r.code, 0) << args << ": " << r.err;
+    if (r.code != 0) return nullptr;
+    const RunConfig cfg = load_run_config(config, overrides_of(args));
+    const int world = std::max(1, l.np);
+    const EngineConfig ec = engine_config(cfg, world);
+    Totals model;
+    for (const CommStepContext& ctx : contexts(cfg, ec)) {
+      for (const auto& [k, v] : comm_totals(model_step_comm(ec, ctx))) {
+        model[k].first += v.first;
+        model[k].second += v.second;
+      }
+    }
+    const Totals traced = traced_totals(out, world);
+    EXPECT_FALSE(traced.empty()) << args;
+    for (const auto& [k, v] : traced) {
+      const auto it = model.find(k);
+      const std::pair<int64_t, int64_t> m = it == model.end() ? std::pair<int64_t, int64_t>{0, 0} : it->second;
+      EXPECT_EQ(v, m) << args << ": " << std::get<0>(k) << " on " << std::get<1>(k) << " of " << std::get<2>(k)
+                      << " bytes: traced (count, bytes) vs model";
+      ++checked;
+    }
+    for (const auto& [k, v] : model) {
+      EXPECT_TRUE(traced.count(k)) << args << ": the model has " << v.first << " x " << std::get<0>(k) << " on "
+                                   << std::get<1>(k) << " of " << std::get<2>(k) << " bytes, the trace none";
+    }
+    return check_report(out, traced, args);
+  }
+
+  // The run's report: zero mismatches, and its training rows add up to what was traced.
+  nlohmann::json check_report(const std::string& out, const Totals& traced, const std::string& args) {
+    std::ifstream in(out + "/comm_report.json");
+    EXPECT_TRUE(in) << args << ": no comm_report.json";
+    if (!in) return nullptr;
+    const nlohmann::json rep = nlohmann::json::parse(in);
+    EXPECT_EQ(rep["mismatches"].get<int64_t>(), 0) << args << "\n" << test::read_text(out + "/comm_report.txt");
+    int64_t calls = 0, traced_calls = 0;
+    for (const auto& row : rep["rows"]) calls += row["count"].get<int64_t>();
+    for (const auto& [k, v] : traced) traced_calls += v.first;
+    EXPECT_EQ(calls, traced_calls) << args;
+    EXPECT_TRUE(fs::exists(out + "/comm_report.txt")) << args;
+    ++layouts;
+    return rep;
+  }
+
+  // What precedes each step: an evaluation (val_every) adds its forward passes.
+  static std::vector<CommStepContext> contexts(const RunConfig& cfg, const EngineConfig& ec) {
+    std::vector<CommStepContext> out(static_cast<size_t>(cfg.steps));
+    if (cfg.val_batches <= 0) return out;
+    const int64_t windows = cfg.val_batches * ec.global_batch;  // the corpus holds more
+    const int64_t passes = ((windows + ec.grid.dp - 1) / ec.grid.dp + ec.micro_batch - 1) / ec.micro_batch;
+    for (int64_t s = 0; s < cfg.steps; ++s) {
+      out[static_cast<size_t>(s)].after_training = s > 0;
+      const bool eval_before = s == 0 || (cfg.val_every > 0 && s % cfg.val_every == 0);
+      if (eval_before) out[static_cast<size_t>(s)].eval_passes_before = passes;
+    }
+    return out;
+  }
+
+  void TearDown() override {
+    std::printf("[comm model] %d layouts checked, %d (op, axis, bytes) entries compared\n", layouts, checked);
+  }
+
+  std::unique_ptr<TempDir> tmp;
+  std::string config;
+  int n = 0, layouts = 0, checked = 0;
+};
+
+// The golden layouts (tests/golden/golden_curves_test.cc: T 32, B 8, micro-batch 2, V 500).
+class GoldenLayouts : public CommModelRuns {
+ protected:
+  void SetUp() override {
+    prepare("golden", "vocab_size = 500\n", "seq_len = 32\nglobal_batch = 8\nmicro_batch = 2\nseed = 99\n", 500);
+  }
+};
+
+TEST_F(GoldenLayouts, SingleProcessTraceEqualsTheModel) {
+  for (const Layout& l : std::vector<Layout>{{0, ""}, {0, "--recompute full"}, {0, "--precision bf16"},
+                                             {0, "--precision fp16 --initial_loss_scale 4194304 --loss_scale_window 2"},
+                                             {0, "--recompute full --recompute_layers 1 --zero 1"}}) {
+    check(l);
+  }
+}
+
+TEST_F(GoldenLayouts, MultiRankTraceEqualsTheModel) {
+  for (const Layout& l : std::vector<Layout>{{2, "--dp 2 --zero 0"}, {2, "--dp 2 --zero 1"}, {2, "--dp 2 --zero 2"},
+                                             {2, "--dp 2 --zero 3"}, {2, "--tp 2 --sequence_parallel true"},
+                                             {2, "--pp 2 --schedule interleaved --virtual_stages 2"},
+                                             {8, "--tp 2 --pp 2 --dp 2 --zero 1 --micro_batch 1"}}) {
+    check(l);
+  }
+}
+
+// ZeRO-3 after evaluations: the evaluation's gathers stay valid into the next step.
+TEST_F(GoldenLayouts, Zero3WithValidationEqualsTheModel) {
+  check({2, "--dp 2 --zero 3 --steps 3 --val_every 1 --val_batches 1"});
+}
+
+// Link levels: tp 2 x dp 2 on emulated nodes of 2 ranks: tp stays inside a node, dp crosses.
+TEST_F(GoldenLayouts, EmulatedNodesAttributeEveryByteToItsLevel) {
+  const nlohmann::json rep = check({4, "--tp 2 --dp 2 --zero 1 --micro_batch 1"}, " --ranks_per_node 2");
+  ASSERT_FALSE(rep.is_null());
+  EXPECT_EQ(rep["node_source"], "emulated");
+  EXPECT_EQ(rep["ranks_per_node"], 2);
+  std::map<std::string, std::set<std::string>> levels;
+  for (const auto& a : rep["by_axis_level"]) levels[a["axis"]].insert(a["level"]);
+  EXPECT_EQ(levels["tp"], std::set<std::string>{"intra-node"});
+  EXPECT_EQ(levels["dp"], std::set<std::string>{"inter-node"});
+  // The same run on one real node (mpirun on this machine): everything intra-node.
+  const nlohmann::json one = check({4, "--tp 2 --dp 2 --zero 1 --micro_batch 1"});
+  ASSERT_FALSE(one.is_null());
+  EXPECT_EQ(one["node_source"], "mpi-shared-memory");
+  for (const auto& a : one["by_axis_level"]) EXPECT_EQ(a["level"], "intra-node") << a.dump();
+}
+
+TEST_F(GoldenLayouts, BadRanksPerNodeIsAnInputError) {
+  RunResult r = test::run_weft_with(test::mpi_launcher(4), "train " + config + " --dp 4 --trace true --ranks_per_node 3 --out " + *tmp / "bad",
+                                    *tmp / "cmd-bad");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("ranks_per_node 3 does not divide the world of 4 ranks"), std::string::npos) << r.err;
+  r = test::run_weft("train " + config + " --ranks_per_node -1 --out " + *tmp / "bad2", *tmp / "cmd-bad2");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("ranks_per_node must be >= 0"), std::string::npos) << r.err;
+}
+
+// The data-parallel suite (tests/parallel/dp_parity_test.cc: T 64, B 8, micro-batch 2).
+TEST_F(CommModelRuns, DataParallelSuiteTraceEqualsTheModel) {
+  prepare("dp", "", "seq_len = 64\nglobal_batch = 8\nmicro_batch = 2\nseed = 4242\n");
+  for (int z = 0; z <= 3; ++z) check({2, fmt::format("--zero {}", z)});
+  for (int z = 0; z <= 3; ++z) check({4, fmt::format("--zero {} --micro_batch 1", z)});
+}
+
+// The tensor-parallel suite (tests/parallel/tp_parity_test.cc: T 64, B 4, micro-batch 2).
+TEST_F(CommModelRuns, TensorParallelSuiteTraceEqualsTheModel) {
+  prepare("tp", "", "seq_len = 64\nglobal_batch = 4\nmicro_batch = 2\nseed = 777\n");
+  for (const Layout& l : std::vector<Layout>{{2, "--tp 2"}, {4, "--tp 4"}, {2, "--tp 2 --sequence_parallel true"},
+                                             {4, "--tp 4 --sequence_parallel true"},
+                                             {4, "--tp 2 --dp 2 --zero 1 --micro_batch 1"},
+                                             {4, "--tp 2 --dp 2 --zero 3 --micro_batch 1 --sequence_parallel true"}}) {
+    check(l);
+  }
+}
+
+// The pipeline suite (tests/parallel/pp_parity_test.cc: T 64, B 8, micro-batch 2).
+TEST_F(CommModelRuns, PipelineSuiteTraceEqualsTheModel) {
+  prepare("pp", "", "seq_len = 64\nglobal_batch = 8\nmicro_batch = 2\nseed = 31\n");
+  for (const Layout& l : std::vector<Layout>{
+           {2, "--pp 2 --schedule gpipe"}, {2, "--pp 2 --schedule 1f1b"}, {3, "--pp 3"}, {4, "--pp 4 --schedule 1f1b"},
+           {4, "--pp 4 --schedule gpipe --micro_batch 1"},
+           {2, "--pp 2 --schedule interleaved --virtual_stages 2 --micro_batch 1"},
+           {4, "--pp 2 --dp 2 --zero 1 --schedule interleaved --virtual_stages 2 --micro_batch 1"},
+           {8, "--tp 2 --pp 2 --dp 2 --zero 1 --micro_batch 1"},
+           {4, "--n_layer 8 --pp 4 --schedule interleaved --virtual_stages 2 --micro_batch 1"}}) {
+    check(l);
+  }
+}
+
+// --- the report's conventions, without runs ---
+
+TEST(CommReport, BusFactorsFollowNcclTests) {
+  EXPECT_DOUBLE_EQ(bus_factor("all_reduce", 4), 1.5);
+  EXPECT_DOUBLE_EQ(bus_factor("all_gather", 4), 0.75);
+  EXPECT_DOUBLE_EQ(bus_factor("reduce_scatter", 2), 0.5);
+  EXPECT_DOUBLE_EQ(bus_factor("send", 2), 1.0);
+  EXPECT_DOUBLE_EQ(bus_factor("all_reduce", 1), 0.0);
+}
+
+TEST(CommReport, TrimmedMeanDropsTenPercentEachSide) {
+  std::vector<double> v;
+  for (int i = 1; i <= 10; ++i) v.push_back(i);
+  v.back() = 1000;  // one outlier of ten: dropped with the lowest
+  EXPECT_DOUBLE_EQ(trimmed_mean(v), (2 + 3 + 4 + 5 + 6 + 7 + 8 + 9) / 8.0);
+  EXPECT_DOUBLE_EQ(trimmed_mean({3.0}), 3.0);
+}
+
+TEST(CommReport, RankListsRoundTrip) {
+  for (const std::vector<int>& r : std::vector<std::vector<int>>{{0}, {0, 2}, {1, 3, 5, 7, 9, 11, 13, 15, 17}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}}) {
+    EXPECT_EQ(parse_ranks(format_ranks(r)), r) << format_ranks(r);
+  }
+  EXPECT_THROW(parse_ranks(format_ranks({0, 1, 2, 3, 5, 8, 13, 21, 34})), InputError);
+}
+
+TEST(CommReport, CollectivesCountOncePerGroupWithTheSlowestLatency) {
+  // Two ranks, one all-reduce on their dp group (0.002 s and 0.005 s) and a send from 0 to 1.
+  auto ev = [](const char* kind, const char* group, double d) {
+    TraceEvent e;
+    e.kind = kind, e.axis = kind[0] == 'a' ? "dp" : "pp", e.bytes = 1024, e.group = group, e.duration_s = d;
+    e.step = 1, e.phase = "train";
+    return e;
+  };
+  const std::vector<std::vector<TraceEvent>> per_rank = {{ev("all_reduce", "ranks 0,1", 0.002), ev("send", "peer 1", 0.001)},
+                                                         {ev("all_reduce", "ranks 0,1", 0.005), ev("recv", "peer 0", 0.003)}};
+  CommReportInputs in;
+  in.ec.grid.dp = 2;
+  in.nodes = emulated_node_map(2, 1);
+  in.first_step = 0, in.last_step = 1;  // no contexts: the model is not asked
+  const nlohmann::json rep = build_comm_report(per_rank, in);
+  ASSERT_EQ(rep["rows"].size(), 3u) << rep.dump(1);
+  for (const auto& row : rep["rows"]) {
+    EXPECT_EQ(row["count"], 1) << row.dump();
+    EXPECT_EQ(row["level"], "inter-node") << row.dump();
+    if (row["op"] == "all_reduce") {
+      EXPECT_DOUBLE_EQ(row["time_s"].get<double>(), 0.005);
+      EXPECT_DOUBLE_EQ(row["straggler_s"]["max"].get<double>(), 0.003);
+      EXPECT_EQ(row["straggler_s"]["worst_rank"], 1);
+      EXPECT_DOUBLE_EQ(row["busbw_gbps"].get<double>(), row["algbw_gbps"].get<double>());  // 2(n-1)/n = 1
+    }
+  }
+  EXPECT_EQ(rep["mismatches"], 3);  // the model (not asked) predicts none of them
+}
+
+TEST(CommNodes, EmulatedMapsAndLevels) {
+  const NodeMap m = emulated_node_map(8, 4);
+  EXPECT_EQ(m.nodes(), 2);
+  EXPECT_EQ(m.ranks_per_node(), 4);
+  EXPECT_EQ(m.level({0, 1, 2, 3}), LinkLevel::kIntraNode);
+  EXPECT_EQ(m.level({3, 4}), LinkLevel::kInterNode);
+  EXPECT_EQ(emulated_node_map(4, 16).nodes(), 1);
+  EXPECT_THROW(emulated_node_map(8, 3), InputError);
+  EXPECT_THROW(emulated_node_map(8, 0), InputError);
+  EXPECT_EQ(node_map_from_keys({5, 5, 2, 2}, "x").node_of_rank, (std::vector<int>{0, 0, 1, 1}));
+}
+
+}  // namespace
+}  // namespace weft
