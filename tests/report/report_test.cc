@@ -4,10 +4,9 @@
 // raw metrics.jsonl), the overlay of two runs, and every kind of bad input (one line, exit 2,
 // the output folder untouched).
 //
-// comm_report.json: FIXTURE where the trainer wrote none. The trainer does not write it yet
-// (another change adds it); until then these tests write one that follows its schema
-// (docs/report.md) with rows chosen here. The checks read whichever file the run folder holds
-// (the fixture, or the trainer's own once it writes one) and recompute what the report states.
+// comm_report.json comes from the trainer (a traced run writes it at the end); the checks
+// recompute what the report states from it. Only the reader's field-by-field test uses a
+// FIXTURE (write_comm_report_fixture), to have a row whose model count disagrees.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -96,8 +95,6 @@ const std::vector<FixtureRow> kPipelineRows = {{"send", "pp", "inter-node", 2, 4
                                                {"recv", "pp", "inter-node", 2, 4096, 16},
                                                {"all_reduce", "pp-embedding", "inter-node", 2, 6432896, 4},
                                                {"barrier", "world", "intra-node", 2, 0, 1}};
-const std::vector<FixtureRow> kSingleRows = {{"all_reduce", "dp", "intra-node", 1, 6432896, 4},
-                                             {"barrier", "world", "intra-node", 1, 0, 1}};
 
 // The bytes of an empty frame (axes, no data) that gnuplot draws with the terminal line (the
 // first line: terminal, size) of the script `gp`: what a plot that drew nothing would weigh.
@@ -150,15 +147,12 @@ class Report : public ::testing::Test {
                           << "[eval]\nval_every = 2\nval_batches = 1\n[run]\ntrace = true\n"
                           << "[parallel]\ncomm_timeout = 120.0\n";
   }
-  // `weft train` on np ranks (0: one process) into tmp/NAME, then the comm_report.json FIXTURE.
-  std::string train(const std::string& name, int np, const std::string& args, const std::vector<FixtureRow>& rows) {
+  // `weft train` on np ranks (0: one process) into tmp/NAME; the trainer writes comm_report.json.
+  std::string train(const std::string& name, int np, const std::string& args) {
     const std::string out = *tmp / name;
     RunResult r = test::run_weft_with(test::mpi_launcher(np), "train " + config + " --out " + out + " " + args, cmd());
     EXPECT_EQ(r.code, 0) << r.err;
-    if (!fs::exists(out + "/comm_report.json")) {
-      std::printf("%s: the trainer wrote no comm_report.json; writing the FIXTURE\n", out.c_str());
-      write_comm_report_fixture(out, std::max(np, 1), rows);
-    }
+    EXPECT_TRUE(fs::exists(out + "/comm_report.json")) << "a traced run must write its communication report";
     return out;
   }
   RunResult weft(const std::string& args, const std::string& env = "") { return test::run_weft_with(env, args, cmd()); }
@@ -252,8 +246,8 @@ void expect_comm_series(const std::string& gp, const std::string& run, const std
 }
 
 TEST_F(Report, TracedRunsAndTheirOverlay) {
-  const std::string a = train("pp2", 2, "--pp 2 --system systems/dgx-a100-80gb.toml", kPipelineRows);
-  const std::string b = train("single", 0, "", kSingleRows);
+  const std::string a = train("pp2", 2, "--pp 2 --system systems/dgx-a100-80gb.toml");
+  const std::string b = train("single", 0, "");
   ASSERT_FALSE(::testing::Test::HasFailure());
 
   RunResult r = weft("report " + a);
@@ -320,7 +314,7 @@ TEST_F(Report, TracedRunsAndTheirOverlay) {
 void copy_run(const std::string& from, const std::string& to) { fs::copy(from, to, fs::copy_options::recursive); }
 
 TEST_F(Report, BadInputAndFailures) {
-  const std::string run = train("run", 0, "", kSingleRows);
+  const std::string run = train("run", 0, "");
   ASSERT_FALSE(::testing::Test::HasFailure());
   RunResult r = weft("report " + run + " --out " + *tmp / "good");
   ASSERT_EQ(r.code, 0) << r.err;
