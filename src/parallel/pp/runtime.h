@@ -27,10 +27,11 @@
 // and stage s+1's group before backward i+1 holds its own forward send for stage s+2 the same
 // way. Through the wrap-around (the last stage sends chunk c's output to the first stage's
 // chunk c+1) the chain closes into a ring: every stage blocks on a forward send whose receive
-// the next stage posts behind its own blocked group. On 2 stages, v 2, m 4: stage 0's group
-// before backward (mb 1, chunk 2) holds its send of forward (mb 3 -> chunk 1); stage 1's
-// group before backward (mb 0, chunk 1) holds its send of forward (mb 2 -> chunk 2), which
-// stage 0 receives only after its group; neither completes.
+// the next stage posts behind its own blocked group. On 2 stages, v 2, m 4 (global chunks):
+// stage 0's group before backward (mb 1, chunk 2) holds its send of forward (mb 3 -> chunk 1),
+// which stage 1 receives only after its group before backward (mb 0, chunk 1); that group
+// holds stage 1's send of forward (mb 2 -> chunk 2), which stage 0 receives only after its
+// own group; neither completes.
 //
 // So with cfg.posting_order_p2p the interleaved schedule exchanges once per steady (forward,
 // backward) pair, as Megatron's send_forward_backward_recv_forward_backward: before the
