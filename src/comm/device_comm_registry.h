@@ -31,8 +31,8 @@ struct DeviceCommInfo {
   // The default for those backends (nccl for cuda); a backend without one uses "mpi".
   bool preferred = false;
   // Point-to-point without tags, matched in posting order and started when waited for
-  // (comm/p2p_queue.h; NCCL). The pipeline's GPipe and 1F1B orders are sound there; the
-  // interleaved schedule's is not (it deadlocks: see docs/cuda.md), so the engine refuses it.
+  // (comm/p2p_queue.h; NCCL). The engine then runs the interleaved pipeline schedule with
+  // paired exchanges (PipeRuntimeConfig::posting_order_p2p; per-action ones deadlock there).
   bool posting_order_p2p = false;
 };
 

@@ -42,23 +42,9 @@ class Engine::PipeAdapter final : public PipeChunk {
   float loss_scale_;
 };
 
-// The interleaved schedule posts its exchanges in an order that deadlocks where point-to-point
-// operations are matched in posting order and started when waited for (NCCL; shown by
-// tests/mpi/mpi_pipeline_runtime.cc's NCCL-rules emulation): refused there, before any
-// communicator exists.
-void Engine::check_comm_fits(const EngineConfig& cfg, Backend& backend) {
-  const DeviceCommInfo info = device_comm_info(cfg.comm, backend.name());
-  if (info.posting_order_p2p && cfg.grid.pp > 1 && cfg.schedule == PipeSchedule::kInterleaved) {
-    throw_input("the interleaved pipeline schedule (pp {}) does not run over communicator '{}' yet (its exchange "
-                "order deadlocks under NCCL's in-order matching); use --schedule 1f1b or gpipe, or --comm mpi",
-                cfg.grid.pp, cfg.comm.empty() ? default_device_comm(backend.name()) : cfg.comm);
-  }
-}
-
 Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
     : cfg_(cfg), world_(world), backend_(backend), scaler_(cfg.precision, cfg.loss_scale) {
   const GridSpec& spec = cfg.grid;
-  check_comm_fits(cfg, backend);
   grid_ = std::make_unique<ProcessGrid>(world, spec);
   // Every rank creates its device communicators in the same order (tp, pp, dp, tied): with
   // NCCL each creation is collective over its group.
@@ -88,6 +74,9 @@ Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
     rc.message = (sp ? cfg.micro_batch * cfg.seq / spec.tp : cfg.micro_batch * cfg.seq) * cfg.model.n_embd;
     // With sequence parallelism a rank's rows are its slice already.
     rc.scatter_gather = spec.tp > 1 && !sp;
+    // NCCL matches point-to-point in posting order: the interleaved schedule then exchanges
+    // once per (forward, backward) pair (parallel/pp/runtime.h), else it would deadlock.
+    rc.posting_order_p2p = device_comm_info(cfg.comm, backend.name()).posting_order_p2p;
     runtime_ = std::make_unique<PipelineRuntime>(*pp_device_, *tp_device_, backend_, rc);
   }
   inputs_.resize(static_cast<size_t>(cfg.micro_batch * cfg.seq));

@@ -126,7 +126,6 @@ class Engine {
  private:
   struct Chunk;
   class PipeAdapter;
-  static void check_comm_fits(const EngineConfig& cfg, Backend& backend);
   void build_chunks();
   void set_norm_skip(Chunk& ch);
   double forward_loss(int64_t rows, const int32_t* inputs, const int32_t* targets);

@@ -1,6 +1,6 @@
 // Device communicators by name (comm/device_comm_registry.h): the built-in "mpi", defaults per
-// backend, the messages for unknown names and for a communicator the backend does not take,
-// and the engine's refusal of the interleaved schedule over a posting-order transport.
+// backend, and the messages for unknown names and for a communicator the backend does not take.
+// (The interleaved schedule over a posting-order transport: tests/mpi/mpi_engine_posting_order.cc.)
 #include <gtest/gtest.h>
 
 #include <string>
@@ -9,8 +9,6 @@
 #include "comm/device_comm_registry.h"
 #include "comm/self_comm.h"
 #include "core/error.h"
-#include "engine/engine.h"
-#include "model/config.h"
 
 namespace weft {
 namespace {
@@ -53,26 +51,6 @@ TEST(DeviceCommRegistry, BadNamesAndMismatchesNameTheValues) {
             "communicator 'test-only-fake' works with backend fake-backend only, not 'cpu'; use --comm mpi "
             "(host-staged) with backend 'cpu'");
   EXPECT_FALSE(device_comm_info("mpi", "cpu").posting_order_p2p);
-}
-
-TEST(DeviceCommRegistry, EngineRefusesInterleavedOverAPostingOrderTransport) {
-  // Registered for the cpu backend by this test only: matched in posting order, like NCCL.
-  register_device_comm("test-posting-order", {{"cpu"}, false, true},
-                       [](Communicator& host, Backend& be) -> std::unique_ptr<DeviceComm> {
-                         return make_device_comm("mpi", host, be);
-                       });
-  EngineConfig cfg;
-  cfg.model = model_preset("tiny");
-  cfg.seq = 16;
-  cfg.grid.pp = 2;
-  cfg.schedule = PipeSchedule::kInterleaved;
-  cfg.virtual_stages = 2;
-  cfg.comm = "test-posting-order";
-  auto be = make_cpu_backend();
-  auto world = make_self_communicator("world");
-  EXPECT_EQ(input_error([&] { Engine e(cfg, *world, *be); }),
-            "the interleaved pipeline schedule (pp 2) does not run over communicator 'test-posting-order' yet (its "
-            "exchange order deadlocks under NCCL's in-order matching); use --schedule 1f1b or gpipe, or --comm mpi");
 }
 
 }  // namespace

@@ -5,14 +5,17 @@
 // chunks < g on zero input, chunk g sees x = P_g * x0 + c_g and dy = a_{g+1} ... a_{K-1};
 // expected values are computed here by that plain recursion, independent of the runtime.
 // Run on every world size with pp = world (and tp 2 x pp world/2 for the scatter-gather)
-// for GPipe, 1F1B and interleaved (v 2); each stash slot must hold its own micro-batch.
+// for GPipe, 1F1B and interleaved (v 2 and 3); each stash slot must hold its own micro-batch.
 // The same cases run again with the pp group behind NcclP2pEmulation (nccl_p2p_emulation.h):
 // NCCL's rules (no tags, rendezvous sends, one stream) with the NCCL communicator's own
-// start policy, so that a posting order that would deadlock or pair the wrong messages on
-// NCCL fails here, without a GPU.
+// start policy, and the runtime told so (posting_order_p2p, as the engine does for NCCL), so
+// that a posting order that would deadlock or pair the wrong messages on NCCL fails here,
+// without a GPU.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <map>
+#include <ostream>
 #include <vector>
 
 #include "mpi_test_util.h"
@@ -86,7 +89,10 @@ float expected_dy(int g, int K) {
   return d;
 }
 
-void run_case(int tp, PipeSchedule sched, int v, int m, bool nccl_rules = false) {
+// nccl_rules: the pp group behind the emulation, and the runtime in posting-order mode.
+// paired_over_mpi: the runtime in posting-order mode over plain MPI (tags), which must not
+// change a result either.
+void run_case(int tp, PipeSchedule sched, int v, int m, bool nccl_rules = false, bool paired_over_mpi = false) {
   std::unique_ptr<Communicator> world = test::fresh_world();
   const int pp = world->size() / tp;
   // weft_mpi_tests runs on 2, 3, 4 and 8 ranks; a tp 2 case has no pipeline of two or more
@@ -94,7 +100,7 @@ void run_case(int tp, PipeSchedule sched, int v, int m, bool nccl_rules = false)
   // 8-rank runs cover it).
   if (pp < 2 || world->size() % tp != 0) GTEST_SKIP() << "needs pp >= 2 on " << world->size() << " ranks with tp " << tp;
   ProcessGrid grid(*world, GridSpec{tp, pp, 1, "tp-dp-pp"});
-  PipeRuntimeConfig rc{sched, pp, grid.coord(Axis::kPp), v, m, kN, tp > 1};
+  PipeRuntimeConfig rc{sched, pp, grid.coord(Axis::kPp), v, m, kN, tp > 1, nccl_rules || paired_over_mpi};
   auto be = make_cpu_backend();  // the toy chunks compute on the host: cpu device memory is host memory
   test::NcclP2pEmulation emulated(grid.comm(Axis::kPp));
   Communicator& pp_comm = nccl_rules ? static_cast<Communicator&>(emulated) : grid.comm(Axis::kPp);
@@ -133,7 +139,9 @@ void run_case(int tp, PipeSchedule sched, int v, int m, bool nccl_rules = false)
   }
   // The exchanges went through the emulated groups (every stage receives at least m messages
   // a step, each waited for), so the policy was exercised rather than bypassed.
-  if (nccl_rules) EXPECT_GE(emulated.groups_started(), m);
+  if (nccl_rules) {
+    EXPECT_GE(emulated.groups_started(), m);
+  }
 }
 
 TEST(PipelineRuntime, GpipeMatchesClosedForm) { run_case(1, PipeSchedule::kGpipe, 1, 4); }
@@ -142,25 +150,58 @@ TEST(PipelineRuntime, InterleavedMatchesClosedForm) {
   const int pp = test::mpi_world().size();
   run_case(1, PipeSchedule::kInterleaved, 2, 2 * pp);
 }
+TEST(PipelineRuntime, InterleavedThreeChunksMatchesClosedForm) {
+  const int pp = test::mpi_world().size();
+  run_case(1, PipeSchedule::kInterleaved, 3, 3 * pp);
+}
+TEST(PipelineRuntime, InterleavedPairedExchangesOverMpiMatchClosedForm) {
+  const int pp = test::mpi_world().size();
+  run_case(1, PipeSchedule::kInterleaved, 2, 2 * pp, false, true);
+}
 TEST(PipelineRuntime, ScatterGatherOverTensorParallelMatchesClosedForm) {
   if (test::mpi_world().size() % 2 != 0) GTEST_SKIP() << "tp 2 needs an even world";
   run_case(2, PipeSchedule::k1F1B, 1, 4);
 }
 
-// Under NCCL's rules (see the top of the file): GPipe, 1F1B, and 1F1B with fewer micro-batches
-// than stages, where the warm-up is cut short. The interleaved schedule is left out because
-// it fails here: on 2 stages (v 2, m 4), stage 0 waits on a group holding its send of chunk
-// 0's output for micro-batch 3 (which stage 1 receives only after its current group) and its
-// receive of chunk 3's gradient for micro-batch 1; stage 1's current group holds its send of
-// chunk 1's output for micro-batch 2, which stage 0 receives only after its group: a cycle. The
-// engine refuses interleaved over NCCL (Engine::check_comm_fits) until the runtime exchanges
-// in matched batches per step, as Megatron's send_forward_backward_recv_forward_backward.
+// Under NCCL's rules (see the top of the file): GPipe, 1F1B, 1F1B with fewer micro-batches
+// than stages (the warm-up cut short), and the interleaved schedule with v 2 and 3 and m = pp
+// (every forward first), 2 pp and 3 pp (warm-up, steady pairs, cool-down; m must divide by pp).
+// The interleaved schedule deadlocked here while it exchanged per action (on 2 stages, v 2,
+// m 4, each stage's group held a forward send its peer receives only after its own group:
+// runtime.h says why); with posting_order_p2p it exchanges once per steady (forward,
+// backward) pair, as Megatron's send_forward_backward_recv_forward_backward, and passes.
 TEST(PipelineRuntimeNcclRules, Gpipe) { run_case(1, PipeSchedule::kGpipe, 1, 4, true); }
 TEST(PipelineRuntimeNcclRules, OneFOneB) { run_case(1, PipeSchedule::k1F1B, 1, 5, true); }
 TEST(PipelineRuntimeNcclRules, OneFOneBFewMicroBatches) { run_case(1, PipeSchedule::k1F1B, 1, 2, true); }
 TEST(PipelineRuntimeNcclRules, ScatterGatherOverTensorParallel) {
   if (test::mpi_world().size() % 2 != 0) GTEST_SKIP() << "tp 2 needs an even world";
   run_case(2, PipeSchedule::k1F1B, 1, 4, true);
+}
+
+struct InterleavedCase {
+  int v, m_per_stage;
+};
+
+void PrintTo(const InterleavedCase& c, std::ostream* os) { *os << "v " << c.v << ", m " << c.m_per_stage << " x pp"; }
+
+class PipelineRuntimeNcclRulesInterleaved : public ::testing::TestWithParam<InterleavedCase> {};
+
+TEST_P(PipelineRuntimeNcclRulesInterleaved, MatchesClosedForm) {
+  const int pp = test::mpi_world().size();
+  run_case(1, PipeSchedule::kInterleaved, GetParam().v, GetParam().m_per_stage * pp, true);
+}
+
+INSTANTIATE_TEST_SUITE_P(VirtualStagesAndMicroBatches, PipelineRuntimeNcclRulesInterleaved,
+                         ::testing::Values(InterleavedCase{2, 1}, InterleavedCase{2, 2}, InterleavedCase{2, 3},
+                                           InterleavedCase{3, 1}, InterleavedCase{3, 2}, InterleavedCase{3, 3}),
+                         [](const ::testing::TestParamInfo<InterleavedCase>& info) {
+                           return fmt::format("v{}_m{}pp", info.param.v, info.param.m_per_stage);
+                         });
+
+TEST(PipelineRuntimeNcclRules, InterleavedScatterGatherOverTensorParallel) {
+  if (test::mpi_world().size() % 2 != 0) GTEST_SKIP() << "tp 2 needs an even world";
+  const int pp = test::mpi_world().size() / 2;
+  run_case(2, PipeSchedule::kInterleaved, 2, 2 * pp, true);
 }
 
 // Forward only (evaluation): every chunk in model order, smaller messages than training's.

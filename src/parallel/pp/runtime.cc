@@ -8,6 +8,8 @@
 
 namespace weft {
 
+static_assert(kPipeRecvAhead >= 2, "a paired forward needs its own receive and its backward's posted");
+
 PipelineRuntime::PipelineRuntime(Communicator& pp, Communicator& tp, Backend& be, const PipeRuntimeConfig& cfg)
     : pp_(pp), tp_(tp), be_(be), cfg_(cfg) {
   WEFT_CHECK(pp.size() == cfg.stages && pp.rank() == cfg.stage, "pipeline runtime: stage {} of {} on a pp axis of {} (rank {})",
@@ -15,6 +17,7 @@ PipelineRuntime::PipelineRuntime(Communicator& pp, Communicator& tp, Backend& be
   WEFT_CHECK(!cfg.scatter_gather || cfg.message % tp.size() == 0,
              "pipeline scatter-gather: a message of {} floats does not split over tp {}", cfg.message, tp.size());
   actions_ = stage_schedule(cfg.schedule, cfg.stages, cfg.stage, cfg.micro_batches, cfg.virtual_stages);
+  paired_ = paired_forwards();
   for (int b = 0; b < kPipeRecvAhead + 1; ++b) rbuf_.emplace_back(be, DType::kF32, cfg.message, MemCategory::kComm);
 }
 
@@ -91,6 +94,30 @@ void PipelineRuntime::post_more() {
   }
 }
 
+// The forwards of the interleaved schedule's steady (forward, backward) pairs under posting-order
+// matching (see runtime.h); none otherwise.
+std::vector<bool> PipelineRuntime::paired_forwards() const {
+  std::vector<bool> paired(actions_.size(), false);
+  if (!cfg_.posting_order_p2p || cfg_.schedule != PipeSchedule::kInterleaved) return paired;
+  const int w = warmup_forwards(cfg_.schedule, cfg_.stages, cfg_.stage, cfg_.micro_batches, cfg_.virtual_stages);
+  const int pairs = cfg_.micro_batches * cfg_.virtual_stages - w;
+  for (int i = 0; i < pairs; ++i) paired[static_cast<size_t>(w + 2 * i)] = true;
+  return paired;
+}
+
+// Before the forward actions_[i] of a pair: waits for the receive of its backward partner
+// (when that one has one), which starts the held sends and both receives as one group on a
+// posting-order transport. The receive stays posted; take_recv finds it complete.
+void PipelineRuntime::wait_pair_receive(size_t i) {
+  const PipeAction& f = actions_[i];
+  const PipeAction& b = actions_[i + 1];
+  if (global(b.chunk) == num_chunks() - 1) return;  // the last chunk's backward has the loss
+  const size_t at = global(f.chunk) > 0 ? 1 : 0;      // the forward's own receive comes first
+  WEFT_CHECK(posted_.size() > at, "pipeline stage {}: the receive of backward (micro-batch {}, chunk {}) is not posted",
+             cfg_.stage, b.micro_batch, b.chunk);
+  posted_[at].handle->wait();
+}
+
 int PipelineRuntime::take_recv() {
   WEFT_CHECK(!posted_.empty(), "pipeline: no receive posted for stage {}", cfg_.stage);
   Posted pr = std::move(posted_.front());
@@ -148,6 +175,7 @@ PipeStepStats PipelineRuntime::run_step(const std::vector<PipeChunk*>& chunks) {
       slot = slot_of_[c].at(mb);
     }
     const double w0 = Tracer::now();
+    if (paired_[i]) wait_pair_receive(i);
     const bool receives = forward ? g > 0 : g < K - 1;
     const int rb = receives ? take_recv() : -1;
     const float* x = rb >= 0 ? rbuf_[static_cast<size_t>(rb)].data<float>() : nullptr;

@@ -14,6 +14,40 @@
 // same activations (tp > 1 without sequence parallelism), each sends only its 1/tp slice and
 // the receiving stage all-gathers the slices over tp.
 //
+// Transports that match in posting order (NCCL: no tags; comm/p2p_queue.h holds each operation
+// until it or a later receive is waited for, then starts every held send with the receives up
+// to it as one group that completes as a whole). GPipe and 1F1B need nothing more: each wait
+// for an action's input makes a group (the sends held since the previous wait + that receive),
+// and in 1F1B stage s's group (send forward W_s+i, receive backward i) meets stage s+1's
+// (send backward i, receive forward W_{s+1}+i+1), the same message pair, since
+// W_s = W_{s+1} + 1. The interleaved schedule deadlocks with those per-action groups: there
+// W_s = W_{s+1} + 2, so stage s's output of forward W_s+i is stage s+1's input of forward
+// W_{s+1}+i+2, which stage s+1 waits for only after its backward i+1; stage s's group (send
+// forward W_s+i, receive backward i) thus waits for a receive stage s+1 starts one group later,
+// and stage s+1's group before backward i+1 holds its own forward send for stage s+2 the same
+// way. Through the wrap-around (the last stage sends chunk c's output to the first stage's
+// chunk c+1) the chain closes into a ring: every stage blocks on a forward send whose receive
+// the next stage posts behind its own blocked group. On 2 stages, v 2, m 4 (global chunks):
+// stage 0's group before backward (mb 1, chunk 2) holds its send of forward (mb 3 -> chunk 1),
+// which stage 1 receives only after its group before backward (mb 0, chunk 1); that group
+// holds stage 1's send of forward (mb 2 -> chunk 2), which stage 0 receives only after its
+// own group; neither completes.
+//
+// So with cfg.posting_order_p2p the interleaved schedule exchanges once per steady (forward,
+// backward) pair, as Megatron's send_forward_backward_recv_forward_backward: before the
+// forward of a pair the runtime waits for the backward's receive too (posted after the
+// forward's, so waiting for it starts both receives and every held send in one group). Stage s's
+// group before pair i then holds (send forward W_s+i-1, send backward i-1, receive forward
+// W_s+i, receive backward i), and the groups of neighbouring stages meet exactly: stage s's
+// pair-i group with stage s+1's pair-(i+1) group and stage s-1's pair-(i-1) group (the
+// wrap-around too), and the warm-up and cool-down groups likewise: every group belongs to one
+// "time" (pair index minus stage) and needs only the neighbours' groups of that same time.
+// Messages between two stages are posted in the same order on both sides (sends in compute
+// order, receives in action order; within a pair-group forward before backward on both). The
+// cost: a steady forward also waits for the next backward's gradient (what Megatron does); over
+// MPI (tags, posting_order_p2p false) the runtime keeps waiting for each input only when its
+// action needs it.
+//
 // Device memory: the messages (what a chunk's forward and backward take as x / dy, and what
 // output() and input_grad() return) are device memory of the backend the runtime is given;
 // its receive and send buffers are device buffers (under `comm`), and the communicators must
@@ -60,6 +94,10 @@ struct PipeRuntimeConfig {
   int micro_batches = 1;
   int64_t message = 0;        // floats of one micro-batch's activations (or gradients) on this rank
   bool scatter_gather = false;  // send 1/tp slices and all-gather them over tp
+  // The pp communicator matches point-to-point operations in posting order and starts them
+  // when waited for (NCCL, DeviceCommInfo::posting_order_p2p): exchange the interleaved
+  // schedule's steady state once per (forward, backward) pair (see the top of the file).
+  bool posting_order_p2p = false;
 };
 
 // One step's measurements on this stage.
@@ -118,6 +156,8 @@ class PipelineRuntime {
   void wait_sends();
   std::vector<RecvSpec> step_receives() const;
   void post_more();
+  std::vector<bool> paired_forwards() const;
+  void wait_pair_receive(size_t i);
   int take_recv();  // the next posted receive, complete and gathered; returns its buffer
   void release_recv(int buf);
 
@@ -126,6 +166,8 @@ class PipelineRuntime {
   Backend& be_;
   PipeRuntimeConfig cfg_;
   std::vector<PipeAction> actions_;
+  // Per action: a forward that waits for its backward partner's receive too (posting order).
+  std::vector<bool> paired_;
   std::vector<DeviceBuffer> rbuf_;  // kPipeRecvAhead posted + the one being consumed
   std::deque<SendBuf> send_pool_;    // grows to the most sends outstanding
   // Per step: receives in schedule order, those posted, the free receive buffers.

@@ -64,11 +64,16 @@ int warmup_count(PipeSchedule s, int stages, int stage, int m, int v) {
 
 }  // namespace
 
-std::vector<PipeAction> stage_schedule(PipeSchedule s, int stages, int stage, int micro_batches,
-                                       int virtual_stages) {
+int warmup_forwards(PipeSchedule s, int stages, int stage, int micro_batches, int virtual_stages) {
   check_schedule(s, stages, micro_batches, virtual_stages);
   if (stage < 0 || stage >= stages)
     throw_input("pipeline stage {} is out of range for {} stages", stage, stages);
+  return warmup_count(s, stages, stage, micro_batches, virtual_stages);
+}
+
+std::vector<PipeAction> stage_schedule(PipeSchedule s, int stages, int stage, int micro_batches,
+                                       int virtual_stages) {
+  const int warmup = warmup_forwards(s, stages, stage, micro_batches, virtual_stages);
   const int p = stages, m = micro_batches, v = virtual_stages;
   const int total = m * v;
   // Virtual micro-batch k -> (micro-batch, local chunk). For v = 1 this is (k, 0).
@@ -80,7 +85,6 @@ std::vector<PipeAction> stage_schedule(PipeSchedule s, int stages, int stage, in
     return PipeAction{forward ? PipeAction::kForward : PipeAction::kBackward,
                       v == 1 ? k : mb, chunk};
   };
-  const int warmup = warmup_count(s, p, stage, m, v);
   std::vector<PipeAction> out;
   out.reserve(2 * total);
   for (int k = 0; k < warmup; ++k) out.push_back(action(k, true));

@@ -58,6 +58,11 @@ struct PipeAction {
 std::vector<PipeAction> stage_schedule(PipeSchedule s, int stages, int stage, int micro_batches,
                                        int virtual_stages = 1);
 
+// The forwards `stage` runs before its first backward (W in the header comment): its action
+// list is W forwards, then (forward, backward) pairs, then W backwards. Same InputErrors as
+// stage_schedule.
+int warmup_forwards(PipeSchedule s, int stages, int stage, int micro_batches, int virtual_stages = 1);
+
 // Peak number of (micro-batch, chunk) pairs whose forward has run and backward has not: the
 // activations stashed at once.
 // chunk >= 0: counts only that virtual chunk's pairs (one chunk's activation slots).
