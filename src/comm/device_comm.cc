@@ -2,6 +2,7 @@
 
 #include <array>
 #include <exception>
+#include <initializer_list>
 #include <optional>
 
 #include "comm/comm_detail.h"
@@ -184,6 +185,62 @@ CommHandle run_async(Views v, F&& post) {
   return std::make_unique<DeviceRequest>(std::move(v), std::move(inner));
 }
 
+// Groups of one rank. Every collective is the identity on its data there, so nothing needs
+// to leave the device: no host access (no synchronize), no staging copies (on cuda with
+// --comm mpi a one-rank dp group would otherwise copy every gradient to the host and back
+// each step). The call is still traced as the host communicator traces it (kind, axis,
+// bytes, group), so traces and the communication model (plan/comm_model.h) see the same
+// calls whatever the backend. `move` copies what the call moves on the device, if anything.
+template <typename F>
+void run_local(Communicator& host, const char* kind, int64_t bytes, F&& move) {
+  detail::CallTrace tr;
+  tr.begin(host.tracer(), kind, host.axis(), bytes, detail::group_label(host.world_ranks()), false);
+  move();
+  tr.finish();
+}
+
+// The handle of an asynchronous call on one rank: complete when posted; its trace event is
+// recorded when the completion is observed (wait, test, or destruction), as the host
+// communicators do.
+class LocalRequest final : public CommRequest {
+ public:
+  explicit LocalRequest(detail::CallTrace tr) : tr_(std::move(tr)) {}
+  ~LocalRequest() override { tr_.finish(); }
+  void wait() override { tr_.finish(); }
+  bool test() override {
+    tr_.finish();
+    return true;
+  }
+
+ private:
+  detail::CallTrace tr_;
+};
+
+template <typename F>
+CommHandle post_local(Communicator& host, const char* kind, int64_t bytes, F&& move) {
+  detail::CallTrace tr;
+  tr.begin(host.tracer(), kind, host.axis(), bytes, detail::group_label(host.world_ranks()), true);
+  move();
+  return std::make_unique<LocalRequest>(std::move(tr));
+}
+
+// The one-rank path touches no buffer through the host, so it checks what the staging path's
+// HostAccess checks: every buffer is device memory of the backend.
+// (Empty calls check nothing, as HostAccess grants them: their pointer may be anything.)
+void check_on_device(Backend& be, const char* kind, size_t bytes, std::initializer_list<const void*> bufs) {
+  if (bytes == 0) return;
+  for (const void* p : bufs) {
+    if (!be.is_device_memory(p))
+      throw_runtime("DeviceCommunicator: {} on a buffer at {} that is not device memory of backend '{}'", kind, p,
+                    be.name());
+  }
+}
+
+// recv <- send on the device when they differ (the one block of a one-rank scatter/gather).
+void copy_apart(Backend& be, void* dst, const void* src, size_t bytes) {
+  if (dst != src && bytes > 0) be.copy_device(dst, 0, src, 0, bytes);
+}
+
 }  // namespace
 
 DeviceCommunicator::DeviceCommunicator(Communicator& host, Backend& be) : host_(host), be_(be) {}
@@ -197,6 +254,10 @@ DeviceCommunicator::~DeviceCommunicator() = default;
 
 void DeviceCommunicator::all_reduce(void* buf, int64_t count, CommDType t, ReduceOp op) {
   detail::check_count(count, "all_reduce");
+  if (size() == 1) {
+    check_on_device(be_, "all_reduce", bytes_of(count, t), {buf});
+    return run_local(host_, "all_reduce", static_cast<int64_t>(bytes_of(count, t)), [] {});
+  }
   auto v = std::make_unique<HostViews>(be_);
   const int b = v->add(buf, bytes_of(count, t), true, true);
   run_blocking(std::move(v), [&](HostViews& h) { host_.all_reduce(h.host(b), count, t, op); });
@@ -204,6 +265,11 @@ void DeviceCommunicator::all_reduce(void* buf, int64_t count, CommDType t, Reduc
 
 void DeviceCommunicator::reduce_scatter(const void* send, void* recv, int64_t count, CommDType t, ReduceOp op) {
   detail::check_count(count, "reduce_scatter");
+  if (size() == 1) {
+    check_on_device(be_, "reduce_scatter", bytes_of(count, t), {send, recv});
+    return run_local(host_, "reduce_scatter", static_cast<int64_t>(bytes_of(count, t)),
+                      [&] { copy_apart(be_, recv, send, bytes_of(count, t)); });
+  }
   auto v = std::make_unique<HostViews>(be_);
   const int s = v->add(send, bytes_of(count * size(), t), true, false);
   const int r = v->add(recv, bytes_of(count, t), false, true);
@@ -213,6 +279,11 @@ void DeviceCommunicator::reduce_scatter(const void* send, void* recv, int64_t co
 void DeviceCommunicator::reduce_scatter_v(const void* send, void* recv, const std::vector<int64_t>& counts,
                                           CommDType t, ReduceOp op) {
   const int64_t total = detail::checked_total(counts, size(), "reduce_scatter_v");
+  if (size() == 1) {
+    check_on_device(be_, "reduce_scatter", bytes_of(total, t), {send, recv});
+    return run_local(host_, "reduce_scatter", static_cast<int64_t>(bytes_of(total, t)),
+                      [&] { copy_apart(be_, recv, send, bytes_of(total, t)); });
+  }
   auto v = std::make_unique<HostViews>(be_);
   const int s = v->add(send, bytes_of(total, t), true, false);
   const int r = v->add(recv, bytes_of(counts[static_cast<size_t>(rank())], t), false, true);
@@ -221,6 +292,11 @@ void DeviceCommunicator::reduce_scatter_v(const void* send, void* recv, const st
 
 void DeviceCommunicator::all_gather(const void* send, void* recv, int64_t count, CommDType t) {
   detail::check_count(count, "all_gather");
+  if (size() == 1) {
+    check_on_device(be_, "all_gather", bytes_of(count, t), {send, recv});
+    return run_local(host_, "all_gather", static_cast<int64_t>(bytes_of(count, t)),
+                      [&] { copy_apart(be_, recv, send, bytes_of(count, t)); });
+  }
   auto v = std::make_unique<HostViews>(be_);
   const int s = v->add(send, bytes_of(count, t), true, false);
   const int r = v->add(recv, bytes_of(count * size(), t), false, true);
@@ -230,6 +306,11 @@ void DeviceCommunicator::all_gather(const void* send, void* recv, int64_t count,
 void DeviceCommunicator::all_gather_v(const void* send, void* recv, const std::vector<int64_t>& counts,
                                       CommDType t) {
   const int64_t total = detail::checked_total(counts, size(), "all_gather_v");
+  if (size() == 1) {
+    check_on_device(be_, "all_gather", bytes_of(total, t), {send, recv});
+    return run_local(host_, "all_gather", static_cast<int64_t>(bytes_of(total, t)),
+                      [&] { copy_apart(be_, recv, send, bytes_of(total, t)); });
+  }
   auto v = std::make_unique<HostViews>(be_);
   const int s = v->add(send, bytes_of(counts[static_cast<size_t>(rank())], t), true, false);
   const int r = v->add(recv, bytes_of(total, t), false, true);
@@ -238,6 +319,10 @@ void DeviceCommunicator::all_gather_v(const void* send, void* recv, const std::v
 
 void DeviceCommunicator::broadcast(void* buf, int64_t count, CommDType t, int root) {
   detail::check_count(count, "broadcast");
+  if (size() == 1 && root == 0) {
+    check_on_device(be_, "broadcast", bytes_of(count, t), {buf});
+    return run_local(host_, "broadcast", static_cast<int64_t>(bytes_of(count, t)), [] {});
+  }
   const bool mine = rank() == root;
   auto v = std::make_unique<HostViews>(be_);
   const int b = v->add(buf, bytes_of(count, t), mine, !mine);
@@ -264,6 +349,10 @@ void DeviceCommunicator::barrier() { host_.barrier(); }
 
 CommHandle DeviceCommunicator::iall_reduce(void* buf, int64_t count, CommDType t, ReduceOp op) {
   detail::check_count(count, "iall_reduce");
+  if (size() == 1) {
+    check_on_device(be_, "all_reduce", bytes_of(count, t), {buf});
+    return post_local(host_, "all_reduce", static_cast<int64_t>(bytes_of(count, t)), [] {});
+  }
   auto v = std::make_unique<HostViews>(be_);
   const int b = v->add(buf, bytes_of(count, t), true, true);
   return run_async(std::move(v), [&](HostViews& h) { return host_.iall_reduce(h.host(b), count, t, op); });
@@ -272,6 +361,11 @@ CommHandle DeviceCommunicator::iall_reduce(void* buf, int64_t count, CommDType t
 CommHandle DeviceCommunicator::ireduce_scatter_v(const void* send, void* recv, const std::vector<int64_t>& counts,
                                                  CommDType t, ReduceOp op) {
   const int64_t total = detail::checked_total(counts, size(), "ireduce_scatter_v");
+  if (size() == 1) {
+    check_on_device(be_, "reduce_scatter", bytes_of(total, t), {send, recv});
+    return post_local(host_, "reduce_scatter", static_cast<int64_t>(bytes_of(total, t)),
+                      [&] { copy_apart(be_, recv, send, bytes_of(total, t)); });
+  }
   auto v = std::make_unique<HostViews>(be_);
   const int s = v->add(send, bytes_of(total, t), true, false);
   const int r = v->add(recv, bytes_of(counts[static_cast<size_t>(rank())], t), false, true);
@@ -282,6 +376,11 @@ CommHandle DeviceCommunicator::ireduce_scatter_v(const void* send, void* recv, c
 CommHandle DeviceCommunicator::iall_gather_v(const void* send, void* recv, const std::vector<int64_t>& counts,
                                              CommDType t) {
   const int64_t total = detail::checked_total(counts, size(), "iall_gather_v");
+  if (size() == 1) {
+    check_on_device(be_, "all_gather", bytes_of(total, t), {send, recv});
+    return post_local(host_, "all_gather", static_cast<int64_t>(bytes_of(total, t)),
+                      [&] { copy_apart(be_, recv, send, bytes_of(total, t)); });
+  }
   auto v = std::make_unique<HostViews>(be_);
   const int s = v->add(send, bytes_of(counts[static_cast<size_t>(rank())], t), true, false);
   const int r = v->add(recv, bytes_of(total, t), false, true);

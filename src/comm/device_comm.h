@@ -20,6 +20,10 @@
 // viewed inside that argument's host view, so the host communicator still sees the in-place
 // call.
 //
+// Groups of one rank move nothing through the host: every collective is the identity there,
+// so the adapter copies on the device where send and receive differ and records the call in
+// the trace as the host communicator would (same kind, axis, bytes, group).
+//
 // Asynchronous calls: the access scopes / staging buffers and the copy-back live in the
 // returned handle; the received data are on the device once wait() returns or test() returns
 // true (the copy-back happens there), and destroying a handle waits for it, as Communicator

@@ -124,6 +124,33 @@ TEST_P(MpiDeviceComm, AsyncCollectivesOverlapWithOps) {
   }
 }
 
+// Staging (access refused, as on a GPU): the host copies are counted under comm while a call
+// is in flight (a blocking all_gather holds its send and receive copies at once; an
+// asynchronous one keeps them in its handle until it completes) and released afterwards;
+// with direct access nothing is staged.
+TEST_P(MpiDeviceComm, StagingIsCountedWhileInFlightAndReleased) {
+  const bool staged = GetParam() == "cpu-guarded-staged";
+  const int64_t count = 1000, b = count * 4;
+  DeviceBuffer send = to_device(*be, contribution(rank, count), DType::kF32);
+  DeviceBuffer all(*be, DType::kF32, count * n);
+  const int64_t before = comm_now(), peak_before = memory_tracker().snapshot().peak_of(MemCategory::kComm);
+  dc.all_gather(send.raw(), all.raw(), count, CommDType::kF32);
+  EXPECT_EQ(comm_now(), before);
+  const int64_t peak = memory_tracker().snapshot().peak_of(MemCategory::kComm);
+  if (staged) {
+    EXPECT_GE(peak, before + b + b * n);
+  } else {
+    EXPECT_EQ(peak, peak_before);
+  }
+  CommHandle h = dc.iall_gather_v(send.raw(), all.raw(), std::vector<int64_t>(static_cast<size_t>(n), count),
+                                  CommDType::kF32);
+  EXPECT_EQ(comm_now(), before + (staged ? b + b * n : 0));
+  h->wait();
+  EXPECT_EQ(comm_now(), before);
+  const std::vector<float> gathered = all.download<float>();
+  for (int r = 0; r < n; ++r) ASSERT_EQ(gathered[static_cast<size_t>(r * count + 7)], contribution(r, count)[7]) << r;
+}
+
 // A handle that is destroyed unwaited waits, and its data are on the device afterwards.
 TEST_P(MpiDeviceComm, DestroyedHandleWaitsAndCopiesBack) {
   DeviceBuffer buf = to_device(*be, contribution(rank, 32), DType::kF32);
