@@ -50,7 +50,7 @@
 # PEER_BATCHES ("8 16"), STEPS (20 timed steps per bench case), PEAK (989: H100 SXM bf16 dense
 # TFLOP/s), PYTHON (python3, with torch for the peer), TOKENIZER (GPT-2's encoder.json +
 # vocab.bpe; default: the folder scripts/setup.sh installs), LLMC_DIR (a checkout of
-# https://github.com/karpathy/llm.c: the GPU machine has no network, so copy the repository
+# the public repository karpathy/llm.c: the GPU machine has no network, so copy the repository
 # next to weft's sources before the session; unset: the llmc stage is skipped), LLMC_B (4),
 # LLMC_STEPS (30).
 set -uo pipefail
@@ -350,7 +350,7 @@ ratio_to_weft() {
 }
 
 stage_llmc() {
-  if [ -z "$LLMC_DIR" ]; then record llmc SKIP "LLMC_DIR unset (a copy of github.com/karpathy/llm.c)"; return; fi
+  if [ -z "$LLMC_DIR" ]; then record llmc SKIP "LLMC_DIR unset (a copy of the public repository karpathy/llm.c)"; return; fi
   [ -f "$LLMC_DIR/train_gpt2.cu" ] || { record llmc FAIL "no train_gpt2.cu in $LLMC_DIR"; return; }
   if ! run_logged llmc make -C "$LLMC_DIR" train_gpt2cu NO_MULTI_GPU=1 USE_CUDNN=0 GPU_COMPUTE_CAPABILITY="$ARCH"; then
     record llmc FAIL "build failed (llmc.log)"
