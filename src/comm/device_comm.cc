@@ -188,15 +188,23 @@ CommHandle run_async(Views v, F&& post) {
 // Groups of one rank. Every collective is the identity on its data there, so nothing needs
 // to leave the device: no host access (no synchronize), no staging copies (on cuda with
 // --comm mpi a one-rank dp group would otherwise copy every gradient to the host and back
-// each step). The call is still traced as the host communicator traces it (kind, axis,
-// bytes, group), so traces and the communication model (plan/comm_model.h) see the same
-// calls whatever the backend. `move` copies what the call moves on the device, if anything.
-template <typename F>
-void run_local(Communicator& host, const char* kind, int64_t bytes, F&& move) {
+// each step). one_rank() checks what the staging path's HostAccess checks (every buffer of a
+// non-empty call is device memory of the backend), copies recv <- send on the device where
+// they differ (the one block of a scatter or gather; send null: nothing moves), and begins
+// the call's trace as the host communicator would (kind, axis, bytes, group), so traces and
+// the communication model (plan/comm_model.h) see the same calls whatever the backend.
+detail::CallTrace one_rank(Backend& be, Communicator& host, const char* kind, size_t bytes, const void* send,
+                           void* recv, bool async) {
+  for (const void* p : {send, static_cast<const void*>(recv)}) {
+    if (bytes > 0 && p != nullptr && !be.is_device_memory(p))
+      throw_runtime("DeviceCommunicator: {} on a buffer at {} that is not device memory of backend '{}'", kind, p,
+                    be.name());
+  }
+  if (send != nullptr && send != recv && bytes > 0) be.copy_device(recv, 0, send, 0, bytes);
   detail::CallTrace tr;
-  tr.begin(host.tracer(), kind, host.axis(), bytes, detail::group_label(host.world_ranks()), false);
-  move();
-  tr.finish();
+  tr.begin(host.tracer(), kind, host.axis(), static_cast<int64_t>(bytes), detail::group_label(host.world_ranks()),
+           async);
+  return tr;
 }
 
 // The handle of an asynchronous call on one rank: complete when posted; its trace event is
@@ -216,31 +224,6 @@ class LocalRequest final : public CommRequest {
   detail::CallTrace tr_;
 };
 
-template <typename F>
-CommHandle post_local(Communicator& host, const char* kind, int64_t bytes, F&& move) {
-  detail::CallTrace tr;
-  tr.begin(host.tracer(), kind, host.axis(), bytes, detail::group_label(host.world_ranks()), true);
-  move();
-  return std::make_unique<LocalRequest>(std::move(tr));
-}
-
-// The one-rank path touches no buffer through the host, so it checks what the staging path's
-// HostAccess checks: every buffer is device memory of the backend.
-// (Empty calls check nothing, as HostAccess grants them: their pointer may be anything.)
-void check_on_device(Backend& be, const char* kind, size_t bytes, std::initializer_list<const void*> bufs) {
-  if (bytes == 0) return;
-  for (const void* p : bufs) {
-    if (!be.is_device_memory(p))
-      throw_runtime("DeviceCommunicator: {} on a buffer at {} that is not device memory of backend '{}'", kind, p,
-                    be.name());
-  }
-}
-
-// recv <- send on the device when they differ (the one block of a one-rank scatter/gather).
-void copy_apart(Backend& be, void* dst, const void* src, size_t bytes) {
-  if (dst != src && bytes > 0) be.copy_device(dst, 0, src, 0, bytes);
-}
-
 }  // namespace
 
 DeviceCommunicator::DeviceCommunicator(Communicator& host, Backend& be) : host_(host), be_(be) {}
@@ -254,10 +237,7 @@ DeviceCommunicator::~DeviceCommunicator() = default;
 
 void DeviceCommunicator::all_reduce(void* buf, int64_t count, CommDType t, ReduceOp op) {
   detail::check_count(count, "all_reduce");
-  if (size() == 1) {
-    check_on_device(be_, "all_reduce", bytes_of(count, t), {buf});
-    return run_local(host_, "all_reduce", static_cast<int64_t>(bytes_of(count, t)), [] {});
-  }
+  if (size() == 1) return one_rank(be_, host_, "all_reduce", bytes_of(count, t), nullptr, buf, false).finish();
   auto v = std::make_unique<HostViews>(be_);
   const int b = v->add(buf, bytes_of(count, t), true, true);
   run_blocking(std::move(v), [&](HostViews& h) { host_.all_reduce(h.host(b), count, t, op); });
@@ -265,11 +245,7 @@ void DeviceCommunicator::all_reduce(void* buf, int64_t count, CommDType t, Reduc
 
 void DeviceCommunicator::reduce_scatter(const void* send, void* recv, int64_t count, CommDType t, ReduceOp op) {
   detail::check_count(count, "reduce_scatter");
-  if (size() == 1) {
-    check_on_device(be_, "reduce_scatter", bytes_of(count, t), {send, recv});
-    return run_local(host_, "reduce_scatter", static_cast<int64_t>(bytes_of(count, t)),
-                      [&] { copy_apart(be_, recv, send, bytes_of(count, t)); });
-  }
+  if (size() == 1) return one_rank(be_, host_, "reduce_scatter", bytes_of(count, t), send, recv, false).finish();
   auto v = std::make_unique<HostViews>(be_);
   const int s = v->add(send, bytes_of(count * size(), t), true, false);
   const int r = v->add(recv, bytes_of(count, t), false, true);
@@ -279,11 +255,7 @@ void DeviceCommunicator::reduce_scatter(const void* send, void* recv, int64_t co
 void DeviceCommunicator::reduce_scatter_v(const void* send, void* recv, const std::vector<int64_t>& counts,
                                           CommDType t, ReduceOp op) {
   const int64_t total = detail::checked_total(counts, size(), "reduce_scatter_v");
-  if (size() == 1) {
-    check_on_device(be_, "reduce_scatter", bytes_of(total, t), {send, recv});
-    return run_local(host_, "reduce_scatter", static_cast<int64_t>(bytes_of(total, t)),
-                      [&] { copy_apart(be_, recv, send, bytes_of(total, t)); });
-  }
+  if (size() == 1) return one_rank(be_, host_, "reduce_scatter", bytes_of(total, t), send, recv, false).finish();
   auto v = std::make_unique<HostViews>(be_);
   const int s = v->add(send, bytes_of(total, t), true, false);
   const int r = v->add(recv, bytes_of(counts[static_cast<size_t>(rank())], t), false, true);
@@ -292,11 +264,7 @@ void DeviceCommunicator::reduce_scatter_v(const void* send, void* recv, const st
 
 void DeviceCommunicator::all_gather(const void* send, void* recv, int64_t count, CommDType t) {
   detail::check_count(count, "all_gather");
-  if (size() == 1) {
-    check_on_device(be_, "all_gather", bytes_of(count, t), {send, recv});
-    return run_local(host_, "all_gather", static_cast<int64_t>(bytes_of(count, t)),
-                      [&] { copy_apart(be_, recv, send, bytes_of(count, t)); });
-  }
+  if (size() == 1) return one_rank(be_, host_, "all_gather", bytes_of(count, t), send, recv, false).finish();
   auto v = std::make_unique<HostViews>(be_);
   const int s = v->add(send, bytes_of(count, t), true, false);
   const int r = v->add(recv, bytes_of(count * size(), t), false, true);
@@ -306,11 +274,7 @@ void DeviceCommunicator::all_gather(const void* send, void* recv, int64_t count,
 void DeviceCommunicator::all_gather_v(const void* send, void* recv, const std::vector<int64_t>& counts,
                                       CommDType t) {
   const int64_t total = detail::checked_total(counts, size(), "all_gather_v");
-  if (size() == 1) {
-    check_on_device(be_, "all_gather", bytes_of(total, t), {send, recv});
-    return run_local(host_, "all_gather", static_cast<int64_t>(bytes_of(total, t)),
-                      [&] { copy_apart(be_, recv, send, bytes_of(total, t)); });
-  }
+  if (size() == 1) return one_rank(be_, host_, "all_gather", bytes_of(total, t), send, recv, false).finish();
   auto v = std::make_unique<HostViews>(be_);
   const int s = v->add(send, bytes_of(counts[static_cast<size_t>(rank())], t), true, false);
   const int r = v->add(recv, bytes_of(total, t), false, true);
@@ -319,10 +283,8 @@ void DeviceCommunicator::all_gather_v(const void* send, void* recv, const std::v
 
 void DeviceCommunicator::broadcast(void* buf, int64_t count, CommDType t, int root) {
   detail::check_count(count, "broadcast");
-  if (size() == 1 && root == 0) {
-    check_on_device(be_, "broadcast", bytes_of(count, t), {buf});
-    return run_local(host_, "broadcast", static_cast<int64_t>(bytes_of(count, t)), [] {});
-  }
+  if (size() == 1 && root == 0)
+    return one_rank(be_, host_, "broadcast", bytes_of(count, t), nullptr, buf, false).finish();
   const bool mine = rank() == root;
   auto v = std::make_unique<HostViews>(be_);
   const int b = v->add(buf, bytes_of(count, t), mine, !mine);
@@ -349,10 +311,8 @@ void DeviceCommunicator::barrier() { host_.barrier(); }
 
 CommHandle DeviceCommunicator::iall_reduce(void* buf, int64_t count, CommDType t, ReduceOp op) {
   detail::check_count(count, "iall_reduce");
-  if (size() == 1) {
-    check_on_device(be_, "all_reduce", bytes_of(count, t), {buf});
-    return post_local(host_, "all_reduce", static_cast<int64_t>(bytes_of(count, t)), [] {});
-  }
+  if (size() == 1)
+    return std::make_unique<LocalRequest>(one_rank(be_, host_, "all_reduce", bytes_of(count, t), nullptr, buf, true));
   auto v = std::make_unique<HostViews>(be_);
   const int b = v->add(buf, bytes_of(count, t), true, true);
   return run_async(std::move(v), [&](HostViews& h) { return host_.iall_reduce(h.host(b), count, t, op); });
@@ -361,11 +321,8 @@ CommHandle DeviceCommunicator::iall_reduce(void* buf, int64_t count, CommDType t
 CommHandle DeviceCommunicator::ireduce_scatter_v(const void* send, void* recv, const std::vector<int64_t>& counts,
                                                  CommDType t, ReduceOp op) {
   const int64_t total = detail::checked_total(counts, size(), "ireduce_scatter_v");
-  if (size() == 1) {
-    check_on_device(be_, "reduce_scatter", bytes_of(total, t), {send, recv});
-    return post_local(host_, "reduce_scatter", static_cast<int64_t>(bytes_of(total, t)),
-                      [&] { copy_apart(be_, recv, send, bytes_of(total, t)); });
-  }
+  if (size() == 1)
+    return std::make_unique<LocalRequest>(one_rank(be_, host_, "reduce_scatter", bytes_of(total, t), send, recv, true));
   auto v = std::make_unique<HostViews>(be_);
   const int s = v->add(send, bytes_of(total, t), true, false);
   const int r = v->add(recv, bytes_of(counts[static_cast<size_t>(rank())], t), false, true);
@@ -376,11 +333,8 @@ CommHandle DeviceCommunicator::ireduce_scatter_v(const void* send, void* recv, c
 CommHandle DeviceCommunicator::iall_gather_v(const void* send, void* recv, const std::vector<int64_t>& counts,
                                              CommDType t) {
   const int64_t total = detail::checked_total(counts, size(), "iall_gather_v");
-  if (size() == 1) {
-    check_on_device(be_, "all_gather", bytes_of(total, t), {send, recv});
-    return post_local(host_, "all_gather", static_cast<int64_t>(bytes_of(total, t)),
-                      [&] { copy_apart(be_, recv, send, bytes_of(total, t)); });
-  }
+  if (size() == 1)
+    return std::make_unique<LocalRequest>(one_rank(be_, host_, "all_gather", bytes_of(total, t), send, recv, true));
   auto v = std::make_unique<HostViews>(be_);
   const int s = v->add(send, bytes_of(counts[static_cast<size_t>(rank())], t), true, false);
   const int r = v->add(recv, bytes_of(total, t), false, true);
