@@ -31,6 +31,24 @@ class GuardedEngine : public test::ParityRuns {
   static std::vector<std::map<int64_t, double>> curves(const std::string& run) {
     return {metric_series(run, "loss"), metric_series(run, "grad_norm"), metric_series(run, "val_loss")};
   }
+  // `steps` steps of `layout` on 4 ranks on cpu in one go; the same run stopped at `stop` on
+  // backend `a` (a --backend value, options may follow) and resumed on `b`, and the other way
+  // round: every step's loss bit for bit.
+  void expect_resume_across(const std::string& layout, int steps, int stop, const std::string& a,
+                            const std::string& b, const std::string& tag) {
+    const std::string ref = *tmp / ("ref-" + tag);
+    RunResult r = train(4, fmt::format("--steps {} {} --out {}", steps, layout, ref));
+    ASSERT_EQ(r.code, 0) << r.err;
+    for (const auto& [first, second] : std::vector<std::pair<std::string, std::string>>{{a, b}, {b, a}}) {
+      const std::string out = *tmp / fmt::format("{}-{}", tag, first == a ? "forth" : "back");
+      r = train(4, fmt::format("--steps {} --ckpt_every {} {} --backend {} --out {}", stop, stop, layout, first, out));
+      ASSERT_EQ(r.code, 0) << r.err;
+      r = train(4, fmt::format("--steps {} {} --resume --backend {} --out {}", steps, layout, second, out));
+      ASSERT_EQ(r.code, 0) << r.err;
+      const auto x = metric_series(ref, "loss"), y = metric_series(out, "loss");
+      for (int s = 1; s <= steps; ++s) EXPECT_EQ(x.at(s), y.at(s)) << first << " then " << second << ", step " << s;
+    }
+  }
 };
 
 TEST_F(GuardedEngine, PipelineSchedulesGiveTheCpuBits) {
@@ -47,22 +65,9 @@ TEST_F(GuardedEngine, PipelineSchedulesGiveTheCpuBits) {
 }
 
 TEST_F(GuardedEngine, CheckpointsResumeAcrossBackends) {
-  // 6 steps on cpu in one go; the same run stopped at step 3 on cpu-guarded (tp 2 x dp 2,
-  // ZeRO 1, bf16) and resumed on cpu, and the other way round.
-  const std::string layout = "--tp 2 --dp 2 --zero 1 --precision bf16 --val_batches 0";
-  const std::string ref = *tmp / "ref";
-  RunResult r = train(4, "--steps 6 " + layout + " --out " + ref);
-  ASSERT_EQ(r.code, 0) << r.err;
-  for (const auto& [first, second] : std::vector<std::pair<std::string, std::string>>{{"cpu-guarded", "cpu"},
-                                                                                       {"cpu", "cpu-guarded"}}) {
-    const std::string out = *tmp / (first + "-then-" + second);
-    r = train(4, "--steps 3 --ckpt_every 3 " + layout + " --backend " + first + " --out " + out);
-    ASSERT_EQ(r.code, 0) << r.err;
-    r = train(4, "--steps 6 " + layout + " --resume --backend " + second + " --out " + out);
-    ASSERT_EQ(r.code, 0) << r.err;
-    const auto x = metric_series(ref, "loss"), y = metric_series(out, "loss");
-    for (int s = 1; s <= 6; ++s) EXPECT_EQ(x.at(s), y.at(s)) << first << " then " << second << ", step " << s;
-  }
+  // tp 2 x dp 2, ZeRO 1, bf16: 6 steps, stopped at step 3.
+  expect_resume_across("--tp 2 --dp 2 --zero 1 --precision bf16 --val_batches 0", 6, 3, "cpu-guarded", "cpu",
+                       "tp-dp");
 }
 
 TEST_F(GuardedEngine, HostStagedLayoutsFollowOneRank) {
@@ -86,23 +91,9 @@ TEST_F(GuardedEngine, HostStagedLayoutsFollowOneRank) {
 }
 
 TEST_F(GuardedEngine, CheckpointsMoveBetweenCpuAndHostStaging) {
-  // pp 2 x dp 2 (ZeRO 1, 1F1B) on 4 ranks: 4 steps on cpu in one go; stopped at step 2 on one
-  // backend and resumed on the other: the same bits.
-  const std::string layout = "--pp 2 --dp 2 --zero 1 --micro_batch 1 --val_batches 0";
-  const std::string ref = *tmp / "ref-pp-dp";
-  RunResult r = train(4, "--steps 4 " + layout + " --out " + ref);
-  ASSERT_EQ(r.code, 0) << r.err;
-  const std::string staged = "cpu-guarded-staged --comm mpi";
-  for (const auto& [first, second] : std::vector<std::pair<std::string, std::string>>{{staged, "cpu"},
-                                                                                       {"cpu", staged}}) {
-    const std::string out = *tmp / (first == "cpu" ? "cpu-then-staged" : "staged-then-cpu");
-    r = train(4, "--steps 2 --ckpt_every 2 " + layout + " --backend " + first + " --out " + out);
-    ASSERT_EQ(r.code, 0) << r.err;
-    r = train(4, "--steps 4 " + layout + " --resume --backend " + second + " --out " + out);
-    ASSERT_EQ(r.code, 0) << r.err;
-    const auto x = metric_series(ref, "loss"), y = metric_series(out, "loss");
-    for (int s = 1; s <= 4; ++s) EXPECT_EQ(x.at(s), y.at(s)) << first << " then " << second << ", step " << s;
-  }
+  // pp 2 x dp 2 (ZeRO 1, 1F1B): 4 steps, stopped at step 2; host staging on one side.
+  expect_resume_across("--pp 2 --dp 2 --zero 1 --micro_batch 1 --val_batches 0", 4, 2,
+                       "cpu-guarded-staged --comm mpi", "cpu", "pp-dp");
 }
 
 TEST_F(GuardedEngine, CommNamesAreCheckedAgainstTheBackend) {
