@@ -1,6 +1,7 @@
 // Helpers of the backend tests: the backends under test by name, random inputs.
 #pragma once
 #include <cctype>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -43,6 +44,19 @@ inline std::vector<uint8_t> read_bytes(Backend& be, const DeviceBuffer& b) {
   std::vector<uint8_t> v(b.bytes());
   be.copy_to_host(v.data(), b.raw(), 0, v.size());
   return v;
+}
+
+// Normalised error ||x - ref|| / ||ref|| over n elements (the absolute ||x - ref|| when the
+// reference is all zeros), accumulated in double: how tests compare a buffer to a reference.
+template <typename R>
+double rel_l2(const float* x, const R* ref, int64_t n) {
+  double num = 0.0, den = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(x[i]) - static_cast<double>(ref[i]);
+    num += d * d;
+    den += static_cast<double>(ref[i]) * static_cast<double>(ref[i]);
+  }
+  return den == 0.0 ? std::sqrt(num) : std::sqrt(num / den);
 }
 
 }  // namespace weft::test

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend_test_util.h"
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/gpu_runtime.h"
@@ -43,15 +44,6 @@ namespace {
 
 using Vec = std::vector<float>;
 
-double rel_err(const float* x, const float* ref, int64_t n) {
-  double num = 0.0, den = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(x[i]) - ref[i];
-    num += d * d;
-    den += static_cast<double>(ref[i]) * ref[i];
-  }
-  return den == 0.0 ? std::sqrt(num) : std::sqrt(num / den);
-}
 
 // A batch with structure: sequences over a 512-token subset of the vocabulary where each
 // token is 31 x the previous plus a random 0..7 (mod 512). inputs = seq[0, T), targets = seq[1, T].
@@ -112,11 +104,11 @@ class GptDevice : public ::testing::Test {
     double worst = 0.0;
     std::string worst_name;
     for (const ParamTensor& t : layout.tensors()) {
-      const double e = rel_err(g.data() + t.offset, ref.data() + t.offset, t.numel);
+      const double e = test::rel_l2(g.data() + t.offset, ref.data() + t.offset, t.numel);
       EXPECT_LE(e, tol_tensor) << what << ": gradient of " << t.name;
       if (e > worst) worst = e, worst_name = t.name;
     }
-    const double all = rel_err(g.data(), ref.data(), static_cast<int64_t>(g.size()));
+    const double all = test::rel_l2(g.data(), ref.data(), static_cast<int64_t>(g.size()));
     EXPECT_LE(all, tol_all) << what << ": whole gradient buffer";
     std::printf("%s: worst gradient tensor error %.3g (%s), whole buffer %.3g\n", what, worst, worst_name.c_str(), all);
   }

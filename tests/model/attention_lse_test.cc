@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend_test_util.h"
 #include "backend/backend.h"
 #include "model/gpt.h"
 #include "model/gpt_description.h"
@@ -286,15 +287,6 @@ Result run(Backend& be, const Case& c) {
   return r;
 }
 
-double rel_err(const float* x, const float* ref, int64_t n) {
-  double num = 0.0, den = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(x[i]) - ref[i];
-    num += d * d;
-    den += static_cast<double>(ref[i]) * ref[i];
-  }
-  return den == 0.0 ? std::sqrt(num) : std::sqrt(num / den);
-}
 
 class AttentionLse : public ::testing::TestWithParam<Case> {};
 
@@ -328,14 +320,14 @@ TEST_P(AttentionLse, LossAndGradientsFollowTheProbabilitiesPath) {
   for (size_t s = 0; s < ref.grads.size(); ++s) {
     ASSERT_EQ(got.grads[s].size(), ref.grads[s].size());
     const int64_t n = static_cast<int64_t>(ref.grads[s].size());
-    const double all = rel_err(got.grads[s].data(), ref.grads[s].data(), n);
+    const double all = test::rel_l2(got.grads[s].data(), ref.grads[s].data(), n);
     EXPECT_LE(all, 1e-5) << "stage " << s << ": whole gradient buffer";
     worst_all = std::max(worst_all, all);
     const StageSpec part = c.stages ? (s == 0 ? StageSpec{0, 2, true, false} : StageSpec{2, 2, false, true})
                                     : StageSpec{};
     const ParamLayout layout(kCfg, 1, 0, part);
     for (const ParamTensor& t : layout.tensors()) {
-      const double e = rel_err(got.grads[s].data() + t.offset, ref.grads[s].data() + t.offset, t.numel);
+      const double e = test::rel_l2(got.grads[s].data() + t.offset, ref.grads[s].data() + t.offset, t.numel);
       EXPECT_LE(e, 1e-5) << "stage " << s << ": gradient of " << t.name;
       if (e > worst_tensor) worst_tensor = e, worst_name = t.name;
     }

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "backend/backend.h"
+#include "backend/backend_test_util.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/safetensors.h"
 #include "model/gpt.h"
@@ -20,14 +21,6 @@ namespace fs = std::filesystem;
 namespace weft {
 namespace {
 
-double rel_l2(const float* a, const double* b, int64_t n) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
 
 TEST(GptReference, LossGradientsAndAdamWMatchPyTorch) {
   // Small but complete: padded vocabulary (301 -> 384), T < n_ctx, several heads and layers.
@@ -81,7 +74,7 @@ TEST(GptReference, LossGradientsAndAdamWMatchPyTorch) {
     const auto& info = ref.info("grad." + t.name);
     ASSERT_EQ(info.shape, t.hf_shape) << t.name;
     const double* g = static_cast<const double*>(ref.data("grad." + t.name));
-    const double err = rel_l2(model.grads() + t.offset, g, info.numel);
+    const double err = test::rel_l2(model.grads() + t.offset, g, info.numel);
     if (t.kind != ParamKind::kQkvB) worst_grad = std::max(worst_grad, err);
     EXPECT_LT(err, 1e-4) << t.name;
     if (t.kind == ParamKind::kQkvB) {  // the key bias has an exact gradient of 0 (see below)
@@ -115,12 +108,12 @@ TEST(GptReference, LossGradientsAndAdamWMatchPyTorch) {
       // fp64) into full-size steps in both implementations. Compare the query and value
       // parts; the key part must stay within the steps Adam can take.
       const int64_t C = cfg.n_embd;
-      EXPECT_LT(rel_l2(model.params() + t.offset, p, C), 1e-4) << t.name << " (query part)";
-      EXPECT_LT(rel_l2(model.params() + t.offset + 2 * C, p + 2 * C, C), 1e-4) << t.name << " (value part)";
+      EXPECT_LT(test::rel_l2(model.params() + t.offset, p, C), 1e-4) << t.name << " (query part)";
+      EXPECT_LT(test::rel_l2(model.params() + t.offset + 2 * C, p + 2 * C, C), 1e-4) << t.name << " (value part)";
       for (int64_t i = C; i < 2 * C; ++i) EXPECT_LT(std::fabs(model.params()[t.offset + i] - p[i]), 2.0 * lr * steps);
       continue;
     }
-    EXPECT_LT(rel_l2(model.params() + t.offset, p, info.numel), 1e-4) << t.name;
+    EXPECT_LT(test::rel_l2(model.params() + t.offset, p, info.numel), 1e-4) << t.name;
   }
 }
 

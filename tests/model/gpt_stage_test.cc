@@ -6,16 +6,12 @@
 #include <random>
 
 #include "backend/backend.h"
+#include "backend/backend_test_util.h"
 #include "model/gpt.h"
 
 namespace weft {
 namespace {
 
-double rel_l2(const float* a, const float* b, int64_t n) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < n; ++i) num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), den += double(b[i]) * b[i];
-  return std::sqrt(num / std::max(den, 1e-30));
-}
 
 TEST(GptStages, StagesReproduceTheWholeModel) {
   const ModelConfig cfg = make_model_config("s", 4, 2, 32, 16, 301);
@@ -71,7 +67,7 @@ TEST(GptStages, StagesReproduceTheWholeModel) {
         if (!pt) continue;
         for (int64_t i = 0; i < t.numel; ++i) sum[i] += st[p]->grads()[pt->offset + i];
       }
-      EXPECT_LT(rel_l2(sum.data(), whole.grads() + t.offset, t.numel), 1e-5) << t.name << ", " << P << " stages";
+      EXPECT_LT(test::rel_l2(sum.data(), whole.grads() + t.offset, t.numel), 1e-5) << t.name << ", " << P << " stages";
     }
   }
 }
