@@ -14,7 +14,6 @@
 #include "comm/world.h"
 #include "commands.h"
 #include "core/error.h"
-#include "backend/cpu_guarded/guarded_backend.h"
 #if WEFT_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "comm/nccl/nccl_comm.h"
@@ -85,20 +84,12 @@ int run_command(CLI::App& app, int argc, char** argv, Communicator& world) {
 }
 
 // What the weft library does not add by itself: the CUDA backend and the NCCL communicator
-// (weft_cuda, in a build with -DWEFT_CUDA=ON), and cpu-guarded with host access refused.
+// (weft_cuda, in a build with -DWEFT_CUDA=ON).
 void register_extra_backends() {
 #if WEFT_HAVE_CUDA
   register_backend("cuda", [] { return std::unique_ptr<Backend>(cuda::make_cuda_backend()); });
   register_nccl_device_comm();
 #endif
-  // cpu-guarded refusing host access to its device memory, as a GPU does: `--comm mpi` then
-  // stages every transfer through host copies, the path `--backend cuda --comm mpi` takes, so
-  // that path is checked on any machine (a test and debugging backend, like cpu-guarded).
-  register_backend("cpu-guarded-staged", [] {
-    GuardedOptions o;
-    o.host_access = false;
-    return make_cpu_guarded_backend(o);
-  });
 }
 
 }  // namespace

@@ -14,6 +14,15 @@ struct Registry {
   std::vector<std::pair<std::string, BackendFactory>> entries{
       {"cpu", [] { return make_cpu_backend(); }},
       {"cpu-guarded", [] { return make_cpu_guarded_backend(); }},
+      // cpu-guarded refusing host access to its device memory, as a GPU does: `--comm mpi` then
+      // stages every transfer through host copies, the path `--backend cuda --comm mpi` takes,
+      // so that path is checked on any machine (a test and debugging backend, like cpu-guarded).
+      {"cpu-guarded-staged",
+       [] {
+         GuardedOptions o;
+         o.host_access = false;
+         return make_cpu_guarded_backend(o);
+       }},
   };
 };
 
