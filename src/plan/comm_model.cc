@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "model/gpt_description.h"
 #include "model/params.h"
+#include "parallel/dp/param_slots.h"
 #include "parallel/grid.h"
 #include "parallel/pp/partition.h"
 
@@ -238,7 +239,8 @@ std::vector<std::pair<int64_t, int64_t>> gradient_buckets(const ParamLayout& lay
   return out;
 }
 
-// ZeRO-3's parameter buffers (DataParallel::acquire/release/gather_group/prefetch_after),
+// ZeRO-3's parameter buffers (DataParallel::acquire/release/gather_group/prefetch_after; the slot
+// choice itself is the shared parallel/dp/param_slots.h),
 // replayed: slot 0 holds the embedding group, slots 1.. the others, least recently used
 // first; a gathered group stays valid until the optimizer step; a prefetch posts the next
 // group's gather (forward: g + 1; backward: g - 1) unless it is valid or no slot is free.
@@ -277,25 +279,9 @@ class Zero3Replay {
     bool valid = false, pending = false;
     uint64_t last_use = 0;
   };
-  int find(int g) const {
-    for (size_t s = 0; s < slots_.size(); ++s) {
-      if (slots_[s].group == g && slots_[s].valid) return static_cast<int>(s);
-    }
-    return -1;
-  }
+  int find(int g) const { return find_gathered_slot(slots_, g); }
   int gather(int g) {
-    int slot = -1;
-    if (g == 0) {
-      slot = 0;
-    } else {
-      uint64_t best = UINT64_MAX;
-      for (size_t s = 1; s < slots_.size(); ++s) {
-        const Slot& p = slots_[s];
-        if (p.refs > 0 || p.pending) continue;
-        const uint64_t age = p.valid ? p.last_use + 1 : 0;
-        if (age < best) best = age, slot = static_cast<int>(s);
-      }
-    }
+    const int slot = choose_gather_slot(slots_, g);
     if (slot < 0) return -1;
     Slot& p = slots_[static_cast<size_t>(slot)];
     p.group = g;

@@ -4,6 +4,7 @@
 
 #include "comm/tracer.h"
 #include "core/error.h"
+#include "parallel/dp/param_slots.h"
 
 namespace weft {
 
@@ -264,29 +265,10 @@ void DataParallel::after_optimizer_step() {
 
 // --- ParamStore ---
 
-int DataParallel::find_param_slot(int g) const {
-  for (size_t s = 0; s < param_slots_.size(); ++s) {
-    if (param_slots_[s].group == g && param_slots_[s].valid) return static_cast<int>(s);
-  }
-  return -1;
-}
+int DataParallel::find_param_slot(int g) const { return find_gathered_slot(param_slots_, g); }
 
 int DataParallel::gather_group(int g) {
-  int slot = -1;
-  if (g == 0) {
-    slot = 0;
-  } else {
-    uint64_t best = UINT64_MAX;
-    for (size_t s = 1; s < param_slots_.size(); ++s) {
-      const ParamSlot& p = param_slots_[s];
-      if (p.refs > 0 || p.pending) continue;
-      const uint64_t age = p.valid ? p.last_use + 1 : 0;  // empty slots first, then least recently used
-      if (age < best) {
-        best = age;
-        slot = static_cast<int>(s);
-      }
-    }
-  }
+  const int slot = choose_gather_slot(param_slots_, g);
   if (slot < 0) return -1;
   ParamSlot& p = param_slots_[slot];
   WEFT_CHECK(p.refs == 0 && !p.pending, "parameter slot {} of group {} is in use", slot, p.group);
