@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "train/config.h"
+#include "train/preemption.h"
 #include "train/trainer.h"
 
 namespace weft {
@@ -87,8 +88,8 @@ int cmd_train(CLI::App&, int argc, char** argv, Communicator& world) {
   if (t.opt.resume && t.opt.overwrite) throw_input("--resume and --overwrite exclude each other");
   RunConfig cfg = load_run_config(t.config_path, t.overrides);
   t.opt.config_path = t.config_path;
-  train(cfg, t.opt, world);
-  return 0;
+  const TrainResult res = train(cfg, t.opt, world);
+  return train_exit_code(res.stop_signal, res.steps_done, cfg.steps);  // 128 + signal: stopped early (preemption)
 }
 
 }  // namespace weft

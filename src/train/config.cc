@@ -72,6 +72,7 @@ const std::vector<Key>& keys() {
       {"eval", "val_batches", &RunConfig::val_batches},
       {"checkpoint", "ckpt_every", &RunConfig::ckpt_every},
       {"checkpoint", "keep_last", &RunConfig::keep_last},
+      {"checkpoint", "on_signal", &RunConfig::on_signal},
       {"run", "out", &RunConfig::out},
       {"run", "log_every", &RunConfig::log_every},
       {"run", "trace", &RunConfig::trace},

@@ -59,6 +59,7 @@ struct RunConfig {
   // [checkpoint]
   int64_t ckpt_every = 0;  // 0: only at the end
   int64_t keep_last = 2;   // checkpoints kept in the run folder (0: all)
+  bool on_signal = true;   // SIGTERM/SIGINT: write a checkpoint of the step the ranks stop after (docs/preemption.md)
   // [run]
   std::string out = "runs/tiny";
   int64_t log_every = 1;

@@ -28,6 +28,7 @@
 #include "model/gpt.h"
 #include "train/comm_report.h"
 #include "train/engine_config.h"
+#include "train/preemption.h"
 #include "train/run_report.h"
 #include "train/sample.h"
 
@@ -126,6 +127,7 @@ class TrainLoop {
  private:
   double validate(int64_t step);
   void save(int64_t step);
+  bool stop_on_signal(int64_t done, bool saved);
   nlohmann::json step_line(int64_t done, float lr, const StepResult& r, double dt);
   void log_step(int64_t done, float lr, const StepResult& r, double dt);
   void sample();
@@ -185,6 +187,7 @@ double TrainLoop::validate(int64_t step) {
 // Gathered: every rank contributes its shards (dp, then tp); rank 0 writes one layout-free
 // checkpoint of the whole model.
 void TrainLoop::save(int64_t step) {
+  CheckpointSignalScope signal_scope;  // a signal now: this write finishes first
   tracer_.set_phase("checkpoint");
   const std::string dir = (fs::path(cfg_.out) / step_dir_name(step)).string();
   const ParamLayout& whole = engine_.whole_layout();
@@ -265,6 +268,32 @@ void TrainLoop::sample() {
   log_info("sample:\n{}", res_.sample);
 }
 
+// At the boundary after step `done` (before the first step: done = the first step - 1): every
+// rank agrees whether SIGTERM/SIGINT stops the run here (train/preemption.h); if so, writes the
+// checkpoint of `done` unless it is `saved` already (and [checkpoint] on_signal is on).
+bool TrainLoop::stop_on_signal(int64_t done, bool saved) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const StopVote vote = agree_on_stop(world_, done, done == cfg_.steps);
+  if (vote.signal == 0) return false;
+  StopReport rep;
+  rep.signal = vote.signal, rep.first_step = res_.first_step, rep.done = done, rep.total_steps = cfg_.steps;
+  rep.on_signal = cfg_.on_signal;
+  if (done > res_.first_step && (saved || cfg_.on_signal)) {
+    const auto w0 = std::chrono::steady_clock::now();
+    if (!saved) save(done);
+    rep.written_now = !saved;
+    rep.write_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+    rep.checkpoint = res_.last_checkpoint;
+  } else if (rank0_ && done > res_.first_step) {
+    const auto all = list_checkpoints(cfg_.out);
+    if (!all.empty()) rep.newest_checkpoint = all.back().second;
+  }
+  rep.since_signal_s = vote.since_signal_s + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  res_.stop_signal = vote.signal;
+  if (rank0_) log_warn("{}", stop_message(rep));
+  return true;
+}
+
 TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const TrainOptions& opt) {
   using clock = std::chrono::steady_clock;
   if (rank0_) {
@@ -277,6 +306,7 @@ TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const 
   const EngineConfig& ec = engine_.config();
   const int64_t decay_steps = cfg_.lr_decay_steps > 0 ? cfg_.lr_decay_steps : cfg_.steps;
   MemorySnapshot step_snapshot;  // after the last step, before its checkpoint
+  if (stop_on_signal(start_step, true)) return res_;  // a signal during setup: no step ran
   if (data_.val && start_step == 0 && cfg_.steps > 0) validate(0);
   for (int64_t step = start_step; step < cfg_.steps; ++step) {
     if (opt.before_step) opt.before_step(step);
@@ -311,10 +341,12 @@ TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const 
     log_step(done, lr, r, dt);
     const bool last = done == cfg_.steps;
     if (data_.val && ((cfg_.val_every > 0 && done % cfg_.val_every == 0) || last)) validate(done);
-    if ((cfg_.ckpt_every > 0 && done % cfg_.ckpt_every == 0) || last) {
+    const bool saved = (cfg_.ckpt_every > 0 && done % cfg_.ckpt_every == 0) || last;
+    if (saved) {
       save(done);
       memory_tracker().reset_peaks();  // the checkpoint's staging buffers are gone
     }
+    if (stop_on_signal(done, saved)) return res_;  // skips the final report and sample
   }
   const int64_t tokens = ec.global_batch * ec.seq;
   res_.tokens_per_s = timed_steps_ > 0 ? static_cast<double>(tokens) * timed_steps_ / time_sum_ : 0.0;
@@ -341,6 +373,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt) {
 }
 
 TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& world) {
+  SignalStopGuard signals(world.rank(), cfg.on_signal);  // SIGTERM/SIGINT stop at a step boundary
   cfg.validate();
   const int threads = set_threads(cfg.threads);
   set_log_rank(world.rank());

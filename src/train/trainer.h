@@ -29,6 +29,7 @@ struct TrainResult {
   double tokens_per_s = 0.0;  // mean over the steps of this process
   std::string last_checkpoint;
   std::string sample;         // text printed at the end (if sample_tokens > 0)
+  int stop_signal = 0;        // SIGTERM/SIGINT that stopped the run after steps_done (train/preemption.h); 0: none
 };
 
 // Trains on the processes of `world` (tp x pp x dp from the config; every rank calls it).
