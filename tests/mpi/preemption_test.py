@@ -174,8 +174,8 @@ def interrupt(case, launch, layout, cfg, run, env, rng):
             time.sleep(0.0005)
         target = job.p.pid
     else:
-        # mpirun passes SIGTERM on 3 s late: early enough that the ranks still have steps to run
-        job.wait_for_step(rng.randint(2, 6 if case == "pp2_mpirun" else STEPS - 4))
+        # mpirun passes SIGTERM on 2 s late: early enough that the ranks still have steps to run
+        job.wait_for_step(rng.randint(2, 4 if case == "pp2_mpirun" else STEPS - 4))
         time.sleep(rng.uniform(0.0, 0.08))  # anywhere within the next step
         target = job.p.pid
         if case == "dp2_one_rank":  # one rank only: the other learns of it at the step boundary
@@ -232,10 +232,11 @@ def main():
     launch = (mpirun + ["-np", "2"] if layout else []) + [weft]
     if case == "pp2_mpirun":
         # mpirun sends SIGTERM to the ranks sigkill_timeout s after receiving its own, and SIGKILL
-        # as long again later (OpenMPI 4.1; docs/preemption.md): 3 s each, and steps enough to span them.
-        env["OMPI_MCA_odls_base_sigkill_timeout"] = "3"
+        # as long again later (OpenMPI 4.1; docs/preemption.md): 2 s each, and steps enough to span them
+        # (the run must not end before the ranks' SIGTERM: at 60 ms a step or more).
+        env["OMPI_MCA_odls_base_sigkill_timeout"] = "2"
         global STEPS
-        STEPS = 30
+        STEPS = 40
     make_corpus(f"{scratch}/data")
     cfg = f"{scratch}/run.toml"
     write_config(cfg, f"{scratch}/data", 1 if case == "during_checkpoint" else 0)

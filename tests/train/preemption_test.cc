@@ -103,8 +103,9 @@ class Preemption : public ::testing::Test {
     tmp = std::make_unique<TempDir>("preemption");
     test::make_random_corpus(*tmp / "data", 20000, 2000, 512);
     ref = *tmp / "ref";
-    train(preempt_run(*tmp / "data", ref), {});
   }
+  // The uninterrupted run the resumed curves must equal (not every case needs it).
+  void train_reference() { train(preempt_run(*tmp / "data", ref), {}); }
   // Trains into `name` with `signal` sent before 0-based step `at` (-1: never); returns the
   // result and, in `err`, what stderr received.
   TrainResult signalled(const RunConfig& c, int signal, int64_t at, std::string& err, Communicator* world = nullptr) {
@@ -128,6 +129,7 @@ class Preemption : public ::testing::Test {
 
 // The signal arrives just before step at+1 starts: that step runs, every later one does not.
 TEST_F(Preemption, SignalAtRandomStepsStopsAfterThatStepAndResumesTheSameCurve) {
+  train_reference();
   std::mt19937 g(static_cast<uint32_t>(::getpid()));
   for (int signal : {SIGTERM, SIGINT}) {
     const int64_t at = std::uniform_int_distribution<int64_t>(1, 7)(g);
@@ -177,6 +179,7 @@ TEST_F(Preemption, SignalDuringSetupStopsBeforeTheFirstStepWithoutCheckpoint) {
 // A second signal while the stop checkpoint is written (its closing barrier) is reported and
 // changes nothing: the checkpoint is complete and the resumed curve is the reference's.
 TEST_F(Preemption, SecondSignalDuringTheStopCheckpointIsReportedAndHarmless) {
+  train_reference();
   const RunConfig c = preempt_run(*tmp / "data", *tmp / "twice");
   SignalAtBarrier world(SIGTERM, 2);  // barrier 1: set-up; 2: the stop checkpoint's
   std::string err;
@@ -192,6 +195,7 @@ TEST_F(Preemption, SecondSignalDuringTheStopCheckpointIsReportedAndHarmless) {
 // on_signal = false: the run stops after the same step without a checkpoint; --resume goes
 // back to the newest periodic one and reaches the same curve.
 TEST_F(Preemption, OnSignalFalseStopsWithoutCheckpointAndResumesFromTheNewest) {
+  train_reference();
   RunConfig c = preempt_run(*tmp / "data", *tmp / "off");
   c.on_signal = false;
   c.ckpt_every = 4;
@@ -210,6 +214,7 @@ TEST_F(Preemption, OnSignalFalseStopsWithoutCheckpointAndResumesFromTheNewest) {
 // A signal before the last step: every step runs, the final checkpoint is the one due anyway,
 // and the exit code is 0 (nothing is left to resume).
 TEST_F(Preemption, SignalBeforeTheLastStepCompletesTheRunWithExitCodeZero) {
+  train_reference();
   const RunConfig c = preempt_run(*tmp / "data", *tmp / "last");
   std::string err;
   const TrainResult r = signalled(c, SIGTERM, 9, err);
