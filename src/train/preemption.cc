@@ -5,11 +5,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 
 #include "comm/tracer.h"
 #include "core/error.h"
+#include "core/log.h"
+#include "train/run_folder.h"
 
 namespace weft {
 
@@ -183,6 +186,28 @@ CheckpointSignalScope::CheckpointSignalScope() {
 CheckpointSignalScope::~CheckpointSignalScope() {
   const uint64_t w = g_word.load();
   update_word(SignalPhase::kTraining, step_of(w));
+}
+
+int stop_at_boundary(Communicator& world, int64_t done, bool saved, const StopContext& ctx) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  const StopVote vote = agree_on_stop(world, done, done == ctx.total_steps);
+  if (vote.signal == 0) return 0;
+  StopReport rep;
+  rep.signal = vote.signal, rep.first_step = ctx.first_step, rep.done = done, rep.total_steps = ctx.total_steps;
+  rep.on_signal = ctx.on_signal;
+  if (done > ctx.first_step && (saved || ctx.on_signal)) {
+    const auto w0 = clock::now();
+    rep.checkpoint = saved ? ctx.saved_dir : ctx.save();
+    rep.written_now = !saved;
+    rep.write_s = std::chrono::duration<double>(clock::now() - w0).count();
+  } else if (ctx.rank0 && done > ctx.first_step) {
+    const auto all = list_checkpoints(ctx.run_dir);
+    if (!all.empty()) rep.newest_checkpoint = all.back().second;
+  }
+  rep.since_signal_s = vote.since_signal_s + std::chrono::duration<double>(clock::now() - t0).count();
+  if (ctx.rank0) log_warn("{}", stop_message(rep));
+  return vote.signal;
 }
 
 std::string signal_name(int signal) {

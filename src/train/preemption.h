@@ -11,6 +11,7 @@
 #include <signal.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "comm/communicator.h"
@@ -59,6 +60,22 @@ class CheckpointSignalScope {
   CheckpointSignalScope(const CheckpointSignalScope&) = delete;
   CheckpointSignalScope& operator=(const CheckpointSignalScope&) = delete;
 };
+
+// What the training loop gives stop_at_boundary().
+struct StopContext {
+  int64_t first_step = 0;   // the step this process resumed from (0: a fresh run)
+  int64_t total_steps = 0;  // the config's steps
+  bool on_signal = true;    // [checkpoint] on_signal
+  bool rank0 = false;       // prints the message
+  std::string run_dir;      // for the newest checkpoint when none is written
+  std::string saved_dir;    // the checkpoint of `done` when it was written before the boundary
+  std::function<std::string()> save;  // writes the checkpoint of `done` (collective); returns its folder
+};
+
+// Collective: the boundary after step `done` (agree_on_stop). When a signal stops the run:
+// writes the checkpoint of `done` (unless `saved`, or on_signal is off, or no step ran), prints
+// stop_message on rank 0 and returns the signal; else 0.
+int stop_at_boundary(Communicator& world, int64_t done, bool saved, const StopContext& ctx);
 
 // "SIGTERM", "SIGINT", else "signal N".
 std::string signal_name(int signal);

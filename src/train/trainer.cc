@@ -268,30 +268,15 @@ void TrainLoop::sample() {
   log_info("sample:\n{}", res_.sample);
 }
 
-// At the boundary after step `done` (before the first step: done = the first step - 1): every
-// rank agrees whether SIGTERM/SIGINT stops the run here (train/preemption.h); if so, writes the
-// checkpoint of `done` unless it is `saved` already (and [checkpoint] on_signal is on).
+// At the boundary after step `done` (before the first step: the first step - 1): whether
+// SIGTERM/SIGINT stops every rank here, with the checkpoint of `done` (train/preemption.h).
 bool TrainLoop::stop_on_signal(int64_t done, bool saved) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const StopVote vote = agree_on_stop(world_, done, done == cfg_.steps);
-  if (vote.signal == 0) return false;
-  StopReport rep;
-  rep.signal = vote.signal, rep.first_step = res_.first_step, rep.done = done, rep.total_steps = cfg_.steps;
-  rep.on_signal = cfg_.on_signal;
-  if (done > res_.first_step && (saved || cfg_.on_signal)) {
-    const auto w0 = std::chrono::steady_clock::now();
-    if (!saved) save(done);
-    rep.written_now = !saved;
-    rep.write_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
-    rep.checkpoint = res_.last_checkpoint;
-  } else if (rank0_ && done > res_.first_step) {
-    const auto all = list_checkpoints(cfg_.out);
-    if (!all.empty()) rep.newest_checkpoint = all.back().second;
-  }
-  rep.since_signal_s = vote.since_signal_s + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  res_.stop_signal = vote.signal;
-  if (rank0_) log_warn("{}", stop_message(rep));
-  return true;
+  const StopContext ctx{res_.first_step, cfg_.steps, cfg_.on_signal, rank0_, cfg_.out, res_.last_checkpoint, [&] {
+                          save(done);
+                          return res_.last_checkpoint;
+                        }};
+  res_.stop_signal = stop_at_boundary(world_, done, saved, ctx);
+  return res_.stop_signal != 0;
 }
 
 TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const TrainOptions& opt) {
