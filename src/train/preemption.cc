@@ -91,34 +91,26 @@ void add_receipt(SignalLine& l, int sig, const siginfo_t* info) {
   }
 }
 
-// What the run does now, given the state the handler found.
-void add_consequence(SignalLine& l, uint64_t w, bool again) {
-  const SignalPhase phase = phase_of(w);
-  if (again) l.add(" again; already stopping");
-  if (phase == SignalPhase::kSetup) {
-    l.add(again ? " before the first step\n" : " during setup; stopping before the first step, without a checkpoint\n");
-    return;
-  }
-  if (phase == SignalPhase::kFinishing) {
-    l.add(again ? "; the run ends after its final report\n"
-                : " after the last step; the run ends after its final report\n");
-    return;
-  }
-  if (!again) l.add(phase == SignalPhase::kCheckpoint ? " while a checkpoint is written; finishing it, then stopping" : ";");
-  l.add(again || phase == SignalPhase::kCheckpoint ? " after step " : " stopping after step ");
-  l.add_int(step_of(w));
-  if (again) {
-    l.add(" (a checkpoint being written is finished first; it is written atomically, so even SIGKILL leaves the "
-          "newest complete checkpoint intact)\n");
-  } else {
-    l.add(" at a consistent point (every rank stops after the same step)");
-    if (phase == SignalPhase::kCheckpoint) {
-      l.add("\n");
-    } else {
-      l.add(g_checkpoint_on_signal ? ", then writing its checkpoint\n"
-                                   : ", without a checkpoint ([checkpoint] on_signal = false)\n");
-    }
-  }
+// What the run does now, for the first signal, given the state the handler found.
+void add_first_consequence(SignalLine& l, SignalPhase phase, int64_t step) {
+  if (phase == SignalPhase::kSetup) return l.add(" during setup; stopping before the first step, without a checkpoint\n");
+  if (phase == SignalPhase::kFinishing) return l.add(" after the last step; the run ends after its final report\n");
+  l.add(phase == SignalPhase::kCheckpoint ? " while a checkpoint is written; finishing it, then stopping after step "
+                                          : "; stopping after step ");
+  l.add_int(step);
+  l.add(" at a consistent point (every rank stops after the same step)");
+  if (phase == SignalPhase::kCheckpoint) return l.add("\n");
+  l.add(g_checkpoint_on_signal ? ", then writing its checkpoint\n" : ", without a checkpoint ([checkpoint] on_signal = false)\n");
+}
+
+// A further signal changes nothing; the line says so.
+void add_again_consequence(SignalLine& l, SignalPhase phase, int64_t step) {
+  if (phase == SignalPhase::kSetup) return l.add(" again; already stopping before the first step\n");
+  if (phase == SignalPhase::kFinishing) return l.add(" again; the run ends after its final report\n");
+  l.add(" again; already stopping after step ");
+  l.add_int(step);
+  l.add(" (a checkpoint being written is finished first; it is written atomically, so even SIGKILL leaves the newest "
+        "complete checkpoint intact)\n");
 }
 
 extern "C" void on_stop_signal(int sig, siginfo_t* info, void*) {
@@ -130,7 +122,7 @@ extern "C" void on_stop_signal(int sig, siginfo_t* info, void*) {
   if (!again) g_signal_ns.store(monotonic_ns());
   SignalLine l;
   add_receipt(l, sig, info);
-  add_consequence(l, old, again);
+  (again ? add_again_consequence : add_first_consequence)(l, phase_of(old), step_of(old));
   ssize_t unused = ::write(STDERR_FILENO, l.buf, l.n);  // one write: the line is not interleaved
   (void)unused;
   errno = saved_errno;

@@ -31,7 +31,7 @@ RunConfig preempt_run(const std::string& data, const std::string& out) {
   c.val_every = 4, c.val_batches = 2;
   c.ckpt_every = 0, c.keep_last = 0;
   c.out = out;
-  c.log_every = 100, c.threads = 2;
+  c.log_every = 100, c.threads = 1;
   return c;
 }
 
