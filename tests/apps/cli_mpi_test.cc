@@ -64,6 +64,22 @@ TEST_F(CliMpi, BadConfigOnEveryRankEndsWithOneLineAndExit2) {
   EXPECT_FALSE(fs::exists(*tmp / "run"));
 }
 
+// Both ranks of one node predict the node's sum and refuse together: one line, exit 2, no
+// folder, nothing allocated.
+TEST_F(CliMpi, MemoryRefusalOnTwoRanksIsOneLine) {
+  test::make_random_corpus(*tmp / "data", 6000, 1200);
+  const std::string cfg = *tmp / "big.toml";
+  std::ofstream(cfg) << "[model]\nn_layer = 48\nn_head = 64\nn_embd = 8192\nn_ctx = 16\n[data]\ndata = \""
+                     << (*tmp / "data") << "\"\n[train]\nglobal_batch = 2\nmicro_batch = 1\n[run]\nout = \""
+                     << (*tmp / "run") << "\"\n";
+  RunResult r = weft(2, "train " + cfg, "--quiet");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(count_of(r.err, "\n"), 1) << r.err;
+  EXPECT_NE(r.err.find("does not fit in memory: node 0 (ranks 0,1) needs"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("2 ranks"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(*tmp / "run"));
+}
+
 TEST_F(CliMpi, BadOptionOfASubcommandIsPrintedOnce) {
   RunResult r = weft(2, "eval --checkpoint x --data y --bogus 1", "--quiet");
   EXPECT_EQ(r.code, 2);
