@@ -102,12 +102,13 @@ std::unique_ptr<Communicator> make_world_communicator(int* argc, char*** argv) {
 [[noreturn]] void end_job_on_error(const std::string& msg, int code) {
   int size = 1;
   if (MpiRuntime::active()) MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size <= 1 || g_agreement == MPI_COMM_NULL) {
+  if (size <= 1) {
     fmt::print(stderr, "{}\n", cli_line(msg));
     std::fflush(stderr);
     if (MpiRuntime::active()) MPI_Finalize();  // one rank under mpirun: a clean exit
     std::exit(code);
   }
+  if (g_agreement == MPI_COMM_NULL) abort_job(msg, code);  // no agreement possible: stop every rank
   MPI_Request req = MPI_REQUEST_NULL;
   if (MPI_Ibarrier(g_agreement, &req) == MPI_SUCCESS && wait_for(req, error_agreement_timeout_s())) {
     finish_agreed(msg, code);
