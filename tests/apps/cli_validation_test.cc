@@ -76,6 +76,28 @@ TEST_F(CliValidation, FoldersGivenAsFilesAreRefused) {
   EXPECT_FALSE(fs::exists(*tmp / "run"));
 }
 
+// A system file's numbers are finite and a level's devices a whole number, whatever command
+// reads it (plan, train's step-time prediction before the engine exists).
+TEST_F(CliValidation, NonFiniteOrFractionalSystemValuesAreRefused) {
+  const std::string base = test::read_text(std::string(WEFT_SOURCE_DIR) + "/systems/dgx-a100-80gb.toml");
+  auto variant = [&](const std::string& name, const std::string& from, const std::string& to) {
+    std::string text = base;
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    text.replace(at, from.size(), to);
+    std::ofstream(*tmp / name) << text;
+    return *tmp / name;
+  };
+  const std::string plan = " --model tiny --gpus 8 --global-batch 8";
+  const std::string inf = variant("inf.toml", "peak_flops_16 = 312e12", "peak_flops_16 = inf");
+  expect_refused(weft("plan --system " + inf + plan), 2, {inf, "peak_flops_16 must be a finite number", "inf"});
+  const std::string nan = variant("nan.toml", "memory_bytes = 85.9e9", "memory_bytes = nan");
+  expect_refused(weft("train " + config + " --system " + nan), 2, {nan, "memory_bytes must be a finite number"});
+  const std::string frac = variant("frac.toml", "devices = 8", "devices = 2.5");
+  expect_refused(weft("plan --system " + frac + plan), 2, {frac, "devices must be a whole number", "2.5"});
+  EXPECT_FALSE(fs::exists(*tmp / "run"));
+}
+
 TEST_F(CliValidation, NonFiniteAndOutOfRangeConfigValuesAreRefused) {
   std::ofstream(*tmp / "inf.toml") << "[train]\nlr = inf\n";
   expect_refused(weft("train " + *tmp / "inf.toml" + " --out " + *tmp / "run"), 2, {"train.lr", "finite", "inf"});
