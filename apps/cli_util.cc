@@ -1,12 +1,20 @@
 #include "cli_util.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "backend/registry.h"
 #include "comm/device_comm_registry.h"
 #include "ckpt/checkpoint.h"
 #include "core/buffer.h"
+#include "core/error.h"
+#include "data/text_util.h"
 #include "train/config.h"
 #include "train/engine_config.h"
 #include "train/trainer.h"
@@ -18,6 +26,8 @@ void add_checkpoint_option(CLI::App& app, std::string& checkpoint) {
 }
 
 void add_threads_option(CLI::App& app, int64_t& threads) { app.add_option("--threads", threads, "threads (0: all cores)"); }
+
+void check_threads_option(int64_t threads) { check_thread_count(threads, "--threads"); }
 
 void add_format_option(CLI::App& app, std::string& format) {
   app.add_option("--format", format, "text or json")->check(CLI::IsMember({"text", "json"}));
@@ -37,6 +47,31 @@ void add_comm_option(CLI::App& app, std::string& comm) {
                  fmt::format("how device buffers move between ranks: {} (nccl: cuda only, one GPU per rank; mpi: "
                              "host-staged, ranks may share a GPU); default nccl for cuda, mpi otherwise",
                              names));
+}
+
+void check_output_file(const std::string& path, const std::string& option) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (path.empty()) throw_input("{} must name a file", option);
+  if (fs::is_directory(path, ec)) throw_input("{} {} is a folder; give a file name (e.g. {}/local.toml)", option, path, path);
+  if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0) {
+    throw_input("{} {}: the file exists and cannot be written ({})", option, path, std::strerror(errno));
+  }
+  // The nearest folder on the path that exists: a file there, or no write permission, is refused.
+  fs::path dir = fs::absolute(path, ec).parent_path();
+  while (!dir.empty() && !fs::exists(dir, ec) && dir != dir.parent_path()) dir = dir.parent_path();
+  if (!fs::is_directory(dir, ec)) throw_input("{} {}: {} is not a folder", option, path, dir.string());
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    throw_input("{} {}: cannot write into {} ({})", option, path, dir.string(), std::strerror(errno));
+  }
+}
+
+void write_output_file(const std::string& path, const std::string& text) {
+  const std::filesystem::path p(path);
+  std::error_code ec;
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  if (ec) throw_runtime("cannot create the folder {}: {}", p.parent_path().string(), ec.message());
+  write_file_atomic(path, text);
 }
 
 std::string checkpoint_dir_arg(const std::string& path) {
@@ -59,7 +94,19 @@ void add_layout_options(CLI::App& app, LayoutOptions& o) {
   app.add_option("--order", o.order, "rank order of the axes, first fastest");
 }
 
+void check_layout_options(const LayoutOptions& o) {
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  const std::pair<const char*, std::pair<int64_t, int64_t>> sizes[] = {
+      {"--tp", {o.tp, 1}}, {"--pp", {o.pp, 1}}, {"--dp", {o.dp, 0}}, {"--zero", {o.zero, 0}},
+      {"--virtual-stages", {o.virtual_stages, 1}}, {"--micro-batch", {o.micro_batch, 0}}};
+  for (const auto& [name, value_min] : sizes) {
+    const auto [v, lo] = value_min;
+    if (v < lo || v > kIntMax) throw_input("{} {} must lie in [{}, {}]", name, v, lo, kIntMax);
+  }
+}
+
 EngineConfig layout_engine_config(const LayoutOptions& o, const EngineRequest& r, int world_size) {
+  check_layout_options(o);
   RunConfig cfg;
   cfg.tp = o.tp;
   cfg.pp = o.pp;
@@ -104,7 +151,21 @@ void load_checkpoint_into(Engine& engine, const std::string& dir) {
   const ParamLayout& whole = engine.whole_layout();
   Buffer<float> params(static_cast<size_t>(whole.total()));
   load_checkpoint_params(dir, whole, params.data());
+  check_finite_params(whole, params.data(), dir);
   engine.load_state(params.data(), nullptr, nullptr);
+}
+
+void check_finite_params(const ParamLayout& layout, const float* params, const std::string& dir) {
+  for (const ParamTensor& t : layout.tensors()) {
+    for (int64_t i = 0; i < t.numel; ++i) {
+      const float v = params[t.offset + i];
+      if (!std::isfinite(v)) {
+        throw_runtime("{}: parameter {} element {} is {}: the checkpoint holds non-finite weights (a diverged run?); "
+                      "use an earlier checkpoint",
+                      dir, t.name, i, v);
+      }
+    }
+  }
 }
 
 }  // namespace weft

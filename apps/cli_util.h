@@ -17,6 +17,8 @@ namespace weft {
 void add_checkpoint_option(CLI::App& app, std::string& checkpoint);
 // --threads N (0: all cores).
 void add_threads_option(CLI::App& app, int64_t& threads);
+// InputError unless 0 <= threads <= the limit of the config key `threads` (train/config.h).
+void check_threads_option(int64_t threads);
 // --format text|json.
 void add_format_option(CLI::App& app, std::string& format);
 // --backend NAME: a backend of backend/registry.h (cpu, cpu-guarded, cuda in a CUDA build).
@@ -24,6 +26,15 @@ void add_backend_option(CLI::App& app, std::string& backend);
 // --comm NAME: how device buffers move between ranks (comm/device_comm_registry.h): mpi, nccl
 // in a CUDA build; "" (the default): nccl for cuda, mpi otherwise.
 void add_comm_option(CLI::App& app, std::string& comm);
+
+// An output file given by `option` (e.g. --out): InputError unless its path is not a folder,
+// its folder exists (or can be made: its nearest existing ancestor is a writable folder), and
+// an existing file there is writable. Checked before the work whose result it will hold.
+void check_output_file(const std::string& path, const std::string& option);
+// Writes `text` to `path` whole or not at all: its folder made if missing, a temporary file
+// beside it, then a rename (an existing file is never left half-written). RuntimeError naming
+// the path and the reason.
+void write_output_file(const std::string& path, const std::string& text);
 
 // The checkpoint folder a --checkpoint argument names: a run folder means its newest checkpoint.
 std::string checkpoint_dir_arg(const std::string& path);
@@ -37,6 +48,9 @@ struct LayoutOptions {
   bool sequence_parallel = false;
 };
 void add_layout_options(CLI::App& app, LayoutOptions& o);
+// The sizes of a LayoutOptions: each within its range and an int (InputError naming the
+// option and the value); the layout rules check the rest when the engine config is made.
+void check_layout_options(const LayoutOptions& o);
 
 // What a command's engine runs: the model, sequence length T, `batch` sequences per step over
 // every data-parallel replica (per replica with per_replica), precision and head chunk.
@@ -63,7 +77,11 @@ struct EngineRun {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Engine> engine;
 };
-// Loads the parameters of the checkpoint folder `dir` into `engine` (every rank).
+// Loads the parameters of the checkpoint folder `dir` into `engine` (every rank). A
+// non-finite parameter is a RuntimeError naming the checkpoint, the tensor and the element:
+// eval and generate would otherwise report a NaN loss or sample garbage with exit code 0.
 void load_checkpoint_into(Engine& engine, const std::string& dir);
+// RuntimeError naming the tensor and element of `layout` whose value in `params` is not finite.
+void check_finite_params(const ParamLayout& layout, const float* params, const std::string& dir);
 
 }  // namespace weft

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -31,6 +32,8 @@ int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
   add_format_option(app, format);
   add_layout_options(app, layout);
   app.parse(argc - 1, argv + 1);
+  check_threads_option(threads);
+  check_layout_options(layout);
   set_threads(threads);
   const std::string dir = checkpoint_dir_arg(ckpt);
   const ModelConfig mc = load_checkpoint_config(dir);
@@ -51,6 +54,11 @@ int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
   EngineRun run(layout_engine_config(layout, req, world.size()), world, backend, comm);
   load_checkpoint_into(*run.engine, dir);
   const double loss = run.engine->evaluate(ds, windows);
+  if (!std::isfinite(loss)) {
+    throw_runtime("eval: the mean loss of {} over {} windows of {} is {}, not a number: the model's outputs "
+                  "overflow on this data",
+                  dir, windows, data, loss);
+  }
   const int64_t tokens = windows * T;
   if (world.rank() != 0) return 0;
   if (format == "json") {

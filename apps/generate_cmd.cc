@@ -1,7 +1,9 @@
 // `weft generate`: samples text from a checkpoint and prints it as the tokens arrive.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -76,7 +78,11 @@ int cmd_generate(CLI::App& app, int argc, char** argv, Communicator& world) {
   app.parse(argc - 1, argv + 1);
   if (tokens < 0) throw_input("--tokens must be >= 0, got {}", tokens);
   if (!(temperature > 0)) throw_input("--temperature must be positive, got {}", temperature);
-  if (top_k < 0) throw_input("--top-k must be >= 0, got {}", top_k);
+  if (!std::isfinite(temperature)) throw_input("--temperature must be finite, got {}", temperature);
+  if (top_k < 0 || top_k > std::numeric_limits<int>::max()) throw_input("--top-k must lie in [0, {}], got {}", std::numeric_limits<int>::max(), top_k);
+  if (seed < 0) throw_input("--seed must be >= 0, got {}", seed);
+  check_threads_option(threads);
+  check_layout_options(layout);
   set_threads(threads);
   const std::string dir = checkpoint_dir_arg(ckpt);
   Tokenizer tok = Tokenizer::load_gpt2(tokenizer);

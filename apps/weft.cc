@@ -4,11 +4,10 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
-#include <chrono>
 #include <cstdio>
 #include <memory>
+#include <sstream>
 #include <string>
-#include <thread>
 
 #include "backend/registry.h"
 #include "comm/world.h"
@@ -105,25 +104,23 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "weft: cannot start the process group: {}\n", e.what());
     return 1;
   }
-  const bool multi = world->size() > 1;
-  // On several ranks a failure must stop every rank (no hang). Rank 0 reports; the others wait
-  // a moment first, so that an error every rank hits (a bad config) is printed once.
+  // Every error ends here. On several ranks, an error that every rank hits (a bad config) ends
+  // the job with one line and its exit code; one rank's failure stops every rank (no hang):
+  // see end_job_on_error.
   auto fail = [&](std::string msg, int code) -> int {
     // Library messages that already name weft ("weft: CUDA error at ...") are not prefixed twice.
     for (const std::string lead : {"error: weft: ", "weft: "})
       if (msg.rfind(lead, 0) == 0) msg = (lead[0] == 'e' ? "error: " : "") + msg.substr(lead.size());
-    if (!multi) {
-      fmt::print(stderr, "weft: {}\n", msg);
-      return code;
-    }
-    if (world->rank() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    abort_job(msg, code);
+    end_job_on_error(msg, code);
   };
   try {
     return run_command(app, argc, argv, *world);
   } catch (const CLI::ParseError& e) {
     // --help prints the options and exits 0; a bad option is bad input (exit 2).
-    return app.exit(e) == 0 ? 0 : 2;
+    // On several ranks every rank parses the same arguments: rank 0 alone prints.
+    std::ostringstream quiet;
+    const int rc = world->rank() == 0 ? app.exit(e) : app.exit(e, quiet, quiet);
+    return rc == 0 ? 0 : 2;
   } catch (const InputError& e) {
     return fail(e.what(), 2);
   } catch (const CommTimeout& e) {

@@ -103,6 +103,10 @@ class Backend {
   // dispatch). Default: true for every pointer (a host backend cannot tell its device memory
   // from other host memory); cpu-guarded knows each allocation; cuda asks the driver.
   virtual bool is_device_memory(const void* p) const { return true; }
+  // OPTIONAL. Bytes of device memory free now on this backend's device, for the memory check
+  // before a run allocates (train/memory_fit.h). Default: -1, the device's memory is host
+  // memory (cpu, cpu-guarded), which is checked as such; cuda asks the driver.
+  virtual int64_t device_memory_free() const { return -1; }
 
   // --- host access, for host-staged communication only ---
   // OPTIONAL. A communicator that moves device buffers through host memory (MPI on a

@@ -33,4 +33,22 @@ bool mpi_active();
 // (a CommTimeout, or an exception on one rank while the others wait in a collective).
 [[noreturn]] void abort_job(const std::string& msg, int code);
 
+// Seconds end_job_on_error waits for every rank to report a failure: WEFT_ERROR_AGREE_TIMEOUT
+// (a positive number of seconds) or 2.
+double error_agreement_timeout_s();
+
+// Ends a run that failed on this rank with `msg` (one line, printed as "weft: msg") and exit
+// code `code`. The CLI calls it for every error.
+// - Without MPI (or on one rank): prints the line and exits with `code`.
+// - With MPI: this rank enters a non-blocking barrier on a duplicate of MPI_COMM_WORLD kept
+//   for this purpose only (made by make_world_communicator) and waits up to
+//   error_agreement_timeout_s(). When every rank arrives (each failed: a bad config, a
+//   missing file, a layout that does not divide), the job ends cleanly, without MPI_Abort and
+//   its banner: the ranks agree on the largest exit code, rank 0 prints its line, a rank whose
+//   message differs from rank 0's prints its own line prefixed "[rank R] ", and every rank
+//   calls MPI_Finalize and exits with the agreed code. When some rank does not arrive in time
+//   (it is working, blocked in a collective, or dead), abort_job(msg, code): one rank's
+//   failure still ends the whole job.
+[[noreturn]] void end_job_on_error(const std::string& msg, int code);
+
 }  // namespace weft

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <toml++/toml.h>
 
@@ -82,7 +84,9 @@ struct Reader {
       return def;
     }
     auto v = n->value<double>();
-    if (!v) throw_input("{}: [{}] {} must be a number", path, section, key);
+    if (!v || n->is_boolean()) throw_input("{}: [{}] {} must be a number", path, section, key);
+    // inf/nan would pass the "> 0" checks of System::validate and poison every prediction.
+    if (!std::isfinite(*v)) throw_input("{}: [{}] {} must be a finite number, got {}", path, section, key, *v);
     return *v;
   }
   std::string string(const std::string& key, const std::string& def) {
@@ -112,8 +116,31 @@ struct Reader {
 
 }  // namespace
 
+namespace {
+
+// A path that names a folder or an unreadable file is refused before TOML sees it (toml++
+// reads a folder as an empty document).
+void check_system_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw_input("system file {} does not exist (see systems/*.toml)", path);
+  if (std::filesystem::is_directory(path, ec)) {
+    throw_input("system file {} is a folder, not a system file (give a .toml file, e.g. systems/local.toml)", path);
+  }
+  if (!std::ifstream(path)) throw_input("system file {} cannot be read (permissions?)", path);
+}
+
+// A level's devices per unit: a whole number (0: the whole machine), not 1e30 or 2.5.
+int64_t level_devices(const std::string& path, double v) {
+  if (v < 0 || v > 1e12 || v != std::floor(v)) {
+    throw_input("{}: [[level]] devices must be a whole number in [0, 1e12] (0: every device), got {}", path, v);
+  }
+  return static_cast<int64_t>(v);
+}
+
+}  // namespace
+
 System load_system(const std::string& path) {
-  if (!std::filesystem::exists(path)) throw_input("system file {} does not exist (see systems/*.toml)", path);
+  check_system_file(path);
   toml::table tbl;
   try {
     tbl = toml::parse_file(path);
@@ -169,7 +196,7 @@ System load_system(const std::string& path) {
     Reader r{path, lt, "level", {}};
     LinkLevel l;
     l.name = r.string("name", fmt::format("level{}", s.levels.size()));
-    l.devices = static_cast<int64_t>(r.number("devices", 0, false));
+    l.devices = level_devices(path, r.number("devices", 0, false));
     l.bandwidth = r.number("bandwidth", 0, true);
     l.latency = r.number("latency", 0, true);
     r.finish();

@@ -4,6 +4,10 @@
 #include <fmt/ranges.h>
 
 #include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
 #include <functional>
 #include <sstream>
 #include <toml++/toml.h>
@@ -16,6 +20,11 @@
 
 namespace weft {
 namespace {
+
+// Upper bounds of keys whose larger values are typos, not machines (docs/configuration.md).
+constexpr int64_t kMaxThreads = 4096;
+constexpr double kMaxBucketMb = 1048576.0;   // 1 TiB
+constexpr double kMaxCommTimeout = 1e7;      // about 116 days, in seconds
 
 using Field = std::variant<int64_t RunConfig::*, double RunConfig::*, std::string RunConfig::*, bool RunConfig::*>;
 struct Key {
@@ -78,6 +87,7 @@ const std::vector<Key>& keys() {
       {"run", "trace", &RunConfig::trace},
       {"run", "ranks_per_node", &RunConfig::ranks_per_node},
       {"run", "system", &RunConfig::system},
+      {"run", "memory_check", &RunConfig::memory_check},
       {"run", "backend", &RunConfig::backend},
       {"run", "comm", &RunConfig::comm},
       {"sample", "sample_tokens", &RunConfig::sample_tokens},
@@ -179,7 +189,112 @@ void set_from_string(RunConfig& cfg, const Key& k, const std::string& text) {
       k.field);
 }
 
+// A config path that names a folder, or a file this process cannot read, is refused before
+// TOML sees it (toml++ reads a folder as an empty document).
+void check_config_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw_input("config {} is a folder, not a config file (give the .toml file, e.g. configs/tiny.toml)", path);
+  }
+  if (!std::filesystem::exists(path, ec)) throw_input("config file {} does not exist", path);
+  if (!std::ifstream(path)) throw_input("config file {} cannot be read (permissions?)", path);
+}
+
+// Every number key is finite: TOML's inf/nan would otherwise pass range checks written as
+// "x < 0" and reach the optimizer or a cast to an integer.
+void check_finite_numbers(const RunConfig& cfg) {
+  for (const Key& k : keys()) {
+    if (const auto* m = std::get_if<double RunConfig::*>(&k.field); m != nullptr && !std::isfinite(cfg.**m)) {
+      throw_input("{}.{} must be a finite number, got {}", k.section, k.name, cfg.**m);
+    }
+  }
+}
+
+// The integer keys that the engine stores as int (model shape, layout sizes, threads, sampling):
+// a value above INT_MAX would be truncated silently.
+void check_int_keys(const RunConfig& cfg) {
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  for (const char* name : {"n_layer", "n_head", "n_embd", "n_ctx", "vocab_size", "seq_len", "tp", "pp", "dp",
+                           "virtual_stages", "prefetch", "ranks_per_node", "recompute_layers", "zero", "top_k",
+                           "sample_tokens", "micro_batch", "global_batch"}) {
+    const Key* k = find_key(name);
+    const int64_t v = cfg.*std::get<int64_t RunConfig::*>(k->field);
+    if (v > kIntMax) throw_input("{}.{} = {} is too large (at most {})", k->section, k->name, v, kIntMax);
+  }
+  // The MLP width 4 x n_embd is an int too.
+  if (cfg.n_embd > kIntMax / 4) throw_input("model.n_embd = {} is too large (at most {})", cfg.n_embd, kIntMax / 4);
+  check_thread_count(cfg.threads, "threads");
+}
+
+// a * b * ..., or InputError naming the factors when the product leaves int64.
+int64_t checked_product(std::initializer_list<std::pair<const char*, int64_t>> factors, const char* what) {
+  int64_t p = 1;
+  std::string names;
+  bool overflow = false;
+  for (const auto& [name, v] : factors) {
+    names += fmt::format("{}{} {}", names.empty() ? "" : " x ", name, v);
+    overflow = overflow || __builtin_mul_overflow(p, v, &p);
+  }
+  if (overflow) throw_input("{} = {} overflows a 64-bit integer; reduce these sizes", what, names);
+  return p;
+}
+
+// The products of sizes that weft computes in int64 (counts of tokens, elements, parameters).
+void check_size_products(const RunConfig& cfg, const ModelConfig& mc) {
+  const int64_t T = cfg.seq(), C = mc.n_embd, V = mc.padded_vocab, L = mc.n_layer;
+  checked_product({{"steps", cfg.steps}, {"global_batch", cfg.global_batch}, {"seq_len", T}}, "tokens of the run");
+  checked_product({{"val_batches", cfg.val_batches}, {"global_batch", cfg.global_batch}, {"seq_len", T}},
+                  "validation tokens");
+  checked_product({{"global_batch", cfg.global_batch}, {"seq_len", T}, {"n_embd", C}, {"n_layer", L}, {"bytes", 64}},
+                  "activation bytes of a step");
+  checked_product({{"global_batch", cfg.global_batch}, {"seq_len", T}, {"padded vocab", V}, {"bytes", 8}},
+                  "logit bytes of a step");
+  checked_product({{"global_batch", cfg.global_batch}, {"n_head", mc.n_head}, {"seq_len", T}, {"seq_len", T}, {"bytes", 8}},
+                  "attention-score bytes of a step");
+  checked_product({{"n_layer", L}, {"n_embd", C}, {"n_embd", C}, {"bytes per parameter", 12 * 20}}, "layer parameter bytes");
+  checked_product({{"padded vocab", V}, {"n_embd", C}, {"bytes per parameter", 20}}, "embedding parameter bytes");
+  checked_product({{"n_ctx", mc.n_ctx}, {"n_embd", C}, {"bytes per parameter", 20}}, "position parameter bytes");
+}
+
+// The number keys with more than a sign to check: what the optimizer stores as float, and
+// seconds and MiB converted to integers.
+void check_number_ranges(const RunConfig& cfg) {
+  constexpr double kFloatMax = std::numeric_limits<float>::max();
+  if (!(cfg.lr > 0 && cfg.lr <= kFloatMax)) throw_input("lr must be positive (at most {} in float), got {}", kFloatMax, cfg.lr);
+  if (cfg.min_lr_ratio < 0 || cfg.min_lr_ratio > 1) throw_input("min_lr_ratio must lie in [0, 1], got {}", cfg.min_lr_ratio);
+  if (cfg.weight_decay < 0 || cfg.weight_decay > kFloatMax) {
+    throw_input("weight_decay must be >= 0, got {}", cfg.weight_decay);
+  }
+  if (!(cfg.beta1 >= 0 && cfg.beta1 < 1) || !(cfg.beta2 >= 0 && cfg.beta2 < 1)) {
+    throw_input("beta1 {} and beta2 {} must lie in [0, 1)", cfg.beta1, cfg.beta2);
+  }
+  // Adam divides by sqrt(v) + eps: an eps that rounds to 0 in float gives 0/0 for untouched rows.
+  if (!(static_cast<float>(cfg.eps) > 0) || cfg.eps > kFloatMax) {
+    throw_input("eps must be positive (at least {} in float), got {}", std::numeric_limits<float>::denorm_min(), cfg.eps);
+  }
+  if (cfg.grad_clip < 0) throw_input("grad_clip must be >= 0 (0: off), got {}", cfg.grad_clip);
+  if (cfg.loss_scale < 0) throw_input("loss_scale must be >= 0 (0: dynamic for fp16, none otherwise), got {}", cfg.loss_scale);
+  if (!(cfg.initial_loss_scale > 0) || !(cfg.min_loss_scale > 0) || cfg.min_loss_scale > cfg.initial_loss_scale) {
+    throw_input("initial_loss_scale {} and min_loss_scale {} must be positive with min <= initial", cfg.initial_loss_scale,
+                cfg.min_loss_scale);
+  }
+  if (!(cfg.bucket_mb > 0 && cfg.bucket_mb <= kMaxBucketMb)) {
+    throw_input("bucket_mb must lie in (0, {}], got {}", kMaxBucketMb, cfg.bucket_mb);
+  }
+  if (cfg.comm_timeout < 0 || cfg.comm_timeout > kMaxCommTimeout) {
+    throw_input("comm_timeout must lie in [0, {}] seconds (0: never), got {}", kMaxCommTimeout, cfg.comm_timeout);
+  }
+  if (!(cfg.temperature > 0)) throw_input("temperature must be positive, got {}", cfg.temperature);
+}
+
 }  // namespace
+
+void check_thread_count(int64_t threads, const std::string& name) {
+  // More threads than this is a typo, not a machine: starting them would exhaust the process.
+  if (threads < 0 || threads > kMaxThreads) {
+    throw_input("{} = {} must lie in [0, {}] (0: all cores)", name, threads, kMaxThreads);
+  }
+}
 
 bool run_config_key_is_bool(const std::string& name) {
   const Key* k = find_key(name);
@@ -195,6 +310,7 @@ std::vector<std::string> run_config_keys() {
 RunConfig load_run_config(const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides) {
   RunConfig cfg;
   if (!path.empty()) {
+    check_config_file(path);
     toml::table tbl;
     try {
       tbl = toml::parse_file(path);
@@ -231,6 +347,7 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::pair<s
 ModelConfig RunConfig::model_config() const {
   ModelConfig base = model_preset(model);
   auto pick = [](int64_t over, int base_v) { return over > 0 ? static_cast<int>(over) : base_v; };
+  check_int_keys(*this);  // the overrides below are stored as int
   if (n_layer < 0 || n_head < 0 || n_embd < 0 || n_ctx < 0 || vocab_size < 0) {
     throw_input("model shape overrides must be >= 0 (0 keeps the preset): n_layer {}, n_head {}, n_embd {}, n_ctx {}, vocab_size {}",
                 n_layer, n_head, n_embd, n_ctx, vocab_size);
@@ -247,49 +364,40 @@ int64_t RunConfig::seq() const { return seq_len > 0 ? seq_len : model_config().n
 void RunConfig::validate() const {
   // The layout keys (tp, pp, dp, zero, global/micro batch, sequence_parallel, schedule,
   // virtual_stages, recompute_layers) are checked with the world size by the layout rules
-  // (validate_run_layout, train/run_layout.h), the same ones the planner applies.
+  // (validate_run_layout, train/run_layout.h), the same ones the planner applies. What each
+  // key must be is listed in docs/configuration.md ("What is checked").
+  check_finite_numbers(*this);
+  check_int_keys(*this);
+  check_number_ranges(*this);
   ModelConfig mc = model_config();
   if (seq_len < 0) throw_input("seq_len must be >= 0 (0: the model context), got {}", seq_len);
   if (seq() > mc.n_ctx) {
     throw_input("seq_len {} is longer than the context of model '{}' ({})", seq(), mc.name, mc.n_ctx);
   }
-  if (steps < 0) throw_input("steps must be >= 0, got {}", steps);
-  if (!(lr > 0)) throw_input("lr must be positive, got {}", lr);
-  if (min_lr_ratio < 0 || min_lr_ratio > 1) throw_input("min_lr_ratio must lie in [0, 1], got {}", min_lr_ratio);
+  if (steps < 1) throw_input("steps must be >= 1 (a run of no step trains nothing), got {}", steps);
   if (warmup_steps < 0 || lr_decay_steps < 0) {
     throw_input("warmup_steps {} and lr_decay_steps {} must be >= 0", warmup_steps, lr_decay_steps);
   }
-  if (weight_decay < 0) throw_input("weight_decay must be >= 0, got {}", weight_decay);
-  if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1)) {
-    throw_input("beta1 {} and beta2 {} must lie in [0, 1)", beta1, beta2);
-  }
-  if (!(eps > 0)) throw_input("eps must be positive, got {}", eps);
-  if (grad_clip < 0) throw_input("grad_clip must be >= 0 (0: off), got {}", grad_clip);
   if (seed < 0) throw_input("seed must be >= 0, got {}", seed);
-  if (threads < 0) throw_input("threads must be >= 0 (0: all cores), got {}", threads);
   if (head_chunk < 0) throw_input("head_chunk must be >= 0, got {}", head_chunk);
   parse_recompute(recompute);  // names the valid modes
   parse_precision(precision);
-  if (loss_scale < 0) throw_input("loss_scale must be >= 0 (0: dynamic for fp16, none otherwise), got {}", loss_scale);
-  if (!(initial_loss_scale > 0) || !(min_loss_scale > 0) || min_loss_scale > initial_loss_scale) {
-    throw_input("initial_loss_scale {} and min_loss_scale {} must be positive with min <= initial", initial_loss_scale,
-                min_loss_scale);
-  }
   if (loss_scale_window < 1) throw_input("loss_scale_window must be >= 1, got {}", loss_scale_window);
   if (val_every < 0 || val_batches < 0) throw_input("val_every {} and val_batches {} must be >= 0", val_every, val_batches);
   if (ckpt_every < 0 || keep_last < 0) throw_input("ckpt_every {} and keep_last {} must be >= 0", ckpt_every, keep_last);
   if (log_every <= 0) throw_input("log_every must be positive, got {}", log_every);
   if (sample_tokens < 0) throw_input("sample_tokens must be >= 0, got {}", sample_tokens);
-  if (!(temperature > 0)) throw_input("temperature must be positive, got {}", temperature);
   if (top_k < 0) throw_input("top_k must be >= 0 (0: no cut), got {}", top_k);
   if (out.empty()) throw_input("out (the run folder) must not be empty");
-  if (!(bucket_mb > 0)) throw_input("bucket_mb must be positive, got {}", bucket_mb);
   if (prefetch < 0) throw_input("prefetch must be >= 0, got {}", prefetch);
   if (ranks_per_node < 0) {
     throw_input("ranks_per_node must be >= 0 (0: the real nodes), got {}", ranks_per_node);
   }
-  if (comm_timeout < 0) throw_input("comm_timeout must be >= 0 seconds (0: never), got {}", comm_timeout);
   if (data.empty()) throw_input("data (the shard folder) must not be empty");
+  if (memory_check != "on" && memory_check != "warn" && memory_check != "off") {
+    throw_input("memory_check must be on, warn or off, got '{}'", memory_check);
+  }
+  check_size_products(*this, mc);
   check_backend_name(backend);
   if (!comm.empty()) check_device_comm(comm, backend);
 }

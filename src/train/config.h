@@ -77,6 +77,10 @@ struct RunConfig {
   // ranks may share a GPU), "nccl" (cuda only, one GPU per rank); "": the backend's default
   // (nccl for cuda, mpi otherwise).
   std::string comm = "";
+  // Whether the run must fit this machine's memory before the engine allocates
+  // (train/memory_fit.h): "on" refuses a run whose predicted bytes exceed the available ones,
+  // "warn" logs and runs, "off" skips the check.
+  std::string memory_check = "on";
   std::string system = "";  // system file for the step-time prediction (empty: systems/local.toml if present)  // per-rank JSONL trace of every collective (trace-rank<R>.jsonl) + per-step summary
   // [sample] printed at the end of training
   int64_t sample_tokens = 0;
@@ -94,6 +98,9 @@ struct RunConfig {
 
 // Loads a TOML file (empty path: defaults) and applies `--key value` overrides.
 RunConfig load_run_config(const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides);
+
+// InputError unless 0 <= threads <= 4096 (0: all cores); `name` is the key or option named.
+void check_thread_count(int64_t threads, const std::string& name);
 
 // Every known key as "section.key".
 std::vector<std::string> run_config_keys();

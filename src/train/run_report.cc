@@ -49,16 +49,20 @@ RunPrediction predict_run(const RunConfig& cfg, const EngineConfig& ec, int stag
     }
   }
   // The closed-form prediction of this rank's memory (src/plan/weft_memory.h).
+  r.memory = plan::weft_rank_memory(run_memory_shape(cfg, ec), stage, dp_rank);
+  return r;
+}
+
+plan::WeftRunShape run_memory_shape(const RunConfig& cfg, const EngineConfig& ec) {
   plan::WeftRunShape shape;
   shape.model = ec.model;
   shape.seq = ec.seq;
   shape.micro_batches = ec.global_batch / ec.grid.dp / ec.micro_batch;
   shape.head_chunk = ec.head_chunk;
   shape.prefetch = ec.data_parallel.prefetch;
-  shape.layout = pl;
+  shape.layout = plan_layout(cfg, ec);
   shape.master_weights = ec.precision != Precision::kFp32;
-  r.memory = plan::weft_rank_memory(shape, stage, dp_rank);
-  return r;
+  return shape;
 }
 
 void log_run_setup(const RunSetup& s, const RunPrediction& pred) {

@@ -28,6 +28,7 @@
 #include "model/gpt.h"
 #include "train/comm_report.h"
 #include "train/engine_config.h"
+#include "train/memory_fit.h"
 #include "train/preemption.h"
 #include "train/run_report.h"
 #include "train/sample.h"
@@ -376,9 +377,12 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
                                    : make_node_map(world);
   }
   const RunFolder folder = inspect_run_folder(cfg, opt, ec.model);
+  // The system file and the memory fit are checked before the engine allocates anything.
+  const auto [stage, dp_rank] = stage_and_dp_rank(ec, world.rank());
+  const RunPrediction pred = predict_run(cfg, ec, stage, dp_rank);
   auto backend = make_backend(cfg.backend);
+  check_memory_fit(cfg, ec, world, *backend);  // train/memory_fit.h
   Engine engine(ec, world, *backend);
-  const RunPrediction pred = predict_run(cfg, ec, engine.stage(), engine.dp_rank());
   world.barrier();  // every rank has validated its inputs before rank 0 touches the folder
   if (world.rank() == 0) open_run_folder(cfg, opt, folder);
   const int64_t start_step = restore_or_init(engine, cfg, folder, world.rank() == 0);

@@ -138,10 +138,10 @@ TEST_F(Cli, HyphenatedOptionsAndBareFlags) {
   EXPECT_NE(resolved.find("log_every = 1"), std::string::npos) << resolved;
   expect_bad_input(weft("train " + config + " --trace maybe"), {"--trace", "true or false", "maybe"});
   // The resolved config is a loadable config: a run from it resolves to the same text.
-  r = weft("train " + *tmp / "flags/config.toml" + " --steps 0 --out " + *tmp / "again");
+  r = weft("train " + *tmp / "flags/config.toml" + " --steps 1 --out " + *tmp / "again");
   ASSERT_EQ(r.code, 0) << r.err;
   std::string again = test::read_text(*tmp / "again/config.toml");
-  again.replace(again.find("steps = 0"), 9, "steps = 2");
+  again.replace(again.find("steps = 1"), 9, "steps = 2");
   const std::string out_key = "out = '" + *tmp / "again" + "'";  // TOML literal strings
   again.replace(again.find(out_key), out_key.size(), "out = '" + *tmp / "flags" + "'");
   EXPECT_EQ(again, resolved);

@@ -6,7 +6,8 @@
 //     exit:  rank 1 calls std::exit(3) before step 1's all-reduce
 //     kill:  rank 1 raises SIGKILL on itself
 //     stall: rank 1 sleeps 60 s; the others' all-reduce times out (CommTimeout) and they
-//            call abort_job, as the CLI does
+//            call end_job_on_error, as the CLI does: rank 1 never joins the agreement,
+//            so it falls back to abort_job
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -45,6 +46,6 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "[rank {}] weft_mpi_fault: all steps completed\n", rank);
     return 0;
   } catch (const std::exception& e) {
-    weft::abort_job(e.what(), 1);
+    weft::end_job_on_error(e.what(), 1);
   }
 }

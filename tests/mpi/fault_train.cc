@@ -66,8 +66,8 @@ int main(int argc, char** argv) {
     weft::train(cfg, opt, *world);
     return 0;
   } catch (const weft::InputError& e) {
-    weft::abort_job(e.what(), 2);
+    weft::end_job_on_error(e.what(), 2);
   } catch (const std::exception& e) {
-    weft::abort_job(e.what(), 1);
+    weft::end_job_on_error(e.what(), 1);
   }
 }

@@ -132,6 +132,15 @@ void CudaBackend::copy_device(void* dst, size_t dst_offset, const void* src, siz
 }
 bool CudaBackend::is_device_memory(const void* p) const { return gpu::is_device_pointer(p); }
 
+int64_t CudaBackend::device_memory_free() const {
+  size_t free_b = 0, total_b = 0;
+  if (WEFT_GPU_NAME(MemGetInfo)(&free_b, &total_b) != gpu::kSuccess) {
+    (void)WEFT_GPU_NAME(GetLastError)();
+    return -1;  // unknown: the check falls back to host memory
+  }
+  return static_cast<int64_t>(free_b);
+}
+
 void CudaBackend::set_tf32(bool on) { st_->blas->set_tf32(on); }
 
 // ------------------------------------------------------------------------------------------

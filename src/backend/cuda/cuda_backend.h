@@ -82,6 +82,7 @@ class CudaBackend final : public Backend {
   void copy_to_host(void* dst, const void* src, size_t src_offset, size_t bytes) override;
   void copy_device(void* dst, size_t dst_offset, const void* src, size_t src_offset, size_t bytes) override;
   bool is_device_memory(const void* p) const override;
+  int64_t device_memory_free() const override;  // cudaMemGetInfo's free bytes on this device
   bool begin_host_access(void* p, size_t bytes) override { return false; }
 
   // --- the fp32 interface (backend.h), device pointers ---
