@@ -182,8 +182,8 @@ TEST(Prepare, ShardsHoldEveryDocumentOnceAfterEot) {
   EXPECT_EQ(meta["seed"], 99);
 
   // The loader finds both splits.
-  EXPECT_EQ(TokenDataset::open_split(opt.out_dir, "train").size(), want_train_tokens);
-  EXPECT_EQ(TokenDataset::open_split(opt.out_dir, "val").size(), want_val_tokens);
+  EXPECT_EQ(TokenDataset::open_split(opt.out_dir, "train", 50257).size(), want_train_tokens);
+  EXPECT_EQ(TokenDataset::open_split(opt.out_dir, "val", 50257).size(), want_val_tokens);
 }
 
 TEST(Prepare, DeterministicAndShardedBySize) {
@@ -248,7 +248,7 @@ TEST(Prepare, RefusesToMixWithEarlierOutputs) {
   PrepareResult second = prepare_corpus(opt);
   EXPECT_EQ(second.train_files.size(), 1u);
   EXPECT_EQ(TokenDataset::find_split_files(opt.out_dir, "train").size(), 1u);
-  EXPECT_EQ(TokenDataset::open_split(opt.out_dir, "train").size(), first.train_tokens);
+  EXPECT_EQ(TokenDataset::open_split(opt.out_dir, "train", 50257).size(), first.train_tokens);
 }
 
 TEST(Prepare, BadInputsGiveOneClearError) {
