@@ -297,5 +297,35 @@ TEST_F(SpikeRun, SkipStepIsTheSameOnTwoRanks) {
   EXPECT_NE(two.err.find(fmt::format("[rank 1] step {}: spike", kSpikeStep)), std::string::npos) << two.err;
 }
 
+// The windows travel in trainer.json: a run resumed at step 15 (one value after the resume,
+// far below spike_min_steps 6 without them) still skips step 16, and its curve is the
+// uninterrupted run's, bit for bit.
+TEST_F(SpikeRun, ResumedRunJudgesAsTheUninterruptedOne) {
+  const std::string full = *tmp / "full", part = *tmp / "part";
+  train(spike_run(*tmp / "data", full, "skip-step"), {});
+  fs::create_directories(part);
+  fs::copy(fmt::format("{}/step-{:06d}", full, kSpikeStep - 1), fmt::format("{}/step-{:06d}", part, kSpikeStep - 1),
+           fs::copy_options::recursive);
+  {
+    std::ofstream out(part + "/metrics.jsonl");
+    for (const auto& j : metric_lines(full)) {
+      if (j["step"].get<int64_t>() < kSpikeStep) out << j.dump() << "\n";
+    }
+  }
+  const auto st = nlohmann::json::parse(test::read_text(step_file(part, kSpikeStep - 1, "trainer.json")));
+  ASSERT_EQ(st["spike_window"]["loss"].size(), 6u);
+  TrainOptions opt;
+  opt.resume = true;
+  const TrainResult r = train(spike_run(*tmp / "data", part, "skip-step"), opt);
+  EXPECT_EQ(r.first_step, kSpikeStep - 1);
+  const auto a = metric_lines(full), b = metric_lines(part);
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(b[i]["loss"].get<double>(), a[i]["loss"].get<double>()) << "step " << i + 1;
+    EXPECT_EQ(b[i].value("spike", nlohmann::json()), a[i].value("spike", nlohmann::json())) << "step " << i + 1;
+  }
+  EXPECT_EQ(b[kSpikeStep - 1]["spike"]["action"], "skipped");
+}
+
 }  // namespace
 }  // namespace weft
