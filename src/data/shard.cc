@@ -264,7 +264,7 @@ int32_t ShardReader::token(int64_t i) const {
   return static_cast<int32_t>(v);
 }
 
-// The check costs one compare per token in the copy loop (vectorised), so a corrupted id is
+// The check costs one max per token in the copy loop, so a corrupted id is
 // caught where it is read, whatever the header records.
 void ShardReader::copy(int64_t begin, int64_t count, int32_t* out) const {
   if (begin < 0 || count < 0 || begin > count_ - count) {
