@@ -37,7 +37,7 @@ int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
   set_threads(threads);
   const std::string dir = checkpoint_dir_arg(ckpt);
   const ModelConfig mc = load_checkpoint_config(dir);
-  TokenDataset ds = TokenDataset::open_split(data, "val");  // a .bin file is taken as is
+  TokenDataset ds = TokenDataset::open_split(data, "val", mc.vocab_size);  // a .bin file is taken as is
   const int64_t T = mc.n_ctx;
   const int64_t avail = ds.num_windows(T);
   if (avail <= 0) throw_input("{}: {} tokens, fewer than one window of {}+1", data, ds.size(), T);

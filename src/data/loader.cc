@@ -3,11 +3,13 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <mutex>
 #include <string_view>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/rng.h"
 
 namespace weft {
@@ -91,17 +93,31 @@ std::vector<int64_t> epoch_permutation(uint64_t seed, int64_t epoch, int64_t n) 
   return p;
 }
 
-TokenDataset::TokenDataset(const std::vector<std::string>& shard_paths)
-    : paths_(shard_paths), cache_(std::make_unique<PermutationCache>()) {
+TokenDataset::TokenDataset(const std::vector<std::string>& shard_paths, int vocab_size)
+    : paths_(shard_paths), vocab_(vocab_size), cache_(std::make_unique<PermutationCache>()) {
   if (shard_paths.empty()) throw_input("a token dataset needs at least one shard, got none");
+  if (vocab_size <= 0) {
+    throw_input("{}: the model's vocab_size must be positive to check the token ids, got {}", shard_paths.front(),
+                vocab_size);
+  }
   shards_.reserve(shard_paths.size());
   starts_.reserve(shard_paths.size() + 1);
   for (const std::string& p : shard_paths) {
-    shards_.emplace_back(p);
+    const auto t0 = std::chrono::steady_clock::now();
+    shards_.emplace_back(p, vocab_size);
+    if (!shards_.back().has_record()) {
+      scanned_tokens_ += shards_.back().size();
+      scan_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
     starts_.push_back(total_);
     total_ += shards_.back().size();
   }
   starts_.push_back(total_);
+  if (scanned_tokens_ > 0) {
+    log_info("{}: scanned {} tokens of shards without weft's header record for ids >= {} in {:.2f} s (shards written "
+             "by `weft prepare` are checked from their header instead)",
+             describe(), scanned_tokens_, vocab_size, scan_seconds_);
+  }
 }
 
 TokenDataset::TokenDataset(TokenDataset&&) noexcept = default;
@@ -160,8 +176,8 @@ std::vector<std::string> TokenDataset::find_split_files(const std::string& dir_o
   return found;
 }
 
-TokenDataset TokenDataset::open_split(const std::string& dir_or_glob, const std::string& split) {
-  return TokenDataset(find_split_files(dir_or_glob, split));
+TokenDataset TokenDataset::open_split(const std::string& dir_or_glob, const std::string& split, int vocab_size) {
+  return TokenDataset(find_split_files(dir_or_glob, split), vocab_size);
 }
 
 std::string TokenDataset::describe() const {
@@ -195,10 +211,6 @@ void TokenDataset::copy(int64_t begin, int64_t count, int32_t* out) const {
     }
     ++k;
   }
-}
-
-void TokenDataset::check_vocab(int vocab_size) const {
-  for (const ShardReader& s : shards_) s.check_vocab(vocab_size);
 }
 
 int64_t TokenDataset::num_windows(int64_t T) const {

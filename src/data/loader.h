@@ -22,16 +22,19 @@ namespace weft {
 
 class TokenDataset {
  public:
-  // Opens the shards in the given order. Throws InputError when the list is empty or a shard
-  // is invalid (see ShardReader).
-  explicit TokenDataset(const std::vector<std::string>& shard_paths);
+  // Opens the shards in the given order for a model of `vocab_size` tokens: every id of every
+  // shard must lie in [0, vocab_size), checked at open (from weft's header record, or by
+  // scanning a shard without one) and again as tokens are read. Throws InputError when the
+  // list is empty, vocab_size <= 0, or a shard is invalid (see ShardReader), naming the shard,
+  // the token index and its value.
+  TokenDataset(const std::vector<std::string>& shard_paths, int vocab_size);
 
   // The shards of one split, sorted by path. `dir_or_glob` is a folder (its *.bin files, not
   // recursive), a glob pattern (e.g. "data/fw/*.bin"), or one shard file (taken as is). In the
   // first two cases a file belongs to `split` when its name ends in ".bin" and one of its
   // parts between '_', '-' and '.' equals `split` ("fortunes_train_000000.bin" is in "train",
   // "constrained.bin" is not). Throws InputError naming what was searched when nothing matches.
-  static TokenDataset open_split(const std::string& dir_or_glob, const std::string& split);
+  static TokenDataset open_split(const std::string& dir_or_glob, const std::string& split, int vocab_size);
   static std::vector<std::string> find_split_files(const std::string& dir_or_glob,
                                                    const std::string& split);
 
@@ -41,15 +44,20 @@ class TokenDataset {
 
   int64_t size() const { return total_; }  // tokens in all shards
   int num_shards() const { return static_cast<int>(shards_.size()); }
+  int vocab_size() const { return vocab_; }
+  // Tokens of the shards that had no weft record and were scanned at open, and the seconds
+  // the scan took.
+  int64_t scanned_tokens() const { return scanned_tokens_; }
+  double scan_seconds() const { return scan_seconds_; }
   const std::vector<std::string>& paths() const { return paths_; }
   // A short description for logs and errors: "3 shards (data/x/a_train_000000.bin, ...)".
   std::string describe() const;
 
-  // Token i of the concatenated stream; tokens [begin, begin + count) into out.
+  // Token i of the concatenated stream; tokens [begin, begin + count) into out. An id outside
+  // the vocabulary (a body corrupted after open) throws InputError naming the shard, the
+  // index in it and the value.
   int32_t token(int64_t i) const;
   void copy(int64_t begin, int64_t count, int32_t* out) const;
-  // Throws InputError naming the shard and position of the first id outside [0, vocab_size).
-  void check_vocab(int vocab_size) const;
 
   // N = floor((size - 1) / T), or 0 when the data holds fewer than T + 1 tokens.
   // Throws InputError when T <= 0.
@@ -79,6 +87,9 @@ class TokenDataset {
   std::vector<ShardReader> shards_;
   std::vector<int64_t> starts_;  // starts_[k] = first global token of shard k; back() = total
   int64_t total_ = 0;
+  int vocab_ = 0;
+  int64_t scanned_tokens_ = 0;
+  double scan_seconds_ = 0.0;
   std::unique_ptr<PermutationCache> cache_;
 };
 

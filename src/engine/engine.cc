@@ -230,7 +230,8 @@ StepResult Engine::step(float lr, const BatchFn& batch) {
   const LossScaler::Verdict verdict = scaler_.check(r.loss, r.grad_norm);
   r.skipped = verdict == LossScaler::Verdict::kSkip;
   r.non_finite = verdict == LossScaler::Verdict::kNonFinite;
-  if (verdict == LossScaler::Verdict::kApply) {
+  r.vetoed = verdict == LossScaler::Verdict::kApply && veto_ && veto_(r.loss, r.grad_norm);
+  if (verdict == LossScaler::Verdict::kApply && !r.vetoed) {
     ++opt_steps_;
     // Clipping and unscaling in one factor on the fly.
     const float grad_scale = static_cast<float>(clip_coefficient(r.grad_norm, cfg_.grad_clip) / step_scale);

@@ -67,6 +67,7 @@ struct StepResult {
   double loss_scale = 1.0;     // the scale this step used
   bool skipped = false;        // fp16 overflow: no update, the scale halved
   bool non_finite = false;     // loss or norm not finite (and nothing to adjust): stop the run
+  bool vetoed = false;         // the update veto (Engine::set_update_veto) refused the update
   double dp_exposed_s = 0.0;   // data-parallel communication not hidden by computation
   PipeStepStats pipeline;      // pp > 1
 };
@@ -109,6 +110,12 @@ class Engine {
   const LossScaler& loss_scaler() const { return scaler_; }
   // Continues a run: the updates done so far and the dynamic loss-scale state.
   void restore_counters(int64_t optimizer_steps, double loss_scale, int64_t good_steps);
+  // Optional: asked before each update with the step's loss and gradient norm (finite, reduced:
+  // the same bits on every rank, so every rank that installs the same rule decides alike);
+  // true skips the update as an fp16 overflow does, without touching the loss scale (the
+  // divergence detector's skip-step, train/divergence.h).
+  using UpdateVeto = std::function<bool(double loss, double grad_norm)>;
+  void set_update_veto(UpdateVeto veto) { veto_ = std::move(veto); }
 
   // --- work ---
   // One optimizer step at learning rate lr over the global batch that `batch` yields (step is
@@ -158,6 +165,7 @@ class Engine {
   std::vector<int32_t> inputs_, targets_;  // one micro-batch (B,T)
   LossScaler scaler_;
   int64_t opt_steps_ = 0;  // updates done (fp16 overflow steps are skipped)
+  UpdateVeto veto_;
 };
 
 }  // namespace weft

@@ -17,6 +17,7 @@
 #include "comm/device_comm_registry.h"
 #include "core/error.h"
 #include "model/gpt.h"
+#include "train/divergence.h"
 
 namespace weft {
 namespace {
@@ -66,6 +67,10 @@ const std::vector<Key>& keys() {
       {"train", "initial_loss_scale", &RunConfig::initial_loss_scale},
       {"train", "loss_scale_window", &RunConfig::loss_scale_window},
       {"train", "min_loss_scale", &RunConfig::min_loss_scale},
+      {"train", "spike_policy", &RunConfig::spike_policy},
+      {"train", "spike_zscore", &RunConfig::spike_zscore},
+      {"train", "spike_window", &RunConfig::spike_window},
+      {"train", "spike_min_steps", &RunConfig::spike_min_steps},
       {"parallel", "tp", &RunConfig::tp},
       {"parallel", "pp", &RunConfig::pp},
       {"parallel", "dp", &RunConfig::dp},
@@ -383,6 +388,7 @@ void RunConfig::validate() const {
   parse_recompute(recompute);  // names the valid modes
   parse_precision(precision);
   if (loss_scale_window < 1) throw_input("loss_scale_window must be >= 1, got {}", loss_scale_window);
+  validate_spike_keys(*this);
   if (val_every < 0 || val_batches < 0) throw_input("val_every {} and val_batches {} must be >= 0", val_every, val_batches);
   if (ckpt_every < 0 || keep_last < 0) throw_input("ckpt_every {} and keep_last {} must be >= 0", ckpt_every, keep_last);
   if (log_every <= 0) throw_input("log_every must be positive, got {}", log_every);

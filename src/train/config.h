@@ -41,6 +41,13 @@ struct RunConfig {
   double initial_loss_scale = 65536.0;  // dynamic: starting scale (2^16)
   int64_t loss_scale_window = 1000;  // dynamic: good steps before the scale doubles
   double min_loss_scale = 1.0;       // dynamic: the scale never halves below this
+  // Spikes (train/divergence.h): a loss or gradient norm more than spike_zscore standard
+  // deviations above the mean of the last spike_window steps (judged once spike_min_steps are
+  // held) is warned about, skips its update, or stops the run.
+  std::string spike_policy = "warn";  // warn, skip-step, stop
+  double spike_zscore = 5.0;
+  int64_t spike_window = 128;
+  int64_t spike_min_steps = 32;
   // [parallel]
   int64_t tp = 1;              // tensor-parallel size
   int64_t pp = 1;              // pipeline-parallel size

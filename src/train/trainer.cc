@@ -27,6 +27,7 @@
 #include "engine/engine.h"
 #include "model/gpt.h"
 #include "train/comm_report.h"
+#include "train/divergence.h"
 #include "train/engine_config.h"
 #include "train/memory_fit.h"
 #include "train/preemption.h"
@@ -72,10 +73,10 @@ struct RunData {
   std::unique_ptr<TokenDataset> val;
 };
 
-RunData open_run_data(const RunConfig& cfg, int64_t T) {
-  RunData d{TokenDataset::open_split(cfg.data, "train"), nullptr};
+RunData open_run_data(const RunConfig& cfg, int64_t T, int vocab_size) {
+  RunData d{TokenDataset::open_split(cfg.data, "train", vocab_size), nullptr};
   const std::string val_src = cfg.val_data.empty() ? cfg.data : cfg.val_data;
-  if (cfg.val_batches > 0) d.val = std::make_unique<TokenDataset>(TokenDataset::open_split(val_src, "val"));
+  if (cfg.val_batches > 0) d.val = std::make_unique<TokenDataset>(TokenDataset::open_split(val_src, "val", vocab_size));
   if (d.train.num_windows(T) <= 0) {
     throw_input("{}: the training split holds {} tokens, fewer than one sequence of {}+1", cfg.data, d.train.size(), T);
   }
@@ -124,6 +125,7 @@ class TrainLoop {
         nodes_(std::move(nodes)) {}
 
   TrainResult run(int64_t start_step, const RunPrediction& pred, const TrainOptions& opt);
+  SpikeDetector& spikes() { return spikes_; }
 
  private:
   double validate(int64_t step);
@@ -150,6 +152,7 @@ class TrainLoop {
   NodeMap nodes_;
   CommStepContext next_ctx_;
   std::vector<CommStepContext> contexts_;
+  SpikeDetector spikes_{cfg_};
 };
 
 // The forward passes Engine::evaluate makes on every rank: ceil(ceil(windows / dp) / B).
@@ -208,7 +211,8 @@ void TrainLoop::save(int64_t step) {
                  {"tokens", step * G * T}, {"data", cfg_.data}, {"model", ec.model.name},
                  {"optimizer_steps", engine_.optimizer_steps()}, {"precision", precision_name(ec.precision)},
                  {"loss_scale", ls.scale()}, {"loss_scale_good_steps", ls.good_steps()},
-                 {"layout", {{"tp", ec.grid.tp}, {"pp", ec.grid.pp}, {"dp", ec.grid.dp}, {"zero", ec.data_parallel.zero}}}};
+                 {"layout", {{"tp", ec.grid.tp}, {"pp", ec.grid.pp}, {"dp", ec.grid.dp}, {"zero", ec.data_parallel.zero}}},
+                 {"spike_window", spikes_.state()}};
     save_checkpoint(dir, d);
     if (cfg_.keep_last > 0) {
       auto all = list_checkpoints(cfg_.out);
@@ -294,6 +298,7 @@ TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const 
   MemorySnapshot step_snapshot;  // after the last step, before its checkpoint
   if (stop_on_signal(start_step, true)) return res_;  // a signal during setup: no step ran
   if (data_.val && start_step == 0 && cfg_.steps > 0) validate(0);
+  engine_.set_update_veto([this](double loss, double grad_norm) { return spikes_.judge(loss, grad_norm); });
   for (int64_t step = start_step; step < cfg_.steps; ++step) {
     if (opt.before_step) opt.before_step(step);
     const auto t0 = clock::now();
@@ -317,7 +322,9 @@ TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const 
     const double dt = std::chrono::duration<double>(clock::now() - t0).count();
     const int64_t done = step + 1;
     tracer_.set_phase("metrics");
-    const nlohmann::json line = step_line(done, lr, r, dt);
+    const std::optional<Spike> spike = spikes_.take();
+    nlohmann::json line = step_line(done, lr, r, dt);
+    if (spike) line["spike"] = spike_json(*spike, spikes_.policy());
     step_snapshot = memory_tracker().snapshot();
     // The first step of a process includes one-time costs (page faults, BLAS buffers).
     if (done > start_step + 1 || cfg_.steps - start_step == 1) time_sum_ += dt, ++timed_steps_;
@@ -325,6 +332,7 @@ TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const 
     res_.steps_done = done;
     if (rank0_) metrics_ << line.dump() << "\n" << std::flush;
     log_step(done, lr, r, dt);
+    if (spike) act_on_spike(*spike, spikes_, done, res_.last_checkpoint);  // stop: throws
     const bool last = done == cfg_.steps;
     if (data_.val && ((cfg_.val_every > 0 && done % cfg_.val_every == 0) || last)) validate(done);
     const bool saved = (cfg_.ckpt_every > 0 && done % cfg_.ckpt_every == 0) || last;
@@ -369,7 +377,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   world.set_timeout(std::chrono::milliseconds(static_cast<int64_t>(cfg.comm_timeout * 1000.0)));
   // Data and the run folder first: a missing corpus or a bad resume fails before anything is
   // written.
-  RunData data = open_run_data(cfg, ec.seq);
+  RunData data = open_run_data(cfg, ec.seq, ec.model.vocab_size);
   // The link levels of the communication report (collective over world for the real map).
   NodeMap nodes;
   if (cfg.trace) {
@@ -392,6 +400,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   memory_tracker().reset_peaks();
   log_run_setup({&cfg, &engine, data.train.size(), data.train.num_windows(ec.seq), threads}, pred);
   TrainLoop loop(cfg, engine, world, tracer, data, std::move(nodes));
+  if (!folder.resume_dir.empty()) loop.spikes().restore(folder.resume_state, folder.resume_dir + "/trainer.json");
   return loop.run(start_step, pred, opt);
 }
 

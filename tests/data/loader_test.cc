@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 #include <string>
@@ -40,7 +41,7 @@ std::vector<std::string> make_iota_shards(const ScratchDir& dir, const std::vect
 
 TEST(Loader, ConcatenatesShardsInOrder) {
   ScratchDir dir;
-  TokenDataset ds(make_iota_shards(dir, {100, 0, 37, 250}));
+  TokenDataset ds(make_iota_shards(dir, {100, 0, 37, 250}), kVocab);
   EXPECT_EQ(ds.size(), 387);
   EXPECT_EQ(ds.num_shards(), 4);
   for (int64_t i : {0, 99, 100, 136, 137, 386}) EXPECT_EQ(ds.token(i), i);
@@ -55,7 +56,7 @@ TEST(Loader, ConcatenatesShardsInOrder) {
 
 TEST(Loader, WindowsMatchPlainRecomputation) {
   ScratchDir dir;
-  TokenDataset ds(make_iota_shards(dir, {100, 0, 37, 250}));
+  TokenDataset ds(make_iota_shards(dir, {100, 0, 37, 250}), kVocab);
   for (int T : {1, 7, 16, 386}) {
     const int64_t n = ds.num_windows(T);
     EXPECT_EQ(n, (387 - 1) / T) << "T=" << T;
@@ -89,7 +90,7 @@ int64_t expected_window(uint64_t seed, int64_t g, int64_t n) {
 
 TEST(Loader, SampleBatchFollowsTheDocumentedRule) {
   ScratchDir dir;
-  TokenDataset ds(make_iota_shards(dir, {300, 211}));
+  TokenDataset ds(make_iota_shards(dir, {300, 211}), kVocab);
   const int T = 8;
   const int64_t n = ds.num_windows(T);  // (511 - 1) / 8 = 63
   ASSERT_EQ(n, 63);
@@ -112,7 +113,7 @@ TEST(Loader, SampleBatchFollowsTheDocumentedRule) {
 
 TEST(Loader, BatchIndependentOfHowItIsSplit) {
   ScratchDir dir;
-  TokenDataset ds(make_iota_shards(dir, {1000, 0, 333}));
+  TokenDataset ds(make_iota_shards(dir, {1000, 0, 333}), kVocab);
   const int T = 16;
   const int64_t G = 12;
   for (int64_t step : {0, 3, 7, 100}) {
@@ -130,7 +131,7 @@ TEST(Loader, BatchIndependentOfHowItIsSplit) {
       EXPECT_EQ(tg, full_tg) << "step " << step << ", " << cuts.size() - 1 << " pieces";
     }
     // A fresh dataset (empty permutation cache) gives the same rows.
-    TokenDataset again(ds.paths());
+    TokenDataset again(ds.paths(), kVocab);
     std::vector<int32_t> in(G * T), tg(G * T);
     again.sample_batch(7, step, G, 0, G, T, in.data(), tg.data());
     EXPECT_EQ(in, full_in);
@@ -139,7 +140,7 @@ TEST(Loader, BatchIndependentOfHowItIsSplit) {
 
 TEST(Loader, EveryWindowOncePerEpoch) {
   ScratchDir dir;
-  TokenDataset ds(make_iota_shards(dir, {500, 261}));
+  TokenDataset ds(make_iota_shards(dir, {500, 261}), kVocab);
   const int T = 4;
   const int64_t n = ds.num_windows(T);  // 190
   ASSERT_EQ(n, 190);
@@ -176,12 +177,12 @@ TEST(Loader, EveryWindowOncePerEpoch) {
 
 TEST(Loader, ConcurrentSamplingMatchesSequential) {
   ScratchDir dir;
-  TokenDataset ds(make_iota_shards(dir, {2000, 77}));
+  TokenDataset ds(make_iota_shards(dir, {2000, 77}), kVocab);
   const int T = 5;
   const int64_t G = 9, steps = 200;  // several epochs: the cache is rebuilt under contention
   std::vector<int32_t> seq(steps * G * T), par(steps * G * T), tg(G * T);
   for (int64_t s = 0; s < steps; ++s) ds.sample_batch(3, s, G, 0, G, T, seq.data() + s * G * T, tg.data());
-  TokenDataset fresh(ds.paths());
+  TokenDataset fresh(ds.paths(), kVocab);
   std::vector<std::thread> threads;
   for (int th = 0; th < 4; ++th) {
     threads.emplace_back([&, th] {
@@ -195,7 +196,7 @@ TEST(Loader, ConcurrentSamplingMatchesSequential) {
 
 TEST(Loader, TooShortDataNamesTAndCount) {
   ScratchDir dir;
-  TokenDataset ds(make_iota_shards(dir, {10}));
+  TokenDataset ds(make_iota_shards(dir, {10}), kVocab);
   EXPECT_EQ(ds.num_windows(9), 1);
   EXPECT_EQ(ds.num_windows(10), 0);
   std::vector<int32_t> in(10), tg(10);
@@ -213,7 +214,7 @@ TEST(Loader, TooShortDataNamesTAndCount) {
 
 TEST(Loader, RejectsBadBatchArguments) {
   ScratchDir dir;
-  TokenDataset ds(make_iota_shards(dir, {100}));
+  TokenDataset ds(make_iota_shards(dir, {100}), kVocab);
   std::vector<int32_t> in(64), tg(64);
   EXPECT_THROW(ds.sample_batch(1, 0, 4, 3, 2, 4, in.data(), tg.data()), InputError);  // 3+2 > 4
   EXPECT_THROW(ds.sample_batch(1, -1, 4, 0, 1, 4, in.data(), tg.data()), InputError);
@@ -228,15 +229,15 @@ TEST(Loader, OpenSplitFindsShards) {
   write_bytes(dir / "meta.json", "{}");
   write_bytes(dir / "constrained.bin", "not a shard");  // "train" only inside a word
   write_bytes(dir / "iota_train_000009.bin.tmp", "leftover");
-  TokenDataset train = TokenDataset::open_split(dir.str(), "train");
+  TokenDataset train = TokenDataset::open_split(dir.str(), "train", kVocab);
   EXPECT_EQ(train.num_shards(), 2);
   EXPECT_EQ(train.size(), 110);
   EXPECT_EQ(train.paths()[0], dir / "iota_train_000000.bin");
-  TokenDataset val = TokenDataset::open_split(dir.str(), "val");
+  TokenDataset val = TokenDataset::open_split(dir.str(), "val", kVocab);
   EXPECT_EQ(val.size(), 20);
-  TokenDataset globbed = TokenDataset::open_split(dir / "iota_*.bin", "train");
+  TokenDataset globbed = TokenDataset::open_split(dir / "iota_*.bin", "train", kVocab);
   EXPECT_EQ(globbed.size(), 110);
-  TokenDataset single = TokenDataset::open_split(dir / "iota_val_000000.bin", "train");
+  TokenDataset single = TokenDataset::open_split(dir / "iota_val_000000.bin", "train", kVocab);
   EXPECT_EQ(single.size(), 20);  // an explicit file is taken as is
 }
 
@@ -244,7 +245,7 @@ TEST(Loader, OpenSplitErrorsNameWhatWasSearched) {
   ScratchDir dir;
   make_iota_shards(dir, {50}, "train");
   try {
-    TokenDataset::open_split(dir.str(), "val");
+    TokenDataset::open_split(dir.str(), "val", kVocab);
     FAIL() << "expected InputError";
   } catch (const InputError& e) {
     const std::string msg = e.what();
@@ -253,21 +254,61 @@ TEST(Loader, OpenSplitErrorsNameWhatWasSearched) {
     EXPECT_NE(msg.find("iota_train_000000.bin"), std::string::npos) << msg;
   }
   try {
-    TokenDataset::open_split(dir / "nothing_here", "train");
+    TokenDataset::open_split(dir / "nothing_here", "train", kVocab);
     FAIL() << "expected InputError";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find(dir / "nothing_here"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(TokenDataset::open_split(dir / "*.nothing", "train"), InputError);
-  EXPECT_THROW(TokenDataset(std::vector<std::string>{}), InputError);
+  EXPECT_THROW(TokenDataset::open_split(dir / "*.nothing", "train", kVocab), InputError);
+  EXPECT_THROW(TokenDataset(std::vector<std::string>{}, kVocab), InputError);
   // A bad shard in the split fails with its own message.
   write_bytes(dir / "iota_train_000001.bin", "short");
   try {
-    TokenDataset::open_split(dir.str(), "train");
+    TokenDataset::open_split(dir.str(), "train", kVocab);
     FAIL() << "expected InputError";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("iota_train_000001.bin"), std::string::npos) << e.what();
   }
+}
+
+// A plain llm.c shard (no weft record) of uint16 tokens, built by hand.
+void write_plain_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
+  std::string b(1024, '\0');
+  const int32_t head[3] = {20240520, 1, static_cast<int32_t>(tokens.size())};
+  std::memcpy(b.data(), head, sizeof(head));
+  b.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+  write_bytes(path, b);
+}
+
+TEST(Loader, ChecksIdsAgainstTheModelVocabulary) {
+  ScratchDir dir;
+  make_iota_shards(dir, {50, 60}, "train");  // recorded: ids 0..109
+  std::vector<uint16_t> plain(40, 7);
+  write_plain_shard(dir / "iota_train_000002.bin", plain);
+  TokenDataset ok = TokenDataset::open_split(dir.str(), "train", 110);
+  EXPECT_EQ(ok.scanned_tokens(), 40);  // only the shard without a record was read at open
+  EXPECT_GE(ok.scan_seconds(), 0.0);
+  // A model with 100 tokens: the recorded max 109 of shard 1 is refused, naming its id 100 at
+  // index 50 of shard 1 (global token 100).
+  try {
+    TokenDataset::open_split(dir.str(), "train", 100);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(dir / "iota_train_000001.bin"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("token 50 is 100"), std::string::npos) << msg;
+  }
+  plain[33] = 65535;
+  write_plain_shard(dir / "iota_train_000002.bin", plain);
+  try {
+    TokenDataset::open_split(dir.str(), "train", 50257);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(dir / "iota_train_000002.bin"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("token 33 is 65535"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(TokenDataset::open_split(dir.str(), "train", 0), InputError);
 }
 
 }  // namespace

@@ -181,9 +181,19 @@ TEST(Prepare, ShardsHoldEveryDocumentOnceAfterEot) {
   EXPECT_EQ(meta["val"]["files"], nlohmann::json::array({"tiny_val_000000.bin"}));
   EXPECT_EQ(meta["seed"], 99);
 
-  // The loader finds both splits.
-  EXPECT_EQ(TokenDataset::open_split(opt.out_dir, "train").size(), want_train_tokens);
-  EXPECT_EQ(TokenDataset::open_split(opt.out_dir, "val").size(), want_val_tokens);
+  // Every shard records its largest id (the check at open reads no token); the loader finds
+  // both splits without scanning.
+  for (const std::string& path : res.train_files) {
+    ShardReader r(path);
+    EXPECT_TRUE(r.has_record()) << path;
+    const std::vector<int32_t> own = read_tokens({path});
+    EXPECT_EQ(r.max_id(), *std::max_element(own.begin(), own.end())) << path;
+    EXPECT_EQ(r.max_id(), r.scan_max_id()) << path;
+  }
+  const TokenDataset train_ds = TokenDataset::open_split(opt.out_dir, "train", 50257);
+  EXPECT_EQ(train_ds.size(), want_train_tokens);
+  EXPECT_EQ(train_ds.scanned_tokens(), 0);
+  EXPECT_EQ(TokenDataset::open_split(opt.out_dir, "val", 50257).size(), want_val_tokens);
 }
 
 TEST(Prepare, DeterministicAndShardedBySize) {
@@ -248,7 +258,7 @@ TEST(Prepare, RefusesToMixWithEarlierOutputs) {
   PrepareResult second = prepare_corpus(opt);
   EXPECT_EQ(second.train_files.size(), 1u);
   EXPECT_EQ(TokenDataset::find_split_files(opt.out_dir, "train").size(), 1u);
-  EXPECT_EQ(TokenDataset::open_split(opt.out_dir, "train").size(), first.train_tokens);
+  EXPECT_EQ(TokenDataset::open_split(opt.out_dir, "train", 50257).size(), first.train_tokens);
 }
 
 TEST(Prepare, BadInputsGiveOneClearError) {
