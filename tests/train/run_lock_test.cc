@@ -145,7 +145,8 @@ TEST(RunLock, StaleLockFileIsReportedByTrain) {
   EXPECT_EQ(test::leftovers(run), "");
 }
 
-// Two ranks: rank 0 is refused, and rank 1 learns it (no rank waits in a collective).
+// `weft train` on two ranks into a held folder: exit 2 with the holder named, nothing written.
+// (That every rank learns the refusal is checked on the ranks themselves: tests/mpi/mpi_run_lock.cc.)
 TEST(RunLock, RefusalReachesEveryRank) {
   TempDir tmp("run-lock");
   test::make_random_corpus(tmp / "data", 20000, 2000, 256);
