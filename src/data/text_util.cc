@@ -7,7 +7,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <random>
 
+#include "core/durable_file.h"
 #include "core/error.h"
 
 namespace weft {
@@ -132,31 +134,69 @@ std::string read_file(const std::string& path) {
   return data;
 }
 
-void write_file_atomic(const std::string& path, std::string_view data) {
-  write_file_atomic(
-      path, [&](std::FILE* f) { return std::fwrite(data.data(), 1, data.size(), f) == data.size(); },
-      fmt::format("{} bytes", data.size()));
+namespace {
+
+// "<path>.tmp-<host>-<pid>-<random>": two processes (on one machine or sharing a file system)
+// never pick the same name, so one's cleanup can never remove the other's file.
+std::string unique_temp_name(const std::string& path) {
+  char host[256] = {0};
+  if (::gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') std::strcpy(host, "host");
+  std::string h(host);
+  for (char& c : h) {
+    if (c == '/' || c == ' ') c = '_';
+  }
+  static thread_local std::mt19937_64 rng{std::random_device{}() ^ static_cast<uint64_t>(::getpid())};
+  return fmt::format("{}.tmp-{}-{}-{:08x}", path, h, ::getpid(), static_cast<uint32_t>(rng()));
 }
 
-void write_file_atomic(const std::string& path, const std::function<bool(std::FILE*)>& write, const std::string& what) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw_runtime("cannot create {}: {}", tmp, std::strerror(errno));
-  bool ok = write(f);
-  int err = ok ? 0 : errno;
-  if (std::fclose(f) != 0 && ok) {
-    ok = false;
-    err = errno;
+// Writes a fresh temporary file with `write` (returns 0 or an errno), syncs it and renames it
+// over `path`. Only the temporary file this call created is ever removed.
+void replace_file(const std::string& path, const std::function<int(int fd)>& write, const std::string& what) {
+  std::string tmp;
+  int fd = -1;
+  for (int attempt = 0; fd < 0; ++attempt) {
+    tmp = unique_temp_name(path);
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);  // never someone else's file
+    if (fd < 0 && (errno != EEXIST || attempt >= 3)) throw WriteError(path, errno, what);
   }
-  if (!ok) {
-    std::remove(tmp.c_str());
-    throw_runtime("cannot write {} ({}): {}", tmp, what, std::strerror(err));
+  int err = write(fd);
+  if (err == 0 && ::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) err = errno;
+  if (::close(fd) != 0 && err == 0 && errno != EINTR) err = errno;
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    throw WriteError(path, err, what);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     err = errno;
-    std::remove(tmp.c_str());
-    throw_runtime("cannot rename {} to {}: {}", tmp, path, std::strerror(err));
+    ::unlink(tmp.c_str());
+    throw WriteError(path, err, "renaming " + tmp + " over it");
   }
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, std::string_view data) {
+  replace_file(path, [&](int fd) { return write_fully(fd, data.data(), data.size()); }, "");
+}
+
+void write_file_atomic(const std::string& path, const std::function<bool(std::FILE*)>& write, const std::string& what) {
+  replace_file(
+      path,
+      [&](int fd) {
+        const int own = ::dup(fd);  // fclose closes its own descriptor; replace_file closes fd
+        std::FILE* f = own >= 0 ? ::fdopen(own, "wb") : nullptr;
+        if (f == nullptr) {
+          const int err = errno;
+          if (own >= 0) ::close(own);
+          return err;
+        }
+        errno = 0;
+        const bool ok = write(f) && std::fflush(f) == 0;
+        const int err = ok ? 0 : (errno != 0 ? errno : EIO);
+        if (std::fclose(f) != 0 && ok) return errno != 0 ? errno : EIO;
+        return err;
+      },
+      what);
 }
 
 void for_each_line(std::string_view text, const std::function<void(std::string_view, int64_t)>& fn) {

@@ -27,8 +27,10 @@ std::string read_file(const std::string& path);
 // counts from 1; a last line without '\n' counts, an empty one after a final '\n' does not).
 void for_each_line(std::string_view text, const std::function<void(std::string_view, int64_t)>& fn);
 
-// Writes `data` to `path` atomically: to `path + ".tmp"` first, then renamed over `path`.
-// Throws RuntimeError naming the path and the reason (the .tmp file is removed on failure).
+// Writes `data` to `path` atomically: to a temporary file "<path>.tmp-<host>-<pid>-<random>"
+// first (created exclusively, so that no two processes share one), synced, then renamed over
+// `path`. Throws WriteError (core/durable_file.h: the path, the reason and the free space) on
+// failure, after removing its own temporary file and nothing else.
 void write_file_atomic(const std::string& path, std::string_view data);
 // The same with the contents produced by `write` (returns false when an fwrite failed); `what`
 // describes them in the error message ("1000 tokens").

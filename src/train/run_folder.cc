@@ -108,14 +108,34 @@ RunFolder inspect_run_folder(const RunConfig& cfg, const TrainOptions& opt, cons
   return f;
 }
 
+namespace {
+
+// --overwrite: what the replaced run wrote besides its checkpoints and metrics (trace files,
+// the communication report) and what crashed writers left (".tmp-" files and folders). The
+// caller holds the folder's lock, so no other process is writing any of them.
+bool replaced_run_output(const std::string& name) {
+  return name.find(".tmp-") != std::string::npos || name == "comm_report.json" || name == "comm_report.txt" ||
+         (name.rfind("trace-rank", 0) == 0 && name.size() > 6 && name.substr(name.size() - 6) == ".jsonl");
+}
+
+void remove_or_throw(const fs::path& p) {
+  std::error_code ec;
+  fs::remove_all(p, ec);
+  if (ec) throw_runtime("--overwrite: cannot remove {}: {}", p.string(), ec.message());
+}
+
+}  // namespace
+
 void open_run_folder(const RunConfig& cfg, const TrainOptions& opt, const RunFolder& folder) {
-  if (!opt.resume && opt.overwrite) {
-    for (const auto& [s, d] : folder.existing) fs::remove_all(d);
-    fs::remove(fs::path(cfg.out) / "metrics.jsonl");
-  }
   std::error_code ec;
   fs::create_directories(cfg.out, ec);
   if (ec) throw_input("cannot create run folder {}: {}", cfg.out, ec.message());
+  if (opt.resume || !opt.overwrite) return;
+  for (const auto& [s, d] : folder.existing) remove_or_throw(d);
+  remove_or_throw(fs::path(cfg.out) / "metrics.jsonl");
+  for (const auto& e : fs::directory_iterator(cfg.out, ec)) {
+    if (replaced_run_output(e.path().filename().string())) remove_or_throw(e.path());
+  }
 }
 
 }  // namespace weft

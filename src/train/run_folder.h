@@ -33,8 +33,9 @@ struct RunFolder {
 // global batch match the config; a fresh run needs an empty folder or --overwrite.
 // InputError naming the values otherwise.
 RunFolder inspect_run_folder(const RunConfig& cfg, const TrainOptions& opt, const ModelConfig& mc);
-// Rank 0, after every rank has validated its inputs: clears the folder for --overwrite and
-// creates it.
+// Rank 0, after every rank has validated its inputs and while holding the folder's lock
+// (train/run_lock.h): creates the folder; for --overwrite removes the previous run's
+// checkpoints, metrics, trace files, communication report and leftover temporary files.
 void open_run_folder(const RunConfig& cfg, const TrainOptions& opt, const RunFolder& folder);
 
 }  // namespace weft

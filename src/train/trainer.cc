@@ -31,6 +31,8 @@
 #include "train/engine_config.h"
 #include "train/memory_fit.h"
 #include "train/preemption.h"
+#include "train/run_files.h"
+#include "train/run_lock.h"
 #include "train/run_report.h"
 #include "train/sample.h"
 
@@ -143,9 +145,9 @@ class TrainLoop {
   Tracer& tracer_;
   RunData& data_;
   bool rank0_;
-  std::ofstream metrics_;
   std::string trace_path_;
   TrainResult res_;
+  RunFiles files_{cfg_.out, res_.steps_done};  // every write to the run folder, checked
   double time_sum_ = 0.0;
   int64_t timed_steps_ = 0;
   // With trace: the node map and what preceded each step (for the communication model).
@@ -167,12 +169,13 @@ int64_t TrainLoop::eval_passes() const {
 // train/comm_report.h for why rank 0 reads the per-rank files instead of gathering).
 void TrainLoop::write_comm_report(int64_t start_step) {
   tracer_.set_phase("report");
-  tracer_.write_jsonl(trace_path_);
+  files_.append_with(trace_path_, [&] { tracer_.write_jsonl(trace_path_); });
   tracer_.clear();
   world_.barrier();
   if (!rank0_ || res_.steps_done <= start_step) return;
   CommReportInputs in{engine_.config(), nodes_, start_step, res_.steps_done, contexts_};
-  const nlohmann::json rep = weft::write_comm_report(cfg_.out, in);
+  nlohmann::json rep;
+  files_.write_with(cfg_.out + "/comm_report.json", [&] { rep = weft::write_comm_report(cfg_.out, in); });
   log_info("communication report: {}/comm_report.txt ({} rows, {} differing from the model)", cfg_.out,
            rep["rows"].size(), rep["mismatches"].get<int64_t>());
 }
@@ -183,7 +186,7 @@ double TrainLoop::validate(int64_t step) {
   const double vl = engine_.evaluate(*data_.val, cfg_.val_batches * cfg_.global_batch);
   if (res_.first_val_loss < 0) res_.first_val_loss = vl;
   res_.last_val_loss = vl;
-  if (rank0_) metrics_ << nlohmann::json{{"step", step}, {"val_loss", vl}}.dump() << "\n" << std::flush;
+  if (rank0_) files_.append_metrics({{"step", step}, {"val_loss", vl}});
   log_info("step {:>5} | val loss {:.4f}", step, vl);
   return vl;
 }
@@ -213,7 +216,7 @@ void TrainLoop::save(int64_t step) {
                  {"loss_scale", ls.scale()}, {"loss_scale_good_steps", ls.good_steps()},
                  {"layout", {{"tp", ec.grid.tp}, {"pp", ec.grid.pp}, {"dp", ec.grid.dp}, {"zero", ec.data_parallel.zero}}},
                  {"spike_window", spikes_.state()}};
-    save_checkpoint(dir, d);
+    files_.write_with(dir, [&] { save_checkpoint(dir, d); });
     if (cfg_.keep_last > 0) {
       auto all = list_checkpoints(cfg_.out);
       for (size_t i = 0; i + cfg_.keep_last < all.size(); ++i) fs::remove_all(all[i].second);
@@ -241,7 +244,7 @@ nlohmann::json TrainLoop::step_line(int64_t done, float lr, const StepResult& r,
   if (engine_.pipeline()) line["pipeline"] = pipeline_json(engine_, r.pipeline, cfg_.schedule);
   if (cfg_.trace) {
     line["comm"] = comm_json(tracer_.summary());
-    tracer_.write_jsonl(trace_path_);
+    files_.append_with(trace_path_, [&] { tracer_.write_jsonl(trace_path_); });
     tracer_.clear();
   }
   return line;
@@ -286,10 +289,7 @@ bool TrainLoop::stop_on_signal(int64_t done, bool saved) {
 
 TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const TrainOptions& opt) {
   using clock = std::chrono::steady_clock;
-  if (rank0_) {
-    metrics_.open((fs::path(cfg_.out) / "metrics.jsonl").string(), std::ios::app);
-    if (!metrics_) throw_runtime("cannot open {}/metrics.jsonl", cfg_.out);
-  }
+  if (rank0_) files_.open_metrics();
   trace_path_ = (fs::path(cfg_.out) / fmt::format("trace-rank{}.jsonl", world_.rank())).string();
   if (cfg_.trace && start_step == 0) fs::remove(trace_path_);
   res_.first_step = res_.steps_done = start_step;
@@ -330,7 +330,7 @@ TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const 
     if (done > start_step + 1 || cfg_.steps - start_step == 1) time_sum_ += dt, ++timed_steps_;
     res_.last_loss = r.loss;
     res_.steps_done = done;
-    if (rank0_) metrics_ << line.dump() << "\n" << std::flush;
+    if (rank0_) files_.append_metrics(line);
     log_step(done, lr, r, dt);
     if (spike) act_on_spike(*spike, spikes_, done, res_.last_checkpoint);  // stop: throws
     const bool last = done == cfg_.steps;
@@ -347,8 +347,9 @@ TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const 
   tracer_.set_phase("report");
   if (res_.steps_done > start_step) {
     const nlohmann::json line = final_report(engine_, world_, step_snapshot, pred, time_sum_, timed_steps_, res_.steps_done);
-    if (rank0_) metrics_ << line.dump() << "\n" << std::flush;
+    if (rank0_) files_.append_metrics(line);
   }
+  if (rank0_) files_.close_metrics();
   if (timed_steps_ > 0) {
     log_info("done: {} steps, {:.0f} tokens/s, {:.3f} GFLOP/s (model FLOPs)", res_.steps_done - start_step,
              res_.tokens_per_s, res_.tokens_per_s * GPT::train_flops_per_token(ec.model, ec.seq) / 1e9);
@@ -384,6 +385,9 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
     nodes = cfg.ranks_per_node > 0 ? emulated_node_map(world.size(), static_cast<int>(cfg.ranks_per_node))
                                    : make_node_map(world);
   }
+  // One run per folder: held from before the folder is read for a resume or cleared for
+  // --overwrite until the run ends (every rank learns a refusal).
+  const RunLock lock = lock_run_folder(cfg.out, world);
   const RunFolder folder = inspect_run_folder(cfg, opt, ec.model);
   // The system file and the memory fit are checked before the engine allocates anything.
   const auto [stage, dp_rank] = stage_and_dp_rank(ec, world.rank());
@@ -394,7 +398,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   world.barrier();  // every rank has validated its inputs before rank 0 touches the folder
   if (world.rank() == 0) open_run_folder(cfg, opt, folder);
   const int64_t start_step = restore_or_init(engine, cfg, folder, world.rank() == 0);
-  if (world.rank() == 0) write_file_atomic((fs::path(cfg.out) / "config.toml").string(), cfg.to_toml());
+  if (world.rank() == 0) RunFiles(cfg.out, start_step).replace("config.toml", cfg.to_toml());
   // Peaks from here on: the training steps (set-up's and checkpoints' staging buffers are not
   // part of a step).
   memory_tracker().reset_peaks();

@@ -1,0 +1,126 @@
+#include "core/durable_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+namespace weft {
+
+namespace {
+
+std::string bytes_text(uint64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  if (bytes < (uint64_t{1} << 20)) return fmt::format("{:.1f} KiB", b / 1024.0);
+  if (bytes < (uint64_t{1} << 30)) return fmt::format("{:.1f} MiB", b / (1024.0 * 1024.0));
+  return fmt::format("{:.1f} GiB", b / (1024.0 * 1024.0 * 1024.0));
+}
+
+std::string write_error_message(const std::string& path, int err, const std::string& detail) {
+  return fmt::format("cannot write {}{}: {} ({})", path, detail.empty() ? "" : " (" + detail + ")", std::strerror(err),
+                     free_space_note(path));
+}
+
+// Length of the open file `fd`, or -1.
+off_t file_length(int fd) {
+  struct stat st {};
+  return ::fstat(fd, &st) == 0 ? st.st_size : -1;
+}
+
+}  // namespace
+
+WriteError::WriteError(const std::string& path, int err, const std::string& detail)
+    : RuntimeError(write_error_message(path, err, detail)), path_(path), err_(err) {}
+
+std::string free_space_note(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p(path);
+  // The nearest existing ancestor: a file that was never created lives on its folder's file system.
+  while (!p.empty() && !fs::exists(p, ec) && p.has_parent_path() && p.parent_path() != p) p = p.parent_path();
+  if (p.empty()) p = ".";
+  struct statvfs sv {};
+  if (::statvfs(p.c_str(), &sv) != 0) return fmt::format("free space unknown: {}", std::strerror(errno));
+  const uint64_t unit = sv.f_frsize != 0 ? sv.f_frsize : sv.f_bsize;
+  return fmt::format("{} free of {}", bytes_text(static_cast<uint64_t>(sv.f_bavail) * unit),
+                     bytes_text(static_cast<uint64_t>(sv.f_blocks) * unit));
+}
+
+int write_fully(int fd, const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  constexpr size_t kMaxWrite = size_t{1} << 30;  // Linux writes at most ~2 GB per call
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n < kMaxWrite ? n : kMaxWrite);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (w == 0) return ENOSPC;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return 0;
+}
+
+AppendFile::AppendFile(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw WriteError(path, errno);
+}
+
+AppendFile::AppendFile(AppendFile&& o) noexcept : path_(std::move(o.path_)), fd_(std::exchange(o.fd_, -1)) {}
+
+AppendFile& AppendFile::operator=(AppendFile&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    path_ = std::move(o.path_);
+    fd_ = std::exchange(o.fd_, -1);
+  }
+  return *this;
+}
+
+AppendFile::~AppendFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void AppendFile::append(std::string_view record) {
+  WEFT_CHECK(fd_ >= 0, "append to {}: the file is not open", path_);
+  const off_t before = file_length(fd_);
+  const int err = write_fully(fd_, record.data(), record.size());
+  if (err == 0) return;
+  // Part of the record may be on disk (a short write before ENOSPC): cut it off again.
+  if (before >= 0 && ::ftruncate(fd_, before) != 0) {
+    const int terr = errno;
+    throw WriteError(path_, err, fmt::format("and truncating it back to {} bytes failed: {}", before, std::strerror(terr)));
+  }
+  throw WriteError(path_, err);
+}
+
+void AppendFile::sync() {
+  if (fd_ >= 0 && ::fdatasync(fd_) != 0 && errno != EINVAL && errno != EROFS) throw WriteError(path_, errno);
+}
+
+void AppendFile::close() {
+  if (fd_ < 0) return;
+  const int rc = ::close(std::exchange(fd_, -1));
+  if (rc != 0 && errno != EINTR) throw WriteError(path_, errno);
+}
+
+void append_or_roll_back(const std::string& path, const std::function<void()>& append) {
+  std::error_code ec;
+  const auto before = std::filesystem::exists(path, ec) ? std::filesystem::file_size(path, ec) : 0;
+  try {
+    append();
+  } catch (...) {
+    std::filesystem::resize_file(path, before, ec);  // best effort: the error in flight says what went wrong
+    throw;
+  }
+}
+
+}  // namespace weft

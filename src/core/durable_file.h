@@ -1,0 +1,68 @@
+// Checked writes: every write's result is looked at, a failure names the file, the error and
+// the free space of its file system, and an append never leaves part of a record behind.
+#pragma once
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "core/error.h"
+
+namespace weft {
+
+// A write that failed (ENOSPC, EDQUOT, EIO, ...). what(): "cannot write PATH[ (DETAIL)]: REASON
+// (FREE)", FREE as free_space_note(PATH) says it at the moment of the failure.
+class WriteError : public RuntimeError {
+ public:
+  WriteError(const std::string& path, int err, const std::string& detail = "");
+  const std::string& path() const { return path_; }
+  int error() const { return err_; }  // the errno of the failed call
+
+ private:
+  std::string path_;
+  int err_;
+};
+
+// "12.0 MiB free of 64.0 MiB" for the file system that holds `path` (its folder when `path`
+// does not exist; statvfs, the space an unprivileged process may use), or "free space
+// unknown: REASON".
+std::string free_space_note(const std::string& path);
+
+// Writes all `n` bytes to `fd` (retrying EINTR and short writes). Returns 0, or the errno of
+// the call that failed (a write that wrote nothing counts as ENOSPC).
+int write_fully(int fd, const void* data, size_t n);
+
+// A file opened for appending whole records (lines). Each record goes out in one write(); if
+// that write fails or is short and the rest fails, the file is truncated back to its length
+// before the record, so the file never ends in part of a record. Single writer (the run
+// folder's lock, train/run_lock.h, guarantees it for a run folder).
+class AppendFile {
+ public:
+  AppendFile() = default;
+  // Opens (creates, 0644) `path` for appending. WriteError if it cannot.
+  explicit AppendFile(const std::string& path);
+  AppendFile(AppendFile&& o) noexcept;
+  AppendFile& operator=(AppendFile&& o) noexcept;
+  AppendFile(const AppendFile&) = delete;
+  AppendFile& operator=(const AppendFile&) = delete;
+  ~AppendFile();
+
+  bool is_open() const { return fd_ >= 0; }
+  const std::string& path() const { return path_; }
+  // Appends `record` whole or not at all. WriteError on failure (the file keeps its length).
+  void append(std::string_view record);
+  // fdatasync: the records appended so far survive a crash of the machine. WriteError.
+  void sync();
+  // Closes the file, checking the result (network file systems report late errors here).
+  void close();
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+// Runs `append`, which appends to `path` by means of its own (an ofstream); if it throws,
+// `path` is truncated back to its length before the call, and the exception is rethrown.
+void append_or_roll_back(const std::string& path, const std::function<void()>& append);
+
+}  // namespace weft
