@@ -1,4 +1,5 @@
-// Small POSIX file helpers shared by the checkpoint code (internal to src/ckpt).
+// Small POSIX file helpers of the checkpoint code (src/ckpt; train/run_folder uses the
+// writer-suffix rule for its own leftovers).
 #pragma once
 #include <cstddef>
 #include <string>
