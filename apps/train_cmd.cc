@@ -1,4 +1,4 @@
-// `weft train CONFIG [--key value | --key=value]... [--resume [DIR]] [--overwrite]`: every
+// `weft train CONFIG [--key value | --key=value]... [--resume [DIR|latest-valid]] [--overwrite]`: every
 // config key is an option, so the arguments are parsed here rather than with CLI11.
 #include <fmt/format.h>
 
@@ -27,7 +27,11 @@ struct TrainArgs {
 };
 
 void print_train_help() {
-  fmt::print("usage: weft train CONFIG.toml [--key value ...] [--resume [CHECKPOINT]] [--overwrite]\n\nconfig keys (each also a --option):\n");
+  fmt::print("usage: weft train CONFIG.toml [--key value ...] [--resume [CHECKPOINT | latest-valid]] [--overwrite]\n\n"
+             "  --resume               continue from the newest checkpoint of the run folder (verified; exit 2 if corrupt)\n"
+             "  --resume latest-valid  continue from the newest checkpoint that verifies, skipping corrupt ones\n"
+             "  --resume CHECKPOINT    continue from that checkpoint folder (verified)\n\n"
+             "config keys (each also a --option):\n");
   for (const auto& k : run_config_keys()) fmt::print("  {}\n", k);
 }
 
@@ -63,6 +67,10 @@ TrainArgs parse_train_args(const std::vector<std::string>& args) {
     if (a == "--resume") {
       t.opt.resume = true;
       if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0 && !t.config_path.empty()) t.opt.resume_from = args[++i];
+    } else if (a.rfind("--resume=", 0) == 0) {
+      t.opt.resume = true;
+      t.opt.resume_from = a.substr(9);
+      if (t.opt.resume_from.empty()) throw_input("--resume= needs a checkpoint folder or latest-valid");
     } else if (a == "--overwrite") {
       t.opt.overwrite = true;
     } else if (a.rfind("--", 0) == 0) {

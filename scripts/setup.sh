@@ -13,7 +13,7 @@ PKGS=(
   libopenblas-openmp-dev libopenblas-dev
   libopenmpi-dev openmpi-bin
   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-  libgtest-dev libgmock-dev libpcre2-dev
+  libgtest-dev libgmock-dev libpcre2-dev libxxhash-dev
   python3 python3-torch python3-numpy
   fortunes fortunes-min
   gnuplot-nox

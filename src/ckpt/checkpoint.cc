@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ckpt/fs_util.h"
+#include "ckpt/manifest.h"
 #include "ckpt/safetensors.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -41,7 +42,8 @@ fs::path normalize_dir(const std::string& dir) {
 
 fs::path parent_of(const fs::path& p) { return p.has_parent_path() ? p.parent_path() : fs::path("."); }
 
-// Siblings of `target` named <name><tag><digits> (tag ".tmp-" or ".old-") that are folders.
+// Siblings of `target` named <name><tag><suffix> (tag ".tmp-" or ".old-"; suffix "<host>-<pid>",
+// or a bare pid from older weft versions) that are folders.
 std::vector<fs::path> siblings_with_tag(const fs::path& target, const std::string& tag) {
   std::vector<fs::path> out;
   const std::string prefix = target.filename().string() + tag;
@@ -52,7 +54,10 @@ std::vector<fs::path> siblings_with_tag(const fs::path& target, const std::strin
     const std::string n = e.path().filename().string();
     if (n.size() <= prefix.size() || n.compare(0, prefix.size(), prefix) != 0) continue;
     const std::string rest = n.substr(prefix.size());
-    if (!std::all_of(rest.begin(), rest.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+    const bool name_chars = std::all_of(rest.begin(), rest.end(), [](char c) {
+      return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '.' || c == '_' || c == '-';
+    });
+    if (!name_chars || rest.back() < '0' || rest.back() > '9') continue;
     std::error_code ec2;
     if (e.is_directory(ec2)) out.push_back(e.path());
   }
@@ -85,12 +90,37 @@ void rename_or_throw(const fs::path& from, const fs::path& to) {
   }
 }
 
+// The "<host>-<pid>" (or bare pid) a temporary sibling's name ends with.
+std::string writer_of(const fs::path& sibling, const std::string& tag, const fs::path& target) {
+  return sibling.filename().string().substr(target.filename().string().size() + tag.size());
+}
+
+// Siblings with `tag` whose writer is provably gone (ckpt_io::writer_gone); the others are
+// logged and left alone: they may belong to a save still running in another process.
+std::vector<fs::path> dead_writers_siblings(const fs::path& target, const std::string& tag) {
+  std::vector<fs::path> out;
+  for (const auto& p : siblings_with_tag(target, tag)) {
+    if (ckpt_io::writer_gone(writer_of(p, tag, target))) {
+      out.push_back(p);
+    } else {
+      log_warn("checkpoint: leaving {}: the process that wrote it ({}) may still be running", p.string(),
+               writer_of(p, tag, target));
+    }
+  }
+  return out;
+}
+
 // Puts the previous checkpoint back if a save stopped between its two renames, and removes
-// what interrupted saves left (stale .tmp-* and .old-* folders).
+// what interrupted saves of dead processes left (stale .tmp-* and .old-* folders).
 void recover_interrupted_save(const fs::path& target) {
-  std::vector<fs::path> olds = siblings_with_tag(target, ".old-");
+  std::vector<fs::path> olds = dead_writers_siblings(target, ".old-");
   std::error_code ec;
-  if (!fs::exists(target, ec) && !olds.empty()) {
+  if (!fs::exists(target, ec) && !siblings_with_tag(target, ".old-").empty()) {
+    if (olds.empty()) {
+      throw_runtime("{} is missing and only a save of a process that may still be running left its previous "
+                    "version ({}); if that process is gone, rename that folder back to {}",
+                    target.string(), newest(siblings_with_tag(target, ".old-")).string(), target.string());
+    }
     const fs::path keep = newest(olds);
     log_warn("checkpoint: {} is missing; restoring the previous checkpoint {} left by an interrupted save",
              target.string(), keep.string());
@@ -99,7 +129,7 @@ void recover_interrupted_save(const fs::path& target) {
     olds.erase(std::find(olds.begin(), olds.end(), keep));
   }
   for (const auto& p : olds) remove_tree_quietly(p);
-  for (const auto& p : siblings_with_tag(target, ".tmp-")) remove_tree_quietly(p);
+  for (const auto& p : dead_writers_siblings(target, ".tmp-")) remove_tree_quietly(p);
 }
 
 // A float as the shortest decimal that reads back to the same float (1e-05, not 9.99e-06).
@@ -207,13 +237,21 @@ nlohmann::json parse_json_file(const std::string& path, const char* what) {
   const std::string text = ckpt_io::read_text_file(path, what);
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
     throw_input("{}: {} is not valid JSON: {}", path, what, e.what());
   }
 }
 
-// Integer key in 1..INT_MAX (or 0..INT_MAX when zero_ok).
-int json_int(const nlohmann::json& j, const char* key, const std::string& source, bool zero_ok = false) {
+// Upper limits of config.json's sizes: far above any real model, low enough that every
+// product the model makes of them (V x C, L x C x F, T x T) fits in 64 bits.
+constexpr int kMaxLayers = 100'000;
+constexpr int kMaxHeads = 65'536;
+constexpr int kMaxWidth = 1 << 20;    // n_embd, n_inner
+constexpr int kMaxContext = 1 << 24;  // n_positions / n_ctx
+constexpr int kMaxVocab = 1 << 26;    // vocab_size, padded_vocab
+
+// Integer key in 1..max. A float (12.0), a negative, an overflowing (2^63) value is an error.
+int json_int(const nlohmann::json& j, const char* key, const std::string& source, int max) {
   if (!j.contains(key)) throw_input("{}: key '{}' is missing", source, key);
   const auto& v = j.at(key);
   int64_t x = 0;
@@ -225,10 +263,7 @@ int json_int(const nlohmann::json& j, const char* key, const std::string& source
   } else {
     throw_input("{}: key '{}' is {}, expected an integer", source, key, v.dump());
   }
-  if (x < (zero_ok ? 0 : 1) || x > INT_MAX) {
-    throw_input("{}: key '{}' is {}, expected an integer from {} to {}", source, key, v.dump(), zero_ok ? 0 : 1,
-                INT_MAX);
-  }
+  if (x < 1 || x > max) throw_input("{}: key '{}' is {}, expected an integer from 1 to {}", source, key, v.dump(), max);
   return static_cast<int>(x);
 }
 
@@ -263,7 +298,7 @@ nlohmann::ordered_json config_json_ordered(const ModelConfig& cfg) {
   j["bos_token_id"] = gpt2_vocab ? nlohmann::ordered_json(kGpt2EndOfText) : nlohmann::ordered_json(nullptr);
   j["eos_token_id"] = gpt2_vocab ? nlohmann::ordered_json(kGpt2EndOfText) : nlohmann::ordered_json(nullptr);
   j["torch_dtype"] = "float32";
-  j["weft"] = {{"name", cfg.name}, {"padded_vocab", cfg.padded_vocab}};
+  j["weft"] = {{"name", cfg.name}, {"padded_vocab", cfg.padded_vocab}, {"format_version", kCheckpointFormatVersion}};
   return j;
 }
 
@@ -288,12 +323,12 @@ ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& s
     throw_input("{}: tie_word_embeddings is {}, weft ties the output head to the token embedding", source,
                 j.at("tie_word_embeddings").dump());
   }
-  const int n_layer = json_int(j, "n_layer", source);
-  const int n_head = json_int(j, "n_head", source);
-  const int n_embd = json_int(j, "n_embd", source);
-  const int vocab = json_int(j, "vocab_size", source);
-  const int n_ctx = j.contains("n_positions") ? json_int(j, "n_positions", source) : json_int(j, "n_ctx", source);
-  const int ffn = j.contains("n_inner") && !j.at("n_inner").is_null() ? json_int(j, "n_inner", source) : 0;
+  const int n_layer = json_int(j, "n_layer", source, kMaxLayers);
+  const int n_head = json_int(j, "n_head", source, kMaxHeads);
+  const int n_embd = json_int(j, "n_embd", source, kMaxWidth);
+  const int vocab = json_int(j, "vocab_size", source, kMaxVocab);
+  const int n_ctx = json_int(j, j.contains("n_positions") ? "n_positions" : "n_ctx", source, kMaxContext);
+  const int ffn = j.contains("n_inner") && !j.at("n_inner").is_null() ? json_int(j, "n_inner", source, kMaxWidth) : 0;
   std::string name = "gpt2";
   int padded_vocab = 0;
   if (j.contains("weft")) {
@@ -303,7 +338,7 @@ ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& s
       if (!w.at("name").is_string()) throw_input("{}: key 'weft.name' is {}, expected a string", source, w.at("name").dump());
       name = w.at("name").get<std::string>();
     }
-    if (w.contains("padded_vocab")) padded_vocab = json_int(w, "padded_vocab", source + ": weft");
+    if (w.contains("padded_vocab")) padded_vocab = json_int(w, "padded_vocab", source + ": weft", kMaxVocab + 128);
   }
   ModelConfig cfg;
   try {
@@ -312,7 +347,7 @@ ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& s
     auto read_positive = [&](const char* key, float* out) {
       if (!j.contains(key)) return;
       const auto& v = j.at(key);
-      if (!v.is_number() || !(v.get<double>() > 0.0) || !std::isfinite(v.get<double>())) {
+      if (!v.is_number() || !(v.get<double>() > 0.0) || !std::isfinite(static_cast<float>(v.get<double>()))) {
         throw_input("key '{}' is {}, expected a positive number", key, v.dump());
       }
       *out = static_cast<float>(v.get<double>());
@@ -327,7 +362,9 @@ ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& s
 }
 
 ModelConfig load_checkpoint_config(const std::string& dir) {
-  const std::string path = join_path(resolve_checkpoint_dir(dir), kCheckpointConfigFile);
+  const std::string resolved = resolve_checkpoint_dir(dir);
+  verify_manifest(resolved, {kCheckpointConfigFile});
+  const std::string path = join_path(resolved, kCheckpointConfigFile);
   return model_config_from_json(parse_json_file(path, "the model config"), path);
 }
 
@@ -350,20 +387,23 @@ void save_checkpoint(const std::string& dir, const CheckpointData& data) {
   }
   recover_interrupted_save(target);
 
-  const std::string pid = std::to_string(::getpid());
+  const std::string pid = ckpt_io::writer_suffix();  // "<host>-<pid>"
   const fs::path tmp = parent / (target.filename().string() + ".tmp-" + pid);
   fs::remove_all(tmp, ec);
   if (!fs::create_directory(tmp, ec) || ec) {
     throw_runtime("cannot create folder {}: {}", tmp.string(), ec ? ec.message() : "it exists");
   }
   try {
+    ManifestWriter manifest;
     std::vector<TensorRef> refs;
     for (const ParamTensor& t : layout.tensors()) {
       refs.push_back({t.name, StDType::kF32, t.hf_shape, data.params + t.offset});
     }
-    write_safetensors((tmp / kCheckpointModelFile).string(), refs, {{"format", "pt"}});
-    ckpt_io::write_file_synced((tmp / kCheckpointConfigFile).string(),
-                               config_json_ordered(layout.config()).dump(2) + "\n");
+    manifest.add_safetensors(kCheckpointModelFile,
+                             write_safetensors((tmp / kCheckpointModelFile).string(), refs, {{"format", "pt"}}));
+    const std::string config_text = config_json_ordered(layout.config()).dump(2) + "\n";
+    ckpt_io::write_file_synced((tmp / kCheckpointConfigFile).string(), config_text);
+    manifest.add_file(kCheckpointConfigFile, config_text);
     if (data.exp_avg != nullptr) {
       refs.clear();
       for (const ParamTensor& t : layout.tensors()) {
@@ -372,10 +412,14 @@ void save_checkpoint(const std::string& dir, const CheckpointData& data) {
       for (const ParamTensor& t : layout.tensors()) {
         refs.push_back({"exp_avg_sq." + t.name, StDType::kF32, t.hf_shape, data.exp_avg_sq + t.offset});
       }
-      write_safetensors((tmp / kCheckpointOptimizerFile).string(), refs, {{"format", "weft-adamw"}});
+      manifest.add_safetensors(kCheckpointOptimizerFile, write_safetensors((tmp / kCheckpointOptimizerFile).string(),
+                                                                           refs, {{"format", "weft-adamw"}}));
     }
     const nlohmann::json& trainer = data.trainer.is_null() ? nlohmann::json::object() : data.trainer;
-    ckpt_io::write_file_synced((tmp / kCheckpointTrainerFile).string(), trainer.dump(2) + "\n");
+    const std::string trainer_text = trainer.dump(2) + "\n";
+    ckpt_io::write_file_synced((tmp / kCheckpointTrainerFile).string(), trainer_text);
+    manifest.add_file(kCheckpointTrainerFile, trainer_text);
+    manifest.write(tmp.string());  // last: a folder with a manifest is complete
     ckpt_io::fsync_path(tmp.string());
   } catch (...) {
     remove_tree_quietly(tmp);
@@ -425,8 +469,17 @@ std::string resolve_checkpoint_dir(const std::string& dir) {
   return keep.string();
 }
 
-void load_checkpoint_params(const std::string& dir, const ParamLayout& layout, float* params) {
-  const SafetensorsFile f(join_path(resolve_checkpoint_dir(dir), kCheckpointModelFile));
+void verify_checkpoint(const std::string& dir) {
+  const std::string resolved = resolve_checkpoint_dir(dir);
+  if (verify_manifest(resolved) == ManifestCheck::kNoManifest) {
+    log_debug("checkpoint {}: no manifest (a Hugging Face folder or an older weft checkpoint); not verified", resolved);
+  }
+}
+
+void load_checkpoint_params(const std::string& dir, const ParamLayout& layout, float* params, CheckpointVerify verify) {
+  const std::string resolved = resolve_checkpoint_dir(dir);
+  if (verify == CheckpointVerify::kVerify) verify_manifest(resolved, {kCheckpointModelFile});
+  const SafetensorsFile f(join_path(resolved, kCheckpointModelFile));
   const std::string prefix = hf_prefix(f);
   auto file_name = [&](const ParamTensor& t) { return prefix + strip_transformer(t.name); };
   std::vector<std::pair<std::string, std::vector<int64_t>>> expected;
@@ -444,10 +497,12 @@ void load_checkpoint_params(const std::string& dir, const ParamLayout& layout, f
 }
 
 bool load_checkpoint_optimizer(const std::string& dir, const ParamLayout& layout, float* exp_avg,
-                               float* exp_avg_sq) {
-  const std::string path = join_path(resolve_checkpoint_dir(dir), kCheckpointOptimizerFile);
+                               float* exp_avg_sq, CheckpointVerify verify) {
+  const std::string resolved = resolve_checkpoint_dir(dir);
+  const std::string path = join_path(resolved, kCheckpointOptimizerFile);
   std::error_code ec;
   if (!fs::exists(path, ec)) return false;
+  if (verify == CheckpointVerify::kVerify) verify_manifest(resolved, {kCheckpointOptimizerFile});
   const SafetensorsFile f(path);
   std::vector<std::pair<std::string, std::vector<int64_t>>> expected;
   for (const char* prefix : {"exp_avg.", "exp_avg_sq."}) {
@@ -464,8 +519,9 @@ bool load_checkpoint_optimizer(const std::string& dir, const ParamLayout& layout
 }
 
 nlohmann::json load_checkpoint_trainer(const std::string& dir) {
-  const std::string path = join_path(resolve_checkpoint_dir(dir), kCheckpointTrainerFile);
-  return parse_json_file(path, "the trainer state");
+  const std::string resolved = resolve_checkpoint_dir(dir);
+  verify_manifest(resolved, {kCheckpointTrainerFile});
+  return parse_json_file(join_path(resolved, kCheckpointTrainerFile), "the trainer state");
 }
 
 }  // namespace weft

@@ -6,10 +6,12 @@
 //   <dir>/config.json            Hugging Face GPT2Config keys plus a "weft" object
 //   <dir>/optimizer.safetensors  (optional) AdamW moments "exp_avg.<name>", "exp_avg_sq.<name>"
 //   <dir>/trainer.json           the caller's training state (opaque here)
+//   <dir>/manifest.json          size and XXH3 checksum of every file and tensor (ckpt/manifest.h)
 //
-// Saving is atomic: the folder is written as <dir>.tmp-<pid>, then swapped into place, so a
-// crash at any moment leaves the previous complete checkpoint or the new one (recovery rule
-// in resolve_checkpoint_dir). One process saves a given <dir> at a time.
+// Saving is atomic: the folder is written as <dir>.tmp-<host>-<pid>, then swapped into place,
+// so a crash at any moment leaves the previous complete checkpoint or the new one (recovery
+// rule in resolve_checkpoint_dir). One process saves a given <dir> at a time. Loading verifies
+// each file it reads against the manifest (InputError naming the file and tensor).
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
@@ -34,12 +36,13 @@ struct CheckpointData {
 
 // Writes the checkpoint folder `dir` atomically (see above). Creates missing parent folders.
 // Before writing, cleans up after an interrupted earlier save of the same `dir` (restores
-// <dir>.old-* when <dir> is missing, removes stale <dir>.tmp-* / <dir>.old-*).
+// <dir>.old-* when <dir> is missing, removes stale <dir>.tmp-* / <dir>.old-*), touching only
+// leftovers of this process or of dead processes on this host (ckpt_io::writer_gone).
 // Throws RuntimeError on I/O failure (the previous checkpoint, if any, stays in place).
 void save_checkpoint(const std::string& dir, const CheckpointData& data);
 
 // The folder to read a checkpoint from: `dir` itself when it exists; when it does not, the
-// <dir>.old-<pid> folder that a save interrupted between its two renames left (the previous
+// <dir>.old-<host>-<pid> folder that a save interrupted between its two renames left (the previous
 // complete checkpoint; the newest if several). <dir>.tmp-* folders are never used: they may
 // be incomplete. Throws InputError if neither exists. Read-only: changes nothing on disk.
 std::string resolve_checkpoint_dir(const std::string& dir);
@@ -50,7 +53,16 @@ nlohmann::json checkpoint_config_json(const ModelConfig& cfg);
 // in errors. Throws InputError naming the key for a missing or invalid key.
 ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& source);
 
-// Reads <dir>/config.json. Throws InputError if it is missing, not JSON, or lacks a key.
+// Verifies every file of the checkpoint `dir` against its manifest (ckpt/manifest.h):
+// InputError naming the file (and the tensor) on a mismatch. A folder without a manifest that
+// does not claim one (Hugging Face, older weft) passes unverified.
+void verify_checkpoint(const std::string& dir);
+
+// Whether a loader checks its file against the manifest. kAlreadyVerified: the caller ran
+// verify_checkpoint on this folder just before (so each byte is hashed once).
+enum class CheckpointVerify { kVerify, kAlreadyVerified };
+
+// Reads <dir>/config.json (verified). Throws InputError if it is missing, not JSON, or lacks a key.
 ModelConfig load_checkpoint_config(const std::string& dir);
 
 // Fills `params` (layout.total() floats) from <dir>/model.safetensors. Checks every tensor
@@ -59,14 +71,15 @@ ModelConfig load_checkpoint_config(const std::string& dir);
 // Accepts Hugging Face files: names with or without the "transformer." prefix, F16/BF16/F64
 // data, the ".attn.bias"/".attn.masked_bias" buffers (ignored) and an "lm_head.weight" equal
 // to the token embedding. The padded vocabulary rows of wte are set to 0.
-void load_checkpoint_params(const std::string& dir, const ParamLayout& layout, float* params);
+void load_checkpoint_params(const std::string& dir, const ParamLayout& layout, float* params,
+                            CheckpointVerify verify = CheckpointVerify::kVerify);
 
 // Fills the AdamW moments from <dir>/optimizer.safetensors; returns false (and writes nothing)
 // when the checkpoint has no optimizer file. Same checks as load_checkpoint_params.
 bool load_checkpoint_optimizer(const std::string& dir, const ParamLayout& layout, float* exp_avg,
-                               float* exp_avg_sq);
+                               float* exp_avg_sq, CheckpointVerify verify = CheckpointVerify::kVerify);
 
-// Reads <dir>/trainer.json. Throws InputError if it is missing or not JSON.
+// Reads <dir>/trainer.json (verified). Throws InputError if it is missing or not JSON.
 nlohmann::json load_checkpoint_trainer(const std::string& dir);
 
 }  // namespace weft

@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -68,6 +70,34 @@ std::string read_text_file(const std::string& path, const char* what) {
   ss << in.rdbuf();
   if (in.bad()) throw_runtime("{}: read failed", path);
   return ss.str();
+}
+
+namespace {
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
+  std::string h(buf);
+  for (char& c : h) {
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.')) c = '_';
+  }
+  return h.empty() ? std::string("unknown-host") : h;
+}
+
+}  // namespace
+
+std::string writer_suffix() { return host_name() + "-" + std::to_string(::getpid()); }
+
+bool writer_gone(const std::string& suffix) {
+  const size_t dash = suffix.rfind('-');
+  if (dash == std::string::npos || dash == 0 || dash + 1 == suffix.size()) return false;  // no host: unknown writer
+  const std::string pid_text = suffix.substr(dash + 1);
+  if (pid_text.size() > 9 || pid_text.find_first_not_of("0123456789") != std::string::npos) return false;
+  if (suffix.substr(0, dash) != host_name()) return false;  // another machine's process: cannot tell
+  const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
+  if (pid == ::getpid()) return true;
+  if (pid <= 0) return false;
+  return ::kill(pid, 0) != 0 && errno == ESRCH;  // EPERM: alive, owned by another user
 }
 
 }  // namespace weft::ckpt_io

@@ -1,4 +1,5 @@
-// Small POSIX file helpers shared by the checkpoint code (internal to src/ckpt).
+// Small POSIX file helpers of the checkpoint code (src/ckpt; train/run_folder uses the
+// writer-suffix rule for its own leftovers).
 #pragma once
 #include <cstddef>
 #include <string>
@@ -22,5 +23,15 @@ std::string parent_dir(const std::string& path);
 // Reads a whole (small) text file. Throws InputError "<path>: cannot read <what>: <reason>"
 // when it cannot be opened.
 std::string read_text_file(const std::string& path, const char* what);
+
+// Temporary names (<dir>.tmp-*, <dir>.old-*, <dir>.trash-*) end in "<host>-<pid>" of the
+// process that made them, so that a cleanup can tell its own and dead processes' leftovers
+// from those of a live process (which it must never delete).
+// This process' suffix: its host name (characters other than [A-Za-z0-9.] as '_') and pid.
+std::string writer_suffix();
+// Whether the process that named a leftover `suffix` is provably gone: the suffix is this
+// process' own, or names this host and a pid that is not running. A suffix without a host
+// (the bare pid of older weft versions) or of another host is never provably gone.
+bool writer_gone(const std::string& suffix);
 
 }  // namespace weft::ckpt_io

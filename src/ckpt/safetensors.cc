@@ -15,6 +15,7 @@
 #include <set>
 #include <utility>
 
+#include "ckpt/checksum.h"
 #include "ckpt/fs_util.h"
 #include "core/error.h"
 
@@ -96,8 +97,8 @@ std::string format_shape(const std::vector<int64_t>& shape) {
 // ---------------------------------------------------------------------------------------
 // Writer
 
-void write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+SafetensorsDigest write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
+                                    const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
     nlohmann::ordered_json meta = nlohmann::ordered_json::object();
@@ -137,16 +138,21 @@ void write_safetensors(const std::string& path, const std::vector<TensorRef>& te
   text.append((8 - text.size() % 8) % 8, ' ');
   const uint64_t header_len = text.size();
 
+  SafetensorsDigest digest;
+  digest.file_size = 8 + header_len + offset;
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw_runtime("{}: cannot create: {}", tmp, std::strerror(errno));
   try {
-    unsigned char len_bytes[8];
-    std::memcpy(len_bytes, &header_len, 8);  // little-endian host (static_assert above)
-    ckpt_io::write_all(fd, len_bytes, 8, tmp);
-    ckpt_io::write_all(fd, text.data(), text.size(), tmp);
+    std::string head(8, '\0');
+    std::memcpy(head.data(), &header_len, 8);  // little-endian host (static_assert above)
+    head += text;
+    ckpt_io::write_all(fd, head.data(), head.size(), tmp);
+    digest.header_bytes = head.size();
+    digest.header_checksum = ckpt_io::checksum(head.data(), head.size());
     for (size_t i = 0; i < tensors.size(); ++i) {
       if (nbytes[i] > 0) ckpt_io::write_all(fd, tensors[i].data, nbytes[i], tmp);
+      digest.tensor_checksums.emplace_back(tensors[i].name, ckpt_io::checksum(nbytes[i] > 0 ? tensors[i].data : "", nbytes[i]));
     }
     if (::fsync(fd) != 0) throw_runtime("{}: fsync failed: {}", tmp, std::strerror(errno));
     if (::close(fd) != 0) {
@@ -165,6 +171,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorRef>& te
     throw_runtime("cannot rename {} to {}: {}", tmp, path, std::strerror(err));
   }
   ckpt_io::fsync_path(ckpt_io::parent_dir(path));
+  return digest;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -225,7 +232,7 @@ nlohmann::json parse_header(const std::string& path, const unsigned char* bytes,
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(bytes + 8, bytes + 8 + n);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
     throw_input("{}: header ({} bytes) is not valid JSON: {}", path, n, e.what());
   }
   if (!header.is_object()) {

@@ -14,6 +14,7 @@
 #include <map>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace weft {
@@ -45,12 +46,23 @@ struct TensorRef {
   const void* data = nullptr;
 };
 
+// The checksums of a written file (ckpt/checksum.h), for the checkpoint manifest: the
+// header region (the 8 length bytes and the header) and each tensor's bytes, so that every
+// byte of the file is hashed exactly once (the tensors tile the data buffer).
+struct SafetensorsDigest {
+  uint64_t file_size = 0;
+  uint64_t header_bytes = 0;  // 8 + N
+  uint64_t header_checksum = 0;
+  std::vector<std::pair<std::string, uint64_t>> tensor_checksums;  // in file order
+};
+
 // Writes a safetensors file. Tensors are laid out in the given order; the data is streamed
 // from the caller's buffers (no copy). Atomic: writes `path.tmp`, fsyncs it, renames it to
 // `path` and fsyncs the folder, so `path` is either the old file or the complete new one.
 // Empty `metadata` writes no "__metadata__" entry. Throws RuntimeError on an I/O failure and
-// on an invalid request (empty or duplicate name, negative dimension, null data).
-void write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
+// on an invalid request (empty or duplicate name, negative dimension, null data). Returns the
+// checksums of what it wrote (computed from the caller's buffers while writing).
+SafetensorsDigest write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
                        const std::map<std::string, std::string>& metadata);
 
 struct SafetensorsTensorInfo {

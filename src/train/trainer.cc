@@ -99,21 +99,24 @@ int64_t restore_or_init(Engine& engine, const RunConfig& cfg, const RunFolder& f
   const ParamLayout& whole = engine.whole_layout();
   const size_t n = static_cast<size_t>(whole.total());
   Buffer<float> params(n), m(n), v(n);
-  load_checkpoint_params(dir, whole, params.data());
-  if (!load_checkpoint_optimizer(dir, whole, m.data(), v.data())) {
+  // inspect_run_folder verified every file against the manifest: each byte is hashed once.
+  load_checkpoint_params(dir, whole, params.data(), CheckpointVerify::kAlreadyVerified);
+  if (!load_checkpoint_optimizer(dir, whole, m.data(), v.data(), CheckpointVerify::kAlreadyVerified)) {
     throw_input("{}: the checkpoint has no optimizer state ({}), so the run cannot continue exactly", dir,
                 kCheckpointOptimizerFile);
   }
   engine.load_state(params.data(), m.data(), v.data());
-  const nlohmann::json& st = folder.resume_state;
-  const int64_t start = st["step"].get<int64_t>();
+  const ResumeState& st = folder.resume_state;  // range-checked by inspect_run_folder
+  const int64_t start = st.step;
   double scale = engine.loss_scaler().scale();  // dynamic loss scaling: the saved state
   int64_t good_steps = engine.loss_scaler().good_steps();
-  if (st.contains("loss_scale")) {
-    scale = st["loss_scale"].get<double>();
-    good_steps = st.value("loss_scale_good_steps", int64_t{0});
+  if (st.has_loss_scale) {
+    scale = st.loss_scale;
+    good_steps = st.loss_scale_good_steps;
   }
-  engine.restore_counters(st.value("optimizer_steps", start), scale, good_steps);
+  engine.restore_counters(st.optimizer_steps, scale, good_steps);
+  // History is rewritten only now, after the checkpoint verified and loaded completely: a
+  // refused resume leaves metrics.jsonl as it was.
   if (rank0) truncate_metrics((fs::path(cfg.out) / "metrics.jsonl").string(), start);
   log_info("resuming from {} at step {}", dir, start);
   return start;
@@ -217,10 +220,7 @@ void TrainLoop::save(int64_t step) {
                  {"layout", {{"tp", ec.grid.tp}, {"pp", ec.grid.pp}, {"dp", ec.grid.dp}, {"zero", ec.data_parallel.zero}}},
                  {"spike_window", spikes_.state()}};
     files_.write_with(dir, [&] { save_checkpoint(dir, d); });
-    if (cfg_.keep_last > 0) {
-      auto all = list_checkpoints(cfg_.out);
-      for (size_t i = 0; i + cfg_.keep_last < all.size(); ++i) fs::remove_all(all[i].second);
-    }
+    prune_checkpoints(cfg_.out, cfg_.keep_last);
     log_info("checkpoint {}", dir);
   }
   res_.last_checkpoint = dir;
@@ -404,7 +404,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   memory_tracker().reset_peaks();
   log_run_setup({&cfg, &engine, data.train.size(), data.train.num_windows(ec.seq), threads}, pred);
   TrainLoop loop(cfg, engine, world, tracer, data, std::move(nodes));
-  if (!folder.resume_dir.empty()) loop.spikes().restore(folder.resume_state, folder.resume_dir + "/trainer.json");
+  if (!folder.resume_dir.empty()) loop.spikes().restore(folder.resume_state.raw, folder.resume_dir + "/trainer.json");
   return loop.run(start_step, pred, opt);
 }
 

@@ -116,7 +116,9 @@ TEST_F(Cli, TrainEvalGenerateAndCheckpointErrors) {
   {
     auto cfg = nlohmann::json::parse(test::read_text(ckpt + "/config.json"));
     cfg["n_embd"] = 64;
+    cfg.erase("weft");  // a Hugging Face style folder: no manifest to catch the edit first
     std::ofstream(*tmp / "mismatch/config.json") << cfg.dump();
+    fs::remove(*tmp / "mismatch/manifest.json");
   }
   expect_bad_input(weft("eval --checkpoint " + *tmp / "mismatch --data " + *tmp / "data/x_val_000000.bin"),
                    {"model.safetensors", "32]", "64]"});

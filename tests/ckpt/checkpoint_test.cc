@@ -25,6 +25,9 @@ using testing_ckpt::read_bytes;
 using testing_ckpt::run_python_reader;
 using testing_ckpt::TempDir;
 using testing_ckpt::write_bytes;
+using testing_ckpt::dead_pid;
+using testing_ckpt::make_unverified;
+using testing_ckpt::suffix_for_pid;
 
 template <typename Fn>
 std::string input_error_message(Fn fn) {
@@ -167,7 +170,7 @@ TEST(CheckpointTest, ConfigJsonHasHuggingFaceKeys) {
   EXPECT_EQ(j["bos_token_id"], 50256);
   EXPECT_EQ(j["eos_token_id"], 50256);
   EXPECT_EQ(j["torch_dtype"], "float32");
-  EXPECT_EQ(j["weft"], nlohmann::json({{"name", "tiny"}, {"padded_vocab", 50304}}));
+  EXPECT_EQ(j["weft"], nlohmann::json({{"name", "tiny"}, {"padded_vocab", 50304}, {"format_version", 2}}));
   // No optimizer given: no optimizer file, and the loader says so.
   EXPECT_FALSE(fs::exists(dir + "/optimizer.safetensors"));
   std::vector<float> m(params.size()), v(params.size());
@@ -198,6 +201,7 @@ TEST(CheckpointTest, ConfigErrorsNameFileAndKey) {
   std::vector<float> params(static_cast<size_t>(layout.total()), 0.0f);
   const std::string dir = tmp / "ck";
   save_checkpoint(dir, {&layout, params.data(), nullptr, nullptr, {}});
+  make_unverified(dir);  // the edits below would otherwise fail the manifest's checksum first
   const std::string path = dir + "/config.json";
   auto j = nlohmann::json::parse(read_bytes(path));
 
@@ -211,7 +215,7 @@ TEST(CheckpointTest, ConfigErrorsNameFileAndKey) {
   EXPECT_EQ(with([](nlohmann::json& k) { k["n_embd"] = "wide"; }),
             path + ": key 'n_embd' is \"wide\", expected an integer");
   EXPECT_EQ(with([](nlohmann::json& k) { k["n_layer"] = 0; }),
-            path + ": key 'n_layer' is 0, expected an integer from 1 to 2147483647");
+            path + ": key 'n_layer' is 0, expected an integer from 1 to 100000");
   EXPECT_NE(with([](nlohmann::json& k) { k["n_head"] = 3; }).find(path + ": model 'micro': hidden size 32 is not "
                                                                            "divisible by the number of heads 3"),
             std::string::npos);
@@ -301,7 +305,7 @@ TEST(CheckpointTest, StaleTempFolderDoesNotBreakLoading) {
   const std::string dir = tmp / "ck";
   save_checkpoint(dir, {&layout, a.data(), nullptr, nullptr, {{"step", 1}}});
   // A save that crashed while writing: a partial temporary folder.
-  const std::string stale = dir + ".tmp-99999";
+  const std::string stale = dir + ".tmp-" + suffix_for_pid(dead_pid());
   fs::create_directories(stale);
   write_bytes(stale + "/model.safetensors", "garbage");
   std::vector<float> got(a.size());
@@ -324,17 +328,19 @@ TEST(CheckpointTest, CrashBetweenRenamesKeepsPreviousCheckpoint) {
   const std::string dir = tmp / "ck";
   save_checkpoint(dir, {&layout, a.data(), nullptr, nullptr, {{"step", 1}}});
   save_checkpoint(tmp / "other", {&layout, b.data(), nullptr, nullptr, {{"step", 2}}});
-  // State after "rename dir -> dir.old-<pid>" and before "rename dir.tmp-<pid> -> dir".
-  fs::rename(dir, dir + ".old-4242");
-  fs::rename(tmp / "other", dir + ".tmp-4242");
+  // State after "rename dir -> dir.old-<host>-<pid>" and before "rename dir.tmp-<host>-<pid> -> dir"
+  // of a process that died there.
+  const std::string writer = suffix_for_pid(dead_pid());
+  fs::rename(dir, dir + ".old-" + writer);
+  fs::rename(tmp / "other", dir + ".tmp-" + writer);
 
-  EXPECT_EQ(resolve_checkpoint_dir(dir), dir + ".old-4242");
+  EXPECT_EQ(resolve_checkpoint_dir(dir), dir + ".old-" + writer);
   std::vector<float> got(a.size());
   load_checkpoint_params(dir, layout, got.data());
   expect_loaded(layout, got, a);
   EXPECT_EQ(load_checkpoint_trainer(dir)["step"], 1);
   EXPECT_EQ(load_checkpoint_config(dir).n_layer, 2);
-  EXPECT_TRUE(fs::exists(dir + ".old-4242")) << "loading changes nothing on disk";
+  EXPECT_TRUE(fs::exists(dir + ".old-" + writer)) << "loading changes nothing on disk";
 
   // The next save restores, then replaces, and leaves no debris.
   save_checkpoint(dir, {&layout, c.data(), nullptr, nullptr, {{"step", 3}}});
@@ -435,6 +441,7 @@ TEST(CheckpointTest, UnknownTensorsAndDtypesAreErrors) {
   fill_pattern(layout, 50, params);
   const std::string dir = tmp / "ck";
   save_checkpoint(dir, {&layout, params.data(), nullptr, nullptr, {}});
+  make_unverified(dir);  // rewrites model.safetensors below: reach the loader's own checks
   const std::string file = dir + "/model.safetensors";
   std::vector<TensorRef> refs;
   for (const ParamTensor& t : layout.tensors()) refs.push_back({t.name, StDType::kF32, t.hf_shape, params.data() + t.offset});

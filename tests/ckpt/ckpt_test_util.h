@@ -10,7 +10,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
+
+#include "ckpt/fs_util.h"
 
 namespace weft::testing_ckpt {
 
@@ -62,6 +65,31 @@ inline std::string safetensors_bytes(const std::string& header, const std::strin
 }
 inline std::string safetensors_bytes(const std::string& header, const std::string& buffer) {
   return safetensors_bytes(header, buffer, header.size());
+}
+
+// Turns a weft checkpoint folder into one written before manifests existed (no manifest.json,
+// no weft.format_version in config.json), which loads unverified: for tests that edit a file
+// to reach the parsers' own checks behind the checksums.
+inline void make_unverified(const std::string& dir) {
+  fs::remove(fs::path(dir) / "manifest.json");
+  auto cfg = nlohmann::json::parse(read_bytes(dir + "/config.json"));
+  cfg["weft"].erase("format_version");
+  write_bytes(dir + "/config.json", cfg.dump(2));
+}
+
+// The pid of a process that has exited (a child that ends at once, reaped).
+inline pid_t dead_pid() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return pid;
+}
+
+// The "<host>-<pid>" suffix of temporary names for `pid` on this host.
+inline std::string suffix_for_pid(pid_t pid) {
+  const std::string own = ckpt_io::writer_suffix();
+  return own.substr(0, own.rfind('-') + 1) + std::to_string(pid);
 }
 
 struct CommandResult {
