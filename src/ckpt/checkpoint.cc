@@ -207,7 +207,7 @@ nlohmann::json parse_json_file(const std::string& path, const char* what) {
   const std::string text = ckpt_io::read_text_file(path, what);
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
     throw_input("{}: {} is not valid JSON: {}", path, what, e.what());
   }
 }

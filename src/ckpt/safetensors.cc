@@ -225,7 +225,7 @@ nlohmann::json parse_header(const std::string& path, const unsigned char* bytes,
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(bytes + 8, bytes + 8 + n);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
     throw_input("{}: header ({} bytes) is not valid JSON: {}", path, n, e.what());
   }
   if (!header.is_object()) {

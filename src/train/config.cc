@@ -12,6 +12,7 @@
 #include "backend/registry.h"
 #include "comm/device_comm_registry.h"
 #include "core/error.h"
+#include "data/text_util.h"
 #include "model/gpt.h"
 
 namespace weft {
@@ -172,6 +173,12 @@ void set_from_string(RunConfig& cfg, const Key& k, const std::string& text) {
             throw_input("option {} must be a number, got '{}'", full, text);
           }
         } else {
+          // config.toml (to_toml) must reload to the same value, and TOML strings are UTF-8.
+          if (!is_valid_utf8(text)) {
+            const size_t at = utf8_invalid_offset(text);
+            throw_input("option {} must be UTF-8 text, byte {} is 0x{:02X}", full, at,
+                        static_cast<unsigned char>(text[at]));
+          }
           cfg.*member = text;
         }
       },
