@@ -41,7 +41,7 @@ else
 fi
 
 # The number after `key` in libFuzzer's log (its final stats and status lines), or "null".
-stat() { local v; v="$(grep -o "$1[: ]*[0-9]*" "$2" | tail -1 | grep -o '[0-9]*$')"; echo "${v:-null}"; }
+stat() { local v; v="$(grep -oE "(^| )$1: +[0-9]+" "$2" | tail -1 | grep -oE '[0-9]+$')"; echo "${v:-null}"; }
 
 findings=0
 summary=()

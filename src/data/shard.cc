@@ -189,6 +189,7 @@ void ShardReader::copy(int64_t begin, int64_t count, int32_t* out) const {
   if (begin < 0 || count < 0 || begin > count_ - count) {
     throw_input("{}: token range [{}, {}) is outside [0, {})", path_, begin, begin + count, count_);
   }
+  if (count == 0) return;  // `out` may then be null (an empty vector's data()): no memcpy with null
   const unsigned char* p = map_ + kShardHeaderBytes + begin * token_bytes_;
   if (token_bytes_ == 2) {
     const auto* src = reinterpret_cast<const uint16_t*>(p);  // the body starts 1024-aligned
