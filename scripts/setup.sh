@@ -18,6 +18,7 @@ PKGS=(
   fortunes fortunes-min
   gnuplot-nox
   hipcc libamdhip64-dev librocprim-dev
+  clang libclang-rt-dev libomp-dev   # the fuzz build (bench/fuzz.sh, docs/fuzzing.md): libFuzzer, OpenMP for clang
 )
 # Node.js (with npm) is on most machines already, sometimes from another repository that
 # bundles npm; install Debian's only where it is missing.

@@ -82,7 +82,11 @@ int encode_element(DType t, float value, uint8_t out[4]) {
       return 2;
     }
     case DType::kF16: {
+#if defined(__FLT16_MAX__)  // the compiler's binary16, else the same rounding in software (core/precision.h)
       const _Float16 h = static_cast<_Float16>(value);
+#else
+      const uint16_t h = f32_to_f16(value);
+#endif
       std::memcpy(out, &h, 2);
       return 2;
     }

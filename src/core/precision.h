@@ -34,9 +34,22 @@ inline float round_bf16(float x) {
   return r;
 }
 
+// IEEE binary16 <-> fp32 in software (ckpt/float16.cc, also declared in ckpt/safetensors.h):
+// round to nearest even, NaN stays NaN; bit-identical to the compiler's _Float16 conversions
+// (tests/core/half_fallback_test.cc compares them).
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+
 // x rounded to the nearest IEEE binary16 (ties to even), back in fp32: |x| > 65504 (after
-// rounding) becomes inf, tiny values become subnormal halves or zero.
+// rounding) becomes inf, tiny values become subnormal halves or zero. Through the compiler's
+// _Float16 where it has one (__FLT16_MAX__: GCC on x86-64, clang with AVX512-FP16 or from
+// clang 15); through the software conversion otherwise (clang 14 on other x86 CPUs, the
+// fuzz build of docs/fuzzing.md).
+#if defined(__FLT16_MAX__)
 inline float round_fp16(float x) { return static_cast<float>(static_cast<_Float16>(x)); }
+#else
+inline float round_fp16(float x) { return f16_to_f32(f32_to_f16(x)); }
+#endif
 
 inline float round_to(Precision p, float x) {
   return p == Precision::kBf16 ? round_bf16(x) : p == Precision::kFp16 ? round_fp16(x) : x;

@@ -270,6 +270,7 @@ void ShardReader::copy(int64_t begin, int64_t count, int32_t* out) const {
   if (begin < 0 || count < 0 || begin > count_ - count) {
     throw_input("{}: token range [{}, {}) is outside [0, {})", path_, begin, begin + count, count_);
   }
+  if (count == 0) return;  // `out` may then be null (an empty vector's data()): no memcpy with null
   const unsigned char* p = map_ + kShardHeaderBytes + begin * token_bytes_;
   const uint64_t limit = vocab_ > 0 ? static_cast<uint64_t>(vocab_) : uint64_t{1} << 31;
   uint32_t most = 0;

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <charconv>
+#include <climits>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "backend/registry.h"
 #include "comm/device_comm_registry.h"
 #include "core/error.h"
+#include "data/text_util.h"
 #include "model/gpt.h"
 #include "train/divergence.h"
 
@@ -188,6 +190,12 @@ void set_from_string(RunConfig& cfg, const Key& k, const std::string& text) {
             throw_input("option {} must be a number, got '{}'", full, text);
           }
         } else {
+          // config.toml (to_toml) must reload to the same value, and TOML strings are UTF-8.
+          if (!is_valid_utf8(text)) {
+            const size_t at = utf8_invalid_offset(text);
+            throw_input("option {} must be UTF-8 text, byte {} is 0x{:02X}", full, at,
+                        static_cast<unsigned char>(text[at]));
+          }
           cfg.*member = text;
         }
       },
@@ -356,6 +364,11 @@ ModelConfig RunConfig::model_config() const {
   if (n_layer < 0 || n_head < 0 || n_embd < 0 || n_ctx < 0 || vocab_size < 0) {
     throw_input("model shape overrides must be >= 0 (0 keeps the preset): n_layer {}, n_head {}, n_embd {}, n_ctx {}, vocab_size {}",
                 n_layer, n_head, n_embd, n_ctx, vocab_size);
+  }
+  // Sizes are int in ModelConfig, and the MLP is 4 * n_embd: larger values would wrap.
+  if (n_layer > INT_MAX || n_head > INT_MAX || n_embd > INT_MAX / 4 || n_ctx > INT_MAX || vocab_size > INT_MAX) {
+    throw_input("model shape overrides too large: n_layer {}, n_head {}, n_ctx {}, vocab_size {} (at most {}), n_embd {} "
+                "(at most {})", n_layer, n_head, n_ctx, vocab_size, INT_MAX, n_embd, INT_MAX / 4);
   }
   if (n_layer == 0 && n_head == 0 && n_embd == 0 && n_ctx == 0 && vocab_size == 0) return base;
   const int C = pick(n_embd, base.n_embd);

@@ -91,7 +91,9 @@ class CpuBackend final : public Backend {
     if (dbias) {
 #pragma omp parallel
       {
-        auto [c0, c1] = chunk(OUT, omp_get_num_threads(), omp_get_thread_num());
+        // Named variables, not a structured binding: clang < 16 cannot use one inside an OpenMP region.
+        const auto range = chunk(OUT, omp_get_num_threads(), omp_get_thread_num());
+        const int64_t c0 = range.first, c1 = range.second;
         for (int64_t r = 0; r < N; ++r) {
           const float* row = dout + r * OUT;
 #pragma omp simd
@@ -128,7 +130,8 @@ class CpuBackend final : public Backend {
     // Each thread owns a slice of the channels, so repeated tokens never race.
 #pragma omp parallel
     {
-      auto [c0, c1] = chunk(C, omp_get_num_threads(), omp_get_thread_num());
+      const auto range = chunk(C, omp_get_num_threads(), omp_get_thread_num());
+      const int64_t c0 = range.first, c1 = range.second;
       for (int64_t i = 0; i < B * T; ++i) {
         const float* g = dout + i * C;
         const int64_t row = static_cast<int64_t>(tokens[i]) - v0;
