@@ -69,7 +69,7 @@ TEST(FuzzFindings, EmptyShardCopiesNothing) {
   header[0] = kShardMagicU32;
   header[1] = kShardVersionU32;
   write_bytes(dir / "empty.bin", std::string(reinterpret_cast<const char*>(header.data()), 1024));
-  const ShardReader r(dir / "empty.bin");
+  ShardReader r(dir / "empty.bin");
   EXPECT_EQ(r.size(), 0);
   std::vector<int32_t> none;
   r.copy(0, 0, none.data());  // a null destination for zero tokens: no memcpy(nullptr, ...)
