@@ -20,7 +20,8 @@
 //
 // Phase: what the process was doing (set_phase): "setup", "train" (the optimizer step: what
 // plan/comm_model.h models), "metrics" (the step line's gathers), "eval", "checkpoint",
-// "report". Stamped on each event like the step.
+// "report", "sample", "preemption" (the per-step signal all-reduce, train/preemption.h).
+// Stamped on each event like the step.
 //
 // Not thread-safe: use one Tracer from one thread (weft drives communication from the main
 // thread only, MPI_THREAD_FUNNELED). A disabled Tracer (or none) costs one branch per call.

@@ -34,7 +34,7 @@ bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Shard names "<name>_<split>_<6 digits>.bin" and meta.json in `dir`.
+// Shard names "<name>_<split>_<6 digits>.bin", their temporary files and meta.json in `dir`.
 std::vector<fs::path> earlier_outputs(const fs::path& dir, const std::string& name) {
   std::vector<fs::path> out;
   std::error_code ec;
@@ -43,7 +43,10 @@ std::vector<fs::path> earlier_outputs(const fs::path& dir, const std::string& na
     bool ours = f == "meta.json";
     for (const char* split : {"train", "val"}) {
       const std::string prefix = name + "_" + split + "_";
-      if (f.starts_with(prefix) && (ends_with(f, ".bin") || ends_with(f, ".bin.tmp"))) ours = true;
+      // Temporary files of an interrupted prepare: "<shard>.bin.tmp" (older weft) or
+      // "<shard>.bin.tmp-<host>-<pid>-<random>" (write_file_atomic).
+      const bool temp = ends_with(f, ".bin.tmp") || f.find(".bin.tmp-") != std::string::npos;
+      if (f.starts_with(prefix) && (ends_with(f, ".bin") || temp)) ours = true;
     }
     if (ours) out.push_back(entry.path());
   }

@@ -53,8 +53,8 @@ TEST(FuzzFindings, SafetensorsHeaderNumberOverflowIsAnInputError) {
 
 TEST(FuzzFindings, HugeModelOverrideIsAnInputErrorNotAWrap) {
   // n_embd was cast to int and multiplied by 4 (signed overflow); n_layer 2^32 + 2 became 2.
-  expect_input_error([] { load_run_config("", {{"n_embd", "1426452631974779854"}}); }, "n_embd 1426452631974779854");
-  expect_input_error([] { load_run_config("", {{"n_layer", "4294967298"}}); }, "n_layer 4294967298");
+  expect_input_error([] { load_run_config("", {{"n_embd", "1426452631974779854"}}); }, "n_embd = 1426452631974779854 is too large");
+  expect_input_error([] { load_run_config("", {{"n_layer", "4294967298"}}); }, "n_layer = 4294967298 is too large");
   expect_input_error([] { load_run_config("", {{"n_embd", "536870912"}}); }, "at most 536870911");
 }
 

@@ -75,6 +75,10 @@ const std::vector<BadValue>& bad_values() {
       {"initial_loss_scale", "0", "initial_loss_scale 0"}, {"initial_loss_scale", "inf", "initial_loss_scale must be a finite"},
       {"loss_scale_window", "0", "loss_scale_window must be >= 1"},
       {"min_loss_scale", "0", "min_loss_scale 0"}, {"min_loss_scale", "1e9", "min <= initial"},
+      {"spike_policy", "maybe", "spike_policy \"maybe\" is not one of"},
+      {"spike_zscore", "0", "spike_zscore must be a finite number > 0"}, {"spike_zscore", "inf", "spike_zscore must be a finite"},
+      {"spike_window", "1", "spike_window 1 and spike_min_steps 32"},
+      {"spike_min_steps", "1", "must satisfy 2 <= spike_min_steps <= spike_window"},
       // [parallel]: the layout rules check divisibility with the world size (layout_rules_test);
       // here the ranges.
       {"tp", kHuge, "tp = 99999999999 is too large"}, {"pp", kHuge, "pp = 99999999999 is too large"},
@@ -112,6 +116,7 @@ const std::set<std::string> kFreeKeys = {
     "sequence_parallel",  // a bool; the layout rules check it needs tp > 1
     "schedule",           // the layout rules
     "trace",              // a bool
+    "on_signal",          // a bool
     "system",             // a path, loaded before the engine (cli_validation_test)
     "sample_prompt",      // any text
 };
