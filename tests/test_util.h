@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -145,6 +146,29 @@ class ParityRuns : public ::testing::Test {
   std::unique_ptr<TempDir> tmp;
   std::string config;
   int n = 0;
+};
+
+// A folder for command-line tests: a random corpus in <tmp>/data and a one-layer model's
+// config in <tmp>/run.toml that trains 2 steps into <tmp>/run.
+class CliFixture : public ::testing::Test {
+ protected:
+  explicit CliFixture(std::string group) : group_(std::move(group)) {}
+  void SetUp() override {
+    tmp = std::make_unique<TempDir>(group_);
+    make_random_corpus(*tmp / "data", 6000, 1200);
+    config = *tmp / "run.toml";
+    std::ofstream(config) << "[model]\nmodel = \"tiny\"\nn_layer = 1\nn_head = 2\nn_embd = 32\nn_ctx = 16\n"
+                          << "[data]\ndata = \"" << (*tmp / "data") << "\"\n"
+                          << "[train]\nglobal_batch = 2\nmicro_batch = 2\nsteps = 2\nthreads = 1\n"
+                          << "[eval]\nval_batches = 1\n[run]\nout = \"" << (*tmp / "run") << "\"\n";
+  }
+  RunResult weft(const std::string& args) { return run_weft(args, *tmp / fmt::format("cmd{}", n++)); }
+  std::unique_ptr<TempDir> tmp;
+  std::string config;
+  int n = 0;
+
+ private:
+  std::string group_;
 };
 
 }  // namespace weft::test

@@ -12,22 +12,14 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/durable_file.h"
 #include "core/error.h"
 
 namespace weft::ckpt_io {
 
 void write_all(int fd, const void* data, size_t n, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  constexpr size_t kMaxWrite = size_t{1} << 30;  // Linux writes at most ~2 GB per call
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n < kMaxWrite ? n : kMaxWrite);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw_runtime("{}: write failed: {}", path, std::strerror(errno));
-    }
-    if (w == 0) throw_runtime("{}: write wrote nothing ({} bytes left)", path, n);
-    p += w;
-    n -= static_cast<size_t>(w);
+  if (const int err = write_fully(fd, data, n); err != 0) {
+    throw_runtime("{}: write failed: {}", path, std::strerror(err));
   }
 }
 

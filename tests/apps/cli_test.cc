@@ -23,21 +23,9 @@ void expect_bad_input(const RunResult& r, const std::vector<std::string>& fragme
   for (const auto& f : fragments) EXPECT_NE(first.find(f), std::string::npos) << "missing '" << f << "' in: " << first;
 }
 
-class Cli : public ::testing::Test {
+class Cli : public test::CliFixture {
  protected:
-  void SetUp() override {
-    tmp = std::make_unique<TempDir>("cli");
-    test::make_random_corpus(*tmp / "data", 6000, 1200);
-    config = *tmp / "run.toml";
-    std::ofstream(config) << "[model]\nmodel = \"tiny\"\nn_layer = 1\nn_head = 2\nn_embd = 32\nn_ctx = 16\n"
-                          << "[data]\ndata = \"" << (*tmp / "data") << "\"\n"
-                          << "[train]\nglobal_batch = 2\nmicro_batch = 2\nsteps = 2\nthreads = 1\n"
-                          << "[eval]\nval_batches = 1\n[run]\nout = \"" << (*tmp / "run") << "\"\n";
-  }
-  RunResult weft(const std::string& args) { return test::run_weft(args, *tmp / fmt::format("cmd{}", n++)); }
-  std::unique_ptr<TempDir> tmp;
-  std::string config;
-  int n = 0;
+  Cli() : CliFixture("cli") {}
 };
 
 TEST_F(Cli, ConfigErrors) {

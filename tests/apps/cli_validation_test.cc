@@ -25,21 +25,16 @@ void expect_refused(const RunResult& r, int code, const std::vector<std::string>
   for (const auto& f : fragments) EXPECT_NE(r.err.find(f), std::string::npos) << "missing '" << f << "' in: " << r.err;
 }
 
-class CliValidation : public ::testing::Test {
+class CliValidation : public test::CliFixture {
  protected:
+  CliValidation() : CliFixture("cli_validation") {}
   void SetUp() override {
-    tmp = std::make_unique<TempDir>("cli_validation");
-    test::make_random_corpus(*tmp / "data", 6000, 1200);
-    config = *tmp / "run.toml";
-    std::ofstream(config) << "[model]\nmodel = \"tiny\"\nn_layer = 1\nn_head = 2\nn_embd = 32\nn_ctx = 16\n"
-                          << "[data]\ndata = \"" << (*tmp / "data") << "\"\n"
-                          << "[train]\nglobal_batch = 2\nmicro_batch = 2\nsteps = 2\nthreads = 1\n"
-                          << "[eval]\nval_batches = 1\n[run]\nout = \"" << (*tmp / "run") << "\"\n";
+    CliFixture::SetUp();
     fs::create_directories(*tmp / "folder");
   }
   RunResult weft(const std::string& args) {
     const auto t0 = std::chrono::steady_clock::now();
-    RunResult r = test::run_weft(args, *tmp / fmt::format("cmd{}", n++));
+    RunResult r = CliFixture::weft(args);
     seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
   }
@@ -61,9 +56,6 @@ class CliValidation : public ::testing::Test {
     save_checkpoint(dir, d);
     return dir;
   }
-  std::unique_ptr<TempDir> tmp;
-  std::string config;
-  int n = 0;
   double seconds = 0;
 };
 

@@ -24,22 +24,13 @@ using testing_ckpt::safetensors_bytes;
 using testing_ckpt::TempDir;
 using testing_ckpt::write_bytes;
 
-template <typename Fn>
-std::string input_error(Fn fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no InputError thrown";
-  return "";
-}
+using testing_ckpt::input_error_message;
 
 // The error of opening a safetensors file whose header is `header` over a 16-byte buffer.
 std::string header_error(const TempDir& tmp, const std::string& header, uint64_t header_len = 0) {
   const std::string path = tmp / "x.safetensors";
   write_bytes(path, safetensors_bytes(header, std::string(16, '\0'), header_len ? header_len : header.size()));
-  return input_error([&] { SafetensorsFile f(path); });
+  return input_error_message([&] { SafetensorsFile f(path); });
 }
 
 TEST(CheckpointNumbers, SafetensorsHeaderNumbers) {
@@ -91,7 +82,7 @@ TEST(CheckpointNumbers, ConfigJsonNumbers) {
     const size_t at = text.find(needle) + needle.size();
     text.replace(at, text.find_first_of(",\n", at) - at, value);
     write_bytes(path, text);
-    return input_error([&] { load_checkpoint_config(dir); });
+    return input_error_message([&] { load_checkpoint_config(dir); });
   };
   EXPECT_NE(with("n_layer", "1e999").find(path + ": the model config is not valid JSON"), std::string::npos);
   EXPECT_EQ(with("n_layer", "-1"), path + ": key 'n_layer' is -1, expected an integer from 1 to 100000");
@@ -111,7 +102,7 @@ TEST(CheckpointNumbers, ConfigJsonNumbers) {
 TEST(CheckpointNumbers, TrainerStateNumbers) {
   const std::string path = "run/step-000004/trainer.json";
   auto err = [&](const std::string& text) {
-    return input_error([&] { parse_resume_state(nlohmann::json::parse(text), path); });
+    return input_error_message([&] { parse_resume_state(nlohmann::json::parse(text), path); });
   };
   const ResumeState ok = parse_resume_state(
       nlohmann::json::parse(R"({"step": 4, "optimizer_steps": 3, "loss_scale": 65536.0, "loss_scale_good_steps": 2,
@@ -153,7 +144,7 @@ TEST(CheckpointNumbers, TrainerJsonOverflow) {
   save_checkpoint(dir, {&layout, params.data(), nullptr, nullptr, {{"step", 4}}});
   make_unverified(dir);
   write_bytes(dir + "/trainer.json", "{\"step\": 1e999}");
-  const std::string m = input_error([&] { load_checkpoint_trainer(dir); });
+  const std::string m = input_error_message([&] { load_checkpoint_trainer(dir); });
   EXPECT_NE(m.find(dir + "/trainer.json: the trainer state is not valid JSON"), std::string::npos) << m;
 }
 

@@ -29,16 +29,7 @@ using testing_ckpt::dead_pid;
 using testing_ckpt::make_unverified;
 using testing_ckpt::suffix_for_pid;
 
-template <typename Fn>
-std::string input_error_message(Fn fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no InputError thrown";
-  return "";
-}
+using testing_ckpt::input_error_message;
 
 // A distinct, non-trivial float for every (buffer, index): all 32 bits matter for bit-exactness.
 float pattern(uint32_t salt, int64_t i) {

@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/error.h"
+
 #include "ckpt/fs_util.h"
 
 namespace weft::testing_ckpt {
@@ -49,6 +51,18 @@ inline void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   ASSERT_TRUE(out.good()) << path;
+}
+
+// The message of the InputError that fn() throws (a test failure when it throws none).
+template <typename Fn>
+std::string input_error_message(Fn fn) {
+  try {
+    fn();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no InputError thrown";
+  return "";
 }
 
 inline std::string read_bytes(const std::string& path) {

@@ -25,16 +25,7 @@ using testing_ckpt::read_bytes;
 using testing_ckpt::TempDir;
 using testing_ckpt::write_bytes;
 
-template <typename Fn>
-std::string input_error(Fn fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no InputError thrown";
-  return "";
-}
+using testing_ckpt::input_error_message;
 
 // A saved micro checkpoint (V=100, 2 layers, C=32) with optimizer state.
 struct Saved {
@@ -96,15 +87,15 @@ TEST(Manifest, FlippedBitInTensorNamesFileAndTensor) {
   const std::string tensor = "transformer.h.1.attn.c_attn.weight";
   flip_byte(file, tensor_offset(file, tensor) + 123);
   std::vector<float> out(s.params.size());
-  const std::string msg = input_error([&] { load_checkpoint_params(s.dir, s.layout, out.data()); });
+  const std::string msg = input_error_message([&] { load_checkpoint_params(s.dir, s.layout, out.data()); });
   EXPECT_NE(msg.find(file + ": tensor " + tensor + " checksum 0x"), std::string::npos) << msg;
   EXPECT_NE(msg.find("!= manifest 0x"), std::string::npos) << msg;
   EXPECT_NE(msg.find("the file is corrupted"), std::string::npos) << msg;
-  EXPECT_EQ(input_error([&] { verify_checkpoint(s.dir); }), msg);
+  EXPECT_EQ(input_error_message([&] { verify_checkpoint(s.dir); }), msg);
   // The optimizer file is verified too.
   const std::string opt = s.dir + "/optimizer.safetensors";
   flip_byte(opt, tensor_offset(opt, "exp_avg_sq.transformer.ln_f.bias"));
-  const std::string m2 = input_error([&] { load_checkpoint_optimizer(s.dir, s.layout, out.data(), out.data()); });
+  const std::string m2 = input_error_message([&] { load_checkpoint_optimizer(s.dir, s.layout, out.data(), out.data()); });
   EXPECT_NE(m2.find(opt + ": tensor exp_avg_sq.transformer.ln_f.bias checksum"), std::string::npos) << m2;
 }
 
@@ -113,13 +104,13 @@ TEST(Manifest, FlippedBitInHeaderOrJsonFile) {
   Saved s(tmp / "ck");
   flip_byte(s.dir + "/model.safetensors", 20);
   std::vector<float> out(s.params.size());
-  const std::string msg = input_error([&] { load_checkpoint_params(s.dir, s.layout, out.data()); });
+  const std::string msg = input_error_message([&] { load_checkpoint_params(s.dir, s.layout, out.data()); });
   EXPECT_NE(msg.find(s.dir + "/model.safetensors: header checksum 0x"), std::string::npos) << msg;
   // trainer.json: "step": 4 -> "step": 5 (same size, other checksum)
   std::string t = read_bytes(s.dir + "/trainer.json");
   t[t.find('4')] = '5';
   write_bytes(s.dir + "/trainer.json", t);
-  const std::string m2 = input_error([&] { load_checkpoint_trainer(s.dir); });
+  const std::string m2 = input_error_message([&] { load_checkpoint_trainer(s.dir); });
   EXPECT_NE(m2.find(s.dir + "/trainer.json: checksum 0x"), std::string::npos) << m2;
 }
 
@@ -131,12 +122,12 @@ TEST(Manifest, TruncatedOrMissingFileIsASizeError) {
   const std::string whole = read_bytes(file);
   fs::resize_file(file, size - 100);
   std::vector<float> out(s.params.size());
-  EXPECT_EQ(input_error([&] { load_checkpoint_params(s.dir, s.layout, out.data()); }),
+  EXPECT_EQ(input_error_message([&] { load_checkpoint_params(s.dir, s.layout, out.data()); }),
             fmt::format("{}: size {} bytes != manifest {} bytes: the file is truncated or corrupted", file, size - 100,
                         size));
   write_bytes(file, whole);
   fs::remove(s.dir + "/optimizer.safetensors");
-  const std::string msg = input_error([&] { verify_checkpoint(s.dir); });
+  const std::string msg = input_error_message([&] { verify_checkpoint(s.dir); });
   EXPECT_NE(msg.find("optimizer.safetensors: missing, but the checkpoint's manifest lists it"), std::string::npos)
       << msg;
 }
@@ -151,19 +142,19 @@ TEST(Manifest, CorruptedManifestIsNamedAsSuch) {
   const size_t at = bad.find("\"size\": ") + 8;
   bad[at] = bad[at] == '9' ? '8' : static_cast<char>(bad[at] + 1);
   write_bytes(path, bad);
-  std::string msg = input_error([&] { verify_checkpoint(s.dir); });
+  std::string msg = input_error_message([&] { verify_checkpoint(s.dir); });
   EXPECT_NE(msg.find(path + ": its 'files' object has checksum 0x"), std::string::npos) << msg;
   EXPECT_NE(msg.find("the manifest is corrupted"), std::string::npos) << msg;
   write_bytes(path, good.substr(0, good.size() / 2));
-  msg = input_error([&] { verify_checkpoint(s.dir); });
+  msg = input_error_message([&] { verify_checkpoint(s.dir); });
   EXPECT_NE(msg.find(path + ": not valid JSON"), std::string::npos) << msg;
   write_bytes(path, "{\"format\": \"weft-checkpoint-manifest\", \"version\": \"one\"}");
-  msg = input_error([&] { verify_checkpoint(s.dir); });
+  msg = input_error_message([&] { verify_checkpoint(s.dir); });
   EXPECT_NE(msg.find(path + ":"), std::string::npos) << msg;
   EXPECT_NE(msg.find("the manifest is corrupted"), std::string::npos) << msg;
   // Lost: config.json says format_version 2, which always has a manifest.
   fs::remove(path);
-  msg = input_error([&] { verify_checkpoint(s.dir); });
+  msg = input_error_message([&] { verify_checkpoint(s.dir); });
   EXPECT_EQ(msg, s.dir + "/manifest.json: missing, but config.json says weft checkpoint format_version 2, which "
                          "always has one: the checkpoint is incomplete or corrupted");
 }

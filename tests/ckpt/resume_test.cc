@@ -25,16 +25,7 @@ namespace fs = std::filesystem;
 using testing_ckpt::dead_pid;
 using testing_ckpt::suffix_for_pid;
 
-template <typename Fn>
-std::string input_error(Fn fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no InputError thrown";
-  return "";
-}
+using testing_ckpt::input_error_message;
 
 // Flips one bit in the first byte of `tensor`'s data in `path`.
 void corrupt_tensor(const std::string& path, const std::string& tensor) {
@@ -159,7 +150,7 @@ TEST(ResumeLatestValid, SkipsCorruptCheckpointAndContinuesTheSameCurve) {
 
   TrainOptions opt;
   opt.resume = true;
-  const std::string msg = input_error([&] { train(small_run(tmp / "data", part), opt); });
+  const std::string msg = input_error_message([&] { train(small_run(tmp / "data", part), opt); });
   EXPECT_NE(msg.find(part + "/step-000006/model.safetensors: tensor transformer.h.0.mlp.c_fc.weight checksum"),
             std::string::npos) << msg;
   EXPECT_NE(msg.find("pass --resume latest-valid"), std::string::npos) << msg;
@@ -182,7 +173,7 @@ TEST(ResumeLatestValid, SkipsCorruptCheckpointAndContinuesTheSameCurve) {
   opt.resume_from = part + "/step-000006";
   RunConfig shorter = small_run(tmp / "data", part);
   shorter.steps = 4;
-  EXPECT_EQ(input_error([&] { train(shorter, opt); }),
+  EXPECT_EQ(input_error_message([&] { train(shorter, opt); }),
             part + "/step-000006: checkpoint step 6 is beyond the run's total steps 4; raise --steps to at least 6 "
                    "or resume an earlier checkpoint");
   EXPECT_EQ(train(small_run(tmp / "data", part), opt).steps_done, 6);
@@ -197,7 +188,7 @@ TEST(ResumeLatestValid, NoValidCheckpointIsAnError) {
   TrainOptions opt;
   opt.resume = true;
   opt.resume_from = kResumeLatestValid;
-  const std::string msg = input_error([&] { inspect_run_folder(c, opt, make_model_config("micro", 1, 2, 32, 16, 100, 0)); });
+  const std::string msg = input_error_message([&] { inspect_run_folder(c, opt, make_model_config("micro", 1, 2, 32, 16, 100, 0)); });
   EXPECT_NE(msg.find("--resume latest-valid: none of the 1 checkpoints in " + run + " verifies (the newest: " + run +
                      "/step-000001/model.safetensors: tensor transformer.wte.weight checksum"),
             std::string::npos) << msg;

@@ -30,21 +30,9 @@ void poke_token(const std::string& path, int64_t index, uint16_t value) {
   ASSERT_TRUE(f.good()) << path;
 }
 
-class ShardCheckCli : public ::testing::Test {
+class ShardCheckCli : public test::CliFixture {
  protected:
-  void SetUp() override {
-    tmp = std::make_unique<TempDir>("data");
-    test::make_random_corpus(*tmp / "data", 6000, 1200);
-    config = *tmp / "run.toml";
-    std::ofstream(config) << "[model]\nmodel = \"tiny\"\nn_layer = 1\nn_head = 2\nn_embd = 32\nn_ctx = 16\n"
-                          << "[data]\ndata = \"" << (*tmp / "data") << "\"\n"
-                          << "[train]\nglobal_batch = 2\nmicro_batch = 2\nsteps = 2\nthreads = 1\n"
-                          << "[eval]\nval_batches = 1\n[run]\nout = \"" << (*tmp / "run") << "\"\n";
-  }
-  test::RunResult weft(const std::string& args) { return test::run_weft(args, *tmp / fmt::format("cmd{}", n++)); }
-  std::unique_ptr<TempDir> tmp;
-  std::string config;
-  int n = 0;
+  ShardCheckCli() : CliFixture("data") {}
 };
 
 TEST_F(ShardCheckCli, IdOutsideVocabularyRefusedAtOpen) {
