@@ -4,7 +4,6 @@
 #include <fmt/ranges.h>
 
 #include <charconv>
-#include <climits>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -364,11 +363,6 @@ ModelConfig RunConfig::model_config() const {
   if (n_layer < 0 || n_head < 0 || n_embd < 0 || n_ctx < 0 || vocab_size < 0) {
     throw_input("model shape overrides must be >= 0 (0 keeps the preset): n_layer {}, n_head {}, n_embd {}, n_ctx {}, vocab_size {}",
                 n_layer, n_head, n_embd, n_ctx, vocab_size);
-  }
-  // Sizes are int in ModelConfig, and the MLP is 4 * n_embd: larger values would wrap.
-  if (n_layer > INT_MAX || n_head > INT_MAX || n_embd > INT_MAX / 4 || n_ctx > INT_MAX || vocab_size > INT_MAX) {
-    throw_input("model shape overrides too large: n_layer {}, n_head {}, n_ctx {}, vocab_size {} (at most {}), n_embd {} "
-                "(at most {})", n_layer, n_head, n_ctx, vocab_size, INT_MAX, n_embd, INT_MAX / 4);
   }
   if (n_layer == 0 && n_head == 0 && n_embd == 0 && n_ctx == 0 && vocab_size == 0) return base;
   const int C = pick(n_embd, base.n_embd);
