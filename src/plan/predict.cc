@@ -4,8 +4,12 @@
 #include <cmath>
 #include <sstream>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "plan/comm_model.h"
+#include "plan/kernel_model.h"
+#include "plan/scale_model.h"
 
 namespace weft::plan {
 
@@ -36,42 +40,22 @@ MemoryOptions Options::memory() const {
 
 namespace {
 
-// Fraction of peak a matrix product of `flops` reaches: the measured curve (log-linear
-// interpolation in FLOPs, clamped at its ends) or the device's constant efficiency.
-double matmul_fraction(const Device& d, double flops) {
-  const auto& c = d.matmul_curve;
-  if (c.empty()) return d.matmul_efficiency;
-  if (flops <= c.front().first) return c.front().second;
-  if (flops >= c.back().first) return c.back().second;
-  for (size_t i = 1; i < c.size(); ++i) {
-    if (flops <= c[i].first) {
-      const double x0 = std::log(c[i - 1].first), x1 = std::log(c[i].first), x = std::log(flops);
-      const double w = (x - x0) / (x1 - x0);
-      return c[i - 1].second + w * (c[i].second - c[i - 1].second);
-    }
-  }
-  return c.back().second;
-}
-
-// Memory-bound operation: bytes over the memory bandwidth (roofline's slanted roof).
-double memory_time(const Device& d, double bytes) { return bytes / d.memory_bandwidth + d.kernel_latency; }
-
-// One (M x K) @ (K x N) product, `batch` times: 2 M N K FLOPs each; reads both operands and
-// writes the result once (e bytes per element).
-struct Gemm {
-  double flops, bytes;
-};
-Gemm gemm(double batch, double M, double N, double K, double e) {
-  return {2 * batch * M * N * K, e * batch * (M * K + K * N + M * N)};
-}
+// Compute classes of `weft plan --explain`.
+enum OpClass { kMatmul, kAttention, kElementwise, kRecompute, kEmbedding, kHead, kOpClasses };
+constexpr const char* kOpClassName[kOpClasses] = {
+    "matrix products (QKV, projection, MLP)", "attention core", "element-wise (LayerNorm, GELU, residual, dropout)",
+    "recomputed forward", "embedding", "head (logits, cross-entropy)"};
 
 // Per-layer costs for one micro-batch on one rank (independent of the stage).
 struct LayerCost {
-  double fwd = 0, bwd = 0;          // compute seconds
-  double attn_core_fwd = 0;         // the part selective recompute redoes
+  double gemm_f = 0, gemm_b = 0;    // the four products; backward: input + weight gradients
+  double core_f = 0, core_b = 0;    // attention core
+  double ew_f = 0, ew_b = 0;        // memory-bound element-wise
   double flops_fwd = 0, flops_bwd = 0, flops_attn_core = 0;
   double tp_fwd = 0, tp_bwd = 0;    // tensor-parallel communication seconds
   double tp_recompute = 0;          // what a fully recomputed layer adds to tp_bwd
+  double fwd() const { return gemm_f + core_f + ew_f; }
+  double bwd() const { return gemm_b + core_b + ew_b; }
 };
 
 struct Context {
@@ -86,9 +70,51 @@ struct Context {
   double p2p = 0;
 };
 
-void add_gemm(const Context& c, Gemm g, double& t, double& flops) {
-  t += matmul_time(c.sys.device, c.o.precision, g.flops, g.bytes);
-  flops += g.flops;
+// A product's forward, and its backward as the two products of the same FLOPs with their own
+// shapes: dX = dY W^T (m x k, inner n) and dW = X^T dY (k x n, inner m).
+struct GemmCost {
+  double fwd = 0, bwd = 0, flops = 0;
+};
+GemmCost gemm_cost(const Context& c, GemmShape g) {
+  const Device& d = c.sys.device;
+  const Precision p = c.o.precision;
+  GemmCost r;
+  r.fwd = gemm_time(d, p, g, c.e);
+  r.bwd = gemm_time(d, p, GemmShape{g.m, g.k, g.n, g.batch}, c.e) + gemm_time(d, p, GemmShape{g.k, g.n, g.m, g.batch}, c.e);
+  r.flops = g.flops();
+  return r;
+}
+
+void add(LayerCost& lc, const GemmCost& g, double& f, double& b) {
+  f += g.fwd;
+  b += g.bwd;
+  lc.flops_fwd += g.flops;
+}
+
+// The attention core of one layer: forward and backward seconds; FLOPs into lc.
+void attention_core(const Context& c, LayerCost& lc) {
+  const Device& d = c.sys.device;
+  const double e = c.e, s = static_cast<double>(c.m.seq), b = static_cast<double>(c.l.micro_batch);
+  const double h = static_cast<double>(c.m.hidden), a = static_cast<double>(c.m.heads);
+  const double dh = h / a, heads_local = a / c.l.tp;
+  // Scores Q K^T (b a/t products of (s x dh) @ (dh x s)) and the weighted sum P V; 4 b s^2 h/t
+  // FLOPs forward (PaLM's 12 L h s per token over forward + backward), as Megatron counts.
+  const double flops = 4 * b * heads_local * s * s * dh;
+  lc.flops_attn_core = flops;
+  lc.flops_fwd += flops;
+  if (c.o.flash_attention) {
+    // FlashAttention (Dao et al. 2022, Dao 2023): one fused kernel each way; the scores never
+    // reach memory; the backward recomputes them (2.5x the forward's FLOPs).
+    lc.core_f = flash_attention_time(d, c.o.precision, flops, false);
+    lc.core_b = flash_attention_time(d, c.o.precision, flops, true);
+    return;
+  }
+  const GemmCost qk = gemm_cost(c, GemmShape{s, s, dh, b * heads_local});
+  const GemmCost pv = gemm_cost(c, GemmShape{s, dh, s, b * heads_local});
+  double soft = memory_time(d, 2 * b * heads_local * s * s * e);  // softmax: read + write
+  if (c.o.dropout) soft += memory_time(d, b * heads_local * s * s * (2 * e + 1));
+  lc.core_f = qk.fwd + pv.fwd + soft;
+  lc.core_b = qk.bwd + pv.bwd + 2 * soft;
 }
 
 LayerCost layer_cost(Context& c) {
@@ -97,49 +123,28 @@ LayerCost layer_cost(Context& c) {
   const Layout& l = c.l;
   const double e = c.e, t = l.tp;
   const double s = static_cast<double>(m.seq), b = static_cast<double>(l.micro_batch);
-  const double h = static_cast<double>(m.hidden), f = static_cast<double>(m.ffn), a = static_cast<double>(m.heads);
-  const double N = s * b, dh = h / a, heads_local = a / t;
+  const double h = static_cast<double>(m.hidden), f = static_cast<double>(m.ffn);
+  const double N = s * b;
   const double rep = l.sequence_parallel ? t : 1.0;  // LayerNorm/residual regions: / t with sp
   LayerCost lc;
   // Matrix products of one layer (Megatron-LM column/row-parallel split: Shoeybi et al. 2019):
   // QKV (N x h) @ (h x 3h/t), attention projection (N x h/t) @ (h/t x h), MLP (N x h) @ (h x
   // f/t) and (N x f/t) @ (f/t x h).
-  double tf = 0, ff = 0;
-  add_gemm(c, gemm(1, N, 3 * h / t, h, e), tf, ff);
-  add_gemm(c, gemm(1, N, h, h / t, e), tf, ff);
-  add_gemm(c, gemm(1, N, f / t, h, e), tf, ff);
-  add_gemm(c, gemm(1, N, h, f / t, e), tf, ff);
-  // Attention core: scores Q K^T (b a/t products of (s x dh) @ (dh x s)) and the weighted
-  // sum P V ((s x s) @ (s x dh)); 4 b s^2 h / t FLOPs forward (PaLM's 12 L h s per token
-  // over forward + backward). Softmax reads and writes the scores.
-  double tcore = 0, fcore = 0;
-  if (c.o.flash_attention) {
-    // FlashAttention (Dao et al. 2022): one fused kernel reading Q, K, V and writing O; the
-    // scores never reach memory.
-    Gemm g{4 * b * heads_local * s * s * dh, e * b * heads_local * 4 * s * dh};
-    add_gemm(c, g, tcore, fcore);
-  } else {
-    add_gemm(c, gemm(b * heads_local, s, s, dh, e), tcore, fcore);
-    add_gemm(c, gemm(b * heads_local, s, dh, s, e), tcore, fcore);
-    tcore += memory_time(d, 2 * b * heads_local * s * s * e);  // softmax: read + write
-    if (c.o.dropout) tcore += memory_time(d, b * heads_local * s * s * (2 * e + 1));
-  }
+  add(lc, gemm_cost(c, GemmShape{N, 3 * h / t, h}), lc.gemm_f, lc.gemm_b);
+  add(lc, gemm_cost(c, GemmShape{N, h, h / t}), lc.gemm_f, lc.gemm_b);
+  add(lc, gemm_cost(c, GemmShape{N, f / t, h}), lc.gemm_f, lc.gemm_b);
+  add(lc, gemm_cost(c, GemmShape{N, h, f / t}), lc.gemm_f, lc.gemm_b);
+  attention_core(c, lc);
   // Element-wise, memory-bound: two LayerNorms (read x, write y), GeLU (read, write), two
-  // residual adds (read 2, write 1); with dropout, two dropouts (read, write, mask).
-  double tew = 2 * memory_time(d, 2 * N * h * e / rep) + memory_time(d, 2 * N * f / t * e) +
-               2 * memory_time(d, 3 * N * h * e / rep);
-  if (c.o.dropout) tew += 2 * memory_time(d, N * h * (2 * e + 1) / rep);
-  lc.fwd = tf + tcore + tew;
-  lc.flops_fwd = ff + fcore;
-  lc.attn_core_fwd = tcore;
-  lc.flops_attn_core = fcore;
-  // Backward: each product becomes two of the same size (input and weight gradients), twice
-  // the forward FLOPs (Narayanan et al. 2021 sec. 3.5); FlashAttention's backward recomputes
-  // the scores: 5 products instead of 4, 2.5x its forward (Dao 2023, FlashAttention-2).
-  // Element-wise backward ops read the output gradient and the saved input: about 2x bytes.
-  const double core_bwd_factor = c.o.flash_attention ? 2.5 : 2.0;
-  lc.bwd = 2 * tf + core_bwd_factor * tcore + 2 * tew;
-  lc.flops_bwd = 2 * ff + core_bwd_factor * fcore;
+  // residual adds (read 2, write 1); with dropout, two dropouts (read, write, mask). Their
+  // backward reads the output gradient and the saved input: about 2x the bytes.
+  lc.ew_f = 2 * memory_time(d, 2 * N * h * e / rep) + memory_time(d, 2 * N * f / t * e) +
+            2 * memory_time(d, 3 * N * h * e / rep);
+  if (c.o.dropout) lc.ew_f += 2 * memory_time(d, N * h * (2 * e + 1) / rep);
+  lc.ew_b = 2 * lc.ew_f;
+  // Backward FLOPs: each product twice (Narayanan et al. 2021 sec. 3.5); FlashAttention's
+  // backward 2.5x its forward.
+  lc.flops_bwd = 2 * (lc.flops_fwd - lc.flops_attn_core) + (c.o.flash_attention ? 2.5 : 2.0) * lc.flops_attn_core;
 
   // Tensor-parallel communication per layer: the calls of weft's layers, from the
   // communication model (plan/comm_model.h, tp_layer_comm: Shoeybi et al. 2019; Korthikanti
@@ -167,6 +172,7 @@ LayerCost layer_cost(Context& c) {
 
 struct StageCost {
   double comp_f = 0, comp_b = 0, tp_f = 0, tp_b = 0, flops = 0;
+  double by_class[kOpClasses] = {};  // comp_f + comp_b split by OpClass
   double t_f() const { return comp_f + tp_f; }
   double t_b() const { return comp_b + tp_b; }
 };
@@ -177,8 +183,11 @@ StageCost stage_cost(const Context& c, int stage, int64_t layers) {
   const double n = static_cast<double>(layers);
   const LayerCost& lc = c.layer;
   StageCost sc;
-  sc.comp_f = n * lc.fwd;
-  sc.comp_b = n * lc.bwd;
+  sc.comp_f = n * lc.fwd();
+  sc.comp_b = n * lc.bwd();
+  sc.by_class[kMatmul] = n * (lc.gemm_f + lc.gemm_b);
+  sc.by_class[kAttention] = n * (lc.core_f + lc.core_b);
+  sc.by_class[kElementwise] = n * (lc.ew_f + lc.ew_b);
   sc.tp_f = n * lc.tp_fwd;
   sc.tp_b = n * lc.tp_bwd;
   sc.flops = n * (lc.flops_fwd + lc.flops_bwd);
@@ -187,21 +196,25 @@ StageCost stage_cost(const Context& c, int stage, int64_t layers) {
   // only the attention core.
   if (l.recompute == Recompute::kFull) {
     const double r = l.recompute_layers < 0 ? n : std::min<double>(l.recompute_layers, n);
-    sc.comp_b += r * lc.fwd;
+    sc.comp_b += r * lc.fwd();
+    sc.by_class[kRecompute] += r * lc.fwd();
     sc.tp_b += r * lc.tp_recompute;
     sc.flops += r * lc.flops_fwd;
   } else if (l.recompute == Recompute::kSelective && !c.o.flash_attention) {
-    sc.comp_b += n * lc.attn_core_fwd;
+    sc.comp_b += n * lc.core_f;
+    sc.by_class[kRecompute] += n * lc.core_f;
     sc.flops += n * lc.flops_attn_core;
   }
   if (stage == 0) {
     sc.comp_f += c.emb_fwd;
     sc.comp_b += c.emb_bwd;
+    sc.by_class[kEmbedding] += c.emb_fwd + c.emb_bwd;
     sc.tp_f += c.emb_tp;
   }
   if (stage == l.pp - 1) {
     sc.comp_f += c.head_fwd;
     sc.comp_b += c.head_bwd;
+    sc.by_class[kHead] += c.head_fwd + c.head_bwd;
     sc.tp_b += c.head_tp;
     sc.flops += c.head_flops_fwd + c.head_flops_bwd;
   }
@@ -213,7 +226,7 @@ StageCost stage_cost(const Context& c, int stage, int64_t layers) {
 double matmul_time(const Device& d, Precision p, double flops, double bytes) {
   // Roofline (Williams et al. 2009): the larger of the compute time at the achievable rate
   // and the memory time, plus the kernel's fixed latency.
-  const double rate = d.peak_flops(p) * matmul_fraction(d, flops);
+  const double rate = d.peak_flops(p) * matmul_curve_fraction(d, flops);
   return std::max(flops / rate, bytes / d.memory_bandwidth) + d.kernel_latency;
 }
 
@@ -235,8 +248,9 @@ int64_t axis_stride(const Layout& l, const std::string& order, const std::string
   throw_input("unknown axis '{}' (known: tp, dp, pp)", axis);
 }
 
-double collective_time(const System& sys, Collective c, int64_t n, int64_t stride, double bytes) {
-  if (n <= 1 || bytes <= 0) return 0;
+CollectiveCost collective_cost(const System& sys, Collective c, int64_t n, int64_t stride, double bytes) {
+  CollectiveCost r;
+  if (n <= 1 || bytes <= 0) return r;
   // Ring algorithms (Thakur, Rabenseifner & Gropp 2005; Patarasuk & Yuan 2009): all-reduce
   // takes 2(n-1) steps and sends 2(n-1)/n of the buffer per rank; reduce-scatter and
   // all-gather (n-1) steps and (n-1)/n; a send/receive one step and the whole buffer.
@@ -253,8 +267,9 @@ double collective_time(const System& sys, Collective c, int64_t n, int64_t strid
   // k_{l-1} members there share one crossing, and every device of the unit (all groups of the
   // axis communicate at once) brings its own per-device bandwidth: the crossing runs at
   // bandwidth_l x k_{l-1}. The slowest crossing sets the time; each step pays the latency of
-  // the slowest level used.
-  double t_bw = 0, alpha = 0;
+  // the slowest level used. A level with less bandwidth per device than the one below it (a
+  // dragonfly's global links) is where the machine's taper shows.
+  double t_bw = 0, alpha = 0, bw_at_max = 0;
   int64_t k_prev = 1;
   for (size_t i = 0; i < sys.levels.size(); ++i) {
     const int64_t U = sys.unit_devices(i);
@@ -263,13 +278,37 @@ double collective_time(const System& sys, Collective c, int64_t n, int64_t strid
     const int64_t k_here = top ? n : k;
     if (k_here > k_prev) {
       const double bw = sys.levels[i].bandwidth * (c == Collective::kSendRecv ? 1.0 : static_cast<double>(k_prev));
-      t_bw = std::max(t_bw, traffic / bw);
+      if (traffic / bw >= t_bw) {
+        t_bw = traffic / bw;
+        bw_at_max = bw;
+        r.level = sys.levels[i].name;
+      }
       alpha = std::max(alpha, sys.levels[i].latency);
     }
     k_prev = k_here;
     if (k_prev >= n) break;
   }
-  return steps * alpha + t_bw;
+  r.latency_s = steps * alpha;
+  r.bandwidth_s = t_bw;
+  r.seconds = r.latency_s + r.bandwidth_s;
+  if (c == Collective::kAllReduce && bw_at_max > 0) {
+    // Double binary tree (Sanders, Speck & Traeff 2009; NCCL's all-reduce at scale): a reduce
+    // and a broadcast, each ceil(log2 n) hops deep, every rank moving the whole buffer once
+    // per phase through the same slowest crossing.
+    const double hops = 2 * std::ceil(std::log2(nn));
+    const double tree = hops * alpha + 2 * bytes / bw_at_max;
+    if (tree < r.seconds) {
+      r.tree = true;
+      r.latency_s = hops * alpha;
+      r.bandwidth_s = 2 * bytes / bw_at_max;
+      r.seconds = tree;
+    }
+  }
+  return r;
+}
+
+double collective_time(const System& sys, Collective c, int64_t n, int64_t stride, double bytes) {
+  return collective_cost(sys, c, n, stride, bytes).seconds;
 }
 
 double pipeline_time(PipeSchedule s, int p, int64_t m, int v, double t_max, double t_sum, double t_p2p) {
@@ -302,50 +341,136 @@ Prediction predict(const ModelShape& m, const System& sys, const Layout& l, cons
   return predict_unchecked(m, sys, l, o);
 }
 
+namespace {
+
+// Embedding (stage 0) and head (last stage) costs of one micro-batch into c.
+void embedding_and_head(Context& c) {
+  const Device& d = c.sys.device;
+  const ModelShape& m = c.m;
+  const Layout& l = c.l;
+  const double e = c.e, t = l.tp, N = static_cast<double>(m.seq) * static_cast<double>(l.micro_batch);
+  const double h = static_cast<double>(m.hidden), rep = l.sequence_parallel ? t : 1.0;
+  const double vocab_local = std::ceil(static_cast<double>(m.vocab) / t);
+  // Embedding: gather rows + add positions (memory-bound); the vocab-parallel embedding sums
+  // its partial rows over tp (one all-reduce of N h, Shoeybi et al. 2019).
+  c.emb_fwd = memory_time(d, 3 * N * h * e);
+  c.emb_bwd = memory_time(d, 3 * N * h * e);
+  const int64_t tp_stride = l.tp > 1 ? axis_stride(l, c.o.rank_order, "tp") : 1;
+  if (l.tp > 1) c.emb_tp = collective_time(c.sys, Collective::kAllReduce, l.tp, tp_stride, N * h * e);
+  // Head: final LayerNorm, logits (N x h) @ (h x V/t), softmax cross-entropy over the
+  // vocabulary shard in fp32 (read logits, write probabilities/gradients), and in the
+  // backward the two products of the head; the vocab-parallel loss all-reduces 3 values per
+  // token, the head's input gradient N h elements.
+  const GemmCost g = gemm_cost(c, GemmShape{N, vocab_local, h});
+  const double ce = memory_time(d, 3 * N * vocab_local * 4);
+  c.head_fwd = memory_time(d, 2 * N * h * e / rep) + g.fwd + ce;
+  c.head_bwd = memory_time(d, 4 * N * h * e / rep) + g.bwd + ce;
+  c.head_flops_fwd = g.flops;
+  c.head_flops_bwd = 2 * g.flops;
+  if (l.tp > 1) {
+    c.head_tp = collective_time(c.sys, Collective::kAllReduce, l.tp, tp_stride, 3 * N * 4) +
+                collective_time(c.sys, Collective::kAllReduce, l.tp, tp_stride, N * h * e);
+  }
+}
+
+// Point-to-point between stages: the activations of one micro-batch, one send per
+// micro-batch per direction. Each tp rank sends its shard under sp; without sp, with the
+// scatter-gather (Narayanan et al. 2021 sec. 4.1; Megatron-LM and weft), its 1/t slice of
+// the replicated activations, all-gathered over tp by the receiver, else all of them.
+double p2p_time(const Context& c) {
+  const Layout& l = c.l;
+  if (l.pp <= 1) return 0;
+  const double t = l.tp, rep = l.sequence_parallel ? t : 1.0;
+  const double NHe = static_cast<double>(c.m.seq) * static_cast<double>(l.micro_batch) * static_cast<double>(c.m.hidden) * c.e;
+  const int64_t pp_stride = axis_stride(l, c.o.rank_order, "pp");
+  const bool scatter = c.o.pp_scatter_gather && l.tp > 1 && !l.sequence_parallel;
+  double p2p = collective_time(c.sys, Collective::kSendRecv, l.pp, pp_stride, NHe / (scatter ? t : rep));
+  if (scatter) p2p += collective_time(c.sys, Collective::kAllGather, l.tp, axis_stride(l, c.o.rank_order, "tp"), NHe);
+  return p2p;
+}
+
+// Data-parallel communication of one step (Rajbhandari et al. 2020 sec. 7: ZeRO 1/2 move the
+// same 2 Psi as an all-reduce, ZeRO 3 1.5x that, per micro-batch when gradients accumulate),
+// with weft's calls from the communication model (dp_step_comm): ZeRO 0/1 reduce once per
+// step (the last micro-batch), ZeRO 2 reduce-scatters every micro-batch, ZeRO 3 gathers
+// fewer than twice per micro-batch (what its buffers still hold is not gathered again).
+struct DpCost {
+  double exposed = 0;
+  std::vector<ExplainTerm> terms;
+};
+DpCost dp_cost(const Context& c, double psi, double md, const StageCost& slow) {
+  const Layout& l = c.l;
+  const Options& o = c.o;
+  DpCost r;
+  if (l.dp <= 1) return r;
+  const int64_t dp_stride = axis_stride(l, o.rank_order, "dp");
+  const double g = (o.precision == Precision::kFp32 || o.fp32_grad_accumulation) ? 4 : 2;
+  const double window = o.overlap_dp ? slow.t_b() : 0.0;  // the last micro-batch's backward
+  auto term = [&](const char* name, const CollectiveCost& cc, double calls, double exposed, double bytes) {
+    r.terms.push_back({"dp", name, cc.level, exposed,
+                       fmt::format("{:g} x {:.3g} GB over dp {} ({}; {:.3g} s each, {:.3g} s latency)", calls, bytes / 1e9,
+                                   l.dp, cc.tree ? "tree" : "ring", cc.seconds, cc.latency_s)});
+  };
+  if (l.zero == 0) {
+    const CollectiveCost ar = collective_cost(c.sys, Collective::kAllReduce, l.dp, dp_stride, psi * g);
+    r.exposed = std::max(0.0, ar.seconds - window);
+    term("gradient all-reduce", ar, 1, r.exposed, psi * g);
+  } else if (l.zero <= 2) {
+    const CollectiveCost rs = collective_cost(c.sys, Collective::kReduceScatter, l.dp, dp_stride, psi * g);
+    const CollectiveCost ag = collective_cost(c.sys, Collective::kAllGather, l.dp, dp_stride, psi * c.e);
+    // ZeRO 2: every micro-batch's reduce-scatter against its own backward.
+    const double reductions = l.zero == 2 ? md : 1.0;
+    const double rs_exposed = reductions * std::max(0.0, rs.seconds - window);
+    r.exposed = rs_exposed + ag.seconds;
+    term("gradient reduce-scatter", rs, reductions, rs_exposed, psi * g);
+    term("parameter all-gather", ag, 1, ag.seconds, psi * c.e);
+  } else {
+    // Every micro-batch gathers the parameters (forward, and again in the backward what the
+    // buffers no longer hold) and reduce-scatters its gradients; prefetching hides them
+    // behind that micro-batch.
+    const DpStepComm k = dp_step_comm(3, static_cast<int>(c.m.layers) + 2, DataParallelConfig{}.prefetch);
+    const CollectiveCost ag = collective_cost(c.sys, Collective::kAllGather, l.dp, dp_stride, psi * c.e);
+    const CollectiveCost rs = collective_cost(c.sys, Collective::kReduceScatter, l.dp, dp_stride, psi * g);
+    const double per_mb = k.all_gather * ag.seconds + k.reduce_scatter * rs.seconds;
+    const double hide = o.overlap_dp ? slow.t_f() + slow.t_b() : 0.0;
+    r.exposed = md * std::max(0.0, per_mb - hide);
+    const double share = per_mb > 0 ? r.exposed / per_mb : 0;
+    term("parameter all-gathers (ZeRO-3)", ag, md * k.all_gather, share * md * k.all_gather * ag.seconds, psi * c.e);
+    term("gradient reduce-scatters (ZeRO-3)", rs, md * k.reduce_scatter, share * md * k.reduce_scatter * rs.seconds, psi * g);
+  }
+  return r;
+}
+
+// Terms of `weft plan --explain` that the step's totals do not already itemise.
+void explain_compute_and_tp(const Context& c, Prediction& p, const StageCost& slow, double md) {
+  for (int k = 0; k < kOpClasses; ++k) {
+    if (slow.by_class[k] > 0) {
+      p.explain.push_back({"compute", kOpClassName[k], "", md * slow.by_class[k],
+                           fmt::format("{:.4g} ms per micro-batch x {:g}", 1e3 * slow.by_class[k], md)});
+    }
+  }
+  if (c.l.tp > 1) {
+    const double N = static_cast<double>(c.m.seq) * static_cast<double>(c.l.micro_batch);
+    const CollectiveCost one = collective_cost(c.sys, c.l.sequence_parallel ? Collective::kAllGather : Collective::kAllReduce,
+                                               c.l.tp, axis_stride(c.l, c.o.rank_order, "tp"), N * c.m.hidden * c.e);
+    p.explain.push_back({"tp", c.l.sequence_parallel ? "all-gathers + reduce-scatters" : "all-reduces", one.level,
+                         p.time.tp_comm,
+                         fmt::format("{:.3g} MB each over tp {}: {:.3g} ms ({:.3g} ms latency); {:.4g} ms per micro-batch",
+                                     N * c.m.hidden * c.e / 1e6, c.l.tp, 1e3 * one.seconds, 1e3 * one.latency_s,
+                                     1e3 * (slow.tp_f + slow.tp_b))});
+  }
+}
+
+}  // namespace
+
 Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layout& l, const Options& o) {
   Context c{m, sys, l, o, 2, {}, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   c.e = elem_bytes(o.precision);
   const Device& d = sys.device;
-  const double e = c.e, t = l.tp;
-  const double s = static_cast<double>(m.seq), b = static_cast<double>(l.micro_batch);
-  const double h = static_cast<double>(m.hidden), N = s * b;
-  const double rep = l.sequence_parallel ? t : 1.0;
-  const double vocab_local = std::ceil(static_cast<double>(m.vocab) / t);
+  const double t = l.tp, s = static_cast<double>(m.seq);
   c.layer = layer_cost(c);
-  // Embedding (stage 0): gather rows + add positions (memory-bound); the vocab-parallel
-  // embedding sums its partial rows over tp (one all-reduce of N h, Shoeybi et al. 2019).
-  c.emb_fwd = memory_time(d, 3 * N * h * e);
-  c.emb_bwd = memory_time(d, 3 * N * h * e);
-  const int64_t tp_stride = l.tp > 1 ? axis_stride(l, o.rank_order, "tp") : 1;
-  if (l.tp > 1) c.emb_tp = collective_time(sys, Collective::kAllReduce, l.tp, tp_stride, N * h * e);
-  // Head (last stage): final LayerNorm, logits (N x h) @ (h x V/t), softmax cross-entropy
-  // over the vocabulary shard in fp32 (read logits, write probabilities/gradients), and in
-  // the backward the two products of the head; the vocab-parallel loss all-reduces 3 values
-  // per token, the head's input gradient N h elements.
-  {
-    Gemm g = gemm(1, N, vocab_local, h, e);
-    const double ce = memory_time(d, 3 * N * vocab_local * 4);
-    c.head_fwd = memory_time(d, 2 * N * h * e / rep) + matmul_time(d, o.precision, g.flops, g.bytes) + ce;
-    c.head_bwd = memory_time(d, 4 * N * h * e / rep) + 2 * matmul_time(d, o.precision, g.flops, g.bytes) + ce;
-    c.head_flops_fwd = g.flops;
-    c.head_flops_bwd = 2 * g.flops;
-    if (l.tp > 1) {
-      c.head_tp = collective_time(sys, Collective::kAllReduce, l.tp, tp_stride, 3 * N * 4) +
-                  collective_time(sys, Collective::kAllReduce, l.tp, tp_stride, N * h * e);
-    }
-  }
-  // Point-to-point between stages: the activations of one micro-batch, one send per
-  // micro-batch per direction. Each tp rank sends its shard under sp; without sp, with the
-  // scatter-gather (Narayanan et al. 2021 sec. 4.1; Megatron-LM and weft), its 1/t slice of
-  // the replicated activations, all-gathered over tp by the receiver, else all of them.
-  if (l.pp > 1) {
-    const int64_t pp_stride = axis_stride(l, o.rank_order, "pp");
-    const bool scatter = o.pp_scatter_gather && l.tp > 1 && !l.sequence_parallel;
-    c.p2p = collective_time(sys, Collective::kSendRecv, l.pp, pp_stride, N * h * e / (scatter ? t : rep));
-    if (scatter) {
-      c.p2p += collective_time(sys, Collective::kAllGather, l.tp, axis_stride(l, o.rank_order, "tp"), N * h * e);
-    }
-  }
+  embedding_and_head(c);
+  c.p2p = p2p_time(c);
 
   Prediction p;
   p.layout = l;
@@ -358,8 +483,8 @@ Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layou
   const std::vector<int64_t> layers = stage_layer_counts(m, l);
   double sum_t = 0, max_t = 0, hw_flops = 0;
   StageCost slow;
-  for (int s = 0; s < l.pp; ++s) {
-    const StageCost sc = stage_cost(c, s, layers[static_cast<size_t>(s)]);
+  for (int st = 0; st < l.pp; ++st) {
+    const StageCost sc = stage_cost(c, st, layers[static_cast<size_t>(st)]);
     sum_t += sc.t_f() + sc.t_b();
     hw_flops += sc.flops;
     if (sc.t_f() + sc.t_b() > max_t) {
@@ -371,58 +496,64 @@ Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layou
   p.t_backward = slow.t_b();
   p.t_p2p = c.p2p;
 
-  const double pipe = pipeline_time(l.schedule, l.pp, mb, l.virtual_stages, max_t, sum_t, c.p2p);
+  // The pipeline: the schedule's fill/drain (scaled by the software's bubble_factor) and the
+  // transfers on its critical path.
+  const double ideal = pipeline_time(l.schedule, l.pp, mb, l.virtual_stages, max_t, sum_t, 0.0) - md * max_t;
+  const double with_p2p = pipeline_time(l.schedule, l.pp, mb, l.virtual_stages, max_t, sum_t, c.p2p) - md * max_t;
+  const double fill = std::max(0.0, ideal) * sys.defaults.bubble_factor;
+  const double p2p_path = std::max(0.0, with_p2p - ideal);
   p.time.compute = md * (slow.comp_f + slow.comp_b);
   p.time.tp_comm = md * (slow.tp_f + slow.tp_b);
-  p.time.pp_bubble = std::max(0.0, pipe - md * max_t);
+  p.time.pp_bubble = fill + p2p_path;
 
-  // Data parallel (Rajbhandari et al. 2020 sec. 7: ZeRO 1/2 move the same 2 Psi as an
-  // all-reduce, ZeRO 3 1.5x that, per micro-batch when gradients accumulate), with weft's
-  // calls from the communication model (dp_step_comm): ZeRO 0/1 reduce once per step (the
-  // last micro-batch), ZeRO 2 reduce-scatters every micro-batch, ZeRO 3 gathers fewer than
-  // twice per micro-batch (what its buffers still hold is not gathered again).
   const int stage_big = stage_params_per_rank(m, l, 0) >= stage_params_per_rank(m, l, l.pp - 1) ? 0 : l.pp - 1;
   const double psi = stage_params_per_rank(m, l, stage_big);
-  if (l.dp > 1) {
-    const int64_t dp_stride = axis_stride(l, o.rank_order, "dp");
-    const double g = (o.precision == Precision::kFp32 || o.fp32_grad_accumulation) ? 4 : 2;
-    const double window = o.overlap_dp ? slow.t_b() : 0.0;  // the last micro-batch's backward
-    if (l.zero == 0) {
-      p.time.dp_exposed = std::max(0.0, collective_time(sys, Collective::kAllReduce, l.dp, dp_stride, psi * g) - window);
-    } else if (l.zero <= 2) {
-      const double rs = collective_time(sys, Collective::kReduceScatter, l.dp, dp_stride, psi * g);
-      const double ag = collective_time(sys, Collective::kAllGather, l.dp, dp_stride, psi * e);
-      // ZeRO 2: every micro-batch's reduce-scatter against its own backward.
-      const double reductions = l.zero == 2 ? md : 1.0;
-      p.time.dp_exposed = reductions * std::max(0.0, rs - window) + ag;
-    } else {
-      // Every micro-batch gathers the parameters (forward, and again in the backward what
-      // the buffers no longer hold) and reduce-scatters its gradients; prefetching hides them
-      // behind that micro-batch.
-      const DpStepComm k = dp_step_comm(3, static_cast<int>(m.layers) + 2, DataParallelConfig{}.prefetch);
-      const double per_mb = k.all_gather * collective_time(sys, Collective::kAllGather, l.dp, dp_stride, psi * e) +
-                            k.reduce_scatter * collective_time(sys, Collective::kReduceScatter, l.dp, dp_stride, psi * g);
-      const double hide = o.overlap_dp ? slow.t_f() + slow.t_b() : 0.0;
-      p.time.dp_exposed = md * std::max(0.0, per_mb - hide);
-    }
-  }
+  DpCost dp = dp_cost(c, psi, md, slow);
+  p.time.dp_exposed = dp.exposed;
   // Optimizer: AdamW over this rank's shard, memory-bound. Mixed precision reads the fp32
   // gradient, master weight, m, v (16 bytes) and writes master, m, v and the 16-bit copy (14);
   // fp32 reads 16 and writes 12.
   const double shard = psi / (l.zero >= 1 ? static_cast<double>(l.dp) : 1.0);
   p.time.optimizer = shard * (o.precision == Precision::kFp32 ? 28.0 : 30.0) / d.memory_bandwidth;
-  p.time.total = p.time.compute + p.time.tp_comm + p.time.pp_bubble + p.time.dp_exposed + p.time.optimizer;
+  // Scale effects (plan/scale_model.h): the slowest of the world's devices, and the per-step
+  // work no parallelism shrinks.
+  const int64_t world = l.world();
+  p.time.stragglers = straggler_time(p.time.compute + p.time.tp_comm, sys.defaults.jitter, world);
+  const double world_ar = collective_time(sys, Collective::kAllReduce, world, 1, 8.0);
+  p.time.overhead = sys.defaults.step_overhead + sys.defaults.world_allreduces * world_ar;
+  p.time.total = p.time.compute + p.time.tp_comm + p.time.pp_bubble + p.time.dp_exposed + p.time.optimizer +
+                 p.time.stragglers + p.time.overhead;
   p.step_time_s = p.time.total;
 
   const double tokens = static_cast<double>(o.global_batch) * s;
   p.tokens_per_s = tokens / p.step_time_s;
   p.model_flops = m.model_flops_per_token() * tokens;
   p.hardware_flops = hw_flops * md * static_cast<double>(l.dp) * t;
-  const double peak_all = d.peak_flops(o.precision) * static_cast<double>(l.world());
+  const double peak_all = d.peak_flops(o.precision) * static_cast<double>(world);
   p.mfu = p.model_flops / (p.step_time_s * peak_all);
   p.hfu = p.hardware_flops / (p.step_time_s * peak_all);
   p.memory = worst_stage_memory(m, l, o.memory());
   p.fits = p.memory.total <= d.memory_bytes;
+  if (o.explain) {
+    explain_compute_and_tp(c, p, slow, md);
+    if (l.pp > 1) {
+      p.explain.push_back({"pp", "fill + drain (bubble)", "", fill,
+                           fmt::format("{} stages, {} micro-batches, {} schedule; ideal {:.4g} s x bubble_factor {:g}", l.pp,
+                                       mb, schedule_name(l.schedule), ideal, sys.defaults.bubble_factor)});
+      p.explain.push_back({"pp", "point-to-point on the critical path", "", p2p_path,
+                           fmt::format("{:.4g} ms per transfer", 1e3 * c.p2p)});
+    }
+    for (auto& term : dp.terms) p.explain.push_back(std::move(term));
+    p.explain.push_back({"optimizer", "AdamW update", "", p.time.optimizer,
+                         fmt::format("{:.4g} M parameters per rank, memory-bound", shard / 1e6)});
+    p.explain.push_back({"stragglers", "waiting for the slowest device", "", p.time.stragglers,
+                         fmt::format("jitter {:g} x E[max of {} normal draws] = {:.3g} x busy {:.4g} s",
+                                     sys.defaults.jitter, world, expected_max_normal(world),
+                                     p.time.compute + p.time.tp_comm)});
+    p.explain.push_back({"overhead", "fixed per step", "", sys.defaults.step_overhead, "[defaults] step_overhead"});
+    p.explain.push_back({"overhead", "world all-reduces (loss, norm)", "", sys.defaults.world_allreduces * world_ar,
+                         fmt::format("{} x {:.3g} ms over {} ranks", sys.defaults.world_allreduces, 1e3 * world_ar, world)});
+  }
   return p;
 }
 

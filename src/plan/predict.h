@@ -11,10 +11,12 @@
 // exposed DP communication, optimizer) and mem beside what it measured.
 //
 // Model (every formula cites its source where it is computed, in predict.cc):
-// - compute: each operation of a layer (matrix products with their FLOPs and bytes; memory-
-//   bound element-wise ops with their bytes) takes max(FLOPs / (peak x efficiency(FLOPs)),
-//   bytes / memory bandwidth) + kernel latency (the roofline, Williams et al. 2009); backward
-//   products cost twice the forward; recompute adds the recomputed forward.
+// - compute: each operation of a layer (matrix products with their shapes; memory-bound
+//   element-wise ops with their bytes) takes its kernel time (plan/kernel_model.h: per-shape
+//   products with wave quantisation and small-k losses on GPUs, the measured curve on CPUs;
+//   the roofline, Williams et al. 2009) + kernel latency; backward products cost twice the
+//   forward; recompute adds the recomputed forward.
+// - scale: stragglers, per-step overhead, world all-reduces (plan/scale_model.h).
 // - communication: alpha-beta per collective (ring algorithms, Thakur et al. 2005: all-reduce
 //   2(n-1) steps moving 2(n-1)/n of the buffer, reduce-scatter and all-gather (n-1) steps
 //   moving (n-1)/n), per link level of the system: a group's members are placed by the rank
@@ -27,6 +29,7 @@
 //   the gradient reduction overlaps the last micro-batch's backward when overlap_dp is set.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "plan/memory.h"
 #include "plan/shape.h"
@@ -42,6 +45,7 @@ struct Options {
   bool fp32_grad_accumulation = true;
   bool overlap_dp = true;
   bool pp_scatter_gather = true;  // see SoftwareDefaults
+  bool explain = false;           // fill Prediction::explain (weft plan --explain)
   std::string rank_order = "tp-dp-pp";  // first axis varies fastest (weft's [parallel] order)
   double dp_bucket_elements = 40e6;
   std::string memory_model = "megatron";  // see MemoryOptions
@@ -52,14 +56,25 @@ struct Options {
 };
 
 // Seconds of one optimizer step, by where the time goes. total = compute + tp_comm +
-// pp_bubble + dp_exposed + optimizer.
+// pp_bubble + dp_exposed + optimizer + stragglers + overhead.
 struct StepTime {
   double compute = 0;     // m x (forward + backward + recompute) of the slowest stage
   double tp_comm = 0;     // m x tensor-parallel collectives of the slowest stage
   double pp_bubble = 0;   // pipeline fill/drain + point-to-point transfers on the critical path
   double dp_exposed = 0;  // data-parallel / ZeRO communication not hidden behind the backward
   double optimizer = 0;   // the optimizer step (memory-bound)
+  double stragglers = 0;  // waiting for the slowest device (plan/scale_model.h)
+  double overhead = 0;    // per-step work no parallelism shrinks: fixed + world all-reduces
   double total = 0;
+};
+
+// One line of `weft plan --explain`: seconds per step on the critical path of one term.
+struct ExplainTerm {
+  std::string group;   // compute, tp, pp, dp, optimizer, stragglers, overhead
+  std::string name;    // e.g. "matrix products (QKV, projection, MLP)", "all-reduce"
+  std::string where;   // the link level a collective's time is set by ("node", "network"), or ""
+  double seconds = 0;
+  std::string detail;  // counts and sizes behind the figure
 };
 
 struct Prediction {
@@ -76,6 +91,7 @@ struct Prediction {
   bool fits = false;           // memory.total <= device memory
   // Per micro-batch on the slowest stage: forward, backward (with recompute), one p2p send.
   double t_forward = 0, t_backward = 0, t_p2p = 0;
+  std::vector<ExplainTerm> explain;  // with Options::explain: the step's terms, largest groups first
 };
 
 // Predicts one layout. InputError (naming the values) when the layout breaks a layout rule
@@ -87,8 +103,17 @@ Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layou
 
 // Communication time of one collective over `n` ranks whose ranks are `stride` apart in the
 // world order, moving `bytes` (the full buffer), on every group of that axis at once.
+// All-reduce takes the faster of a ring (2(n-1) latencies, 2(n-1)/n of the bytes) and a
+// double binary tree (2 ceil(log2 n) latencies, 2x the bytes; Sanders et al. 2009, NCCL's
+// choice at scale); the others are rings.
 enum class Collective { kAllReduce, kReduceScatter, kAllGather, kSendRecv };
 double collective_time(const System& sys, Collective c, int64_t n, int64_t stride, double bytes);
+struct CollectiveCost {
+  double seconds = 0, latency_s = 0, bandwidth_s = 0;
+  std::string level;      // the level whose crossing sets the bandwidth term
+  bool tree = false;      // all-reduce: the tree won
+};
+CollectiveCost collective_cost(const System& sys, Collective c, int64_t n, int64_t stride, double bytes);
 
 // Ranks between neighbours of `axis` ("tp", "dp", "pp") under `order` ("tp-dp-pp": tp
 // fastest). InputError for an order that is not a permutation of tp, dp, pp.
@@ -99,7 +124,8 @@ int64_t axis_stride(const Layout& l, const std::string& order, const std::string
 // one activation transfer between neighbour stages.
 double pipeline_time(PipeSchedule s, int p, int64_t m, int v, double t_max, double t_sum, double t_p2p);
 
-// Time of one matrix product of `flops` moving `bytes` (roofline + efficiency curve).
+// Time of one matrix product of `flops` moving `bytes` (roofline + the measured curve or
+// constant by FLOPs; the per-shape model is plan/kernel_model.h's gemm_time).
 double matmul_time(const Device& d, Precision p, double flops, double bytes);
 
 }  // namespace weft::plan

@@ -18,6 +18,53 @@ int64_t System::unit_devices(size_t i) const {
   return levels[i].devices;
 }
 
+namespace {
+
+void validate_shape_model(const std::string& name, const Device& d) {
+  if (d.compute_units < 0 || d.compute_units > 100000) {
+    throw_input("system '{}': device compute_units must be in [0, 100000], got {}", name, d.compute_units);
+  }
+  for (size_t i = 0; i < d.gemm_tiles.size(); ++i) {
+    const GemmTile& t = d.gemm_tiles[i];
+    if (!(t.m >= 1 && t.n >= 1 && t.m <= 4096 && t.n <= 4096) || !(t.fraction > 0 && t.fraction <= 1)) {
+      throw_input("system '{}': gemm_tiles entry {} is [{}, {}, {}]: tile sides must be in [1, 4096] and the fraction in (0, 1]",
+                  name, i, t.m, t.n, t.fraction);
+    }
+  }
+  if (!(d.gemm_k_overhead >= 0 && d.gemm_k_overhead < 1e6)) {
+    throw_input("system '{}': gemm_k_overhead must be in [0, 1e6), got {}", name, d.gemm_k_overhead);
+  }
+  if (d.gemm_align < 0 || d.gemm_align > 4096) throw_input("system '{}': gemm_align must be in [0, 4096], got {}", name, d.gemm_align);
+  if (!(d.gemm_misaligned_fraction > 0 && d.gemm_misaligned_fraction <= 1)) {
+    throw_input("system '{}': gemm_misaligned_fraction must be in (0, 1], got {}", name, d.gemm_misaligned_fraction);
+  }
+  for (double f : {d.attention_efficiency, d.attention_bwd_efficiency}) {
+    if (!(f >= 0 && f <= 1)) {
+      throw_input("system '{}': attention_efficiency ({}) and attention_bwd_efficiency ({}) must be in [0, 1]", name,
+                  d.attention_efficiency, d.attention_bwd_efficiency);
+    }
+  }
+  if ((d.attention_efficiency > 0) != (d.attention_bwd_efficiency > 0)) {
+    throw_input("system '{}': give both attention_efficiency ({}) and attention_bwd_efficiency ({}), or neither", name,
+                d.attention_efficiency, d.attention_bwd_efficiency);
+  }
+}
+
+void validate_scale_model(const std::string& name, const SoftwareDefaults& s) {
+  if (!(s.step_overhead >= 0 && s.step_overhead < 3600)) {
+    throw_input("system '{}': [defaults] step_overhead must be in [0, 3600) seconds, got {}", name, s.step_overhead);
+  }
+  if (!(s.jitter >= 0 && s.jitter < 1)) throw_input("system '{}': [defaults] jitter must be in [0, 1), got {}", name, s.jitter);
+  if (s.world_allreduces < 0 || s.world_allreduces > 1000) {
+    throw_input("system '{}': [defaults] world_allreduces must be in [0, 1000], got {}", name, s.world_allreduces);
+  }
+  if (!(s.bubble_factor >= 1 && s.bubble_factor <= 100)) {
+    throw_input("system '{}': [defaults] bubble_factor must be in [1, 100], got {}", name, s.bubble_factor);
+  }
+}
+
+}  // namespace
+
 void System::validate() const {
   const Device& d = device;
   if (!(d.peak_flops_16 > 0) || !(d.peak_flops_32 > 0)) {
@@ -32,6 +79,8 @@ void System::validate() const {
     throw_input("system '{}': device matmul_efficiency must be in (0, 1], got {}", name, d.matmul_efficiency);
   }
   if (!(d.kernel_latency >= 0)) throw_input("system '{}': kernel_latency must be >= 0, got {}", name, d.kernel_latency);
+  validate_shape_model(name, d);
+  validate_scale_model(name, defaults);
   for (size_t i = 0; i < d.matmul_curve.size(); ++i) {
     const auto& [f, e] = d.matmul_curve[i];
     if (!(f > 0) || !(e > 0 && e <= 1.5)) {
@@ -137,6 +186,33 @@ int64_t level_devices(const std::string& path, double v) {
   return static_cast<int64_t>(v);
 }
 
+// A count read as a TOML number: whole and in range, or the error names it.
+int whole(const std::string& path, const char* section, const char* key, double v) {
+  if (v < 0 || v > 1e6 || v != std::floor(v)) throw_input("{}: [{}] {} must be a whole number in [0, 1e6], got {}", path, section, key, v);
+  return static_cast<int>(v);
+}
+
+void read_shape_model(const std::string& path, Reader& r, Device& d) {
+  d.compute_units = whole(path, "device", "compute_units", r.number("compute_units", 0, false));
+  if (const toml::node* c = r.get("gemm_tiles")) {
+    const toml::array* arr = c->as_array();
+    if (!arr) throw_input("{}: [device] gemm_tiles must be an array of [tile_m, tile_n, fraction] triples", path);
+    for (const auto& p : *arr) {
+      const toml::array* t = p.as_array();
+      if (!t || t->size() != 3 || !t->get(0)->value<double>() || !t->get(1)->value<double>() || !t->get(2)->value<double>()) {
+        throw_input("{}: [device] gemm_tiles entries must be [tile_m, tile_n, fraction] triples of numbers", path);
+      }
+      d.gemm_tiles.push_back({*t->get(0)->value<double>(), *t->get(1)->value<double>(), *t->get(2)->value<double>()});
+    }
+  }
+  if (d.compute_units > 0 && d.gemm_tiles.empty()) d.gemm_tiles.push_back(GemmTile{});
+  d.gemm_k_overhead = r.number("gemm_k_overhead", 0, false);
+  d.gemm_align = whole(path, "device", "gemm_align", r.number("gemm_align", 0, false));
+  d.gemm_misaligned_fraction = r.number("gemm_misaligned_fraction", 1.0, false);
+  d.attention_efficiency = r.number("attention_efficiency", 0, false);
+  d.attention_bwd_efficiency = r.number("attention_bwd_efficiency", 0, false);
+}
+
 }  // namespace
 
 System load_system(const std::string& path) {
@@ -186,6 +262,7 @@ System load_system(const std::string& path) {
         d.matmul_curve.emplace_back(*pair->get(0)->value<double>(), *pair->get(1)->value<double>());
       }
     }
+    read_shape_model(path, r, d);
     r.finish();
   }
   const toml::array* levels = tbl["level"].as_array();
@@ -210,6 +287,10 @@ System load_system(const std::string& path) {
     s.defaults.overlap_dp = r.boolean("overlap_dp", true);
     s.defaults.pp_scatter_gather = r.boolean("pp_scatter_gather", true);
     s.defaults.memory_model = r.string("memory_model", "megatron");
+    s.defaults.step_overhead = r.number("step_overhead", 0, false);
+    s.defaults.jitter = r.number("jitter", 0, false);
+    s.defaults.world_allreduces = whole(path, "defaults", "world_allreduces", r.number("world_allreduces", 0, false));
+    s.defaults.bubble_factor = r.number("bubble_factor", 1.0, false);
     if (s.defaults.memory_model != "megatron" && s.defaults.memory_model != "weft") {
       throw_input("{}: [defaults] memory_model = '{}': expected 'megatron' or 'weft'", path, s.defaults.memory_model);
     }
@@ -240,6 +321,18 @@ std::string system_to_toml(const System& s, const std::vector<std::string>& note
     }
     out += "]\n";
   }
+  if (d.compute_units > 0) {
+    out += fmt::format("compute_units = {}\ngemm_tiles = [", d.compute_units);
+    for (size_t i = 0; i < d.gemm_tiles.size(); ++i) {
+      out += fmt::format("{}[{}, {}, {:.4g}]", i ? ", " : "", d.gemm_tiles[i].m, d.gemm_tiles[i].n, d.gemm_tiles[i].fraction);
+    }
+    out += fmt::format("]\ngemm_k_overhead = {:.6g}\ngemm_align = {}\ngemm_misaligned_fraction = {:.4g}\n",
+                       d.gemm_k_overhead, d.gemm_align, d.gemm_misaligned_fraction);
+  }
+  if (d.attention_efficiency > 0) {
+    out += fmt::format("attention_efficiency = {:.4g}\nattention_bwd_efficiency = {:.4g}\n", d.attention_efficiency,
+                       d.attention_bwd_efficiency);
+  }
   for (const auto& l : s.levels) {
     out += fmt::format("\n[[level]]\nname = \"{}\"\ndevices = {}\nbandwidth = {:.6g}\nlatency = {:.6g}\n", l.name,
                        l.devices, l.bandwidth, l.latency);
@@ -248,6 +341,8 @@ std::string system_to_toml(const System& s, const std::vector<std::string>& note
       "\n[defaults]\nflash_attention = {}\ndropout = {}\nfp32_grad_accumulation = {}\noverlap_dp = {}\npp_scatter_gather = {}\nmemory_model = \"{}\"\n",
       s.defaults.flash_attention, s.defaults.dropout, s.defaults.fp32_grad_accumulation, s.defaults.overlap_dp,
       s.defaults.pp_scatter_gather, s.defaults.memory_model);
+  out += fmt::format("step_overhead = {:.6g}\njitter = {:.6g}\nworld_allreduces = {}\nbubble_factor = {:.6g}\n",
+                     s.defaults.step_overhead, s.defaults.jitter, s.defaults.world_allreduces, s.defaults.bubble_factor);
   return out;
 }
 

@@ -8,13 +8,18 @@
 //   [device]   name, peak_flops_16, peak_flops_32 (FLOP/s of matrix products), memory_bytes,
 //              memory_bandwidth (bytes/s), matmul_efficiency (largest fraction of peak a
 //              matrix product reaches), kernel_latency (s per kernel),
-//              matmul_curve (optional, measured: [[FLOPs per call, fraction of peak], ...])
+//              matmul_curve (optional, measured: [[FLOPs per call, fraction of peak], ...]);
+//              per-shape products (GPUs, plan/kernel_model.h): compute_units, gemm_tiles
+//              ([[tile_m, tile_n, fraction], ...]), gemm_k_overhead, gemm_align,
+//              gemm_misaligned_fraction; attention_efficiency, attention_bwd_efficiency
 //   [[level]]  name, devices (devices in one unit of the level, cumulative: 2 per card, 8 per
 //              node; 0 for the top level: the whole machine), bandwidth (bytes/s per device
 //              and direction when every device of a unit sends across the level at once),
 //              latency (s per message)
 //   [defaults] software of the figures: flash_attention, dropout, fp32_grad_accumulation,
-//              overlap_dp (gradient reduction overlapped with the last backward)
+//              overlap_dp (gradient reduction overlapped with the last backward),
+//              pp_scatter_gather, memory_model; scale effects: step_overhead (s), jitter,
+//              world_allreduces, bubble_factor (plan/scale_model.h)
 #pragma once
 #include <string>
 #include <utility>
@@ -23,6 +28,12 @@
 #include "plan/shape.h"
 
 namespace weft::plan {
+
+// One output tile shape a GPU matrix library uses and the fraction of the large-product rate
+// it reaches (smaller tiles reuse less data per load).
+struct GemmTile {
+  double m = 128, n = 128, fraction = 1.0;
+};
 
 struct Device {
   std::string name = "device";
@@ -34,6 +45,14 @@ struct Device {
   double kernel_latency = 0;       // s added to every kernel (launch, sync)
   // Measured fraction of peak by FLOPs per call (sorted by FLOPs); empty: roofline only.
   std::vector<std::pair<double, double>> matmul_curve;
+  // Per-shape product model (plan/kernel_model.h); compute_units 0: the curve above instead.
+  int64_t compute_units = 0;          // streaming multiprocessors / compute units
+  std::vector<GemmTile> gemm_tiles;   // candidate tiles (default one 128 x 128 at 1.0)
+  double gemm_k_overhead = 0;         // k elements each tile's fill + epilogue costs
+  int64_t gemm_align = 0;             // elements the dimensions must be multiples of
+  double gemm_misaligned_fraction = 1.0;
+  // Fused (flash) attention kernel: fractions of peak, forward and backward; 0: none measured.
+  double attention_efficiency = 0, attention_bwd_efficiency = 0;
 
   double peak_flops(Precision p) const { return p == Precision::kFp32 ? peak_flops_32 : peak_flops_16; }
 };
@@ -58,6 +77,16 @@ struct SoftwareDefaults {
   // mixed precision, the published systems) or "weft" (plan/weft_memory.h: weft's own
   // buffers, exact for its CPU backend; what `weft calibrate` writes).
   std::string memory_model = "megatron";
+  // Scale effects (plan/scale_model.h). Seconds per optimizer step that no parallelism
+  // shrinks: the framework's step (data loading, launches, logging, loss and norm bookkeeping).
+  double step_overhead = 0;
+  // Coefficient of variation of one device's busy time over a step: a synchronous step waits
+  // for the slowest of its devices (stragglers).
+  double jitter = 0;
+  // Small all-reduces over every rank per step (loss, gradient norm, overflow check): latency.
+  int world_allreduces = 0;
+  // The pipeline's fill and drain as a multiple of the schedule's ideal (p - 1) stage times.
+  double bubble_factor = 1.0;
 };
 
 struct System {

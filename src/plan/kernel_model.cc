@@ -1,0 +1,82 @@
+#include "plan/kernel_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace weft::plan {
+
+double matmul_curve_fraction(const Device& d, double flops) {
+  const auto& c = d.matmul_curve;
+  if (c.empty()) return d.matmul_efficiency;
+  if (flops <= c.front().first) return c.front().second;
+  if (flops >= c.back().first) return c.back().second;
+  for (size_t i = 1; i < c.size(); ++i) {
+    if (flops <= c[i].first) {
+      const double x0 = std::log(c[i - 1].first), x1 = std::log(c[i].first), x = std::log(flops);
+      const double w = (x - x0) / (x1 - x0);
+      return c[i - 1].second + w * (c[i].second - c[i - 1].second);
+    }
+  }
+  return c.back().second;
+}
+
+namespace {
+
+bool aligned(double v, int64_t align) {
+  if (align <= 1) return true;
+  return std::fmod(v, static_cast<double>(align)) == 0;
+}
+
+// Fraction of peak of one tile shape on this product: the tile's own fraction x the filled
+// share of its waves; both orientations of the tile are tried (the library transposes).
+double tile_fraction(const Device& d, const GemmTile& t, const GemmShape& g) {
+  auto waves = [&](double tm, double tn) {
+    const double tiles = std::ceil(g.m / tm) * std::ceil(g.n / tn) * g.batch;
+    // Edge tiles that are mostly padding do work for the padding: the useful share of the
+    // tiled output (m n over the tiled area) scales the rate as well.
+    const double useful = (g.m * g.n) / (std::ceil(g.m / tm) * tm * std::ceil(g.n / tn) * tn);
+    return wave_fraction(tiles, d.compute_units) * useful;
+  };
+  return t.fraction * std::max(waves(t.m, t.n), waves(t.n, t.m));
+}
+
+}  // namespace
+
+double wave_fraction(double tiles, int64_t units) {
+  if (tiles <= 0 || units <= 0) return 1.0;
+  const double u = static_cast<double>(units);
+  return tiles / (std::ceil(tiles / u) * u);
+}
+
+double gemm_fraction(const Device& d, const GemmShape& g) {
+  if (d.compute_units <= 0 || d.gemm_tiles.empty()) return matmul_curve_fraction(d, g.flops());
+  double best = 0;
+  for (const GemmTile& t : d.gemm_tiles) best = std::max(best, tile_fraction(d, t, g));
+  const double k_eff = g.k / (g.k + d.gemm_k_overhead);
+  const bool ok = aligned(g.m, d.gemm_align) && aligned(g.n, d.gemm_align) && aligned(g.k, d.gemm_align);
+  return d.matmul_efficiency * best * k_eff * (ok ? 1.0 : d.gemm_misaligned_fraction);
+}
+
+double gemm_time(const Device& d, Precision p, const GemmShape& g, double e) {
+  if (g.flops() <= 0) return 0;
+  // Roofline (Williams et al. 2009): the larger of the compute and the memory time.
+  const double rate = d.peak_flops(p) * gemm_fraction(d, g);
+  return std::max(g.flops() / rate, g.bytes(e) / d.memory_bandwidth) + d.kernel_latency;
+}
+
+double memory_time(const Device& d, double bytes) {
+  if (bytes <= 0) return 0;
+  return bytes / d.memory_bandwidth + d.kernel_latency;
+}
+
+double flash_attention_time(const Device& d, Precision p, double noncausal_flops, bool backward) {
+  const double factor = backward ? 2.5 : 1.0;
+  if (d.attention_efficiency <= 0) {
+    // No measured attention kernel (a CPU): the non-causal FLOPs at the product curve.
+    return factor * (noncausal_flops / (d.peak_flops(p) * matmul_curve_fraction(d, noncausal_flops)) + d.kernel_latency);
+  }
+  const double frac = backward ? d.attention_bwd_efficiency : d.attention_efficiency;
+  return 0.5 * factor * noncausal_flops / (d.peak_flops(p) * frac) + d.kernel_latency;
+}
+
+}  // namespace weft::plan
