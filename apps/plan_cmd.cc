@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "cli_util.h"
@@ -14,6 +15,7 @@
 #include "model/config.h"
 #include "plan/predict.h"
 #include "plan/search.h"
+#include "plan_explain.h"
 
 namespace weft {
 
@@ -45,7 +47,9 @@ nlohmann::json to_json(const Prediction& p) {
         {"tp_comm", p.time.tp_comm},
         {"pp_bubble", p.time.pp_bubble},
         {"dp_exposed", p.time.dp_exposed},
-        {"optimizer", p.time.optimizer}}},
+        {"optimizer", p.time.optimizer},
+        {"stragglers", p.time.stragglers},
+        {"overhead", p.time.overhead}}},
       {"memory_bytes",
        {{"params", m.params},
         {"grads", m.grads},
@@ -99,7 +103,7 @@ struct PlanArgs {
   int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, ffn = 0, gpus = 0, global_batch = 0, top = 5;
   int tp = 0, pp = 0, dp = 0, zero = 0, vstages = 0, recompute_layers = -1;
   int64_t micro_batch = 0;
-  bool sp = false, flash = false, dropout = false, overlap = false;
+  bool sp = false, flash = false, dropout = false, overlap = false, explain = false;
   std::string scaling, scaling_gpus, csv, plot;
   CLI::Option *o_gpus = nullptr, *o_tp = nullptr, *o_pp = nullptr, *o_dp = nullptr, *o_mb = nullptr, *o_zero = nullptr;
   CLI::Option *o_rc = nullptr, *o_rcl = nullptr, *o_sp = nullptr, *o_sch = nullptr, *o_v = nullptr;
@@ -134,6 +138,7 @@ void add_plan_options(CLI::App& app, PlanArgs& a) {
   a.o_drop = app.add_flag("--dropout,!--no-dropout", a.dropout, "override the system's [defaults]");
   a.o_ov = app.add_flag("--overlap-dp,!--no-overlap-dp", a.overlap, "override the system's [defaults]");
   app.add_option("--top", a.top, "layouts to print");
+  app.add_flag("--explain", a.explain, "take the best (or pinned) layout's step apart: compute per op class, each collective per axis and level, bubble, stragglers, overheads");
   add_format_option(app, a.format);
   a.o_scaling = app.add_option("--scaling", a.scaling, "strong, weak or both: scaling efficiency vs device count")
                     ->check(CLI::IsMember({"strong", "weak", "both"}))
@@ -252,14 +257,27 @@ void print_scaling_header(const PlanQuery& q, const PlanArgs& a, const std::vect
              weak ? "weak" : "strong", q.shape.name, q.sys.name,
              weak ? fmt::format("global batch {} per {} devices", a.global_batch, counts.front())
                   : fmt::format("global batch {}", a.global_batch));
-  fmt::print("  {:>7} {:>8}  {:<44} {:>10} {:>11} {:>6} {:>10}\n", "devices", "batch", "best layout", "step s",
-             "tokens/s", "MFU%", "efficiency");
+  fmt::print("  {:>7} {:>8}  {:<44} {:>10} {:>11} {:>6} {:>10}  {}\n", "devices", "batch", "best layout", "step s",
+             "tokens/s", "MFU%", "efficiency", "largest loss (share of step)");
+}
+
+// The largest term of a step beside the compute: what the scale costs at this point.
+std::string largest_loss(const StepTime& t) {
+  const std::pair<const char*, double> terms[] = {{"tp comm", t.tp_comm},   {"pp bubble+p2p", t.pp_bubble},
+                                                  {"dp exposed", t.dp_exposed}, {"optimizer", t.optimizer},
+                                                  {"stragglers", t.stragglers}, {"overhead", t.overhead}};
+  const auto* best = &terms[0];
+  for (const auto& e : terms) {
+    if (e.second > best->second) best = &e;
+  }
+  return fmt::format("{} {:.1f}%", best->first, t.total > 0 ? 100 * best->second / t.total : 0.0);
 }
 
 void print_scaling_point(const ScalingPoint& p) {
   if (p.found) {
-    fmt::print("  {:>7} {:>8}  {:<44} {:>10.4g} {:>11.5g} {:>6.2f} {:>9.2f}%\n", p.gpus, p.global_batch,
-               p.best.layout.describe(), p.best.step_time_s, p.best.tokens_per_s, 100 * p.best.mfu, 100 * p.efficiency);
+    fmt::print("  {:>7} {:>8}  {:<44} {:>10.4g} {:>11.5g} {:>6.2f} {:>9.2f}%  {}\n", p.gpus, p.global_batch,
+               p.best.layout.describe(), p.best.step_time_s, p.best.tokens_per_s, 100 * p.best.mfu, 100 * p.efficiency,
+               largest_loss(p.best.time));
   } else {
     fmt::print("  {:>7} {:>8}  {}\n", p.gpus, p.global_batch, p.note);
   }
@@ -365,13 +383,21 @@ void print_ranking(const PlanQuery& q, const PlanArgs& a, const SearchResult& r,
 int run_search(const PlanQuery& q, const PlanArgs& a) {
   const SearchResult r = search_layouts(q.shape, q.sys, q.gpus, q.opt, q.pins, static_cast<size_t>(a.top));
   const std::vector<Prediction> shown = shown_layouts(r, q);
+  std::optional<Prediction> explained;
+  if (a.explain) {
+    Options o = q.opt;
+    o.explain = true;
+    explained = predict_unchecked(q.shape, q.sys, shown.front().layout, o);
+  }
   if (a.format == "json") {
     nlohmann::json arr = nlohmann::json::array();
     for (const auto& p : shown) arr.push_back(to_json(p));
+    if (explained) arr[0]["explain"] = explain_json(*explained);
     fmt::print("{}\n", arr.dump());
     return 0;
   }
   print_ranking(q, a, r, shown);
+  if (explained) print_explain(*explained);
   return 0;
 }
 
@@ -382,7 +408,10 @@ int cmd_plan(CLI::App& app, int argc, char** argv, Communicator&) {
   add_plan_options(app, a);
   app.parse(argc - 1, argv + 1);
   const PlanQuery q = make_query(a);
-  if (a.o_scaling->count()) return run_scaling(q, a);
+  if (a.o_scaling->count()) {
+    if (a.explain) throw_input("--explain takes one layout apart; it does not combine with --scaling {}", a.scaling);
+    return run_scaling(q, a);
+  }
   return run_search(q, a);
 }
 

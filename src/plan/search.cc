@@ -226,7 +226,9 @@ std::string explain(const Prediction& a, const Prediction& b) {
                              {"TP communication", a.time.tp_comm - b.time.tp_comm},
                              {"pipeline bubble + p2p", a.time.pp_bubble - b.time.pp_bubble},
                              {"exposed DP communication", a.time.dp_exposed - b.time.dp_exposed},
-                             {"optimizer", a.time.optimizer - b.time.optimizer}};
+                             {"optimizer", a.time.optimizer - b.time.optimizer},
+                             {"stragglers", a.time.stragglers - b.time.stragglers},
+                             {"per-step overhead", a.time.overhead - b.time.overhead}};
   std::sort(parts.begin(), parts.end(), [](const Part& p, const Part& q) { return p.d < q.d; });
   const double gap = b.step_time_s - a.step_time_s;
   std::string s = fmt::format("{} beats {} by {:.2f}% ({:.4g} s vs {:.4g} s per step)", x.describe(), y.describe(),

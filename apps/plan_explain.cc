@@ -1,0 +1,75 @@
+#include "plan_explain.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+namespace weft {
+
+using plan::ExplainTerm;
+using plan::Prediction;
+
+namespace {
+
+// Seconds per group, in the order the step's terms are listed.
+std::vector<std::pair<std::string, double>> group_totals(const Prediction& p) {
+  std::vector<std::pair<std::string, double>> out;
+  for (const ExplainTerm& t : p.explain) {
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& g) { return g.first == t.group; });
+    if (it == out.end()) {
+      out.emplace_back(t.group, t.seconds);
+    } else {
+      it->second += t.seconds;
+    }
+  }
+  return out;
+}
+
+const ExplainTerm* dominant(const Prediction& p) {
+  const ExplainTerm* best = nullptr;
+  for (const ExplainTerm& t : p.explain) {
+    if (!best || t.seconds > best->seconds) best = &t;
+  }
+  return best;
+}
+
+std::string share(double s, double total) { return total > 0 ? fmt::format("{:.1f}%", 100 * s / total) : "-"; }
+
+}  // namespace
+
+void print_explain(const Prediction& p) {
+  const double total = p.step_time_s;
+  fmt::print("\nwhere the step goes: {} ({} micro-batches per pipeline), {:.4g} s per step\n", p.layout.describe(),
+             p.micro_batches, total);
+  fmt::print("  {:<11} {:<52} {:<9} {:>11} {:>7}  {}\n", "group", "term", "level", "s/step", "share", "detail");
+  for (const ExplainTerm& t : p.explain) {
+    fmt::print("  {:<11} {:<52} {:<9} {:>11.4g} {:>7}  {}\n", t.group, t.name, t.where.empty() ? "-" : t.where, t.seconds,
+               share(t.seconds, total), t.detail);
+  }
+  fmt::print("  totals:");
+  for (const auto& [g, s] : group_totals(p)) fmt::print(" {} {:.4g} s ({})", g, s, share(s, total));
+  fmt::print("\n");
+  if (const ExplainTerm* d = dominant(p)) {
+    fmt::print("  dominant term: {} / {} ({} of the step)\n", d->group, d->name, share(d->seconds, total));
+  }
+}
+
+nlohmann::json explain_json(const Prediction& p) {
+  nlohmann::json terms = nlohmann::json::array();
+  for (const ExplainTerm& t : p.explain) {
+    terms.push_back({{"group", t.group},
+                     {"name", t.name},
+                     {"where", t.where},
+                     {"seconds", t.seconds},
+                     {"share", p.step_time_s > 0 ? t.seconds / p.step_time_s : 0.0},
+                     {"detail", t.detail}});
+  }
+  nlohmann::json groups = nlohmann::json::object();
+  for (const auto& [g, s] : group_totals(p)) groups[g] = s;
+  nlohmann::json j = {{"terms", terms}, {"groups", groups}};
+  if (const ExplainTerm* d = dominant(p)) j["dominant"] = {{"group", d->group}, {"name", d->name}};
+  return j;
+}
+
+}  // namespace weft

@@ -1,0 +1,16 @@
+// `weft plan --explain`: one layout's step taken apart (compute per op class, each
+// collective per axis and link level, pipeline fill/drain and transfers, optimizer,
+// stragglers, per-step overheads), with which term dominates.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include "plan/predict.h"
+
+namespace weft {
+
+// Prints the breakdown of `p` (predicted with Options::explain set) as text.
+void print_explain(const plan::Prediction& p);
+// The same as JSON: {"terms": [{group, name, where, seconds, share, detail}], "dominant": ...}.
+nlohmann::json explain_json(const plan::Prediction& p);
+
+}  // namespace weft
