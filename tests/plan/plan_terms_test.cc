@@ -71,6 +71,25 @@ TEST(PlanTerms, SmallKAndAlignment) {
   EXPECT_DOUBLE_EQ(gemm_time(d, Precision::kBf16, thin, 2), thin.bytes(2) / 1e12);
 }
 
+// A device without compute units (a CPU from `weft calibrate`) keeps the measured curve by
+// FLOPs per call: the backward's two products (their own shapes, the same FLOPs and bytes)
+// cost exactly twice the forward, as before the per-shape model, so weft's CPU predictions
+// (bench/plan_accuracy.sh) do not move.
+TEST(PlanTerms, CpuDevicesKeepTheCurve) {
+  Device d;
+  d.peak_flops_16 = d.peak_flops_32 = 2e11;
+  d.memory_bandwidth = 4e10;
+  d.memory_bytes = 1e10;
+  d.matmul_curve = {{1e6, 0.3}, {1e9, 0.9}};
+  for (const GemmShape g : {GemmShape{256, 768, 2304}, GemmShape{2048, 50304, 768}, GemmShape{64, 64, 256, 12}}) {
+    const double fwd = gemm_time(d, Precision::kFp32, g, 4);
+    EXPECT_DOUBLE_EQ(fwd, matmul_time(d, Precision::kFp32, g.flops(), g.bytes(4)));
+    const double bwd = gemm_time(d, Precision::kFp32, GemmShape{g.m, g.k, g.n, g.batch}, 4) +
+                       gemm_time(d, Precision::kFp32, GemmShape{g.k, g.n, g.m, g.batch}, 4);
+    EXPECT_DOUBLE_EQ(bwd, 2 * fwd);
+  }
+}
+
 // E[max of n standard normals]: 1/sqrt(pi) for 2, 3/(2 sqrt(pi)) for 3; tabulated values
 // for 5 (1.16296) and 1000 (3.24144) (Harter 1961; Teichroew 1956).
 TEST(PlanTerms, ExpectedMaxOfNormals) {
