@@ -224,6 +224,20 @@ TEST(PlanPredict, SearchSpeed1TOn3072) {
   for (size_t i = 1; i < r.top.size(); ++i) EXPECT_LE(r.top[i - 1].step_time_s, r.top[i].step_time_s);
 }
 
+// Issue 16: a full search of 1T on all of Frontier (37,888 MI250X = 75,776 GCDs) in under 1 s.
+TEST(PlanPredict, SearchSpeed1TOnAllOfFrontier) {
+  const System sys = frontier();
+  const ModelShape m = ModelShape::from_config(model_preset("gpt-1t"));
+  const auto t0 = std::chrono::steady_clock::now();
+  const SearchResult r = search_layouts(m, sys, 75776, Options::from_system(sys, Precision::kFp16, 75776), Pins{}, 10);
+  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("[ search ] gpt-1t on 75776 GCDs, batch 75776: %lld layouts (%lld fit) in %.3f s\n",
+              static_cast<long long>(r.evaluated), static_cast<long long>(r.fitting), dt);
+  EXPECT_GT(r.evaluated, 10000);
+  EXPECT_FALSE(r.top.empty());
+  EXPECT_LT(dt, 1.0);
+}
+
 TEST(PlanPredict, BreakdownAddsUpAndFlopsAreConsistent) {
   const System sys = frontier();
   const ModelShape m = ModelShape::from_config(model_preset("gpt-175b"));
