@@ -69,6 +69,37 @@ TEST_F(PlanCli, TextTableAndExplanation) {
   EXPECT_NE(test::read_text(*tmp / "s.csv").find("strong,1024,8000"), std::string::npos);
 }
 
+// --explain: every term of the step, in text and JSON, adding up to the step time; refused
+// with --scaling.
+TEST_F(PlanCli, ExplainTakesTheStepApart) {
+  const std::string pinned =
+      "plan --model gpt-175b --system systems/frontier.toml --global-batch 640 --precision fp16 --tp 4 --pp 16 --dp 2 "
+      "--micro-batch 1 --zero 1 --recompute full --no-sequence-parallel --schedule 1f1b --explain";
+  const RunResult t = weft(pinned);
+  ASSERT_EQ(t.code, 0) << t.err;
+  for (const char* k : {"where the step goes", "matrix products", "attention core", "recomputed forward", "all-reduces",
+                        "fill + drain", "parameter all-gather", "stragglers", "world all-reduces", "dominant term"}) {
+    EXPECT_NE(t.out.find(k), std::string::npos) << k << " in: " << t.out;
+  }
+  const RunResult j = weft(pinned + " --format json");
+  ASSERT_EQ(j.code, 0) << j.err;
+  const auto e = nlohmann::json::parse(j.out)[0];
+  ASSERT_TRUE(e.contains("explain"));
+  double sum = 0;
+  for (const auto& term : e["explain"]["terms"]) sum += term["seconds"].get<double>();
+  EXPECT_NEAR(sum, e["step_time_s"].get<double>(), 1e-6 * e["step_time_s"].get<double>());
+  EXPECT_EQ(e["explain"]["dominant"]["group"], "compute");
+  for (const char* k : {"stragglers", "overhead"}) EXPECT_TRUE(e["time_s"].contains(k)) << k;
+  // The tp collectives of TP 4 stay in a node; the pipeline's transfers carry whole activations.
+  bool tp_node = false;
+  for (const auto& term : e["explain"]["terms"]) tp_node |= term["group"] == "tp" && term["where"] == "node";
+  EXPECT_TRUE(tp_node) << e["explain"].dump();
+  const RunResult bad = weft("plan --model gpt-175b --system systems/frontier.toml --gpus 1024 --global-batch 8000 "
+                             "--precision fp16 --scaling strong --explain");
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--explain"), std::string::npos) << bad.err;
+}
+
 TEST_F(PlanCli, ScalingWritesCsvAndPngPlot) {
   // gnuplot-nox is installed by scripts/setup.sh; the PNG must be a real image.
   const std::string png = *tmp / "scaling.png", csv = *tmp / "scaling.csv";
