@@ -198,6 +198,7 @@ Calibration calibrate(const CalibrationOptions& o, Communicator& world) {
   s.defaults.fp32_grad_accumulation = false;
   s.defaults.overlap_dp = true;
   s.defaults.memory_model = "weft";  // weft's own buffers (plan/weft_memory.h)
+  s.defaults.tp_comm = "weft";       // weft's own tensor-parallel calls (plan/comm_model.h)
   s.validate();
   return cal;
 }

@@ -23,6 +23,7 @@ Options Options::from_system(const System& s, Precision p, int64_t global_batch)
   o.overlap_dp = s.defaults.overlap_dp;
   o.pp_scatter_gather = s.defaults.pp_scatter_gather;
   o.memory_model = s.defaults.memory_model;
+  o.tp_comm = s.defaults.tp_comm;
   return o;
 }
 
@@ -117,6 +118,22 @@ void attention_core(const Context& c, LayerCost& lc) {
   lc.core_b = qk.bwd + pv.bwd + 2 * soft;
 }
 
+// Megatron-LM's tensor-parallel calls of one layer (Korthikanti et al. 2022 sec. 4.2.2):
+// forward 2 all-reduces (sp: 2 all-gathers + 2 reduce-scatters), backward the same, and under
+// sp 2 more all-gathers (the backward gathers the LayerNorm output again for the weight
+// gradients instead of keeping it); a fully recomputed layer repeats the forward's calls.
+TpLayerComm megatron_tp_layer_comm(bool sp) {
+  TpLayerComm k;
+  if (!sp) {
+    k.forward.all_reduce = k.backward.all_reduce = k.recompute.all_reduce = 2;
+  } else {
+    k.forward = {0, 2, 2, 0};
+    k.backward = {0, 4, 2, 2};
+    k.recompute = {0, 2, 2, 0};
+  }
+  return k;
+}
+
 LayerCost layer_cost(Context& c) {
   const Device& d = c.sys.device;
   const ModelShape& m = c.m;
@@ -156,7 +173,7 @@ LayerCost layer_cost(Context& c) {
   if (l.tp > 1) {
     const int64_t stride = axis_stride(l, c.o.rank_order, "tp");
     const double S = N * h * e;
-    const TpLayerComm k = tp_layer_comm(l.sequence_parallel);
+    const TpLayerComm k = c.o.tp_comm == "weft" ? tp_layer_comm(l.sequence_parallel) : megatron_tp_layer_comm(l.sequence_parallel);
     auto time_of = [&](const TpLayerCalls& n) {
       return n.all_reduce * collective_time(c.sys, Collective::kAllReduce, l.tp, stride, S) +
              n.all_gather * collective_time(c.sys, Collective::kAllGather, l.tp, stride, S) +

@@ -49,6 +49,7 @@ struct Options {
   std::string rank_order = "tp-dp-pp";  // first axis varies fastest (weft's [parallel] order)
   double dp_bucket_elements = 40e6;
   std::string memory_model = "megatron";  // see MemoryOptions
+  std::string tp_comm = "megatron";       // see SoftwareDefaults
 
   // The system's software defaults ([defaults] of the system file).
   static Options from_system(const System& s, Precision p, int64_t global_batch);

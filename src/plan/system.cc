@@ -287,6 +287,10 @@ System load_system(const std::string& path) {
     s.defaults.overlap_dp = r.boolean("overlap_dp", true);
     s.defaults.pp_scatter_gather = r.boolean("pp_scatter_gather", true);
     s.defaults.memory_model = r.string("memory_model", "megatron");
+    s.defaults.tp_comm = r.string("tp_comm", "megatron");
+    if (s.defaults.tp_comm != "megatron" && s.defaults.tp_comm != "weft") {
+      throw_input("{}: [defaults] tp_comm = '{}': expected 'megatron' or 'weft'", path, s.defaults.tp_comm);
+    }
     s.defaults.step_overhead = r.number("step_overhead", 0, false);
     s.defaults.jitter = r.number("jitter", 0, false);
     s.defaults.world_allreduces = whole(path, "defaults", "world_allreduces", r.number("world_allreduces", 0, false));
@@ -341,6 +345,7 @@ std::string system_to_toml(const System& s, const std::vector<std::string>& note
       "\n[defaults]\nflash_attention = {}\ndropout = {}\nfp32_grad_accumulation = {}\noverlap_dp = {}\npp_scatter_gather = {}\nmemory_model = \"{}\"\n",
       s.defaults.flash_attention, s.defaults.dropout, s.defaults.fp32_grad_accumulation, s.defaults.overlap_dp,
       s.defaults.pp_scatter_gather, s.defaults.memory_model);
+  out += fmt::format("tp_comm = \"{}\"\n", s.defaults.tp_comm);
   out += fmt::format("step_overhead = {:.6g}\njitter = {:.6g}\nworld_allreduces = {}\nbubble_factor = {:.6g}\n",
                      s.defaults.step_overhead, s.defaults.jitter, s.defaults.world_allreduces, s.defaults.bubble_factor);
   return out;

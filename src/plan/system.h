@@ -77,6 +77,12 @@ struct SoftwareDefaults {
   // mixed precision, the published systems) or "weft" (plan/weft_memory.h: weft's own
   // buffers, exact for its CPU backend; what `weft calibrate` writes).
   std::string memory_model = "megatron";
+  // Whose tensor-parallel calls per layer the time model counts: "megatron" (Megatron-LM and
+  // Megatron-DeepSpeed: a recomputed layer repeats the forward's collectives; under sequence
+  // parallelism the backward gathers its input again for the weight gradients; Korthikanti
+  // et al. 2022 sec. 4.2.2, 5) or "weft" (plan/comm_model.h's tp_layer_comm, checked against
+  // weft's traces: its recompute stops at the GELU). `weft calibrate` writes "weft".
+  std::string tp_comm = "megatron";
   // Scale effects (plan/scale_model.h). Seconds per optimizer step that no parallelism
   // shrinks: the framework's step (data loading, launches, logging, loss and norm bookkeeping).
   double step_overhead = 0;
