@@ -24,6 +24,7 @@ Options Options::from_system(const System& s, Precision p, int64_t global_batch)
   o.pp_scatter_gather = s.defaults.pp_scatter_gather;
   o.memory_model = s.defaults.memory_model;
   o.tp_comm = s.defaults.tp_comm;
+  o.pp_p2p_overlap = s.defaults.pp_p2p_overlap;
   return o;
 }
 
@@ -518,7 +519,13 @@ Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layou
   const double ideal = pipeline_time(l.schedule, l.pp, mb, l.virtual_stages, max_t, sum_t, 0.0) - md * max_t;
   const double with_p2p = pipeline_time(l.schedule, l.pp, mb, l.virtual_stages, max_t, sum_t, c.p2p) - md * max_t;
   const double fill = std::max(0.0, ideal) * sys.defaults.bubble_factor;
-  const double p2p_path = std::max(0.0, with_p2p - ideal);
+  double p2p_path = std::max(0.0, with_p2p - ideal);
+  if (l.schedule == PipeSchedule::kInterleaved && !o.pp_p2p_overlap) {
+    // Without overlap each chunk's transfers wait as 1F1B's do: a round trip per chunk and
+    // micro-batch in the steady state (Narayanan et al. 2021 sec. 2.2.2: the interleaved
+    // schedule's communication grows with v).
+    p2p_path += 2.0 * l.virtual_stages * (md - 1) * c.p2p;
+  }
   p.time.compute = md * (slow.comp_f + slow.comp_b);
   p.time.tp_comm = md * (slow.tp_f + slow.tp_b);
   p.time.pp_bubble = fill + p2p_path;

@@ -50,6 +50,7 @@ struct Options {
   double dp_bucket_elements = 40e6;
   std::string memory_model = "megatron";  // see MemoryOptions
   std::string tp_comm = "megatron";       // see SoftwareDefaults
+  bool pp_p2p_overlap = true;             // see SoftwareDefaults
 
   // The system's software defaults ([defaults] of the system file).
   static Options from_system(const System& s, Precision p, int64_t global_batch);

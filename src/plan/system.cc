@@ -288,6 +288,7 @@ System load_system(const std::string& path) {
     s.defaults.pp_scatter_gather = r.boolean("pp_scatter_gather", true);
     s.defaults.memory_model = r.string("memory_model", "megatron");
     s.defaults.tp_comm = r.string("tp_comm", "megatron");
+    s.defaults.pp_p2p_overlap = r.boolean("pp_p2p_overlap", true);
     if (s.defaults.tp_comm != "megatron" && s.defaults.tp_comm != "weft") {
       throw_input("{}: [defaults] tp_comm = '{}': expected 'megatron' or 'weft'", path, s.defaults.tp_comm);
     }
@@ -345,7 +346,7 @@ std::string system_to_toml(const System& s, const std::vector<std::string>& note
       "\n[defaults]\nflash_attention = {}\ndropout = {}\nfp32_grad_accumulation = {}\noverlap_dp = {}\npp_scatter_gather = {}\nmemory_model = \"{}\"\n",
       s.defaults.flash_attention, s.defaults.dropout, s.defaults.fp32_grad_accumulation, s.defaults.overlap_dp,
       s.defaults.pp_scatter_gather, s.defaults.memory_model);
-  out += fmt::format("tp_comm = \"{}\"\n", s.defaults.tp_comm);
+  out += fmt::format("tp_comm = \"{}\"\npp_p2p_overlap = {}\n", s.defaults.tp_comm, s.defaults.pp_p2p_overlap);
   out += fmt::format("step_overhead = {:.6g}\njitter = {:.6g}\nworld_allreduces = {}\nbubble_factor = {:.6g}\n",
                      s.defaults.step_overhead, s.defaults.jitter, s.defaults.world_allreduces, s.defaults.bubble_factor);
   return out;

@@ -83,6 +83,11 @@ struct SoftwareDefaults {
   // et al. 2022 sec. 4.2.2, 5) or "weft" (plan/comm_model.h's tp_layer_comm, checked against
   // weft's traces: its recompute stops at the GELU). `weft calibrate` writes "weft".
   std::string tp_comm = "megatron";
+  // Interleaved pipelines: the transfers between chunks overlap the other chunks' queued work
+  // (weft's engine; Megatron-LM's --overlap-p2p-communication, 2023). false: every chunk's
+  // send/receive waits as in 1F1B, 2v transfers per micro-batch on the critical path
+  // (Megatron-LM's interleaved schedule of the published 2021-22 runs).
+  bool pp_p2p_overlap = true;
   // Scale effects (plan/scale_model.h). Seconds per optimizer step that no parallelism
   // shrinks: the framework's step (data loading, launches, logging, loss and norm bookkeeping).
   double step_overhead = 0;

@@ -193,6 +193,28 @@ TEST(PlanTerms, ScaleTermsInAStep) {
   EXPECT_NEAR(b.time.pp_bubble - base.time.pp_bubble, 2 * fill / 3, 1e-9 * fill);
 }
 
+// Interleaved transfers: hidden behind other chunks' work (weft, Megatron with
+// --overlap-p2p-communication), or, without overlap, a round trip per chunk and micro-batch in
+// the steady state: 2 v (m - 1) more transfers on the critical path.
+TEST(PlanTerms, InterleavedTransfersWithoutOverlap) {
+  System s = load_system(std::string(WEFT_SOURCE_DIR) + "/systems/dgx-a100-80gb.toml");
+  const ModelShape m = ModelShape::from_config(model_preset("gpt2-350m"));
+  Layout l;
+  l.tp = 2;
+  l.pp = 4;
+  l.dp = 1;
+  l.schedule = PipeSchedule::kInterleaved;
+  l.virtual_stages = 2;
+  s.defaults.pp_p2p_overlap = true;
+  const Options hidden_o = Options::from_system(s, Precision::kBf16, 32);
+  const Prediction hidden = predict(m, s, l, hidden_o);
+  s.defaults.pp_p2p_overlap = false;
+  const Prediction exposed = predict(m, s, l, Options::from_system(s, Precision::kBf16, 32));
+  ASSERT_GT(hidden.t_p2p, 0);
+  EXPECT_NEAR(exposed.time.pp_bubble - hidden.time.pp_bubble, 2.0 * 2 * (32 - 1) * hidden.t_p2p, 1e-12);
+  EXPECT_DOUBLE_EQ(exposed.time.compute, hidden.time.compute);
+}
+
 TEST(PlanTerms, ExplainAddsUpToTheStep) {
   const System s = load_system(std::string(WEFT_SOURCE_DIR) + "/systems/frontier.toml");
   const ModelShape m = ModelShape::from_config(model_preset("gpt-175b"));
