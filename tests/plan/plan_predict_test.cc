@@ -11,22 +11,14 @@
 #include "core/error.h"
 #include "parallel/pp/schedule.h"
 #include "plan/search.h"
+#include "plan/plan_test_util.h"
 
 namespace weft::plan {
 namespace {
 
 System frontier() { return load_system(std::string(WEFT_SOURCE_DIR) + "/systems/frontier.toml"); }
 
-System one_level(double bw, double lat) {
-  System s;
-  s.name = "flat";
-  s.device.peak_flops_16 = s.device.peak_flops_32 = 1e12;
-  s.device.memory_bytes = 1e10;
-  s.device.memory_bandwidth = 1e11;
-  s.levels.push_back(LinkLevel{"net", 0, bw, lat});
-  s.validate();
-  return s;
-}
+using plan_test::one_level;
 
 // Ring collectives (Thakur et al. 2005): all-reduce 2(n-1) alpha + 2(n-1)/n S/beta.
 TEST(PlanPredict, RingCollectives) {

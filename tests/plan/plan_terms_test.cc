@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "plan/kernel_model.h"
+#include "plan/plan_test_util.h"
 #include "plan/predict.h"
 #include "plan/scale_model.h"
 #include "test_util.h"
@@ -109,21 +110,14 @@ TEST(PlanTerms, ExpectedMaxOfNormals) {
   EXPECT_EQ(straggler_time(100, 0.02, 1), 0.0);
 }
 
-System flat(double bw, double lat) {
-  System s;
-  s.device.peak_flops_16 = s.device.peak_flops_32 = 1e12;
-  s.device.memory_bytes = 1e10;
-  s.device.memory_bandwidth = 1e11;
-  s.levels.push_back(LinkLevel{"net", 0, bw, lat});
-  s.validate();
-  return s;
-}
+using plan_test::one_level;
+using plan_test::grid;
 
 // A ring all-reduce pays 2(n-1) latencies; a double binary tree 2 ceil(log2 n): the tree wins
 // on small messages over many ranks, the ring on large ones (its bandwidth term is 2(n-1)/n of
 // the bytes against the tree's 2).
 TEST(PlanTerms, RingAndTreeLatency) {
-  const System s = flat(10e9, 5e-6);
+  const System s = one_level(10e9, 5e-6);
   const CollectiveCost small = collective_cost(s, Collective::kAllReduce, 1024, 1, 8);
   EXPECT_TRUE(small.tree);
   EXPECT_NEAR(small.latency_s, 2 * 10 * 5e-6, 1e-15);
@@ -142,7 +136,7 @@ TEST(PlanTerms, RingAndTreeLatency) {
 // A two-level machine whose top level has less bandwidth per device than the level under it
 // (a dragonfly's global links): a group that spans units of the lower level runs at the taper.
 TEST(PlanTerms, GlobalTaper) {
-  System s = flat(10e9, 5e-6);
+  System s = one_level(10e9, 5e-6);
   s.levels = {LinkLevel{"group", 64, 10e9, 5e-6}, LinkLevel{"global", 0, 2.5e9, 5e-6}};
   s.validate();
   // 8 ranks 8 apart inside one group of 64: the group's 10 GB/s.
@@ -158,10 +152,7 @@ TEST(PlanTerms, GlobalTaper) {
 TEST(PlanTerms, ScaleTermsInAStep) {
   System s = load_system(std::string(WEFT_SOURCE_DIR) + "/systems/dgx-a100-80gb.toml");
   const ModelShape m = ModelShape::from_config(model_preset("gpt2-350m"));
-  Layout l;
-  l.tp = 2;
-  l.pp = 2;
-  l.dp = 4;
+  const Layout l = grid(2, 2, 4);
   Options o = Options::from_system(s, Precision::kBf16, 64);
   s.defaults.jitter = 0;
   s.defaults.step_overhead = 0;
@@ -199,10 +190,7 @@ TEST(PlanTerms, ScaleTermsInAStep) {
 TEST(PlanTerms, InterleavedTransfersWithoutOverlap) {
   System s = load_system(std::string(WEFT_SOURCE_DIR) + "/systems/dgx-a100-80gb.toml");
   const ModelShape m = ModelShape::from_config(model_preset("gpt2-350m"));
-  Layout l;
-  l.tp = 2;
-  l.pp = 4;
-  l.dp = 1;
+  Layout l = grid(2, 4, 1);
   l.schedule = PipeSchedule::kInterleaved;
   l.virtual_stages = 2;
   s.defaults.pp_p2p_overlap = true;
