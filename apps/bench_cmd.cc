@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cmath>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -23,6 +24,7 @@
 #include "core/rng.h"
 #include "model/gpt.h"
 #include "parallel/pp/schedule.h"
+#include "plan/gemm_fit.h"
 #include "train/trainer.h"  // set_threads
 #if WEFT_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -36,6 +38,7 @@ struct BenchOptions {
   std::string model_name = "tiny", format = "text";
   int64_t batch = 8, seq = 0, threads = 0, steps = 10, warmup = 2, head_chunk = 0;
   bool no_peak = false, matmul_only = false, no_graphs = false;
+  std::string gemm_sweep;
   std::string backend_name = "cpu", precision = "fp32", comm;  // comm "": the backend's default
   double peak_tflops = 989.0;
   int64_t gemm_n = 8192;
@@ -51,6 +54,7 @@ void add_bench_options(CLI::App& app, BenchOptions& o) {
   app.add_option("--peak-tflops", o.peak_tflops, "cuda: the card's peak TFLOP/s for MFU (989: H100 SXM bf16 dense)");
   app.add_flag("--matmul-only", o.matmul_only, "cuda: only measure the bf16 GEMM rate (cuBLASLt, --gemm-n cubed)");
   app.add_option("--gemm-n", o.gemm_n, "cuda: size of the square bf16 GEMM that measures the card's rate");
+  app.add_option("--gemm-sweep", o.gemm_sweep, "cuda: time cuBLASLt bf16 products over the planner's sweep shapes and write them to this CSV (weft calibrate --gemm-sweep fits them)");
   app.add_flag("--no-graphs", o.no_graphs, "removed (CUDA graphs of the former GptCuda): an error")->group("");
   app.add_option("--model", o.model_name, "model preset");
   app.add_option("--batch", o.batch, "sequences per step");
@@ -170,6 +174,33 @@ void print_result(const nlohmann::json& j, const BenchOptions& o, int nthreads, 
 }
 
 #if WEFT_HAVE_CUDA
+std::string today_utc() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
+  return buf;
+}
+
+// --gemm-sweep FILE: every shape of plan::gemm_sweep_shapes() timed on this card, as a sweep
+// file for `weft calibrate --gemm-sweep`.
+int bench_cuda_gemm_sweep(const BenchOptions& o) {
+  auto be = cuda::make_cuda_backend();
+  plan::GemmSweep sweep;
+  sweep.device = gpu::device_name(be->device());
+  sweep.date = today_utc();
+  for (const plan::GemmShape& g : plan::gemm_sweep_shapes()) {
+    const double sec = cuda::time_bf16_gemm(*be, static_cast<int64_t>(g.m), static_cast<int64_t>(g.n),
+                                            static_cast<int64_t>(g.k));
+    sweep.samples.push_back({g, Precision::kBf16, sec});
+    fmt::print("{} x {} x {}: {:.4g} ms, {:.1f} TFLOP/s\n", g.m, g.n, g.k, 1e3 * sec, g.flops() / sec / 1e12);
+  }
+  write_output_file(o.gemm_sweep, plan::gemm_sweep_csv(sweep));
+  fmt::print("wrote {} ({} products on {})\n", o.gemm_sweep, sweep.samples.size(), sweep.device);
+  return 0;
+}
+
 // --matmul-only: the bf16 GEMM rate of cuBLASLt at gemm_n^3 against the card's peak.
 int bench_cuda_matmul(const BenchOptions& o) {
   auto be = cuda::make_cuda_backend();
@@ -252,6 +283,15 @@ int cmd_bench(CLI::App& app, int argc, char** argv, Communicator& world) {
   }
   if (o.peak_tflops <= 0 || o.gemm_n <= 0) {
     throw_input("--peak-tflops {} and --gemm-n {} must be positive", o.peak_tflops, o.gemm_n);
+  }
+  if (!o.gemm_sweep.empty()) {
+#if WEFT_HAVE_CUDA
+    check_output_file(o.gemm_sweep, "--gemm-sweep");
+    return bench_cuda_gemm_sweep(o);
+#else
+    throw_input("--gemm-sweep {} times the CUDA backend's bf16 products: this weft was built without CUDA "
+                "(-DWEFT_CUDA=ON)", o.gemm_sweep);
+#endif
   }
   if (o.matmul_only) {
 #if WEFT_HAVE_CUDA

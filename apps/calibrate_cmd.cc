@@ -7,18 +7,53 @@
 #include "commands.h"
 #include "core/error.h"
 #include "plan/calibrate.h"
+#include "plan/gemm_fit.h"
 
 namespace weft {
 
+namespace {
+
+// --gemm-sweep: fit `base`'s per-shape product model to a measured sweep and write `out`.
+int calibrate_from_sweep(const std::string& sweep_path, const std::string& base_path, const std::string& out) {
+  if (base_path.empty()) throw_input("--gemm-sweep {} needs --system BASE.toml (the system whose device it measured)", sweep_path);
+  const plan::System base = plan::load_system(base_path);
+  const plan::GemmSweep sweep = plan::read_gemm_sweep(sweep_path);
+  const plan::GemmFit fit = plan::fit_gemm_model(base.device, sweep.samples);
+  plan::System sys = base;
+  sys.device = fit.device;
+  const std::vector<std::string> notes = {
+      fmt::format("{} with its device's product model fitted by `weft calibrate --gemm-sweep`", base_path),
+      fmt::format("sweep {}: {} products on '{}', measured {}", sweep_path, sweep.samples.size(),
+                  sweep.device.empty() ? "an unnamed device" : sweep.device, sweep.date.empty() ? "(no date)" : sweep.date),
+      fmt::format("fitted matmul_efficiency {:.4f}, gemm_k_overhead {:g}; per-product time error mean {:.2f}%, worst {:.2f}%",
+                  fit.device.matmul_efficiency, fit.device.gemm_k_overhead, 100 * fit.mean_abs_error,
+                  100 * fit.worst_abs_error),
+      "the base file's comments (sources) are not copied: keep them beside this file"};
+  write_output_file(out, plan::system_to_toml(sys, notes));
+  for (const auto& n : notes) fmt::print("{}\n", n);
+  fmt::print("wrote {}\n", out);
+  return 0;
+}
+
+}  // namespace
+
 int cmd_calibrate(CLI::App& app, int argc, char** argv, Communicator& world) {
-  std::string out = "systems/local.toml", name = "local";
+  std::string out = "systems/local.toml", name = "local", sweep, base;
   int64_t threads = 0;
   bool quick = false;
   app.add_option("--out", out, "system file to write");
   app.add_option("--name", name, "system name");
   app.add_option("--threads", threads, "threads per rank (0: OMP_NUM_THREADS or all cores)");
   app.add_flag("--quick", quick, "fewer sizes and repetitions (seconds instead of a minute)");
+  app.add_option("--gemm-sweep", sweep, "fit a GPU system's per-shape product model to this measured sweep (weft bench --gemm-sweep) instead of measuring");
+  app.add_option("--system", base, "--gemm-sweep: the system file whose device the sweep measured");
   app.parse(argc - 1, argv + 1);
+  if (!sweep.empty()) {
+    check_output_file(out, "--out");
+    if (world.rank() != 0) return 0;
+    return calibrate_from_sweep(sweep, base, out);
+  }
+  if (!base.empty()) throw_input("--system {} is for --gemm-sweep; plain `weft calibrate` measures this machine", base);
   check_threads_option(threads);
   check_output_file(out, "--out");  // before a minute of measuring, not after
   plan::CalibrationOptions o;

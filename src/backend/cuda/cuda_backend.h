@@ -236,5 +236,8 @@ std::unique_ptr<CudaBackend> make_cuda_backend(int device = -1);
 // the best of `reps` timed n x n x n products (CUDA events) after a warm-up. FLOP/s.
 // `weft bench --matmul-only` and the MFU denominator of `weft bench --backend cuda`.
 double measure_bf16_gemm_flops(CudaBackend& be, int64_t n = 8192, int reps = 20);
+// The best of `reps` timed (m x k) @ (k x n) bf16 products after a warm-up, in seconds: one
+// point of `weft bench --gemm-sweep` (plan/gemm_fit.h).
+double time_bf16_gemm(CudaBackend& be, int64_t m, int64_t n, int64_t k, int reps = 10);
 
 }  // namespace weft::cuda
