@@ -287,17 +287,19 @@ System load_system(const std::string& path) {
     s.defaults.overlap_dp = r.boolean("overlap_dp", true);
     s.defaults.pp_scatter_gather = r.boolean("pp_scatter_gather", true);
     s.defaults.memory_model = r.string("memory_model", "megatron");
-    s.defaults.tp_comm = r.string("tp_comm", "megatron");
-    s.defaults.pp_p2p_overlap = r.boolean("pp_p2p_overlap", true);
-    if (s.defaults.tp_comm != "megatron" && s.defaults.tp_comm != "weft") {
-      throw_input("{}: [defaults] tp_comm = '{}': expected 'megatron' or 'weft'", path, s.defaults.tp_comm);
-    }
     s.defaults.step_overhead = r.number("step_overhead", 0, false);
     s.defaults.jitter = r.number("jitter", 0, false);
     s.defaults.world_allreduces = whole(path, "defaults", "world_allreduces", r.number("world_allreduces", 0, false));
     s.defaults.bubble_factor = r.number("bubble_factor", 1.0, false);
     if (s.defaults.memory_model != "megatron" && s.defaults.memory_model != "weft") {
       throw_input("{}: [defaults] memory_model = '{}': expected 'megatron' or 'weft'", path, s.defaults.memory_model);
+    }
+    // Absent: the software the memory model describes (files `weft calibrate` wrote before
+    // this key existed say memory_model = "weft").
+    s.defaults.tp_comm = r.string("tp_comm", s.defaults.memory_model);
+    s.defaults.pp_p2p_overlap = r.boolean("pp_p2p_overlap", true);
+    if (s.defaults.tp_comm != "megatron" && s.defaults.tp_comm != "weft") {
+      throw_input("{}: [defaults] tp_comm = '{}': expected 'megatron' or 'weft'", path, s.defaults.tp_comm);
     }
     r.finish();
   }

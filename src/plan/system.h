@@ -81,7 +81,8 @@ struct SoftwareDefaults {
   // Megatron-DeepSpeed: a recomputed layer repeats the forward's collectives; under sequence
   // parallelism the backward gathers its input again for the weight gradients; Korthikanti
   // et al. 2022 sec. 4.2.2, 5) or "weft" (plan/comm_model.h's tp_layer_comm, checked against
-  // weft's traces: its recompute stops at the GELU). `weft calibrate` writes "weft".
+  // weft's traces: its recompute stops at the GELU). `weft calibrate` writes "weft"; a file
+  // without the key takes its memory_model's value.
   std::string tp_comm = "megatron";
   // Interleaved pipelines: the transfers between chunks overlap the other chunks' queued work
   // (weft's engine; Megatron-LM's --overlap-p2p-communication, 2023). false: every chunk's

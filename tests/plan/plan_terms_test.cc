@@ -258,6 +258,16 @@ TEST(PlanTerms, SystemKeysRoundTripAndRefuseBadValues) {
   refused("compute_units = 132", "compute_units = 13.5", "compute_units");
   refused("gemm_tiles = [[256, 128, 1]", "gemm_tiles = [[256, 128, 1.5]", "gemm_tiles");
   refused("world_allreduces = 0", "world_allreduces = -1", "world_allreduces");
+  refused("tp_comm = \"megatron\"", "tp_comm = \"nccl\"", "tp_comm");
+  // A file `weft calibrate` wrote before tp_comm existed (memory_model "weft", no tp_comm)
+  // keeps weft's own tensor-parallel calls.
+  std::string old = system_to_toml(s);
+  old.erase(old.find("tp_comm = \"megatron\"\n"), std::string("tp_comm = \"megatron\"\n").size());
+  old.replace(old.find("memory_model = \"megatron\""), std::string("memory_model = \"megatron\"").size(),
+              "memory_model = \"weft\"");
+  const std::string old_path = tmp / "old.toml";
+  std::ofstream(old_path) << old;
+  EXPECT_EQ(load_system(old_path).defaults.tp_comm, "weft");
 }
 
 }  // namespace
