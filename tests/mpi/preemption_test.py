@@ -233,10 +233,11 @@ def main():
     if case == "pp2_mpirun":
         # mpirun sends SIGTERM to the ranks sigkill_timeout s after receiving its own, and SIGKILL
         # as long again later (OpenMPI 4.1; docs/preemption.md): 2 s each, and steps enough to span them
-        # (the run must not end before the ranks' SIGTERM: at 60 ms a step or more).
+        # (the run must not end before the ranks' SIGTERM arrives, 2 s after the signal at step
+        # 2-4: 120 steps span it down to ~20 ms a step; 40 steps failed in CI at 48 ms a step).
         env["OMPI_MCA_odls_base_sigkill_timeout"] = "2"
         global STEPS
-        STEPS = 40
+        STEPS = 120
     make_corpus(f"{scratch}/data")
     cfg = f"{scratch}/run.toml"
     write_config(cfg, f"{scratch}/data", 1 if case == "during_checkpoint" else 0)
