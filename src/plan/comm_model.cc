@@ -125,6 +125,18 @@ TpLayerComm tp_layer_comm(bool sequence_parallel) {
   return c;
 }
 
+TpLayerComm megatron_tp_layer_comm(bool sequence_parallel) {
+  TpLayerComm c;
+  if (!sequence_parallel) {
+    c.forward.all_reduce = c.backward.all_reduce = c.recompute.all_reduce = 2;
+  } else {
+    c.forward = {0, 2, 2, 0};
+    c.backward = {0, 4, 2, 2};
+    c.recompute = {0, 2, 2, 0};
+  }
+  return c;
+}
+
 namespace {
 
 void add_layer_calls(CallSet& cs, const TpLayerCalls& k, int64_t NC, int64_t C, const std::vector<int>& g, int64_t n) {

@@ -65,6 +65,11 @@ struct TpLayerComm {
   TpLayerCalls forward, backward, recompute;
 };
 TpLayerComm tp_layer_comm(bool sequence_parallel);
+// The same for Megatron-LM (Korthikanti et al. 2022 sec. 4.2.2, 5), what the planner prices
+// for systems whose [defaults] tp_comm is "megatron": a fully recomputed layer repeats the
+// forward's calls, and under sp the backward gathers the LayerNorm output again for the
+// weight gradients (2 more all-gathers) instead of keeping it.
+TpLayerComm megatron_tp_layer_comm(bool sequence_parallel);
 
 // Data-parallel calls of one step per model chunk, as multiples of the chunk's gradient
 // (Psi elements): ZeRO 0 one all-reduce of Psi; ZeRO 1/2 one reduce-scatter of Psi (ZeRO 2:

@@ -57,11 +57,13 @@ double gemm_fraction(const Device& d, const GemmShape& g) {
   return d.matmul_efficiency * best * k_eff * (ok ? 1.0 : d.gemm_misaligned_fraction);
 }
 
+double roofline_time(const Device& d, Precision p, double flops, double bytes, double fraction) {
+  return std::max(flops / (d.peak_flops(p) * fraction), bytes / d.memory_bandwidth) + d.kernel_latency;
+}
+
 double gemm_time(const Device& d, Precision p, const GemmShape& g, double e) {
   if (g.flops() <= 0) return 0;
-  // Roofline (Williams et al. 2009): the larger of the compute and the memory time.
-  const double rate = d.peak_flops(p) * gemm_fraction(d, g);
-  return std::max(g.flops() / rate, g.bytes(e) / d.memory_bandwidth) + d.kernel_latency;
+  return roofline_time(d, p, g.flops(), g.bytes(e), gemm_fraction(d, g));
 }
 
 double memory_time(const Device& d, double bytes) {

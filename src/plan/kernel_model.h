@@ -47,6 +47,10 @@ double matmul_curve_fraction(const Device& d, double flops);
 // (the best candidate tile), else the measured curve or constant by FLOPs.
 double gemm_fraction(const Device& d, const GemmShape& g);
 
+// The roofline (Williams et al. 2009): max(flops / (peak x fraction), bytes / bandwidth) +
+// kernel latency. gemm_time and predict.h's matmul_time are this with their fractions.
+double roofline_time(const Device& d, Precision p, double flops, double bytes, double fraction);
+
 // Seconds of one product (all `batch` of it) in elements of `e` bytes.
 double gemm_time(const Device& d, Precision p, const GemmShape& g, double e);
 

@@ -119,22 +119,6 @@ void attention_core(const Context& c, LayerCost& lc) {
   lc.core_b = qk.bwd + pv.bwd + 2 * soft;
 }
 
-// Megatron-LM's tensor-parallel calls of one layer (Korthikanti et al. 2022 sec. 4.2.2):
-// forward 2 all-reduces (sp: 2 all-gathers + 2 reduce-scatters), backward the same, and under
-// sp 2 more all-gathers (the backward gathers the LayerNorm output again for the weight
-// gradients instead of keeping it); a fully recomputed layer repeats the forward's calls.
-TpLayerComm megatron_tp_layer_comm(bool sp) {
-  TpLayerComm k;
-  if (!sp) {
-    k.forward.all_reduce = k.backward.all_reduce = k.recompute.all_reduce = 2;
-  } else {
-    k.forward = {0, 2, 2, 0};
-    k.backward = {0, 4, 2, 2};
-    k.recompute = {0, 2, 2, 0};
-  }
-  return k;
-}
-
 LayerCost layer_cost(Context& c) {
   const Device& d = c.sys.device;
   const ModelShape& m = c.m;
@@ -242,10 +226,7 @@ StageCost stage_cost(const Context& c, int stage, int64_t layers) {
 }  // namespace
 
 double matmul_time(const Device& d, Precision p, double flops, double bytes) {
-  // Roofline (Williams et al. 2009): the larger of the compute time at the achievable rate
-  // and the memory time, plus the kernel's fixed latency.
-  const double rate = d.peak_flops(p) * matmul_curve_fraction(d, flops);
-  return std::max(flops / rate, bytes / d.memory_bandwidth) + d.kernel_latency;
+  return roofline_time(d, p, flops, bytes, matmul_curve_fraction(d, flops));
 }
 
 int64_t axis_stride(const Layout& l, const std::string& order, const std::string& axis) {
@@ -299,7 +280,7 @@ CollectiveCost collective_cost(const System& sys, Collective c, int64_t n, int64
       if (traffic / bw >= t_bw) {
         t_bw = traffic / bw;
         bw_at_max = bw;
-        r.level = sys.levels[i].name;
+        r.level = &sys.levels[i];
       }
       alpha = std::max(alpha, sys.levels[i].latency);
     }
@@ -329,7 +310,8 @@ double collective_time(const System& sys, Collective c, int64_t n, int64_t strid
   return collective_cost(sys, c, n, stride, bytes).seconds;
 }
 
-double pipeline_time(PipeSchedule s, int p, int64_t m, int v, double t_max, double t_sum, double t_p2p) {
+double pipeline_time(PipeSchedule s, int p, int64_t m, int v, double t_max, double t_sum, double t_p2p,
+                     bool p2p_overlap) {
   const double md = static_cast<double>(m), P = p, V = v;
   if (p <= 1) return md * t_max;
   // Narayanan et al. 2021 sec. 2.2 (bubble (p - 1)/m, interleaved (p - 1)/(v m)), with the
@@ -347,7 +329,10 @@ double pipeline_time(PipeSchedule s, int p, int64_t m, int v, double t_max, doub
     case PipeSchedule::k1F1B:
       return (md - 1) * (t_max + 2 * t_p2p) + t_sum + 2 * (P - 1) * t_p2p;
     case PipeSchedule::kInterleaved:
-      return md * t_max + (t_sum - t_max) / V + 2 * (P * V - 1) * t_p2p;
+      // Without overlap (the published Megatron-LM runs) every chunk's transfers wait as
+      // 1F1B's do (Narayanan et al. 2021 sec. 2.2.2: the communication grows with v).
+      return md * t_max + (t_sum - t_max) / V + 2 * (P * V - 1) * t_p2p +
+             (p2p_overlap ? 0.0 : 2 * V * (md - 1) * t_p2p);
   }
   return 0;
 }
@@ -425,7 +410,8 @@ DpCost dp_cost(const Context& c, double psi, double md, const StageCost& slow) {
   const double g = (o.precision == Precision::kFp32 || o.fp32_grad_accumulation) ? 4 : 2;
   const double window = o.overlap_dp ? slow.t_b() : 0.0;  // the last micro-batch's backward
   auto term = [&](const char* name, const CollectiveCost& cc, double calls, double exposed, double bytes) {
-    r.terms.push_back({"dp", name, cc.level, exposed,
+    if (!o.explain) return;  // the search prices tens of thousands of layouts: no strings there
+    r.terms.push_back({"dp", name, cc.level_name(), exposed,
                        fmt::format("{:g} x {:.3g} GB over dp {} ({}; {:.3g} s each, {:.3g} s latency)", calls, bytes / 1e9,
                                    l.dp, cc.tree ? "tree" : "ring", cc.seconds, cc.latency_s)});
   };
@@ -471,7 +457,7 @@ void explain_compute_and_tp(const Context& c, Prediction& p, const StageCost& sl
     const double N = static_cast<double>(c.m.seq) * static_cast<double>(c.l.micro_batch);
     const CollectiveCost one = collective_cost(c.sys, c.l.sequence_parallel ? Collective::kAllGather : Collective::kAllReduce,
                                                c.l.tp, axis_stride(c.l, c.o.rank_order, "tp"), N * c.m.hidden * c.e);
-    p.explain.push_back({"tp", c.l.sequence_parallel ? "all-gathers + reduce-scatters" : "all-reduces", one.level,
+    p.explain.push_back({"tp", c.l.sequence_parallel ? "all-gathers + reduce-scatters" : "all-reduces", one.level_name(),
                          p.time.tp_comm,
                          fmt::format("{:.3g} MB each over tp {}: {:.3g} ms ({:.3g} ms latency); {:.4g} ms per micro-batch",
                                      N * c.m.hidden * c.e / 1e6, c.l.tp, 1e3 * one.seconds, 1e3 * one.latency_s,
@@ -517,15 +503,10 @@ Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layou
   // The pipeline: the schedule's fill/drain (scaled by the software's bubble_factor) and the
   // transfers on its critical path.
   const double ideal = pipeline_time(l.schedule, l.pp, mb, l.virtual_stages, max_t, sum_t, 0.0) - md * max_t;
-  const double with_p2p = pipeline_time(l.schedule, l.pp, mb, l.virtual_stages, max_t, sum_t, c.p2p) - md * max_t;
+  const double with_p2p =
+      pipeline_time(l.schedule, l.pp, mb, l.virtual_stages, max_t, sum_t, c.p2p, o.pp_p2p_overlap) - md * max_t;
   const double fill = std::max(0.0, ideal) * sys.defaults.bubble_factor;
-  double p2p_path = std::max(0.0, with_p2p - ideal);
-  if (l.schedule == PipeSchedule::kInterleaved && !o.pp_p2p_overlap) {
-    // Without overlap each chunk's transfers wait as 1F1B's do: a round trip per chunk and
-    // micro-batch in the steady state (Narayanan et al. 2021 sec. 2.2.2: the interleaved
-    // schedule's communication grows with v).
-    p2p_path += 2.0 * l.virtual_stages * (md - 1) * c.p2p;
-  }
+  const double p2p_path = std::max(0.0, with_p2p - ideal);
   p.time.compute = md * (slow.comp_f + slow.comp_b);
   p.time.tp_comm = md * (slow.tp_f + slow.tp_b);
   p.time.pp_bubble = fill + p2p_path;

@@ -112,8 +112,9 @@ enum class Collective { kAllReduce, kReduceScatter, kAllGather, kSendRecv };
 double collective_time(const System& sys, Collective c, int64_t n, int64_t stride, double bytes);
 struct CollectiveCost {
   double seconds = 0, latency_s = 0, bandwidth_s = 0;
-  std::string level;      // the level whose crossing sets the bandwidth term
-  bool tree = false;      // all-reduce: the tree won
+  const LinkLevel* level = nullptr;  // the level whose crossing sets the bandwidth term (in the System)
+  bool tree = false;                 // all-reduce: the tree won
+  std::string level_name() const { return level ? level->name : ""; }
 };
 CollectiveCost collective_cost(const System& sys, Collective c, int64_t n, int64_t stride, double bytes);
 
@@ -124,7 +125,10 @@ int64_t axis_stride(const Layout& l, const std::string& order, const std::string
 // Seconds of one pipeline's micro-batches in one step from per micro-batch stage times:
 // t_max the slowest stage's forward + backward, t_sum that summed over the p stages, t_p2p
 // one activation transfer between neighbour stages.
-double pipeline_time(PipeSchedule s, int p, int64_t m, int v, double t_max, double t_sum, double t_p2p);
+// p2p_overlap false: the interleaved schedule's transfers are not hidden behind other chunks'
+// work; each chunk waits a round trip per micro-batch as 1F1B does (2 v (m - 1) more).
+double pipeline_time(PipeSchedule s, int p, int64_t m, int v, double t_max, double t_sum, double t_p2p,
+                     bool p2p_overlap = true);
 
 // Time of one matrix product of `flops` moving `bytes` (roofline + the measured curve or
 // constant by FLOPs; the per-shape model is plan/kernel_model.h's gemm_time).

@@ -5,8 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
-
-#include "core/error.h"
+#include <utility>
 
 #include "core/error.h"
 #include "parallel/pp/schedule.h"
@@ -201,15 +200,22 @@ TEST(PlanPredict, FrontierScaling) {
   }
 }
 
-// The issue: a full search for 1T on 3072 GCDs in under 2 seconds.
-TEST(PlanPredict, SearchSpeed1TOn3072) {
+// A full search of 1T on `gpus` GCDs at `batch`: its result and wall time, printed.
+std::pair<SearchResult, double> timed_1t_search(int64_t gpus, int64_t batch) {
   const System sys = frontier();
   const ModelShape m = ModelShape::from_config(model_preset("gpt-1t"));
   const auto t0 = std::chrono::steady_clock::now();
-  const SearchResult r = search_layouts(m, sys, 3072, Options::from_system(sys, Precision::kFp16, 9600), Pins{}, 10);
+  SearchResult r = search_layouts(m, sys, gpus, Options::from_system(sys, Precision::kFp16, batch), Pins{}, 10);
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("[ search ] gpt-1t on 3072 GCDs, batch 9600: %lld layouts (%lld fit) in %.3f s\n",
-              static_cast<long long>(r.evaluated), static_cast<long long>(r.fitting), dt);
+  std::printf("[ search ] gpt-1t on %lld GCDs, batch %lld: %lld layouts (%lld fit) in %.3f s\n",
+              static_cast<long long>(gpus), static_cast<long long>(batch), static_cast<long long>(r.evaluated),
+              static_cast<long long>(r.fitting), dt);
+  return {std::move(r), dt};
+}
+
+// The issue: a full search for 1T on 3072 GCDs in under 2 seconds.
+TEST(PlanPredict, SearchSpeed1TOn3072) {
+  const auto [r, dt] = timed_1t_search(3072, 9600);
   EXPECT_GT(r.evaluated, 10000);
   EXPECT_FALSE(r.top.empty());
   EXPECT_LT(dt, 2.0);
@@ -218,13 +224,7 @@ TEST(PlanPredict, SearchSpeed1TOn3072) {
 
 // Issue 16: a full search of 1T on all of Frontier (37,888 MI250X = 75,776 GCDs) in under 1 s.
 TEST(PlanPredict, SearchSpeed1TOnAllOfFrontier) {
-  const System sys = frontier();
-  const ModelShape m = ModelShape::from_config(model_preset("gpt-1t"));
-  const auto t0 = std::chrono::steady_clock::now();
-  const SearchResult r = search_layouts(m, sys, 75776, Options::from_system(sys, Precision::kFp16, 75776), Pins{}, 10);
-  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("[ search ] gpt-1t on 75776 GCDs, batch 75776: %lld layouts (%lld fit) in %.3f s\n",
-              static_cast<long long>(r.evaluated), static_cast<long long>(r.fitting), dt);
+  const auto [r, dt] = timed_1t_search(75776, 75776);
   EXPECT_GT(r.evaluated, 10000);
   EXPECT_FALSE(r.top.empty());
   EXPECT_LT(dt, 1.0);

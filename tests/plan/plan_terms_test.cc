@@ -140,10 +140,10 @@ TEST(PlanTerms, GlobalTaper) {
   s.levels = {LinkLevel{"group", 64, 10e9, 5e-6}, LinkLevel{"global", 0, 2.5e9, 5e-6}};
   s.validate();
   // 8 ranks 8 apart inside one group of 64: the group's 10 GB/s.
-  EXPECT_EQ(collective_cost(s, Collective::kAllGather, 8, 8, 1e9).level, "group");
+  EXPECT_EQ(collective_cost(s, Collective::kAllGather, 8, 8, 1e9).level_name(), "group");
   // 8 ranks 64 apart: one per group, every hop on a global link.
   const CollectiveCost g = collective_cost(s, Collective::kAllGather, 8, 64, 1e9);
-  EXPECT_EQ(g.level, "global");
+  EXPECT_EQ(g.level_name(), "global");
   EXPECT_NEAR(g.bandwidth_s, 7.0 / 8 * 1e9 / 2.5e9, 1e-12);
 }
 
