@@ -1,7 +1,8 @@
 // `weft bench`: times training steps on random tokens through the engine, on any backend of
 // backend/registry.h (--backend cpu, cpu-guarded, cuda), and states the model FLOP rate
 // against the machine's measured matrix-product rate (cuda: the bf16 GEMM rate and the card's
-// peak). --matmul-only measures only the CUDA backend's bf16 GEMM rate.
+// peak). --matmul-only measures only the CUDA backend's bf16 GEMM rate. --quant times the
+// block quantization ops (core/block_quant.h, Backend::quantize_blocks / dequantize_blocks).
 #include <cblas.h>
 #include <fmt/format.h>
 
@@ -10,6 +11,7 @@
 #include <ctime>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -19,6 +21,8 @@
 #include "comm/device_comm_registry.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "backend/device_buffer.h"
+#include "core/block_quant.h"
 #include "core/buffer.h"
 #include "core/error.h"
 #include "core/rng.h"
@@ -37,7 +41,8 @@ namespace {
 struct BenchOptions {
   std::string model_name = "tiny", format = "text";
   int64_t batch = 8, seq = 0, threads = 0, steps = 10, warmup = 2, head_chunk = 0;
-  bool no_peak = false, matmul_only = false, no_graphs = false;
+  bool no_peak = false, matmul_only = false, no_graphs = false, quant = false;
+  int64_t quant_n = int64_t{1} << 24, quant_block = 2048;
   std::string gemm_sweep;
   std::string backend_name = "cpu", precision = "fp32", comm;  // comm "": the backend's default
   double peak_tflops = 989.0;
@@ -63,6 +68,10 @@ void add_bench_options(CLI::App& app, BenchOptions& o) {
   app.add_option("--steps", o.steps, "timed steps");
   app.add_option("--warmup", o.warmup, "untimed steps first");
   app.add_option("--head-chunk", o.head_chunk, "rows of logits materialised at once (0: automatic)");
+  app.add_flag("--quant", o.quant, "time block quantization (ZeRO++ wires): quantize and dequantize, int8 and int4, "
+               "on --backend; one JSON line per case");
+  app.add_option("--quant-n", o.quant_n, "--quant: floats per call");
+  app.add_option("--quant-block", o.quant_block, "--quant: elements per scale");
   app.add_flag("--no-peak", o.no_peak, "skip measuring the machine's sgemm rate (cuda: its bf16 GEMM rate)");
   add_format_option(app, o.format);
   add_layout_options(app, o.layout);
@@ -218,6 +227,58 @@ int bench_cuda_matmul(const BenchOptions& o) {
 }
 #endif
 
+// --quant: quantize_blocks and dequantize_blocks of quant_n floats (random normal, block
+// quant_block) on the backend, int8 and int4; the median of --steps calls after --warmup.
+// gb_per_s counts the fp32 side (4 n bytes quantized or produced per second); moved_gb_per_s
+// adds the wire's bytes. The cpu backends run the serial reference loop (one core), so
+// gb_per_s_per_core is gb_per_s over the cores it used (1); cuda states no per-core figure.
+int bench_quant(const BenchOptions& o) {
+  const QuantSpec q8{8, o.quant_block}, q4{4, o.quant_block};
+  check_quant_spec(q8, "--quant-block");
+  if (o.quant_n <= 0 || o.steps <= 0 || o.warmup < 0) {
+    throw_input("--quant-n {} and --steps {} must be positive, --warmup {} >= 0", o.quant_n, o.steps, o.warmup);
+  }
+  const int nthreads = set_threads(o.threads);
+  std::unique_ptr<Backend> be = make_backend(o.backend_name);
+  const int64_t n = o.quant_n;
+  std::vector<float> host(static_cast<size_t>(n));
+  // Standard normal values, so that every block has its own scale.
+  for (int64_t i = 0; i < n; ++i) host[i] = Philox::normal(1337, kRngStreamBench + (1ull << 31), static_cast<uint64_t>(i));
+  DeviceBuffer x = to_device(*be, host, DType::kF32), out(*be, DType::kF32, n);
+  const bool is_cuda = o.backend_name == "cuda";
+  const int cores = is_cuda ? 0 : 1;  // the cpu backends' reference is one serial loop
+  for (const QuantSpec& q : {q8, q4}) {
+    DeviceBuffer wire(*be, DType::kI8, quant_wire_bytes(n, q));
+    for (const bool quantize : {true, false}) {
+      std::vector<double> times;
+      for (int64_t s = 0; s < o.warmup + o.steps; ++s) {
+        be->synchronize();
+        const auto t0 = std::chrono::steady_clock::now();
+        if (quantize) be->quantize_blocks(wire.raw(), x.data<float>(), n, q, nullptr);
+        else be->dequantize_blocks(out.data<float>(), wire.raw(), n, q, false);
+        be->synchronize();
+        const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (s >= o.warmup) times.push_back(dt);
+      }
+      std::sort(times.begin(), times.end());
+      const double t = times[times.size() / 2];
+      const double fp32_bytes = 4.0 * static_cast<double>(n), wire_bytes = static_cast<double>(wire.bytes());
+      nlohmann::json j = {{"impl", "weft"}, {"backend", o.backend_name}, {"case", quantize ? "quantize" : "dequantize"},
+                          {"bits", q.bits}, {"block", q.block}, {"n", n}, {"threads", nthreads}, {"steps", o.steps},
+                          {"ms", t * 1e3}, {"gb_per_s", fp32_bytes / t / 1e9},
+                          {"moved_gb_per_s", (fp32_bytes + wire_bytes) / t / 1e9}};
+      if (cores > 0) j["gb_per_s_per_core"] = fp32_bytes / t / 1e9 / cores;
+      if (o.format == "json") {
+        fmt::print("{}\n", j.dump());
+      } else {
+        fmt::print("{} int{} block {} n {} on {}: {:.3f} ms, {:.2f} GB/s of fp32{}\n", j["case"].get<std::string>(),
+                   q.bits, q.block, n, o.backend_name, t * 1e3, fp32_bytes / t / 1e9, cores > 0 ? " (one core)" : "");
+      }
+    }
+  }
+  return 0;
+}
+
 // The machine's matrix-product rate for the fraction printed beside the step rate, measured
 // by a single process only: on cuda the card's bf16 GEMM rate (cuBLASLt, gemm_n^3) with the
 // MFU against --peak-tflops, otherwise the host's sgemm rate.
@@ -301,6 +362,7 @@ int cmd_bench(CLI::App& app, int argc, char** argv, Communicator& world) {
                 "(-DWEFT_CUDA=ON)");
 #endif
   }
+  if (o.quant) return bench_quant(o);
   const ModelConfig mc = model_preset(o.model_name);
   check_step_sizes(o, mc);
   return bench_engine(mc, o, world);

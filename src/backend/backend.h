@@ -38,6 +38,7 @@
 #include <memory>
 #include <string>
 
+#include "core/block_quant.h"
 #include "core/dtype.h"
 #include "core/memory.h"
 #include "core/precision.h"
@@ -316,6 +317,23 @@ class Backend {
   virtual void adamw_copy(float* p, float* copy, const float* g, float* m, float* v, int64_t n, float lr,
                           float beta1, float beta2, float eps, float weight_decay, int64_t t, float grad_scale,
                           Precision copy_precision);
+
+  // ===== optional quantization ops (ZeRO++ qwZ / qgZ wires) =====
+  // OPTIONAL. Block quantization in the one wire format of core/block_quant.h (int8 or int4
+  // values, then one fp32 scale per block of q.block elements): every backend writes the
+  // BYTES quantize_blocks_ref writes and reads a wire as dequantize_blocks_ref does, so a wire
+  // from one backend dequantizes to the same floats on any other. n elements; q checked by
+  // check_quant_spec (InputError). Neither op synchronises.
+  // DEFAULT (src/backend/quant_defaults.cc): copies the device data to host buffers with
+  // copy_to_host, runs the reference there, copies the results back with copy_to_device:
+  // correct on every backend (the cpu-guarded backend runs it, fenced), slow on a GPU.
+  // cpu calls the reference on its memory directly; cuda runs kernels (quant.cu).
+  // wire: DEVICE bytes, quant_wire_bytes(n, q) of them (4-byte aligned on cuda); x (n) and
+  // residual (n, optional: error feedback, quantizes x + residual and writes residual =
+  // (x + residual) - dequantized): DEVICE floats. writes wire (and residual).
+  virtual void quantize_blocks(void* wire, const float* x, int64_t n, const QuantSpec& q, float* residual);
+  // out (n): DEVICE floats = the dequantized wire (writes), or += it when accumulate.
+  virtual void dequantize_blocks(float* out, const void* wire, int64_t n, const QuantSpec& q, bool accumulate);
 
  protected:
   // --- the memory group's implementation ---

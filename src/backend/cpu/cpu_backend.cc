@@ -470,6 +470,14 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0; i < n; ++i) x[i] *= s;
   }
 
+  // Block quantization: the reference itself, on the device memory (host memory here).
+  void quantize_blocks(void* wire, const float* x, int64_t n, const QuantSpec& q, float* residual) override {
+    quantize_blocks_ref(static_cast<uint8_t*>(wire), x, n, q, residual);
+  }
+  void dequantize_blocks(float* out, const void* wire, int64_t n, const QuantSpec& q, bool accumulate) override {
+    dequantize_blocks_ref(out, static_cast<const uint8_t*>(wire), n, q, accumulate);
+  }
+
  private:
   std::vector<float> scratch_;
 };

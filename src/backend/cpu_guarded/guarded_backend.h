@@ -19,7 +19,10 @@
 //     memory with the same 64-byte alignment.
 //   * the optional fused ops are not forwarded: their defaults (backend.h) run here, on the
 //     checked ops above, so a fused op is fenced step by step and gives cpu's bits (cpu
-//     offers none; one it ever implements must be forwarded here too).
+//     offers none; one it ever implements must be forwarded here too). Likewise the
+//     quantization ops (quantize_blocks, dequantize_blocks) run their default: the reference
+//     on host copies made through the checked copy_to_host / copy_to_device, which gives the
+//     reference's bytes, as cpu's direct call does.
 //   * begin_host_access opens one buffer for host-staged communication (HostAccess in
 //     backend.h; DeviceCommunicator in comm/device_comm.h); nothing else may use it. Opens
 //     are reference-counted per buffer: a scope may stay open across many calls (an

@@ -308,6 +308,29 @@ void CudaBackend::round_to(float* x, int64_t n, Precision p) {
 }
 
 // ------------------------------------------------------------------------------------------
+// block quantization
+
+void CudaBackend::quantize_blocks(void* wire, const float* x, int64_t n, const QuantSpec& q, float* residual) {
+  check_quant_spec(q, "cuda: quantize_blocks");
+  WEFT_CHECK(n >= 0, "cuda: quantize_blocks of {} elements", n);
+  if (n == 0) return;
+  WEFT_CHECK(reinterpret_cast<uintptr_t>(wire) % 4 == 0, "cuda: quantize_blocks: wire {} is not 4-byte aligned",
+             wire);
+  kern::quantize_blocks(static_cast<uint8_t*>(wire), x, residual, n, q.bits, q.block, quant_data_bytes(n, q),
+                        st_->stream);
+}
+
+void CudaBackend::dequantize_blocks(float* out, const void* wire, int64_t n, const QuantSpec& q, bool accumulate) {
+  check_quant_spec(q, "cuda: dequantize_blocks");
+  WEFT_CHECK(n >= 0, "cuda: dequantize_blocks of {} elements", n);
+  if (n == 0) return;
+  WEFT_CHECK(reinterpret_cast<uintptr_t>(wire) % 4 == 0, "cuda: dequantize_blocks: wire {} is not 4-byte aligned",
+             wire);
+  kern::dequantize_blocks(out, static_cast<const uint8_t*>(wire), n, q.bits, q.block, quant_data_bytes(n, q),
+                          accumulate, st_->stream);
+}
+
+// ------------------------------------------------------------------------------------------
 // bf16
 
 void CudaBackend::to_bf16(bf16* dst, const float* src, int64_t n) { kern::convert(dev(dst), src, n, st_->stream); }

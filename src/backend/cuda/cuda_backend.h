@@ -154,6 +154,12 @@ class CudaBackend final : public Backend {
                   float beta2, float eps, float weight_decay, int64_t t, float grad_scale,
                   Precision copy_precision) override;
 
+  // --- block quantization (backend.h; quant.cu): the bytes of core/block_quant.h's reference ---
+  // Kernels on the compute stream, no host copies; wire must be 4-byte aligned (its scales are
+  // fp32 and the kernels write whole 32-bit words).
+  void quantize_blocks(void* wire, const float* x, int64_t n, const QuantSpec& q, float* residual) override;
+  void dequantize_blocks(float* out, const void* wire, int64_t n, const QuantSpec& q, bool accumulate) override;
+
   // --- bf16 (mixed precision) ---
   // Conversions.
   void to_bf16(bf16* dst, const float* src, int64_t n);

@@ -97,4 +97,14 @@ void flash_attention_backward(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qk
 int64_t flash_attention_backward_scratch(int64_t B, int64_t T, int64_t NH);
 bool flash_attention_supports(int64_t C, int64_t NH);
 
+// --- block quantization (quant.cu): the wire format of core/block_quant.h ---
+// wire (4-byte aligned): data_bytes (quant_data_bytes, a multiple of 4) of int8/int4 values,
+// then ceil(n / block) fp32 scales. bits 8 or 4, block >= 1 (checked by the caller).
+// residual (n, may be null): quantizes x + residual, writes residual = v - dequantized.
+void quantize_blocks(uint8_t* wire, const float* x, float* residual, int64_t n, int bits, int64_t block,
+                     int64_t data_bytes, Stream s);
+// out (n) = q * s, or out += q * s when accumulate.
+void dequantize_blocks(float* out, const uint8_t* wire, int64_t n, int bits, int64_t block, int64_t data_bytes,
+                       bool accumulate, Stream s);
+
 }  // namespace weft::cuda::kern
