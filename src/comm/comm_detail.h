@@ -55,6 +55,32 @@ inline int64_t checked_total(const std::vector<int64_t>& counts, int group_size,
   return total;
 }
 
+// The all_to_all_v count matrix (group_size x group_size, row major: counts[i * n + j] =
+// elements rank i sends to rank j).
+struct AllToAllCounts {
+  int64_t total = 0;            // sum of the whole matrix
+  int64_t send_total = 0;       // row `rank`: what this rank sends
+  int64_t recv_total = 0;       // column `rank`: what this rank receives
+};
+
+// Checks the matrix against the group size (size()^2 entries, none negative); returns its sums.
+inline AllToAllCounts checked_matrix(const std::vector<int64_t>& counts, int group_size, int rank, const char* kind) {
+  const size_t n = static_cast<size_t>(group_size);
+  WEFT_CHECK(counts.size() == n * n, "{}: {} counts given for a group of {} ranks (needs the {} x {} matrix: {})", kind,
+             counts.size(), group_size, group_size, group_size, n * n);
+  AllToAllCounts out;
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      const int64_t c = counts[i * n + j];
+      WEFT_CHECK(c >= 0, "{}: negative count {} from rank {} to rank {}", kind, c, i, j);
+      out.total += c;
+      if (i == static_cast<size_t>(rank)) out.send_total += c;
+      if (j == static_cast<size_t>(rank)) out.recv_total += c;
+    }
+  }
+  return out;
+}
+
 inline void check_count(int64_t count, const char* kind) { WEFT_CHECK(count >= 0, "{}: negative count {}", kind, count); }
 
 }  // namespace weft::detail

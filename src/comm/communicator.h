@@ -73,6 +73,13 @@ class Communicator {
   // Uneven blocks: rank r contributes counts[r] elements; recv holds them in rank order.
   virtual void all_gather_v(const void* send, void* recv, const std::vector<int64_t>& counts, CommDType t) = 0;
   virtual void broadcast(void* buf, int64_t count, CommDType t, int root) = 0;
+  // All-to-all with uneven blocks. counts is the group's whole size() x size() matrix, row
+  // major: counts[i * size() + j] = elements rank i sends to rank j (every rank passes the same
+  // matrix). This rank's send holds row rank() in rank order (its blocks for ranks 0, 1, ...),
+  // recv receives column rank() in rank order (the blocks from ranks 0, 1, ...). send and recv
+  // must not overlap. Blocks of zero elements are allowed; a rank's own block (the diagonal)
+  // is copied from send to recv.
+  virtual void all_to_all_v(const void* send, void* recv, const std::vector<int64_t>& counts, CommDType t) = 0;
   virtual void send(const void* buf, int64_t count, CommDType t, int peer, int tag) = 0;
   virtual void recv(void* buf, int64_t count, CommDType t, int peer, int tag) = 0;
   virtual void barrier() = 0;
@@ -82,6 +89,8 @@ class Communicator {
   virtual CommHandle ireduce_scatter_v(const void* send, void* recv, const std::vector<int64_t>& counts,
                                        CommDType t, ReduceOp op) = 0;
   virtual CommHandle iall_gather_v(const void* send, void* recv, const std::vector<int64_t>& counts,
+                                   CommDType t) = 0;
+  virtual CommHandle iall_to_all_v(const void* send, void* recv, const std::vector<int64_t>& counts,
                                    CommDType t) = 0;
   virtual CommHandle isend(const void* buf, int64_t count, CommDType t, int peer, int tag) = 0;
   virtual CommHandle irecv(void* buf, int64_t count, CommDType t, int peer, int tag) = 0;

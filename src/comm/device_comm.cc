@@ -291,6 +291,17 @@ void DeviceCommunicator::broadcast(void* buf, int64_t count, CommDType t, int ro
   run_blocking(std::move(v), [&](HostViews& h) { host_.broadcast(h.host(b), count, t, root); });
 }
 
+// send (row rank()) and recv (column rank()) do not overlap: two roots, staged or opened apart.
+void DeviceCommunicator::all_to_all_v(const void* send, void* recv, const std::vector<int64_t>& counts,
+                                      CommDType t) {
+  const detail::AllToAllCounts m = detail::checked_matrix(counts, size(), rank(), "all_to_all_v");
+  if (size() == 1) return one_rank(be_, host_, "all_to_all", bytes_of(m.total, t), send, recv, false).finish();
+  auto v = std::make_unique<HostViews>(be_);
+  const int s = v->add(send, bytes_of(m.send_total, t), true, false);
+  const int r = v->add(recv, bytes_of(m.recv_total, t), false, true);
+  run_blocking(std::move(v), [&](HostViews& h) { host_.all_to_all_v(h.host(s), h.host(r), counts, t); });
+}
+
 void DeviceCommunicator::send(const void* buf, int64_t count, CommDType t, int peer, int tag) {
   detail::check_count(count, "send");
   auto v = std::make_unique<HostViews>(be_);
@@ -339,6 +350,17 @@ CommHandle DeviceCommunicator::iall_gather_v(const void* send, void* recv, const
   const int s = v->add(send, bytes_of(counts[static_cast<size_t>(rank())], t), true, false);
   const int r = v->add(recv, bytes_of(total, t), false, true);
   return run_async(std::move(v), [&](HostViews& h) { return host_.iall_gather_v(h.host(s), h.host(r), counts, t); });
+}
+
+CommHandle DeviceCommunicator::iall_to_all_v(const void* send, void* recv, const std::vector<int64_t>& counts,
+                                             CommDType t) {
+  const detail::AllToAllCounts m = detail::checked_matrix(counts, size(), rank(), "iall_to_all_v");
+  if (size() == 1)
+    return std::make_unique<LocalRequest>(one_rank(be_, host_, "all_to_all", bytes_of(m.total, t), send, recv, true));
+  auto v = std::make_unique<HostViews>(be_);
+  const int s = v->add(send, bytes_of(m.send_total, t), true, false);
+  const int r = v->add(recv, bytes_of(m.recv_total, t), false, true);
+  return run_async(std::move(v), [&](HostViews& h) { return host_.iall_to_all_v(h.host(s), h.host(r), counts, t); });
 }
 
 CommHandle DeviceCommunicator::isend(const void* buf, int64_t count, CommDType t, int peer, int tag) {

@@ -80,6 +80,7 @@ class DeviceCommunicator final : public DeviceComm {
   void all_gather(const void* send, void* recv, int64_t count, CommDType t) override;
   void all_gather_v(const void* send, void* recv, const std::vector<int64_t>& counts, CommDType t) override;
   void broadcast(void* buf, int64_t count, CommDType t, int root) override;
+  void all_to_all_v(const void* send, void* recv, const std::vector<int64_t>& counts, CommDType t) override;
   void send(const void* buf, int64_t count, CommDType t, int peer, int tag) override;
   void recv(void* buf, int64_t count, CommDType t, int peer, int tag) override;
   void barrier() override;
@@ -89,6 +90,7 @@ class DeviceCommunicator final : public DeviceComm {
   CommHandle ireduce_scatter_v(const void* send, void* recv, const std::vector<int64_t>& counts, CommDType t,
                                ReduceOp op) override;
   CommHandle iall_gather_v(const void* send, void* recv, const std::vector<int64_t>& counts, CommDType t) override;
+  CommHandle iall_to_all_v(const void* send, void* recv, const std::vector<int64_t>& counts, CommDType t) override;
   CommHandle isend(const void* buf, int64_t count, CommDType t, int peer, int tag) override;
   CommHandle irecv(void* buf, int64_t count, CommDType t, int peer, int tag) override;
 

@@ -68,6 +68,9 @@ class SelfCommunicator : public Communicator {
     CallTrace tr = begin("broadcast", bytes(count, t), false);
     tr.finish();
   }
+  void all_to_all_v(const void* send, void* recv, const std::vector<int64_t>& counts, CommDType t) override {
+    iall_to_all_v_impl(send, recv, counts, t, false).finish();
+  }
   void send(const void* buf, int64_t count, CommDType t, int peer, int tag) override { no_peer("send", peer); }
   void recv(void* buf, int64_t count, CommDType t, int peer, int tag) override { no_peer("recv", peer); }
   void barrier() override {
@@ -85,6 +88,9 @@ class SelfCommunicator : public Communicator {
   }
   CommHandle iall_gather_v(const void* send, void* recv, const std::vector<int64_t>& counts, CommDType t) override {
     return std::make_unique<SelfRequest>(iall_gather_v_impl(send, recv, counts, t, true));
+  }
+  CommHandle iall_to_all_v(const void* send, void* recv, const std::vector<int64_t>& counts, CommDType t) override {
+    return std::make_unique<SelfRequest>(iall_to_all_v_impl(send, recv, counts, t, true));
   }
   CommHandle isend(const void* buf, int64_t count, CommDType t, int peer, int tag) override {
     no_peer("isend", peer);
@@ -126,6 +132,14 @@ class SelfCommunicator : public Communicator {
                                bool async) {
     const int64_t total = detail::checked_total(counts, 1, "all_gather_v");
     CallTrace tr = begin("all_gather", bytes(total, t), async);
+    copy_bytes(recv, send, bytes(total, t));
+    return tr;
+  }
+
+  CallTrace iall_to_all_v_impl(const void* send, void* recv, const std::vector<int64_t>& counts, CommDType t,
+                               bool async) {
+    const int64_t total = detail::checked_matrix(counts, 1, 0, "all_to_all_v").total;
+    CallTrace tr = begin("all_to_all", bytes(total, t), async);
     copy_bytes(recv, send, bytes(total, t));
     return tr;
   }

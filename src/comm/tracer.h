@@ -8,11 +8,14 @@
 //   all_reduce           count * dtype size
 //   reduce_scatter(_v)   the full input: sum of all blocks (size() * count for the even form)
 //   all_gather(_v)       the full output: sum of all blocks (size() * count for the even form)
+//   all_to_all           the full exchange: sum of the whole count matrix (every block
+//                        every rank sends) * dtype size
 //   broadcast            count * dtype size
 //   send / recv          count * dtype size
 //   barrier              0
 // Wire traffic per rank follows from this with the usual factors (ring all-reduce moves
-// 2 (n-1)/n of it, reduce-scatter and all-gather (n-1)/n); the planner applies them.
+// 2 (n-1)/n of it, reduce-scatter and all-gather (n-1)/n, an all-to-all of even blocks sends
+// (n-1)/n^2 of it from each rank); the planner applies them.
 //
 // Timing: start_s is Tracer::now() when the call was posted; duration_s runs until the
 // completion was observed: for blocking calls until they return, for asynchronous calls
@@ -34,7 +37,7 @@
 namespace weft {
 
 struct TraceEvent {
-  std::string kind;   // all_reduce, reduce_scatter, all_gather, broadcast, send, recv, barrier
+  std::string kind;   // all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, send, recv, barrier
   std::string axis;   // the communicator's axis: world, tp, pp, dp, ...
   int64_t bytes = 0;  // see the bytes convention above
   std::string group;  // the group's world ranks ("ranks 0,2") or, for send/recv, the peer's world rank ("peer 3")

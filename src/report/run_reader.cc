@@ -219,8 +219,9 @@ CommReport read_comm_report(const std::string& path) {
   } catch (const json::parse_error& e) {
     throw_input("{}: not valid JSON (truncated or corrupt?): {}", path, e.what());
   }
-  if (const int64_t v = integer(j, "version", path); v != 1) {
-    throw_input("{}: version {}, this weft reads version 1", path, v);
+  // Version 2 adds the `levels` section (not read here); everything read is as in version 1.
+  if (const int64_t v = integer(j, "version", path); v != 1 && v != 2) {
+    throw_input("{}: version {}, this weft reads versions 1 and 2", path, v);
   }
   CommReport c;
   c.world = static_cast<int>(integer(j, "world", path));

@@ -24,7 +24,7 @@ double bus_factor(const std::string& op, int n) {
   if (n <= 1) return 0.0;
   const double nn = n;
   if (op == "all_reduce") return 2.0 * (nn - 1) / nn;
-  if (op == "all_gather" || op == "reduce_scatter") return (nn - 1) / nn;
+  if (op == "all_gather" || op == "reduce_scatter" || op == "all_to_all") return (nn - 1) / nn;
   return 1.0;
 }
 
@@ -44,6 +44,7 @@ bool is_p2p(const std::string& op) { return op == "send" || op == "recv"; }
 struct Call {
   std::string op, axis, phase;
   int64_t bytes = 0;
+  int64_t step = 0;
   std::vector<int> ranks;                        // the group (send/recv: this rank, peer)
   std::vector<std::pair<int, double>> latencies;  // (world rank, duration)
 };
@@ -87,13 +88,15 @@ std::vector<Call> collect_calls(const std::vector<std::vector<TraceEvent>>& per_
       const TraceEvent& ev = *e;
       const int rank = static_cast<int>(r);
       if (is_p2p(ev.kind)) {
-        if (in_range(ev, in)) calls.push_back({ev.kind, ev.axis, ev.phase, ev.bytes, event_ranks(ev, rank), {{rank, ev.duration_s}}});
+        if (in_range(ev, in)) {
+          calls.push_back({ev.kind, ev.axis, ev.phase, ev.bytes, ev.step, event_ranks(ev, rank), {{rank, ev.duration_s}}});
+        }
         continue;
       }
       const int64_t k = seen[{ev.axis, ev.group}]++;
       if (!in_range(ev, in)) continue;
       auto [it, fresh] = index.try_emplace({ev.axis, ev.group, k}, calls.size());
-      if (fresh) calls.push_back({ev.kind, ev.axis, ev.phase, ev.bytes, event_ranks(ev, rank), {}});
+      if (fresh) calls.push_back({ev.kind, ev.axis, ev.phase, ev.bytes, ev.step, event_ranks(ev, rank), {}});
       Call& c = calls[it->second];
       if (c.op != ev.kind || c.bytes != ev.bytes) {
         throw_runtime("trace: call {} on axis {} ({}) is a {} of {} bytes on one rank and a {} of {} bytes on rank {}", k,
@@ -220,11 +223,63 @@ int64_t attach_model(std::map<RowKey, Row>& rows, const CommReportInputs& in) {
   return mismatches;
 }
 
+// The `levels` section: per reported training step, the bytes crossing each level's domain
+// boundaries, in total and per axis (collectives once per group, transfers once on their send).
+nlohmann::json levels_json(const std::vector<Call>& calls, const CommReportInputs& in) {
+  const LinkLevels levels = in.levels.levels() > 0 ? in.levels : LinkLevels::from_nodes(in.nodes);
+  levels.validate();
+  if (levels.world() != in.nodes.world()) {
+    throw_input("comm report: the link levels cover {} ranks, the node map {}", levels.world(), in.nodes.world());
+  }
+  const size_t nl = static_cast<size_t>(levels.levels());
+  using Bytes = std::vector<int64_t>;  // per level
+  std::map<int64_t, std::pair<Bytes, std::map<std::string, Bytes>>> steps;  // step -> (total, per axis)
+  for (int64_t s = in.first_step + 1; s <= in.last_step; ++s) steps[s].first.assign(nl, 0);
+  std::map<std::string, Bytes> axis_total;
+  Bytes total(nl, 0);
+  for (const Call& c : calls) {
+    if (c.phase != "train" || c.op == "recv") continue;
+    auto& [step_total, step_axes] = steps[c.step];
+    step_total.resize(nl, 0);
+    Bytes& step_axis = step_axes[c.axis];
+    Bytes& all_axis = axis_total[c.axis];
+    step_axis.resize(nl, 0);
+    all_axis.resize(nl, 0);
+    for (size_t k = 0; k < nl; ++k) {
+      const int64_t b = crossing_bytes(c.op, c.bytes, c.ranks, levels, static_cast<int>(k));
+      step_total[k] += b, step_axis[k] += b, all_axis[k] += b, total[k] += b;
+    }
+  }
+  auto by_name = [&](const Bytes& b) {
+    nlohmann::json j = nlohmann::json::object();
+    for (size_t k = 0; k < nl; ++k) j[levels.names[k]] = b[k];
+    return j;
+  };
+  auto axes_json = [&](const std::map<std::string, Bytes>& axes) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [axis, b] : axes) j[axis] = by_name(b);
+    return j;
+  };
+  nlohmann::json domains = nlohmann::json::array(), per_domain = nlohmann::json::array(), per_step = nlohmann::json::array();
+  for (size_t k = 0; k < nl; ++k) {
+    domains.push_back(levels.domains(static_cast<int>(k)));
+    per_domain.push_back(levels.ranks_per_domain(static_cast<int>(k)));
+  }
+  for (const auto& [step, st] : steps) {
+    per_step.push_back({{"step", step}, {"bytes", by_name(st.first)}, {"by_axis", axes_json(st.second)}});
+  }
+  return {{"names", levels.names}, {"domains", domains}, {"ranks_per_domain", per_domain},
+          {"counting", "training steps; bytes entering each domain of a level from outside, summed over domains "
+                       "(node-aware algorithms, even blocks); a collective once per group, a transfer once (its send)"},
+          {"steps", per_step}, {"total", {{"bytes", by_name(total)}, {"by_axis", axes_json(axis_total)}}}};
+}
+
 }  // namespace
 
 nlohmann::json build_comm_report(const std::vector<std::vector<TraceEvent>>& per_rank, const CommReportInputs& in) {
   std::map<RowKey, Row> rows;
-  for (const Call& c : collect_calls(per_rank, in)) {
+  const std::vector<Call> calls = collect_calls(per_rank, in);
+  for (const Call& c : calls) {
     add_call(rows[{c.phase, c.op, c.axis, link_level_name(in.nodes.level(c.ranks)), c.bytes}], c);
   }
   const int64_t mismatches = attach_model(rows, in);
@@ -247,14 +302,39 @@ nlohmann::json build_comm_report(const std::vector<std::vector<TraceEvent>>& per
   for (const auto& [k, a] : by_axis) {
     ax.push_back({{"axis", k.first}, {"level", k.second}, {"calls", a[0]}, {"bytes", a[1]}, {"model_calls", a[2]}, {"model_bytes", a[3]}});
   }
-  return {{"version", 1}, {"world", in.nodes.world()}, {"ranks_per_node", in.nodes.ranks_per_node()},
+  return {{"version", 2}, {"world", in.nodes.world()}, {"ranks_per_node", in.nodes.ranks_per_node()},
           {"nodes", in.nodes.nodes()}, {"node_source", in.nodes.source},
           {"steps", in.last_step - in.first_step}, {"first_step", in.first_step + 1}, {"last_step", in.last_step},
           {"model", in.ec.model.name}, {"layout", layout_json(in.ec)},
           {"counting", "job-wide; a collective once per group (latency: its slowest member), each send and receive once"},
-          {"rows", train}, {"histogram", h}, {"by_axis_level", ax}, {"other_phases", other},
-          {"mismatches", mismatches}};
+          {"rows", train}, {"histogram", h}, {"by_axis_level", ax}, {"levels", levels_json(calls, in)},
+          {"other_phases", other}, {"mismatches", mismatches}};
 }
+
+namespace {
+
+// The `levels` section as a short table: bytes crossing each level, per axis and in all,
+// summed over the reported steps and per step on average.
+std::string format_levels(const nlohmann::json& lv, int64_t steps) {
+  const std::vector<std::string> names = lv["names"].get<std::vector<std::string>>();
+  std::string out = "bytes crossing link levels (node-aware algorithms; per level: into its domains from outside):\n";
+  out += fmt::format("  {:<13}", "axis");
+  for (const std::string& n : names) out += fmt::format(" {:>12} {:>12}", n, n + "/step");
+  out += "\n";
+  auto line = [&](const std::string& label, const nlohmann::json& bytes) {
+    std::string l = fmt::format("  {:<13}", label);
+    for (const std::string& n : names) {
+      const int64_t b = bytes[n].get<int64_t>();
+      l += fmt::format(" {:>12} {:>12}", format_bytes(b), format_bytes(steps > 0 ? b / steps : 0));
+    }
+    return l + "\n";
+  };
+  for (const auto& [axis, bytes] : lv["total"]["by_axis"].items()) out += line(axis, bytes);
+  out += line("all", lv["total"]["bytes"]);
+  return out;
+}
+
+}  // namespace
 
 std::string format_comm_report(const nlohmann::json& rep) {
   std::string out = fmt::format("communication of {} training steps (steps {}-{}), world {} on {} node(s) ({}), model {}\n",
@@ -283,6 +363,7 @@ std::string format_comm_report(const nlohmann::json& rep) {
                        a["level"].get<std::string>(), a["calls"].get<int64_t>(), format_bytes(a["bytes"].get<int64_t>()),
                        a["model_calls"].get<int64_t>(), format_bytes(a["model_bytes"].get<int64_t>()));
   }
+  if (rep.contains("levels")) out += format_levels(rep["levels"], rep["steps"].get<int64_t>());
   out += fmt::format("rows differing from the model (marked *): {}\n", rep["mismatches"].get<int64_t>());
   return out;
 }

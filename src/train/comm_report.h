@@ -14,6 +14,12 @@
 // does); a send and a receive are each one call of their own rank. Only the training steps
 // (tracer phase "train") are compared with the model; the other phases (setup, eval,
 // metrics, checkpoint, report) are listed apart.
+//
+// Link levels: for every reported training step, the bytes that cross the boundaries of each
+// level's domains (crossing_bytes in comm/topology.h: the node-aware algorithm's traffic into
+// each domain), in total and per axis. A collective is counted once per group; a transfer
+// once, on its send (its recv is the same bytes). The levels default to the node map's one
+// level "node"; the trainer may pass finer ones (e.g. GCD pairs inside nodes).
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
@@ -33,6 +39,8 @@ struct CommReportInputs {
   int64_t last_step = 0;
   // What preceded each reported step (first_step + 1 ... last_step), for the model.
   std::vector<CommStepContext> contexts;
+  // The link levels of the `levels` section; none (no names): LinkLevels::from_nodes(nodes).
+  LinkLevels levels;
 };
 
 // The report from every rank's events (per_rank[r]: world rank r's, in its file's order).
@@ -44,8 +52,8 @@ std::string format_comm_report(const nlohmann::json& report);
 nlohmann::json write_comm_report(const std::string& run_dir, const CommReportInputs& in);
 
 // NCCL-tests' bus-bandwidth factor (nccl-tests doc/PERFORMANCE.md) for a group of n ranks:
-// all_reduce 2(n-1)/n, all_gather and reduce_scatter (n-1)/n, broadcast/send/recv 1; 0 for
-// a group of one (nothing moves).
+// all_reduce 2(n-1)/n, all_gather, reduce_scatter and all_to_all (n-1)/n, broadcast/send/recv
+// 1; 0 for a group of one (nothing moves).
 double bus_factor(const std::string& op, int n);
 // Mean after dropping the lowest and the highest `cut` fraction (DeepSpeed's comms logger:
 // scipy's trim_mean with 0.1).

@@ -133,6 +133,34 @@ TEST_P(DeviceCommSelf, AsyncHandlesKeepTheirViewsUntilTheyComplete) {
   EXPECT_EQ(recv.download<float>(), (std::vector<float>{10, 20, 30, 40}));
 }
 
+// All-to-all on one rank: its one block moves on the device (nothing staged), sync and async,
+// traced as the host communicator traces it (the whole matrix's bytes).
+TEST_P(DeviceCommSelf, AllToAllVOnOneRankCopiesOnTheDevice) {
+  Tracer tracer;
+  self->set_tracer(&tracer);
+  const std::vector<float> v = {5, 6, 7, 8, 9};
+  DeviceBuffer send = to_device(*be, v, DType::kF32), recv(*be, DType::kF32, 5);
+  const int64_t peak_before = memory_tracker().snapshot().peak_of(MemCategory::kComm);
+  recv.zero();
+  dc.all_to_all_v(send.raw(), recv.raw(), {5}, CommDType::kF32);
+  EXPECT_EQ(recv.download<float>(), v);
+  recv.zero();
+  CommHandle h = dc.iall_to_all_v(send.raw(), recv.raw(), {5}, CommDType::kF32);
+  h->wait();
+  EXPECT_EQ(recv.download<float>(), v);
+  EXPECT_EQ(memory_tracker().snapshot().peak_of(MemCategory::kComm), peak_before);
+  EXPECT_THROW(dc.all_to_all_v(send.raw(), recv.raw(), {5, 0}, CommDType::kF32), RuntimeError);
+  const std::vector<TraceEvent>& ev = tracer.events();
+  ASSERT_EQ(ev.size(), 2u);
+  for (size_t i = 0; i < ev.size(); ++i) {
+    EXPECT_EQ(ev[i].kind, "all_to_all") << i;
+    EXPECT_EQ(ev[i].bytes, 20) << i;
+    EXPECT_EQ(ev[i].group, "ranks 0") << i;
+    EXPECT_EQ(ev[i].async, i == 1) << i;
+  }
+  self->set_tracer(nullptr);
+}
+
 // Host memory is refused where it is not device memory (cpu-guarded); on cpu, whose device
 // memory is host memory, it is accepted and reduced in place (one rank: unchanged).
 TEST_P(DeviceCommSelf, HostMemoryIsRefusedUnlessItIsDeviceMemory) {

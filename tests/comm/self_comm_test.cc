@@ -98,6 +98,54 @@ TEST(SelfComm, BadArgumentsAreErrors) {
   EXPECT_THROW(c->all_reduce(x, -1, CommDType::kF32, ReduceOp::kSum), RuntimeError);
 }
 
+// One rank: the 1 x 1 matrix's only block is this rank's own, copied from send to recv and
+// traced as an all_to_all of the whole matrix.
+TEST(SelfComm, AllToAllVCopiesTheOneBlockAndTracesIt) {
+  Tracer tracer;
+  auto c = make_self_communicator("dp");
+  c->set_tracer(&tracer);
+  const std::vector<float> send = iota_f(6, 100.0f);
+  std::vector<float> recv(7, -1.0f);
+  c->all_to_all_v(send.data(), recv.data(), {6}, CommDType::kF32);
+  EXPECT_EQ(std::vector<float>(recv.begin(), recv.begin() + 6), send);
+  EXPECT_EQ(recv[6], -1.0f) << "wrote past the block";
+  std::vector<uint8_t> s8 = {1, 2, 3}, r8(3, 0);
+  CommHandle h = c->iall_to_all_v(s8.data(), r8.data(), {3}, CommDType::kU8);
+  EXPECT_TRUE(h->test());
+  EXPECT_EQ(r8, s8);
+  c->all_to_all_v(nullptr, nullptr, {0}, CommDType::kF32);  // an empty exchange
+  const std::vector<TraceEvent>& ev = tracer.events();
+  ASSERT_EQ(ev.size(), 3u);
+  for (const TraceEvent& e : ev) {
+    EXPECT_EQ(e.kind, "all_to_all");
+    EXPECT_EQ(e.group, "ranks 0");
+    EXPECT_EQ(e.axis, "dp");
+  }
+  EXPECT_EQ(ev[0].bytes, 24);
+  EXPECT_FALSE(ev[0].async);
+  EXPECT_EQ(ev[1].bytes, 3);
+  EXPECT_TRUE(ev[1].async);
+  EXPECT_EQ(ev[2].bytes, 0);
+  c->set_tracer(nullptr);
+}
+
+TEST(SelfComm, AllToAllVNeedsTheWholeMatrixWithoutNegatives) {
+  auto c = make_self_communicator();
+  float x[2] = {0, 0}, y[2] = {0, 0};
+  try {
+    c->all_to_all_v(x, y, {1, 1}, CommDType::kF32);
+    FAIL() << "a 2-entry matrix for one rank did not throw";
+  } catch (const RuntimeError& e) {
+    EXPECT_NE(std::string(e.what()).find("2 counts given for a group of 1 ranks"), std::string::npos) << e.what();
+  }
+  try {
+    (void)c->iall_to_all_v(x, y, {-3}, CommDType::kF32);
+    FAIL() << "a negative count did not throw";
+  } catch (const RuntimeError& e) {
+    EXPECT_NE(std::string(e.what()).find("negative count -3 from rank 0 to rank 0"), std::string::npos) << e.what();
+  }
+}
+
 TEST(SelfComm, SplitGivesSelfOnNewAxisWithParentsTracer) {
   Tracer tracer;
   auto c = make_self_communicator();

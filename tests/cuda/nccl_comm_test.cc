@@ -50,6 +50,12 @@ TEST_F(NcclSelf, CollectivesOfOneRankAreCopies) {
   auto handle = comm_->ireduce_scatter_v(a.data(), c.data(), {4}, CommDType::kF32, ReduceOp::kSum);
   handle->wait();
   EXPECT_EQ(cuda::download(c.data(), 4), h);
+  cuda::DeviceBuffer<float> d(4);
+  comm_->all_to_all_v(a.data(), d.data(), {4}, CommDType::kF32);
+  EXPECT_EQ(cuda::download(d.data(), 4), h);
+  cuda::DeviceBuffer<float> e(4);
+  comm_->iall_to_all_v(a.data(), e.data(), {4}, CommDType::kF32)->wait();
+  EXPECT_EQ(cuda::download(e.data(), 4), h);
   comm_->barrier();
   auto sub = comm_->split(0, 0, "dp");
   EXPECT_EQ(sub->axis(), "dp");

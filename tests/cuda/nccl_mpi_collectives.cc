@@ -183,6 +183,40 @@ TEST_F(NcclRanks, AllGatherVUnevenAsyncAndInPlace) {
   EXPECT_EQ(cuda::download(buf.data(), static_cast<size_t>(total)), expect);
 }
 
+// All-to-all with uneven blocks (ncclSend/ncclRecv per peer in one group, the own block a
+// device copy): rank i sends rank j (i + 2 j) % 4 elements (zero blocks on every group size),
+// element k holding 100 i + j + 1000 k; sync, then async in u8 (16 i + j + k).
+TEST_F(NcclRanks, AllToAllVUnevenZeroBlocksSyncAsync) {
+  auto count = [](int i, int j) { return static_cast<int64_t>((i + 2 * j) % 4); };
+  std::vector<int64_t> counts;
+  std::vector<float> send, expect;
+  std::vector<uint8_t> send8, expect8;
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) counts.push_back(count(i, j));
+  }
+  for (int j = 0; j < n; ++j) {
+    for (int64_t k = 0; k < count(rank, j); ++k) {
+      send.push_back(static_cast<float>(100 * rank + j + 1000 * k));
+      send8.push_back(static_cast<uint8_t>(16 * rank + j + k));
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    for (int64_t k = 0; k < count(i, rank); ++k) {
+      expect.push_back(static_cast<float>(100 * i + rank + 1000 * k));
+      expect8.push_back(static_cast<uint8_t>(16 * i + rank + k));
+    }
+  }
+  send.push_back(0), send8.push_back(0);  // never empty
+  auto ds = cuda::upload(send);
+  cuda::DeviceBuffer<float> dr(expect.size() + 1);
+  comm->all_to_all_v(ds.data(), dr.data(), counts, CommDType::kF32);
+  EXPECT_EQ(cuda::download(dr.data(), expect.size()), expect);
+  auto ds8 = cuda::upload(send8);
+  cuda::DeviceBuffer<uint8_t> dr8(expect8.size() + 1);
+  comm->iall_to_all_v(ds8.data(), dr8.data(), counts, CommDType::kU8)->wait();
+  EXPECT_EQ(cuda::download(dr8.data(), expect8.size()), expect8);
+}
+
 TEST_F(NcclRanks, BroadcastFromEachRoot) {
   for (int root = 0; root < n; ++root) {
     auto d = cuda::upload(contribution<float>(6));

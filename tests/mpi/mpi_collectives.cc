@@ -196,6 +196,101 @@ TEST_F(MpiCollectives, AllGatherVUnevenBlocksSyncAsyncInPlace) {
   check(recv);
 }
 
+// All-to-all with uneven blocks: rank i sends rank j c(i, j) = ((i+1)(j+1) mod 4)(1 + i + j)
+// elements (zero where (i+1)(j+1) is a multiple of 4: on 2 ranks rank 1's own block), element
+// k of that block holding 100 i + j + 1000 k (u8: 16 i + j + k, below 256 up to 8 ranks).
+int64_t a2a_count(int i, int j) { return ((i + 1) * (j + 1) % 4) * (1 + i + j); }
+std::vector<int64_t> a2a_matrix(int n) {
+  std::vector<int64_t> m(static_cast<size_t>(n * n));
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) m[static_cast<size_t>(i * n + j)] = a2a_count(i, j);
+  }
+  return m;
+}
+template <typename T>
+T a2a_value(int i, int j, int64_t k) {
+  if constexpr (sizeof(T) == 1) return static_cast<T>(16 * i + j + k);
+  return static_cast<T>(100 * i + j + 1000 * k);
+}
+// This rank's send buffer: its blocks for ranks 0, 1, ... in order.
+template <typename T>
+std::vector<T> a2a_send(int rank, int n) {
+  std::vector<T> v;
+  for (int j = 0; j < n; ++j) {
+    for (int64_t k = 0; k < a2a_count(rank, j); ++k) v.push_back(a2a_value<T>(rank, j, k));
+  }
+  return v;
+}
+// Checks recv (with one sentinel element past the end) against the blocks from ranks 0, 1, ...
+template <typename T>
+void a2a_check(const std::vector<T>& recv, int rank, int n, T sentinel) {
+  size_t at = 0;
+  for (int i = 0; i < n; ++i) {
+    for (int64_t k = 0; k < a2a_count(i, rank); ++k, ++at) {
+      ASSERT_EQ(recv[at], a2a_value<T>(i, rank, k)) << "block from rank " << i << " element " << k;
+    }
+  }
+  ASSERT_EQ(at + 1, recv.size());
+  EXPECT_EQ(recv[at], sentinel) << "wrote past the last block";
+}
+int64_t a2a_recv_count(int rank, int n) {
+  int64_t c = 0;
+  for (int i = 0; i < n; ++i) c += a2a_count(i, rank);
+  return c;
+}
+
+TEST_F(MpiCollectives, AllToAllVUnevenBlocksF32AndU8SyncAsync) {
+  const std::vector<int64_t> counts = a2a_matrix(n);
+  const size_t nrecv = static_cast<size_t>(a2a_recv_count(rank, n));
+  const std::vector<float> send = a2a_send<float>(rank, n);
+  std::vector<float> recv(nrecv + 1, -1.0f);
+  comm->all_to_all_v(send.data(), recv.data(), counts, CommDType::kF32);
+  a2a_check(recv, rank, n, -1.0f);
+
+  const std::vector<uint8_t> send8 = a2a_send<uint8_t>(rank, n);
+  std::vector<uint8_t> recv8(nrecv + 1, 255);
+  CommHandle h = comm->iall_to_all_v(send8.data(), recv8.data(), counts, CommDType::kU8);
+  while (!h->test()) comm->progress();
+  a2a_check(recv8, rank, n, uint8_t{255});
+
+  std::fill(recv.begin(), recv.end(), -1.0f);
+  comm->iall_to_all_v(send.data(), recv.data(), counts, CommDType::kF32)->wait();
+  a2a_check(recv, rank, n, -1.0f);
+}
+
+// Zero-sized blocks everywhere rank 0 is involved (it sends and receives nothing, with null
+// buffers), two elements between any other pair; and an exchange of nothing at all.
+TEST_F(MpiCollectives, AllToAllVZeroBlocks) {
+  std::vector<int64_t> counts(static_cast<size_t>(n * n), 2);
+  for (int q = 0; q < n; ++q) counts[static_cast<size_t>(q)] = counts[static_cast<size_t>(q * n)] = 0;
+  const int64_t mine = rank == 0 ? 0 : 2 * (n - 1);
+  std::vector<int64_t> send, recv(static_cast<size_t>(mine) + 1, -5);
+  for (int j = 1; j < n && rank > 0; ++j) send.insert(send.end(), {value(rank, j), value(rank, j) + 1});
+  comm->all_to_all_v(rank == 0 ? nullptr : send.data(), rank == 0 ? nullptr : recv.data(), counts, CommDType::kI64);
+  for (int i = 1; i < n && rank > 0; ++i) {
+    EXPECT_EQ(recv[static_cast<size_t>(2 * (i - 1))], value(i, rank)) << i;
+    EXPECT_EQ(recv[static_cast<size_t>(2 * (i - 1) + 1)], value(i, rank) + 1) << i;
+  }
+  EXPECT_EQ(recv.back(), -5);
+  comm->all_to_all_v(nullptr, nullptr, std::vector<int64_t>(static_cast<size_t>(n * n), 0), CommDType::kF32);
+  comm->iall_to_all_v(nullptr, nullptr, std::vector<int64_t>(static_cast<size_t>(n * n), 0), CommDType::kU8)->wait();
+}
+
+TEST_F(MpiCollectives, AllToAllVBadMatrixIsAClearError) {
+  float x = 0, y = 0;
+  try {
+    comm->all_to_all_v(&x, &y, std::vector<int64_t>(static_cast<size_t>(n), 1), CommDType::kF32);
+    FAIL() << "a matrix of n entries did not throw";
+  } catch (const RuntimeError& e) {
+    EXPECT_NE(std::string(e.what()).find(fmt::format("{} counts given for a group of {} ranks", n, n)), std::string::npos)
+        << e.what();
+  }
+  std::vector<int64_t> neg(static_cast<size_t>(n * n), 0);
+  neg.back() = -2;
+  EXPECT_THROW((void)comm->iall_to_all_v(&x, &y, neg, CommDType::kF32), RuntimeError);
+  comm->barrier();  // the errors were local: the communicator still works
+}
+
 TEST_F(MpiCollectives, BroadcastFromEachRoot) {
   for (int root = 0; root < n; ++root) {
     std::vector<int64_t> buf(6, -1);
@@ -315,6 +410,17 @@ TEST_F(MpiCollectives, CountBeyondIntIsAClearError) {
   EXPECT_THROW(comm->all_gather_v(nullptr, nullptr, std::vector<int64_t>(static_cast<size_t>(n), huge / 2 + 1),
                                   CommDType::kF32),
                RuntimeError);
+  // All-to-all: MPI takes int counts and displacements; a row (what this rank sends) beyond
+  // INT_MAX is refused with the values before MPI is called.
+  std::vector<int64_t> diag(static_cast<size_t>(n * n), 0);
+  for (int q = 0; q < n; ++q) diag[static_cast<size_t>(q * n + q)] = huge;
+  try {
+    comm->all_to_all_v(nullptr, nullptr, diag, CommDType::kU8);
+    FAIL() << "no error";
+  } catch (const RuntimeError& e) {
+    EXPECT_NE(std::string(e.what()).find("exceeds MPI's int limit"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(std::to_string(huge)), std::string::npos) << e.what();
+  }
   comm->barrier();  // the errors were local: the communicator still works
 }
 
@@ -331,6 +437,8 @@ TEST_F(MpiCollectives, TracerRecordsConventionBytes) {
   comm->all_gather(buf.data(), out.data(), 2, CommDType::kI32);                       // n * 8
   comm->iall_gather_v(buf.data(), out.data(), counts, CommDType::kF64)->wait();       // n * 16, async
   comm->broadcast(buf.data(), 7, CommDType::kI64, 0);                                 // 56
+  comm->all_to_all_v(buf.data(), out.data(), std::vector<int64_t>(static_cast<size_t>(n * n), 1),
+                     CommDType::kF64);                                                // n * n * 8
   comm->barrier();                                                                    // 0
   const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
   CommHandle r = comm->irecv(out.data(), 3, CommDType::kF32, prev, 1);               // 12, async
@@ -355,6 +463,7 @@ TEST_F(MpiCollectives, TracerRecordsConventionBytes) {
       {"all_gather", n * 8, world_group, false},
       {"all_gather", n * 16, world_group, true},
       {"broadcast", 56, world_group, false},
+      {"all_to_all", n * n * 8, world_group, false},
       {"barrier", 0, world_group, false},
       {"recv", 12, "peer " + std::to_string(prev), true},
       {"send", 12, "peer " + std::to_string(next), false},
@@ -363,7 +472,7 @@ TEST_F(MpiCollectives, TracerRecordsConventionBytes) {
   // The irecv is recorded when its completion is observed (after the send).
   std::vector<TraceEvent> ev = tracer.events();
   ASSERT_EQ(ev.size(), expect.size());
-  std::swap(ev[7], ev[8]);
+  std::swap(ev[8], ev[9]);
   double last_start = 0;
   for (size_t i = 0; i < ev.size(); ++i) {
     EXPECT_EQ(ev[i].kind, expect[i].kind) << i;
@@ -373,12 +482,12 @@ TEST_F(MpiCollectives, TracerRecordsConventionBytes) {
     EXPECT_EQ(ev[i].axis, i + 1 == ev.size() ? "dp" : "world") << i;
     EXPECT_EQ(ev[i].step, 5);
     EXPECT_GE(ev[i].duration_s, 0.0);
-    if (i != 7 && i != 8) {
+    if (i != 8 && i != 9) {
       EXPECT_GE(ev[i].start_s, last_start) << i;
       last_start = ev[i].start_s;
     }
   }
-  EXPECT_EQ(tracer.summary().by_axis.at("world").total.calls, 9);
+  EXPECT_EQ(tracer.summary().by_axis.at("world").total.calls, 10);
 }
 
 }  // namespace

@@ -189,6 +189,44 @@ TEST_P(MpiDeviceComm, SendAndReceiveOnARing) {
   dc.barrier();
 }
 
+// All-to-all on device buffers: rank i sends rank j (i + 2 j) % 4 elements (zero blocks on
+// every group size), element k = 100 i + j + 1000 k; sync, then async with an op on another
+// buffer while it is in flight. Staging (cpu-guarded-staged) is released when it completes.
+TEST_P(MpiDeviceComm, AllToAllVUnevenBlocks) {
+  auto count = [](int i, int j) { return static_cast<int64_t>((i + 2 * j) % 4); };
+  std::vector<int64_t> counts;
+  std::vector<float> send, expect;
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) counts.push_back(count(i, j));
+  }
+  for (int j = 0; j < n; ++j) {
+    for (int64_t k = 0; k < count(rank, j); ++k) send.push_back(static_cast<float>(100 * rank + j + 1000 * k));
+  }
+  for (int i = 0; i < n; ++i) {
+    for (int64_t k = 0; k < count(i, rank); ++k) expect.push_back(static_cast<float>(100 * i + rank + 1000 * k));
+  }
+  const int64_t before = comm_now();
+  DeviceBuffer s = to_device(*be, send.empty() ? std::vector<float>{0.0f} : send, DType::kF32);
+  DeviceBuffer r(*be, DType::kF32, static_cast<int64_t>(expect.size()) + 1);
+  r.fill(-1.0f);
+  dc.all_to_all_v(s.raw(), r.raw(), counts, CommDType::kF32);
+  std::vector<float> got = r.download<float>();
+  EXPECT_EQ(std::vector<float>(got.begin(), got.end() - 1), expect);
+  EXPECT_EQ(got.back(), -1.0f) << "wrote past the last block";
+
+  r.fill(-1.0f);
+  DeviceBuffer other = to_device(*be, std::vector<float>{1, 2, 3}, DType::kF32);
+  CommHandle h = dc.iall_to_all_v(s.raw(), r.raw(), counts, CommDType::kF32);
+  be->scale(other.data<float>(), 2.0f, 3);
+  dc.progress();
+  h->wait();
+  got = r.download<float>();
+  EXPECT_EQ(std::vector<float>(got.begin(), got.end() - 1), expect);
+  EXPECT_EQ(other.download<float>(), (std::vector<float>{2, 4, 6}));
+  h.reset();
+  EXPECT_EQ(comm_now(), before);  // the buffers are not comm memory: any staging is released
+}
+
 TEST_P(MpiDeviceComm, SplitGivesADeviceCommunicator) {
   std::unique_ptr<Communicator> half = dc.split(rank % 2, rank, "half");
   ASSERT_NE(dynamic_cast<DeviceCommunicator*>(half.get()), nullptr);

@@ -46,6 +46,9 @@ class EmulatedNcclDeviceComm final : public DeviceComm {
     nccl_.all_gather_v(s, r, c, t);
   }
   void broadcast(void* buf, int64_t n, CommDType t, int root) override { nccl_.broadcast(buf, n, t, root); }
+  void all_to_all_v(const void* s, void* r, const std::vector<int64_t>& c, CommDType t) override {
+    nccl_.all_to_all_v(s, r, c, t);
+  }
   void send(const void* buf, int64_t n, CommDType t, int peer, int tag) override { nccl_.send(buf, n, t, peer, tag); }
   void recv(void* buf, int64_t n, CommDType t, int peer, int tag) override { nccl_.recv(buf, n, t, peer, tag); }
   void barrier() override { nccl_.barrier(); }
@@ -58,6 +61,9 @@ class EmulatedNcclDeviceComm final : public DeviceComm {
   }
   CommHandle iall_gather_v(const void* s, void* r, const std::vector<int64_t>& c, CommDType t) override {
     return nccl_.iall_gather_v(s, r, c, t);
+  }
+  CommHandle iall_to_all_v(const void* s, void* r, const std::vector<int64_t>& c, CommDType t) override {
+    return nccl_.iall_to_all_v(s, r, c, t);
   }
   CommHandle isend(const void* buf, int64_t n, CommDType t, int peer, int tag) override {
     return nccl_.isend(buf, n, t, peer, tag);

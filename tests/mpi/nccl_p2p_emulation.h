@@ -60,6 +60,10 @@ class NcclP2pEmulation final : public Communicator {
     start_all();
     host_.broadcast(buf, count, t, root);
   }
+  void all_to_all_v(const void* send, void* recv, const std::vector<int64_t>& counts, CommDType t) override {
+    start_all();
+    host_.all_to_all_v(send, recv, counts, t);
+  }
   void send(const void* buf, int64_t count, CommDType t, int peer, int) override {
     const uint64_t id = post(true, const_cast<void*>(buf), count, t, peer);
     wait(id);
@@ -86,6 +90,10 @@ class NcclP2pEmulation final : public Communicator {
   CommHandle iall_gather_v(const void* send, void* recv, const std::vector<int64_t>& counts, CommDType t) override {
     start_all();
     return host_.iall_gather_v(send, recv, counts, t);
+  }
+  CommHandle iall_to_all_v(const void* send, void* recv, const std::vector<int64_t>& counts, CommDType t) override {
+    start_all();
+    return host_.iall_to_all_v(send, recv, counts, t);
   }
   CommHandle isend(const void* buf, int64_t count, CommDType t, int peer, int) override {
     return std::make_unique<Request>(*this, post(true, const_cast<void*>(buf), count, t, peer));

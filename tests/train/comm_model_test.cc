@@ -289,6 +289,77 @@ TEST(CommReport, CollectivesCountOncePerGroupWithTheSlowestLatency) {
   EXPECT_EQ(rep["mismatches"], 3);  // the model (not asked) predicts none of them
 }
 
+// The `levels` section from a hand-made trace of 4 ranks on 2 nodes of 2, with a level "gcd"
+// of one rank each below the nodes. Step 1: a dp all_reduce of 1000 B and a dp all_to_all of
+// 1600 B on ranks 0-3, tp all_gathers of 400 B on {0,1} and {2,3}, a pp transfer of 64 B from
+// rank 1 to rank 2; step 2: the all_reduce again; a metrics all_reduce is not counted.
+// By hand (crossing_bytes' closed forms):
+//   all_reduce 0-3:  gcd 2 x 1000 x 3 = 6000, node 2 x 1000 x 1 = 2000
+//   all_to_all 0-3:  gcd 1600 (1 - 4/16) = 1200, node 1600 (1 - 8/16) = 800
+//   all_gather {0,1}, {2,3}: gcd 400 each, node 0
+//   send 1 -> 2:     64 at both levels (counted once: the recv is the same transfer)
+TEST(CommReport, LevelsCountCrossingBytesPerStepAndAxis) {
+  auto ev = [](const char* kind, const char* axis, int64_t bytes, const char* group, int64_t step,
+               const char* phase = "train") {
+    TraceEvent e;
+    e.kind = kind, e.axis = axis, e.bytes = bytes, e.group = group, e.duration_s = 0.001;
+    e.step = step, e.phase = phase;
+    return e;
+  };
+  std::vector<std::vector<TraceEvent>> per_rank(4);
+  for (int r = 0; r < 4; ++r) {
+    auto& t = per_rank[static_cast<size_t>(r)];
+    t.push_back(ev("all_reduce", "dp", 1000, "ranks 0-3", 1));
+    t.push_back(ev("all_to_all", "dp", 1600, "ranks 0-3", 1));
+    t.push_back(ev("all_gather", "tp", 400, r < 2 ? "ranks 0,1" : "ranks 2,3", 1));
+    if (r == 1) t.push_back(ev("send", "pp", 64, "peer 2", 1));
+    if (r == 2) t.push_back(ev("recv", "pp", 64, "peer 1", 1));
+    t.push_back(ev("all_reduce", "world", 8, "ranks 0-3", 1, "metrics"));
+    t.push_back(ev("all_reduce", "dp", 1000, "ranks 0-3", 2));
+  }
+  CommReportInputs in;
+  in.ec.grid.dp = 2;
+  in.nodes = emulated_node_map(4, 2);
+  in.first_step = 0, in.last_step = 2;
+  in.levels = LinkLevels::from_nodes(in.nodes);
+  in.levels.add_inner_level("gcd", 1);
+  const nlohmann::json rep = build_comm_report(per_rank, in);
+  EXPECT_EQ(rep["version"], 2);
+  const nlohmann::json& lv = rep["levels"];
+  EXPECT_EQ(lv["names"], nlohmann::json({"gcd", "node"}));
+  EXPECT_EQ(lv["domains"], nlohmann::json({4, 2}));
+  EXPECT_EQ(lv["ranks_per_domain"], nlohmann::json({1, 2}));
+  ASSERT_EQ(lv["steps"].size(), 2u) << lv.dump(1);
+  const nlohmann::json& s1 = lv["steps"][0];
+  EXPECT_EQ(s1["step"], 1);
+  EXPECT_EQ(s1["bytes"], nlohmann::json({{"gcd", 6000 + 1200 + 800 + 64}, {"node", 2000 + 800 + 64}}));
+  EXPECT_EQ(s1["by_axis"]["dp"], nlohmann::json({{"gcd", 7200}, {"node", 2800}}));
+  EXPECT_EQ(s1["by_axis"]["tp"], nlohmann::json({{"gcd", 800}, {"node", 0}}));
+  EXPECT_EQ(s1["by_axis"]["pp"], nlohmann::json({{"gcd", 64}, {"node", 64}}));
+  EXPECT_FALSE(s1["by_axis"].contains("world")) << "the metrics phase is not a training step";
+  const nlohmann::json& s2 = lv["steps"][1];
+  EXPECT_EQ(s2["step"], 2);
+  EXPECT_EQ(s2["bytes"], nlohmann::json({{"gcd", 6000}, {"node", 2000}}));
+  EXPECT_EQ(lv["total"]["bytes"], nlohmann::json({{"gcd", 14064}, {"node", 4864}}));
+  EXPECT_EQ(lv["total"]["by_axis"]["dp"], nlohmann::json({{"gcd", 13200}, {"node", 4800}}));
+  const std::string txt = format_comm_report(rep);
+  EXPECT_NE(txt.find("bytes crossing link levels"), std::string::npos) << txt;
+  EXPECT_NE(txt.find("gcd/step"), std::string::npos) << txt;
+
+  // Default levels: the node map's one level, today's intra/inter view; the rows keep their
+  // intra-node / inter-node classification.
+  in.levels = LinkLevels{};
+  const nlohmann::json def = build_comm_report(per_rank, in);
+  EXPECT_EQ(def["levels"]["names"], nlohmann::json({"node"}));
+  EXPECT_EQ(def["levels"]["total"]["bytes"], nlohmann::json({{"node", 4864}}));
+  for (const auto& row : def["rows"]) {
+    EXPECT_EQ(row["level"], row["op"] == "all_gather" ? "intra-node" : "inter-node") << row.dump();
+  }
+  // Levels over another world than the node map's are refused.
+  in.levels = LinkLevels::from_nodes(emulated_node_map(8, 2));
+  EXPECT_THROW(build_comm_report(per_rank, in), InputError);
+}
+
 TEST(CommNodes, EmulatedMapsAndLevels) {
   const NodeMap m = emulated_node_map(8, 4);
   EXPECT_EQ(m.nodes(), 2);

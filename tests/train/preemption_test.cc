@@ -56,6 +56,7 @@ class SignalAtBarrier : public Communicator {
   void all_gather(const void* s, void* r, int64_t n, CommDType t) override { inner_->all_gather(s, r, n, t); }
   void all_gather_v(const void* s, void* r, const std::vector<int64_t>& c, CommDType t) override { inner_->all_gather_v(s, r, c, t); }
   void broadcast(void* b, int64_t n, CommDType t, int root) override { inner_->broadcast(b, n, t, root); }
+  void all_to_all_v(const void* s, void* r, const std::vector<int64_t>& c, CommDType t) override { inner_->all_to_all_v(s, r, c, t); }
   void send(const void* b, int64_t n, CommDType t, int p, int tag) override { inner_->send(b, n, t, p, tag); }
   void recv(void* b, int64_t n, CommDType t, int p, int tag) override { inner_->recv(b, n, t, p, tag); }
   CommHandle iall_reduce(void* b, int64_t n, CommDType t, ReduceOp op) override { return inner_->iall_reduce(b, n, t, op); }
@@ -64,6 +65,9 @@ class SignalAtBarrier : public Communicator {
   }
   CommHandle iall_gather_v(const void* s, void* r, const std::vector<int64_t>& c, CommDType t) override {
     return inner_->iall_gather_v(s, r, c, t);
+  }
+  CommHandle iall_to_all_v(const void* s, void* r, const std::vector<int64_t>& c, CommDType t) override {
+    return inner_->iall_to_all_v(s, r, c, t);
   }
   CommHandle isend(const void* b, int64_t n, CommDType t, int p, int tag) override { return inner_->isend(b, n, t, p, tag); }
   CommHandle irecv(void* b, int64_t n, CommDType t, int p, int tag) override { return inner_->irecv(b, n, t, p, tag); }

@@ -128,6 +128,7 @@ std::string mpi_error_string(int rc) {
 struct PendingOp {
   MPI_Request req = MPI_REQUEST_NULL;  // MPI_REQUEST_NULL: complete already (size-1 group)
   std::vector<int> counts, displs;
+  std::vector<int> recv_counts, recv_displs;  // all_to_all_v: counts/displs are the send side
   CallTrace trace;
   const char* kind = "";
   int64_t bytes = 0;
@@ -308,6 +309,9 @@ class MpiCommunicator : public Communicator {
   void broadcast(void* buf, int64_t count, CommDType t, int root) override {
     MpiRequest(ctx_, post_broadcast(buf, count, t, root)).wait();
   }
+  void all_to_all_v(const void* send, void* recv, const std::vector<int64_t>& counts, CommDType t) override {
+    MpiRequest(ctx_, post_all_to_all_v(send, recv, counts, t, false)).wait();
+  }
   void send(const void* buf, int64_t count, CommDType t, int peer, int tag) override {
     MpiRequest(ctx_, post_p2p(true, const_cast<void*>(buf), count, t, peer, tag, false)).wait();
   }
@@ -326,6 +330,9 @@ class MpiCommunicator : public Communicator {
   }
   CommHandle iall_gather_v(const void* send, void* recv, const std::vector<int64_t>& counts, CommDType t) override {
     return std::make_unique<MpiRequest>(ctx_, post_all_gather_v(send, recv, counts, t, true));
+  }
+  CommHandle iall_to_all_v(const void* send, void* recv, const std::vector<int64_t>& counts, CommDType t) override {
+    return std::make_unique<MpiRequest>(ctx_, post_all_to_all_v(send, recv, counts, t, true));
   }
   CommHandle isend(const void* buf, int64_t count, CommDType t, int peer, int tag) override {
     return std::make_unique<MpiRequest>(ctx_, post_p2p(true, const_cast<void*>(buf), count, t, peer, tag, true));
@@ -468,6 +475,38 @@ class MpiCommunicator : public Communicator {
       }
     } else if (send != recv && total > 0) {
       std::memmove(recv, send, static_cast<size_t>(nbytes(total, t)));
+    }
+    return p;
+  }
+
+  // MPI_Ialltoallv takes int counts and displacements: each rank's row and column sums must
+  // stay within INT_MAX (which bounds every block and displacement), else a clear error.
+  std::unique_ptr<PendingOp> post_all_to_all_v(const void* send, void* recv, const std::vector<int64_t>& counts,
+                                               CommDType t, bool async) {
+    const detail::AllToAllCounts m = detail::checked_matrix(counts, ctx_->size, ctx_->rank, "all_to_all_v");
+    to_int(m.send_total, "all_to_all_v", "count sent by this rank (row sum)");
+    to_int(m.recv_total, "all_to_all_v", "count received by this rank (column sum)");
+    auto p = make_op("all_to_all", nbytes(m.total, t), async);
+    const size_t n = static_cast<size_t>(ctx_->size), r = static_cast<size_t>(ctx_->rank);
+    if (ctx_->size > 1) {
+      p->counts.resize(n);
+      p->displs.resize(n);
+      p->recv_counts.resize(n);
+      p->recv_displs.resize(n);
+      int64_t soff = 0, roff = 0;
+      for (size_t q = 0; q < n; ++q) {
+        p->counts[q] = static_cast<int>(counts[r * n + q]);
+        p->displs[q] = static_cast<int>(soff);
+        p->recv_counts[q] = static_cast<int>(counts[q * n + r]);
+        p->recv_displs[q] = static_cast<int>(roff);
+        soff += counts[r * n + q];
+        roff += counts[q * n + r];
+      }
+      ctx_->check(MPI_Ialltoallv(send, p->counts.data(), p->displs.data(), to_mpi(t), recv, p->recv_counts.data(),
+                                 p->recv_displs.data(), to_mpi(t), ctx_->comm, &p->req),
+                  *p);
+    } else if (send != recv && m.total > 0) {
+      std::memmove(recv, send, static_cast<size_t>(nbytes(m.total, t)));
     }
     return p;
   }

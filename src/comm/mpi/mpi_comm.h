@@ -23,7 +23,9 @@
 //   tracer.
 // - Counts are int in MPI: a count (or, for the *_v forms, a displacement) above INT_MAX
 //   throws RuntimeError naming the call; split such a buffer into pieces (the gradient
-//   buckets do). 2^31 f32 elements are 8 GiB, far above any bucket.
+//   buckets do). 2^31 f32 elements are 8 GiB, far above any bucket. all_to_all_v
+//   (MPI_Ialltoallv) checks what this rank sends (its row's sum) and receives (its column's
+//   sum), which bound every block and displacement it passes.
 // - all_gather / all_gather_v run in place (MPI_IN_PLACE) when `send` is this rank's block
 //   of `recv`; reduce_scatter / reduce_scatter_v run in place when send == recv (recv then
 //   holds the full input and receives this rank's block at its start).

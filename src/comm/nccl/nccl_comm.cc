@@ -351,6 +351,9 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   void recv(void* buf, int64_t count, CommDType t, int peer, int tag) override {
     NcclRequest(ctx_, post_p2p(false, buf, count, t, peer, false)).wait();
   }
+  void all_to_all_v(const void* send, void* recv, const std::vector<int64_t>& counts, CommDType t) override {
+    NcclRequest(ctx_, post_all_to_all_v(send, recv, counts, t, false)).wait();
+  }
   void barrier() override {
     if (ctx_->size > 1 && ctx_->barrier_buf.size() == 0) ctx_->barrier_buf.resize(1, true);
     auto p = make_op("barrier", 0, false);
@@ -375,6 +378,9 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   }
   CommHandle iall_gather_v(const void* send, void* recv, const std::vector<int64_t>& counts, CommDType t) override {
     return std::make_unique<NcclRequest>(ctx_, post_all_gather(send, recv, counts, t, true, false));
+  }
+  CommHandle iall_to_all_v(const void* send, void* recv, const std::vector<int64_t>& counts, CommDType t) override {
+    return std::make_unique<NcclRequest>(ctx_, post_all_to_all_v(send, recv, counts, t, true));
   }
   CommHandle isend(const void* buf, int64_t count, CommDType t, int peer, int tag) override {
     return std::make_unique<NcclRequest>(ctx_, post_p2p(true, const_cast<void*>(buf), count, t, peer, true));
@@ -558,6 +564,50 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
           off += counts[static_cast<size_t>(i)];
         }
         WEFT_NCCL_CHECK(ctx_->comm, ncclGroupEnd());
+      }
+    });
+    return p;
+  }
+
+  // One ncclSend and one ncclRecv per peer with a non-empty block, in one NCCL group; this
+  // rank's own block (the diagonal) is a device copy on the communication stream.
+  std::unique_ptr<PendingOp> post_all_to_all_v(const void* send, void* recv, const std::vector<int64_t>& counts,
+                                               CommDType t, bool async) {
+    const detail::AllToAllCounts m = detail::checked_matrix(counts, ctx_->size, ctx_->rank, "all_to_all_v");
+    auto p = make_op("all_to_all", nbytes(m.total, t), async);
+    if (ctx_->size == 1) {
+      local_copy(*p, recv, send, nbytes(m.total, t));
+      return p;
+    }
+    const size_t n = static_cast<size_t>(ctx_->size), r = static_cast<size_t>(ctx_->rank);
+    const int64_t esize = static_cast<int64_t>(comm_dtype_size(t));
+    const char* sbase = static_cast<const char*>(send);
+    char* rbase = static_cast<char*>(recv);
+    enqueue(*p, [&] {
+      WEFT_NCCL_CHECK(ctx_->comm, ncclGroupStart());
+      int64_t soff = 0, roff = 0, own_s = 0, own_r = 0;
+      for (size_t q = 0; q < n; ++q) {
+        const int64_t ns = counts[r * n + q], nr = counts[q * n + r];
+        const int peer = static_cast<int>(q);
+        if (q == r) {
+          own_s = soff, own_r = roff;
+        } else {
+          if (ns > 0) {
+            WEFT_NCCL_CHECK(ctx_->comm, ncclSend(sbase + soff * esize, static_cast<size_t>(ns), to_nccl(t), peer,
+                                                 ctx_->comm, ctx_->stream));
+          }
+          if (nr > 0) {
+            WEFT_NCCL_CHECK(ctx_->comm, ncclRecv(rbase + roff * esize, static_cast<size_t>(nr), to_nccl(t), peer,
+                                                 ctx_->comm, ctx_->stream));
+          }
+        }
+        soff += ns;
+        roff += nr;
+      }
+      WEFT_NCCL_CHECK(ctx_->comm, ncclGroupEnd());
+      const int64_t own = counts[r * n + r];
+      if (own > 0) {
+        gpu::copy_d2d_async(rbase + own_r * esize, sbase + own_s * esize, static_cast<size_t>(own * esize), ctx_->stream);
       }
     });
     return p;

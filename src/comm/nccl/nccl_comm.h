@@ -27,6 +27,8 @@
 //   all_gather_v one ncclBroadcast per block, in one NCCL group. In-place forms follow the
 //   MPI communicator's conventions (reduce_scatter with send == recv leaves this rank's block
 //   at the start of recv, staged through a temporary buffer when that block is not first).
+//   all_to_all_v is one ncclSend and one ncclRecv per peer with a non-empty block, in one
+//   NCCL group, and a device copy of this rank's own block (the diagonal).
 // - send/recv: NCCL matches point-to-point operations between two ranks in posting order;
 //   the tag is not used, so both sides must post a pair's messages in the same order (the
 //   pipeline runtime does). isend/irecv only record the operation; it starts when it or a
