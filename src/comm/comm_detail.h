@@ -29,6 +29,7 @@ struct CallTrace {
     ev.async = async;
     ev.step = t->step();    // the step and phase the call was posted in (an asynchronous call
     ev.phase = t->phase();  // may complete in the next phase)
+    ev.rel_err = t->take_call_error();
     ev.start_s = Tracer::now();
   }
   void finish() {

@@ -69,6 +69,7 @@ void Tracer::write_jsonl(const std::string& path) const {
     nlohmann::json j = {{"kind", ev.kind},       {"axis", ev.axis},   {"bytes", ev.bytes},
                         {"group", ev.group},     {"start_s", ev.start_s}, {"duration_s", ev.duration_s},
                         {"step", ev.step},       {"async", ev.async},     {"phase", ev.phase}};
+    if (ev.rel_err >= 0) j["rel_err"] = ev.rel_err;
     f << j.dump() << '\n';
   }
   f.flush();
@@ -96,6 +97,7 @@ std::vector<TraceEvent> read_trace_jsonl(const std::string& path) {
       ev.step = j.at("step").get<int64_t>();
       ev.async = j.value("async", false);
       ev.phase = j.value("phase", std::string("train"));
+      ev.rel_err = j.value("rel_err", -1.0);
       out.push_back(std::move(ev));
     } catch (const nlohmann::json::exception& e) {
       throw_input("{}:{}: not a trace event ({})", path, no, e.what());

@@ -46,6 +46,9 @@ struct TraceEvent {
   int64_t step = -1;      // the tracer's step when the call was posted
   bool async = false;     // posted by an i* call (completion observed by wait/test/progress)
   std::string phase;      // the tracer's phase when the call was posted
+  // Quantized calls (ZeRO++ qwZ/qgZ): the relative RMS error of this rank's payload,
+  // ||x - Q(x)|| / ||x|| (written as "rel_err" when set); -1: not a quantized call.
+  double rel_err = -1.0;
 };
 
 // Totals over a set of events.
@@ -82,6 +85,14 @@ class Tracer {
   int64_t step() const { return step_; }
   void set_phase(std::string phase) { phase_ = std::move(phase); }
   const std::string& phase() const { return phase_; }
+  // The relative RMS error of the payload of the next call this process posts (a quantized
+  // collective's caller sets it just before posting; the communicator stamps it on the event).
+  void set_call_error(double rel_err) { call_error_ = rel_err; }
+  double take_call_error() {
+    const double e = call_error_;
+    call_error_ = -1.0;
+    return e;
+  }
 
   const std::vector<TraceEvent>& events() const { return events_; }
   void clear() { events_.clear(); }
@@ -98,6 +109,7 @@ class Tracer {
   bool enabled_ = true;
   int64_t step_ = 0;
   std::string phase_ = "setup";
+  double call_error_ = -1.0;
   std::vector<TraceEvent> events_;
 };
 

@@ -162,6 +162,8 @@ DataParallelMemory Engine::store_memory() const {
     dm.comm += d.comm;
     dm.params_transient += d.params_transient;
     dm.grads_transient += d.grads_transient;
+    dm.hpz += d.hpz;
+    dm.residual += d.residual;
   }
   return dm;
 }

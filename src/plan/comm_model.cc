@@ -8,6 +8,8 @@
 #include "model/gpt_description.h"
 #include "model/params.h"
 #include "parallel/dp/param_slots.h"
+#include "parallel/dp/zeropp.h"
+#include "core/block_quant.h"
 #include "parallel/grid.h"
 #include "parallel/pp/partition.h"
 
@@ -20,7 +22,7 @@ constexpr int64_t kF32 = 4, kF64 = 8, kI32 = 4;  // CommDType sizes weft uses on
 // Calls accumulated by (op, axis, bytes, ranks).
 class CallSet {
  public:
-  void add(const char* op, const char* axis, int64_t bytes, const std::vector<int>& ranks, int64_t n) {
+  void add(const char* op, const std::string& axis, int64_t bytes, const std::vector<int>& ranks, int64_t n) {
     if (n <= 0) return;
     calls_[{op, axis, bytes, ranks}] += n;
   }
@@ -356,6 +358,15 @@ void replay_backward(Zero3Replay& z, int L) {
   z.release(0);
 }
 
+// Gathers per group of the evaluation forwards that precede a step (since the last optimizer
+// step: hpZ's secondary copies made there serve the step).
+std::vector<int64_t> zero3_eval_gathers(int L, int prefetch, const CommStepContext& ctx) {
+  Zero3Replay z(L, prefetch, [](int) { return true; });
+  z.set_backward(ctx.after_training);
+  for (int64_t p = 0; p < ctx.eval_passes_before; ++p) replay_forward(z, L, true);
+  return z.gathers();
+}
+
 // Gathers per group in one step: `eval_passes` evaluation forwards first (with the prefetch
 // direction the last training micro-batch left), then the step's micro-batches.
 std::vector<int64_t> zero3_step_gathers(int L, int prefetch, int64_t micro_batches, const CommStepContext& ctx) {
@@ -371,6 +382,39 @@ std::vector<int64_t> zero3_step_gathers(int L, int prefetch, int64_t micro_batch
   std::vector<int64_t> out = z.gathers();
   for (size_t g = 0; g < out.size(); ++g) out[g] -= before[g];
   return out;
+}
+
+// qgZ (parallel/dp/qgz.h): per group and micro-batch, one all-to-all per hop and hop group,
+// of the bytes of every member's quantized blocks (the members of a hop group hold the same
+// chunks, so each sends every peer the same number of bytes).
+void add_qgz(CallSet& cs, const ZeroPPConfig& z, const ParamLayout& layout, const std::vector<int>& g, int64_t m) {
+  const int P = static_cast<int>(g.size());
+  const int64_t n = layout.total(), shard = (n + P - 1) / P;
+  const size_t H = grad_hops(0, P, z.levels).size();
+  for (int gr = 0; gr < layout.num_groups(); ++gr) {
+    if (!layout.has_group(gr)) continue;
+    auto [b, e] = layout.group_range(gr);
+    auto len = [&](int q) {
+      return std::max<int64_t>(0, std::clamp(std::min(n, (q + 1) * shard), b, e) - std::clamp(std::min(n, q * shard), b, e));
+    };
+    for (size_t k = 0; k < H; ++k) {
+      const std::string axis = H == 1 ? "dp" : k < z.level_names.size() ? "dp-" + z.level_names[k] : "dp-net";
+      std::map<int, std::vector<int>> members;  // colour -> dp ranks, in index order
+      for (int r = 0; r < P; ++r) members[grad_hops(r, P, z.levels)[k].color].push_back(r);
+      for (const auto& [color, dps] : members) {
+        const int hn = static_cast<int>(dps.size());
+        int64_t per_sender = 0;
+        for (int mm = 0; mm < hn; ++mm) {
+          int64_t E = 0;
+          for (int q : chunks_to_member(dps[0], P, z.levels, static_cast<int>(k), mm)) E += len(q);
+          per_sender += quant_wire_bytes(E, z.gradients);
+        }
+        std::vector<int> ranks;
+        for (int r : dps) ranks.push_back(g[static_cast<size_t>(r)]);
+        cs.add("all_to_all", axis, hn * per_sender, ranks, m);
+      }
+    }
+  }
 }
 
 // One chunk's store over one dp group (DataParallel). ZeRO (Rajbhandari et al. 2020 sec. 5,
@@ -397,6 +441,8 @@ void add_store(CallSet& cs, const Job& j, const ChunkInfo& ch, int t, const std:
       cs.add("all_gather", "dp", j.dp * j.N * kI32, g, 1);
       cs.add("all_gather", "dp", j.dp * j.N * j.C * kF32, g, 1);
     }
+  } else if (j.ec.data_parallel.zeropp.quantized_gradients) {
+    add_qgz(cs, j.ec.data_parallel.zeropp, layout, g, j.m);
   } else {
     for (int gr = 0; gr < layout.num_groups(); ++gr) {
       if (!layout.has_group(gr)) continue;
@@ -407,9 +453,35 @@ void add_store(CallSet& cs, const Job& j, const ChunkInfo& ch, int t, const std:
   if (zero == 3) {
     const std::vector<int64_t> gathers =
         zero3_step_gathers(j.ec.model.n_layer, j.ec.data_parallel.prefetch, j.m, ctx);
+    const std::vector<int64_t> eval_gathers = zero3_eval_gathers(j.ec.model.n_layer, j.ec.data_parallel.prefetch, ctx);
+    const ZeroPPConfig& z = j.ec.data_parallel.zeropp;
+    const int64_t shard = (n + j.dp - 1) / j.dp;
     for (int gr = 0; gr < layout.num_groups(); ++gr) {
       auto [b, e] = layout.group_range(gr);
-      cs.add("all_gather", "dp", (e - b) * kF32, g, gathers[static_cast<size_t>(gr)]);
+      int64_t primary = gathers[static_cast<size_t>(gr)], secondary = 0;
+      if (z.hpz > 1 && primary > 0) {
+        // hpZ: the first gather since the parameters changed reads the primary shards (an
+        // evaluation before the step made it already), every later one the alpha group.
+        const int64_t first = eval_gathers[static_cast<size_t>(gr)] > 0 ? 0 : 1;
+        secondary = primary - first;
+        primary = first;
+        for (size_t a = 0; a < g.size(); a += static_cast<size_t>(z.hpz)) {
+          const std::vector<int> ranks(g.begin() + static_cast<std::ptrdiff_t>(a),
+                                       g.begin() + static_cast<std::ptrdiff_t>(a) + z.hpz);
+          cs.add("all_gather", "dp-hpz", (e - b) * kF32, ranks, secondary);
+        }
+      }
+      if (!z.quantized_weights) {
+        cs.add("all_gather", "dp", (e - b) * kF32, g, primary);
+        continue;
+      }
+      // qwZ: every rank's piece of the group as quantized blocks (bytes).
+      int64_t wire = 0;
+      for (int q = 0; q < j.dp; ++q) {
+        const int64_t cb = std::clamp(std::min(n, q * shard), b, e), ce = std::clamp(std::min(n, (q + 1) * shard), b, e);
+        wire += quant_wire_bytes(ce - cb, z.weights);
+      }
+      cs.add("all_gather", "dp", wire, g, primary);
     }
   }
   if (zero == 1 || zero == 2) cs.add("all_gather", "dp", n * kF32, g, 1);  // after_optimizer_step

@@ -28,7 +28,9 @@ constexpr int64_t kMaxThreads = 4096;
 constexpr double kMaxBucketMb = 1048576.0;   // 1 TiB
 constexpr double kMaxCommTimeout = 1e7;      // about 116 days, in seconds
 
-using Field = std::variant<int64_t RunConfig::*, double RunConfig::*, std::string RunConfig::*, bool RunConfig::*>;
+using IntList = std::vector<int64_t>;
+using Field = std::variant<int64_t RunConfig::*, double RunConfig::*, std::string RunConfig::*, bool RunConfig::*,
+                           IntList RunConfig::*>;
 struct Key {
   const char* section;
   const char* name;
@@ -83,6 +85,14 @@ const std::vector<Key>& keys() {
       {"parallel", "bucket_mb", &RunConfig::bucket_mb},
       {"parallel", "prefetch", &RunConfig::prefetch},
       {"parallel", "comm_timeout", &RunConfig::comm_timeout},
+      {"zero", "quantized_weights", &RunConfig::quantized_weights},
+      {"zero", "hpz_partition_size", &RunConfig::hpz_partition_size},
+      {"zero", "quantized_gradients", &RunConfig::quantized_gradients},
+      {"zero", "hierarchy", &RunConfig::hierarchy},
+      {"zero", "block_size", &RunConfig::block_size},
+      {"zero", "weight_bits", &RunConfig::weight_bits},
+      {"zero", "gradient_bits", &RunConfig::gradient_bits},
+      {"zero", "error_feedback", &RunConfig::error_feedback},
       {"eval", "val_every", &RunConfig::val_every},
       {"eval", "val_batches", &RunConfig::val_batches},
       {"checkpoint", "ckpt_every", &RunConfig::ckpt_every},
@@ -105,9 +115,13 @@ const std::vector<Key>& keys() {
 }
 
 const Key* find_key(const std::string& name) {
-  // "section.key" or a bare key (all key names are unique).
+  // "section.key", "section_key" (--zero-quantized-weights) or a bare key (all key names are
+  // unique).
   for (const Key& k : keys()) {
-    if (name == k.name || name == fmt::format("{}.{}", k.section, k.name)) return &k;
+    if (name == k.name || name == fmt::format("{}.{}", k.section, k.name) ||
+        name == fmt::format("{}_{}", k.section, k.name)) {
+      return &k;
+    }
   }
   return nullptr;
 }
@@ -118,6 +132,7 @@ const char* type_name(const Field& f) {
   if (std::holds_alternative<int64_t RunConfig::*>(f)) return "an integer";
   if (std::holds_alternative<double RunConfig::*>(f)) return "a number";
   if (std::holds_alternative<bool RunConfig::*>(f)) return "true or false";
+  if (std::holds_alternative<IntList RunConfig::*>(f)) return "a list of integers";
   return "a string";
 }
 
@@ -146,6 +161,16 @@ void set_from_toml(RunConfig& cfg, const Key& k, const toml::node& node, const s
           auto v = node.value_exact<bool>();
           if (!v) throw_input("{}: key '{}' must be {}, got {}", where, full, type_name(k.field), node_type_name(node));
           cfg.*member = *v;
+        } else if constexpr (std::is_same_v<T, IntList>) {
+          const toml::array* arr = node.as_array();
+          if (!arr) throw_input("{}: key '{}' must be {}, got {}", where, full, type_name(k.field), node_type_name(node));
+          IntList out;
+          for (const toml::node& e : *arr) {
+            auto v = e.value_exact<int64_t>();
+            if (!v) throw_input("{}: key '{}' must be {}, got an element {}", where, full, type_name(k.field), node_type_name(e));
+            out.push_back(*v);
+          }
+          cfg.*member = out;
         } else if constexpr (std::is_same_v<T, double>) {
           auto v = node.value<double>();  // integers are accepted as numbers
           if (!v || node.is_boolean()) throw_input("{}: key '{}' must be {}, got {}", where, full, type_name(k.field), node_type_name(node));
@@ -179,6 +204,26 @@ void set_from_string(RunConfig& cfg, const Key& k, const std::string& text) {
           } else {
             throw_input("option {} must be true or false, got '{}'", full, text);
           }
+        } else if constexpr (std::is_same_v<T, IntList>) {
+          // "2,8", "[2, 8]" or "" (empty list)
+          std::string t = text;
+          if (!t.empty() && t.front() == '[') t.erase(0, 1);
+          if (!t.empty() && t.back() == ']') t.pop_back();
+          IntList out;
+          std::stringstream ss(t);
+          std::string item;
+          while (std::getline(ss, item, ',')) {
+            const auto b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+            if (b == std::string::npos) throw_input("option {} must be a list of integers like 2,8, got '{}'", full, text);
+            item = item.substr(b, e - b + 1);
+            int64_t v = 0;
+            auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+            if (ec != std::errc() || p != item.data() + item.size()) {
+              throw_input("option {} must be a list of integers like 2,8, got '{}'", full, text);
+            }
+            out.push_back(v);
+          }
+          cfg.*member = out;
         } else if constexpr (std::is_same_v<T, double>) {
           try {
             size_t used = 0;
@@ -299,6 +344,34 @@ void check_number_ranges(const RunConfig& cfg) {
   if (!(cfg.temperature > 0)) throw_input("temperature must be positive, got {}", cfg.temperature);
 }
 
+// The [zero] keys' own ranges; what they require of the layout (ZeRO-3, sizes that divide the
+// data-parallel group) is checked with the world size (train/engine_config.cc).
+void validate_zeropp_keys(const RunConfig& cfg) {
+  if (cfg.hpz_partition_size < 1 || cfg.hpz_partition_size > (1 << 20)) {
+    throw_input("zero.hpz_partition_size must lie in [1, {}] (1: off), got {}", 1 << 20, cfg.hpz_partition_size);
+  }
+  if (cfg.block_size < 1 || cfg.block_size > (1 << 24)) {
+    throw_input("zero.block_size must lie in [1, {}] elements, got {}", 1 << 24, cfg.block_size);
+  }
+  for (const auto& [name, bits] : {std::pair{"weight_bits", cfg.weight_bits}, std::pair{"gradient_bits", cfg.gradient_bits}}) {
+    if (bits != 8 && bits != 4) throw_input("zero.{} must be 8 or 4, got {}", name, bits);
+  }
+  for (size_t i = 0; i < cfg.hierarchy.size(); ++i) {
+    const int64_t v = cfg.hierarchy[i];
+    if (v < 2 || v > (1 << 24)) {
+      throw_input("zero.hierarchy [{}]: every level must hold 2 to {} data-parallel ranks, got {} at position {}",
+                  fmt::join(cfg.hierarchy, ", "), 1 << 24, v, i);
+    }
+    if (i > 0 && (v <= cfg.hierarchy[i - 1] || v % cfg.hierarchy[i - 1] != 0)) {
+      throw_input("zero.hierarchy [{}]: each level must be a larger multiple of the one inside it, {} is not of {}",
+                  fmt::join(cfg.hierarchy, ", "), v, cfg.hierarchy[i - 1]);
+    }
+  }
+  if (cfg.error_feedback && !cfg.quantized_gradients) {
+    throw_input("zero.error_feedback needs zero.quantized_gradients (it carries the gradient quantization's error)");
+  }
+}
+
 }  // namespace
 
 void check_thread_count(int64_t threads, const std::string& name) {
@@ -407,6 +480,7 @@ void RunConfig::validate() const {
     throw_input("ranks_per_node must be >= 0 (0: the real nodes), got {}", ranks_per_node);
   }
   if (data.empty()) throw_input("data (the shard folder) must not be empty");
+  validate_zeropp_keys(*this);
   if (memory_check != "on" && memory_check != "warn" && memory_check != "off") {
     throw_input("memory_check must be on, warn or off, got '{}'", memory_check);
   }
@@ -431,6 +505,8 @@ std::string RunConfig::to_toml() const {
             os << toml::value<std::string>(this->*member);
           } else if constexpr (std::is_same_v<T, bool>) {
             os << (this->*member ? "true" : "false");
+          } else if constexpr (std::is_same_v<T, IntList>) {
+            os << "[" << fmt::format("{}", fmt::join(this->*member, ", ")) << "]";
           } else if constexpr (std::is_same_v<T, double>) {
             os << fmt::format("{}", this->*member);
             if (fmt::format("{}", this->*member).find_first_of(".eEn") == std::string::npos) os << ".0";

@@ -60,6 +60,19 @@ struct RunConfig {
   double bucket_mb = 8.0;      // gradient bucket size (MiB) for zero 0/1
   int64_t prefetch = 1;        // zero 3: parameter groups gathered ahead
   double comm_timeout = 300.0; // seconds a collective may wait before the job is stopped (0: never)
+  // [zero] ZeRO++ (Wang et al. 2023; DeepSpeed's names) and the hierarchical partitioning of
+  // Xu et al. 2025, with ZeRO-3 only (docs/zeropp.md). The data-parallel group is seen as
+  // levels: `hierarchy` lists the data-parallel ranks of one domain at each level below the
+  // whole group, innermost first, each dividing the next and the group (e.g. [2, 8]: GCD pairs
+  // inside nodes of 8); empty: one level from the node map (its data-parallel peers per node).
+  bool quantized_weights = false;    // qwZ: ZeRO-3 gathers carry int8 blocks + fp32 scales
+  int64_t hpz_partition_size = 1;    // hpZ: ranks holding the secondary partition (1: off)
+  bool quantized_gradients = false;  // qgZ: gradients reduced by all-to-all hops, one per level, quantized
+  std::vector<int64_t> hierarchy;    // data-parallel ranks per domain, innermost first
+  int64_t block_size = 2048;         // elements per quantization block (one fp32 scale each)
+  int64_t weight_bits = 8;           // qwZ: 8 or 4
+  int64_t gradient_bits = 4;         // qgZ: 8 or 4
+  bool error_feedback = false;       // qgZ: each rank carries its quantization error into the next step
   // [eval]
   int64_t val_every = 0;   // 0: only at the end
   int64_t val_batches = 8; // validation uses val_batches * global_batch windows

@@ -4,6 +4,26 @@
 
 namespace weft {
 
+ZeroPPConfig run_zeropp(const RunConfig& cfg, const GridSpec& grid, const NodeMap* nodes) {
+  ZeroPPConfig want;
+  want.quantized_weights = cfg.quantized_weights;
+  want.hpz = static_cast<int>(cfg.hpz_partition_size);
+  want.quantized_gradients = cfg.quantized_gradients;
+  want.weights = QuantSpec{static_cast<int>(cfg.weight_bits), cfg.block_size};
+  want.gradients = QuantSpec{static_cast<int>(cfg.gradient_bits), cfg.block_size};
+  want.error_feedback = cfg.error_feedback;
+  int peers = 0;
+  const GridLayout layout(grid);
+  if (nodes != nullptr) {
+    peers = dp_peers_per_node(layout, *nodes);
+  } else if (cfg.ranks_per_node > 0) {
+    peers = dp_peers_per_node(layout, emulated_node_map(layout.world_size(), static_cast<int>(cfg.ranks_per_node)));
+  }
+  std::vector<int> hierarchy;
+  for (int64_t h : cfg.hierarchy) hierarchy.push_back(static_cast<int>(h));
+  return resolve_zeropp(want, static_cast<int>(cfg.zero), grid.dp, peers, hierarchy);
+}
+
 EngineConfig engine_config(const RunConfig& cfg, int world_size) {
   EngineConfig ec = engine_config(cfg, cfg.model_config(), world_size);
   ec.seq = cfg.seq();
@@ -25,6 +45,7 @@ EngineConfig engine_config(const RunConfig& cfg, const ModelConfig& model, int w
   ec.data_parallel.zero = static_cast<int>(cfg.zero);
   ec.data_parallel.bucket_bytes = static_cast<int64_t>(cfg.bucket_mb * 1048576.0);
   ec.data_parallel.prefetch = static_cast<int>(cfg.prefetch);
+  ec.data_parallel.zeropp = run_zeropp(cfg, ec.grid, nullptr);
   ec.recompute = parse_recompute(cfg.recompute);
   ec.recompute_layers = static_cast<int>(cfg.recompute_layers);
   ec.precision = parse_precision(cfg.precision);

@@ -1,6 +1,7 @@
 // A run's engine from its config: the layout (validated), the model chunking, ZeRO, recompute,
 // precision, optimizer and loss scaling settings.
 #pragma once
+#include "comm/topology.h"
 #include "engine/engine.h"
 #include "train/config.h"
 
@@ -11,5 +12,9 @@ namespace weft {
 EngineConfig engine_config(const RunConfig& cfg, int world_size);
 // The same for a model given apart from the config's preset (a checkpoint's).
 EngineConfig engine_config(const RunConfig& cfg, const ModelConfig& model, int world_size);
+// The run's ZeRO++ settings ([zero] keys) resolved against its layout and node map: `nodes`,
+// else the nodes run.ranks_per_node emulates, else none (one level unless zero.hierarchy
+// says otherwise). InputError naming the values for a combination that cannot apply.
+ZeroPPConfig run_zeropp(const RunConfig& cfg, const GridSpec& grid, const NodeMap* nodes);
 
 }  // namespace weft

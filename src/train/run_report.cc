@@ -110,7 +110,9 @@ nlohmann::json memory_json(const DataParallelMemory& stores) {
                         {"other_peak", ms.peak_of(MemCategory::kOther)},
                         {"total_peak", ms.total_peak},
                         {"params_transient", stores.params_transient},
-                        {"grads_transient", stores.grads_transient}};
+                        {"grads_transient", stores.grads_transient},
+                        {"hpz", stores.hpz},
+                        {"qgz_residual", stores.residual}};
 }
 
 nlohmann::json pipeline_json(Engine& engine, const PipeStepStats& st, const std::string& schedule) {

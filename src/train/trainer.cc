@@ -168,6 +168,24 @@ int64_t TrainLoop::eval_passes() const {
   return (most + ec.micro_batch - 1) / ec.micro_batch;
 }
 
+// The communication report's link levels: the node map's, plus the ZeRO++ levels inside a
+// node (e.g. GCD pairs), in world ranks (a level of h data-parallel ranks spans h x the world
+// ranks between consecutive data-parallel ranks).
+LinkLevels report_link_levels(const EngineConfig& ec, const NodeMap& nodes) {
+  LinkLevels l = LinkLevels::from_nodes(nodes);
+  const ZeroPPConfig& z = ec.data_parallel.zeropp;
+  const GridLayout grid(ec.grid);
+  GridCoords one{};
+  one[static_cast<size_t>(Axis::kDp)] = 1;
+  const int stride = ec.grid.dp > 1 ? grid.world_rank_of(one) : 1;
+  const int per_node = nodes.ranks_per_node();
+  for (size_t i = z.levels.size(); i-- > 0;) {
+    const int size = z.levels[i] * stride;
+    if (per_node > 0 && size < per_node && per_node % size == 0) l.add_inner_level(z.level_names[i], size);
+  }
+  return l;
+}
+
 // Rank 0, after every rank has written its last events: comm_report.json and .txt (see
 // train/comm_report.h for why rank 0 reads the per-rank files instead of gathering).
 void TrainLoop::write_comm_report(int64_t start_step) {
@@ -177,6 +195,7 @@ void TrainLoop::write_comm_report(int64_t start_step) {
   world_.barrier();
   if (!rank0_ || res_.steps_done <= start_step) return;
   CommReportInputs in{engine_.config(), nodes_, start_step, res_.steps_done, contexts_};
+  in.levels = report_link_levels(engine_.config(), nodes_);
   nlohmann::json rep;
   files_.write_with(cfg_.out + "/comm_report.json", [&] { rep = weft::write_comm_report(cfg_.out, in); });
   log_info("communication report: {}/comm_report.txt ({} rows, {} differing from the model)", cfg_.out,
@@ -372,7 +391,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   cfg.validate();
   const int threads = set_threads(cfg.threads);
   set_log_rank(world.rank());
-  const EngineConfig ec = engine_config(cfg, world.size());
+  EngineConfig ec = engine_config(cfg, world.size());
   Tracer tracer(cfg.trace);
   world.set_tracer(&tracer);
   world.set_timeout(std::chrono::milliseconds(static_cast<int64_t>(cfg.comm_timeout * 1000.0)));
@@ -380,10 +399,17 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   // written.
   RunData data = open_run_data(cfg, ec.seq, ec.model.vocab_size);
   // The link levels of the communication report (collective over world for the real map).
+  // ZeRO++ reads its levels from the same map.
   NodeMap nodes;
-  if (cfg.trace) {
+  const bool zeropp = ec.data_parallel.zeropp.active();
+  if (cfg.trace || zeropp) {
     nodes = cfg.ranks_per_node > 0 ? emulated_node_map(world.size(), static_cast<int>(cfg.ranks_per_node))
                                    : make_node_map(world);
+  }
+  if (zeropp) {
+    ec.data_parallel.zeropp = run_zeropp(cfg, ec.grid, &nodes);
+    log_info("ZeRO++: {} (nodes: {})", ec.data_parallel.zeropp.describe(ec.grid.dp), nodes.source);
+    for (const std::string& n : ec.data_parallel.zeropp.notes) log_info("ZeRO++: {}", n);
   }
   // One run per folder: held from before the folder is read for a resume or cleared for
   // --overwrite until the run ends (every rank learns a refusal).

@@ -1,10 +1,13 @@
 #include "parallel/dp/data_parallel.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "comm/tracer.h"
+#include "core/block_quant.h"
 #include "core/error.h"
 #include "parallel/dp/param_slots.h"
+#include "parallel/dp/qgz.h"
 
 namespace weft {
 
@@ -90,6 +93,75 @@ DataParallel::DataParallel(const ParamLayout& layout, DeviceComm& dp, const Data
       }
     }
   }
+  if (cfg.zeropp.active()) {
+    if (cfg.zero != 3) throw_input("ZeRO++ ({}) needs zero 3, got zero {}", cfg.zeropp.describe(dp.size()), cfg.zero);
+    setup_zeropp(owned);
+  }
+}
+
+void DataParallel::setup_zeropp(const std::vector<int>& owned) {
+  const ZeroPPConfig& z = cfg_.zeropp;
+  const int P = dp_.size();
+  if (z.hpz > 1) {
+    WEFT_CHECK(P % z.hpz == 0, "hpZ: {} ranks do not divide the data-parallel group of {}", z.hpz, P);
+    // Collective over dp: consecutive data-parallel ranks form one hpZ group.
+    std::unique_ptr<Communicator> c = dp_.split(dp_.rank() / z.hpz, dp_.rank(), "dp-hpz");
+    auto* d = dynamic_cast<DeviceComm*>(c.get());
+    WEFT_CHECK(d != nullptr, "a split of a device communicator is not a device communicator");
+    c.release();
+    hpz_comm_.reset(d);
+    hpz_offset_.assign(static_cast<size_t>(layout_.num_groups()), -1);
+    hpz_valid_.assign(static_cast<size_t>(layout_.num_groups()), 0);
+    int64_t at = 0;
+    std::vector<int> ascending(owned.rbegin(), owned.rend());
+    for (int g : ascending) {
+      hpz_offset_[static_cast<size_t>(g)] = at;
+      at += hpz_counts(g)[static_cast<size_t>(hpz_comm_->rank())];
+    }
+    hpz_ = DeviceBuffer(backend_, DType::kF32, at, MemCategory::kParams);
+  }
+  if (z.quantized_weights && cfg_.zero == 3) {
+    // Wire buffers of each slot, for the largest group it may hold.
+    for (size_t s = 0; s < param_slots_.size(); ++s) {
+      int64_t send = 0, recv = 0;
+      for (int g : owned) {
+        if ((s == 0) != (g == 0)) continue;
+        auto [b, e] = layout_.group_range(g);
+        const std::vector<int64_t> counts = owner_counts(b, e);
+        int64_t all = 0;
+        for (int64_t c : counts) all += quant_wire_bytes(c, z.weights);
+        send = std::max(send, quant_wire_bytes(counts[static_cast<size_t>(dp_.rank())], z.weights));
+        recv = std::max(recv, all);
+      }
+      param_slots_[s].wire_send = DeviceBuffer(backend_, DType::kI8, send, MemCategory::kComm);
+      param_slots_[s].wire_recv = DeviceBuffer(backend_, DType::kI8, recv, MemCategory::kComm);
+    }
+  }
+  if (z.quantized_gradients && cfg_.training) {
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    for (int g : owned) ranges.push_back(layout_.group_range(g));
+    qgz_ = std::make_unique<QuantizedReduceScatter>(dp_, z, backend_, n_, shard_, ranges);
+  }
+}
+
+std::vector<int64_t> DataParallel::hpz_counts(int g) const {
+  const auto [b, e] = layout_.group_range(g);
+  const int64_t len = e - b, a = cfg_.zeropp.hpz, c = (len + a - 1) / a;
+  std::vector<int64_t> counts(static_cast<size_t>(a));
+  for (int64_t j = 0; j < a; ++j) counts[static_cast<size_t>(j)] = std::max<int64_t>(0, std::min(len, (j + 1) * c) - j * c);
+  return counts;
+}
+
+void DataParallel::invalidate_hpz() { std::fill(hpz_valid_.begin(), hpz_valid_.end(), 0); }
+
+DeviceBuffer* DataParallel::qgz_residual() { return qgz_ ? qgz_->residual() : nullptr; }
+
+DataParallel::QuantErrors DataParallel::take_quant_errors() {
+  QuantErrors q;
+  if (qwz_ref2_ > 0) q.weights = std::sqrt(qwz_err2_ / qwz_ref2_);
+  qwz_err2_ = qwz_ref2_ = 0.0;
+  if (qgz_) q.gradient_hops = qgz_->take_rel_errors();
+  return q;
 }
 
 DataParallel::~DataParallel() {
@@ -123,6 +195,7 @@ void DataParallel::load_full_params(const float* full) {
   if (cfg_.zero == 3) {
     if (params_) backend_.copy_to_device(params_.raw(), 0, full + shard_begin_, params_.bytes());
     for (auto& s : param_slots_) s.valid = false;
+    invalidate_hpz();
   } else {
     backend_.copy_to_device(params_.raw(), 0, full, params_.bytes());
   }
@@ -260,6 +333,7 @@ void DataParallel::after_optimizer_step() {
     exposed_s_ += Tracer::now() - t0;
   } else if (cfg_.zero == 3) {
     for (auto& s : param_slots_) s.valid = false;
+    invalidate_hpz();
   }
 }
 
@@ -277,7 +351,43 @@ int DataParallel::gather_group(int g) {
   p.group = g;
   p.valid = true;
   p.last_use = ++clock_;
-  p.pending = dp_.iall_gather_v(send, p.data.raw(), owner_counts(b, e), CommDType::kF32);
+  p.dequantize = false;
+  p.fill_hpz = false;
+  const ZeroPPConfig& z = cfg_.zeropp;
+  if (hpz_comm_ && hpz_valid_[static_cast<size_t>(g)]) {
+    // hpZ: from the secondary partition, inside the alpha group, unquantized.
+    const float* slice = hpz_.data<float>() + hpz_offset_[static_cast<size_t>(g)];
+    p.pending = hpz_comm_->iall_gather_v(slice, p.data.raw(), hpz_counts(g), CommDType::kF32);
+  } else if (z.quantized_weights) {
+    // qwZ: every rank's piece as quantized blocks, in one all-gather of bytes.
+    const std::vector<int64_t> counts = owner_counts(b, e);
+    std::vector<int64_t> wire(counts.size());
+    for (size_t r = 0; r < counts.size(); ++r) wire[r] = quant_wire_bytes(counts[r], z.weights);
+    const int64_t mine = counts[static_cast<size_t>(dp_.rank())];
+    if (mine > 0) backend_.quantize_blocks(p.wire_send.raw(), send, mine, z.weights, nullptr);
+    Tracer* t = dp_.tracer();
+    if (t != nullptr && t->enabled()) {
+      if (mine > 0) {  // ||x - Q(x)|| of this rank's piece
+        if (!qwz_scratch_ || qwz_scratch_.count() < mine) qwz_scratch_ = DeviceBuffer(backend_, DType::kF32, mine, MemCategory::kComm);
+        float* d = qwz_scratch_.data<float>();
+        backend_.dequantize_blocks(d, p.wire_send.raw(), mine, z.weights, false);
+        backend_.scale(d, -1.0f, mine);
+        backend_.add(d, d, send, mine);
+        const double err2 = backend_.sum_squares(d, mine), ref2 = backend_.sum_squares(send, mine);
+        qwz_err2_ += err2;
+        qwz_ref2_ += ref2;
+        t->set_call_error(ref2 > 0 ? std::sqrt(err2 / ref2) : 0.0);
+      } else {
+        t->set_call_error(0.0);
+      }
+    }
+    p.pending = dp_.iall_gather_v(p.wire_send.raw(), p.wire_recv.raw(), wire, CommDType::kU8);
+    p.dequantize = true;
+    p.fill_hpz = hpz_comm_ != nullptr;
+  } else {
+    p.pending = dp_.iall_gather_v(send, p.data.raw(), owner_counts(b, e), CommDType::kF32);
+    p.fill_hpz = hpz_comm_ != nullptr;
+  }
   int64_t used = 0;
   for (const auto& s : param_slots_) used += s.valid ? static_cast<int64_t>(s.data.bytes()) : 0;
   peak_param_slots_ = std::max(peak_param_slots_, used);
@@ -311,11 +421,38 @@ const float* DataParallel::acquire(int g) {
     p.pending->wait();
     exposed_s_ += Tracer::now() - t0;
     p.pending.reset();
+    finish_gather(p);
   }
   ++p.refs;
   p.last_use = ++clock_;
   prefetch_after(g);
   return p.data.data<float>();
+}
+
+void DataParallel::finish_gather(ParamSlot& p) {
+  const int g = p.group;
+  auto [b, e] = layout_.group_range(g);
+  if (p.dequantize) {
+    const std::vector<int64_t> counts = owner_counts(b, e);
+    int64_t at = 0, wat = 0;
+    for (int64_t c : counts) {
+      if (c > 0) backend_.dequantize_blocks(p.data.data<float>() + at, p.wire_recv.data<uint8_t>() + wat, c, cfg_.zeropp.weights, false);
+      at += c;
+      wat += quant_wire_bytes(c, cfg_.zeropp.weights);
+    }
+    p.dequantize = false;
+  }
+  if (p.fill_hpz) {
+    // hpZ: this rank's 1/alpha of the gathered group (what every later gather reads).
+    const std::vector<int64_t> counts = hpz_counts(g);
+    const int j = hpz_comm_->rank();
+    int64_t off = 0;
+    for (int i = 0; i < j; ++i) off += counts[static_cast<size_t>(i)];
+    const int64_t c = counts[static_cast<size_t>(j)];
+    if (c > 0) backend_.copy_device(hpz_.raw(), fbytes(hpz_offset_[static_cast<size_t>(g)]), p.data.raw(), fbytes(off), fbytes(c));
+    hpz_valid_[static_cast<size_t>(g)] = 1;
+    p.fill_hpz = false;
+  }
 }
 
 void DataParallel::release(int g) {
@@ -419,6 +556,16 @@ void DataParallel::ready(int g) {
   WEFT_CHECK(s >= 0, "group {} is ready but has no gradient buffer", g);
   GradSlot& slot = grad_slots_[s];
   auto [b, e] = layout_.group_range(g);
+  if (qgz_) {
+    // qgZ: the quantized hops, blocking; the sum of this rank's part goes into its shard.
+    const double t0 = Tracer::now();
+    float* dst = shard_grads_.data<float>() + (std::clamp(b, shard_begin_, shard_end_) - shard_begin_);
+    qgz_->reduce_add(slot.data.data<float>(), b, e, dst);
+    exposed_s_ += Tracer::now() - t0;
+    grad_slot_of_group_[g] = -1;
+    slot.busy = false;
+    return;
+  }
   std::vector<int64_t> counts = owner_counts(b, e);
   InFlight f;
   f.slot = s;
@@ -447,9 +594,19 @@ DataParallelMemory DataParallel::memory() const {
     m.grads_transient += static_cast<int64_t>(s.data.bytes());
     m.comm += static_cast<int64_t>(s.recv.bytes());
   }
-  for (const auto& s : param_slots_) m.params_transient += static_cast<int64_t>(s.data.bytes());
+  for (const auto& s : param_slots_) {
+    m.params_transient += static_cast<int64_t>(s.data.bytes());
+    m.comm += static_cast<int64_t>(s.wire_send.bytes() + s.wire_recv.bytes());
+  }
   m.params += m.params_transient;
   m.grads += m.grads_transient;
+  m.hpz = static_cast<int64_t>(hpz_.bytes());
+  m.params += m.hpz;
+  if (qgz_) {
+    m.comm += qgz_->comm_bytes();
+    m.residual = qgz_->residual_bytes();
+    m.grads += m.residual;
+  }
   return m;
 }
 

@@ -17,6 +17,19 @@
 //   zero 3  parameters sharded as well: each group is all-gathered into a transient buffer
 //           just before use (the next group's gather is prefetched) and dropped after.
 //
+// ZeRO++ on zero 3 (parallel/dp/zeropp.h, docs/zeropp.md):
+//   qwZ  a gather from the primary shards carries each rank's piece as quantized blocks
+//        (core/block_quant.h: int8 + fp32 scales, one buffer per rank in one all-gather of
+//        bytes); every rank, the owner included, computes with the dequantized values.
+//   hpZ  the first gather of a group after the parameters change (the step's forward) leaves
+//        each rank a copy of its 1/alpha slice of the gathered group (the secondary
+//        partition, alpha = hpz ranks of consecutive data-parallel ranks); every later gather
+//        of that group (backward, recompute, later micro-batches, evaluation) is an
+//        unquantized all-gather inside the alpha group from those copies. The copies are
+//        dropped by the optimizer step and by any load of parameters (checkpoint, init).
+//   qgZ  the gradient reduce-scatter is QuantizedReduceScatter's hops (parallel/dp/qgz.h),
+//        one quantized all-to-all per level of the data-parallel group.
+//
 // Gradients are sums over ranks of each rank's d(loss_scale * local token losses): with
 // loss_scale = 1 / (global batch tokens) the result is the gradient of the global mean loss.
 //
@@ -30,6 +43,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
@@ -38,6 +52,7 @@
 #include "comm/device_comm.h"
 #include "model/param_store.h"
 #include "model/params.h"
+#include "parallel/dp/zeropp.h"
 
 namespace weft {
 
@@ -46,7 +61,10 @@ struct DataParallelConfig {
   int64_t bucket_bytes = 8ll << 20;    // zero 0/1: gradient bucket size
   int prefetch = 1;                    // zero 3: groups gathered ahead
   bool training = true;                // false: inference only (eval, generation): no gradient buffers
+  ZeroPPConfig zeropp;                 // zero 3: ZeRO++ (parallel/dp/zeropp.h), resolved against the layout
 };
+
+class QuantizedReduceScatter;
 
 // Bytes held per category by one rank (persistent plus the peak of transient buffers).
 struct DataParallelMemory {
@@ -55,6 +73,8 @@ struct DataParallelMemory {
   int64_t comm = 0;        // receive buffers of reductions
   int64_t params_transient = 0;  // of params: zero-3 gather buffers
   int64_t grads_transient = 0;   // of grads: zero-2/3 per-group gradient buffers
+  int64_t hpz = 0;               // of params: the hpZ secondary partition
+  int64_t residual = 0;          // of grads: qgZ's error-feedback residual
 };
 
 class DataParallel final : public ParamStore {
@@ -120,6 +140,17 @@ class DataParallel final : public ParamStore {
   // Seconds this rank spent blocked on data-parallel communication (waits that computation
   // did not hide) since the last call; resets the counter.
   double take_exposed_seconds();
+  // ZeRO++: the settings in force, qgZ's error-feedback residual (null: none; n floats,
+  // DEVICE, this rank's own state), and the relative RMS error of the quantized gathers (qwZ,
+  // of this rank's pieces) and of each qgZ hop since the last call, measured only while the dp
+  // group is traced (-1: nothing measured).
+  const ZeroPPConfig& zeropp() const { return cfg_.zeropp; }
+  DeviceBuffer* qgz_residual();
+  struct QuantErrors {
+    double weights = -1.0;
+    std::vector<double> gradient_hops;
+  };
+  QuantErrors take_quant_errors();
 
   // ParamStore
   // acquire: the group's parameters, a DEVICE pointer (valid until release).
@@ -156,6 +187,9 @@ class DataParallel final : public ParamStore {
     bool valid = false;
     uint64_t last_use = 0;
     DeviceBuffer data;
+    DeviceBuffer wire_send, wire_recv;  // qwZ: this rank's quantized piece, every rank's pieces
+    bool dequantize = false;            // qwZ: wire_recv -> data once the gather completes
+    bool fill_hpz = false;              // hpZ: keep this rank's slice once the gather completes
     CommHandle pending;  // gather in flight (into data: destroyed, i.e. waited for, first)
   };
   struct GradSlot {
@@ -170,6 +204,10 @@ class DataParallel final : public ParamStore {
   int find_param_slot(int g) const;
   int gather_group(int g);   // returns the slot; posts the gather (non-blocking)
   void prefetch_after(int g);
+  void finish_gather(ParamSlot& p);  // after the wait: qwZ's dequantize, hpZ's copy
+  void setup_zeropp(const std::vector<int>& owned);
+  std::vector<int64_t> hpz_counts(int g) const;  // the alpha slices of group g
+  void invalidate_hpz();
 
   const ParamLayout& layout_;
   DeviceComm& dp_;
@@ -197,6 +235,15 @@ class DataParallel final : public ParamStore {
   double exposed_s_ = 0.0;
   std::vector<std::pair<int64_t, int64_t>> norm_skip_;
   int64_t peak_param_slots_ = 0, peak_grad_slots_ = 0;
+
+  // ZeRO++ (zero 3).
+  std::unique_ptr<DeviceComm> hpz_comm_;  // the hpZ group: alpha consecutive data-parallel ranks
+  DeviceBuffer hpz_;                      // the secondary partition: this rank's slice of every group
+  std::vector<int64_t> hpz_offset_;       // per group: where its slice starts in hpz_
+  std::vector<char> hpz_valid_;           // per group: the slice holds the current parameters
+  std::unique_ptr<QuantizedReduceScatter> qgz_;
+  double qwz_err2_ = 0.0, qwz_ref2_ = 0.0;
+  DeviceBuffer qwz_scratch_;              // measuring qwZ's error (traced runs only)
 };
 
 }  // namespace weft
