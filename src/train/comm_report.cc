@@ -329,7 +329,7 @@ std::string format_levels(const nlohmann::json& lv, int64_t steps) {
     }
     return l + "\n";
   };
-  for (const auto& [axis, bytes] : lv["total"]["by_axis"].items()) out += line(axis, bytes);
+  for (const auto& el : lv["total"]["by_axis"].items()) out += line(el.key(), el.value());
   out += line("all", lv["total"]["bytes"]);
   return out;
 }
