@@ -37,6 +37,15 @@ nlohmann::json to_json(const Prediction& p) {
         {"sequence_parallel", l.sequence_parallel},
         {"schedule", schedule_name(l.schedule)},
         {"virtual_stages", l.virtual_stages}}},
+      // Beside `layout`, whose keys are the trainer's config keys (weft train does not run
+      // ZeRO++ yet): the ZeRO++ knobs the prediction priced.
+      {"zeropp",
+       {{"preset", zeropp_name(l.zeropp)},
+        {"qwz", l.qwz},
+        {"hpz", l.hpz},
+        {"qgz", l.qgz},
+        {"hierarchy", l.hierarchy},
+        {"quant_block", l.quant_block}}},
       {"micro_batches", p.micro_batches},
       {"step_time_s", p.step_time_s},
       {"tokens_per_s", p.tokens_per_s},
@@ -58,6 +67,7 @@ nlohmann::json to_json(const Prediction& p) {
         {"workspace", m.workspace},
         {"comm", m.comm},
         {"total", m.total},
+        {"hpz_secondary", m.hpz_secondary},
         {"stage", m.stage}}},
       {"fits", p.fits}};
 }
@@ -79,7 +89,8 @@ void print_table(const std::vector<Prediction>& ps, double capacity) {
   }
 }
 
-std::vector<int64_t> parse_counts(const std::string& s) {
+std::vector<int64_t> parse_counts(const std::string& s, const char* option = "--scaling-gpus",
+                                  const char* example = "128,256,512") {
   std::vector<int64_t> out;
   std::stringstream ss(s);
   std::string tok;
@@ -90,7 +101,7 @@ std::vector<int64_t> parse_counts(const std::string& s) {
       if (pos != tok.size() || v <= 0) throw std::invalid_argument(tok);
       out.push_back(v);
     } catch (const std::exception&) {
-      throw_input("--scaling-gpus: '{}' is not a positive integer (expected a comma-separated list, e.g. 128,256,512)", tok);
+      throw_input("{}: '{}' is not a positive integer (expected a comma-separated list, e.g. {})", option, tok, example);
     }
   }
   return out;
@@ -103,7 +114,12 @@ struct PlanArgs {
   int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, ffn = 0, gpus = 0, global_batch = 0, top = 5;
   int tp = 0, pp = 0, dp = 0, zero = 0, vstages = 0, recompute_layers = -1;
   int64_t micro_batch = 0;
-  bool sp = false, flash = false, dropout = false, overlap = false, explain = false;
+  bool sp = false, flash = false, dropout = false, overlap = false, explain = false, fp32_grads = false;
+  std::string zeropp, hierarchy;
+  bool qwz = false, qgz = false;
+  int hpz = 1, quant_block = 2048;
+  CLI::Option *o_zeropp = nullptr, *o_qwz = nullptr, *o_qgz = nullptr, *o_hpz = nullptr, *o_hier = nullptr,
+              *o_block = nullptr, *o_fp32g = nullptr;
   std::string scaling, scaling_gpus, csv, plot;
   CLI::Option *o_gpus = nullptr, *o_tp = nullptr, *o_pp = nullptr, *o_dp = nullptr, *o_mb = nullptr, *o_zero = nullptr;
   CLI::Option *o_rc = nullptr, *o_rcl = nullptr, *o_sp = nullptr, *o_sch = nullptr, *o_v = nullptr;
@@ -133,10 +149,21 @@ void add_plan_options(CLI::App& app, PlanArgs& a) {
   a.o_sp = app.add_flag("--sequence-parallel,!--no-sequence-parallel", a.sp, "pin sequence parallelism on (or off)");
   a.o_sch = app.add_option("--schedule", a.schedule, "pin the pipeline schedule: gpipe, 1f1b, interleaved");
   a.o_v = app.add_option("--virtual-stages", a.vstages, "pin the virtual stages (interleaved schedule)");
+  a.o_zeropp = app.add_option("--zeropp", a.zeropp,
+                              "pin ZeRO++ (zero 3): none, zero++ (qwz + hpz over the node + qgz over [node]), "
+                              "3-level (qwz + hpz over the innermost level + qgz over [pair, node])");
+  a.o_qwz = app.add_flag("--qwz,!--no-qwz", a.qwz, "pin ZeRO++ quantized weight gathers (int8) on (or off)");
+  a.o_hpz = app.add_option("--hpz", a.hpz, "pin the ZeRO++ secondary partition size in dp ranks (1: off)");
+  a.o_qgz = app.add_flag("--qgz,!--no-qgz", a.qgz, "pin ZeRO++ quantized gradients (int4 all-to-all hops) on (or off)");
+  a.o_hier = app.add_option("--hierarchy", a.hierarchy,
+                            "qgz hops: the dp group's inner levels as cumulative dp ranks, innermost first (e.g. 2,8)");
+  a.o_block = app.add_option("--quant-block", a.quant_block, "ZeRO++ quantization block (elements per fp32 scale, 2048)");
   app.add_option("--order", a.order, "rank order, first axis fastest (tp-dp-pp)");
   a.o_flash = app.add_flag("--flash-attention,!--no-flash-attention", a.flash, "override the system's [defaults]");
   a.o_drop = app.add_flag("--dropout,!--no-dropout", a.dropout, "override the system's [defaults]");
   a.o_ov = app.add_flag("--overlap-dp,!--no-overlap-dp", a.overlap, "override the system's [defaults]");
+  a.o_fp32g = app.add_flag("--fp32-grad-accumulation,!--no-fp32-grad-accumulation", a.fp32_grads,
+                           "override the system's [defaults] (off: 16-bit gradients, as DeepSpeed's ZeRO-3 keeps them)");
   app.add_option("--top", a.top, "layouts to print");
   app.add_flag("--explain", a.explain, "take the best (or pinned) layout's step apart: compute per op class, each collective per axis and level, bubble, stragglers, overheads");
   add_format_option(app, a.format);
@@ -187,6 +214,7 @@ Options plan_options(const PlanArgs& a, const System& sys, Precision prec) {
   if (a.o_flash->count()) opt.flash_attention = a.flash;
   if (a.o_drop->count()) opt.dropout = a.dropout;
   if (a.o_ov->count()) opt.overlap_dp = a.overlap;
+  if (a.o_fp32g->count()) opt.fp32_grad_accumulation = a.fp32_grads;
   return opt;
 }
 
@@ -202,6 +230,17 @@ Pins plan_pins(const PlanArgs& a) {
   if (a.o_sp->count()) pins.sequence_parallel = a.sp;
   if (a.o_sch->count()) pins.schedule = parse_schedule(a.schedule);
   if (a.o_v->count()) pins.virtual_stages = a.vstages;
+  if (a.o_zeropp->count()) pins.zeropp = parse_zeropp(a.zeropp);
+  if (pins.zeropp == ZeroPP::kCustom) throw_input("--zeropp custom: give the knobs (--qwz, --hpz, --qgz, --hierarchy) instead");
+  if (a.o_qwz->count()) pins.qwz = a.qwz;
+  if (a.o_qgz->count()) pins.qgz = a.qgz;
+  if (a.o_hpz->count()) pins.hpz = a.hpz;
+  if (a.o_block->count()) pins.quant_block = a.quant_block;
+  if (a.o_hier->count()) {
+    std::vector<int> h;
+    for (int64_t v : parse_counts(a.hierarchy, "--hierarchy", "2,8")) h.push_back(static_cast<int>(v));
+    pins.hierarchy = h;
+  }
   return pins;
 }
 

@@ -47,6 +47,11 @@ void print_explain(const Prediction& p) {
     fmt::print("  {:<11} {:<52} {:<9} {:>11.4g} {:>7}  {}\n", t.group, t.name, t.where.empty() ? "-" : t.where, t.seconds,
                share(t.seconds, total), t.detail);
   }
+  if (!p.dp_level_bytes.empty()) {
+    fmt::print("  dp bytes per device per step by link level:");
+    for (const auto& [name, bytes] : p.dp_level_bytes) fmt::print(" {} {:.4g} GB", name, bytes / 1e9);
+    fmt::print("\n");
+  }
   fmt::print("  totals:");
   for (const auto& [g, s] : group_totals(p)) fmt::print(" {} {:.4g} s ({})", g, s, share(s, total));
   fmt::print("\n");
@@ -68,6 +73,10 @@ nlohmann::json explain_json(const Prediction& p) {
   nlohmann::json groups = nlohmann::json::object();
   for (const auto& [g, s] : group_totals(p)) groups[g] = s;
   nlohmann::json j = {{"terms", terms}, {"groups", groups}};
+  // Bytes each device sends per step over each level's links for the dp / ZeRO / ZeRO++ calls.
+  nlohmann::json levels = nlohmann::json::object();
+  for (const auto& [name, bytes] : p.dp_level_bytes) levels[name] = bytes;
+  j["dp_bytes_per_device"] = levels;
   if (const ExplainTerm* d = dominant(p)) j["dominant"] = {{"group", d->group}, {"name", d->name}};
   return j;
 }

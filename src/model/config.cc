@@ -41,16 +41,21 @@ namespace {
 struct Preset {
   const char* name;
   int layers, heads, hidden, ctx;
+  int vocab = 50257;  // GPT-2's BPE (padded to a multiple of 128 by make_model_config)
 };
 // GPT-2 sizes from Radford et al. 2019 / the Hugging Face configs; 22B/175B/1T as trained
 // on Frontier (Dash et al. 2023, "Optimizing Distributed Training on Frontier for Large
 // Language Models", Table II: 48x6144x48, 96x12288x96, 128x25600x160, sequence 2048).
+// gpt-20b: GPT-NeoX-20B's shape (Black et al. 2022, "GPT-NeoX-20B: An Open-Source
+// Autoregressive Language Model", Table 1: 44 layers, hidden 6144, 64 heads, context 2048,
+// vocabulary 50432), the 20B GPT of Xu et al. 2025 (arXiv 2501.04266) as weft's model:
+// learned positions and a tied head instead of NeoX's rotary embeddings and untied head.
 constexpr Preset kPresets[] = {
     {"tiny", 4, 4, 256, 256},          {"small", 6, 6, 384, 256},
     {"gpt2-124m", 12, 12, 768, 1024},  {"gpt2-350m", 24, 16, 1024, 1024},
     {"gpt2-774m", 36, 20, 1280, 1024}, {"gpt2-1558m", 48, 25, 1600, 1024},
     {"gpt-22b", 48, 48, 6144, 2048},   {"gpt-175b", 96, 96, 12288, 2048},
-    {"gpt-1t", 128, 160, 25600, 2048},
+    {"gpt-1t", 128, 160, 25600, 2048}, {"gpt-20b", 44, 64, 6144, 2048, 50432},
 };
 }  // namespace
 
@@ -62,7 +67,7 @@ std::vector<std::string> model_preset_names() {
 
 ModelConfig model_preset(const std::string& name) {
   for (const auto& p : kPresets) {
-    if (name == p.name) return make_model_config(p.name, p.layers, p.heads, p.hidden, p.ctx, 50257);
+    if (name == p.name) return make_model_config(p.name, p.layers, p.heads, p.hidden, p.ctx, p.vocab);
   }
   throw_input("unknown model preset '{}' (known: {})", name, fmt::join(model_preset_names(), ", "));
 }

@@ -4,6 +4,9 @@
 #include <cstdint>
 #include <functional>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "core/error.h"
 #include "model/gpt_description.h"
 #include "model/params.h"
@@ -554,6 +557,52 @@ DpStepComm dp_step_comm(int zero, int groups, int prefetch) {
       c.reduce_scatter_per_micro_batch = c.all_gather_per_micro_batch = true;
       c.reduce_scatter = 1;
       c.all_gather = zero3_gathers_per_micro_batch(groups - 2, prefetch);
+  }
+  return c;
+}
+
+ZeroPPStepComm zeropp_step_comm(int groups, int prefetch, int64_t micro_batches, int64_t dp, const ZeroPPKnobs& k) {
+  if (k.hpz < 1 || dp % k.hpz != 0) throw_input("hpz {} does not divide dp {}", k.hpz, dp);
+  ZeroPPStepComm c;
+  // Per micro-batch weft gathers each group (slightly under) twice: the forward, and the
+  // backward what its buffers no longer hold (zero3_gathers_per_micro_batch).
+  const double per_mb = zero3_gathers_per_micro_batch(groups - 2, prefetch);
+  const double all = static_cast<double>(micro_batches) * per_mb;
+  c.quantized = k.qwz;
+  c.hpz = k.hpz;
+  if (k.hpz > 1) {
+    // hpZ (Wang et al. 2023 sec. 3.2; DeepSpeed's _partition_param_sec): the forward gather
+    // leaves each rank 1/alpha of the weights; every later gather of the step (backward,
+    // recompute, the next micro-batches, until the optimizer step drops the copy) reads that
+    // secondary copy inside the alpha group.
+    c.primary_gathers = 1;
+    c.secondary_gathers = all - 1;
+  } else {
+    c.primary_gathers = all;
+  }
+  if (!k.qgz) {
+    c.reduce_scatter = 1;
+    return c;
+  }
+  // qgZ (ibid. sec. 3.3; DeepSpeed's all_to_all_quant_reduce): one all-to-all per level,
+  // innermost first; after hop i each rank holds 1/(peers of hops 1..i) of the gradient,
+  // summed over the ranks of those hops, and sends that on.
+  int64_t inner = 1;
+  double left = 1.0;
+  std::vector<int64_t> sizes(k.hierarchy.begin(), k.hierarchy.end());
+  sizes.push_back(dp);
+  for (int64_t size : sizes) {
+    if (size <= inner || size % inner != 0 || dp % size != 0) {
+      throw_input("qgz hierarchy [{}] over dp {}: each level must be larger than the one inside it, a multiple of it "
+                  "and divide dp (at {})", fmt::join(k.hierarchy, ","), dp, size);
+    }
+    GradientHop h;
+    h.peers = size / inner;
+    h.stride = inner;
+    h.elements = left;
+    c.gradient_hops.push_back(h);
+    left /= static_cast<double>(h.peers);
+    inner = size;
   }
   return c;
 }

@@ -82,6 +82,42 @@ struct DpStepComm {
 };
 // For a model of `groups` parameter groups (L + 2) and ZeRO-3 prefetch `prefetch`.
 DpStepComm dp_step_comm(int zero, int groups, int prefetch);
+
+// ZeRO++ on a ZeRO-3 step (Wang et al. 2023, arXiv 2306.10209; plan/zeropp.h, docs/planner.md
+// "ZeRO++"). The knobs as plan::Layout holds them.
+struct ZeroPPKnobs {
+  bool qwz = false;            // the gathers over the whole dp group carry int8 + fp32 scales
+  int64_t hpz = 1;             // secondary partition size alpha in dp ranks (1: off)
+  bool qgz = false;            // the gradient reduce-scatter as int4 all-to-all hops
+  std::vector<int> hierarchy;  // qgZ's inner levels, cumulative dp ranks, innermost first
+};
+// One all-to-all hop of qgZ: `peers` ranks `stride` dp ranks apart; every rank sends
+// `elements` (in units of the stage's Psi) quantized, split over its peers, and keeps the sum
+// of 1/peers of them.
+struct GradientHop {
+  int64_t peers = 1, stride = 1;
+  double elements = 0;
+};
+// The ZeRO-3 calls of one STEP of `micro_batches` micro-batches over `dp` ranks, in Psi units:
+struct ZeroPPStepComm {
+  // Parameter all-gathers over the whole dp group: without hpZ all of them (micro_batches x
+  // zero3_gathers_per_micro_batch); with hpZ only each group's first, the first micro-batch's
+  // forward (1). qwZ puts these on int8 wires.
+  double primary_gathers = 0;
+  bool quantized = false;
+  // All-gathers inside the hpZ group of `hpz` ranks (16-bit): every later gather of the step
+  // (the backward's, later micro-batches').
+  double secondary_gathers = 0;
+  int64_t hpz = 1;
+  // Gradient reduction per micro-batch: a reduce-scatter of Psi over dp (reduce_scatter = 1),
+  // or with qgZ the hops, innermost first (hop 1 sends all of Psi over hierarchy[0] peers,
+  // hop i sends Psi / hierarchy[i-2] over hierarchy[i-1] / hierarchy[i-2] peers, the last over
+  // dp / hierarchy.back()).
+  double reduce_scatter = 0;
+  std::vector<GradientHop> gradient_hops;
+};
+// InputError naming the values when the hierarchy or hpz does not divide dp.
+ZeroPPStepComm zeropp_step_comm(int groups, int prefetch, int64_t micro_batches, int64_t dp, const ZeroPPKnobs& k);
 // ZeRO-3: parameter all-gathers per micro-batch in units of the whole model, from the
 // replay of weft's parameter buffers (2 in the textbook; weft keeps what its 3 + prefetch
 // buffers still hold, so the backward re-gathers only the groups evicted since the forward).

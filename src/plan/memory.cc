@@ -163,7 +163,18 @@ MemoryBreakdown stage_memory_of(const ModelShape& m, const Layout& l, const Memo
   }
   if (l.dp > 1 && l.zero == 3) {
     // Two layers gathered at once (the layer in use + the prefetched one).
-    comm += 2 * static_cast<double>(desc.rank_params().layer) * bpp.params;
+    const double layer = static_cast<double>(desc.rank_params().layer);
+    comm += 2 * layer * bpp.params;
+    const double G = l.quant_block;
+    if (l.qwz) comm += 2 * layer * (1 + 4 / G);  // their int8 wires
+    if (l.qgz) {
+      const double n1 = l.hierarchy.empty() ? dp : l.hierarchy.front();
+      comm += layer * (2 * (0.5 + 4 / G) + 4 / n1);  // int4 send + receive, fp32 partial sum
+    }
+    if (l.hpz > 1) {
+      r.hpz_secondary = n_params * bpp.params / l.hpz;
+      r.params += r.hpz_secondary;
+    }
   }
   if (l.pp > 1) comm += 4 * sbh * e / rep;  // send + receive, activations + their gradients
   r.comm = comm;

@@ -11,7 +11,17 @@
 //   workspace    transient buffers at the peak: activation gradients of one layer, the layer
 //                rematerialised under full recompute, the head's logits on the last stage
 //   comm         communication buffers: data-parallel gradient bucket, ZeRO-3 gathered
-//                parameters, pipeline send/receive buffers
+//                parameters, pipeline send/receive buffers; ZeRO++'s wires (below)
+//
+// ZeRO++ (Wang et al. 2023, arXiv 2306.10209; the layout's knobs, plan/zeropp.h):
+// - hpZ keeps, from each group's forward gather until the optimizer step, 1/alpha of the
+//   gathered weights in 16 bits: e Psi / alpha bytes more per rank (DeepSpeed's
+//   ds_secondary_tensor, in the parameters' dtype), counted in params (and hpz_secondary).
+// - qwZ receives the two gathered layers as int8 + fp32 scales before dequantizing them:
+//   2 layers x (1 + 4/G) bytes per element more in comm.
+// - qgZ sends and receives a layer's gradient as int4 + scales and keeps the first hop's fp32
+//   partial sum: a layer x (2 (0.5 + 4/G) + 4/n_1) bytes more in comm (DeepSpeed reduces one
+//   tensor at a time).
 //
 // Sources:
 // - Bytes per parameter in mixed precision with Adam: 2 (fp16/bf16 parameters) + 2 (16-bit
@@ -61,6 +71,8 @@ struct MemoryOptions {
 // Bytes per category on one rank. `total` is their sum.
 struct MemoryBreakdown {
   double params = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0, comm = 0, total = 0;
+  // Of params: ZeRO++'s hpZ secondary copy (e Psi / alpha; Wang et al. 2023 sec. 3.2).
+  double hpz_secondary = 0;
   int stage = 0;  // the pipeline stage these bytes are for
   void sum() { total = params + grads + optimizer + activations + workspace + comm; }
 };

@@ -10,6 +10,7 @@
 #include "plan/comm_model.h"
 #include "plan/kernel_model.h"
 #include "plan/scale_model.h"
+#include "plan/zeropp.h"
 
 namespace weft::plan {
 
@@ -260,6 +261,7 @@ CollectiveCost collective_cost(const System& sys, Collective c, int64_t n, int64
     case Collective::kReduceScatter:
     case Collective::kAllGather: steps = nn - 1; traffic = (nn - 1) / nn * bytes; break;
     case Collective::kSendRecv: break;
+    case Collective::kAllToAll: steps = nn - 1; break;  // pairwise exchange: n - 1 rounds
   }
   // Members of the group per unit of each level: k_l = min(n, max(1, U_l / stride)). The group
   // crosses level l when k_l > k_{l-1}. A ring leaves each unit of level l-1 once, so the
@@ -276,9 +278,17 @@ CollectiveCost collective_cost(const System& sys, Collective c, int64_t n, int64
     const bool top = i + 1 == sys.levels.size();
     const int64_t k_here = top ? n : k;
     if (k_here > k_prev) {
-      const double bw = sys.levels[i].bandwidth * (c == Collective::kSendRecv ? 1.0 : static_cast<double>(k_prev));
-      if (traffic / bw >= t_bw) {
-        t_bw = traffic / bw;
+      double bw = sys.levels[i].bandwidth * (c == Collective::kSendRecv ? 1.0 : static_cast<double>(k_prev));
+      double level_traffic = traffic;
+      if (c == Collective::kAllToAll) {
+        // An all-to-all sends bytes/n to each peer: what leaves a rank's unit of the level
+        // below ((n - k_{l-1})/n of its buffer) crosses level l on the rank's own links; there
+        // is no ring to share a crossing.
+        level_traffic = (nn - static_cast<double>(k_prev)) / nn * bytes;
+        bw = sys.levels[i].bandwidth;
+      }
+      if (level_traffic / bw >= t_bw) {
+        t_bw = level_traffic / bw;
         bw_at_max = bw;
         r.level = &sys.levels[i];
       }
@@ -304,6 +314,34 @@ CollectiveCost collective_cost(const System& sys, Collective c, int64_t n, int64
     }
   }
   return r;
+}
+
+std::vector<double> collective_level_bytes(const System& sys, Collective c, int64_t n, int64_t stride, double bytes) {
+  std::vector<double> out(sys.levels.size(), 0.0);
+  if (n <= 1 || bytes <= 0) return out;
+  const CollectiveCost cost = collective_cost(sys, c, n, stride, bytes);
+  const double nn = static_cast<double>(n);
+  int64_t k_prev = 1;
+  for (size_t i = 0; i < sys.levels.size(); ++i) {
+    const int64_t U = sys.unit_devices(i);
+    const bool top = i + 1 == sys.levels.size();
+    const int64_t k_here = top ? n : std::min<int64_t>(n, std::max<int64_t>(1, U / stride));
+    if (k_here > k_prev) {
+      const double kp = static_cast<double>(k_prev);
+      switch (c) {
+        case Collective::kAllReduce:
+          out[i] = (cost.tree ? 2.0 : 2 * (nn - 1) / nn) * bytes / kp;
+          break;
+        case Collective::kReduceScatter:
+        case Collective::kAllGather: out[i] = (nn - 1) / nn * bytes / kp; break;
+        case Collective::kSendRecv: out[i] = bytes; break;
+        case Collective::kAllToAll: out[i] = (nn - kp) / nn * bytes; break;
+      }
+    }
+    k_prev = k_here;
+    if (k_prev >= n) break;
+  }
+  return out;
 }
 
 double collective_time(const System& sys, Collective c, int64_t n, int64_t stride, double bytes) {
@@ -341,7 +379,10 @@ Prediction predict(const ModelShape& m, const System& sys, const Layout& l, cons
   m.validate();
   check_layout(layout_candidate(m, l, o.global_batch, o.precision));
   axis_stride(l, o.rank_order, "tp");  // validates the order
-  return predict_unchecked(m, sys, l, o);
+  // ZeRO++: a preset's knobs come from the system's levels (plan/zeropp.h).
+  const Layout r = resolve_zeropp(l, sys, o.rank_order);
+  if (std::string e = zeropp_error(r); !e.empty()) throw_input("layout {}: {}", r.describe(), e);
+  return predict_unchecked(m, sys, r, o);
 }
 
 namespace {
@@ -400,47 +441,158 @@ double p2p_time(const Context& c) {
 struct DpCost {
   double exposed = 0;
   std::vector<ExplainTerm> terms;
+  std::vector<double> level_bytes;  // with explain: per device per step, index: the system's levels
 };
+
+// "node 2.53 GB, group 2.5 GB": bytes per device on each level of `calls` such collectives.
+std::string level_text(const System& sys, const std::vector<double>& per_call, double calls) {
+  std::string s;
+  for (size_t i = 0; i < per_call.size(); ++i) {
+    if (per_call[i] > 0) s += fmt::format("{}{} {:.3g} GB", s.empty() ? "" : ", ", sys.levels[i].name, calls * per_call[i] / 1e9);
+  }
+  return s.empty() ? "no link" : s;
+}
+
 DpCost dp_cost(const Context& c, double psi, double md, const StageCost& slow) {
   const Layout& l = c.l;
   const Options& o = c.o;
   DpCost r;
   if (l.dp <= 1) return r;
+  if (o.explain) r.level_bytes.assign(c.sys.levels.size(), 0.0);
   const int64_t dp_stride = axis_stride(l, o.rank_order, "dp");
   const double g = (o.precision == Precision::kFp32 || o.fp32_grad_accumulation) ? 4 : 2;
   const double window = o.overlap_dp ? slow.t_b() : 0.0;  // the last micro-batch's backward
-  auto term = [&](const char* name, const CollectiveCost& cc, double calls, double exposed, double bytes) {
+  // One kind of collective of the step: its cost, and under explain its bytes per level and
+  // its line (`calls` per step, `exposed` seconds of the step).
+  struct Call {
+    Collective kind;
+    int64_t n, stride;
+    double bytes;
+    CollectiveCost cost;
+  };
+  auto call = [&](Collective kind, int64_t n, int64_t stride, double bytes) {
+    return Call{kind, n, stride, bytes, collective_cost(c.sys, kind, n, stride, bytes)};
+  };
+  auto term = [&](const std::string& name, const Call& k, double calls, double exposed, const std::string& what = "") {
     if (!o.explain) return;  // the search prices tens of thousands of layouts: no strings there
-    r.terms.push_back({"dp", name, cc.level_name(), exposed,
-                       fmt::format("{:g} x {:.3g} GB over dp {} ({}; {:.3g} s each, {:.3g} s latency)", calls, bytes / 1e9,
-                                   l.dp, cc.tree ? "tree" : "ring", cc.seconds, cc.latency_s)});
+    const std::vector<double> lb = collective_level_bytes(c.sys, k.kind, k.n, k.stride, k.bytes);
+    for (size_t i = 0; i < lb.size(); ++i) r.level_bytes[i] += calls * lb[i];
+    r.terms.push_back({"dp", name, k.cost.level_name(), exposed,
+                       fmt::format("{:g} x {:.3g} GB{} over {} ranks ({}; {:.3g} s each, {:.3g} s latency); per device per "
+                                   "step: {}",
+                                   calls, k.bytes / 1e9, what, k.n, k.kind == Collective::kAllToAll ? "all-to-all"
+                                                                     : k.cost.tree ? "tree" : "ring",
+                                   k.cost.seconds, k.cost.latency_s, level_text(c.sys, lb, calls))});
   };
   if (l.zero == 0) {
-    const CollectiveCost ar = collective_cost(c.sys, Collective::kAllReduce, l.dp, dp_stride, psi * g);
-    r.exposed = std::max(0.0, ar.seconds - window);
-    term("gradient all-reduce", ar, 1, r.exposed, psi * g);
+    const Call ar = call(Collective::kAllReduce, l.dp, dp_stride, psi * g);
+    r.exposed = std::max(0.0, ar.cost.seconds - window);
+    term("gradient all-reduce", ar, 1, r.exposed);
   } else if (l.zero <= 2) {
-    const CollectiveCost rs = collective_cost(c.sys, Collective::kReduceScatter, l.dp, dp_stride, psi * g);
-    const CollectiveCost ag = collective_cost(c.sys, Collective::kAllGather, l.dp, dp_stride, psi * c.e);
+    const Call rs = call(Collective::kReduceScatter, l.dp, dp_stride, psi * g);
+    const Call ag = call(Collective::kAllGather, l.dp, dp_stride, psi * c.e);
     // ZeRO 2: every micro-batch's reduce-scatter against its own backward.
     const double reductions = l.zero == 2 ? md : 1.0;
-    const double rs_exposed = reductions * std::max(0.0, rs.seconds - window);
-    r.exposed = rs_exposed + ag.seconds;
-    term("gradient reduce-scatter", rs, reductions, rs_exposed, psi * g);
-    term("parameter all-gather", ag, 1, ag.seconds, psi * c.e);
-  } else {
+    const double rs_exposed = reductions * std::max(0.0, rs.cost.seconds - window);
+    r.exposed = rs_exposed + ag.cost.seconds;
+    term("gradient reduce-scatter", rs, reductions, rs_exposed);
+    term("parameter all-gather", ag, 1, ag.cost.seconds);
+  } else if (!l.zeropp_on()) {
     // Every micro-batch gathers the parameters (forward, and again in the backward what the
     // buffers no longer hold) and reduce-scatters its gradients; prefetching hides them
     // behind that micro-batch.
     const DpStepComm k = dp_step_comm(3, static_cast<int>(c.m.layers) + 2, DataParallelConfig{}.prefetch);
-    const CollectiveCost ag = collective_cost(c.sys, Collective::kAllGather, l.dp, dp_stride, psi * c.e);
-    const CollectiveCost rs = collective_cost(c.sys, Collective::kReduceScatter, l.dp, dp_stride, psi * g);
-    const double per_mb = k.all_gather * ag.seconds + k.reduce_scatter * rs.seconds;
+    const Call ag = call(Collective::kAllGather, l.dp, dp_stride, psi * c.e);
+    const Call rs = call(Collective::kReduceScatter, l.dp, dp_stride, psi * g);
+    const double per_mb = k.all_gather * ag.cost.seconds + k.reduce_scatter * rs.cost.seconds;
     const double hide = o.overlap_dp ? slow.t_f() + slow.t_b() : 0.0;
     r.exposed = md * std::max(0.0, per_mb - hide);
     const double share = per_mb > 0 ? r.exposed / per_mb : 0;
-    term("parameter all-gathers (ZeRO-3)", ag, md * k.all_gather, share * md * k.all_gather * ag.seconds, psi * c.e);
-    term("gradient reduce-scatters (ZeRO-3)", rs, md * k.reduce_scatter, share * md * k.reduce_scatter * rs.seconds, psi * g);
+    term("parameter all-gathers (ZeRO-3)", ag, md * k.all_gather, share * md * k.all_gather * ag.cost.seconds);
+    term("gradient reduce-scatters (ZeRO-3)", rs, md * k.reduce_scatter, share * md * k.reduce_scatter * rs.cost.seconds);
+  } else {
+    // ZeRO++ (Wang et al. 2023; comm_model.h zeropp_step_comm for the counts, docs/planner.md):
+    // - qwZ: the gathers over the whole dp group carry int8 + one fp32 scale per block of G:
+    //   Psi (1 + 4/G) bytes, (1/2 + 2/G) of a 16-bit gather; each rank quantizes its own
+    //   Psi/dp (read e, write 1 byte per element) and dequantizes what it gathers (read 1,
+    //   write e), memory-bound.
+    // - hpZ: only each group's first gather (the first micro-batch's forward) runs over the
+    //   whole dp group; the others run inside the alpha group, 16-bit, at the level that holds
+    //   alpha dp ranks.
+    // - qgZ: the reduce-scatter becomes one all-to-all per hierarchy level, each carrying int4
+    //   (0.5 byte + a 4-byte scale per block) of what is left; each hop quantizes its input
+    //   (read g or 4, write 0.5 per element) and dequantizes, sums in fp32 (read 0.5 per element
+    //   received, write 4 per element kept), memory-bound.
+    // The collectives hide behind their micro-batch's compute as plain ZeRO-3's do; the
+    // quantization kernels share the device with it and are counted whole.
+    const Device& d = c.sys.device;
+    const ZeroPPStepComm z = zeropp_step_comm(static_cast<int>(c.m.layers) + 2, DataParallelConfig{}.prefetch,
+                                              static_cast<int64_t>(md), l.dp, {l.qwz, l.hpz, l.qgz, l.hierarchy});
+    const double G = l.quant_block;
+    const double per_mb = (z.primary_gathers + z.secondary_gathers) / md;
+    const Call ag_p = call(Collective::kAllGather, l.dp, dp_stride, z.quantized ? psi * (1 + 4 / G) : psi * c.e);
+    const Call ag_s = call(Collective::kAllGather, z.hpz, dp_stride, psi * c.e);
+    std::vector<Call> hops;
+    double reduce = 0, quant_g = 0;
+    if (z.gradient_hops.empty()) {
+      hops.push_back(call(Collective::kReduceScatter, l.dp, dp_stride, psi * g));
+      reduce = hops.back().cost.seconds;
+    } else {
+      double in_bytes = g;
+      for (const GradientHop& h : z.gradient_hops) {
+        const double x = psi * h.elements;
+        hops.push_back(call(Collective::kAllToAll, h.peers, dp_stride * h.stride, x * (0.5 + 4 / G)));
+        reduce += hops.back().cost.seconds;
+        quant_g += memory_time(d, x * (in_bytes + 0.5)) + memory_time(d, x * 0.5 + x / static_cast<double>(h.peers) * 4);
+        in_bytes = 4;  // later hops requantize the fp32 partial sums
+      }
+    }
+    const double quant_w = z.quantized ? memory_time(d, psi / l.dp * (c.e + 1)) + memory_time(d, psi * (1 + c.e)) : 0.0;
+    const double first = z.hpz > 1 ? ag_p.cost.seconds + (per_mb - 1) * ag_s.cost.seconds + reduce
+                                   : per_mb * ag_p.cost.seconds + reduce;
+    const double later = z.hpz > 1 ? per_mb * ag_s.cost.seconds + reduce : first;
+    const double hide = o.overlap_dp ? slow.t_f() + slow.t_b() : 0.0;
+    const double comm = first + (md - 1) * later;
+    const double comm_exposed = std::max(0.0, first - hide) + (md - 1) * std::max(0.0, later - hide);
+    const double quant = z.primary_gathers * quant_w + md * quant_g;
+    r.exposed = comm_exposed + quant;
+    if (o.explain) {
+      const double share = comm > 0 ? comm_exposed / comm : 0;
+      std::string levels;
+      for (const DpLevel& dl : dp_levels(c.sys, l, o.rank_order)) {
+        levels += fmt::format("{}{}: {}", levels.empty() ? "" : "; ", dl.name,
+                              dl.dropped.empty() ? fmt::format("{} dp ranks", dl.dp_ranks)
+                                                 : fmt::format("{} dp ranks, dropped ({})", dl.dp_ranks, dl.dropped));
+      }
+      r.terms.push_back({"dp", fmt::format("ZeRO++ {}: dp hierarchy", zeropp_name(l.zeropp)), "", 0.0,
+                         fmt::format("{}; whole dp group {} above; {}", levels, l.dp, l.describe())});
+      term(z.quantized ? "forward all-gathers, int8 + scales (qwZ)" : "forward all-gathers over dp (ZeRO-3)", ag_p,
+           z.primary_gathers, share * z.primary_gathers * ag_p.cost.seconds,
+           z.quantized ? fmt::format(" (int8, G {:g})", G) : "");
+      if (z.secondary_gathers > 0) {
+        term(fmt::format("hpZ all-gathers inside {} dp ranks", z.hpz), ag_s, z.secondary_gathers,
+             share * z.secondary_gathers * ag_s.cost.seconds, " (16-bit)");
+      }
+      if (z.gradient_hops.empty()) {
+        term("gradient reduce-scatters (ZeRO-3)", hops[0], md, share * md * hops[0].cost.seconds);
+      } else {
+        for (size_t i = 0; i < hops.size(); ++i) {
+          term(fmt::format("qgZ hop {} all-to-all over {} dp ranks", i + 1, z.gradient_hops[i].peers), hops[i], md,
+               share * md * hops[i].cost.seconds, " (int4)");
+        }
+      }
+      if (z.quantized) {
+        r.terms.push_back({"dp", "qwZ quantize + dequantize", "", z.primary_gathers * quant_w,
+                           fmt::format("{:g} gathers: quantize {:.3g} GB own shard, dequantize {:.3g} GB gathered, at {:.3g} TB/s",
+                                       z.primary_gathers, psi / l.dp * (c.e + 1) / 1e9, psi * (1 + c.e) / 1e9,
+                                       d.memory_bandwidth / 1e12)});
+      }
+      if (!z.gradient_hops.empty()) {
+        r.terms.push_back({"dp", "qgZ quantize + dequantize-sum", "", md * quant_g,
+                           fmt::format("{} hops x {:g} micro-batches, fp32 sums, at {:.3g} TB/s", hops.size(), md,
+                                       d.memory_bandwidth / 1e12)});
+      }
+    }
   }
   return r;
 }
@@ -549,6 +701,7 @@ Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layou
                            fmt::format("{:.4g} ms per transfer", 1e3 * c.p2p)});
     }
     for (auto& term : dp.terms) p.explain.push_back(std::move(term));
+    for (size_t i = 0; i < dp.level_bytes.size(); ++i) p.dp_level_bytes.emplace_back(sys.levels[i].name, dp.level_bytes[i]);
     p.explain.push_back({"optimizer", "AdamW update", "", p.time.optimizer,
                          fmt::format("{:.4g} M parameters per rank, memory-bound", shard / 1e6)});
     p.explain.push_back({"stragglers", "waiting for the slowest device", "", p.time.stragglers,

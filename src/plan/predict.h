@@ -94,6 +94,10 @@ struct Prediction {
   // Per micro-batch on the slowest stage: forward, backward (with recompute), one p2p send.
   double t_forward = 0, t_backward = 0, t_p2p = 0;
   std::vector<ExplainTerm> explain;  // with Options::explain: the step's terms, largest groups first
+  // With Options::explain: bytes each device sends per step over each level's links (index:
+  // the system's levels) for the data-parallel / ZeRO / ZeRO++ collectives
+  // (collective_level_bytes summed over the step's calls).
+  std::vector<std::pair<std::string, double>> dp_level_bytes;
 };
 
 // Predicts one layout. InputError (naming the values) when the layout breaks a layout rule
@@ -108,8 +112,16 @@ Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layou
 // All-reduce takes the faster of a ring (2(n-1) latencies, 2(n-1)/n of the bytes) and a
 // double binary tree (2 ceil(log2 n) latencies, 2x the bytes; Sanders et al. 2009, NCCL's
 // choice at scale); the others are rings.
-enum class Collective { kAllReduce, kReduceScatter, kAllGather, kSendRecv };
+// kAllToAll (qgZ's hops): n - 1 rounds; every rank sends bytes/n to each peer, so what leaves
+// its unit of the level below ((n - k_{l-1})/n of the buffer) crosses level l on its own links.
+enum class Collective { kAllReduce, kReduceScatter, kAllGather, kSendRecv, kAllToAll };
 double collective_time(const System& sys, Collective c, int64_t n, int64_t stride, double bytes);
+// Bytes each device sends over each level's links (index: sys.levels) for one such collective:
+// the numerator of collective_cost's bandwidth term at every level the group crosses (a ring:
+// (n-1)/n of the buffer per crossing, shared by the k_{l-1} devices below it; an all-to-all:
+// (n - k_{l-1})/n of it per device; a tree all-reduce: 2 buffers per crossing). Times the
+// devices of a node it is the ZeRO++ accounting's "cross-node bytes per node".
+std::vector<double> collective_level_bytes(const System& sys, Collective c, int64_t n, int64_t stride, double bytes);
 struct CollectiveCost {
   double seconds = 0, latency_s = 0, bandwidth_s = 0;
   const LinkLevel* level = nullptr;  // the level whose crossing sets the bandwidth term (in the System)

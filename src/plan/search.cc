@@ -1,6 +1,7 @@
 #include "plan/search.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
@@ -9,6 +10,7 @@
 #include <functional>
 
 #include "core/error.h"
+#include "plan/zeropp.h"
 
 namespace weft::plan {
 
@@ -50,7 +52,26 @@ std::string pins_text(const Pins& p) {
   if (p.sequence_parallel) s += *p.sequence_parallel ? " --sequence-parallel" : " --no-sequence-parallel";
   if (p.schedule) s += fmt::format(" --schedule {}", schedule_name(*p.schedule));
   add("virtual-stages", p.virtual_stages);
+  if (p.zeropp) s += fmt::format(" --zeropp {}", zeropp_name(*p.zeropp));
+  if (p.qwz) s += *p.qwz ? " --qwz" : " --no-qwz";
+  add("hpz", p.hpz);
+  if (p.qgz) s += *p.qgz ? " --qgz" : " --no-qgz";
+  if (p.hierarchy) s += fmt::format(" --hierarchy {}", fmt::join(*p.hierarchy, ","));
+  add("quant-block", p.quant_block);
   return s;
+}
+
+// The pinned ZeRO++ knobs over `l` (its preset already resolved); kCustom when any is pinned.
+Layout with_knob_pins(Layout l, const Pins& p) {
+  if (!(p.qwz || p.qgz || p.hpz || p.quant_block || p.hierarchy)) return l;
+  if (p.qwz) l.qwz = *p.qwz;
+  if (p.qgz) l.qgz = *p.qgz;
+  if (p.hpz) l.hpz = *p.hpz;
+  if (p.quant_block) l.quant_block = *p.quant_block;
+  if (p.hierarchy) l.hierarchy = *p.hierarchy;
+  if (!l.qgz && !p.hierarchy) l.hierarchy.clear();
+  l.zeropp = ZeroPP::kCustom;
+  return l;
 }
 
 // Walks the candidates of a search: the axes (tp, pp, dp), then the micro-batch, then the
@@ -134,11 +155,20 @@ struct Walk {
 
   void leaf(const LayoutCandidate& c) {
     if (std::string e = layout_error(c); !e.empty()) return refuse(2, e);
-    ++valid;
     Layout l;
     l.tp = c.tp, l.pp = c.pp, l.dp = c.dp, l.micro_batch = c.micro_batch, l.zero = c.zero;
     l.recompute = c.recompute, l.recompute_layers = c.recompute_layers, l.sequence_parallel = c.sequence_parallel;
     l.schedule = c.schedule, l.virtual_stages = c.virtual_stages;
+    if (pins.zeropp_pinned()) {
+      // ZeRO++ pins: the system-free rules here (zero 3, hpz dividing dp, the hierarchy); the
+      // preset's knobs are resolved against the system by the search (plan/zeropp.h).
+      l.zeropp = pins.zeropp.value_or(ZeroPP::kNone);
+      Layout k = l;
+      k.qwz = k.qgz = l.zeropp == ZeroPP::kZeroPP || l.zeropp == ZeroPP::kThreeLevel;  // what the presets turn on
+      k = with_knob_pins(k, pins);
+      if (std::string e = zeropp_error(k); !e.empty()) return refuse(2, e);
+    }
+    ++valid;
     visit(l);
   }
 };
@@ -183,8 +213,7 @@ SearchResult search_layouts(const ModelShape& m, const System& sys, int64_t gpus
   std::vector<Prediction> fit;
   const MemoryOptions mo = o.memory();
   const double capacity = sys.device.memory_bytes;
-  for_each_valid_layout(m, gpus, o, pins, [&](const Layout& l) {
-    if (equivalent_to_simpler(l, o, pins)) return;
+  auto price = [&](const Layout& l) {
     ++res.evaluated;
     const MemoryBreakdown mem = worst_stage_memory(m, l, mo);
     if (mem.total <= capacity) {
@@ -192,6 +221,21 @@ SearchResult search_layouts(const ModelShape& m, const System& sys, int64_t gpus
     } else if (!res.smallest || mem.total < res.smallest->memory.total) {
       res.smallest = predict_unchecked(m, sys, l, o);
     }
+  };
+  for_each_valid_layout(m, gpus, o, pins, [&](const Layout& l) {
+    if (equivalent_to_simpler(l, o, pins)) return;
+    if (l.zero != 3 || (l.dp == 1 && !pins.zeropp_pinned())) return price(l);
+    // ZeRO-3: plain and with each ZeRO++ preset (plan/zeropp.h), or as pinned.
+    if (pins.zeropp_pinned()) return price(with_knob_pins(resolve_zeropp(l, sys, o.rank_order), pins));
+    price(l);
+    Layout zpp = l, three = l;
+    zpp.zeropp = ZeroPP::kZeroPP;
+    three.zeropp = ZeroPP::kThreeLevel;
+    zpp = resolve_zeropp(zpp, sys, o.rank_order);
+    three = resolve_zeropp(three, sys, o.rank_order);
+    price(zpp);
+    // "3-level" where the layout leaves it no level beside the node's is "zero++" again.
+    if (three.hpz != zpp.hpz || three.hierarchy != zpp.hierarchy) price(three);
   });
   res.fitting = static_cast<int64_t>(fit.size());
   const size_t k = std::min(keep, fit.size());
@@ -218,6 +262,8 @@ std::string explain(const Prediction& a, const Prediction& b) {
   cmp("sequence-parallel", x.sequence_parallel, y.sequence_parallel);
   cmp("schedule", schedule_name(x.schedule), schedule_name(y.schedule));
   cmp("virtual-stages", x.virtual_stages, y.virtual_stages);
+  cmp("zeropp", zeropp_name(x.zeropp), zeropp_name(y.zeropp));
+  cmp("hpz", x.hpz, y.hpz);
   struct Part {
     const char* name;
     double d;

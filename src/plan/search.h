@@ -18,6 +18,14 @@ struct Pins {
   std::optional<Recompute> recompute;
   std::optional<bool> sequence_parallel;
   std::optional<PipeSchedule> schedule;
+  // ZeRO++ (zero 3 only): a preset, and knobs that replace the preset's (any of them makes the
+  // layout kCustom). Unpinned, the search tries every zero 3 layout plain, as "zero++" and as
+  // "3-level" (the latter left out where it resolves to the same knobs as "zero++").
+  std::optional<ZeroPP> zeropp;
+  std::optional<bool> qwz, qgz;
+  std::optional<int> hpz, quant_block;
+  std::optional<std::vector<int>> hierarchy;
+  bool zeropp_pinned() const { return zeropp || qwz || qgz || hpz || quant_block || hierarchy; }
 };
 
 struct SearchResult {

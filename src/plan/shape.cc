@@ -1,6 +1,7 @@
 #include "plan/shape.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "parallel/pp/partition.h"
@@ -72,7 +73,32 @@ std::string Layout::describe() const {
   if (sequence_parallel) s += " sp";
   s += fmt::format(" {}", schedule_name(schedule));
   if (schedule == PipeSchedule::kInterleaved) s += fmt::format(" v{}", virtual_stages);
+  if (zeropp_on() || zeropp != ZeroPP::kNone) {
+    std::string k;
+    if (qwz) k += " qwz";
+    if (hpz > 1) k += fmt::format(" hpz {}", hpz);
+    if (qgz) k += hierarchy.empty() ? std::string(" qgz flat") : fmt::format(" qgz {}", fmt::join(hierarchy, ","));
+    if (quant_block != 2048) k += fmt::format(" G {}", quant_block);
+    s += fmt::format(" {}({})", zeropp == ZeroPP::kNone ? "zeropp" : zeropp_name(zeropp), k.empty() ? "off" : k.substr(1));
+  }
   return s;
+}
+
+const char* zeropp_name(ZeroPP z) {
+  switch (z) {
+    case ZeroPP::kNone: return "none";
+    case ZeroPP::kZeroPP: return "zero++";
+    case ZeroPP::kThreeLevel: return "3-level";
+    case ZeroPP::kCustom: return "custom";
+  }
+  return "none";
+}
+
+ZeroPP parse_zeropp(const std::string& s) {
+  for (ZeroPP z : {ZeroPP::kNone, ZeroPP::kZeroPP, ZeroPP::kThreeLevel, ZeroPP::kCustom}) {
+    if (s == zeropp_name(z)) return z;
+  }
+  throw_input("unknown ZeRO++ preset '{}' (known: none, zero++, 3-level, custom)", s);
 }
 
 int64_t micro_batches(int64_t global_batch, const Layout& l) {

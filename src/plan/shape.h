@@ -66,6 +66,20 @@ using weft::Recompute;
 using weft::parse_recompute;
 using weft::recompute_name;
 
+// ZeRO++ (Wang et al. 2023, "ZeRO++: Extremely Efficient Collective Communication for Giant
+// Model Training", arXiv 2306.10209) and the Frontier 3-level variant (Xu et al. 2025,
+// "Scaling Large Language Model Training on Frontier with Low-Bandwidth Partitioning",
+// arXiv 2501.04266): settings of a ZeRO-3 layout. A preset names where its knobs come from
+// (plan/zeropp.h resolve_zeropp derives them from the system's link levels and the layout):
+//   kNone       plain ZeRO-3 (every knob off)
+//   kZeroPP     "zero++": qwZ + hpZ over the node's dp peers + qgZ in 2 hops (node, the rest)
+//   kThreeLevel "3-level": qwZ + hpZ over the innermost level's dp peers (the GCD pair on
+//               Frontier) + qgZ in one hop per level (pair, node, the rest)
+//   kCustom     the knobs as given
+enum class ZeroPP { kNone, kZeroPP, kThreeLevel, kCustom };
+const char* zeropp_name(ZeroPP z);                 // "none", "zero++", "3-level", "custom"
+ZeroPP parse_zeropp(const std::string& s);         // InputError naming the known names
+
 struct Layout {
   int tp = 1;  // tensor-parallel size (t)
   int pp = 1;  // pipeline stages (p)
@@ -79,9 +93,19 @@ struct Layout {
   bool sequence_parallel = false;  // Korthikanti et al. 2022 sec. 4.2.2 (a layout rule: tp > 1)
   PipeSchedule schedule = PipeSchedule::k1F1B;
   int virtual_stages = 1;  // v: model chunks per stage (interleaved 1F1B)
+  // ZeRO++ (zero 3 only; plan/zeropp.h checks the rules and prices nothing else):
+  ZeroPP zeropp = ZeroPP::kNone;  // the preset the knobs below come from
+  bool qwz = false;  // quantized weights: the gathers over the whole dp group carry int8 + an fp32 scale per block
+  int hpz = 1;       // secondary partition of alpha dp ranks (1: off): later gathers of a step stay inside it
+  bool qgz = false;  // quantized gradients: the reduce-scatter as int4 all-to-all hops, one per hierarchy level
+  // qgZ's hops: the dp group's inner levels as cumulative sizes in dp ranks, innermost first
+  // ([2, 8]: pairs inside groups of 8, the whole dp group above); empty: one flat hop.
+  std::vector<int> hierarchy;
+  int quant_block = 2048;  // G: elements per quantization block (one fp32 scale each)
 
   int world() const { return tp * pp * dp; }
-  std::string describe() const;  // "tp 4 pp 16 dp 2 mb 1 zero 1 full sp 1f1b"
+  bool zeropp_on() const { return qwz || hpz > 1 || qgz; }
+  std::string describe() const;  // "tp 4 pp 16 dp 2 mb 1 zero 1 full sp 1f1b"; ZeRO++: "... zero++(qwz hpz 8 qgz 8)"
 };
 
 // Micro-batches per pipeline per optimizer step: global_batch / (dp * micro_batch).
