@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "model/params.h"
 #include "parallel/dp/data_parallel.h"
 #include "parallel/pp/partition.h"
 #include "parallel/pp/schedule.h"
@@ -59,6 +60,18 @@ void add_states(Elems& e, const WeftRunShape& r, const GptDescription& d, int dp
       break;
   }
   if (r.master_weights) e.optimizer += l.zero == 0 ? n : own;
+  if (l.zero == 3 && r.zeropp.active()) {  // the store's exact ZeRO++ buffers
+    const ParamLayout layout(r.model, l.tp, 0, d.spec().stage);
+    std::vector<std::pair<int64_t, int64_t>> groups;
+    for (int g = 0; g < layout.num_groups(); ++g) {
+      if (layout.has_group(g)) groups.push_back(layout.group_range(g));
+    }
+    const ZeroPPBuffers zb =
+        zeropp_buffers(r.zeropp, groups, layout.total(), dp_rank, static_cast<int>(dp), DataParallel::param_slots(r.prefetch), true);
+    e.params += static_cast<double>(zb.hpz_elems);
+    e.comm += static_cast<double>(zb.qwz_wire_bytes + zb.qgz_wire_bytes) / 4.0 + static_cast<double>(zb.qgz_staging_elems);
+    e.grads += static_cast<double>(zb.residual_elems);
+  }
   // The embedding gradient's (token, row) exchange: every rank's rows and their int32 tokens,
   // gathered (transient; 4 bytes per token like a float).
   if (dp > 1 && l.zero <= 1 && st.embedding) e.comm += static_cast<double>(d.tokens()) * (r.model.n_embd + 1) * dp;

@@ -36,6 +36,7 @@
 #include <cstdint>
 
 #include "model/config.h"
+#include "parallel/dp/zeropp.h"
 #include "plan/memory.h"
 #include "plan/shape.h"
 
@@ -51,6 +52,8 @@ struct WeftRunShape {
   // bf16/fp16 runs: the optimizer keeps fp32 master weights of its range (4 more bytes per
   // element; the CPU backend stores the 16-bit values in fp32 buffers, so params stay 4 bytes).
   bool master_weights = false;
+  // ZeRO-3 + ZeRO++ (parallel/dp/zeropp.h, resolved): the secondary partition, wires, residual.
+  ZeroPPConfig zeropp;
 };
 
 // Bytes one rank of pipeline stage `stage` (data-parallel rank `dp_rank`) allocates per

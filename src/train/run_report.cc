@@ -62,6 +62,7 @@ plan::WeftRunShape run_memory_shape(const RunConfig& cfg, const EngineConfig& ec
   shape.prefetch = ec.data_parallel.prefetch;
   shape.layout = plan_layout(cfg, ec);
   shape.master_weights = ec.precision != Precision::kFp32;
+  shape.zeropp = ec.data_parallel.zeropp;
   return shape;
 }
 

@@ -35,26 +35,35 @@ QuantizedReduceScatter::QuantizedReduceScatter(DeviceComm& dp, const ZeroPPConfi
     WEFT_CHECK(h.comm->size() == h.h.size, "qgZ hop {}: the group has {} ranks, {} expected", k, h.comm->size(), h.h.size);
     hops_.push_back(std::move(h));
   }
-  // Buffer sizes: the largest any group needs at any hop.
-  int64_t max_len = 1, max_send = 4, max_recv = 4;
-  for (const auto& [b, e] : groups) {
-    max_len = std::max(max_len, e - b);
-    for (size_t k = 0; k < hops_.size(); ++k) {
-      const GradHop& h = hops_[k].h;
-      int64_t send = 0, mine = 0;
-      for (int m = 0; m < h.size; ++m) {
-        int64_t E = 0;
-        for (int q : chunks_to_member(me, P, cfg.levels, static_cast<int>(k), m)) {
-          const auto [cb, ce] = chunk(q, b, e);
-          E += ce - cb;
+  // Buffer sizes: the largest any group needs at any hop (zeropp_buffers, which the planner reads).
+  ZeroPPConfig only_qgz = cfg;
+  only_qgz.quantized_weights = false;
+  only_qgz.hpz = 1;
+  const ZeroPPBuffers sz = zeropp_buffers(only_qgz, groups, n, me, P, 0, true);
+  const int64_t max_len = sz.qgz_staging_elems / 3;
+  int64_t max_send = 4, max_recv = 4;
+  {
+    // The same split of the wire bytes between send and receive as zeropp_buffers sums.
+    for (const auto& [b, e] : groups) {
+      for (size_t k = 0; k < hops_.size(); ++k) {
+        const GradHop& h = hops_[k].h;
+        int64_t send = 0, mine = 0;
+        for (int m = 0; m < h.size; ++m) {
+          int64_t E = 0;
+          for (int q : chunks_to_member(me, P, cfg.levels, static_cast<int>(k), m)) {
+            const auto [cb, ce] = chunk(q, b, e);
+            E += ce - cb;
+          }
+          send += quant_wire_bytes(E, cfg.gradients);
+          if (m == h.index) mine = quant_wire_bytes(E, cfg.gradients);
         }
-        send += quant_wire_bytes(E, cfg.gradients);
-        if (m == h.index) mine = quant_wire_bytes(E, cfg.gradients);
+        max_send = std::max(max_send, send);
+        max_recv = std::max(max_recv, mine * h.size);
       }
-      max_send = std::max(max_send, send);
-      max_recv = std::max(max_recv, mine * h.size);
     }
   }
+  WEFT_CHECK(max_send + max_recv == sz.qgz_wire_bytes, "qgZ: wire sizes {} + {} differ from the model's {}", max_send,
+             max_recv, sz.qgz_wire_bytes);
   staging_ = DeviceBuffer(be, DType::kF32, max_len, MemCategory::kComm);
   cur_ = DeviceBuffer(be, DType::kF32, max_len, MemCategory::kComm);
   next_ = DeviceBuffer(be, DType::kF32, max_len, MemCategory::kComm);

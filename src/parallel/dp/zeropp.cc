@@ -93,6 +93,58 @@ int dp_peers_per_node(const std::vector<int>& dp_group, const NodeMap& nodes) {
   return runs.front();
 }
 
+ZeroPPBuffers zeropp_buffers(const ZeroPPConfig& z, const std::vector<std::pair<int64_t, int64_t>>& groups, int64_t n,
+                             int dp_rank, int dp, int slots, bool training) {
+  ZeroPPBuffers b;
+  const int64_t shard = (n + dp - 1) / dp;
+  auto piece = [&](int q, int64_t gb, int64_t ge) {
+    return std::max<int64_t>(0, std::clamp(std::min(n, (q + 1) * shard), gb, ge) - std::clamp(std::min(n, q * shard), gb, ge));
+  };
+  if (z.hpz > 1) {
+    const int j = dp_rank % z.hpz;
+    for (const auto& [gb, ge] : groups) {
+      const int64_t len = ge - gb, c = (len + z.hpz - 1) / z.hpz;
+      b.hpz_elems += std::max<int64_t>(0, std::min(len, (j + 1) * c) - j * c);
+    }
+  }
+  if (z.quantized_weights) {
+    for (int s = 0; s < slots; ++s) {
+      int64_t send = 0, recv = 0;
+      for (size_t g = 0; g < groups.size(); ++g) {
+        if ((s == 0) != (g == 0)) continue;
+        const auto [gb, ge] = groups[g];
+        int64_t all = 0;
+        for (int q = 0; q < dp; ++q) all += quant_wire_bytes(piece(q, gb, ge), z.weights);
+        send = std::max(send, quant_wire_bytes(piece(dp_rank, gb, ge), z.weights));
+        recv = std::max(recv, all);
+      }
+      b.qwz_wire_bytes += send + recv;
+    }
+  }
+  if (z.quantized_gradients && training) {
+    const std::vector<GradHop> hops = grad_hops(dp_rank, dp, z.levels);
+    int64_t max_len = 1, max_send = 4, max_recv = 4;
+    for (const auto& [gb, ge] : groups) {
+      max_len = std::max(max_len, ge - gb);
+      for (size_t k = 0; k < hops.size(); ++k) {
+        int64_t send = 0, mine = 0;
+        for (int m = 0; m < hops[k].size; ++m) {
+          int64_t E = 0;
+          for (int q : chunks_to_member(dp_rank, dp, z.levels, static_cast<int>(k), m)) E += piece(q, gb, ge);
+          send += quant_wire_bytes(E, z.gradients);
+          if (m == hops[k].index) mine = quant_wire_bytes(E, z.gradients);
+        }
+        max_send = std::max(max_send, send);
+        max_recv = std::max(max_recv, mine * hops[k].size);
+      }
+    }
+    b.qgz_staging_elems = 3 * max_len;
+    b.qgz_wire_bytes = max_send + max_recv;
+    if (z.error_feedback) b.residual_elems = n;
+  }
+  return b;
+}
+
 int dp_peers_per_node(const GridLayout& grid, const NodeMap& nodes) {
   int common = -1;
   for (int r = 0; r < grid.world_size(); ++r) {

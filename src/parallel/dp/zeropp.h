@@ -62,6 +62,21 @@ std::vector<int> chunks_to_member(int dp_rank, int dp, const std::vector<int>& l
 // size, one run per node.
 int dp_peers_per_node(const std::vector<int>& dp_group, const NodeMap& nodes);
 
+// What ZeRO++ adds to one rank's ZeRO-3 store (DataParallel + QuantizedReduceScatter allocate
+// exactly these; the planner's weft_memory predicts with it). groups: the store's [b, e)
+// ranges, group 0 (the embedding, its own gather slot) first; n: the flat size; slots: the
+// gather slots (DataParallel::param_slots). Traced runs add a scratch buffer to measure the
+// quantization error (not counted here).
+struct ZeroPPBuffers {
+  int64_t hpz_elems = 0;         // params: the secondary partition
+  int64_t qwz_wire_bytes = 0;    // comm: every slot's send and receive wires
+  int64_t qgz_staging_elems = 0; // comm: staging + two partial-sum buffers (floats)
+  int64_t qgz_wire_bytes = 0;    // comm: the hop wires (send + receive)
+  int64_t residual_elems = 0;    // grads: error feedback
+};
+ZeroPPBuffers zeropp_buffers(const ZeroPPConfig& z, const std::vector<std::pair<int64_t, int64_t>>& groups, int64_t n,
+                             int dp_rank, int dp, int slots, bool training);
+
 // The data-parallel ranks per node common to every data-parallel group of `grid` under `nodes`
 // (0: they differ, or a group is not one run per node).
 int dp_peers_per_node(const GridLayout& grid, const NodeMap& nodes);
