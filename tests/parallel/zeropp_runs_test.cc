@@ -111,5 +111,26 @@ TEST_F(ZeroPPRuns, QuantizedPathsStayNearZero3AndMatchTheModelAndTheFormulas) {
   EXPECT_GT(b3 / bpp, 5.3) << "ZeRO-3 " << b3 << " bytes, ZeRO++ " << bpp;
 }
 
+TEST_F(ZeroPPRuns, ThreeLevelVariantOnEightRanksKeepsEachCallOnItsLevel) {
+  // 8 ranks as 2 nodes of 4 GCD pairs of 2: hpZ on the pair, qgZ hops pair -> node -> network.
+  const std::string l3 = run(8, "l3", "--trace --steps 6 --zero-quantized-weights --zero-hpz-partition-size 2 "
+                                      "--zero-quantized-gradients --zero.hierarchy 2,4");
+  const nlohmann::json rep = read_json(l3 + "/comm_report.json");
+  EXPECT_EQ(rep["mismatches"].get<int64_t>(), 0);
+  const auto& lv = rep["levels"];
+  ASSERT_EQ(lv["names"], nlohmann::json::array({"pair", "node"}));
+  const auto& by = lv["total"]["by_axis"];
+  EXPECT_EQ(by["dp-hpz"]["pair"].get<int64_t>(), 0) << "hpZ gathers leave the pair";
+  EXPECT_EQ(by["dp-pair"]["pair"].get<int64_t>(), 0) << "the first hop leaves the pair";
+  EXPECT_GT(by["dp-node"]["pair"].get<int64_t>(), 0);
+  EXPECT_EQ(by["dp-node"]["node"].get<int64_t>(), 0) << "the second hop leaves the node";
+  EXPECT_GT(by["dp-net"]["node"].get<int64_t>(), 0);
+  // Crossing bytes of the network hop are half the node hop's: each rank sends a quarter of the
+  // gradient there (reduced over its node of 4) against a half (reduced over its pair).
+  EXPECT_NEAR(by["dp-net"]["node"].get<double>() / by["dp-node"]["pair"].get<double>(), 0.5, 0.05);
+  const double v = test::metric_series(l3, "val_loss").rbegin()->second;
+  EXPECT_TRUE(std::isfinite(v));
+}
+
 }  // namespace
 }  // namespace weft
