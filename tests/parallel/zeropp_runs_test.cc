@@ -113,7 +113,7 @@ TEST_F(ZeroPPRuns, QuantizedPathsStayNearZero3AndMatchTheModelAndTheFormulas) {
 
 TEST_F(ZeroPPRuns, ThreeLevelVariantOnEightRanksKeepsEachCallOnItsLevel) {
   // 8 ranks as 2 nodes of 4 GCD pairs of 2: hpZ on the pair, qgZ hops pair -> node -> network.
-  const std::string l3 = run(8, "l3", "--trace --steps 6 --zero-quantized-weights --zero-hpz-partition-size 2 "
+  const std::string l3 = run(8, "l3", "--trace --steps 6 --micro_batch 1 --zero-quantized-weights --zero-hpz-partition-size 2 "
                                       "--zero-quantized-gradients --zero.hierarchy 2,4");
   const nlohmann::json rep = read_json(l3 + "/comm_report.json");
   EXPECT_EQ(rep["mismatches"].get<int64_t>(), 0);

@@ -89,6 +89,13 @@ const std::vector<BadValue>& bad_values() {
       {"prefetch", "-1", "prefetch must be >= 0"}, {"prefetch", kHuge, "prefetch = 99999999999 is too large"},
       {"comm_timeout", "-1", "comm_timeout must lie in [0, 10000000]"}, {"comm_timeout", "1e300", "comm_timeout must lie"},
       {"comm_timeout", "inf", "comm_timeout must be a finite"},
+      {"quantized_weights", "maybe", "must be true or false"}, {"quantized_gradients", "2", "must be true or false"},
+      {"hpz_partition_size", "0", "zero.hpz_partition_size must lie in [1, 1048576]"},
+      {"hierarchy", "4,2", "each level must be a larger multiple"}, {"hierarchy", "1", "every level must hold 2 to"},
+      {"hierarchy", "2;8", "must be a list of integers"},
+      {"block_size", "0", "zero.block_size must lie in [1, 16777216]"}, {"weight_bits", "6", "zero.weight_bits must be 8 or 4"},
+      {"gradient_bits", "3", "zero.gradient_bits must be 8 or 4"},
+      {"error_feedback", "true", "zero.error_feedback needs zero.quantized_gradients"},
       // [eval]
       {"val_every", "-1", "val_every -1"}, {"val_batches", "-1", "val_batches -1"},
       {"val_batches", kInt64Huge, "validation tokens = val_batches 4611686018427387904"},
