@@ -387,4 +387,12 @@ void DeviceCommunicator::set_timeout(std::chrono::milliseconds t) { host_.set_ti
 
 void DeviceCommunicator::set_tracer(Tracer* tracer) { host_.set_tracer(tracer); }
 
+std::unique_ptr<DeviceComm> split_device_comm(DeviceComm& comm, int color, int key, const std::string& axis) {
+  std::unique_ptr<Communicator> c = comm.split(color, key, axis);
+  auto* d = dynamic_cast<DeviceComm*>(c.get());
+  WEFT_CHECK(d != nullptr, "a split of the device communicator on axis {} is not a device communicator", comm.axis());
+  c.release();
+  return std::unique_ptr<DeviceComm>(d);
+}
+
 }  // namespace weft

@@ -55,6 +55,10 @@ class DeviceComm : public Communicator {
   virtual Backend& backend() const = 0;
 };
 
+// comm.split(...) as the DeviceComm it is (both kinds split into their own kind); collective
+// over `comm` like split.
+std::unique_ptr<DeviceComm> split_device_comm(DeviceComm& comm, int color, int key, const std::string& axis);
+
 class DeviceCommunicator final : public DeviceComm {
  public:
   // Wraps `host` (not owned; it must outlive this object) for device buffers of `be`.

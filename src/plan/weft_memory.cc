@@ -69,7 +69,7 @@ void add_states(Elems& e, const WeftRunShape& r, const GptDescription& d, int dp
     const ZeroPPBuffers zb =
         zeropp_buffers(r.zeropp, groups, layout.total(), dp_rank, static_cast<int>(dp), DataParallel::param_slots(r.prefetch), true);
     e.params += static_cast<double>(zb.hpz_elems);
-    e.comm += static_cast<double>(zb.qwz_wire_bytes + zb.qgz_wire_bytes) / 4.0 + static_cast<double>(zb.qgz_staging_elems);
+    e.comm += static_cast<double>(zb.comm_bytes()) / 4.0;
     e.grads += static_cast<double>(zb.residual_elems);
   }
   // The embedding gradient's (token, row) exchange: every rank's rows and their int32 tokens,

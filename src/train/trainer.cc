@@ -194,8 +194,8 @@ void TrainLoop::write_comm_report(int64_t start_step) {
   tracer_.clear();
   world_.barrier();
   if (!rank0_ || res_.steps_done <= start_step) return;
-  CommReportInputs in{engine_.config(), nodes_, start_step, res_.steps_done, contexts_};
-  in.levels = report_link_levels(engine_.config(), nodes_);
+  CommReportInputs in{engine_.config(), nodes_, start_step, res_.steps_done, contexts_,
+                      report_link_levels(engine_.config(), nodes_)};
   nlohmann::json rep;
   files_.write_with(cfg_.out + "/comm_report.json", [&] { rep = weft::write_comm_report(cfg_.out, in); });
   log_info("communication report: {}/comm_report.txt ({} rows, {} differing from the model)", cfg_.out,

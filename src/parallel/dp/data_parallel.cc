@@ -105,11 +105,7 @@ void DataParallel::setup_zeropp(const std::vector<int>& owned) {
   if (z.hpz > 1) {
     WEFT_CHECK(P % z.hpz == 0, "hpZ: {} ranks do not divide the data-parallel group of {}", z.hpz, P);
     // Collective over dp: consecutive data-parallel ranks form one hpZ group.
-    std::unique_ptr<Communicator> c = dp_.split(dp_.rank() / z.hpz, dp_.rank(), "dp-hpz");
-    auto* d = dynamic_cast<DeviceComm*>(c.get());
-    WEFT_CHECK(d != nullptr, "a split of a device communicator is not a device communicator");
-    c.release();
-    hpz_comm_.reset(d);
+    hpz_comm_ = split_device_comm(dp_, dp_.rank() / z.hpz, dp_.rank(), "dp-hpz");
     hpz_offset_.assign(static_cast<size_t>(layout_.num_groups()), -1);
     hpz_valid_.assign(static_cast<size_t>(layout_.num_groups()), 0);
     int64_t at = 0;
@@ -120,21 +116,18 @@ void DataParallel::setup_zeropp(const std::vector<int>& owned) {
     }
     hpz_ = DeviceBuffer(backend_, DType::kF32, at, MemCategory::kParams);
   }
-  if (z.quantized_weights && cfg_.zero == 3) {
-    // Wire buffers of each slot, for the largest group it may hold.
+  if (z.quantized_weights) {
+    // Wire buffers of each slot, for the largest group it may hold (sized as weft_memory counts them).
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    for (auto it = owned.rbegin(); it != owned.rend(); ++it) ranges.push_back(layout_.group_range(*it));  // group 0 first
+    ZeroPPConfig only_qwz = z;
+    only_qwz.hpz = 1;
+    only_qwz.quantized_gradients = false;
+    const ZeroPPBuffers sz =
+        zeropp_buffers(only_qwz, ranges, n_, dp_.rank(), dp_.size(), static_cast<int>(param_slots_.size()), cfg_.training);
     for (size_t s = 0; s < param_slots_.size(); ++s) {
-      int64_t send = 0, recv = 0;
-      for (int g : owned) {
-        if ((s == 0) != (g == 0)) continue;
-        auto [b, e] = layout_.group_range(g);
-        const std::vector<int64_t> counts = owner_counts(b, e);
-        int64_t all = 0;
-        for (int64_t c : counts) all += quant_wire_bytes(c, z.weights);
-        send = std::max(send, quant_wire_bytes(counts[static_cast<size_t>(dp_.rank())], z.weights));
-        recv = std::max(recv, all);
-      }
-      param_slots_[s].wire_send = DeviceBuffer(backend_, DType::kI8, send, MemCategory::kComm);
-      param_slots_[s].wire_recv = DeviceBuffer(backend_, DType::kI8, recv, MemCategory::kComm);
+      param_slots_[s].wire_send = DeviceBuffer(backend_, DType::kI8, sz.qwz_slot_wires[s].first, MemCategory::kComm);
+      param_slots_[s].wire_recv = DeviceBuffer(backend_, DType::kI8, sz.qwz_slot_wires[s].second, MemCategory::kComm);
     }
   }
   if (z.quantized_gradients && cfg_.training) {

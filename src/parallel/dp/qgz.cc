@@ -12,13 +12,6 @@ namespace {
 
 constexpr size_t kF = sizeof(float);
 
-std::unique_ptr<DeviceComm> as_device_comm(std::unique_ptr<Communicator> c) {
-  auto* d = dynamic_cast<DeviceComm*>(c.get());
-  WEFT_CHECK(d != nullptr, "a split of a device communicator is not a device communicator");
-  c.release();
-  return std::unique_ptr<DeviceComm>(d);
-}
-
 }  // namespace
 
 QuantizedReduceScatter::QuantizedReduceScatter(DeviceComm& dp, const ZeroPPConfig& cfg, Backend& be, int64_t n,
@@ -29,46 +22,23 @@ QuantizedReduceScatter::QuantizedReduceScatter(DeviceComm& dp, const ZeroPPConfi
   for (size_t k = 0; k < hops.size(); ++k) {
     Hop h;
     h.h = hops[k];
+    for (int m = 0; m < h.h.size; ++m) h.to.push_back(chunks_to_member(me, P, cfg.levels, static_cast<int>(k), m));
     // Collective over dp: every rank splits once per hop, in the same order.
     const std::string axis = k < cfg.level_names.size() ? "dp-" + cfg.level_names[k] : std::string("dp-net");
-    h.comm = as_device_comm(dp.split(h.h.color, me, hops.size() == 1 ? dp.axis() : axis));
+    h.comm = split_device_comm(dp, h.h.color, me, hops.size() == 1 ? dp.axis() : axis);
     WEFT_CHECK(h.comm->size() == h.h.size, "qgZ hop {}: the group has {} ranks, {} expected", k, h.comm->size(), h.h.size);
     hops_.push_back(std::move(h));
   }
-  // Buffer sizes: the largest any group needs at any hop (zeropp_buffers, which the planner reads).
+  // Buffer sizes: the largest any group needs at any hop, as the planner's weft_memory counts them.
   ZeroPPConfig only_qgz = cfg;
   only_qgz.quantized_weights = false;
   only_qgz.hpz = 1;
   const ZeroPPBuffers sz = zeropp_buffers(only_qgz, groups, n, me, P, 0, true);
-  const int64_t max_len = sz.qgz_staging_elems / 3;
-  int64_t max_send = 4, max_recv = 4;
-  {
-    // The same split of the wire bytes between send and receive as zeropp_buffers sums.
-    for (const auto& [b, e] : groups) {
-      for (size_t k = 0; k < hops_.size(); ++k) {
-        const GradHop& h = hops_[k].h;
-        int64_t send = 0, mine = 0;
-        for (int m = 0; m < h.size; ++m) {
-          int64_t E = 0;
-          for (int q : chunks_to_member(me, P, cfg.levels, static_cast<int>(k), m)) {
-            const auto [cb, ce] = chunk(q, b, e);
-            E += ce - cb;
-          }
-          send += quant_wire_bytes(E, cfg.gradients);
-          if (m == h.index) mine = quant_wire_bytes(E, cfg.gradients);
-        }
-        max_send = std::max(max_send, send);
-        max_recv = std::max(max_recv, mine * h.size);
-      }
-    }
-  }
-  WEFT_CHECK(max_send + max_recv == sz.qgz_wire_bytes, "qgZ: wire sizes {} + {} differ from the model's {}", max_send,
-             max_recv, sz.qgz_wire_bytes);
-  staging_ = DeviceBuffer(be, DType::kF32, max_len, MemCategory::kComm);
-  cur_ = DeviceBuffer(be, DType::kF32, max_len, MemCategory::kComm);
-  next_ = DeviceBuffer(be, DType::kF32, max_len, MemCategory::kComm);
-  wire_send_ = DeviceBuffer(be, DType::kI8, max_send, MemCategory::kComm);
-  wire_recv_ = DeviceBuffer(be, DType::kI8, max_recv, MemCategory::kComm);
+  staging_ = DeviceBuffer(be, DType::kF32, sz.qgz_group_elems, MemCategory::kComm);
+  cur_ = DeviceBuffer(be, DType::kF32, sz.qgz_group_elems, MemCategory::kComm);
+  next_ = DeviceBuffer(be, DType::kF32, sz.qgz_group_elems, MemCategory::kComm);
+  wire_send_ = DeviceBuffer(be, DType::kI8, sz.qgz_send_bytes, MemCategory::kComm);
+  wire_recv_ = DeviceBuffer(be, DType::kI8, sz.qgz_recv_bytes, MemCategory::kComm);
   if (cfg.error_feedback) {
     residual_ = DeviceBuffer(be, DType::kF32, n, MemCategory::kGrads);
     residual_.zero();
@@ -125,12 +95,11 @@ void QuantizedReduceScatter::reduce_add(const float* grad, int64_t b, int64_t e,
       at += len(q);
     }
     // One block per member: the chunks its position selects, in ascending order.
-    std::vector<std::vector<int>> to(static_cast<size_t>(n));
+    const std::vector<std::vector<int>>& to = hop.to;
     std::vector<int> order;
     std::vector<int64_t> E(static_cast<size_t>(n), 0), W(static_cast<size_t>(n), 0), eoff(static_cast<size_t>(n) + 1, 0),
         woff(static_cast<size_t>(n) + 1, 0);
     for (int m = 0; m < n; ++m) {
-      to[static_cast<size_t>(m)] = chunks_to_member(me, P, cfg_.levels, static_cast<int>(k), m);
       for (int q : to[static_cast<size_t>(m)]) {
         E[static_cast<size_t>(m)] += len(q);
         order.push_back(q);

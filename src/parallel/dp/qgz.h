@@ -61,6 +61,7 @@ class QuantizedReduceScatter {
  private:
   struct Hop {
     GradHop h;
+    std::vector<std::vector<int>> to;  // per member: the chunks this rank sends it (fixed by the ranks)
     std::unique_ptr<DeviceComm> comm;
     double err2 = 0.0, ref2 = 0.0;  // sums of squares for the relative error
   };

@@ -93,6 +93,12 @@ int dp_peers_per_node(const std::vector<int>& dp_group, const NodeMap& nodes) {
   return runs.front();
 }
 
+int64_t ZeroPPBuffers::comm_bytes() const {
+  int64_t c = 3 * qgz_group_elems * static_cast<int64_t>(sizeof(float)) + qgz_send_bytes + qgz_recv_bytes;
+  for (const auto& [send, recv] : qwz_slot_wires) c += send + recv;
+  return c;
+}
+
 ZeroPPBuffers zeropp_buffers(const ZeroPPConfig& z, const std::vector<std::pair<int64_t, int64_t>>& groups, int64_t n,
                              int dp_rank, int dp, int slots, bool training) {
   ZeroPPBuffers b;
@@ -118,7 +124,7 @@ ZeroPPBuffers zeropp_buffers(const ZeroPPConfig& z, const std::vector<std::pair<
         send = std::max(send, quant_wire_bytes(piece(dp_rank, gb, ge), z.weights));
         recv = std::max(recv, all);
       }
-      b.qwz_wire_bytes += send + recv;
+      b.qwz_slot_wires.emplace_back(send, recv);
     }
   }
   if (z.quantized_gradients && training) {
@@ -138,8 +144,9 @@ ZeroPPBuffers zeropp_buffers(const ZeroPPConfig& z, const std::vector<std::pair<
         max_recv = std::max(max_recv, mine * hops[k].size);
       }
     }
-    b.qgz_staging_elems = 3 * max_len;
-    b.qgz_wire_bytes = max_send + max_recv;
+    b.qgz_group_elems = max_len;
+    b.qgz_send_bytes = max_send;
+    b.qgz_recv_bytes = max_recv;
     if (z.error_feedback) b.residual_elems = n;
   }
   return b;

@@ -68,11 +68,13 @@ int dp_peers_per_node(const std::vector<int>& dp_group, const NodeMap& nodes);
 // gather slots (DataParallel::param_slots). Traced runs add a scratch buffer to measure the
 // quantization error (not counted here).
 struct ZeroPPBuffers {
-  int64_t hpz_elems = 0;         // params: the secondary partition
-  int64_t qwz_wire_bytes = 0;    // comm: every slot's send and receive wires
-  int64_t qgz_staging_elems = 0; // comm: staging + two partial-sum buffers (floats)
-  int64_t qgz_wire_bytes = 0;    // comm: the hop wires (send + receive)
-  int64_t residual_elems = 0;    // grads: error feedback
+  int64_t hpz_elems = 0;  // params: the secondary partition
+  std::vector<std::pair<int64_t, int64_t>> qwz_slot_wires;  // comm: per gather slot, send and receive bytes
+  int64_t qgz_group_elems = 0;  // comm: floats of each of qgZ's staging and two partial-sum buffers
+  int64_t qgz_send_bytes = 0, qgz_recv_bytes = 0;  // comm: qgZ's hop wires
+  int64_t residual_elems = 0;   // grads: error feedback
+  // Everything above counted under comm, in bytes.
+  int64_t comm_bytes() const;
 };
 ZeroPPBuffers zeropp_buffers(const ZeroPPConfig& z, const std::vector<std::pair<int64_t, int64_t>>& groups, int64_t n,
                              int dp_rank, int dp, int slots, bool training);
