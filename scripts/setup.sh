@@ -14,6 +14,7 @@ PKGS=(
   libopenmpi-dev openmpi-bin
   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libpcre2-dev libxxhash-dev
+  libzfp-dev libzstd-dev   # compressed collectives (comm/codec.h, docs/compression.md)
   python3 python3-torch python3-numpy
   fortunes fortunes-min
   gnuplot-nox
