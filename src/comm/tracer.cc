@@ -70,6 +70,11 @@ void Tracer::write_jsonl(const std::string& path) const {
                         {"group", ev.group},     {"start_s", ev.start_s}, {"duration_s", ev.duration_s},
                         {"step", ev.step},       {"async", ev.async},     {"phase", ev.phase}};
     if (ev.rel_err >= 0) j["rel_err"] = ev.rel_err;
+    if (ev.wire_bytes >= 0) {
+      j["wire_bytes"] = ev.wire_bytes;
+      j["codec"] = ev.codec;
+      j["codec_s"] = ev.codec_s;
+    }
     f << j.dump() << '\n';
   }
   f.flush();
@@ -98,6 +103,9 @@ std::vector<TraceEvent> read_trace_jsonl(const std::string& path) {
       ev.async = j.value("async", false);
       ev.phase = j.value("phase", std::string("train"));
       ev.rel_err = j.value("rel_err", -1.0);
+      ev.wire_bytes = j.value("wire_bytes", int64_t{-1});
+      ev.codec = j.value("codec", std::string());
+      ev.codec_s = j.value("codec_s", 0.0);
       out.push_back(std::move(ev));
     } catch (const nlohmann::json::exception& e) {
       throw_input("{}:{}: not a trace event ({})", path, no, e.what());

@@ -49,6 +49,17 @@ struct TraceEvent {
   // Quantized calls (ZeRO++ qwZ/qgZ): the relative RMS error of this rank's payload,
   // ||x - Q(x)|| / ||x|| (written as "rel_err" when set); -1: not a quantized call.
   double rel_err = -1.0;
+  // Compressed collectives (comm/compressed_comm.h): `bytes` stays the raw fp32 size of the
+  // logical call (the convention above), wire_bytes is what the codec made of it in the same
+  // convention (the whole logical buffer as this rank compressed it; for an all-reduce, done as
+  // a compressed reduce-scatter and a compressed all-gather, the mean of the two phases'
+  // buffers, so that the all-reduce factor 2(n-1)/n applies to it as to bytes), codec
+  // its name ("int4", "zfp:8"), codec_s this rank's seconds compressing and decompressing
+  // (inside duration_s). wire_bytes -1 and codec empty: not compressed. Written as
+  // "wire_bytes", "codec", "codec_s" when set.
+  int64_t wire_bytes = -1;
+  std::string codec;
+  double codec_s = 0.0;
 };
 
 // Totals over a set of events.
