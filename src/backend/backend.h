@@ -334,6 +334,15 @@ class Backend {
   virtual void quantize_blocks(void* wire, const float* x, int64_t n, const QuantSpec& q, float* residual);
   // out (n): DEVICE floats = the dequantized wire (writes), or += it when accumulate.
   virtual void dequantize_blocks(float* out, const void* wire, int64_t n, const QuantSpec& q, bool accumulate);
+  // 16-bit floats on the wire (comm/codec.h's bf16 and fp16 codecs). OPTIONAL. dt: DType::kBF16
+  // or DType::kF16 (InputError otherwise); round to nearest even (core/precision.h's
+  // f32_to_bf16 / f32_to_f16: fp16 overflows to inf, NaN stays NaN). wire: DEVICE, 2n bytes
+  // (4-byte aligned on cuda); x, out: DEVICE floats (n). Neither op synchronises.
+  // DEFAULT (src/backend/quant_defaults.cc): the host conversions on staged copies. cpu
+  // converts in place; cuda runs kernels (cast16.cu; a NaN's payload may differ from the host's).
+  virtual void encode_16(void* wire, const float* x, int64_t n, DType dt);
+  // out (n) = the widened wire (writes), or += it when accumulate (one fp32 sum per element).
+  virtual void decode_16(float* out, const void* wire, int64_t n, DType dt, bool accumulate);
 
  protected:
   // --- the memory group's implementation ---

@@ -1,10 +1,11 @@
-// The defaults of Backend's optional quantization ops (backend.h): the host reference of
-// core/block_quant.h on staged copies, through the device contract's copies only, so that
+// The defaults of Backend's optional wire-format ops (backend.h): block quantization (the host
+// reference of core/block_quant.h) and the 16-bit casts (core/precision.h), on staged copies, through the device contract's copies only, so that
 // they are correct on any backend (cpu-guarded checks every copy against its fences).
 #include <vector>
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/precision.h"
 
 namespace weft {
 
@@ -36,6 +37,27 @@ void Backend::dequantize_blocks(float* out, const void* wire, int64_t n, const Q
   if (accumulate) copy_to_host(ho.data(), out, 0, fbytes);
   dequantize_blocks_ref(ho.data(), hw.data(), n, q, accumulate);
   copy_to_device(out, 0, ho.data(), fbytes);
+}
+
+void Backend::encode_16(void* wire, const float* x, int64_t n, DType dt) {
+  WEFT_CHECK(n >= 0, "{}: encode_16 of {} elements", name(), n);
+  if (n == 0) return;
+  std::vector<float> hx(static_cast<size_t>(n));
+  std::vector<uint16_t> hw(static_cast<size_t>(n));
+  copy_to_host(hx.data(), x, 0, hx.size() * sizeof(float));
+  cast_to_16_ref(hw.data(), hx.data(), n, dt);
+  copy_to_device(wire, 0, hw.data(), hw.size() * sizeof(uint16_t));
+}
+
+void Backend::decode_16(float* out, const void* wire, int64_t n, DType dt, bool accumulate) {
+  WEFT_CHECK(n >= 0, "{}: decode_16 of {} elements", name(), n);
+  if (n == 0) return;
+  std::vector<uint16_t> hw(static_cast<size_t>(n));
+  std::vector<float> ho(static_cast<size_t>(n));
+  copy_to_host(hw.data(), wire, 0, hw.size() * sizeof(uint16_t));
+  if (accumulate) copy_to_host(ho.data(), out, 0, ho.size() * sizeof(float));
+  cast_from_16_ref(ho.data(), hw.data(), n, dt, accumulate);
+  copy_to_device(out, 0, ho.data(), ho.size() * sizeof(float));
 }
 
 }  // namespace weft

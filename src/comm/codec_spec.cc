@@ -108,7 +108,8 @@ int64_t codec_wire_bytes(const CodecSpec& c, int64_t n) {
     case CodecKind::kInt8: return quant_wire_bytes(n, QuantSpec{8, c.block});
     case CodecKind::kInt4: return quant_wire_bytes(n, QuantSpec{4, c.block});
     case CodecKind::kZfp: {
-      // zfp_compress flushes the stream to whole 64-bit words.
+      // zfp_compress flushes the stream to whole words (8 to 64 bits as libzfp was built):
+      // whole 64-bit words hold it whatever the build.
       const int64_t blocks = (n + 3) / 4;
       const int64_t bits = blocks * zfp_bits_per_block(c.rate);
       return (bits + 63) / 64 * 8;

@@ -1,5 +1,6 @@
 #include "core/precision.h"
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace weft {
@@ -18,6 +19,29 @@ const char* precision_name(Precision p) {
     case Precision::kFp16: return "fp16";
   }
   return "?";
+}
+
+void cast_to_16_ref(uint16_t* wire, const float* x, int64_t n, DType dt) {
+  WEFT_CHECK(n >= 0, "encode_16 of {} elements", n);
+  if (dt == DType::kBF16) {
+    for (int64_t i = 0; i < n; ++i) wire[i] = f32_to_bf16(x[i]);
+  } else if (dt == DType::kF16) {
+    for (int64_t i = 0; i < n; ++i) wire[i] = f32_to_f16(x[i]);
+  } else {
+    throw_input("encode_16: dtype {} is not a 16-bit float (bf16 or f16)", dtype_name(dt));
+  }
+}
+
+void cast_from_16_ref(float* out, const uint16_t* wire, int64_t n, DType dt, bool accumulate) {
+  WEFT_CHECK(n >= 0, "decode_16 of {} elements", n);
+  if (dt != DType::kBF16 && dt != DType::kF16) {
+    throw_input("decode_16: dtype {} is not a 16-bit float (bf16 or f16)", dtype_name(dt));
+  }
+  const bool bf = dt == DType::kBF16;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = bf ? bf16_to_f32(wire[i]) : f16_to_f32(wire[i]);
+    out[i] = accumulate ? out[i] + v : v;
+  }
 }
 
 }  // namespace weft

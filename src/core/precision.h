@@ -39,6 +39,15 @@ inline float round_bf16(float x) {
 // (tests/core/half_fallback_test.cc compares them).
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
+float bf16_to_f32(uint16_t h);
+uint16_t f32_to_bf16(float f);  // round to nearest even, NaN stays NaN (quiet)
+
+// The 16-bit wire casts' host reference (Backend::encode_16 / decode_16, the bf16 and fp16
+// codecs of comm/codec.h): dt DType::kBF16 or DType::kF16 (InputError otherwise).
+// decode: out = widened, or out += widened when accumulate.
+enum class DType : uint8_t;  // core/dtype.h (which includes this header)
+void cast_to_16_ref(uint16_t* wire, const float* x, int64_t n, DType dt);
+void cast_from_16_ref(float* out, const uint16_t* wire, int64_t n, DType dt, bool accumulate);
 
 // x rounded to the nearest IEEE binary16 (ties to even), back in fp32: |x| > 65504 (after
 // rounding) becomes inf, tiny values become subnormal halves or zero. Through the compiler's

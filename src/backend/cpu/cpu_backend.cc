@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/precision.h"
 
 namespace weft {
 namespace {
@@ -476,6 +477,13 @@ class CpuBackend final : public Backend {
   }
   void dequantize_blocks(float* out, const void* wire, int64_t n, const QuantSpec& q, bool accumulate) override {
     dequantize_blocks_ref(out, static_cast<const uint8_t*>(wire), n, q, accumulate);
+  }
+  // 16-bit wire casts: the reference itself, on the device memory (host memory here).
+  void encode_16(void* wire, const float* x, int64_t n, DType dt) override {
+    cast_to_16_ref(static_cast<uint16_t*>(wire), x, n, dt);
+  }
+  void decode_16(float* out, const void* wire, int64_t n, DType dt, bool accumulate) override {
+    cast_from_16_ref(out, static_cast<const uint16_t*>(wire), n, dt, accumulate);
   }
 
  private:

@@ -330,6 +330,26 @@ void CudaBackend::dequantize_blocks(float* out, const void* wire, int64_t n, con
                           accumulate, st_->stream);
 }
 
+namespace {
+int wire_kind(DType dt, const char* what) {
+  if (dt == DType::kBF16) return 1;
+  if (dt == DType::kF16) return 2;
+  throw_input("cuda: {}: dtype {} is not a 16-bit float (bf16 or f16)", what, dtype_name(dt));
+}
+}  // namespace
+
+void CudaBackend::encode_16(void* wire, const float* x, int64_t n, DType dt) {
+  const int kind = wire_kind(dt, "encode_16");
+  WEFT_CHECK(n >= 0, "cuda: encode_16 of {} elements", n);
+  kern::encode_16(static_cast<uint16_t*>(wire), x, n, kind, st_->stream);
+}
+
+void CudaBackend::decode_16(float* out, const void* wire, int64_t n, DType dt, bool accumulate) {
+  const int kind = wire_kind(dt, "decode_16");
+  WEFT_CHECK(n >= 0, "cuda: decode_16 of {} elements", n);
+  kern::decode_16(out, static_cast<const uint16_t*>(wire), n, kind, accumulate, st_->stream);
+}
+
 // ------------------------------------------------------------------------------------------
 // bf16
 

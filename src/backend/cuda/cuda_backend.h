@@ -159,6 +159,9 @@ class CudaBackend final : public Backend {
   // fp32 and the kernels write whole 32-bit words).
   void quantize_blocks(void* wire, const float* x, int64_t n, const QuantSpec& q, float* residual) override;
   void dequantize_blocks(float* out, const void* wire, int64_t n, const QuantSpec& q, bool accumulate) override;
+  // --- 16-bit wire casts (backend.h; wire_cast.cu) ---
+  void encode_16(void* wire, const float* x, int64_t n, DType dt) override;
+  void decode_16(float* out, const void* wire, int64_t n, DType dt, bool accumulate) override;
 
   // --- bf16 (mixed precision) ---
   // Conversions.

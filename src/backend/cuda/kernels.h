@@ -107,4 +107,9 @@ void quantize_blocks(uint8_t* wire, const float* x, float* residual, int64_t n, 
 void dequantize_blocks(float* out, const uint8_t* wire, int64_t n, int bits, int64_t block, int64_t data_bytes,
                        bool accumulate, Stream s);
 
+// --- 16-bit floats on the wire (wire_cast.cu): kind 1 = bf16, 2 = fp16, round to nearest even ---
+void encode_16(uint16_t* wire, const float* x, int64_t n, int kind, Stream s);
+// out (n) = widened wire, or out += it when accumulate.
+void decode_16(float* out, const uint16_t* wire, int64_t n, int kind, bool accumulate, Stream s);
+
 }  // namespace weft::cuda::kern
