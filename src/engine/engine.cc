@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "comm/compressed_comm.h"
 #include "comm/device_comm_registry.h"
 #include "core/error.h"
 #include "engine/engine_chunk.h"
@@ -50,7 +51,10 @@ Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
   // NCCL each creation is collective over its group.
   tp_device_ = make_device_comm(cfg.comm, grid_->comm(Axis::kTp), backend);
   pp_device_ = make_device_comm(cfg.comm, grid_->comm(Axis::kPp), backend);
-  tp_ops_ = std::make_unique<CommTensorParallel>(*tp_device_);
+  dp_device_ = make_device_comm(cfg.comm, grid_->comm(Axis::kDp), backend);
+  build_compression();
+  tp_ops_ = tp_traffic_ ? std::make_unique<CommTensorParallel>(*tp_traffic_, *tp_device_)
+                        : std::make_unique<CommTensorParallel>(*tp_device_);
   stage_ = grid_->coord(Axis::kPp);
   tp_rank_ = grid_->coord(Axis::kTp);
   dp_rank_ = grid_->coord(Axis::kDp);
@@ -59,7 +63,6 @@ Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
   // The first and the last stage share the tied embedding: one group per (tp, dp) position.
   const bool holds_embedding = spec.pp > 1 && (stage_ == 0 || stage_ == spec.pp - 1);
   tied_ = world.split(holds_embedding ? 1 + tp_rank_ + spec.tp * dp_rank_ : 0, stage_, "pp-embedding");
-  dp_device_ = make_device_comm(cfg.comm, grid_->comm(Axis::kDp), backend);
   // The other ranks' group (color 0) never carries device buffers: no communicator for it.
   if (holds_embedding) tied_device_ = make_device_comm(cfg.comm, *tied_, backend);
   whole_ = std::make_unique<ParamLayout>(cfg.model);
@@ -77,7 +80,9 @@ Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
     // NCCL matches point-to-point in posting order: the interleaved schedule then exchanges
     // once per (forward, backward) pair (parallel/pp/runtime.h), else it would deadlock.
     rc.posting_order_p2p = device_comm_info(cfg.comm, backend.name()).posting_order_p2p;
-    runtime_ = std::make_unique<PipelineRuntime>(*pp_device_, *tp_device_, backend_, rc);
+    runtime_ = std::make_unique<PipelineRuntime>(pp_traffic_ ? *pp_traffic_ : static_cast<Communicator&>(*pp_device_),
+                                                 tp_traffic_ ? *tp_traffic_ : static_cast<Communicator&>(*tp_device_),
+                                                 backend_, rc);
   }
   inputs_.resize(static_cast<size_t>(cfg.micro_batch * cfg.seq));
   targets_.resize(inputs_.size());
@@ -85,6 +90,18 @@ Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
 }
 
 Engine::~Engine() = default;
+
+void Engine::build_compression() {
+  const CompressionPolicy& c = cfg_.compression;
+  auto wrap = [&](const CodecSpec& spec, DeviceComm& inner, const char* key) -> std::unique_ptr<CompressedComm> {
+    if (spec.off() || inner.size() == 1) return nullptr;
+    return std::make_unique<CompressedComm>(inner, make_codec(spec, backend_, key));
+  };
+  tp_traffic_ = wrap(c.tp, *tp_device_, "compression.tp");
+  pp_traffic_ = wrap(c.pp, *pp_device_, "compression.pp");
+  dp_grad_traffic_ = wrap(c.dp, *dp_device_, "compression.dp");
+  dp_param_traffic_ = wrap(c.params, *dp_device_, "compression.params");
+}
 
 void Engine::build_chunks() {
   const GridSpec& spec = cfg_.grid;
@@ -103,6 +120,7 @@ void Engine::build_chunks() {
     DataParallelConfig dpc = cfg_.data_parallel;
     dpc.training = cfg_.training;  // inference: no gradient buffers
     ch->store = std::make_unique<DataParallel>(ch->model->layout(), *dp_device_, dpc, backend_);
+    ch->store->set_traffic(dp_grad_traffic_.get(), dp_param_traffic_.get(), cfg_.compression.error_feedback);
     ch->model->set_store(ch->store.get());
     if (spec.pp > 1 && (ch->spec.embedding || ch->spec.head)) ch->store->set_tied_embedding(tied_device_.get());
     ch->model->set_recompute(cfg_.recompute, cfg_.recompute_layers);

@@ -23,6 +23,7 @@
 #include "model/recompute.h"
 #include "optim/loss_scale.h"
 #include "optim/optim.h"
+#include "comm/codec_spec.h"
 #include "parallel/dp/data_parallel.h"
 #include "parallel/grid.h"
 #include "parallel/pp/runtime.h"
@@ -32,6 +33,7 @@ namespace weft {
 
 class GPT;
 class CommTensorParallel;
+class CompressedComm;
 
 struct EngineConfig {
   ModelConfig model;
@@ -43,6 +45,9 @@ struct EngineConfig {
   int virtual_stages = 1;      // chunks per stage (interleaved)
   bool sequence_parallel = false;
   DataParallelConfig data_parallel;
+  // [compression] (comm/codec_spec.h): the codec of each kind of traffic; all off: no
+  // compressing communicator anywhere (the uncompressed run, bit for bit).
+  CompressionPolicy compression;
   Recompute recompute = Recompute::kNone;
   int recompute_layers = -1;
   Precision precision = Precision::kFp32;
@@ -157,6 +162,10 @@ class Engine {
   // The stores' dp and tied-embedding groups on device buffers of backend_ (before chunks_:
   // they outlive the stores). tied_device_ only on the first and the last stage with pp > 1.
   std::unique_ptr<DeviceComm> dp_device_, tied_device_;
+  // [compression]: the compressing communicators over tp_device_, pp_device_ and dp_device_
+  // (null where that traffic's codec is off or its axis has one rank).
+  std::unique_ptr<CompressedComm> tp_traffic_, pp_traffic_, dp_grad_traffic_, dp_param_traffic_;
+  void build_compression();
   std::unique_ptr<ParamLayout> whole_;
   std::unique_ptr<PipelineRuntime> runtime_;
   std::vector<std::unique_ptr<Chunk>> chunks_;

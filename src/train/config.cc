@@ -14,6 +14,7 @@
 #include <variant>
 
 #include "backend/registry.h"
+#include "comm/codec_spec.h"
 #include "comm/device_comm_registry.h"
 #include "core/error.h"
 #include "data/text_util.h"
@@ -93,6 +94,12 @@ const std::vector<Key>& keys() {
       {"zero", "weight_bits", &RunConfig::weight_bits},
       {"zero", "gradient_bits", &RunConfig::gradient_bits},
       {"zero", "error_feedback", &RunConfig::error_feedback},
+      {"compression", "dp", &RunConfig::compression_dp},
+      {"compression", "params", &RunConfig::compression_params},
+      {"compression", "tp", &RunConfig::compression_tp},
+      {"compression", "pp", &RunConfig::compression_pp},
+      {"compression", "error_feedback", &RunConfig::compression_error_feedback},
+      {"compression", "block_size", &RunConfig::compression_block_size},
       {"eval", "val_every", &RunConfig::val_every},
       {"eval", "val_batches", &RunConfig::val_batches},
       {"checkpoint", "ckpt_every", &RunConfig::ckpt_every},
@@ -115,8 +122,9 @@ const std::vector<Key>& keys() {
 }
 
 const Key* find_key(const std::string& name) {
-  // "section.key", "section_key" (--zero-quantized-weights) or a bare key (all key names are
-  // unique).
+  // "section.key", "section_key" (--zero-quantized-weights) or a bare key: the first key of that
+  // name (tp is parallel.tp; [compression]'s keys, which share names with others, need their
+  // section: compression.tp).
   for (const Key& k : keys()) {
     if (name == k.name || name == fmt::format("{}.{}", k.section, k.name) ||
         name == fmt::format("{}_{}", k.section, k.name)) {
@@ -372,6 +380,22 @@ void validate_zeropp_keys(const RunConfig& cfg) {
   }
 }
 
+// The [compression] keys' own values; what they require of the layout and the backend is
+// checked with them (train/engine_config.cc: run_compression).
+void validate_compression_keys(const RunConfig& cfg) {
+  if (cfg.compression_block_size < 1 || cfg.compression_block_size > (1 << 24)) {
+    throw_input("compression.block_size must lie in [1, {}] values, got {}", 1 << 24, cfg.compression_block_size);
+  }
+  const CodecSpec dp = parse_codec(cfg.compression_dp, "compression.dp", cfg.compression_block_size);
+  parse_codec(cfg.compression_params, "compression.params", cfg.compression_block_size);
+  parse_codec(cfg.compression_tp, "compression.tp", cfg.compression_block_size);
+  parse_codec(cfg.compression_pp, "compression.pp", cfg.compression_block_size);
+  if (cfg.compression_error_feedback && dp.lossless()) {
+    throw_input("compression.error_feedback needs a lossy compression.dp codec (it carries that codec's error to the "
+                "next step), got compression.dp = \"{}\"", cfg.compression_dp);
+  }
+}
+
 }  // namespace
 
 void check_thread_count(int64_t threads, const std::string& name) {
@@ -481,6 +505,7 @@ void RunConfig::validate() const {
   }
   if (data.empty()) throw_input("data (the shard folder) must not be empty");
   validate_zeropp_keys(*this);
+  validate_compression_keys(*this);
   if (memory_check != "on" && memory_check != "warn" && memory_check != "off") {
     throw_input("memory_check must be on, warn or off, got '{}'", memory_check);
   }

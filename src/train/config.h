@@ -73,6 +73,14 @@ struct RunConfig {
   int64_t weight_bits = 8;           // qwZ: 8 or 4
   int64_t gradient_bits = 4;         // qgZ: 8 or 4
   bool error_feedback = false;       // qgZ: each rank carries its quantization error into the next step
+  // [compression] compressed collectives per kind of traffic (comm/codec_spec.h,
+  // docs/compression.md): codec names off, bf16, fp16, int8, int4, zfp:RATE, zstd[:LEVEL].
+  std::string compression_dp = "off";      // data-parallel gradient reductions
+  std::string compression_params = "off";  // data-parallel parameter all-gathers (zero 1-3)
+  std::string compression_tp = "off";      // tensor-parallel activations (not the loss statistics)
+  std::string compression_pp = "off";      // pipeline sends and receives
+  bool compression_error_feedback = false; // the dp codec's error carried to the next step
+  int64_t compression_block_size = 2048;   // int8/int4: values per fp32 scale
   // [eval]
   int64_t val_every = 0;   // 0: only at the end
   int64_t val_batches = 8; // validation uses val_batches * global_batch windows

@@ -1,5 +1,8 @@
 #include "train/engine_config.h"
 
+#include <fmt/format.h>
+
+#include "comm/codec.h"
 #include "train/run_layout.h"
 
 namespace weft {
@@ -24,6 +27,59 @@ ZeroPPConfig run_zeropp(const RunConfig& cfg, const GridSpec& grid, const NodeMa
   return resolve_zeropp(want, static_cast<int>(cfg.zero), grid.dp, peers, hierarchy);
 }
 
+CompressionPolicy run_compression(const RunConfig& cfg, const GridSpec& grid, const ZeroPPConfig& zeropp,
+                                  std::vector<std::string>* notes) {
+  const int64_t block = cfg.compression_block_size;
+  CompressionPolicy p;
+  p.dp = parse_codec(cfg.compression_dp, "compression.dp", block);
+  p.params = parse_codec(cfg.compression_params, "compression.params", block);
+  p.tp = parse_codec(cfg.compression_tp, "compression.tp", block);
+  p.pp = parse_codec(cfg.compression_pp, "compression.pp", block);
+  p.error_feedback = cfg.compression_error_feedback;
+  auto note = [&](std::string s) {
+    if (notes) notes->push_back(std::move(s));
+  };
+  const struct {
+    const char* key;
+    const CodecSpec& codec;
+    int axis_size;
+    const char* axis;
+  } uses[] = {{"dp", p.dp, grid.dp, "dp"}, {"params", p.params, grid.dp, "dp"}, {"tp", p.tp, grid.tp, "tp"},
+              {"pp", p.pp, grid.pp, "pp"}};
+  for (const auto& u : uses) {
+    if (u.codec.off()) continue;
+    if (!backend_has_codec(cfg.backend, u.codec.kind)) {
+      throw_input("compression.{} = \"{}\": the {} backend has no {} codec (weft runs zfp and zstd on the host only: "
+                  "backends cpu and cpu-guarded; on {} use bf16, fp16, int8 or int4)",
+                  u.key, u.codec.name(), cfg.backend, u.codec.name(), cfg.backend);
+    }
+    if (u.axis_size == 1) {
+      note(fmt::format("compression.{} = \"{}\" has no effect: {} = 1 (nothing crosses that axis)", u.key,
+                       u.codec.name(), u.axis));
+    }
+  }
+  if (!p.params.off() && cfg.zero == 0) {
+    note(fmt::format("compression.params = \"{}\" has no effect with zero 0 (no parameter all-gather)", p.params.name()));
+  }
+  if (!p.dp.off() && zeropp.quantized_gradients) {
+    throw_input("compression.dp = \"{}\" and zero.quantized_gradients both code the gradient reduction; choose one",
+                p.dp.name());
+  }
+  if (!p.params.off() && (zeropp.quantized_weights || zeropp.hpz > 1)) {
+    throw_input("compression.params = \"{}\" and ZeRO++'s weight gathers (zero.quantized_weights {}, "
+                "zero.hpz_partition_size {}) both handle the parameter all-gathers; choose one",
+                p.params.name(), zeropp.quantized_weights, zeropp.hpz);
+  }
+  if (p.error_feedback && p.dp.kind == CodecKind::kZfp && p.dp.rate < 8) {
+    note(fmt::format("compression.error_feedback with compression.dp = \"{}\": zfp's fixed-rate error is not bounded "
+                     "by the values under about 8 bits per value, so the residual can grow step after step "
+                     "(docs/compression.md)",
+                     p.dp.name()));
+  }
+  if (p.error_feedback && grid.dp == 1) note("compression.error_feedback has no effect: dp = 1");
+  return p;
+}
+
 EngineConfig engine_config(const RunConfig& cfg, int world_size) {
   EngineConfig ec = engine_config(cfg, cfg.model_config(), world_size);
   ec.seq = cfg.seq();
@@ -46,6 +102,7 @@ EngineConfig engine_config(const RunConfig& cfg, const ModelConfig& model, int w
   ec.data_parallel.bucket_bytes = static_cast<int64_t>(cfg.bucket_mb * 1048576.0);
   ec.data_parallel.prefetch = static_cast<int>(cfg.prefetch);
   ec.data_parallel.zeropp = run_zeropp(cfg, ec.grid, nullptr);
+  ec.compression = run_compression(cfg, ec.grid, ec.data_parallel.zeropp, nullptr);
   ec.recompute = parse_recompute(cfg.recompute);
   ec.recompute_layers = static_cast<int>(cfg.recompute_layers);
   ec.precision = parse_precision(cfg.precision);

@@ -16,5 +16,12 @@ EngineConfig engine_config(const RunConfig& cfg, const ModelConfig& model, int w
 // else the nodes run.ranks_per_node emulates, else none (one level unless zero.hierarchy
 // says otherwise). InputError naming the values for a combination that cannot apply.
 ZeroPPConfig run_zeropp(const RunConfig& cfg, const GridSpec& grid, const NodeMap* nodes);
+// The run's [compression] policy against its layout, ZeRO settings and backend: InputError
+// naming the values where it cannot apply (a codec the backend lacks, compression on top of
+// ZeRO++'s own quantization of the same traffic); `notes` (may be null) receives what has no
+// effect or is risky (a codec on an axis of size 1, parameter compression without ZeRO 1-3,
+// error feedback with zfp under 8 bits per value).
+CompressionPolicy run_compression(const RunConfig& cfg, const GridSpec& grid, const ZeroPPConfig& zeropp,
+                                  std::vector<std::string>* notes);
 
 }  // namespace weft

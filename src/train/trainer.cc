@@ -411,6 +411,12 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
     log_info("ZeRO++: {} (nodes: {})", ec.data_parallel.zeropp.describe(ec.grid.dp), nodes.source);
     for (const std::string& n : ec.data_parallel.zeropp.notes) log_info("ZeRO++: {}", n);
   }
+  if (ec.compression.any()) {
+    std::vector<std::string> notes;
+    ec.compression = run_compression(cfg, ec.grid, ec.data_parallel.zeropp, &notes);
+    log_info("compression: {}", ec.compression.describe());
+    for (const std::string& n : notes) log_warn("compression: {}", n);
+  }
   // One run per folder: held from before the folder is read for a resume or cleared for
   // --overwrite until the run ends (every rank learns a refusal).
   const RunLock lock = lock_run_folder(cfg.out, world);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "comm/compressed_comm.h"
 #include "comm/tracer.h"
 #include "core/block_quant.h"
 #include "core/error.h"
@@ -229,11 +230,14 @@ void DataParallel::begin_micro_batch(bool last) {
 void DataParallel::post_bucket(Bucket& b) {
   InFlight f;
   if (cfg_.zero == 0) {
-    f.handle = dp_.iall_reduce(grads_.data<float>() + b.begin, b.end - b.begin, CommDType::kF32, ReduceOp::kSum);
+    feedback_for(b.begin);
+    f.handle = grads_comm().iall_reduce(grads_.data<float>() + b.begin, b.end - b.begin, CommDType::kF32,
+                                        ReduceOp::kSum);
   } else {
     float* recv = shard_grads_.data<float>() + (std::clamp(b.begin, shard_begin_, shard_end_) - shard_begin_);
-    f.handle = dp_.ireduce_scatter_v(grads_.data<float>() + b.begin, recv, owner_counts(b.begin, b.end),
-                                     CommDType::kF32, ReduceOp::kSum);
+    feedback_for(b.begin);
+    f.handle = grads_comm().ireduce_scatter_v(grads_.data<float>() + b.begin, recv, owner_counts(b.begin, b.end),
+                                              CommDType::kF32, ReduceOp::kSum);
   }
   inflight_.push_back(std::move(f));
 }
@@ -249,6 +253,27 @@ void DataParallel::complete_oldest() {
     backend_.add(dst, dst, f.recv, f.recv_count);
   }
   if (f.slot >= 0) grad_slots_[f.slot].busy = false;
+}
+
+void DataParallel::set_traffic(DeviceComm* grads, DeviceComm* params, bool error_feedback) {
+  for (DeviceComm* c : {grads, params}) {
+    WEFT_CHECK(c == nullptr || (c->size() == dp_.size() && c->rank() == dp_.rank() && &c->backend() == &backend_),
+               "DataParallel::set_traffic: a communicator that is not the dp group on this backend");
+  }
+  grad_comm_ = grads;
+  param_comm_ = params;
+  grad_codec_ = nullptr;
+  ef_residual_ = DeviceBuffer();
+  if (!error_feedback || !cfg_.training || dp_.size() == 1) return;
+  grad_codec_ = dynamic_cast<CompressedComm*>(grads);
+  WEFT_CHECK(grad_codec_ != nullptr && grad_codec_->codec() != nullptr,
+             "DataParallel: error feedback needs a compressing gradient communicator");
+  ef_residual_ = DeviceBuffer(backend_, DType::kF32, n_, MemCategory::kGrads);
+  ef_residual_.zero();
+}
+
+void DataParallel::feedback_for(int64_t b) {
+  if (grad_codec_ != nullptr) grad_codec_->set_next_residual(ef_residual_.data<float>() + b);
 }
 
 void DataParallel::set_tied_embedding(DeviceComm* tied) {
@@ -322,7 +347,8 @@ void DataParallel::after_optimizer_step() {
   if (cfg_.zero == 1 || cfg_.zero == 2) {
     const double t0 = Tracer::now();
     // In place: this rank's shard is already in its block of params_.
-    dp_.all_gather_v(params_.data<float>() + shard_begin_, params_.raw(), owner_counts(0, n_), CommDType::kF32);
+    params_comm().all_gather_v(params_.data<float>() + shard_begin_, params_.raw(), owner_counts(0, n_),
+                               CommDType::kF32);
     exposed_s_ += Tracer::now() - t0;
   } else if (cfg_.zero == 3) {
     for (auto& s : param_slots_) s.valid = false;
@@ -378,7 +404,7 @@ int DataParallel::gather_group(int g) {
     p.dequantize = true;
     p.fill_hpz = hpz_comm_ != nullptr;
   } else {
-    p.pending = dp_.iall_gather_v(send, p.data.raw(), owner_counts(b, e), CommDType::kF32);
+    p.pending = params_comm().iall_gather_v(send, p.data.raw(), owner_counts(b, e), CommDType::kF32);
     p.fill_hpz = hpz_comm_ != nullptr;
   }
   int64_t used = 0;
@@ -504,7 +530,7 @@ bool DataParallel::embedding_backward(const int32_t* tokens, const float* dres, 
   DeviceBuffer all_dres(backend_, DType::kF32, N * C * P, MemCategory::kComm);
   const double t0 = Tracer::now();
   dp_.all_gather(tokens, all_tokens.raw(), N, CommDType::kI32);
-  dp_.all_gather(dres, all_dres.raw(), N * C, CommDType::kF32);
+  grads_comm().all_gather(dres, all_dres.raw(), N * C, CommDType::kF32);
   while (!inflight_.empty()) complete_oldest();  // the head part's reduction included
   exposed_s_ += Tracer::now() - t0;
   const auto [e0, e1] = layout_.group_range(0);
@@ -565,7 +591,8 @@ void DataParallel::ready(int g) {
   f.recv = slot.recv.data<float>();
   f.recv_count = counts[dp_.rank()];
   f.shard_offset = std::clamp(b, shard_begin_, shard_end_) - shard_begin_;
-  f.handle = dp_.ireduce_scatter_v(slot.data.raw(), slot.recv.raw(), counts, CommDType::kF32, ReduceOp::kSum);
+  feedback_for(b);
+  f.handle = grads_comm().ireduce_scatter_v(slot.data.raw(), slot.recv.raw(), counts, CommDType::kF32, ReduceOp::kSum);
   inflight_.push_back(std::move(f));
   grad_slot_of_group_[g] = -1;
   dp_.progress();
@@ -599,6 +626,10 @@ DataParallelMemory DataParallel::memory() const {
     m.comm += qgz_->comm_bytes();
     m.residual = qgz_->residual_bytes();
     m.grads += m.residual;
+  }
+  if (ef_residual_) {
+    m.residual += static_cast<int64_t>(ef_residual_.bytes());
+    m.grads += static_cast<int64_t>(ef_residual_.bytes());
   }
   return m;
 }

@@ -65,6 +65,7 @@ struct DataParallelConfig {
 };
 
 class QuantizedReduceScatter;
+class CompressedComm;
 
 // Bytes held per category by one rank (persistent plus the peak of transient buffers).
 struct DataParallelMemory {
@@ -74,7 +75,7 @@ struct DataParallelMemory {
   int64_t params_transient = 0;  // of params: zero-3 gather buffers
   int64_t grads_transient = 0;   // of grads: zero-2/3 per-group gradient buffers
   int64_t hpz = 0;               // of params: the hpZ secondary partition
-  int64_t residual = 0;          // of grads: qgZ's error-feedback residual
+  int64_t residual = 0;          // of grads: the error-feedback residual (qgZ's or [compression]'s)
 };
 
 class DataParallel final : public ParamStore {
@@ -128,6 +129,15 @@ class DataParallel final : public ParamStore {
   // tied: the two stages' group on device buffers of the same backend (null: none); it
   // outlives the store.
   void set_tied_embedding(DeviceComm* tied);
+  // [compression] (comm/compressed_comm.h): the communicators the gradient reductions (zero
+  // 0-3, the embedding's row exchange) and the parameter all-gathers (zero 1-3) go through;
+  // either may be null (the dp communicator itself). Same group as dp; both outlive the store.
+  // error_feedback: `grads` is a CompressedComm whose codec's error each rank carries to the
+  // next step in a residual of n floats (DEVICE, kGrads; this rank's own state). Call before
+  // the first step.
+  void set_traffic(DeviceComm* grads, DeviceComm* params, bool error_feedback);
+  // The compressed gradient path's error-feedback residual (null: none).
+  DeviceBuffer* compression_residual() { return ef_residual_ ? &ef_residual_ : nullptr; }
   // Squared L2 norm of the summed gradient over the data-parallel ranks, leaving out the
   // element ranges set with set_norm_skip (tensor-parallel replicas counted on one rank only):
   // the sum, in element order, of backend sum_squares over each kept sub-range of this rank's
@@ -211,6 +221,14 @@ class DataParallel final : public ParamStore {
 
   const ParamLayout& layout_;
   DeviceComm& dp_;
+  DeviceComm* grad_comm_ = nullptr;         // gradient reductions (null: dp_)
+  DeviceComm* param_comm_ = nullptr;        // parameter all-gathers (null: dp_)
+  CompressedComm* grad_codec_ = nullptr;    // grad_comm_ when error feedback is on
+  DeviceBuffer ef_residual_;                // its residual (n floats)
+  DeviceComm& grads_comm() { return grad_comm_ ? *grad_comm_ : dp_; }
+  DeviceComm& params_comm() { return param_comm_ ? *param_comm_ : dp_; }
+  // Error feedback for the reduction of flat range [b, e) about to be posted.
+  void feedback_for(int64_t b);
   Backend& backend_;
   bool split_embedding_ = false;  // zero 0/1 with dp > 1: see head_done()
   DeviceComm* tied_ = nullptr;  // see set_tied_embedding

@@ -26,7 +26,7 @@ void SequenceParallelLayerNorm::backward(float* dx, float* dw, float* db, const 
   float* g = tp_.ln_grads();
   be.fill(g, DType::kF32, 0, 2 * C, 0.0f);
   be.layernorm_backward(dx, g, g + C, dout, x, w, mean, rstd, Nl, C);
-  tp_.all_reduce(g, 2 * C);
+  tp_.all_reduce_exact(g, 2 * C);
   be.add(dw, dw, g, C);
   be.add(db, db, g + C, C);
 }
@@ -138,7 +138,7 @@ void VocabParallelHead::cross_entropy(float* logits, float* losses, const int32_
   tp_.all_reduce_max(mx, rows);
   be.ce_row_sumexp(logits, rows, rows_, cols_, mx, sm);
   be.ce_target_logit(logits, rows, rows_, cols_, targets, v0_, tl);
-  tp_.all_reduce(sm, 2 * rows);
+  tp_.all_reduce_exact(sm, 2 * rows);
   be.ce_loss(losses, mx, sm, tl, rows);
   if (dloss != 0.0f) be.ce_grad(logits, rows, rows_, cols_, mx, sm, targets, v0_, dloss);
 }
@@ -160,7 +160,7 @@ void VocabParallelHead::row_logits(float* out, const float* x, const float* wte,
   // This rank's columns in place among zeros, summed over the ranks: every column.
   be.fill(out, DType::kF32, 0, Vp_, 0.0f);
   be.gemm(false, true, 1, rows_, C, 1.0f, x, C, wte, C, 0.0f, out + v0_, rows_);
-  tp_.all_reduce(out, Vp_);
+  tp_.all_reduce_exact(out, Vp_);
 }
 
 }  // namespace weft

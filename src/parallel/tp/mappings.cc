@@ -56,6 +56,10 @@ void TensorParallel::all_reduce_max(float* x, int64_t n) {
   if (size_ > 1) ops_->all_reduce_max(x, n);
 }
 
+void TensorParallel::all_reduce_exact(float* x, int64_t n) {
+  if (size_ > 1) ops_->all_reduce_sum_exact(x, n);
+}
+
 void TensorParallel::all_gather(const float* local, float* whole, int64_t N, int64_t C) {
   if (size_ > 1) ops_->all_gather(local, whole, N / size_ * C);
 }

@@ -74,6 +74,8 @@ class TensorParallel {
   void all_reduce(float* x, int64_t n);
   // Row maxima of a vocabulary-parallel cross-entropy: x (n) max over the ranks.
   void all_reduce_max(float* x, int64_t n);
+  // A sum kept exact under tp compression (TensorParallelOps::all_reduce_sum_exact).
+  void all_reduce_exact(float* x, int64_t n);
   // gather_from_sequence_region forward = reduce_scatter_to_sequence_region backward:
   // local (Nl,C) -> whole (N,C).
   void all_gather(const float* local, float* whole, int64_t N, int64_t C);

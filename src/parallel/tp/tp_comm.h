@@ -1,4 +1,6 @@
-// TensorParallelOps over a Communicator (the tp axis group of the ProcessGrid).
+// TensorParallelOps over a Communicator (the tp axis group of the ProcessGrid): the activation
+// traffic over `tp` (a CompressedComm under [compression] tp), the exact sums over `exact`
+// (the same group uncompressed; by default `tp` itself).
 #pragma once
 #include "comm/communicator.h"
 #include "parallel/tp/tp_ops.h"
@@ -7,11 +9,15 @@ namespace weft {
 
 class CommTensorParallel final : public TensorParallelOps {
  public:
-  explicit CommTensorParallel(Communicator& tp) : tp_(tp) {}
+  explicit CommTensorParallel(Communicator& tp) : tp_(tp), exact_(tp) {}
+  CommTensorParallel(Communicator& tp, Communicator& exact) : tp_(tp), exact_(exact) {}
   int size() const override { return tp_.size(); }
   int rank() const override { return tp_.rank(); }
   void all_reduce_sum(float* x, int64_t n) override { tp_.all_reduce(x, n, CommDType::kF32, ReduceOp::kSum); }
   void all_reduce_max(float* x, int64_t n) override { tp_.all_reduce(x, n, CommDType::kF32, ReduceOp::kMax); }
+  void all_reduce_sum_exact(float* x, int64_t n) override {
+    exact_.all_reduce(x, n, CommDType::kF32, ReduceOp::kSum);
+  }
   void all_gather(const float* local, float* whole, int64_t n) override {
     tp_.all_gather(local, whole, n, CommDType::kF32);
   }
@@ -21,6 +27,7 @@ class CommTensorParallel final : public TensorParallelOps {
 
  private:
   Communicator& tp_;
+  Communicator& exact_;
 };
 
 }  // namespace weft

@@ -14,6 +14,10 @@ class TensorParallelOps {
   virtual int rank() const = 0;
   virtual void all_reduce_sum(float* x, int64_t n) = 0;
   virtual void all_reduce_max(float* x, int64_t n) = 0;
+  // A sum that must stay exact whatever [compression] says of tp traffic: the loss statistics
+  // of the vocabulary-parallel cross-entropy, a LayerNorm weight gradient, generation's logits.
+  // Default: all_reduce_sum.
+  virtual void all_reduce_sum_exact(float* x, int64_t n) { all_reduce_sum(x, n); }
   // Sequence parallelism (Korthikanti et al. 2022): rank r holds rows [r*n, (r+1)*n) of a
   // row-sharded activation. all_gather: local (n) -> whole (size()*n); reduce_scatter:
   // whole partial sums (size()*n) -> this rank's rows of the sum (n).
