@@ -18,10 +18,13 @@ void add(TraceTotals& t, const TraceEvent& ev) {
   t.calls += 1;
   t.bytes += ev.bytes;
   t.time_s += ev.duration_s;
+  t.wire_bytes += ev.wire_bytes >= 0 ? ev.wire_bytes : ev.bytes;
+  if (ev.wire_bytes >= 0) ++t.compressed_calls;
 }
 
 std::string format_totals(const TraceTotals& t) {
-  return fmt::format("{} calls {} {:.3f} s", t.calls, format_bytes(t.bytes), t.time_s);
+  const std::string wire = t.compressed_calls > 0 ? fmt::format(" (wire {})", format_bytes(t.wire_bytes)) : "";
+  return fmt::format("{} calls {}{} {:.3f} s", t.calls, format_bytes(t.bytes), wire, t.time_s);
 }
 }  // namespace
 

@@ -67,6 +67,8 @@ struct TraceTotals {
   int64_t calls = 0;
   int64_t bytes = 0;
   double time_s = 0;  // sum of durations (asynchronous calls overlap, so this can exceed wall time)
+  int64_t compressed_calls = 0;  // calls with wire_bytes >= 0
+  int64_t wire_bytes = 0;        // wire_bytes of the compressed calls, bytes of the others
 };
 
 struct TraceAxisSummary {
@@ -77,7 +79,8 @@ struct TraceAxisSummary {
 struct TraceSummary {
   TraceTotals total;
   std::map<std::string, TraceAxisSummary> by_axis;  // dp -> totals, ...
-  // One line per axis: "dp: 12 calls, 4.0 MiB, 0.012 s (all_reduce 10 calls 3.5 MiB 0.010 s, ...)".
+  // One line per axis: "dp: 12 calls 4.0 MiB 0.012 s (all_reduce 10 calls 3.5 MiB 0.010 s, ...)"; totals
+  // with compressed calls add their wire bytes: "10 calls 3.5 MiB (wire 1.0 MiB) 0.010 s".
   std::string format() const;
 };
 

@@ -236,7 +236,9 @@ std::string comm_axes_table(const std::vector<const Run*>& runs) {
     for (const CommAxisLevel& e : runs[i]->comm.by_axis_level) {
       auto& row = cells[{e.axis, e.level}];
       row.resize(runs.size(), "-");
-      row[i] = fmt::format("{} calls, {} bytes ({}), model {}", e.calls, e.bytes, format_bytes(e.bytes),
+      row[i] = fmt::format("{} calls, {} bytes ({}){}, model {}", e.calls, e.bytes, format_bytes(e.bytes),
+                           e.wire_bytes != e.bytes ? fmt::format(", wire {} ({})", e.wire_bytes, format_bytes(e.wire_bytes))
+                                                   : std::string(),
                            e.model_bytes ? std::to_string(*e.model_bytes) : "-");
     }
   }
@@ -252,6 +254,85 @@ std::string comm_axes_table(const std::vector<const Run*>& runs) {
   return table(header, rows);
 }
 
+// "mean / max" of the payloads' relative RMS error, "-" where none measured one.
+std::string rel_err_cell(const CommCompression& e) {
+  if (e.rel_err_measured == 0) return "-";
+  return fmt::format("{:.3g} / {:.3g}", e.rel_err_mean, e.rel_err_max);
+}
+
+std::string codec_cell(const std::vector<std::string>& codecs) {
+  std::string out;
+  for (const std::string& c : codecs) {
+    if (!out.empty()) out += ", ";
+    out += c;
+  }
+  return out.empty() ? "-" : out;
+}
+
+// Per run and (op, axis): what the codecs made of the training steps' calls.
+std::string compression_table(const std::vector<const Run*>& runs) {
+  Rows rows;
+  for (const Run* r : runs) {
+    for (const CommCompression& e : r->comm.compression) {
+      std::vector<std::string> row;
+      if (runs.size() > 1) row.push_back(r->label);
+      for (std::string cell : {e.op, e.axis, codec_cell(e.codecs), std::to_string(e.raw_bytes),
+                               std::to_string(e.wire_bytes), fmt::format("{:.3f}", e.ratio),
+                               fmt::format("{:.4f}", e.codec_s), rel_err_cell(e)}) {
+        row.push_back(std::move(cell));
+      }
+      rows.push_back(std::move(row));
+    }
+  }
+  std::vector<std::string> header = {"op", "axis", "codec", "raw bytes", "wire bytes", "ratio (wire/raw)",
+                                     "codec time (s)", "rel. RMS error mean / max"};
+  if (runs.size() > 1) header.insert(header.begin(), "run");
+  return table(header, rows);
+}
+
+// Raw and wire bytes of a run's training rows.
+std::pair<int64_t, int64_t> raw_and_wire(const CommReport& c) {
+  int64_t raw = 0, wire = 0;
+  for (const CommRow& r : c.rows) raw += r.total_bytes, wire += r.wire_total_bytes;
+  return {raw, wire};
+}
+
+double codec_seconds(const CommReport& c) {
+  double s = 0;
+  for (const CommCompression& e : c.compression) s += e.codec_s;
+  return s;
+}
+
+// The runs' training traffic raw and on the wire; with two runs, B's against A's.
+std::string wire_totals(const std::vector<const Run*>& runs) {
+  std::string s;
+  std::vector<std::pair<int64_t, int64_t>> totals;
+  for (const Run* r : runs) {
+    const auto [raw, wire] = raw_and_wire(r->comm);
+    totals.emplace_back(raw, wire);
+    s += fmt::format("{}: training calls carried {} raw, {} on the wire (ratio {:.3f}); {:.4f} s in the codecs.\n\n",
+                     r->label, format_bytes(raw), format_bytes(wire),
+                     raw > 0 ? static_cast<double>(wire) / static_cast<double>(raw) : 1.0, codec_seconds(r->comm));
+  }
+  if (runs.size() == 2 && totals[0].second > 0 && totals[0].first > 0) {
+    s += fmt::format("{} against {}: {:.3f}x the wire bytes, {:.3f}x the raw bytes.\n\n", runs[1]->label,
+                     runs[0]->label, static_cast<double>(totals[1].second) / static_cast<double>(totals[0].second),
+                     static_cast<double>(totals[1].first) / static_cast<double>(totals[0].first));
+  }
+  return s;
+}
+
+// Shown when any run compressed a call.
+std::string compression_section(const std::vector<const Run*>& runs) {
+  if (std::none_of(runs.begin(), runs.end(), [](const Run* r) { return r->comm.compressed(); })) return "";
+  std::string s = "### Compression\n\n";
+  s += "From `comm_report.json`'s `compression` section: per (op, axis) the training steps' raw bytes (the logical "
+       "calls, as the model counts them), the bytes the codecs put on the wire, their ratio, the seconds spent "
+       "compressing and decompressing (per call the largest member's), and the relative RMS error ||x - D(C(x))|| / "
+       "||x|| of the payloads that measured it.\n\n";
+  return s + wire_totals(runs) + compression_table(runs);
+}
+
 std::string comm_section(const std::vector<const Run*>& runs, const PlotFiles& plots) {
   std::string s = "## Communication\n\n" + image(plots.comm, "bytes per axis and link level");
   s += "From `comm_report.json`: every collective of the job over the traced steps, counted once per group; "
@@ -265,7 +346,7 @@ std::string comm_section(const std::vector<const Run*>& runs, const PlotFiles& p
         c.ranks_per_node, c.node_source, c.steps, c.mismatches, small_messages(c));
     s += comm_rows_table(c);
   }
-  return s;
+  return s + compression_section(runs);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The Markdown summary of `weft report`: one section per aspect of the run(s) (## Runs,
 // ## Loss, ## Throughput, ## Memory, ## Pipeline, ## Communication), each with its plot and
-// the numbers behind it; with two runs, both side by side and B against A.
+// the numbers behind it; with two runs, both side by side and B against A. Communication ends
+// with a compression table (### Compression) when any run compressed a training call.
 #pragma once
 #include <string>
 #include <vector>

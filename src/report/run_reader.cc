@@ -1,5 +1,6 @@
 #include "report/run_reader.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -186,6 +187,7 @@ CommRow parse_comm_row(const json& r, const std::string& w) {
   c.bytes = integer(r, "bytes", w);
   c.count = integer(r, "count", w);
   c.total_bytes = integer(r, "total_bytes", w);
+  c.wire_total_bytes = r.contains("wire_total_bytes") ? integer(r, "wire_total_bytes", w) : c.total_bytes;
   c.time_s = number(r, "time_s", w);
   c.mean_latency_s = number(r, "mean_latency_s", w);
   c.trimmed_mean_latency_s = number(r, "trimmed_mean_latency_s", w);
@@ -206,8 +208,36 @@ CommRow parse_comm_row(const json& r, const std::string& w) {
 }
 
 CommAxisLevel parse_axis_level(const json& e, const std::string& w) {
-  return {text(e, "axis", w), text(e, "level", w), integer(e, "calls", w), integer(e, "bytes", w),
-          optional_integer(e, "model_bytes", w)};
+  const int64_t bytes = integer(e, "bytes", w);
+  return {text(e, "axis", w), text(e, "level", w), integer(e, "calls", w), bytes, optional_integer(e, "model_bytes", w),
+          e.contains("wire_bytes") ? integer(e, "wire_bytes", w) : bytes};
+}
+
+std::vector<std::string> strings(const json& j, const char* key, const std::string& where) {
+  std::vector<std::string> out;
+  for (const json& v : array(j, key, where)) {
+    if (!v.is_string()) throw_input("{}: '{}' holds a value that is not a string: {}", where, key, v.dump());
+    out.push_back(v.get<std::string>());
+  }
+  return out;
+}
+
+CommCompression parse_compression(const json& e, const std::string& w) {
+  CommCompression c;
+  c.op = text(e, "op", w);
+  c.axis = text(e, "axis", w);
+  c.calls = integer(e, "calls", w);
+  c.compressed_calls = integer(e, "compressed_calls", w);
+  c.raw_bytes = integer(e, "raw_bytes", w);
+  c.wire_bytes = integer(e, "wire_bytes", w);
+  c.codecs = strings(e, "codecs", w);
+  c.ratio = number(e, "ratio", w);
+  c.codec_s = number(e, "codec_s", w);
+  const json& err = object(e, "rel_err", w);
+  c.rel_err_measured = integer(err, "measured", w + ".rel_err");
+  c.rel_err_mean = number(err, "mean", w + ".rel_err");
+  c.rel_err_max = number(err, "max", w + ".rel_err");
+  return c;
 }
 
 }  // namespace
@@ -219,11 +249,12 @@ CommReport read_comm_report(const std::string& path) {
   } catch (const json::parse_error& e) {
     throw_input("{}: not valid JSON (truncated or corrupt?): {}", path, e.what());
   }
-  // Version 2 adds the `levels` section (not read here); everything read is as in version 1.
-  if (const int64_t v = integer(j, "version", path); v != 1 && v != 2) {
-    throw_input("{}: version {}, this weft reads versions 1 and 2", path, v);
-  }
+  // Version 2 adds the `levels` section (not read here); version 3 the wire bytes of compressed
+  // calls and the `compression` section; everything else read is as in version 1.
+  const int64_t v = integer(j, "version", path);
+  if (v < 1 || v > 3) throw_input("{}: version {}, this weft reads versions 1 to 3", path, v);
   CommReport c;
+  c.version = static_cast<int>(v);
   c.world = static_cast<int>(integer(j, "world", path));
   c.ranks_per_node = static_cast<int>(integer(j, "ranks_per_node", path));
   c.node_source = text(j, "node_source", path);
@@ -237,8 +268,19 @@ CommReport read_comm_report(const std::string& path) {
   for (size_t i = 0; i < levels.size(); ++i) {
     c.by_axis_level.push_back(parse_axis_level(levels[i], fmt::format("{}: by_axis_level[{}]", path, i)));
   }
+  if (v >= 3) {
+    const json& comp = array(object(j, "compression", path), "by_op_axis", path + ": compression");
+    for (size_t i = 0; i < comp.size(); ++i) {
+      c.compression.push_back(parse_compression(comp[i], fmt::format("{}: compression.by_op_axis[{}]", path, i)));
+    }
+  }
   c.mismatches = integer(j, "mismatches", path);
   return c;
+}
+
+bool CommReport::compressed() const {
+  return std::any_of(compression.begin(), compression.end(),
+                     [](const CommCompression& e) { return e.compressed_calls > 0; });
 }
 
 namespace {

@@ -64,6 +64,7 @@ struct CommRow {
   std::string op, axis, level;
   int group_size = 0;
   int64_t bytes = 0, count = 0, total_bytes = 0;
+  int64_t wire_total_bytes = 0;  // what the codecs made of total_bytes (version 3; before: total_bytes)
   double time_s = 0, mean_latency_s = 0, trimmed_mean_latency_s = 0, algbw_gbps = 0, busbw_gbps = 0;
   std::optional<int64_t> model_count, model_total_bytes;  // null: the model has no entry
   // Each rank's latency minus the fastest rank's, per call; not applicable (straggler_s null, or
@@ -78,14 +79,30 @@ struct CommAxisLevel {
   std::string axis, level;
   int64_t calls = 0, bytes = 0;
   std::optional<int64_t> model_bytes;
+  int64_t wire_bytes = 0;  // version 3; before: bytes
+};
+
+// One (op, axis) of comm_report.json's compression section (version 3): the training steps'
+// raw and wire bytes, codecs, codec seconds and the payloads' relative RMS error.
+struct CommCompression {
+  std::string op, axis;
+  int64_t calls = 0, compressed_calls = 0, raw_bytes = 0, wire_bytes = 0;
+  std::vector<std::string> codecs;  // empty: none of its calls was compressed
+  double ratio = 1, codec_s = 0;
+  int64_t rel_err_measured = 0;     // payloads with a measured error (0: mean and max are -1)
+  double rel_err_mean = -1, rel_err_max = -1;
 };
 
 struct CommReport {
+  int version = 0;
   int world = 0, ranks_per_node = 0, steps = 0;
   std::string node_source, model;
   std::vector<CommRow> rows;
   std::vector<CommAxisLevel> by_axis_level;
+  std::vector<CommCompression> compression;  // empty before version 3
   int64_t mismatches = 0;
+  // Whether any training call went through a codec.
+  bool compressed() const;
 };
 
 // Everything `weft report` shows of one run.

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <numeric>
+#include <set>
 #include <tuple>
 
 #include "core/error.h"
@@ -43,11 +44,30 @@ bool is_p2p(const std::string& op) { return op == "send" || op == "recv"; }
 // One call of the job: the events of its group's members (one for send/recv).
 struct Call {
   std::string op, axis, phase;
-  int64_t bytes = 0;
+  int64_t bytes = 0;  // raw: the tracer's convention, the same on every member
   int64_t step = 0;
   std::vector<int> ranks;                        // the group (send/recv: this rank, peer)
   std::vector<std::pair<int, double>> latencies;  // (world rank, duration)
+  std::string codec;                             // empty: not compressed (the same on every member)
+  int64_t wire_sum = 0;                          // the members' wire bytes (raw where not compressed)
+  double codec_s = 0;                            // the largest member's seconds in the codec
+  std::vector<double> rel_errs;                  // the members' relative RMS errors, where measured
+
+  // What the call put on the wire, in the tracer's convention: the mean of its members' views.
+  int64_t wire_bytes() const {
+    if (latencies.empty()) return bytes;
+    const auto n = static_cast<int64_t>(latencies.size());
+    return (wire_sum + n / 2) / n;
+  }
 };
+
+// Adds one member's event (its latency, wire bytes, codec time and error) to its call.
+void add_member(Call& c, int rank, const TraceEvent& ev) {
+  c.latencies.emplace_back(rank, ev.duration_s);
+  c.wire_sum += ev.wire_bytes >= 0 ? ev.wire_bytes : ev.bytes;
+  c.codec_s = std::max(c.codec_s, ev.codec_s);
+  if (ev.rel_err >= 0) c.rel_errs.push_back(ev.rel_err);
+}
 
 // The world ranks of an event's group label ("ranks 0,2" or "peer 3").
 std::vector<int> event_ranks(const TraceEvent& ev, int rank) {
@@ -59,6 +79,16 @@ std::vector<int> event_ranks(const TraceEvent& ev, int rank) {
   if (ev.group.rfind("ranks ", 0) == 0) return parse_ranks(ev.group.substr(6));
   throw_input("trace of rank {}: group '{}' of a {} on axis {} is neither 'ranks ...' nor 'peer N'", rank, ev.group,
               ev.kind, ev.axis);
+}
+
+// A call as its first member's event describes it (no member added yet).
+Call new_call(const TraceEvent& ev, int rank) {
+  Call c;
+  c.op = ev.kind, c.axis = ev.axis, c.phase = ev.phase;
+  c.bytes = ev.bytes, c.step = ev.step;
+  c.ranks = event_ranks(ev, rank);
+  c.codec = ev.codec;
+  return c;
 }
 
 bool in_range(const TraceEvent& ev, const CommReportInputs& in) {
@@ -89,23 +119,79 @@ std::vector<Call> collect_calls(const std::vector<std::vector<TraceEvent>>& per_
       const int rank = static_cast<int>(r);
       if (is_p2p(ev.kind)) {
         if (in_range(ev, in)) {
-          calls.push_back({ev.kind, ev.axis, ev.phase, ev.bytes, ev.step, event_ranks(ev, rank), {{rank, ev.duration_s}}});
+          calls.push_back(new_call(ev, rank));
+          add_member(calls.back(), rank, ev);
         }
         continue;
       }
       const int64_t k = seen[{ev.axis, ev.group}]++;
       if (!in_range(ev, in)) continue;
       auto [it, fresh] = index.try_emplace({ev.axis, ev.group, k}, calls.size());
-      if (fresh) calls.push_back({ev.kind, ev.axis, ev.phase, ev.bytes, ev.step, event_ranks(ev, rank), {}});
+      if (fresh) calls.push_back(new_call(ev, rank));
       Call& c = calls[it->second];
-      if (c.op != ev.kind || c.bytes != ev.bytes) {
-        throw_runtime("trace: call {} on axis {} ({}) is a {} of {} bytes on one rank and a {} of {} bytes on rank {}", k,
-                      ev.axis, ev.group, c.op, c.bytes, ev.kind, ev.bytes, rank);
+      if (c.op != ev.kind || c.bytes != ev.bytes || c.codec != ev.codec) {
+        throw_runtime(
+            "trace: call {} on axis {} ({}) is a {} of {} bytes (codec '{}') on one rank and a {} of {} bytes (codec "
+            "'{}') on rank {}",
+            k, ev.axis, ev.group, c.op, c.bytes, c.codec, ev.kind, ev.bytes, ev.codec, rank);
       }
-      c.latencies.emplace_back(rank, ev.duration_s);
+      add_member(c, rank, ev);
     }
   }
   return calls;
+}
+
+// Raw and wire bytes, codecs, codec time and payload errors over a set of calls.
+struct CodecTotals {
+  int64_t calls = 0, compressed_calls = 0, raw_bytes = 0, wire_bytes = 0;
+  std::set<std::string> codecs;
+  double codec_s = 0;
+  int64_t errors = 0;  // member payloads with a measured relative RMS error
+  double error_sum = 0, error_max = -1;
+
+  void add(const Call& c) {
+    ++calls;
+    raw_bytes += c.bytes;
+    wire_bytes += c.wire_bytes();
+    codec_s += c.codec_s;
+    if (!c.codec.empty()) ++compressed_calls, codecs.insert(c.codec);
+    for (const double e : c.rel_errs) ++errors, error_sum += e, error_max = std::max(error_max, e);
+  }
+};
+
+void merge(CodecTotals& into, const CodecTotals& c) {
+  into.calls += c.calls, into.compressed_calls += c.compressed_calls;
+  into.raw_bytes += c.raw_bytes, into.wire_bytes += c.wire_bytes;
+  into.codecs.insert(c.codecs.begin(), c.codecs.end());
+  into.codec_s += c.codec_s;
+  into.errors += c.errors, into.error_sum += c.error_sum, into.error_max = std::max(into.error_max, c.error_max);
+}
+
+// wire / raw; 1 where nothing was sent (raw 0).
+double wire_ratio(int64_t raw, int64_t wire) {
+  return raw > 0 ? static_cast<double>(wire) / static_cast<double>(raw) : 1.0;
+}
+
+// {"measured": n, "mean", "max"} over the measured payloads; mean and max -1 when none was.
+nlohmann::json rel_err_json(const CodecTotals& c) {
+  const double mean = c.errors > 0 ? c.error_sum / static_cast<double>(c.errors) : -1.0;
+  return {{"measured", c.errors}, {"mean", mean}, {"max", c.errors > 0 ? c.error_max : -1.0}};
+}
+
+// The codec fields that rows and the compression section share.
+void codec_fields(nlohmann::json& j, const CodecTotals& c) {
+  j["compressed_calls"] = c.compressed_calls;
+  j["codecs"] = std::vector<std::string>(c.codecs.begin(), c.codecs.end());
+  j["ratio"] = wire_ratio(c.raw_bytes, c.wire_bytes);
+  j["codec_s"] = c.codec_s;
+  j["rel_err"] = rel_err_json(c);
+}
+
+// One entry of the compression section.
+nlohmann::json compression_json(const CodecTotals& c) {
+  nlohmann::json j = {{"calls", c.calls}, {"raw_bytes", c.raw_bytes}, {"wire_bytes", c.wire_bytes}};
+  codec_fields(j, c);
+  return j;
 }
 
 using RowKey = std::tuple<std::string, std::string, std::string, std::string, int64_t>;  // phase, op, axis, level, bytes
@@ -113,6 +199,7 @@ using RowKey = std::tuple<std::string, std::string, std::string, std::string, in
 struct Row {
   int group_size = 0;
   int64_t count = 0;
+  CodecTotals comp;  // wire bytes, codecs, errors of the row's calls
   std::vector<double> latency;          // per call: the slowest member's
   std::vector<double> straggle;         // per call and member: latency minus the fastest member's
   std::map<int, double> straggle_sum;   // per rank
@@ -124,6 +211,7 @@ void add_call(Row& row, const Call& c) {
   row.group_size = static_cast<int>(c.ranks.size());
   if (is_p2p(c.op)) row.group_size = 2;
   ++row.count;
+  row.comp.add(c);
   double lo = c.latencies.front().second, hi = lo;
   int fastest = c.latencies.front().first;
   for (const auto& [r, d] : c.latencies) {
@@ -178,12 +266,17 @@ nlohmann::json row_json(const RowKey& k, const Row& row) {
   const double time = std::accumulate(row.latency.begin(), row.latency.end(), 0.0);
   const double total = static_cast<double>(bytes) * static_cast<double>(row.count);
   const double algbw = time > 0 ? total / time / 1e9 : 0.0;
+  // The links carry the wire bytes: the bus bandwidth is the wire's.
+  const double wire_algbw = time > 0 ? static_cast<double>(row.comp.wire_bytes) / time / 1e9 : 0.0;
   nlohmann::json j = {{"op", op}, {"axis", axis}, {"level", level}, {"group_size", row.group_size},
                       {"bytes", bytes}, {"count", row.count}, {"total_bytes", bytes * row.count},
+                      {"wire_total_bytes", row.comp.wire_bytes},
                       {"time_s", time}, {"mean_latency_s", row.count > 0 ? time / static_cast<double>(row.count) : 0.0},
                       {"trimmed_mean_latency_s", trimmed_mean(row.latency)},
-                      {"algbw_gbps", algbw}, {"busbw_gbps", algbw * bus_factor(op, row.group_size)},
+                      {"algbw_gbps", algbw}, {"wire_algbw_gbps", wire_algbw},
+                      {"busbw_gbps", wire_algbw * bus_factor(op, row.group_size)},
                       {"straggler_s", straggler_json(row)}};
+  codec_fields(j, row.comp);
   if (phase != "train") {
     j["phase"] = phase;
     return j;
@@ -223,8 +316,19 @@ int64_t attach_model(std::map<RowKey, Row>& rows, const CommReportInputs& in) {
   return mismatches;
 }
 
+// Bytes crossing each link level (innermost first), raw and on the wire.
+struct LevelBytes {
+  std::vector<int64_t> raw, wire;
+  void size(size_t levels) {
+    raw.resize(levels, 0);
+    wire.resize(levels, 0);
+  }
+  void add(size_t level, int64_t r, int64_t w) { raw[level] += r, wire[level] += w; }
+};
+
 // The `levels` section: per reported training step, the bytes crossing each level's domain
-// boundaries, in total and per axis (collectives once per group, transfers once on their send).
+// boundaries, in total and per axis (collectives once per group, transfers once on their send),
+// raw (the logical calls) and on the wire (what the codecs made of them).
 nlohmann::json levels_json(const std::vector<Call>& calls, const CommReportInputs& in) {
   const LinkLevels levels = in.levels.levels() > 0 ? in.levels : LinkLevels::from_nodes(in.nodes);
   levels.validate();
@@ -232,33 +336,37 @@ nlohmann::json levels_json(const std::vector<Call>& calls, const CommReportInput
     throw_input("comm report: the link levels cover {} ranks, the node map {}", levels.world(), in.nodes.world());
   }
   const size_t nl = static_cast<size_t>(levels.levels());
-  using Bytes = std::vector<int64_t>;  // per level
-  std::map<int64_t, std::pair<Bytes, std::map<std::string, Bytes>>> steps;  // step -> (total, per axis)
-  for (int64_t s = in.first_step + 1; s <= in.last_step; ++s) steps[s].first.assign(nl, 0);
-  std::map<std::string, Bytes> axis_total;
-  Bytes total(nl, 0);
+  using Axes = std::map<std::string, LevelBytes>;
+  std::map<int64_t, std::pair<LevelBytes, Axes>> steps;  // step -> (total, per axis)
+  for (int64_t s = in.first_step + 1; s <= in.last_step; ++s) steps[s].first.size(nl);
+  Axes axis_total;
+  LevelBytes total;
+  total.size(nl);
   for (const Call& c : calls) {
     if (c.phase != "train" || c.op == "recv") continue;
     auto& [step_total, step_axes] = steps[c.step];
-    step_total.resize(nl, 0);
-    Bytes& step_axis = step_axes[c.axis];
-    Bytes& all_axis = axis_total[c.axis];
-    step_axis.resize(nl, 0);
-    all_axis.resize(nl, 0);
+    LevelBytes& step_axis = step_axes[c.axis];
+    LevelBytes& all_axis = axis_total[c.axis];
+    for (LevelBytes* b : {&step_total, &step_axis, &all_axis}) b->size(nl);
     for (size_t k = 0; k < nl; ++k) {
-      const int64_t b = crossing_bytes(c.op, c.bytes, c.ranks, levels, static_cast<int>(k));
-      step_total[k] += b, step_axis[k] += b, all_axis[k] += b, total[k] += b;
+      const int64_t r = crossing_bytes(c.op, c.bytes, c.ranks, levels, static_cast<int>(k));
+      const int64_t w = crossing_bytes(c.op, c.wire_bytes(), c.ranks, levels, static_cast<int>(k));
+      for (LevelBytes* b : {&step_total, &step_axis, &all_axis, &total}) b->add(k, r, w);
     }
   }
-  auto by_name = [&](const Bytes& b) {
+  auto by_name = [&](const std::vector<int64_t>& b) {
     nlohmann::json j = nlohmann::json::object();
     for (size_t k = 0; k < nl; ++k) j[levels.names[k]] = b[k];
     return j;
   };
-  auto axes_json = [&](const std::map<std::string, Bytes>& axes) {
+  auto axes_json = [&](const Axes& axes, bool wire) {
     nlohmann::json j = nlohmann::json::object();
-    for (const auto& [axis, b] : axes) j[axis] = by_name(b);
+    for (const auto& [axis, b] : axes) j[axis] = by_name(wire ? b.wire : b.raw);
     return j;
+  };
+  auto bytes_json = [&](const LevelBytes& all, const Axes& axes) {
+    return nlohmann::json{{"bytes", by_name(all.raw)}, {"by_axis", axes_json(axes, false)},
+                          {"wire_bytes", by_name(all.wire)}, {"wire_by_axis", axes_json(axes, true)}};
   };
   nlohmann::json domains = nlohmann::json::array(), per_domain = nlohmann::json::array(), per_step = nlohmann::json::array();
   for (size_t k = 0; k < nl; ++k) {
@@ -266,12 +374,60 @@ nlohmann::json levels_json(const std::vector<Call>& calls, const CommReportInput
     per_domain.push_back(levels.ranks_per_domain(static_cast<int>(k)));
   }
   for (const auto& [step, st] : steps) {
-    per_step.push_back({{"step", step}, {"bytes", by_name(st.first)}, {"by_axis", axes_json(st.second)}});
+    nlohmann::json j = bytes_json(st.first, st.second);
+    j["step"] = step;
+    per_step.push_back(std::move(j));
   }
   return {{"names", levels.names}, {"domains", domains}, {"ranks_per_domain", per_domain},
           {"counting", "training steps; bytes entering each domain of a level from outside, summed over domains "
-                       "(node-aware algorithms, even blocks); a collective once per group, a transfer once (its send)"},
-          {"steps", per_step}, {"total", {{"bytes", by_name(total)}, {"by_axis", axes_json(axis_total)}}}};
+                       "(node-aware algorithms, even blocks); a collective once per group, a transfer once (its send); "
+                       "bytes: the logical calls, wire_bytes: what the codecs made of them"},
+          {"steps", per_step}, {"total", bytes_json(total, axis_total)}};
+}
+
+using StepCodecTotals = std::map<int64_t, CodecTotals>;  // step -> stats of its calls
+
+// Every step of the reported range (zeros where nothing was called), each with its step.
+nlohmann::json compression_steps_json(const StepCodecTotals& per_step, const CommReportInputs& in) {
+  nlohmann::json out = nlohmann::json::array();
+  for (int64_t s = in.first_step + 1; s <= in.last_step; ++s) {
+    const auto it = per_step.find(s);
+    nlohmann::json j = compression_json(it == per_step.end() ? CodecTotals{} : it->second);
+    j["step"] = s;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+CodecTotals sum_steps(const StepCodecTotals& per_step) {
+  CodecTotals sum;
+  for (const auto& [step, c] : per_step) merge(sum, c);
+  return sum;
+}
+
+// The `compression` section: raw and wire bytes, codecs, codec time and payload errors of the
+// reported training steps per (op, axis), per step and in all.
+nlohmann::json compression_section(const std::vector<Call>& calls, const CommReportInputs& in) {
+  std::map<std::pair<std::string, std::string>, StepCodecTotals> by_op_axis;
+  StepCodecTotals steps;
+  for (const Call& c : calls) {
+    if (c.phase != "train") continue;
+    by_op_axis[{c.op, c.axis}][c.step].add(c);
+    steps[c.step].add(c);
+  }
+  nlohmann::json entries = nlohmann::json::array();
+  for (const auto& [key, per_step] : by_op_axis) {
+    nlohmann::json j = compression_json(sum_steps(per_step));
+    j["op"] = key.first;
+    j["axis"] = key.second;
+    j["steps"] = compression_steps_json(per_step, in);
+    entries.push_back(std::move(j));
+  }
+  return {{"counting", "training steps; raw_bytes in the tracer's convention (the logical calls, once per group), "
+                       "wire_bytes what the codecs made of them (per call the mean over its members; raw where not "
+                       "compressed); codec_s per call the largest member's; rel_err over every member's payload "
+                       "that measured one"},
+          {"by_op_axis", entries}, {"steps", compression_steps_json(steps, in)}, {"total", compression_json(sum_steps(steps))}};
 }
 
 }  // namespace
@@ -285,7 +441,8 @@ nlohmann::json build_comm_report(const std::vector<std::vector<TraceEvent>>& per
   const int64_t mismatches = attach_model(rows, in);
   nlohmann::json train = nlohmann::json::array(), other = nlohmann::json::array();
   std::map<std::tuple<std::string, std::string, int>, int64_t> hist;
-  std::map<std::pair<std::string, std::string>, std::array<int64_t, 4>> by_axis;  // calls, bytes, model calls, model bytes
+  // calls, bytes, model calls, model bytes, wire bytes
+  std::map<std::pair<std::string, std::string>, std::array<int64_t, 5>> by_axis;
   for (const auto& [k, r] : rows) {
     const auto& [phase, op, axis, level, bytes] = k;
     if (phase != "train") {
@@ -295,29 +452,33 @@ nlohmann::json build_comm_report(const std::vector<std::vector<TraceEvent>>& per
     train.push_back(row_json(k, r));
     if (r.count > 0) hist[{op, axis, log2_class(bytes)}] += r.count;
     auto& a = by_axis[{axis, level}];
-    a[0] += r.count, a[1] += r.count * bytes, a[2] += r.model_count, a[3] += r.model_bytes;
+    a[0] += r.count, a[1] += r.count * bytes, a[2] += r.model_count, a[3] += r.model_bytes, a[4] += r.comp.wire_bytes;
   }
   nlohmann::json h = nlohmann::json::array(), ax = nlohmann::json::array();
   for (const auto& [k, n] : hist) h.push_back({{"op", std::get<0>(k)}, {"axis", std::get<1>(k)}, {"log2_bytes", std::get<2>(k)}, {"count", n}});
   for (const auto& [k, a] : by_axis) {
-    ax.push_back({{"axis", k.first}, {"level", k.second}, {"calls", a[0]}, {"bytes", a[1]}, {"model_calls", a[2]}, {"model_bytes", a[3]}});
+    ax.push_back({{"axis", k.first}, {"level", k.second}, {"calls", a[0]}, {"bytes", a[1]}, {"wire_bytes", a[4]},
+                  {"model_calls", a[2]}, {"model_bytes", a[3]}});
   }
-  return {{"version", 2}, {"world", in.nodes.world()}, {"ranks_per_node", in.nodes.ranks_per_node()},
+  return {{"version", 3}, {"world", in.nodes.world()}, {"ranks_per_node", in.nodes.ranks_per_node()},
           {"nodes", in.nodes.nodes()}, {"node_source", in.nodes.source},
           {"steps", in.last_step - in.first_step}, {"first_step", in.first_step + 1}, {"last_step", in.last_step},
           {"model", in.ec.model.name}, {"layout", layout_json(in.ec)},
           {"counting", "job-wide; a collective once per group (latency: its slowest member), each send and receive once"},
           {"rows", train}, {"histogram", h}, {"by_axis_level", ax}, {"levels", levels_json(calls, in)},
-          {"other_phases", other}, {"mismatches", mismatches}};
+          {"compression", compression_section(calls, in)}, {"other_phases", other}, {"mismatches", mismatches}};
 }
 
 namespace {
 
 // The `levels` section as a short table: bytes crossing each level, per axis and in all,
-// summed over the reported steps and per step on average.
-std::string format_levels(const nlohmann::json& lv, int64_t steps) {
+// summed over the reported steps and per step on average; raw (the logical calls) or on the
+// wire (`wire`: what the codecs made of them).
+std::string format_levels(const nlohmann::json& lv, int64_t steps, bool wire) {
   const std::vector<std::string> names = lv["names"].get<std::vector<std::string>>();
-  std::string out = "bytes crossing link levels (node-aware algorithms; per level: into its domains from outside):\n";
+  const std::string bytes_key = wire ? "wire_bytes" : "bytes", axes_key = wire ? "wire_by_axis" : "by_axis";
+  std::string out = fmt::format("{}bytes crossing link levels (node-aware algorithms; per level: into its domains from outside):\n",
+                                wire ? "wire " : "");
   out += fmt::format("  {:<13}", "axis");
   for (const std::string& n : names) out += fmt::format(" {:>12} {:>12}", n, n + "/step");
   out += "\n";
@@ -329,9 +490,44 @@ std::string format_levels(const nlohmann::json& lv, int64_t steps) {
     }
     return l + "\n";
   };
-  for (const auto& el : lv["total"]["by_axis"].items()) out += line(el.key(), el.value());
-  out += line("all", lv["total"]["bytes"]);
+  for (const auto& el : lv["total"][axes_key].items()) out += line(el.key(), el.value());
+  out += line("all", lv["total"][bytes_key]);
   return out;
+}
+
+// "int4,zfp:8", or "-" for none.
+std::string codec_list(const nlohmann::json& codecs) {
+  std::string out;
+  for (const auto& c : codecs) {
+    if (!out.empty()) out += ',';
+    out += c.get<std::string>();
+  }
+  return out.empty() ? "-" : out;
+}
+
+// "0.0123/0.0456" (mean/max), or "-" where no payload measured one.
+std::string rel_err_text(const nlohmann::json& e) {
+  if (e["measured"].get<int64_t>() == 0) return "-";
+  return fmt::format("{:.4g}/{:.4g}", e["mean"].get<double>(), e["max"].get<double>());
+}
+
+// The `compression` section per (op, axis) and in all, over the reported steps.
+std::string format_compression(const nlohmann::json& comp) {
+  std::string out = fmt::format("compression of the training steps (wire/raw; codec time: compressing and decompressing):\n"
+                                "  {:<15} {:<13} {:<15} {:>10} {:>10} {:>7} {:>10} {:>21}\n",
+                                "op", "axis", "codec", "raw", "wire", "ratio", "codec_ms", "rel_err mean/max");
+  auto line = [&](const std::string& op, const std::string& axis, const nlohmann::json& e) {
+    return fmt::format("  {:<15} {:<13} {:<15} {:>10} {:>10} {:>7.3f} {:>10.3f} {:>21}\n", op, axis,
+                       codec_list(e["codecs"]), format_bytes(e["raw_bytes"].get<int64_t>()),
+                       format_bytes(e["wire_bytes"].get<int64_t>()), e["ratio"].get<double>(),
+                       e["codec_s"].get<double>() * 1e3, rel_err_text(e["rel_err"]));
+  };
+  for (const auto& e : comp["by_op_axis"]) out += line(e["op"].get<std::string>(), e["axis"].get<std::string>(), e);
+  return out + line("all", "", comp["total"]);
+}
+
+bool any_compressed(const nlohmann::json& rep) {
+  return rep.contains("compression") && rep["compression"]["total"]["compressed_calls"].get<int64_t>() > 0;
 }
 
 }  // namespace
@@ -357,13 +553,19 @@ std::string format_comm_report(const nlohmann::json& rep) {
                        ok ? " " : "*",
                        !r["straggler_s"]["applicable"].get<bool>() ? std::string("-") : fmt::format("{:.1f}", r["straggler_s"]["max"].get<double>() * 1e6));
   }
+  const bool compressed = any_compressed(rep);
   out += "by axis and level:\n";
   for (const auto& a : rep["by_axis_level"]) {
-    out += fmt::format("  {:<13} {:<10} {:>8} calls {:>10} (model {:>8} calls {:>10})\n", a["axis"].get<std::string>(),
+    out += fmt::format("  {:<13} {:<10} {:>8} calls {:>10} (model {:>8} calls {:>10}){}\n", a["axis"].get<std::string>(),
                        a["level"].get<std::string>(), a["calls"].get<int64_t>(), format_bytes(a["bytes"].get<int64_t>()),
-                       a["model_calls"].get<int64_t>(), format_bytes(a["model_bytes"].get<int64_t>()));
+                       a["model_calls"].get<int64_t>(), format_bytes(a["model_bytes"].get<int64_t>()),
+                       compressed ? " wire " + format_bytes(a["wire_bytes"].get<int64_t>()) : std::string());
   }
-  if (rep.contains("levels")) out += format_levels(rep["levels"], rep["steps"].get<int64_t>());
+  if (rep.contains("levels")) out += format_levels(rep["levels"], rep["steps"].get<int64_t>(), false);
+  if (compressed) {
+    out += format_levels(rep["levels"], rep["steps"].get<int64_t>(), true);
+    out += format_compression(rep["compression"]);
+  }
   out += fmt::format("rows differing from the model (marked *): {}\n", rep["mismatches"].get<int64_t>());
   return out;
 }

@@ -20,6 +20,13 @@
 // each domain), in total and per axis. A collective is counted once per group; a transfer
 // once, on its send (its recv is the same bytes). The levels default to the node map's one
 // level "node"; the trainer may pass finer ones (e.g. GCD pairs inside nodes).
+//
+// Compressed collectives (version 3): a compressed call keeps its raw bytes (the logical call,
+// what the model predicts and `mismatches` compares) and adds its wire bytes (the mean of its
+// members' TraceEvent::wire_bytes; raw where not compressed), codec, codec seconds (the largest
+// member's) and the members' relative RMS errors. Every row carries them; the bus bandwidth and
+// the `levels` crossings are computed from the wire bytes (the crossings from the raw bytes
+// too); the `compression` section sums them per (op, axis), per step and in all.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
@@ -53,7 +60,7 @@ nlohmann::json write_comm_report(const std::string& run_dir, const CommReportInp
 
 // NCCL-tests' bus-bandwidth factor (nccl-tests doc/PERFORMANCE.md) for a group of n ranks:
 // all_reduce 2(n-1)/n, all_gather, reduce_scatter and all_to_all (n-1)/n, broadcast/send/recv
-// 1; 0 for a group of one (nothing moves).
+// 1; 0 for a group of one (nothing moves). The report applies it to the wire bytes.
 double bus_factor(const std::string& op, int n);
 // Mean after dropping the lowest and the highest `cut` fraction (DeepSpeed's comms logger:
 // scipy's trim_mean with 0.1).

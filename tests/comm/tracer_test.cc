@@ -99,6 +99,54 @@ TEST(Tracer, WriteJsonlAppends) {
   EXPECT_THROW(t.write_jsonl(dir / "missing-dir/x.jsonl"), std::runtime_error);
 }
 
+// Compressed calls: wire bytes, codec, codec seconds and error go to the file and come back;
+// the summary counts them and names the wire bytes.
+TEST(Tracer, CompressedCallsRoundTripAndShowTheirWireBytes) {
+  test::TempDir dir("comm");
+  const std::string path = dir / "trace-rank0.jsonl";
+  Tracer t;
+  TraceEvent c = ev("all_reduce", "dp", 4096, 0.5);
+  c.wire_bytes = 512, c.codec = "int4", c.codec_s = 0.125, c.rel_err = 0.0625;
+  t.record(c);
+  t.record(ev("all_reduce", "dp", 1024, 0.25));
+  t.record(ev("all_gather", "tp", 64, 0.125));
+  t.write_jsonl(path);
+  const std::vector<TraceEvent> back = read_trace_jsonl(path);
+  ASSERT_EQ(back.size(), 3u);
+  EXPECT_EQ(back[0].wire_bytes, 512);
+  EXPECT_EQ(back[0].codec, "int4");
+  EXPECT_DOUBLE_EQ(back[0].codec_s, 0.125);
+  EXPECT_DOUBLE_EQ(back[0].rel_err, 0.0625);
+  EXPECT_EQ(back[1].wire_bytes, -1);
+  EXPECT_EQ(back[1].codec, "");
+  const TraceSummary s = t.summary();
+  const TraceAxisSummary& dp = s.by_axis.at("dp");
+  EXPECT_EQ(dp.total.bytes, 4096 + 1024);
+  EXPECT_EQ(dp.total.wire_bytes, 512 + 1024);  // the uncompressed call's wire bytes are its bytes
+  EXPECT_EQ(dp.total.compressed_calls, 1);
+  EXPECT_EQ(s.by_axis.at("tp").total.wire_bytes, 64);
+  const std::string text = s.format();
+  EXPECT_NE(text.find("dp: 2 calls 5.0 KiB (wire 1.5 KiB) 0.750 s"), std::string::npos) << text;
+  EXPECT_NE(text.find("tp: 1 calls 64 B 0.125 s"), std::string::npos) << text;  // nothing compressed: no wire
+}
+
+// A file written before compressed collectives (no rel_err, wire_bytes, codec, codec_s; nor
+// phase): the events read as uncompressed, unmeasured training calls.
+TEST(Tracer, OldTraceFilesReadWithoutTheCompressionFields) {
+  test::TempDir dir("comm");
+  const std::string path = dir / "trace-rank0.jsonl";
+  std::ofstream(path) << R"({"kind":"all_reduce","axis":"dp","bytes":4096,"group":"ranks 0,1","start_s":1.0,)"
+                      << R"("duration_s":0.5,"step":2,"async":false})" << "\n";
+  const std::vector<TraceEvent> back = read_trace_jsonl(path);
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].bytes, 4096);
+  EXPECT_EQ(back[0].phase, "train");
+  EXPECT_EQ(back[0].wire_bytes, -1);
+  EXPECT_EQ(back[0].codec, "");
+  EXPECT_DOUBLE_EQ(back[0].codec_s, 0.0);
+  EXPECT_DOUBLE_EQ(back[0].rel_err, -1.0);
+}
+
 TEST(Tracer, NowIsMonotonicSecondsSinceStart) {
   const double a = Tracer::now();
   const double b = Tracer::now();

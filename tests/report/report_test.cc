@@ -12,8 +12,12 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "comm/topology.h"
+#include "comm/tracer.h"
+#include "report/markdown.h"
 #include "report/run_reader.h"
 #include "test_util.h"
+#include "train/comm_report.h"
 
 namespace weft {
 namespace {
@@ -415,9 +419,77 @@ TEST(ReportReader, CommReportFieldsAreChecked) {
   j["version"] = 2;  // adds the `levels` section, which the reader does not need
   std::ofstream(tmp / "comm_report.json") << j.dump();
   EXPECT_NO_THROW(report::read_comm_report(tmp / "comm_report.json"));
-  j["version"] = 3;
+  j["version"] = 3;  // version 3 has a `compression` section
+  std::ofstream(tmp / "comm_report.json") << j.dump();
+  try {
+    report::read_comm_report(tmp / "comm_report.json");
+    ADD_FAILURE() << "a version 3 report without its compression section was accepted";
+  } catch (const InputError& e) {
+    EXPECT_TRUE(contains(e.what(), "'compression' is missing or not an object")) << e.what();
+  }
+  j["version"] = 4;
   std::ofstream(tmp / "comm_report.json") << j.dump();
   EXPECT_THROW(report::read_comm_report(tmp / "comm_report.json"), InputError);
+}
+
+// A run of one step on two ranks: the report of one dp all-reduce of 4000 B per step (the
+// trainer's builder on hand-made events), compressed as int4 to 500 B with errors 0.1 and 0.3
+// on the two ranks when `int4`, else plain; written and read back like a run's.
+report::Run compression_run(const std::string& dir, const std::string& label, bool int4) {
+  std::vector<std::vector<TraceEvent>> per_rank(2);
+  for (int r = 0; r < 2; ++r) {
+    TraceEvent e;
+    e.kind = "all_reduce", e.axis = "dp", e.bytes = 4000, e.group = "ranks 0,1", e.duration_s = 0.01;
+    e.step = 1, e.phase = "train";
+    if (int4) e.codec = "int4", e.wire_bytes = 500, e.codec_s = 0.002, e.rel_err = r == 0 ? 0.1 : 0.3;
+    per_rank[static_cast<size_t>(r)].push_back(e);
+  }
+  CommReportInputs in;
+  in.ec.grid.dp = 2;
+  in.nodes = emulated_node_map(2, 1);
+  in.first_step = 0, in.last_step = 1;
+  fs::create_directories(dir);
+  std::ofstream(dir + "/comm_report.json") << build_comm_report(per_rank, in).dump(1);
+  report::Run run;
+  run.dir = dir;
+  run.label = label;
+  run.steps = {report::StepPoint{1, 32, 5.0, 1000.0, 32.0}};
+  run.comm = report::read_comm_report(dir + "/comm_report.json");
+  return run;
+}
+
+// The report shows a compression table (op, axis, codec, raw, wire, ratio, codec time, error)
+// when any call of a run was compressed, and B's wire and raw bytes against A's.
+TEST(ReportMarkdown, CompressionTableWhenAnyCallWasCompressed) {
+  TempDir tmp("report");
+  const report::Run a = compression_run(tmp / "a", "a", false), b = compression_run(tmp / "b", "b", true);
+  EXPECT_EQ(b.comm.version, 3);
+  EXPECT_FALSE(a.comm.compressed());
+  ASSERT_TRUE(b.comm.compressed());
+  ASSERT_EQ(b.comm.compression.size(), 1u);
+  const report::CommCompression& e = b.comm.compression[0];
+  EXPECT_EQ(e.op, "all_reduce");
+  EXPECT_EQ(e.raw_bytes, 4000);
+  EXPECT_EQ(e.wire_bytes, 500);
+  EXPECT_DOUBLE_EQ(e.ratio, 0.125);
+  EXPECT_EQ(e.codecs, std::vector<std::string>{"int4"});
+  EXPECT_DOUBLE_EQ(e.codec_s, 0.002);
+  EXPECT_EQ(e.rel_err_measured, 2);
+  EXPECT_DOUBLE_EQ(e.rel_err_mean, 0.2);
+  EXPECT_DOUBLE_EQ(e.rel_err_max, 0.3);
+  EXPECT_EQ(b.comm.rows.at(0).wire_total_bytes, 500);
+
+  const std::string plain = report::report_markdown({&a}, {});
+  EXPECT_FALSE(contains(plain, "### Compression")) << plain;
+  const std::string one = report::report_markdown({&b}, {});
+  EXPECT_TRUE(contains(one, "### Compression")) << one;
+  EXPECT_TRUE(contains(one, "| all_reduce | dp | int4 | 4000 | 500 | 0.125 | 0.0020 | 0.2 / 0.3 |")) << one;
+  const std::string both = report::report_markdown({&a, &b}, {});
+  EXPECT_TRUE(contains(both, "| run | op | axis | codec |")) << both;
+  EXPECT_TRUE(contains(both, "| a | all_reduce | dp | - | 4000 | 4000 | 1.000 | 0.0000 | - |")) << both;
+  EXPECT_TRUE(contains(both, "| b | all_reduce | dp | int4 | 4000 | 500 | 0.125 | 0.0020 | 0.2 / 0.3 |")) << both;
+  EXPECT_TRUE(contains(both, "b against a: 0.125x the wire bytes, 1.000x the raw bytes.")) << both;
+  EXPECT_TRUE(contains(both, "wire 500 (500 B)")) << both;  // the (axis, level) table names B's wire bytes
 }
 
 }  // namespace

@@ -324,7 +324,7 @@ TEST(CommReport, LevelsCountCrossingBytesPerStepAndAxis) {
   in.levels = LinkLevels::from_nodes(in.nodes);
   in.levels.add_inner_level("gcd", 1);
   const nlohmann::json rep = build_comm_report(per_rank, in);
-  EXPECT_EQ(rep["version"], 2);
+  EXPECT_EQ(rep["version"], 3);
   const nlohmann::json& lv = rep["levels"];
   EXPECT_EQ(lv["names"], nlohmann::json({"gcd", "node"}));
   EXPECT_EQ(lv["domains"], nlohmann::json({4, 2}));
