@@ -22,6 +22,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "backend/device_buffer.h"
+#include "comm/codec.h"
 #include "core/block_quant.h"
 #include "core/buffer.h"
 #include "core/error.h"
@@ -41,7 +42,7 @@ namespace {
 struct BenchOptions {
   std::string model_name = "tiny", format = "text";
   int64_t batch = 8, seq = 0, threads = 0, steps = 10, warmup = 2, head_chunk = 0;
-  bool no_peak = false, matmul_only = false, no_graphs = false, quant = false;
+  bool no_peak = false, matmul_only = false, no_graphs = false, quant = false, codecs = false;
   int64_t quant_n = int64_t{1} << 24, quant_block = 2048;
   std::string gemm_sweep;
   std::string backend_name = "cpu", precision = "fp32", comm;  // comm "": the backend's default
@@ -70,7 +71,9 @@ void add_bench_options(CLI::App& app, BenchOptions& o) {
   app.add_option("--head-chunk", o.head_chunk, "rows of logits materialised at once (0: automatic)");
   app.add_flag("--quant", o.quant, "time block quantization (ZeRO++ wires): quantize and dequantize, int8 and int4, "
                "on --backend; one JSON line per case");
-  app.add_option("--quant-n", o.quant_n, "--quant: floats per call");
+  app.add_flag("--codecs", o.codecs, "time the codecs of compressed collectives (bf16, fp16, int8, int4, zfp, zstd): "
+               "encode and decode of --quant-n floats, GB/s per core and wire ratio");
+  app.add_option("--quant-n", o.quant_n, "--quant, --codecs: floats per call");
   app.add_option("--quant-block", o.quant_block, "--quant: elements per scale");
   app.add_flag("--no-peak", o.no_peak, "skip measuring the machine's sgemm rate (cuda: its bf16 GEMM rate)");
   add_format_option(app, o.format);
@@ -227,6 +230,22 @@ int bench_cuda_matmul(const BenchOptions& o) {
 }
 #endif
 
+// The median seconds of `steps` calls of f after `warmup`, the backend synchronised around each.
+template <typename F>
+double median_seconds(Backend& be, int64_t warmup, int64_t steps, F&& f) {
+  std::vector<double> times;
+  for (int64_t s = 0; s < warmup + steps; ++s) {
+    be.synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    be.synchronize();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s >= warmup) times.push_back(dt);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
 // --quant: quantize_blocks and dequantize_blocks of quant_n floats (random normal, block
 // quant_block) on the backend, int8 and int4; the median of --steps calls after --warmup.
 // gb_per_s counts the fp32 side (4 n bytes quantized or produced per second); moved_gb_per_s
@@ -250,18 +269,10 @@ int bench_quant(const BenchOptions& o) {
   for (const QuantSpec& q : {q8, q4}) {
     DeviceBuffer wire(*be, DType::kI8, quant_wire_bytes(n, q));
     for (const bool quantize : {true, false}) {
-      std::vector<double> times;
-      for (int64_t s = 0; s < o.warmup + o.steps; ++s) {
-        be->synchronize();
-        const auto t0 = std::chrono::steady_clock::now();
+      const double t = median_seconds(*be, o.warmup, o.steps, [&] {
         if (quantize) be->quantize_blocks(wire.raw(), x.data<float>(), n, q, nullptr);
         else be->dequantize_blocks(out.data<float>(), wire.raw(), n, q, false);
-        be->synchronize();
-        const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (s >= o.warmup) times.push_back(dt);
-      }
-      std::sort(times.begin(), times.end());
-      const double t = times[times.size() / 2];
+      });
       const double fp32_bytes = 4.0 * static_cast<double>(n), wire_bytes = static_cast<double>(wire.bytes());
       nlohmann::json j = {{"impl", "weft"}, {"backend", o.backend_name}, {"case", quantize ? "quantize" : "dequantize"},
                           {"bits", q.bits}, {"block", q.block}, {"n", n}, {"threads", nthreads}, {"steps", o.steps},
@@ -273,6 +284,48 @@ int bench_quant(const BenchOptions& o) {
       } else {
         fmt::print("{} int{} block {} n {} on {}: {:.3f} ms, {:.2f} GB/s of fp32{}\n", j["case"].get<std::string>(),
                    q.bits, q.block, n, o.backend_name, t * 1e3, fp32_bytes / t / 1e9, cores > 0 ? " (one core)" : "");
+      }
+    }
+  }
+  return 0;
+}
+
+// --codecs: every codec of compressed collectives (comm/codec.h) on quant_n floats of
+// gradient-like data (standard normal scaled by 1e-3), encode and decode; gb_per_s is the
+// fp32 side per second, ratio the wire bytes over the fp32 bytes. The codecs run serially
+// (one core) on the cpu backends: gb_per_s_per_core = gb_per_s there.
+int bench_codecs(const BenchOptions& o) {
+  if (o.quant_n <= 0 || o.steps <= 0 || o.warmup < 0) {
+    throw_input("--quant-n {} and --steps {} must be positive, --warmup {} >= 0", o.quant_n, o.steps, o.warmup);
+  }
+  const int nthreads = set_threads(o.threads);
+  std::unique_ptr<Backend> be = make_backend(o.backend_name);
+  const int64_t n = o.quant_n;
+  std::vector<float> host(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    host[i] = 1e-3f * Philox::normal(1337, kRngStreamBench + (1ull << 31), static_cast<uint64_t>(i));
+  }
+  DeviceBuffer x = to_device(*be, host, DType::kF32), out(*be, DType::kF32, n);
+  const bool cpu = o.backend_name == "cpu" || o.backend_name == "cpu-guarded";
+  for (const char* name : {"bf16", "fp16", "int8", "int4", "zfp:4", "zfp:8", "zfp:16", "zstd"}) {
+    const CodecSpec spec = parse_codec(name, "--codecs", o.quant_block);
+    if (!backend_has_codec(o.backend_name, spec.kind)) continue;
+    std::unique_ptr<Codec> codec = make_codec(spec, *be, "--codecs");
+    DeviceBuffer wire(*be, DType::kI8, codec->max_wire_bytes(n));
+    int64_t bytes = 0;
+    const double te = median_seconds(*be, o.warmup, o.steps, [&] { bytes = codec->encode(wire.raw(), x.data<float>(), n, nullptr); });
+    const double td = median_seconds(*be, o.warmup, o.steps, [&] { codec->decode(out.data<float>(), wire.raw(), bytes, n, false); });
+    const double fp32 = 4.0 * static_cast<double>(n);
+    for (const auto& [dir, t] : {std::pair{"encode", te}, std::pair{"decode", td}}) {
+      nlohmann::json j = {{"impl", "weft"}, {"backend", o.backend_name}, {"codec", name}, {"case", dir}, {"n", n},
+                          {"threads", nthreads}, {"steps", o.steps}, {"ms", t * 1e3}, {"gb_per_s", fp32 / t / 1e9},
+                          {"ratio", static_cast<double>(bytes) / fp32}};
+      if (cpu) j["gb_per_s_per_core"] = fp32 / t / 1e9;
+      if (o.format == "json") {
+        fmt::print("{}\n", j.dump());
+      } else {
+        fmt::print("{:7} {} n {} on {}: {:.3f} ms, {:.2f} GB/s of fp32, wire/fp32 {:.4f}\n", name, dir, n,
+                   o.backend_name, t * 1e3, fp32 / t / 1e9, static_cast<double>(bytes) / fp32);
       }
     }
   }
@@ -363,6 +416,7 @@ int cmd_bench(CLI::App& app, int argc, char** argv, Communicator& world) {
 #endif
   }
   if (o.quant) return bench_quant(o);
+  if (o.codecs) return bench_codecs(o);
   const ModelConfig mc = model_preset(o.model_name);
   check_step_sizes(o, mc);
   return bench_engine(mc, o, world);

@@ -96,6 +96,13 @@ const std::vector<BadValue>& bad_values() {
       {"block_size", "0", "zero.block_size must lie in [1, 16777216]"}, {"weight_bits", "6", "zero.weight_bits must be 8 or 4"},
       {"gradient_bits", "3", "zero.gradient_bits must be 8 or 4"},
       {"error_feedback", "true", "zero.error_feedback needs zero.quantized_gradients"},
+      // [compression]
+      {"params", "int3", "compression.params = \"int3\": not a codec"},
+      {"compression.dp", "zfp:0", "compression.dp = \"zfp:0\": zfp needs a rate in bits per value from 1 to 32"},
+      {"compression.tp", "zstd:20", "zstd's level must be an integer from 1 to 19"},
+      {"compression.pp", "int8:2", "the codec int8 takes no argument"},
+      {"compression.block_size", "0", "compression.block_size must lie in [1, 16777216]"},
+      {"compression.error_feedback", "true", "compression.error_feedback needs a lossy compression.dp codec"},
       // [eval]
       {"val_every", "-1", "val_every -1"}, {"val_batches", "-1", "val_batches -1"},
       {"val_batches", kInt64Huge, "validation tokens = val_batches 4611686018427387904"},
