@@ -307,6 +307,12 @@ PlanQuery make_query(const PlanArgs& a) {
   if (a.top <= 0) throw_input("--top must be positive, got {}", a.top);
   q.opt = plan_options(a, q.sys, q.prec);
   q.pins = plan_pins(a);
+  if (q.pins.compression) {
+    // Before any search (--scaling would report every point as unmatched instead).
+    if (std::string e = compression_system_error(q.pins.compression->policy, q.sys); !e.empty()) {
+      throw_input("--compression {}: {}", a.compression, e);
+    }
+  }
   q.gpus = plan_gpus(a, q.pins);
   // Pins that no valid layout matches are refused by the search with the layout rule that
   // refused them (parallel/layout_rules.h, the trainer's rules).

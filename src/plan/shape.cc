@@ -85,10 +85,11 @@ std::string Layout::describe() const {
     std::vector<std::string> on;
     for (const auto& [axis, c] : {std::pair<const char*, const CodecSpec*>{"dp", &compression.dp},
                                   {"params", &compression.params}, {"tp", &compression.tp}, {"pp", &compression.pp}}) {
-      if (!c->off()) on.push_back(fmt::format("{} {}", axis, c->name()));
+      if (!c->off()) on.push_back(fmt::format("{}={}", axis, c->name()));
     }
-    if (compression.error_feedback) on.push_back("ef");
-    s += fmt::format(" {}({})", compression_name, on.empty() ? "off" : fmt::format("{}", fmt::join(on, ", ")));
+    if (compression.error_feedback) on.push_back("ef=on");
+    // No commas: the description is one field of --scaling's CSV.
+    s += fmt::format(" {}({})", compression_name, on.empty() ? "off" : fmt::format("{}", fmt::join(on, " ")));
   }
   return s;
 }

@@ -113,7 +113,7 @@ struct Layout {
   int world() const { return tp * pp * dp; }
   bool zeropp_on() const { return qwz || hpz > 1 || qgz; }
   // "tp 4 pp 16 dp 2 mb 1 zero 1 full sp 1f1b"; ZeRO++: "... zero++(qwz hpz 8 qgz 8)";
-  // compression: "... hybrid(dp int4, params int8, tp bf16)"
+  // compression: "... hybrid(dp=int4 params=int8 tp=bf16)"
   std::string describe() const;
 };
 

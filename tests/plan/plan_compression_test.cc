@@ -7,8 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "model/config.h"
 #include "plan/compression.h"
 #include "plan/memory.h"
@@ -199,9 +201,10 @@ TEST(PlanCompression, CodecWorkAndSpeeds) {
 }
 
 // A compressed all-reduce's link time is the plain all-reduce's on the wire bytes; the step
-// gains its codec seconds, counted whole.
+// gains its codec seconds, counted whole (on a link slower than the CPU codec it pays off; at
+// 1 GB/s it would not: int4's 1.3 GB/s encode costs more than the 7/8 of the bytes it saves).
 TEST(PlanCompression, CompressedAllReduceIsPricedOnTheWireBytes) {
-  const System s = one_level(1e9, 1e-6);
+  const System s = one_level(1e8, 1e-6);
   const ModelShape m = small_model();
   const Options o = opts(Precision::kFp32, 8);
   const Layout l = with(grid(1, 1, 8), "dp=int4", 0);
@@ -389,7 +392,7 @@ TEST_F(PlanCompressionCli, PinsParseAndExplainShowsRawAndWireBytes) {
   EXPECT_EQ(t["tp"]["codec"], "int8");
   const test::RunResult text = weft(kPinned + "--compression hybrid --explain");
   ASSERT_EQ(text.code, 0) << text.err;
-  for (const char* k : {"hybrid(dp int4, params int8, tp bf16)", "compressed collectives, per device per step",
+  for (const char* k : {"hybrid(dp=int4 params=int8 tp=bf16)", "compressed collectives, per device per step",
                         "codec bf16 (encode + decode)", "int4 of"}) {
     EXPECT_NE(text.out.find(k), std::string::npos) << k << " in " << text.out;
   }
