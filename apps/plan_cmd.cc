@@ -12,7 +12,9 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "model/config.h"
+#include "plan/compression.h"
 #include "plan/predict.h"
 #include "plan/search.h"
 #include "plan_explain.h"
@@ -46,6 +48,16 @@ nlohmann::json to_json(const Prediction& p) {
         {"qgz", l.qgz},
         {"hierarchy", l.hierarchy},
         {"quant_block", l.quant_block}}},
+      // Compressed collectives (plan/compression.h): the policy priced, and the codecs' seconds
+      // in the step (inside time_s's tp_comm, pp_bubble and dp_exposed).
+      {"compression",
+       {{"preset", l.compression_name},
+        {"dp", l.compression.dp.name()},
+        {"params", l.compression.params.name()},
+        {"tp", l.compression.tp.name()},
+        {"pp", l.compression.pp.name()},
+        {"error_feedback", l.compression.error_feedback},
+        {"codec_s", p.traffic.codec_s()}}},
       {"micro_batches", p.micro_batches},
       {"step_time_s", p.step_time_s},
       {"tokens_per_s", p.tokens_per_s},
@@ -115,11 +127,11 @@ struct PlanArgs {
   int tp = 0, pp = 0, dp = 0, zero = 0, vstages = 0, recompute_layers = -1;
   int64_t micro_batch = 0;
   bool sp = false, flash = false, dropout = false, overlap = false, explain = false, fp32_grads = false;
-  std::string zeropp, hierarchy;
-  bool qwz = false, qgz = false;
+  std::string zeropp, hierarchy, compression;
+  bool qwz = false, qgz = false, allow_lossy = false;
   int hpz = 1, quant_block = 2048;
   CLI::Option *o_zeropp = nullptr, *o_qwz = nullptr, *o_qgz = nullptr, *o_hpz = nullptr, *o_hier = nullptr,
-              *o_block = nullptr, *o_fp32g = nullptr;
+              *o_block = nullptr, *o_fp32g = nullptr, *o_compression = nullptr;
   std::string scaling, scaling_gpus, csv, plot;
   CLI::Option *o_gpus = nullptr, *o_tp = nullptr, *o_pp = nullptr, *o_dp = nullptr, *o_mb = nullptr, *o_zero = nullptr;
   CLI::Option *o_rc = nullptr, *o_rcl = nullptr, *o_sp = nullptr, *o_sch = nullptr, *o_v = nullptr;
@@ -158,6 +170,14 @@ void add_plan_options(CLI::App& app, PlanArgs& a) {
   a.o_hier = app.add_option("--hierarchy", a.hierarchy,
                             "qgz hops: the dp group's inner levels as cumulative dp ranks, innermost first (e.g. 2,8)");
   a.o_block = app.add_option("--quant-block", a.quant_block, "ZeRO++ quantization block (elements per fp32 scale, 2048)");
+  a.o_compression = app.add_option(
+      "--compression", a.compression,
+      "pin compressed collectives: none, hybrid (dp int4, params int8, tp bf16), hybrid-zfp (dp zfp:8; CPU systems), "
+      "uniform-CODEC (e.g. uniform-int8), or dp=..,params=..,tp=..,pp=..,ef=on|off; any: let the search try lossy "
+      "presets too (unpinned it tries none and lossless ones only)");
+  app.add_flag("--allow-lossy", a.allow_lossy,
+               "let the search try lossy compression presets (hybrid, uniform-int8, ...): they change the numbers the "
+               "model trains on (same as --compression any)");
   app.add_option("--order", a.order, "rank order, first axis fastest (tp-dp-pp)");
   a.o_flash = app.add_flag("--flash-attention,!--no-flash-attention", a.flash, "override the system's [defaults]");
   a.o_drop = app.add_flag("--dropout,!--no-dropout", a.dropout, "override the system's [defaults]");
@@ -241,6 +261,18 @@ Pins plan_pins(const PlanArgs& a) {
     for (int64_t v : parse_counts(a.hierarchy, "--hierarchy", "2,8")) h.push_back(static_cast<int>(v));
     pins.hierarchy = h;
   }
+  pins.allow_lossy = a.allow_lossy;
+  if (a.o_compression->count()) {
+    if (a.compression == "any") {
+      pins.allow_lossy = true;
+    } else {
+      if (a.allow_lossy) {
+        throw_input("--allow-lossy lets the search choose a policy; it does not combine with the pinned --compression {}",
+                    a.compression);
+      }
+      pins.compression = parse_compression(a.compression);
+    }
+  }
   return pins;
 }
 
@@ -275,6 +307,12 @@ PlanQuery make_query(const PlanArgs& a) {
   if (a.top <= 0) throw_input("--top must be positive, got {}", a.top);
   q.opt = plan_options(a, q.sys, q.prec);
   q.pins = plan_pins(a);
+  if (q.pins.compression) {
+    // Before any search (--scaling would report every point as unmatched instead).
+    if (std::string e = compression_system_error(q.pins.compression->policy, q.sys); !e.empty()) {
+      throw_input("--compression {}: {}", a.compression, e);
+    }
+  }
   q.gpus = plan_gpus(a, q.pins);
   // Pins that no valid layout matches are refused by the search with the layout rule that
   // refused them (parallel/layout_rules.h, the trainer's rules).
@@ -422,6 +460,12 @@ void print_ranking(const PlanQuery& q, const PlanArgs& a, const SearchResult& r,
 int run_search(const PlanQuery& q, const PlanArgs& a) {
   const SearchResult r = search_layouts(q.shape, q.sys, q.gpus, q.opt, q.pins, static_cast<size_t>(a.top));
   const std::vector<Prediction> shown = shown_layouts(r, q);
+  if (q.pins.compression) {
+    // A pinned codec on traffic the best layout does not have compresses nothing: say so.
+    for (const std::string& w : compression_warnings(shown.front().layout.compression, shown.front().layout)) {
+      log_warn("{} ({})", w, shown.front().layout.describe());
+    }
+  }
   std::optional<Prediction> explained;
   if (a.explain) {
     Options o = q.opt;

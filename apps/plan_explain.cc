@@ -34,6 +34,10 @@ const ExplainTerm* dominant(const Prediction& p) {
   return best;
 }
 
+std::vector<std::pair<const char*, const plan::AxisTraffic*>> traffic_axes(const plan::TrafficReport& t) {
+  return {{"tp", &t.tp}, {"pp", &t.pp}, {"dp", &t.dp}, {"params", &t.params}};
+}
+
 std::string share(double s, double total) { return total > 0 ? fmt::format("{:.1f}%", 100 * s / total) : "-"; }
 
 }  // namespace
@@ -51,6 +55,14 @@ void print_explain(const Prediction& p) {
     fmt::print("  dp bytes per device per step by link level:");
     for (const auto& [name, bytes] : p.dp_level_bytes) fmt::print(" {} {:.4g} GB", name, bytes / 1e9);
     fmt::print("\n");
+  }
+  const plan::TrafficReport& tr = p.traffic;
+  if (tr.tp.codec != "off" || tr.pp.codec != "off" || tr.dp.codec != "off" || tr.params.codec != "off") {
+    fmt::print("  compressed collectives, per device per step (raw -> wire, codec seconds on the step):\n");
+    for (const auto& [axis, t] : traffic_axes(tr)) {
+      fmt::print("    {:<7} {:<8} {:>10.4g} GB -> {:>10.4g} GB  codec {:.4g} s\n", axis, t->codec, t->raw / 1e9, t->wire / 1e9,
+                 t->codec_s);
+    }
   }
   fmt::print("  totals:");
   for (const auto& [g, s] : group_totals(p)) fmt::print(" {} {:.4g} s ({})", g, s, share(s, total));
@@ -77,6 +89,12 @@ nlohmann::json explain_json(const Prediction& p) {
   nlohmann::json levels = nlohmann::json::object();
   for (const auto& [name, bytes] : p.dp_level_bytes) levels[name] = bytes;
   j["dp_bytes_per_device"] = levels;
+  // Per kind of traffic: raw and wire bytes per device per step, codec seconds on the step.
+  nlohmann::json traffic = nlohmann::json::object();
+  for (const auto& [axis, t] : traffic_axes(p.traffic)) {
+    traffic[axis] = {{"codec", t->codec}, {"raw_bytes", t->raw}, {"wire_bytes", t->wire}, {"codec_s", t->codec_s}};
+  }
+  j["traffic"] = traffic;
   if (const ExplainTerm* d = dominant(p)) j["dominant"] = {{"group", d->group}, {"name", d->name}};
   return j;
 }

@@ -11,7 +11,9 @@
 #include <string>
 #include <thread>
 
+#include "core/block_quant.h"
 #include "core/buffer.h"
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace weft::plan {
@@ -122,6 +124,57 @@ double min_over_ranks(Communicator& world, double v) {
   return v;
 }
 
+// Best-of-`reps` bytes of fp32 input per second of `pass` over n values (one thread).
+template <typename F>
+double codec_rate(int64_t n, int reps, Communicator& world, F&& pass) {
+  double best = 1e30;
+  for (int r = 0; r < reps + 1; ++r) {
+    world.barrier();
+    const auto t0 = Clock::now();
+    pass();
+    const double dt = seconds_since(t0);
+    if (r > 0) best = std::min(best, dt);  // the first run warms up
+  }
+  return min_over_ranks(world, 4.0 * static_cast<double>(n) / best);
+}
+
+// One core's codec speeds for the compressed collectives (plan/compression.h): the bf16 cast
+// (core/dtype.h) and the block quantizer int8/int4 (core/block_quant.h, what the CPU
+// backend's quantize ops run), each pass on one thread over n gradient-like values.
+void measure_codecs(Calibration& cal, bool quick, Communicator& world) {
+  const int64_t n = quick ? (int64_t{1} << 20) : (int64_t{1} << 23);
+  const int reps = quick ? 2 : 4;
+  std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = 1e-3f * std::sin(0.001f * static_cast<float>(i)) * static_cast<float>(1 + i % 7);
+  std::vector<bf16> h(static_cast<size_t>(n));
+  const double enc16 = codec_rate(n, reps, world, [&] {
+    for (int64_t i = 0; i < n; ++i) h[static_cast<size_t>(i)] = float_to_bf16(x[static_cast<size_t>(i)]);
+  });
+  const double dec16 = codec_rate(n, reps, world, [&] {
+    for (int64_t i = 0; i < n; ++i) y[static_cast<size_t>(i)] = bf16_to_float(h[static_cast<size_t>(i)]);
+  });
+  CodecRates& c = cal.system.codecs;
+  c.cores = 1;
+  c.per_core["bf16"] = c.per_core["fp16"] = CodecSpeed{enc16, dec16};
+  cal.notes.push_back(fmt::format("codec bf16 (one core): encode {:.2f} GB/s, decode {:.2f} GB/s of fp32 input; fp16 "
+                                  "takes the same figures (one streaming pass, not timed apart)",
+                                  enc16 / 1e9, dec16 / 1e9));
+  for (int bits : {8, 4}) {
+    const QuantSpec q{bits, 2048};
+    std::vector<uint8_t> wire(static_cast<size_t>(quant_wire_bytes(n, q)));
+    const double enc = codec_rate(n, reps, world, [&] { quantize_blocks_ref(wire.data(), x.data(), n, q); });
+    const double dec = codec_rate(n, reps, world, [&] { dequantize_blocks_ref(y.data(), wire.data(), n, q, false); });
+    const std::string name = bits == 8 ? "int8" : "int4";
+    c.per_core[name] = CodecSpeed{enc, dec};
+    cal.notes.push_back(fmt::format("codec {} (block 2048, one core): encode {:.2f} GB/s, decode {:.2f} GB/s of fp32 input",
+                                    name, enc / 1e9, dec / 1e9));
+  }
+  volatile float sink = y[static_cast<size_t>(n / 2)];
+  (void)sink;
+  cal.notes.push_back("codecs zfp and zstd: NOT MEASURED (their libraries are not in this build); the planner takes "
+                      "plan/compression.h's assumed CPU defaults for them");
+}
+
 }  // namespace
 
 Calibration calibrate(const CalibrationOptions& o, Communicator& world) {
@@ -193,6 +246,7 @@ Calibration calibrate(const CalibrationOptions& o, Communicator& world) {
         "bandwidth and 1 us");
   }
   s.levels.push_back(link);
+  measure_codecs(cal, o.quick, world);
   s.defaults.flash_attention = false;  // weft's CPU attention materialises the scores
   s.defaults.dropout = false;
   s.defaults.fp32_grad_accumulation = false;

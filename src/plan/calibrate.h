@@ -11,7 +11,11 @@
 // - kernel latency: the time of an OpenMP parallel loop over a few elements (fork/join);
 // - between ranks (under mpirun with >= 2 ranks): ping-pong between ranks 0 and 1 over
 //   MPI, latency = half the round trip of 8 bytes, bandwidth from the round trip of 16 MiB;
-//   without MPI the link level is an estimate from the memory bandwidth, marked so.
+//   without MPI the link level is an estimate from the memory bandwidth, marked so;
+// - codecs of the compressed collectives (plan/compression.h), one core each: the bf16 cast
+//   and the int8/int4 block quantizer (what the CPU backend runs), encode and decode in bytes
+//   of fp32 input per second, into the system's [codecs] (Calibration::system.codecs: codec
+//   name -> speeds); zfp and zstd are not measured (their libraries are not linked here).
 #pragma once
 #include <string>
 #include <vector>

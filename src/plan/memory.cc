@@ -177,6 +177,9 @@ MemoryBreakdown stage_memory_of(const ModelShape& m, const Layout& l, const Memo
     }
   }
   if (l.pp > 1) comm += 4 * sbh * e / rep;  // send + receive, activations + their gradients
+  // Compressed collectives' error feedback: an fp32 residual per gradient element of the rank
+  // (what the dp codec left out last step, added to the next step's gradient).
+  if (l.dp > 1 && l.compression.error_feedback && !l.compression.dp.off()) comm += 4 * n_params;
   r.comm = comm;
   r.sum();
   return r;

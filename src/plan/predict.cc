@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "plan/comm_model.h"
+#include "plan/compression.h"
 #include "plan/kernel_model.h"
 #include "plan/scale_model.h"
 #include "plan/zeropp.h"
@@ -49,6 +50,25 @@ constexpr const char* kOpClassName[kOpClasses] = {
     "matrix products (QKV, projection, MLP)", "attention core", "element-wise (LayerNorm, GELU, residual, dropout)",
     "recomputed forward", "embedding", "head (logits, cross-entropy)"};
 
+// Bytes and codec seconds of some collectives of one kind of traffic (AxisTraffic without its
+// name, for the per-layer and per-stage sums).
+struct Flow {
+  double raw = 0, wire = 0, codec_s = 0;
+  void add(double raw_bytes, double wire_bytes, double codec_seconds, double calls) {
+    raw += calls * raw_bytes;
+    wire += calls * wire_bytes;
+    codec_s += calls * codec_seconds;
+  }
+  void add(const PricedCall& c, double calls) { add(c.raw_bytes, c.wire_bytes, c.codec_s, calls); }
+  void add(const Flow& f, double times) {
+    raw += times * f.raw;
+    wire += times * f.wire;
+    codec_s += times * f.codec_s;
+  }
+};
+
+AxisTraffic traffic(const CodecSpec& c, const Flow& f) { return AxisTraffic{c.name(), f.raw, f.wire, f.codec_s}; }
+
 // Per-layer costs for one micro-batch on one rank (independent of the stage).
 struct LayerCost {
   double gemm_f = 0, gemm_b = 0;    // the four products; backward: input + weight gradients
@@ -57,6 +77,7 @@ struct LayerCost {
   double flops_fwd = 0, flops_bwd = 0, flops_attn_core = 0;
   double tp_fwd = 0, tp_bwd = 0;    // tensor-parallel communication seconds
   double tp_recompute = 0;          // what a fully recomputed layer adds to tp_bwd
+  Flow tp_flow_f, tp_flow_b, tp_flow_r;  // their tp traffic (forward, backward, recompute)
   double fwd() const { return gemm_f + core_f + ew_f; }
   double bwd() const { return gemm_b + core_b + ew_b; }
 };
@@ -67,10 +88,12 @@ struct Context {
   const Layout& l;
   const Options& o;
   double e = 2;
-  LayerCost layer;
+  LayerCost layer{};
   double head_fwd = 0, head_bwd = 0, head_flops_fwd = 0, head_flops_bwd = 0, head_tp = 0;
   double emb_fwd = 0, emb_bwd = 0, emb_tp = 0;
+  Flow emb_flow{}, head_flow{};  // the embedding's and the head's tp traffic
   double p2p = 0;
+  Flow p2p_send{}, p2p_gather{};  // one transfer: the send (pp codec); with scatter-gather the tp all-gather
 };
 
 // A product's forward, and its backward as the two products of the same FLOPs with their own
@@ -155,26 +178,43 @@ LayerCost layer_cost(Context& c) {
   // reduce-scatters of the same bytes), backward 2 more (sp: and the LayerNorm weights' 2
   // small all-reduces of 2h), a fully recomputed layer 1 more (sp: 2 all-gathers + 1
   // reduce-scatter). Priced at the storage precision's e bytes per element, as Megatron-LM
-  // sends them (weft's own wires are fp32: see docs/communication.md).
+  // sends them (weft's own wires are fp32: see docs/communication.md). The activation
+  // collectives carry the policy's tp codec (plan/compression.h); the LayerNorm weights' small
+  // all-reduces are gradients of weights, not activations, and stay uncompressed.
   if (l.tp > 1) {
     const int64_t stride = axis_stride(l, c.o.rank_order, "tp");
     const double S = N * h * e;
+    const CodecSpec& codec = l.compression.tp;
     const TpLayerComm k = c.o.tp_comm == "weft" ? tp_layer_comm(l.sequence_parallel) : megatron_tp_layer_comm(l.sequence_parallel);
+    const PricedCall ar = price_call(c.sys, codec, Collective::kAllReduce, l.tp, stride, S, e);
+    const PricedCall ag = price_call(c.sys, codec, Collective::kAllGather, l.tp, stride, S, e);
+    const PricedCall rs = price_call(c.sys, codec, Collective::kReduceScatter, l.tp, stride, S, e);
+    const PricedCall small = price_call(c.sys, CodecSpec{}, Collective::kAllReduce, l.tp, stride, 2 * h * e, e);
     auto time_of = [&](const TpLayerCalls& n) {
-      return n.all_reduce * collective_time(c.sys, Collective::kAllReduce, l.tp, stride, S) +
-             n.all_gather * collective_time(c.sys, Collective::kAllGather, l.tp, stride, S) +
-             n.reduce_scatter * collective_time(c.sys, Collective::kReduceScatter, l.tp, stride, S) +
-             n.small_all_reduce * collective_time(c.sys, Collective::kAllReduce, l.tp, stride, 2 * h * e);
+      return n.all_reduce * ar.seconds() + n.all_gather * ag.seconds() + n.reduce_scatter * rs.seconds() +
+             n.small_all_reduce * small.seconds();
+    };
+    auto flow_of = [&](const TpLayerCalls& n) {
+      Flow f;
+      f.add(ar, n.all_reduce);
+      f.add(ag, n.all_gather);
+      f.add(rs, n.reduce_scatter);
+      f.add(small, n.small_all_reduce);
+      return f;
     };
     lc.tp_fwd = time_of(k.forward);
     lc.tp_bwd = time_of(k.backward);
     lc.tp_recompute = time_of(k.recompute);
+    lc.tp_flow_f = flow_of(k.forward);
+    lc.tp_flow_b = flow_of(k.backward);
+    lc.tp_flow_r = flow_of(k.recompute);
   }
   return lc;
 }
 
 struct StageCost {
   double comp_f = 0, comp_b = 0, tp_f = 0, tp_b = 0, flops = 0;
+  Flow tp;  // tp traffic of one micro-batch
   double by_class[kOpClasses] = {};  // comp_f + comp_b split by OpClass
   double t_f() const { return comp_f + tp_f; }
   double t_b() const { return comp_b + tp_b; }
@@ -193,6 +233,8 @@ StageCost stage_cost(const Context& c, int stage, int64_t layers) {
   sc.by_class[kElementwise] = n * (lc.ew_f + lc.ew_b);
   sc.tp_f = n * lc.tp_fwd;
   sc.tp_b = n * lc.tp_bwd;
+  sc.tp.add(lc.tp_flow_f, n);
+  sc.tp.add(lc.tp_flow_b, n);
   sc.flops = n * (lc.flops_fwd + lc.flops_bwd);
   // Recompute runs the forward again inside the backward (Chen et al. 2016; Korthikanti et
   // al. 2022 sec. 5): full recompute the whole layer (with its tp collectives), selective
@@ -202,6 +244,7 @@ StageCost stage_cost(const Context& c, int stage, int64_t layers) {
     sc.comp_b += r * lc.fwd();
     sc.by_class[kRecompute] += r * lc.fwd();
     sc.tp_b += r * lc.tp_recompute;
+    sc.tp.add(lc.tp_flow_r, r);
     sc.flops += r * lc.flops_fwd;
   } else if (l.recompute == Recompute::kSelective && !c.o.flash_attention) {
     sc.comp_b += n * lc.core_f;
@@ -213,12 +256,14 @@ StageCost stage_cost(const Context& c, int stage, int64_t layers) {
     sc.comp_b += c.emb_bwd;
     sc.by_class[kEmbedding] += c.emb_fwd + c.emb_bwd;
     sc.tp_f += c.emb_tp;
+    sc.tp.add(c.emb_flow, 1);
   }
   if (stage == l.pp - 1) {
     sc.comp_f += c.head_fwd;
     sc.comp_b += c.head_bwd;
     sc.by_class[kHead] += c.head_fwd + c.head_bwd;
     sc.tp_b += c.head_tp;
+    sc.tp.add(c.head_flow, 1);
     sc.flops += c.head_flops_fwd + c.head_flops_bwd;
   }
   return sc;
@@ -382,6 +427,9 @@ Prediction predict(const ModelShape& m, const System& sys, const Layout& l, cons
   // ZeRO++: a preset's knobs come from the system's levels (plan/zeropp.h).
   const Layout r = resolve_zeropp(l, sys, o.rank_order);
   if (std::string e = zeropp_error(r); !e.empty()) throw_input("layout {}: {}", r.describe(), e);
+  // Compression (plan/compression.h): codecs the system cannot run, or that ZeRO++ conflicts with.
+  if (std::string e = compression_system_error(r.compression, sys); !e.empty()) throw_input("layout {}: {}", r.describe(), e);
+  if (std::string e = compression_layout_error(r.compression, r); !e.empty()) throw_input("layout {}: {}", r.describe(), e);
   return predict_unchecked(m, sys, r, o);
 }
 
@@ -400,7 +448,11 @@ void embedding_and_head(Context& c) {
   c.emb_fwd = memory_time(d, 3 * N * h * e);
   c.emb_bwd = memory_time(d, 3 * N * h * e);
   const int64_t tp_stride = l.tp > 1 ? axis_stride(l, c.o.rank_order, "tp") : 1;
-  if (l.tp > 1) c.emb_tp = collective_time(c.sys, Collective::kAllReduce, l.tp, tp_stride, N * h * e);
+  if (l.tp > 1) {
+    const PricedCall emb = price_call(c.sys, l.compression.tp, Collective::kAllReduce, l.tp, tp_stride, N * h * e, e);
+    c.emb_tp = emb.seconds();
+    c.emb_flow.add(emb, 1);
+  }
   // Head: final LayerNorm, logits (N x h) @ (h x V/t), softmax cross-entropy over the
   // vocabulary shard in fp32 (read logits, write probabilities/gradients), and in the
   // backward the two products of the head; the vocab-parallel loss all-reduces 3 values per
@@ -412,8 +464,13 @@ void embedding_and_head(Context& c) {
   c.head_flops_fwd = g.flops;
   c.head_flops_bwd = 2 * g.flops;
   if (l.tp > 1) {
-    c.head_tp = collective_time(c.sys, Collective::kAllReduce, l.tp, tp_stride, 3 * N * 4) +
-                collective_time(c.sys, Collective::kAllReduce, l.tp, tp_stride, N * h * e);
+    // The loss's per-token sums and maxima stay exact (no codec); the input gradient is an
+    // activation gradient (the tp codec).
+    const PricedCall loss = price_call(c.sys, CodecSpec{}, Collective::kAllReduce, l.tp, tp_stride, 3 * N * 4, 4);
+    const PricedCall grad = price_call(c.sys, l.compression.tp, Collective::kAllReduce, l.tp, tp_stride, N * h * e, e);
+    c.head_tp = loss.seconds() + grad.seconds();
+    c.head_flow.add(loss, 1);
+    c.head_flow.add(grad, 1);
   }
 }
 
@@ -421,16 +478,26 @@ void embedding_and_head(Context& c) {
 // micro-batch per direction. Each tp rank sends its shard under sp; without sp, with the
 // scatter-gather (Narayanan et al. 2021 sec. 4.1; Megatron-LM and weft), its 1/t slice of
 // the replicated activations, all-gathered over tp by the receiver, else all of them.
-double p2p_time(const Context& c) {
+// The send carries the policy's pp codec, the receiver's all-gather (over tp) its tp codec.
+// Sets c.p2p and c.p2p_flow.
+void p2p_cost(Context& c) {
   const Layout& l = c.l;
-  if (l.pp <= 1) return 0;
+  if (l.pp <= 1) return;
   const double t = l.tp, rep = l.sequence_parallel ? t : 1.0;
   const double NHe = static_cast<double>(c.m.seq) * static_cast<double>(l.micro_batch) * static_cast<double>(c.m.hidden) * c.e;
   const int64_t pp_stride = axis_stride(l, c.o.rank_order, "pp");
   const bool scatter = c.o.pp_scatter_gather && l.tp > 1 && !l.sequence_parallel;
-  double p2p = collective_time(c.sys, Collective::kSendRecv, l.pp, pp_stride, NHe / (scatter ? t : rep));
-  if (scatter) p2p += collective_time(c.sys, Collective::kAllGather, l.tp, axis_stride(l, c.o.rank_order, "tp"), NHe);
-  return p2p;
+  const PricedCall send =
+      price_call(c.sys, l.compression.pp, Collective::kSendRecv, l.pp, pp_stride, NHe / (scatter ? t : rep), c.e);
+  double p2p = send.seconds();
+  c.p2p_send.add(send, 1);
+  if (scatter) {
+    const PricedCall gather = price_call(c.sys, l.compression.tp, Collective::kAllGather, l.tp,
+                                         axis_stride(l, c.o.rank_order, "tp"), NHe, c.e);
+    p2p += gather.seconds();
+    c.p2p_gather.add(gather, 1);
+  }
+  c.p2p = p2p;
 }
 
 // Data-parallel communication of one step (Rajbhandari et al. 2020 sec. 7: ZeRO 1/2 move the
@@ -440,6 +507,7 @@ double p2p_time(const Context& c) {
 // fewer than twice per micro-batch (what its buffers still hold is not gathered again).
 struct DpCost {
   double exposed = 0;
+  Flow grads, params;  // the gradient reductions' and the parameter gathers' traffic per step
   std::vector<ExplainTerm> terms;
   std::vector<double> level_bytes;  // with explain: per device per step, index: the system's levels
 };
@@ -464,52 +532,72 @@ DpCost dp_cost(const Context& c, double psi, double md, const StageCost& slow) {
   const double window = o.overlap_dp ? slow.t_b() : 0.0;  // the last micro-batch's backward
   // One kind of collective of the step: its cost, and under explain its bytes per level and
   // its line (`calls` per step, `exposed` seconds of the step).
+  // A compressed one (plan/compression.h) has its link cost on the wire bytes and its codec
+  // seconds apart: the link may hide behind compute, the codec shares the device and counts whole.
   struct Call {
     Collective kind;
     int64_t n, stride;
-    double bytes;
-    CollectiveCost cost;
+    double bytes;         // on the wire
+    CollectiveCost cost;  // of the link, on `bytes`
+    double raw = 0, codec_s = 0;
+    std::string codec = "off";
   };
-  auto call = [&](Collective kind, int64_t n, int64_t stride, double bytes) {
-    return Call{kind, n, stride, bytes, collective_cost(c.sys, kind, n, stride, bytes)};
+  auto call = [&](Collective kind, int64_t n, int64_t stride, double bytes, const CodecSpec& codec = CodecSpec{},
+                  double elem = 4) {
+    const PricedCall k = price_call(c.sys, codec, kind, n, stride, bytes, elem);
+    return Call{kind, n, stride, k.wire_bytes, k.link, k.raw_bytes, k.codec_s, codec.off() ? "off" : codec.name()};
   };
   auto term = [&](const std::string& name, const Call& k, double calls, double exposed, const std::string& what = "") {
     if (!o.explain) return;  // the search prices tens of thousands of layouts: no strings there
     const std::vector<double> lb = collective_level_bytes(c.sys, k.kind, k.n, k.stride, k.bytes);
     for (size_t i = 0; i < lb.size(); ++i) r.level_bytes[i] += calls * lb[i];
+    const std::string wire = k.codec == "off" ? what : fmt::format(" ({} of {:.3g} GB raw)", k.codec, k.raw / 1e9);
     r.terms.push_back({"dp", name, k.cost.level_name(), exposed,
                        fmt::format("{:g} x {:.3g} GB{} over {} ranks ({}; {:.3g} s each, {:.3g} s latency); per device per "
                                    "step: {}",
-                                   calls, k.bytes / 1e9, what, k.n, k.kind == Collective::kAllToAll ? "all-to-all"
+                                   calls, k.bytes / 1e9, wire, k.n, k.kind == Collective::kAllToAll ? "all-to-all"
                                                                      : k.cost.tree ? "tree" : "ring",
                                    k.cost.seconds, k.cost.latency_s, level_text(c.sys, lb, calls))});
+    if (k.codec_s > 0) {
+      r.terms.push_back({"dp", fmt::format("codec {} of the {} (encode + decode)", k.codec, name), "", calls * k.codec_s,
+                         fmt::format("{:g} x {:.3g} s, counted whole (it shares the device)", calls, k.codec_s)});
+    }
   };
+  auto flow = [](Flow& f, const Call& k, double calls) { f.add(k.raw, k.bytes, k.codec_s, calls); };
+  const CodecSpec& grads_codec = l.compression.dp;
+  const CodecSpec& params_codec = l.compression.params;
   if (l.zero == 0) {
-    const Call ar = call(Collective::kAllReduce, l.dp, dp_stride, psi * g);
-    r.exposed = std::max(0.0, ar.cost.seconds - window);
-    term("gradient all-reduce", ar, 1, r.exposed);
+    const Call ar = call(Collective::kAllReduce, l.dp, dp_stride, psi * g, grads_codec, g);
+    r.exposed = std::max(0.0, ar.cost.seconds - window) + ar.codec_s;
+    term("gradient all-reduce", ar, 1, r.exposed - ar.codec_s);
+    flow(r.grads, ar, 1);
   } else if (l.zero <= 2) {
-    const Call rs = call(Collective::kReduceScatter, l.dp, dp_stride, psi * g);
-    const Call ag = call(Collective::kAllGather, l.dp, dp_stride, psi * c.e);
+    const Call rs = call(Collective::kReduceScatter, l.dp, dp_stride, psi * g, grads_codec, g);
+    const Call ag = call(Collective::kAllGather, l.dp, dp_stride, psi * c.e, params_codec, c.e);
     // ZeRO 2: every micro-batch's reduce-scatter against its own backward.
     const double reductions = l.zero == 2 ? md : 1.0;
     const double rs_exposed = reductions * std::max(0.0, rs.cost.seconds - window);
-    r.exposed = rs_exposed + ag.cost.seconds;
+    r.exposed = rs_exposed + ag.cost.seconds + (reductions * rs.codec_s + ag.codec_s);
     term("gradient reduce-scatter", rs, reductions, rs_exposed);
     term("parameter all-gather", ag, 1, ag.cost.seconds);
+    flow(r.grads, rs, reductions);
+    flow(r.params, ag, 1);
   } else if (!l.zeropp_on()) {
     // Every micro-batch gathers the parameters (forward, and again in the backward what the
     // buffers no longer hold) and reduce-scatters its gradients; prefetching hides them
     // behind that micro-batch.
     const DpStepComm k = dp_step_comm(3, static_cast<int>(c.m.layers) + 2, DataParallelConfig{}.prefetch);
-    const Call ag = call(Collective::kAllGather, l.dp, dp_stride, psi * c.e);
-    const Call rs = call(Collective::kReduceScatter, l.dp, dp_stride, psi * g);
+    const Call ag = call(Collective::kAllGather, l.dp, dp_stride, psi * c.e, params_codec, c.e);
+    const Call rs = call(Collective::kReduceScatter, l.dp, dp_stride, psi * g, grads_codec, g);
     const double per_mb = k.all_gather * ag.cost.seconds + k.reduce_scatter * rs.cost.seconds;
     const double hide = o.overlap_dp ? slow.t_f() + slow.t_b() : 0.0;
-    r.exposed = md * std::max(0.0, per_mb - hide);
-    const double share = per_mb > 0 ? r.exposed / per_mb : 0;
+    r.exposed = md * std::max(0.0, per_mb - hide) + md * (k.all_gather * ag.codec_s + k.reduce_scatter * rs.codec_s);
+    const double link = md * std::max(0.0, per_mb - hide);
+    const double share = per_mb > 0 ? link / per_mb : 0;
     term("parameter all-gathers (ZeRO-3)", ag, md * k.all_gather, share * md * k.all_gather * ag.cost.seconds);
     term("gradient reduce-scatters (ZeRO-3)", rs, md * k.reduce_scatter, share * md * k.reduce_scatter * rs.cost.seconds);
+    flow(r.params, ag, md * k.all_gather);
+    flow(r.grads, rs, md * k.reduce_scatter);
   } else {
     // ZeRO++ (Wang et al. 2023; comm_model.h zeropp_step_comm for the counts, docs/planner.md):
     // - qwZ: the gathers over the whole dp group carry int8 + one fp32 scale per block of G:
@@ -607,26 +695,59 @@ void explain_compute_and_tp(const Context& c, Prediction& p, const StageCost& sl
   }
   if (c.l.tp > 1) {
     const double N = static_cast<double>(c.m.seq) * static_cast<double>(c.l.micro_batch);
-    const CollectiveCost one = collective_cost(c.sys, c.l.sequence_parallel ? Collective::kAllGather : Collective::kAllReduce,
-                                               c.l.tp, axis_stride(c.l, c.o.rank_order, "tp"), N * c.m.hidden * c.e);
-    p.explain.push_back({"tp", c.l.sequence_parallel ? "all-gathers + reduce-scatters" : "all-reduces", one.level_name(),
-                         p.time.tp_comm,
-                         fmt::format("{:.3g} MB each over tp {}: {:.3g} ms ({:.3g} ms latency); {:.4g} ms per micro-batch",
-                                     N * c.m.hidden * c.e / 1e6, c.l.tp, 1e3 * one.seconds, 1e3 * one.latency_s,
-                                     1e3 * (slow.tp_f + slow.tp_b))});
+    const CodecSpec& codec = c.l.compression.tp;
+    const PricedCall one = price_call(c.sys, codec, c.l.sequence_parallel ? Collective::kAllGather : Collective::kAllReduce,
+                                      c.l.tp, axis_stride(c.l, c.o.rank_order, "tp"), N * c.m.hidden * c.e, c.e);
+    const double codec_s = md * slow.tp.codec_s;
+    p.explain.push_back({"tp", c.l.sequence_parallel ? "all-gathers + reduce-scatters" : "all-reduces", one.link.level_name(),
+                         p.time.tp_comm - codec_s,
+                         fmt::format("{:.3g} MB each{} over tp {}: {:.3g} ms ({:.3g} ms latency); {:.4g} ms per micro-batch",
+                                     one.wire_bytes / 1e6,
+                                     codec.off() ? std::string() : fmt::format(" ({} of {:.3g} MB raw)", codec.name(), one.raw_bytes / 1e6),
+                                     c.l.tp, 1e3 * one.link.seconds, 1e3 * one.link.latency_s, 1e3 * (slow.tp_f + slow.tp_b))});
+    if (codec_s > 0) {
+      std::string source;
+      codec_speed(c.sys, codec, &source);
+      p.explain.push_back({"tp", fmt::format("codec {} (encode + decode)", codec.name()), "", codec_s,
+                           fmt::format("{:.4g} ms per micro-batch x {:g}; speed {}", 1e3 * slow.tp.codec_s, md, source)});
+    }
   }
+}
+
+// Per kind of traffic, bytes raw and on the wire and the codec's seconds on the critical path,
+// per device per step: tp for the slowest stage (its micro-batches, plus the scatter-gather
+// all-gathers of its transfers), pp the busiest stage's sends (2 per micro-batch and chunk in
+// the middle of the pipeline: activations forward, their gradients back), dp and params the
+// step's collectives of dp_cost.
+TrafficReport traffic_report(const Context& c, const StageCost& slow, const DpCost& dp, double md, double path_share) {
+  const Layout& l = c.l;
+  const double sends = md * l.virtual_stages * (l.pp > 2 || l.virtual_stages > 1 ? 2.0 : 1.0);
+  Flow tp, pp;
+  tp.add(slow.tp, md);
+  if (l.pp > 1) {
+    tp.add(c.p2p_gather.raw, c.p2p_gather.wire, 0.0, sends);
+    tp.codec_s += path_share * c.p2p_gather.codec_s;
+    pp.add(c.p2p_send.raw, c.p2p_send.wire, 0.0, sends);
+    pp.codec_s = path_share * c.p2p_send.codec_s;
+  }
+  TrafficReport r;
+  r.tp = traffic(l.compression.tp, tp);
+  r.pp = traffic(l.compression.pp, pp);
+  r.dp = traffic(l.compression.dp, dp.grads);
+  r.params = traffic(l.compression.params, dp.params);
+  return r;
 }
 
 }  // namespace
 
 Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layout& l, const Options& o) {
-  Context c{m, sys, l, o, 2, {}, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  Context c{.m = m, .sys = sys, .l = l, .o = o};
   c.e = elem_bytes(o.precision);
   const Device& d = sys.device;
   const double t = l.tp, s = static_cast<double>(m.seq);
   c.layer = layer_cost(c);
   embedding_and_head(c);
-  c.p2p = p2p_time(c);
+  p2p_cost(c);
 
   Prediction p;
   p.layout = l;
@@ -662,11 +783,14 @@ Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layou
   p.time.compute = md * (slow.comp_f + slow.comp_b);
   p.time.tp_comm = md * (slow.tp_f + slow.tp_b);
   p.time.pp_bubble = fill + p2p_path;
+  // The codecs' share of the transfers on the critical path (inside p2p_path).
+  const double path_share = c.p2p > 0 ? p2p_path / c.p2p : 0.0;
 
   const int stage_big = stage_params_per_rank(m, l, 0) >= stage_params_per_rank(m, l, l.pp - 1) ? 0 : l.pp - 1;
   const double psi = stage_params_per_rank(m, l, stage_big);
   DpCost dp = dp_cost(c, psi, md, slow);
   p.time.dp_exposed = dp.exposed;
+  p.traffic = traffic_report(c, slow, dp, md, path_share);
   // Optimizer: AdamW over this rank's shard, memory-bound. Mixed precision reads the fp32
   // gradient, master weight, m, v (16 bytes) and writes master, m, v and the 16-bit copy (14);
   // fp32 reads 16 and writes 12.
@@ -697,8 +821,18 @@ Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layou
       p.explain.push_back({"pp", "fill + drain (bubble)", "", fill,
                            fmt::format("{} stages, {} micro-batches, {} schedule; ideal {:.4g} s x bubble_factor {:g}", l.pp,
                                        mb, schedule_name(l.schedule), ideal, sys.defaults.bubble_factor)});
-      p.explain.push_back({"pp", "point-to-point on the critical path", "", p2p_path,
-                           fmt::format("{:.4g} ms per transfer", 1e3 * c.p2p)});
+      const double codec_path = path_share * (c.p2p_send.codec_s + c.p2p_gather.codec_s);
+      p.explain.push_back({"pp", "point-to-point on the critical path", "", p2p_path - codec_path,
+                           fmt::format("{:.4g} ms per transfer ({:.3g} MB on the wire{})", 1e3 * c.p2p,
+                                       (c.p2p_send.wire + c.p2p_gather.wire) / 1e6,
+                                       l.compression.pp.off() ? std::string()
+                                                              : fmt::format(", {} of {:.3g} MB raw", l.compression.pp.name(),
+                                                                            (c.p2p_send.raw + c.p2p_gather.raw) / 1e6))});
+      if (codec_path > 0) {
+        p.explain.push_back({"pp", "codecs of the transfers on the critical path (encode + decode)", "", codec_path,
+                             fmt::format("{:.4g} ms per transfer x {:.4g} transfers on the path", 1e3 * (c.p2p_send.codec_s + c.p2p_gather.codec_s),
+                                         path_share)});
+      }
     }
     for (auto& term : dp.terms) p.explain.push_back(std::move(term));
     for (size_t i = 0; i < dp.level_bytes.size(); ++i) p.dp_level_bytes.emplace_back(sys.levels[i].name, dp.level_bytes[i]);

@@ -79,6 +79,24 @@ struct ExplainTerm {
   std::string detail;  // counts and sizes behind the figure
 };
 
+// One kind of traffic (tp activations, pp transfers, dp gradient reductions, params gathers)
+// of one device over one step: the buffers as the collectives take them (raw, the tracer's
+// convention: the whole logical buffer of each call), what the axis's codec puts on the wire
+// for them, and the codec's seconds on the step's critical path (plan/compression.h).
+struct AxisTraffic {
+  std::string codec = "off";
+  double raw = 0, wire = 0, codec_s = 0;
+  void add(double raw_bytes, double wire_bytes, double codec_seconds, double calls) {
+    raw += calls * raw_bytes;
+    wire += calls * wire_bytes;
+    codec_s += calls * codec_seconds;
+  }
+};
+struct TrafficReport {
+  AxisTraffic tp, pp, dp, params;
+  double codec_s() const { return tp.codec_s + pp.codec_s + dp.codec_s + params.codec_s; }
+};
+
 struct Prediction {
   Layout layout;
   int64_t micro_batches = 0;   // m per pipeline
@@ -98,6 +116,9 @@ struct Prediction {
   // the system's levels) for the data-parallel / ZeRO / ZeRO++ collectives
   // (collective_level_bytes summed over the step's calls).
   std::vector<std::pair<std::string, double>> dp_level_bytes;
+  // Per kind of traffic, raw vs wire bytes and codec seconds (the latter are inside
+  // time.tp_comm, time.pp_bubble and time.dp_exposed); tp and pp for the slowest stage.
+  TrafficReport traffic;
 };
 
 // Predicts one layout. InputError (naming the values) when the layout breaks a layout rule

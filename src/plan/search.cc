@@ -28,6 +28,14 @@ std::vector<int64_t> divisors(int64_t n) {
   return d;
 }
 
+// A policy as `weft plan --compression` takes it: the preset's name, or a custom one's codecs.
+std::string policy_text(const NamedPolicy& p) {
+  if (p.name != "custom") return p.name;
+  const CompressionPolicy& c = p.policy;
+  return fmt::format("dp={},params={},tp={},pp={}{}", c.dp.name(), c.params.name(), c.tp.name(), c.pp.name(),
+                     c.error_feedback ? ",ef=on" : "");
+}
+
 bool faster(const Prediction& a, const Prediction& b) {
   if (a.step_time_s != b.step_time_s) return a.step_time_s < b.step_time_s;
   return a.memory.total < b.memory.total;
@@ -58,6 +66,7 @@ std::string pins_text(const Pins& p) {
   if (p.qgz) s += *p.qgz ? " --qgz" : " --no-qgz";
   if (p.hierarchy) s += fmt::format(" --hierarchy {}", fmt::join(*p.hierarchy, ","));
   add("quant-block", p.quant_block);
+  if (p.compression) s += fmt::format(" --compression {}", policy_text(*p.compression));
   return s;
 }
 
@@ -213,6 +222,15 @@ SearchResult search_layouts(const ModelShape& m, const System& sys, int64_t gpus
   std::vector<Prediction> fit;
   const MemoryOptions mo = o.memory();
   const double capacity = sys.device.memory_bytes;
+  // Compression (plan/compression.h): the pinned policy, or the presets the user allows.
+  if (pins.compression) {
+    if (std::string e = compression_system_error(pins.compression->policy, sys); !e.empty()) {
+      throw_input("--compression {}: {}", policy_text(*pins.compression), e);
+    }
+  }
+  const std::vector<NamedPolicy> policies =
+      pins.compression ? std::vector<NamedPolicy>{*pins.compression} : compression_presets(sys, pins.allow_lossy);
+  std::string refused;  // the first layout that refused a policy, and why
   auto price = [&](const Layout& l) {
     ++res.evaluated;
     const MemoryBreakdown mem = worst_stage_memory(m, l, mo);
@@ -222,21 +240,45 @@ SearchResult search_layouts(const ModelShape& m, const System& sys, int64_t gpus
       res.smallest = predict_unchecked(m, sys, l, o);
     }
   };
+  // Each layout under each policy; unpinned, a policy that leaves the layout the codecs of one
+  // already priced (its other codecs fall on axes of size 1) is not priced again.
+  auto price_policies = [&](const Layout& l) {
+    std::vector<CompressionPolicy> done;
+    for (const NamedPolicy& np : policies) {
+      if (std::string e = compression_layout_error(np.policy, l); !e.empty()) {
+        if (refused.empty()) refused = e;
+        continue;
+      }
+      if (!pins.compression) {
+        const CompressionPolicy eff = effective_policy(np.policy, l);
+        if (std::any_of(done.begin(), done.end(), [&](const CompressionPolicy& d) { return same_policy(d, eff); })) continue;
+        done.push_back(eff);
+      }
+      Layout x = l;
+      x.compression = np.policy;
+      x.compression_name = np.name;
+      price(x);
+    }
+  };
   for_each_valid_layout(m, gpus, o, pins, [&](const Layout& l) {
     if (equivalent_to_simpler(l, o, pins)) return;
-    if (l.zero != 3 || (l.dp == 1 && !pins.zeropp_pinned())) return price(l);
+    if (l.zero != 3 || (l.dp == 1 && !pins.zeropp_pinned())) return price_policies(l);
     // ZeRO-3: plain and with each ZeRO++ preset (plan/zeropp.h), or as pinned.
-    if (pins.zeropp_pinned()) return price(with_knob_pins(resolve_zeropp(l, sys, o.rank_order), pins));
-    price(l);
+    if (pins.zeropp_pinned()) return price_policies(with_knob_pins(resolve_zeropp(l, sys, o.rank_order), pins));
+    price_policies(l);
     Layout zpp = l, three = l;
     zpp.zeropp = ZeroPP::kZeroPP;
     three.zeropp = ZeroPP::kThreeLevel;
     zpp = resolve_zeropp(zpp, sys, o.rank_order);
     three = resolve_zeropp(three, sys, o.rank_order);
-    price(zpp);
+    price_policies(zpp);
     // "3-level" where the layout leaves it no level beside the node's is "zero++" again.
-    if (three.hpz != zpp.hpz || three.hierarchy != zpp.hierarchy) price(three);
+    if (three.hpz != zpp.hpz || three.hierarchy != zpp.hierarchy) price_policies(three);
   });
+  if (res.evaluated == 0 && pins.compression && !refused.empty()) {
+    throw_input("no layout of {} on {} devices can take --compression {}: {}", m.name, gpus, policy_text(*pins.compression),
+                refused);
+  }
   res.fitting = static_cast<int64_t>(fit.size());
   const size_t k = std::min(keep, fit.size());
   std::partial_sort(fit.begin(), fit.begin() + static_cast<std::ptrdiff_t>(k), fit.end(), faster);
@@ -264,6 +306,8 @@ std::string explain(const Prediction& a, const Prediction& b) {
   cmp("virtual-stages", x.virtual_stages, y.virtual_stages);
   cmp("zeropp", zeropp_name(x.zeropp), zeropp_name(y.zeropp));
   cmp("hpz", x.hpz, y.hpz);
+  auto policy_of = [](const Layout& l) { return l.compression_name == "custom" ? l.compression.describe() : l.compression_name; };
+  cmp("compression", policy_of(x), policy_of(y));
   struct Part {
     const char* name;
     double d;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "plan/compression.h"
 #include "plan/predict.h"
 
 namespace weft::plan {
@@ -26,6 +27,12 @@ struct Pins {
   std::optional<int> hpz, quant_block;
   std::optional<std::vector<int>> hierarchy;
   bool zeropp_pinned() const { return zeropp || qwz || qgz || hpz || quant_block || hierarchy; }
+  // Compressed collectives (plan/compression.h): a pinned policy (`--compression hybrid`,
+  // `--compression dp=int4,tp=bf16`), priced on every layout whatever it risks; unpinned, the
+  // search tries compression_presets(system, allow_lossy): none and the lossless presets, the
+  // lossy ones only with allow_lossy (`--compression any`, `--allow-lossy`).
+  std::optional<NamedPolicy> compression;
+  bool allow_lossy = false;
 };
 
 struct SearchResult {
@@ -48,8 +55,12 @@ std::vector<Layout> valid_layouts(const ModelShape& m, int64_t gpus, const Optio
 
 // Ranks the valid layouts (for_each_valid_layout) that fit in memory by predicted step time
 // and keeps the `keep` fastest. Left out unless pinned, as they predict the same as a simpler
-// layout: ZeRO > 0 with dp 1, and selective recompute under FlashAttention. `evaluated`
-// counts the layouts priced (every valid one but those).
+// layout: ZeRO > 0 with dp 1, selective recompute under FlashAttention, and a compression
+// preset that leaves the layout the same codecs as one already priced (codecs on axes of size
+// 1 compress nothing). `evaluated` counts the layouts priced (every valid one but those, once
+// per ZeRO++ preset and compression policy). InputError naming the values for a pinned policy
+// the system cannot run (zfp or zstd on a GPU), or one every layout refuses (a dp or params
+// codec with pinned ZeRO++).
 SearchResult search_layouts(const ModelShape& m, const System& sys, int64_t gpus, const Options& o, const Pins& pins,
                             size_t keep);
 

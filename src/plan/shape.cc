@@ -81,6 +81,16 @@ std::string Layout::describe() const {
     if (quant_block != 2048) k += fmt::format(" G {}", quant_block);
     s += fmt::format(" {}({})", zeropp == ZeroPP::kNone ? "zeropp" : zeropp_name(zeropp), k.empty() ? "off" : k.substr(1));
   }
+  if (compression.any() || compression_name != "none") {
+    std::vector<std::string> on;
+    for (const auto& [axis, c] : {std::pair<const char*, const CodecSpec*>{"dp", &compression.dp},
+                                  {"params", &compression.params}, {"tp", &compression.tp}, {"pp", &compression.pp}}) {
+      if (!c->off()) on.push_back(fmt::format("{}={}", axis, c->name()));
+    }
+    if (compression.error_feedback) on.push_back("ef=on");
+    // No commas: the description is one field of --scaling's CSV.
+    s += fmt::format(" {}({})", compression_name, on.empty() ? "off" : fmt::format("{}", fmt::join(on, " ")));
+  }
   return s;
 }
 

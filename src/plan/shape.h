@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/codec_spec.h"
 #include "core/precision.h"
 #include "model/config.h"
 #include "model/gpt_description.h"
@@ -102,10 +103,18 @@ struct Layout {
   // ([2, 8]: pairs inside groups of 8, the whole dp group above); empty: one flat hop.
   std::vector<int> hierarchy;
   int quant_block = 2048;  // G: elements per quantization block (one fp32 scale each)
+  // Compressed collectives (issue 18; plan/compression.h prices them): one codec per kind of
+  // traffic (dp gradients, params gathers, tp activations, pp transfers), and the name of the
+  // preset it came from ("none", "hybrid", "uniform-int8", ...; "custom" for one given axis by
+  // axis).
+  CompressionPolicy compression;
+  std::string compression_name = "none";
 
   int world() const { return tp * pp * dp; }
   bool zeropp_on() const { return qwz || hpz > 1 || qgz; }
-  std::string describe() const;  // "tp 4 pp 16 dp 2 mb 1 zero 1 full sp 1f1b"; ZeRO++: "... zero++(qwz hpz 8 qgz 8)"
+  // "tp 4 pp 16 dp 2 mb 1 zero 1 full sp 1f1b"; ZeRO++: "... zero++(qwz hpz 8 qgz 8)";
+  // compression: "... hybrid(dp=int4 params=int8 tp=bf16)"
+  std::string describe() const;
 };
 
 // Micro-batches per pipeline per optimizer step: global_batch / (dp * micro_batch).

@@ -9,6 +9,7 @@
 #include <set>
 #include <toml++/toml.h>
 
+#include "comm/codec_spec.h"
 #include "core/error.h"
 
 namespace weft::plan {
@@ -63,6 +64,21 @@ void validate_scale_model(const std::string& name, const SoftwareDefaults& s) {
   }
 }
 
+void validate_codecs(const std::string& name, const CodecRates& c) {
+  if (!(c.cores >= 1 && c.cores <= 1e4)) throw_input("system '{}': [codecs] cores must be in [1, 10000], got {}", name, c.cores);
+  if (!(c.zstd_ratio >= 0 && c.zstd_ratio <= 2)) {
+    throw_input("system '{}': [codecs] zstd_ratio must be in [0, 2] (wire bytes per raw byte; 0: the nominal estimate), got {}",
+                name, c.zstd_ratio);
+  }
+  for (const auto& [key, v] : c.per_core) {
+    if (!(v.encode > 0 && v.decode > 0 && std::isfinite(v.encode) && std::isfinite(v.decode))) {
+      throw_input("system '{}': [codecs] {} = [{}, {}]: encode and decode speeds (bytes of fp32 input per second) must be "
+                  "positive",
+                  name, key, v.encode, v.decode);
+    }
+  }
+}
+
 }  // namespace
 
 void System::validate() const {
@@ -81,6 +97,7 @@ void System::validate() const {
   if (!(d.kernel_latency >= 0)) throw_input("system '{}': kernel_latency must be >= 0, got {}", name, d.kernel_latency);
   validate_shape_model(name, d);
   validate_scale_model(name, defaults);
+  validate_codecs(name, codecs);
   for (size_t i = 0; i < d.matmul_curve.size(); ++i) {
     const auto& [f, e] = d.matmul_curve[i];
     if (!(f > 0) || !(e > 0 && e <= 1.5)) {
@@ -213,6 +230,44 @@ void read_shape_model(const std::string& path, Reader& r, Device& d) {
   d.attention_bwd_efficiency = r.number("attention_bwd_efficiency", 0, false);
 }
 
+// A [codecs] key that names a codec: a family (every rate or level) or one codec.
+void check_codec_key(const std::string& path, const std::string& key) {
+  for (const char* family : {"bf16", "fp16", "int8", "int4", "zfp", "zstd"}) {
+    if (key == family) return;
+  }
+  CodecSpec c;
+  try {
+    c = parse_codec(key, path + ": [codecs] key");
+  } catch (const InputError&) {
+    throw_input("{}: unknown key '{}' in [codecs] (known: cores, zstd_ratio, and codec names: bf16, fp16, int8, int4, zfp, "
+                "zfp:RATE, zstd, zstd:LEVEL)",
+                path, key);
+  }
+  if (c.off()) throw_input("{}: [codecs] off: 'off' is no codec, it has no speed", path);
+}
+
+// [codecs]: cores, zstd_ratio and [encode, decode] per codec name.
+CodecRates read_codecs(const std::string& path, const toml::table& t) {
+  CodecRates c;
+  for (auto&& [k, v] : t) {
+    const std::string key(k.str());
+    if (key == "cores" || key == "zstd_ratio") {
+      auto x = v.value<double>();
+      if (!x || v.is_boolean()) throw_input("{}: [codecs] {} must be a number", path, key);
+      if (!std::isfinite(*x)) throw_input("{}: [codecs] {} must be a finite number, got {}", path, key, *x);
+      (key == "cores" ? c.cores : c.zstd_ratio) = *x;
+      continue;
+    }
+    check_codec_key(path, key);
+    const toml::array* a = v.as_array();
+    if (!a || a->size() != 2 || !a->get(0)->value<double>() || !a->get(1)->value<double>()) {
+      throw_input("{}: [codecs] {} must be [encode, decode] in bytes of fp32 input per second and core", path, key);
+    }
+    c.per_core[key] = CodecSpeed{*a->get(0)->value<double>(), *a->get(1)->value<double>()};
+  }
+  return c;
+}
+
 }  // namespace
 
 System load_system(const std::string& path) {
@@ -229,8 +284,8 @@ System load_system(const std::string& path) {
   s.name = std::filesystem::path(path).stem().string();
   for (auto&& [k, v] : tbl) {
     const std::string key(k.str());
-    if (key != "system" && key != "device" && key != "level" && key != "defaults") {
-      throw_input("{}: unknown section '{}' (known: [system], [device], [[level]], [defaults])", path, key);
+    if (key != "system" && key != "device" && key != "level" && key != "defaults" && key != "codecs") {
+      throw_input("{}: unknown section '{}' (known: [system], [device], [[level]], [defaults], [codecs])", path, key);
     }
   }
   if (const toml::table* t = tbl["system"].as_table()) {
@@ -303,6 +358,7 @@ System load_system(const std::string& path) {
     }
     r.finish();
   }
+  if (const toml::table* t = tbl["codecs"].as_table()) s.codecs = read_codecs(path, *t);
   try {
     s.validate();
   } catch (const InputError& e) {
@@ -351,6 +407,13 @@ std::string system_to_toml(const System& s, const std::vector<std::string>& note
   out += fmt::format("tp_comm = \"{}\"\npp_p2p_overlap = {}\n", s.defaults.tp_comm, s.defaults.pp_p2p_overlap);
   out += fmt::format("step_overhead = {:.6g}\njitter = {:.6g}\nworld_allreduces = {}\nbubble_factor = {:.6g}\n",
                      s.defaults.step_overhead, s.defaults.jitter, s.defaults.world_allreduces, s.defaults.bubble_factor);
+  if (!s.codecs.empty()) {
+    out += fmt::format("\n[codecs]\ncores = {:.6g}\n", s.codecs.cores);
+    if (s.codecs.zstd_ratio > 0) out += fmt::format("zstd_ratio = {:.6g}\n", s.codecs.zstd_ratio);
+    for (const auto& [name, v] : s.codecs.per_core) {
+      out += fmt::format("\"{}\" = [{:.6g}, {:.6g}]\n", name, v.encode, v.decode);
+    }
+  }
   return out;
 }
 

@@ -20,7 +20,12 @@
 //              overlap_dp (gradient reduction overlapped with the last backward),
 //              pp_scatter_gather, memory_model; scale effects: step_overhead (s), jitter,
 //              world_allreduces, bubble_factor (plan/scale_model.h)
+//   [codecs]   (optional) measured speeds of the compressed collectives' codecs
+//              (plan/compression.h): cores, zstd_ratio, and per codec name (bf16, fp16,
+//              int8, int4, zfp, "zfp:8", zstd, "zstd:3") [encode, decode] in bytes of fp32
+//              input per second and core; what is absent takes plan/compression.h's defaults
 #pragma once
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -101,6 +106,25 @@ struct SoftwareDefaults {
   double bubble_factor = 1.0;
 };
 
+// Speed of one codec (plan/compression.h): bytes of fp32 input per second (values per second x
+// 4) compressed (encode) and decompressed (decode).
+struct CodecSpeed {
+  double encode = 0, decode = 0;
+};
+
+// Measured codec speeds ([codecs] of a system file; `weft calibrate` writes them). A speed is
+// one core's; a device runs its codecs on `cores` cores at once (a GPU counts as one core,
+// its speed the device's). Keys: a codec family ("bf16", "fp16", "int8", "int4", "zfp",
+// "zstd": every rate or level) or one codec's name ("zfp:8", "zstd:3"), which wins over its
+// family.
+struct CodecRates {
+  std::map<std::string, CodecSpeed> per_core;
+  double cores = 1;
+  // zstd's wire bytes per raw byte measured on gradients (0: codec_nominal_ratio's estimate).
+  double zstd_ratio = 0;
+  bool empty() const { return per_core.empty() && cores == 1 && zstd_ratio == 0; }
+};
+
 struct System {
   std::string name = "system";
   std::string description;
@@ -108,6 +132,7 @@ struct System {
   Device device;
   std::vector<LinkLevel> levels;  // innermost first
   SoftwareDefaults defaults;
+  CodecRates codecs;
 
   // Devices in one unit of level i (the top level: unbounded).
   int64_t unit_devices(size_t i) const;

@@ -179,7 +179,7 @@ TEST_F(PlanTrainRuns, EveryRankedLayoutIsOneTheTrainerRuns) {
 }
 
 TEST(PlanSystem, FilesLoadAndRoundTrip) {
-  for (const char* name : {"frontier", "dgx-a100-80gb", "dgx-h100"}) {
+  for (const char* name : {"frontier", "dgx-a100-80gb", "dgx-h100", "lassen"}) {
     const plan::System s = plan::load_system(std::string(WEFT_SOURCE_DIR) + "/systems/" + name + ".toml");
     EXPECT_EQ(s.name, name);
     EXPECT_GE(s.levels.size(), 2u);
@@ -208,9 +208,18 @@ TEST(PlanSystem, QuickCalibration) {
   EXPECT_GT(c.system.device.memory_bandwidth, 1e8);
   EXPECT_FALSE(c.link_measured);
   EXPECT_EQ(c.system.device.matmul_curve.size(), 5u);
+  // The codecs of the compressed collectives, one core each (zfp and zstd are not measured).
+  for (const char* codec : {"bf16", "fp16", "int8", "int4"}) {
+    ASSERT_TRUE(c.system.codecs.per_core.count(codec)) << codec;
+    EXPECT_GT(c.system.codecs.per_core.at(codec).encode, 1e7) << codec;
+    EXPECT_GT(c.system.codecs.per_core.at(codec).decode, 1e7) << codec;
+  }
+  EXPECT_FALSE(c.system.codecs.per_core.count("zfp"));
   TempDir tmp("plan");
   std::ofstream(tmp / "local.toml") << plan::system_to_toml(c.system, c.notes);
-  EXPECT_NO_THROW(plan::load_system(tmp / "local.toml"));
+  const plan::System back = plan::load_system(tmp / "local.toml");
+  const double enc = c.system.codecs.per_core.at("int8").encode;
+  EXPECT_NEAR(back.codecs.per_core.at("int8").encode, enc, 1e-5 * enc);
 }
 
 }  // namespace
