@@ -94,7 +94,7 @@ class HostIn {
 class HostOut {
  public:
   // read: the call reads the range too (accumulate).
-  HostOut(Backend& be, void* p, size_t bytes, bool read) : be_(be), p_(p), bytes_(bytes), access_(be, p, bytes) {
+  HostOut(Backend& be, void* p, size_t bytes, bool read) : be_(be), p_(p), access_(be, p, bytes) {
     if (access_.direct()) {
       host_ = static_cast<char*>(p);
       return;
@@ -112,7 +112,6 @@ class HostOut {
  private:
   Backend& be_;
   void* p_;
-  size_t bytes_;
   HostAccess access_;
   std::vector<char> copy_;
   char* host_ = nullptr;
@@ -136,7 +135,7 @@ class ZfpCodec final : public Codec {
     if (n == 0) return;
     HostIn in(backend(), wire, static_cast<size_t>(bytes));
     HostOut o(backend(), out, static_cast<size_t>(n) * sizeof(float), accumulate);
-    float* target = o.get() == nullptr ? nullptr : reinterpret_cast<float*>(o.get());
+    float* target = reinterpret_cast<float*>(o.get());
     std::vector<float> tmp;
     if (accumulate) {
       tmp.resize(static_cast<size_t>(n));
@@ -262,12 +261,16 @@ bool backend_has_codec(const std::string& backend, CodecKind kind) {
   return kind != CodecKind::kZfp && kind != CodecKind::kZstd;
 }
 
-std::unique_ptr<Codec> make_codec(const CodecSpec& spec, Backend& be, const std::string& what) {
-  if (!backend_has_codec(be.name(), spec.kind)) {
-    throw_input("{} = \"{}\": the {} backend has no {} codec (weft runs zfp and zstd on the host only: the CPU "
-                "backends; on {} use bf16, fp16, int8 or int4)",
-                what, spec.name(), be.name(), spec.name(), be.name());
+void check_codec_on_backend(const CodecSpec& spec, const std::string& backend, const std::string& what) {
+  if (!backend_has_codec(backend, spec.kind)) {
+    throw_input("{} = \"{}\": the {} backend has no {} codec (weft runs zfp and zstd on the host only: backends "
+                "cpu and cpu-guarded; on {} use bf16, fp16, int8 or int4)",
+                what, spec.name(), backend, spec.name(), backend);
   }
+}
+
+std::unique_ptr<Codec> make_codec(const CodecSpec& spec, Backend& be, const std::string& what) {
+  check_codec_on_backend(spec, be.name(), what);
   switch (spec.kind) {
     case CodecKind::kOff: return nullptr;
     case CodecKind::kBf16:

@@ -64,6 +64,8 @@ class Codec {
 // every codec on the CPU backends; bf16, fp16, int8, int4 on cuda (and HIP); zfp and zstd
 // nowhere else.
 bool backend_has_codec(const std::string& backend, CodecKind kind);
+// InputError naming the codec, `what` and the backend when backend_has_codec says no.
+void check_codec_on_backend(const CodecSpec& spec, const std::string& backend, const std::string& what);
 // The codec for `spec` on `be` (null for off). InputError naming the codec, `what` (the
 // setting, "compression.dp") and the backend when backend_has_codec says no.
 std::unique_ptr<Codec> make_codec(const CodecSpec& spec, Backend& be, const std::string& what);

@@ -48,11 +48,7 @@ CompressionPolicy run_compression(const RunConfig& cfg, const GridSpec& grid, co
               {"pp", p.pp, grid.pp, "pp"}};
   for (const auto& u : uses) {
     if (u.codec.off()) continue;
-    if (!backend_has_codec(cfg.backend, u.codec.kind)) {
-      throw_input("compression.{} = \"{}\": the {} backend has no {} codec (weft runs zfp and zstd on the host only: "
-                  "backends cpu and cpu-guarded; on {} use bf16, fp16, int8 or int4)",
-                  u.key, u.codec.name(), cfg.backend, u.codec.name(), cfg.backend);
-    }
+    check_codec_on_backend(u.codec, cfg.backend, std::string("compression.") + u.key);
     if (u.axis_size == 1) {
       note(fmt::format("compression.{} = \"{}\" has no effect: {} = 1 (nothing crosses that axis)", u.key,
                        u.codec.name(), u.axis));

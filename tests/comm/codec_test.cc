@@ -44,7 +44,9 @@ Coded round_trip(Backend& be, const CodecSpec& spec, const std::vector<float>& x
   const int64_t bytes = codec->encode(dw.raw(), dx.data<float>(), n, nullptr);
   EXPECT_EQ(bytes % 4, 0);
   EXPECT_LE(bytes, codec->max_wire_bytes(n));
-  if (spec.fixed_size()) EXPECT_EQ(bytes, codec_wire_bytes(spec, n)) << spec.name() << " n=" << n;
+  if (spec.fixed_size()) {
+    EXPECT_EQ(bytes, codec_wire_bytes(spec, n)) << spec.name() << " n=" << n;
+  }
   codec->decode(dy.data<float>(), dw.raw(), bytes, n, false);
   Coded c;
   std::vector<int8_t> w = dw.download<int8_t>();
