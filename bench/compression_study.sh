@@ -20,7 +20,7 @@ STEPS=${1:-300}
 OUT=${2:-runs/compression-study}
 MODEL=${3:-small}
 UNI=${4:-int4}
-W=build/weft
+W=${WEFT:-build/weft}  # WEFT=path: another binary (e.g. a copy, so a rebuild does not change it mid-study)
 [ -d data/fortunes ] || $W prepare --input /usr/share/games/fortunes --out data/fortunes >/dev/null
 ROOT=""; [ "$(id -u)" = 0 ] && ROOT=--allow-run-as-root
 mkdir -p "$OUT"

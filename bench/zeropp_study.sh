@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${1:-200}
 OUT=${2:-runs/zeropp-study}
-W=build/weft
+W=${WEFT:-build/weft}  # WEFT=path: another binary (e.g. a copy, so a rebuild does not change it mid-study)
 [ -d data/fortunes ] || $W prepare --input /usr/share/games/fortunes --out data/fortunes >/dev/null
 ROOT=""; [ "$(id -u)" = 0 ] && ROOT=--allow-run-as-root
 mkdir -p "$OUT"
