@@ -415,6 +415,10 @@ void save_checkpoint(const std::string& dir, const CheckpointData& data) {
       manifest.add_safetensors(kCheckpointOptimizerFile, write_safetensors((tmp / kCheckpointOptimizerFile).string(),
                                                                            refs, {{"format", "weft-adamw"}}));
     }
+    if (!data.feedback.empty()) {
+      manifest.add_safetensors(kCheckpointFeedbackFile, write_safetensors((tmp / kCheckpointFeedbackFile).string(),
+                                                                          data.feedback, data.feedback_meta));
+    }
     const nlohmann::json& trainer = data.trainer.is_null() ? nlohmann::json::object() : data.trainer;
     const std::string trainer_text = trainer.dump(2) + "\n";
     ckpt_io::write_file_synced((tmp / kCheckpointTrainerFile).string(), trainer_text);
@@ -516,6 +520,15 @@ bool load_checkpoint_optimizer(const std::string& dir, const ParamLayout& layout
     zero_padded_vocab(t, exp_avg_sq);
   }
   return true;
+}
+
+std::unique_ptr<SafetensorsFile> open_checkpoint_feedback(const std::string& dir, CheckpointVerify verify) {
+  const std::string resolved = resolve_checkpoint_dir(dir);
+  const std::string path = join_path(resolved, kCheckpointFeedbackFile);
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return nullptr;
+  if (verify == CheckpointVerify::kVerify) verify_manifest(resolved, {kCheckpointFeedbackFile});
+  return std::make_unique<SafetensorsFile>(path);
 }
 
 nlohmann::json load_checkpoint_trainer(const std::string& dir) {

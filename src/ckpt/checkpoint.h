@@ -6,6 +6,8 @@
 //   <dir>/config.json            Hugging Face GPT2Config keys plus a "weft" object
 //   <dir>/optimizer.safetensors  (optional) AdamW moments "exp_avg.<name>", "exp_avg_sq.<name>"
 //   <dir>/trainer.json           the caller's training state (opaque here)
+//   <dir>/feedback.safetensors   (optional) error-feedback residuals: per-rank state of one
+//                                layout, named and described by the caller (train/feedback_state.h)
 //   <dir>/manifest.json          size and XXH3 checksum of every file and tensor (ckpt/manifest.h)
 //
 // Saving is atomic: the folder is written as <dir>.tmp-<host>-<pid>, then swapped into place,
@@ -14,8 +16,12 @@
 // each file it reads against the manifest (InputError naming the file and tensor).
 #pragma once
 #include <nlohmann/json.hpp>
+#include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "ckpt/safetensors.h"
 #include "model/config.h"
 #include "model/params.h"
 
@@ -25,6 +31,7 @@ inline constexpr const char* kCheckpointModelFile = "model.safetensors";
 inline constexpr const char* kCheckpointConfigFile = "config.json";
 inline constexpr const char* kCheckpointOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kCheckpointTrainerFile = "trainer.json";
+inline constexpr const char* kCheckpointFeedbackFile = "feedback.safetensors";
 
 struct CheckpointData {
   const ParamLayout* layout = nullptr;
@@ -32,6 +39,9 @@ struct CheckpointData {
   const float* exp_avg = nullptr;     // AdamW first moments, same layout; both null: no optimizer file
   const float* exp_avg_sq = nullptr;  // AdamW second moments, same layout
   nlohmann::json trainer;             // written as trainer.json (null is written as {})
+  // Written as feedback.safetensors with feedback_meta as its metadata when not empty.
+  std::vector<TensorRef> feedback;
+  std::map<std::string, std::string> feedback_meta;
 };
 
 // Writes the checkpoint folder `dir` atomically (see above). Creates missing parent folders.
@@ -78,6 +88,11 @@ void load_checkpoint_params(const std::string& dir, const ParamLayout& layout, f
 // when the checkpoint has no optimizer file. Same checks as load_checkpoint_params.
 bool load_checkpoint_optimizer(const std::string& dir, const ParamLayout& layout, float* exp_avg,
                                float* exp_avg_sq, CheckpointVerify verify = CheckpointVerify::kVerify);
+
+// Opens <dir>/feedback.safetensors (verified against the manifest unless kAlreadyVerified);
+// null when the checkpoint has none.
+std::unique_ptr<SafetensorsFile> open_checkpoint_feedback(const std::string& dir,
+                                                          CheckpointVerify verify = CheckpointVerify::kVerify);
 
 // Reads <dir>/trainer.json (verified). Throws InputError if it is missing or not JSON.
 nlohmann::json load_checkpoint_trainer(const std::string& dir);

@@ -261,8 +261,44 @@ StepResult Engine::step(float lr, const BatchFn& batch) {
     }
     scaler_.updated();
   }
+  carry_feedback(verdict == LossScaler::Verdict::kApply && !r.vetoed, step_scale);
   for (auto& ch : chunks_) r.dp_exposed_s += ch->store->take_exposed_seconds();
   return r;
+}
+
+std::vector<DeviceBuffer*> Engine::feedback_residuals() {
+  std::vector<DeviceBuffer*> out;
+  for (auto& ch : chunks_) {
+    DeviceBuffer* r = ch->store->compression_residual();
+    if (r == nullptr) r = ch->store->qgz_residual();
+    if (r != nullptr) out.push_back(r);
+  }
+  return out;
+}
+
+std::string Engine::feedback_source() const {
+  if (chunks_.empty() || !cfg_.training || cfg_.grid.dp == 1) return "";
+  if (cfg_.compression.error_feedback && !cfg_.compression.dp.off()) {
+    return "compression.dp " + cfg_.compression.dp.name();
+  }
+  const ZeroPPConfig& z = cfg_.data_parallel.zeropp;
+  if (z.quantized_gradients && z.error_feedback) return fmt::format("zero.quantized_gradients int{}", z.gradients.bits);
+  return "";
+}
+
+// The residuals are in the units of the step's scaled gradients. A step that is not applied
+// (fp16 overflow: they are not finite; a vetoed spike) leaves nothing worth carrying: they
+// restart from zero, on every rank alike (the verdict is the same everywhere). A changed
+// dynamic loss scale (a power of two) rescales them exactly.
+void Engine::carry_feedback(bool applied, double step_scale) {
+  const double ratio = scaler_.scale() / step_scale;
+  for (DeviceBuffer* r : feedback_residuals()) {
+    if (!applied) {
+      r->zero();
+    } else if (ratio != 1.0) {
+      backend_.scale(r->data<float>(), static_cast<float>(ratio), r->count());
+    }
+  }
 }
 
 // The loss sum of `rows` sequences (a forward through every chunk), on every stage.

@@ -113,6 +113,13 @@ class Engine {
   void gather_state(float* params, float* exp_avg, float* exp_avg_sq);
   int64_t optimizer_steps() const { return opt_steps_; }
   const LossScaler& loss_scaler() const { return scaler_; }
+  // Error feedback (qgZ's or [compression]'s, on the dp gradient path): this rank's residuals,
+  // one per chunk in chunk order (empty: none). They hold the part of each step's (loss-scaled)
+  // gradients the codec did not deliver; a step that is not applied drops them, a new loss
+  // scale rescales them (carry_feedback).
+  std::vector<DeviceBuffer*> feedback_residuals();
+  // What the residuals belong to: "compression.dp int4", "zero.quantized_gradients int4"; "": none.
+  std::string feedback_source() const;
   // Continues a run: the updates done so far and the dynamic loss-scale state.
   void restore_counters(int64_t optimizer_steps, double loss_scale, int64_t good_steps);
   // Optional: asked before each update with the step's loss and gradient norm (finite, reduced:
@@ -148,6 +155,7 @@ class Engine {
   void load_params(Chunk& ch, float* fp32);
   double run_micro_batches(const BatchFn& batch, float loss_scale, PipeStepStats& pipe);
   double grad_norm_sq();
+  void carry_feedback(bool applied, double step_scale);
 
   EngineConfig cfg_;
   Communicator& world_;

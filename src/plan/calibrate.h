@@ -12,10 +12,11 @@
 // - between ranks (under mpirun with >= 2 ranks): ping-pong between ranks 0 and 1 over
 //   MPI, latency = half the round trip of 8 bytes, bandwidth from the round trip of 16 MiB;
 //   without MPI the link level is an estimate from the memory bandwidth, marked so;
-// - codecs of the compressed collectives (plan/compression.h), one core each: the bf16 cast
-//   and the int8/int4 block quantizer (what the CPU backend runs), encode and decode in bytes
-//   of fp32 input per second, into the system's [codecs] (Calibration::system.codecs: codec
-//   name -> speeds); zfp and zstd are not measured (their libraries are not linked here).
+// - codecs of the compressed collectives (plan/compression.h), one core each, as the runtime
+//   runs them (comm/codec.h on the cpu backend): bf16, fp16, int8, int4, zfp:4/8/16 (the
+//   family "zfp" takes zfp:8's) and zstd (its measured ratio into zstd_ratio), encode and
+//   decode in bytes of fp32 input per second, into the system's [codecs]
+//   (Calibration::system.codecs: codec name -> speeds).
 #pragma once
 #include <string>
 #include <vector>

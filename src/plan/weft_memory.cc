@@ -72,6 +72,9 @@ void add_states(Elems& e, const WeftRunShape& r, const GptDescription& d, int dp
     e.comm += static_cast<double>(zb.comm_bytes()) / 4.0;
     e.grads += static_cast<double>(zb.residual_elems);
   }
+  // [compression]'s error feedback: one fp32 residual per element of the chunk's flat buffer
+  // (DataParallel::set_traffic).
+  if (dp > 1 && l.compression.error_feedback && !l.compression.dp.off()) e.grads += n;
   // The embedding gradient's (token, row) exchange: every rank's rows and their int32 tokens,
   // gathered (transient; 4 bytes per token like a float).
   if (dp > 1 && l.zero <= 1 && st.embedding) e.comm += static_cast<double>(d.tokens()) * (r.model.n_embd + 1) * dp;

@@ -28,6 +28,20 @@ plan::Layout plan_layout(const RunConfig& cfg, const EngineConfig& ec) {
   pl.sequence_parallel = ec.sequence_parallel && ec.grid.tp > 1;
   pl.schedule = ec.schedule;
   pl.virtual_stages = ec.grid.pp > 1 ? ec.virtual_stages : 1;
+  // ZeRO++ (resolved against the nodes) and [compression]: the prediction prices what runs.
+  const ZeroPPConfig& z = ec.data_parallel.zeropp;
+  if (z.active()) {
+    pl.zeropp = plan::ZeroPP::kCustom;
+    pl.qwz = z.quantized_weights;
+    pl.hpz = z.hpz;
+    pl.qgz = z.quantized_gradients;
+    pl.hierarchy = z.levels;
+    pl.quant_block = static_cast<int>(z.gradients.block);
+  }
+  if (ec.compression.any()) {
+    pl.compression = ec.compression;
+    pl.compression_name = "custom";
+  }
   return pl;
 }
 

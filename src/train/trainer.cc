@@ -29,6 +29,7 @@
 #include "train/comm_report.h"
 #include "train/divergence.h"
 #include "train/engine_config.h"
+#include "train/feedback_state.h"
 #include "train/memory_fit.h"
 #include "train/preemption.h"
 #include "train/run_files.h"
@@ -115,6 +116,8 @@ int64_t restore_or_init(Engine& engine, const RunConfig& cfg, const RunFolder& f
     good_steps = st.loss_scale_good_steps;
   }
   engine.restore_counters(st.optimizer_steps, scale, good_steps);
+  const std::string feedback = restore_feedback(engine, dir);
+  if (!feedback.empty()) log_info("{}", feedback);
   // History is rewritten only now, after the checkpoint verified and loaded completely: a
   // refused resume leaves metrics.jsonl as it was.
   if (rank0) truncate_metrics((fs::path(cfg.out) / "metrics.jsonl").string(), start);
@@ -223,6 +226,7 @@ void TrainLoop::save(int64_t step) {
   const size_t n = static_cast<size_t>(whole.total());
   Buffer<float> params(n), m(n), v(n);
   engine_.gather_state(params.data(), m.data(), v.data());
+  FeedbackTensors feedback = gather_feedback(engine_, world_);
   if (rank0_) {
     const EngineConfig& ec = engine_.config();
     const int64_t G = ec.global_batch, T = ec.seq;
@@ -232,6 +236,8 @@ void TrainLoop::save(int64_t step) {
     d.params = params.data();
     d.exp_avg = m.data();
     d.exp_avg_sq = v.data();
+    d.feedback = std::move(feedback.refs);
+    d.feedback_meta = std::move(feedback.meta);
     d.trainer = {{"step", step}, {"seed", cfg_.seed}, {"global_batch", G}, {"seq_len", T},
                  {"tokens", step * G * T}, {"data", cfg_.data}, {"model", ec.model.name},
                  {"optimizer_steps", engine_.optimizer_steps()}, {"precision", precision_name(ec.precision)},
