@@ -45,7 +45,7 @@ class FeedbackRuns : public test::ParityRuns {
     fs::copy(ckpt, resumed + "/step-000006", fs::copy_options::recursive);
     r = train(np, fmt::format("--resume --out {} {}", resumed, args));
     ASSERT_EQ(r.code, 0) << r.err;
-    EXPECT_NE(r.err.find("residuals restored from the checkpoint"), std::string::npos) << r.err;
+    EXPECT_NE(r.out.find("residuals restored from the checkpoint"), std::string::npos) << r.out;
     const auto a = test::metric_series(full, "loss"), b = test::metric_series(resumed, "loss");
     ASSERT_EQ(b.size(), 6u);
     for (const auto& [step, loss] : b) EXPECT_EQ(a.at(step), loss) << name << ", step " << step << ": not bitwise";
@@ -66,9 +66,9 @@ TEST_F(FeedbackRuns, QgzResidualsResumeBitForBitAndAnotherLayoutStartsFromZero) 
   fs::copy(*tmp / "qgz-ef/step-000006", other + "/step-000006", fs::copy_options::recursive);
   RunResult r = train(2, "--resume --compression.dp int8 --compression.error_feedback true --out " + other);
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.err.find("belong to layout tp 1 x pp 1 x dp 4, 1 virtual stage(s), this run is tp 1 x pp 1 x dp 2"),
+  EXPECT_NE(r.out.find("belong to layout tp 1 x pp 1 x dp 4, 1 virtual stage(s), this run is tp 1 x pp 1 x dp 2"),
             std::string::npos)
-      << r.err;
+      << r.out;
   EXPECT_EQ(test::metric_series(other, "loss").size(), 6u);
 }
 
