@@ -58,6 +58,7 @@ enum RngStream : uint64_t {
   kRngStreamData = 2ull << 32,     // data sampler
   kRngStreamSample = 3ull << 32,   // text generation
   kRngStreamBench = 4ull << 32,    // random tokens for benchmarks
+  kRngStreamTune = 5ull << 32,     // the tuner: forests, random initial points (tune/draws.h)
 };
 
 }  // namespace weft
