@@ -6,6 +6,7 @@
 # Prints one JSON line per run: final validation loss, its gap to ZeRO-3, bytes crossing each
 # level per step (comm_report.json), hpZ's measured memory beside the model's, step time.
 #   bench/zeropp_study.sh [STEPS] [OUT_DIR]      (defaults: 200, runs/zeropp-study)
+#   ONLY="zpp-4 l3-8" WEFT=/tmp/weft bench/zeropp_study.sh   a subset, another binary
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${1:-200}
@@ -18,6 +19,8 @@ COMMON="--steps $STEPS --seq_len 64 --global_batch 8 --micro_batch 1 --warmup_st
         --ckpt_every 0 --keep_last 1 --log_every 50 --sample_tokens 0 --threads 1 --trace --zero 3 --overwrite"
 run() {  # name np ranks_per_node args...
   local name=$1 np=$2 rpn=$3; shift 3
+  # ONLY="qgz-ef-4 zpp-4": run just these (the others keep what an earlier call left in OUT_DIR).
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi
   mpirun --oversubscribe $ROOT -np "$np" -x OMP_NUM_THREADS=1 $W train configs/tiny.toml $COMMON \
     --ranks_per_node "$rpn" --out "$OUT/$name" "$@" > "$OUT/$name.log" 2>&1 || { echo "{\"run\": \"$name\", \"failed\": true}"; return; }
 }
