@@ -22,5 +22,6 @@ int cmd_bench(CLI::App& app, int argc, char** argv, Communicator& world);      /
 int cmd_plan(CLI::App& app, int argc, char** argv, Communicator& world);       // plan_cmd.cc
 int cmd_calibrate(CLI::App& app, int argc, char** argv, Communicator& world);  // calibrate_cmd.cc
 int cmd_report(CLI::App& app, int argc, char** argv, Communicator& world);     // report_cmd.cc
+int cmd_tune(CLI::App& app, int argc, char** argv, Communicator& world);       // tune_cmd.cc
 
 }  // namespace weft

@@ -46,6 +46,8 @@ const char* kUsage =
     "                      measure this machine (sgemm, memory, MPI links) and write a system file\n"
     "  report RUN_DIR [RUN_DIR_B] [--out DIR]\n"
     "                      Markdown summary and PNG plots of a traced run, or of two runs compared\n"
+    "  tune CONFIG [--trials K] [--steps S] [--budget SECONDS] [--seed S] [--out runs/tune]\n"
+    "                      Bayesian trials of the run's layouts on these ranks, seeded by the planner; SHAP of the knobs\n"
     "\n"
     "run 'weft <command> --help' for the options of a command.\n";
 
@@ -57,7 +59,7 @@ struct Command {
 // The subcommands, in the order the unknown-command message lists them.
 constexpr Command kCommands[] = {{"train", cmd_train},     {"prepare", cmd_prepare}, {"eval", cmd_eval},
                                  {"generate", cmd_generate}, {"bench", cmd_bench},     {"plan", cmd_plan},
-                                 {"calibrate", cmd_calibrate}, {"report", cmd_report}};
+                                 {"calibrate", cmd_calibrate}, {"report", cmd_report}, {"tune", cmd_tune}};
 
 // Runs the subcommand that argv[1] names; the usage for none or --help, exit 2 for an unknown one.
 int run_command(CLI::App& app, int argc, char** argv, Communicator& world) {

@@ -1,0 +1,72 @@
+// `weft tune CONFIG [--trials K] [--steps S] [--budget SECONDS] [--seed S] [--out DIR] ...`:
+// planner-guided Bayesian trials of the run's layouts on the ranks given (tune/tuner.h,
+// docs/tune.md). Launched like `weft train` (mpirun -np N weft tune CONFIG).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cli_util.h"
+#include "commands.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "train/config.h"
+#include "train/trainer.h"  // set_threads
+#include "tune/tuner.h"
+
+namespace weft {
+
+namespace {
+
+// "--set key=value": a config override, as `weft train --key value` takes it.
+std::pair<std::string, std::string> parse_set(const std::string& kv) {
+  const auto eq = kv.find('=');
+  if (eq == std::string::npos || eq == 0) throw_input("--set {}: expected KEY=VALUE (e.g. --set seq_len=64)", kv);
+  std::string key = kv.substr(0, eq);
+  std::replace(key.begin(), key.end(), '-', '_');
+  return {key, kv.substr(eq + 1)};
+}
+
+}  // namespace
+
+int cmd_tune(CLI::App& app, int argc, char** argv, Communicator& world) {
+  std::string config;
+  std::vector<std::string> sets;
+  tune::TuneOptions o;
+  int64_t seed = 0;
+  app.add_option("config", config, "the run's config (model, data, batch, precision; its layout keys are searched)")->required();
+  app.add_option("--trials", o.trials, "trials at most (default 20)");
+  app.add_option("--steps", o.trial.steps, "timed steps per trial (default 5)");
+  app.add_option("--warmup", o.trial.warmup, "untimed steps before them (default 2)");
+  app.add_option("--budget", o.budget_s, "seconds of wall time after which no new trial starts (0: none)");
+  app.add_option("--seed", seed, "the search's random draws: a fixed seed gives the same trials (default 0)");
+  app.add_option("--out", o.out, "folder for tune.csv, best.toml, summary.json, shap.json and the plots (default runs/tune)");
+  app.add_option("--system", o.system, "system file the planner prices with (default: the config's, else systems/local.toml)");
+  app.add_option("--planner-seeds", o.planner_seeds, "the planner's top picks evaluated first (default 3)");
+  app.add_option("--initial", o.n_initial, "points evaluated before the surrogate picks, seeds included (default 5)");
+  app.add_option("--batch", o.batch, "points proposed per round by constant liar (default 1)");
+  app.add_option("--kappa", o.kappa, "UCB exploration weight (default 1.96)");
+  app.add_option("--recalibrate", o.recalibrate, "write the system file corrected by the trials here (error before/after in the log and summary.json)");
+  app.add_option("--set", sets, "config override KEY=VALUE (repeatable), e.g. --set seq_len=64");
+  app.parse(argc - 1, argv + 1);
+  if (seed < 0) throw_input("--seed must be >= 0, got {}", seed);
+  o.seed = static_cast<uint64_t>(seed);
+  if (!std::filesystem::exists(config)) throw_input("config file {} does not exist", config);
+  std::vector<std::pair<std::string, std::string>> overrides;
+  for (const std::string& s : sets) overrides.push_back(parse_set(s));
+  const RunConfig cfg = load_run_config(config, overrides);
+  check_output_file(o.out + "/tune.csv", "--out");
+  if (!o.recalibrate.empty()) check_output_file(o.recalibrate, "--recalibrate");
+  set_threads(cfg.threads);
+  set_log_rank(world.rank());
+  world.set_timeout(std::chrono::milliseconds(static_cast<int64_t>(cfg.comm_timeout * 1000.0)));
+  const tune::TuneResult res = tune::tune(cfg, o, world);
+  if (world.rank() == 0) fmt::print("wrote {}/tune.csv{}\n", o.out, res.best >= 0 ? " and best.toml" : "");
+  return res.best >= 0 ? 0 : 1;
+}
+
+}  // namespace weft

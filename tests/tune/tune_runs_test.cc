@@ -1,0 +1,139 @@
+// `weft tune` on 2 MPI ranks (a one-layer model, a calibrated system file of this machine):
+// the planner's picks run first, the search writes one tune.csv row per trial with the
+// planner's prediction beside the measurement, the best trial is at least as fast as the
+// planner's pick measured in the same run, SHAP ranks every knob, the plots exist, a fixed
+// seed gives the same trials, and bad options are refused.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "plan/system.h"
+#include "test_util.h"
+#include "tune/space.h"
+
+namespace weft {
+namespace {
+
+namespace fs = std::filesystem;
+using test::RunResult;
+
+std::vector<std::vector<std::string>> read_csv(const std::string& path) {
+  std::vector<std::vector<std::string>> rows;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> row;
+    std::stringstream ss(line);
+    for (std::string f; std::getline(ss, f, ',');) row.push_back(f);
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+class TuneRuns : public test::CliFixture {
+ protected:
+  TuneRuns() : CliFixture("tune") {}
+  void SetUp() override {
+    CliFixture::SetUp();
+    // A two-layer model and a global batch of 4: tp, pp, dp, micro-batch, ZeRO, recompute,
+    // sp and the schedules all have choices on 2 ranks.
+    std::ofstream(config) << "[model]\nmodel = \"tiny\"\nn_layer = 2\nn_head = 2\nn_embd = 32\nn_ctx = 16\n"
+                          << "[data]\ndata = \"" << (*tmp / "data") << "\"\n"
+                          << "[train]\nglobal_batch = 4\nmicro_batch = 1\nsteps = 2\nthreads = 1\n"
+                          << "[parallel]\ncomm_timeout = 120.0\n";
+    RunResult r = weft(fmt::format("calibrate --quick --threads 1 --out {}", *tmp / "local.toml"));
+    ASSERT_EQ(r.code, 0) << r.err;
+  }
+  RunResult tune(const std::string& out, const std::string& args) {
+    return test::run_weft_with(test::mpi_launcher(2),
+                               fmt::format("tune {} --system {} --out {} {}", config, *tmp / "local.toml", out, args),
+                               *tmp / fmt::format("cmd{}", n++));
+  }
+};
+
+TEST_F(TuneRuns, PlannerSeededSearchWritesItsFindings) {
+  const std::string out = *tmp / "t1";
+  RunResult r = tune(out, "--trials 6 --steps 2 --warmup 1 --initial 4 --seed 3 --recalibrate " + (*tmp / "fixed.toml"));
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  const auto rows = read_csv(out + "/tune.csv");
+  ASSERT_EQ(rows.size(), 7u) << "a header and one row per trial";
+  const std::vector<std::string>& head = rows[0];
+  ASSERT_EQ(head[0], "job_id");
+  EXPECT_EQ(head[1], "p:tp");
+  const auto col = [&](const std::string& name) {
+    return static_cast<size_t>(std::find(head.begin(), head.end(), name) - head.begin());
+  };
+  ASSERT_LT(col("objective"), head.size());
+  ASSERT_LT(col("m:source"), head.size());
+  ASSERT_LT(col("m:predicted_ms"), head.size());
+  // The planner's three top picks first, then random points, then the surrogate's.
+  for (size_t i = 1; i <= 3; ++i) EXPECT_EQ(rows[i][col("m:source")], "planner") << i;
+  EXPECT_EQ(rows[4][col("m:source")], "random");
+  EXPECT_EQ(rows[5][col("m:source")], "surrogate");
+  for (size_t i = 1; i < rows.size(); ++i) {
+    EXPECT_GT(std::stod(rows[i][col("m:predicted_ms")]), 0.0) << i;
+    if (rows[i][col("objective")] != "F") {
+      EXPECT_GT(std::stod(rows[i][col("objective")]), 0.0) << i;
+    }
+  }
+  const nlohmann::json s = nlohmann::json::parse(test::read_text(out + "/summary.json"));
+  ASSERT_FALSE(s["best"].is_null()) << s.dump();
+  ASSERT_FALSE(s["planner_pick"].is_null()) << s.dump();
+  EXPECT_EQ(s["planner_pick"]["trial"], 0);
+  EXPECT_GE(s["best"]["tokens_per_s"].get<double>(), s["planner_pick"]["tokens_per_s"].get<double>());
+  EXPECT_GE(s["best_over_planner_pick"].get<double>(), 1.0);
+  EXPECT_GT(s["planner_error"]["trials"].get<int>(), 0);
+  // --recalibrate: a loadable system that predicts the trials no worse than before.
+  const auto& rc = s["recalibration"];
+  ASSERT_FALSE(rc.is_null()) << s.dump();
+  EXPECT_LE(rc["error_after"].get<double>(), rc["error_before"].get<double>());
+  EXPECT_NO_THROW(plan::load_system(*tmp / "fixed.toml"));
+  // best.toml: the winner's layout keys.
+  const std::string best = test::read_text(out + "/best.toml");
+  EXPECT_NE(best.find("[parallel]\ntp = "), std::string::npos) << best;
+  EXPECT_NE(best.find("micro_batch = "), std::string::npos) << best;
+  // SHAP: every knob ranked, one row per successful trial, efficiency: the phis add up to the
+  // surrogate's value less the background's mean.
+  const nlohmann::json shap = nlohmann::json::parse(test::read_text(out + "/shap.json"));
+  ASSERT_EQ(shap["ranking"].size(), static_cast<size_t>(tune::kNumKnobs));
+  for (size_t i = 1; i < shap["ranking"].size(); ++i) {
+    EXPECT_GE(shap["ranking"][i - 1]["mean_abs_phi"].get<double>(), shap["ranking"][i]["mean_abs_phi"].get<double>());
+  }
+  ASSERT_GE(shap["points"].size(), 2u);
+  for (const auto& p : shap["points"]) {
+    double sum = 0;
+    for (const auto& [k, v] : p["phi"].items()) sum += v.get<double>();
+    EXPECT_NEAR(sum, p["surrogate"].get<double>() - shap["base"].get<double>(),
+                1e-6 * std::max(1.0, std::fabs(p["surrogate"].get<double>())));
+  }
+  EXPECT_TRUE(fs::exists(out + "/shap.png"));
+  EXPECT_TRUE(fs::exists(out + "/shap_beeswarm.png"));
+  EXPECT_NE(r.out.find("knobs by mean |SHAP|"), std::string::npos) << r.out;
+
+  // The same seed: the same trials in the same order. The planner's and the random phase's
+  // layouts do not depend on the timings; the surrogate's follow them, and timings vary.
+  const std::string again = *tmp / "t2";
+  r = tune(again, "--trials 4 --steps 1 --warmup 0 --initial 4 --seed 3");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto rows2 = read_csv(again + "/tune.csv");
+  ASSERT_EQ(rows2.size(), 5u);
+  for (size_t i = 1; i <= 4; ++i) {
+    for (size_t c = 1; c <= static_cast<size_t>(tune::kNumKnobs); ++c) EXPECT_EQ(rows2[i][c], rows[i][c]) << i << "," << c;
+  }
+}
+
+TEST_F(TuneRuns, BadOptionsAreRefused) {
+  for (const char* args : {"--trials 0", "--steps 0", "--kappa -1", "--batch 0", "--set nonsense"}) {
+    RunResult r = weft(fmt::format("tune {} --system {} --out {} {}", config, *tmp / "local.toml", *tmp / "bad", args));
+    EXPECT_EQ(r.code, 2) << args << ": " << r.err;
+    EXPECT_FALSE(r.err.empty()) << args;
+  }
+  RunResult r = weft(fmt::format("tune {} --out {}", *tmp / "missing.toml", *tmp / "bad"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("does not exist"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace weft
