@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 
+#include "core/error.h"
 #include "plan/search.h"
 
 namespace weft::tune {
@@ -57,6 +59,20 @@ std::string knob_value_text(int knob, double v) {
     default:
       return fmt::format("{:g}", v);
   }
+}
+
+double knob_value_from_text(int knob, const std::string& t) {
+  for (double v : {0.0, 1.0, 2.0}) {
+    if ((knob == 5 || knob == 6 || knob == 7) && knob_value_text(knob, v) == t) return v;
+  }
+  if (knob != 5 && knob != 6 && knob != 7) {
+    char* end = nullptr;
+    const double x = std::strtod(t.c_str(), &end);
+    if (!t.empty() && end == t.c_str() + t.size() && std::isfinite(x) && x >= 0) {
+      return knob <= 3 ? (x >= 1 ? std::log2(x) : -1.0) : x;
+    }
+  }
+  throw_input("knob {}: '{}' is not one of its values", kKnobNames[static_cast<size_t>(knob)], t);
 }
 
 std::optional<size_t> LayoutSpace::find(const std::vector<double>& k) const {

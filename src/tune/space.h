@@ -28,8 +28,10 @@ inline constexpr std::array<const char*, kNumKnobs> kKnobNames = {
 
 // The knobs of a layout, encoded (above).
 std::vector<double> encode_layout(const plan::Layout& l);
-// A knob's value as a user reads it ("4", "full", "interleaved") from its encoded value.
+// A knob's value as a user reads it ("4", "full", "interleaved") from its encoded value, and
+// back (InputError naming the knob and the text for one that is not a value of it).
 std::string knob_value_text(int knob, double encoded);
+double knob_value_from_text(int knob, const std::string& text);
 
 struct LayoutSpace {
   std::vector<plan::Layout> layouts;   // the valid set, in the planner's search order

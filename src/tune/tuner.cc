@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "ckpt/fs_util.h"
@@ -68,11 +69,84 @@ std::string describe(const plan::Layout& l) {
   return s;
 }
 
+// --oracle: the results of earlier trials by encoded knobs.
+using Oracle = std::map<std::vector<double>, TrialResult>;
+
+std::vector<std::string> split_csv_line(const std::string& line) {
+  std::vector<std::string> f(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        f.back() += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        f.back() += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      f.emplace_back();
+    } else {
+      f.back() += c;
+    }
+  }
+  return f;
+}
+
+Oracle read_oracle(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw_input("--oracle {}: cannot read it", path);
+  std::string line;
+  std::getline(in, line);
+  const std::vector<std::string> head = split_csv_line(line);
+  auto column = [&](const std::string& name) {
+    const auto it = std::find(head.begin(), head.end(), name);
+    if (it == head.end()) throw_input("--oracle {}: no column '{}' (a tune.csv of weft tune has it)", path, name);
+    return static_cast<size_t>(it - head.begin());
+  };
+  std::vector<size_t> knob_cols;
+  for (const char* k : kKnobNames) knob_cols.push_back(column(std::string("p:") + k));
+  const size_t obj = column("objective"), ms = column("m:step_ms"), peak = column("m:peak_bytes"), why = column("m:failure");
+  Oracle oracle;
+  for (int row = 2; std::getline(in, line); ++row) {
+    if (line.empty()) continue;
+    const std::vector<std::string> f = split_csv_line(line);
+    if (f.size() != head.size()) throw_input("--oracle {}: row {} has {} fields, the header {}", path, row, f.size(), head.size());
+    std::vector<double> knobs;
+    for (int k = 0; k < kNumKnobs; ++k) knobs.push_back(knob_value_from_text(k, f[knob_cols[static_cast<size_t>(k)]]));
+    TrialResult r;
+    if (f[obj] == "F") {
+      r.failed = true;
+      r.reason = f[why].empty() ? "failed in the oracle" : f[why];
+    } else {
+      r.tokens_per_s = std::stod(f[obj]);
+      r.step_s = std::stod(f[ms]) / 1e3;
+      r.peak_bytes = std::stoll(f[peak]);
+    }
+    oracle[knobs] = r;
+  }
+  return oracle;
+}
+
+TrialResult look_up(const Oracle& oracle, const std::vector<double>& knobs, const std::string& path) {
+  const auto it = oracle.find(knobs);
+  if (it != oracle.end()) return it->second;
+  TrialResult r;
+  r.failed = true;
+  r.reason = fmt::format("not in the oracle {}", path);
+  return r;
+}
+
 // The search: the planner's seeds, then CBO's proposals, trial by trial, until the trials,
 // the candidates or the budget run out (the budget's clock agreed over the ranks).
 void run_search(TuneResult& res, const RunConfig& cfg, const TuneOptions& o, const TokenDataset& train,
                 Communicator& world) {
   const LayoutSpace& space = res.space;
+  const Oracle oracle = o.oracle.empty() ? Oracle{} : read_oracle(o.oracle);
   std::vector<Candidate> cands;
   for (size_t i = 0; i < space.size(); ++i) cands.push_back({static_cast<int64_t>(i), space.features(i)});
   std::vector<int64_t> seeds;
@@ -109,7 +183,8 @@ void run_search(TuneResult& res, const RunConfig& cfg, const TuneOptions& o, con
       t.source = seeded ? "planner" : observed + static_cast<int>(k) < o.n_initial ? "random" : "surrogate";
       t.predicted_s = space.has_prediction() ? space.predicted_s[t.layout] : 0.0;
       t.submitted_s = elapsed();
-      t.result = run_trial(cfg, space.layouts[t.layout], train, world, o.trial);
+      t.result = oracle.empty() ? run_trial(cfg, space.layouts[t.layout], train, world, o.trial)
+                                : look_up(oracle, space.knobs[t.layout], o.oracle);
       t.gathered_s = elapsed();
       if (t.result.failed) {
         cbo.observe_failure(ids[k]);
@@ -376,7 +451,7 @@ TuneResult tune(const RunConfig& cfg, const TuneOptions& o, Communicator& world)
   }
   po.rank_order = cfg.order;
   res.space = layout_space(mc, cfg.seq(), cfg.global_batch, precision, world.size(), sys ? &*sys : nullptr, po);
-  const TokenDataset train = TokenDataset::open_split(cfg.data, "train", mc.vocab_size);
+  const TokenDataset train = TokenDataset::open_split(cfg.data, "train", mc.vocab_size);  // also with --oracle: the run is real
   log_info("tune: {} valid layouts of {} on {} ranks (global batch {}, seq {}); planner: {}", res.space.size(), mc.name,
            world.size(), cfg.global_batch, cfg.seq(),
            res.system_path.empty() ? std::string("no system file (no seeds, no predicted-time feature)") : res.system_path);

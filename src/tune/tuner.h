@@ -46,6 +46,10 @@ struct TuneOptions {
   double kappa = 1.96;        // UCB exploration weight
   std::string system;         // system file for the planner ("": systems/local.toml if present)
   std::string recalibrate;    // write the system corrected by the trials here (tune/recalibrate.h)
+  // A tune.csv of earlier trials (e.g. an exhaustive sweep) to look the trials up in instead
+  // of running them: replays a search in milliseconds (bench/tune_study.sh compares searches
+  // that way). A layout it lacks is a failed trial.
+  std::string oracle;
 };
 
 struct TrialRecord {

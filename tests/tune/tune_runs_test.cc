@@ -112,6 +112,18 @@ TEST_F(TuneRuns, PlannerSeededSearchWritesItsFindings) {
   EXPECT_TRUE(fs::exists(out + "/shap_beeswarm.png"));
   EXPECT_NE(r.out.find("knobs by mean |SHAP|"), std::string::npos) << r.out;
 
+  // Replayed against its own tune.csv (--oracle): the same measurements, so the same seed
+  // makes the same choices all the way, the surrogate's included.
+  const std::string replay = *tmp / "replay";
+  r = tune(replay, "--trials 6 --steps 2 --warmup 1 --initial 4 --seed 3 --oracle " + out + "/tune.csv");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto rows3 = read_csv(replay + "/tune.csv");
+  ASSERT_EQ(rows3.size(), rows.size());
+  for (size_t i = 1; i < rows.size(); ++i) {
+    for (size_t c = 1; c <= static_cast<size_t>(tune::kNumKnobs); ++c) EXPECT_EQ(rows3[i][c], rows[i][c]) << i << "," << c;
+    EXPECT_EQ(rows3[i][col("objective")], rows[i][col("objective")]) << i;
+  }
+
   // The same seed: the same trials in the same order. The planner's and the random phase's
   // layouts do not depend on the timings; the surrogate's follow them, and timings vary.
   const std::string again = *tmp / "t2";
