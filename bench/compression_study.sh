@@ -13,6 +13,8 @@
 # (op, axis), step time. Overlays the curves with `weft report`.
 #   bench/compression_study.sh [STEPS] [OUT_DIR] [MODEL] [UNIFORM_CODEC]
 #   (defaults: 300, runs/compression-study, small, int4)
+#   HYBRID_DP=int8: the hybrid policy's gradient codec (default int4); ONLY="hybrid hybrid-ef":
+#   a subset of the runs (the summary reads the others, base included, from OUT_DIR)
 # On 2 cores the small preset takes hours for 300 steps x 5 runs; `tiny` is the quick variant.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,11 +31,13 @@ COMMON="--model $MODEL --steps $STEPS --seq_len 64 --global_batch 8 --micro_batc
         --threads 1 --trace --tp 2 --pp 2 --zero 1 --ranks_per_node 4 --overwrite"
 run() {  # name args...
   local name=$1; shift
+  # ONLY="hybrid hybrid-ef": run just these (the others keep what an earlier call left in OUT_DIR).
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi
   mpirun --oversubscribe $ROOT -np 8 -x OMP_NUM_THREADS=1 $W train configs/tiny.toml $COMMON \
     --out "$OUT/$name" "$@" > "$OUT/$name.log" 2>&1 || echo "{\"run\": \"$name\", \"failed\": true}"
 }
 UNIFORM="--compression.dp $UNI --compression.params $UNI --compression.tp $UNI --compression.pp $UNI"
-HYBRID="--compression.dp int4 --compression.params int8 --compression.tp bf16 --compression.pp off"
+HYBRID="--compression.dp ${HYBRID_DP:-int4} --compression.params int8 --compression.tp bf16 --compression.pp off"
 run base
 run uniform $UNIFORM
 run uniform-ef $UNIFORM --compression.error_feedback true
