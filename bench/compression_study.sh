@@ -13,7 +13,8 @@
 # (op, axis), step time. Overlays the curves with `weft report`.
 #   bench/compression_study.sh [STEPS] [OUT_DIR] [MODEL] [UNIFORM_CODEC]
 #   (defaults: 300, runs/compression-study, small, int4)
-#   HYBRID_DP=int8: the hybrid policy's gradient codec (default int4); ONLY="hybrid hybrid-ef":
+#   HYBRID_DP=int8, HYBRID_PARAMS=bf16: the hybrid policy's gradient and parameter codecs
+#   (defaults int4, int8); ONLY="hybrid hybrid-ef":
 #   a subset of the runs (the summary reads the others, base included, from OUT_DIR)
 # On 2 cores the small preset takes hours for 300 steps x 5 runs; `tiny` is the quick variant.
 set -euo pipefail
@@ -37,7 +38,7 @@ run() {  # name args...
     --out "$OUT/$name" "$@" > "$OUT/$name.log" 2>&1 || echo "{\"run\": \"$name\", \"failed\": true}"
 }
 UNIFORM="--compression.dp $UNI --compression.params $UNI --compression.tp $UNI --compression.pp $UNI"
-HYBRID="--compression.dp ${HYBRID_DP:-int4} --compression.params int8 --compression.tp bf16 --compression.pp off"
+HYBRID="--compression.dp ${HYBRID_DP:-int4} --compression.params ${HYBRID_PARAMS:-int8} --compression.tp bf16 --compression.pp off"
 run base
 run uniform $UNIFORM
 run uniform-ef $UNIFORM --compression.error_feedback true
