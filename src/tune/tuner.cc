@@ -275,8 +275,9 @@ void write_csv(const TuneResult& res, const std::string& path) {
       out += knob_value_text(j, k[static_cast<size_t>(j)]);
     }
     const TrialResult& r = t.result;
-    // DeepHyper writes "F" as the objective of a failed evaluation.
-    out += r.failed ? std::string(",F,,") : fmt::format(",{:.6g},{:.6g},", r.tokens_per_s, r.step_s * 1e3);
+    // DeepHyper writes "F" as the objective of a failed evaluation. The figures are written
+    // in full (shortest round-trip form), so a replay (--oracle) sees the same numbers.
+    out += r.failed ? std::string(",F,,") : fmt::format(",{},{},", r.tokens_per_s, r.step_s * 1e3);
     out += t.predicted_s > 0 ? fmt::format("{:.6g}", t.predicted_s * 1e3) : "";
     out += fmt::format(",{},{},{:.3f},{:.3f},{}\n", r.failed ? 0 : r.peak_bytes, t.source, t.submitted_s, t.gathered_s,
                        csv_field(r.reason));

@@ -27,6 +27,7 @@ std::vector<std::vector<std::string>> read_csv(const std::string& path) {
     std::vector<std::string> row;
     std::stringstream ss(line);
     for (std::string f; std::getline(ss, f, ',');) row.push_back(f);
+    if (!line.empty() && line.back() == ',') row.emplace_back();  // getline drops a last empty field
     rows.push_back(row);
   }
   return rows;
@@ -123,6 +124,38 @@ TEST_F(TuneRuns, PlannerSeededSearchWritesItsFindings) {
     for (size_t c = 1; c <= static_cast<size_t>(tune::kNumKnobs); ++c) EXPECT_EQ(rows3[i][c], rows[i][c]) << i << "," << c;
     EXPECT_EQ(rows3[i][col("objective")], rows[i][col("objective")]) << i;
   }
+
+  // A failed trial (the oracle's first row marked failed, as a run out of memory would be)
+  // is recorded with its reason and the search goes on to the same number of trials.
+  {
+    std::string text = test::read_text(out + "/tune.csv");
+    const size_t row1 = text.find('\n') + 1, row1_end = text.find('\n', row1);
+    auto f = read_csv(out + "/tune.csv")[1];
+    ASSERT_EQ(f.size(), head.size());
+    f[col("objective")] = "F";
+    f[col("m:step_ms")] = "";
+    f[col("m:failure")] = "out of memory (edited)";
+    std::string line;
+    for (size_t c = 0; c < f.size(); ++c) line += (c ? "," : "") + f[c];
+    text.replace(row1, row1_end - row1, line);
+    std::ofstream(*tmp / "failed.csv") << text;
+  }
+  const std::string failed = *tmp / "failed";
+  r = tune(failed, "--trials 6 --initial 4 --seed 3 --oracle " + (*tmp / "failed.csv"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto rows4 = read_csv(failed + "/tune.csv");
+  ASSERT_EQ(rows4.size(), rows.size());
+  EXPECT_EQ(rows4[1][col("objective")], "F");
+  EXPECT_EQ(rows4[1][col("m:failure")], "out of memory (edited)");
+  // The surrogate, taught otherwise, may go where the 6-row oracle has no figure: failures too.
+  for (size_t i = 2; i < rows4.size(); ++i) {
+    if (rows4[i][col("objective")] == "F") {
+      EXPECT_NE(rows4[i][col("m:failure")].find("not in the oracle"), std::string::npos) << i;
+    }
+  }
+  const nlohmann::json s4 = nlohmann::json::parse(test::read_text(failed + "/summary.json"));
+  EXPECT_GE(s4["failed"].get<int>(), 1);
+  EXPECT_FALSE(s4["best"].is_null());
 
   // The same seed: the same trials in the same order. The planner's and the random phase's
   // layouts do not depend on the timings; the surrogate's follow them, and timings vary.
