@@ -246,6 +246,19 @@ double median_seconds(Backend& be, int64_t warmup, int64_t steps, F&& f) {
   return times[times.size() / 2];
 }
 
+// --quant, --codecs: checks the sizes, then quant_n standard normal values times `scale` (so
+// every block has its own scale; 1e-3 looks like gradients).
+std::vector<float> quant_inputs(const BenchOptions& o, float scale) {
+  if (o.quant_n <= 0 || o.steps <= 0 || o.warmup < 0) {
+    throw_input("--quant-n {} and --steps {} must be positive, --warmup {} >= 0", o.quant_n, o.steps, o.warmup);
+  }
+  std::vector<float> host(static_cast<size_t>(o.quant_n));
+  for (int64_t i = 0; i < o.quant_n; ++i) {
+    host[static_cast<size_t>(i)] = scale * Philox::normal(1337, kRngStreamBench + (1ull << 31), static_cast<uint64_t>(i));
+  }
+  return host;
+}
+
 // --quant: quantize_blocks and dequantize_blocks of quant_n floats (random normal, block
 // quant_block) on the backend, int8 and int4; the median of --steps calls after --warmup.
 // gb_per_s counts the fp32 side (4 n bytes quantized or produced per second); moved_gb_per_s
@@ -254,16 +267,10 @@ double median_seconds(Backend& be, int64_t warmup, int64_t steps, F&& f) {
 int bench_quant(const BenchOptions& o) {
   const QuantSpec q8{8, o.quant_block}, q4{4, o.quant_block};
   check_quant_spec(q8, "--quant-block");
-  if (o.quant_n <= 0 || o.steps <= 0 || o.warmup < 0) {
-    throw_input("--quant-n {} and --steps {} must be positive, --warmup {} >= 0", o.quant_n, o.steps, o.warmup);
-  }
   const int nthreads = set_threads(o.threads);
   std::unique_ptr<Backend> be = make_backend(o.backend_name);
   const int64_t n = o.quant_n;
-  std::vector<float> host(static_cast<size_t>(n));
-  // Standard normal values, so that every block has its own scale.
-  for (int64_t i = 0; i < n; ++i) host[i] = Philox::normal(1337, kRngStreamBench + (1ull << 31), static_cast<uint64_t>(i));
-  DeviceBuffer x = to_device(*be, host, DType::kF32), out(*be, DType::kF32, n);
+  DeviceBuffer x = to_device(*be, quant_inputs(o, 1.0f), DType::kF32), out(*be, DType::kF32, n);
   const bool is_cuda = o.backend_name == "cuda";
   const int cores = is_cuda ? 0 : 1;  // the cpu backends' reference is one serial loop
   for (const QuantSpec& q : {q8, q4}) {
@@ -295,17 +302,10 @@ int bench_quant(const BenchOptions& o) {
 // fp32 side per second, ratio the wire bytes over the fp32 bytes. The codecs run serially
 // (one core) on the cpu backends: gb_per_s_per_core = gb_per_s there.
 int bench_codecs(const BenchOptions& o) {
-  if (o.quant_n <= 0 || o.steps <= 0 || o.warmup < 0) {
-    throw_input("--quant-n {} and --steps {} must be positive, --warmup {} >= 0", o.quant_n, o.steps, o.warmup);
-  }
   const int nthreads = set_threads(o.threads);
   std::unique_ptr<Backend> be = make_backend(o.backend_name);
   const int64_t n = o.quant_n;
-  std::vector<float> host(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    host[i] = 1e-3f * Philox::normal(1337, kRngStreamBench + (1ull << 31), static_cast<uint64_t>(i));
-  }
-  DeviceBuffer x = to_device(*be, host, DType::kF32), out(*be, DType::kF32, n);
+  DeviceBuffer x = to_device(*be, quant_inputs(o, 1e-3f), DType::kF32), out(*be, DType::kF32, n);
   const bool cpu = o.backend_name == "cpu" || o.backend_name == "cpu-guarded";
   for (const char* name : {"bf16", "fp16", "int8", "int4", "zfp:4", "zfp:8", "zfp:16", "zstd"}) {
     const CodecSpec spec = parse_codec(name, "--codecs", o.quant_block);

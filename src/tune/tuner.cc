@@ -10,8 +10,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "ckpt/fs_util.h"
 #include "core/error.h"
+#include "data/text_util.h"
 #include "core/log.h"
 #include "plan/system.h"
 #include "report/gnuplot.h"
@@ -58,15 +58,6 @@ std::string resolve_system(const TuneOptions& o, const RunConfig& cfg) {
   if (!o.system.empty()) return o.system;
   if (!cfg.system.empty()) return cfg.system;
   return fs::exists("systems/local.toml") ? "systems/local.toml" : "";
-}
-
-std::string describe(const plan::Layout& l) {
-  std::string s = fmt::format("tp {} pp {} dp {} mb {} zero {} {}", l.tp, l.pp, l.dp, l.micro_batch, l.zero,
-                              recompute_name(l.recompute));
-  if (l.sequence_parallel) s += " sp";
-  if (l.pp > 1) s += " " + schedule_name(l.schedule);
-  if (l.virtual_stages > 1) s += fmt::format(" v {}", l.virtual_stages);
-  return s;
 }
 
 // --oracle: the results of earlier trials by encoded knobs.
@@ -189,11 +180,11 @@ void run_search(TuneResult& res, const RunConfig& cfg, const TuneOptions& o, con
       if (t.result.failed) {
         cbo.observe_failure(ids[k]);
         log_info("tune: trial {:>3}/{} [{}] {}: failed: {}", t.index + 1, o.trials, t.source,
-                 describe(space.layouts[t.layout]), t.result.reason);
+                 space.layouts[t.layout].describe(), t.result.reason);
       } else {
         cbo.observe(ids[k], t.result.tokens_per_s);
         log_info("tune: trial {:>3}/{} [{}] {}: {:.0f} tokens/s, step {:.1f} ms{}, peak {:.1f} MiB", t.index + 1,
-                 o.trials, t.source, describe(space.layouts[t.layout]), t.result.tokens_per_s, t.result.step_s * 1e3,
+                 o.trials, t.source, space.layouts[t.layout].describe(), t.result.tokens_per_s, t.result.step_s * 1e3,
                  t.predicted_s > 0 ? fmt::format(" (planner {:.1f} ms)", t.predicted_s * 1e3) : "",
                  static_cast<double>(t.result.peak_bytes) / (1 << 20));
       }
@@ -247,15 +238,6 @@ void analyse(TuneResult& res) {
 
 // --- outputs ---
 
-// Written whole or not at all: a temporary file renamed into place.
-void write_file_durably(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  ckpt_io::write_file_synced(tmp, text);
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw_runtime("cannot rename {} to {}: {}", tmp, path, ec.message());
-}
-
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
   std::string q = "\"";
@@ -282,14 +264,14 @@ void write_csv(const TuneResult& res, const std::string& path) {
     out += fmt::format(",{},{},{:.3f},{:.3f},{}\n", r.failed ? 0 : r.peak_bytes, t.source, t.submitted_s, t.gathered_s,
                        csv_field(r.reason));
   }
-  write_file_durably(path, out);
+  write_file_atomic(path, out);
 }
 
 nlohmann::json summary_json(const TuneResult& res) {
   auto trial_json = [&](int i) -> nlohmann::json {
     if (i < 0) return nullptr;
     const TrialRecord& t = res.trials[static_cast<size_t>(i)];
-    return {{"trial", t.index}, {"layout", describe(res.space.layouts[t.layout])},
+    return {{"trial", t.index}, {"layout", res.space.layouts[t.layout].describe()},
             {"tokens_per_s", t.result.tokens_per_s}, {"step_ms", t.result.step_s * 1e3},
             {"predicted_ms", t.predicted_s * 1e3}, {"peak_bytes", t.result.peak_bytes}};
   };
@@ -389,16 +371,16 @@ void write_plots(const TuneResult& res, const std::string& dir) {
 void write_outputs(const TuneResult& res, const std::string& dir) {
   fs::create_directories(dir);
   write_csv(res, dir + "/tune.csv");
-  write_file_durably(dir + "/summary.json", summary_json(res).dump(2) + "\n");
+  write_file_atomic(dir + "/summary.json", summary_json(res).dump(2) + "\n");
   if (res.best >= 0) {
     const TrialRecord& b = res.trials[static_cast<size_t>(res.best)];
-    write_file_durably(dir + "/best.toml",
+    write_file_atomic(dir + "/best.toml",
                        fmt::format("# weft tune: the fastest of {} trials, {:.0f} tokens/s (trial {})\n{}",
                                    res.trials.size(), b.result.tokens_per_s, b.index,
                                    layout_toml(res.space.layouts[b.layout])));
   }
   if (!res.shap_trials.empty()) {
-    write_file_durably(dir + "/shap.json", shap_json(res).dump(2) + "\n");
+    write_file_atomic(dir + "/shap.json", shap_json(res).dump(2) + "\n");
     write_plots(res, dir);
   }
 }
@@ -410,10 +392,10 @@ void log_summary(const TuneResult& res) {
   }
   const TrialRecord& b = res.trials[static_cast<size_t>(res.best)];
   log_info("tune: best of {} trials: {} at {:.0f} tokens/s (trial {})", res.trials.size(),
-           describe(res.space.layouts[b.layout]), b.result.tokens_per_s, b.index + 1);
+           res.space.layouts[b.layout].describe(), b.result.tokens_per_s, b.index + 1);
   if (res.planner_pick >= 0) {
     const TrialRecord& p = res.trials[static_cast<size_t>(res.planner_pick)];
-    log_info("tune: the planner's pick {}: {} ({:.2f}x the best)", describe(res.space.layouts[p.layout]),
+    log_info("tune: the planner's pick {}: {} ({:.2f}x the best)", res.space.layouts[p.layout].describe(),
              p.result.failed ? "failed: " + p.result.reason : fmt::format("{:.0f} tokens/s", p.result.tokens_per_s),
              p.result.failed ? 0.0 : b.result.tokens_per_s / p.result.tokens_per_s);
   }
@@ -473,7 +455,7 @@ TuneResult tune(const RunConfig& cfg, const TuneOptions& o, Communicator& world)
                       c.link_scale, c.added_overhead_s * 1e3),
           fmt::format("Planner error on those trials (mean |predicted/measured - 1|): before {:.1f}%, after {:.1f}%.",
                       c.error_before * 100, c.error_after * 100)};
-      write_file_durably(o.recalibrate, plan::system_to_toml(c.system, notes));
+      write_file_atomic(o.recalibrate, plan::system_to_toml(c.system, notes));
       log_info("tune: wrote {}: {} {}", o.recalibrate, notes[1], notes[2]);
     }
   }
