@@ -1,4 +1,8 @@
-// `weft prepare`: tokenizes text files, folders or JSONL into llm.c-format token shards.
+// `weft prepare`: tokenizes text files, folders or JSONL into llm.c-format token shards, or
+// (--synthetic-weather DIR) generates synthetic weather fields in NetCDF (data/weather_synth.h).
+#include <fmt/format.h>
+
+#include <cmath>
 #include <cstdint>
 #include <exception>
 #include <filesystem>
@@ -9,7 +13,10 @@
 #include <vector>
 
 #include "commands.h"
+#include "core/error.h"
+#include "core/log.h"
 #include "data/prepare.h"
+#include "data/weather_synth.h"
 
 namespace weft {
 
@@ -31,6 +38,62 @@ bool repeats_earlier_preparation(const std::vector<std::string>& inputs, const s
   }
 }
 
+// "32x64" -> (32, 64); InputError for anything else.
+std::pair<int64_t, int64_t> parse_grid(const std::string& s) {
+  const size_t x = s.find_first_of("xX");
+  auto number = [&](const std::string& part) -> int64_t {
+    if (part.empty() || part.size() > 9 || part.find_first_not_of("0123456789") != std::string::npos) {
+      throw_input("--grid: expected HxW (latitudes x longitudes) such as 32x64, got '{}'", s);
+    }
+    return std::stoll(part);
+  };
+  if (x == std::string::npos) throw_input("--grid: expected HxW (latitudes x longitudes) such as 32x64, got '{}'", s);
+  return {number(s.substr(0, x)), number(s.substr(x + 1))};
+}
+
+// Which options of the other mode were given: text options with --synthetic-weather, or weather
+// options without it.
+void refuse_other_mode(CLI::App& app, const std::vector<std::string>& names, const std::string& why) {
+  for (const std::string& n : names) {
+    if (app.count(n) > 0) throw_input("{} {}", n, why);
+  }
+}
+
+int prepare_synthetic_weather(CLI::App& app, const std::string& out_dir, double years, double days, double val_days,
+                              double test_days, const std::string& grid, int64_t step_hours, int64_t seed,
+                              bool overwrite) {
+  refuse_other_mode(app, {"--input", "--out", "--tokenizer", "--val-fraction", "--shard-tokens"},
+                    "is an option of text preparation, not of --synthetic-weather");
+  if (app.count("--years") > 0 && app.count("--days") > 0) {
+    throw_input("--years {} and --days {} both set the length of the train split: give one", years, days);
+  }
+  SyntheticWeatherOptions o;
+  o.out_dir = out_dir;
+  if (app.count("--years") > 0) {
+    if (!(years > 0) || !std::isfinite(years)) throw_input("--years must be positive, got {}", years);
+    o.train_days = 365.0 * years;
+  }
+  if (app.count("--days") > 0) {
+    if (!(days > 0) || !std::isfinite(days)) throw_input("--days must be positive, got {}", days);
+    o.train_days = days;
+  }
+  if (!(val_days > 0) || !(test_days > 0)) {
+    throw_input("--val-days and --test-days must be positive, got {} and {}", val_days, test_days);
+  }
+  o.val_days = val_days;
+  o.test_days = test_days;
+  std::tie(o.height, o.width) = parse_grid(grid);
+  o.step_hours = step_hours;
+  if (seed < 0) throw_input("--seed must be >= 0, got {}", seed);
+  o.seed = static_cast<uint64_t>(seed);
+  o.overwrite = overwrite;
+  const SyntheticWeatherResult r = generate_synthetic_weather(o);
+  log_info("prepare: synthetic weather {}x{} every {} h: train {} steps, val {}, test {}; {:.1f} MB in {:.1f} s -> {}",
+           o.height, o.width, o.step_hours, r.train_steps, r.val_steps, r.test_steps,
+           static_cast<double>(r.bytes) / 1e6, r.seconds, o.out_dir);
+  return 0;
+}
+
 }  // namespace
 
 int cmd_prepare(CLI::App& app, int argc, char** argv, Communicator&) {
@@ -39,14 +102,36 @@ int cmd_prepare(CLI::App& app, int argc, char** argv, Communicator&) {
   double val_fraction = 0.02;
   int64_t shard_tokens = 100'000'000, seed = 1337;
   bool overwrite = false;
-  app.add_option("--input", inputs, "text files, folders of them, or JSONL files with a \"text\" field")->required();
-  app.add_option("--out", out, "output folder for the shards")->required();
+  std::string weather_dir, grid = "32x64";
+  double years = 2.0, days = 730.0, val_days = 91.0, test_days = 91.0;
+  int64_t step_hours = 6;
+  app.add_option("--input", inputs, "text files, folders of them, or JSONL files with a \"text\" field");
+  app.add_option("--out", out, "output folder for the shards");
+  app.add_option("--synthetic-weather", weather_dir,
+                 "instead of text: write synthetic weather (train.nc, val.nc, test.nc, stats.json) to this folder");
+  app.add_option("--years", years, "synthetic weather: length of the train split in years of 365 days (default 2)");
+  app.add_option("--days", days, "synthetic weather: length of the train split in days (instead of --years)");
+  app.add_option("--val-days", val_days, "synthetic weather: length of the val split in days");
+  app.add_option("--test-days", test_days, "synthetic weather: length of the test split in days");
+  app.add_option("--grid", grid, "synthetic weather: HxW latitudes x longitudes (32x64 is 5.625 degrees)");
+  app.add_option("--step-hours", step_hours, "synthetic weather: hours between time steps, 1..24");
   app.add_option("--tokenizer", tokenizer, "folder with GPT-2's encoder.json + vocab.bpe (default: installed by setup.sh)");
   app.add_option("--val-fraction", val_fraction, "fraction of documents held out for validation");
   app.add_option("--shard-tokens", shard_tokens, "tokens per shard file");
-  app.add_option("--seed", seed, "seed of the train/validation split");
-  app.add_flag("--overwrite", overwrite, "replace the shards of an earlier preparation in --out");
+  app.add_option("--seed", seed, "seed of the train/validation split (of the synthetic weather with --synthetic-weather)");
+  app.add_flag("--overwrite", overwrite, "replace the outputs of an earlier preparation");
   app.parse(argc - 1, argv + 1);
+  if (app.count("--synthetic-weather") > 0) {
+    return prepare_synthetic_weather(app, weather_dir, years, days, val_days, test_days, grid, step_hours, seed,
+                                     overwrite);
+  }
+  refuse_other_mode(app, {"--years", "--days", "--val-days", "--test-days", "--grid", "--step-hours"},
+                    "is an option of --synthetic-weather");
+  if (inputs.empty() || out.empty()) {
+    throw_input("prepare needs --input PATH [PATH ...] and --out DIR (text), or --synthetic-weather DIR (weather); "
+                "got {}{}",
+                inputs.empty() ? "no --input" : "--input", out.empty() ? " and no --out" : " and --out");
+  }
   PrepareOptions o;
   o.overwrite = overwrite || repeats_earlier_preparation(inputs, out, val_fraction, shard_tokens, seed);
   o.inputs = std::move(inputs);

@@ -31,6 +31,8 @@ const char* kUsage =
     "                      --backend cuda, --comm nccl|mpi)\n"
     "  prepare --input PATH [PATH ...] --out DIR\n"
     "                      tokenize text files, folders or JSONL into llm.c-format token shards\n"
+    "  prepare --synthetic-weather DIR [--years Y | --days D] [--grid HxW] [--step-hours H] [--seed S]\n"
+    "                      write synthetic weather fields (NetCDF train/val/test + stats.json) for weather models\n"
     "  eval --checkpoint DIR --data SHARD [--windows N] [--format json] [--backend NAME] [--comm NAME] [--tp ..]\n"
     "                      mean loss over consecutive windows of a token shard\n"
     "  generate --checkpoint DIR [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--backend NAME]\n"

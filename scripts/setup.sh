@@ -15,6 +15,7 @@ PKGS=(
   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libpcre2-dev libxxhash-dev
   libzfp-dev libzstd-dev   # compressed collectives (comm/codec.h, docs/compression.md)
+  libnetcdf-dev            # gridded weather fields (data/weather.h, docs/formats-weather.md)
   python3 python3-torch python3-numpy
   fortunes fortunes-min
   gnuplot-nox

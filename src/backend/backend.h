@@ -30,7 +30,8 @@
 // Ops: tensors are row-major fp32 here; 16-bit storage is emulated with round_to (see
 // core/precision.h).
 // Shapes use fixed letters: B batch, T sequence, C channels, NH heads, hs = C/NH,
-// F = MLP hidden, V real vocabulary, Vp padded vocabulary, N = B*T rows.
+// F = MLP hidden, V real vocabulary, Vp padded vocabulary, N = B*T rows (query attention:
+// N positions of S tokens each; weighted_mse: R rows of K columns).
 // "accumulates" means the op adds into its output; "writes" means it overwrites it.
 #pragma once
 #include <cstddef>
@@ -179,6 +180,34 @@ class Backend {
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
                                   const float* att, int64_t B, int64_t T, int64_t C,
                                   int64_t NH) = 0;
+
+  // --- bidirectional self-attention (no mask: the Vision Transformer's) ---
+  // As attention_forward / attention_backward without the causal mask: every query attends to
+  // all T keys; att (B,NH,T,T) holds full rows of probabilities. writes.
+  virtual void bidir_attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+                                       int64_t NH) = 0;
+  // dqkv (B,T,3C) writes.
+  virtual void bidir_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B,
+                                        int64_t T, int64_t C, int64_t NH) = 0;
+
+  // --- query attention (ClimaX's variable aggregation) ---
+  // One learned query per head attends over S key/value tokens at each of N positions.
+  // q (C): NH heads of C/NH, the same query at every position; kv (S,N,2C): token s of position
+  // n holds its key (C) then its value (C); out (N,C); att (N,NH,S) the softmax probabilities of
+  // scores q_h . k_h / sqrt(C/NH) (each row of S sums to one). writes out and att.
+  virtual void query_attention_forward(float* out, float* att, const float* q, const float* kv, int64_t N, int64_t S,
+                                       int64_t C, int64_t NH) = 0;
+  // dq (C) ACCUMULATES (sum over the N positions); dkv (S,N,2C) writes; dout (N,C); att is the
+  // forward's.
+  virtual void query_attention_backward(float* dq, float* dkv, const float* dout, const float* q, const float* kv,
+                                        const float* att, int64_t N, int64_t S, int64_t C, int64_t NH) = 0;
+
+  // --- weighted squared error (the latitude-weighted MSE) ---
+  // pred, target (R,K), w (K): row_loss[r] = sum_k w[k] (pred[r,k] - target[r,k])^2 (writes R values,
+  // accumulated in double, stored as float); if grad != nullptr, grad (R,K) = 2 dloss w[k] (pred - target)
+  // (writes; grad may alias pred).
+  virtual void weighted_mse(float* row_loss, float* grad, const float* pred, const float* target, const float* w,
+                            int64_t R, int64_t K, float dloss) = 0;
 
   // --- softmax cross-entropy over the vocabulary ---
   // logits (N,Vp) in place: on return holds dlogits = (softmax - onehot) * dloss for

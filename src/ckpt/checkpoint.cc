@@ -146,6 +146,7 @@ double float_for_json(float v) {
 std::string hf_prefix(const SafetensorsFile& f) {
   if (f.has("transformer.wte.weight")) return "transformer.";
   if (f.has("wte.weight")) return "";
+  if (f.has("token_embeds.weight")) return "";  // ClimaX: its own names, no prefix
   return "transformer.";
 }
 
@@ -275,7 +276,29 @@ int json_int(const nlohmann::json& j, const char* key, const std::string& source
 namespace {
 
 // The config.json object with its keys in a human-friendly order.
+// A ClimaX model's config.json: its shapes under ClimaX's names (microsoft/ClimaX arch.py).
+nlohmann::ordered_json climax_json_ordered(const ModelConfig& cfg) {
+  nlohmann::ordered_json j;
+  j["architectures"] = {"ClimaX"};
+  j["model_type"] = "climax";
+  j["depth"] = cfg.n_layer;
+  j["num_heads"] = cfg.n_head;
+  j["embed_dim"] = cfg.n_embd;
+  j["mlp_hidden"] = cfg.ffn;
+  j["num_vars"] = cfg.vars;
+  j["img_size"] = {cfg.img_h, cfg.img_w};
+  j["patch_size"] = cfg.patch;
+  j["decoder_depth"] = cfg.decoder_depth;
+  j["activation_function"] = "gelu_tanh";
+  j["layer_norm_epsilon"] = float_for_json(cfg.ln_eps);
+  j["initializer_range"] = float_for_json(cfg.init_std);
+  j["torch_dtype"] = "float32";
+  j["weft"] = {{"name", cfg.name}, {"format_version", kCheckpointFormatVersion}};
+  return j;
+}
+
 nlohmann::ordered_json config_json_ordered(const ModelConfig& cfg) {
+  if (cfg.is_climax()) return climax_json_ordered(cfg);
   nlohmann::ordered_json j;
   j["architectures"] = {"GPT2LMHeadModel"};
   j["model_type"] = "gpt2";
@@ -308,8 +331,43 @@ nlohmann::json checkpoint_config_json(const ModelConfig& cfg) {
   return nlohmann::json::parse(config_json_ordered(cfg).dump());
 }
 
+namespace {
+ModelConfig climax_config_from_json(const nlohmann::json& j, const std::string& source) {
+  const int depth = json_int(j, "depth", source, kMaxLayers);
+  const int heads = json_int(j, "num_heads", source, kMaxHeads);
+  const int embd = json_int(j, "embed_dim", source, kMaxWidth);
+  const int ffn = json_int(j, "mlp_hidden", source, kMaxWidth);
+  const int vars = json_int(j, "num_vars", source, kMaxWidth);
+  const int patch = json_int(j, "patch_size", source, kMaxWidth);
+  const int decoder = json_int(j, "decoder_depth", source, kMaxLayers);
+  if (!j.contains("img_size") || !j.at("img_size").is_array() || j.at("img_size").size() != 2) {
+    throw_input("{}: key 'img_size' must be [height, width]", source);
+  }
+  const nlohmann::json hw = {{"h", j.at("img_size")[0]}, {"w", j.at("img_size")[1]}};
+  const int h = json_int(hw, "h", source + ": img_size", kMaxWidth);
+  const int w = json_int(hw, "w", source + ": img_size", kMaxWidth);
+  std::string name = "climax";
+  if (j.contains("weft") && j.at("weft").is_object() && j.at("weft").contains("name") &&
+      j.at("weft").at("name").is_string()) {
+    name = j.at("weft").at("name").get<std::string>();
+  }
+  try {
+    ModelConfig cfg = make_climax_config(name, depth, heads, embd, vars, h, w, patch, ffn);
+    cfg.decoder_depth = decoder;
+    if (j.contains("layer_norm_epsilon") && j.at("layer_norm_epsilon").is_number()) {
+      cfg.ln_eps = static_cast<float>(j.at("layer_norm_epsilon").get<double>());
+    }
+    cfg.validate();
+    return cfg;
+  } catch (const InputError& e) {
+    throw_input("{}: {}", source, e.what());
+  }
+}
+}  // namespace
+
 ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object()) throw_input("{}: expected a JSON object, found a {}", source, j.type_name());
+  if (j.contains("model_type") && j.at("model_type") == "climax") return climax_config_from_json(j, source);
   if (j.contains("model_type") && j.at("model_type") != "gpt2") {
     throw_input("{}: model_type is {}, weft reads GPT-2 models (\"gpt2\")", source, j.at("model_type").dump());
   }

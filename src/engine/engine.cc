@@ -9,6 +9,7 @@
 #include "comm/device_comm_registry.h"
 #include "core/error.h"
 #include "engine/engine_chunk.h"
+#include "model/climax.h"
 #include "model/gpt.h"
 #include "parallel/pp/partition.h"
 #include "parallel/tp/tp_comm.h"
@@ -23,15 +24,14 @@ class Engine::PipeAdapter final : public PipeChunk {
       : e_(e), ch_(ch), batch_(batch), loss_scale_(loss_scale) {}
   void prepare(const PipeAction& a, bool last) override {
     const int64_t B = e_.cfg_.micro_batch;
-    batch_(e_.dp_rank_ * e_.per_rank_ + a.micro_batch * B, B, e_.inputs_.data(), e_.targets_.data());
+    batch_(e_.dp_rank_ * e_.per_rank_ + a.micro_batch * B, B, e_.rows_);
     if (a.kind == PipeAction::kBackward) ch_.store->begin_micro_batch(last);
   }
   void forward(int slot, int, const float* x) override {
-    ch_.model->stage_forward(slot, e_.inputs_.data(), x, e_.cfg_.micro_batch, e_.cfg_.seq, true);
+    ch_.model->stage_forward(slot, e_.micro_batch(), x, e_.cfg_.micro_batch, e_.cfg_.seq, true);
   }
   double backward(int slot, int, const float* dy, bool) override {
-    return ch_.model->stage_backward(slot, e_.inputs_.data(), e_.targets_.data(), dy, e_.cfg_.micro_batch,
-                                     e_.cfg_.seq, loss_scale_);
+    return ch_.model->stage_backward(slot, e_.micro_batch(), dy, e_.cfg_.micro_batch, e_.cfg_.seq, loss_scale_);
   }
   const float* output(int slot) override { return ch_.model->stage_output(slot); }
   const float* input_grad() override { return ch_.model->stage_input_grad(); }
@@ -84,8 +84,17 @@ Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
                                                  tp_traffic_ ? *tp_traffic_ : static_cast<Communicator&>(*tp_device_),
                                                  backend_, rc);
   }
-  inputs_.resize(static_cast<size_t>(cfg.micro_batch * cfg.seq));
-  targets_.resize(inputs_.size());
+  if (cfg.model.is_climax()) {
+    const size_t fields = static_cast<size_t>(cfg.micro_batch * cfg.model.vars * cfg.model.img_h * cfg.model.img_w);
+    fields_.resize(fields);
+    target_fields_.resize(fields);
+    lead_.resize(static_cast<size_t>(cfg.micro_batch));
+    rows_ = {nullptr, nullptr, fields_.data(), target_fields_.data(), lead_.data()};
+  } else {
+    inputs_.resize(static_cast<size_t>(cfg.micro_batch * cfg.seq));
+    targets_.resize(inputs_.size());
+    rows_ = {inputs_.data(), targets_.data(), nullptr, nullptr, nullptr};
+  }
   build_chunks();
 }
 
@@ -107,7 +116,8 @@ void Engine::build_chunks() {
   const GridSpec& spec = cfg_.grid;
   const int vchunks = spec.pp > 1 ? cfg_.virtual_stages : 1;
   // Balanced by cost: the output head counts as Vp / (12 C) layers on the last chunk.
-  const double head_cost = gpt_head_cost_in_layers(cfg_.model.padded_vocab, cfg_.model.n_embd);
+  const double head_cost =
+      cfg_.model.is_climax() ? 0.0 : gpt_head_cost_in_layers(cfg_.model.padded_vocab, cfg_.model.n_embd);
   const std::vector<StageRange> parts = partition_layers(cfg_.model.n_layer, spec.pp, vchunks, {}, head_cost);
   const int K = spec.pp * vchunks;
   for (int c = 0; c < vchunks; ++c) {
@@ -115,7 +125,11 @@ void Engine::build_chunks() {
     const int g = global_chunk(stage_, c, spec.pp);
     ch->global = g;
     ch->spec = {parts[g].first_layer, parts[g].num_layers, g == 0, g == K - 1};
-    ch->model = std::make_unique<GPT>(cfg_.model, backend_, /*local_store=*/false, spec.tp, tp_rank_, ch->spec);
+    if (cfg_.model.is_climax()) {
+      ch->model = std::make_unique<ClimaX>(cfg_.model, backend_, /*local_store=*/false, spec.tp, tp_rank_);
+    } else {
+      ch->model = std::make_unique<GPT>(cfg_.model, backend_, /*local_store=*/false, spec.tp, tp_rank_, ch->spec);
+    }
     ch->model->set_tp(tp_ops_.get(), cfg_.sequence_parallel);
     DataParallelConfig dpc = cfg_.data_parallel;
     dpc.training = cfg_.training;  // inference: no gradient buffers
@@ -206,12 +220,12 @@ double Engine::run_micro_batches(const BatchFn& batch, float loss_scale, PipeSte
   }
   double loss_sum = 0.0;
   const int64_t B = cfg_.micro_batch, T = cfg_.seq;
-  GPT& model = *chunks_[0]->model;
+  Model& model = *chunks_[0]->model;
   DataParallel& store = *chunks_[0]->store;
   for (int64_t m = 0; m < accum_; ++m) {
     store.begin_micro_batch(m == accum_ - 1);
-    batch(dp_rank_ * per_rank_ + m * B, B, inputs_.data(), targets_.data());
-    loss_sum += static_cast<double>(model.forward_backward(inputs_.data(), targets_.data(), B, T, loss_scale)) * B * T;
+    batch(dp_rank_ * per_rank_ + m * B, B, rows_);
+    loss_sum += model.train_micro_batch(micro_batch(), B, T, loss_scale);
   }
   return loss_sum;
 }
@@ -226,6 +240,31 @@ double Engine::grad_norm_sq() {
   if (cfg_.grid.tp > 1) comm(Axis::kTp).all_reduce_sum(&norm_sq, 1);
   if (cfg_.grid.pp > 1) comm(Axis::kPp).all_reduce_sum(&norm_sq, 1);
   return norm_sq;
+}
+
+MicroBatch Engine::micro_batch() const {
+  MicroBatch mb;
+  mb.tokens = rows_.inputs;
+  mb.targets = rows_.targets;
+  mb.fields = rows_.fields;
+  mb.target_fields = rows_.target_fields;
+  mb.lead_hours = rows_.lead_hours;
+  return mb;
+}
+
+Model& Engine::model(int c) { return *chunks_.at(static_cast<size_t>(c))->model; }
+
+GPT& Engine::gpt(int c) {
+  auto* g = dynamic_cast<GPT*>(chunks_.at(static_cast<size_t>(c))->model.get());
+  if (g == nullptr) throw_input("model '{}' is a {} model: it does not generate tokens", cfg_.model.name,
+                                family_name(cfg_.model.family));
+  return *g;
+}
+
+StepResult Engine::step(float lr, const TokenBatchFn& batch) {
+  return step(lr, [&batch](int64_t first, int64_t count, const BatchRows& out) {
+    batch(first, count, out.inputs, out.targets);
+  });
 }
 
 StepResult Engine::step(float lr, const BatchFn& batch) {
@@ -302,16 +341,16 @@ void Engine::carry_feedback(bool applied, double step_scale) {
 }
 
 // The loss sum of `rows` sequences (a forward through every chunk), on every stage.
-double Engine::forward_loss(int64_t rows, const int32_t* inputs, const int32_t* targets) {
+double Engine::forward_loss(int64_t rows, const MicroBatch& mb) {
   const int64_t T = cfg_.seq;
-  if (!runtime_) return chunks_[0]->model->forward_loss(inputs, targets, rows, T) * static_cast<double>(rows * T);
+  if (!runtime_) return chunks_[0]->model->loss_sum(mb, rows, T);
   const int64_t tp = cfg_.grid.tp;
   const int64_t count = (cfg_.sequence_parallel && tp > 1 ? rows * T / tp : rows * T) * cfg_.model.n_embd;
   double l = 0.0;
   runtime_->forward_only(count, [&](int c, const float* x) -> const float* {
     Chunk& ch = *chunks_[static_cast<size_t>(c)];
-    ch.model->stage_forward(0, inputs, x, rows, T, false);
-    if (ch.spec.head) l = ch.model->stage_loss(0, targets, rows, T);
+    ch.model->stage_forward(0, mb, x, rows, T, false);
+    if (ch.spec.head) l = ch.model->stage_loss(0, mb, rows, T);
     return ch.model->stage_output(0);
   });
   return l;
@@ -335,7 +374,45 @@ double Engine::evaluate(const TokenDataset& data, int64_t windows) {
       data.window(nb > 0 ? mine[i0 + i] : 0, static_cast<int>(T), inputs_.data() + i * T, targets_.data() + i * T);
     }
     const int64_t rows = std::max<int64_t>(nb, 1);
-    const double l = forward_loss(rows, inputs_.data(), targets_.data());
+    const double l = forward_loss(rows, micro_batch());
+    if (nb > 0) {
+      sums[0] += l * (static_cast<double>(nb) / static_cast<double>(rows));
+      sums[1] += static_cast<double>(nb * T);
+    }
+  }
+  if (cfg_.grid.pp > 1) comm(Axis::kPp).all_reduce_sum(sums, 1);  // the loss lives on the last stage
+  comm(Axis::kDp).all_reduce_sum(sums, 2);
+  return sums[0] / sums[1];
+}
+
+double Engine::evaluate_rows(const BatchFn& batch, int64_t count) {
+  const int64_t B = cfg_.micro_batch, T = cfg_.seq;
+  const int dp = cfg_.grid.dp;
+  // As evaluate(): every rank runs the same number of forward passes; a rank without rows left
+  // runs one on row 0 and ignores it.
+  std::vector<int64_t> mine;
+  for (int64_t r = dp_rank_; r < count; r += dp) mine.push_back(r);
+  const int64_t most = (count + dp - 1) / dp;
+  const int64_t passes = (most + B - 1) / B;
+  double sums[2] = {0.0, 0.0};  // loss sum, positions
+  for (int64_t p = 0; p < passes; ++p) {
+    const int64_t i0 = p * B;
+    const int64_t nb = std::clamp<int64_t>(static_cast<int64_t>(mine.size()) - i0, 0, B);
+    const int64_t rows = std::max<int64_t>(nb, 1);
+    for (int64_t i = 0; i < rows; ++i) {
+      // One row at a time into row i of the buffers.
+      BatchRows at = rows_;
+      const int64_t per = cfg_.model.is_climax()
+                              ? int64_t{cfg_.model.vars} * cfg_.model.img_h * cfg_.model.img_w
+                              : T;
+      if (at.inputs) at.inputs += i * per;
+      if (at.targets) at.targets += i * per;
+      if (at.fields) at.fields += i * per;
+      if (at.target_fields) at.target_fields += i * per;
+      if (at.lead_hours) at.lead_hours += i;
+      batch(nb > 0 ? mine[static_cast<size_t>(i0 + i)] : 0, 1, at);
+    }
+    const double l = forward_loss(rows, micro_batch());
     if (nb > 0) {
       sums[0] += l * (static_cast<double>(nb) / static_cast<double>(rows));
       sums[1] += static_cast<double>(nb * T);
@@ -348,15 +425,16 @@ double Engine::evaluate(const TokenDataset& data, int64_t windows) {
 
 void Engine::begin_generation() {
   // One sequence of any length: without sequence parallelism, one activation slot.
-  for (auto& ch : chunks_) {
-    ch->model->set_tp(tp_ops_.get(), false);
-    ch->model->reserve(1, cfg_.model.n_ctx, false);
+  for (int c = 0; c < num_chunks(); ++c) {
+    GPT& g = gpt(c);
+    g.set_tp(tp_ops_.get(), false);
+    g.reserve(1, cfg_.model.n_ctx, false);
   }
 }
 
 void Engine::last_logits(const int32_t* tokens, int64_t T, float* logits) {
   if (!runtime_) {
-    chunks_[0]->model->forward_last_logits(tokens, T, logits);
+    gpt(0).forward_last_logits(tokens, T, logits);
     return;
   }
   // Through the pipeline; the last stage has the logits and shares them (the other stages
@@ -365,9 +443,10 @@ void Engine::last_logits(const int32_t* tokens, int64_t T, float* logits) {
   std::fill(logits, logits + V, 0.0f);
   runtime_->forward_only(T * cfg_.model.n_embd, [&](int c, const float* x) -> const float* {
     Chunk& ch = *chunks_[static_cast<size_t>(c)];
-    ch.model->stage_forward(0, tokens, x, 1, T, false);
-    if (ch.spec.head) ch.model->stage_last_logits(0, T, logits);
-    return ch.model->stage_output(0);
+    GPT& g = gpt(c);
+    g.stage_forward(0, tokens, x, 1, T, false);
+    if (ch.spec.head) g.stage_last_logits(0, T, logits);
+    return g.stage_output(0);
   });
   comm(Axis::kPp).all_reduce_sum(logits, V);
 }

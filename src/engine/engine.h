@@ -32,6 +32,8 @@
 namespace weft {
 
 class GPT;
+class Model;
+struct MicroBatch;
 class CommTensorParallel;
 class CompressedComm;
 
@@ -62,9 +64,19 @@ struct EngineConfig {
   std::string comm;
 };
 
-// Fills micro-batch rows [first, first + count) of the step's global batch: inputs and targets
-// (count, T).
-using BatchFn = std::function<void(int64_t first, int64_t count, int32_t* inputs, int32_t* targets)>;
+// Host buffers for micro-batch rows [first, first + count) of the step's global batch, as the
+// model family reads them (model/model.h's MicroBatch): a GPT's token ids, ClimaX's fields.
+struct BatchRows {
+  int32_t* inputs = nullptr;       // GPT: (count, T)
+  int32_t* targets = nullptr;      // GPT: (count, T)
+  float* fields = nullptr;         // ClimaX: (count, V, H, W) at the input time
+  float* target_fields = nullptr;  // ClimaX: (count, V, H, W) at the target time
+  float* lead_hours = nullptr;     // ClimaX: (count)
+};
+// Fills rows [first, first + count) of the step's global batch into `out`.
+using BatchFn = std::function<void(int64_t first, int64_t count, const BatchRows& out)>;
+// A GPT's token source: inputs and targets (count, T).
+using TokenBatchFn = std::function<void(int64_t first, int64_t count, int32_t* inputs, int32_t* targets)>;
 
 struct StepResult {
   double loss = 0.0;           // mean over the global batch's tokens
@@ -133,8 +145,14 @@ class Engine {
   // One optimizer step at learning rate lr over the global batch that `batch` yields (step is
   // 0-based). Collective.
   StepResult step(float lr, const BatchFn& batch);
-  // Mean token loss over windows [0, windows) of `data`, dealt round-robin over dp ranks.
+  StepResult step(float lr, const TokenBatchFn& batch);  // a GPT's tokens
+  // Mean token loss over windows [0, windows) of `data`, dealt round-robin over dp ranks (GPT).
   double evaluate(const TokenDataset& data, int64_t windows);
+  // Mean loss over the `count` rows that `batch` yields (rows [0, count)), dealt round-robin
+  // over dp ranks, micro-batch by micro-batch: any family. Collective.
+  double evaluate_rows(const BatchFn& batch, int64_t count);
+  // The model of chunk c on this rank (the whole model without pipeline stages).
+  Model& model(int c = 0);
   // Generation: sizes the activations for one sequence of up to n_ctx tokens (the training
   // buffers are released), without sequence parallelism; any layout.
   void begin_generation();
@@ -147,7 +165,9 @@ class Engine {
   class PipeAdapter;
   void build_chunks();
   void set_norm_skip(Chunk& ch);
-  double forward_loss(int64_t rows, const int32_t* inputs, const int32_t* targets);
+  double forward_loss(int64_t rows, const MicroBatch& mb);
+  MicroBatch micro_batch() const;  // the host buffers below
+  GPT& gpt(int c);                 // generation: the GPT of chunk c (InputError for another family)
   // Whole-model buffer (tp = 1 layout) <-> one chunk's part on this rank, through tp.
   void to_local(const Chunk& ch, const float* whole, float* local) const;
   void to_whole(const Chunk& ch, const float* local, float* whole);
@@ -179,7 +199,9 @@ class Engine {
   std::vector<std::unique_ptr<Chunk>> chunks_;
   int stage_ = 0, tp_rank_ = 0, dp_rank_ = 0;
   int64_t per_rank_ = 0, accum_ = 0;
-  std::vector<int32_t> inputs_, targets_;  // one micro-batch (B,T)
+  std::vector<int32_t> inputs_, targets_;  // one micro-batch (B,T) of a GPT
+  std::vector<float> fields_, target_fields_, lead_;  // of ClimaX: (B,V,H,W) x 2, (B)
+  BatchRows rows_{};                        // pointers to the above
   LossScaler scaler_;
   int64_t opt_steps_ = 0;  // updates done (fp16 overflow steps are skipped)
   UpdateVeto veto_;

@@ -4,14 +4,14 @@
 #include <memory>
 
 #include "engine/engine.h"
-#include "model/gpt.h"
+#include "model/model.h"
 
 namespace weft {
 
 struct Engine::Chunk {
   int global = 0;  // global chunk index (0..K-1)
   StageSpec spec;
-  std::unique_ptr<GPT> model;
+  std::unique_ptr<Model> model;  // GPT or ClimaX
   std::unique_ptr<DataParallel> store;
   std::unique_ptr<AdamW> optim;
   int64_t n() const { return model->num_params(); }

@@ -1,4 +1,8 @@
-// GPT-2 model shapes and presets.
+// Model shapes and presets of weft's two families: GPT-2 language models and ClimaX-style
+// Vision Transformers for gridded weather fields (model/climax.h). Both are stacks of the same
+// pre-LayerNorm transformer block (model/block.h); the family decides what feeds the blocks
+// (token embedding, or per-variable patch embedding + variable aggregation) and what reads them
+// (the tied vocabulary head, or the patch decoder and the latitude-weighted MSE).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -6,8 +10,14 @@
 
 namespace weft {
 
+enum class ModelFamily { kGpt, kClimax };
+
+// "gpt", "climax".
+const char* family_name(ModelFamily f);
+
 struct ModelConfig {
   std::string name = "tiny";
+  ModelFamily family = ModelFamily::kGpt;
   int n_layer = 4;          // L
   int n_head = 4;           // NH
   int n_embd = 256;         // C
@@ -18,6 +28,16 @@ struct ModelConfig {
   float ln_eps = 1e-5f;
   float init_std = 0.02f;   // N(0, init_std); c_proj weights use init_std / sqrt(2L)
 
+  // ClimaX (family kClimax): `vars` variables V on an img_h x img_w latitude-longitude grid,
+  // cut into patch x patch patches; the sequence is the L = (img_h/patch)(img_w/patch) patches
+  // (n_ctx = L); decoder_depth Linear+GELU layers before the output Linear. The GPT's
+  // vocabulary sizes are 0.
+  int vars = 0;
+  int img_h = 0, img_w = 0;
+  int patch = 0;
+  int decoder_depth = 2;
+  bool is_climax() const { return family == ModelFamily::kClimax; }
+  int64_t num_patches() const { return patch > 0 ? int64_t{img_h / patch} * (img_w / patch) : 0; }
   int head_dim() const { return n_embd / n_head; }
   // Checks that the shapes are consistent; throws InputError naming the values.
   void validate() const;
@@ -27,7 +47,8 @@ struct ModelConfig {
 int64_t round_up(int64_t v, int64_t multiple);
 
 // A preset by name: tiny, small, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, gpt-22b,
-// gpt-175b, gpt-1t. Throws InputError listing the known names.
+// gpt-175b, gpt-1t, and the ClimaX presets (climax_preset_names()). Throws InputError listing
+// the known names.
 ModelConfig model_preset(const std::string& name);
 std::vector<std::string> model_preset_names();
 
@@ -35,4 +56,8 @@ std::vector<std::string> model_preset_names();
 ModelConfig make_model_config(const std::string& name, int n_layer, int n_head, int n_embd,
                               int n_ctx, int vocab_size, int ffn = 0);
 
+// A ClimaX-style Vision Transformer (ffn 0 means 4C; decoder_depth 2; n_ctx = the patches).
+ModelConfig make_climax_config(const std::string& name, int n_layer, int n_head, int n_embd, int vars, int img_h,
+                               int img_w, int patch, int ffn = 0);
+std::vector<std::string> climax_preset_names();
 }  // namespace weft

@@ -9,13 +9,6 @@
 
 namespace weft {
 
-LocalParamStore::LocalParamStore(const ParamLayout& layout, Backend& backend)
-    : layout_(layout),
-      params_(backend, DType::kF32, layout.total(), MemCategory::kParams),
-      grads_(backend, DType::kF32, layout.total(), MemCategory::kGrads) {
-  grads_.zero();
-}
-
 GPT::GPT(const ModelConfig& cfg, Backend& backend, bool local_store, int tp_size, int tp_rank, const StageSpec& stage)
     : layout_(cfg, tp_size, tp_rank, stage),
       backend_(backend),
@@ -24,7 +17,9 @@ GPT::GPT(const ModelConfig& cfg, Backend& backend, bool local_store, int tp_size
       column_(tp_),
       row_(tp_),
       embedding_(tp_, cfg.padded_vocab),
-      head_(tp_, cfg.vocab_size, cfg.padded_vocab) {
+      head_(tp_, cfg.vocab_size, cfg.padded_vocab),
+      block_(cfg, backend, tp_, ln_, column_, row_, /*causal=*/true) {
+  WEFT_CHECK(!cfg.is_climax(), "model '{}' is a ClimaX model, not a GPT", cfg.name);
   if (local_store) {
     local_ = std::make_unique<LocalParamStore>(layout_, backend_);
     store_ = local_.get();
@@ -53,29 +48,6 @@ void GPT::zero_grads() {
 }
 
 double GPT::train_flops_per_token(const ModelConfig& c, int64_t T) { return GptDescription::train_flops_per_token(c, T); }
-
-namespace {
-// Points a layer's tensors at consecutive pieces taken by `take` (the probabilities at `att`;
-// the output res3 only if `output`). ln1 and ln2 hold all N rows (gathered under sequence
-// parallelism); the residuals and statistics the rank's Nl rows.
-template <class Take>
-void carve_layer(LayerActs& a, Take& take, int64_t N, int64_t Nl, int64_t C, int64_t Cl, int64_t F, float* att,
-                 bool output) {
-  a.ln1 = take(N * C);
-  a.ln1_mean = take(Nl);
-  a.ln1_rstd = take(Nl);
-  a.qkv = take(N * 3 * Cl);
-  a.att = att;
-  a.atty = take(N * Cl);
-  a.res2 = take(Nl * C);
-  a.ln2 = take(N * C);
-  a.ln2_mean = take(Nl);
-  a.ln2_rstd = take(Nl);
-  a.fch = take(N * F);
-  a.fch_gelu = take(N * F);
-  a.res3 = output ? take(Nl * C) : nullptr;
-}
-}  // namespace
 
 void GPT::set_recompute(Recompute mode, int full_layers) {
   recompute_ = mode;
@@ -120,6 +92,7 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk, int s
   attn_lse_ = backend_.offers(FusedOp::kAttentionLse) &&
               backend_.attention_lse_supports(tp_.part(c.n_embd), tp_.part(c.n_head), prec_);
   spec.attention_lse = attn_lse_;
+  block_.set_attention_lse(attn_lse_);
   const GptDescription d(spec);
   head_chunk = d.head_chunk();
   slot_elems_ = d.stash_elems();
@@ -260,7 +233,7 @@ void GPT::forward_blocks(int64_t B, int64_t T) {
   for (int l = l0; l < l0 + nl; ++l) {
     const LayerPtrs lw = layout_.layer_ptrs(l, const_cast<float*>(st.acquire(l + 1)));
     LayerActs& a = cur_->layers[static_cast<size_t>(l - l0)];
-    layer_forward(l, lw, x, a, B, T, false);
+    block_.forward(lw, x, a, B, T, false);
     st.release(l + 1);
     x = a.res3;
   }
@@ -268,30 +241,6 @@ void GPT::forward_blocks(int64_t B, int64_t T) {
   float *lnfw, *lnfb;
   layout_.final_ptrs(const_cast<float*>(st.acquire(L + 1)), &lnfw, &lnfb);  // held to the end
   ln_.forward(cur_->lnf, cur_->lnf_mean, cur_->lnf_rstd, x, lnfw, lnfb, N, C);  // every row, for the head
-}
-
-// One block, as on a single device: x (Nl,C) -> ln_1 -> c_attn (column-parallel: this rank's
-// heads) -> attention -> c_proj (row-parallel) + x = res2 -> ln_2 -> c_fc (column-parallel) ->
-// GELU -> c_proj (row-parallel) + res2 = res3.
-void GPT::layer_forward(int l, const LayerPtrs& lw, const float* x, LayerActs& a, int64_t B, int64_t T,
-                        bool to_gelu) {
-  const ModelConfig& c = config();
-  const int64_t N = B * T, C = c.n_embd, F = tp_.part(c.ffn), NH = tp_.part(c.n_head), Cl = tp_.part(C);
-  Backend& be = backend_;
-  ln_.forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, lw.ln1w, lw.ln1b, N, C);
-  column_.forward(a.qkv, a.ln1, lw.qkvw, lw.qkvb, N, C, 3 * Cl);
-  if (attn_lse_) {
-    be.attention_forward_lse(a.atty, a.att /* lse (B,NH,T) */, a.qkv, B, T, Cl, NH);  // statistics stay fp32
-  } else {
-    be.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NH);
-    rnd(a.att, B * NH * T * T);
-  }
-  rnd(a.atty, N * Cl);
-  row_.forward_norm(ln_, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, a.atty, lw.attprojw, lw.attprojb, lw.ln2w,
-                    lw.ln2b, N, Cl, C);
-  column_.forward_gelu(a.fch_gelu, a.fch, a.ln2, lw.fcw, lw.fcb, N, C, F);
-  if (to_gelu) return;
-  row_.forward(a.res3, a.res2, a.fch_gelu, lw.fcprojw, lw.fcprojb, N, F, C);
 }
 
 double GPT::head(int64_t N, const float* wte, float* dwte, float dloss) {
@@ -372,7 +321,8 @@ double GPT::backward_part(const float* dy, int64_t B, int64_t T, float loss_scal
     const LayerPtrs lw = layout_.layer_ptrs(l, const_cast<float*>(st.acquire(l + 1)));
     const LayerPtrs lg = layout_.layer_ptrs(l, st.grads(l + 1));
     const float* x = l == l0 ? cur_->encoded : cur_->layers[static_cast<size_t>(l - l0 - 1)].res3;
-    layer_backward(l, lw, lg, x, cur_->layers[static_cast<size_t>(l - l0)], B, T);
+    block_.backward(lw, lg, x, cur_->layers[static_cast<size_t>(l - l0)], B, T, full_recompute(l - l0),
+                    {ws_.dres, ws_.dC, ws_.d3C, ws_.dF, ws_.att});
     st.release(l + 1);
     st.ready(l + 1);
   }
@@ -389,40 +339,6 @@ double GPT::backward_part(const float* dy, int64_t B, int64_t T, float loss_scal
   if (layout_.has_group(0)) st.release(0);
   // dres now holds the gradient of the stage's input (sent to the previous stage).
   return loss_sum;
-}
-
-// The block's backward, the forward's steps in reverse: ws_.dres holds d(res3) (this rank's
-// rows) on entry and d(x) on return; the weight gradients accumulate into lg.
-void GPT::layer_backward(int l, const LayerPtrs& lw, const LayerPtrs& lg, const float* x, LayerActs& a, int64_t B,
-                         int64_t T) {
-  const ModelConfig& c = config();
-  const int64_t N = B * T, C = c.n_embd, F = tp_.part(c.ffn), NH = tp_.part(c.n_head), Cl = tp_.part(C);
-  const int64_t Nl = tp_.local_rows(N);  // rows of the residual stream held here
-  Backend& be = backend_;
-  const bool full = full_recompute(l - layout_.first_layer());
-  if (full) layer_forward(l, lw, x, a, B, T, true);  // rematerialise the layer in the workspace
-  // The residual passes d(res3) on unchanged to res2.
-  row_.backward_gelu(ws_.dF, lg.fcprojw, lg.fcprojb, ws_.dres, a.fch_gelu, lw.fcprojw, a.fch, N, F, C);
-  const float* dln2 = column_.backward(ws_.dC, lg.fcw, lg.fcb, ws_.dF, a.ln2, lw.fcw, N, C, F);
-  ln_.backward(ws_.dres, lg.ln2w, lg.ln2b, dln2, a.res2, lw.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
-  rnd(ws_.dres, Nl * C);
-  // dres now holds d(res2); the residual passes it on unchanged to x.
-  if (!full && !attn_lse_ && a.att == ws_.att) {
-    // Selective recompute: the attention probabilities again, from the stashed q, k, v (the
-    // recomputed output goes to d3C, free until attention_backward writes it).
-    be.attention_forward(ws_.d3C, ws_.att, a.qkv, B, T, Cl, NH);
-    rnd(ws_.att, B * NH * T * T);  // as the forward stored them
-  }
-  row_.backward(ws_.dC, lg.attprojw, lg.attprojb, ws_.dres, a.atty, lw.attprojw, N, Cl, C);
-  if (attn_lse_) {
-    be.attention_backward_lse(ws_.d3C, ws_.dC, a.qkv, a.atty, a.att /* lse */, B, T, Cl, NH);
-  } else {
-    be.attention_backward(ws_.d3C, ws_.dC, a.qkv, a.att, B, T, Cl, NH);
-  }
-  rnd(ws_.d3C, N * 3 * Cl);
-  const float* dln1 = column_.backward(ws_.dC, lg.qkvw, lg.qkvb, ws_.d3C, a.ln1, lw.qkvw, N, C, 3 * Cl);
-  ln_.backward(ws_.dres, lg.ln1w, lg.ln1b, dln1, x, lw.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
-  rnd(ws_.dres, Nl * C);
 }
 
 void GPT::use_slot(int slot) {

@@ -21,7 +21,10 @@
 
 #include "backend/backend.h"
 #include "backend/device_buffer.h"
+#include "model/block.h"
 #include "model/config.h"
+#include "model/local_store.h"
+#include "model/model.h"
 #include "model/param_store.h"
 #include "model/params.h"
 #include "model/recompute.h"
@@ -32,22 +35,6 @@ namespace weft {
 // Activation recompute (model/recompute.h): full recompute runs a layer's forward again up to
 // the MLP's GELU output (the last product's output is not needed). Recomputing runs the same
 // code on the same inputs, so the results are bitwise identical.
-
-// One layer's activations for its backward pass. N = B*T rows, Nl = N/tp under sequence
-// parallelism (else N), C hidden, Cl = C/tp, F = ffn/tp, NH = heads/tp. The pointers lead into
-// the micro-batch's stash or, for what the layer recomputes, into the shared workspace.
-struct LayerActs {
-  float *ln1, *ln1_mean, *ln1_rstd;   // (N,C) normalised input (gathered under SP), (Nl), (Nl)
-  float* qkv;                          // (N,3Cl)
-  float* att;                          // (B,NH,T,T) softmax probabilities, or with flash
-                                       // attention (GPT::attention_lse()) the log-sum-exp (B,NH,T)
-  float* atty;                         // (N,Cl) attention output before c_proj
-  float* res2;                         // (Nl,C) residual after attention
-  float *ln2, *ln2_mean, *ln2_rstd;   // (N,C), (Nl), (Nl)
-  float* fch;                          // (N,F) c_fc output (pre-GELU)
-  float* fch_gelu;                     // (N,F)
-  float* res3;                         // (Nl,C) residual after the MLP = next layer's input
-};
 
 // Activations of one micro-batch kept for the backward pass: one set per micro-batch in
 // flight (pipeline schedules keep several). Counted as `activations` in core/memory.h.
@@ -82,26 +69,9 @@ struct Workspace {
   int64_t bytes() const { return static_cast<int64_t>(storage.bytes() + tokens.bytes()); }
 };
 
-// Parameters and gradients in two whole flat device buffers: the single-process store.
-class LocalParamStore final : public ParamStore {
- public:
-  LocalParamStore(const ParamLayout& layout, Backend& backend);
-  const float* acquire(int g) override { return params() + layout_.group_range(g).first; }
-  void release(int) override {}
-  float* grads(int g) override { return grad_buffer() + layout_.group_range(g).first; }
-  void ready(int) override {}
-  float* params() { return params_.data<float>(); }
-  float* grad_buffer() { return grads_.data<float>(); }
-
- private:
-  const ParamLayout& layout_;
-  DeviceBuffer params_;
-  DeviceBuffer grads_;
-};
-
 class GptDescription;
 
-class GPT {
+class GPT final : public Model {
  public:
   // local_store: allocate whole parameter and gradient buffers (the single-process store).
   // A data-parallel run passes false and installs its own store with set_store().
@@ -113,11 +83,11 @@ class GPT {
   GPT& operator=(const GPT&) = delete;
   // sequence_parallel: the LayerNorm/residual regions hold only this rank's B*T/tp rows;
   // all-gathers and reduce-scatters replace the all-reduces (Korthikanti et al. 2022).
-  void set_tp(TensorParallelOps* tp, bool sequence_parallel = false) { tp_.set_ops(tp, sequence_parallel); }
+  void set_tp(TensorParallelOps* tp, bool sequence_parallel = false) override { tp_.set_ops(tp, sequence_parallel); }
   bool sequence_parallel() const { return tp_.sequence_parallel(); }
 
   const ModelConfig& config() const { return layout_.config(); }
-  const ParamLayout& layout() const { return layout_; }
+  const ParamLayout& layout() const override { return layout_; }
   // The local store's whole buffers (null without a local store): DEVICE memory of the
   // backend (read them with Backend::copy_to_host; set them with upload_params).
   float* params() { return local_ ? local_->params() : nullptr; }
@@ -128,26 +98,26 @@ class GPT {
   void download_grads(float* host);
   int64_t num_params() const { return layout_.total(); }
   Backend& backend() { return backend_; }
-  void set_store(ParamStore* store) { store_ = store; }
+  void set_store(ParamStore* store) override { store_ = store; }
   ParamStore& store() { return *store_; }
 
   // The local store: GPT-2's initialisation (init_params), computed on the host and uploaded.
   void init(uint64_t seed);
   void zero_grads();
   // Bytes of the stashed activations allocated so far (every slot used) and of the workspace.
-  int64_t activation_bytes() const;
-  int64_t workspace_bytes() const { return ws_.bytes() + tp_.scratch_bytes(); }
+  int64_t activation_bytes() const override;
+  int64_t workspace_bytes() const override { return ws_.bytes() + tp_.scratch_bytes(); }
   // Bytes one micro-batch's stash takes (one slot).
   int64_t stash_bytes_per_slot() const { return slot_elems_ * static_cast<int64_t>(sizeof(float)); }
 
   // Recompute mode for training; kFull applies to the first `full_layers` layers of this part
   // (< 0: all), the others recompute nothing (Megatron's "block" method). Before reserve().
-  void set_recompute(Recompute mode, int full_layers = -1);
+  void set_recompute(Recompute mode, int full_layers = -1) override;
   // Storage precision of activations and activation gradients (core/precision.h): every
   // such tensor an op writes is rounded to it (the CPU backend's 16-bit emulation); weight
   // gradients accumulate in fp32 and LayerNorm statistics and losses stay fp32. The
   // parameters' rounding is the optimizer's (master weights, optim.h).
-  void set_precision(Precision p) {
+  void set_precision(Precision p) override {
     prec_ = p;
     tp_.set_precision(p);
   }
@@ -162,7 +132,7 @@ class GPT {
   // gradient scratch. head_chunk: rows of logits materialised at once (0: automatic).
   // slots: activation sets for up to that many micro-batches in flight (pipeline schedules);
   // slot 0 is allocated now, the others when first used.
-  void reserve(int64_t B, int64_t T, bool training, int64_t head_chunk = 0, int slots = 1);
+  void reserve(int64_t B, int64_t T, bool training, int64_t head_chunk = 0, int slots = 1) override;
 
   // Token ids (inputs, targets, tokens) are HOST memory: the model checks them and uploads
   // them to its workspace. Activations (x_in, dy, what stage_output and stage_input_grad
@@ -190,12 +160,32 @@ class GPT {
                         int64_t T, float loss_scale);
   // Last stage, after stage_forward(..., false): the sum of the token losses.
   double stage_loss(int slot, const int32_t* targets, int64_t B, int64_t T);
-  const float* stage_output(int slot);
+  const float* stage_output(int slot) override;
   // Last stage, after stage_forward(slot, ..., 1, T, false) of one sequence: the logits (V real
   // entries) of its last position (generation through a pipeline).
   void stage_last_logits(int slot, int64_t T, float* logits_out);
   // The gradient of the stage's input after stage_backward: valid until the next backward.
-  const float* stage_input_grad() const { return ws_.dres; }
+  const float* stage_input_grad() const override { return ws_.dres; }
+
+  // --- the Model interface (model/model.h): the token fields of a MicroBatch ---
+  // The sum of the B*T token losses (the mean that forward_backward returns, times B*T).
+  double train_micro_batch(const MicroBatch& mb, int64_t B, int64_t T, float loss_scale) override {
+    return static_cast<double>(forward_backward(mb.tokens, mb.targets, B, T, loss_scale)) * static_cast<double>(B * T);
+  }
+  double loss_sum(const MicroBatch& mb, int64_t B, int64_t T) override {
+    return forward_loss(mb.tokens, mb.targets, B, T) * static_cast<double>(B * T);
+  }
+  void stage_forward(int slot, const MicroBatch& mb, const float* x_in, int64_t B, int64_t T,
+                     bool for_backward) override {
+    stage_forward(slot, mb.tokens, x_in, B, T, for_backward);
+  }
+  double stage_backward(int slot, const MicroBatch& mb, const float* dy, int64_t B, int64_t T,
+                        float loss_scale) override {
+    return stage_backward(slot, mb.tokens, mb.targets, dy, B, T, loss_scale);
+  }
+  double stage_loss(int slot, const MicroBatch& mb, int64_t B, int64_t T) override {
+    return stage_loss(slot, mb.targets, B, T);
+  }
 
   // Model FLOPs per token for training at sequence length T: 6 * (matmul parameters)
   // + 12 * L * C * T for attention (PaLM, Chowdhery et al. 2022, appendix B).
@@ -206,12 +196,6 @@ class GPT {
   void upload_tokens(const int32_t* inputs, const int32_t* targets, int64_t n);
   // forward_blocks, backward_part and head read the token ids from the workspace.
   void forward_blocks(int64_t B, int64_t T);
-  // Forward of layer l (params lw) from x into a; with `to_gelu` stop after the MLP's GELU
-  // (what the backward needs: the full-recompute rematerialisation).
-  void layer_forward(int l, const LayerPtrs& lw, const float* x, LayerActs& a, int64_t B, int64_t T, bool to_gelu);
-  // Backward of layer l (params lw, gradients lg) whose input was x: ws_.dres from d(output) to d(x).
-  void layer_backward(int l, const LayerPtrs& lw, const LayerPtrs& lg, const float* x, LayerActs& a, int64_t B,
-                      int64_t T);
   // Whether local layer i is fully recomputed.
   bool full_recompute(int i) const { return recompute_ == Recompute::kFull && (full_layers_ < 0 || i < full_layers_); }
   // The backward from the stage's top (the loss on the last stage, dy otherwise) to its input.
@@ -236,6 +220,7 @@ class GPT {
   RowParallelLinear row_;
   VocabParallelEmbedding embedding_;
   VocabParallelHead head_;
+  TransformerBlock block_;  // causal
   void build_stash(Activations& A);
   // Allocates and carves the workspace (and the tensor-parallel layers' scratch) that the
   // description sizes for the reserved shape.

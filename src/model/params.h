@@ -23,13 +23,24 @@ enum class ParamKind {
   kFcW, kFcB,            // (C, F), (F)
   kFcProjW, kFcProjB,    // (F, C), (C)
   kLnfW, kLnfB,
+  // ClimaX (model/climax.h; the layers use the kinds above): the front group, then the back.
+  kPatchW, kPatchB,      // (V, p*p, C), (V, C): one patch embedding per variable
+  kVarEmbed,             // (V, C) sine-cosine initialised
+  kVarQuery,             // (C) the variable aggregation's learned query (zero-initialised)
+  kAggQW, kAggQB,        // (C, C), (C)
+  kAggKvW, kAggKvB,      // (C, 2C), (2C): columns k | v
+  kAggOutW, kAggOutB,    // (C, C), (C)
+  kPosEmbed,             // (L, C) 2-D sine-cosine initialised
+  kLeadW, kLeadB,        // (1, C), (C): lead time (hours / 100) -> C
+  kHeadW, kHeadB,        // decoder layers (C, C) and the last (C, V*p*p)
 };
 constexpr int kParamsPerLayer = 12;
 
 // How a tensor is split over the tensor-parallel ranks (Megatron-LM): column-parallel
 // matrices split their output columns (c_attn: the columns of each of q, k, v, i.e. whole
 // heads), row-parallel matrices their input rows, the embedding its vocabulary rows.
-enum class TpSplit { kReplicated, kRows, kCols, kQkvCols };
+// kKvCols: the columns of each of k and v (ClimaX's variable aggregation).
+enum class TpSplit { kReplicated, kRows, kCols, kQkvCols, kKvCols };
 
 struct ParamTensor {
   std::string name;              // Hugging Face GPT-2 name, e.g. "transformer.h.0.attn.c_attn.weight"
@@ -90,7 +101,8 @@ class ParamLayout {
   int64_t count_unpadded() const;
   // Element range [begin, end) of layer l's parameters.
   std::pair<int64_t, int64_t> layer_range(int l) const;
-  // Parameter groups (see model/param_store.h): 0 embeddings, 1..L layers, L+1 final norm.
+  // Parameter groups (see model/param_store.h): 0 embeddings (ClimaX: the front, everything
+  // before the blocks), 1..L layers, L+1 final norm (ClimaX: the norm and the decoder head).
   int num_groups() const { return cfg_.n_layer + 2; }
   std::pair<int64_t, int64_t> group_range(int g) const;
   int64_t max_group_size() const;
@@ -99,15 +111,25 @@ class ParamLayout {
   LayerPtrs layer_ptrs(int l, float* base) const;
   void final_ptrs(float* base, float** lnfw, float** lnfb) const;
   const ParamTensor* find(const std::string& name) const;  // nullptr if absent
+  // Pointers to every tensor of group g, in layout order, for a group whose first element is at
+  // `base` (ClimaX's front and back groups).
+  std::vector<float*> group_ptrs(int g, float* base) const;
 
  private:
+  void add(std::string name, ParamKind kind, int layer, std::vector<int64_t> full, TpSplit split, bool decay);
+  void add_layer_tensors(int l, const std::string& prefix, const char* const names[]);
+  void add_gpt_tensors();
+  void add_climax_tensors();
   ModelConfig cfg_;
   std::vector<ParamTensor> tensors_;
   int64_t total_ = 0;
   int tp_size_ = 1, tp_rank_ = 0;
   StageSpec stage_;
-  int emb_ = -1, final_ = -1;     // tensor index of wte / ln_f.weight, -1 if absent
+  int emb_ = -1, final_ = -1;     // tensor index of the first tensor of group 0 / L+1, -1 if absent
+  int emb_end_ = -1, final_end_ = -1;  // one past their last tensor
   std::vector<int> layer_first_;  // tensor index of each layer's first tensor, -1 if absent
+  uint64_t next_id_ = 0;          // add(): the next tensor id
+  bool include_ = true;           // add(): whether the tensor is in this part
 };
 
 // Tensor parallelism and whole-model buffers: every tensor-parallel rank's flat buffer
@@ -120,7 +142,12 @@ void insert_tp_part(const ParamLayout& local, const ParamLayout& full, const flo
 // Fills `params` (size layout.total()) with the GPT-2 initialisation: weights N(0, 0.02),
 // residual projections N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weight 1, padded vocab rows 0.
 // Element i of tensor t gets a value that depends only on (seed, t.id, i).
+// ClimaX: under init_std, the other weights as the GPT's (normal(0, init_std): timm's truncated
+// normal at +-2 is that at std 0.02) without the residual scaling, the query and biases 0, and
+// element `index` of var_embed (1-D) or pos_embed (2-D sine-cosine, MAE's functions, as ClimaX
+// initialises them).
 void init_params(const ParamLayout& layout, uint64_t seed, float* params);
+float sincos_embedding(const ModelConfig& cfg, ParamKind kind, int64_t index);
 // The same values for the element range [begin, end) only, written to out[0, end - begin):
 // a ZeRO-3 shard initialises exactly its part of the single-process model.
 void init_params_range(const ParamLayout& layout, uint64_t seed, int64_t begin, int64_t end, float* out);

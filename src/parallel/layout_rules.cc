@@ -90,6 +90,16 @@ std::string recompute_error(const LayoutCandidate& c) {
   return {};
 }
 
+std::string family_error(const LayoutCandidate& c) {
+  if (!c.model.climax) return {};
+  if (c.pp != 1) return fmt::format("ClimaX models run without pipeline stages: pp must be 1, got {}", c.pp);
+  if (c.sequence_parallel) return "sequence parallelism is not available for ClimaX models";
+  if (c.recompute == Recompute::kSelective) {
+    return "selective recompute is not available for ClimaX models (use 'full' or 'none')";
+  }
+  return {};
+}
+
 }  // namespace
 
 int LayoutCandidate::resolved_dp() const {
@@ -118,7 +128,7 @@ std::string batch_error(const LayoutCandidate& c) {
 }
 
 std::string layout_error(const LayoutCandidate& c) {
-  for (auto rule : {axes_error, batch_error, tensor_error, pipeline_error, zero_error, recompute_error}) {
+  for (auto rule : {axes_error, batch_error, family_error, tensor_error, pipeline_error, zero_error, recompute_error}) {
     if (std::string e = rule(c); !e.empty()) return e;
   }
   return {};

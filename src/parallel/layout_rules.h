@@ -35,6 +35,9 @@
 //  zero   stage 0..3; with pp > 1 only 0 or 1 (ZeRO-2/3 reduce gradients every micro-batch and
 //         gather parameters per use; the pipeline runtime refuses them, data_parallel.cc).
 //         ZeRO > 0 with dp 1 is valid: the trainer runs the sharded path over one rank.
+//  family a ClimaX model runs with pp 1, without sequence parallelism and without selective
+//         recompute (model/climax.h: its front and back are not cut into stages yet)
+//                     "ClimaX models run without pipeline stages: pp must be 1, got 2"
 //  recompute  recompute_layers is -1 (every layer of a stage) or >= 1, and only with 'full'.
 //  Precision constrains no layout today; it is part of the candidate so a rule can use it.
 #pragma once
@@ -54,7 +57,10 @@ struct LayoutModel {
   int64_t hidden = 0;  // C
   int64_t ffn = 0;     // F: MLP size
   int64_t vocab = 0;   // Vp: the padded vocabulary (rows of the embedding)
-  int64_t seq = 0;     // T: training sequence length
+  int64_t seq = 0;     // T: training sequence length (ClimaX: its patches)
+  // A ClimaX Vision Transformer (model/climax.h): one pipeline stage, no sequence parallelism,
+  // no selective recompute (the family rule below).
+  bool climax = false;
 };
 
 // One layout of one model on `world` ranks.

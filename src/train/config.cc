@@ -48,6 +48,8 @@ const std::vector<Key>& keys() {
       {"model", "vocab_size", &RunConfig::vocab_size},
       {"data", "data", &RunConfig::data},
       {"data", "val_data", &RunConfig::val_data},
+      {"data", "variables", &RunConfig::variables},
+      {"data", "lead_hours", &RunConfig::lead_hours},
       {"train", "seq_len", &RunConfig::seq_len},
       {"train", "global_batch", &RunConfig::global_batch},
       {"train", "micro_batch", &RunConfig::micro_batch},
@@ -463,12 +465,23 @@ ModelConfig RunConfig::model_config() const {
   }
   if (n_layer == 0 && n_head == 0 && n_embd == 0 && n_ctx == 0 && vocab_size == 0) return base;
   const int C = pick(n_embd, base.n_embd);
+  if (base.is_climax()) {
+    if (n_ctx != 0 || vocab_size != 0) {
+      throw_input("model '{}' is a ClimaX model: n_ctx {} and vocab_size {} do not apply (its sequence is its patches)",
+                  model, n_ctx, vocab_size);
+    }
+    return make_climax_config(model, pick(n_layer, base.n_layer), pick(n_head, base.n_head), C, base.vars, base.img_h,
+                              base.img_w, base.patch, n_embd > 0 ? 4 * C : base.ffn);
+  }
   return make_model_config(model, pick(n_layer, base.n_layer), pick(n_head, base.n_head), C,
                            pick(n_ctx, base.n_ctx), pick(vocab_size, base.vocab_size),
                            n_embd > 0 ? 4 * C : base.ffn);
 }
 
-int64_t RunConfig::seq() const { return seq_len > 0 ? seq_len : model_config().n_ctx; }
+int64_t RunConfig::seq() const {
+  const ModelConfig mc = model_config();
+  return mc.is_climax() ? mc.num_patches() : seq_len > 0 ? seq_len : mc.n_ctx;
+}
 
 void RunConfig::validate() const {
   // The layout keys (tp, pp, dp, zero, global/micro batch, sequence_parallel, schedule,
@@ -480,6 +493,17 @@ void RunConfig::validate() const {
   check_number_ranges(*this);
   ModelConfig mc = model_config();
   if (seq_len < 0) throw_input("seq_len must be >= 0 (0: the model context), got {}", seq_len);
+  if (mc.is_climax() && seq_len != 0 && seq_len != mc.num_patches()) {
+    throw_input("seq_len {} does not apply to the ClimaX model '{}': its sequence is its {} patches (leave seq_len 0)",
+                seq_len, mc.name, mc.num_patches());
+  }
+  if (lead_hours.empty()) throw_input("lead_hours must list at least one lead time (hours)");
+  for (int64_t h : lead_hours) {
+    if (h <= 0) throw_input("lead_hours must be positive, got {}", h);
+  }
+  if (mc.is_climax() && sample_tokens > 0) {
+    throw_input("sample_tokens {}: ClimaX models do not generate text", sample_tokens);
+  }
   if (seq() > mc.n_ctx) {
     throw_input("seq_len {} is longer than the context of model '{}' ({})", seq(), mc.name, mc.n_ctx);
   }

@@ -17,6 +17,10 @@ struct RunConfig {
   // [data]
   std::string data = "data/fortunes";  // folder (or glob) holding *train*.bin shards
   std::string val_data = "";           // folder (or glob) of *val*.bin shards; empty: same as data
+  // ClimaX models: `data` is a folder of NetCDF splits (train.nc, val.nc, stats.json;
+  // docs/formats-weather.md); val_data a folder or a .nc file.
+  std::string variables = "";          // comma-separated field names in model order; "": every field
+  std::vector<int64_t> lead_hours{6};  // forecast lead times drawn per sample (hours)
   // [train]
   int64_t seq_len = 0;  // 0: the model's context
   int64_t global_batch = 8;  // sequences per optimizer step

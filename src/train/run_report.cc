@@ -49,6 +49,10 @@ plan::Layout plan_layout(const RunConfig& cfg, const EngineConfig& ec) {
 
 RunPrediction predict_run(const RunConfig& cfg, const EngineConfig& ec, int stage, int dp_rank) {
   RunPrediction r;
+  if (ec.model.is_climax()) {
+    log_warn("planner: ClimaX models are not priced yet (no predicted memory or step time for this run)");
+    return r;
+  }
   const plan::Layout pl = plan_layout(cfg, ec);
   r.system_path = cfg.system;
   if (r.system_path.empty() && fs::exists("systems/local.toml")) r.system_path = "systems/local.toml";
@@ -105,9 +109,10 @@ void log_run_setup(const RunSetup& s, const RunPrediction& pred) {
     log_info("pipeline: schedule {}, stage {} of {}, {} chunk(s): {}; {} (micro-batch, chunk) forwards in flight at most",
              schedule_name(ec.schedule), e.stage(), ec.grid.pp, e.num_chunks(), e.describe_chunks(), rt->max_in_flight());
   }
-  log_info("data: {} train tokens ({} windows of {}); global batch {} = dp {} x {} micro-batches of {}",
-           s.train_tokens, s.train_windows, ec.seq, ec.global_batch, ec.grid.dp, e.accumulation(), ec.micro_batch);
+  log_info("data: {}; global batch {} = dp {} x {} micro-batches of {}", s.data, ec.global_batch, ec.grid.dp,
+           e.accumulation(), ec.micro_batch);
   const plan::MemoryBreakdown& m = pred.memory;
+  if (m.total <= 0) return;  // not priced
   log_info("memory predicted for this rank: params {:.1f} MiB, grads {:.1f} MiB, optimizer {:.1f} MiB, activations {:.1f} MiB, workspace {:.1f} MiB, comm {:.1f} MiB",
            m.params / 1048576.0, m.grads / 1048576.0, m.optimizer / 1048576.0, m.activations / 1048576.0,
            m.workspace / 1048576.0, m.comm / 1048576.0);
@@ -202,6 +207,7 @@ nlohmann::json memory_report(Engine& e, Communicator& world, const MemorySnapsho
       meas[kReportNames[k]] = static_cast<int64_t>(a[3 + k]);
       pred[kReportNames[k]] = static_cast<int64_t>(a[10 + k]);
     }
+    if (p.total <= 0) pred = nullptr;  // not priced (ClimaX)
     report.push_back({{"rank", r}, {"stage", static_cast<int>(a[0])}, {"tp_rank", static_cast<int>(a[1])},
                       {"dp_rank", static_cast<int>(a[2])}, {"measured", meas}, {"predicted", pred}});
     if (a[1] == 0 && a[2] == 0) log_info("{}", memory_table(r, a));  // one table per pipeline stage

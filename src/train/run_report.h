@@ -34,7 +34,7 @@ plan::WeftRunShape run_memory_shape(const RunConfig& cfg, const EngineConfig& ec
 struct RunSetup {
   const RunConfig* cfg;
   Engine* engine;
-  int64_t train_tokens, train_windows;
+  std::string data;  // RunData::describe
   int threads;
 };
 void log_run_setup(const RunSetup& s, const RunPrediction& pred);

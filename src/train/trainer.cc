@@ -25,7 +25,9 @@
 #include "data/text_util.h"
 #include "data/tokenizer.h"
 #include "engine/engine.h"
+#include "model/climax_description.h"
 #include "model/gpt.h"
+#include "train/run_data.h"
 #include "train/comm_report.h"
 #include "train/divergence.h"
 #include "train/engine_config.h"
@@ -67,26 +69,6 @@ std::string format_duration(double s) {
   if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t / 60) % 60);
   if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, t % 60);
   return fmt::format("{}s", t);
-}
-
-// The run's token data: the training split and, with validation, the validation split
-// (checked to hold at least one sequence before anything is written).
-struct RunData {
-  TokenDataset train;
-  std::unique_ptr<TokenDataset> val;
-};
-
-RunData open_run_data(const RunConfig& cfg, int64_t T, int vocab_size) {
-  RunData d{TokenDataset::open_split(cfg.data, "train", vocab_size), nullptr};
-  const std::string val_src = cfg.val_data.empty() ? cfg.data : cfg.val_data;
-  if (cfg.val_batches > 0) d.val = std::make_unique<TokenDataset>(TokenDataset::open_split(val_src, "val", vocab_size));
-  if (d.train.num_windows(T) <= 0) {
-    throw_input("{}: the training split holds {} tokens, fewer than one sequence of {}+1", cfg.data, d.train.size(), T);
-  }
-  if (d.val && d.val->num_windows(T) <= 0) {
-    throw_input("{}: the validation split holds {} tokens, fewer than one sequence of {}+1", val_src, d.val->size(), T);
-  }
-  return d;
 }
 
 // Loads the checkpoint a resume continues from (parameters, moments, counters) or initialises
@@ -166,7 +148,7 @@ class TrainLoop {
 // The forward passes Engine::evaluate makes on every rank: ceil(ceil(windows / dp) / B).
 int64_t TrainLoop::eval_passes() const {
   const EngineConfig& ec = engine_.config();
-  const int64_t windows = std::min(data_.val->num_windows(ec.seq), cfg_.val_batches * ec.global_batch);
+  const int64_t windows = data_.val_rows(cfg_.val_batches * ec.global_batch);
   const int64_t most = (windows + ec.grid.dp - 1) / ec.grid.dp;
   return (most + ec.micro_batch - 1) / ec.micro_batch;
 }
@@ -208,7 +190,7 @@ void TrainLoop::write_comm_report(int64_t start_step) {
 double TrainLoop::validate(int64_t step) {
   tracer_.set_phase("eval");
   next_ctx_.eval_passes_before += eval_passes();
-  const double vl = engine_.evaluate(*data_.val, cfg_.val_batches * cfg_.global_batch);
+  const double vl = data_.evaluate(engine_, cfg_.val_batches * cfg_.global_batch);
   if (res_.first_val_loss < 0) res_.first_val_loss = vl;
   res_.last_val_loss = vl;
   if (rank0_) files_.append_metrics({{"step", step}, {"val_loss", vl}});
@@ -259,7 +241,7 @@ nlohmann::json TrainLoop::step_line(int64_t done, float lr, const StepResult& r,
   const double tps = static_cast<double>(tokens) / dt;
   nlohmann::json line = {{"step", done}, {"loss", r.loss}, {"lr", lr}, {"grad_norm", r.grad_norm},
                          {"tokens_per_s", tps}, {"ms", dt * 1e3}, {"tokens", done * tokens},
-                         {"model_flops_per_s", GPT::train_flops_per_token(ec.model, ec.seq) * tps},
+                         {"model_flops_per_s", train_flops_per_position(ec.model, ec.seq) * tps},
                          {"memory", memory_json(engine_.store_memory())}, {"dp_exposed_ms", r.dp_exposed_s * 1e3}};
   if (ec.precision != Precision::kFp32 || cfg_.loss_scale > 0) {
     line["precision"] = precision_name(ec.precision);
@@ -322,7 +304,7 @@ TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const 
   const int64_t decay_steps = cfg_.lr_decay_steps > 0 ? cfg_.lr_decay_steps : cfg_.steps;
   MemorySnapshot step_snapshot;  // after the last step, before its checkpoint
   if (stop_on_signal(start_step, true)) return res_;  // a signal during setup: no step ran
-  if (data_.val && start_step == 0 && cfg_.steps > 0) validate(0);
+  if (data_.has_val() && start_step == 0 && cfg_.steps > 0) validate(0);
   engine_.set_update_veto([this](double loss, double grad_norm) { return spikes_.judge(loss, grad_norm); });
   for (int64_t step = start_step; step < cfg_.steps; ++step) {
     if (opt.before_step) opt.before_step(step);
@@ -333,9 +315,8 @@ TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const 
     contexts_.push_back(std::exchange(next_ctx_, CommStepContext{}));
     const float lr = lr_at(step, static_cast<float>(cfg_.lr), cfg_.warmup_steps, decay_steps,
                            static_cast<float>(cfg_.min_lr_ratio));
-    const StepResult r = engine_.step(lr, [&](int64_t first, int64_t count, int32_t* in, int32_t* tg) {
-      data_.train.sample_batch(static_cast<uint64_t>(cfg_.seed), step, ec.global_batch, first, count,
-                               static_cast<int>(ec.seq), in, tg);
+    const StepResult r = engine_.step(lr, [&](int64_t first, int64_t count, const BatchRows& out) {
+      data_.fill(step, ec.global_batch, first, count, out);
     });
     if (r.skipped) {
       log_warn("step {}: fp16 gradient overflow at loss scale {}; update skipped, scale now {}", step + 1, r.loss_scale,
@@ -359,7 +340,7 @@ TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const 
     log_step(done, lr, r, dt);
     if (spike) act_on_spike(*spike, spikes_, done, res_.last_checkpoint);  // stop: throws
     const bool last = done == cfg_.steps;
-    if (data_.val && ((cfg_.val_every > 0 && done % cfg_.val_every == 0) || last)) validate(done);
+    if (data_.has_val() && ((cfg_.val_every > 0 && done % cfg_.val_every == 0) || last)) validate(done);
     const bool saved = (cfg_.ckpt_every > 0 && done % cfg_.ckpt_every == 0) || last;
     if (saved) {
       save(done);
@@ -377,7 +358,7 @@ TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const 
   if (rank0_) files_.close_metrics();
   if (timed_steps_ > 0) {
     log_info("done: {} steps, {:.0f} tokens/s, {:.3f} GFLOP/s (model FLOPs)", res_.steps_done - start_step,
-             res_.tokens_per_s, res_.tokens_per_s * GPT::train_flops_per_token(ec.model, ec.seq) / 1e9);
+             res_.tokens_per_s, res_.tokens_per_s * train_flops_per_position(ec.model, ec.seq) / 1e9);
   }
   if (cfg_.trace) write_comm_report(start_step);
   tracer_.set_phase("sample");
@@ -403,7 +384,8 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   world.set_timeout(std::chrono::milliseconds(static_cast<int64_t>(cfg.comm_timeout * 1000.0)));
   // Data and the run folder first: a missing corpus or a bad resume fails before anything is
   // written.
-  RunData data = open_run_data(cfg, ec.seq, ec.model.vocab_size);
+  const std::unique_ptr<RunData> data_ptr = open_run_data(cfg, ec.model, ec.seq);
+  RunData& data = *data_ptr;
   // The link levels of the communication report (collective over world for the real map).
   // ZeRO++ reads its levels from the same map.
   NodeMap nodes;
@@ -440,7 +422,8 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   // Peaks from here on: the training steps (set-up's and checkpoints' staging buffers are not
   // part of a step).
   memory_tracker().reset_peaks();
-  log_run_setup({&cfg, &engine, data.train.size(), data.train.num_windows(ec.seq), threads}, pred);
+  data.configure(engine);
+  log_run_setup({&cfg, &engine, data.describe(ec.seq), threads}, pred);
   TrainLoop loop(cfg, engine, world, tracer, data, std::move(nodes));
   if (!folder.resume_dir.empty()) loop.spikes().restore(folder.resume_state.raw, folder.resume_dir + "/trainer.json");
   return loop.run(start_step, pred, opt);

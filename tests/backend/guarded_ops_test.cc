@@ -155,6 +155,51 @@ std::vector<OpCase> attention_cases() {
   };
 }
 
+// The Vision Transformer's ops (tests/backend/vit_ops_test.cc checks them against references).
+std::vector<OpCase> vit_cases() {
+  const int B = 2, T = 130, C = 8, NH = 2;  // T crosses the CPU kernel's 64-row blocks
+  const int b = 1, t = 70, c = 4, nh = 2;
+  const int N = 7, S = 5, QC = 12, QNH = 3, R = 9, K = 37;
+  std::vector<float> q_kv = randn(QC, 56);  // q | kv in one buffer: interior pointers
+  const std::vector<float> kv = randn(S * N * 2 * QC, 57);
+  q_kv.insert(q_kv.end(), kv.begin(), kv.end());
+  std::vector<float> w = randn(K, 58);
+  for (float& x : w) x = std::fabs(x);
+  return {
+      {"bidir_attention_forward", {zeros(B * T * C), zeros(B * NH * T * T), F(randn(B * T * 3 * C, 59))},
+       [=](Backend& be, Bufs& d) { be.bidir_attention_forward(d.f(0), d.f(1), d.f(2), B, T, C, NH); }},
+      {"bidir_attention_forward_backward",
+       {zeros(b * t * c), zeros(b * nh * t * t), F(randn(b * t * 3 * c, 60)),
+        F(std::vector<float>(b * t * 3 * c, 9.0f)), F(randn(b * t * c, 61))},
+       [=](Backend& be, Bufs& d) {
+         be.bidir_attention_forward(d.f(0), d.f(1), d.f(2), b, t, c, nh);
+         be.bidir_attention_backward(d.f(3), d.f(4), d.f(2), d.f(1), b, t, c, nh);
+       }},
+      {"query_attention_forward_backward",
+       {zeros(N * QC), zeros(N * QNH * S), F(q_kv), F(randn(QC, 62)), F(std::vector<float>(S * N * 2 * QC, 9.0f)),
+        F(randn(N * QC, 63))},
+       [=](Backend& be, Bufs& d) {
+         const float* q = d.f(2);
+         const float* kvp = d.f(2) + QC;
+         be.query_attention_forward(d.f(0), d.f(1), q, kvp, N, S, QC, QNH);
+         be.query_attention_backward(d.f(3), d.f(4), d.f(5), q, kvp, d.f(1), N, S, QC, QNH);
+       }},
+      {"query_attention_single_token",
+       {zeros(N * QC), zeros(N * QNH), F(randn(QC, 64)), F(randn(N * 2 * QC, 65)), F(randn(QC, 66)),
+        zeros(N * 2 * QC), F(randn(N * QC, 67))},
+       [=](Backend& be, Bufs& d) {
+         be.query_attention_forward(d.f(0), d.f(1), d.f(2), d.f(3), N, 1, QC, QNH);
+         be.query_attention_backward(d.f(4), d.f(5), d.f(6), d.f(2), d.f(3), d.f(1), N, 1, QC, QNH);
+       }},
+      {"weighted_mse", {zeros(R), zeros(R * K), F(randn(R * K, 68)), F(randn(R * K, 69)), F(w)},
+       [=](Backend& be, Bufs& d) { be.weighted_mse(d.f(0), d.f(1), d.f(2), d.f(3), d.f(4), R, K, 0.25f); }},
+      {"weighted_mse_loss_only", {zeros(R), F(randn(R * K, 70)), F(randn(R * K, 71)), F(w)},
+       [=](Backend& be, Bufs& d) { be.weighted_mse(d.f(0), nullptr, d.f(1), d.f(2), d.f(3), R, K, 0.25f); }},
+      {"weighted_mse_grad_aliases_pred", {zeros(R), F(randn(R * K, 72)), F(randn(R * K, 73)), F(w)},
+       [=](Backend& be, Bufs& d) { be.weighted_mse(d.f(0), d.f(1), d.f(1), d.f(2), d.f(3), R, K, 0.25f); }},
+  };
+}
+
 std::vector<OpCase> cross_entropy_cases() {
   const int N = 4, V = 37, Vp = 40, ld = 40, cols = 37, v0 = 10, off = 8;
   const std::vector<int32_t> tgt = {0, 36, 5, 17}, shard_tgt = {12, 3, 46, 30};
@@ -191,7 +236,7 @@ std::vector<OpCase> optimizer_precision_cases() {
 const std::vector<OpCase>& op_table() {
   static const std::vector<OpCase> table = [] {
     std::vector<OpCase> t;
-    for (auto part : {matmul_cases, embedding_layernorm_cases, elementwise_cases, attention_cases,
+    for (auto part : {matmul_cases, embedding_layernorm_cases, elementwise_cases, attention_cases, vit_cases,
                       cross_entropy_cases, optimizer_precision_cases}) {
       for (OpCase& c : part()) t.push_back(std::move(c));
     }
@@ -236,7 +281,9 @@ TEST(GuardedOpsTable, CoversEveryOp) {
   for (const char* op : {"gemm", "matmul_forward", "matmul_backward", "embedding_forward", "embedding_backward",
                          "layernorm_forward", "layernorm_backward", "add_bias", "add", "gelu_forward",
                          "gelu_backward", "attention_forward", "attention_forward_backward",
-                         "softmax_cross_entropy", "ce_phases", "adamw", "sum_squares", "scale", "round_to"}) {
+                         "bidir_attention_forward", "bidir_attention_forward_backward",
+                         "query_attention_forward_backward", "weighted_mse", "softmax_cross_entropy", "ce_phases",
+                         "adamw", "sum_squares", "scale", "round_to"}) {
     EXPECT_NE(names.find(op), std::string::npos) << op;
   }
 }

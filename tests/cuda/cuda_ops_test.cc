@@ -1,7 +1,8 @@
 // Every op of the CUDA backend against the CPU backend (the reference), by normalised error
 // ||x - ref|| / ||ref|| with a tolerance per op and dtype:
 //   fp32 ops                       1e-5 (products, attention, LayerNorm: summation order
-//                                  differs), 1e-6 (elementwise), exact (embedding forward)
+//                                  differs), 1e-6 (elementwise; weighted_mse, whose row losses
+//                                  sum in double on both), exact (embedding forward)
 //   optional fused ops             against the CPU defaults: as the fp32 ops; 1e-4 where a
 //                                  cuBLASLt GELU epilogue evaluates GELU; the bf16 tolerance
 //                                  where a 16-bit storage precision rounds between the steps
@@ -264,6 +265,76 @@ TEST_F(CudaOps, AttentionFp32) {
   EXPECT_LT(rel_err(down(o), ro), kTolF32);
   EXPECT_LT(rel_err(down(att), ratt), kTolF32);
   EXPECT_LT(rel_err(down(d), rd), kTolF32);
+}
+
+TEST_F(CudaOps, BidirAttentionFp32) {
+  const int64_t B = 2, T = 70, C = 48, NH = 3;
+  Vec qkv = randn(B * T * 3 * C, 131), g = randn(B * T * C, 132);
+  Vec ro(B * T * C), ratt(B * NH * T * T), rd(B * T * 3 * C);
+  cpu_->bidir_attention_forward(ro.data(), ratt.data(), qkv.data(), B, T, C, NH);
+  cpu_->bidir_attention_backward(rd.data(), g.data(), qkv.data(), ratt.data(), B, T, C, NH);
+  auto dq = up(qkv);
+  auto dg = up(g);
+  DeviceBuffer<float> o(B * T * C), att(B * NH * T * T), d(B * T * 3 * C);
+  gpu_->bidir_attention_forward(o.data(), att.data(), dq.data(), B, T, C, NH);
+  gpu_->bidir_attention_backward(d.data(), dg.data(), dq.data(), att.data(), B, T, C, NH);
+  EXPECT_LT(rel_err(down(o), ro), kTolF32);
+  EXPECT_LT(rel_err(down(att), ratt), kTolF32);
+  EXPECT_LT(rel_err(down(d), rd), kTolF32);
+}
+
+// Shapes: NH > 1 and 1; S = 1; S above the kernel's warps per block; hs above its 128 threads;
+// N above the 256-row chunks of the ordered dq sum; non-powers of two. dq accumulates onto
+// random values; dkv starts as garbage (written).
+TEST_F(CudaOps, QueryAttentionFp32) {
+  struct Shape {
+    int64_t N, S, C, NH;
+  };
+  for (const Shape sh : {Shape{7, 5, 12, 3}, Shape{300, 13, 320, 2}, Shape{33, 1, 40, 8}, Shape{5, 48, 96, 1}}) {
+    const int64_t N = sh.N, S = sh.S, C = sh.C, NH = sh.NH;
+    Vec q = randn(C, 133), kv = randn(S * N * 2 * C, 134), g = randn(N * C, 135), dq0 = randn(C, 136);
+    Vec ro(N * C), ratt(N * NH * S), rdq = dq0, rdkv(S * N * 2 * C);
+    cpu_->query_attention_forward(ro.data(), ratt.data(), q.data(), kv.data(), N, S, C, NH);
+    cpu_->query_attention_backward(rdq.data(), rdkv.data(), g.data(), q.data(), kv.data(), ratt.data(), N, S, C, NH);
+    auto dqv = up(q);
+    auto dkvin = up(kv);
+    auto dg = up(g);
+    auto ddq = up(dq0);
+    auto ddkv = up(Vec(S * N * 2 * C, 123.0f));
+    DeviceBuffer<float> o(N * C), att(N * NH * S);
+    gpu_->query_attention_forward(o.data(), att.data(), dqv.data(), dkvin.data(), N, S, C, NH);
+    gpu_->query_attention_backward(ddq.data(), ddkv.data(), dg.data(), dqv.data(), dkvin.data(), att.data(), N, S, C,
+                                   NH);
+    const std::string what = "N " + std::to_string(N) + " S " + std::to_string(S) + " C " + std::to_string(C) +
+                             " NH " + std::to_string(NH);
+    EXPECT_LT(rel_err(down(o), ro), kTolF32) << what;
+    EXPECT_LT(rel_err(down(att), ratt), kTolF32) << what;
+    EXPECT_LT(rel_err(down(ddq), rdq), kTolF32) << what;
+    EXPECT_LT(rel_err(down(ddkv), rdkv), kTolF32) << what;
+  }
+}
+
+// R above the kernel's 65536 blocks (grid-stride rows); losses only; grad aliasing pred.
+TEST_F(CudaOps, WeightedMse) {
+  const int64_t R = 70001, K = 37;
+  const float dloss = 0.37f;
+  Vec pred = randn(R * K, 137), target = randn(R * K, 138), w = randn(K, 139);
+  for (auto& x : w) x = std::fabs(x) + 0.1f;
+  Vec rl(R), rg(R * K);
+  cpu_->weighted_mse(rl.data(), rg.data(), pred.data(), target.data(), w.data(), R, K, dloss);
+  auto dp = up(pred);
+  auto dt = up(target);
+  auto dw = up(w);
+  DeviceBuffer<float> loss(R), grad(R * K);
+  gpu_->weighted_mse(loss.data(), grad.data(), dp.data(), dt.data(), dw.data(), R, K, dloss);
+  EXPECT_LT(rel_err(down(loss), rl), kTolElem);
+  EXPECT_LT(rel_err(down(grad), rg), kTolElem);
+  DeviceBuffer<float> loss2(R);
+  gpu_->weighted_mse(loss2.data(), nullptr, dp.data(), dt.data(), dw.data(), R, K, dloss);
+  EXPECT_EQ(rel_err(down(loss2), down(loss)), 0.0);
+  gpu_->weighted_mse(loss2.data(), dp.data(), dp.data(), dt.data(), dw.data(), R, K, dloss);  // in place
+  EXPECT_EQ(rel_err(down(loss2), down(loss)), 0.0);
+  EXPECT_EQ(rel_err(down(dp), down(grad)), 0.0);
 }
 
 TEST_F(CudaOps, SoftmaxCrossEntropy) {

@@ -118,7 +118,7 @@ RunResult train(const std::string& comm, int m) {
   Engine engine(cfg, *world, *be);
   engine.init_params(1234);
   RunResult out;
-  const BatchFn batch = [&](int64_t first, int64_t count, int32_t* inputs, int32_t* targets) {
+  const TokenBatchFn batch = [&](int64_t first, int64_t count, int32_t* inputs, int32_t* targets) {
     for (int64_t i = 0; i < count * cfg.seq; ++i) {
       const int64_t row = first + i / cfg.seq, t = i % cfg.seq;
       inputs[i] = static_cast<int32_t>((row * 31 + t * 7 + static_cast<int64_t>(out.steps.size()) * 5) % 96);

@@ -103,6 +103,8 @@ const std::vector<BadValue>& bad_values() {
       {"compression.pp", "int8:2", "the codec int8 takes no argument"},
       {"compression.block_size", "0", "compression.block_size must lie in [1, 16777216]"},
       {"compression.error_feedback", "true", "compression.error_feedback needs a lossy compression.dp codec"},
+      // [data] (ClimaX runs)
+      {"lead_hours", "0", "lead_hours must be positive, got 0"}, {"lead_hours", "6;12", "must be a list of integers"},
       // [eval]
       {"val_every", "-1", "val_every -1"}, {"val_batches", "-1", "val_batches -1"},
       {"val_batches", kInt64Huge, "validation tokens = val_batches 4611686018427387904"},
@@ -126,6 +128,7 @@ const std::vector<BadValue>& bad_values() {
 // Keys that take any value of their type (validated elsewhere, or free).
 const std::set<std::string> kFreeKeys = {
     "val_data",           // a path, opened with the data (tests/apps/cli_test.cc DataErrors)
+    "variables",          // field names, checked against the NetCDF file when it is opened (weather_test)
     "order",              // the layout rules (layout_rules_test)
     "sequence_parallel",  // a bool; the layout rules check it needs tp > 1
     "schedule",           // the layout rules

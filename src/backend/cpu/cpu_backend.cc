@@ -352,6 +352,208 @@ class CpuBackend final : public Backend {
     }
   }
 
+  // Bidirectional attention per (b, h), in the same row blocks as the causal op (the backward's
+  // scratch stays kBlock rows of T per thread); every block multiplies against all T keys.
+  void bidir_attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+                               int64_t NH) override {
+    const int64_t hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t bh = 0; bh < B * NH; ++bh) {
+      const int64_t b = bh / NH, h = bh % NH;
+      const float* q = qkv + b * T * C3 + h * hs;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      float* a = att + bh * T * T;
+      float* o = out + b * T * C + h * hs;
+      for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
+        const int64_t i1 = std::min(T, i0 + kBlock), rows = i1 - i0;
+        // scores[i0:i1, 0:T] = q[i0:i1] k^T * scale
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, T, hs, scale, q + i0 * C3, C3, k, C3, 0.0f,
+                    a + i0 * T, T);
+        for (int64_t i = i0; i < i1; ++i) {
+          float* r = a + i * T;
+          float mx = -INFINITY;
+          for (int64_t j = 0; j < T; ++j) mx = std::max(mx, r[j]);
+          float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+          for (int64_t j = 0; j < T; ++j) {
+            r[j] = vexp(r[j] - mx);
+            s += r[j];
+          }
+          const float inv = 1.0f / s;
+#pragma omp simd
+          for (int64_t j = 0; j < T; ++j) r[j] *= inv;
+        }
+        // out[i0:i1] = att[i0:i1, 0:T] v
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, T, 1.0f, a + i0 * T, T, v, C3, 0.0f,
+                    o + i0 * C, C);
+      }
+    }
+  }
+
+  void bidir_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B,
+                                int64_t T, int64_t C, int64_t NH) override {
+    const int64_t hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+    int nt = omp_get_max_threads();
+    scratch_.resize(static_cast<size_t>(nt) * kBlock * T);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t bh = 0; bh < B * NH; ++bh) {
+      const int64_t b = bh / NH, h = bh % NH;
+      float* datt = scratch_.data() + static_cast<size_t>(omp_get_thread_num()) * kBlock * T;
+      const float* q = qkv + b * T * C3 + h * hs;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      float* dq = dqkv + b * T * C3 + h * hs;
+      float* dk = dq + C;
+      float* dv = dq + 2 * C;
+      const float* a = att + bh * T * T;
+      const float* dO = dout + b * T * C + h * hs;
+      for (int64_t t = 0; t < T; ++t) {
+        std::memset(dk + t * C3, 0, hs * sizeof(float));
+        std::memset(dv + t * C3, 0, hs * sizeof(float));
+      }
+      for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
+        const int64_t i1 = std::min(T, i0 + kBlock), rows = i1 - i0;
+        // dv += att[i0:i1, 0:T]^T dO[i0:i1]
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, rows, 1.0f, a + i0 * T, T, dO + i0 * C, C,
+                    1.0f, dv, C3);
+        // datt[rows, 0:T] = dO[i0:i1] v^T
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, T, hs, 1.0f, dO + i0 * C, C, v, C3, 0.0f, datt,
+                    T);
+        // softmax backward: dscore = att * (datt - sum_j att*datt), times the 1/sqrt(hs) scale
+        for (int64_t i = i0; i < i1; ++i) {
+          const float* ar = a + i * T;
+          float* dr = datt + (i - i0) * T;
+          float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+          for (int64_t j = 0; j < T; ++j) dot += ar[j] * dr[j];
+#pragma omp simd
+          for (int64_t j = 0; j < T; ++j) dr[j] = ar[j] * (dr[j] - dot) * scale;
+        }
+        // dq[i0:i1] = dscore k;  dk += dscore^T q[i0:i1]
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, T, 1.0f, datt, T, k, C3, 0.0f,
+                    dq + i0 * C3, C3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, rows, 1.0f, datt, T, q + i0 * C3, C3, 1.0f, dk,
+                    C3);
+      }
+    }
+  }
+
+  // Query attention: one (n, h) row of S scores at a time, in the att row itself (no scratch).
+  void query_attention_forward(float* out, float* att, const float* q, const float* kv, int64_t N, int64_t S,
+                               int64_t C, int64_t NH) override {
+    const int64_t hs = C / NH, C2 = 2 * C, NC2 = N * C2;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+#pragma omp parallel for schedule(static)
+    for (int64_t nh = 0; nh < N * NH; ++nh) {
+      const int64_t n = nh / NH, h = nh % NH;
+      const float* qh = q + h * hs;
+      const float* kn = kv + n * C2 + h * hs;  // key of token s: kn + s * NC2; value: + C
+      float* a = att + nh * S;
+      float mx = -INFINITY;
+      for (int64_t s = 0; s < S; ++s) {
+        const float* ks = kn + s * NC2;
+        float d = 0.0f;
+#pragma omp simd reduction(+ : d)
+        for (int64_t i = 0; i < hs; ++i) d += qh[i] * ks[i];
+        a[s] = d * scale;
+        mx = std::max(mx, a[s]);
+      }
+      float sum = 0.0f;
+      for (int64_t s = 0; s < S; ++s) {
+        a[s] = vexp(a[s] - mx);
+        sum += a[s];
+      }
+      const float inv = 1.0f / sum;
+      for (int64_t s = 0; s < S; ++s) a[s] *= inv;
+      float* o = out + n * C + h * hs;
+      std::fill(o, o + hs, 0.0f);
+      for (int64_t s = 0; s < S; ++s) {
+        const float as = a[s];
+        const float* vs = kn + s * NC2 + C;
+#pragma omp simd
+        for (int64_t i = 0; i < hs; ++i) o[i] += as * vs[i];
+      }
+    }
+  }
+
+  // dq sums over the positions through per-thread partials (static schedule, added in thread
+  // order: deterministic for a given thread count).
+  void query_attention_backward(float* dq, float* dkv, const float* dout, const float* q, const float* kv,
+                                const float* att, int64_t N, int64_t S, int64_t C, int64_t NH) override {
+    const int64_t hs = C / NH, C2 = 2 * C, NC2 = N * C2;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+    const int nt = omp_get_max_threads();
+    // per thread: C floats of dq partial, then S floats of dscore
+    const size_t per = static_cast<size_t>(C + S);
+    scratch_.assign(static_cast<size_t>(nt) * per, 0.0f);
+#pragma omp parallel
+    {
+      float* pdq = scratch_.data() + static_cast<size_t>(omp_get_thread_num()) * per;
+      float* dz = pdq + C;
+#pragma omp for schedule(static)
+      for (int64_t nh = 0; nh < N * NH; ++nh) {
+        const int64_t n = nh / NH, h = nh % NH;
+        const float* qh = q + h * hs;
+        const float* kn = kv + n * C2 + h * hs;
+        float* dkn = dkv + n * C2 + h * hs;
+        const float* a = att + nh * S;
+        const float* g = dout + n * C + h * hs;
+        // datt_s = dout . v_s;  dscore_s = a_s (datt_s - sum_j a_j datt_j) * scale
+        float dot = 0.0f;
+        for (int64_t s = 0; s < S; ++s) {
+          const float* vs = kn + s * NC2 + C;
+          float d = 0.0f;
+#pragma omp simd reduction(+ : d)
+          for (int64_t i = 0; i < hs; ++i) d += g[i] * vs[i];
+          dz[s] = d;
+          dot += a[s] * d;
+        }
+        float* pq = pdq + h * hs;
+        for (int64_t s = 0; s < S; ++s) {
+          const float z = a[s] * (dz[s] - dot) * scale, as = a[s];
+          const float* ks = kn + s * NC2;
+          float* dks = dkn + s * NC2;
+          float* dvs = dks + C;
+#pragma omp simd
+          for (int64_t i = 0; i < hs; ++i) {
+            dks[i] = z * qh[i];
+            dvs[i] = as * g[i];
+            pq[i] += z * ks[i];
+          }
+        }
+      }
+    }
+    for (int t = 0; t < nt; ++t) {
+      const float* pdq = scratch_.data() + static_cast<size_t>(t) * per;
+      for (int64_t c = 0; c < C; ++c) dq[c] += pdq[c];
+    }
+  }
+
+  void weighted_mse(float* row_loss, float* grad, const float* pred, const float* target, const float* w, int64_t R,
+                    int64_t K, float dloss) override {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < R; ++r) {
+      const float* p = pred + r * K;
+      const float* t = target + r * K;
+      double s = 0.0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t k = 0; k < K; ++k) {
+        const double d = static_cast<double>(p[k]) - static_cast<double>(t[k]);
+        s += static_cast<double>(w[k]) * d * d;
+      }
+      row_loss[r] = static_cast<float>(s);
+      if (grad) {
+        float* gr = grad + r * K;  // may alias p: each element is read before it is written
+        const float c = 2.0f * dloss;
+#pragma omp simd
+        for (int64_t k = 0; k < K; ++k) gr[k] = c * w[k] * (p[k] - t[k]);
+      }
+    }
+  }
+
   void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t N,
                              int64_t V, int64_t Vp, float dloss) override {
 #pragma omp parallel for schedule(static)

@@ -127,6 +127,26 @@ class GuardedBackend final : public Backend {
                           int64_t C, int64_t NH) override {
     run<&Backend::attention_backward>("attention_backward", dqkv, dout, qkv, att, B, T, C, NH);
   }
+  void bidir_attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+                               int64_t NH) override {
+    run<&Backend::bidir_attention_forward>("bidir_attention_forward", out, att, qkv, B, T, C, NH);
+  }
+  void bidir_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B,
+                                int64_t T, int64_t C, int64_t NH) override {
+    run<&Backend::bidir_attention_backward>("bidir_attention_backward", dqkv, dout, qkv, att, B, T, C, NH);
+  }
+  void query_attention_forward(float* out, float* att, const float* q, const float* kv, int64_t N, int64_t S,
+                               int64_t C, int64_t NH) override {
+    run<&Backend::query_attention_forward>("query_attention_forward", out, att, q, kv, N, S, C, NH);
+  }
+  void query_attention_backward(float* dq, float* dkv, const float* dout, const float* q, const float* kv,
+                                const float* att, int64_t N, int64_t S, int64_t C, int64_t NH) override {
+    run<&Backend::query_attention_backward>("query_attention_backward", dq, dkv, dout, q, kv, att, N, S, C, NH);
+  }
+  void weighted_mse(float* row_loss, float* grad, const float* pred, const float* target, const float* w, int64_t R,
+                    int64_t K, float dloss) override {
+    run<&Backend::weighted_mse>("weighted_mse", row_loss, grad, pred, target, w, R, K, dloss);
+  }
   void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
                              float dloss) override {
     run<&Backend::softmax_cross_entropy>("softmax_cross_entropy", logits, losses, targets, N, V, Vp, dloss);

@@ -217,7 +217,27 @@ void CudaBackend::gelu_backward(float* dinp, const float* inp, const float* dout
 
 void CudaBackend::attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
                                     int64_t NH) {
-  WEFT_CHECK(NH > 0 && C % NH == 0, "attention_forward: C = {} does not divide into NH = {} heads", C, NH);
+  attention_forward_probs("attention_forward", true, out, att, qkv, B, T, C, NH);
+}
+
+void CudaBackend::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B,
+                                     int64_t T, int64_t C, int64_t NH) {
+  attention_backward_probs("attention_backward", true, dqkv, dout, qkv, att, B, T, C, NH);
+}
+
+void CudaBackend::bidir_attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+                                          int64_t NH) {
+  attention_forward_probs("bidir_attention_forward", false, out, att, qkv, B, T, C, NH);
+}
+
+void CudaBackend::bidir_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                                           int64_t B, int64_t T, int64_t C, int64_t NH) {
+  attention_backward_probs("bidir_attention_backward", false, dqkv, dout, qkv, att, B, T, C, NH);
+}
+
+void CudaBackend::attention_forward_probs(const char* what, bool causal, float* out, float* att, const float* qkv,
+                                          int64_t B, int64_t T, int64_t C, int64_t NH) {
+  WEFT_CHECK(NH > 0 && C % NH == 0, "{}: C = {} does not divide into NH = {} heads", what, C, NH);
   const int64_t hs = C / NH, C3 = 3 * C, TT = T * T;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   for (int64_t b = 0; b < B; ++b) {
@@ -225,7 +245,7 @@ void CudaBackend::attention_forward(float* out, float* att, const float* qkv, in
     // att[b, h] (T,T) = scale * q_h k_h^T, batched over the heads (offset hs apart).
     st_->blas->sgemm(false, true, T, T, hs, scale, q, C3, hs, q + C, C3, hs, 0.0f, att + b * NH * TT, T, TT, NH);
   }
-  kern::causal_softmax_rows(att, B * NH, T, 1.0f, st_->stream);
+  kern::softmax_rows(att, B * NH, T, 1.0f, causal, st_->stream);
   for (int64_t b = 0; b < B; ++b) {
     const float* v = qkv + b * T * C3 + 2 * C;
     st_->blas->sgemm(false, false, T, hs, T, 1.0f, att + b * NH * TT, T, TT, v, C3, hs, 0.0f, out + b * T * C, C, hs,
@@ -233,9 +253,10 @@ void CudaBackend::attention_forward(float* out, float* att, const float* qkv, in
   }
 }
 
-void CudaBackend::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B,
-                                     int64_t T, int64_t C, int64_t NH) {
-  WEFT_CHECK(NH > 0 && C % NH == 0, "attention_backward: C = {} does not divide into NH = {} heads", C, NH);
+void CudaBackend::attention_backward_probs(const char* what, bool causal, float* dqkv, const float* dout,
+                                           const float* qkv, const float* att, int64_t B, int64_t T, int64_t C,
+                                           int64_t NH) {
+  WEFT_CHECK(NH > 0 && C % NH == 0, "{}: C = {} does not divide into NH = {} heads", what, C, NH);
   const int64_t hs = C / NH, C3 = 3 * C, TT = T * T;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   float* datt = st_->scratch_of<float>(NH * TT);
@@ -251,11 +272,32 @@ void CudaBackend::attention_backward(float* dqkv, const float* dout, const float
     // dv_h = att_h^T dO_h;  datt_h = dO_h v_h^T
     st_->blas->sgemm(true, false, T, hs, T, 1.0f, a, T, TT, dO, C, hs, 0.0f, dv, C3, hs, NH);
     st_->blas->sgemm(false, true, T, T, hs, 1.0f, dO, C, hs, v, C3, hs, 0.0f, datt, T, TT, NH);
-    kern::causal_softmax_backward_rows(datt, a, NH, T, scale, st_->stream);
+    kern::softmax_backward_rows(datt, a, NH, T, scale, causal, st_->stream);
     // dq_h = dscore_h k_h;  dk_h = dscore_h^T q_h
     st_->blas->sgemm(false, false, T, hs, T, 1.0f, datt, T, TT, k, C3, hs, 0.0f, dq, C3, hs, NH);
     st_->blas->sgemm(true, false, T, hs, T, 1.0f, datt, T, TT, q, C3, hs, 0.0f, dk, C3, hs, NH);
   }
+}
+
+void CudaBackend::query_attention_forward(float* out, float* att, const float* q, const float* kv, int64_t N,
+                                          int64_t S, int64_t C, int64_t NH) {
+  WEFT_CHECK(NH > 0 && C % NH == 0, "query_attention_forward: C = {} does not divide into NH = {} heads", C, NH);
+  WEFT_CHECK(N * NH < (int64_t{1} << 31), "query_attention_forward: N = {}, NH = {} outside the grid limits", N, NH);
+  kern::query_attention_forward(out, att, q, kv, N, S, C, NH, st_->stream);
+}
+
+void CudaBackend::query_attention_backward(float* dq, float* dkv, const float* dout, const float* q, const float* kv,
+                                           const float* att, int64_t N, int64_t S, int64_t C, int64_t NH) {
+  WEFT_CHECK(NH > 0 && C % NH == 0, "query_attention_backward: C = {} does not divide into NH = {} heads", C, NH);
+  WEFT_CHECK(N * NH < (int64_t{1} << 31), "query_attention_backward: N = {}, NH = {} outside the grid limits", N,
+             NH);
+  float* scratch = st_->scratch_of<float>(kern::query_attention_backward_scratch(N, S, C, NH));
+  kern::query_attention_backward(dq, dkv, dout, q, kv, att, N, S, C, NH, scratch, st_->stream);
+}
+
+void CudaBackend::weighted_mse(float* row_loss, float* grad, const float* pred, const float* target, const float* w,
+                               int64_t R, int64_t K, float dloss) {
+  kern::weighted_mse(row_loss, grad, pred, target, w, R, K, dloss, st_->stream);
 }
 
 void CudaBackend::softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V,

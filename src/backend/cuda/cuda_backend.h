@@ -112,6 +112,20 @@ class CudaBackend final : public Backend {
                          int64_t NH) override;
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B, int64_t T,
                           int64_t C, int64_t NH) override;
+  // The same products with full softmax rows (attention_ref.cu's row kernels without the mask).
+  void bidir_attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+                               int64_t NH) override;
+  void bidir_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B,
+                                int64_t T, int64_t C, int64_t NH) override;
+  // One block per (position, head) (attention_ref.cu); dq sums the positions' partials in order
+  // (deterministic, no atomics).
+  void query_attention_forward(float* out, float* att, const float* q, const float* kv, int64_t N, int64_t S,
+                               int64_t C, int64_t NH) override;
+  void query_attention_backward(float* dq, float* dkv, const float* dout, const float* q, const float* kv,
+                                const float* att, int64_t N, int64_t S, int64_t C, int64_t NH) override;
+  // One block per row, the row's loss summed in double (elementwise.cu).
+  void weighted_mse(float* row_loss, float* grad, const float* pred, const float* target, const float* w, int64_t R,
+                    int64_t K, float dloss) override;
   void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
                              float dloss) override;
   void ce_row_max(const float* logits, int64_t N, int64_t ld, int64_t cols, float* max) override;
@@ -235,6 +249,13 @@ class CudaBackend final : public Backend {
   void device_free_impl(void* p, size_t bytes) noexcept override;
 
  private:
+  // attention_forward/backward and their bidirectional forms: cuBLAS strided-batched products
+  // around the row kernels, causal or full rows; `what` names the op in messages.
+  void attention_forward_probs(const char* what, bool causal, float* out, float* att, const float* qkv, int64_t B,
+                               int64_t T, int64_t C, int64_t NH);
+  void attention_backward_probs(const char* what, bool causal, float* dqkv, const float* dout, const float* qkv,
+                                const float* att, int64_t B, int64_t T, int64_t C, int64_t NH);
+
   struct State;
   std::unique_ptr<State> st_;
 };

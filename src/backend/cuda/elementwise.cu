@@ -1,4 +1,5 @@
-// Elementwise kernels, the dbias column sum, AdamW and the sum of squares.
+// Elementwise kernels, the dbias column sum, AdamW, the sum of squares and the weighted squared
+// error (ClimaX's latitude-weighted MSE).
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -119,6 +120,24 @@ __global__ void sum_finish_kernel(const double* partial, int count, double* out)
   if (threadIdx.x == 0) *out = s;
 }
 
+// Weighted squared error: one block per row (grid-stride over rows), the row's loss summed in
+// double (block_reduce); the gradient written elementwise by the thread that read pred, so grad
+// may alias pred.
+__global__ void weighted_mse_kernel(float* row_loss, float* grad, const float* pred, const float* target,
+                                    const float* w, int64_t R, int64_t K, float c) {
+  for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
+    double acc = 0.0;
+    for (int64_t k = threadIdx.x; k < K; k += blockDim.x) {
+      const float p = pred[r * K + k], t = target[r * K + k], wk = w[k];
+      const double d = static_cast<double>(p) - static_cast<double>(t);
+      acc += static_cast<double>(wk) * d * d;
+      if (grad) grad[r * K + k] = c * wk * (p - t);
+    }
+    acc = block_reduce(acc, SumOp{}, 0.0);
+    if (threadIdx.x == 0) row_loss[r] = static_cast<float>(acc);
+  }
+}
+
 }  // namespace
 
 template <typename T> void add_bias(T* out, const T* inp, const T* bias, int64_t N, int64_t C, Stream s) {
@@ -196,6 +215,14 @@ template <typename T> void sum_squares(const T* x, int64_t n, double* out, doubl
   WEFT_KERNEL_CHECK("sum_squares_partial_kernel");
   sum_finish_kernel<<<1, 1024, 0, s>>>(scratch, static_cast<int>(blocks), out);
   WEFT_KERNEL_CHECK("sum_finish_kernel");
+}
+
+void weighted_mse(float* row_loss, float* grad, const float* pred, const float* target, const float* w, int64_t R,
+                  int64_t K, float dloss, Stream s) {
+  if (R == 0) return;
+  const unsigned blocks = static_cast<unsigned>(R < 65536 ? R : 65536);
+  weighted_mse_kernel<<<blocks, kThreads, 0, s>>>(row_loss, grad, pred, target, w, R, K, 2.0f * dloss);
+  WEFT_KERNEL_CHECK("weighted_mse_kernel");
 }
 
 #define WEFT_INSTANTIATE(T)                                                                                \

@@ -77,11 +77,26 @@ void ce_grad(T* logits, int64_t N, int64_t ld, int64_t cols, const float* max, c
 // losses[i] = log(sum[i]) + max[i] - tl[i] (n rows).
 void ce_loss(float* losses, const float* max, const float* sum, const float* tl, int64_t n, Stream s);
 
+// The weighted squared error (backend.h weighted_mse): row_loss (R) = sum_k w[k] (pred - target)^2
+// summed in double; grad (R,K), when not null, = 2 dloss w[k] (pred - target) (may alias pred).
+void weighted_mse(float* row_loss, float* grad, const float* pred, const float* target, const float* w, int64_t R,
+                  int64_t K, float dloss, Stream s);
+
 // --- attention, fp32 reference path (attention_ref.cu): softmax of the stored scores ---
-// att (BH, T, T) rows: causal softmax of scale * scores in place, zeros above the diagonal.
-void causal_softmax_rows(float* att, int64_t BH, int64_t T, float scale, Stream s);
-// datt -> scale * att * (datt - sum_j att*datt), zeros above the diagonal.
-void causal_softmax_backward_rows(float* datt, const float* att, int64_t BH, int64_t T, float scale, Stream s);
+// att (BH, T, T) rows: softmax of scale * scores in place; causal: over columns [0, i] of
+// query row i, zeros above the diagonal; otherwise over all T columns (bidirectional).
+void softmax_rows(float* att, int64_t BH, int64_t T, float scale, bool causal, Stream s);
+// datt -> scale * att * (datt - sum_j att*datt) (causal: zeros above the diagonal).
+void softmax_backward_rows(float* datt, const float* att, int64_t BH, int64_t T, float scale, bool causal, Stream s);
+// Query attention (backend.h query_attention_forward/backward): q (C), kv (S,N,2C), out (N,C),
+// att (N,NH,S). Backward: dkv writes, dq (C) accumulates the sum over positions (deterministic:
+// per-position partials, then the ordered column sum); scratch: query_attention_backward_scratch floats.
+void query_attention_forward(float* out, float* att, const float* q, const float* kv, int64_t N, int64_t S, int64_t C,
+                             int64_t NH, Stream s);
+void query_attention_backward(float* dq, float* dkv, const float* dout, const float* q, const float* kv,
+                              const float* att, int64_t N, int64_t S, int64_t C, int64_t NH, float* scratch,
+                              Stream s);
+int64_t query_attention_backward_scratch(int64_t N, int64_t S, int64_t C, int64_t NH);
 
 // The .cu files use no fmt (nvcc rejects its consteval format checks): argument checks
 // that need a message live in cuda_backend.cc.

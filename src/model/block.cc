@@ -1,0 +1,85 @@
+#include "model/block.h"
+
+#include "core/error.h"
+
+namespace weft {
+
+TransformerBlock::TransformerBlock(const ModelConfig& cfg, Backend& backend, TensorParallel& tp,
+                                   SequenceParallelLayerNorm& ln, ColumnParallelLinear& column, RowParallelLinear& row,
+                                   bool causal)
+    : C_(cfg.n_embd),
+      F_(tp.part(cfg.ffn)),
+      NH_(tp.part(cfg.n_head)),
+      Cl_(tp.part(cfg.n_embd)),
+      be_(backend),
+      tp_(tp),
+      ln_(ln),
+      column_(column),
+      row_(row),
+      causal_(causal) {}
+
+void TransformerBlock::set_attention_lse(bool on) {
+  WEFT_CHECK(!on || causal_, "flash attention (log-sum-exp) is only available for causal attention");
+  lse_ = on;
+}
+
+void TransformerBlock::attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T) {
+  if (causal_) {
+    be_.attention_forward(out, att, qkv, B, T, Cl_, NH_);
+  } else {
+    be_.bidir_attention_forward(out, att, qkv, B, T, Cl_, NH_);
+  }
+}
+
+void TransformerBlock::forward(const LayerPtrs& lw, const float* x, LayerActs& a, int64_t B, int64_t T,
+                               bool to_gelu) {
+  const int64_t N = B * T, C = C_, F = F_, NH = NH_, Cl = Cl_;
+  ln_.forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, lw.ln1w, lw.ln1b, N, C);
+  column_.forward(a.qkv, a.ln1, lw.qkvw, lw.qkvb, N, C, 3 * Cl);
+  if (lse_) {
+    be_.attention_forward_lse(a.atty, a.att /* lse (B,NH,T) */, a.qkv, B, T, Cl, NH);  // statistics stay fp32
+  } else {
+    attention_forward(a.atty, a.att, a.qkv, B, T);
+    tp_.round(a.att, B * NH * T * T);
+  }
+  tp_.round(a.atty, N * Cl);
+  row_.forward_norm(ln_, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, a.atty, lw.attprojw, lw.attprojb, lw.ln2w,
+                    lw.ln2b, N, Cl, C);
+  column_.forward_gelu(a.fch_gelu, a.fch, a.ln2, lw.fcw, lw.fcb, N, C, F);
+  if (to_gelu) return;
+  row_.forward(a.res3, a.res2, a.fch_gelu, lw.fcprojw, lw.fcprojb, N, F, C);
+}
+
+// The forward's steps in reverse.
+void TransformerBlock::backward(const LayerPtrs& lw, const LayerPtrs& lg, const float* x, LayerActs& a, int64_t B,
+                                int64_t T, bool full, const BlockScratch& s) {
+  const int64_t N = B * T, C = C_, F = F_, NH = NH_, Cl = Cl_;
+  const int64_t Nl = tp_.local_rows(N);  // rows of the residual stream held here
+  if (full) forward(lw, x, a, B, T, true);  // rematerialise the layer in the workspace
+  // The residual passes d(res3) on unchanged to res2.
+  row_.backward_gelu(s.dF, lg.fcprojw, lg.fcprojb, s.dres, a.fch_gelu, lw.fcprojw, a.fch, N, F, C);
+  const float* dln2 = column_.backward(s.dC, lg.fcw, lg.fcb, s.dF, a.ln2, lw.fcw, N, C, F);
+  ln_.backward(s.dres, lg.ln2w, lg.ln2b, dln2, a.res2, lw.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
+  tp_.round(s.dres, Nl * C);
+  // dres now holds d(res2); the residual passes it on unchanged to x.
+  if (!full && !lse_ && a.att == s.att) {
+    // Selective recompute: the attention probabilities again, from the stashed q, k, v (the
+    // recomputed output goes to d3C, free until the attention backward writes it).
+    attention_forward(s.d3C, s.att, a.qkv, B, T);
+    tp_.round(s.att, B * NH * T * T);  // as the forward stored them
+  }
+  row_.backward(s.dC, lg.attprojw, lg.attprojb, s.dres, a.atty, lw.attprojw, N, Cl, C);
+  if (lse_) {
+    be_.attention_backward_lse(s.d3C, s.dC, a.qkv, a.atty, a.att /* lse */, B, T, Cl, NH);
+  } else if (causal_) {
+    be_.attention_backward(s.d3C, s.dC, a.qkv, a.att, B, T, Cl, NH);
+  } else {
+    be_.bidir_attention_backward(s.d3C, s.dC, a.qkv, a.att, B, T, Cl, NH);
+  }
+  tp_.round(s.d3C, N * 3 * Cl);
+  const float* dln1 = column_.backward(s.dC, lg.qkvw, lg.qkvb, s.d3C, a.ln1, lw.qkvw, N, C, 3 * Cl);
+  ln_.backward(s.dres, lg.ln1w, lg.ln1b, dln1, x, lw.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
+  tp_.round(s.dres, Nl * C);
+}
+
+}  // namespace weft

@@ -1,0 +1,122 @@
+#include "model/climax_description.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "model/params.h"
+#include "parallel/tp/mappings.h"
+
+namespace weft {
+
+ClimaxDescription::ClimaxDescription(const ClimaxRunSpec& spec) : s_(spec) {
+  const ModelConfig& m = s_.model;
+  WEFT_CHECK(m.is_climax(), "ClimaxDescription of model '{}', a {}", m.name, family_name(m.family));
+  m.validate();
+  check_tp_split(m, s_.tp);
+  if (s_.B <= 0) throw_input("micro-batch {} must be positive", s_.B);
+  L_ = m.num_patches();
+  N_ = s_.B * L_;
+  C_ = m.n_embd;
+  Cl_ = C_ / s_.tp;
+  Fl_ = m.ffn / s_.tp;
+  NHl_ = m.n_head / s_.tp;
+  V_ = m.vars;
+  P2_ = int64_t{m.patch} * m.patch;
+  K_ = V_ * P2_;
+  rf_ = 0;
+  if (s_.training && s_.recompute == Recompute::kFull) {
+    rf_ = s_.recompute_layers < 0 ? m.n_layer : std::min(s_.recompute_layers, m.n_layer);
+  }
+}
+
+int64_t ClimaxDescription::front_params(int tp) const {
+  const ModelConfig& m = s_.model;
+  const int64_t C = m.n_embd, V = m.vars, P2 = int64_t{m.patch} * m.patch, L = m.num_patches();
+  return V * P2 * C + V * C      // token_embeds
+         + V * C + C             // var_embed, var_query
+         + (C * C + C) / tp      // var_agg.q
+         + (2 * C * C + 2 * C) / tp  // var_agg.kv
+         + C * C / tp + C        // var_agg.out_proj (bias replicated)
+         + L * C                 // pos_embed
+         + 2 * C;                // lead_time_embed
+}
+
+int64_t ClimaxDescription::layer_params(int tp) const {
+  const int64_t C = s_.model.n_embd, F = s_.model.ffn;
+  return 4 * C + (3 * C * C + 3 * C) / tp + C * C / tp + C + (C * F + F) / tp + F * C / tp + C;
+}
+
+int64_t ClimaxDescription::back_params() const {
+  const ModelConfig& m = s_.model;
+  const int64_t C = m.n_embd, K = int64_t{m.vars} * m.patch * m.patch;
+  return 2 * C + m.decoder_depth * (C * C + C) + C * K + K;
+}
+
+double ClimaxDescription::train_flops_per_token(const ModelConfig& m) {
+  ClimaxRunSpec s;
+  s.model = m;
+  return 3.0 * ClimaxDescription(s).forward_flops_per_token();
+}
+
+double ClimaxDescription::layer_forward_flops_per_token() const {
+  const double C = static_cast<double>(C_), F = static_cast<double>(s_.model.ffn), L = static_cast<double>(L_);
+  return 2.0 * (4.0 * C * C + 2.0 * C * F) + 4.0 * C * L;
+}
+
+double ClimaxDescription::forward_flops_per_token() const {
+  const double C = static_cast<double>(C_), V = static_cast<double>(V_), P2 = static_cast<double>(P2_);
+  const double K = static_cast<double>(K_), Ld = static_cast<double>(s_.model.n_layer);
+  const double front = 2.0 * V * P2 * C + 4.0 * V * C * C + 4.0 * V * C + 2.0 * C * C;
+  const double back = 2.0 * (static_cast<double>(s_.model.decoder_depth) * C * C + C * K);
+  return front + Ld * layer_forward_flops_per_token() + back;
+}
+
+double ClimaxDescription::recompute_flops_per_token() const {
+  return static_cast<double>(rf_) * layer_forward_flops_per_token();
+}
+
+int64_t ClimaxDescription::front_stash_elems() const {
+  // patches (V,N,p^2), tokens X (V,N,C), kv (V,N,2Cl), q (Cl), probabilities (N,NHl,V),
+  // aggregated (N,Cl), lead times (B), the blocks' input (N,C).
+  return V_ * N_ * P2_ + V_ * N_ * C_ + V_ * N_ * 2 * Cl_ + Cl_ + N_ * NHl_ * V_ + N_ * Cl_ + s_.B + N_ * C_;
+}
+
+int64_t ClimaxDescription::layer_elems() const {
+  const int64_t N = N_, C = C_, Cl = Cl_, F = Fl_;
+  return N * C + 2 * N + N * 3 * Cl + s_.B * NHl_ * L_ * L_ + N * Cl + N * C + N * C + 2 * N + 2 * N * F + N * C;
+}
+
+int64_t ClimaxDescription::layer_stash_elems(int64_t i) const {
+  return i < rf_ ? N_ * C_ : layer_elems();  // a fully recomputed layer keeps its output only
+}
+
+int64_t ClimaxDescription::back_stash_elems() const {
+  // final norm (N,C) + statistics (2N); per decoder layer pre-activation and GELU (2 N C);
+  // the predictions (N,K).
+  return N_ * C_ + 2 * N_ + 2 * int64_t{s_.model.decoder_depth} * N_ * C_ + N_ * K_;
+}
+
+int64_t ClimaxDescription::stash_elems() const {
+  int64_t n = front_stash_elems() + back_stash_elems();
+  for (int64_t i = 0; i < s_.model.n_layer; ++i) n += layer_stash_elems(i);
+  return n;
+}
+
+int64_t ClimaxDescription::workspace_tensor_elems() const {
+  const int64_t N = N_, C = C_, Cl = Cl_, F = Fl_;
+  // Both modes: targets (N,K), weights (L,K) of one sample, row losses (B), ones (N), the lead embedding (B,C),
+  // the residual base (N,C).
+  int64_t n = N * K_ + L_ * K_ + s_.B + N + s_.B * C + N * C;
+  if (!s_.training) return n;
+  // dres, dC (N,C), d3C (N,3Cl), dF (N,F); dX (V,N,C), dkv (V,N,2Cl), dagg (N,Cl), dq (Cl),
+  // dquery (C), dlead (B,C); the decoder's two (N,C).
+  n += 2 * N * C + N * 3 * Cl + N * F + V_ * N * C + V_ * N * 2 * Cl + N * Cl + Cl + C + s_.B * C + 2 * N * C;
+  if (rf_ > 0) n += layer_elems() - N * C;  // the rematerialised layer (its output stays in the stash)
+  return n;
+}
+
+int64_t ClimaxDescription::tp_scratch_elems() const {
+  return TensorParallel::scratch_elems(s_.tp, false, N_, C_);
+}
+
+}  // namespace weft

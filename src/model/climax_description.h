@@ -1,0 +1,74 @@
+// The ClimaX model's one description of itself (DESIGN.md principle 4, as GptDescription is the
+// GPT's): for one rank's part of a run, its parameter counts, the model FLOPs per patch token and
+// the elements of every buffer ClimaX::reserve allocates. The planner reads it (plan/shape.cc,
+// plan/weft_memory.cc); tests/model/climax_test.cc holds the model's buffers equal to it.
+//
+// Letters (model/climax.h): B micro-batch, V variables, H x W grid, p patch, L = (H/p)(W/p)
+// patches, N = B L tokens, C hidden, F MLP size, NH heads, K = V p^2 outputs per patch, t the
+// tensor-parallel size; Cl = C/t, Fl = F/t, NHl = NH/t.
+#pragma once
+#include <cstdint>
+
+#include "core/precision.h"
+#include "model/config.h"
+#include "model/recompute.h"
+
+namespace weft {
+
+struct ClimaxRunSpec {
+  ModelConfig model{};
+  int64_t B = 1;                   // samples per micro-batch
+  int tp = 1;                      // tensor-parallel size t
+  Recompute recompute = Recompute::kNone;
+  int recompute_layers = -1;       // kFull: the first layers recomputed; -1: all
+  Precision precision = Precision::kFp32;
+  bool training = true;            // false: forward only (no gradient scratch)
+};
+
+class ClimaxDescription {
+ public:
+  // InputError naming the values when tp does not divide the heads or the MLP size, or the
+  // shapes are inconsistent (ModelConfig::validate).
+  explicit ClimaxDescription(const ClimaxRunSpec& spec);
+  const ClimaxRunSpec& spec() const { return s_; }
+
+  // --- parameters ---
+  int64_t front_params(int tp) const;  // group 0 on one tensor-parallel rank
+  int64_t layer_params(int tp) const;  // one block
+  int64_t back_params() const;         // the final norm and the decoder head (replicated)
+  int64_t rank_params() const { return front_params(s_.tp) + s_.model.n_layer * layer_params(s_.tp) + back_params(); }
+  int64_t total_params() const { return front_params(1) + s_.model.n_layer * layer_params(1) + back_params(); }
+
+  // --- FLOPs per patch token (whole tensors, summed over the tp ranks) ---
+  // A training step: 3x the forward's products (2 FLOPs per multiply-add): patch embeddings
+  // 2 V p^2 C, the variable aggregation's k, v 4 V C^2 + scores and sums 4 V C + out 2 C^2,
+  // the blocks L (2 (4C^2 + 2CF) + 4 C L), the decoder 2 (decoder_depth C^2 + C K).
+  static double train_flops_per_token(const ModelConfig& m);
+  double forward_flops_per_token() const;
+  double recompute_flops_per_token() const;  // full recompute: a block's forward per recomputed layer
+  double layer_forward_flops_per_token() const;
+
+  // --- activations and workspace: elements of one micro-batch on this rank ---
+  int64_t tokens() const { return N_; }
+  int64_t front_stash_elems() const;
+  int64_t layer_stash_elems(int64_t i) const;  // local layer i
+  int64_t back_stash_elems() const;
+  int64_t stash_elems() const;
+  int64_t workspace_tensor_elems() const;  // the model's own scratch
+  int64_t tp_scratch_elems() const;        // the tensor-parallel layers' scratch
+  int64_t workspace_elems() const { return workspace_tensor_elems() + tp_scratch_elems(); }
+  int64_t recomputed_layers() const { return rf_; }
+  static constexpr int64_t kBytesPerElement = sizeof(float);
+  int64_t stash_bytes() const { return kBytesPerElement * stash_elems(); }
+  int64_t workspace_bytes() const { return kBytesPerElement * workspace_elems(); }
+  // The variable aggregation's tensor-parallel all-reduce in backward: V N C elements (V times a
+  // block's), the gradient of the variable tokens.
+  int64_t aggregation_grad_elems() const { return int64_t{s_.model.vars} * N_ * s_.model.n_embd; }
+
+ private:
+  int64_t layer_elems() const;  // a layer's stash without recompute
+  ClimaxRunSpec s_;
+  int64_t N_ = 0, L_ = 0, C_ = 0, Cl_ = 0, Fl_ = 0, NHl_ = 0, V_ = 0, K_ = 0, P2_ = 0, rf_ = 0;
+};
+
+}  // namespace weft
