@@ -179,10 +179,12 @@ const char* const kReportNames[7] = {"params", "grads", "optimizer", "activation
 std::string memory_table(int rank, const double* a) {
   std::string table = fmt::format("memory of rank {} (stage {}), MiB: category, predicted, measured (peak), error", rank,
                                   static_cast<int>(a[0]));
+  const bool priced = a[16] > 0;  // ClimaX models are not priced yet: measured only
   for (int k = 0; k < 7; ++k) {
     const double p = a[10 + k], m = a[3 + k];
-    table += fmt::format("\n  {:<12} {:>10.2f} {:>10.2f} {:>8}", kReportNames[k], p / 1048576.0, m / 1048576.0,
-                         m > 0 ? fmt::format("{:+.1f}%", 100.0 * (p - m) / m) : std::string("-"));
+    table += fmt::format("\n  {:<12} {:>10} {:>10.2f} {:>8}", kReportNames[k],
+                         priced ? fmt::format("{:.2f}", p / 1048576.0) : std::string("-"), m / 1048576.0,
+                         priced && m > 0 ? fmt::format("{:+.1f}%", 100.0 * (p - m) / m) : std::string("-"));
   }
   return table;
 }
