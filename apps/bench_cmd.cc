@@ -152,7 +152,8 @@ nlohmann::json engine_result(const BenchOptions& o, const EngineConfig& ec, int 
                              const StepRate& r) {
   return {{"impl", "weft"}, {"backend", o.backend_name}, {"model", o.model_name}, {"batch", o.batch},
           {"seq", o.seq}, {"threads", nthreads}, {"precision", o.precision}, {"world", world}, {"tp", ec.grid.tp},
-          {"pp", ec.grid.pp}, {"dp", ec.grid.dp}, {"zero", ec.data_parallel.zero}, {"micro_batch", ec.micro_batch},
+          {"pp", ec.grid.pp}, {"dp", ec.grid.dp}, {"dp_replicate", ec.grid.dp_replicate},
+          {"zero", ec.data_parallel.zero}, {"micro_batch", ec.micro_batch},
           {"schedule", schedule_name(ec.schedule)}, {"virtual_stages", ec.virtual_stages},
           {"comm", ec.comm.empty() ? default_device_comm(o.backend_name) : ec.comm},
           {"sequence_parallel", ec.sequence_parallel && ec.grid.tp > 1}, {"steps", o.steps}, {"warmup", o.warmup},

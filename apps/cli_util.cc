@@ -84,7 +84,9 @@ std::string checkpoint_dir_arg(const std::string& path) {
 void add_layout_options(CLI::App& app, LayoutOptions& o) {
   app.add_option("--tp", o.tp, "tensor-parallel size");
   app.add_option("--pp", o.pp, "pipeline-parallel size");
-  app.add_option("--dp", o.dp, "data-parallel size (0: world / (tp x pp))");
+  app.add_option("--dp", o.dp, "data-parallel size (0: world / (tp x pp)); = dp_shard x dp_replicate");
+  app.add_option("--dp-shard", o.dp_shard, "HSDP: ranks ZeRO shards over inside dp (0: dp / dp_replicate)");
+  app.add_option("--dp-replicate", o.dp_replicate, "HSDP: replicas of the dp_shard groups (1: plain dp)");
   app.add_option("--zero", o.zero, "ZeRO stage 0..3");
   app.add_option("--schedule", o.schedule, "pipeline schedule: gpipe, 1f1b, interleaved");
   app.add_option("--virtual-stages", o.virtual_stages, "model chunks per pipeline stage (interleaved)");
@@ -97,7 +99,8 @@ void add_layout_options(CLI::App& app, LayoutOptions& o) {
 void check_layout_options(const LayoutOptions& o) {
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   const std::pair<const char*, std::pair<int64_t, int64_t>> sizes[] = {
-      {"--tp", {o.tp, 1}}, {"--pp", {o.pp, 1}}, {"--dp", {o.dp, 0}}, {"--zero", {o.zero, 0}},
+      {"--tp", {o.tp, 1}}, {"--pp", {o.pp, 1}}, {"--dp", {o.dp, 0}}, {"--dp-shard", {o.dp_shard, 0}},
+      {"--dp-replicate", {o.dp_replicate, 1}}, {"--zero", {o.zero, 0}},
       {"--virtual-stages", {o.virtual_stages, 1}}, {"--micro-batch", {o.micro_batch, 0}}};
   for (const auto& [name, value_min] : sizes) {
     const auto [v, lo] = value_min;
@@ -111,6 +114,8 @@ EngineConfig layout_engine_config(const LayoutOptions& o, const EngineRequest& r
   cfg.tp = o.tp;
   cfg.pp = o.pp;
   cfg.dp = o.dp;
+  cfg.dp_shard = o.dp_shard;
+  cfg.dp_replicate = o.dp_replicate;
   cfg.zero = o.zero;
   cfg.schedule = o.schedule;
   cfg.virtual_stages = o.virtual_stages;
@@ -121,7 +126,9 @@ EngineConfig layout_engine_config(const LayoutOptions& o, const EngineRequest& r
   cfg.head_chunk = r.head_chunk;
   cfg.seq_len = r.seq;
   const int64_t tp_pp = std::max<int64_t>(1, o.tp * o.pp);
-  const int64_t dp = o.dp > 0 ? o.dp : std::max<int64_t>(1, world_size / tp_pp);
+  const int64_t dp = o.dp > 0 ? o.dp
+                     : o.dp_shard > 0 ? o.dp_shard * o.dp_replicate
+                                      : std::max<int64_t>(1, world_size / tp_pp);
   cfg.global_batch = r.per_replica ? r.batch * dp : r.batch;
   cfg.micro_batch = o.micro_batch > 0 ? o.micro_batch : std::max<int64_t>(1, cfg.global_batch / dp);
   // A micro-batch that does not divide the batch is refused by the layout rules (engine_config).

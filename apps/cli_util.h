@@ -40,10 +40,11 @@ void write_output_file(const std::string& path, const std::string& text);
 std::string checkpoint_dir_arg(const std::string& path);
 
 // The layout options of the commands that run a model on the engine (bench, eval, generate):
-// --tp, --pp, --dp, --zero, --schedule, --virtual-stages, --sequence-parallel, --micro-batch,
-// --recompute, --order. Launched like `weft train` (mpirun -np tp*pp*dp).
+// --tp, --pp, --dp, --dp-shard, --dp-replicate, --zero, --schedule, --virtual-stages,
+// --sequence-parallel, --micro-batch, --recompute, --order. Launched like `weft train`
+// (mpirun -np tp*pp*dp).
 struct LayoutOptions {
-  int64_t tp = 1, pp = 1, dp = 0, zero = 0, virtual_stages = 1, micro_batch = 0;
+  int64_t tp = 1, pp = 1, dp = 0, dp_shard = 0, dp_replicate = 1, zero = 0, virtual_stages = 1, micro_batch = 0;
   std::string schedule = "1f1b", recompute = "none", order = "tp-dp-pp";
   bool sequence_parallel = false;
 };

@@ -33,6 +33,8 @@ nlohmann::json to_json(const Prediction& p) {
        {{"tp", l.tp},
         {"pp", l.pp},
         {"dp", l.dp},
+        {"dp_shard", l.dp_shard()},
+        {"dp_replicate", l.dp_replicate},
         {"micro_batch", l.micro_batch},
         {"zero", l.zero},
         {"recompute", recompute_name(l.recompute)},
@@ -124,7 +126,7 @@ std::vector<int64_t> parse_counts(const std::string& s, const char* option = "--
 struct PlanArgs {
   std::string model = "", system_path, precision = "bf16", format = "text", recompute, schedule, order = "tp-dp-pp";
   int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, ffn = 0, gpus = 0, global_batch = 0, top = 5;
-  int tp = 0, pp = 0, dp = 0, zero = 0, vstages = 0, recompute_layers = -1;
+  int tp = 0, pp = 0, dp = 0, dp_shard = 0, dp_replicate = 1, zero = 0, vstages = 0, recompute_layers = -1;
   int64_t micro_batch = 0;
   bool sp = false, flash = false, dropout = false, overlap = false, explain = false, fp32_grads = false;
   std::string zeropp, hierarchy, compression;
@@ -134,6 +136,7 @@ struct PlanArgs {
               *o_block = nullptr, *o_fp32g = nullptr, *o_compression = nullptr;
   std::string scaling, scaling_gpus, csv, plot;
   CLI::Option *o_gpus = nullptr, *o_tp = nullptr, *o_pp = nullptr, *o_dp = nullptr, *o_mb = nullptr, *o_zero = nullptr;
+  CLI::Option *o_dp_shard = nullptr, *o_dp_replicate = nullptr;
   CLI::Option *o_rc = nullptr, *o_rcl = nullptr, *o_sp = nullptr, *o_sch = nullptr, *o_v = nullptr;
   CLI::Option *o_flash = nullptr, *o_drop = nullptr, *o_ov = nullptr, *o_scaling = nullptr;
 };
@@ -153,7 +156,11 @@ void add_plan_options(CLI::App& app, PlanArgs& a) {
   app.add_option("--precision", a.precision, "bf16, fp16 or fp32");
   a.o_tp = app.add_option("--tp", a.tp, "pin the tensor-parallel size");
   a.o_pp = app.add_option("--pp", a.pp, "pin the pipeline stages");
-  a.o_dp = app.add_option("--dp", a.dp, "pin the data-parallel size");
+  a.o_dp = app.add_option("--dp", a.dp, "pin the data-parallel size (= dp_shard x dp_replicate)");
+  a.o_dp_shard = app.add_option("--dp-shard", a.dp_shard, "pin HSDP's dp_shard: the ranks ZeRO shards over inside dp");
+  a.o_dp_replicate = app.add_option("--dp-replicate", a.dp_replicate,
+                                    "pin HSDP's dp_replicate: replicas of the dp_shard groups (1: plain dp; unpinned: "
+                                    "searched with ZeRO 1-3)");
   a.o_mb = app.add_option("--micro-batch", a.micro_batch, "pin the micro-batch size (sequences)");
   a.o_zero = app.add_option("--zero", a.zero, "pin the ZeRO stage 0..3");
   a.o_rc = app.add_option("--recompute", a.recompute, "pin recompute: none, selective, full");
@@ -243,6 +250,8 @@ Pins plan_pins(const PlanArgs& a) {
   if (a.o_tp->count()) pins.tp = a.tp;
   if (a.o_pp->count()) pins.pp = a.pp;
   if (a.o_dp->count()) pins.dp = a.dp;
+  if (a.o_dp_shard->count()) pins.dp_shard = a.dp_shard;
+  if (a.o_dp_replicate->count()) pins.dp_replicate = a.dp_replicate;
   if (a.o_mb->count()) pins.micro_batch = a.micro_batch;
   if (a.o_zero->count()) pins.zero = a.zero;
   if (a.o_rc->count()) pins.recompute = parse_recompute(a.recompute);
@@ -276,12 +285,17 @@ Pins plan_pins(const PlanArgs& a) {
   return pins;
 }
 
-// The devices: --gpus, or tp x pp x dp when all three are pinned.
+// The devices: --gpus, or tp x pp x dp when all three are pinned (dp as --dp, or as
+// --dp-shard x --dp-replicate).
 int64_t plan_gpus(const PlanArgs& a, const Pins& pins) {
   int64_t gpus = a.gpus;
   if (!a.o_gpus->count()) {
-    if (!(pins.tp && pins.pp && pins.dp)) throw_input("--gpus is required unless --tp, --pp and --dp are all given");
-    gpus = static_cast<int64_t>(a.tp) * a.pp * a.dp;
+    const bool dp_known = pins.dp || (pins.dp_shard && pins.dp_replicate);
+    if (!(pins.tp && pins.pp && dp_known)) {
+      throw_input("--gpus is required unless --tp, --pp and --dp (or --dp-shard and --dp-replicate) are all given");
+    }
+    const int64_t dp = pins.dp ? int64_t{a.dp} : int64_t{a.dp_shard} * a.dp_replicate;
+    gpus = static_cast<int64_t>(a.tp) * a.pp * dp;
   }
   if (gpus <= 0) throw_input("--gpus must be positive, got {}", gpus);
   return gpus;

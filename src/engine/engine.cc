@@ -133,6 +133,7 @@ void Engine::build_chunks() {
     ch->model->set_tp(tp_ops_.get(), cfg_.sequence_parallel);
     DataParallelConfig dpc = cfg_.data_parallel;
     dpc.training = cfg_.training;  // inference: no gradient buffers
+    dpc.dp_replicate = spec.dp_replicate;  // HSDP: the store splits dp into dp_shard x dp_replicate
     ch->store = std::make_unique<DataParallel>(ch->model->layout(), *dp_device_, dpc, backend_);
     ch->store->set_traffic(dp_grad_traffic_.get(), dp_param_traffic_.get(), cfg_.compression.error_feedback);
     ch->model->set_store(ch->store.get());

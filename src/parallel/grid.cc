@@ -93,14 +93,30 @@ std::string world_size_error(const GridSpec& spec, int64_t world_size) {
                      product);
 }
 
+std::string dp_split_error(const GridSpec& spec) {
+  if (spec.dp_replicate < 1) return fmt::format("dp_replicate {} must be at least 1", spec.dp_replicate);
+  if (spec.dp % spec.dp_replicate != 0) {
+    return fmt::format("dp_replicate {} does not divide dp {} (dp = dp_shard x dp_replicate)", spec.dp_replicate,
+                       spec.dp);
+  }
+  return {};
+}
+
+std::string dp_split_text(const GridSpec& spec) {
+  if (spec.dp_replicate == 1) return fmt::format("dp {}", spec.dp);
+  return fmt::format("dp {} = dp_shard {} x dp_replicate {}", spec.dp, spec.dp_shard(), spec.dp_replicate);
+}
+
 void validate_layout(const GridSpec& spec, int world_size) {
   if (std::string e = axis_size_error(spec); !e.empty()) throw InputError(e);
+  if (std::string e = dp_split_error(spec); !e.empty()) throw InputError(e);
   parse_order(spec.order);
   if (std::string e = world_size_error(spec, world_size); !e.empty()) throw InputError(e);
 }
 
 GridLayout::GridLayout(const GridSpec& spec) : spec_(spec) {
   if (std::string e = axis_size_error(spec); !e.empty()) throw InputError(e);
+  if (std::string e = dp_split_error(spec); !e.empty()) throw InputError(e);
   order_ = parse_order(spec.order);
   for (Axis a : kAllAxes) sizes_[idx(a)] = spec.size_of(a);
   int stride = 1;
@@ -138,10 +154,39 @@ std::vector<int> GridLayout::group_of(Axis a, int world_rank) const {
   return ranks;
 }
 
+int GridLayout::dp_shard_index(int world_rank) const { return coords_of(world_rank)[idx(Axis::kDp)] % dp_shard(); }
+
+int GridLayout::dp_replicate_index(int world_rank) const {
+  return coords_of(world_rank)[idx(Axis::kDp)] / dp_shard();
+}
+
+std::vector<int> GridLayout::dp_shard_group(int world_rank) const {
+  GridCoords c = coords_of(world_rank);
+  const int base = dp_replicate_index(world_rank) * dp_shard();
+  std::vector<int> ranks;
+  for (int i = 0; i < dp_shard(); ++i) {
+    c[idx(Axis::kDp)] = base + i;
+    ranks.push_back(world_rank_of(c));
+  }
+  return ranks;
+}
+
+std::vector<int> GridLayout::dp_replicate_group(int world_rank) const {
+  GridCoords c = coords_of(world_rank);
+  const int shard = dp_shard_index(world_rank);
+  std::vector<int> ranks;
+  for (int i = 0; i < dp_replicate(); ++i) {
+    c[idx(Axis::kDp)] = shard + dp_shard() * i;
+    ranks.push_back(world_rank_of(c));
+  }
+  return ranks;
+}
+
 std::string GridLayout::describe() const {
   std::string factors;
   for (Axis a : order_) factors += fmt::format("{}{} {}", factors.empty() ? "" : " x ", axis_name(a), size(a));
-  return fmt::format("world {} = {} (order {})", world_size(), factors, spec_.order);
+  if (spec_.dp_replicate == 1) return fmt::format("world {} = {} (order {})", world_size(), factors, spec_.order);
+  return fmt::format("world {} = {} (order {}; {})", world_size(), factors, spec_.order, dp_split_text(spec_));
 }
 
 ProcessGrid::ProcessGrid(Communicator& world, const GridSpec& spec) : world_(&world), layout_(spec) {
@@ -169,7 +214,12 @@ void ProcessGrid::set_timeout(std::chrono::milliseconds t) {
 
 std::string ProcessGrid::describe() const {
   std::string coords;
-  for (Axis a : layout_.order()) coords += fmt::format("{}{} {}", coords.empty() ? "" : ", ", axis_name(a), coord(a));
+  for (Axis a : layout_.order()) {
+    coords += fmt::format("{}{} {}", coords.empty() ? "" : ", ", axis_name(a), coord(a));
+    if (a == Axis::kDp && layout_.dp_replicate() > 1) {
+      coords += fmt::format(" (shard {}, replica {})", dp_shard_coord(), dp_replicate_coord());
+    }
+  }
   return fmt::format("{}; rank {}: {}", layout_.describe(), world_->rank(), coords);
 }
 

@@ -10,6 +10,17 @@
 // An axis group is the set of ranks whose coordinates differ only on that axis; its ranks
 // are ordered by their coordinate on the axis (group rank == coordinate).
 //
+// Hybrid sharded data parallelism (HSDP, Hybrid-STOP's dp split): the dp axis of dp ranks is
+// itself dp_shard x dp_replicate, dp_shard varying fastest inside it:
+//   dp rank = shard + dp_shard * replica
+// so a dp_shard group (ZeRO's sharding group) is a run of consecutive dp ranks and a
+// dp_replicate group (the replicas of one shard) is dp_shard dp ranks apart. With the default
+// order "tp-dp-pp" that is ORBIT's order, tp innermost, then dp_shard, then dp_replicate:
+//   world rank = tp + tp_size * (shard + dp_shard * replica)      (pp 1)
+// The data order and everything else keyed by dp rank do not see the split; only the
+// data-parallel store (parallel/dp/data_parallel.h) does, and splits its dp communicator into
+// the two groups itself. dp_replicate 1 (the default) is plain dp: dp_shard = dp.
+//
 // Adding an axis (cp): a value in Axis, a row in the table in grid.cc, a field in GridSpec
 // (and its case in GridSpec::size_of) and a rule in parallel/layout_rules.h if it constrains
 // the model.
@@ -39,10 +50,16 @@ using GridCoords = std::array<int, kNumAxes>;
 struct GridSpec {
   int tp = 1, pp = 1, dp = 1;
   std::string order = "tp-dp-pp";  // fastest-varying axis first
+  int dp_replicate = 1;            // HSDP: replicas of the dp_shard groups (1: plain dp)
 
   int size_of(Axis a) const;
   int world_size() const { return tp * pp * dp; }
+  // dp / dp_replicate (valid once dp_split_error passes).
+  int dp_shard() const { return dp_replicate > 0 ? dp / dp_replicate : dp; }
 };
+
+// "dp 4 = dp_shard 2 x dp_replicate 2", or "dp 4" when dp_replicate is 1.
+std::string dp_split_text(const GridSpec& spec);
 
 // What the grid itself needs, non-throwing ("" when fine), for the layout rules
 // (parallel/layout_rules.h), which hold every other check of a layout:
@@ -50,8 +67,12 @@ struct GridSpec {
 std::string axis_size_error(const GridSpec& spec);
 //   "world size 6 does not equal tp 2 x pp 2 x dp 2 = 8"
 std::string world_size_error(const GridSpec& spec, int64_t world_size);
+// The dp split (dp >= 1 assumed):
+//   "dp_replicate 0 must be at least 1"
+//   "dp_replicate 3 does not divide dp 4 (dp = dp_shard x dp_replicate)"
+std::string dp_split_error(const GridSpec& spec);
 
-// The grid's checks: sizes, rank order and the world product. Throws InputError naming the
+// The grid's checks: sizes, the dp split, rank order and the world product. Throws InputError naming the
 // numbers (the two above, and for the order):
 //   "unknown axis 'xp' in order 'tp-xp-pp' (axes: tp, pp, dp)"
 //   "axis 'tp' appears twice in order 'tp-tp-pp'"
@@ -76,7 +97,17 @@ class GridLayout {
   int world_rank_of(const GridCoords& coords) const;
   // World ranks of the `a` group that `world_rank` belongs to, in group-rank order.
   std::vector<int> group_of(Axis a, int world_rank) const;
-  // "world 8 = tp 2 x dp 2 x pp 2 (order tp-dp-pp)"
+  // HSDP: the sizes of the dp split, a rank's shard index (its rank in its dp_shard group) and
+  // replica index (its rank in its dp_replicate group), and the world ranks of those groups
+  // in group-rank order. With dp_replicate 1 the dp_shard group is the dp group.
+  int dp_shard() const { return spec_.dp_shard(); }
+  int dp_replicate() const { return spec_.dp_replicate; }
+  int dp_shard_index(int world_rank) const;
+  int dp_replicate_index(int world_rank) const;
+  std::vector<int> dp_shard_group(int world_rank) const;
+  std::vector<int> dp_replicate_group(int world_rank) const;
+  // "world 8 = tp 2 x dp 2 x pp 2 (order tp-dp-pp)";
+  // "world 8 = tp 2 x dp 4 x pp 1 (order tp-dp-pp; dp 4 = dp_shard 2 x dp_replicate 2)"
   std::string describe() const;
 
  private:
@@ -103,12 +134,16 @@ class ProcessGrid {
 
   int world_rank_of(const GridCoords& coords) const { return layout_.world_rank_of(coords); }
   GridCoords coords_of(int world_rank) const { return layout_.coords_of(world_rank); }
+  // HSDP: this rank's index in its dp_shard group and in its dp_replicate group.
+  int dp_shard_coord() const { return coord(Axis::kDp) % layout_.dp_shard(); }
+  int dp_replicate_coord() const { return coord(Axis::kDp) / layout_.dp_shard(); }
 
   // Applies to every axis communicator (not to world, which belongs to the caller).
   void set_tracer(Tracer* tracer);
   void set_timeout(std::chrono::milliseconds t);
 
   // "world 8 = tp 2 x dp 2 x pp 2 (order tp-dp-pp); rank 5: tp 1, dp 0, pp 1"
+  // (HSDP adds the rank's dp_shard and dp_replicate indices: "dp 3 (shard 1, replica 1)").
   std::string describe() const;
 
  private:

@@ -33,6 +33,23 @@ std::string derived_dp_error(const LayoutCandidate& c) {
                      c.world, c.tp, c.pp, tp_pp);
 }
 
+// The dp split (HSDP): dp_replicate divides dp; a given dp_shard agrees with dp.
+std::string dp_split_rule_error(const LayoutCandidate& c) {
+  const int dp = c.resolved_dp();
+  const std::string dp_text =
+      c.dp != 0 ? fmt::format("dp {}", dp) : fmt::format("dp {} (world {} / (tp {} x pp {}))", dp, c.world, c.tp, c.pp);
+  if (c.dp_replicate < 1) return fmt::format("dp_replicate {} must be at least 1", c.dp_replicate);
+  if (c.dp_shard < 0) return fmt::format("dp_shard {} must be at least 1 (0: dp / dp_replicate)", c.dp_shard);
+  if (c.dp_shard > 0 && int64_t{c.dp_shard} * c.dp_replicate != dp) {
+    return fmt::format("{} does not equal dp_shard {} x dp_replicate {} = {}", dp_text, c.dp_shard, c.dp_replicate,
+                       int64_t{c.dp_shard} * c.dp_replicate);
+  }
+  if (dp % c.dp_replicate != 0) {
+    return fmt::format("dp_replicate {} does not divide {} (dp = dp_shard x dp_replicate)", c.dp_replicate, dp_text);
+  }
+  return {};
+}
+
 std::string tensor_error(const LayoutCandidate& c) {
   if (!c.sequence_parallel) return {};
   if (c.tp == 1) return "sequence parallelism needs tp > 1 (tp is 1)";
@@ -106,6 +123,10 @@ int LayoutCandidate::resolved_dp() const {
   return dp != 0 ? dp : static_cast<int>(world / (int64_t{tp} * pp));
 }
 
+int LayoutCandidate::resolved_dp_shard() const {
+  return dp_shard != 0 ? dp_shard : resolved_dp() / (dp_replicate > 0 ? dp_replicate : 1);
+}
+
 int64_t LayoutCandidate::micro_batches() const { return global_batch / (micro_batch * resolved_dp()); }
 
 std::string axes_error(const LayoutCandidate& c) {
@@ -114,7 +135,8 @@ std::string axes_error(const LayoutCandidate& c) {
   if (std::string e = model_axes_error(c); !e.empty()) return e;
   if (std::string e = chunks_error(c, 1); !e.empty()) return e;
   if (std::string e = derived_dp_error(c); !e.empty()) return e;
-  return world_size_error(GridSpec{c.tp, c.pp, c.resolved_dp()}, c.world);
+  if (std::string e = world_size_error(GridSpec{c.tp, c.pp, c.resolved_dp()}, c.world); !e.empty()) return e;
+  return dp_split_rule_error(c);
 }
 
 std::string batch_error(const LayoutCandidate& c) {

@@ -14,6 +14,10 @@
 //         at least pp layers (pp x 1 chunks, see the pipeline rule)
 //         dp = world / (tp x pp) is a whole number when dp is derived
 //         world = tp x pp x dp      "world size 6 does not equal tp 2 x pp 2 x dp 2 = 8"
+//         the dp split (HSDP, parallel/grid.h): dp_replicate >= 1 dividing dp; dp_shard 0 is
+//         derived as dp / dp_replicate, a given one must make dp_shard x dp_replicate = dp
+//                                  "dp_replicate 3 does not divide dp 4 (dp = dp_shard x dp_replicate)"
+//                                  "dp 4 does not equal dp_shard 4 x dp_replicate 2 = 8"
 //  batch  micro-batch and global batch >= 1; global batch divides by micro-batch x dp (every
 //         replica runs the same number of micro-batches)
 //                     "global batch 10 is not divisible by micro batch 2 x dp 3 = 6"
@@ -35,6 +39,9 @@
 //  zero   stage 0..3; with pp > 1 only 0 or 1 (ZeRO-2/3 reduce gradients every micro-batch and
 //         gather parameters per use; the pipeline runtime refuses them, data_parallel.cc).
 //         ZeRO > 0 with dp 1 is valid: the trainer runs the sharded path over one rank.
+//         ZeRO shards over dp_shard; with dp_replicate > 1 each dp_shard group's reductions are
+//         then all-reduced across the replicas (any stage: zero 0 makes it a two-level
+//         all-reduce).
 //  family a ClimaX model runs with pp 1, without sequence parallelism and without selective
 //         recompute (model/climax.h: its front and back are not cut into stages yet)
 //                     "ClimaX models run without pipeline stages: pp must be 1, got 2"
@@ -68,6 +75,8 @@ struct LayoutCandidate {
   int64_t world = 1;               // ranks
   int tp = 1, pp = 1;
   int dp = 1;                      // 0: world / (tp x pp)
+  int dp_shard = 0;                // HSDP: ZeRO's sharding group inside dp; 0: dp / dp_replicate
+  int dp_replicate = 1;            // HSDP: replicas of the dp_shard groups (1: plain dp)
   int virtual_stages = 1;          // v: model chunks per pipeline stage
   int64_t micro_batch = 1;         // sequences per micro-batch
   int64_t global_batch = 1;        // sequences per optimizer step
@@ -81,6 +90,8 @@ struct LayoutCandidate {
 
   // dp as given, or world / (tp x pp) when 0 (valid once the axes rules pass).
   int resolved_dp() const;
+  // dp_shard as given, or resolved_dp() / dp_replicate when 0 (valid once the axes rules pass).
+  int resolved_dp_shard() const;
   // Micro-batches per pipeline and step: global / (micro x dp) (valid once the rules pass).
   int64_t micro_batches() const;
 };
@@ -91,7 +102,7 @@ std::string layout_error(const LayoutCandidate& c);
 void check_layout(const LayoutCandidate& c);
 
 // The first two groups of layout_error on their own, for a search that fixes the axes and
-// then the micro-batch before the rest (what they read: world, tp, pp, dp and the model;
+// then the micro-batch before the rest (what they read: world, tp, pp, dp, its split and the model;
 // then micro_batch and global_batch). layout_error applies them first.
 std::string axes_error(const LayoutCandidate& c);
 std::string batch_error(const LayoutCandidate& c);

@@ -52,13 +52,15 @@ struct Job {
   const EngineConfig& ec;
   GridLayout grid;
   int tp, pp, dp, v, K;
+  int ds, dr;          // HSDP: dp = dp_shard x dp_replicate (dr 1: plain dp)
   int64_t m;           // micro-batches per step on one dp rank (the engine's accumulation)
   int64_t N, C;        // tokens of a micro-batch (B*T), channels
   bool sp;             // sequence parallelism in effect (tp > 1)
   std::vector<ChunkInfo> chunks;
 
   explicit Job(const EngineConfig& e)
-      : ec(e), grid(e.grid), tp(e.grid.tp), pp(e.grid.pp), dp(e.grid.dp), v(e.grid.pp > 1 ? e.virtual_stages : 1) {
+      : ec(e), grid(e.grid), tp(e.grid.tp), pp(e.grid.pp), dp(e.grid.dp), v(e.grid.pp > 1 ? e.virtual_stages : 1),
+        ds(e.grid.dp_shard()), dr(e.grid.dp_replicate) {
     K = pp * v;
     m = e.global_batch / dp / e.micro_batch;
     N = e.micro_batch * e.seq;
@@ -81,6 +83,11 @@ struct Job {
     return grid.world_rank_of(c);
   }
   std::vector<int> group(Axis a, int t, int s, int d) const { return grid.group_of(a, rank(t, s, d)); }
+  // HSDP (DataParallel splits its dp group): the dp_shard group of replica q and the
+  // dp_replicate group of shard index i, at (t, s); their tracer axes.
+  std::vector<int> shard_group(int t, int s, int q) const { return grid.dp_shard_group(rank(t, s, q * ds)); }
+  std::vector<int> replicate_group(int t, int s, int i) const { return grid.dp_replicate_group(rank(t, s, i)); }
+  std::string shard_axis() const { return dr > 1 ? "dp-shard" : "dp"; }
   GptDescription describe(const ChunkInfo& ch) const {
     GptRunSpec spec;
     spec.model = ec.model;
@@ -390,7 +397,8 @@ std::vector<int64_t> zero3_step_gathers(int L, int prefetch, int64_t micro_batch
 // qgZ (parallel/dp/qgz.h): per group and micro-batch, one all-to-all per hop and hop group,
 // of the bytes of every member's quantized blocks (the members of a hop group hold the same
 // chunks, so each sends every peer the same number of bytes).
-void add_qgz(CallSet& cs, const ZeroPPConfig& z, const ParamLayout& layout, const std::vector<int>& g, int64_t m) {
+void add_qgz(CallSet& cs, const ZeroPPConfig& z, const ParamLayout& layout, const std::vector<int>& g, int64_t m,
+             const std::string& group_axis) {
   const int P = static_cast<int>(g.size());
   const int64_t n = layout.total(), shard = (n + P - 1) / P;
   const size_t H = grad_hops(0, P, z.levels).size();
@@ -401,7 +409,7 @@ void add_qgz(CallSet& cs, const ZeroPPConfig& z, const ParamLayout& layout, cons
       return std::max<int64_t>(0, std::clamp(std::min(n, (q + 1) * shard), b, e) - std::clamp(std::min(n, q * shard), b, e));
     };
     for (size_t k = 0; k < H; ++k) {
-      const std::string axis = H == 1 ? "dp" : k < z.level_names.size() ? "dp-" + z.level_names[k] : "dp-net";
+      const std::string axis = H == 1 ? group_axis : k < z.level_names.size() ? "dp-" + z.level_names[k] : "dp-net";
       std::map<int, std::vector<int>> members;  // colour -> dp ranks, in index order
       for (int r = 0; r < P; ++r) members[grad_hops(r, P, z.levels)[k].color].push_back(r);
       for (const auto& [color, dps] : members) {
@@ -420,7 +428,9 @@ void add_qgz(CallSet& cs, const ZeroPPConfig& z, const ParamLayout& layout, cons
   }
 }
 
-// One chunk's store over one dp group (DataParallel). ZeRO (Rajbhandari et al. 2020 sec. 5,
+// One chunk's store over one dp group (DataParallel; under HSDP one dp_shard group, axis
+// "dp-shard"; the replicas' all-reduces and the embedding's row exchange are add_replicate's
+// and add_data_parallel's). ZeRO (Rajbhandari et al. 2020 sec. 5,
 // 7): stage 0 all-reduces the gradients (2 Psi on the wire), 1 and 2 reduce-scatter them and
 // all-gather the updated parameters (the same 2 Psi), 3 gathers the parameters for the
 // forward and again for the backward and reduce-scatters the gradients (3 Psi, 1.5x).
@@ -435,22 +445,18 @@ void add_store(CallSet& cs, const Job& j, const ChunkInfo& ch, int t, const std:
   const int zero = j.ec.data_parallel.zero;
   const ParamLayout layout(j.ec.model, j.tp, t, ch.spec);
   const int64_t n = layout.total();
-  const bool tied = j.pp > 1 && (ch.spec.embedding || ch.spec.head);
+  const std::string ax = j.shard_axis();
   if (zero <= 1) {
     for (const auto& [b, e] : gradient_buckets(layout, j.ec.data_parallel.bucket_bytes)) {
-      cs.add(zero == 0 ? "all_reduce" : "reduce_scatter", "dp", (e - b) * kF32, g, 1);
-    }
-    if (j.dp > 1 && !tied && ch.spec.embedding) {
-      cs.add("all_gather", "dp", j.dp * j.N * kI32, g, 1);
-      cs.add("all_gather", "dp", j.dp * j.N * j.C * kF32, g, 1);
+      cs.add(zero == 0 ? "all_reduce" : "reduce_scatter", ax, (e - b) * kF32, g, 1);
     }
   } else if (j.ec.data_parallel.zeropp.quantized_gradients) {
-    add_qgz(cs, j.ec.data_parallel.zeropp, layout, g, j.m);
+    add_qgz(cs, j.ec.data_parallel.zeropp, layout, g, j.m, ax);
   } else {
     for (int gr = 0; gr < layout.num_groups(); ++gr) {
       if (!layout.has_group(gr)) continue;
       auto [b, e] = layout.group_range(gr);
-      cs.add("reduce_scatter", "dp", (e - b) * kF32, g, j.m);
+      cs.add("reduce_scatter", ax, (e - b) * kF32, g, j.m);
     }
   }
   if (zero == 3) {
@@ -458,7 +464,7 @@ void add_store(CallSet& cs, const Job& j, const ChunkInfo& ch, int t, const std:
         zero3_step_gathers(j.ec.model.n_layer, j.ec.data_parallel.prefetch, j.m, ctx);
     const std::vector<int64_t> eval_gathers = zero3_eval_gathers(j.ec.model.n_layer, j.ec.data_parallel.prefetch, ctx);
     const ZeroPPConfig& z = j.ec.data_parallel.zeropp;
-    const int64_t shard = (n + j.dp - 1) / j.dp;
+    const int64_t shard = (n + j.ds - 1) / j.ds;
     for (int gr = 0; gr < layout.num_groups(); ++gr) {
       auto [b, e] = layout.group_range(gr);
       int64_t primary = gathers[static_cast<size_t>(gr)], secondary = 0;
@@ -475,25 +481,64 @@ void add_store(CallSet& cs, const Job& j, const ChunkInfo& ch, int t, const std:
         }
       }
       if (!z.quantized_weights) {
-        cs.add("all_gather", "dp", (e - b) * kF32, g, primary);
+        cs.add("all_gather", ax, (e - b) * kF32, g, primary);
         continue;
       }
       // qwZ: every rank's piece of the group as quantized blocks (bytes).
       int64_t wire = 0;
-      for (int q = 0; q < j.dp; ++q) {
+      for (int q = 0; q < j.ds; ++q) {
         const int64_t cb = std::clamp(std::min(n, q * shard), b, e), ce = std::clamp(std::min(n, (q + 1) * shard), b, e);
         wire += quant_wire_bytes(ce - cb, z.weights);
       }
-      cs.add("all_gather", "dp", wire, g, primary);
+      cs.add("all_gather", ax, wire, g, primary);
     }
   }
-  if (zero == 1 || zero == 2) cs.add("all_gather", "dp", n * kF32, g, 1);  // after_optimizer_step
-  if (zero >= 1) cs.add("all_reduce", "dp", kF64, g, 1);                    // gradient norm of the shard
+  if (zero == 1 || zero == 2) cs.add("all_gather", ax, n * kF32, g, 1);  // after_optimizer_step
+  if (zero >= 1) cs.add("all_reduce", ax, kF64, g, 1);                    // gradient norm of the shard
+}
+
+// HSDP: the all-reduces over each dp_replicate group (DataParallel::post_replicate), in the
+// step's last micro-batch, of what the dp_shard group reduced: zero 0 each bucket; zero 1 the
+// shard index's part of each bucket; zero 2/3 (qgZ too) its part of each group. A part of no
+// elements is not reduced. The ranks of one replicate group share the shard index, so each
+// group has its own sizes.
+void add_replicate(CallSet& cs, const Job& j, const ChunkInfo& ch, int t) {
+  if (j.dr <= 1) return;
+  const int zero = j.ec.data_parallel.zero;
+  const ParamLayout layout(j.ec.model, j.tp, t, ch.spec);
+  const int64_t n = layout.total(), shard = (n + j.ds - 1) / j.ds;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  if (zero <= 1) {
+    ranges = gradient_buckets(layout, j.ec.data_parallel.bucket_bytes);
+  } else {
+    for (int gr = 0; gr < layout.num_groups(); ++gr) {
+      if (layout.has_group(gr)) ranges.push_back(layout.group_range(gr));
+    }
+  }
+  for (int i = 0; i < j.ds; ++i) {
+    const std::vector<int> g = j.replicate_group(t, ch.stage, i);
+    const int64_t ob = std::min(n, i * shard), oe = std::min(n, (i + 1) * shard);
+    for (const auto& [b, e] : ranges) {
+      const int64_t count = zero == 0 ? e - b : std::max<int64_t>(0, std::min(e, oe) - std::max(b, ob));
+      if (count > 0) cs.add("all_reduce", "dp-replicate", count * kF32, g, 1);
+    }
+  }
 }
 
 void add_data_parallel(CallSet& cs, const Job& j, const CommStepContext& ctx) {
   for (const ChunkInfo& ch : j.chunks) {
-    for (int t = 0; t < j.tp; ++t) add_store(cs, j, ch, t, j.group(Axis::kDp, t, ch.stage, 0), ctx);
+    const bool tied = j.pp > 1 && (ch.spec.embedding || ch.spec.head);
+    for (int t = 0; t < j.tp; ++t) {
+      for (int q = 0; q < j.dr; ++q) add_store(cs, j, ch, t, j.shard_group(t, ch.stage, q), ctx);
+      add_replicate(cs, j, ch, t);
+      // The embedding's (token, row) exchange, zero 0/1: every dp rank's rows, over the whole
+      // dp group (HSDP too).
+      if (j.ec.data_parallel.zero <= 1 && j.dp > 1 && !tied && ch.spec.embedding) {
+        const std::vector<int> g = j.group(Axis::kDp, t, ch.stage, 0);
+        cs.add("all_gather", "dp", j.dp * j.N * kI32, g, 1);
+        cs.add("all_gather", "dp", j.dp * j.N * j.C * kF32, g, 1);
+      }
+    }
   }
 }
 

@@ -17,6 +17,10 @@
 //
 // Only the training step's traffic (the tracer's phase "train") is modelled: evaluation,
 // checkpoint gathers and the metrics' small gathers are other phases.
+//
+// HSDP (EngineConfig::grid.dp_replicate > 1): the store's ZeRO calls run on each dp_shard
+// group (axis "dp-shard"), its replicas' all-reduces on each dp_replicate group
+// ("dp-replicate"), the embedding's row exchange and the loss on the whole dp group ("dp").
 #pragma once
 #include <cstdint>
 #include <map>

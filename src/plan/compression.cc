@@ -231,6 +231,14 @@ std::string compression_system_error(const CompressionPolicy& p, const System& s
 }
 
 std::string compression_layout_error(const CompressionPolicy& p, const Layout& l) {
+  // The trainer refuses the same (train/engine_config.cc run_compression): its compressing
+  // communicators span the whole dp group, HSDP reduces inside dp_shard and across the replicas.
+  if (l.dp_replicate > 1 && !(p.dp.off() && p.params.off())) {
+    return fmt::format("compression dp={} params={} with dp_replicate {} (HSDP): compressed data-parallel collectives "
+                       "run over the whole dp group, not yet over dp_shard x dp_replicate; set dp and params off, or "
+                       "dp_replicate 1",
+                       p.dp.name(), p.params.name(), l.dp_replicate);
+  }
   if (!l.zeropp_on() || (p.dp.off() && p.params.off())) return "";
   return fmt::format("compression dp={} params={} with ZeRO++ ({}): ZeRO++'s qwz/hpz/qgz already quantize or move the "
                      "data-parallel collectives; set dp and params off, or ZeRO++ off",

@@ -109,7 +109,8 @@ std::vector<NamedPolicy> compression_presets(const System& sys, bool allow_lossy
 // The refusal of `p` on `sys`, naming the values, or "": zfp and zstd on a GPU system.
 std::string compression_system_error(const CompressionPolicy& p, const System& sys);
 // The refusal of `p` on layout `l`, or "": a dp or params codec with ZeRO++ (qwz, hpz, qgz
-// already quantize or move those collectives; pick one of the two).
+// already quantize or move those collectives; pick one of the two), or with HSDP
+// (dp_replicate > 1: not supported yet, as in the trainer).
 std::string compression_layout_error(const CompressionPolicy& p, const Layout& l);
 // Codecs of `p` on kinds of traffic that `l` does not have (an axis of size 1; params with
 // zero 0, which gathers no parameters): one line each. The planner warns and prices nothing

@@ -102,11 +102,13 @@ MemoryBreakdown stage_memory_of(const ModelShape& m, const Layout& l, const Memo
   }
   MemoryBreakdown r;
   r.stage = stage;
-  const double e = elem_bytes(o.precision), t = l.tp, dp = l.dp;
+  // ZeRO shards over dp_shard (HSDP; all of dp without replicas).
+  const double e = elem_bytes(o.precision), t = l.tp, dp = l.dp_shard();
   const GptDescription desc = stage_description(m, l, stage, n_layers);
   const double n_params = static_cast<double>(desc.rank_params().part);
   const BytesPerParam bpp = bytes_per_param(o);
-  // ZeRO partitioning over the dp ranks (Rajbhandari et al. 2020 sec. 5.1).
+  // ZeRO partitioning over the dp ranks (Rajbhandari et al. 2020 sec. 5.1), of the dp_shard
+  // group under HSDP (PyTorch FSDP's HYBRID_SHARD: each replica holds a whole sharded copy).
   r.params = n_params * bpp.params / (l.zero >= 3 ? dp : 1.0);
   r.grads = n_params * bpp.grads / (l.zero >= 2 ? dp : 1.0);
   r.optimizer = n_params * bpp.optimizer / (l.zero >= 1 ? dp : 1.0);
@@ -161,7 +163,7 @@ MemoryBreakdown stage_memory_of(const ModelShape& m, const Layout& l, const Memo
     const double grad_elem = (o.precision == Precision::kFp32 || o.fp32_grad_accumulation) ? 4 : 2;
     comm += std::min(o.dp_bucket_elements, n_params) * grad_elem;
   }
-  if (l.dp > 1 && l.zero == 3) {
+  if (l.dp_shard() > 1 && l.zero == 3) {
     // Two layers gathered at once (the layer in use + the prefetched one).
     const double layer = static_cast<double>(desc.rank_params().layer);
     comm += 2 * layer * bpp.params;

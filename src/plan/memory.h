@@ -12,6 +12,8 @@
 //                rematerialised under full recompute, the head's logits on the last stage
 //   comm         communication buffers: data-parallel gradient bucket, ZeRO-3 gathered
 //                parameters, pipeline send/receive buffers; ZeRO++'s wires (below)
+// Under HSDP (Layout::dp_replicate > 1) "dp" in the ZeRO shares above is dp_shard: each
+// replica holds a whole ZeRO-sharded copy of the model.
 //
 // ZeRO++ (Wang et al. 2023, arXiv 2306.10209; the layout's knobs, plan/zeropp.h):
 // - hpZ keeps, from each group's forward gather until the optimizer step, 1/alpha of the

@@ -505,6 +505,13 @@ void p2p_cost(Context& c) {
 // with weft's calls from the communication model (dp_step_comm): ZeRO 0/1 reduce once per
 // step (the last micro-batch), ZeRO 2 reduce-scatters every micro-batch, ZeRO 3 gathers
 // fewer than twice per micro-batch (what its buffers still hold is not gathered again).
+// HSDP (Layout::dp_replicate > 1; PyTorch FSDP's HYBRID_SHARD, Zhao et al. 2023 sec. 3.2.2,
+// and Hybrid-STOP, Wang et al. 2024): every collective above runs inside the dp_shard group
+// (dp_shard consecutive dp ranks, stride the dp stride), and in the step's last micro-batch
+// each reduction's result is all-reduced across the dp_replicate group (stride dp stride x
+// dp_shard, so it crosses the outer links): the whole gradient under ZeRO 0, the rank's
+// 1/dp_shard of it under ZeRO 1-3. It follows the last reduction it depends on, so it is
+// priced on the last micro-batch's window.
 struct DpCost {
   double exposed = 0;
   Flow grads, params;  // the gradient reductions' and the parameter gathers' traffic per step
@@ -528,6 +535,7 @@ DpCost dp_cost(const Context& c, double psi, double md, const StageCost& slow) {
   if (l.dp <= 1) return r;
   if (o.explain) r.level_bytes.assign(c.sys.levels.size(), 0.0);
   const int64_t dp_stride = axis_stride(l, o.rank_order, "dp");
+  const int64_t ds = l.dp_shard(), dr = l.dp_replicate;  // HSDP: ZeRO's group and its replicas
   const double g = (o.precision == Precision::kFp32 || o.fp32_grad_accumulation) ? 4 : 2;
   const double window = o.overlap_dp ? slow.t_b() : 0.0;  // the last micro-batch's backward
   // One kind of collective of the step: its cost, and under explain its bytes per level and
@@ -566,38 +574,58 @@ DpCost dp_cost(const Context& c, double psi, double md, const StageCost& slow) {
   auto flow = [](Flow& f, const Call& k, double calls) { f.add(k.raw, k.bytes, k.codec_s, calls); };
   const CodecSpec& grads_codec = l.compression.dp;
   const CodecSpec& params_codec = l.compression.params;
+  // HSDP: the replicas' all-reduce of what the dp_shard group reduced (the whole gradient for
+  // ZeRO 0, the rank's 1/dp_shard otherwise), once per step; 0 s without replicas.
+  const Call rep =
+      call(Collective::kAllReduce, dr, dp_stride * ds, l.zero == 0 ? psi * g : psi * g / static_cast<double>(ds));
+  const std::string rep_name = fmt::format("HSDP all-reduce, dp_replicate {}, {} of the gradient", dr,
+                                           l.zero == 0 ? std::string("all") : fmt::format("1/{}", ds));
   if (l.zero == 0) {
-    const Call ar = call(Collective::kAllReduce, l.dp, dp_stride, psi * g, grads_codec, g);
-    r.exposed = std::max(0.0, ar.cost.seconds - window) + ar.codec_s;
-    term("gradient all-reduce", ar, 1, r.exposed - ar.codec_s);
+    const Call ar = call(Collective::kAllReduce, ds, dp_stride, psi * g, grads_codec, g);
+    const double link = std::max(0.0, ar.cost.seconds + rep.cost.seconds - window);
+    r.exposed = link + ar.codec_s;
+    const double share = link > 0 ? link / (ar.cost.seconds + rep.cost.seconds) : 0;
+    term(dr > 1 ? "gradient all-reduce inside dp_shard" : "gradient all-reduce", ar, 1, share * ar.cost.seconds);
     flow(r.grads, ar, 1);
+    if (dr > 1) {
+      term(rep_name, rep, 1, share * rep.cost.seconds);
+      flow(r.grads, rep, 1);
+    }
   } else if (l.zero <= 2) {
-    const Call rs = call(Collective::kReduceScatter, l.dp, dp_stride, psi * g, grads_codec, g);
-    const Call ag = call(Collective::kAllGather, l.dp, dp_stride, psi * c.e, params_codec, c.e);
-    // ZeRO 2: every micro-batch's reduce-scatter against its own backward.
+    const Call rs = call(Collective::kReduceScatter, ds, dp_stride, psi * g, grads_codec, g);
+    const Call ag = call(Collective::kAllGather, ds, dp_stride, psi * c.e, params_codec, c.e);
+    // ZeRO 2: every micro-batch's reduce-scatter against its own backward; the last one's
+    // followed by the replicas' all-reduce.
     const double reductions = l.zero == 2 ? md : 1.0;
-    const double rs_exposed = reductions * std::max(0.0, rs.cost.seconds - window);
+    const double last = std::max(0.0, rs.cost.seconds + rep.cost.seconds - window);
+    const double rs_exposed = (reductions - 1) * std::max(0.0, rs.cost.seconds - window) + last;
     r.exposed = rs_exposed + ag.cost.seconds + (reductions * rs.codec_s + ag.codec_s);
-    term("gradient reduce-scatter", rs, reductions, rs_exposed);
+    const double last_share = last > 0 ? last / (rs.cost.seconds + rep.cost.seconds) : 0;
+    term("gradient reduce-scatter", rs, reductions, rs_exposed - last_share * rep.cost.seconds);
+    if (dr > 1) term(rep_name, rep, 1, last_share * rep.cost.seconds);
     term("parameter all-gather", ag, 1, ag.cost.seconds);
     flow(r.grads, rs, reductions);
+    if (dr > 1) flow(r.grads, rep, 1);
     flow(r.params, ag, 1);
   } else if (!l.zeropp_on()) {
     // Every micro-batch gathers the parameters (forward, and again in the backward what the
     // buffers no longer hold) and reduce-scatters its gradients; prefetching hides them
-    // behind that micro-batch.
+    // behind that micro-batch (the last one's with the replicas' all-reduce).
     const DpStepComm k = dp_step_comm(3, static_cast<int>(c.m.layers) + 2, DataParallelConfig{}.prefetch);
-    const Call ag = call(Collective::kAllGather, l.dp, dp_stride, psi * c.e, params_codec, c.e);
-    const Call rs = call(Collective::kReduceScatter, l.dp, dp_stride, psi * g, grads_codec, g);
+    const Call ag = call(Collective::kAllGather, ds, dp_stride, psi * c.e, params_codec, c.e);
+    const Call rs = call(Collective::kReduceScatter, ds, dp_stride, psi * g, grads_codec, g);
     const double per_mb = k.all_gather * ag.cost.seconds + k.reduce_scatter * rs.cost.seconds;
     const double hide = o.overlap_dp ? slow.t_f() + slow.t_b() : 0.0;
-    r.exposed = md * std::max(0.0, per_mb - hide) + md * (k.all_gather * ag.codec_s + k.reduce_scatter * rs.codec_s);
-    const double link = md * std::max(0.0, per_mb - hide);
-    const double share = per_mb > 0 ? link / per_mb : 0;
+    const double link = (md - 1) * std::max(0.0, per_mb - hide) + std::max(0.0, per_mb + rep.cost.seconds - hide);
+    r.exposed = link + md * (k.all_gather * ag.codec_s + k.reduce_scatter * rs.codec_s);
+    const double busy = md * per_mb + rep.cost.seconds;
+    const double share = busy > 0 ? link / busy : 0;
     term("parameter all-gathers (ZeRO-3)", ag, md * k.all_gather, share * md * k.all_gather * ag.cost.seconds);
     term("gradient reduce-scatters (ZeRO-3)", rs, md * k.reduce_scatter, share * md * k.reduce_scatter * rs.cost.seconds);
+    if (dr > 1) term(rep_name, rep, 1, share * rep.cost.seconds);
     flow(r.params, ag, md * k.all_gather);
     flow(r.grads, rs, md * k.reduce_scatter);
+    if (dr > 1) flow(r.grads, rep, 1);
   } else {
     // ZeRO++ (Wang et al. 2023; comm_model.h zeropp_step_comm for the counts, docs/planner.md):
     // - qwZ: the gathers over the whole dp group carry int8 + one fp32 scale per block of G:
@@ -614,16 +642,17 @@ DpCost dp_cost(const Context& c, double psi, double md, const StageCost& slow) {
     // The collectives hide behind their micro-batch's compute as plain ZeRO-3's do; the
     // quantization kernels share the device with it and are counted whole.
     const Device& d = c.sys.device;
+    // HSDP: all of it inside the dp_shard group, the replicas' all-reduce in the last micro-batch.
     const ZeroPPStepComm z = zeropp_step_comm(static_cast<int>(c.m.layers) + 2, DataParallelConfig{}.prefetch,
-                                              static_cast<int64_t>(md), l.dp, {l.qwz, l.hpz, l.qgz, l.hierarchy});
+                                              static_cast<int64_t>(md), ds, {l.qwz, l.hpz, l.qgz, l.hierarchy});
     const double G = l.quant_block;
     const double per_mb = (z.primary_gathers + z.secondary_gathers) / md;
-    const Call ag_p = call(Collective::kAllGather, l.dp, dp_stride, z.quantized ? psi * (1 + 4 / G) : psi * c.e);
+    const Call ag_p = call(Collective::kAllGather, ds, dp_stride, z.quantized ? psi * (1 + 4 / G) : psi * c.e);
     const Call ag_s = call(Collective::kAllGather, z.hpz, dp_stride, psi * c.e);
     std::vector<Call> hops;
     double reduce = 0, quant_g = 0;
     if (z.gradient_hops.empty()) {
-      hops.push_back(call(Collective::kReduceScatter, l.dp, dp_stride, psi * g));
+      hops.push_back(call(Collective::kReduceScatter, ds, dp_stride, psi * g));
       reduce = hops.back().cost.seconds;
     } else {
       double in_bytes = g;
@@ -635,13 +664,17 @@ DpCost dp_cost(const Context& c, double psi, double md, const StageCost& slow) {
         in_bytes = 4;  // later hops requantize the fp32 partial sums
       }
     }
-    const double quant_w = z.quantized ? memory_time(d, psi / l.dp * (c.e + 1)) + memory_time(d, psi * (1 + c.e)) : 0.0;
+    const double own = psi / static_cast<double>(ds);  // this rank's shard
+    const double quant_w = z.quantized ? memory_time(d, own * (c.e + 1)) + memory_time(d, psi * (1 + c.e)) : 0.0;
     const double first = z.hpz > 1 ? ag_p.cost.seconds + (per_mb - 1) * ag_s.cost.seconds + reduce
                                    : per_mb * ag_p.cost.seconds + reduce;
     const double later = z.hpz > 1 ? per_mb * ag_s.cost.seconds + reduce : first;
     const double hide = o.overlap_dp ? slow.t_f() + slow.t_b() : 0.0;
-    const double comm = first + (md - 1) * later;
-    const double comm_exposed = std::max(0.0, first - hide) + (md - 1) * std::max(0.0, later - hide);
+    const double R = rep.cost.seconds;  // HSDP: after the last micro-batch's reductions
+    const double comm = first + (md - 1) * later + R;
+    const double comm_exposed = md <= 1 ? std::max(0.0, first + R - hide)
+                                        : std::max(0.0, first - hide) + (md - 2) * std::max(0.0, later - hide) +
+                                              std::max(0.0, later + R - hide);
     const double quant = z.primary_gathers * quant_w + md * quant_g;
     r.exposed = comm_exposed + quant;
     if (o.explain) {
@@ -653,7 +686,8 @@ DpCost dp_cost(const Context& c, double psi, double md, const StageCost& slow) {
                                                  : fmt::format("{} dp ranks, dropped ({})", dl.dp_ranks, dl.dropped));
       }
       r.terms.push_back({"dp", fmt::format("ZeRO++ {}: dp hierarchy", zeropp_name(l.zeropp)), "", 0.0,
-                         fmt::format("{}; whole dp group {} above; {}", levels, l.dp, l.describe())});
+                         fmt::format("{}; whole {} group {} above; {}", levels, dr > 1 ? "dp_shard" : "dp", ds,
+                                     l.describe())});
       term(z.quantized ? "forward all-gathers, int8 + scales (qwZ)" : "forward all-gathers over dp (ZeRO-3)", ag_p,
            z.primary_gathers, share * z.primary_gathers * ag_p.cost.seconds,
            z.quantized ? fmt::format(" (int8, G {:g})", G) : "");
@@ -669,10 +703,11 @@ DpCost dp_cost(const Context& c, double psi, double md, const StageCost& slow) {
                share * md * hops[i].cost.seconds, " (int4)");
         }
       }
+      if (dr > 1) term(rep_name, rep, 1, share * R);
       if (z.quantized) {
         r.terms.push_back({"dp", "qwZ quantize + dequantize", "", z.primary_gathers * quant_w,
                            fmt::format("{:g} gathers: quantize {:.3g} GB own shard, dequantize {:.3g} GB gathered, at {:.3g} TB/s",
-                                       z.primary_gathers, psi / l.dp * (c.e + 1) / 1e9, psi * (1 + c.e) / 1e9,
+                                       z.primary_gathers, own * (c.e + 1) / 1e9, psi * (1 + c.e) / 1e9,
                                        d.memory_bandwidth / 1e12)});
       }
       if (!z.gradient_hops.empty()) {
@@ -794,7 +829,7 @@ Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layou
   // Optimizer: AdamW over this rank's shard, memory-bound. Mixed precision reads the fp32
   // gradient, master weight, m, v (16 bytes) and writes master, m, v and the 16-bit copy (14);
   // fp32 reads 16 and writes 12.
-  const double shard = psi / (l.zero >= 1 ? static_cast<double>(l.dp) : 1.0);
+  const double shard = psi / (l.zero >= 1 ? static_cast<double>(l.dp_shard()) : 1.0);  // HSDP: ZeRO's group
   p.time.optimizer = shard * (o.precision == Precision::kFp32 ? 28.0 : 30.0) / d.memory_bandwidth;
   // Scale effects (plan/scale_model.h): the slowest of the world's devices, and the per-step
   // work no parallelism shrinks.

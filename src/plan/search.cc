@@ -54,7 +54,8 @@ std::string pins_text(const Pins& p) {
   auto add = [&](const char* name, const auto& v) {
     if (v) s += fmt::format(" --{} {}", name, *v);
   };
-  add("tp", p.tp), add("pp", p.pp), add("dp", p.dp), add("micro-batch", p.micro_batch), add("zero", p.zero);
+  add("tp", p.tp), add("pp", p.pp), add("dp", p.dp), add("dp-shard", p.dp_shard), add("dp-replicate", p.dp_replicate);
+  add("micro-batch", p.micro_batch), add("zero", p.zero);
   if (p.recompute) s += fmt::format(" --recompute {}", recompute_name(*p.recompute));
   add("recompute-layers", p.recompute_layers);
   if (p.sequence_parallel) s += *p.sequence_parallel ? " --sequence-parallel" : " --no-sequence-parallel";
@@ -143,18 +144,36 @@ struct Walk {
     return domain(pins.virtual_stages, vs);
   }
 
+  // HSDP's dp_replicate: pinned (a pinned dp_shard gives dp / dp_shard, 1 when it does not
+  // divide: the rules then name the mismatch), else 1 and, with ZeRO 1-3, every divisor of
+  // dp that leaves dp_shard >= 2.
+  std::vector<int> replicas(const LayoutCandidate& c, int zero) const {
+    if (pins.dp_replicate) return {*pins.dp_replicate};
+    if (pins.dp_shard) return {*pins.dp_shard > 0 && c.dp % *pins.dp_shard == 0 ? c.dp / *pins.dp_shard : 1};
+    std::vector<int> r{1};
+    if (zero == 0) return r;
+    for (int64_t d : divisors(c.dp)) {
+      if (d > 1 && c.dp / d >= 2) r.push_back(static_cast<int>(d));
+    }
+    return r;
+  }
+
   void rest(LayoutCandidate c) {
     const std::vector<Recompute> rcs{Recompute::kNone, Recompute::kSelective, Recompute::kFull};
     const std::vector<PipeSchedule> schedules{PipeSchedule::k1F1B, PipeSchedule::kGpipe, PipeSchedule::kInterleaved};
     c.recompute_layers = pins.recompute_layers.value_or(-1);
+    c.dp_shard = pins.dp_shard.value_or(0);
     for (int zero : domain(pins.zero, std::vector<int>{0, 1, 2, 3})) {
-      for (Recompute rc : domain(pins.recompute, rcs)) {
-        for (bool sp : domain(pins.sequence_parallel, std::vector<bool>{false, true})) {
-          for (PipeSchedule sch : domain(pins.schedule, schedules)) {
-            c.zero = zero, c.recompute = rc, c.sequence_parallel = sp, c.schedule = sch;
-            for (int v : virtual_stages(c)) {
-              c.virtual_stages = v;
-              leaf(c);
+      for (int rep : replicas(c, zero)) {
+        c.dp_replicate = rep;
+        for (Recompute rc : domain(pins.recompute, rcs)) {
+          for (bool sp : domain(pins.sequence_parallel, std::vector<bool>{false, true})) {
+            for (PipeSchedule sch : domain(pins.schedule, schedules)) {
+              c.zero = zero, c.recompute = rc, c.sequence_parallel = sp, c.schedule = sch;
+              for (int v : virtual_stages(c)) {
+                c.virtual_stages = v;
+                leaf(c);
+              }
             }
           }
         }
@@ -165,7 +184,8 @@ struct Walk {
   void leaf(const LayoutCandidate& c) {
     if (std::string e = layout_error(c); !e.empty()) return refuse(2, e);
     Layout l;
-    l.tp = c.tp, l.pp = c.pp, l.dp = c.dp, l.micro_batch = c.micro_batch, l.zero = c.zero;
+    l.tp = c.tp, l.pp = c.pp, l.dp = c.dp, l.dp_replicate = c.dp_replicate;
+    l.micro_batch = c.micro_batch, l.zero = c.zero;
     l.recompute = c.recompute, l.recompute_layers = c.recompute_layers, l.sequence_parallel = c.sequence_parallel;
     l.schedule = c.schedule, l.virtual_stages = c.virtual_stages;
     if (pins.zeropp_pinned()) {
@@ -298,6 +318,7 @@ std::string explain(const Prediction& a, const Prediction& b) {
   cmp("tp", x.tp, y.tp);
   cmp("pp", x.pp, y.pp);
   cmp("dp", x.dp, y.dp);
+  cmp("dp_replicate", x.dp_replicate, y.dp_replicate);
   cmp("micro-batch", x.micro_batch, y.micro_batch);
   cmp("zero", x.zero, y.zero);
   cmp("recompute", recompute_name(x.recompute), recompute_name(y.recompute));

@@ -15,6 +15,11 @@ namespace weft::plan {
 // Choices the user pinned; an empty optional is searched.
 struct Pins {
   std::optional<int> tp, pp, dp, zero, virtual_stages, recompute_layers;
+  // HSDP (parallel/grid.h): unpinned, the search tries every dp_replicate that divides dp and
+  // leaves dp_shard >= 2, with ZeRO 1-3 (what it changes there: the shards' size and the
+  // replicas' all-reduce); zero 0 runs with dp_replicate 1 unless pinned. A pinned dp_shard
+  // fixes dp_replicate = dp / dp_shard.
+  std::optional<int> dp_shard, dp_replicate;
   std::optional<int64_t> micro_batch;
   std::optional<Recompute> recompute;
   std::optional<bool> sequence_parallel;

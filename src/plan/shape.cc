@@ -68,7 +68,10 @@ GptDescription describe_part(const ModelConfig& mc, int64_t seq, const Layout& l
 int elem_bytes(Precision p) { return p == Precision::kFp32 ? 4 : 2; }
 
 std::string Layout::describe() const {
-  std::string s = fmt::format("tp {} pp {} dp {} mb {} zero {} {}", tp, pp, dp, micro_batch, zero, recompute_name(recompute));
+  const std::string split =
+      dp_replicate > 1 ? fmt::format(" (dp_shard {} x dp_replicate {})", dp_shard(), dp_replicate) : std::string();
+  std::string s =
+      fmt::format("tp {} pp {} dp {}{} mb {} zero {} {}", tp, pp, dp, split, micro_batch, zero, recompute_name(recompute));
   if (recompute == Recompute::kFull && recompute_layers >= 0) s += fmt::format("({})", recompute_layers);
   if (sequence_parallel) s += " sp";
   s += fmt::format(" {}", schedule_name(schedule));
@@ -117,7 +120,7 @@ int64_t micro_batches(int64_t global_batch, const Layout& l) {
 
 LayoutCandidate layout_candidate(const ModelShape& m, const Layout& l, int64_t global_batch, Precision p, int64_t gpus) {
   return {.world = gpus > 0 ? gpus : static_cast<int64_t>(l.tp) * l.pp * l.dp,
-          .tp = l.tp, .pp = l.pp, .dp = l.dp, .virtual_stages = l.virtual_stages,
+          .tp = l.tp, .pp = l.pp, .dp = l.dp, .dp_replicate = l.dp_replicate, .virtual_stages = l.virtual_stages,
           .micro_batch = l.micro_batch, .global_batch = global_batch, .zero = l.zero,
           .sequence_parallel = l.sequence_parallel, .schedule = l.schedule, .recompute = l.recompute,
           .recompute_layers = l.recompute_layers, .precision = p,

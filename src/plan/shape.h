@@ -85,6 +85,10 @@ struct Layout {
   int tp = 1;  // tensor-parallel size (t)
   int pp = 1;  // pipeline stages (p)
   int dp = 1;  // data-parallel replicas
+  // HSDP (parallel/grid.h): dp = dp_shard x dp_replicate, dp_shard consecutive dp ranks; ZeRO
+  // shards (and ZeRO++ works) inside dp_shard, the dp_replicate groups all-reduce the shards'
+  // gradients once per step. 1: plain dp.
+  int dp_replicate = 1;
   int64_t micro_batch = 1;  // sequences per micro-batch (b)
   int zero = 0;             // ZeRO stage 0..3 over the dp axis (Rajbhandari et al. 2020)
   Recompute recompute = Recompute::kNone;
@@ -111,8 +115,10 @@ struct Layout {
   std::string compression_name = "none";
 
   int world() const { return tp * pp * dp; }
+  int dp_shard() const { return dp_replicate > 0 ? dp / dp_replicate : dp; }
   bool zeropp_on() const { return qwz || hpz > 1 || qgz; }
-  // "tp 4 pp 16 dp 2 mb 1 zero 1 full sp 1f1b"; ZeRO++: "... zero++(qwz hpz 8 qgz 8)";
+  // "tp 4 pp 16 dp 2 mb 1 zero 1 full sp 1f1b"; HSDP: "tp 2 pp 1 dp 4 (dp_shard 2 x dp_replicate 2) mb 1 ...";
+  // ZeRO++: "... zero++(qwz hpz 8 qgz 8)";
   // compression: "... hybrid(dp=int4 params=int8 tp=bf16)"
   std::string describe() const;
 };

@@ -29,16 +29,19 @@ GptDescription chunk_description(const WeftRunShape& r, const std::vector<StageR
 }
 
 // A chunk's parameters, gradients and optimizer states under ZeRO (Rajbhandari et al. 2020,
-// sec. 5.1): contiguous shards of ceil(n / dp) elements; ZeRO-2/3's gradient group slots and
-// receive buffers, ZeRO-3's gathered groups (parallel/dp/data_parallel.h).
+// sec. 5.1): contiguous shards of ceil(n / dp_shard) elements (HSDP: the dp_shard group; all
+// of dp without replicas), this rank's by its index in the group (dp rank % dp_shard);
+// ZeRO-2/3's gradient group slots and receive buffers, ZeRO-3's gathered groups
+// (parallel/dp/data_parallel.h).
 void add_states(Elems& e, const WeftRunShape& r, const GptDescription& d, int dp_rank) {
   const Layout& l = r.layout;
-  const int64_t dp = l.dp;
+  const int64_t dp = l.dp;  // the embedding's row exchange gathers every dp rank's rows
+  const int64_t ds = l.dp_shard(), shard_rank = dp_rank % ds;
   const GptParamCounts& pc = d.rank_params();
   const StageSpec& st = d.spec().stage;
   const int64_t n = pc.part;
-  const int64_t shard = (n + dp - 1) / dp;
-  const int64_t own = std::min(n, (dp_rank + 1) * shard) - std::min(n, dp_rank * shard);
+  const int64_t shard = (n + ds - 1) / ds;
+  const int64_t own = std::min(n, (shard_rank + 1) * shard) - std::min(n, shard_rank * shard);
   const int64_t g0 = (st.embedding || st.head) ? pc.embedding : 1;
   const int64_t max_other = std::max<int64_t>({1, d.part_layers() > 0 ? pc.layer : 0, st.head ? pc.final_norm : 0});
   const int64_t grad_slots = g0 + DataParallel::kGradSlots * max_other;
@@ -67,7 +70,8 @@ void add_states(Elems& e, const WeftRunShape& r, const GptDescription& d, int dp
       if (layout.has_group(g)) groups.push_back(layout.group_range(g));
     }
     const ZeroPPBuffers zb =
-        zeropp_buffers(r.zeropp, groups, layout.total(), dp_rank, static_cast<int>(dp), DataParallel::param_slots(r.prefetch), true);
+        zeropp_buffers(r.zeropp, groups, layout.total(), static_cast<int>(shard_rank), static_cast<int>(ds),
+                       DataParallel::param_slots(r.prefetch), true);
     e.params += static_cast<double>(zb.hpz_elems);
     e.comm += static_cast<double>(zb.comm_bytes()) / 4.0;
     e.grads += static_cast<double>(zb.residual_elems);

@@ -14,7 +14,8 @@
 //   each model chunk's parameter count (its layers split over tp, LayerNorms and row-parallel
 //   biases replicated; Shoeybi et al. 2019 sec. 3), fp32: 4 bytes of parameters, 4 of
 //   gradients and 8 of Adam moments per element, sharded as weft shards (ceil(n / dp) per
-//   rank, contiguous); plus ZeRO-2/3's transient group buffers.
+//   rank, contiguous; under HSDP ceil(n / dp_shard), by the rank's index in its dp_shard
+//   group); plus ZeRO-2/3's transient group buffers.
 // - activations: Korthikanti et al. 2022 (sec. 4.1, Table 2) per layer and micro-batch,
 //   without dropout (weft has none), in elements: the LayerNorm inputs (2 sbh, / t under
 //   sequence parallelism), the inputs of the QKV and first MLP products (2 sbh: weft keeps
@@ -56,7 +57,8 @@ struct WeftRunShape {
   ZeroPPConfig zeropp;
 };
 
-// Bytes one rank of pipeline stage `stage` (data-parallel rank `dp_rank`) allocates per
+// Bytes one rank of pipeline stage `stage` (data-parallel rank `dp_rank`, of the whole dp
+// group: its shard index under HSDP is dp_rank % dp_shard) allocates per
 // category; `total` is the sum of the categories' peaks.
 MemoryBreakdown weft_rank_memory(const WeftRunShape& run, int stage, int dp_rank = 0);
 

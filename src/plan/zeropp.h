@@ -19,6 +19,9 @@
 
 namespace weft::plan {
 
+// ZeRO++ works inside ZeRO's group: with HSDP (Layout::dp_replicate > 1) "dp" below is the
+// dp_shard group of dp_shard consecutive dp ranks, whose replicas add one all-reduce per step.
+//
 // One level of the system as the dp group sees it: the dp ranks inside one unit of it
 // (cumulative, as the system file's devices), placed by the rank order (dp peers in a unit of
 // U devices: min(dp, U / dp stride), so with tp innermost U / (tp x pp-in-unit)).

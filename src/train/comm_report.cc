@@ -289,7 +289,8 @@ nlohmann::json row_json(const RowKey& k, const Row& row) {
 int log2_class(int64_t bytes) { return bytes <= 1 ? 0 : static_cast<int>(std::floor(std::log2(static_cast<double>(bytes)))); }
 
 nlohmann::json layout_json(const EngineConfig& ec) {
-  return {{"tp", ec.grid.tp}, {"pp", ec.grid.pp}, {"dp", ec.grid.dp}, {"sp", ec.sequence_parallel && ec.grid.tp > 1},
+  return {{"tp", ec.grid.tp}, {"pp", ec.grid.pp}, {"dp", ec.grid.dp}, {"dp_replicate", ec.grid.dp_replicate},
+          {"sp", ec.sequence_parallel && ec.grid.tp > 1},
           {"zero", ec.data_parallel.zero}, {"schedule", schedule_name(ec.schedule)},
           {"micro_batches", ec.global_batch / ec.grid.dp / ec.micro_batch}, {"micro_batch", ec.micro_batch},
           {"seq", ec.seq}, {"global_batch", ec.global_batch},

@@ -80,6 +80,8 @@ const std::vector<Key>& keys() {
       {"parallel", "tp", &RunConfig::tp},
       {"parallel", "pp", &RunConfig::pp},
       {"parallel", "dp", &RunConfig::dp},
+      {"parallel", "dp_shard", &RunConfig::dp_shard},
+      {"parallel", "dp_replicate", &RunConfig::dp_replicate},
       {"parallel", "order", &RunConfig::order},
       {"parallel", "zero", &RunConfig::zero},
       {"parallel", "sequence_parallel", &RunConfig::sequence_parallel},
@@ -282,8 +284,8 @@ void check_finite_numbers(const RunConfig& cfg) {
 void check_int_keys(const RunConfig& cfg) {
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   for (const char* name : {"n_layer", "n_head", "n_embd", "n_ctx", "vocab_size", "seq_len", "tp", "pp", "dp",
-                           "virtual_stages", "prefetch", "ranks_per_node", "recompute_layers", "zero", "top_k",
-                           "sample_tokens", "micro_batch", "global_batch"}) {
+                           "dp_shard", "dp_replicate", "virtual_stages", "prefetch", "ranks_per_node",
+                           "recompute_layers", "zero", "top_k", "sample_tokens", "micro_batch", "global_batch"}) {
     const Key* k = find_key(name);
     const int64_t v = cfg.*std::get<int64_t RunConfig::*>(k->field);
     if (v > kIntMax) throw_input("{}.{} = {} is too large (at most {})", k->section, k->name, v, kIntMax);

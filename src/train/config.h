@@ -56,6 +56,11 @@ struct RunConfig {
   int64_t tp = 1;              // tensor-parallel size
   int64_t pp = 1;              // pipeline-parallel size
   int64_t dp = 0;              // data-parallel size; 0: world size / (tp * pp)
+  // HSDP (Hybrid-STOP's dp split, parallel/grid.h): dp = dp_shard x dp_replicate; ZeRO shards
+  // inside a dp_shard group of consecutive dp ranks, the dp_replicate groups all-reduce the
+  // shards' gradients. --dp N alone is dp_shard N, dp_replicate 1.
+  int64_t dp_shard = 0;        // 0: dp / dp_replicate
+  int64_t dp_replicate = 1;    // 1: plain data parallelism
   std::string order = "tp-dp-pp";  // rank order, first axis varies fastest (tp inside a node)
   int64_t zero = 0;            // ZeRO stage 0..3
   bool sequence_parallel = false;  // with tp > 1: shard LayerNorm/residual regions along the tokens

@@ -17,6 +17,7 @@ ZeroPPConfig run_zeropp(const RunConfig& cfg, const GridSpec& grid, const NodeMa
   want.error_feedback = cfg.error_feedback;
   int peers = 0;
   const GridLayout layout(grid);
+  // ZeRO++ works inside ZeRO's group: the dp_shard group under HSDP (the dp group without it).
   if (nodes != nullptr) {
     peers = dp_peers_per_node(layout, *nodes);
   } else if (cfg.ranks_per_node > 0) {
@@ -24,7 +25,7 @@ ZeroPPConfig run_zeropp(const RunConfig& cfg, const GridSpec& grid, const NodeMa
   }
   std::vector<int> hierarchy;
   for (int64_t h : cfg.hierarchy) hierarchy.push_back(static_cast<int>(h));
-  return resolve_zeropp(want, static_cast<int>(cfg.zero), grid.dp, peers, hierarchy);
+  return resolve_zeropp(want, static_cast<int>(cfg.zero), grid.dp_shard(), peers, hierarchy);
 }
 
 CompressionPolicy run_compression(const RunConfig& cfg, const GridSpec& grid, const ZeroPPConfig& zeropp,
@@ -73,6 +74,16 @@ CompressionPolicy run_compression(const RunConfig& cfg, const GridSpec& grid, co
                      p.dp.name()));
   }
   if (p.error_feedback && grid.dp == 1) note("compression.error_feedback has no effect: dp = 1");
+  // HSDP: the compressing communicators wrap the whole dp group (engine.cc), where the store's
+  // reductions and gathers run inside dp_shard and across dp_replicate (data_parallel.h).
+  for (const auto& [key, codec] : {std::pair<const char*, const CodecSpec*>{"dp", &p.dp}, {"params", &p.params}}) {
+    if (!codec->off() && grid.dp_replicate > 1) {
+      throw_input("compression.{} = \"{}\" with dp_replicate {}: compressed data-parallel collectives run over the "
+                  "whole dp group, not yet over dp_shard {} x dp_replicate {}; set compression.{} = \"off\" or "
+                  "dp_replicate = 1",
+                  key, codec->name(), grid.dp_replicate, grid.dp_shard(), grid.dp_replicate, key);
+    }
+  }
   return p;
 }
 

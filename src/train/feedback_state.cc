@@ -24,10 +24,13 @@ std::string tensor_name(const GridCoords& c, int chunk) {
 // elements on the same ranks.
 std::map<std::string, std::string> layout_meta(const Engine& e) {
   const EngineConfig& c = e.config();
-  return {{"tp", std::to_string(c.grid.tp)},
-          {"pp", std::to_string(c.grid.pp)},
-          {"dp", std::to_string(c.grid.dp)},
-          {"virtual_stages", std::to_string(c.grid.pp > 1 ? c.virtual_stages : 1)}};
+  std::map<std::string, std::string> m = {{"tp", std::to_string(c.grid.tp)},
+                                          {"pp", std::to_string(c.grid.pp)},
+                                          {"dp", std::to_string(c.grid.dp)},
+                                          {"virtual_stages", std::to_string(c.grid.pp > 1 ? c.virtual_stages : 1)}};
+  // HSDP shards over dp_shard: a residual's elements depend on the split (absent: 1).
+  if (c.grid.dp_replicate > 1) m["dp_replicate"] = std::to_string(c.grid.dp_replicate);
+  return m;
 }
 
 std::string describe_layout(const std::map<std::string, std::string>& m) {
@@ -35,7 +38,9 @@ std::string describe_layout(const std::map<std::string, std::string>& m) {
     auto it = m.find(k);
     return it == m.end() ? std::string("?") : it->second;
   };
-  return fmt::format("tp {} x pp {} x dp {}, {} virtual stage(s)", get("tp"), get("pp"), get("dp"),
+  const auto rep = m.find("dp_replicate");
+  return fmt::format("tp {} x pp {} x dp {}{}, {} virtual stage(s)", get("tp"), get("pp"), get("dp"),
+                     rep == m.end() ? std::string() : fmt::format(" (dp_replicate {})", rep->second),
                      get("virtual_stages"));
 }
 
@@ -98,14 +103,20 @@ std::string restore_feedback(Engine& engine, const std::string& dir) {
     return fmt::format("error feedback: the checkpoint's residuals ({}) are not used: this run has none", saved_source);
   }
   const std::map<std::string, std::string> want = layout_meta(engine);
+  auto replicas = [](const std::map<std::string, std::string>& m) {
+    auto it = m.find("dp_replicate");
+    return it == m.end() ? std::string("1") : it->second;
+  };
+  bool differs = replicas(meta) != replicas(want);
   for (const auto& [k, v] : want) {
     auto it = meta.find(k);
-    if (it == meta.end() || it->second != v) {
-      for (DeviceBuffer* r : engine.feedback_residuals()) r->zero();
-      return fmt::format("error feedback ({}): the checkpoint's residuals belong to layout {}, this run is {}: "
-                         "they start from zero",
-                         source, describe_layout(meta), describe_layout(want));
-    }
+    differs = differs || it == meta.end() || it->second != v;
+  }
+  if (differs) {
+    for (DeviceBuffer* r : engine.feedback_residuals()) r->zero();
+    return fmt::format("error feedback ({}): the checkpoint's residuals belong to layout {}, this run is {}: "
+                       "they start from zero",
+                       source, describe_layout(meta), describe_layout(want));
   }
   const GridCoords coords = engine.grid().coords();
   std::vector<DeviceBuffer*> mine = engine.feedback_residuals();

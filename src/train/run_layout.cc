@@ -10,6 +10,7 @@ LayoutCandidate run_layout_candidate(const RunConfig& cfg, const ModelConfig& mc
   const int64_t seq = mc.is_climax() ? mc.num_patches() : cfg.seq_len > 0 ? cfg.seq_len : mc.n_ctx;
   auto i = [](int64_t v) { return static_cast<int>(v); };
   return {.world = world_size, .tp = i(cfg.tp), .pp = i(cfg.pp), .dp = i(cfg.dp),
+          .dp_shard = i(cfg.dp_shard), .dp_replicate = i(cfg.dp_replicate),
           .virtual_stages = i(cfg.virtual_stages), .micro_batch = cfg.micro_batch,
           .global_batch = cfg.global_batch, .zero = i(cfg.zero), .sequence_parallel = cfg.sequence_parallel,
           .schedule = parse_schedule(cfg.schedule), .recompute = parse_recompute(cfg.recompute),
@@ -26,7 +27,8 @@ RunLayout validate_run_layout(const RunConfig& cfg, const ModelConfig& mc, int w
   r.layout = run_layout_candidate(cfg, mc, world_size);
   check_layout(r.layout);
   r.layout.dp = r.layout.resolved_dp();
-  r.grid = GridSpec{r.layout.tp, r.layout.pp, r.layout.dp, cfg.order};
+  r.layout.dp_shard = r.layout.resolved_dp_shard();
+  r.grid = GridSpec{r.layout.tp, r.layout.pp, r.layout.dp, cfg.order, r.layout.dp_replicate};
   validate_layout(r.grid, world_size);  // the rank order (sizes and world product passed above)
   return r;
 }

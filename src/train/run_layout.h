@@ -10,15 +10,16 @@
 namespace weft {
 
 // The candidate of `cfg` on `world_size` ranks: its model shape, batch and [parallel] keys
-// (dp 0 stays 0: the rules derive it as world / (tp x pp)). InputError for an unknown
+// (dp 0 stays 0: the rules derive it as world / (tp x pp); dp_shard 0 likewise, as
+// dp / dp_replicate). InputError for an unknown
 // schedule, recompute mode or precision name.
 LayoutCandidate run_layout_candidate(const RunConfig& cfg, int world_size);
 // The same for a model given apart from the config's preset (a checkpoint's).
 LayoutCandidate run_layout_candidate(const RunConfig& cfg, const ModelConfig& mc, int world_size);
 
 struct RunLayout {
-  GridSpec grid;           // tp, pp, dp (resolved) and the rank order
-  LayoutCandidate layout;  // dp resolved
+  GridSpec grid;           // tp, pp, dp (resolved), the rank order and dp_replicate
+  LayoutCandidate layout;  // dp and dp_shard resolved
 };
 
 // Every layout rule, then the grid's own check of the rank order. InputError naming the values.

@@ -21,6 +21,7 @@ plan::Layout plan_layout(const RunConfig& cfg, const EngineConfig& ec) {
   pl.tp = ec.grid.tp;
   pl.pp = ec.grid.pp;
   pl.dp = ec.grid.dp;
+  pl.dp_replicate = ec.grid.dp_replicate;
   pl.micro_batch = ec.micro_batch;
   pl.zero = ec.data_parallel.zero;
   pl.recompute = ec.recompute;

@@ -224,7 +224,9 @@ void TrainLoop::save(int64_t step) {
                  {"tokens", step * G * T}, {"data", cfg_.data}, {"model", ec.model.name},
                  {"optimizer_steps", engine_.optimizer_steps()}, {"precision", precision_name(ec.precision)},
                  {"loss_scale", ls.scale()}, {"loss_scale_good_steps", ls.good_steps()},
-                 {"layout", {{"tp", ec.grid.tp}, {"pp", ec.grid.pp}, {"dp", ec.grid.dp}, {"zero", ec.data_parallel.zero}}},
+                 {"layout",
+                  {{"tp", ec.grid.tp}, {"pp", ec.grid.pp}, {"dp", ec.grid.dp}, {"dp_shard", ec.grid.dp_shard()},
+                   {"dp_replicate", ec.grid.dp_replicate}, {"zero", ec.data_parallel.zero}}},
                  {"spike_window", spikes_.state()}};
     files_.write_with(dir, [&] { save_checkpoint(dir, d); });
     prune_checkpoints(cfg_.out, cfg_.keep_last);
@@ -396,7 +398,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   }
   if (zeropp) {
     ec.data_parallel.zeropp = run_zeropp(cfg, ec.grid, &nodes);
-    log_info("ZeRO++: {} (nodes: {})", ec.data_parallel.zeropp.describe(ec.grid.dp), nodes.source);
+    log_info("ZeRO++: {} (nodes: {})", ec.data_parallel.zeropp.describe(ec.grid.dp_shard()), nodes.source);
     for (const std::string& n : ec.data_parallel.zeropp.notes) log_info("ZeRO++: {}", n);
   }
   if (ec.compression.any()) {

@@ -102,6 +102,7 @@ LayoutSpace layout_space(const ModelConfig& model, int64_t seq, int64_t global_b
   pins.zeropp = plan::ZeroPP::kNone;
   pins.compression = plan::NamedPolicy{};  // none
   pins.recompute_layers = -1;
+  pins.dp_replicate = 1;  // HSDP's split is not one of the tuner's knobs (encode_layout): plain dp
   plan::Options o = opt;
   o.precision = precision;
   o.global_batch = global_batch;

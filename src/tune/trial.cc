@@ -58,6 +58,8 @@ RunConfig trial_config(const RunConfig& base, const plan::Layout& l) {
   c.tp = l.tp;
   c.pp = l.pp;
   c.dp = l.dp;
+  c.dp_shard = 0;  // dp / dp_replicate
+  c.dp_replicate = l.dp_replicate;
   c.micro_batch = l.micro_batch;
   c.zero = l.zero;
   c.recompute = recompute_name(l.recompute);

@@ -420,6 +420,9 @@ TuneResult tune(const RunConfig& cfg, const TuneOptions& o, Communicator& world)
   validate(o);
   cfg.validate();
   const ModelConfig mc = cfg.model_config();
+  if (mc.is_climax()) {
+    throw_input("weft tune searches GPT layouts; model '{}' is a ClimaX model (its trials are not wired yet)", mc.name);
+  }
   const Precision precision = parse_precision(cfg.precision);
   TuneResult res;
   res.system_path = resolve_system(o, cfg);

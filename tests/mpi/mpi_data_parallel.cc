@@ -55,6 +55,7 @@ struct Outcome {
 struct Variant {
   int zero;
   bool tied;  // zero 0/1: a (one-member) tied-embedding group, reduced at the end of the step
+  int replicate = 1;  // HSDP: dp_replicate (the dp group is replicate x dp_shard consecutive ranks)
 };
 
 class MpiDataParallel : public ::testing::TestWithParam<Variant> {
@@ -143,6 +144,7 @@ class MpiDataParallel : public ::testing::TestWithParam<Variant> {
       DataParallelConfig dc;
       dc.zero = v.zero;
       dc.bucket_bytes = 4096;  // several buckets
+      dc.dp_replicate = v.replicate;
       DataParallel store(layout, dp, dc, *be);
       if (v.tied) store.set_tied_embedding(&tied);
       const std::vector<float> full = full_params();
@@ -234,14 +236,17 @@ void expect_all(int64_t count, const std::string& what, F&& ok) {
 
 TEST_P(MpiDataParallel, EveryBackendMatchesTheClosedFormAndEachOther) {
   const Variant v = GetParam();
+  if (P % v.replicate != 0) GTEST_SKIP() << "dp_replicate " << v.replicate << " does not divide " << P << " ranks";
   const Outcome cpu = run("cpu");
   const std::vector<double> g = expected_grads();
   const std::vector<float> full = full_params();
 
-  // The optimizer range: the whole buffer for zero 0, this rank's shard of ceil(n / P) otherwise.
-  const int64_t S = (n + P - 1) / P;
-  EXPECT_EQ(cpu.opt_begin, v.zero == 0 ? 0 : std::min(n, rank * S));
-  EXPECT_EQ(cpu.opt_end, v.zero == 0 ? n : std::min(n, (rank + 1) * S));
+  // The optimizer range: the whole buffer for zero 0, this rank's shard of ceil(n / dp_shard)
+  // otherwise, by its index in its dp_shard group (HSDP: rank % dp_shard; plain: the rank).
+  const int dp_shard = P / v.replicate, me = rank % dp_shard;
+  const int64_t S = (n + dp_shard - 1) / dp_shard;
+  EXPECT_EQ(cpu.opt_begin, v.zero == 0 ? 0 : std::min(n, me * S));
+  EXPECT_EQ(cpu.opt_end, v.zero == 0 ? n : std::min(n, (me + 1) * S));
   EXPECT_EQ(cpu.acquired, full);
   EXPECT_EQ(cpu.reacquired, cpu.params);
   expect_all(cpu.opt_end - cpu.opt_begin, "summed gradient", [&](int64_t i, std::string* msg) {
@@ -294,9 +299,13 @@ TEST_P(MpiDataParallel, EveryBackendMatchesTheClosedFormAndEachOther) {
 
 INSTANTIATE_TEST_SUITE_P(Zero, MpiDataParallel,
                          ::testing::Values(Variant{0, false}, Variant{1, false}, Variant{2, false}, Variant{3, false},
-                                           Variant{0, true}, Variant{1, true}),
+                                           Variant{0, true}, Variant{1, true},
+                                           // HSDP: 2 replicas of dp_shard P / 2 (1, 2 and 4 on 2, 4 and 8 ranks)
+                                           Variant{0, false, 2}, Variant{1, false, 2}, Variant{2, false, 2},
+                                           Variant{3, false, 2}, Variant{1, true, 2}),
                          [](const auto& info) {
-                           return "zero" + std::to_string(info.param.zero) + (info.param.tied ? "_tied" : "");
+                           return "zero" + std::to_string(info.param.zero) + (info.param.tied ? "_tied" : "") +
+                                  (info.param.replicate > 1 ? "_replicate" + std::to_string(info.param.replicate) : "");
                          });
 
 }  // namespace

@@ -1,11 +1,15 @@
 // The ClimaX model (climax-tiny) through `weft train` on generated weather fields: layout parity
-// (fp32, 1e-5 relative) of tensor parallelism, ZeRO-3 data parallelism and both together against
-// one process, and layout-free checkpoints (tp 2 resumes a one-process run).
+// (fp32, 1e-5 relative) of tensor parallelism, ZeRO-3 data parallelism, HSDP (dp_shard x
+// dp_replicate) and Hybrid-STOP (tp 2 x dp_shard 2 x dp_replicate 2 on 8 ranks) against one
+// process; layout-free checkpoints (tp 2 resumes a one-process run); the gather buffers.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
+#include "model/climax_description.h"
+#include "model/config.h"
 #include "test_util.h"
 
 namespace weft {
@@ -51,6 +55,9 @@ TEST_F(ClimaxRuns, TensorAndShardedDataParallelMatchOneProcess) {
       {2, "--tp 2"},
       {2, "--dp 2 --zero 3 --micro_batch 1"},
       {4, "--tp 2 --dp 2 --zero 3 --micro_batch 1"},
+      {4, "--dp-shard 2 --dp-replicate 2 --zero 3 --micro_batch 1"},
+      // Hybrid-STOP: tp innermost, then ZeRO-3 over dp_shard, replicas across dp_replicate.
+      {8, "--tp 2 --dp-shard 2 --dp-replicate 2 --zero 3 --micro_batch 1"},
   };
   for (const auto& [np, args] : layouts) {
     const std::string out = *tmp / fmt::format("run{}", n);
@@ -75,6 +82,41 @@ TEST_F(ClimaxRuns, CheckpointsAreLayoutFreeAndBadLayoutsAreRefused) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("ClimaX models run without pipeline stages: pp must be 1, got 2"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(*tmp / "pp/metrics.jsonl"));
+}
+
+// Hybrid-STOP's memory claim: ZeRO-3 over each rank's tensor-parallel shard gathers only 1/tp of
+// a block. The gather buffers (the front group, held through the step, and three block-sized
+// slots: current, prefetched, spare) measured on rank 0 equal the model's own counts, and the
+// block slots of tp 2 x dp 2 are those of plain ZeRO-3 (dp 4) over 2, but for the replicated
+// LayerNorms and row-parallel biases.
+TEST_F(ClimaxRuns, HybridStopGathersATensorParallelShardOfEachBlock) {
+  const std::string common = " --steps 2 --global_batch 8 --micro_batch 2 --val_batches 0 --zero 3 --out ";
+  RunResult r = train(4, "--dp 4" + common + (*tmp / "zero3"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = train(4, "--tp 2 --dp 2" + common + (*tmp / "hstop"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto transient = [&](const std::string& run) {  // of the last step that reports memory
+    std::ifstream in(*tmp / (run + "/metrics.jsonl"));
+    int64_t bytes = -1;
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains("memory") && j["memory"].contains("params_transient")) {
+        bytes = j["memory"]["params_transient"].get<int64_t>();
+      }
+    }
+    return bytes;
+  };
+  ClimaxRunSpec spec;
+  spec.model = model_preset("climax-tiny");
+  const ClimaxDescription d(spec);
+  const int64_t zero3 = transient("zero3"), hstop = transient("hstop");
+  EXPECT_EQ(zero3, 4 * (d.front_params(1) + 3 * d.layer_params(1)));
+  EXPECT_EQ(hstop, 4 * (d.front_params(2) + 3 * d.layer_params(2)));
+  const double block_ratio = static_cast<double>(d.layer_params(2)) / static_cast<double>(d.layer_params(1));
+  EXPECT_NEAR(block_ratio, 0.5, 0.01);
+  std::printf("ZeRO-3 gather buffers: dp 4 %lld B, tp 2 x dp 2 %lld B (ratio %.3f; one block %.3f of its whole)\n",
+              static_cast<long long>(zero3), static_cast<long long>(hstop),
+              static_cast<double>(hstop) / static_cast<double>(zero3), block_ratio);
 }
 
 }  // namespace

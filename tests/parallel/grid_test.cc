@@ -147,5 +147,82 @@ TEST(GridValidate, MessagesNameTheNumbers) {
   EXPECT_THROW(GridLayout(GridSpec{1, 1, 1, "tp-dp-pp-cp"}), InputError);
 }
 
+// HSDP: dp = dp_shard x dp_replicate with dp_shard fastest inside dp, so with the default order
+// (ORBIT's: tp innermost, then dp_shard, then dp_replicate) world rank = tp + 2 * (shard + 2 *
+// replica) for tp 2, dp_shard 2, dp_replicate 2.
+TEST(GridLayout, HybridShardedDpPutsTpThenShardThenReplica) {
+  GridSpec spec{2, 1, 4};
+  spec.dp_replicate = 2;
+  GridLayout g(spec);
+  EXPECT_EQ(g.dp_shard(), 2);
+  EXPECT_EQ(g.dp_replicate(), 2);
+  for (int tp = 0; tp < 2; ++tp) {
+    for (int shard = 0; shard < 2; ++shard) {
+      for (int replica = 0; replica < 2; ++replica) {
+        const int r = tp + 2 * (shard + 2 * replica);
+        const GridCoords c = g.coords_of(r);
+        EXPECT_EQ(c[kTp], tp) << r;
+        EXPECT_EQ(c[kDp], shard + 2 * replica) << r;  // the dp rank: the data order is the dp rank's
+        EXPECT_EQ(g.dp_shard_index(r), shard) << r;
+        EXPECT_EQ(g.dp_replicate_index(r), replica) << r;
+        // The dp_shard group: same tp and replica, shards 0, 1; the dp_replicate group: same
+        // tp and shard, replicas 0, 1.
+        EXPECT_EQ(g.dp_shard_group(r), (std::vector<int>{tp + 2 * (0 + 2 * replica), tp + 2 * (1 + 2 * replica)})) << r;
+        EXPECT_EQ(g.dp_replicate_group(r), (std::vector<int>{tp + 2 * shard, tp + 2 * (shard + 2)})) << r;
+      }
+    }
+  }
+  EXPECT_EQ(g.group_of(Axis::kDp, 5), (std::vector<int>{1, 3, 5, 7}));  // the whole dp group is unchanged
+  EXPECT_EQ(g.describe(), "world 8 = tp 2 x dp 4 x pp 1 (order tp-dp-pp; dp 4 = dp_shard 2 x dp_replicate 2)");
+  EXPECT_EQ(dp_split_text(spec), "dp 4 = dp_shard 2 x dp_replicate 2");
+  EXPECT_EQ(dp_split_text(GridSpec{2, 1, 4}), "dp 4");
+  // Plain dp: the shard group is the dp group, each rank its own replica group.
+  GridLayout plain(GridSpec{2, 1, 4});
+  EXPECT_EQ(plain.dp_shard_group(5), plain.group_of(Axis::kDp, 5));
+  EXPECT_EQ(plain.dp_replicate_group(5), (std::vector<int>{5}));
+  EXPECT_EQ(plain.describe(), "world 8 = tp 2 x dp 4 x pp 1 (order tp-dp-pp)");
+}
+
+TEST(GridLayout, HybridShardedDpGroupsPartitionTheDpGroups) {
+  for (const std::string order : {"tp-dp-pp", "dp-tp-pp", "pp-dp-tp"}) {
+    for (const auto& [dp, rep] : std::vector<std::pair<int, int>>{{4, 2}, {6, 3}, {6, 2}, {8, 4}, {4, 4}, {4, 1}}) {
+      GridSpec spec{2, 2, dp, order};
+      spec.dp_replicate = rep;
+      GridLayout g(spec);
+      const int S = dp / rep;
+      for (int r = 0; r < g.world_size(); ++r) {
+        const std::vector<int> shard = g.dp_shard_group(r), repl = g.dp_replicate_group(r);
+        ASSERT_EQ(static_cast<int>(shard.size()), S);
+        ASSERT_EQ(static_cast<int>(repl.size()), rep);
+        EXPECT_EQ(shard[static_cast<size_t>(g.dp_shard_index(r))], r);
+        EXPECT_EQ(repl[static_cast<size_t>(g.dp_replicate_index(r))], r);
+        const std::vector<int> dpg = g.group_of(Axis::kDp, r);
+        // Shard groups are runs of S consecutive dp ranks; replicate groups stride S.
+        const int q = g.dp_replicate_index(r), k = g.dp_shard_index(r);
+        for (int i = 0; i < S; ++i) EXPECT_EQ(shard[static_cast<size_t>(i)], dpg[static_cast<size_t>(q * S + i)]);
+        for (int i = 0; i < rep; ++i) EXPECT_EQ(repl[static_cast<size_t>(i)], dpg[static_cast<size_t>(k + S * i)]);
+      }
+    }
+  }
+}
+
+TEST(Grid, OnOneRankHybridOfOneIsPlain) {
+  auto world = make_self_communicator();
+  ProcessGrid grid(*world, GridSpec{});
+  EXPECT_EQ(grid.dp_shard_coord(), 0);
+  EXPECT_EQ(grid.dp_replicate_coord(), 0);
+}
+
+TEST(GridValidate, HybridShardedDpMessagesNameTheNumbers) {
+  GridSpec spec{2, 1, 4};
+  spec.dp_replicate = 3;
+  EXPECT_EQ(input_error(spec, 8), "dp_replicate 3 does not divide dp 4 (dp = dp_shard x dp_replicate)");
+  spec.dp_replicate = 0;
+  EXPECT_EQ(input_error(spec, 8), "dp_replicate 0 must be at least 1");
+  EXPECT_THROW(GridLayout{spec}, InputError);
+  spec.dp_replicate = 2;
+  EXPECT_NO_THROW(validate_layout(spec, 8));
+}
+
 }  // namespace
 }  // namespace weft

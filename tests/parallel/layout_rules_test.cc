@@ -66,6 +66,27 @@ TEST(LayoutRules, AxesMessagesNameTheNumbers) {
   EXPECT_EQ(c.resolved_dp(), 3);
 }
 
+// HSDP: dp = dp_shard x dp_replicate, checked with the axes.
+TEST(LayoutRules, HybridShardedDpMessagesNameTheNumbers) {
+  auto hsdp = [](int dp, int shard, int rep) {
+    return error_of([&](auto& c) { c.tp = 2, c.pp = 1, c.dp = dp, c.world = 2 * (dp == 0 ? 4 : dp), c.dp_shard = shard, c.dp_replicate = rep; });
+  };
+  EXPECT_EQ(hsdp(4, 0, 2), "");
+  EXPECT_EQ(hsdp(4, 2, 2), "");
+  EXPECT_EQ(hsdp(0, 2, 2), "");
+  EXPECT_EQ(hsdp(4, 0, 3), "dp_replicate 3 does not divide dp 4 (dp = dp_shard x dp_replicate)");
+  EXPECT_EQ(hsdp(4, 4, 2), "dp 4 does not equal dp_shard 4 x dp_replicate 2 = 8");
+  EXPECT_EQ(hsdp(0, 3, 2), "dp 4 (world 8 / (tp 2 x pp 1)) does not equal dp_shard 3 x dp_replicate 2 = 6");
+  EXPECT_EQ(hsdp(0, 0, 3), "dp_replicate 3 does not divide dp 4 (world 8 / (tp 2 x pp 1)) (dp = dp_shard x dp_replicate)");
+  EXPECT_EQ(hsdp(4, 0, 0), "dp_replicate 0 must be at least 1");
+  EXPECT_EQ(hsdp(4, -1, 1), "dp_shard -1 must be at least 1 (0: dp / dp_replicate)");
+  LayoutCandidate c = base();
+  c.pp = 1, c.dp = 4, c.dp_replicate = 2;
+  EXPECT_EQ(c.resolved_dp_shard(), 2);
+  c.dp_replicate = 1;
+  EXPECT_EQ(c.resolved_dp_shard(), 4);  // --dp N alone: dp_shard N
+}
+
 TEST(LayoutRules, BatchMessagesNameTheNumbers) {
   EXPECT_EQ(error_of([](auto& c) { c.micro_batch = 0; }), "global_batch 8 and micro_batch 0 must be positive");
   EXPECT_EQ(error_of([](auto& c) { c.global_batch = 10; }),
@@ -136,22 +157,59 @@ TEST(RunLayout, TheTrainersEntryPointAppliesTheRules) {
   EXPECT_THROW(validate_run_layout(cfg, 8), InputError);
 }
 
+// The config keys of HSDP: --dp N alone is dp_shard N x dp_replicate 1; dp_shard and
+// dp_replicate resolve against dp (given or derived); a conflict is one message.
+TEST(RunLayout, HybridShardedDpKeysResolveToTheGrid) {
+  RunConfig cfg;
+  cfg.tp = 2, cfg.zero = 3, cfg.micro_batch = 1, cfg.global_batch = 8;
+  cfg.dp = 4;
+  RunLayout r = validate_run_layout(cfg, 8);
+  EXPECT_EQ(r.grid.dp, 4);
+  EXPECT_EQ(r.grid.dp_replicate, 1);
+  EXPECT_EQ(r.grid.dp_shard(), 4);
+  cfg.dp = 0, cfg.dp_shard = 2, cfg.dp_replicate = 2;  // --tp 2 --dp-shard 2 --dp-replicate 2 on 8 ranks
+  r = validate_run_layout(cfg, 8);
+  EXPECT_EQ(r.grid.dp, 4);
+  EXPECT_EQ(r.grid.dp_replicate, 2);
+  EXPECT_EQ(r.layout.dp_shard, 2);
+  EXPECT_EQ(r.grid.order, "tp-dp-pp");
+  cfg.dp_shard = 0;  // derived: dp / dp_replicate
+  EXPECT_EQ(validate_run_layout(cfg, 8).layout.dp_shard, 2);
+  cfg.dp = 4, cfg.dp_shard = 4, cfg.dp_replicate = 2;  // --dp 4 --dp-shard 4 --dp-replicate 2: conflict
+  try {
+    validate_run_layout(cfg, 8);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "dp 4 does not equal dp_shard 4 x dp_replicate 2 = 8");
+  }
+  cfg.dp = 0, cfg.dp_shard = 0, cfg.dp_replicate = 3;
+  try {
+    validate_run_layout(cfg, 8);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(),
+                 "dp_replicate 3 does not divide dp 4 (world 8 / (tp 2 x pp 1)) (dp = dp_shard x dp_replicate)");
+  }
+}
+
 // ------------------------------------------------------------ planner == trainer
 
 constexpr int64_t kGlobalBatch = 12;
 
-std::string key(int tp, int pp, int dp, int64_t mb, int zero, Recompute rc, int rcl, bool sp, PipeSchedule s, int v) {
-  return fmt::format("tp {} pp {} dp {} mb {} zero {} {}({}) sp {} {} v{}", tp, pp, dp, mb, zero, recompute_name(rc), rcl,
-                     sp, schedule_name(s), v);
+std::string key(int tp, int pp, int dp, int rep, int64_t mb, int zero, Recompute rc, int rcl, bool sp, PipeSchedule s,
+                int v) {
+  return fmt::format("tp {} pp {} dp {} rep {} mb {} zero {} {}({}) sp {} {} v{}", tp, pp, dp, rep, mb, zero,
+                     recompute_name(rc), rcl, sp, schedule_name(s), v);
 }
 std::string key(const plan::Layout& l) {
-  return key(l.tp, l.pp, l.dp, l.micro_batch, l.zero, l.recompute, l.recompute_layers, l.sequence_parallel, l.schedule,
-             l.virtual_stages);
+  return key(l.tp, l.pp, l.dp, l.dp_replicate, l.micro_batch, l.zero, l.recompute, l.recompute_layers,
+             l.sequence_parallel, l.schedule, l.virtual_stages);
 }
 
 // Every (tp, pp, dp) with tp x pp x dp = world, micro-batch dividing the global batch, ZeRO
-// 0-3, sp off/on, each schedule, v in 1..layers and each recompute mode: the layouts that
-// validate_run_layout accepts.
+// 0-3, sp off/on, each schedule, v in 1..layers and each recompute mode, and HSDP's
+// dp_replicate over the search's domain (1, and with ZeRO 1-3 every divisor of dp leaving
+// dp_shard >= 2; plan/search.h): the layouts that validate_run_layout accepts.
 std::set<std::string> trainer_accepts(const std::string& preset, int world, int recompute_layers) {
   RunConfig cfg;
   cfg.model = preset;
@@ -167,19 +225,23 @@ std::set<std::string> trainer_accepts(const std::string& preset, int world, int 
         if (kGlobalBatch % mb != 0) continue;
         cfg.micro_batch = mb;
         for (int zero = 0; zero <= 3; ++zero) {
-          for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
-            for (bool sp : {false, true}) {
-              for (PipeSchedule s : {PipeSchedule::kGpipe, PipeSchedule::k1F1B, PipeSchedule::kInterleaved}) {
-                for (int v = 1; v <= layers; ++v) {
-                  cfg.zero = zero, cfg.recompute = recompute_name(rc), cfg.sequence_parallel = sp;
-                  cfg.schedule = schedule_name(s), cfg.virtual_stages = v;
-                  try {
-                    cfg.validate();  // as train() does before the layout
-                    validate_run_layout(cfg, world);
-                  } catch (const InputError&) {
-                    continue;
+          for (int rep = 1; rep <= cfg.dp; ++rep) {
+            if (cfg.dp % rep != 0 || (rep > 1 && (zero == 0 || cfg.dp / rep < 2))) continue;
+            cfg.dp_replicate = rep;
+            for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+              for (bool sp : {false, true}) {
+                for (PipeSchedule s : {PipeSchedule::kGpipe, PipeSchedule::k1F1B, PipeSchedule::kInterleaved}) {
+                  for (int v = 1; v <= layers; ++v) {
+                    cfg.zero = zero, cfg.recompute = recompute_name(rc), cfg.sequence_parallel = sp;
+                    cfg.schedule = schedule_name(s), cfg.virtual_stages = v;
+                    try {
+                      cfg.validate();  // as train() does before the layout
+                      validate_run_layout(cfg, world);
+                    } catch (const InputError&) {
+                      continue;
+                    }
+                    out.insert(key(tp, pp, static_cast<int>(cfg.dp), rep, mb, zero, rc, recompute_layers, sp, s, v));
                   }
-                  out.insert(key(tp, pp, static_cast<int>(cfg.dp), mb, zero, rc, recompute_layers, sp, s, v));
                 }
               }
             }

@@ -156,8 +156,9 @@ class PlanTrainRuns : public test::ParityRuns {
 };
 
 std::string train_args(const nlohmann::json& l) {
-  return fmt::format("--tp {} --pp {} --dp {} --micro_batch {} --zero {} --recompute {} --sequence_parallel {} --schedule {} "
-                     "--virtual_stages {}", l["tp"].get<int>(), l["pp"].get<int>(), l["dp"].get<int>(),
+  return fmt::format("--tp {} --pp {} --dp {} --dp_replicate {} --micro_batch {} --zero {} --recompute {} "
+                     "--sequence_parallel {} --schedule {} --virtual_stages {}",
+                     l["tp"].get<int>(), l["pp"].get<int>(), l["dp"].get<int>(), l["dp_replicate"].get<int>(),
                      l["micro_batch"].get<int>(), l["zero"].get<int>(), l["recompute"].get<std::string>(),
                      l["sequence_parallel"].get<bool>(), l["schedule"].get<std::string>(), l["virtual_stages"].get<int>());
 }

@@ -316,6 +316,7 @@ TEST(PlanZeroPP, SearchTriesThePresets) {
   EXPECT_TRUE(seen.count("none") && seen.count("zero++") && seen.count("3-level")) << r.top.front().layout.describe();
   pins.zeropp = ZeroPP::kThreeLevel;
   pins.recompute = Recompute::kFull;
+  pins.dp_replicate = 1;  // plain dp (the search would try HSDP splits of dp 96 too)
   const SearchResult one = search_layouts(m, f, 96, o, pins, 10);
   ASSERT_EQ(one.top.size(), 1u);
   EXPECT_EQ(one.top[0].layout.hpz, 2);

@@ -171,6 +171,19 @@ TEST_F(GoldenLayouts, MultiRankTraceEqualsTheModel) {
   }
 }
 
+// HSDP (dp = dp_shard x dp_replicate): every ZeRO stage on 4 ranks ("dp-shard" inside, the
+// shards' all-reduce on "dp-replicate", the embedding's rows on "dp"), with pipelining and the
+// tied embedding on 8, with tp on 8, and ZeRO++ (qwZ, hpZ, 2-hop qgZ) inside dp_shard groups of 4 on 8.
+TEST_F(GoldenLayouts, HybridShardedDpTraceEqualsTheModel) {
+  for (int z = 0; z <= 3; ++z) check({4, fmt::format("--dp_shard 2 --dp_replicate 2 --zero {} --micro_batch 1", z)});
+  check({8, "--pp 2 --dp_shard 2 --dp_replicate 2 --zero 1 --micro_batch 1"});
+  check({8, "--tp 2 --dp_shard 2 --dp_replicate 2 --zero 3 --micro_batch 1"});
+  // Emulated nodes of 2 ranks: a dp_shard group of 4 spans 2 nodes, so qgZ hops inside the node
+  // ("dp-node") and then across ("dp-net"); hpZ 2 stays in the node.
+  check({8, "--dp_shard 4 --dp_replicate 2 --zero 3 --micro_batch 1 --ranks_per_node 2 --hpz_partition_size 2 "
+            "--quantized_weights true --quantized_gradients true"});
+}
+
 // ZeRO-3 after evaluations: the evaluation's gathers stay valid into the next step.
 TEST_F(GoldenLayouts, Zero3WithValidationEqualsTheModel) {
   check({2, "--dp 2 --zero 3 --steps 3 --val_every 1 --val_batches 1"});

@@ -83,6 +83,8 @@ const std::vector<BadValue>& bad_values() {
       // here the ranges.
       {"tp", kHuge, "tp = 99999999999 is too large"}, {"pp", kHuge, "pp = 99999999999 is too large"},
       {"dp", kHuge, "dp = 99999999999 is too large"}, {"zero", kHuge, "zero = 99999999999 is too large"},
+      {"dp_shard", kHuge, "dp_shard = 99999999999 is too large"},
+      {"dp_replicate", kHuge, "dp_replicate = 99999999999 is too large"},
       {"virtual_stages", kHuge, "virtual_stages = 99999999999 is too large"},
       {"bucket_mb", "0", "bucket_mb must lie in (0, 1048576]"}, {"bucket_mb", "1e300", "bucket_mb must lie in (0, 1048576]"},
       {"bucket_mb", "nan", "bucket_mb must be a finite"},

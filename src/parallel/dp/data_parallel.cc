@@ -27,12 +27,28 @@ DataParallel::DataParallel(const ParamLayout& layout, DeviceComm& dp, const Data
              dp.backend().name(), backend.name());
   if (cfg.zero < 0 || cfg.zero > 3) throw_input("zero stage must be 0, 1, 2 or 3, got {}", cfg.zero);
   if (cfg.bucket_bytes <= 0) throw_input("bucket size must be positive, got {} bytes", cfg.bucket_bytes);
+  if (cfg.dp_replicate < 1 || dp.size() % cfg.dp_replicate != 0) {
+    throw_input("dp_replicate {} does not divide dp {} (dp = dp_shard x dp_replicate)", cfg.dp_replicate, dp.size());
+  }
+  shard_comm_ = &dp;
+  if (cfg.dp_replicate > 1) {
+    // Collective over dp, in this order on every rank: dp rank = shard + S * replica.
+    const int S = dp.size() / cfg.dp_replicate, shard_index = dp.rank() % S, replica = dp.rank() / S;
+    shard_owned_ = split_device_comm(dp, replica, shard_index, "dp-shard");
+    replicate_owned_ = split_device_comm(dp, shard_index, replica, "dp-replicate");
+    shard_comm_ = shard_owned_.get();
+    replicate_comm_ = replicate_owned_.get();
+    WEFT_CHECK(shard_comm_->size() == S && shard_comm_->rank() == shard_index &&
+                   replicate_comm_->size() == cfg.dp_replicate && replicate_comm_->rank() == replica,
+               "HSDP: dp rank {} of {} split into shard {} of {} and replica {} of {}", dp.rank(), dp.size(),
+               shard_comm_->rank(), shard_comm_->size(), replicate_comm_->rank(), replicate_comm_->size());
+  }
   n_ = layout.total();
   L_ = layout.config().n_layer;
-  const int64_t P = dp.size();
+  const int64_t P = shard_comm_->size(), me = shard_comm_->rank();
   shard_ = (n_ + P - 1) / P;
-  shard_begin_ = std::min(n_, dp.rank() * shard_);
-  shard_end_ = std::min(n_, (dp.rank() + 1) * shard_);
+  shard_begin_ = std::min(n_, me * shard_);
+  shard_end_ = std::min(n_, (me + 1) * shard_);
   const int G = layout.num_groups();
 
   params_ = DeviceBuffer(backend, DType::kF32, cfg.zero == 3 ? shard_end_ - shard_begin_ : n_, MemCategory::kParams);
@@ -95,18 +111,19 @@ DataParallel::DataParallel(const ParamLayout& layout, DeviceComm& dp, const Data
     }
   }
   if (cfg.zeropp.active()) {
-    if (cfg.zero != 3) throw_input("ZeRO++ ({}) needs zero 3, got zero {}", cfg.zeropp.describe(dp.size()), cfg.zero);
+    if (cfg.zero != 3) throw_input("ZeRO++ ({}) needs zero 3, got zero {}", cfg.zeropp.describe(dp_shard()), cfg.zero);
     setup_zeropp(owned);
   }
 }
 
 void DataParallel::setup_zeropp(const std::vector<int>& owned) {
   const ZeroPPConfig& z = cfg_.zeropp;
-  const int P = dp_.size();
+  DeviceComm& sc = shard();
+  const int P = sc.size();
   if (z.hpz > 1) {
-    WEFT_CHECK(P % z.hpz == 0, "hpZ: {} ranks do not divide the data-parallel group of {}", z.hpz, P);
-    // Collective over dp: consecutive data-parallel ranks form one hpZ group.
-    hpz_comm_ = split_device_comm(dp_, dp_.rank() / z.hpz, dp_.rank(), "dp-hpz");
+    WEFT_CHECK(P % z.hpz == 0, "hpZ: {} ranks do not divide the data-parallel (dp_shard) group of {}", z.hpz, P);
+    // Collective over the dp_shard group: consecutive ranks of it form one hpZ group.
+    hpz_comm_ = split_device_comm(sc, sc.rank() / z.hpz, sc.rank(), "dp-hpz");
     hpz_offset_.assign(static_cast<size_t>(layout_.num_groups()), -1);
     hpz_valid_.assign(static_cast<size_t>(layout_.num_groups()), 0);
     int64_t at = 0;
@@ -125,7 +142,7 @@ void DataParallel::setup_zeropp(const std::vector<int>& owned) {
     only_qwz.hpz = 1;
     only_qwz.quantized_gradients = false;
     const ZeroPPBuffers sz =
-        zeropp_buffers(only_qwz, ranges, n_, dp_.rank(), dp_.size(), static_cast<int>(param_slots_.size()), cfg_.training);
+        zeropp_buffers(only_qwz, ranges, n_, sc.rank(), sc.size(), static_cast<int>(param_slots_.size()), cfg_.training);
     for (size_t s = 0; s < param_slots_.size(); ++s) {
       param_slots_[s].wire_send = DeviceBuffer(backend_, DType::kI8, sz.qwz_slot_wires[s].first, MemCategory::kComm);
       param_slots_[s].wire_recv = DeviceBuffer(backend_, DType::kI8, sz.qwz_slot_wires[s].second, MemCategory::kComm);
@@ -134,7 +151,7 @@ void DataParallel::setup_zeropp(const std::vector<int>& owned) {
   if (z.quantized_gradients && cfg_.training) {
     std::vector<std::pair<int64_t, int64_t>> ranges;
     for (int g : owned) ranges.push_back(layout_.group_range(g));
-    qgz_ = std::make_unique<QuantizedReduceScatter>(dp_, z, backend_, n_, shard_, ranges);
+    qgz_ = std::make_unique<QuantizedReduceScatter>(sc, z, backend_, n_, shard_, ranges);
   }
 }
 
@@ -161,7 +178,7 @@ DataParallel::QuantErrors DataParallel::take_quant_errors() {
 DataParallel::~DataParallel() {
   // Outstanding requests must finish before their buffers go away.
   try {
-    while (!inflight_.empty()) complete_oldest();
+    while (!inflight_.empty()) complete_oldest(false);
     for (auto& s : param_slots_) {
       if (s.pending) s.pending->wait();
     }
@@ -170,8 +187,9 @@ DataParallel::~DataParallel() {
 }
 
 std::vector<int64_t> DataParallel::owner_counts(int64_t b, int64_t e) const {
-  std::vector<int64_t> c(dp_.size());
-  for (int r = 0; r < dp_.size(); ++r) {
+  const int P = shard_comm_->size();
+  std::vector<int64_t> c(static_cast<size_t>(P));
+  for (int r = 0; r < P; ++r) {
     const int64_t ob = std::min(n_, r * shard_), oe = std::min(n_, (r + 1) * shard_);
     c[r] = std::max<int64_t>(0, std::min(e, oe) - std::max(b, ob));
   }
@@ -209,7 +227,7 @@ void DataParallel::gather_opt_range(const float* mine, float* out) {
     return;
   }
   DeviceBuffer all(backend_, DType::kF32, n_, MemCategory::kComm);
-  dp_.all_gather_v(mine, all.raw(), owner_counts(0, n_), CommDType::kF32);
+  shard().all_gather_v(mine, all.raw(), owner_counts(0, n_), CommDType::kF32);
   backend_.copy_to_host(out, all.raw(), 0, all.bytes());
 }
 
@@ -227,22 +245,43 @@ void DataParallel::begin_micro_batch(bool last) {
   for (auto& b : buckets_) b.pending = static_cast<int>(b.groups.size());
 }
 
+// zero 0/1, the step's last micro-batch (or the end of the step for the tied embedding): the
+// bucket's reduction over the dp_shard group, then (HSDP) over dp_replicate.
 void DataParallel::post_bucket(Bucket& b) {
   InFlight f;
   if (cfg_.zero == 0) {
     feedback_for(b.begin);
     f.handle = grads_comm().iall_reduce(grads_.data<float>() + b.begin, b.end - b.begin, CommDType::kF32,
                                         ReduceOp::kSum);
+    f.replicate = grads_.data<float>() + b.begin;
+    f.replicate_count = b.end - b.begin;
   } else {
     float* recv = shard_grads_.data<float>() + (std::clamp(b.begin, shard_begin_, shard_end_) - shard_begin_);
     feedback_for(b.begin);
-    f.handle = grads_comm().ireduce_scatter_v(grads_.data<float>() + b.begin, recv, owner_counts(b.begin, b.end),
-                                              CommDType::kF32, ReduceOp::kSum);
+    const std::vector<int64_t> counts = owner_counts(b.begin, b.end);
+    f.handle = grads_comm().ireduce_scatter_v(grads_.data<float>() + b.begin, recv, counts, CommDType::kF32,
+                                              ReduceOp::kSum);
+    f.replicate = recv;
+    f.replicate_count = counts[static_cast<size_t>(shard().rank())];
   }
   inflight_.push_back(std::move(f));
 }
 
-void DataParallel::complete_oldest() {
+void DataParallel::post_replicate(float* p, int64_t count) {
+  // The ranks of one dp_replicate group share the shard index, so they agree on the count.
+  if (replicate_comm_ == nullptr || count <= 0) return;
+  InFlight r;
+  r.handle = replicate_comm_->iall_reduce(p, count, CommDType::kF32, ReduceOp::kSum);
+  inflight_.push_back(std::move(r));
+}
+
+void DataParallel::progress() {
+  dp_.progress();
+  if (shard_comm_ != &dp_) shard_comm_->progress();
+  if (replicate_comm_ != nullptr) replicate_comm_->progress();
+}
+
+void DataParallel::complete_oldest(bool follow) {
   InFlight f = std::move(inflight_.front());
   inflight_.pop_front();
   const double t0 = Tracer::now();
@@ -253,9 +292,16 @@ void DataParallel::complete_oldest() {
     backend_.add(dst, dst, f.recv, f.recv_count);
   }
   if (f.slot >= 0) grad_slots_[f.slot].busy = false;
+  if (follow) post_replicate(f.replicate, f.replicate_count);
 }
 
 void DataParallel::set_traffic(DeviceComm* grads, DeviceComm* params, bool error_feedback) {
+  if ((grads != nullptr || params != nullptr) && cfg_.dp_replicate > 1) {
+    throw_input("[compression] with dp_replicate {}: compressed data-parallel collectives run over the whole dp group "
+                "of {} ranks, not yet over dp_shard {} x dp_replicate {}; set compression.dp and compression.params "
+                "to \"off\" or dp_replicate to 1",
+                cfg_.dp_replicate, dp_.size(), dp_shard(), cfg_.dp_replicate);
+  }
   for (DeviceComm* c : {grads, params}) {
     WEFT_CHECK(c == nullptr || (c->size() == dp_.size() && c->rank() == dp_.rank() && &c->backend() == &backend_),
                "DataParallel::set_traffic: a communicator that is not the dp group on this backend");
@@ -337,7 +383,7 @@ double DataParallel::grad_norm_sq() {
   add(at, oe);
   if (cfg_.zero >= 1) {
     const double t0 = Tracer::now();
-    dp_.host().all_reduce_sum(&s, 1);  // a host double
+    shard().host().all_reduce_sum(&s, 1);  // a host double; the replicas hold the same shards
     exposed_s_ += Tracer::now() - t0;
   }
   return s;
@@ -382,9 +428,9 @@ int DataParallel::gather_group(int g) {
     const std::vector<int64_t> counts = owner_counts(b, e);
     std::vector<int64_t> wire(counts.size());
     for (size_t r = 0; r < counts.size(); ++r) wire[r] = quant_wire_bytes(counts[r], z.weights);
-    const int64_t mine = counts[static_cast<size_t>(dp_.rank())];
+    const int64_t mine = counts[static_cast<size_t>(shard().rank())];
     if (mine > 0) backend_.quantize_blocks(p.wire_send.raw(), send, mine, z.weights, nullptr);
-    Tracer* t = dp_.tracer();
+    Tracer* t = shard().tracer();
     if (t != nullptr && t->enabled()) {
       if (mine > 0) {  // ||x - Q(x)|| of this rank's piece
         if (!qwz_scratch_ || qwz_scratch_.count() < mine) qwz_scratch_ = DeviceBuffer(backend_, DType::kF32, mine, MemCategory::kComm);
@@ -400,7 +446,7 @@ int DataParallel::gather_group(int g) {
         t->set_call_error(0.0);
       }
     }
-    p.pending = dp_.iall_gather_v(p.wire_send.raw(), p.wire_recv.raw(), wire, CommDType::kU8);
+    p.pending = shard().iall_gather_v(p.wire_send.raw(), p.wire_recv.raw(), wire, CommDType::kU8);
     p.dequantize = true;
     p.fill_hpz = hpz_comm_ != nullptr;
   } else {
@@ -429,7 +475,7 @@ void DataParallel::prefetch_after(int g) {
 }
 
 const float* DataParallel::acquire(int g) {
-  dp_.progress();
+  progress();
   if (cfg_.zero < 3) return params_.data<float>() + layout_.group_range(g).first;
   int s = find_param_slot(g);
   if (s < 0) s = gather_group(g);
@@ -529,8 +575,9 @@ bool DataParallel::embedding_backward(const int32_t* tokens, const float* dres, 
   DeviceBuffer all_tokens(backend_, DType::kI32, N * P, MemCategory::kComm);
   DeviceBuffer all_dres(backend_, DType::kF32, N * C * P, MemCategory::kComm);
   const double t0 = Tracer::now();
+  // Every dp rank's rows (HSDP too: the rows are not reduced, each rank applies all of them).
   dp_.all_gather(tokens, all_tokens.raw(), N, CommDType::kI32);
-  grads_comm().all_gather(dres, all_dres.raw(), N * C, CommDType::kF32);
+  rows_comm().all_gather(dres, all_dres.raw(), N * C, CommDType::kF32);
   while (!inflight_.empty()) complete_oldest();  // the head part's reduction included
   exposed_s_ += Tracer::now() - t0;
   const auto [e0, e1] = layout_.group_range(0);
@@ -568,7 +615,7 @@ void DataParallel::ready(int g) {
       Bucket& b = buckets_[bucket_of_group_[g]];
       if (--b.pending == 0) post_bucket(b);
     }
-    dp_.progress();
+    progress();
     return;
   }
   const int s = grad_slot_of_group_[g];
@@ -583,19 +630,27 @@ void DataParallel::ready(int g) {
     exposed_s_ += Tracer::now() - t0;
     grad_slot_of_group_[g] = -1;
     slot.busy = false;
+    // HSDP: the step's last micro-batch has summed the group's part of the shard.
+    if (last_micro_) {
+      post_replicate(dst, std::clamp(e, shard_begin_, shard_end_) - std::clamp(b, shard_begin_, shard_end_));
+    }
     return;
   }
   std::vector<int64_t> counts = owner_counts(b, e);
   InFlight f;
   f.slot = s;
   f.recv = slot.recv.data<float>();
-  f.recv_count = counts[dp_.rank()];
+  f.recv_count = counts[static_cast<size_t>(shard().rank())];
   f.shard_offset = std::clamp(b, shard_begin_, shard_end_) - shard_begin_;
+  if (last_micro_) {  // HSDP: once added, the group's part of the shard is the shard group's sum
+    f.replicate = shard_grads_.data<float>() + f.shard_offset;
+    f.replicate_count = f.recv_count;
+  }
   feedback_for(b);
   f.handle = grads_comm().ireduce_scatter_v(slot.data.raw(), slot.recv.raw(), counts, CommDType::kF32, ReduceOp::kSum);
   inflight_.push_back(std::move(f));
   grad_slot_of_group_[g] = -1;
-  dp_.progress();
+  progress();
 }
 
 double DataParallel::take_exposed_seconds() {

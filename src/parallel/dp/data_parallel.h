@@ -30,6 +30,23 @@
 //   qgZ  the gradient reduce-scatter is QuantizedReduceScatter's hops (parallel/dp/qgz.h),
 //        one quantized all-to-all per level of the data-parallel group.
 //
+// HSDP (Hybrid-STOP's dp split, parallel/grid.h; PyTorch's HYBRID_SHARD): with
+// DataParallelConfig::dp_replicate R > 1 the dp group of P ranks is R replicas of a dp_shard
+// group of S = P / R consecutive dp ranks (dp rank = shard + S * replica). The store splits its
+// dp communicator into the two groups itself ("dp-shard": same replica; "dp-replicate": same
+// shard index) and every ZeRO mechanism above runs inside the dp_shard group: the flat buffer
+// is cut into S shards, reduce-scatters, gathers, hpZ, qwZ and qgZ stay inside it. What the
+// replicas add is one all-reduce over the dp_replicate group of each reduction's result, in
+// the step's last micro-batch, posted as the shard-group reduction completes:
+//   zero 0    the bucket's all-reduce over dp_shard, then the same bucket over dp_replicate
+//   zero 1    the bucket's reduce-scatter over dp_shard, then this rank's part of it
+//   zero 2/3  each group's reduce-scatter (every micro-batch) over dp_shard; in the last one
+//             the group's part of the summed shard gradient over dp_replicate
+// so under ZeRO 1-3 the replicas exchange 1/S of the model, once per step. The embedding's
+// (token, row) exchange (zero 0/1) gathers every dp rank's rows, as without the split; the
+// gradient norm sums the shard group only (the replicas hold the same shard). [compression]'s
+// communicators (set_traffic) span the whole dp group and are refused with dp_replicate > 1.
+//
 // Gradients are sums over ranks of each rank's d(loss_scale * local token losses): with
 // loss_scale = 1 / (global batch tokens) the result is the gradient of the global mean loss.
 //
@@ -61,7 +78,8 @@ struct DataParallelConfig {
   int64_t bucket_bytes = 8ll << 20;    // zero 0/1: gradient bucket size
   int prefetch = 1;                    // zero 3: groups gathered ahead
   bool training = true;                // false: inference only (eval, generation): no gradient buffers
-  ZeroPPConfig zeropp;                 // zero 3: ZeRO++ (parallel/dp/zeropp.h), resolved against the layout
+  ZeroPPConfig zeropp;                 // zero 3: ZeRO++ (parallel/dp/zeropp.h), resolved against the dp_shard group
+  int dp_replicate = 1;                // HSDP: replicas of the dp_shard group (see above); divides the dp size
 };
 
 class QuantizedReduceScatter;
@@ -93,13 +111,17 @@ class DataParallel final : public ParamStore {
 
   int zero() const { return cfg_.zero; }
   int dp() const { return dp_.size(); }
+  // HSDP: the dp_shard group (ZeRO's; the dp group itself when dp_replicate is 1) and the
+  // number of replicas.
+  int dp_shard() const { return shard_comm_->size(); }
+  int dp_replicate() const { return cfg_.dp_replicate; }
   // The element range whose optimizer state and update this rank owns: the whole buffer for
-  // zero 0, this rank's shard otherwise.
+  // zero 0, this rank's shard (of its dp_shard group) otherwise.
   int64_t opt_begin() const { return cfg_.zero == 0 ? 0 : shard_begin_; }
   int64_t opt_end() const { return cfg_.zero == 0 ? n_ : shard_end_; }
   int64_t shard_begin() const { return shard_begin_; }
   int64_t shard_end() const { return shard_end_; }
-  // counts[r] = elements of [b, e) that rank r owns.
+  // counts[r] = elements of [b, e) that rank r of the dp_shard group owns.
   std::vector<int64_t> owner_counts(int64_t b, int64_t e) const;
 
   // Parameters of [opt_begin, opt_end), updated in place by the optimizer. DEVICE pointer.
@@ -132,13 +154,15 @@ class DataParallel final : public ParamStore {
   // [compression] (comm/compressed_comm.h): the communicators the gradient reductions (zero
   // 0-3, the embedding's row exchange) and the parameter all-gathers (zero 1-3) go through;
   // either may be null (the dp communicator itself). Same group as dp; both outlive the store.
+  // InputError when one is given with dp_replicate > 1 (they would span the whole dp group).
   // error_feedback: `grads` is a CompressedComm whose codec's error each rank carries to the
   // next step in a residual of n floats (DEVICE, kGrads; this rank's own state). Call before
   // the first step.
   void set_traffic(DeviceComm* grads, DeviceComm* params, bool error_feedback);
   // The compressed gradient path's error-feedback residual (null: none).
   DeviceBuffer* compression_residual() { return ef_residual_ ? &ef_residual_ : nullptr; }
-  // Squared L2 norm of the summed gradient over the data-parallel ranks, leaving out the
+  // Squared L2 norm of the summed gradient over the data-parallel ranks (the dp_shard group's
+  // shards: the replicas hold the same), leaving out the
   // element ranges set with set_norm_skip (tensor-parallel replicas counted on one rank only):
   // the sum, in element order, of backend sum_squares over each kept sub-range of this rank's
   // optimizer range.
@@ -190,6 +214,10 @@ class DataParallel final : public ParamStore {
     float* recv = nullptr;   // reduce-scatter output to add into shard grads (zero 2/3); device
     int64_t recv_count = 0;
     int64_t shard_offset = 0;
+    // HSDP: once this completes, all-reduce [replicate, replicate + replicate_count) (device)
+    // over the dp_replicate group.
+    float* replicate = nullptr;
+    int64_t replicate_count = 0;
   };
   struct ParamSlot {
     int group = -1;
@@ -210,7 +238,9 @@ class DataParallel final : public ParamStore {
   };
 
   void post_bucket(Bucket& b);
-  void complete_oldest();
+  // Waits for the oldest reduction; `follow`: posts its dp_replicate all-reduce (not while
+  // tearing down).
+  void complete_oldest(bool follow = true);
   int find_param_slot(int g) const;
   int gather_group(int g);   // returns the slot; posts the gather (non-blocking)
   void prefetch_after(int g);
@@ -220,13 +250,24 @@ class DataParallel final : public ParamStore {
   void invalidate_hpz();
 
   const ParamLayout& layout_;
-  DeviceComm& dp_;
-  DeviceComm* grad_comm_ = nullptr;         // gradient reductions (null: dp_)
-  DeviceComm* param_comm_ = nullptr;        // parameter all-gathers (null: dp_)
+  DeviceComm& dp_;                          // the whole dp group (the embedding's row exchange)
+  // HSDP: the dp_shard group (&dp_ without replicas) and the dp_replicate group (null without).
+  std::unique_ptr<DeviceComm> shard_owned_, replicate_owned_;
+  DeviceComm* shard_comm_ = nullptr;
+  DeviceComm* replicate_comm_ = nullptr;
+  DeviceComm& shard() { return *shard_comm_; }
+  // Drives the outstanding operations of every group the store posts on.
+  void progress();
+  // The all-reduce over dp_replicate that follows a reduction of [p, p + count) (none without
+  // replicas or elements).
+  void post_replicate(float* p, int64_t count);
+  DeviceComm* grad_comm_ = nullptr;         // gradient reductions (null: the dp_shard group)
+  DeviceComm* param_comm_ = nullptr;        // parameter all-gathers (null: the dp_shard group)
   CompressedComm* grad_codec_ = nullptr;    // grad_comm_ when error feedback is on
   DeviceBuffer ef_residual_;                // its residual (n floats)
-  DeviceComm& grads_comm() { return grad_comm_ ? *grad_comm_ : dp_; }
-  DeviceComm& params_comm() { return param_comm_ ? *param_comm_ : dp_; }
+  DeviceComm& grads_comm() { return grad_comm_ ? *grad_comm_ : shard(); }
+  DeviceComm& params_comm() { return param_comm_ ? *param_comm_ : shard(); }
+  DeviceComm& rows_comm() { return grad_comm_ ? *grad_comm_ : dp_; }  // the embedding's rows: every dp rank
   // Error feedback for the reduction of flat range [b, e) about to be posted.
   void feedback_for(int64_t b);
   Backend& backend_;
@@ -255,7 +296,7 @@ class DataParallel final : public ParamStore {
   int64_t peak_param_slots_ = 0, peak_grad_slots_ = 0;
 
   // ZeRO++ (zero 3).
-  std::unique_ptr<DeviceComm> hpz_comm_;  // the hpZ group: alpha consecutive data-parallel ranks
+  std::unique_ptr<DeviceComm> hpz_comm_;  // the hpZ group: alpha consecutive ranks of the dp_shard group
   DeviceBuffer hpz_;                      // the secondary partition: this rank's slice of every group
   std::vector<int64_t> hpz_offset_;       // per group: where its slice starts in hpz_
   std::vector<char> hpz_valid_;           // per group: the slice holds the current parameters

@@ -155,7 +155,7 @@ ZeroPPBuffers zeropp_buffers(const ZeroPPConfig& z, const std::vector<std::pair<
 int dp_peers_per_node(const GridLayout& grid, const NodeMap& nodes) {
   int common = -1;
   for (int r = 0; r < grid.world_size(); ++r) {
-    const int p = dp_peers_per_node(grid.group_of(Axis::kDp, r), nodes);
+    const int p = dp_peers_per_node(grid.dp_shard_group(r), nodes);  // ZeRO's group (HSDP: dp_shard)
     if (p == 0 || (common >= 0 && p != common)) return 0;
     common = p;
   }

@@ -79,7 +79,8 @@ struct ZeroPPBuffers {
 ZeroPPBuffers zeropp_buffers(const ZeroPPConfig& z, const std::vector<std::pair<int64_t, int64_t>>& groups, int64_t n,
                              int dp_rank, int dp, int slots, bool training);
 
-// The data-parallel ranks per node common to every data-parallel group of `grid` under `nodes`
+// The data-parallel ranks per node common to every dp_shard group of `grid` (ZeRO's group: the
+// dp group without HSDP) under `nodes`
 // (0: they differ, or a group is not one run per node).
 int dp_peers_per_node(const GridLayout& grid, const NodeMap& nodes);
 
