@@ -142,7 +142,7 @@ struct PlanArgs {
 };
 
 void add_plan_options(CLI::App& app, PlanArgs& a) {
-  app.add_option("--model", a.model, "model preset (gpt2-124m, gpt-22b, gpt-175b, gpt-1t, ...)");
+  app.add_option("--model", a.model, "model preset (gpt2-124m, gpt-22b, gpt-175b, gpt-1t, ..., climax-tiny, orbit-113b, ...)");
   app.add_option("--layers", a.layers, "layers (with --hidden --heads: a custom model, or override the preset)");
   app.add_option("--hidden", a.hidden, "hidden size");
   app.add_option("--heads", a.heads, "attention heads");
@@ -219,6 +219,25 @@ ModelShape plan_model(const PlanArgs& a) {
   for (auto [v, what] : {std::pair{a.layers, "--layers"}, {a.hidden, "--hidden"}, {a.heads, "--heads"}, {a.seq, "--seq"},
                          {a.vocab, "--vocab"}, {a.ffn, "--ffn"}}) {
     if (v < 0) throw_input("{} must be positive, got {}", what, v);
+  }
+  if (mc.is_climax()) {
+    // A ClimaX preset: its sequence is its patches and it has no vocabulary; the block sizes
+    // may be overridden (plan/vit_shape.h).
+    if (a.vocab > 0 || (a.seq > 0 && a.seq != mc.num_patches())) {
+      throw_input("--vocab {} / --seq {} do not apply to the ClimaX model '{}': its sequence is its {} patches", a.vocab,
+                  a.seq, mc.name, mc.num_patches());
+    }
+    if (a.layers > 0 || a.hidden > 0 || a.heads > 0 || a.ffn > 0) {
+      const int depth = mc.decoder_depth;
+      const int C = a.hidden > 0 ? static_cast<int>(a.hidden) : mc.n_embd;
+      mc = make_climax_config(mc.name, a.layers > 0 ? static_cast<int>(a.layers) : mc.n_layer,
+                              a.heads > 0 ? static_cast<int>(a.heads) : mc.n_head, C, mc.vars, mc.img_h, mc.img_w,
+                              mc.patch, a.ffn > 0 ? static_cast<int>(a.ffn) : (a.hidden > 0 ? 4 * C : mc.ffn));
+      mc.decoder_depth = depth;
+    }
+    const ModelShape shape = ModelShape::from_config(mc);
+    shape.validate();
+    return shape;
   }
   if (a.layers > 0 || a.hidden > 0 || a.heads > 0 || a.vocab > 0 || a.ffn > 0 || a.seq > mc.n_ctx) {
     const int L = a.layers > 0 ? static_cast<int>(a.layers) : mc.n_layer;
@@ -462,7 +481,11 @@ void print_ranking(const PlanQuery& q, const PlanArgs& a, const SearchResult& r,
   fmt::print("searched {} valid layouts in {:.3f} s; {} fit in {} GB per device\n\n", r.evaluated, r.seconds, r.fitting,
              gb(sys.device.memory_bytes));
   print_table(shown, sys.device.memory_bytes);
-  fmt::print("\ntimes in seconds per step; memory in GB on the fullest pipeline stage; MFU = model FLOPs (6N + 12LHS per token) / peak, HFU counts recomputation\n");
+  if (q.shape.climax()) {
+    fmt::print("\ntimes in seconds per step; tokens are patches; memory in GB per device; MFU = model FLOPs (3 x the forward's products per patch, ClimaxDescription) / peak, HFU counts recomputation and the replicated embeddings and decoder on every tp rank\n");
+  } else {
+    fmt::print("\ntimes in seconds per step; memory in GB on the fullest pipeline stage; MFU = model FLOPs (6N + 12LHS per token) / peak, HFU counts recomputation\n");
+  }
   if (shown.size() >= 2) fmt::print("\n{}\n", explain(shown[0], shown[1]));
   if (shown.size() == 1 && !shown[0].fits) {
     fmt::print("\nthis layout needs {} GB per device on stage {}; the device has {} GB\n", gb(shown[0].memory.total),

@@ -15,6 +15,7 @@
 #include "core/block_quant.h"
 #include "parallel/grid.h"
 #include "parallel/pp/partition.h"
+#include "plan/vit_shape.h"
 
 namespace weft {
 
@@ -189,8 +190,35 @@ void add_embedding_head(CallSet& cs, const Job& j, const ChunkInfo& ch, const st
   }
 }
 
+// A ClimaX model (one chunk, no sequence parallelism: layout rules): its blocks' calls as the
+// GPT's (the same TransformerBlock), and its variable aggregation's (plan/vit_shape.h,
+// model/climax.cc): forward out_proj's row-parallel all-reduce of N C, backward the column-
+// parallel k|v product's input gradient, the V N C variable tokens (V times a block's), and
+// the query product's, C. Its embeddings and decoder are replicated: no calls.
+void add_vit_tensor_parallel(CallSet& cs, const Job& j) {
+  const TpLayerComm lc = tp_layer_comm(false);
+  plan::Layout l;
+  l.tp = j.tp;
+  l.micro_batch = j.ec.micro_batch;
+  l.recompute = j.ec.recompute;
+  l.recompute_layers = j.ec.recompute_layers;
+  const ClimaxDescription d = plan::describe_vit(j.ec.model, l);
+  const plan::VitAggregationComm a = plan::vit_aggregation_comm(d);
+  const int64_t nl = j.ec.model.n_layer, rf = d.recomputed_layers(), NC = d.tokens() * j.C;
+  for (int dd = 0; dd < j.dp; ++dd) {
+    const std::vector<int> g = j.group(Axis::kTp, 0, 0, dd);
+    add_layer_calls(cs, lc.forward, NC, j.C, g, j.m * nl);
+    add_layer_calls(cs, lc.backward, NC, j.C, g, j.m * nl);
+    add_layer_calls(cs, lc.recompute, NC, j.C, g, j.m * rf);
+    cs.add("all_reduce", "tp", a.forward * kF32, g, j.m);
+    cs.add("all_reduce", "tp", a.token_grad * kF32, g, j.m);
+    cs.add("all_reduce", "tp", a.query_grad * kF32, g, j.m);
+  }
+}
+
 void add_tensor_parallel(CallSet& cs, const Job& j) {
   if (j.tp <= 1) return;
+  if (j.ec.model.is_climax()) return add_vit_tensor_parallel(cs, j);
   const TpLayerComm lc = tp_layer_comm(j.sp);
   for (const ChunkInfo& ch : j.chunks) {
     const GptDescription d = j.describe(ch);
@@ -339,8 +367,10 @@ class Zero3Replay {
 
 // The parameter accesses of GPT::forward_blocks (+ the loss's extra hold of the embedding in
 // GPT::forward_loss when `eval`), and of GPT::backward_part, for a whole-model chunk (ZeRO-3
-// does not combine with pipelining: layout rules).
-void replay_forward(Zero3Replay& z, int L, bool eval) {
+// does not combine with pipelining: layout rules). climax: ClimaX::forward (+ loss_sum's
+// releases when `eval`) and ClimaX::backward (model/climax.cc), whose backward takes the back
+// group before its first gradient and the front last.
+void replay_forward(Zero3Replay& z, int L, bool eval, bool climax) {
   z.acquire(0);
   for (int l = 0; l < L; ++l) {
     z.acquire(l + 1);
@@ -348,13 +378,32 @@ void replay_forward(Zero3Replay& z, int L, bool eval) {
   }
   z.acquire(L + 1);
   if (!eval) return;
+  if (climax) {
+    z.release(L + 1);
+    z.release(0);
+    return;
+  }
   z.acquire(0);
   z.release(0);
   z.release(L + 1);
   z.release(0);
 }
 
-void replay_backward(Zero3Replay& z, int L) {
+void replay_backward(Zero3Replay& z, int L, bool climax) {
+  if (climax) {
+    z.acquire(L + 1);
+    z.release(L + 1);
+    z.grads();
+    for (int l = L - 1; l >= 0; --l) {
+      z.acquire(l + 1);
+      z.release(l + 1);
+    }
+    z.acquire(0);
+    z.release(0);
+    z.release(L + 1);
+    z.release(0);
+    return;
+  }
   z.acquire(0);
   z.release(0);
   z.grads();
@@ -370,24 +419,25 @@ void replay_backward(Zero3Replay& z, int L) {
 
 // Gathers per group of the evaluation forwards that precede a step (since the last optimizer
 // step: hpZ's secondary copies made there serve the step).
-std::vector<int64_t> zero3_eval_gathers(int L, int prefetch, const CommStepContext& ctx) {
+std::vector<int64_t> zero3_eval_gathers(int L, int prefetch, const CommStepContext& ctx, bool climax) {
   Zero3Replay z(L, prefetch, [](int) { return true; });
   z.set_backward(ctx.after_training);
-  for (int64_t p = 0; p < ctx.eval_passes_before; ++p) replay_forward(z, L, true);
+  for (int64_t p = 0; p < ctx.eval_passes_before; ++p) replay_forward(z, L, true, climax);
   return z.gathers();
 }
 
 // Gathers per group in one step: `eval_passes` evaluation forwards first (with the prefetch
 // direction the last training micro-batch left), then the step's micro-batches.
-std::vector<int64_t> zero3_step_gathers(int L, int prefetch, int64_t micro_batches, const CommStepContext& ctx) {
+std::vector<int64_t> zero3_step_gathers(int L, int prefetch, int64_t micro_batches, const CommStepContext& ctx,
+                                        bool climax) {
   Zero3Replay z(L, prefetch, [](int) { return true; });
   z.set_backward(ctx.after_training);
-  for (int64_t p = 0; p < ctx.eval_passes_before; ++p) replay_forward(z, L, true);
+  for (int64_t p = 0; p < ctx.eval_passes_before; ++p) replay_forward(z, L, true, climax);
   std::vector<int64_t> before = z.gathers();
   for (int64_t mb = 0; mb < micro_batches; ++mb) {
     z.begin_micro_batch();
-    replay_forward(z, L, false);
-    replay_backward(z, L);
+    replay_forward(z, L, false, climax);
+    replay_backward(z, L, climax);
   }
   std::vector<int64_t> out = z.gathers();
   for (size_t g = 0; g < out.size(); ++g) out[g] -= before[g];
@@ -460,9 +510,11 @@ void add_store(CallSet& cs, const Job& j, const ChunkInfo& ch, int t, const std:
     }
   }
   if (zero == 3) {
+    const bool climax = j.ec.model.is_climax();
     const std::vector<int64_t> gathers =
-        zero3_step_gathers(j.ec.model.n_layer, j.ec.data_parallel.prefetch, j.m, ctx);
-    const std::vector<int64_t> eval_gathers = zero3_eval_gathers(j.ec.model.n_layer, j.ec.data_parallel.prefetch, ctx);
+        zero3_step_gathers(j.ec.model.n_layer, j.ec.data_parallel.prefetch, j.m, ctx, climax);
+    const std::vector<int64_t> eval_gathers =
+        zero3_eval_gathers(j.ec.model.n_layer, j.ec.data_parallel.prefetch, ctx, climax);
     const ZeroPPConfig& z = j.ec.data_parallel.zeropp;
     const int64_t shard = (n + j.ds - 1) / j.ds;
     for (int gr = 0; gr < layout.num_groups(); ++gr) {
@@ -533,7 +585,8 @@ void add_data_parallel(CallSet& cs, const Job& j, const CommStepContext& ctx) {
       add_replicate(cs, j, ch, t);
       // The embedding's (token, row) exchange, zero 0/1: every dp rank's rows, over the whole
       // dp group (HSDP too).
-      if (j.ec.data_parallel.zero <= 1 && j.dp > 1 && !tied && ch.spec.embedding) {
+      // ClimaX reduces its embeddings whole.
+      if (j.ec.data_parallel.zero <= 1 && j.dp > 1 && !tied && ch.spec.embedding && !j.ec.model.is_climax()) {
         const std::vector<int> g = j.group(Axis::kDp, t, ch.stage, 0);
         cs.add("all_gather", "dp", j.dp * j.N * kI32, g, 1);
         cs.add("all_gather", "dp", j.dp * j.N * j.C * kF32, g, 1);
@@ -589,7 +642,7 @@ std::vector<CommCall> model_step_comm(const EngineConfig& ec, const CommStepCont
   return cs.list();
 }
 
-DpStepComm dp_step_comm(int zero, int groups, int prefetch) {
+DpStepComm dp_step_comm(int zero, int groups, int prefetch, bool climax) {
   DpStepComm c;
   switch (zero) {
     case 0: c.all_reduce = 1; break;
@@ -601,17 +654,18 @@ DpStepComm dp_step_comm(int zero, int groups, int prefetch) {
     default:
       c.reduce_scatter_per_micro_batch = c.all_gather_per_micro_batch = true;
       c.reduce_scatter = 1;
-      c.all_gather = zero3_gathers_per_micro_batch(groups - 2, prefetch);
+      c.all_gather = zero3_gathers_per_micro_batch(groups - 2, prefetch, climax);
   }
   return c;
 }
 
-ZeroPPStepComm zeropp_step_comm(int groups, int prefetch, int64_t micro_batches, int64_t dp, const ZeroPPKnobs& k) {
+ZeroPPStepComm zeropp_step_comm(int groups, int prefetch, int64_t micro_batches, int64_t dp, const ZeroPPKnobs& k,
+                                bool climax) {
   if (k.hpz < 1 || dp % k.hpz != 0) throw_input("hpz {} does not divide dp {}", k.hpz, dp);
   ZeroPPStepComm c;
   // Per micro-batch weft gathers each group (slightly under) twice: the forward, and the
   // backward what its buffers no longer hold (zero3_gathers_per_micro_batch).
-  const double per_mb = zero3_gathers_per_micro_batch(groups - 2, prefetch);
+  const double per_mb = zero3_gathers_per_micro_batch(groups - 2, prefetch, climax);
   const double all = static_cast<double>(micro_batches) * per_mb;
   c.quantized = k.qwz;
   c.hpz = k.hpz;
@@ -652,9 +706,9 @@ ZeroPPStepComm zeropp_step_comm(int groups, int prefetch, int64_t micro_batches,
   return c;
 }
 
-double zero3_gathers_per_micro_batch(int n_layer, int prefetch) {
-  const std::vector<int64_t> one = zero3_step_gathers(n_layer, prefetch, 1, {});
-  const std::vector<int64_t> two = zero3_step_gathers(n_layer, prefetch, 2, {});
+double zero3_gathers_per_micro_batch(int n_layer, int prefetch, bool climax) {
+  const std::vector<int64_t> one = zero3_step_gathers(n_layer, prefetch, 1, {}, climax);
+  const std::vector<int64_t> two = zero3_step_gathers(n_layer, prefetch, 2, {}, climax);
   int64_t layers = 0;  // the second micro-batch's layer gathers
   for (int g = 1; g <= n_layer; ++g) layers += two[static_cast<size_t>(g)] - one[static_cast<size_t>(g)];
   return static_cast<double>(layers) / static_cast<double>(n_layer);

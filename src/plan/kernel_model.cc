@@ -71,14 +71,15 @@ double memory_time(const Device& d, double bytes) {
   return bytes / d.memory_bandwidth + d.kernel_latency;
 }
 
-double flash_attention_time(const Device& d, Precision p, double noncausal_flops, bool backward) {
+double flash_attention_time(const Device& d, Precision p, double noncausal_flops, bool backward, bool causal) {
   const double factor = backward ? 2.5 : 1.0;
   if (d.attention_efficiency <= 0) {
     // No measured attention kernel (a CPU): the non-causal FLOPs at the product curve.
     return factor * (noncausal_flops / (d.peak_flops(p) * matmul_curve_fraction(d, noncausal_flops)) + d.kernel_latency);
   }
   const double frac = backward ? d.attention_bwd_efficiency : d.attention_efficiency;
-  return 0.5 * factor * noncausal_flops / (d.peak_flops(p) * frac) + d.kernel_latency;
+  // Causal: the masked half of the score blocks is skipped; bidirectional: every block runs.
+  return (causal ? 0.5 : 1.0) * factor * noncausal_flops / (d.peak_flops(p) * frac) + d.kernel_latency;
 }
 
 }  // namespace weft::plan

@@ -59,6 +59,7 @@ double memory_time(const Device& d, double bytes);
 
 // Seconds of a fused causal attention kernel of `noncausal_flops` (4 b a s^2 d_head, the
 // FLOPs Megatron's formula counts for the forward); backward = the 2.5x-FLOPs backward.
-double flash_attention_time(const Device& d, Precision p, double noncausal_flops, bool backward);
+// causal false (a Vision Transformer's bidirectional attention): every score block is computed.
+double flash_attention_time(const Device& d, Precision p, double noncausal_flops, bool backward, bool causal = true);
 
 }  // namespace weft::plan

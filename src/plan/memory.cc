@@ -1,5 +1,6 @@
 #include "plan/memory.h"
 
+#include "plan/vit_shape.h"
 #include "plan/weft_memory.h"
 
 #include <algorithm>
@@ -21,6 +22,7 @@ GptDescription stage_description(const ModelShape& m, const Layout& l, int stage
 }  // namespace
 
 double stage_params_per_rank(const ModelShape& m, const Layout& l, int stage) {
+  if (m.climax()) return static_cast<double>(describe_vit(m.config(), l).rank_params());  // one stage
   return static_cast<double>(stage_description(m, l, stage, stage_layers(m, l, stage)).rank_params().part);
 }
 
@@ -90,6 +92,7 @@ double in_flight(const Layout& l, int64_t mb, int stage, int64_t n_layers) {
 // stage_memory for a stage of `n_layers` layers (the partition computed once by the caller).
 MemoryBreakdown stage_memory_of(const ModelShape& m, const Layout& l, const MemoryOptions& o, int stage,
                                 int64_t n_layers) {
+  if (m.climax()) return vit_stage_memory(m, l, o);  // one stage (plan/vit_shape.h)
   if (o.memory_model == "weft") {
     // weft's own buffers, exact for its CPU backend (plan/weft_memory.h).
     WeftRunShape w;

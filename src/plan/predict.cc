@@ -11,6 +11,7 @@
 #include "plan/compression.h"
 #include "plan/kernel_model.h"
 #include "plan/scale_model.h"
+#include "plan/vit_compute.h"
 #include "plan/zeropp.h"
 
 namespace weft::plan {
@@ -91,6 +92,7 @@ struct Context {
   LayerCost layer{};
   double head_fwd = 0, head_bwd = 0, head_flops_fwd = 0, head_flops_bwd = 0, head_tp = 0;
   double emb_fwd = 0, emb_bwd = 0, emb_tp = 0;
+  double emb_tp_b = 0, emb_flops = 0;  // ClimaX's front: its backward's tp collectives, its FLOPs (plan/vit_compute.h)
   Flow emb_flow{}, head_flow{};  // the embedding's and the head's tp traffic
   double p2p = 0;
   Flow p2p_send{}, p2p_gather{};  // one transfer: the send (pp codec); with scatter-gather the tp all-gather
@@ -131,8 +133,9 @@ void attention_core(const Context& c, LayerCost& lc) {
   if (c.o.flash_attention) {
     // FlashAttention (Dao et al. 2022, Dao 2023): one fused kernel each way; the scores never
     // reach memory; the backward recomputes them (2.5x the forward's FLOPs).
-    lc.core_f = flash_attention_time(d, c.o.precision, flops, false);
-    lc.core_b = flash_attention_time(d, c.o.precision, flops, true);
+    // A ClimaX block's attention is bidirectional: no masked half to skip.
+    lc.core_f = flash_attention_time(d, c.o.precision, flops, false, !c.m.climax());
+    lc.core_b = flash_attention_time(d, c.o.precision, flops, true, !c.m.climax());
     return;
   }
   const GemmCost qk = gemm_cost(c, GemmShape{s, s, dh, b * heads_local});
@@ -256,6 +259,8 @@ StageCost stage_cost(const Context& c, int stage, int64_t layers) {
     sc.comp_b += c.emb_bwd;
     sc.by_class[kEmbedding] += c.emb_fwd + c.emb_bwd;
     sc.tp_f += c.emb_tp;
+    sc.tp_b += c.emb_tp_b;
+    sc.flops += c.emb_flops;
     sc.tp.add(c.emb_flow, 1);
   }
   if (stage == l.pp - 1) {
@@ -474,6 +479,28 @@ void embedding_and_head(Context& c) {
   }
 }
 
+// A ClimaX model's front (patch embeddings, variable aggregation) and back (decoder, loss) in
+// the embedding's and the head's places (plan/vit_compute.h), with the aggregation's tensor-
+// parallel collectives: forward out_proj's, backward the tokens' and the query's gradients.
+void vit_front_and_back(Context& c) {
+  const VitEndsCost v = vit_ends_cost(c.m, c.sys, c.l, c.o);
+  c.emb_fwd = v.front_fwd;
+  c.emb_bwd = v.front_bwd;
+  c.emb_flops = v.front_flops;
+  c.head_fwd = v.back_fwd;
+  c.head_bwd = v.back_bwd;
+  c.head_flops_fwd = v.back_flops / 3;
+  c.head_flops_bwd = v.back_flops - c.head_flops_fwd;
+  for (const auto& [call, n] : v.tp_forward) {
+    c.emb_tp += n * call.seconds();
+    c.emb_flow.add(call, n);
+  }
+  for (const auto& [call, n] : v.tp_backward) {
+    c.emb_tp_b += n * call.seconds();
+    c.emb_flow.add(call, n);
+  }
+}
+
 // Point-to-point between stages: the activations of one micro-batch, one send per
 // micro-batch per direction. Each tp rank sends its shard under sp; without sp, with the
 // scatter-gather (Narayanan et al. 2021 sec. 4.1; Megatron-LM and weft), its 1/t slice of
@@ -611,7 +638,7 @@ DpCost dp_cost(const Context& c, double psi, double md, const StageCost& slow) {
     // Every micro-batch gathers the parameters (forward, and again in the backward what the
     // buffers no longer hold) and reduce-scatters its gradients; prefetching hides them
     // behind that micro-batch (the last one's with the replicas' all-reduce).
-    const DpStepComm k = dp_step_comm(3, static_cast<int>(c.m.layers) + 2, DataParallelConfig{}.prefetch);
+    const DpStepComm k = dp_step_comm(3, static_cast<int>(c.m.layers) + 2, DataParallelConfig{}.prefetch, c.m.climax());
     const Call ag = call(Collective::kAllGather, ds, dp_stride, psi * c.e, params_codec, c.e);
     const Call rs = call(Collective::kReduceScatter, ds, dp_stride, psi * g, grads_codec, g);
     const double per_mb = k.all_gather * ag.cost.seconds + k.reduce_scatter * rs.cost.seconds;
@@ -644,7 +671,8 @@ DpCost dp_cost(const Context& c, double psi, double md, const StageCost& slow) {
     const Device& d = c.sys.device;
     // HSDP: all of it inside the dp_shard group, the replicas' all-reduce in the last micro-batch.
     const ZeroPPStepComm z = zeropp_step_comm(static_cast<int>(c.m.layers) + 2, DataParallelConfig{}.prefetch,
-                                              static_cast<int64_t>(md), ds, {l.qwz, l.hpz, l.qgz, l.hierarchy});
+                                              static_cast<int64_t>(md), ds, {l.qwz, l.hpz, l.qgz, l.hierarchy},
+                                              c.m.climax());
     const double G = l.quant_block;
     const double per_mb = (z.primary_gathers + z.secondary_gathers) / md;
     const Call ag_p = call(Collective::kAllGather, ds, dp_stride, z.quantized ? psi * (1 + 4 / G) : psi * c.e);
@@ -724,7 +752,10 @@ DpCost dp_cost(const Context& c, double psi, double md, const StageCost& slow) {
 void explain_compute_and_tp(const Context& c, Prediction& p, const StageCost& slow, double md) {
   for (int k = 0; k < kOpClasses; ++k) {
     if (slow.by_class[k] > 0) {
-      p.explain.push_back({"compute", kOpClassName[k], "", md * slow.by_class[k],
+      const char* name = kOpClassName[k];
+      if (c.m.climax() && k == kEmbedding) name = "front (patch embeddings, variable aggregation)";
+      if (c.m.climax() && k == kHead) name = "back (decoder, weighted MSE)";
+      p.explain.push_back({"compute", name, "", md * slow.by_class[k],
                            fmt::format("{:.4g} ms per micro-batch x {:g}", 1e3 * slow.by_class[k], md)});
     }
   }
@@ -781,7 +812,11 @@ Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layou
   const Device& d = sys.device;
   const double t = l.tp, s = static_cast<double>(m.seq);
   c.layer = layer_cost(c);
-  embedding_and_head(c);
+  if (m.climax()) {
+    vit_front_and_back(c);
+  } else {
+    embedding_and_head(c);
+  }
   p2p_cost(c);
 
   Prediction p;

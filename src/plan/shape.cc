@@ -5,10 +5,12 @@
 
 #include "core/error.h"
 #include "parallel/pp/partition.h"
+#include "plan/vit_shape.h"
 
 namespace weft::plan {
 
 ModelShape ModelShape::from_config(const ModelConfig& c, int64_t seq) {
+  if (c.is_climax()) return vit_shape(c);  // plan/vit_shape.h
   ModelShape m;
   m.name = c.name;
   m.layers = c.n_layer;
@@ -22,6 +24,7 @@ ModelShape ModelShape::from_config(const ModelConfig& c, int64_t seq) {
 }
 
 void ModelShape::validate() const {
+  if (climax()) return validate_vit(*this);  // plan/vit_shape.h
   if (layers <= 0 || hidden <= 0 || heads <= 0 || seq <= 0 || vocab <= 0 || ffn <= 0) {
     throw_input("model '{}': every size must be positive (layers {}, hidden {}, heads {}, seq {}, vocab {}, ffn {})",
                 name, layers, hidden, heads, seq, vocab, ffn);
@@ -31,6 +34,7 @@ void ModelShape::validate() const {
 }
 
 ModelConfig ModelShape::config() const {
+  if (climax()) return vit_config(*this);  // plan/vit_shape.h
   ModelConfig c;
   c.name = name;
   c.n_layer = static_cast<int>(layers);
@@ -47,13 +51,26 @@ namespace {
 GptDescription whole_model(const ModelShape& m) { return GptDescription({.model = m.config(), .T = m.seq}); }
 }  // namespace
 
-double ModelShape::layer_params() const { return static_cast<double>(whole_model(*this).full_params().layer); }
+// ClimaX's counts: its description of the whole model (plan/vit_shape.h, model/climax_description.h).
+double ModelShape::layer_params() const {
+  if (climax()) return static_cast<double>(vit_whole_model(*this).layer_params(1));
+  return static_cast<double>(whole_model(*this).full_params().layer);
+}
 
-double ModelShape::embedding_params() const { return static_cast<double>(whole_model(*this).full_params().embedding); }
+double ModelShape::embedding_params() const {
+  if (climax()) return static_cast<double>(vit_whole_model(*this).front_params(1));
+  return static_cast<double>(whole_model(*this).full_params().embedding);
+}
 
-double ModelShape::total_params() const { return static_cast<double>(whole_model(*this).total_params()); }
+double ModelShape::total_params() const {
+  if (climax()) return static_cast<double>(vit_whole_model(*this).total_params());
+  return static_cast<double>(whole_model(*this).total_params());
+}
 
-double ModelShape::model_flops_per_token() const { return GptDescription::train_flops_per_token(config(), seq); }
+double ModelShape::model_flops_per_token() const {
+  if (climax()) return ClimaxDescription::train_flops_per_token(config());
+  return GptDescription::train_flops_per_token(config(), seq);
+}
 
 GptDescription describe_part(const ModelConfig& mc, int64_t seq, const Layout& l, const StageSpec& part,
                              int64_t head_chunk) {
@@ -124,13 +141,14 @@ LayoutCandidate layout_candidate(const ModelShape& m, const Layout& l, int64_t g
           .micro_batch = l.micro_batch, .global_batch = global_batch, .zero = l.zero,
           .sequence_parallel = l.sequence_parallel, .schedule = l.schedule, .recompute = l.recompute,
           .recompute_layers = l.recompute_layers, .precision = p,
-          .model = {m.layers, m.heads, m.hidden, m.ffn, m.vocab, m.seq}};
+          .model = {m.layers, m.heads, m.hidden, m.ffn, m.vocab, m.seq, m.climax()}};
 }
 
 std::vector<int64_t> stage_layer_counts(const ModelShape& m, const Layout& l) {
   const int v = l.pp > 1 ? l.virtual_stages : 1;
-  const std::vector<StageRange> parts = partition_layers(static_cast<int>(m.layers), l.pp, v, {},
-                                                         gpt_head_cost_in_layers(m.vocab, m.hidden));
+  // ClimaX runs on one stage (layout rules): no head to balance (as Engine::build_chunks).
+  const double head_cost = m.climax() ? 0.0 : gpt_head_cost_in_layers(m.vocab, m.hidden);
+  const std::vector<StageRange> parts = partition_layers(static_cast<int>(m.layers), l.pp, v, {}, head_cost);
   std::vector<int64_t> n(static_cast<size_t>(l.pp), 0);
   for (size_t c = 0; c < parts.size(); ++c) n[static_cast<size_t>(chunk_stage(static_cast<int>(c), l.pp))] += parts[c].num_layers;
   return n;

@@ -21,7 +21,8 @@
 namespace weft::plan {
 
 // A GPT decoder's shape (pre-LayerNorm blocks, learned positions, tied embeddings: weft's
-// model, which is also Megatron-LM's GPT).
+// model, which is also Megatron-LM's GPT), or a ClimaX Vision Transformer's (family kClimax,
+// model/climax.h; its planner models are plan/vit_shape.h).
 struct ModelShape {
   std::string name = "custom";
   int64_t layers = 0;  // L
@@ -31,10 +32,18 @@ struct ModelShape {
   int64_t vocab = 0;   // V: padded vocabulary (rows of the embedding/head)
   int64_t ffn = 0;     // f: MLP hidden size
   int64_t context = 0; // rows of the learned position embedding (>= seq)
+  // ClimaX (family kClimax): `vars` variables on an img_h x img_w grid cut into patch x patch
+  // patches; seq = context = its L patches, vocab 0 (no vocabulary); decoder_depth Linear+GELU
+  // layers before the output Linear. Its counts come from model/climax_description.h.
+  ModelFamily family = ModelFamily::kGpt;
+  int64_t vars = 0, img_h = 0, img_w = 0, patch = 0, decoder_depth = 0;
+  bool climax() const { return family == ModelFamily::kClimax; }
 
-  // From a weft model config (padded vocabulary, its context; seq 0 means the context).
+  // From a weft model config (padded vocabulary, its context; seq 0 means the context; a
+  // ClimaX model's sequence is always its patches).
   static ModelShape from_config(const ModelConfig& c, int64_t seq = 0);
-  // InputError naming the values when a size is not positive or hidden % heads != 0.
+  // InputError naming the values when a size is not positive or hidden % heads != 0 (ClimaX:
+  // ModelConfig::validate's rules, and seq equal to the patches).
   void validate() const;
   // The weft model of this shape (its vocabulary is the padded one: the shape knows no other).
   ModelConfig config() const;
@@ -42,13 +51,15 @@ struct ModelShape {
   // The counts below are the model's own (model/gpt_description.h), read, not recomputed.
   // Parameters of one transformer layer (weights and biases, both LayerNorms).
   double layer_params() const;
-  // Token + position embedding (the head is tied to the token embedding).
+  // Token + position embedding (the head is tied to the token embedding); ClimaX: its front
+  // (patch, variable, position and lead-time embeddings and the variable aggregation).
   double embedding_params() const;
   // The whole model, counted once (the tied head not twice).
   double total_params() const;
   // Model FLOPs per token of a training step (forward + backward), as
   // GPT::train_flops_per_token: 6 * matmul params + 12 L h s (PaLM, Chowdhery et al. 2022,
   // appendix B; equal to Megatron's 72 B s L h^2 (1 + s/6h + V/12hL) per sequence).
+  // ClimaX: ClimaxDescription::train_flops_per_token per patch token.
   double model_flops_per_token() const;
 };
 

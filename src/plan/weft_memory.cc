@@ -7,6 +7,7 @@
 #include "parallel/dp/data_parallel.h"
 #include "parallel/pp/partition.h"
 #include "parallel/pp/schedule.h"
+#include "plan/vit_shape.h"
 
 namespace weft::plan {
 
@@ -28,22 +29,37 @@ GptDescription chunk_description(const WeftRunShape& r, const std::vector<StageR
   return describe_part(r.model, r.seq, l, StageSpec{part.first_layer, part.num_layers, g == 0, g == K - 1}, r.head_chunk);
 }
 
+// What one model chunk's data-parallel store holds (DataParallel sizes its buffers from the
+// chunk's ParamLayout groups): n elements, group 0 (g0; 1 when the chunk has none), the largest
+// other group, the chunk's part (ZeRO++'s buffers), and the tokens of the GPT embedding
+// gradient's row exchange (0: none; ClimaX's store does not split its embeddings).
+struct StoreParts {
+  int64_t n = 0, g0 = 1, max_other = 1, exchange_tokens = 0;
+  StageSpec stage;
+};
+
+StoreParts gpt_store_parts(const GptDescription& d) {
+  const GptParamCounts& pc = d.rank_params();
+  const StageSpec& st = d.spec().stage;
+  return {pc.part, (st.embedding || st.head) ? pc.embedding : 1,
+          std::max<int64_t>({1, d.part_layers() > 0 ? pc.layer : 0, st.head ? pc.final_norm : 0}),
+          st.embedding ? d.tokens() : 0, st};
+}
+
 // A chunk's parameters, gradients and optimizer states under ZeRO (Rajbhandari et al. 2020,
 // sec. 5.1): contiguous shards of ceil(n / dp_shard) elements (HSDP: the dp_shard group; all
 // of dp without replicas), this rank's by its index in the group (dp rank % dp_shard);
 // ZeRO-2/3's gradient group slots and receive buffers, ZeRO-3's gathered groups
 // (parallel/dp/data_parallel.h).
-void add_states(Elems& e, const WeftRunShape& r, const GptDescription& d, int dp_rank) {
+void add_states(Elems& e, const WeftRunShape& r, const StoreParts& sp, int dp_rank) {
   const Layout& l = r.layout;
   const int64_t dp = l.dp;  // the embedding's row exchange gathers every dp rank's rows
   const int64_t ds = l.dp_shard(), shard_rank = dp_rank % ds;
-  const GptParamCounts& pc = d.rank_params();
-  const StageSpec& st = d.spec().stage;
-  const int64_t n = pc.part;
+  const int64_t n = sp.n;
   const int64_t shard = (n + ds - 1) / ds;
   const int64_t own = std::min(n, (shard_rank + 1) * shard) - std::min(n, shard_rank * shard);
-  const int64_t g0 = (st.embedding || st.head) ? pc.embedding : 1;
-  const int64_t max_other = std::max<int64_t>({1, d.part_layers() > 0 ? pc.layer : 0, st.head ? pc.final_norm : 0});
+  const int64_t g0 = sp.g0;
+  const int64_t max_other = sp.max_other;
   const int64_t grad_slots = g0 + DataParallel::kGradSlots * max_other;
   const int64_t recv_slots =
       std::max<int64_t>(1, std::min(g0, shard)) + DataParallel::kGradSlots * std::max<int64_t>(1, std::min(max_other, shard));
@@ -64,7 +80,7 @@ void add_states(Elems& e, const WeftRunShape& r, const GptDescription& d, int dp
   }
   if (r.master_weights) e.optimizer += l.zero == 0 ? n : own;
   if (l.zero == 3 && r.zeropp.active()) {  // the store's exact ZeRO++ buffers
-    const ParamLayout layout(r.model, l.tp, 0, d.spec().stage);
+    const ParamLayout layout(r.model, l.tp, 0, sp.stage);
     std::vector<std::pair<int64_t, int64_t>> groups;
     for (int g = 0; g < layout.num_groups(); ++g) {
       if (layout.has_group(g)) groups.push_back(layout.group_range(g));
@@ -81,12 +97,24 @@ void add_states(Elems& e, const WeftRunShape& r, const GptDescription& d, int dp
   if (dp > 1 && l.compression.error_feedback && !l.compression.dp.off()) e.grads += n;
   // The embedding gradient's (token, row) exchange: every rank's rows and their int32 tokens,
   // gathered (transient; 4 bytes per token like a float).
-  if (dp > 1 && l.zero <= 1 && st.embedding) e.comm += static_cast<double>(d.tokens()) * (r.model.n_embd + 1) * dp;
+  if (dp > 1 && l.zero <= 1 && sp.exchange_tokens > 0) {
+    e.comm += static_cast<double>(sp.exchange_tokens) * (r.model.n_embd + 1) * dp;
+  }
 }
 
-}  // namespace
+// A ClimaX rank (one stage, plan/vit_shape.h): its store over its groups (the front, the
+// blocks, the back), one micro-batch's stash and workspace (model/climax_description.h).
+Elems vit_rank_elems(const WeftRunShape& r, int dp_rank) {
+  Elems e;
+  const ClimaxDescription d = describe_vit(r.model, r.layout);
+  const VitStoreParts vp = vit_store_parts(d);
+  add_states(e, r, StoreParts{vp.n, vp.front, vp.max_other, 0, StageSpec{0, r.model.n_layer, true, true}}, dp_rank);
+  e.activations += static_cast<double>(d.stash_elems());
+  e.workspace += static_cast<double>(d.workspace_elems());
+  return e;
+}
 
-MemoryBreakdown weft_rank_memory(const WeftRunShape& r, int stage, int dp_rank) {
+Elems gpt_rank_elems(const WeftRunShape& r, int stage, int dp_rank) {
   const ModelConfig& mc = r.model;
   const Layout& l = r.layout;
   const int p = l.pp, v = p > 1 ? l.virtual_stages : 1, t = l.tp;
@@ -99,7 +127,7 @@ MemoryBreakdown weft_rank_memory(const WeftRunShape& r, int stage, int dp_rank) 
   int64_t message = 0;  // one micro-batch's residual stream rows on this rank (Nl C)
   for (int c = 0; c < v; ++c) {
     const GptDescription d = chunk_description(r, parts, stage, c);
-    add_states(e, r, d, dp_rank);
+    add_states(e, r, gpt_store_parts(d), dp_rank);
     // Stashed activations: one set per micro-batch in flight on this chunk (the schedule's
     // own count); the workspace of each chunk's model.
     const int in_flight = p > 1 ? std::max(1, max_in_flight(actions, c)) : 1;
@@ -111,7 +139,13 @@ MemoryBreakdown weft_rank_memory(const WeftRunShape& r, int stage, int dp_rank) 
   // least) one send buffer (1/t of the activations with the scatter-gather of tp > 1 without sp).
   const bool sp = l.sequence_parallel && t > 1;
   if (p > 1) e.comm += (kPipeRecvAhead + 1.0) * message + (t > 1 && !sp ? message / t : message);
+  return e;
+}
 
+}  // namespace
+
+MemoryBreakdown weft_rank_memory(const WeftRunShape& r, int stage, int dp_rank) {
+  const Elems e = r.model.is_climax() ? vit_rank_elems(r, dp_rank) : gpt_rank_elems(r, stage, dp_rank);
   MemoryBreakdown m;
   m.stage = stage;
   m.params = 4 * e.params;

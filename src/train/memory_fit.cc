@@ -143,10 +143,6 @@ void require_memory_fit(const MemoryNeed& need, const MemoryAvailable& avail, co
 
 void check_memory_fit(const RunConfig& cfg, const EngineConfig& ec, Communicator& world, const Backend& backend) {
   if (cfg.memory_check == "off") return;
-  if (ec.model.is_climax()) {
-    log_warn("memory check skipped: weft's memory model does not price ClimaX models yet");
-    return;
-  }
   if (const int64_t device_free = backend.device_memory_free(); device_free >= 0) {
     const auto [stage, dp_rank] = stage_and_dp_rank(ec, world.rank());
     MemoryNeed need{plan::weft_rank_memory(run_memory_shape(cfg, ec), stage, dp_rank), 1,

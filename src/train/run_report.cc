@@ -50,10 +50,6 @@ plan::Layout plan_layout(const RunConfig& cfg, const EngineConfig& ec) {
 
 RunPrediction predict_run(const RunConfig& cfg, const EngineConfig& ec, int stage, int dp_rank) {
   RunPrediction r;
-  if (ec.model.is_climax()) {
-    log_warn("planner: ClimaX models are not priced yet (no predicted memory or step time for this run)");
-    return r;
-  }
   const plan::Layout pl = plan_layout(cfg, ec);
   r.system_path = cfg.system;
   if (r.system_path.empty() && fs::exists("systems/local.toml")) r.system_path = "systems/local.toml";
@@ -180,7 +176,7 @@ const char* const kReportNames[7] = {"params", "grads", "optimizer", "activation
 std::string memory_table(int rank, const double* a) {
   std::string table = fmt::format("memory of rank {} (stage {}), MiB: category, predicted, measured (peak), error", rank,
                                   static_cast<int>(a[0]));
-  const bool priced = a[16] > 0;  // ClimaX models are not priced yet: measured only
+  const bool priced = a[16] > 0;  // a rank without a prediction: measured only
   for (int k = 0; k < 7; ++k) {
     const double p = a[10 + k], m = a[3 + k];
     table += fmt::format("\n  {:<12} {:>10} {:>10.2f} {:>8}", kReportNames[k],
@@ -210,7 +206,7 @@ nlohmann::json memory_report(Engine& e, Communicator& world, const MemorySnapsho
       meas[kReportNames[k]] = static_cast<int64_t>(a[3 + k]);
       pred[kReportNames[k]] = static_cast<int64_t>(a[10 + k]);
     }
-    if (p.total <= 0) pred = nullptr;  // not priced (ClimaX)
+    if (p.total <= 0) pred = nullptr;  // not priced
     report.push_back({{"rank", r}, {"stage", static_cast<int>(a[0])}, {"tp_rank", static_cast<int>(a[1])},
                       {"dp_rank", static_cast<int>(a[2])}, {"measured", meas}, {"predicted", pred}});
     if (a[1] == 0 && a[2] == 0) log_info("{}", memory_table(r, a));  // one table per pipeline stage
