@@ -81,9 +81,36 @@ TEST_F(ClimaxEval, ScoresEveryFieldAgainstTheBaselinesAndDrawsTheMap) {
   } catch (const InputError&) {
     have_gnuplot = false;
   }
+  // Three steps leave the model near its initial values: its forecasts are close to 0 and hardly
+  // depend on the lead. The checkpoint scored here is the trained one with the output layer
+  // scaled up (forecasts of the size of the fields) and lead_time_embed.weight set to O(1)
+  // values, so that a wrong lead, or a forecast paired with another sample's truth within a
+  // batch, shows in the scores.
+  std::unique_ptr<Backend> be = make_backend("cpu");
+  const ModelConfig mc = load_checkpoint_config(checkpoint());
+  ClimaX model(mc, *be);
+  model.reserve(1, false);
+  std::vector<float> host(static_cast<size_t>(model.layout().total()));
+  load_checkpoint_params(checkpoint(), model.layout(), host.data());
+  const ParamTensor* lead_w = model.layout().find("lead_time_embed.weight");
+  ASSERT_NE(lead_w, nullptr);
+  for (int64_t c = 0; c < lead_w->numel; ++c) host[lead_w->offset + c] = 5.0f * std::sin(0.7f * c + 0.3f);
+  const ParamTensor* out_w = model.layout().find("head.4.weight");
+  ASSERT_NE(out_w, nullptr);
+  for (int64_t c = 0; c < out_w->numel; ++c) host[out_w->offset + c] *= 20.0f;
+  const std::string ckpt = (root_ / "sharp/step-000003").string();
+  CheckpointData cd;
+  cd.layout = &model.layout();
+  cd.params = host.data();
+  cd.trainer = {{"step", 3}};
+  save_checkpoint(ckpt, cd);
+  be->copy_to_device(model.params(), 0, host.data(), host.size() * sizeof(float));
+
   const std::string json_path = (root_ / "scores.json").string(), png = (root_ / "maps/t2m.png").string();
-  const RunResult r = eval("--out " + json_path + " --batch 4" +
-                           (have_gnuplot ? " --map " + png + " --map-var t2m --map-sample 2" : std::string()));
+  const RunResult r = test::run_weft(
+      "eval --checkpoint " + ckpt + " --data " + data_ + " --out " + json_path + " --batch 4" +
+          (have_gnuplot ? " --map " + png + " --map-var t2m --map-sample 2" : std::string()),
+      (root_ / "eval-sharp").string());
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("ACC is 0 by definition"), std::string::npos) << r.out;
   for (const auto& f : kFields) EXPECT_NE(r.out.find(f), std::string::npos) << r.out;
@@ -108,17 +135,15 @@ TEST_F(ClimaxEval, ScoresEveryFieldAgainstTheBaselinesAndDrawsTheMap) {
   const std::vector<double> p_rmse = persistence_rmse(test, 1), c_rmse = climatology_rmse(test, clim, 1);
 
   // The model's forecasts one at a time (the command ran batches of 4 over 19 start times).
-  std::unique_ptr<Backend> be = make_backend("cpu");
-  const std::string ckpt = checkpoint();
-  const ModelConfig mc = load_checkpoint_config(ckpt);
-  ClimaX model(mc, *be);
-  model.reserve(1, false);
-  std::vector<float> host(static_cast<size_t>(model.layout().total()));
-  load_checkpoint_params(ckpt, model.layout(), host.data());
-  be->copy_to_device(model.params(), 0, host.data(), host.size() * sizeof(float));
   std::vector<double> m_rmse(V, 0.0), m_acc(V, 0.0), p_acc(V, 0.0);
-  std::vector<float> x(V * H * W), y(x.size()), pred(x.size());
-  const float lead = 6.0f;
+  std::vector<float> x(V * H * W), y(x.size()), pred(x.size()), pred12(x.size());
+  const float lead = 6.0f, lead12 = 12.0f;
+  test.sample(0, 1, x.data(), y.data());
+  model.predict(x.data(), &lead, 1, pred.data());
+  model.predict(x.data(), &lead12, 1, pred12.data());
+  // The check below can see a wrong lead: 6 and 12 hours give forecasts 1% of the error or more apart.
+  EXPECT_GT(lat_weighted_rmse(pred.data(), pred12.data(), V, H, W, w)[0],
+            1e-2 * lat_weighted_rmse(pred.data(), y.data(), V, H, W, w)[0]);
   for (int64_t t = 0; t < n; ++t) {
     test.sample(t, 1, x.data(), y.data());
     model.predict(x.data(), &lead, 1, pred.data());
