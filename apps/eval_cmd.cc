@@ -1,4 +1,6 @@
-// `weft eval`: the mean loss of a checkpoint over consecutive windows of a token shard.
+// `weft eval`: the mean loss of a GPT checkpoint over consecutive windows of a token shard, or the
+// forecast scores of a ClimaX checkpoint on a weather folder (eval_weather.h), as the
+// checkpoint's config.json says.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -6,9 +8,11 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "cli_util.h"
 #include "commands.h"
+#include "eval_weather.h"
 #include "core/error.h"
 #include "data/loader.h"
 #include "ckpt/checkpoint.h"
@@ -16,27 +20,84 @@
 
 namespace weft {
 
-// Runs in any layout (mpirun -np tp*pp*dp weft eval --tp .. --pp ..): the windows are dealt
+namespace {
+
+// The options given on the command line among `names`, as "--a, --b".
+std::string given(const CLI::App& app, const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) {
+    if (app.count(n) > 0) out += (out.empty() ? "" : ", ") + n;
+  }
+  return out;
+}
+
+}  // namespace
+
+// GPT: runs in any layout (mpirun -np tp*pp*dp weft eval --tp .. --pp ..): the windows are dealt
 // round-robin over the data-parallel replicas, `--batch` windows per forward pass of each.
+// ClimaX: one process (eval_weather.h).
 int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
   std::string ckpt, data, format = "text", backend = "cpu", comm;
   int64_t windows = 0, batch = 8, threads = 0;
   LayoutOptions layout;
+  WeatherEvalOptions wx;
   add_checkpoint_option(app, ckpt);
-  app.add_option("--data", data, "token shard (.bin), or a folder/glob (its *val* shards)")->required();
-  app.add_option("--windows", windows, "number of windows (0: all)");
-  app.add_option("--batch", batch, "windows per forward pass");
+  app.add_option("--data", data,
+                 "GPT: token shard (.bin), or a folder/glob (its *val* shards); ClimaX: a weather folder (train.nc, "
+                 "val.nc, test.nc, stats.json)")
+      ->required();
+  app.add_option("--windows", windows, "GPT: number of windows (0: all)");
+  app.add_option("--batch", batch, "windows (GPT) or forecasts (ClimaX) per forward pass");
   add_threads_option(app, threads);
   add_backend_option(app, backend);
   add_comm_option(app, comm);
   add_format_option(app, format);
   add_layout_options(app, layout);
+  app.add_option("--split", wx.split, "ClimaX: the split scored, test or val");
+  app.add_option("--lead-hours", wx.lead_hours, "ClimaX: forecast lead times in hours (6, or a list: 6,24)")
+      ->delimiter(',');
+  app.add_option("--samples", wx.samples, "ClimaX: start times scored (0: all)");
+  app.add_option("--stride", wx.stride, "ClimaX: time steps between start times");
+  app.add_option("--stats", wx.stats, "ClimaX: normalisation stats.json (default: DATA/stats.json)");
+  app.add_option("--variables", wx.variables,
+                 "ClimaX: comma-separated fields in model order (default: the training run's, else the file's)");
+  app.add_option("--out", wx.out_json, "ClimaX: also write the scores to this JSON file");
+  app.add_option("--map", wx.map_png, "ClimaX: draw one forecast beside its truth into this PNG");
+  app.add_option("--map-var", wx.map_var, "ClimaX: the map's variable (default: the first)");
+  app.add_option("--map-sample", wx.map_sample, "ClimaX: the map's start time, an index into those scored");
+  app.add_option("--map-lead", wx.map_lead, "ClimaX: the map's lead time in hours (default: the first)");
   app.parse(argc - 1, argv + 1);
   check_threads_option(threads);
   check_layout_options(layout);
   set_threads(threads);
   const std::string dir = checkpoint_dir_arg(ckpt);
   const ModelConfig mc = load_checkpoint_config(dir);
+  if (mc.is_climax()) {
+    const std::string gpt_only = given(app, {"--windows", "--comm", "--tp", "--pp", "--dp", "--zero", "--schedule",
+                                             "--virtual-stages", "--sequence-parallel", "--micro-batch", "--recompute",
+                                             "--order"});
+    if (!gpt_only.empty()) {
+      throw_input("{}: options of a GPT checkpoint; {} is a ClimaX model '{}' (evaluated on one process)", gpt_only,
+                  dir, mc.name);
+    }
+    wx.data = data;
+    wx.batch = batch;
+    wx.backend = backend;
+    wx.format = format;
+    return eval_weather_checkpoint(dir, mc, wx, world);
+  }
+  const std::string weather_only = given(app, {"--split", "--lead-hours", "--samples", "--stride", "--stats",
+                                               "--variables", "--out", "--map", "--map-var", "--map-sample",
+                                               "--map-lead"});
+  if (!weather_only.empty()) {
+    throw_input("{}: options of a ClimaX checkpoint; {} is a GPT model '{}' (scored on token shards)", weather_only, dir,
+                mc.name);
+  }
+  if (looks_like_weather_data(data)) {
+    throw_input("--data {} holds weather fields (NetCDF), but checkpoint {} is a GPT model '{}' that reads token "
+                "shards (weft prepare --input ... --out DIR)",
+                data, dir, mc.name);
+  }
   TokenDataset ds = TokenDataset::open_split(data, "val", mc.vocab_size);  // a .bin file is taken as is
   const int64_t T = mc.n_ctx;
   const int64_t avail = ds.num_windows(T);

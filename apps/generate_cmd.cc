@@ -85,9 +85,14 @@ int cmd_generate(CLI::App& app, int argc, char** argv, Communicator& world) {
   check_layout_options(layout);
   set_threads(threads);
   const std::string dir = checkpoint_dir_arg(ckpt);
-  Tokenizer tok = Tokenizer::load_gpt2(tokenizer);
   EngineRequest req;
   req.model = load_checkpoint_config(dir);
+  if (req.model.is_climax()) {
+    throw_input("{} is a ClimaX model '{}', which forecasts weather rather than sampling text: weft eval --checkpoint "
+                "{} --data WEATHER_DIR --map OUT.png draws a forecast beside the truth (docs/climax.md)",
+                dir, req.model.name, dir);
+  }
+  Tokenizer tok = Tokenizer::load_gpt2(tokenizer);
   req.seq = req.model.n_ctx;
   req.batch = 1;
   req.per_replica = true;

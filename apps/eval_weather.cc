@@ -1,0 +1,439 @@
+// `weft eval` of a ClimaX checkpoint: see eval_weather.h.
+#include "eval_weather.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+#include "backend/registry.h"
+#include "ckpt/checkpoint.h"
+#include "cli_util.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "data/weather.h"
+#include "data/weather_metrics.h"
+#include "model/climax.h"
+#include "report/gnuplot.h"
+#include "report/weather_map.h"
+#include "train/config.h"
+
+namespace fs = std::filesystem;
+
+namespace weft {
+
+namespace {
+
+std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
+  }
+  return out;
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
+  return s;
+}
+
+// The variables the model was trained on: the `variables` key of the run's config.toml beside
+// the checkpoint folder ("" when there is none or it names none: the file's fields).
+std::string run_variables(const std::string& ckpt_dir) {
+  const fs::path cfg = fs::path(ckpt_dir).parent_path() / "config.toml";
+  std::error_code ec;
+  if (!fs::is_regular_file(cfg, ec)) return "";
+  try {
+    return load_run_config(cfg.string(), {}).variables;
+  } catch (const InputError& e) {
+    log_warn("eval: cannot read the training run's variables from {} ({}); using the file's fields", cfg.string(),
+             e.what());
+    return "";
+  }
+}
+
+// "2000-01-03 06:00" for `hours` after a reference "YYYY-MM-DD[ hh:mm:ss]"; "<hours> h since
+// <reference>" when the reference has another form.
+std::string valid_time(const std::string& reference, double offset_hours) {
+  int y = 0, mo = 0, d = 0, h = 0, mi = 0, s = 0;
+  const int got = std::sscanf(reference.c_str(), "%d-%d-%d%*[ T]%d:%d:%d", &y, &mo, &d, &h, &mi, &s);
+  if (got < 3) return fmt::format("{} h since {}", offset_hours, reference);
+  using namespace std::chrono;
+  const sys_days day0{year{y} / month{static_cast<unsigned>(mo)} / day{static_cast<unsigned>(d)}};
+  const auto t = day0 + std::chrono::hours(h) + minutes(mi) + seconds(s) + minutes(std::llround(offset_hours * 60.0));
+  const sys_days day1 = floor<days>(t);
+  const year_month_day ymd{day1};
+  const auto rest = duration_cast<minutes>(t - day1).count();
+  return fmt::format("{:04d}-{:02d}-{:02d} {:02d}:{:02d}", static_cast<int>(ymd.year()),
+                     static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()), rest / 60, rest % 60);
+}
+
+struct Scores {
+  std::vector<double> rmse, acc;  // (V), normalised units
+};
+
+Scores scores_of(const ForecastScores& s) { return {s.rmse(), s.acc()}; }
+
+double mean_of(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+}
+
+// The scores of one lead time: the model's and the two baselines', over the same start times.
+struct LeadResult {
+  double hours = 0;
+  int64_t steps = 0;
+  Scores model, persistence, climatology;
+};
+
+constexpr const char* kKinds[] = {"model", "persistence", "climatology"};
+
+const Scores& kind_scores(const LeadResult& r, int k) {
+  return k == 0 ? r.model : k == 1 ? r.persistence : r.climatology;
+}
+
+}  // namespace
+
+bool looks_like_weather_data(const std::string& path) {
+  std::error_code ec;
+  const fs::path p(path);
+  if (fs::is_regular_file(p, ec)) return p.extension() == ".nc";
+  if (!fs::is_directory(p, ec)) return false;
+  for (const char* f : {"train.nc", "val.nc", "test.nc"}) {
+    if (fs::exists(p / f, ec)) return true;
+  }
+  return false;
+}
+
+bool looks_like_token_data(const std::string& path) {
+  std::error_code ec;
+  const fs::path p(path);
+  if (fs::is_regular_file(p, ec)) return p.extension() == ".bin";
+  if (!fs::is_directory(p, ec)) return false;
+  for (const auto& e : fs::directory_iterator(p, ec)) {
+    if (e.path().extension() == ".bin") return true;
+  }
+  return false;
+}
+
+int eval_weather_checkpoint(const std::string& ckpt_dir, const ModelConfig& mc, const WeatherEvalOptions& o,
+                            Communicator& world) {
+  const std::string model_desc =
+      fmt::format("'{}' ({} variables on a {}x{} grid)", mc.name, mc.vars, mc.img_h, mc.img_w);
+  if (world.size() != 1) {
+    throw_input("weft eval of a ClimaX checkpoint runs on one process; it was launched on {} ranks", world.size());
+  }
+  // ---- the options, before any data is read ----
+  const fs::path dir(o.data);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    if (looks_like_weather_data(o.data)) {
+      throw_input("--data {} is one NetCDF file; a ClimaX checkpoint is evaluated on a weather folder (train.nc for the "
+                  "climatology, the {}.nc split, stats.json)",
+                  o.data, o.split);
+    }
+    throw_input("--data {}: no such folder; checkpoint {} is a ClimaX model {} that reads a weather folder (train.nc, "
+                "val.nc, test.nc, stats.json: weft prepare --synthetic-weather DIR)",
+                o.data, ckpt_dir, model_desc);
+  }
+  if (!fs::exists(dir / "train.nc", ec)) {
+    if (looks_like_token_data(o.data)) {
+      throw_input("--data {} holds token shards, not weather fields: checkpoint {} is a ClimaX model {} that reads a "
+                  "weather folder (train.nc, val.nc, test.nc, stats.json: weft prepare --synthetic-weather DIR)",
+                  o.data, ckpt_dir, model_desc);
+    }
+    throw_input("--data {} has no train.nc: a ClimaX checkpoint is evaluated on a weather folder (train.nc for the "
+                "climatology, the {}.nc split, stats.json)",
+                o.data, o.split);
+  }
+  if (o.split != "test" && o.split != "val") throw_input("--split {}: expected test or val", o.split);
+  const fs::path split_path = dir / (o.split + ".nc");
+  if (!fs::exists(split_path, ec)) {
+    std::vector<std::string> there;
+    for (const char* s : {"train", "val", "test"}) {
+      if (fs::exists(dir / (std::string(s) + ".nc"), ec)) there.push_back(s);
+    }
+    throw_input("--split {}: {} has no {}.nc (splits there: {})", o.split, o.data, o.split, join(there));
+  }
+  if (o.lead_hours.empty()) throw_input("--lead-hours: give at least one lead time");
+  if (o.batch <= 0) throw_input("--batch must be positive, got {}", o.batch);
+  if (o.map_sample < 0) throw_input("--map-sample must be >= 0, got {}", o.map_sample);
+  if (o.format != "text" && o.format != "json") throw_input("--format {}: expected text or json", o.format);
+  if (!o.out_json.empty()) check_output_file(o.out_json, "--out");
+  std::optional<report::Gnuplot> gp;
+  if (!o.map_png.empty()) {
+    check_output_file(o.map_png, "--map");
+    gp = report::find_gnuplot();
+  }
+
+  // ---- the data ----
+  std::string vars_arg = o.variables;
+  if (vars_arg.empty()) vars_arg = run_variables(ckpt_dir);
+  const std::vector<std::string> vars = split_list(vars_arg);
+  WeatherDataset train = WeatherDataset::open((dir / "train.nc").string(), vars);
+  WeatherDataset ds = WeatherDataset::open(split_path.string(), train.variables());
+  if (ds.height() != train.height() || ds.width() != train.width() || ds.lat() != train.lat() ||
+      ds.lon() != train.lon() || ds.step_hours() != train.step_hours()) {
+    throw_input("{}: a {}x{} grid every {} h, but {} is {}x{} every {} h (or other coordinates)", ds.path(),
+                ds.height(), ds.width(), ds.step_hours(), train.path(), train.height(), train.width(),
+                train.step_hours());
+  }
+  if (ds.num_variables() != mc.vars || ds.height() != mc.img_h || ds.width() != mc.img_w) {
+    throw_input("{}: {} fields ({}) on a {}x{} grid; checkpoint {} is model {}{}", ds.path(), ds.num_variables(),
+                join(ds.variables()), ds.height(), ds.width(), ckpt_dir, model_desc,
+                ds.num_variables() != mc.vars ? " (choose the fields with --variables)" : "");
+  }
+  std::string stats_src = o.stats;
+  if (stats_src.empty() && fs::exists(dir / "stats.json", ec)) stats_src = (dir / "stats.json").string();
+  const WeatherStats stats = stats_src.empty() ? train.compute_stats() : WeatherStats::load(stats_src);
+  train.set_normalisation(stats);
+  ds.set_normalisation(stats);
+  const int64_t V = ds.num_variables(), H = ds.height(), W = ds.width(), n_v = V * H * W;
+
+  std::vector<int64_t> lead_steps;
+  for (double h : o.lead_hours) {
+    const double steps = h / ds.step_hours();
+    if (!(h > 0) || !std::isfinite(h) || std::abs(steps - std::round(steps)) > 1e-9) {
+      throw_input("--lead-hours {}: not a positive multiple of the {} h time step of {}", h, ds.step_hours(),
+                  ds.path());
+    }
+    lead_steps.push_back(std::llround(steps));
+  }
+  const int64_t max_lead = *std::max_element(lead_steps.begin(), lead_steps.end());
+  std::vector<int64_t> starts;
+  try {
+    starts = forecast_start_times(ds.num_times(), max_lead, o.stride, o.samples);
+  } catch (const InputError& e) {
+    throw_input("{} ({} time steps every {} h; --samples {}, --stride {}): {}", ds.path(), ds.num_times(),
+                ds.step_hours(), o.samples, o.stride, e.what());
+  }
+  const int64_t n = static_cast<int64_t>(starts.size());
+
+  // The map: which variable, lead and start time.
+  int64_t map_v = 0;
+  size_t map_k = 0;
+  if (!o.map_png.empty()) {
+    if (!o.map_var.empty()) {
+      const auto it = std::find(ds.variables().begin(), ds.variables().end(), o.map_var);
+      if (it == ds.variables().end()) {
+        throw_input("--map-var {}: not among the evaluated fields ({})", o.map_var, join(ds.variables()));
+      }
+      map_v = it - ds.variables().begin();
+    }
+    if (o.map_lead != 0.0) {
+      const auto it = std::find(o.lead_hours.begin(), o.lead_hours.end(), o.map_lead);
+      if (it == o.lead_hours.end()) {
+        std::vector<std::string> ls;
+        for (double h : o.lead_hours) ls.push_back(fmt::format("{}", h));
+        throw_input("--map-lead {}: not among --lead-hours ({})", o.map_lead, join(ls));
+      }
+      map_k = static_cast<size_t>(it - o.lead_hours.begin());
+    }
+    if (o.map_sample >= n) {
+      throw_input("--map-sample {}: the evaluation has {} start times (0..{})", o.map_sample, n, n - 1);
+    }
+  }
+
+  // ---- the model ----
+  std::unique_ptr<Backend> backend = make_backend(o.backend);
+  ClimaX model(mc, *backend);
+  const int64_t B = std::min<int64_t>(o.batch, n);
+  model.reserve(B, /*training=*/false);
+  {
+    std::vector<float> host(static_cast<size_t>(model.layout().total()));
+    load_checkpoint_params(ckpt_dir, model.layout(), host.data());
+    check_finite_params(model.layout(), host.data(), ckpt_dir);
+    backend->copy_to_device(model.params(), 0, host.data(), host.size() * sizeof(float));
+  }
+  int64_t step = -1;
+  try {
+    const nlohmann::json tj = load_checkpoint_trainer(ckpt_dir);
+    if (tj.contains("step") && tj.at("step").is_number_integer()) step = tj.at("step").get<int64_t>();
+  } catch (const InputError&) {
+    // A checkpoint without trainer.json (converted from elsewhere): no step to show.
+  }
+
+  // ---- the scores ----
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<float> clim = train.climatology();  // normalised with the same stats
+  const std::vector<float> weights = latitude_weights(ds.lat());
+  std::vector<LeadResult> results;
+  std::vector<float> x(static_cast<size_t>(B * n_v)), y(x.size()), pred(x.size()), lead(static_cast<size_t>(B));
+  std::vector<float> map_pred, map_truth;
+  for (size_t k = 0; k < lead_steps.size(); ++k) {
+    ForecastScores ms(V, H, W, weights, clim);
+    for (int64_t first = 0; first < n; first += B) {
+      const int64_t b = std::min(B, n - first);
+      for (int64_t s = 0; s < b; ++s) {
+        ds.sample(starts[static_cast<size_t>(first + s)], lead_steps[k], x.data() + s * n_v, y.data() + s * n_v);
+        lead[static_cast<size_t>(s)] = static_cast<float>(o.lead_hours[k]);
+      }
+      model.predict(x.data(), lead.data(), b, pred.data());
+      for (int64_t s = 0; s < b; ++s) {
+        const float* p = pred.data() + s * n_v;
+        for (int64_t i = 0; i < n_v; ++i) {
+          if (!std::isfinite(p[i])) {
+            throw_runtime("eval: the forecast of {} from time step {} (lead {} h) holds {} at variable {}: the "
+                          "model's outputs overflow on this data",
+                          ckpt_dir, starts[static_cast<size_t>(first + s)], o.lead_hours[k], p[i],
+                          ds.variables()[static_cast<size_t>(i / (H * W))]);
+          }
+        }
+        ms.add(p, y.data() + s * n_v);
+        if (!o.map_png.empty() && k == map_k && first + s == o.map_sample) {
+          const int64_t off = map_v * H * W;
+          map_pred.assign(p + off, p + off + H * W);
+          map_truth.assign(y.data() + s * n_v + off, y.data() + s * n_v + off + H * W);
+        }
+      }
+    }
+    LeadResult r;
+    r.hours = o.lead_hours[k];
+    r.steps = lead_steps[k];
+    r.model = scores_of(ms);
+    r.persistence = scores_of(baseline_scores(ds, WeatherBaseline::kPersistence, clim, lead_steps[k], starts));
+    r.climatology = scores_of(baseline_scores(ds, WeatherBaseline::kClimatology, clim, lead_steps[k], starts));
+    results.push_back(std::move(r));
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  // ---- the report ----
+  const std::vector<std::string>& names = ds.variables();
+  const std::vector<std::string>& units = ds.units();
+  const std::vector<double>& sd = ds.norm_std();
+  const std::string stats_desc = stats_src.empty() ? fmt::format("the stats of {} (no stats.json)", train.path()) : stats_src;
+  const std::string step_desc = step >= 0 ? fmt::format(", step {}", step) : "";
+  const std::string starts_desc =
+      fmt::format("{} start times{} from {} to {}", n, o.stride > 1 ? fmt::format(" every {} steps", o.stride) : "",
+                  valid_time(ds.time_reference(), ds.times_hours()[static_cast<size_t>(starts.front())]),
+                  valid_time(ds.time_reference(), ds.times_hours()[static_cast<size_t>(starts.back())]));
+  const char* const acc_note = "the climatology forecast has no anomaly: its ACC is 0 by definition";
+
+  nlohmann::ordered_json j;
+  j["checkpoint"] = ckpt_dir;
+  j["model"] = mc.name;
+  j["step"] = step >= 0 ? nlohmann::ordered_json(step) : nlohmann::ordered_json(nullptr);
+  j["data"] = o.data;
+  j["split"] = o.split;
+  j["file"] = ds.path();
+  j["stats"] = stats_desc;
+  j["climatology"] = fmt::format("time mean of {} ({} time steps)", train.path(), train.num_times());
+  j["samples"] = n;
+  j["stride"] = o.stride;
+  j["start_hours"] = {ds.times_hours()[static_cast<size_t>(starts.front())],
+                      ds.times_hours()[static_cast<size_t>(starts.back())]};
+  j["time_units"] = ds.time_units();
+  j["variables"] = names;
+  j["units"] = units;
+  j["std"] = sd;
+  nlohmann::ordered_json leads = nlohmann::ordered_json::array();
+  for (const LeadResult& r : results) {
+    nlohmann::ordered_json l;
+    l["lead_hours"] = r.hours;
+    l["lead_steps"] = r.steps;
+    nlohmann::ordered_json per = nlohmann::ordered_json::object();
+    for (int64_t v = 0; v < V; ++v) {
+      nlohmann::ordered_json e;
+      for (int k = 0; k < 3; ++k) {
+        const Scores& s = kind_scores(r, k);
+        e[kKinds[k]] = {{"rmse", s.rmse[v]}, {"rmse_physical", s.rmse[v] * sd[v]}, {"acc", s.acc[v]}};
+      }
+      per[names[v]] = e;
+    }
+    l["scores"] = per;
+    nlohmann::ordered_json mean;
+    for (int k = 0; k < 3; ++k) {
+      const Scores& s = kind_scores(r, k);
+      mean[kKinds[k]] = {{"rmse", mean_of(s.rmse)}, {"acc", mean_of(s.acc)}};
+    }
+    l["mean"] = mean;
+    leads.push_back(l);
+  }
+  j["leads"] = leads;
+  j["notes"] = {
+      "rmse: latitude-weighted, normalised units (the stats above), per forecast, then the mean over start times; "
+      "rmse_physical = rmse * std",
+      "acc: anomalies against the climatology above, centred per forecast, latitude-weighted; the mean over start "
+      "times; the same in normalised and physical units",
+      acc_note,
+      "mean: over the variables (physical units differ, so only normalised RMSE and ACC)"};
+  j["seconds"] = seconds;
+
+  if (!o.map_png.empty()) {
+    report::WeatherMap m;
+    const int64_t t = starts[static_cast<size_t>(o.map_sample)];
+    const double m_sd = sd[static_cast<size_t>(map_v)], m_mean = ds.norm_mean()[static_cast<size_t>(map_v)];
+    m.units = units[static_cast<size_t>(map_v)];
+    m.lat = ds.lat();
+    m.lon = ds.lon();
+    m.pred.resize(map_pred.size());
+    m.truth.resize(map_truth.size());
+    for (size_t i = 0; i < map_pred.size(); ++i) {
+      m.pred[i] = static_cast<float>(map_pred[i] * m_sd + m_mean);
+      m.truth[i] = static_cast<float>(map_truth[i] * m_sd + m_mean);
+    }
+    const double valid_hours = ds.times_hours()[static_cast<size_t>(t + lead_steps[map_k])];
+    const size_t mv = static_cast<size_t>(map_v);
+    const std::vector<double> one_rmse = lat_weighted_rmse(map_pred.data(), map_truth.data(), 1, H, W, weights);
+    std::vector<float> clim_v(clim.begin() + map_v * H * W, clim.begin() + (map_v + 1) * H * W);
+    const std::vector<double> one_acc =
+        lat_weighted_acc(map_pred.data(), map_truth.data(), clim_v.data(), 1, H, W, weights);
+    m.title = fmt::format(
+        "{}{}: {} h forecast from {}, valid {} ({} sample {})\n{}{}: RMSE {:.4g}{}, ACC {:.4f}", names[mv],
+        m.units.empty() ? "" : " (" + m.units + ")", results[map_k].hours,
+        valid_time(ds.time_reference(), ds.times_hours()[static_cast<size_t>(t)]),
+        valid_time(ds.time_reference(), valid_hours), o.split, o.map_sample, mc.name, step_desc,
+        one_rmse[0] * m_sd, m.units.empty() ? "" : " " + m.units, one_acc[0]);
+    report::draw_weather_map(*gp, m, o.map_png);
+    j["map"] = {{"file", o.map_png}, {"variable", names[mv]}, {"lead_hours", results[map_k].hours},
+                {"sample", o.map_sample}, {"start_hours", ds.times_hours()[static_cast<size_t>(t)]},
+                {"rmse_physical", one_rmse[0] * m_sd}, {"acc", one_acc[0]}};
+  }
+  if (!o.out_json.empty()) write_output_file(o.out_json, j.dump(2) + "\n");
+  if (o.format == "json") {
+    fmt::print("{}\n", j.dump());
+    return 0;
+  }
+
+  fmt::print("weft eval: {}{} on {} ({}), {}\n", mc.name, step_desc, ds.path(), o.split, starts_desc);
+  fmt::print("normalised with {}; climatology: time mean of {}; {:.1f} s\n", stats_desc, train.path(), seconds);
+  for (const LeadResult& r : results) {
+    fmt::print("\n{:<10} {:^26}    {:^41}  {:^23}\n", fmt::format("lead {} h", r.hours), "RMSE (normalised)",
+               "RMSE (physical units)", "ACC");
+    fmt::print("{:<10} {:>8} {:>8} {:>8}    {:>9} {:>9} {:>9} {:<11}  {:>7} {:>7} {:>7}\n", "variable", "model",
+               "persist", "climat", "model", "persist", "climat", "units", "model", "persist", "climat");
+    for (int64_t v = 0; v < V; ++v) {
+      fmt::print("{:<10} {:>8.4f} {:>8.4f} {:>8.4f}    {:>9.4g} {:>9.4g} {:>9.4g} {:<11}  {:>7.4f} {:>7.4f} {:>7}\n",
+                 names[v], r.model.rmse[v], r.persistence.rmse[v], r.climatology.rmse[v], r.model.rmse[v] * sd[v],
+                 r.persistence.rmse[v] * sd[v], r.climatology.rmse[v] * sd[v], units[v].empty() ? "-" : units[v],
+                 r.model.acc[v], r.persistence.acc[v], fmt::format("{:.0f} (*)", r.climatology.acc[v]));
+    }
+    fmt::print("{:<10} {:>8.4f} {:>8.4f} {:>8.4f}    {:>9} {:>9} {:>9} {:<11}  {:>7.4f} {:>7.4f} {:>7}\n", "mean",
+               mean_of(r.model.rmse), mean_of(r.persistence.rmse), mean_of(r.climatology.rmse), "-", "-", "-", "",
+               mean_of(r.model.acc), mean_of(r.persistence.acc), fmt::format("{:.0f} (*)", mean_of(r.climatology.acc)));
+  }
+  fmt::print("\n(*) {}.\n", acc_note);
+  fmt::print("RMSE: latitude-weighted, per forecast, mean over the start times; physical = normalised x the std of "
+             "stats. ACC: anomalies against the train climatology (docs/climax.md).\n");
+  if (!o.out_json.empty()) fmt::print("wrote {}\n", o.out_json);
+  if (!o.map_png.empty()) {
+    fmt::print("wrote {}: {} forecast beside the truth, {} h from {} ({} sample {})\n", o.map_png,
+               names[static_cast<size_t>(map_v)], results[map_k].hours,
+               valid_time(ds.time_reference(), ds.times_hours()[static_cast<size_t>(starts[o.map_sample])]),
+               o.split, o.map_sample);
+  }
+  return 0;
+}
+
+}  // namespace weft
