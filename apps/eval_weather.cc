@@ -10,13 +10,13 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 
 #include "backend/registry.h"
 #include "ckpt/checkpoint.h"
 #include "cli_util.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "data/text_util.h"
 #include "data/weather.h"
 #include "data/weather_metrics.h"
 #include "model/climax.h"
@@ -29,17 +29,6 @@ namespace fs = std::filesystem;
 namespace weft {
 
 namespace {
-
-std::vector<std::string> split_list(const std::string& list) {
-  std::vector<std::string> out;
-  std::stringstream ss(list);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    const size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
-    if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
-  }
-  return out;
-}
 
 std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
   std::string s;
@@ -127,15 +116,38 @@ bool looks_like_token_data(const std::string& path) {
   return false;
 }
 
-int eval_weather_checkpoint(const std::string& ckpt_dir, const ModelConfig& mc, const WeatherEvalOptions& o,
-                            Communicator& world) {
-  const std::string model_desc =
-      fmt::format("'{}' ({} variables on a {}x{} grid)", mc.name, mc.vars, mc.img_h, mc.img_w);
-  if (world.size() != 1) {
-    throw_input("weft eval of a ClimaX checkpoint runs on one process; it was launched on {} ranks", world.size());
-  }
-  // ---- the options, before any data is read ----
+namespace {
+
+constexpr const char* kAccNote = "the climatology forecast has no anomaly: its ACC is 0 by definition";
+
+// What the phases of eval_weather_checkpoint share.
+struct EvalRun {
+  EvalRun(const std::string& c, const ModelConfig& m, const WeatherEvalOptions& opts) : ckpt_dir(c), mc(m), o(opts) {}
+  const std::string& ckpt_dir;
+  const ModelConfig& mc;
+  const WeatherEvalOptions& o;
+  std::string model_desc;  // "'climax-tiny' (5 variables on a 32x64 grid)"
+  fs::path dir, split_path;
+  std::optional<report::Gnuplot> gp;
+  std::optional<WeatherDataset> train, ds;  // normalised with the stats of stats_src ("": train's own)
+  std::string stats_src;
+  std::vector<int64_t> lead_steps, starts;
+  int64_t map_v = 0;
+  size_t map_k = 0;
+  int64_t step = -1;  // the checkpoint's training step (-1: unknown)
+  std::vector<float> clim, weights, map_pred, map_truth;
+  std::vector<LeadResult> results;
+  double seconds = 0;
+};
+
+// The options and the folder, before any data is read.
+void check_eval_inputs(EvalRun& r) {
+  const std::string& ckpt_dir = r.ckpt_dir;
+
+  const WeatherEvalOptions& o = r.o;
+  const std::string& model_desc = r.model_desc;
   const fs::path dir(o.data);
+  r.dir = dir;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     if (looks_like_weather_data(o.data)) {
@@ -159,6 +171,7 @@ int eval_weather_checkpoint(const std::string& ckpt_dir, const ModelConfig& mc, 
   }
   if (o.split != "test" && o.split != "val") throw_input("--split {}: expected test or val", o.split);
   const fs::path split_path = dir / (o.split + ".nc");
+  r.split_path = split_path;
   if (!fs::exists(split_path, ec)) {
     std::vector<std::string> there;
     for (const char* s : {"train", "val", "test"}) {
@@ -171,18 +184,27 @@ int eval_weather_checkpoint(const std::string& ckpt_dir, const ModelConfig& mc, 
   if (o.map_sample < 0) throw_input("--map-sample must be >= 0, got {}", o.map_sample);
   if (o.format != "text" && o.format != "json") throw_input("--format {}: expected text or json", o.format);
   if (!o.out_json.empty()) check_output_file(o.out_json, "--out");
-  std::optional<report::Gnuplot> gp;
   if (!o.map_png.empty()) {
     check_output_file(o.map_png, "--map");
-    gp = report::find_gnuplot();
+    r.gp = report::find_gnuplot();
   }
 
-  // ---- the data ----
+}
+
+// The train file (climatology, stats) and the scored split, normalised alike; the lead steps and
+// the start times.
+void open_eval_data(EvalRun& r) {
+  const std::string& ckpt_dir = r.ckpt_dir;
+  const ModelConfig& mc = r.mc;
+  const WeatherEvalOptions& o = r.o;
+  const std::string& model_desc = r.model_desc;
   std::string vars_arg = o.variables;
   if (vars_arg.empty()) vars_arg = run_variables(ckpt_dir);
-  const std::vector<std::string> vars = split_list(vars_arg);
-  WeatherDataset train = WeatherDataset::open((dir / "train.nc").string(), vars);
-  WeatherDataset ds = WeatherDataset::open(split_path.string(), train.variables());
+  const std::vector<std::string> vars = split_comma_list(vars_arg);
+  r.train.emplace(WeatherDataset::open((r.dir / "train.nc").string(), vars));
+  r.ds.emplace(WeatherDataset::open(r.split_path.string(), r.train->variables()));
+  WeatherDataset& train = *r.train;
+  WeatherDataset& ds = *r.ds;
   if (ds.height() != train.height() || ds.width() != train.width() || ds.lat() != train.lat() ||
       ds.lon() != train.lon() || ds.step_hours() != train.step_hours()) {
     throw_input("{}: a {}x{} grid every {} h, but {} is {}x{} every {} h (or other coordinates)", ds.path(),
@@ -194,14 +216,15 @@ int eval_weather_checkpoint(const std::string& ckpt_dir, const ModelConfig& mc, 
                 join(ds.variables()), ds.height(), ds.width(), ckpt_dir, model_desc,
                 ds.num_variables() != mc.vars ? " (choose the fields with --variables)" : "");
   }
-  std::string stats_src = o.stats;
-  if (stats_src.empty() && fs::exists(dir / "stats.json", ec)) stats_src = (dir / "stats.json").string();
+  std::error_code ec;
+  std::string& stats_src = r.stats_src;
+  stats_src = o.stats;
+  if (stats_src.empty() && fs::exists(r.dir / "stats.json", ec)) stats_src = (r.dir / "stats.json").string();
   const WeatherStats stats = stats_src.empty() ? train.compute_stats() : WeatherStats::load(stats_src);
   train.set_normalisation(stats);
   ds.set_normalisation(stats);
-  const int64_t V = ds.num_variables(), H = ds.height(), W = ds.width(), n_v = V * H * W;
 
-  std::vector<int64_t> lead_steps;
+  std::vector<int64_t>& lead_steps = r.lead_steps;
   for (double h : o.lead_hours) {
     const double steps = h / ds.step_hours();
     if (!(h > 0) || !std::isfinite(h) || std::abs(steps - std::round(steps)) > 1e-9) {
@@ -211,25 +234,27 @@ int eval_weather_checkpoint(const std::string& ckpt_dir, const ModelConfig& mc, 
     lead_steps.push_back(std::llround(steps));
   }
   const int64_t max_lead = *std::max_element(lead_steps.begin(), lead_steps.end());
-  std::vector<int64_t> starts;
   try {
-    starts = forecast_start_times(ds.num_times(), max_lead, o.stride, o.samples);
+    r.starts = forecast_start_times(ds.num_times(), max_lead, o.stride, o.samples);
   } catch (const InputError& e) {
     throw_input("{} ({} time steps every {} h; --samples {}, --stride {}): {}", ds.path(), ds.num_times(),
                 ds.step_hours(), o.samples, o.stride, e.what());
   }
-  const int64_t n = static_cast<int64_t>(starts.size());
 
-  // The map: which variable, lead and start time.
-  int64_t map_v = 0;
-  size_t map_k = 0;
+}
+
+// The map's variable, lead and start time (checked before the model runs).
+void choose_map(EvalRun& r) {
+  const WeatherEvalOptions& o = r.o;
+  const WeatherDataset& ds = *r.ds;
+  const int64_t n = static_cast<int64_t>(r.starts.size());
   if (!o.map_png.empty()) {
     if (!o.map_var.empty()) {
       const auto it = std::find(ds.variables().begin(), ds.variables().end(), o.map_var);
       if (it == ds.variables().end()) {
         throw_input("--map-var {}: not among the evaluated fields ({})", o.map_var, join(ds.variables()));
       }
-      map_v = it - ds.variables().begin();
+      r.map_v = it - ds.variables().begin();
     }
     if (o.map_lead != 0.0) {
       const auto it = std::find(o.lead_hours.begin(), o.lead_hours.end(), o.map_lead);
@@ -238,39 +263,54 @@ int eval_weather_checkpoint(const std::string& ckpt_dir, const ModelConfig& mc, 
         for (double h : o.lead_hours) ls.push_back(fmt::format("{}", h));
         throw_input("--map-lead {}: not among --lead-hours ({})", o.map_lead, join(ls));
       }
-      map_k = static_cast<size_t>(it - o.lead_hours.begin());
+      r.map_k = static_cast<size_t>(it - o.lead_hours.begin());
     }
     if (o.map_sample >= n) {
       throw_input("--map-sample {}: the evaluation has {} start times (0..{})", o.map_sample, n, n - 1);
     }
   }
 
-  // ---- the model ----
-  std::unique_ptr<Backend> backend = make_backend(o.backend);
-  ClimaX model(mc, *backend);
-  const int64_t B = std::min<int64_t>(o.batch, n);
+}
+
+// The checkpoint's parameters in a one-process ClimaX for micro-batches of up to B forecasts.
+std::unique_ptr<ClimaX> load_eval_model(EvalRun& r, Backend& backend, int64_t B) {
+  const std::string& ckpt_dir = r.ckpt_dir;
+  auto model_ptr = std::make_unique<ClimaX>(r.mc, backend);
+  ClimaX& model = *model_ptr;
   model.reserve(B, /*training=*/false);
   {
     std::vector<float> host(static_cast<size_t>(model.layout().total()));
     load_checkpoint_params(ckpt_dir, model.layout(), host.data());
     check_finite_params(model.layout(), host.data(), ckpt_dir);
-    backend->copy_to_device(model.params(), 0, host.data(), host.size() * sizeof(float));
+    backend.copy_to_device(model.params(), 0, host.data(), host.size() * sizeof(float));
   }
-  int64_t step = -1;
   try {
     const nlohmann::json tj = load_checkpoint_trainer(ckpt_dir);
-    if (tj.contains("step") && tj.at("step").is_number_integer()) step = tj.at("step").get<int64_t>();
+    if (tj.contains("step") && tj.at("step").is_number_integer()) r.step = tj.at("step").get<int64_t>();
   } catch (const InputError&) {
     // A checkpoint without trainer.json (converted from elsewhere): no step to show.
   }
 
-  // ---- the scores ----
+  return model_ptr;
+}
+
+// The model's forecasts and the two baselines', scored lead by lead over the same start times;
+// the map's forecast and truth kept on the way.
+void score_forecasts(EvalRun& r, ClimaX& model, int64_t B) {
+  const std::string& ckpt_dir = r.ckpt_dir;
+  const WeatherEvalOptions& o = r.o;
+  const WeatherDataset& train = *r.train;
+  const WeatherDataset& ds = *r.ds;
+  const std::vector<int64_t>& lead_steps = r.lead_steps;
+  const std::vector<int64_t>& starts = r.starts;
+  const int64_t n = static_cast<int64_t>(starts.size());
+  const int64_t V = ds.num_variables(), H = ds.height(), W = ds.width(), n_v = V * H * W;
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<float> clim = train.climatology();  // normalised with the same stats
-  const std::vector<float> weights = latitude_weights(ds.lat());
-  std::vector<LeadResult> results;
+  r.clim = train.climatology();  // normalised with the same stats
+  r.weights = latitude_weights(ds.lat());
+  const std::vector<float>& clim = r.clim;
+  const std::vector<float>& weights = r.weights;
   std::vector<float> x(static_cast<size_t>(B * n_v)), y(x.size()), pred(x.size()), lead(static_cast<size_t>(B));
-  std::vector<float> map_pred, map_truth;
   for (size_t k = 0; k < lead_steps.size(); ++k) {
     ForecastScores ms(V, H, W, weights, clim);
     for (int64_t first = 0; first < n; first += B) {
@@ -291,35 +331,43 @@ int eval_weather_checkpoint(const std::string& ckpt_dir, const ModelConfig& mc, 
           }
         }
         ms.add(p, y.data() + s * n_v);
-        if (!o.map_png.empty() && k == map_k && first + s == o.map_sample) {
-          const int64_t off = map_v * H * W;
-          map_pred.assign(p + off, p + off + H * W);
-          map_truth.assign(y.data() + s * n_v + off, y.data() + s * n_v + off + H * W);
+        if (!o.map_png.empty() && k == r.map_k && first + s == o.map_sample) {
+          const int64_t off = r.map_v * H * W;
+          r.map_pred.assign(p + off, p + off + H * W);
+          r.map_truth.assign(y.data() + s * n_v + off, y.data() + s * n_v + off + H * W);
         }
       }
     }
-    LeadResult r;
-    r.hours = o.lead_hours[k];
-    r.steps = lead_steps[k];
-    r.model = scores_of(ms);
-    r.persistence = scores_of(baseline_scores(ds, WeatherBaseline::kPersistence, clim, lead_steps[k], starts));
-    r.climatology = scores_of(baseline_scores(ds, WeatherBaseline::kClimatology, clim, lead_steps[k], starts));
-    results.push_back(std::move(r));
+    LeadResult res;
+    res.hours = o.lead_hours[k];
+    res.steps = lead_steps[k];
+    res.model = scores_of(ms);
+    res.persistence = scores_of(baseline_scores(ds, WeatherBaseline::kPersistence, clim, lead_steps[k], starts));
+    res.climatology = scores_of(baseline_scores(ds, WeatherBaseline::kClimatology, clim, lead_steps[k], starts));
+    r.results.push_back(std::move(res));
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  // ---- the report ----
+}
+
+// The scores as JSON (--out, --format json).
+nlohmann::ordered_json eval_json(const EvalRun& r) {
+  const std::string& ckpt_dir = r.ckpt_dir;
+  const ModelConfig& mc = r.mc;
+  const WeatherEvalOptions& o = r.o;
+  const WeatherDataset& train = *r.train;
+  const WeatherDataset& ds = *r.ds;
+  const std::vector<int64_t>& starts = r.starts;
+  const std::vector<LeadResult>& results = r.results;
+  const int64_t n = static_cast<int64_t>(starts.size()), V = ds.num_variables();
   const std::vector<std::string>& names = ds.variables();
   const std::vector<std::string>& units = ds.units();
   const std::vector<double>& sd = ds.norm_std();
+  const std::string& stats_src = r.stats_src;
+  const double seconds = r.seconds;
+  const int64_t step = r.step;
   const std::string stats_desc = stats_src.empty() ? fmt::format("the stats of {} (no stats.json)", train.path()) : stats_src;
-  const std::string step_desc = step >= 0 ? fmt::format(", step {}", step) : "";
-  const std::string starts_desc =
-      fmt::format("{} start times{} from {} to {}", n, o.stride > 1 ? fmt::format(" every {} steps", o.stride) : "",
-                  valid_time(ds.time_reference(), ds.times_hours()[static_cast<size_t>(starts.front())]),
-                  valid_time(ds.time_reference(), ds.times_hours()[static_cast<size_t>(starts.back())]));
-  const char* const acc_note = "the climatology forecast has no anomaly: its ACC is 0 by definition";
-
+  const char* const acc_note = kAccNote;
   nlohmann::ordered_json j;
   j["checkpoint"] = ckpt_dir;
   j["model"] = mc.name;
@@ -370,41 +418,90 @@ int eval_weather_checkpoint(const std::string& ckpt_dir, const ModelConfig& mc, 
       "mean: over the variables (physical units differ, so only normalised RMSE and ACC)"};
   j["seconds"] = seconds;
 
+  return j;
+}
+
+// The map (--map): forecast, truth and error of one field in physical units; its entry in j.
+void draw_eval_map(const EvalRun& r, nlohmann::ordered_json& j) {
+
+  const ModelConfig& mc = r.mc;
+  const WeatherEvalOptions& o = r.o;
+  const WeatherDataset& train = *r.train;
+  const WeatherDataset& ds = *r.ds;
+  const std::vector<int64_t>& starts = r.starts;
+  const std::vector<LeadResult>& results = r.results;
+  const int64_t n = static_cast<int64_t>(starts.size());
+  const std::vector<std::string>& names = ds.variables();
+  const std::vector<std::string>& units = ds.units();
+  const std::vector<double>& sd = ds.norm_std();
+  const std::string& stats_src = r.stats_src;
+
+  const int64_t step = r.step;
+  const std::string stats_desc = stats_src.empty() ? fmt::format("the stats of {} (no stats.json)", train.path()) : stats_src;
+  const std::vector<int64_t>& lead_steps = r.lead_steps;
+  const int64_t H = ds.height(), W = ds.width();
+  const std::vector<float>& clim = r.clim;
+  const std::vector<float>& weights = r.weights;
+  const std::string step_desc = step >= 0 ? fmt::format(", step {}", step) : "";
+  const std::string starts_desc =
+      fmt::format("{} start times{} from {} to {}", n, o.stride > 1 ? fmt::format(" every {} steps", o.stride) : "",
+                  valid_time(ds.time_reference(), ds.times_hours()[static_cast<size_t>(starts.front())]),
+                  valid_time(ds.time_reference(), ds.times_hours()[static_cast<size_t>(starts.back())]));
+
   if (!o.map_png.empty()) {
     report::WeatherMap m;
     const int64_t t = starts[static_cast<size_t>(o.map_sample)];
-    const double m_sd = sd[static_cast<size_t>(map_v)], m_mean = ds.norm_mean()[static_cast<size_t>(map_v)];
-    m.units = units[static_cast<size_t>(map_v)];
+    const double m_sd = sd[static_cast<size_t>(r.map_v)], m_mean = ds.norm_mean()[static_cast<size_t>(r.map_v)];
+    m.units = units[static_cast<size_t>(r.map_v)];
     m.lat = ds.lat();
     m.lon = ds.lon();
-    m.pred.resize(map_pred.size());
-    m.truth.resize(map_truth.size());
-    for (size_t i = 0; i < map_pred.size(); ++i) {
-      m.pred[i] = static_cast<float>(map_pred[i] * m_sd + m_mean);
-      m.truth[i] = static_cast<float>(map_truth[i] * m_sd + m_mean);
+    m.pred.resize(r.map_pred.size());
+    m.truth.resize(r.map_truth.size());
+    for (size_t i = 0; i < r.map_pred.size(); ++i) {
+      m.pred[i] = static_cast<float>(r.map_pred[i] * m_sd + m_mean);
+      m.truth[i] = static_cast<float>(r.map_truth[i] * m_sd + m_mean);
     }
-    const double valid_hours = ds.times_hours()[static_cast<size_t>(t + lead_steps[map_k])];
-    const size_t mv = static_cast<size_t>(map_v);
-    const std::vector<double> one_rmse = lat_weighted_rmse(map_pred.data(), map_truth.data(), 1, H, W, weights);
-    std::vector<float> clim_v(clim.begin() + map_v * H * W, clim.begin() + (map_v + 1) * H * W);
+    const double valid_hours = ds.times_hours()[static_cast<size_t>(t + lead_steps[r.map_k])];
+    const size_t mv = static_cast<size_t>(r.map_v);
+    const std::vector<double> one_rmse = lat_weighted_rmse(r.map_pred.data(), r.map_truth.data(), 1, H, W, weights);
+    std::vector<float> clim_v(clim.begin() + r.map_v * H * W, clim.begin() + (r.map_v + 1) * H * W);
     const std::vector<double> one_acc =
-        lat_weighted_acc(map_pred.data(), map_truth.data(), clim_v.data(), 1, H, W, weights);
+        lat_weighted_acc(r.map_pred.data(), r.map_truth.data(), clim_v.data(), 1, H, W, weights);
     m.title = fmt::format(
         "{}{}: {} h forecast from {}, valid {} ({} sample {})\n{}{}: RMSE {:.4g}{}, ACC {:.4f}", names[mv],
-        m.units.empty() ? "" : " (" + m.units + ")", results[map_k].hours,
+        m.units.empty() ? "" : " (" + m.units + ")", results[r.map_k].hours,
         valid_time(ds.time_reference(), ds.times_hours()[static_cast<size_t>(t)]),
         valid_time(ds.time_reference(), valid_hours), o.split, o.map_sample, mc.name, step_desc,
         one_rmse[0] * m_sd, m.units.empty() ? "" : " " + m.units, one_acc[0]);
-    report::draw_weather_map(*gp, m, o.map_png);
-    j["map"] = {{"file", o.map_png}, {"variable", names[mv]}, {"lead_hours", results[map_k].hours},
+    report::draw_weather_map(*r.gp, m, o.map_png);
+    j["map"] = {{"file", o.map_png}, {"variable", names[mv]}, {"lead_hours", results[r.map_k].hours},
                 {"sample", o.map_sample}, {"start_hours", ds.times_hours()[static_cast<size_t>(t)]},
                 {"rmse_physical", one_rmse[0] * m_sd}, {"acc", one_acc[0]}};
   }
-  if (!o.out_json.empty()) write_output_file(o.out_json, j.dump(2) + "\n");
-  if (o.format == "json") {
-    fmt::print("{}\n", j.dump());
-    return 0;
-  }
+}
+
+// The scores as a table on stdout.
+void print_eval_table(const EvalRun& r) {
+
+  const ModelConfig& mc = r.mc;
+  const WeatherEvalOptions& o = r.o;
+  const WeatherDataset& train = *r.train;
+  const WeatherDataset& ds = *r.ds;
+  const std::vector<int64_t>& starts = r.starts;
+  const std::vector<LeadResult>& results = r.results;
+  const int64_t n = static_cast<int64_t>(starts.size()), V = ds.num_variables();
+  const std::vector<std::string>& names = ds.variables();
+  const std::vector<std::string>& units = ds.units();
+  const std::vector<double>& sd = ds.norm_std();
+  const std::string& stats_src = r.stats_src;
+  const double seconds = r.seconds;
+  const int64_t step = r.step;
+  const std::string stats_desc = stats_src.empty() ? fmt::format("the stats of {} (no stats.json)", train.path()) : stats_src;
+  const std::string step_desc = step >= 0 ? fmt::format(", step {}", step) : "";
+  const std::string starts_desc =
+      fmt::format("{} start times{} from {} to {}", n, o.stride > 1 ? fmt::format(" every {} steps", o.stride) : "",
+                  valid_time(ds.time_reference(), ds.times_hours()[static_cast<size_t>(starts.front())]),
+                  valid_time(ds.time_reference(), ds.times_hours()[static_cast<size_t>(starts.back())]));
 
   fmt::print("weft eval: {}{} on {} ({}), {}\n", mc.name, step_desc, ds.path(), o.split, starts_desc);
   fmt::print("normalised with {}; climatology: time mean of {}; {:.1f} s\n", stats_desc, train.path(), seconds);
@@ -423,16 +520,42 @@ int eval_weather_checkpoint(const std::string& ckpt_dir, const ModelConfig& mc, 
                mean_of(r.model.rmse), mean_of(r.persistence.rmse), mean_of(r.climatology.rmse), "-", "-", "-", "",
                mean_of(r.model.acc), mean_of(r.persistence.acc), fmt::format("{:.0f} (*)", mean_of(r.climatology.acc)));
   }
-  fmt::print("\n(*) {}.\n", acc_note);
+  fmt::print("\n(*) {}.\n", kAccNote);
   fmt::print("RMSE: latitude-weighted, per forecast, mean over the start times; physical = normalised x the std of "
              "stats. ACC: anomalies against the train climatology (docs/climax.md).\n");
   if (!o.out_json.empty()) fmt::print("wrote {}\n", o.out_json);
   if (!o.map_png.empty()) {
     fmt::print("wrote {}: {} forecast beside the truth, {} h from {} ({} sample {})\n", o.map_png,
-               names[static_cast<size_t>(map_v)], results[map_k].hours,
+               names[static_cast<size_t>(r.map_v)], results[r.map_k].hours,
                valid_time(ds.time_reference(), ds.times_hours()[static_cast<size_t>(starts[o.map_sample])]),
                o.split, o.map_sample);
   }
+}
+
+}  // namespace
+
+int eval_weather_checkpoint(const std::string& ckpt_dir, const ModelConfig& mc, const WeatherEvalOptions& o,
+                            Communicator& world) {
+  if (world.size() != 1) {
+    throw_input("weft eval of a ClimaX checkpoint runs on one process; it was launched on {} ranks", world.size());
+  }
+  EvalRun r{ckpt_dir, mc, o};
+  r.model_desc = fmt::format("'{}' ({} variables on a {}x{} grid)", mc.name, mc.vars, mc.img_h, mc.img_w);
+  check_eval_inputs(r);
+  open_eval_data(r);
+  if (!o.map_png.empty()) choose_map(r);
+  std::unique_ptr<Backend> backend = make_backend(o.backend);
+  const int64_t B = std::min<int64_t>(o.batch, static_cast<int64_t>(r.starts.size()));
+  const std::unique_ptr<ClimaX> model = load_eval_model(r, *backend, B);
+  score_forecasts(r, *model, B);
+  nlohmann::ordered_json j = eval_json(r);
+  if (!o.map_png.empty()) draw_eval_map(r, j);
+  if (!o.out_json.empty()) write_output_file(o.out_json, j.dump(2) + "\n");
+  if (o.format == "json") {
+    fmt::print("{}\n", j.dump());
+    return 0;
+  }
+  print_eval_table(r);
   return 0;
 }
 

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <random>
 
 #include "core/durable_file.h"
@@ -208,6 +209,19 @@ void for_each_line(std::string_view text, const std::function<void(std::string_v
     fn(text.substr(pos, eol - pos), ++line_no);
     pos = eol + 1;
   }
+}
+
+std::vector<std::string> split_comma_list(std::string_view list) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t end = std::min(list.find(',', start), list.size());
+    const std::string_view item = list.substr(start, end - start);
+    const size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    if (b != std::string_view::npos) out.emplace_back(item.substr(b, e - b + 1));
+    start = end + 1;
+  }
+  return out;
 }
 
 }  // namespace weft

@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace weft {
 
@@ -23,6 +24,10 @@ void append_utf8(std::string& out, uint32_t cp);
 
 // The whole file as bytes. Throws InputError naming the path and the reason.
 std::string read_file(const std::string& path);
+
+// "a, b,,c " -> {"a", "b", "c"}: the comma-separated items, trimmed of blanks, empty ones dropped
+// (field names on the command line and in configs).
+std::vector<std::string> split_comma_list(std::string_view list);
 // fn(line, line_no) for each line of text (split at '\n', which is not part of the line; line_no
 // counts from 1; a last line without '\n' counts, an empty one after a final '\n' does not).
 void for_each_line(std::string_view text, const std::function<void(std::string_view, int64_t)>& fn);

@@ -3,10 +3,10 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <sstream>
 
 #include "core/error.h"
 #include "data/loader.h"
+#include "data/text_util.h"
 #include "data/weather.h"
 #include "model/climax.h"
 
@@ -48,17 +48,6 @@ class TokenRunData final : public RunData {
   std::unique_ptr<TokenDataset> val_;
 };
 
-std::vector<std::string> split_names(const std::string& list) {
-  std::vector<std::string> out;
-  std::stringstream ss(list);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    const size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
-    if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
-  }
-  return out;
-}
-
 // A split of a weather folder (DIR/NAME.nc) or a .nc file itself.
 std::string weather_file(const std::string& src, const char* split) {
   if (fs::is_directory(src)) return (fs::path(src) / (std::string(split) + ".nc")).string();
@@ -70,7 +59,7 @@ std::string weather_file(const std::string& src, const char* split) {
 class WeatherRunData final : public RunData {
  public:
   WeatherRunData(const RunConfig& cfg, const ModelConfig& mc)
-      : train_(WeatherDataset::open(weather_file(cfg.data, "train"), split_names(cfg.variables))) {
+      : train_(WeatherDataset::open(weather_file(cfg.data, "train"), split_comma_list(cfg.variables))) {
     const std::vector<double> leads(cfg.lead_hours.begin(), cfg.lead_hours.end());
     check_shape(train_, mc);
     const fs::path stats_path = fs::is_directory(cfg.data) ? fs::path(cfg.data) / "stats.json" : fs::path();
