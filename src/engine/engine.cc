@@ -433,23 +433,28 @@ void Engine::begin_generation() {
   }
 }
 
-void Engine::last_logits(const int32_t* tokens, int64_t T, float* logits) {
+void Engine::last_logits(const int32_t* tokens, int64_t T, float* logits_out) {
+  logits(tokens, T, T - 1, logits_out);
+}
+
+void Engine::logits(const int32_t* tokens, int64_t T, int64_t from, float* logits_out) {
+  if (from < 0 || from >= T) throw_input("logits of positions [{}, {}): the range is empty", from, T);
   if (!runtime_) {
-    gpt(0).forward_last_logits(tokens, T, logits);
+    gpt(0).forward_logits(tokens, T, from, logits_out);
     return;
   }
   // Through the pipeline; the last stage has the logits and shares them (the other stages
   // add zeros, which leaves every value's bits as they are).
-  const int64_t V = cfg_.model.vocab_size;
-  std::fill(logits, logits + V, 0.0f);
+  const int64_t n = (T - from) * cfg_.model.vocab_size;
+  std::fill(logits_out, logits_out + n, 0.0f);
   runtime_->forward_only(T * cfg_.model.n_embd, [&](int c, const float* x) -> const float* {
     Chunk& ch = *chunks_[static_cast<size_t>(c)];
     GPT& g = gpt(c);
     g.stage_forward(0, tokens, x, 1, T, false);
-    if (ch.spec.head) g.stage_last_logits(0, T, logits);
+    if (ch.spec.head) g.stage_logits(0, T, from, logits_out);
     return g.stage_output(0);
   });
-  comm(Axis::kPp).all_reduce_sum(logits, V);
+  comm(Axis::kPp).all_reduce_sum(logits_out, n);
 }
 
 }  // namespace weft

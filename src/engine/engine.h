@@ -159,6 +159,10 @@ class Engine {
   // Logits (V real entries) after the last position of one sequence of T tokens, after
   // begin_generation(), on every rank; collective over the grid (pipeline, tp, ZeRO-3 gathers).
   void last_logits(const int32_t* tokens, int64_t T, float* logits);
+  // Logits of positions [from, T) of one sequence of T tokens, (T - from) rows of V, after
+  // begin_generation(); on every rank, collective like last_logits (a GPT's scoring and
+  // weft eval --logits).
+  void logits(const int32_t* tokens, int64_t T, int64_t from, float* logits);
 
  private:
   struct Chunk;

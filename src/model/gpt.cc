@@ -409,19 +409,31 @@ void GPT::row_logits(const float* lnf_row, float* logits_out) {
 }
 
 void GPT::forward_last_logits(const int32_t* tokens, int64_t T, float* logits_out) {
+  forward_logits(tokens, T, T - 1, logits_out);
+}
+
+void GPT::forward_logits(const int32_t* tokens, int64_t T, int64_t from, float* logits_out) {
+  WEFT_CHECK(from >= 0 && from < T, "forward_logits: positions [{}, {}) are empty", from, T);
   check_shape(1, T, false);
   upload_tokens(tokens, nullptr, T);
   forward_blocks(1, T);
-  row_logits(cur_->lnf + (T - 1) * config().n_embd, logits_out);
+  const int64_t C = config().n_embd, V = config().vocab_size;
+  for (int64_t t = from; t < T; ++t) row_logits(cur_->lnf + t * C, logits_out + (t - from) * V);
   store_->release(config().n_layer + 1);
   store_->release(0);
 }
 
 void GPT::stage_last_logits(int slot, int64_t T, float* logits_out) {
-  WEFT_CHECK(layout_.stage().head, "stage_last_logits on a stage without the head");
+  stage_logits(slot, T, T - 1, logits_out);
+}
+
+void GPT::stage_logits(int slot, int64_t T, int64_t from, float* logits_out) {
+  WEFT_CHECK(layout_.stage().head, "stage_logits on a stage without the head");
+  WEFT_CHECK(from >= 0 && from < T, "stage_logits: positions [{}, {}) are empty", from, T);
   SlotScope scope(&cur_, &stash_[0]);
   use_slot(slot);
-  row_logits(cur_->lnf + (T - 1) * config().n_embd, logits_out);
+  const int64_t C = config().n_embd, V = config().vocab_size;
+  for (int64_t t = from; t < T; ++t) row_logits(cur_->lnf + t * C, logits_out + (t - from) * V);
 }
 
 }  // namespace weft

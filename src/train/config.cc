@@ -14,6 +14,7 @@
 #include <variant>
 
 #include "backend/registry.h"
+#include "ckpt/checkpoint.h"
 #include "comm/codec_spec.h"
 #include "comm/device_comm_registry.h"
 #include "core/error.h"
@@ -46,6 +47,7 @@ const std::vector<Key>& keys() {
       {"model", "n_embd", &RunConfig::n_embd},
       {"model", "n_ctx", &RunConfig::n_ctx},
       {"model", "vocab_size", &RunConfig::vocab_size},
+      {"model", "init_from", &RunConfig::init_from},
       {"data", "data", &RunConfig::data},
       {"data", "val_data", &RunConfig::val_data},
       {"data", "variables", &RunConfig::variables},
@@ -269,6 +271,28 @@ void check_config_file(const std::string& path) {
   if (!std::ifstream(path)) throw_input("config file {} cannot be read (permissions?)", path);
 }
 
+// init_from: the model of the checkpoint's config.json; a shape key of the run config that
+// disagrees with it is an error naming both values.
+ModelConfig init_from_model_config(const RunConfig& cfg) {
+  ModelConfig mc;
+  try {
+    mc = load_checkpoint_config(cfg.init_from);
+  } catch (const InputError& e) {
+    throw_input("init_from: {}", e.what());
+  }
+  const std::pair<const char*, std::pair<int64_t, int64_t>> shape[] = {
+      {"n_layer", {cfg.n_layer, mc.n_layer}}, {"n_head", {cfg.n_head, mc.n_head}},
+      {"n_embd", {cfg.n_embd, mc.n_embd}},    {"n_ctx", {cfg.n_ctx, mc.n_ctx}},
+      {"vocab_size", {cfg.vocab_size, mc.vocab_size}}};
+  for (const auto& [key, v] : shape) {
+    if (v.first != 0 && v.first != v.second) {
+      throw_input("{} = {}, but init_from {} holds a model with {} = {} (leave {} unset to take the checkpoint's)", key,
+                  v.first, cfg.init_from, key, v.second, key);
+    }
+  }
+  return mc;
+}
+
 // Every number key is finite: TOML's inf/nan would otherwise pass range checks written as
 // "x < 0" and reach the optimizer or a cast to an integer.
 void check_finite_numbers(const RunConfig& cfg) {
@@ -458,6 +482,7 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::pair<s
 }
 
 ModelConfig RunConfig::model_config() const {
+  if (!init_from.empty()) return init_from_model_config(*this);
   ModelConfig base = model_preset(model);
   auto pick = [](int64_t over, int base_v) { return over > 0 ? static_cast<int>(over) : base_v; };
   check_int_keys(*this);  // the overrides below are stored as int

@@ -14,6 +14,10 @@ struct RunConfig {
   // [model]
   std::string model = "tiny";  // preset; the shape keys below override it when non-zero
   int64_t n_layer = 0, n_head = 0, n_embd = 0, n_ctx = 0, vocab_size = 0;
+  // A checkpoint folder (weft's, or a Hugging Face save_pretrained folder) whose parameters start
+  // the run (fine-tuning): the model's shape is read from its config.json (the `model` preset
+  // is not used; shape keys above must agree with it), the optimizer starts fresh at step 0.
+  std::string init_from = "";
   // [data]
   std::string data = "data/fortunes";  // folder (or glob) holding *train*.bin shards
   std::string val_data = "";           // folder (or glob) of *val*.bin shards; empty: same as data

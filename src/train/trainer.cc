@@ -71,9 +71,34 @@ std::string format_duration(double s) {
   return fmt::format("{}s", t);
 }
 
+// init_from: the parameters of a checkpoint (weft's or Hugging Face's, verified against its
+// manifest when it has one) start the run; the optimizer starts fresh at step 0.
+void init_from_checkpoint(Engine& engine, const RunConfig& cfg) {
+  const ParamLayout& whole = engine.whole_layout();
+  Buffer<float> params(static_cast<size_t>(whole.total()));
+  load_checkpoint_params(cfg.init_from, whole, params.data());
+  for (const ParamTensor& t : whole.tensors()) {
+    for (int64_t i = 0; i < t.numel; ++i) {
+      if (!std::isfinite(params[static_cast<size_t>(t.offset + i)])) {
+        throw_input("init_from {}: parameter {} element {} is {}: the checkpoint holds non-finite weights",
+                    cfg.init_from, t.name, i, params[static_cast<size_t>(t.offset + i)]);
+      }
+    }
+  }
+  engine.load_state(params.data(), nullptr, nullptr);
+  const ModelConfig& mc = engine.config().model;
+  log_info("initialised from {} (model '{}': {} layers, {} heads, {} channels, context {}, vocabulary {}); the "
+           "optimizer starts at step 0",
+           cfg.init_from, mc.name, mc.n_layer, mc.n_head, mc.n_embd, mc.n_ctx, mc.vocab_size);
+}
+
 // Loads the checkpoint a resume continues from (parameters, moments, counters) or initialises
 // the model; returns the first step to run.
 int64_t restore_or_init(Engine& engine, const RunConfig& cfg, const RunFolder& folder, bool rank0) {
+  if (folder.resume_dir.empty() && !cfg.init_from.empty()) {
+    init_from_checkpoint(engine, cfg);
+    return 0;
+  }
   if (folder.resume_dir.empty()) {
     engine.init_params(static_cast<uint64_t>(cfg.seed));
     return 0;

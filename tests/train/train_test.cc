@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "test_util.h"
 #include "train/trainer.h"
 
@@ -146,6 +147,53 @@ TEST(Train, MetricsValidationAndCheckpoints) {
   EXPECT_TRUE(fs::exists(tmp / "run/step-000008/model.safetensors"));
   EXPECT_EQ(find_latest_checkpoint(tmp / "run"), tmp / "run/step-000008");
   EXPECT_TRUE(fs::exists(tmp / "run/config.toml"));
+}
+
+}  // namespace
+}  // namespace weft
+
+namespace weft {
+namespace {
+
+// init_from: a run starts from another run's weights (the model's shape read from its
+// config.json), with a fresh optimizer at step 0; its validation before training equals the
+// source's last validation bit for bit. A shape key that disagrees is refused with both values.
+TEST(Train, InitFromStartsFromTheCheckpointsWeights) {
+  TempDir tmp("train");
+  test::make_random_corpus(tmp / "data", 20000, 2000);
+  RunConfig src = small_run(tmp / "data", tmp / "src");
+  TrainResult a = train(src, {});
+  ASSERT_EQ(a.steps_done, 8);
+
+  RunConfig ft = small_run(tmp / "data", tmp / "ft");
+  ft.model = "gpt2-124m";  // not used: the checkpoint's config.json gives the model
+  ft.n_layer = ft.n_head = ft.n_embd = ft.n_ctx = 0;
+  ft.init_from = tmp / "src/step-000008";
+  ft.steps = 4;
+  ft.lr = 1e-3;
+  TrainResult b = train(ft, {});
+  EXPECT_EQ(b.first_step, 0);
+  EXPECT_EQ(b.steps_done, 4);
+  EXPECT_EQ(b.first_val_loss, a.last_val_loss);
+  EXPECT_NE(test::read_text(tmp / "src/step-000008/model.safetensors"), test::read_text(tmp / "ft/step-000004/model.safetensors"));
+  EXPECT_EQ(ft.model_config().n_embd, 64);
+
+  RunConfig bad = ft;
+  bad.out = tmp / "bad";
+  bad.n_embd = 128;
+  try {
+    train(bad, {});
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("n_embd = 128"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("n_embd = 64"), std::string::npos) << msg;
+  }
+  EXPECT_FALSE(fs::exists(tmp / "bad/metrics.jsonl"));
+
+  bad.n_embd = 0;
+  bad.init_from = tmp / "nowhere";
+  EXPECT_THROW(train(bad, {}), InputError);
 }
 
 }  // namespace
