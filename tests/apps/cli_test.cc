@@ -2,9 +2,14 @@
 // nothing already written damaged. And the commands' normal output formats.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/safetensors.h"
 #include "model/params.h"
 #include "test_util.h"
 
@@ -93,6 +98,44 @@ TEST_F(Cli, TrainEvalGenerateAndCheckpointErrors) {
   EXPECT_EQ(j["tokens"].get<int64_t>(), 160);
   EXPECT_GT(j["loss"].get<double>(), 0.0);
   expect_bad_input(weft("eval --checkpoint " + ckpt + " --data " + *tmp / "data/x_val_000000.bin --windows 100000"), {"100000", "windows"});
+
+  // eval --logits: the logits of every position of the windows scored, with their input ids (the
+  // shard's windows); their mean cross-entropy is the loss eval prints.
+  const std::string val = *tmp / "data/x_val_000000.bin";
+  r = weft("eval --checkpoint " + ckpt + " --data " + val + " --windows 3 --format json --logits " + *tmp / "logits.st");
+  ASSERT_EQ(r.code, 0) << r.err;
+  {
+    const double loss = nlohmann::json::parse(r.out)["loss"].get<double>();
+    SafetensorsFile f(*tmp / "logits.st");
+    const int64_t W = 3, T = 16, V = 50257;
+    ASSERT_EQ(f.info("logits").shape, (std::vector<int64_t>{W, T, V}));
+    ASSERT_EQ(f.info("input_ids").shape, (std::vector<int64_t>{W, T}));
+    ASSERT_EQ(f.info("input_ids").dtype, StDType::kI32);
+    std::vector<float> logits(static_cast<size_t>(W * T * V));
+    std::vector<int32_t> ids(static_cast<size_t>(W * T));
+    std::memcpy(logits.data(), f.data("logits"), logits.size() * sizeof(float));
+    std::memcpy(ids.data(), f.data("input_ids"), ids.size() * sizeof(int32_t));
+    const std::string shard = test::read_text(val);
+    auto token = [&](int64_t i) {
+      uint16_t t = 0;
+      std::memcpy(&t, shard.data() + 1024 + 2 * i, 2);
+      return static_cast<int32_t>(t);
+    };
+    double sum = 0;
+    for (int64_t w = 0; w < W; ++w) {
+      for (int64_t t = 0; t < T; ++t) {
+        ASSERT_EQ(ids[static_cast<size_t>(w * T + t)], token(w * T + t)) << "window " << w << " position " << t;
+        const float* row = logits.data() + (w * T + t) * V;
+        const double mx = *std::max_element(row, row + V);
+        double z = 0;
+        for (int64_t v = 0; v < V; ++v) z += std::exp(static_cast<double>(row[v]) - mx);
+        sum += mx + std::log(z) - row[token(w * T + t + 1)];
+      }
+    }
+    EXPECT_NEAR(sum / static_cast<double>(W * T), loss, 1e-5 * loss);
+  }
+  expect_bad_input(weft("eval --checkpoint " + ckpt + " --data " + val + " --logits " + *tmp / "l.st --windows 1 --split val"),
+                   {"--split", "ClimaX"});
 
   // generate prints text
   r = weft("generate --checkpoint " + ckpt + " --prompt Hello --tokens 5");

@@ -3,8 +3,12 @@
 // gradient scratch, in every ZeRO stage; and it evaluates what the training engine evaluates.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "backend/backend.h"
 #include "comm/self_comm.h"
+#include "core/error.h"
 #include "core/memory.h"
 #include "train/engine_config.h"
 
@@ -60,6 +64,37 @@ TEST(InferenceEngine, EvaluatesLikeTheTrainingEngine) {
   train.last_logits(tokens.data(), 20, a.data());
   eval.last_logits(tokens.data(), 20, b.data());
   EXPECT_EQ(a, b);
+}
+
+// Engine::logits (weft eval --logits): row t of one forward over T tokens is the last row of
+// the forward over the first t + 1 tokens (causal attention), and the last row is exactly
+// last_logits; a range from `from` is the tail of the whole.
+TEST(InferenceEngine, PositionLogitsAreThePrefixesLastLogits) {
+  auto be = make_cpu_backend();
+  auto world = make_self_communicator();
+  Engine eval(tiny_config(0, false), *world, *be);
+  eval.init_params(5);
+  const int64_t T = 12, V = 50257;
+  std::vector<int32_t> tokens(T);
+  for (int64_t i = 0; i < T; ++i) tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * 104729 + 17) % V);
+  eval.begin_generation();
+  std::vector<float> all(static_cast<size_t>(T * V)), last(static_cast<size_t>(V));
+  eval.logits(tokens.data(), T, 0, all.data());
+  double worst = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    eval.last_logits(tokens.data(), t + 1, last.data());
+    for (int64_t v = 0; v < V; ++v) {
+      worst = std::max(worst, static_cast<double>(std::abs(all[static_cast<size_t>(t * V + v)] - last[static_cast<size_t>(v)])));
+    }
+    if (t == T - 1) {
+      EXPECT_TRUE(std::equal(last.begin(), last.end(), all.begin() + (T - 1) * V)) << "the last row is last_logits";
+    }
+  }
+  EXPECT_LT(worst, 1e-5);
+  std::vector<float> tail(static_cast<size_t>(4 * V));
+  eval.logits(tokens.data(), T, T - 4, tail.data());
+  EXPECT_TRUE(std::equal(tail.begin(), tail.end(), all.begin() + (T - 4) * V));
+  EXPECT_THROW(eval.logits(tokens.data(), T, T, tail.data()), InputError);
 }
 
 }  // namespace
