@@ -162,17 +162,4 @@ void load_checkpoint_into(Engine& engine, const std::string& dir) {
   engine.load_state(params.data(), nullptr, nullptr);
 }
 
-void check_finite_params(const ParamLayout& layout, const float* params, const std::string& dir) {
-  for (const ParamTensor& t : layout.tensors()) {
-    for (int64_t i = 0; i < t.numel; ++i) {
-      const float v = params[t.offset + i];
-      if (!std::isfinite(v)) {
-        throw_runtime("{}: parameter {} element {} is {}: the checkpoint holds non-finite weights (a diverged run?); "
-                      "use an earlier checkpoint",
-                      dir, t.name, i, v);
-      }
-    }
-  }
-}
-
 }  // namespace weft

@@ -82,7 +82,5 @@ struct EngineRun {
 // non-finite parameter is a RuntimeError naming the checkpoint, the tensor and the element:
 // eval and generate would otherwise report a NaN loss or sample garbage with exit code 0.
 void load_checkpoint_into(Engine& engine, const std::string& dir);
-// RuntimeError naming the tensor and element of `layout` whose value in `params` is not finite.
-void check_finite_params(const ParamLayout& layout, const float* params, const std::string& dir);
 
 }  // namespace weft

@@ -595,4 +595,17 @@ nlohmann::json load_checkpoint_trainer(const std::string& dir) {
   return parse_json_file(join_path(resolved, kCheckpointTrainerFile), "the trainer state");
 }
 
+void check_finite_params(const ParamLayout& layout, const float* params, const std::string& dir) {
+  for (const ParamTensor& t : layout.tensors()) {
+    for (int64_t i = 0; i < t.numel; ++i) {
+      const float v = params[t.offset + i];
+      if (!std::isfinite(v)) {
+        throw_runtime("{}: parameter {} element {} is {}: the checkpoint holds non-finite weights (a diverged run?); "
+                      "use an earlier checkpoint",
+                      dir, t.name, i, v);
+      }
+    }
+  }
+}
+
 }  // namespace weft

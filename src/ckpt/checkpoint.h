@@ -83,6 +83,9 @@ ModelConfig load_checkpoint_config(const std::string& dir);
 // to the token embedding. The padded vocabulary rows of wte are set to 0.
 void load_checkpoint_params(const std::string& dir, const ParamLayout& layout, float* params,
                             CheckpointVerify verify = CheckpointVerify::kVerify);
+// RuntimeError naming the tensor and element of `layout` whose value in `params` (as loaded from
+// checkpoint `dir`) is not finite: a diverged run's weights are refused before use.
+void check_finite_params(const ParamLayout& layout, const float* params, const std::string& dir);
 
 // Fills the AdamW moments from <dir>/optimizer.safetensors; returns false (and writes nothing)
 // when the checkpoint has no optimizer file. Same checks as load_checkpoint_params.

@@ -77,14 +77,7 @@ void init_from_checkpoint(Engine& engine, const RunConfig& cfg) {
   const ParamLayout& whole = engine.whole_layout();
   Buffer<float> params(static_cast<size_t>(whole.total()));
   load_checkpoint_params(cfg.init_from, whole, params.data());
-  for (const ParamTensor& t : whole.tensors()) {
-    for (int64_t i = 0; i < t.numel; ++i) {
-      if (!std::isfinite(params[static_cast<size_t>(t.offset + i)])) {
-        throw_input("init_from {}: parameter {} element {} is {}: the checkpoint holds non-finite weights",
-                    cfg.init_from, t.name, i, params[static_cast<size_t>(t.offset + i)]);
-      }
-    }
-  }
+  check_finite_params(whole, params.data(), cfg.init_from);
   engine.load_state(params.data(), nullptr, nullptr);
   const ModelConfig& mc = engine.config().model;
   log_info("initialised from {} (model '{}': {} layers, {} heads, {} channels, context {}, vocabulary {}); the "
