@@ -3,6 +3,7 @@
 // against the machine's measured matrix-product rate (cuda: the bf16 GEMM rate and the card's
 // peak). --matmul-only measures only the CUDA backend's bf16 GEMM rate. --quant times the
 // block quantization ops (core/block_quant.h, Backend::quantize_blocks / dequantize_blocks).
+// --peer torch runs weft's step and the same GPT in PyTorch 2.x alternately (bench_peer.h).
 #include <cblas.h>
 #include <fmt/format.h>
 
@@ -19,6 +20,7 @@
 #include "backend/backend.h"
 #include "backend/registry.h"
 #include "comm/device_comm_registry.h"
+#include "bench_peer.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "backend/device_buffer.h"
@@ -49,6 +51,7 @@ struct BenchOptions {
   double peak_tflops = 989.0;
   int64_t gemm_n = 8192;
   LayoutOptions layout;  // any layout through the engine
+  PeerOptions peer;      // --peer torch: the PyTorch peer alongside (bench_peer.h)
 };
 
 void add_bench_options(CLI::App& app, BenchOptions& o) {
@@ -78,6 +81,7 @@ void add_bench_options(CLI::App& app, BenchOptions& o) {
   app.add_flag("--no-peak", o.no_peak, "skip measuring the machine's sgemm rate (cuda: its bf16 GEMM rate)");
   add_format_option(app, o.format);
   add_layout_options(app, o.layout);
+  add_peer_options(app, o.peer);
 }
 
 // Sets --seq 0 to the context of `mc`; InputError unless the step sizes are positive and fit it.
@@ -158,7 +162,8 @@ nlohmann::json engine_result(const BenchOptions& o, const EngineConfig& ec, int 
           {"comm", ec.comm.empty() ? default_device_comm(o.backend_name) : ec.comm},
           {"sequence_parallel", ec.sequence_parallel && ec.grid.tp > 1}, {"steps", o.steps}, {"warmup", o.warmup},
           {"ms_per_step", r.median_s * 1e3}, {"tokens_per_s", r.tokens_per_s},
-          {"model_flops_per_token", r.model_flops_per_token}, {"model_flops_per_s", r.model_flops_per_s}};
+          {"model_flops_per_token", r.model_flops_per_token}, {"model_flops_per_s", r.model_flops_per_s},
+          {"blas_core", openblas_get_corename()}, {"blas_config", openblas_get_config()}};
 }
 
 void print_result(const nlohmann::json& j, const BenchOptions& o, int nthreads, const StepRate& r) {
@@ -386,6 +391,29 @@ int bench_engine(const ModelConfig& mc, const BenchOptions& o, Communicator& wor
   return 0;
 }
 
+// --peer torch: the default single-process fp32 layout on the cpu backend, the peer alongside.
+int bench_with_peer(const ModelConfig& mc, const BenchOptions& o, Communicator& world) {
+  const LayoutOptions plain;
+  const LayoutOptions& l = o.layout;
+  if (world.size() != 1 || o.backend_name != "cpu" || o.precision != "fp32" || mc.is_climax() || l.tp != 1 ||
+      l.pp != 1 || l.dp > 1 || l.zero != 0 || l.micro_batch != 0 || l.recompute != plain.recompute) {
+    throw_input("--peer {} compares one process on the cpu backend in fp32 with a GPT preset and the default layout "
+                "(got {} ranks, --backend {}, --precision {}, model {}, tp {}, pp {}, dp {}, zero {}, micro-batch {}, "
+                "recompute {})", o.peer.name, world.size(), o.backend_name, o.precision, o.model_name, l.tp, l.pp, l.dp,
+                l.zero, l.micro_batch, l.recompute);
+  }
+  PeerShapes s;
+  s.model = o.model_name;
+  s.batch = o.batch;
+  s.seq = o.seq;
+  s.threads = o.threads;
+  s.steps = o.steps;
+  s.warmup = o.warmup;
+  s.head_chunk = o.head_chunk;
+  s.format = o.format;
+  return run_bench_peer(o.peer, s);
+}
+
 }  // namespace
 
 int cmd_bench(CLI::App& app, int argc, char** argv, Communicator& world) {
@@ -420,6 +448,7 @@ int cmd_bench(CLI::App& app, int argc, char** argv, Communicator& world) {
   if (o.codecs) return bench_codecs(o);
   const ModelConfig mc = model_preset(o.model_name);
   check_step_sizes(o, mc);
+  if (!o.peer.name.empty()) return bench_with_peer(mc, o, world);
   return bench_engine(mc, o, world);
 }
 

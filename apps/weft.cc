@@ -46,6 +46,8 @@ const char* kUsage =
     "        [--backend NAME] [--comm NAME] [--precision fp32|bf16] [--peak-tflops F] [--matmul-only]\n"
     "                      time training steps on random tokens through the engine on a backend (cpu, cpu-guarded,\n"
     "                      cuda; cuda: MFU against F and the measured bf16 GEMM rate; --matmul-only: that rate alone)\n"
+    "  bench --peer torch --model tiny|small|gpt2-124m [--peer-rounds R] [--peer-modes eager,compile,bf16]\n"
+    "                      the same GPT in PyTorch 2.x (.venv-peers) alternately: tokens/s, weft/peer, kernels\n"
     "  plan --model PRESET --system systems/NAME.toml --gpus N --global-batch B [--tp ..] [--top N] [--scaling]\n"
     "                      predict memory and step time of layouts and rank them\n"
     "  calibrate [--out systems/local.toml]\n"
