@@ -391,15 +391,16 @@ int bench_engine(const ModelConfig& mc, const BenchOptions& o, Communicator& wor
   return 0;
 }
 
-// --peer torch: the default single-process fp32 layout on the cpu backend, the peer alongside.
-int bench_with_peer(const ModelConfig& mc, const BenchOptions& o, Communicator& world) {
+// --peer torch: the default single-process fp32 layout on the cpu backend, the peer alongside
+// (run_bench_peer refuses a model the peer has no preset of).
+int bench_with_peer(const BenchOptions& o, Communicator& world) {
   const LayoutOptions plain;
   const LayoutOptions& l = o.layout;
-  if (world.size() != 1 || o.backend_name != "cpu" || o.precision != "fp32" || mc.is_climax() || l.tp != 1 ||
+  if (world.size() != 1 || o.backend_name != "cpu" || o.precision != "fp32" || l.tp != 1 ||
       l.pp != 1 || l.dp > 1 || l.zero != 0 || l.micro_batch != 0 || l.recompute != plain.recompute) {
-    throw_input("--peer {} compares one process on the cpu backend in fp32 with a GPT preset and the default layout "
-                "(got {} ranks, --backend {}, --precision {}, model {}, tp {}, pp {}, dp {}, zero {}, micro-batch {}, "
-                "recompute {})", o.peer.name, world.size(), o.backend_name, o.precision, o.model_name, l.tp, l.pp, l.dp,
+    throw_input("--peer {} compares one process on the cpu backend in fp32 in the default layout "
+                "(got {} ranks, --backend {}, --precision {}, tp {}, pp {}, dp {}, zero {}, micro-batch {}, "
+                "recompute {})", o.peer.name, world.size(), o.backend_name, o.precision, l.tp, l.pp, l.dp,
                 l.zero, l.micro_batch, l.recompute);
   }
   PeerShapes s;
@@ -448,7 +449,7 @@ int cmd_bench(CLI::App& app, int argc, char** argv, Communicator& world) {
   if (o.codecs) return bench_codecs(o);
   const ModelConfig mc = model_preset(o.model_name);
   check_step_sizes(o, mc);
-  if (!o.peer.name.empty()) return bench_with_peer(mc, o, world);
+  if (!o.peer.name.empty()) return bench_with_peer(o, world);
   return bench_engine(mc, o, world);
 }
 
