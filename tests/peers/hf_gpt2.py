@@ -82,8 +82,7 @@ def compare_greedy(name, model, ckpt):
     weft_text = text[:-1]
     assert weft_text.startswith(PROMPT), weft_text
     weft_new = weft_text[len(PROMPT):]
-    # The same text, and the same ids: weft's continuation re-tokenised by weft's own rules
-    # is not needed, transformers decodes its ids to exactly the bytes weft printed.
+    # weft prints decoded text, not ids: transformers' greedy ids must decode to the same bytes.
     assert weft_new == hf_text, "%s: greedy continuations differ\n  weft: %r\n  HF:   %r" % (name, weft_new, hf_text)
     return dict(prompt=PROMPT, new_tokens=NEW_TOKENS, continuation=hf_text)
 
