@@ -4,7 +4,7 @@
 // Unlike every other test, the references come from the code under test: they guard refactors;
 // correctness stays with the parity and reference tests.
 //
-// What is pinned, per layout (one file tests/golden/<case>.json, one gtest case each, so that
+// What is pinned, per layout (one file tests/golden/<machine>/<case>.json, one gtest case each, so that
 // CTest runs them in parallel and a failure names its layout): every training step's "loss" and
 // "grad_norm", the "val_loss" at steps 0 and 6, and for fp16 the "loss_scale" in use at each
 // step, all from metrics.jsonl (written by nlohmann::json with round-trip precision, so the
@@ -20,11 +20,13 @@
 //    binary with --gtest_filter='Pinned/GoldenCurves.*'): the files are rewritten and each case
 //    ends as skipped (not failed) with a loud line saying whether its bits changed. Never
 //    re-pin to make a refactor pass.
-//  - The bits depend on the machine (compiler, -march=native, OpenBLAS kernels): each file
-//    records a fingerprint of the machine that pinned it, and on another machine the case is
-//    skipped (CTest says "Skipped") with both fingerprints printed. To use the guard there,
-//    check out the commit that pinned, re-pin with WEFT_GOLDEN_WRITE=1, then come back to the
-//    change under test.
+//  - The bits depend on the machine (compiler, -march=native, OpenBLAS kernels): each machine
+//    has its own folder of pins, tests/golden/<blas core>-<fingerprint hash>/, whose files record
+//    the fingerprint; a case compares against the folder whose fingerprint is this machine's.
+//    On a machine with no folder yet, pin it from the base commit of the change under test:
+//    `bench/golden_pin.sh BASE` builds BASE's weft in a worktree and pins with it
+//    (WEFT_GOLDEN_WEFT names the weft binary that write mode runs), so the refactor is checked
+//    bit for bit against code it did not touch. Until then the case skips, naming the script.
 //
 // A variant that must reproduce the same bits (e.g. another backend) is one more
 // INSTANTIATE_TEST_SUITE_P over golden_cases("--extra args"), at the bottom of this file.
@@ -32,7 +34,9 @@
 #include <gtest/gtest.h>
 
 #include <cblas.h>
+#include <algorithm>
 #include <bit>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -52,11 +56,15 @@ using test::RunResult;
 // One pinned layout: `weft train` on `np` MPI ranks (0: a plain process) with `args`; `extra`
 // is appended to the command line but is not part of what was pinned (a variant that must give
 // the same bits).
+// The two model families pinned: GPT (tiny, token shards) and ClimaX (climax-tiny, weather fields).
+enum class GoldenFamily { kGpt, kClimax };
+
 struct GoldenCase {
-  std::string name;  // gtest name and pinned file tests/golden/<name>.json
+  std::string name;  // gtest name and pinned file tests/golden/<machine>/<name>.json
   int np = 0;
   std::string args;
   std::string extra;
+  GoldenFamily family = GoldenFamily::kGpt;
 };
 
 // How gtest shows a case (in --gtest_list_tests and failures): np, arguments and extra.
@@ -68,6 +76,9 @@ void PrintTo(const GoldenCase& c, std::ostream* os) {
 std::vector<GoldenCase> golden_cases(const std::string& extra) {
   std::vector<GoldenCase> cases;
   auto golden_case = [&](std::string name, int np, std::string args) { cases.push_back({name, np, args, extra}); };
+  auto climax_case = [&](std::string name, int np, std::string args) {
+    cases.push_back({name, np, args, extra, GoldenFamily::kClimax});
+  };
   golden_case("one_rank", 0, "");
   for (int zero = 0; zero <= 3; ++zero) {
     golden_case(fmt::format("dp2_zero{}", zero), 2, fmt::format("--dp 2 --zero {}", zero));
@@ -79,6 +90,12 @@ std::vector<GoldenCase> golden_cases(const std::string& extra) {
   golden_case("bf16", 0, "--precision bf16");
   // 2^22 overflows at the first step: the 6 steps skip, halve, and double the scale.
   golden_case("fp16_dynamic_scale", 0, "--precision fp16 --initial_loss_scale 4194304 --loss_scale_window 2");
+  // ClimaX: its own batch (fields, lead times), loss (latitude-weighted MSE) and layouts (no pp).
+  climax_case("climax_one_rank", 0, "");
+  climax_case("climax_tp2", 2, "--tp 2");
+  climax_case("climax_dp2_zero1", 2, "--dp 2 --zero 1 --micro_batch 1");
+  climax_case("climax_hybrid_stop", 8, "--tp 2 --dp-shard 2 --dp-replicate 2 --zero 3 --micro_batch 1");
+  climax_case("climax_recompute_bf16", 0, "--recompute full --precision bf16");
   return cases;
 }
 
@@ -89,6 +106,11 @@ constexpr const char* kModelLines = "model = \"tiny\"\nvocab_size = 500\n";
 constexpr const char* kTrainLines =
     "seq_len = 32\nglobal_batch = 8\nmicro_batch = 2\nseed = 99\nsteps = 6\nlr = 2e-3\nwarmup_steps = 3\n"
     "threads = 1\n";
+// ClimaX: 30 days of generated fields (`weft prepare --synthetic-weather`), two lead times.
+constexpr const char* kClimaxModelLines = "model = \"climax-tiny\"\n";
+constexpr const char* kClimaxDataLines = "lead_hours = [6, 12]\n";
+constexpr const char* kClimaxTrainLines =
+    "global_batch = 8\nmicro_batch = 2\nseed = 11\nsteps = 6\nlr = 1e-3\nwarmup_steps = 2\nthreads = 1\n";
 
 // The metrics pinned: key in metrics.jsonl -> (step, value) in file order.
 using Series = std::vector<std::pair<int64_t, double>>;
@@ -244,33 +266,98 @@ bool write_mode() {
   return v != nullptr && std::string(v) == "1";
 }
 
-fs::path golden_file(const std::string& name) { return fs::path(WEFT_SOURCE_DIR) / "tests/golden" / (name + ".json"); }
+fs::path golden_root() { return fs::path(WEFT_SOURCE_DIR) / "tests/golden"; }
+
+// The folder of pins made on this machine: the one whose files' fingerprint is this machine's,
+// or "" when no folder has one.
+fs::path machine_folder(const nlohmann::json& machine) {
+  if (!fs::exists(golden_root())) return {};
+  for (const auto& dir : fs::directory_iterator(golden_root())) {
+    if (!dir.is_directory()) continue;
+    for (const auto& f : fs::directory_iterator(dir.path())) {
+      if (f.path().extension() != ".json") continue;
+      if (nlohmann::json::parse(test::read_text(f.path())).at("machine") == machine) return dir.path();
+      break;  // every file of a folder carries the same fingerprint
+    }
+  }
+  return {};
+}
+
+// The name of a new machine's folder: its OpenBLAS core and a hash of its fingerprint.
+std::string new_folder_name(const nlohmann::json& machine) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : machine.dump()) h = (h ^ c) * 1099511628211ull;
+  std::string core = machine.at("blas_core").get<std::string>();
+  for (char& c : core) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return fmt::format("{}-{:08x}", core, static_cast<uint32_t>(h >> 32));
+}
+
+// The folders pinned so far with their CPU and BLAS core, one per line (for the skip message).
+std::string pinned_machines() {
+  std::string out;
+  for (const auto& dir : fs::directory_iterator(golden_root())) {
+    if (!dir.is_directory()) continue;
+    for (const auto& f : fs::directory_iterator(dir.path())) {
+      if (f.path().extension() != ".json") continue;
+      const auto m = nlohmann::json::parse(test::read_text(f.path())).at("machine");
+      out += fmt::format("\n  {}: {}", dir.path().filename().string(), m.dump());
+      break;
+    }
+  }
+  return out.empty() ? " none" : out;
+}
+
+// The weft that write mode pins with: WEFT_GOLDEN_WEFT (a build of the base commit) or this build's.
+std::string pinning_binary() {
+  const char* v = std::getenv("WEFT_GOLDEN_WEFT");
+  return v != nullptr && *v ? std::string(v) : std::string(WEFT_BINARY);
+}
 
 // Runs of the tiny preset on the random corpus (validation at steps 0 and 6 over 1 batch).
 class GoldenCurves : public test::ParityRuns, public ::testing::WithParamInterface<GoldenCase> {
  protected:
   void SetUp() override {
     tmp = std::make_unique<test::TempDir>("golden");
-    test::make_random_corpus(*tmp / "data", 40000, 4000, kVocab);
     config = *tmp / "run.toml";
-    std::ofstream(config) << "[model]\n" << kModelLines << "[data]\ndata = \"" << (*tmp / "data") << "\"\n"
-                          << "[train]\n" << kTrainLines << "[eval]\nval_every = 6\nval_batches = 1\n"
+    const bool climax = GetParam().family == GoldenFamily::kClimax;
+    if (climax) {
+      const RunResult r = test::run_weft("prepare --synthetic-weather " + (*tmp / "data") + " --days 30 --seed 5",
+                                         *tmp / "prep");
+      ASSERT_EQ(r.code, 0) << r.err;
+    } else {
+      test::make_random_corpus(*tmp / "data", 40000, 4000, kVocab);
+    }
+    std::ofstream(config) << "[model]\n" << model_lines() << "[data]\ndata = \"" << (*tmp / "data") << "\"\n"
+                          << (climax ? kClimaxDataLines : "") << "[train]\n" << train_lines()
+                          << "[eval]\nval_every = 6\nval_batches = 1\n"
                           << "[checkpoint]\nkeep_last = 0\n[parallel]\ncomm_timeout = 120.0\n";
+  }
+  const char* model_lines() const { return GetParam().family == GoldenFamily::kClimax ? kClimaxModelLines : kModelLines; }
+  const char* train_lines() const { return GetParam().family == GoldenFamily::kClimax ? kClimaxTrainLines : kTrainLines; }
+  // The data the run reads: the token shard, or every file of the generated weather folder.
+  std::string corpus_hash() const {
+    if (GetParam().family == GoldenFamily::kGpt) return file_hash(*tmp / "data/x_train_000000.bin");
+    std::vector<fs::path> files;
+    for (const auto& f : fs::directory_iterator(*tmp / "data")) files.push_back(f.path());
+    std::sort(files.begin(), files.end());
+    std::string all;
+    for (const auto& f : files) all += f.filename().string() + ":" + file_hash(f) + ";";
+    return all;
   }
   // What the pinned bits depend on in the test itself: layout, settings, corpus.
   nlohmann::json inputs() const {
     const GoldenCase& c = GetParam();
-    return {{"np", c.np},
-            {"args", c.args},
-            {"model", kModelLines},
-            {"train", kTrainLines},
-            {"corpus", file_hash(*tmp / "data/x_train_000000.bin")}};
+    nlohmann::json j = {
+        {"np", c.np}, {"args", c.args}, {"model", model_lines()}, {"train", train_lines()}, {"corpus", corpus_hash()}};
+    if (c.family == GoldenFamily::kClimax) j["data"] = kClimaxDataLines;
+    return j;
   }
   // The pinned metrics of a run that went through its 6 steps and 2 validations.
-  Curves run_case() {
+  Curves run_case(const std::string& binary = WEFT_BINARY) {
     const GoldenCase& c = GetParam();
     const std::string out = *tmp / "run";
-    const RunResult r = train(c.np, fmt::format("{} {} --out {}", c.args, c.extra, out));
+    const std::string args = fmt::format("train {} {} {} --out {}", config, c.args, c.extra, out);
+    const RunResult r = test::run_weft_with(test::mpi_launcher(c.np), args, *tmp / "cmd", binary);
     EXPECT_EQ(r.code, 0) << c.args << " " << c.extra << ": " << r.err;
     Curves curves = read_curves(out);
     EXPECT_EQ(curves["loss"].size(), 6u);
@@ -279,15 +366,19 @@ class GoldenCurves : public test::ParityRuns, public ::testing::WithParamInterfa
   }
   // Writes the pinned file; returns a loud line saying so and whether the curves' bits changed.
   std::string write_pinned(const Curves& curves) const {
-    const fs::path file = golden_file(GetParam().name);
+    const nlohmann::json machine = machine_fingerprint();
+    fs::path folder = machine_folder(machine);
+    if (folder.empty()) folder = golden_root() / new_folder_name(machine);
+    fs::create_directories(folder);
+    const fs::path file = folder / (GetParam().name + ".json");
     const char* change = "new";
     if (fs::exists(file)) {
       const bool same = same_bits(curves_from_json(nlohmann::json::parse(test::read_text(file)).at("curves")), curves);
       change = same ? "bits unchanged" : "BITS CHANGED";
     }
-    std::ofstream(file) << pinned_text(inputs(), machine_fingerprint(), curves);
-    return fmt::format("*** WEFT_GOLDEN_WRITE=1: REWROTE {} ({}); nothing was checked; commit it with the reason ***",
-                       file.string(), change);
+    std::ofstream(file) << pinned_text(inputs(), machine, curves);
+    return fmt::format("*** WEFT_GOLDEN_WRITE=1: REWROTE {} ({}) with {}; nothing was checked; commit it with the reason ***",
+                       file.string(), change, pinning_binary());
   }
 };
 
@@ -299,19 +390,21 @@ TEST_P(GoldenCurves, BitwiseCurve) {
   // commit of the change under test). CI runs on the machine that pinned them.
   if (write_mode()) {
     if (!c.extra.empty()) GTEST_SKIP() << "WEFT_GOLDEN_WRITE=1 pins only the cases without extra arguments";
-    const Curves got = run_case();
+    const Curves got = run_case(pinning_binary());
     if (HasFailure()) return;
     const std::string note = write_pinned(got);
     std::fprintf(stderr, "\n%s\n\n", note.c_str());
     GTEST_SKIP() << note;  // listed by CTest as "Skipped", not failed
   }
-  const fs::path file = golden_file(c.name);
-  ASSERT_TRUE(fs::exists(file)) << file << " is missing; pin it with WEFT_GOLDEN_WRITE=1";
-  const nlohmann::json pinned = nlohmann::json::parse(test::read_text(file));
-  if (pinned.at("machine") != machine_fingerprint()) {
-    GTEST_SKIP() << "pinned on another machine, bits not comparable here:\n  pinned " << pinned.at("machine").dump()
-                 << "\n  here   " << machine_fingerprint().dump();
+  const fs::path folder = machine_folder(machine_fingerprint());
+  if (folder.empty()) {
+    GTEST_SKIP() << "no pins for this machine, bits not comparable here; pin them from the base commit with "
+                    "`bench/golden_pin.sh BASE` (docs/testing.md)\n  here   "
+                 << machine_fingerprint().dump() << "\n  pinned:" << pinned_machines();
   }
+  const fs::path file = folder / (c.name + ".json");
+  ASSERT_TRUE(fs::exists(file)) << file << " is missing; pin it with bench/golden_pin.sh (WEFT_GOLDEN_WRITE=1)";
+  const nlohmann::json pinned = nlohmann::json::parse(test::read_text(file));
   ASSERT_EQ(pinned.at("inputs"), inputs()) << "the case's settings or corpus changed since " << file
                                         << " was pinned; re-pin (WEFT_GOLDEN_WRITE=1) in the commit that changed them";
   expect_same_bits(curves_from_json(pinned.at("curves")), run_case(), c.name + (c.extra.empty() ? "" : " " + c.extra));
