@@ -9,7 +9,7 @@
 #include "comm/device_comm_registry.h"
 #include "core/error.h"
 #include "engine/engine_chunk.h"
-#include "model/climax.h"
+#include "model/family.h"
 #include "model/gpt.h"
 #include "parallel/pp/partition.h"
 #include "parallel/tp/tp_comm.h"
@@ -116,8 +116,7 @@ void Engine::build_chunks() {
   const GridSpec& spec = cfg_.grid;
   const int vchunks = spec.pp > 1 ? cfg_.virtual_stages : 1;
   // Balanced by cost: the output head counts as Vp / (12 C) layers on the last chunk.
-  const double head_cost =
-      cfg_.model.is_climax() ? 0.0 : gpt_head_cost_in_layers(cfg_.model.padded_vocab, cfg_.model.n_embd);
+  const double head_cost = pipeline_head_cost(cfg_.model);
   const std::vector<StageRange> parts = partition_layers(cfg_.model.n_layer, spec.pp, vchunks, {}, head_cost);
   const int K = spec.pp * vchunks;
   for (int c = 0; c < vchunks; ++c) {
@@ -125,11 +124,7 @@ void Engine::build_chunks() {
     const int g = global_chunk(stage_, c, spec.pp);
     ch->global = g;
     ch->spec = {parts[g].first_layer, parts[g].num_layers, g == 0, g == K - 1};
-    if (cfg_.model.is_climax()) {
-      ch->model = std::make_unique<ClimaX>(cfg_.model, backend_, /*local_store=*/false, spec.tp, tp_rank_);
-    } else {
-      ch->model = std::make_unique<GPT>(cfg_.model, backend_, /*local_store=*/false, spec.tp, tp_rank_, ch->spec);
-    }
+    ch->model = make_model(cfg_.model, backend_, /*local_store=*/false, spec.tp, tp_rank_, ch->spec);
     ch->model->set_tp(tp_ops_.get(), cfg_.sequence_parallel);
     DataParallelConfig dpc = cfg_.data_parallel;
     dpc.training = cfg_.training;  // inference: no gradient buffers

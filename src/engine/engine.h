@@ -24,6 +24,7 @@
 #include "optim/loss_scale.h"
 #include "optim/optim.h"
 #include "comm/codec_spec.h"
+#include "engine/engine_config.h"
 #include "parallel/dp/data_parallel.h"
 #include "parallel/grid.h"
 #include "parallel/pp/runtime.h"
@@ -36,33 +37,6 @@ class Model;
 struct MicroBatch;
 class CommTensorParallel;
 class CompressedComm;
-
-struct EngineConfig {
-  ModelConfig model;
-  int64_t seq = 0;             // T
-  int64_t micro_batch = 1;     // B
-  int64_t global_batch = 1;    // G sequences per step, over every dp rank
-  GridSpec grid;               // tp, pp, dp and their rank order (validated by the layout rules)
-  PipeSchedule schedule = PipeSchedule::k1F1B;
-  int virtual_stages = 1;      // chunks per stage (interleaved)
-  bool sequence_parallel = false;
-  DataParallelConfig data_parallel;
-  // [compression] (comm/codec_spec.h): the codec of each kind of traffic; all off: no
-  // compressing communicator anywhere (the uncompressed run, bit for bit).
-  CompressionPolicy compression;
-  Recompute recompute = Recompute::kNone;
-  int recompute_layers = -1;
-  Precision precision = Precision::kFp32;
-  int64_t head_chunk = 0;
-  AdamWConfig adamw;
-  LossScaleConfig loss_scale;
-  double grad_clip = 1.0;      // 0: off
-  // false: inference only (evaluate, generate): no optimizer state, no gradient scratch.
-  bool training = true;
-  // How device buffers move between ranks (comm/device_comm_registry.h): "mpi" (host-staged
-  // where the backend refuses host access), "nccl" (cuda only); "": the backend's default.
-  std::string comm;
-};
 
 // Host buffers for micro-batch rows [first, first + count) of the step's global batch, as the
 // model family reads them (model/model.h's MicroBatch): a GPT's token ids, ClimaX's fields.

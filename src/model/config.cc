@@ -11,6 +11,20 @@ int64_t round_up(int64_t v, int64_t multiple) { return (v + multiple - 1) / mult
 
 const char* family_name(ModelFamily f) { return f == ModelFamily::kClimax ? "climax" : "gpt"; }
 
+const ModelCapabilities& family_capabilities(ModelFamily f) {
+  static const ModelCapabilities gpt{};
+  // ClimaX's front (patch embeddings, variable aggregation) and back (decoder) are not cut into
+  // stages, its tokens are patches of one grid (no sequence split), its attention is the
+  // bidirectional reference (no selective recompute), its embeddings are reduced whole.
+  static const ModelCapabilities climax{.family = "ClimaX",
+                                        .pipeline_stages = false,
+                                        .sequence_parallel = false,
+                                        .selective_recompute = false,
+                                        .causal_attention = false,
+                                        .sparse_embedding_grads = false};
+  return f == ModelFamily::kClimax ? climax : gpt;
+}
+
 void ModelConfig::validate() const {
   if (is_climax()) {
     if (n_layer <= 0 || n_head <= 0 || n_embd <= 0 || ffn <= 0 || vars <= 0 || img_h <= 0 || img_w <= 0 ||

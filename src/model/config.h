@@ -8,12 +8,16 @@
 #include <string>
 #include <vector>
 
+#include "core/model_capabilities.h"
+
 namespace weft {
 
 enum class ModelFamily { kGpt, kClimax };
 
 // "gpt", "climax".
 const char* family_name(ModelFamily f);
+// What the family supports (pipeline stages, sequence parallelism, selective recompute).
+const ModelCapabilities& family_capabilities(ModelFamily f);
 
 struct ModelConfig {
   std::string name = "tiny";
@@ -37,6 +41,7 @@ struct ModelConfig {
   int patch = 0;
   int decoder_depth = 2;
   bool is_climax() const { return family == ModelFamily::kClimax; }
+  const ModelCapabilities& capabilities() const { return family_capabilities(family); }
   int64_t num_patches() const { return patch > 0 ? int64_t{img_h / patch} * (img_w / patch) : 0; }
   int head_dim() const { return n_embd / n_head; }
   // Checks that the shapes are consistent; throws InputError naming the values.

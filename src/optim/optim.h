@@ -6,16 +6,9 @@
 #include "backend/device_buffer.h"
 #include "core/precision.h"
 #include "model/params.h"
+#include "optim/optim_config.h"
 
 namespace weft {
-
-struct AdamWConfig {
-  float lr = 6e-4f;
-  float beta1 = 0.9f;
-  float beta2 = 0.95f;
-  float eps = 1e-8f;
-  float weight_decay = 0.1f;  // decoupled; applied to tensors with weight_decay set (matrices, embeddings)
-};
 
 // The optimizer's state (moments and, with 16-bit storage, fp32 master weights) lives in
 // device buffers of its backend; every update runs through the backend's ops. Pointers given

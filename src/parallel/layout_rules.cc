@@ -108,11 +108,15 @@ std::string recompute_error(const LayoutCandidate& c) {
 }
 
 std::string family_error(const LayoutCandidate& c) {
-  if (!c.model.climax) return {};
-  if (c.pp != 1) return fmt::format("ClimaX models run without pipeline stages: pp must be 1, got {}", c.pp);
-  if (c.sequence_parallel) return "sequence parallelism is not available for ClimaX models";
-  if (c.recompute == Recompute::kSelective) {
-    return "selective recompute is not available for ClimaX models (use 'full' or 'none')";
+  const ModelCapabilities& caps = c.model.caps;
+  if (c.pp != 1 && !caps.pipeline_stages) {
+    return fmt::format("{} models run without pipeline stages: pp must be 1, got {}", caps.family, c.pp);
+  }
+  if (c.sequence_parallel && !caps.sequence_parallel) {
+    return fmt::format("sequence parallelism is not available for {} models", caps.family);
+  }
+  if (c.recompute == Recompute::kSelective && !caps.selective_recompute) {
+    return fmt::format("selective recompute is not available for {} models (use 'full' or 'none')", caps.family);
   }
   return {};
 }

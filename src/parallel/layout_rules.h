@@ -42,8 +42,9 @@
 //         ZeRO shards over dp_shard; with dp_replicate > 1 each dp_shard group's reductions are
 //         then all-reduced across the replicas (any stage: zero 0 makes it a two-level
 //         all-reduce).
-//  family a ClimaX model runs with pp 1, without sequence parallelism and without selective
-//         recompute (model/climax.h: its front and back are not cut into stages yet)
+//  family what the model's family supports (ModelCapabilities, filled in by model/config.h):
+//         a family without pipeline stages runs with pp 1, one without sequence parallelism or
+//         selective recompute is refused them (ClimaX has none of the three)
 //                     "ClimaX models run without pipeline stages: pp must be 1, got 2"
 //  recompute  recompute_layers is -1 (every layer of a stage) or >= 1, and only with 'full'.
 //  Precision constrains no layout today; it is part of the candidate so a rule can use it.
@@ -51,6 +52,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/model_capabilities.h"
 #include "core/precision.h"
 #include "model/recompute.h"
 #include "parallel/pp/schedule.h"
@@ -65,9 +67,7 @@ struct LayoutModel {
   int64_t ffn = 0;     // F: MLP size
   int64_t vocab = 0;   // Vp: the padded vocabulary (rows of the embedding)
   int64_t seq = 0;     // T: training sequence length (ClimaX: its patches)
-  // A ClimaX Vision Transformer (model/climax.h): one pipeline stage, no sequence parallelism,
-  // no selective recompute (the family rule below).
-  bool climax = false;
+  ModelCapabilities caps;  // what its family supports (the family rule above)
 };
 
 // One layout of one model on `world` ranks.

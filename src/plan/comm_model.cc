@@ -299,7 +299,7 @@ std::vector<std::pair<int64_t, int64_t>> gradient_buckets(const ParamLayout& lay
 class Zero3Replay {
  public:
   Zero3Replay(int L, int prefetch, const std::function<bool(int)>& has_group)
-      : L_(L), prefetch_(prefetch), has_(has_group), slots_(static_cast<size_t>(DataParallel::param_slots(prefetch))),
+      : L_(L), prefetch_(prefetch), has_(has_group), slots_(static_cast<size_t>(zero3_param_slots(prefetch))),
         gathers_(static_cast<size_t>(L + 2), 0) {}
 
   const std::vector<int64_t>& gathers() const { return gathers_; }
@@ -585,8 +585,9 @@ void add_data_parallel(CallSet& cs, const Job& j, const CommStepContext& ctx) {
       add_replicate(cs, j, ch, t);
       // The embedding's (token, row) exchange, zero 0/1: every dp rank's rows, over the whole
       // dp group (HSDP too).
-      // ClimaX reduces its embeddings whole.
-      if (j.ec.data_parallel.zero <= 1 && j.dp > 1 && !tied && ch.spec.embedding && !j.ec.model.is_climax()) {
+      // A family whose embedding gradients are not sparse rows (ClimaX) reduces them whole.
+      if (j.ec.data_parallel.zero <= 1 && j.dp > 1 && !tied && ch.spec.embedding &&
+          j.ec.model.capabilities().sparse_embedding_grads) {
         const std::vector<int> g = j.group(Axis::kDp, t, ch.stage, 0);
         cs.add("all_gather", "dp", j.dp * j.N * kI32, g, 1);
         cs.add("all_gather", "dp", j.dp * j.N * j.C * kF32, g, 1);

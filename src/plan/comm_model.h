@@ -28,7 +28,7 @@
 #include <tuple>
 #include <vector>
 
-#include "engine/engine.h"
+#include "engine/engine_config.h"
 
 namespace weft {
 

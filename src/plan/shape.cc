@@ -141,7 +141,7 @@ LayoutCandidate layout_candidate(const ModelShape& m, const Layout& l, int64_t g
           .micro_batch = l.micro_batch, .global_batch = global_batch, .zero = l.zero,
           .sequence_parallel = l.sequence_parallel, .schedule = l.schedule, .recompute = l.recompute,
           .recompute_layers = l.recompute_layers, .precision = p,
-          .model = {m.layers, m.heads, m.hidden, m.ffn, m.vocab, m.seq, m.climax()}};
+          .model = {m.layers, m.heads, m.hidden, m.ffn, m.vocab, m.seq, family_capabilities(m.family)}};
 }
 
 std::vector<int64_t> stage_layer_counts(const ModelShape& m, const Layout& l) {

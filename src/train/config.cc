@@ -1,5 +1,7 @@
 #include "train/config.h"
 
+#include "model/family.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -507,7 +509,8 @@ ModelConfig RunConfig::model_config() const {
 
 int64_t RunConfig::seq() const {
   const ModelConfig mc = model_config();
-  return mc.is_climax() ? mc.num_patches() : seq_len > 0 ? seq_len : mc.n_ctx;
+  const int64_t fixed = fixed_positions(mc);
+  return fixed > 0 ? fixed : seq_len > 0 ? seq_len : mc.n_ctx;
 }
 
 void RunConfig::validate() const {

@@ -1,5 +1,7 @@
 #include "train/run_layout.h"
 
+#include "model/family.h"
+
 namespace weft {
 
 LayoutCandidate run_layout_candidate(const RunConfig& cfg, int world_size) {
@@ -7,7 +9,8 @@ LayoutCandidate run_layout_candidate(const RunConfig& cfg, int world_size) {
 }
 
 LayoutCandidate run_layout_candidate(const RunConfig& cfg, const ModelConfig& mc, int world_size) {
-  const int64_t seq = mc.is_climax() ? mc.num_patches() : cfg.seq_len > 0 ? cfg.seq_len : mc.n_ctx;
+  const int64_t fixed = fixed_positions(mc);
+  const int64_t seq = fixed > 0 ? fixed : cfg.seq_len > 0 ? cfg.seq_len : mc.n_ctx;
   auto i = [](int64_t v) { return static_cast<int>(v); };
   return {.world = world_size, .tp = i(cfg.tp), .pp = i(cfg.pp), .dp = i(cfg.dp),
           .dp_shard = i(cfg.dp_shard), .dp_replicate = i(cfg.dp_replicate),
@@ -15,7 +18,7 @@ LayoutCandidate run_layout_candidate(const RunConfig& cfg, const ModelConfig& mc
           .global_batch = cfg.global_batch, .zero = i(cfg.zero), .sequence_parallel = cfg.sequence_parallel,
           .schedule = parse_schedule(cfg.schedule), .recompute = parse_recompute(cfg.recompute),
           .recompute_layers = i(cfg.recompute_layers), .precision = parse_precision(cfg.precision),
-          .model = {mc.n_layer, mc.n_head, mc.n_embd, mc.ffn, mc.padded_vocab, seq, mc.is_climax()}};
+          .model = {mc.n_layer, mc.n_head, mc.n_embd, mc.ffn, mc.padded_vocab, seq, mc.capabilities()}};
 }
 
 RunLayout validate_run_layout(const RunConfig& cfg, int world_size) {

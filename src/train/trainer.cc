@@ -25,8 +25,6 @@
 #include "data/text_util.h"
 #include "data/tokenizer.h"
 #include "engine/engine.h"
-#include "model/climax_description.h"
-#include "model/gpt.h"
 #include "train/run_data.h"
 #include "train/comm_report.h"
 #include "train/divergence.h"

@@ -403,7 +403,10 @@ TEST_P(GoldenCurves, BitwiseCurve) {
                  << machine_fingerprint().dump() << "\n  pinned:" << pinned_machines();
   }
   const fs::path file = folder / (c.name + ".json");
-  ASSERT_TRUE(fs::exists(file)) << file << " is missing; pin it with bench/golden_pin.sh (WEFT_GOLDEN_WRITE=1)";
+  if (!fs::exists(file)) {  // a case added after this machine's folder was pinned
+    GTEST_SKIP() << file << " is not pinned on this machine yet; pin it from the base commit with "
+                            "`bench/golden_pin.sh BASE`";
+  }
   const nlohmann::json pinned = nlohmann::json::parse(test::read_text(file));
   ASSERT_EQ(pinned.at("inputs"), inputs()) << "the case's settings or corpus changed since " << file
                                         << " was pinned; re-pin (WEFT_GOLDEN_WRITE=1) in the commit that changed them";

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "model/config.h"
 #include "parallel/layout_rules.h"
 #include "plan/search.h"
 #include "train/run_layout.h"
@@ -131,6 +132,26 @@ TEST(LayoutRules, ZeroAndRecomputeMessagesNameTheNumbers) {
   EXPECT_EQ(error_of([](auto& c) { c.recompute_layers = 2, c.recompute = Recompute::kSelective; }),
             "recompute_layers 2 applies to recompute 'full', not 'selective'");
   EXPECT_EQ(error_of([](auto& c) { c.recompute_layers = 2, c.recompute = Recompute::kFull; }), "");
+}
+
+// The family rule reads what the model's family supports, not which family it is: a family
+// that lacks one capability is refused exactly that, under its own name; ClimaX lacks all three.
+TEST(LayoutRules, FamilyCapabilitiesDecideAndMessagesNameTheFamily) {
+  const ModelCapabilities no_sp{.family = "Toy", .sequence_parallel = false};
+  EXPECT_EQ(error_of([&](auto& c) { c.model.caps = no_sp; }), "");  // pp 2 is fine for it
+  EXPECT_EQ(error_of([&](auto& c) { c.model.caps = no_sp, c.sequence_parallel = true; }),
+            "sequence parallelism is not available for Toy models");
+  const ModelCapabilities no_stages{.family = "Toy", .pipeline_stages = false};
+  EXPECT_EQ(error_of([&](auto& c) { c.model.caps = no_stages; }),
+            "Toy models run without pipeline stages: pp must be 1, got 2");
+  EXPECT_EQ(error_of([&](auto& c) { c.model.caps = no_stages, c.pp = 1, c.dp = 4, c.sequence_parallel = true; }), "");
+  const ModelCapabilities& climax = family_capabilities(ModelFamily::kClimax);
+  EXPECT_EQ(error_of([&](auto& c) { c.model.caps = climax; }),
+            "ClimaX models run without pipeline stages: pp must be 1, got 2");
+  EXPECT_EQ(error_of([&](auto& c) { c.model.caps = climax, c.pp = 1, c.dp = 4, c.recompute = Recompute::kSelective; }),
+            "selective recompute is not available for ClimaX models (use 'full' or 'none')");
+  EXPECT_EQ(error_of([&](auto& c) { c.model.caps = family_capabilities(ModelFamily::kGpt), c.sequence_parallel = true; }),
+            "");
 }
 
 // The first broken rule is reported: axes before batch before the rest.

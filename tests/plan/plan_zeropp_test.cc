@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/error.h"
 #include "model/config.h"
 #include "plan/comm_model.h"
 #include "plan/predict.h"

@@ -72,7 +72,8 @@ DataParallel::DataParallel(const ParamLayout& layout, DeviceComm& dp, const Data
   if (cfg.zero <= 1) {
     bucket_of_group_.assign(G, -1);
     Bucket cur{0, 0, {}, 0};
-    split_embedding_ = dp.size() > 1 && !layout.config().is_climax();  // zero 0 and 1; the GPT's tied embedding
+    // zero 0 and 1: the embedding's gradient travels as (token, row) pairs (the GPT's tied embedding)
+    split_embedding_ = dp.size() > 1 && layout.config().capabilities().sparse_embedding_grads;
     for (size_t i = 0; i < owned.size(); ++i) {
       const int g = owned[i];
       auto [b, e] = layout.group_range(g);

@@ -69,18 +69,10 @@
 #include "comm/device_comm.h"
 #include "model/param_store.h"
 #include "model/params.h"
+#include "parallel/dp/dp_config.h"
 #include "parallel/dp/zeropp.h"
 
 namespace weft {
-
-struct DataParallelConfig {
-  int zero = 0;                        // ZeRO stage 0..3
-  int64_t bucket_bytes = 8ll << 20;    // zero 0/1: gradient bucket size
-  int prefetch = 1;                    // zero 3: groups gathered ahead
-  bool training = true;                // false: inference only (eval, generation): no gradient buffers
-  ZeroPPConfig zeropp;                 // zero 3: ZeRO++ (parallel/dp/zeropp.h), resolved against the dp_shard group
-  int dp_replicate = 1;                // HSDP: replicas of the dp_shard group (see above); divides the dp size
-};
 
 class QuantizedReduceScatter;
 class CompressedComm;
@@ -102,7 +94,7 @@ class DataParallel final : public ParamStore {
   static constexpr int kGradSlots = 2;
   // Transient parameter buffers (zero 3): the embedding's, the layer in use and the next, and
   // `prefetch` more.
-  static int param_slots(int prefetch) { return 1 + 2 + (prefetch > 0 ? prefetch : 0); }
+  static int param_slots(int prefetch) { return zero3_param_slots(prefetch); }
 
   // dp: the data-parallel group on device buffers of `backend` (its backend must be `backend`).
   // Both outlive the store.
