@@ -385,9 +385,9 @@ class GoldenCurves : public test::ParityRuns, public ::testing::WithParamInterfa
 TEST_P(GoldenCurves, BitwiseCurve) {
   const GoldenCase& c = GetParam();
   // Skips, each with its reason: re-pinning (WEFT_GOLDEN_WRITE=1) rewrites the files and must not
-  // count as a check; and bits pinned with another compiler, -march or OpenBLAS kernel set
-  // cannot be compared (the case then says so with both fingerprints: re-pin on the base
-  // commit of the change under test). CI runs on the machine that pinned them.
+  // count as a check; and a machine (compiler, -march, OpenBLAS kernel set, CPU) with no folder
+  // of pins, or without this case in its folder, has nothing to compare with (the case then
+  // prints this machine's fingerprint and the folders pinned, and names bench/golden_pin.sh).
   if (write_mode()) {
     if (!c.extra.empty()) GTEST_SKIP() << "WEFT_GOLDEN_WRITE=1 pins only the cases without extra arguments";
     const Curves got = run_case(pinning_binary());
