@@ -507,8 +507,9 @@ ModelConfig RunConfig::model_config() const {
                            n_embd > 0 ? 4 * C : base.ffn);
 }
 
-int64_t RunConfig::seq() const {
-  const ModelConfig mc = model_config();
+int64_t RunConfig::seq() const { return seq(model_config()); }
+
+int64_t RunConfig::seq(const ModelConfig& mc) const {
   const int64_t fixed = fixed_positions(mc);
   return fixed > 0 ? fixed : seq_len > 0 ? seq_len : mc.n_ctx;
 }

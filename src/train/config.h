@@ -131,6 +131,9 @@ struct RunConfig {
 
   ModelConfig model_config() const;  // preset + overrides, validated
   int64_t seq() const;               // seq_len resolved against the model context
+  // The same for `mc` (a model config already made): its fixed positions (ClimaX: patches),
+  // else seq_len, else the model's context.
+  int64_t seq(const ModelConfig& mc) const;
   // Checks the values (ranges) but not the layout keys, which need the world size: see
   // validate_run_layout (train/run_layout.h). Throws InputError naming them.
   void validate() const;

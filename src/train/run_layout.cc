@@ -1,7 +1,5 @@
 #include "train/run_layout.h"
 
-#include "model/family.h"
-
 namespace weft {
 
 LayoutCandidate run_layout_candidate(const RunConfig& cfg, int world_size) {
@@ -9,8 +7,7 @@ LayoutCandidate run_layout_candidate(const RunConfig& cfg, int world_size) {
 }
 
 LayoutCandidate run_layout_candidate(const RunConfig& cfg, const ModelConfig& mc, int world_size) {
-  const int64_t fixed = fixed_positions(mc);
-  const int64_t seq = fixed > 0 ? fixed : cfg.seq_len > 0 ? cfg.seq_len : mc.n_ctx;
+  const int64_t seq = cfg.seq(mc);
   auto i = [](int64_t v) { return static_cast<int>(v); };
   return {.world = world_size, .tp = i(cfg.tp), .pp = i(cfg.pp), .dp = i(cfg.dp),
           .dp_shard = i(cfg.dp_shard), .dp_replicate = i(cfg.dp_replicate),
