@@ -29,7 +29,7 @@
 #include "core/buffer.h"
 #include "core/error.h"
 #include "core/rng.h"
-#include "model/gpt.h"
+#include "model/model.h"
 #include "parallel/pp/schedule.h"
 #include "plan/gemm_fit.h"
 #include "train/trainer.h"  // set_threads
@@ -132,7 +132,7 @@ StepRate step_rate(const std::vector<double>& sorted_times, const BenchOptions& 
   StepRate r;
   r.median_s = sorted_times[sorted_times.size() / 2];
   r.tokens_per_s = static_cast<double>(o.batch * o.seq) / r.median_s;
-  r.model_flops_per_token = GPT::train_flops_per_token(mc, o.seq);
+  r.model_flops_per_token = train_flops_per_position(mc, o.seq);
   r.model_flops_per_s = r.tokens_per_s * r.model_flops_per_token;
   return r;
 }

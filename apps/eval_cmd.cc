@@ -105,7 +105,8 @@ int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
   set_threads(threads);
   const std::string dir = checkpoint_dir_arg(ckpt);
   const ModelConfig mc = load_checkpoint_config(dir);
-  if (mc.is_climax()) {
+  // Scored by what the model reads: weather fields (forecast scores), or token shards (loss).
+  if (std::string_view(mc.capabilities().data_source) == "fields") {
     const std::string gpt_only = given(app, {"--windows", "--logits", "--comm", "--tp", "--pp", "--dp", "--zero", "--schedule",
                                              "--virtual-stages", "--sequence-parallel", "--micro-batch", "--recompute",
                                              "--order"});

@@ -19,7 +19,7 @@
 #include "data/text_util.h"
 #include "data/weather.h"
 #include "data/weather_metrics.h"
-#include "model/climax.h"
+#include "model/climax/climax.h"
 #include "report/gnuplot.h"
 #include "report/weather_map.h"
 #include "train/config.h"

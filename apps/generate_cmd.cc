@@ -87,10 +87,9 @@ int cmd_generate(CLI::App& app, int argc, char** argv, Communicator& world) {
   const std::string dir = checkpoint_dir_arg(ckpt);
   EngineRequest req;
   req.model = load_checkpoint_config(dir);
-  if (req.model.is_climax()) {
-    throw_input("{} is a ClimaX model '{}', which forecasts weather rather than sampling text: weft eval --checkpoint "
-                "{} --data WEATHER_DIR --map OUT.png draws a forecast beside the truth (docs/climax.md)",
-                dir, req.model.name, dir);
+  if (const ModelCapabilities& caps = req.model.capabilities(); !caps.generation) {
+    throw_input("{} holds the {} model '{}', which does not sample text: {}", dir, caps.family, req.model.name,
+                caps.generation_note);
   }
   Tokenizer tok = Tokenizer::load_gpt2(tokenizer);
   req.seq = req.model.n_ctx;

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "model/config.h"
+#include "model/family.h"
 #include "plan/compression.h"
 #include "plan/predict.h"
 #include "plan/search.h"
@@ -220,34 +221,14 @@ ModelShape plan_model(const PlanArgs& a) {
                          {a.vocab, "--vocab"}, {a.ffn, "--ffn"}}) {
     if (v < 0) throw_input("{} must be positive, got {}", what, v);
   }
-  if (mc.is_climax()) {
-    // A ClimaX preset: its sequence is its patches and it has no vocabulary; the block sizes
-    // may be overridden (plan/vit_shape.h).
-    if (a.vocab > 0 || (a.seq > 0 && a.seq != mc.num_patches())) {
-      throw_input("--vocab {} / --seq {} do not apply to the ClimaX model '{}': its sequence is its {} patches", a.vocab,
-                  a.seq, mc.name, mc.num_patches());
-    }
-    if (a.layers > 0 || a.hidden > 0 || a.heads > 0 || a.ffn > 0) {
-      const int depth = mc.decoder_depth;
-      const int C = a.hidden > 0 ? static_cast<int>(a.hidden) : mc.n_embd;
-      mc = make_climax_config(mc.name, a.layers > 0 ? static_cast<int>(a.layers) : mc.n_layer,
-                              a.heads > 0 ? static_cast<int>(a.heads) : mc.n_head, C, mc.vars, mc.img_h, mc.img_w,
-                              mc.patch, a.ffn > 0 ? static_cast<int>(a.ffn) : (a.hidden > 0 ? 4 * C : mc.ffn));
-      mc.decoder_depth = depth;
-    }
-    const ModelShape shape = ModelShape::from_config(mc);
-    shape.validate();
-    return shape;
+  // A family that fixes a sample's positions (ClimaX: its patches) takes no --seq; the others
+  // grow their context to a longer --seq.
+  if (const int64_t fixed = fixed_positions(mc); fixed > 0 && a.seq > 0 && a.seq != fixed) {
+    throw_input("--seq {} does not apply to the {} model '{}': its samples have {} positions", a.seq,
+                mc.capabilities().family, mc.name, fixed);
   }
-  if (a.layers > 0 || a.hidden > 0 || a.heads > 0 || a.vocab > 0 || a.ffn > 0 || a.seq > mc.n_ctx) {
-    const int L = a.layers > 0 ? static_cast<int>(a.layers) : mc.n_layer;
-    const int C = a.hidden > 0 ? static_cast<int>(a.hidden) : mc.n_embd;
-    const int NH = a.heads > 0 ? static_cast<int>(a.heads) : mc.n_head;
-    const int ctx = static_cast<int>(std::max<int64_t>(a.seq, mc.n_ctx));
-    const int V = a.vocab > 0 ? static_cast<int>(a.vocab) : mc.vocab_size;
-    const int F = a.ffn > 0 ? static_cast<int>(a.ffn) : (a.hidden > 0 ? 4 * C : mc.ffn);
-    mc = make_model_config(mc.name, L, NH, C, ctx, V, F);
-  }
+  mc = mc.family->with_overrides(mc, {.n_layer = a.layers, .n_head = a.heads, .n_embd = a.hidden,
+                                      .n_ctx = a.seq > mc.n_ctx ? a.seq : 0, .vocab_size = a.vocab, .ffn = a.ffn});
   const ModelShape shape = ModelShape::from_config(mc, a.seq);
   shape.validate();
   return shape;

@@ -10,6 +10,7 @@
 #include "ckpt/safetensors.h"
 #include "fuzz_util.h"
 #include "model/config.h"
+#include "model/gpt/gpt_config.h"
 #include "model/params.h"
 
 namespace {

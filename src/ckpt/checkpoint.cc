@@ -20,14 +20,13 @@
 #include "ckpt/safetensors.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "model/family.h"
 
 namespace weft {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr int kGpt2EndOfText = 50256;  // <|endoftext|> in the GPT-2 BPE vocabulary
 
 // `dir` without trailing slashes; rejects names that cannot be renamed ("", ".", "..").
 fs::path normalize_dir(const std::string& dir) {
@@ -130,14 +129,6 @@ void recover_interrupted_save(const fs::path& target) {
   }
   for (const auto& p : olds) remove_tree_quietly(p);
   for (const auto& p : dead_writers_siblings(target, ".tmp-")) remove_tree_quietly(p);
-}
-
-// A float as the shortest decimal that reads back to the same float (1e-05, not 9.99e-06).
-double float_for_json(float v) {
-  const std::string s = fmt::format("{}", v);
-  double d = static_cast<double>(v);
-  std::from_chars(s.data(), s.data() + s.size(), d);  // locale-independent, unlike strtod
-  return d;
 }
 
 // Which of a file's naming schemes it uses: weft and transformers >= 4 save the
@@ -243,31 +234,6 @@ nlohmann::json parse_json_file(const std::string& path, const char* what) {
   }
 }
 
-// Upper limits of config.json's sizes: far above any real model, low enough that every
-// product the model makes of them (V x C, L x C x F, T x T) fits in 64 bits.
-constexpr int kMaxLayers = 100'000;
-constexpr int kMaxHeads = 65'536;
-constexpr int kMaxWidth = 1 << 20;    // n_embd, n_inner
-constexpr int kMaxContext = 1 << 24;  // n_positions / n_ctx
-constexpr int kMaxVocab = 1 << 26;    // vocab_size, padded_vocab
-
-// Integer key in 1..max. A float (12.0), a negative, an overflowing (2^63) value is an error.
-int json_int(const nlohmann::json& j, const char* key, const std::string& source, int max) {
-  if (!j.contains(key)) throw_input("{}: key '{}' is missing", source, key);
-  const auto& v = j.at(key);
-  int64_t x = 0;
-  if (v.is_number_unsigned()) {
-    const uint64_t u = v.get<uint64_t>();
-    x = u > static_cast<uint64_t>(INT_MAX) ? int64_t{INT_MAX} + 1 : static_cast<int64_t>(u);
-  } else if (v.is_number_integer()) {
-    x = v.get<int64_t>();
-  } else {
-    throw_input("{}: key '{}' is {}, expected an integer", source, key, v.dump());
-  }
-  if (x < 1 || x > max) throw_input("{}: key '{}' is {}, expected an integer from 1 to {}", source, key, v.dump(), max);
-  return static_cast<int>(x);
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
@@ -275,53 +241,10 @@ int json_int(const nlohmann::json& j, const char* key, const std::string& source
 
 namespace {
 
-// The config.json object with its keys in a human-friendly order.
-// A ClimaX model's config.json: its shapes under ClimaX's names (microsoft/ClimaX arch.py).
-nlohmann::ordered_json climax_json_ordered(const ModelConfig& cfg) {
-  nlohmann::ordered_json j;
-  j["architectures"] = {"ClimaX"};
-  j["model_type"] = "climax";
-  j["depth"] = cfg.n_layer;
-  j["num_heads"] = cfg.n_head;
-  j["embed_dim"] = cfg.n_embd;
-  j["mlp_hidden"] = cfg.ffn;
-  j["num_vars"] = cfg.vars;
-  j["img_size"] = {cfg.img_h, cfg.img_w};
-  j["patch_size"] = cfg.patch;
-  j["decoder_depth"] = cfg.decoder_depth;
-  j["activation_function"] = "gelu_tanh";
-  j["layer_norm_epsilon"] = float_for_json(cfg.ln_eps);
-  j["initializer_range"] = float_for_json(cfg.init_std);
-  j["torch_dtype"] = "float32";
-  j["weft"] = {{"name", cfg.name}, {"format_version", kCheckpointFormatVersion}};
-  return j;
-}
-
+// The family's config.json, its "weft" object completed with the checkpoint format version.
 nlohmann::ordered_json config_json_ordered(const ModelConfig& cfg) {
-  if (cfg.is_climax()) return climax_json_ordered(cfg);
-  nlohmann::ordered_json j;
-  j["architectures"] = {"GPT2LMHeadModel"};
-  j["model_type"] = "gpt2";
-  j["vocab_size"] = cfg.vocab_size;
-  j["n_positions"] = cfg.n_ctx;
-  j["n_ctx"] = cfg.n_ctx;
-  j["n_embd"] = cfg.n_embd;
-  j["n_layer"] = cfg.n_layer;
-  j["n_head"] = cfg.n_head;
-  j["n_inner"] = cfg.ffn == 4 * cfg.n_embd ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(cfg.ffn);
-  j["activation_function"] = "gelu_new";
-  j["resid_pdrop"] = 0.0;
-  j["embd_pdrop"] = 0.0;
-  j["attn_pdrop"] = 0.0;
-  j["layer_norm_epsilon"] = float_for_json(cfg.ln_eps);
-  j["initializer_range"] = float_for_json(cfg.init_std);
-  j["tie_word_embeddings"] = true;
-  // <|endoftext|> only exists in the GPT-2 vocabulary (a smaller test vocabulary has none).
-  const bool gpt2_vocab = cfg.vocab_size > kGpt2EndOfText;
-  j["bos_token_id"] = gpt2_vocab ? nlohmann::ordered_json(kGpt2EndOfText) : nlohmann::ordered_json(nullptr);
-  j["eos_token_id"] = gpt2_vocab ? nlohmann::ordered_json(kGpt2EndOfText) : nlohmann::ordered_json(nullptr);
-  j["torch_dtype"] = "float32";
-  j["weft"] = {{"name", cfg.name}, {"padded_vocab", cfg.padded_vocab}, {"format_version", kCheckpointFormatVersion}};
+  nlohmann::ordered_json j = cfg.family->to_config_json(cfg);
+  j["weft"]["format_version"] = kCheckpointFormatVersion;
   return j;
 }
 
@@ -331,92 +254,8 @@ nlohmann::json checkpoint_config_json(const ModelConfig& cfg) {
   return nlohmann::json::parse(config_json_ordered(cfg).dump());
 }
 
-namespace {
-ModelConfig climax_config_from_json(const nlohmann::json& j, const std::string& source) {
-  const int depth = json_int(j, "depth", source, kMaxLayers);
-  const int heads = json_int(j, "num_heads", source, kMaxHeads);
-  const int embd = json_int(j, "embed_dim", source, kMaxWidth);
-  const int ffn = json_int(j, "mlp_hidden", source, kMaxWidth);
-  const int vars = json_int(j, "num_vars", source, kMaxWidth);
-  const int patch = json_int(j, "patch_size", source, kMaxWidth);
-  const int decoder = json_int(j, "decoder_depth", source, kMaxLayers);
-  if (!j.contains("img_size") || !j.at("img_size").is_array() || j.at("img_size").size() != 2) {
-    throw_input("{}: key 'img_size' must be [height, width]", source);
-  }
-  const nlohmann::json hw = {{"h", j.at("img_size")[0]}, {"w", j.at("img_size")[1]}};
-  const int h = json_int(hw, "h", source + ": img_size", kMaxWidth);
-  const int w = json_int(hw, "w", source + ": img_size", kMaxWidth);
-  std::string name = "climax";
-  if (j.contains("weft") && j.at("weft").is_object() && j.at("weft").contains("name") &&
-      j.at("weft").at("name").is_string()) {
-    name = j.at("weft").at("name").get<std::string>();
-  }
-  try {
-    ModelConfig cfg = make_climax_config(name, depth, heads, embd, vars, h, w, patch, ffn);
-    cfg.decoder_depth = decoder;
-    if (j.contains("layer_norm_epsilon") && j.at("layer_norm_epsilon").is_number()) {
-      cfg.ln_eps = static_cast<float>(j.at("layer_norm_epsilon").get<double>());
-    }
-    cfg.validate();
-    return cfg;
-  } catch (const InputError& e) {
-    throw_input("{}: {}", source, e.what());
-  }
-}
-}  // namespace
-
 ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& source) {
-  if (!j.is_object()) throw_input("{}: expected a JSON object, found a {}", source, j.type_name());
-  if (j.contains("model_type") && j.at("model_type") == "climax") return climax_config_from_json(j, source);
-  if (j.contains("model_type") && j.at("model_type") != "gpt2") {
-    throw_input("{}: model_type is {}, weft reads GPT-2 models (\"gpt2\")", source, j.at("model_type").dump());
-  }
-  if (j.contains("activation_function")) {
-    const auto& a = j.at("activation_function");
-    if (a != "gelu_new" && a != "gelu_pytorch_tanh") {
-      throw_input("{}: activation_function is {}, weft implements the tanh GELU (\"gelu_new\")", source, a.dump());
-    }
-  }
-  if (j.contains("tie_word_embeddings") && j.at("tie_word_embeddings") != true) {
-    throw_input("{}: tie_word_embeddings is {}, weft ties the output head to the token embedding", source,
-                j.at("tie_word_embeddings").dump());
-  }
-  const int n_layer = json_int(j, "n_layer", source, kMaxLayers);
-  const int n_head = json_int(j, "n_head", source, kMaxHeads);
-  const int n_embd = json_int(j, "n_embd", source, kMaxWidth);
-  const int vocab = json_int(j, "vocab_size", source, kMaxVocab);
-  const int n_ctx = json_int(j, j.contains("n_positions") ? "n_positions" : "n_ctx", source, kMaxContext);
-  const int ffn = j.contains("n_inner") && !j.at("n_inner").is_null() ? json_int(j, "n_inner", source, kMaxWidth) : 0;
-  std::string name = "gpt2";
-  int padded_vocab = 0;
-  if (j.contains("weft")) {
-    const auto& w = j.at("weft");
-    if (!w.is_object()) throw_input("{}: key 'weft' is {}, expected an object", source, w.dump());
-    if (w.contains("name")) {
-      if (!w.at("name").is_string()) throw_input("{}: key 'weft.name' is {}, expected a string", source, w.at("name").dump());
-      name = w.at("name").get<std::string>();
-    }
-    if (w.contains("padded_vocab")) padded_vocab = json_int(w, "padded_vocab", source + ": weft", kMaxVocab + 128);
-  }
-  ModelConfig cfg;
-  try {
-    cfg = make_model_config(name, n_layer, n_head, n_embd, n_ctx, vocab, ffn);
-    if (padded_vocab != 0) cfg.padded_vocab = padded_vocab;
-    auto read_positive = [&](const char* key, float* out) {
-      if (!j.contains(key)) return;
-      const auto& v = j.at(key);
-      if (!v.is_number() || !(v.get<double>() > 0.0) || !std::isfinite(static_cast<float>(v.get<double>()))) {
-        throw_input("key '{}' is {}, expected a positive number", key, v.dump());
-      }
-      *out = static_cast<float>(v.get<double>());
-    };
-    read_positive("layer_norm_epsilon", &cfg.ln_eps);
-    read_positive("initializer_range", &cfg.init_std);
-    cfg.validate();
-  } catch (const InputError& e) {
-    throw_input("{}: {}", source, e.what());
-  }
-  return cfg;
+  return family_of_config_json(j, source).from_config_json(j, source);
 }
 
 ModelConfig load_checkpoint_config(const std::string& dir) {

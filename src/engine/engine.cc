@@ -10,7 +10,6 @@
 #include "core/error.h"
 #include "engine/engine_chunk.h"
 #include "model/family.h"
-#include "model/gpt.h"
 #include "parallel/pp/partition.h"
 #include "parallel/tp/tp_comm.h"
 
@@ -84,17 +83,16 @@ Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
                                                  tp_traffic_ ? *tp_traffic_ : static_cast<Communicator&>(*tp_device_),
                                                  backend_, rc);
   }
-  if (cfg.model.is_climax()) {
-    const size_t fields = static_cast<size_t>(cfg.micro_batch * cfg.model.vars * cfg.model.img_h * cfg.model.img_w);
-    fields_.resize(fields);
-    target_fields_.resize(fields);
-    lead_.resize(static_cast<size_t>(cfg.micro_batch));
-    rows_ = {nullptr, nullptr, fields_.data(), target_fields_.data(), lead_.data()};
-  } else {
-    inputs_.resize(static_cast<size_t>(cfg.micro_batch * cfg.seq));
-    targets_.resize(inputs_.size());
-    rows_ = {inputs_.data(), targets_.data(), nullptr, nullptr, nullptr};
-  }
+  // One micro-batch of host payload, as the family lays out a sample.
+  sample_ = cfg.model.family->sample_size(cfg.model, cfg.seq);
+  const auto B = static_cast<size_t>(cfg.micro_batch);
+  inputs_.resize(B * static_cast<size_t>(sample_.tokens));
+  targets_.resize(inputs_.size());
+  fields_.resize(B * static_cast<size_t>(sample_.fields));
+  target_fields_.resize(fields_.size());
+  lead_.resize(B * static_cast<size_t>(sample_.scalars));
+  auto at = [](auto& v) { return v.empty() ? nullptr : v.data(); };
+  rows_ = {at(inputs_), at(targets_), at(fields_), at(target_fields_), at(lead_)};
   build_chunks();
 }
 
@@ -250,11 +248,12 @@ MicroBatch Engine::micro_batch() const {
 
 Model& Engine::model(int c) { return *chunks_.at(static_cast<size_t>(c))->model; }
 
-GPT& Engine::gpt(int c) {
-  auto* g = dynamic_cast<GPT*>(chunks_.at(static_cast<size_t>(c))->model.get());
-  if (g == nullptr) throw_input("model '{}' is a {} model: it does not generate tokens", cfg_.model.name,
-                                family_name(cfg_.model.family));
-  return *g;
+Model& Engine::generator(int c) {
+  if (!cfg_.model.capabilities().generation) {
+    throw_input("model '{}' is a {} model: it does not generate tokens", cfg_.model.name,
+                cfg_.model.capabilities().family);
+  }
+  return model(c);
 }
 
 StepResult Engine::step(float lr, const TokenBatchFn& batch) {
@@ -398,14 +397,11 @@ double Engine::evaluate_rows(const BatchFn& batch, int64_t count) {
     for (int64_t i = 0; i < rows; ++i) {
       // One row at a time into row i of the buffers.
       BatchRows at = rows_;
-      const int64_t per = cfg_.model.is_climax()
-                              ? int64_t{cfg_.model.vars} * cfg_.model.img_h * cfg_.model.img_w
-                              : T;
-      if (at.inputs) at.inputs += i * per;
-      if (at.targets) at.targets += i * per;
-      if (at.fields) at.fields += i * per;
-      if (at.target_fields) at.target_fields += i * per;
-      if (at.lead_hours) at.lead_hours += i;
+      if (at.inputs) at.inputs += i * sample_.tokens;
+      if (at.targets) at.targets += i * sample_.tokens;
+      if (at.fields) at.fields += i * sample_.fields;
+      if (at.target_fields) at.target_fields += i * sample_.fields;
+      if (at.lead_hours) at.lead_hours += i * sample_.scalars;
       batch(nb > 0 ? mine[static_cast<size_t>(i0 + i)] : 0, 1, at);
     }
     const double l = forward_loss(rows, micro_batch());
@@ -422,9 +418,9 @@ double Engine::evaluate_rows(const BatchFn& batch, int64_t count) {
 void Engine::begin_generation() {
   // One sequence of any length: without sequence parallelism, one activation slot.
   for (int c = 0; c < num_chunks(); ++c) {
-    GPT& g = gpt(c);
+    Model& g = generator(c);
     g.set_tp(tp_ops_.get(), false);
-    g.reserve(1, cfg_.model.n_ctx, false);
+    g.reserve(1, cfg_.model.n_ctx, false, 0, 1);
   }
 }
 
@@ -435,7 +431,7 @@ void Engine::last_logits(const int32_t* tokens, int64_t T, float* logits_out) {
 void Engine::logits(const int32_t* tokens, int64_t T, int64_t from, float* logits_out) {
   if (from < 0 || from >= T) throw_input("logits of positions [{}, {}): the range is empty", from, T);
   if (!runtime_) {
-    gpt(0).forward_logits(tokens, T, from, logits_out);
+    generator(0).forward_logits(tokens, T, from, logits_out);
     return;
   }
   // Through the pipeline; the last stage has the logits and shares them (the other stages
@@ -444,8 +440,10 @@ void Engine::logits(const int32_t* tokens, int64_t T, int64_t from, float* logit
   std::fill(logits_out, logits_out + n, 0.0f);
   runtime_->forward_only(T * cfg_.model.n_embd, [&](int c, const float* x) -> const float* {
     Chunk& ch = *chunks_[static_cast<size_t>(c)];
-    GPT& g = gpt(c);
-    g.stage_forward(0, tokens, x, 1, T, false);
+    Model& g = generator(c);
+    MicroBatch mb;
+    mb.tokens = tokens;
+    g.stage_forward(0, mb, x, 1, T, false);
     if (ch.spec.head) g.stage_logits(0, T, from, logits_out);
     return g.stage_output(0);
   });

@@ -19,6 +19,7 @@
 #include "comm/communicator.h"
 #include "data/loader.h"
 #include "model/config.h"
+#include "model/model.h"
 #include "model/params.h"
 #include "model/recompute.h"
 #include "optim/loss_scale.h"
@@ -32,7 +33,6 @@
 
 namespace weft {
 
-class GPT;
 class Model;
 struct MicroBatch;
 class CommTensorParallel;
@@ -145,7 +145,7 @@ class Engine {
   void set_norm_skip(Chunk& ch);
   double forward_loss(int64_t rows, const MicroBatch& mb);
   MicroBatch micro_batch() const;  // the host buffers below
-  GPT& gpt(int c);                 // generation: the GPT of chunk c (InputError for another family)
+  Model& generator(int c);         // generation: the model of chunk c (InputError for a family without)
   // Whole-model buffer (tp = 1 layout) <-> one chunk's part on this rank, through tp.
   void to_local(const Chunk& ch, const float* whole, float* local) const;
   void to_whole(const Chunk& ch, const float* local, float* whole);
@@ -177,8 +177,9 @@ class Engine {
   std::vector<std::unique_ptr<Chunk>> chunks_;
   int stage_ = 0, tp_rank_ = 0, dp_rank_ = 0;
   int64_t per_rank_ = 0, accum_ = 0;
-  std::vector<int32_t> inputs_, targets_;  // one micro-batch (B,T) of a GPT
-  std::vector<float> fields_, target_fields_, lead_;  // of ClimaX: (B,V,H,W) x 2, (B)
+  SampleSize sample_{};                     // one sample's host payload (Family::sample_size)
+  std::vector<int32_t> inputs_, targets_;  // one micro-batch: (B, sample_.tokens) each
+  std::vector<float> fields_, target_fields_, lead_;  // (B, sample_.fields) x 2, (B, sample_.scalars)
   BatchRows rows_{};                        // pointers to the above
   LossScaler scaler_;
   int64_t opt_steps_ = 0;  // updates done (fp16 overflow steps are skipped)

@@ -1,21 +1,42 @@
 #include "model/family.h"
 
-#include "model/climax.h"
-#include "model/gpt.h"
-#include "parallel/pp/partition.h"
+#include <fmt/format.h>
+
+#include "core/error.h"
 
 namespace weft {
 
+const Family& default_family() { return *registered_families().front(); }
+
+const Family* find_family(std::string_view name) {
+  for (const Family* f : registered_families()) {
+    if (name == f->name()) return f;
+  }
+  return nullptr;
+}
+
+std::string family_names() {
+  std::string out;
+  for (const Family* f : registered_families()) out += fmt::format("{}{}", out.empty() ? "" : ", ", f->name());
+  return out;
+}
+
+const Family& family_of_config_json(const nlohmann::json& j, const std::string& source) {
+  if (!j.is_object()) throw_input("{}: expected a JSON object, found a {}", source, j.type_name());
+  for (const Family* f : registered_families()) {
+    if (f->reads_config_json(j)) return *f;
+  }
+  throw_input("{}: model_type is {}; weft reads the model types of its families ({})", source,
+              j.contains("model_type") ? j.at("model_type").dump() : "missing", family_names());
+}
+
 std::unique_ptr<Model> make_model(const ModelConfig& cfg, Backend& backend, bool local_store, int tp_size, int tp_rank,
                                   const StageSpec& stage) {
-  if (cfg.is_climax()) return std::make_unique<ClimaX>(cfg, backend, local_store, tp_size, tp_rank);
-  return std::make_unique<GPT>(cfg, backend, local_store, tp_size, tp_rank, stage);
+  return cfg.family->make_model(cfg, backend, local_store, tp_size, tp_rank, stage);
 }
 
-double pipeline_head_cost(const ModelConfig& cfg) {
-  return cfg.is_climax() ? 0.0 : gpt_head_cost_in_layers(cfg.padded_vocab, cfg.n_embd);
-}
+double pipeline_head_cost(const ModelConfig& cfg) { return cfg.family->pipeline_head_cost(cfg); }
 
-int64_t fixed_positions(const ModelConfig& cfg) { return cfg.is_climax() ? cfg.num_patches() : 0; }
+int64_t fixed_positions(const ModelConfig& cfg) { return cfg.family->fixed_positions(cfg); }
 
 }  // namespace weft

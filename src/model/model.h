@@ -12,6 +12,7 @@
 // weighted squared error over the V p^2 values of its patch.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/precision.h"
 #include "model/params.h"
@@ -33,6 +34,15 @@ struct MicroBatch {
   const float* lead_hours = nullptr;
 };
 
+// The host payload of one sample as its family lays it out (Family::sample_size): the engine sizes
+// its micro-batch buffers by it and steps through them one sample at a time, without knowing
+// what the values are.
+struct SampleSize {
+  int64_t tokens = 0;   // int32 inputs, and as many int32 targets (GPT: T)
+  int64_t fields = 0;   // floats of the input, and as many of the target (ClimaX: V H W)
+  int64_t scalars = 0;  // floats of per-sample conditioning (ClimaX: the lead time)
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -49,6 +59,9 @@ class Model {
   // slots: activation sets for micro-batches in flight (pipeline schedules).
   virtual void reserve(int64_t B, int64_t T, bool training, int64_t head_chunk, int slots) = 0;
   virtual int64_t activation_bytes() const = 0;
+  // The latitudes (degrees, one per grid row, south to north) of gridded data, for a family
+  // whose loss weights the rows by them (ClimaX); the default refuses (the model reads no grid).
+  virtual void set_latitudes(const std::vector<float>& lat_deg);
   virtual int64_t workspace_bytes() const = 0;
 
   // --- the whole model (no pipeline) ---
@@ -67,6 +80,13 @@ class Model {
   virtual double stage_loss(int slot, const MicroBatch& mb, int64_t B, int64_t T) = 0;
   virtual const float* stage_output(int slot) = 0;
   virtual const float* stage_input_grad() const = 0;
+
+  // --- token logits, for a family that generates (ModelCapabilities::generation; the defaults
+  // refuse with the family's name) ---
+  // Logits (V real entries per row) of positions [from, T) of one sequence of T host tokens.
+  virtual void forward_logits(const int32_t* tokens, int64_t T, int64_t from, float* logits_out);
+  // The last stage, after stage_forward(slot, ..., 1, T, false) of one sequence: the same rows.
+  virtual void stage_logits(int slot, int64_t T, int64_t from, float* logits_out);
 };
 
 }  // namespace weft

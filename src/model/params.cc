@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/climax/climax_config.h"
 #include "core/rng.h"
 
 namespace weft {
@@ -32,7 +33,7 @@ ParamLayout::ParamLayout(const ModelConfig& cfg, int tp_size, int tp_rank, const
   cfg_.validate();
   if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size) throw_input("tensor-parallel rank {} of {}", tp_rank, tp_size);
   check_tp_split(cfg, tp_size);
-  if (cfg.is_climax()) {
+  if (cfg.family == &climax_family()) {
     add_climax_tensors();
   } else {
     add_gpt_tensors();
@@ -339,7 +340,7 @@ void init_params_range(const ParamLayout& layout, uint64_t seed, int64_t begin, 
         break;
       default: {
         // GPT-2 scales the residual projections by 1/sqrt(2L); ClimaX (timm) does not.
-        const bool scaled = !cfg.is_climax() && (t.kind == ParamKind::kAttnProjW || t.kind == ParamKind::kFcProjW);
+        const bool scaled = cfg.family != &climax_family() && (t.kind == ParamKind::kAttnProjW || t.kind == ParamKind::kFcProjW);
         const float std = scaled ? proj_std : cfg.init_std;
         // Padded vocabulary rows stay zero: they never receive a gradient.
         // Keyed by the element's index in the whole tensor: every tensor-parallel split

@@ -8,7 +8,8 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
-#include "model/gpt_description.h"
+#include "model/climax/climax_config.h"
+#include "model/gpt/gpt_description.h"
 #include "model/params.h"
 #include "parallel/dp/param_slots.h"
 #include "parallel/dp/zeropp.h"
@@ -218,7 +219,7 @@ void add_vit_tensor_parallel(CallSet& cs, const Job& j) {
 
 void add_tensor_parallel(CallSet& cs, const Job& j) {
   if (j.tp <= 1) return;
-  if (j.ec.model.is_climax()) return add_vit_tensor_parallel(cs, j);
+  if (j.ec.model.family == &climax_family()) return add_vit_tensor_parallel(cs, j);
   const TpLayerComm lc = tp_layer_comm(j.sp);
   for (const ChunkInfo& ch : j.chunks) {
     const GptDescription d = j.describe(ch);
@@ -510,7 +511,7 @@ void add_store(CallSet& cs, const Job& j, const ChunkInfo& ch, int t, const std:
     }
   }
   if (zero == 3) {
-    const bool climax = j.ec.model.is_climax();
+    const bool climax = j.ec.model.family == &climax_family();
     const std::vector<int64_t> gathers =
         zero3_step_gathers(j.ec.model.n_layer, j.ec.data_parallel.prefetch, j.m, ctx, climax);
     const std::vector<int64_t> eval_gathers =

@@ -134,7 +134,7 @@ void attention_core(const Context& c, LayerCost& lc) {
     // FlashAttention (Dao et al. 2022, Dao 2023): one fused kernel each way; the scores never
     // reach memory; the backward recomputes them (2.5x the forward's FLOPs).
     // A ClimaX block's attention is bidirectional: no masked half to skip.
-    const bool causal = family_capabilities(c.m.family).causal_attention;
+    const bool causal = c.m.family->capabilities().causal_attention;
     lc.core_f = flash_attention_time(d, c.o.precision, flops, false, causal);
     lc.core_b = flash_attention_time(d, c.o.precision, flops, true, causal);
     return;

@@ -4,13 +4,14 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "model/climax/climax_config.h"
 #include "parallel/pp/partition.h"
 #include "plan/vit_shape.h"
 
 namespace weft::plan {
 
 ModelShape ModelShape::from_config(const ModelConfig& c, int64_t seq) {
-  if (c.is_climax()) return vit_shape(c);  // plan/vit_shape.h
+  if (c.family == &climax_family()) return vit_shape(c);  // plan/vit_shape.h
   ModelShape m;
   m.name = c.name;
   m.layers = c.n_layer;
@@ -141,7 +142,7 @@ LayoutCandidate layout_candidate(const ModelShape& m, const Layout& l, int64_t g
           .micro_batch = l.micro_batch, .global_batch = global_batch, .zero = l.zero,
           .sequence_parallel = l.sequence_parallel, .schedule = l.schedule, .recompute = l.recompute,
           .recompute_layers = l.recompute_layers, .precision = p,
-          .model = {m.layers, m.heads, m.hidden, m.ffn, m.vocab, m.seq, family_capabilities(m.family)}};
+          .model = {m.layers, m.heads, m.hidden, m.ffn, m.vocab, m.seq, m.family->capabilities()}};
 }
 
 std::vector<int64_t> stage_layer_counts(const ModelShape& m, const Layout& l) {

@@ -12,8 +12,10 @@
 
 #include "comm/codec_spec.h"
 #include "core/precision.h"
+#include "model/climax/climax_config.h"
 #include "model/config.h"
-#include "model/gpt_description.h"
+#include "model/family.h"
+#include "model/gpt/gpt_description.h"
 #include "model/recompute.h"
 #include "parallel/layout_rules.h"
 #include "parallel/pp/schedule.h"
@@ -35,9 +37,9 @@ struct ModelShape {
   // ClimaX (family kClimax): `vars` variables on an img_h x img_w grid cut into patch x patch
   // patches; seq = context = its L patches, vocab 0 (no vocabulary); decoder_depth Linear+GELU
   // layers before the output Linear. Its counts come from model/climax_description.h.
-  ModelFamily family = ModelFamily::kGpt;
+  const Family* family = &default_family();
   int64_t vars = 0, img_h = 0, img_w = 0, patch = 0, decoder_depth = 0;
-  bool climax() const { return family == ModelFamily::kClimax; }
+  bool climax() const { return family == &climax_family(); }
 
   // From a weft model config (padded vocabulary, its context; seq 0 means the context; a
   // ClimaX model's sequence is always its patches).

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/climax/climax_config.h"
 #include "plan/weft_memory.h"
 
 namespace weft::plan {
@@ -10,7 +11,7 @@ namespace weft::plan {
 ModelShape vit_shape(const ModelConfig& c) {
   ModelShape m;
   m.name = c.name;
-  m.family = ModelFamily::kClimax;
+  m.family = &climax_family();
   m.layers = c.n_layer;
   m.hidden = c.n_embd;
   m.heads = c.n_head;
@@ -28,7 +29,7 @@ ModelShape vit_shape(const ModelConfig& c) {
 ModelConfig vit_config(const ModelShape& m) {
   ModelConfig c;
   c.name = m.name;
-  c.family = ModelFamily::kClimax;
+  c.family = &climax_family();
   c.n_layer = static_cast<int>(m.layers);
   c.n_head = static_cast<int>(m.heads);
   c.n_embd = static_cast<int>(m.hidden);

@@ -23,7 +23,7 @@
 #pragma once
 #include <cstdint>
 
-#include "model/climax_description.h"
+#include "model/climax/climax_description.h"
 #include "model/config.h"
 #include "plan/memory.h"
 #include "plan/shape.h"

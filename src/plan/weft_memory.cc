@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "model/climax/climax_config.h"
 #include "model/params.h"
 #include "parallel/dp/data_parallel.h"
 #include "parallel/pp/partition.h"
@@ -145,7 +146,7 @@ Elems gpt_rank_elems(const WeftRunShape& r, int stage, int dp_rank) {
 }  // namespace
 
 MemoryBreakdown weft_rank_memory(const WeftRunShape& r, int stage, int dp_rank) {
-  const Elems e = r.model.is_climax() ? vit_rank_elems(r, dp_rank) : gpt_rank_elems(r, stage, dp_rank);
+  const Elems e = r.model.family == &climax_family() ? vit_rank_elems(r, dp_rank) : gpt_rank_elems(r, stage, dp_rank);
   MemoryBreakdown m;
   m.stage = stage;
   m.params = 4 * e.params;

@@ -33,12 +33,13 @@
 // - comm: ZeRO-1's reduce-scatter output, ZeRO-2/3's receive buffers, the pipeline's receive
 //   buffers (posted ahead) and one send buffer per message in flight (at least one), and the transient
 //   gather of the embedding gradient rows (dp > 1, ZeRO 0/1).
-// A ClimaX model (model.is_climax(); one stage): the same ZeRO states over its groups (the front,
+// A ClimaX model (model.family == &climax_family(); one stage): the same ZeRO states over its groups (the front,
 // the blocks, the back: plan/vit_shape.h), one micro-batch's stash and workspace as
 // ClimaxDescription counts them (model/climax_description.h), no embedding exchange.
 #pragma once
 #include <cstdint>
 
+#include "model/climax/climax_config.h"
 #include "model/config.h"
 #include "parallel/dp/zeropp.h"
 #include "plan/memory.h"

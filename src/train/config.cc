@@ -21,7 +21,6 @@
 #include "comm/device_comm_registry.h"
 #include "core/error.h"
 #include "data/text_util.h"
-#include "model/gpt.h"
 #include "train/divergence.h"
 
 namespace weft {
@@ -486,25 +485,13 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::pair<s
 ModelConfig RunConfig::model_config() const {
   if (!init_from.empty()) return init_from_model_config(*this);
   ModelConfig base = model_preset(model);
-  auto pick = [](int64_t over, int base_v) { return over > 0 ? static_cast<int>(over) : base_v; };
   check_int_keys(*this);  // the overrides below are stored as int
   if (n_layer < 0 || n_head < 0 || n_embd < 0 || n_ctx < 0 || vocab_size < 0) {
     throw_input("model shape overrides must be >= 0 (0 keeps the preset): n_layer {}, n_head {}, n_embd {}, n_ctx {}, vocab_size {}",
                 n_layer, n_head, n_embd, n_ctx, vocab_size);
   }
-  if (n_layer == 0 && n_head == 0 && n_embd == 0 && n_ctx == 0 && vocab_size == 0) return base;
-  const int C = pick(n_embd, base.n_embd);
-  if (base.is_climax()) {
-    if (n_ctx != 0 || vocab_size != 0) {
-      throw_input("model '{}' is a ClimaX model: n_ctx {} and vocab_size {} do not apply (its sequence is its patches)",
-                  model, n_ctx, vocab_size);
-    }
-    return make_climax_config(model, pick(n_layer, base.n_layer), pick(n_head, base.n_head), C, base.vars, base.img_h,
-                              base.img_w, base.patch, n_embd > 0 ? 4 * C : base.ffn);
-  }
-  return make_model_config(model, pick(n_layer, base.n_layer), pick(n_head, base.n_head), C,
-                           pick(n_ctx, base.n_ctx), pick(vocab_size, base.vocab_size),
-                           n_embd > 0 ? 4 * C : base.ffn);
+  return base.family->with_overrides(base, {.n_layer = n_layer, .n_head = n_head, .n_embd = n_embd, .n_ctx = n_ctx,
+                                             .vocab_size = vocab_size});
 }
 
 int64_t RunConfig::seq() const { return seq(model_config()); }
@@ -524,16 +511,16 @@ void RunConfig::validate() const {
   check_number_ranges(*this);
   ModelConfig mc = model_config();
   if (seq_len < 0) throw_input("seq_len must be >= 0 (0: the model context), got {}", seq_len);
-  if (mc.is_climax() && seq_len != 0 && seq_len != mc.num_patches()) {
-    throw_input("seq_len {} does not apply to the ClimaX model '{}': its sequence is its {} patches (leave seq_len 0)",
-                seq_len, mc.name, mc.num_patches());
+  if (const int64_t fixed = fixed_positions(mc); fixed > 0 && seq_len != 0 && seq_len != fixed) {
+    throw_input("seq_len {} does not apply to the {} model '{}': its samples have {} positions (leave seq_len 0)",
+                seq_len, mc.capabilities().family, mc.name, fixed);
   }
   if (lead_hours.empty()) throw_input("lead_hours must list at least one lead time (hours)");
   for (int64_t h : lead_hours) {
     if (h <= 0) throw_input("lead_hours must be positive, got {}", h);
   }
-  if (mc.is_climax() && sample_tokens > 0) {
-    throw_input("sample_tokens {}: ClimaX models do not generate text", sample_tokens);
+  if (!mc.capabilities().generation && sample_tokens > 0) {
+    throw_input("sample_tokens {}: {} models do not generate text", sample_tokens, mc.capabilities().family);
   }
   if (seq() > mc.n_ctx) {
     throw_input("seq_len {} is longer than the context of model '{}' ({})", seq(), mc.name, mc.n_ctx);

@@ -3,12 +3,12 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <map>
 
 #include "core/error.h"
 #include "data/loader.h"
 #include "data/text_util.h"
 #include "data/weather.h"
-#include "model/climax.h"
 
 namespace fs = std::filesystem;
 
@@ -91,7 +91,7 @@ class WeatherRunData final : public RunData {
   }
   void configure(Engine& engine) const override {
     std::vector<float> lat(train_.lat().begin(), train_.lat().end());
-    for (int c = 0; c < engine.num_chunks(); ++c) dynamic_cast<ClimaX&>(engine.model(c)).set_latitudes(lat);
+    for (int c = 0; c < engine.num_chunks(); ++c) engine.model(c).set_latitudes(lat);
   }
   std::string describe(int64_t) const override {
     return fmt::format("{} train times of {} fields on a {}x{} grid every {} h, {} start times per epoch",
@@ -112,11 +112,34 @@ class WeatherRunData final : public RunData {
   std::unique_ptr<WeatherSampler> val_sampler_;
 };
 
+std::map<std::string, RunDataFactory>& run_data_sources() {
+  static std::map<std::string, RunDataFactory> sources = {
+      {"tokens", [](const RunConfig& cfg, const ModelConfig& mc, int64_t T) -> std::unique_ptr<RunData> {
+         return std::make_unique<TokenRunData>(cfg, T, mc.vocab_size);
+       }},
+      {"fields", [](const RunConfig& cfg, const ModelConfig& mc, int64_t) -> std::unique_ptr<RunData> {
+         return std::make_unique<WeatherRunData>(cfg, mc);
+       }},
+  };
+  return sources;
+}
+
 }  // namespace
 
+void register_run_data(const std::string& kind, RunDataFactory factory) {
+  if (!run_data_sources().emplace(kind, factory).second) throw_input("a data source '{}' is registered already", kind);
+}
+
 std::unique_ptr<RunData> open_run_data(const RunConfig& cfg, const ModelConfig& mc, int64_t T) {
-  if (mc.is_climax()) return std::make_unique<WeatherRunData>(cfg, mc);
-  return std::make_unique<TokenRunData>(cfg, T, mc.vocab_size);
+  const char* kind = mc.capabilities().data_source;
+  const auto it = run_data_sources().find(kind);
+  if (it == run_data_sources().end()) {
+    std::string known;
+    for (const auto& [k, f] : run_data_sources()) known += (known.empty() ? "" : ", ") + k;
+    throw_input("model '{}' ({}) reads data source '{}', which is not registered (known: {})", mc.name,
+                mc.family_name(), kind, known);
+  }
+  return it->second(cfg, mc, T);
 }
 
 }  // namespace weft

@@ -30,7 +30,13 @@ class RunData {
   virtual std::string describe(int64_t seq) const = 0;
 };
 
-// The family's data for `cfg` (T: the sequence length; ClimaX, its patches).
+// The data source of the model's family (ModelCapabilities::data_source: "tokens", token shards;
+// "fields", NetCDF weather fields) for `cfg` (T: the sequence length; ClimaX, its patches).
 std::unique_ptr<RunData> open_run_data(const RunConfig& cfg, const ModelConfig& mc, int64_t T);
+
+// A further data source under `kind`, for a family that names it (a test's or a plug-in's);
+// InputError when the kind is taken.
+using RunDataFactory = std::unique_ptr<RunData> (*)(const RunConfig& cfg, const ModelConfig& mc, int64_t T);
+void register_run_data(const std::string& kind, RunDataFactory factory);
 
 }  // namespace weft

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "model/gpt.h"
+#include "model/model.h"
 
 namespace weft {
 
@@ -26,7 +26,7 @@ std::vector<int32_t> sample_tokens(const LogitsFn& logits, int64_t vocab, int64_
                                    const std::vector<int32_t>& prompt, const SampleOptions& opt,
                                    const std::function<void(int32_t)>& on_token = {});
 // With a whole model on one process, or an engine in any layout without pp (every rank calls it).
-std::vector<int32_t> sample_tokens(GPT& model, const std::vector<int32_t>& prompt, const SampleOptions& opt,
+std::vector<int32_t> sample_tokens(Model& model, const std::vector<int32_t>& prompt, const SampleOptions& opt,
                                    const std::function<void(int32_t)>& on_token = {});
 std::vector<int32_t> sample_tokens(Engine& engine, const std::vector<int32_t>& prompt, const SampleOptions& opt,
                                    const std::function<void(int32_t)>& on_token = {});

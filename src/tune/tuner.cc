@@ -420,8 +420,11 @@ TuneResult tune(const RunConfig& cfg, const TuneOptions& o, Communicator& world)
   validate(o);
   cfg.validate();
   const ModelConfig mc = cfg.model_config();
-  if (mc.is_climax()) {
-    throw_input("weft tune searches GPT layouts; model '{}' is a ClimaX model (its trials are not wired yet)", mc.name);
+  // The trials read token shards (below); a family with another data source is not wired yet.
+  if (std::string_view(mc.capabilities().data_source) != "tokens") {
+    throw_input("weft tune measures its trials on token shards; model '{}' ({}) reads '{}' data (its trials are not "
+                "wired yet)",
+                mc.name, mc.capabilities().family, mc.capabilities().data_source);
   }
   const Precision precision = parse_precision(cfg.precision);
   TuneResult res;

@@ -8,6 +8,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "model/config.h"
+#include "model/gpt/gpt_config.h"
 #include "model/params.h"
 #include "test_util.h"
 

@@ -18,8 +18,9 @@
 #include "ckpt/checkpoint.h"
 #include "data/weather.h"
 #include "data/weather_metrics.h"
-#include "model/climax.h"
+#include "model/climax/climax.h"
 #include "model/config.h"
+#include "model/gpt/gpt_config.h"
 #include "report/gnuplot.h"
 #include "test_util.h"
 

@@ -15,6 +15,7 @@
 #include "ckpt_test_util.h"
 #include "core/error.h"
 #include "model/config.h"
+#include "model/gpt/gpt_config.h"
 #include "model/params.h"
 
 namespace weft {

@@ -14,6 +14,7 @@
 #include "ckpt/safetensors.h"
 #include "ckpt_test_util.h"
 #include "core/error.h"
+#include "model/gpt/gpt_config.h"
 #include "model/params.h"
 
 namespace weft {

@@ -37,7 +37,7 @@
 #include "core/precision.h"
 #include "core/rng.h"
 #include "model/config.h"
-#include "model/gpt.h"
+#include "model/gpt/gpt.h"
 
 namespace weft {
 namespace {

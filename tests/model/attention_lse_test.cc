@@ -23,8 +23,9 @@
 
 #include "backend/backend_test_util.h"
 #include "backend/backend.h"
-#include "model/gpt.h"
-#include "model/gpt_description.h"
+#include "model/gpt/gpt.h"
+#include "model/gpt/gpt_config.h"
+#include "model/gpt/gpt_description.h"
 
 namespace weft {
 namespace {

@@ -21,7 +21,8 @@
 #include "backend/backend_test_util.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/safetensors.h"
-#include "model/climax.h"
+#include "model/climax/climax.h"
+#include "model/climax/climax_config.h"
 #include "optim/optim.h"
 
 namespace fs = std::filesystem;

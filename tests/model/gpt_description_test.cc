@@ -13,8 +13,8 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
-#include "model/gpt.h"
-#include "model/gpt_description.h"
+#include "model/gpt/gpt.h"
+#include "model/gpt/gpt_description.h"
 
 namespace weft {
 namespace {

@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "backend/registry.h"
-#include "model/gpt.h"
+#include "model/gpt/gpt.h"
+#include "model/gpt/gpt_config.h"
 
 namespace weft {
 namespace {

@@ -13,7 +13,8 @@
 #include "backend/backend_test_util.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/safetensors.h"
-#include "model/gpt.h"
+#include "model/gpt/gpt.h"
+#include "model/gpt/gpt_config.h"
 #include "optim/optim.h"
 
 namespace fs = std::filesystem;

@@ -7,7 +7,8 @@
 
 #include "backend/backend.h"
 #include "backend/backend_test_util.h"
-#include "model/gpt.h"
+#include "model/gpt/gpt.h"
+#include "model/gpt/gpt_config.h"
 
 namespace weft {
 namespace {

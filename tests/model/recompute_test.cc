@@ -10,7 +10,8 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/buffer.h"
-#include "model/gpt.h"
+#include "model/gpt/gpt.h"
+#include "model/gpt/gpt_config.h"
 
 namespace weft {
 namespace {

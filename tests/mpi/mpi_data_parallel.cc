@@ -22,6 +22,7 @@
 #include "backend/device_buffer.h"
 #include "comm/device_comm.h"
 #include "model/config.h"
+#include "model/gpt/gpt_config.h"
 #include "model/params.h"
 #include "mpi_test_util.h"
 #include "optim/optim.h"

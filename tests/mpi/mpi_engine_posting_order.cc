@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "mpi_test_util.h"
+#include "model/gpt/gpt_config.h"
 #include "nccl_p2p_emulation.h"
 #include "backend/backend.h"
 #include "comm/device_comm.h"

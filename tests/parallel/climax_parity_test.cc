@@ -8,7 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "model/climax_description.h"
+#include "model/climax/climax_description.h"
 #include "model/config.h"
 #include "test_util.h"
 

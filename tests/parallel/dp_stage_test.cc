@@ -5,6 +5,7 @@
 #include "backend/backend.h"
 #include "comm/device_comm.h"
 #include "comm/self_comm.h"
+#include "model/gpt/gpt_config.h"
 #include "parallel/dp/data_parallel.h"
 
 namespace weft {

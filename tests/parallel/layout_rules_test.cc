@@ -9,7 +9,9 @@
 #include <set>
 
 #include "core/error.h"
+#include "model/climax/climax_config.h"
 #include "model/config.h"
+#include "model/gpt/gpt_config.h"
 #include "parallel/layout_rules.h"
 #include "plan/search.h"
 #include "train/run_layout.h"
@@ -145,12 +147,12 @@ TEST(LayoutRules, FamilyCapabilitiesDecideAndMessagesNameTheFamily) {
   EXPECT_EQ(error_of([&](auto& c) { c.model.caps = no_stages; }),
             "Toy models run without pipeline stages: pp must be 1, got 2");
   EXPECT_EQ(error_of([&](auto& c) { c.model.caps = no_stages, c.pp = 1, c.dp = 4, c.sequence_parallel = true; }), "");
-  const ModelCapabilities& climax = family_capabilities(ModelFamily::kClimax);
+  const ModelCapabilities& climax = climax_family().capabilities();
   EXPECT_EQ(error_of([&](auto& c) { c.model.caps = climax; }),
             "ClimaX models run without pipeline stages: pp must be 1, got 2");
   EXPECT_EQ(error_of([&](auto& c) { c.model.caps = climax, c.pp = 1, c.dp = 4, c.recompute = Recompute::kSelective; }),
             "selective recompute is not available for ClimaX models (use 'full' or 'none')");
-  EXPECT_EQ(error_of([&](auto& c) { c.model.caps = family_capabilities(ModelFamily::kGpt), c.sequence_parallel = true; }),
+  EXPECT_EQ(error_of([&](auto& c) { c.model.caps = gpt_family().capabilities(), c.sequence_parallel = true; }),
             "");
 }
 

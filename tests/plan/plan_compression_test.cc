@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "model/config.h"
+#include "model/gpt/gpt_config.h"
 #include "plan/compression.h"
 #include "plan/memory.h"
 #include "plan/predict.h"

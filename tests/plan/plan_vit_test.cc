@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/climax_description.h"
+#include "model/climax/climax_description.h"
 #include "model/params.h"
 #include "plan/comm_model.h"
 #include "plan/predict.h"

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "model/config.h"
+#include "model/gpt/gpt_config.h"
 #include "plan/comm_model.h"
 #include "plan/predict.h"
 #include "plan/search.h"

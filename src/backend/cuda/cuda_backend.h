@@ -21,7 +21,7 @@
 // The epilogues and the fused residual skip the rounding between the fused steps, so with a
 // 16-bit storage precision (p != kFp32) the first four run the default sequence instead: the
 // emulated 16-bit storage then rounds exactly where the model's does. The fp32 buffers of the
-// interface cannot hold real bf16, so GPT (model/gpt.h) on this backend stores fp32 even with
+// interface cannot hold real bf16, so GPT (model/gpt/gpt.h) on this backend stores fp32 even with
 // --precision bf16 (emulated by round_to) until buffers carry dtypes (issue 13); the bf16
 // methods below stay CudaBackend-specific until then.
 //

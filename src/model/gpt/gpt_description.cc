@@ -1,4 +1,4 @@
-#include "model/gpt_description.h"
+#include "model/gpt/gpt_description.h"
 
 #include <algorithm>
 

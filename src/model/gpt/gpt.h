@@ -148,7 +148,7 @@ class GPT final : public Model {
   // Logits (V real entries) of the last position of a single sequence of length T.
   void forward_last_logits(const int32_t* tokens, int64_t T, float* logits_out);
   // Logits of positions [from, T) of a single sequence of length T: (T - from) rows of V.
-  void forward_logits(const int32_t* tokens, int64_t T, int64_t from, float* logits_out);
+  void forward_logits(const int32_t* tokens, int64_t T, int64_t from, float* logits_out) override;
 
   // --- pipeline stages (this GPT holds a StageSpec part of the model) ---
   // Forward of one micro-batch in activation slot `slot`: the first stage reads `inputs`
@@ -167,7 +167,7 @@ class GPT final : public Model {
   // entries) of its last position (generation through a pipeline).
   void stage_last_logits(int slot, int64_t T, float* logits_out);
   // The same for positions [from, T): (T - from) rows of V.
-  void stage_logits(int slot, int64_t T, int64_t from, float* logits_out);
+  void stage_logits(int slot, int64_t T, int64_t from, float* logits_out) override;
   // The gradient of the stage's input after stage_backward: valid until the next backward.
   const float* stage_input_grad() const override { return ws_.dres; }
 

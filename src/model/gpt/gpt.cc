@@ -1,11 +1,12 @@
-#include "model/gpt.h"
+#include "model/gpt/gpt.h"
 
 #include <algorithm>
 #include <cmath>
 #include <utility>
 
 #include "core/error.h"
-#include "model/gpt_description.h"
+#include "model/gpt/gpt_config.h"
+#include "model/gpt/gpt_description.h"
 
 namespace weft {
 
@@ -19,7 +20,7 @@ GPT::GPT(const ModelConfig& cfg, Backend& backend, bool local_store, int tp_size
       embedding_(tp_, cfg.padded_vocab),
       head_(tp_, cfg.vocab_size, cfg.padded_vocab),
       block_(cfg, backend, tp_, ln_, column_, row_, /*causal=*/true) {
-  WEFT_CHECK(!cfg.is_climax(), "model '{}' is a ClimaX model, not a GPT", cfg.name);
+  WEFT_CHECK(cfg.family == &gpt_family(), "model '{}' is a {} model, not a GPT", cfg.name, cfg.family_name());
   if (local_store) {
     local_ = std::make_unique<LocalParamStore>(layout_, backend_);
     store_ = local_.get();

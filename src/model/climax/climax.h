@@ -28,7 +28,7 @@
 #include "backend/backend.h"
 #include "backend/device_buffer.h"
 #include "model/block.h"
-#include "model/climax_description.h"
+#include "model/climax/climax_description.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "model/param_store.h"
@@ -68,7 +68,7 @@ class ClimaX final : public Model {
     tp_.set_precision(p);
   }
   // The latitudes (H, degrees) the loss weights; default_latitudes() until set.
-  void set_latitudes(const std::vector<float>& lat_deg);
+  void set_latitudes(const std::vector<float>& lat_deg) override;
   const std::vector<float>& latitude_weights() const { return lat_w_; }
 
   // T must be the model's patches (or 0 for them).

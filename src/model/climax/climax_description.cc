@@ -1,8 +1,9 @@
-#include "model/climax_description.h"
+#include "model/climax/climax_description.h"
 
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/climax/climax_config.h"
 #include "model/params.h"
 #include "parallel/tp/mappings.h"
 
@@ -10,7 +11,7 @@ namespace weft {
 
 ClimaxDescription::ClimaxDescription(const ClimaxRunSpec& spec) : s_(spec) {
   const ModelConfig& m = s_.model;
-  WEFT_CHECK(m.is_climax(), "ClimaxDescription of model '{}', a {}", m.name, family_name(m.family));
+  WEFT_CHECK(m.family == &climax_family(), "ClimaxDescription of model '{}', a {} model", m.name, m.family_name());
   m.validate();
   check_tp_split(m, s_.tp);
   if (s_.B <= 0) throw_input("micro-batch {} must be positive", s_.B);

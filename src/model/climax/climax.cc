@@ -1,10 +1,11 @@
-#include "model/climax.h"
+#include "model/climax/climax.h"
 
 #include <algorithm>
 #include <cmath>
 #include <utility>
 
 #include "core/error.h"
+#include "model/climax/climax_config.h"
 #include "model/local_store.h"
 
 namespace weft {
@@ -49,7 +50,7 @@ ClimaX::ClimaX(const ModelConfig& cfg, Backend& backend, bool local_store, int t
       column_(tp_),
       row_(tp_),
       block_(cfg, backend, tp_, ln_, column_, row_, /*causal=*/false) {
-  WEFT_CHECK(cfg.is_climax(), "model '{}' is a {}, not a ClimaX model", cfg.name, family_name(cfg.family));
+  WEFT_CHECK(cfg.family == &climax_family(), "model '{}' is a {} model, not a ClimaX model", cfg.name, cfg.family_name());
   if (local_store) {
     local_ = std::make_unique<LocalParamStore>(layout_, backend_);
     store_ = local_.get();

@@ -1,0 +1,215 @@
+// The ClimaX family (model/family.h): the ClimaX and ORBIT presets, its config.json (ClimaX's
+// names, microsoft/ClimaX arch.py), the model and its counts.
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "model/climax/climax.h"
+#include "model/climax/climax_config.h"
+#include "model/climax/climax_description.h"
+#include "model/config_json.h"
+#include "model/family.h"
+
+namespace weft {
+
+namespace {
+
+// ClimaX-style presets. climax: the ClimaX paper's 5.625-degree model (Nguyen et al. 2023,
+// microsoft/ClimaX configs: 32x64 grid, patch 2, embedding 1024, 8 blocks, 16 heads, 48
+// variables). orbit-*: the ORBIT classes (Wang et al. 2024, SC24: 115M, 1B, 10B, 113B) on
+// ORBIT's 1.40625-degree grid (128x256, patch 4, 91 CMIP6 variables). ORBIT's size table is not
+// public: orbit-115m is ClimaX's base shape at 91 variables (112M parameters), the larger ones
+// keep 64-dimensional heads and are deepened to their class (docs/climax.md lists the counts).
+// climax-tiny: the test preset (5 variables of the synthetic data at 5.625 degrees).
+struct ClimaxPreset {
+  const char* name;
+  int layers, heads, hidden, vars, h, w, patch;
+};
+constexpr ClimaxPreset kClimaxPresets[] = {
+    {"climax-tiny", 2, 4, 64, 5, 32, 64, 4},
+    {"climax", 8, 16, 1024, 48, 32, 64, 2},
+    {"orbit-115m", 8, 16, 1024, 91, 128, 256, 4},
+    {"orbit-1b", 20, 32, 2048, 91, 128, 256, 4},
+    {"orbit-10b", 32, 80, 5120, 91, 128, 256, 4},
+    {"orbit-113b", 62, 192, 12288, 91, 128, 256, 4},
+};
+
+nlohmann::ordered_json climax_config_json(const ModelConfig& cfg) {
+  nlohmann::ordered_json j;
+  j["architectures"] = {"ClimaX"};
+  j["model_type"] = "climax";
+  j["depth"] = cfg.n_layer;
+  j["num_heads"] = cfg.n_head;
+  j["embed_dim"] = cfg.n_embd;
+  j["mlp_hidden"] = cfg.ffn;
+  j["num_vars"] = cfg.vars;
+  j["img_size"] = {cfg.img_h, cfg.img_w};
+  j["patch_size"] = cfg.patch;
+  j["decoder_depth"] = cfg.decoder_depth;
+  j["activation_function"] = "gelu_tanh";
+  j["layer_norm_epsilon"] = float_for_json(cfg.ln_eps);
+  j["initializer_range"] = float_for_json(cfg.init_std);
+  j["torch_dtype"] = "float32";
+  j["weft"] = {{"name", cfg.name}};
+  return j;
+}
+
+ModelConfig climax_from_config_json(const nlohmann::json& j, const std::string& source) {
+  const int depth = json_int(j, "depth", source, kMaxJsonLayers);
+  const int heads = json_int(j, "num_heads", source, kMaxJsonHeads);
+  const int embd = json_int(j, "embed_dim", source, kMaxJsonWidth);
+  const int ffn = json_int(j, "mlp_hidden", source, kMaxJsonWidth);
+  const int vars = json_int(j, "num_vars", source, kMaxJsonWidth);
+  const int patch = json_int(j, "patch_size", source, kMaxJsonWidth);
+  const int decoder = json_int(j, "decoder_depth", source, kMaxJsonLayers);
+  if (!j.contains("img_size") || !j.at("img_size").is_array() || j.at("img_size").size() != 2) {
+    throw_input("{}: key 'img_size' must be [height, width]", source);
+  }
+  const nlohmann::json hw = {{"h", j.at("img_size")[0]}, {"w", j.at("img_size")[1]}};
+  const int h = json_int(hw, "h", source + ": img_size", kMaxJsonWidth);
+  const int w = json_int(hw, "w", source + ": img_size", kMaxJsonWidth);
+  std::string name = "climax";
+  if (j.contains("weft") && j.at("weft").is_object() && j.at("weft").contains("name") &&
+      j.at("weft").at("name").is_string()) {
+    name = j.at("weft").at("name").get<std::string>();
+  }
+  try {
+    ModelConfig cfg = make_climax_config(name, depth, heads, embd, vars, h, w, patch, ffn);
+    cfg.decoder_depth = decoder;
+    if (j.contains("layer_norm_epsilon") && j.at("layer_norm_epsilon").is_number()) {
+      cfg.ln_eps = static_cast<float>(j.at("layer_norm_epsilon").get<double>());
+    }
+    cfg.validate();
+    return cfg;
+  } catch (const InputError& e) {
+    throw_input("{}: {}", source, e.what());
+  }
+}
+
+class ClimaxFamily final : public Family {
+ public:
+  const char* name() const override { return "climax"; }
+  // ClimaX's front (patch embeddings, variable aggregation) and back (decoder) are not cut into
+  // stages, its tokens are patches of one grid (no sequence split), its attention is the
+  // bidirectional reference (no selective recompute), its embeddings are reduced whole, and it
+  // forecasts fields instead of sampling text.
+  const ModelCapabilities& capabilities() const override {
+    static const ModelCapabilities caps{
+        .family = "ClimaX",
+        .pipeline_stages = false,
+        .sequence_parallel = false,
+        .selective_recompute = false,
+        .causal_attention = false,
+        .sparse_embedding_grads = false,
+        .generation = false,
+        .data_source = "fields",
+        .generation_note = "it forecasts weather; weft eval --checkpoint with --data WEATHER_DIR --map OUT.png draws "
+                           "a forecast beside the truth (docs/climax.md)"};
+    return caps;
+  }
+
+  std::vector<std::string> preset_names() const override { return climax_preset_names(); }
+  std::optional<ModelConfig> preset(const std::string& name) const override {
+    for (const auto& p : kClimaxPresets) {
+      if (name == p.name) return make_climax_config(p.name, p.layers, p.heads, p.hidden, p.vars, p.h, p.w, p.patch);
+    }
+    return std::nullopt;
+  }
+  void validate(const ModelConfig& c) const override {
+    if (c.n_layer <= 0 || c.n_head <= 0 || c.n_embd <= 0 || c.ffn <= 0 || c.vars <= 0 || c.img_h <= 0 ||
+        c.img_w <= 0 || c.patch <= 0 || c.decoder_depth < 0) {
+      throw_input(
+          "model '{}': every size must be positive (layers {}, heads {}, hidden {}, ffn {}, variables {}, grid {}x{}, "
+          "patch {}, decoder depth {})",
+          c.name, c.n_layer, c.n_head, c.n_embd, c.ffn, c.vars, c.img_h, c.img_w, c.patch, c.decoder_depth);
+    }
+    if (c.img_h % c.patch != 0 || c.img_w % c.patch != 0) {
+      throw_input("model '{}': the grid {}x{} is not divisible by the patch size {}", c.name, c.img_h, c.img_w,
+                  c.patch);
+    }
+    if (c.n_embd % c.n_head != 0) {
+      throw_input("model '{}': hidden size {} is not divisible by the number of heads {}", c.name, c.n_embd, c.n_head);
+    }
+    if (c.n_embd % 4 != 0) {
+      throw_input("model '{}': hidden size {} must be a multiple of 4 (the 2-D sine-cosine position embedding)",
+                  c.name, c.n_embd);
+    }
+    if (c.n_ctx != c.num_patches()) {
+      throw_input("model '{}': n_ctx {} must equal the {} patches of a {}x{} grid in {}x{} patches", c.name, c.n_ctx,
+                  c.num_patches(), c.img_h, c.img_w, c.patch, c.patch);
+    }
+  }
+  // The block sizes may change; the sequence is the grid's patches and there is no vocabulary.
+  ModelConfig with_overrides(const ModelConfig& base, const ShapeOverrides& o) const override {
+    if (!o.any()) return base;
+    if (o.n_ctx != 0 || o.vocab_size != 0) {
+      throw_input("n_ctx {} and vocab_size {} do not apply to the ClimaX model '{}': its sequence is its {} patches "
+                  "and it has no vocabulary",
+                  o.n_ctx, o.vocab_size, base.name, base.num_patches());
+    }
+    auto pick = [](int64_t over, int base_v) { return over > 0 ? static_cast<int>(over) : base_v; };
+    const int C = pick(o.n_embd, base.n_embd);
+    const int F = o.ffn > 0 ? static_cast<int>(o.ffn) : o.n_embd > 0 ? 4 * C : base.ffn;
+    ModelConfig c = make_climax_config(base.name, pick(o.n_layer, base.n_layer), pick(o.n_head, base.n_head), C,
+                                       base.vars, base.img_h, base.img_w, base.patch, F);
+    c.decoder_depth = base.decoder_depth;
+    c.ln_eps = base.ln_eps;
+    c.init_std = base.init_std;
+    return c;
+  }
+  int64_t fixed_positions(const ModelConfig& cfg) const override { return cfg.num_patches(); }
+
+  bool reads_config_json(const nlohmann::json& j) const override {
+    return j.contains("model_type") && j.at("model_type") == "climax";
+  }
+  ModelConfig from_config_json(const nlohmann::json& j, const std::string& source) const override {
+    return climax_from_config_json(j, source);
+  }
+  nlohmann::ordered_json to_config_json(const ModelConfig& cfg) const override { return climax_config_json(cfg); }
+
+  std::unique_ptr<Model> make_model(const ModelConfig& cfg, Backend& backend, bool local_store, int tp_size,
+                                    int tp_rank, const StageSpec&) const override {
+    return std::make_unique<ClimaX>(cfg, backend, local_store, tp_size, tp_rank);
+  }
+  // The fields (V,H,W) at the input and target times, and the lead time.
+  SampleSize sample_size(const ModelConfig& cfg, int64_t) const override {
+    return {.fields = int64_t{cfg.vars} * cfg.img_h * cfg.img_w, .scalars = 1};
+  }
+  double train_flops_per_position(const ModelConfig& cfg, int64_t) const override {
+    return ClimaxDescription::train_flops_per_token(cfg);
+  }
+};
+
+}  // namespace
+
+const Family& climax_family() {
+  static const ClimaxFamily family;
+  return family;
+}
+
+std::vector<std::string> climax_preset_names() {
+  std::vector<std::string> names;
+  for (const auto& p : kClimaxPresets) names.emplace_back(p.name);
+  return names;
+}
+
+ModelConfig make_climax_config(const std::string& name, int n_layer, int n_head, int n_embd, int vars, int img_h,
+                               int img_w, int patch, int ffn) {
+  ModelConfig c;
+  c.name = name;
+  c.family = &climax_family();
+  c.n_layer = n_layer;
+  c.n_head = n_head;
+  c.n_embd = n_embd;
+  c.vars = vars;
+  c.img_h = img_h;
+  c.img_w = img_w;
+  c.patch = patch;
+  c.n_ctx = patch > 0 ? static_cast<int>(c.num_patches()) : 0;
+  c.vocab_size = 0;
+  c.padded_vocab = 0;
+  c.ffn = ffn > 0 ? ffn : 4 * n_embd;
+  c.validate();
+  return c;
+}
+
+}  // namespace weft

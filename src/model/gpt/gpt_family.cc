@@ -1,0 +1,210 @@
+// The GPT family (model/family.h): GPT-2 presets and shapes, its Hugging Face config.json
+// (GPT2LMHeadModel), the model and its counts.
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "model/config_json.h"
+#include "model/family.h"
+#include "model/gpt/gpt.h"
+#include "model/gpt/gpt_config.h"
+#include "model/gpt/gpt_description.h"
+#include "parallel/pp/partition.h"
+
+namespace weft {
+
+namespace {
+
+constexpr int kGpt2EndOfText = 50256;  // <|endoftext|> in the GPT-2 BPE vocabulary
+
+struct Preset {
+  const char* name;
+  int layers, heads, hidden, ctx;
+  int vocab = 50257;  // GPT-2's BPE (padded to a multiple of 128 by make_model_config)
+};
+// GPT-2 sizes from Radford et al. 2019 / the Hugging Face configs; 22B/175B/1T as trained
+// on Frontier (Dash et al. 2023, "Optimizing Distributed Training on Frontier for Large
+// Language Models", Table II: 48x6144x48, 96x12288x96, 128x25600x160, sequence 2048).
+// gpt-20b: GPT-NeoX-20B's shape (Black et al. 2022, "GPT-NeoX-20B: An Open-Source
+// Autoregressive Language Model", Table 1: 44 layers, hidden 6144, 64 heads, context 2048,
+// vocabulary 50432), the 20B GPT of Xu et al. 2025 (arXiv 2501.04266) as weft's model:
+// learned positions and a tied head instead of NeoX's rotary embeddings and untied head.
+constexpr Preset kPresets[] = {
+    {"tiny", 4, 4, 256, 256},          {"small", 6, 6, 384, 256},
+    {"gpt2-124m", 12, 12, 768, 1024},  {"gpt2-350m", 24, 16, 1024, 1024},
+    {"gpt2-774m", 36, 20, 1280, 1024}, {"gpt2-1558m", 48, 25, 1600, 1024},
+    {"gpt-22b", 48, 48, 6144, 2048},   {"gpt-175b", 96, 96, 12288, 2048},
+    {"gpt-1t", 128, 160, 25600, 2048}, {"gpt-20b", 44, 64, 6144, 2048, 50432},
+};
+
+// GPT2LMHeadModel's config.json (Hugging Face transformers' GPT2Config).
+nlohmann::ordered_json gpt_config_json(const ModelConfig& cfg) {
+  nlohmann::ordered_json j;
+  j["architectures"] = {"GPT2LMHeadModel"};
+  j["model_type"] = "gpt2";
+  j["vocab_size"] = cfg.vocab_size;
+  j["n_positions"] = cfg.n_ctx;
+  j["n_ctx"] = cfg.n_ctx;
+  j["n_embd"] = cfg.n_embd;
+  j["n_layer"] = cfg.n_layer;
+  j["n_head"] = cfg.n_head;
+  j["n_inner"] = cfg.ffn == 4 * cfg.n_embd ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(cfg.ffn);
+  j["activation_function"] = "gelu_new";
+  j["resid_pdrop"] = 0.0;
+  j["embd_pdrop"] = 0.0;
+  j["attn_pdrop"] = 0.0;
+  j["layer_norm_epsilon"] = float_for_json(cfg.ln_eps);
+  j["initializer_range"] = float_for_json(cfg.init_std);
+  j["tie_word_embeddings"] = true;
+  // <|endoftext|> only exists in the GPT-2 vocabulary (a smaller test vocabulary has none).
+  const bool gpt2_vocab = cfg.vocab_size > kGpt2EndOfText;
+  j["bos_token_id"] = gpt2_vocab ? nlohmann::ordered_json(kGpt2EndOfText) : nlohmann::ordered_json(nullptr);
+  j["eos_token_id"] = gpt2_vocab ? nlohmann::ordered_json(kGpt2EndOfText) : nlohmann::ordered_json(nullptr);
+  j["torch_dtype"] = "float32";
+  j["weft"] = {{"name", cfg.name}, {"padded_vocab", cfg.padded_vocab}};
+  return j;
+}
+
+// The checks that are the GPT's own: GELU tanh, tied head.
+void check_gpt_config_json(const nlohmann::json& j, const std::string& source) {
+  if (j.contains("activation_function")) {
+    const auto& a = j.at("activation_function");
+    if (a != "gelu_new" && a != "gelu_pytorch_tanh") {
+      throw_input("{}: activation_function is {}, weft implements the tanh GELU (\"gelu_new\")", source, a.dump());
+    }
+  }
+  if (j.contains("tie_word_embeddings") && j.at("tie_word_embeddings") != true) {
+    throw_input("{}: tie_word_embeddings is {}, weft ties the output head to the token embedding", source,
+                j.at("tie_word_embeddings").dump());
+  }
+}
+
+ModelConfig gpt_from_config_json(const nlohmann::json& j, const std::string& source) {
+  check_gpt_config_json(j, source);
+  const int n_layer = json_int(j, "n_layer", source, kMaxJsonLayers);
+  const int n_head = json_int(j, "n_head", source, kMaxJsonHeads);
+  const int n_embd = json_int(j, "n_embd", source, kMaxJsonWidth);
+  const int vocab = json_int(j, "vocab_size", source, kMaxJsonVocab);
+  const int n_ctx = json_int(j, j.contains("n_positions") ? "n_positions" : "n_ctx", source, kMaxJsonContext);
+  const int ffn =
+      j.contains("n_inner") && !j.at("n_inner").is_null() ? json_int(j, "n_inner", source, kMaxJsonWidth) : 0;
+  std::string name = "gpt2";
+  int padded_vocab = 0;
+  if (j.contains("weft")) {
+    const auto& w = j.at("weft");
+    if (!w.is_object()) throw_input("{}: key 'weft' is {}, expected an object", source, w.dump());
+    if (w.contains("name")) {
+      if (!w.at("name").is_string()) throw_input("{}: key 'weft.name' is {}, expected a string", source, w.at("name").dump());
+      name = w.at("name").get<std::string>();
+    }
+    if (w.contains("padded_vocab")) padded_vocab = json_int(w, "padded_vocab", source + ": weft", kMaxJsonVocab + 128);
+  }
+  ModelConfig cfg;
+  try {
+    cfg = make_model_config(name, n_layer, n_head, n_embd, n_ctx, vocab, ffn);
+    if (padded_vocab != 0) cfg.padded_vocab = padded_vocab;
+    auto read_positive = [&](const char* key, float* out) {
+      if (!j.contains(key)) return;
+      const auto& v = j.at(key);
+      if (!v.is_number() || !(v.get<double>() > 0.0) || !std::isfinite(static_cast<float>(v.get<double>()))) {
+        throw_input("key '{}' is {}, expected a positive number", key, v.dump());
+      }
+      *out = static_cast<float>(v.get<double>());
+    };
+    read_positive("layer_norm_epsilon", &cfg.ln_eps);
+    read_positive("initializer_range", &cfg.init_std);
+    cfg.validate();
+  } catch (const InputError& e) {
+    throw_input("{}: {}", source, e.what());
+  }
+  return cfg;
+}
+
+class GptFamily final : public Family {
+ public:
+  const char* name() const override { return "gpt"; }
+  const ModelCapabilities& capabilities() const override {
+    static const ModelCapabilities caps{};  // every capability (core/model_capabilities.h)
+    return caps;
+  }
+
+  std::vector<std::string> preset_names() const override {
+    std::vector<std::string> names;
+    for (const auto& p : kPresets) names.emplace_back(p.name);
+    return names;
+  }
+  std::optional<ModelConfig> preset(const std::string& name) const override {
+    for (const auto& p : kPresets) {
+      if (name == p.name) return make_model_config(p.name, p.layers, p.heads, p.hidden, p.ctx, p.vocab);
+    }
+    return std::nullopt;
+  }
+  void validate(const ModelConfig& c) const override {
+    if (c.n_layer <= 0 || c.n_head <= 0 || c.n_embd <= 0 || c.n_ctx <= 0 || c.vocab_size <= 0 || c.ffn <= 0) {
+      throw_input("model '{}': every size must be positive (layers {}, heads {}, hidden {}, context {}, vocab {}, ffn {})",
+                  c.name, c.n_layer, c.n_head, c.n_embd, c.n_ctx, c.vocab_size, c.ffn);
+    }
+    if (c.n_embd % c.n_head != 0) {
+      throw_input("model '{}': hidden size {} is not divisible by the number of heads {}", c.name, c.n_embd, c.n_head);
+    }
+    if (c.padded_vocab < c.vocab_size) {
+      throw_input("model '{}': padded vocabulary {} is smaller than the vocabulary {}", c.name, c.padded_vocab,
+                  c.vocab_size);
+    }
+  }
+  ModelConfig with_overrides(const ModelConfig& base, const ShapeOverrides& o) const override {
+    if (!o.any()) return base;
+    auto pick = [](int64_t over, int base_v) { return over > 0 ? static_cast<int>(over) : base_v; };
+    const int C = pick(o.n_embd, base.n_embd);
+    const int F = o.ffn > 0 ? static_cast<int>(o.ffn) : o.n_embd > 0 ? 4 * C : base.ffn;
+    return make_model_config(base.name, pick(o.n_layer, base.n_layer), pick(o.n_head, base.n_head), C,
+                             pick(o.n_ctx, base.n_ctx), pick(o.vocab_size, base.vocab_size), F);
+  }
+
+  bool reads_config_json(const nlohmann::json& j) const override {
+    // Hugging Face's GPT-2 folders, also the original ones without a model_type.
+    return !j.contains("model_type") || j.at("model_type") == "gpt2";
+  }
+  ModelConfig from_config_json(const nlohmann::json& j, const std::string& source) const override {
+    return gpt_from_config_json(j, source);
+  }
+  nlohmann::ordered_json to_config_json(const ModelConfig& cfg) const override { return gpt_config_json(cfg); }
+
+  std::unique_ptr<Model> make_model(const ModelConfig& cfg, Backend& backend, bool local_store, int tp_size,
+                                    int tp_rank, const StageSpec& stage) const override {
+    return std::make_unique<GPT>(cfg, backend, local_store, tp_size, tp_rank, stage);
+  }
+  SampleSize sample_size(const ModelConfig&, int64_t T) const override { return {.tokens = T}; }
+  double train_flops_per_position(const ModelConfig& cfg, int64_t T) const override {
+    return GptDescription::train_flops_per_token(cfg, T);
+  }
+  double pipeline_head_cost(const ModelConfig& cfg) const override {
+    return gpt_head_cost_in_layers(cfg.padded_vocab, cfg.n_embd);
+  }
+};
+
+}  // namespace
+
+const Family& gpt_family() {
+  static const GptFamily family;
+  return family;
+}
+
+ModelConfig make_model_config(const std::string& name, int n_layer, int n_head, int n_embd, int n_ctx, int vocab_size,
+                              int ffn) {
+  ModelConfig c;
+  c.name = name;
+  c.family = &gpt_family();
+  c.n_layer = n_layer;
+  c.n_head = n_head;
+  c.n_embd = n_embd;
+  c.n_ctx = n_ctx;
+  c.vocab_size = vocab_size;
+  c.padded_vocab = static_cast<int>(round_up(vocab_size, 128));
+  c.ffn = ffn > 0 ? ffn : 4 * n_embd;
+  c.validate();
+  return c;
+}
+
+}  // namespace weft
