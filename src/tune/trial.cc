@@ -70,7 +70,7 @@ RunConfig trial_config(const RunConfig& base, const plan::Layout& l) {
   return c;
 }
 
-TrialResult run_trial(const RunConfig& base, const plan::Layout& l, const TokenDataset& train, Communicator& world,
+TrialResult run_trial(const RunConfig& base, const plan::Layout& l, const RunData& data, Communicator& world,
                       const TrialSettings& s) {
   TrialResult r;
   const RunConfig cfg = trial_config(base, l);
@@ -87,6 +87,7 @@ TrialResult run_trial(const RunConfig& base, const plan::Layout& l, const TokenD
     r.reason = collectively(world, [&] {
       engine = std::make_unique<Engine>(ec, world, *backend);
       engine->init_params(static_cast<uint64_t>(cfg.seed));
+      data.configure(*engine);  // what the model takes from the data (ClimaX: the latitudes)
     });
   }
   if (!r.reason.empty()) {
@@ -100,8 +101,8 @@ TrialResult run_trial(const RunConfig& base, const plan::Layout& l, const TokenD
     if (step == s.warmup) memory_tracker().reset_peaks();
     world.barrier();
     const auto t0 = clock::now();
-    const StepResult sr = engine->step(static_cast<float>(cfg.lr), [&](int64_t first, int64_t count, int32_t* in, int32_t* tg) {
-      train.sample_batch(static_cast<uint64_t>(cfg.seed), step, G, first, count, static_cast<int>(T), in, tg);
+    const StepResult sr = engine->step(static_cast<float>(cfg.lr), [&](int64_t first, int64_t count, const BatchRows& out) {
+      data.fill(step, G, first, count, out);
     });
     const double dt = max_over_ranks(world, std::chrono::duration<double>(clock::now() - t0).count());
     if (step >= s.warmup) times.push_back(dt);

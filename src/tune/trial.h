@@ -12,9 +12,9 @@
 #include <string>
 
 #include "comm/communicator.h"
-#include "data/loader.h"
 #include "plan/shape.h"
 #include "train/config.h"
+#include "train/run_data.h"
 
 namespace weft::tune {
 
@@ -36,8 +36,9 @@ struct TrialResult {
 // `base` with the layout's knobs (tp, pp, dp, micro-batch, ZeRO, recompute, sp, schedule, v).
 RunConfig trial_config(const RunConfig& base, const plan::Layout& l);
 
-// Runs layout `l` of the run `base` on the ranks of `world` (collective) on batches of `train`.
-TrialResult run_trial(const RunConfig& base, const plan::Layout& l, const TokenDataset& train, Communicator& world,
+// Runs layout `l` of the run `base` on the ranks of `world` (collective) on the training batches
+// of `data` (the family's data source, train/run_data.h: token shards, weather fields).
+TrialResult run_trial(const RunConfig& base, const plan::Layout& l, const RunData& data, Communicator& world,
                       const TrialSettings& s);
 
 }  // namespace weft::tune

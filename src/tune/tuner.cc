@@ -134,7 +134,7 @@ TrialResult look_up(const Oracle& oracle, const std::vector<double>& knobs, cons
 
 // The search: the planner's seeds, then CBO's proposals, trial by trial, until the trials,
 // the candidates or the budget run out (the budget's clock agreed over the ranks).
-void run_search(TuneResult& res, const RunConfig& cfg, const TuneOptions& o, const TokenDataset& train,
+void run_search(TuneResult& res, const RunConfig& cfg, const TuneOptions& o, const RunData& data,
                 Communicator& world) {
   const LayoutSpace& space = res.space;
   const Oracle oracle = o.oracle.empty() ? Oracle{} : read_oracle(o.oracle);
@@ -174,7 +174,7 @@ void run_search(TuneResult& res, const RunConfig& cfg, const TuneOptions& o, con
       t.source = seeded ? "planner" : observed + static_cast<int>(k) < o.n_initial ? "random" : "surrogate";
       t.predicted_s = space.has_prediction() ? space.predicted_s[t.layout] : 0.0;
       t.submitted_s = elapsed();
-      t.result = oracle.empty() ? run_trial(cfg, space.layouts[t.layout], train, world, o.trial)
+      t.result = oracle.empty() ? run_trial(cfg, space.layouts[t.layout], data, world, o.trial)
                                 : look_up(oracle, space.knobs[t.layout], o.oracle);
       t.gathered_s = elapsed();
       if (t.result.failed) {
@@ -420,12 +420,6 @@ TuneResult tune(const RunConfig& cfg, const TuneOptions& o, Communicator& world)
   validate(o);
   cfg.validate();
   const ModelConfig mc = cfg.model_config();
-  // The trials read token shards (below); a family with another data source is not wired yet.
-  if (std::string_view(mc.capabilities().data_source) != "tokens") {
-    throw_input("weft tune measures its trials on token shards; model '{}' ({}) reads '{}' data (its trials are not "
-                "wired yet)",
-                mc.name, mc.capabilities().family, mc.capabilities().data_source);
-  }
   const Precision precision = parse_precision(cfg.precision);
   TuneResult res;
   res.system_path = resolve_system(o, cfg);
@@ -440,11 +434,14 @@ TuneResult tune(const RunConfig& cfg, const TuneOptions& o, Communicator& world)
   }
   po.rank_order = cfg.order;
   res.space = layout_space(mc, cfg.seq(), cfg.global_batch, precision, world.size(), sys ? &*sys : nullptr, po);
-  const TokenDataset train = TokenDataset::open_split(cfg.data, "train", mc.vocab_size);  // also with --oracle: the run is real
+  // The family's training data (also with --oracle: the run is real); trials validate nothing.
+  RunConfig train_only = cfg;
+  train_only.val_batches = 0;
+  const std::unique_ptr<RunData> data = open_run_data(train_only, mc, cfg.seq(mc));
   log_info("tune: {} valid layouts of {} on {} ranks (global batch {}, seq {}); planner: {}", res.space.size(), mc.name,
            world.size(), cfg.global_batch, cfg.seq(),
            res.system_path.empty() ? std::string("no system file (no seeds, no predicted-time feature)") : res.system_path);
-  run_search(res, cfg, o, train, world);
+  run_search(res, cfg, o, *data, world);
   analyse(res);
   if (!o.recalibrate.empty()) {
     res.recalibration = recalibrate_from(res, *sys, plan::ModelShape::from_config(mc, cfg.seq()), po);

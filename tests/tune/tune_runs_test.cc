@@ -180,5 +180,43 @@ TEST_F(TuneRuns, BadOptionsAreRefused) {
   EXPECT_NE(r.err.find("does not exist"), std::string::npos) << r.err;
 }
 
+// Any registered family is tuned through its own data source: a ClimaX config on weather fields.
+// Its trials keep to what the family allows (pp 1, no sequence parallelism, no selective
+// recompute) and every trial runs and is measured.
+TEST_F(TuneRuns, ClimaxConfigIsTunedOnWeatherFields) {
+  const std::string data = *tmp / "weather";
+  ASSERT_EQ(test::run_weft("prepare --synthetic-weather " + data + " --days 6 --val-days 2 --test-days 2 --seed 3",
+                           *tmp / "prep")
+                .code,
+            0);
+  const std::string climax = *tmp / "climax.toml";
+  std::ofstream(climax) << "[model]\nmodel = \"climax-tiny\"\n[data]\ndata = \"" << data << "\"\nlead_hours = [6]\n"
+                        << "[train]\nglobal_batch = 4\nmicro_batch = 1\nsteps = 2\nthreads = 1\n"
+                        << "[parallel]\ncomm_timeout = 120.0\n";
+  const std::string out = *tmp / "tc";
+  RunResult r = test::run_weft_with(
+      test::mpi_launcher(2),
+      fmt::format("tune {} --system {} --out {} --trials 4 --steps 2 --warmup 1 --initial 2 --seed 3", climax,
+                  *tmp / "local.toml", out),
+      *tmp / "cmd-climax");
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  const auto rows = read_csv(out + "/tune.csv");
+  ASSERT_EQ(rows.size(), 5u) << "a header and one row per trial";
+  const std::vector<std::string>& head = rows[0];
+  const auto col = [&](const std::string& name) {
+    return static_cast<size_t>(std::find(head.begin(), head.end(), name) - head.begin());
+  };
+  for (size_t i = 1; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i][col("p:pp")], "1") << i;
+    EXPECT_EQ(rows[i][col("p:sequence_parallel")], "false") << i;
+    EXPECT_NE(rows[i][col("p:recompute")], "selective") << i;
+    EXPECT_EQ(rows[i][col("m:failure")], "") << i;
+    EXPECT_GT(std::stod(rows[i][col("objective")]), 0.0) << i;
+  }
+  const nlohmann::json summary = nlohmann::json::parse(std::ifstream(out + "/summary.json"));
+  EXPECT_EQ(summary.at("trials"), 4);
+  EXPECT_TRUE(std::filesystem::exists(out + "/best.toml"));
+}
+
 }  // namespace
 }  // namespace weft
