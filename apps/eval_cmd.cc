@@ -107,13 +107,13 @@ int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
   const ModelConfig mc = load_checkpoint_config(dir);
   // Scored by what the model reads: weather fields (forecast scores), or token shards (loss).
   if (std::string_view(mc.capabilities().data_source) == "fields") {
-    const std::string gpt_only = given(app, {"--windows", "--logits", "--comm", "--tp", "--pp", "--dp", "--zero", "--schedule",
-                                             "--virtual-stages", "--sequence-parallel", "--micro-batch", "--recompute",
-                                             "--order"});
+    const std::string gpt_only = given(app, {"--windows", "--logits"});
     if (!gpt_only.empty()) {
-      throw_input("{}: options of a GPT checkpoint; {} is a ClimaX model '{}' (evaluated on one process)", gpt_only,
+      throw_input("{}: options of a GPT checkpoint; {} is a ClimaX model '{}' (scored on weather fields)", gpt_only,
                   dir, mc.name);
     }
+    wx.layout = layout;
+    wx.comm = comm;
     wx.data = data;
     wx.batch = batch;
     wx.backend = backend;

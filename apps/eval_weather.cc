@@ -19,7 +19,7 @@
 #include "data/text_util.h"
 #include "data/weather.h"
 #include "data/weather_metrics.h"
-#include "model/climax/climax.h"
+#include "engine/engine.h"
 #include "report/gnuplot.h"
 #include "report/weather_map.h"
 #include "train/config.h"
@@ -272,31 +272,32 @@ void choose_map(EvalRun& r) {
 
 }
 
-// The checkpoint's parameters in a one-process ClimaX for micro-batches of up to B forecasts.
-std::unique_ptr<ClimaX> load_eval_model(EvalRun& r, Backend& backend, int64_t B) {
-  const std::string& ckpt_dir = r.ckpt_dir;
-  auto model_ptr = std::make_unique<ClimaX>(r.mc, backend);
-  ClimaX& model = *model_ptr;
-  model.reserve(B, /*training=*/false);
-  {
-    std::vector<float> host(static_cast<size_t>(model.layout().total()));
-    load_checkpoint_params(ckpt_dir, model.layout(), host.data());
-    check_finite_params(model.layout(), host.data(), ckpt_dir);
-    backend.copy_to_device(model.params(), 0, host.data(), host.size() * sizeof(float));
-  }
+// The checkpoint's parameters in an engine of the requested layout, for micro-batches of up to
+// B forecasts per data-parallel rank.
+EngineRun load_eval_engine(EvalRun& r, Communicator& world) {
+  EngineRequest req;
+  req.model = r.mc;
+  req.seq = r.mc.n_ctx;
+  req.batch = 1;
+  req.per_replica = true;
+  req.training = false;
+  // Up to o.batch forecasts per data-parallel rank, no more than its share of the start times.
+  const int64_t dp = layout_engine_config(r.o.layout, req, world.size()).grid.dp;
+  req.batch = std::clamp<int64_t>((static_cast<int64_t>(r.starts.size()) + dp - 1) / dp, 1, r.o.batch);
+  EngineRun run(layout_engine_config(r.o.layout, req, world.size()), world, r.o.backend, r.o.comm);
+  load_checkpoint_into(*run.engine, r.ckpt_dir);
   try {
-    const nlohmann::json tj = load_checkpoint_trainer(ckpt_dir);
+    const nlohmann::json tj = load_checkpoint_trainer(r.ckpt_dir);
     if (tj.contains("step") && tj.at("step").is_number_integer()) r.step = tj.at("step").get<int64_t>();
   } catch (const InputError&) {
     // A checkpoint without trainer.json (converted from elsewhere): no step to show.
   }
-
-  return model_ptr;
+  return run;
 }
 
 // The model's forecasts and the two baselines', scored lead by lead over the same start times;
 // the map's forecast and truth kept on the way.
-void score_forecasts(EvalRun& r, ClimaX& model, int64_t B) {
+void score_forecasts(EvalRun& r, Engine& engine) {
   const std::string& ckpt_dir = r.ckpt_dir;
   const WeatherEvalOptions& o = r.o;
   const WeatherDataset& train = *r.train;
@@ -310,16 +311,23 @@ void score_forecasts(EvalRun& r, ClimaX& model, int64_t B) {
   r.weights = latitude_weights(ds.lat());
   const std::vector<float>& clim = r.clim;
   const std::vector<float>& weights = r.weights;
-  std::vector<float> x(static_cast<size_t>(B * n_v)), y(x.size()), pred(x.size()), lead(static_cast<size_t>(B));
+  // Forecasts of `chunk` start times at once: a micro-batch on every data-parallel rank.
+  const int64_t chunk = engine.config().micro_batch * engine.config().grid.dp;
+  std::vector<float> x(static_cast<size_t>(n_v)), y(static_cast<size_t>(chunk * n_v)), pred(y.size());
   for (size_t k = 0; k < lead_steps.size(); ++k) {
     ForecastScores ms(V, H, W, weights, clim);
-    for (int64_t first = 0; first < n; first += B) {
-      const int64_t b = std::min(B, n - first);
-      for (int64_t s = 0; s < b; ++s) {
-        ds.sample(starts[static_cast<size_t>(first + s)], lead_steps[k], x.data() + s * n_v, y.data() + s * n_v);
-        lead[static_cast<size_t>(s)] = static_cast<float>(o.lead_hours[k]);
-      }
-      model.predict(x.data(), lead.data(), b, pred.data());
+    for (int64_t first = 0; first < n; first += chunk) {
+      const int64_t b = std::min(chunk, n - first);
+      engine.outputs_rows(
+          [&](int64_t row, int64_t count, const BatchRows& out) {
+            for (int64_t s = 0; s < count; ++s) {
+              ds.sample(starts[static_cast<size_t>(first + row + s)], lead_steps[k], out.fields + s * n_v,
+                        out.target_fields + s * n_v);
+              out.lead_hours[s] = static_cast<float>(o.lead_hours[k]);
+            }
+          },
+          b, pred.data());
+      for (int64_t s = 0; s < b; ++s) ds.sample(starts[static_cast<size_t>(first + s)], lead_steps[k], x.data(), y.data() + s * n_v);
       for (int64_t s = 0; s < b; ++s) {
         const float* p = pred.data() + s * n_v;
         for (int64_t i = 0; i < n_v; ++i) {
@@ -536,18 +544,14 @@ void print_eval_table(const EvalRun& r) {
 
 int eval_weather_checkpoint(const std::string& ckpt_dir, const ModelConfig& mc, const WeatherEvalOptions& o,
                             Communicator& world) {
-  if (world.size() != 1) {
-    throw_input("weft eval of a ClimaX checkpoint runs on one process; it was launched on {} ranks", world.size());
-  }
   EvalRun r{ckpt_dir, mc, o};
   r.model_desc = fmt::format("'{}' ({} variables on a {}x{} grid)", mc.name, mc.vars, mc.img_h, mc.img_w);
   check_eval_inputs(r);
   open_eval_data(r);
   if (!o.map_png.empty()) choose_map(r);
-  std::unique_ptr<Backend> backend = make_backend(o.backend);
-  const int64_t B = std::min<int64_t>(o.batch, static_cast<int64_t>(r.starts.size()));
-  const std::unique_ptr<ClimaX> model = load_eval_model(r, *backend, B);
-  score_forecasts(r, *model, B);
+  EngineRun run = load_eval_engine(r, world);
+  score_forecasts(r, *run.engine);
+  if (world.rank() != 0) return 0;  // every rank scored the same forecasts; rank 0 reports them
   nlohmann::ordered_json j = eval_json(r);
   if (!o.map_png.empty()) draw_eval_map(r, j);
   if (!o.out_json.empty()) write_output_file(o.out_json, j.dump(2) + "\n");

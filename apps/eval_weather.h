@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_util.h"
 #include "comm/communicator.h"
 #include "model/config.h"
 
@@ -28,10 +29,14 @@ struct WeatherEvalOptions {
   int64_t map_sample = 0;        // index into the start times
   double map_lead = 0.0;         // 0: the first lead
   std::string backend = "cpu";
+  std::string comm;              // "": the backend's default communicator
+  LayoutOptions layout;          // any layout the family allows (tp, dp, ZeRO, HSDP)
   std::string format = "text";
 };
 
-// Runs on one process. InputError (exit 2) naming the values for: data that is no weather
+// Runs through the engine in any layout the family allows (tp, dp, ZeRO, HSDP; the layout rules
+// refuse pp and sequence parallelism): each data-parallel rank forecasts its share of the start
+// times, every rank scores all of them, rank 0 prints and writes. InputError (exit 2) naming the values for: data that is no weather
 // folder (token shards, a missing train.nc), a missing split, a variable not in the file, a grid
 // or variable count other than the model's, a lead that is not a positive multiple of the time
 // step, a sample or map option out of range; RuntimeError for predictions that are not finite.

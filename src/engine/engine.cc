@@ -380,6 +380,51 @@ double Engine::evaluate(const TokenDataset& data, int64_t windows) {
   return sums[0] / sums[1];
 }
 
+void Engine::fill_rows(const BatchFn& batch, const std::vector<int64_t>& mine, int64_t i0, int64_t nb) {
+  for (int64_t i = 0; i < std::max<int64_t>(nb, 1); ++i) {
+    // One row at a time into row i of the buffers.
+    BatchRows at = rows_;
+    if (at.inputs) at.inputs += i * sample_.tokens;
+    if (at.targets) at.targets += i * sample_.tokens;
+    if (at.fields) at.fields += i * sample_.fields;
+    if (at.target_fields) at.target_fields += i * sample_.fields;
+    if (at.lead_hours) at.lead_hours += i * sample_.scalars;
+    batch(nb > 0 ? mine[static_cast<size_t>(i0 + i)] : 0, 1, at);
+  }
+}
+
+void Engine::outputs_rows(const BatchFn& batch, int64_t count, float* out) {
+  if (runtime_) {
+    throw_input("the model's outputs are computed without pipeline stages (pp {}); score them with pp 1",
+                cfg_.grid.pp);
+  }
+  Model& m = *chunks_[0]->model;
+  const int64_t E = m.output_elems();
+  const int64_t B = cfg_.micro_batch;
+  const int dp = cfg_.grid.dp;
+  // As evaluate_rows: rows dealt round-robin over the dp ranks, every rank running the same
+  // number of forward passes; pass p covers the rows [p B dp, (p + 1) B dp) of all ranks.
+  std::vector<int64_t> mine;
+  for (int64_t r = dp_rank_; r < count; r += dp) mine.push_back(r);
+  const int64_t passes = ((count + dp - 1) / dp + B - 1) / B;
+  std::vector<float> one(static_cast<size_t>(B * E)), all(static_cast<size_t>(B * dp * E));
+  for (int64_t p = 0; p < passes; ++p) {
+    const int64_t i0 = p * B;
+    const int64_t nb = std::clamp<int64_t>(static_cast<int64_t>(mine.size()) - i0, 0, B);
+    fill_rows(batch, mine, i0, nb);
+    m.forward_outputs(micro_batch(), std::max<int64_t>(nb, 1), one.data());
+    // Each rank's rows at their place, zeros elsewhere: the sum over dp is exact.
+    std::fill(all.begin(), all.end(), 0.0f);
+    for (int64_t i = 0; i < nb; ++i) {
+      const int64_t slot = mine[static_cast<size_t>(i0 + i)] - p * B * dp;
+      std::copy_n(one.data() + i * E, E, all.data() + slot * E);
+    }
+    comm(Axis::kDp).all_reduce_sum(all.data(), static_cast<int64_t>(all.size()));
+    const int64_t first = p * B * dp, n = std::min(B * dp, count - first);
+    std::copy_n(all.data(), n * E, out + first * E);
+  }
+}
+
 double Engine::evaluate_rows(const BatchFn& batch, int64_t count) {
   const int64_t B = cfg_.micro_batch, T = cfg_.seq;
   const int dp = cfg_.grid.dp;
@@ -394,16 +439,7 @@ double Engine::evaluate_rows(const BatchFn& batch, int64_t count) {
     const int64_t i0 = p * B;
     const int64_t nb = std::clamp<int64_t>(static_cast<int64_t>(mine.size()) - i0, 0, B);
     const int64_t rows = std::max<int64_t>(nb, 1);
-    for (int64_t i = 0; i < rows; ++i) {
-      // One row at a time into row i of the buffers.
-      BatchRows at = rows_;
-      if (at.inputs) at.inputs += i * sample_.tokens;
-      if (at.targets) at.targets += i * sample_.tokens;
-      if (at.fields) at.fields += i * sample_.fields;
-      if (at.target_fields) at.target_fields += i * sample_.fields;
-      if (at.lead_hours) at.lead_hours += i * sample_.scalars;
-      batch(nb > 0 ? mine[static_cast<size_t>(i0 + i)] : 0, 1, at);
-    }
+    fill_rows(batch, mine, i0, nb);
     const double l = forward_loss(rows, micro_batch());
     if (nb > 0) {
       sums[0] += l * (static_cast<double>(nb) / static_cast<double>(rows));

@@ -125,6 +125,11 @@ class Engine {
   // Mean loss over the `count` rows that `batch` yields (rows [0, count)), dealt round-robin
   // over dp ranks, micro-batch by micro-batch: any family. Collective.
   double evaluate_rows(const BatchFn& batch, int64_t count);
+  // The model's outputs (Model::output_elems() floats a row, e.g. ClimaX's forecasts) of the
+  // `count` rows that `batch` yields, into `out` on every rank: the rows dealt over the dp ranks
+  // as by evaluate_rows, each output summed over dp from the rank that made it (exact: zeros
+  // elsewhere). Without pipeline stages. Collective.
+  void outputs_rows(const BatchFn& batch, int64_t count, float* out);
   // The model of chunk c on this rank (the whole model without pipeline stages).
   Model& model(int c = 0);
   // Generation: sizes the activations for one sequence of up to n_ctx tokens (the training
@@ -144,6 +149,8 @@ class Engine {
   void build_chunks();
   void set_norm_skip(Chunk& ch);
   double forward_loss(int64_t rows, const MicroBatch& mb);
+  // Rows mine[i0, i0 + nb) of `batch` into the host buffers, one at a time (row 0 when nb is 0).
+  void fill_rows(const BatchFn& batch, const std::vector<int64_t>& mine, int64_t i0, int64_t nb);
   MicroBatch micro_batch() const;  // the host buffers below
   Model& generator(int c);         // generation: the model of chunk c (InputError for a family without)
   // Whole-model buffer (tp = 1 layout) <-> one chunk's part on this rank, through tp.

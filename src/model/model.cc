@@ -13,6 +13,11 @@ void Model::forward_logits(const int32_t*, int64_t T, int64_t from, float*) {
 
 void Model::stage_logits(int, int64_t T, int64_t from, float* logits_out) { forward_logits(nullptr, T, from, logits_out); }
 
+void Model::forward_outputs(const MicroBatch&, int64_t B, float*) {
+  throw_input("model '{}' is a {} model: it has no outputs to score beyond its loss ({} samples asked for)",
+              config().name, config().capabilities().family, B);
+}
+
 void Model::set_latitudes(const std::vector<float>& lat_deg) {
   throw_input("model '{}' ({}) reads no latitude grid ({} latitudes given)", config().name, config().family_name(),
               lat_deg.size());

@@ -81,6 +81,13 @@ class Model {
   virtual const float* stage_output(int slot) = 0;
   virtual const float* stage_input_grad() const = 0;
 
+  // --- the model's outputs, for a family scored on them beyond its loss (ClimaX's forecasts; the
+  // defaults: none) ---
+  // Floats of one sample's output (0: the family has none to give).
+  virtual int64_t output_elems() const { return 0; }
+  // Forward only: the outputs of the B samples of `mb` into host `out` (B * output_elems()).
+  virtual void forward_outputs(const MicroBatch& mb, int64_t B, float* out);
+
   // --- token logits, for a family that generates (ModelCapabilities::generation; the defaults
   // refuse with the family's name) ---
   // Logits (V real entries per row) of positions [from, T) of one sequence of T host tokens.

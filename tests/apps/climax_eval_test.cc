@@ -219,6 +219,39 @@ TEST_F(ClimaxEval, LeadListStrideAndSamples) {
   }
 }
 
+// The scores go through the engine: tp 2 x dp 2 with ZeRO-3, and HSDP, give the one-process
+// scores (every model score within 1e-6 relative; the baselines do not depend on the layout).
+TEST_F(ClimaxEval, AnyLayoutGivesTheOneProcessScores) {
+  const std::string args = "--lead-hours 6,12 --samples 10 --batch 2 --format json";
+  const RunResult one = eval(args);
+  ASSERT_EQ(one.code, 0) << one.err;
+  const nlohmann::json want = nlohmann::json::parse(one.out);
+  for (const auto& [np, layout] : {std::pair{4, "--tp 2 --dp 2 --zero 3"}, {4, "--dp-shard 2 --dp-replicate 2 --zero 1"},
+                                   {2, "--dp 2 --micro-batch 1"}}) {
+    const RunResult r = test::run_weft_with(test::mpi_launcher(np),
+                                            "eval --checkpoint " + run_ + " --data " + data_ + " " + args + " " + layout,
+                                            (root_ / fmt::format("layout{}", n_++)).string());
+    ASSERT_EQ(r.code, 0) << layout << ": " << r.err;
+    const nlohmann::json got = nlohmann::json::parse(r.out);
+    ASSERT_EQ(got["leads"].size(), 2u) << layout;
+    double worst = 0.0;
+    for (size_t k = 0; k < 2; ++k) {
+      for (const std::string& v : kFields) {
+        for (const char* kind : {"model", "persistence", "climatology"}) {
+          for (const char* m : {"rmse", "acc"}) {
+            const double w = want["leads"][k]["scores"][v][kind][m].get<double>();
+            const double g = got["leads"][k]["scores"][v][kind][m].get<double>();
+            EXPECT_NEAR(g, w, 1e-6 * std::max(std::abs(w), 1e-12)) << layout << " lead " << k << " " << v << " " << kind
+                                                                     << " " << m;
+            worst = std::max(worst, std::abs(g - w) / std::max(std::abs(w), 1e-12));
+          }
+        }
+      }
+    }
+    std::printf("%s: worst relative difference of a score %.3g\n", layout, worst);
+  }
+}
+
 TEST_F(ClimaxEval, BadInputIsOneLineWithTheValues) {
   auto bad = [&](const RunResult& b, const std::vector<std::string>& frags) {
     EXPECT_EQ(b.code, 2) << b.err;
@@ -238,12 +271,14 @@ TEST_F(ClimaxEval, BadInputIsOneLineWithTheValues) {
   b = test::run_weft("eval --checkpoint " + gpt + " --data " + data_ + " --lead-hours 6 --out " + out,
                      (root_ / "b2").string());
   bad(b, {"--lead-hours, --out", "ClimaX checkpoint", "GPT model"});
-  // The ClimaX checkpoint with token shards, or with a GPT layout option.
+  // The ClimaX checkpoint with token shards, or with an option of GPT checkpoints.
   const std::string tok = (root_ / "tokens").string();
   test::make_random_corpus(tok, 2000, 2000);
   b = test::run_weft("eval --checkpoint " + run_ + " --data " + tok, (root_ / "b3").string());
   bad(b, {tok, "token shards", "ClimaX model 'climax-tiny' (5 variables on a 32x64 grid)"});
-  bad(eval("--tp 2"), {"--tp", "GPT checkpoint", "ClimaX"});
+  bad(eval("--windows 4"), {"--windows", "GPT checkpoint", "ClimaX"});
+  // A layout the family does not allow, or that the ranks do not make.
+  bad(eval("--tp 2"), {"tp 2", "world"});
   // A variable the file does not have; a grid that is not the model's.
   bad(eval("--variables z500,t850,t2m,u10,q700 --out " + out), {"q700", "z500"});
   const std::string small = (root_ / "wx16").string();

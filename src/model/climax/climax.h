@@ -95,6 +95,11 @@ class ClimaX final : public Model {
   double forward_loss(const ClimaxBatch& b, int64_t B);
   // Forward only: the predictions (B,V,H,W) in normalised units, host memory.
   void predict(const float* x, const float* lead, int64_t B, float* out);
+  // The Model interface's outputs: the predictions of mb's fields and lead times, (B,V,H,W).
+  int64_t output_elems() const override {
+    return int64_t{config().vars} * config().img_h * config().img_w;
+  }
+  void forward_outputs(const MicroBatch& mb, int64_t B, float* out) override { predict(mb.fields, mb.lead_hours, B, out); }
 
  private:
   struct Stash;
