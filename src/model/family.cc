@@ -30,6 +30,12 @@ const Family& family_of_config_json(const nlohmann::json& j, const std::string& 
               j.contains("model_type") ? j.at("model_type").dump() : "missing", family_names());
 }
 
+float Family::init_value(const ModelConfig& cfg, const ParamTensor& t, int64_t index) const {
+  throw_input("model '{}' ({}): tensor {} asks for the family's initial values, which the family does not give "
+              "(element {})",
+              cfg.name, name(), t.name, index);
+}
+
 std::unique_ptr<Model> make_model(const ModelConfig& cfg, Backend& backend, bool local_store, int tp_size, int tp_rank,
                                   const StageSpec& stage) {
   return cfg.family->make_model(cfg, backend, local_store, tp_size, tp_rank, stage);

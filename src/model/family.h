@@ -63,6 +63,12 @@ class Family {
   // the checkpoint writer completes with its format version).
   virtual nlohmann::ordered_json to_config_json(const ModelConfig& cfg) const = 0;
 
+  // --- the parameters (model/params.h) ---
+  // Its tensors: the front group, the blocks' (block_param_specs), the back group.
+  virtual ParamTable param_table(const ModelConfig& cfg) const = 0;
+  // Element `index` of a tensor declared ParamInit::kFamily (replicated tensors only).
+  virtual float init_value(const ModelConfig& cfg, const ParamTensor& t, int64_t index) const;
+
   // --- the model ---
   // The model of `cfg` for tensor-parallel part tp_rank of tp_size, holding the layers of
   // `stage` (a family without pipeline stages takes the whole model).

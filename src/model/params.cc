@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "model/climax/climax_config.h"
+#include "model/family.h"
 #include "core/rng.h"
 
 namespace weft {
@@ -33,119 +33,73 @@ ParamLayout::ParamLayout(const ModelConfig& cfg, int tp_size, int tp_rank, const
   cfg_.validate();
   if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size) throw_input("tensor-parallel rank {} of {}", tp_rank, tp_size);
   check_tp_split(cfg, tp_size);
-  if (cfg.family == &climax_family()) {
-    add_climax_tensors();
-  } else {
-    add_gpt_tensors();
+  // The family's tensors in its order: the ids (the initialisation's RNG streams) follow it.
+  const ParamTable table = cfg.family->param_table(cfg);
+  WEFT_CHECK(static_cast<int>(table.layers.size()) == cfg.n_layer, "{}: {} layers of parameters for {} layers",
+             cfg.name, table.layers.size(), cfg.n_layer);
+  include_ = stage_.embedding || (table.front_with_head && stage_.head);
+  if (include_ && !table.front.empty()) emb_ = static_cast<int>(tensors_.size());
+  for (const ParamSpec& p : table.front) add(p, -1);
+  if (emb_ >= 0) emb_end_ = static_cast<int>(tensors_.size());
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    const auto& specs = table.layers[static_cast<size_t>(l)];
+    WEFT_CHECK(specs.size() == kParamsPerLayer, "{}: layer {} has {} tensors, a block has {}", cfg.name, l,
+               specs.size(), kParamsPerLayer);
+    include_ = l >= stage_.first_layer && l < stage_.first_layer + stage_.num_layers;
+    if (include_) layer_first_[l] = static_cast<int>(tensors_.size());
+    for (const ParamSpec& p : specs) add(p, l);
   }
+  include_ = stage_.head;
+  if (include_ && !table.back.empty()) final_ = static_cast<int>(tensors_.size());
+  for (const ParamSpec& p : table.back) add(p, -1);
+  if (final_ >= 0) final_end_ = static_cast<int>(tensors_.size());
 }
 
-void ParamLayout::add(std::string name, ParamKind kind, int layer, std::vector<int64_t> full, TpSplit split,
-                      bool decay) {
+void ParamLayout::add(const ParamSpec& spec, int layer) {
   const uint64_t id = next_id_++;
   if (!include_) return;
   const int64_t P = tp_size_;
   ParamTensor t;
-  t.name = std::move(name);
-  t.kind = kind;
+  t.name = spec.name;
+  t.kind = spec.kind;
   t.layer = layer;
-  t.full_shape = full;
-  t.hf_shape = full;
-  t.split = P == 1 ? TpSplit::kReplicated : split;
-  t.shape = full;
+  t.full_shape = spec.full;
+  t.hf_shape = spec.hf_shape.empty() ? spec.full : spec.hf_shape;
+  t.split = P == 1 ? TpSplit::kReplicated : spec.split;
+  t.shape = spec.full;
   if (t.split == TpSplit::kRows) t.shape[0] /= P;
   if (t.split == TpSplit::kCols || t.split == TpSplit::kQkvCols || t.split == TpSplit::kKvCols) t.shape.back() /= P;
   t.offset = total_;
   t.numel = 1;
   for (int64_t d : t.shape) t.numel *= d;
   t.id = id;
-  t.weight_decay = decay;
+  t.weight_decay = spec.decay;
+  t.init = spec.init;
+  t.live = spec.live;
   total_ += t.numel;
   tensors_.push_back(std::move(t));
 }
 
-// One transformer block's 12 tensors (model/block.h), named `prefix` + names[i].
-void ParamLayout::add_layer_tensors(int l, const std::string& prefix, const char* const names[]) {
+std::vector<ParamSpec> block_param_specs(const ModelConfig& cfg, const std::string& prefix,
+                                         const char* const names[kParamsPerLayer], bool residual_scaled) {
   using S = TpSplit;
   using K = ParamKind;
-  const int64_t C = cfg_.n_embd, F = cfg_.ffn;
-  include_ = l >= stage_.first_layer && l < stage_.first_layer + stage_.num_layers;
-  if (include_) layer_first_[l] = static_cast<int>(tensors_.size());
-  add(prefix + names[0], K::kLn1W, l, {C}, S::kReplicated, false);
-  add(prefix + names[1], K::kLn1B, l, {C}, S::kReplicated, false);
-  add(prefix + names[2], K::kQkvW, l, {C, 3 * C}, S::kQkvCols, true);
-  add(prefix + names[3], K::kQkvB, l, {3 * C}, S::kQkvCols, false);
-  add(prefix + names[4], K::kAttnProjW, l, {C, C}, S::kRows, true);
-  add(prefix + names[5], K::kAttnProjB, l, {C}, S::kReplicated, false);
-  add(prefix + names[6], K::kLn2W, l, {C}, S::kReplicated, false);
-  add(prefix + names[7], K::kLn2B, l, {C}, S::kReplicated, false);
-  add(prefix + names[8], K::kFcW, l, {C, F}, S::kCols, true);
-  add(prefix + names[9], K::kFcB, l, {F}, S::kCols, false);
-  add(prefix + names[10], K::kFcProjW, l, {F, C}, S::kRows, true);
-  add(prefix + names[11], K::kFcProjB, l, {C}, S::kReplicated, false);
-}
-
-void ParamLayout::add_gpt_tensors() {
-  const int64_t C = cfg_.n_embd, Vp = cfg_.padded_vocab, V = cfg_.vocab_size;
-  using S = TpSplit;
-  include_ = stage_.embedding || stage_.head;
-  if (include_) emb_ = static_cast<int>(tensors_.size());
-  add("transformer.wte.weight", ParamKind::kWte, -1, {Vp, C}, S::kRows, true);
-  if (include_) tensors_.back().hf_shape = {V, C};
-  add("transformer.wpe.weight", ParamKind::kWpe, -1, {cfg_.n_ctx, C}, S::kReplicated, true);
-  if (include_) emb_end_ = static_cast<int>(tensors_.size());
-  static const char* const kNames[kParamsPerLayer] = {
-      "ln_1.weight",      "ln_1.bias",      "attn.c_attn.weight", "attn.c_attn.bias",
-      "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",      "ln_2.bias",
-      "mlp.c_fc.weight",  "mlp.c_fc.bias",  "mlp.c_proj.weight",  "mlp.c_proj.bias"};
-  for (int l = 0; l < cfg_.n_layer; ++l) add_layer_tensors(l, fmt::format("transformer.h.{}.", l), kNames);
-  include_ = stage_.head;
-  if (include_) final_ = static_cast<int>(tensors_.size());
-  add("transformer.ln_f.weight", ParamKind::kLnfW, -1, {C}, S::kReplicated, false);
-  add("transformer.ln_f.bias", ParamKind::kLnfB, -1, {C}, S::kReplicated, false);
-  if (include_) final_end_ = static_cast<int>(tensors_.size());
-}
-
-// ClimaX (Nguyen et al. 2023, microsoft/ClimaX src/climax/arch.py), names as there. Tensor
-// parallelism as ORBIT's Hybrid-STOP: the blocks and the variable aggregation's projections are
-// split (q and k|v by heads, the output projection by rows); the patch, variable, position and
-// lead-time embeddings and the decoder head are replicated.
-void ParamLayout::add_climax_tensors() {
-  const int64_t C = cfg_.n_embd, V = cfg_.vars, P2 = int64_t{cfg_.patch} * cfg_.patch, L = cfg_.num_patches();
-  using S = TpSplit;
-  using K = ParamKind;
-  include_ = stage_.embedding;
-  if (include_) emb_ = static_cast<int>(tensors_.size());
-  add("token_embeds.weight", K::kPatchW, -1, {V, P2, C}, S::kReplicated, true);
-  add("token_embeds.bias", K::kPatchB, -1, {V, C}, S::kReplicated, false);
-  add("var_embed", K::kVarEmbed, -1, {V, C}, S::kReplicated, true);
-  add("var_query", K::kVarQuery, -1, {C}, S::kReplicated, false);
-  add("var_agg.q.weight", K::kAggQW, -1, {C, C}, S::kCols, true);
-  add("var_agg.q.bias", K::kAggQB, -1, {C}, S::kCols, false);
-  add("var_agg.kv.weight", K::kAggKvW, -1, {C, 2 * C}, S::kKvCols, true);
-  add("var_agg.kv.bias", K::kAggKvB, -1, {2 * C}, S::kKvCols, false);
-  add("var_agg.out_proj.weight", K::kAggOutW, -1, {C, C}, S::kRows, true);
-  add("var_agg.out_proj.bias", K::kAggOutB, -1, {C}, S::kReplicated, false);
-  add("pos_embed", K::kPosEmbed, -1, {L, C}, S::kReplicated, true);
-  add("lead_time_embed.weight", K::kLeadW, -1, {1, C}, S::kReplicated, true);
-  add("lead_time_embed.bias", K::kLeadB, -1, {C}, S::kReplicated, false);
-  if (include_) emb_end_ = static_cast<int>(tensors_.size());
-  static const char* const kNames[kParamsPerLayer] = {
-      "norm1.weight",     "norm1.bias",     "attn.qkv.weight", "attn.qkv.bias",
-      "attn.proj.weight", "attn.proj.bias", "norm2.weight",    "norm2.bias",
-      "mlp.fc1.weight",   "mlp.fc1.bias",   "mlp.fc2.weight",  "mlp.fc2.bias"};
-  for (int l = 0; l < cfg_.n_layer; ++l) add_layer_tensors(l, fmt::format("blocks.{}.", l), kNames);
-  include_ = stage_.head;
-  if (include_) final_ = static_cast<int>(tensors_.size());
-  add("norm.weight", K::kLnfW, -1, {C}, S::kReplicated, false);
-  add("norm.bias", K::kLnfB, -1, {C}, S::kReplicated, false);
-  for (int d = 0; d < cfg_.decoder_depth; ++d) {
-    add(fmt::format("head.{}.weight", 2 * d), K::kHeadW, -1, {C, C}, S::kReplicated, true);
-    add(fmt::format("head.{}.bias", 2 * d), K::kHeadB, -1, {C}, S::kReplicated, false);
-  }
-  add(fmt::format("head.{}.weight", 2 * cfg_.decoder_depth), K::kHeadW, -1, {C, V * P2}, S::kReplicated, true);
-  add(fmt::format("head.{}.bias", 2 * cfg_.decoder_depth), K::kHeadB, -1, {V * P2}, S::kReplicated, false);
-  if (include_) final_end_ = static_cast<int>(tensors_.size());
+  using I = ParamInit;
+  const int64_t C = cfg.n_embd, F = cfg.ffn;
+  const I proj = residual_scaled ? I::kNormalResidual : I::kNormal;
+  auto n = [&](int i) { return prefix + names[i]; };
+  return {{n(0), K::kLn1W, {C}, S::kReplicated, false, I::kOnes},
+          {n(1), K::kLn1B, {C}, S::kReplicated, false, I::kZeros},
+          {n(2), K::kQkvW, {C, 3 * C}, S::kQkvCols, true, I::kNormal},
+          {n(3), K::kQkvB, {3 * C}, S::kQkvCols, false, I::kZeros},
+          {n(4), K::kAttnProjW, {C, C}, S::kRows, true, proj},
+          {n(5), K::kAttnProjB, {C}, S::kReplicated, false, I::kZeros},
+          {n(6), K::kLn2W, {C}, S::kReplicated, false, I::kOnes},
+          {n(7), K::kLn2B, {C}, S::kReplicated, false, I::kZeros},
+          {n(8), K::kFcW, {C, F}, S::kCols, true, I::kNormal},
+          {n(9), K::kFcB, {F}, S::kCols, false, I::kZeros},
+          {n(10), K::kFcProjW, {F, C}, S::kRows, true, proj},
+          {n(11), K::kFcProjB, {C}, S::kReplicated, false, I::kZeros}};
 }
 
 int64_t ParamLayout::global_index(const ParamTensor& t, int64_t local) const {
@@ -294,22 +248,6 @@ const ParamTensor* ParamLayout::find(const std::string& name) const {
   return nullptr;
 }
 
-float sincos_embedding(const ModelConfig& cfg, ParamKind kind, int64_t index) {
-  const int64_t C = cfg.n_embd, row = index / C, col = index % C;
-  // MAE's get_1d_sincos_pos_embed_from_grid(D, pos): [sin(pos w_k), cos(pos w_k)], k < D/2,
-  // w_k = 1 / 10000^(k / (D/2)).
-  auto one_d = [](int64_t D, double pos, int64_t c) {
-    const int64_t half = D / 2, k = c % half;
-    const double w = 1.0 / std::pow(10000.0, static_cast<double>(k) / static_cast<double>(half));
-    return static_cast<float>(c < half ? std::sin(pos * w) : std::cos(pos * w));
-  };
-  if (kind == ParamKind::kVarEmbed) return one_d(C, static_cast<double>(row), col);
-  // get_2d_sincos_pos_embed(D, h, w): the first D/2 columns encode the patch's column index,
-  // the last D/2 its row index (MAE's meshgrid(w, h) order).
-  const int64_t w = cfg.img_w / cfg.patch, hi = row / w, wi = row % w;
-  return col < C / 2 ? one_d(C / 2, static_cast<double>(wi), col) : one_d(C / 2, static_cast<double>(hi), col - C / 2);
-}
-
 void init_params(const ParamLayout& layout, uint64_t seed, float* params) {
   init_params_range(layout, seed, 0, layout.total(), params);
 }
@@ -322,30 +260,24 @@ void init_params_range(const ParamLayout& layout, uint64_t seed, int64_t begin, 
     if (b >= e) continue;
     float* p = out + (b - begin);
     const int64_t i0 = b - t.offset, i1 = e - t.offset;  // element indices within the tensor
-    switch (t.kind) {
-      case ParamKind::kLn1W:
-      case ParamKind::kLn2W:
-      case ParamKind::kLnfW:
+    switch (t.init) {
+      case ParamInit::kOnes:
         for (int64_t i = i0; i < i1; ++i) p[i - i0] = 1.0f;
         break;
-      case ParamKind::kLn1B: case ParamKind::kLn2B: case ParamKind::kLnfB: case ParamKind::kQkvB:
-      case ParamKind::kAttnProjB: case ParamKind::kFcB: case ParamKind::kFcProjB:
-      case ParamKind::kPatchB: case ParamKind::kAggQB: case ParamKind::kAggKvB: case ParamKind::kAggOutB:
-      case ParamKind::kLeadB: case ParamKind::kHeadB: case ParamKind::kVarQuery:
+      case ParamInit::kZeros:
         for (int64_t i = i0; i < i1; ++i) p[i - i0] = 0.0f;
         break;
-      case ParamKind::kVarEmbed:
-      case ParamKind::kPosEmbed:
-        for (int64_t i = i0; i < i1; ++i) p[i - i0] = sincos_embedding(cfg, t.kind, i);  // replicated: i is global
+      case ParamInit::kFamily:
+        for (int64_t i = i0; i < i1; ++i) p[i - i0] = cfg.family->init_value(cfg, t, i);  // replicated: i is global
         break;
-      default: {
+      case ParamInit::kNormal:
+      case ParamInit::kNormalResidual: {
         // GPT-2 scales the residual projections by 1/sqrt(2L); ClimaX (timm) does not.
-        const bool scaled = cfg.family != &climax_family() && (t.kind == ParamKind::kAttnProjW || t.kind == ParamKind::kFcProjW);
-        const float std = scaled ? proj_std : cfg.init_std;
+        const float std = t.init == ParamInit::kNormalResidual ? proj_std : cfg.init_std;
         // Padded vocabulary rows stay zero: they never receive a gradient.
         // Keyed by the element's index in the whole tensor: every tensor-parallel split
         // reproduces the single-process values.
-        const int64_t live = t.kind == ParamKind::kWte ? int64_t{cfg.vocab_size} * cfg.n_embd : INT64_MAX;
+        const int64_t live = t.live < 0 ? INT64_MAX : t.live;
         const uint64_t stream = kRngStreamInit + t.id;
 #pragma omp parallel for schedule(static)
         for (int64_t i = i0; i < i1; ++i) {

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/config.h"
@@ -33,6 +34,7 @@ enum class ParamKind {
   kPosEmbed,             // (L, C) 2-D sine-cosine initialised
   kLeadW, kLeadB,        // (1, C), (C): lead time (hours / 100) -> C
   kHeadW, kHeadB,        // decoder layers (C, C) and the last (C, V*p*p)
+  kOther,                // a family's own tensor (what it is, its name says)
 };
 constexpr int kParamsPerLayer = 12;
 
@@ -41,6 +43,41 @@ constexpr int kParamsPerLayer = 12;
 // heads), row-parallel matrices their input rows, the embedding its vocabulary rows.
 // kKvCols: the columns of each of k and v (ClimaX's variable aggregation).
 enum class TpSplit { kReplicated, kRows, kCols, kQkvCols, kKvCols };
+
+// How a tensor's first values are drawn (init_params).
+enum class ParamInit {
+  kNormal,          // N(0, init_std), keyed by (seed, tensor id, element of the whole tensor)
+  kNormalResidual,  // N(0, init_std / sqrt(2 L)): GPT-2's residual projections
+  kZeros,
+  kOnes,
+  kFamily,          // the family's own values (Family::init_value: ClimaX's sine-cosine embeddings)
+};
+
+// One tensor as a family declares it (Family::param_table).
+struct ParamSpec {
+  ParamSpec(std::string n, ParamKind k, std::vector<int64_t> f, TpSplit s, bool d, ParamInit i,
+            std::vector<int64_t> hf = {}, int64_t lv = -1)
+      : name(std::move(n)), kind(k), full(std::move(f)), split(s), decay(d), init(i), hf_shape(std::move(hf)), live(lv) {}
+  std::string name;
+  ParamKind kind;
+  std::vector<int64_t> full;       // shape of the whole tensor (tp = 1)
+  TpSplit split;
+  bool decay;                      // AdamW's weight decay applies
+  ParamInit init;
+  std::vector<int64_t> hf_shape;   // the checkpoint's shape when it differs ({}: full)
+  int64_t live;                    // elements of the whole tensor drawn, from the start (-1: all); the rest stay 0
+};
+
+// A family's parameters in layout order: the front group (0: embeddings, everything before the
+// blocks), one list per transformer layer (groups 1..L, the block's kParamsPerLayer tensors each),
+// the back group (L+1: the final norm and what reads it).
+struct ParamTable {
+  std::vector<ParamSpec> front;
+  std::vector<std::vector<ParamSpec>> layers;
+  std::vector<ParamSpec> back;
+  // The pipeline stage with the head also holds the front group (a head tied to the embedding).
+  bool front_with_head = false;
+};
 
 struct ParamTensor {
   std::string name;              // Hugging Face GPT-2 name, e.g. "transformer.h.0.attn.c_attn.weight"
@@ -54,6 +91,8 @@ struct ParamTensor {
   int64_t numel = 0;
   uint64_t id = 0;               // stable id: the RNG stream of its initialisation
   bool weight_decay = false;     // AdamW decay applies to matrices (and embeddings), not biases or norms
+  ParamInit init = ParamInit::kNormal;
+  int64_t live = -1;             // elements of the whole tensor drawn (-1: all), the rest zero (padded rows)
 };
 
 // Pointers into one flat buffer (parameters or gradients), per layer.
@@ -70,6 +109,12 @@ struct StageSpec {
   bool embedding = true;
   bool head = true;
 };
+
+// The transformer block's kParamsPerLayer tensors (model/block.h) named prefix + names[i], in the
+// order of LayerPtrs; residual_scaled: its two output projections are drawn by kNormalResidual
+// (GPT-2) rather than kNormal (timm's ViT).
+std::vector<ParamSpec> block_param_specs(const ModelConfig& cfg, const std::string& prefix,
+                                         const char* const names[kParamsPerLayer], bool residual_scaled);
 
 // The stage with num_layers < 0 resolved (the layers from first_layer on); InputError when
 // its layers lie outside the model.
@@ -116,10 +161,7 @@ class ParamLayout {
   std::vector<float*> group_ptrs(int g, float* base) const;
 
  private:
-  void add(std::string name, ParamKind kind, int layer, std::vector<int64_t> full, TpSplit split, bool decay);
-  void add_layer_tensors(int l, const std::string& prefix, const char* const names[]);
-  void add_gpt_tensors();
-  void add_climax_tensors();
+  void add(const ParamSpec& spec, int layer);
   ModelConfig cfg_;
   std::vector<ParamTensor> tensors_;
   int64_t total_ = 0;
@@ -142,12 +184,10 @@ void insert_tp_part(const ParamLayout& local, const ParamLayout& full, const flo
 // Fills `params` (size layout.total()) with the GPT-2 initialisation: weights N(0, 0.02),
 // residual projections N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weight 1, padded vocab rows 0.
 // Element i of tensor t gets a value that depends only on (seed, t.id, i).
-// ClimaX: under init_std, the other weights as the GPT's (normal(0, init_std): timm's truncated
-// normal at +-2 is that at std 0.02) without the residual scaling, the query and biases 0, and
-// element `index` of var_embed (1-D) or pos_embed (2-D sine-cosine, MAE's functions, as ClimaX
-// initialises them).
+// Each tensor as its ParamInit says (the family's declaration): ClimaX's weights normal(0,
+// init_std) without the residual scaling (timm's truncated normal at +-2 is that at std 0.02), its
+// query and biases 0, its var_embed and pos_embed sine-cosine (Family::init_value).
 void init_params(const ParamLayout& layout, uint64_t seed, float* params);
-float sincos_embedding(const ModelConfig& cfg, ParamKind kind, int64_t index);
 // The same values for the element range [begin, end) only, written to out[0, end - begin):
 // a ZeRO-3 shard initialises exactly its part of the single-process model.
 void init_params_range(const ParamLayout& layout, uint64_t seed, int64_t begin, int64_t end, float* out);

@@ -5,6 +5,9 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/manifest.h"
@@ -13,6 +16,7 @@
 #include "model/config_json.h"
 #include "model/family.h"
 #include "model/gpt/gpt_config.h"
+#include "model/params.h"
 #include "train/config.h"
 #include "train/run_data.h"
 
@@ -64,6 +68,18 @@ class ToyFamily final : public Family {
     j["width"] = c.n_embd;
     j["weft"] = {{"name", c.name}};
     return j;
+  }
+  // A front matrix, the shared transformer blocks, a back vector drawn by the family.
+  ParamTable param_table(const ModelConfig& c) const override {
+    ParamTable t;
+    t.front = {{"toy.in", ParamKind::kOther, {3, c.n_embd}, TpSplit::kCols, true, ParamInit::kNormal}};
+    static const char* const kNames[kParamsPerLayer] = {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"};
+    for (int l = 0; l < c.n_layer; ++l) t.layers.push_back(block_param_specs(c, fmt::format("toy.{}.", l), kNames, false));
+    t.back = {{"toy.out", ParamKind::kOther, {c.n_embd}, TpSplit::kReplicated, false, ParamInit::kFamily}};
+    return t;
+  }
+  float init_value(const ModelConfig&, const ParamTensor&, int64_t index) const override {
+    return 0.5f * static_cast<float>(index);
   }
   std::unique_ptr<Model> make_model(const ModelConfig& cfg, Backend&, bool, int, int, const StageSpec&) const override {
     throw_input("the toy family of the registry test has no model ('{}')", cfg.name);
@@ -131,6 +147,34 @@ TEST(FamilyRegistry, RegisteredFamilyIsReachedByPresetsOverridesAndConfigJson) {
   // A second family under a registered name is refused; the same one again is a no-op.
   EXPECT_EQ(input_error([] { register_family(ToyFamily{}); }), "a model family named 'toy' is registered already");
   EXPECT_EQ(input_error([&] { register_family(family); }), "");
+}
+
+// ParamLayout is built from the family's declaration: its groups, tp splits, stage parts and
+// initial values follow the table, whatever the family.
+TEST(FamilyRegistry, ParamLayoutFollowsTheFamilysTable) {
+  const ModelConfig c = model_preset("toy-small");  // 2 layers, 2 heads, width 8, MLP 32
+  const ParamLayout whole(c);
+  const int64_t block = 2 * 8 + 8 * 24 + 24 + 8 * 8 + 8 + 2 * 8 + 8 * 32 + 32 + 32 * 8 + 8;
+  EXPECT_EQ(whole.total(), 3 * 8 + 2 * block + 8);
+  EXPECT_EQ(whole.num_groups(), 4);
+  EXPECT_EQ(whole.group_range(0), (std::pair<int64_t, int64_t>{0, 24}));
+  EXPECT_EQ(whole.group_range(3), (std::pair<int64_t, int64_t>{24 + 2 * block, whole.total()}));
+  ASSERT_NE(whole.find("toy.1.e"), nullptr);
+  EXPECT_EQ(whole.find("toy.1.e")->layer, 1);
+  // tp 2 halves the column-split front matrix; a stage of layer 1 with the head holds no front.
+  const ParamLayout half(c, 2, 1);
+  EXPECT_EQ(half.find("toy.in")->numel, 12);
+  const ParamLayout last(c, 1, 0, StageSpec{.first_layer = 1, .num_layers = 1, .embedding = false, .head = true});
+  EXPECT_FALSE(last.has_group(0));
+  EXPECT_TRUE(last.has_group(2) && last.has_group(3));
+  // Initial values: ones and zeros of the blocks' norms and biases, the family's own values.
+  std::vector<float> p(static_cast<size_t>(whole.total()));
+  init_params(whole, 7, p.data());
+  const ParamTensor& out = *whole.find("toy.out");
+  for (int64_t i = 0; i < out.numel; ++i) EXPECT_EQ(p[static_cast<size_t>(out.offset + i)], 0.5f * i);
+  EXPECT_EQ(p[static_cast<size_t>(whole.find("toy.0.a")->offset)], 1.0f);
+  EXPECT_EQ(p[static_cast<size_t>(whole.find("toy.0.b")->offset)], 0.0f);
+  EXPECT_NE(p[0], 0.0f);
 }
 
 TEST(FamilyRegistry, RunConfigAppliesTheFamilysRules) {

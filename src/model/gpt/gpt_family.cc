@@ -121,6 +121,29 @@ ModelConfig gpt_from_config_json(const nlohmann::json& j, const std::string& sou
   return cfg;
 }
 
+// Hugging Face's GPT-2 names and order: wte, wpe, the blocks, ln_f; the head is tied to wte
+// (whose Vp - V padded rows stay zero and are not written to a checkpoint).
+ParamTable gpt_param_table(const ModelConfig& cfg) {
+  using S = TpSplit;
+  using K = ParamKind;
+  using I = ParamInit;
+  const int64_t C = cfg.n_embd, Vp = cfg.padded_vocab, V = cfg.vocab_size;
+  ParamTable t;
+  t.front_with_head = true;
+  t.front = {{"transformer.wte.weight", K::kWte, {Vp, C}, S::kRows, true, I::kNormal, {V, C}, V * C},
+             {"transformer.wpe.weight", K::kWpe, {cfg.n_ctx, C}, S::kReplicated, true, I::kNormal}};
+  static const char* const kNames[kParamsPerLayer] = {
+      "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
+      "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
+      "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    t.layers.push_back(block_param_specs(cfg, fmt::format("transformer.h.{}.", l), kNames, /*residual_scaled=*/true));
+  }
+  t.back = {{"transformer.ln_f.weight", K::kLnfW, {C}, S::kReplicated, false, I::kOnes},
+            {"transformer.ln_f.bias", K::kLnfB, {C}, S::kReplicated, false, I::kZeros}};
+  return t;
+}
+
 class GptFamily final : public Family {
  public:
   const char* name() const override { return "gpt"; }
@@ -170,6 +193,8 @@ class GptFamily final : public Family {
     return gpt_from_config_json(j, source);
   }
   nlohmann::ordered_json to_config_json(const ModelConfig& cfg) const override { return gpt_config_json(cfg); }
+
+  ParamTable param_table(const ModelConfig& cfg) const override { return gpt_param_table(cfg); }
 
   std::unique_ptr<Model> make_model(const ModelConfig& cfg, Backend& backend, bool local_store, int tp_size,
                                     int tp_rank, const StageSpec& stage) const override {
