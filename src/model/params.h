@@ -1,7 +1,8 @@
 // Parameter layout: every parameter lives in one flat fp32 buffer (and every gradient in
-// another of the same layout), in this order: wte, wpe, then per layer
+// another of the same layout), in the order the model's family declares them
+// (Family::param_table): its front group (GPT: wte, wpe), then per layer the shared block's
 // [ln_1.w, ln_1.b, c_attn.w, c_attn.b, attn.c_proj.w, attn.c_proj.b, ln_2.w, ln_2.b,
-//  c_fc.w, c_fc.b, mlp.c_proj.w, mlp.c_proj.b], then ln_f.w, ln_f.b.
+//  c_fc.w, c_fc.b, mlp.c_proj.w, mlp.c_proj.b], then its back group (GPT: ln_f.w, ln_f.b).
 // A layer's parameters are contiguous, so a pipeline stage or a ZeRO-3 gather is a range.
 // Matrices use Hugging Face's GPT-2 Conv1D layout (in, out): y = x @ W + b.
 #pragma once

@@ -152,6 +152,7 @@ TEST(FamilyRegistry, RegisteredFamilyIsReachedByPresetsOverridesAndConfigJson) {
 // ParamLayout is built from the family's declaration: its groups, tp splits, stage parts and
 // initial values follow the table, whatever the family.
 TEST(FamilyRegistry, ParamLayoutFollowsTheFamilysTable) {
+  toy();
   const ModelConfig c = model_preset("toy-small");  // 2 layers, 2 heads, width 8, MLP 32
   const ParamLayout whole(c);
   const int64_t block = 2 * 8 + 8 * 24 + 24 + 8 * 8 + 8 + 2 * 8 + 8 * 32 + 32 + 32 * 8 + 8;
