@@ -31,6 +31,10 @@ struct StageSpec;
 struct ShapeOverrides {
   int64_t n_layer = 0, n_head = 0, n_embd = 0, n_ctx = 0, vocab_size = 0, ffn = 0;
   bool any() const { return n_layer != 0 || n_head != 0 || n_embd != 0 || n_ctx != 0 || vocab_size != 0 || ffn != 0; }
+  // `over` when set, else the base's value.
+  static int pick(int64_t over, int base) { return over > 0 ? static_cast<int>(over) : base; }
+  // The MLP size for width C: ffn when set, 4C when the width is set, else the base's.
+  int mlp(const ModelConfig& base, int C) const { return ffn > 0 ? static_cast<int>(ffn) : n_embd > 0 ? 4 * C : base.ffn; }
 };
 
 class Family {

@@ -6,12 +6,16 @@
 
 namespace weft {
 
-void Model::forward_logits(const int32_t*, int64_t T, int64_t from, float*) {
-  throw_input("model '{}' is a {} model: it computes no token logits (positions [{}, {}) asked for)", config().name,
-              config().capabilities().family, from, T);
+namespace {
+[[noreturn]] void refuse_logits(const ModelConfig& c, int64_t from, int64_t T) {
+  throw_input("model '{}' is a {} model: it computes no token logits (positions [{}, {}) asked for)", c.name,
+              c.capabilities().family, from, T);
 }
+}  // namespace
 
-void Model::stage_logits(int, int64_t T, int64_t from, float* logits_out) { forward_logits(nullptr, T, from, logits_out); }
+void Model::forward_logits(const int32_t*, int64_t T, int64_t from, float*) { refuse_logits(config(), from, T); }
+
+void Model::stage_logits(int, int64_t T, int64_t from, float*) { refuse_logits(config(), from, T); }
 
 void Model::forward_outputs(const MicroBatch&, int64_t B, float*) {
   throw_input("model '{}' is a {} model: it has no outputs to score beyond its loss ({} samples asked for)",

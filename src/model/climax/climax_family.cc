@@ -210,11 +210,10 @@ class ClimaxFamily final : public Family {
                   "and it has no vocabulary",
                   o.n_ctx, o.vocab_size, base.name, base.num_patches());
     }
-    auto pick = [](int64_t over, int base_v) { return over > 0 ? static_cast<int>(over) : base_v; };
+    const auto pick = ShapeOverrides::pick;
     const int C = pick(o.n_embd, base.n_embd);
-    const int F = o.ffn > 0 ? static_cast<int>(o.ffn) : o.n_embd > 0 ? 4 * C : base.ffn;
     ModelConfig c = make_climax_config(base.name, pick(o.n_layer, base.n_layer), pick(o.n_head, base.n_head), C,
-                                       base.vars, base.img_h, base.img_w, base.patch, F);
+                                       base.vars, base.img_h, base.img_w, base.patch, o.mlp(base, C));
     c.decoder_depth = base.decoder_depth;
     c.ln_eps = base.ln_eps;
     c.init_std = base.init_std;

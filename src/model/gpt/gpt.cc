@@ -424,10 +424,6 @@ void GPT::forward_logits(const int32_t* tokens, int64_t T, int64_t from, float* 
   store_->release(0);
 }
 
-void GPT::stage_last_logits(int slot, int64_t T, float* logits_out) {
-  stage_logits(slot, T, T - 1, logits_out);
-}
-
 void GPT::stage_logits(int slot, int64_t T, int64_t from, float* logits_out) {
   WEFT_CHECK(layout_.stage().head, "stage_logits on a stage without the head");
   WEFT_CHECK(from >= 0 && from < T, "stage_logits: positions [{}, {}) are empty", from, T);

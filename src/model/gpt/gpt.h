@@ -164,9 +164,7 @@ class GPT final : public Model {
   double stage_loss(int slot, const int32_t* targets, int64_t B, int64_t T);
   const float* stage_output(int slot) override;
   // Last stage, after stage_forward(slot, ..., 1, T, false) of one sequence: the logits (V real
-  // entries) of its last position (generation through a pipeline).
-  void stage_last_logits(int slot, int64_t T, float* logits_out);
-  // The same for positions [from, T): (T - from) rows of V.
+  // entries) of positions [from, T), (T - from) rows of V (generation through a pipeline).
   void stage_logits(int slot, int64_t T, int64_t from, float* logits_out) override;
   // The gradient of the stage's input after stage_backward: valid until the next backward.
   const float* stage_input_grad() const override { return ws_.dres; }

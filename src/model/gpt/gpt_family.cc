@@ -178,11 +178,10 @@ class GptFamily final : public Family {
   }
   ModelConfig with_overrides(const ModelConfig& base, const ShapeOverrides& o) const override {
     if (!o.any()) return base;
-    auto pick = [](int64_t over, int base_v) { return over > 0 ? static_cast<int>(over) : base_v; };
+    const auto pick = ShapeOverrides::pick;
     const int C = pick(o.n_embd, base.n_embd);
-    const int F = o.ffn > 0 ? static_cast<int>(o.ffn) : o.n_embd > 0 ? 4 * C : base.ffn;
     return make_model_config(base.name, pick(o.n_layer, base.n_layer), pick(o.n_head, base.n_head), C,
-                             pick(o.n_ctx, base.n_ctx), pick(o.vocab_size, base.vocab_size), F);
+                             pick(o.n_ctx, base.n_ctx), pick(o.vocab_size, base.vocab_size), o.mlp(base, C));
   }
 
   bool reads_config_json(const nlohmann::json& j) const override {
