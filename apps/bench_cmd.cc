@@ -29,6 +29,7 @@
 #include "core/buffer.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "data/token_batch.h"
 #include "model/model.h"
 #include "parallel/pp/schedule.h"
 #include "plan/gemm_fit.h"
@@ -378,10 +379,10 @@ int bench_engine(const ModelConfig& mc, const BenchOptions& o, Communicator& wor
   engine.init_params(1337);
   const int64_t T = o.seq;
   const auto times = time_steps(o, mc.vocab_size, [&](int64_t, const auto& in, const auto& tg) {
-    engine.step(1e-4f, [&](int64_t first, int64_t count, int32_t* i, int32_t* t) {
+    engine.step(1e-4f, token_batches([&](int64_t first, int64_t count, int32_t* i, int32_t* t) {
       std::copy(in.begin() + first * T, in.begin() + (first + count) * T, i);
       std::copy(tg.begin() + first * T, tg.begin() + (first + count) * T, t);
-    });
+    }));
     be.synchronize();  // a device backend's work of the step is done before the clock stops
   });
   const StepRate r = step_rate(times, o, mc);

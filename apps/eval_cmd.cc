@@ -15,6 +15,7 @@
 #include "eval_weather.h"
 #include "core/error.h"
 #include "data/loader.h"
+#include "data/token_batch.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/safetensors.h"
 #include "train/trainer.h"
@@ -148,7 +149,7 @@ int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
   req.training = false;
   EngineRun run(layout_engine_config(layout, req, world.size()), world, backend, comm);
   load_checkpoint_into(*run.engine, dir);
-  const double loss = run.engine->evaluate(ds, windows);
+  const double loss = run.engine->evaluate_rows(token_windows(ds, T), std::min(ds.num_windows(T), windows));
   if (!std::isfinite(loss)) {
     throw_runtime("eval: the mean loss of {} over {} windows of {} is {}, not a number: the model's outputs "
                   "overflow on this data",

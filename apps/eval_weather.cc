@@ -16,6 +16,7 @@
 #include "cli_util.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "data/field_batch.h"
 #include "data/text_util.h"
 #include "data/weather.h"
 #include "data/weather_metrics.h"
@@ -319,7 +320,8 @@ void score_forecasts(EvalRun& r, Engine& engine) {
     for (int64_t first = 0; first < n; first += chunk) {
       const int64_t b = std::min(chunk, n - first);
       engine.outputs_rows(
-          [&](int64_t row, int64_t count, const BatchRows& out) {
+          [&](int64_t row, int64_t count, HostBatch& hb) {
+            const FieldBatch::Rows out = FieldBatch::of(hb).grow(count);
             for (int64_t s = 0; s < count; ++s) {
               ds.sample(starts[static_cast<size_t>(first + row + s)], lead_steps[k], out.fields + s * n_v,
                         out.target_fields + s * n_v);

@@ -462,11 +462,7 @@ void print_ranking(const PlanQuery& q, const PlanArgs& a, const SearchResult& r,
   fmt::print("searched {} valid layouts in {:.3f} s; {} fit in {} GB per device\n\n", r.evaluated, r.seconds, r.fitting,
              gb(sys.device.memory_bytes));
   print_table(shown, sys.device.memory_bytes);
-  if (q.shape.climax()) {
-    fmt::print("\ntimes in seconds per step; tokens are patches; memory in GB per device; MFU = model FLOPs (3 x the forward's products per patch, ClimaxDescription) / peak, HFU counts recomputation and the replicated embeddings and decoder on every tp rank\n");
-  } else {
-    fmt::print("\ntimes in seconds per step; memory in GB on the fullest pipeline stage; MFU = model FLOPs (6N + 12LHS per token) / peak, HFU counts recomputation\n");
-  }
+  fmt::print("\n{}\n", q.shape.family->capabilities().plan_legend);
   if (shown.size() >= 2) fmt::print("\n{}\n", explain(shown[0], shown[1]));
   if (shown.size() == 1 && !shown[0].fits) {
     fmt::print("\nthis layout needs {} GB per device on stage {}; the device has {} GB\n", gb(shown[0].memory.total),

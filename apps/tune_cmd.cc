@@ -51,6 +51,7 @@ int cmd_tune(CLI::App& app, int argc, char** argv, Communicator& world) {
   app.add_option("--batch", o.batch, "points proposed per round by constant liar (default 1)");
   app.add_option("--kappa", o.kappa, "UCB exploration weight (default 1.96)");
   app.add_option("--recalibrate", o.recalibrate, "write the system file corrected by the trials here (error before/after in the log and summary.json)");
+  app.add_flag("--allow-lossy", o.allow_lossy, "also search ZeRO++ (zero 3) and lossy compressed collectives: they change the numbers the model trains on");
   app.add_option("--oracle", o.oracle, "look the trials up in this tune.csv (an earlier sweep) instead of running them");
   app.add_option("--set", sets, "config override KEY=VALUE (repeatable), e.g. --set seq_len=64");
   app.parse(argc - 1, argv + 1);

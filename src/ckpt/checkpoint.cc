@@ -131,19 +131,20 @@ void recover_interrupted_save(const fs::path& target) {
   for (const auto& p : dead_writers_siblings(target, ".tmp-")) remove_tree_quietly(p);
 }
 
-// Which of a file's naming schemes it uses: weft and transformers >= 4 save the
-// GPT2LMHeadModel names ("transformer.h.0..."); the original GPT-2 files on the Hub hold
-// the GPT2Model names ("h.0...").
-std::string hf_prefix(const SafetensorsFile& f) {
-  if (f.has("transformer.wte.weight")) return "transformer.";
-  if (f.has("wte.weight")) return "";
-  if (f.has("token_embeds.weight")) return "";  // ClimaX: its own names, no prefix
-  return "transformer.";
-}
-
 std::string strip_transformer(const std::string& name) {
   const std::string p = "transformer.";
   return name.compare(0, p.size(), p) == 0 ? name.substr(p.size()) : name;
+}
+
+// Which of a file's naming schemes it uses, read from the layout's first tensor: weft (and
+// transformers >= 4 for a GPT, the GPT2LMHeadModel names "transformer.h.0...") saves the
+// layout's own names; the original GPT-2 files on the Hub hold the GPT2Model names ("h.0..."),
+// without the leading "transformer.". The prefix that goes before a stripped name.
+std::string hf_prefix(const SafetensorsFile& f, const ParamLayout& layout) {
+  const std::string& first = layout.tensors().front().name;
+  const std::string bare = strip_transformer(first);
+  if (!f.has(first) && bare != first && f.has(bare)) return "";
+  return first.substr(0, first.size() - bare.size());
 }
 
 // Tensors that Hugging Face GPT-2 files may carry besides the parameters: the causal-mask
@@ -381,7 +382,7 @@ void load_checkpoint_params(const std::string& dir, const ParamLayout& layout, f
   const std::string resolved = resolve_checkpoint_dir(dir);
   if (verify == CheckpointVerify::kVerify) verify_manifest(resolved, {kCheckpointModelFile});
   const SafetensorsFile f(join_path(resolved, kCheckpointModelFile));
-  const std::string prefix = hf_prefix(f);
+  const std::string prefix = hf_prefix(f, layout);
   auto file_name = [&](const ParamTensor& t) { return prefix + strip_transformer(t.name); };
   std::vector<std::pair<std::string, std::vector<int64_t>>> expected;
   for (const ParamTensor& t : layout.tensors()) expected.emplace_back(file_name(t), t.hf_shape);

@@ -13,6 +13,10 @@ struct ModelCapabilities {
   // Its first stage's embedding gradient is rows of the tokens used, exchanged between dp ranks
   // as (token, row) pairs at ZeRO 0/1 instead of reducing the whole table.
   bool sparse_embedding_grads = true;
+  // Its output head reads the front group's embedding (GPT's tied wte): the head's backward
+  // takes group 0 first, the loss holds it once more (the order of parameter accesses that
+  // ZeRO-3's gathers follow, plan/comm_model.h); otherwise the head lives in the back group.
+  bool tied_head = true;
   // It samples text (weft generate, the trainer's sample_tokens); when not, generation_note says
   // what the family offers instead (a sentence for the refusal).
   bool generation = true;
@@ -20,6 +24,12 @@ struct ModelCapabilities {
   // weather fields).
   const char* data_source = "tokens";
   const char* generation_note = "";
+  // How `weft plan --explain` names the compute of its front and back, and the legend under
+  // `weft plan`'s table (the defaults are the GPT's).
+  const char* front_ops = "embedding";
+  const char* back_ops = "head (logits, cross-entropy)";
+  const char* plan_legend = "times in seconds per step; memory in GB on the fullest pipeline stage; MFU = model FLOPs "
+                            "(6N + 12LHS per token) / peak, HFU counts recomputation";
 };
 
 }  // namespace weft

@@ -15,7 +15,7 @@
 
 namespace weft {
 
-// A chunk as the pipeline runtime drives it: reads the micro-batch's tokens before each action
+// A chunk as the pipeline runtime drives it: reads the micro-batch's rows before each action
 // and opens the store's gradient reduction before each backward.
 class Engine::PipeAdapter final : public PipeChunk {
  public:
@@ -23,14 +23,14 @@ class Engine::PipeAdapter final : public PipeChunk {
       : e_(e), ch_(ch), batch_(batch), loss_scale_(loss_scale) {}
   void prepare(const PipeAction& a, bool last) override {
     const int64_t B = e_.cfg_.micro_batch;
-    batch_(e_.dp_rank_ * e_.per_rank_ + a.micro_batch * B, B, e_.rows_);
+    e_.fill_batch(batch_, e_.dp_rank_ * e_.per_rank_ + a.micro_batch * B, B);
     if (a.kind == PipeAction::kBackward) ch_.store->begin_micro_batch(last);
   }
   void forward(int slot, int, const float* x) override {
-    ch_.model->stage_forward(slot, e_.micro_batch(), x, e_.cfg_.micro_batch, e_.cfg_.seq, true);
+    ch_.model->stage_forward(slot, *e_.batch_, x, true);
   }
   double backward(int slot, int, const float* dy, bool) override {
-    return ch_.model->stage_backward(slot, e_.micro_batch(), dy, e_.cfg_.micro_batch, e_.cfg_.seq, loss_scale_);
+    return ch_.model->stage_backward(slot, *e_.batch_, dy, loss_scale_);
   }
   const float* output(int slot) override { return ch_.model->stage_output(slot); }
   const float* input_grad() override { return ch_.model->stage_input_grad(); }
@@ -83,16 +83,8 @@ Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
                                                  tp_traffic_ ? *tp_traffic_ : static_cast<Communicator&>(*tp_device_),
                                                  backend_, rc);
   }
-  // One micro-batch of host payload, as the family lays out a sample.
-  sample_ = cfg.model.family->sample_size(cfg.model, cfg.seq);
-  const auto B = static_cast<size_t>(cfg.micro_batch);
-  inputs_.resize(B * static_cast<size_t>(sample_.tokens));
-  targets_.resize(inputs_.size());
-  fields_.resize(B * static_cast<size_t>(sample_.fields));
-  target_fields_.resize(fields_.size());
-  lead_.resize(B * static_cast<size_t>(sample_.scalars));
-  auto at = [](auto& v) { return v.empty() ? nullptr : v.data(); };
-  rows_ = {at(inputs_), at(targets_), at(fields_), at(target_fields_), at(lead_)};
+  // One micro-batch of host payload, of the family's kind.
+  batch_ = cfg.model.family->make_batch(cfg.model, cfg.micro_batch, cfg.seq);
   build_chunks();
 }
 
@@ -200,7 +192,7 @@ void Engine::restore_counters(int64_t optimizer_steps, double loss_scale, int64_
 }
 
 // This rank's micro-batches of the step, through the pipeline or one after another; returns
-// this rank's token-loss sum.
+// this rank's position-loss sum.
 double Engine::run_micro_batches(const BatchFn& batch, float loss_scale, PipeStepStats& pipe) {
   if (runtime_) {
     std::vector<std::unique_ptr<PipeAdapter>> adapters;
@@ -213,13 +205,13 @@ double Engine::run_micro_batches(const BatchFn& batch, float loss_scale, PipeSte
     return pipe.loss_sum;
   }
   double loss_sum = 0.0;
-  const int64_t B = cfg_.micro_batch, T = cfg_.seq;
+  const int64_t B = cfg_.micro_batch;
   Model& model = *chunks_[0]->model;
   DataParallel& store = *chunks_[0]->store;
   for (int64_t m = 0; m < accum_; ++m) {
     store.begin_micro_batch(m == accum_ - 1);
-    batch(dp_rank_ * per_rank_ + m * B, B, rows_);
-    loss_sum += model.train_micro_batch(micro_batch(), B, T, loss_scale);
+    fill_batch(batch, dp_rank_ * per_rank_ + m * B, B);
+    loss_sum += model.train_micro_batch(*batch_, loss_scale);
   }
   return loss_sum;
 }
@@ -236,14 +228,26 @@ double Engine::grad_norm_sq() {
   return norm_sq;
 }
 
-MicroBatch Engine::micro_batch() const {
-  MicroBatch mb;
-  mb.tokens = rows_.inputs;
-  mb.targets = rows_.targets;
-  mb.fields = rows_.fields;
-  mb.target_fields = rows_.target_fields;
-  mb.lead_hours = rows_.lead_hours;
-  return mb;
+void Engine::fill_batch(const BatchFn& batch, int64_t first, int64_t count) {
+  batch_->clear();
+  batch(first, count, *batch_);
+  WEFT_CHECK(batch_->samples() == count, "the data source gave {} samples for rows [{}, {})", batch_->samples(), first,
+             first + count);
+}
+
+int64_t Engine::global_weight(const BatchFn& batch) {
+  const int64_t fixed = batch_->fixed_weight();
+  if (fixed > 0) return cfg_.global_batch * fixed;
+  // Samples of varying weight: this rank's micro-batches are read once more before the step
+  // (every stage reads them alike), and the integer sums add exactly over dp.
+  double w = 0.0;
+  for (int64_t m = 0; m < accum_; ++m) {
+    fill_batch(batch, dp_rank_ * per_rank_ + m * cfg_.micro_batch, cfg_.micro_batch);
+    w += static_cast<double>(batch_->weight());
+  }
+  if (cfg_.grid.dp > 1) comm(Axis::kDp).all_reduce_sum(&w, 1);
+  if (w <= 0.0) throw_input("the global batch of {} samples holds no positions to average the loss over", cfg_.global_batch);
+  return static_cast<int64_t>(w);
 }
 
 Model& Engine::model(int c) { return *chunks_.at(static_cast<size_t>(c))->model; }
@@ -256,12 +260,6 @@ Model& Engine::generator(int c) {
   return model(c);
 }
 
-StepResult Engine::step(float lr, const TokenBatchFn& batch) {
-  return step(lr, [&batch](int64_t first, int64_t count, const BatchRows& out) {
-    batch(first, count, out.inputs, out.targets);
-  });
-}
-
 StepResult Engine::step(float lr, const BatchFn& batch) {
   WEFT_CHECK(cfg_.training, "Engine::step on an inference-only engine");
   const GridSpec& spec = cfg_.grid;
@@ -269,8 +267,8 @@ StepResult Engine::step(float lr, const BatchFn& batch) {
     ch->store->take_exposed_seconds();
     ch->store->begin_step();
   }
-  const int64_t G = cfg_.global_batch, T = cfg_.seq;
-  const float token_scale = 1.0f / static_cast<float>(G * T);  // the loss is the mean over the batch's tokens
+  const int64_t W = global_weight(batch);
+  const float token_scale = 1.0f / static_cast<float>(W);  // the loss is the mean over the batch's positions
   const double step_scale = scaler_.scale();
   const float loss_scale = static_cast<float>(step_scale) * token_scale;  // scale: a power of two (or the user's)
   StepResult r;
@@ -279,7 +277,7 @@ StepResult Engine::step(float lr, const BatchFn& batch) {
   if (spec.pp > 1) comm(Axis::kPp).all_reduce_sum(&loss_sum, 1);  // the loss lives on the last stage
   r.grad_norm = std::sqrt(norm_sq) / step_scale;  // of the unscaled gradients
   if (spec.dp > 1) comm(Axis::kDp).all_reduce_sum(&loss_sum, 1);
-  r.loss = loss_sum / static_cast<double>(G * T);
+  r.loss = loss_sum / static_cast<double>(W);
   r.loss_scale = step_scale;
   const LossScaler::Verdict verdict = scaler_.check(r.loss, r.grad_norm);
   r.skipped = verdict == LossScaler::Verdict::kSkip;
@@ -335,62 +333,27 @@ void Engine::carry_feedback(bool applied, double step_scale) {
   }
 }
 
-// The loss sum of `rows` sequences (a forward through every chunk), on every stage.
-double Engine::forward_loss(int64_t rows, const MicroBatch& mb) {
-  const int64_t T = cfg_.seq;
-  if (!runtime_) return chunks_[0]->model->loss_sum(mb, rows, T);
+// The loss sum of the micro-batch `mb` (a forward through every chunk), on every stage.
+double Engine::forward_loss(const HostBatch& mb) {
+  if (!runtime_) return chunks_[0]->model->loss_sum(mb);
+  const int64_t T = cfg_.seq, rows = mb.samples();
   const int64_t tp = cfg_.grid.tp;
   const int64_t count = (cfg_.sequence_parallel && tp > 1 ? rows * T / tp : rows * T) * cfg_.model.n_embd;
   double l = 0.0;
   runtime_->forward_only(count, [&](int c, const float* x) -> const float* {
     Chunk& ch = *chunks_[static_cast<size_t>(c)];
-    ch.model->stage_forward(0, mb, x, rows, T, false);
-    if (ch.spec.head) l = ch.model->stage_loss(0, mb, rows, T);
+    ch.model->stage_forward(0, mb, x, false);
+    if (ch.spec.head) l = ch.model->stage_loss(0, mb);
     return ch.model->stage_output(0);
   });
   return l;
 }
 
-double Engine::evaluate(const TokenDataset& data, int64_t windows) {
-  const int64_t B = cfg_.micro_batch, T = cfg_.seq;
-  const int dp = cfg_.grid.dp;
-  windows = std::min(data.num_windows(T), windows);
-  // Every rank runs the same number of forward passes (ZeRO-3 gathers parameters inside
-  // them); a rank without windows left runs one on window 0 and ignores it.
-  std::vector<int64_t> mine;
-  for (int64_t w = dp_rank_; w < windows; w += dp) mine.push_back(w);
-  const int64_t most = (windows + dp - 1) / dp;
-  const int64_t passes = (most + B - 1) / B;
-  double sums[2] = {0.0, 0.0};  // token-loss sum, tokens
-  for (int64_t p = 0; p < passes; ++p) {
-    const int64_t i0 = p * B;
-    const int64_t nb = std::clamp<int64_t>(static_cast<int64_t>(mine.size()) - i0, 0, B);
-    for (int64_t i = 0; i < std::max<int64_t>(nb, 1); ++i) {
-      data.window(nb > 0 ? mine[i0 + i] : 0, static_cast<int>(T), inputs_.data() + i * T, targets_.data() + i * T);
-    }
-    const int64_t rows = std::max<int64_t>(nb, 1);
-    const double l = forward_loss(rows, micro_batch());
-    if (nb > 0) {
-      sums[0] += l * (static_cast<double>(nb) / static_cast<double>(rows));
-      sums[1] += static_cast<double>(nb * T);
-    }
-  }
-  if (cfg_.grid.pp > 1) comm(Axis::kPp).all_reduce_sum(sums, 1);  // the loss lives on the last stage
-  comm(Axis::kDp).all_reduce_sum(sums, 2);
-  return sums[0] / sums[1];
-}
-
 void Engine::fill_rows(const BatchFn& batch, const std::vector<int64_t>& mine, int64_t i0, int64_t nb) {
-  for (int64_t i = 0; i < std::max<int64_t>(nb, 1); ++i) {
-    // One row at a time into row i of the buffers.
-    BatchRows at = rows_;
-    if (at.inputs) at.inputs += i * sample_.tokens;
-    if (at.targets) at.targets += i * sample_.tokens;
-    if (at.fields) at.fields += i * sample_.fields;
-    if (at.target_fields) at.target_fields += i * sample_.fields;
-    if (at.lead_hours) at.lead_hours += i * sample_.scalars;
-    batch(nb > 0 ? mine[static_cast<size_t>(i0 + i)] : 0, 1, at);
-  }
+  batch_->clear();
+  for (int64_t i = 0; i < std::max<int64_t>(nb, 1); ++i) batch(nb > 0 ? mine[static_cast<size_t>(i0 + i)] : 0, 1, *batch_);
+  WEFT_CHECK(batch_->samples() == std::max<int64_t>(nb, 1), "the data source gave {} samples for {} rows",
+             batch_->samples(), std::max<int64_t>(nb, 1));
 }
 
 void Engine::outputs_rows(const BatchFn& batch, int64_t count, float* out) {
@@ -412,7 +375,7 @@ void Engine::outputs_rows(const BatchFn& batch, int64_t count, float* out) {
     const int64_t i0 = p * B;
     const int64_t nb = std::clamp<int64_t>(static_cast<int64_t>(mine.size()) - i0, 0, B);
     fill_rows(batch, mine, i0, nb);
-    m.forward_outputs(micro_batch(), std::max<int64_t>(nb, 1), one.data());
+    m.forward_outputs(*batch_, one.data());
     // Each rank's rows at their place, zeros elsewhere: the sum over dp is exact.
     std::fill(all.begin(), all.end(), 0.0f);
     for (int64_t i = 0; i < nb; ++i) {
@@ -426,10 +389,10 @@ void Engine::outputs_rows(const BatchFn& batch, int64_t count, float* out) {
 }
 
 double Engine::evaluate_rows(const BatchFn& batch, int64_t count) {
-  const int64_t B = cfg_.micro_batch, T = cfg_.seq;
+  const int64_t B = cfg_.micro_batch;
   const int dp = cfg_.grid.dp;
-  // As evaluate(): every rank runs the same number of forward passes; a rank without rows left
-  // runs one on row 0 and ignores it.
+  // Every rank runs the same number of forward passes (ZeRO-3 gathers parameters inside them);
+  // a rank without rows left runs one on row 0 and ignores it.
   std::vector<int64_t> mine;
   for (int64_t r = dp_rank_; r < count; r += dp) mine.push_back(r);
   const int64_t most = (count + dp - 1) / dp;
@@ -440,10 +403,10 @@ double Engine::evaluate_rows(const BatchFn& batch, int64_t count) {
     const int64_t nb = std::clamp<int64_t>(static_cast<int64_t>(mine.size()) - i0, 0, B);
     const int64_t rows = std::max<int64_t>(nb, 1);
     fill_rows(batch, mine, i0, nb);
-    const double l = forward_loss(rows, micro_batch());
+    const double l = forward_loss(*batch_);
     if (nb > 0) {
       sums[0] += l * (static_cast<double>(nb) / static_cast<double>(rows));
-      sums[1] += static_cast<double>(nb * T);
+      sums[1] += static_cast<double>(batch_->weight());
     }
   }
   if (cfg_.grid.pp > 1) comm(Axis::kPp).all_reduce_sum(sums, 1);  // the loss lives on the last stage
@@ -477,9 +440,7 @@ void Engine::logits(const int32_t* tokens, int64_t T, int64_t from, float* logit
   runtime_->forward_only(T * cfg_.model.n_embd, [&](int c, const float* x) -> const float* {
     Chunk& ch = *chunks_[static_cast<size_t>(c)];
     Model& g = generator(c);
-    MicroBatch mb;
-    mb.tokens = tokens;
-    g.stage_forward(0, mb, x, 1, T, false);
+    g.stage_forward_tokens(0, tokens, x, T);
     if (ch.spec.head) g.stage_logits(0, T, from, logits_out);
     return g.stage_output(0);
   });

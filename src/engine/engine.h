@@ -17,7 +17,7 @@
 
 #include "backend/backend.h"
 #include "comm/communicator.h"
-#include "data/loader.h"
+#include "data/batch.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "model/params.h"
@@ -34,26 +34,11 @@
 namespace weft {
 
 class Model;
-struct MicroBatch;
 class CommTensorParallel;
 class CompressedComm;
 
-// Host buffers for micro-batch rows [first, first + count) of the step's global batch, as the
-// model family reads them (model/model.h's MicroBatch): a GPT's token ids, ClimaX's fields.
-struct BatchRows {
-  int32_t* inputs = nullptr;       // GPT: (count, T)
-  int32_t* targets = nullptr;      // GPT: (count, T)
-  float* fields = nullptr;         // ClimaX: (count, V, H, W) at the input time
-  float* target_fields = nullptr;  // ClimaX: (count, V, H, W) at the target time
-  float* lead_hours = nullptr;     // ClimaX: (count)
-};
-// Fills rows [first, first + count) of the step's global batch into `out`.
-using BatchFn = std::function<void(int64_t first, int64_t count, const BatchRows& out)>;
-// A GPT's token source: inputs and targets (count, T).
-using TokenBatchFn = std::function<void(int64_t first, int64_t count, int32_t* inputs, int32_t* targets)>;
-
 struct StepResult {
-  double loss = 0.0;           // mean over the global batch's tokens
+  double loss = 0.0;           // mean over the global batch's positions (its weight)
   double grad_norm = 0.0;      // of the unscaled gradients, before clipping
   double loss_scale = 1.0;     // the scale this step used
   bool skipped = false;        // fp16 overflow: no update, the scale halved
@@ -116,14 +101,14 @@ class Engine {
   void set_update_veto(UpdateVeto veto) { veto_ = std::move(veto); }
 
   // --- work ---
-  // One optimizer step at learning rate lr over the global batch that `batch` yields (step is
-  // 0-based). Collective.
+  // One optimizer step at learning rate lr over the global batch that `batch` yields, into
+  // host batches of the family's kind (Family::make_batch; a GPT's: data/token_batch.h's
+  // token_batches). The loss is the sum of the position losses over the sum of the global
+  // batch's weights (HostBatch::weight, summed exactly over dp). Collective.
   StepResult step(float lr, const BatchFn& batch);
-  StepResult step(float lr, const TokenBatchFn& batch);  // a GPT's tokens
-  // Mean token loss over windows [0, windows) of `data`, dealt round-robin over dp ranks (GPT).
-  double evaluate(const TokenDataset& data, int64_t windows);
   // Mean loss over the `count` rows that `batch` yields (rows [0, count)), dealt round-robin
-  // over dp ranks, micro-batch by micro-batch: any family. Collective.
+  // over dp ranks, micro-batch by micro-batch, weighted by their positions: any family (a GPT's
+  // validation windows: data/token_batch.h's token_windows). Collective.
   double evaluate_rows(const BatchFn& batch, int64_t count);
   // The model's outputs (Model::output_elems() floats a row, e.g. ClimaX's forecasts) of the
   // `count` rows that `batch` yields, into `out` on every rank: the rows dealt over the dp ranks
@@ -148,10 +133,13 @@ class Engine {
   class PipeAdapter;
   void build_chunks();
   void set_norm_skip(Chunk& ch);
-  double forward_loss(int64_t rows, const MicroBatch& mb);
-  // Rows mine[i0, i0 + nb) of `batch` into the host buffers, one at a time (row 0 when nb is 0).
+  double forward_loss(const HostBatch& mb);
+  // Rows mine[i0, i0 + nb) of `batch` into batch_, one at a time (row 0 when nb is 0).
   void fill_rows(const BatchFn& batch, const std::vector<int64_t>& mine, int64_t i0, int64_t nb);
-  MicroBatch micro_batch() const;  // the host buffers below
+  // Rows [first, first + count) of `batch` into batch_.
+  void fill_batch(const BatchFn& batch, int64_t first, int64_t count);
+  // The sum of the weights of the step's global batch (over every dp rank's micro-batches).
+  int64_t global_weight(const BatchFn& batch);
   Model& generator(int c);         // generation: the model of chunk c (InputError for a family without)
   // Whole-model buffer (tp = 1 layout) <-> one chunk's part on this rank, through tp.
   void to_local(const Chunk& ch, const float* whole, float* local) const;
@@ -184,10 +172,7 @@ class Engine {
   std::vector<std::unique_ptr<Chunk>> chunks_;
   int stage_ = 0, tp_rank_ = 0, dp_rank_ = 0;
   int64_t per_rank_ = 0, accum_ = 0;
-  SampleSize sample_{};                     // one sample's host payload (Family::sample_size)
-  std::vector<int32_t> inputs_, targets_;  // one micro-batch: (B, sample_.tokens) each
-  std::vector<float> fields_, target_fields_, lead_;  // (B, sample_.fields) x 2, (B, sample_.scalars)
-  BatchRows rows_{};                        // pointers to the above
+  std::unique_ptr<HostBatch> batch_;  // one micro-batch of the family's payload (Family::make_batch)
   LossScaler scaler_;
   int64_t opt_steps_ = 0;  // updates done (fp16 overflow steps are skipped)
   UpdateVeto veto_;

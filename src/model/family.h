@@ -7,7 +7,8 @@
 // run or the planner may apply, its capabilities (ModelCapabilities: pipeline stages, sequence
 // parallelism, selective recompute, generation, ...), the positions a sample has when the model
 // fixes them, its checkpoint config.json (reader and writer), the model itself, its FLOPs per
-// position and the output head's share of a pipeline partition.
+// position, the host batch its data source fills, and the output head's share of a pipeline
+// partition.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/description.h"
 #include "model/model.h"
 
 namespace weft {
@@ -78,8 +80,12 @@ class Family {
   // `stage` (a family without pipeline stages takes the whole model).
   virtual std::unique_ptr<Model> make_model(const ModelConfig& cfg, Backend& backend, bool local_store, int tp_size,
                                             int tp_rank, const StageSpec& stage) const = 0;
-  // The host payload of one sample at sequence length T (model/model.h).
-  virtual SampleSize sample_size(const ModelConfig& cfg, int64_t T) const = 0;
+  // An empty micro-batch of the family's payload (data/batch.h) for up to `capacity` samples at
+  // sequence length T: what its data source fills and its model reads.
+  virtual std::unique_ptr<HostBatch> make_batch(const ModelConfig& cfg, int64_t capacity, int64_t T) const = 0;
+  // The description of one rank's part of a run (model/description.h): the counts the planner
+  // reads. InputError naming the values when the part does not fit the model.
+  virtual std::unique_ptr<ModelDescription> describe(const RunSpec& spec) const = 0;
   // Model FLOPs per position (token, patch) of a training step at sequence length T.
   virtual double train_flops_per_position(const ModelConfig& cfg, int64_t T) const = 0;
   // The output head (and loss) as a cost in transformer layers, for partition_layers; 0 for a

@@ -17,9 +17,11 @@ void Model::forward_logits(const int32_t*, int64_t T, int64_t from, float*) { re
 
 void Model::stage_logits(int, int64_t T, int64_t from, float*) { refuse_logits(config(), from, T); }
 
-void Model::forward_outputs(const MicroBatch&, int64_t B, float*) {
+void Model::stage_forward_tokens(int, const int32_t*, const float*, int64_t T) { refuse_logits(config(), 0, T); }
+
+void Model::forward_outputs(const HostBatch& mb, float*) {
   throw_input("model '{}' is a {} model: it has no outputs to score beyond its loss ({} samples asked for)",
-              config().name, config().capabilities().family, B);
+              config().name, config().capabilities().family, mb.samples());
 }
 
 void Model::set_latitudes(const std::vector<float>& lat_deg) {

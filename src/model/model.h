@@ -5,16 +5,18 @@
 // latitude-weighted MSE). Data parallelism comes in through the ParamStore, tensor parallelism
 // through the TensorParallelOps, the device through the Backend: no family knows its layout.
 //
-// A micro-batch reaches the model as host memory (MicroBatch: each family reads its own fields);
-// the model checks it and uploads it. Losses are sums over the micro-batch's B*T positions
-// (tokens, or patches), so that the engine's mean over the global batch is the same whatever
-// the layout: a GPT position's loss is its token's cross-entropy, a ClimaX position's the mean
-// weighted squared error over the V p^2 values of its patch.
+// A micro-batch reaches the model as host memory (data/batch.h's HostBatch, of the kind its
+// family's make_batch creates: each family reads its own payload); the model checks it and
+// uploads it. Losses are sums over the micro-batch's positions (its weight(): tokens, patches),
+// so that the engine's mean over the global batch is the same whatever the layout: a GPT
+// position's loss is its token's cross-entropy, a ClimaX position's the mean weighted squared
+// error over the V p^2 values of its patch.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "core/precision.h"
+#include "data/batch.h"
 #include "model/params.h"
 #include "model/param_store.h"
 #include "model/recompute.h"
@@ -22,26 +24,6 @@
 namespace weft {
 
 class TensorParallelOps;
-
-struct MicroBatch {
-  // GPT: token ids (B,T) and their targets.
-  const int32_t* tokens = nullptr;
-  const int32_t* targets = nullptr;
-  // ClimaX: normalised fields (B,V,H,W) at the input time and at the target time, and the lead
-  // times (B) in hours.
-  const float* fields = nullptr;
-  const float* target_fields = nullptr;
-  const float* lead_hours = nullptr;
-};
-
-// The host payload of one sample as its family lays it out (Family::sample_size): the engine sizes
-// its micro-batch buffers by it and steps through them one sample at a time, without knowing
-// what the values are.
-struct SampleSize {
-  int64_t tokens = 0;   // int32 inputs, and as many int32 targets (GPT: T)
-  int64_t fields = 0;   // floats of the input, and as many of the target (ClimaX: V H W)
-  int64_t scalars = 0;  // floats of per-sample conditioning (ClimaX: the lead time)
-};
 
 class Model {
  public:
@@ -65,19 +47,18 @@ class Model {
   virtual int64_t workspace_bytes() const = 0;
 
   // --- the whole model (no pipeline) ---
-  // Forward and backward of one micro-batch: returns the sum of its B*T position losses and
-  // accumulates d(loss_scale * that sum)/d(params) into the store's gradients.
-  virtual double train_micro_batch(const MicroBatch& mb, int64_t B, int64_t T, float loss_scale) = 0;
+  // Forward and backward of one micro-batch: returns the sum of its position losses (over its
+  // weight() positions) and accumulates d(loss_scale * that sum)/d(params) into the store's
+  // gradients.
+  virtual double train_micro_batch(const HostBatch& mb, float loss_scale) = 0;
   // The sum of the position losses, no gradients.
-  virtual double loss_sum(const MicroBatch& mb, int64_t B, int64_t T) = 0;
+  virtual double loss_sum(const HostBatch& mb) = 0;
 
   // --- pipeline stages (a family that cannot be cut into stages refuses pp > 1 in the layout
   // rules; these then fail) ---
-  virtual void stage_forward(int slot, const MicroBatch& mb, const float* x_in, int64_t B, int64_t T,
-                             bool for_backward) = 0;
-  virtual double stage_backward(int slot, const MicroBatch& mb, const float* dy, int64_t B, int64_t T,
-                                float loss_scale) = 0;
-  virtual double stage_loss(int slot, const MicroBatch& mb, int64_t B, int64_t T) = 0;
+  virtual void stage_forward(int slot, const HostBatch& mb, const float* x_in, bool for_backward) = 0;
+  virtual double stage_backward(int slot, const HostBatch& mb, const float* dy, float loss_scale) = 0;
+  virtual double stage_loss(int slot, const HostBatch& mb) = 0;
   virtual const float* stage_output(int slot) = 0;
   virtual const float* stage_input_grad() const = 0;
 
@@ -85,14 +66,17 @@ class Model {
   // defaults: none) ---
   // Floats of one sample's output (0: the family has none to give).
   virtual int64_t output_elems() const { return 0; }
-  // Forward only: the outputs of the B samples of `mb` into host `out` (B * output_elems()).
-  virtual void forward_outputs(const MicroBatch& mb, int64_t B, float* out);
+  // Forward only: the outputs of the samples of `mb` into host `out` (samples * output_elems()).
+  virtual void forward_outputs(const HostBatch& mb, float* out);
 
   // --- token logits, for a family that generates (ModelCapabilities::generation; the defaults
   // refuse with the family's name) ---
   // Logits (V real entries per row) of positions [from, T) of one sequence of T host tokens.
   virtual void forward_logits(const int32_t* tokens, int64_t T, int64_t from, float* logits_out);
-  // The last stage, after stage_forward(slot, ..., 1, T, false) of one sequence: the same rows.
+  // A stage's forward of one sequence of T host tokens (the first stage reads them, a later one
+  // x_in), without keeping anything for a backward: generation through a pipeline.
+  virtual void stage_forward_tokens(int slot, const int32_t* tokens, const float* x_in, int64_t T);
+  // The last stage, after stage_forward_tokens(slot, ...) of one sequence: the same rows.
   virtual void stage_logits(int slot, int64_t T, int64_t from, float* logits_out);
 };
 

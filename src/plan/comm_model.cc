@@ -366,12 +366,14 @@ class Zero3Replay {
   uint64_t clock_ = 0;
 };
 
-// The parameter accesses of GPT::forward_blocks (+ the loss's extra hold of the embedding in
-// GPT::forward_loss when `eval`), and of GPT::backward_part, for a whole-model chunk (ZeRO-3
-// does not combine with pipelining: layout rules). climax: ClimaX::forward (+ loss_sum's
-// releases when `eval`) and ClimaX::backward (model/climax.cc), whose backward takes the back
-// group before its first gradient and the front last.
-void replay_forward(Zero3Replay& z, int L, bool eval, bool climax) {
+// The parameter accesses of a whole-model chunk (ZeRO-3 does not combine with pipelining:
+// layout rules), in the two orders the models make them. tied_head (ModelCapabilities: a head
+// tied to the embedding, GPT::forward_blocks + the loss's extra hold of the embedding in
+// GPT::forward_loss when `eval`, GPT::backward_part): the head's backward takes group 0 first.
+// Otherwise (the head in the back group: ClimaX::forward + loss_sum's releases when `eval`,
+// ClimaX::backward) the backward takes the back group before its first gradient and the front
+// last.
+void replay_forward(Zero3Replay& z, int L, bool eval, bool tied_head) {
   z.acquire(0);
   for (int l = 0; l < L; ++l) {
     z.acquire(l + 1);
@@ -379,7 +381,7 @@ void replay_forward(Zero3Replay& z, int L, bool eval, bool climax) {
   }
   z.acquire(L + 1);
   if (!eval) return;
-  if (climax) {
+  if (!tied_head) {
     z.release(L + 1);
     z.release(0);
     return;
@@ -390,8 +392,8 @@ void replay_forward(Zero3Replay& z, int L, bool eval, bool climax) {
   z.release(0);
 }
 
-void replay_backward(Zero3Replay& z, int L, bool climax) {
-  if (climax) {
+void replay_backward(Zero3Replay& z, int L, bool tied_head) {
+  if (!tied_head) {
     z.acquire(L + 1);
     z.release(L + 1);
     z.grads();
@@ -420,25 +422,25 @@ void replay_backward(Zero3Replay& z, int L, bool climax) {
 
 // Gathers per group of the evaluation forwards that precede a step (since the last optimizer
 // step: hpZ's secondary copies made there serve the step).
-std::vector<int64_t> zero3_eval_gathers(int L, int prefetch, const CommStepContext& ctx, bool climax) {
+std::vector<int64_t> zero3_eval_gathers(int L, int prefetch, const CommStepContext& ctx, bool tied_head) {
   Zero3Replay z(L, prefetch, [](int) { return true; });
   z.set_backward(ctx.after_training);
-  for (int64_t p = 0; p < ctx.eval_passes_before; ++p) replay_forward(z, L, true, climax);
+  for (int64_t p = 0; p < ctx.eval_passes_before; ++p) replay_forward(z, L, true, tied_head);
   return z.gathers();
 }
 
 // Gathers per group in one step: `eval_passes` evaluation forwards first (with the prefetch
 // direction the last training micro-batch left), then the step's micro-batches.
 std::vector<int64_t> zero3_step_gathers(int L, int prefetch, int64_t micro_batches, const CommStepContext& ctx,
-                                        bool climax) {
+                                        bool tied_head) {
   Zero3Replay z(L, prefetch, [](int) { return true; });
   z.set_backward(ctx.after_training);
-  for (int64_t p = 0; p < ctx.eval_passes_before; ++p) replay_forward(z, L, true, climax);
+  for (int64_t p = 0; p < ctx.eval_passes_before; ++p) replay_forward(z, L, true, tied_head);
   std::vector<int64_t> before = z.gathers();
   for (int64_t mb = 0; mb < micro_batches; ++mb) {
     z.begin_micro_batch();
-    replay_forward(z, L, false, climax);
-    replay_backward(z, L, climax);
+    replay_forward(z, L, false, tied_head);
+    replay_backward(z, L, tied_head);
   }
   std::vector<int64_t> out = z.gathers();
   for (size_t g = 0; g < out.size(); ++g) out[g] -= before[g];
@@ -511,11 +513,11 @@ void add_store(CallSet& cs, const Job& j, const ChunkInfo& ch, int t, const std:
     }
   }
   if (zero == 3) {
-    const bool climax = j.ec.model.family == &climax_family();
+    const bool tied = j.ec.model.capabilities().tied_head;
     const std::vector<int64_t> gathers =
-        zero3_step_gathers(j.ec.model.n_layer, j.ec.data_parallel.prefetch, j.m, ctx, climax);
+        zero3_step_gathers(j.ec.model.n_layer, j.ec.data_parallel.prefetch, j.m, ctx, tied);
     const std::vector<int64_t> eval_gathers =
-        zero3_eval_gathers(j.ec.model.n_layer, j.ec.data_parallel.prefetch, ctx, climax);
+        zero3_eval_gathers(j.ec.model.n_layer, j.ec.data_parallel.prefetch, ctx, tied);
     const ZeroPPConfig& z = j.ec.data_parallel.zeropp;
     const int64_t shard = (n + j.ds - 1) / j.ds;
     for (int gr = 0; gr < layout.num_groups(); ++gr) {
@@ -644,7 +646,7 @@ std::vector<CommCall> model_step_comm(const EngineConfig& ec, const CommStepCont
   return cs.list();
 }
 
-DpStepComm dp_step_comm(int zero, int groups, int prefetch, bool climax) {
+DpStepComm dp_step_comm(int zero, int groups, int prefetch, bool tied_head) {
   DpStepComm c;
   switch (zero) {
     case 0: c.all_reduce = 1; break;
@@ -656,18 +658,18 @@ DpStepComm dp_step_comm(int zero, int groups, int prefetch, bool climax) {
     default:
       c.reduce_scatter_per_micro_batch = c.all_gather_per_micro_batch = true;
       c.reduce_scatter = 1;
-      c.all_gather = zero3_gathers_per_micro_batch(groups - 2, prefetch, climax);
+      c.all_gather = zero3_gathers_per_micro_batch(groups - 2, prefetch, tied_head);
   }
   return c;
 }
 
 ZeroPPStepComm zeropp_step_comm(int groups, int prefetch, int64_t micro_batches, int64_t dp, const ZeroPPKnobs& k,
-                                bool climax) {
+                                bool tied_head) {
   if (k.hpz < 1 || dp % k.hpz != 0) throw_input("hpz {} does not divide dp {}", k.hpz, dp);
   ZeroPPStepComm c;
   // Per micro-batch weft gathers each group (slightly under) twice: the forward, and the
   // backward what its buffers no longer hold (zero3_gathers_per_micro_batch).
-  const double per_mb = zero3_gathers_per_micro_batch(groups - 2, prefetch, climax);
+  const double per_mb = zero3_gathers_per_micro_batch(groups - 2, prefetch, tied_head);
   const double all = static_cast<double>(micro_batches) * per_mb;
   c.quantized = k.qwz;
   c.hpz = k.hpz;
@@ -708,9 +710,9 @@ ZeroPPStepComm zeropp_step_comm(int groups, int prefetch, int64_t micro_batches,
   return c;
 }
 
-double zero3_gathers_per_micro_batch(int n_layer, int prefetch, bool climax) {
-  const std::vector<int64_t> one = zero3_step_gathers(n_layer, prefetch, 1, {}, climax);
-  const std::vector<int64_t> two = zero3_step_gathers(n_layer, prefetch, 2, {}, climax);
+double zero3_gathers_per_micro_batch(int n_layer, int prefetch, bool tied_head) {
+  const std::vector<int64_t> one = zero3_step_gathers(n_layer, prefetch, 1, {}, tied_head);
+  const std::vector<int64_t> two = zero3_step_gathers(n_layer, prefetch, 2, {}, tied_head);
   int64_t layers = 0;  // the second micro-batch's layer gathers
   for (int g = 1; g <= n_layer; ++g) layers += two[static_cast<size_t>(g)] - one[static_cast<size_t>(g)];
   return static_cast<double>(layers) / static_cast<double>(n_layer);

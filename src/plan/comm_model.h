@@ -84,9 +84,10 @@ struct DpStepComm {
   bool reduce_scatter_per_micro_batch = false;                // ZeRO 2 and 3
   bool all_gather_per_micro_batch = false;                    // ZeRO 3
 };
-// For a model of `groups` parameter groups (L + 2) and ZeRO-3 prefetch `prefetch`; climax: a
-// ClimaX model's order of parameter accesses (zero3_gathers_per_micro_batch).
-DpStepComm dp_step_comm(int zero, int groups, int prefetch, bool climax = false);
+// For a model of `groups` parameter groups (L + 2) and ZeRO-3 prefetch `prefetch`; tied_head:
+// its family's order of parameter accesses (ModelCapabilities::tied_head,
+// zero3_gathers_per_micro_batch).
+DpStepComm dp_step_comm(int zero, int groups, int prefetch, bool tied_head = true);
 
 // ZeRO++ on a ZeRO-3 step (Wang et al. 2023, arXiv 2306.10209; plan/zeropp.h, docs/planner.md
 // "ZeRO++"). The knobs as plan::Layout holds them.
@@ -123,14 +124,15 @@ struct ZeroPPStepComm {
 };
 // InputError naming the values when the hierarchy or hpz does not divide dp.
 ZeroPPStepComm zeropp_step_comm(int groups, int prefetch, int64_t micro_batches, int64_t dp, const ZeroPPKnobs& k,
-                                bool climax = false);
+                                bool tied_head = true);
 // ZeRO-3: parameter all-gathers per micro-batch in units of the whole model, from the
 // replay of weft's parameter buffers (2 in the textbook; weft keeps what its 3 + prefetch
 // buffers still hold, so the backward re-gathers only the groups evicted since the forward).
 // Steady state (the second micro-batch of a step onwards); layers of equal size assumed.
-// climax: the replay of ClimaX's accesses (model/climax.cc: its backward takes the back group
-// before the first gradient and the front group last, so it prefetches no layer there).
-double zero3_gathers_per_micro_batch(int n_layer, int prefetch, bool climax = false);
+// tied_head (ModelCapabilities): the head's backward takes group 0 first (GPT); false: the head
+// in the back group, whose backward takes the back group before the first gradient and the
+// front group last, so it prefetches no layer there (ClimaX, model/climax/climax.cc).
+double zero3_gathers_per_micro_batch(int n_layer, int prefetch, bool tied_head = true);
 
 // (op, axis, bytes) -> (count, total bytes) over a list of calls.
 using CommTotals = std::map<std::tuple<std::string, std::string, int64_t>, std::pair<int64_t, int64_t>>;

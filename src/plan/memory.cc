@@ -22,8 +22,8 @@ GptDescription stage_description(const ModelShape& m, const Layout& l, int stage
 }  // namespace
 
 double stage_params_per_rank(const ModelShape& m, const Layout& l, int stage) {
-  if (m.climax()) return static_cast<double>(describe_vit(m.config(), l).rank_params());  // one stage
-  return static_cast<double>(stage_description(m, l, stage, stage_layers(m, l, stage)).rank_params().part);
+  const StageSpec part{0, static_cast<int>(stage_layers(m, l, stage)), stage == 0, stage == l.pp - 1};
+  return static_cast<double>(m.family->describe(part_spec(m.config(), m.seq, l, part))->rank_params());
 }
 
 BytesPerParam bytes_per_param(const MemoryOptions& o) {
@@ -31,6 +31,43 @@ BytesPerParam bytes_per_param(const MemoryOptions& o) {
   // 16-bit parameters and gradients, fp32 master + m + v (Rajbhandari et al. 2020, K = 12),
   // + the fp32 gradient accumulation buffer (Megatron-LM main_grad; the seeds' 20 bytes).
   return {2, o.fp32_grad_accumulation ? 6.0 : 2.0, 12};
+}
+
+void add_zero_states(MemoryBreakdown& r, double n_params, const Layout& l, const MemoryOptions& o) {
+  const double dp = l.dp_shard();
+  const BytesPerParam bpp = bytes_per_param(o);
+  r.params = n_params * bpp.params / (l.zero >= 3 ? dp : 1.0);
+  r.grads = n_params * bpp.grads / (l.zero >= 2 ? dp : 1.0);
+  r.optimizer = n_params * bpp.optimizer / (l.zero >= 1 ? dp : 1.0);
+}
+
+double comm_buffers(MemoryBreakdown& r, double n_params, double front, double slot, double pipeline, const Layout& l,
+                    const MemoryOptions& o) {
+  const double dp = l.dp_shard();
+  const BytesPerParam bpp = bytes_per_param(o);
+  double comm = 0;
+  if (l.dp > 1 && l.zero <= 2 && o.dp_bucket_elements > 0) {
+    const double grad_elem = (o.precision == Precision::kFp32 || o.fp32_grad_accumulation) ? 4 : 2;
+    comm += std::min(o.dp_bucket_elements, n_params) * grad_elem;
+  }
+  if (l.dp_shard() > 1 && l.zero == 3) {
+    comm += (front + 2 * slot) * bpp.params;
+    const double G = l.quant_block;
+    if (l.qwz) comm += 2 * slot * (1 + 4 / G);  // their int8 wires
+    if (l.qgz) {
+      const double n1 = l.hierarchy.empty() ? dp : l.hierarchy.front();
+      comm += slot * (2 * (0.5 + 4 / G) + 4 / n1);  // int4 send + receive, fp32 partial sum
+    }
+    if (l.hpz > 1) {
+      r.hpz_secondary = n_params * bpp.params / l.hpz;
+      r.params += r.hpz_secondary;
+    }
+  }
+  if (l.pp > 1) comm += pipeline;
+  // Compressed collectives' error feedback: an fp32 residual per gradient element of the rank
+  // (what the dp codec left out last step, added to the next step's gradient).
+  if (l.dp > 1 && l.compression.error_feedback && !l.compression.dp.off()) comm += 4 * n_params;
+  return comm;
 }
 
 double layer_stash_bytes(const ModelShape& m, const Layout& l, const MemoryOptions& o) {
@@ -92,9 +129,8 @@ double in_flight(const Layout& l, int64_t mb, int stage, int64_t n_layers) {
 // stage_memory for a stage of `n_layers` layers (the partition computed once by the caller).
 MemoryBreakdown stage_memory_of(const ModelShape& m, const Layout& l, const MemoryOptions& o, int stage,
                                 int64_t n_layers) {
-  if (m.climax()) return vit_stage_memory(m, l, o);  // one stage (plan/vit_shape.h)
   if (o.memory_model == "weft") {
-    // weft's own buffers, exact for its CPU backend (plan/weft_memory.h).
+    // weft's own buffers, exact for its CPU backend, any family (plan/weft_memory.h).
     WeftRunShape w;
     w.model = m.config();
     w.seq = m.seq;
@@ -103,18 +139,13 @@ MemoryBreakdown stage_memory_of(const ModelShape& m, const Layout& l, const Memo
     w.master_weights = o.precision != Precision::kFp32;
     return weft_rank_memory(w, stage, 0);
   }
+  if (m.climax()) return vit_stage_memory(m, l, o);  // one stage (plan/vit_shape.h)
   MemoryBreakdown r;
   r.stage = stage;
-  // ZeRO shards over dp_shard (HSDP; all of dp without replicas).
-  const double e = elem_bytes(o.precision), t = l.tp, dp = l.dp_shard();
+  const double e = elem_bytes(o.precision), t = l.tp;
   const GptDescription desc = stage_description(m, l, stage, n_layers);
   const double n_params = static_cast<double>(desc.rank_params().part);
-  const BytesPerParam bpp = bytes_per_param(o);
-  // ZeRO partitioning over the dp ranks (Rajbhandari et al. 2020 sec. 5.1), of the dp_shard
-  // group under HSDP (PyTorch FSDP's HYBRID_SHARD: each replica holds a whole sharded copy).
-  r.params = n_params * bpp.params / (l.zero >= 3 ? dp : 1.0);
-  r.grads = n_params * bpp.grads / (l.zero >= 2 ? dp : 1.0);
-  r.optimizer = n_params * bpp.optimizer / (l.zero >= 1 ? dp : 1.0);
+  add_zero_states(r, n_params, l, o);
 
   // Activations: per layer-micro-batch stash, times the layer-micro-batches in flight.
   const double layers = static_cast<double>(n_layers);
@@ -160,31 +191,10 @@ MemoryBreakdown stage_memory_of(const ModelShape& m, const Layout& l, const Memo
   }
   r.workspace = ws;
 
-  // Communication buffers.
-  double comm = 0;
-  if (l.dp > 1 && l.zero <= 2 && o.dp_bucket_elements > 0) {
-    const double grad_elem = (o.precision == Precision::kFp32 || o.fp32_grad_accumulation) ? 4 : 2;
-    comm += std::min(o.dp_bucket_elements, n_params) * grad_elem;
-  }
-  if (l.dp_shard() > 1 && l.zero == 3) {
-    // Two layers gathered at once (the layer in use + the prefetched one).
-    const double layer = static_cast<double>(desc.rank_params().layer);
-    comm += 2 * layer * bpp.params;
-    const double G = l.quant_block;
-    if (l.qwz) comm += 2 * layer * (1 + 4 / G);  // their int8 wires
-    if (l.qgz) {
-      const double n1 = l.hierarchy.empty() ? dp : l.hierarchy.front();
-      comm += layer * (2 * (0.5 + 4 / G) + 4 / n1);  // int4 send + receive, fp32 partial sum
-    }
-    if (l.hpz > 1) {
-      r.hpz_secondary = n_params * bpp.params / l.hpz;
-      r.params += r.hpz_secondary;
-    }
-  }
-  if (l.pp > 1) comm += 4 * sbh * e / rep;  // send + receive, activations + their gradients
-  // Compressed collectives' error feedback: an fp32 residual per gradient element of the rank
-  // (what the dp codec left out last step, added to the next step's gradient).
-  if (l.dp > 1 && l.compression.error_feedback && !l.compression.dp.off()) comm += 4 * n_params;
+  // Communication buffers: two layers gathered at once under ZeRO-3 (the layer in use + the
+  // prefetched one); the pipeline's send + receive, activations + their gradients.
+  const double layer = static_cast<double>(desc.rank_params().layer);
+  const double comm = comm_buffers(r, n_params, 0.0, layer, l.pp > 1 ? 4 * sbh * e / rep : 0.0, l, o);
   r.comm = comm;
   r.sum();
   return r;

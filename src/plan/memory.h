@@ -91,6 +91,17 @@ struct BytesPerParam {
 };
 BytesPerParam bytes_per_param(const MemoryOptions& o);
 
+// What every family's rank holds around its model, in the 16-bit model of GPU systems: the ZeRO
+// states of its n_params parameters over dp_shard (params, grads, optimizer: Rajbhandari et al.
+// 2020 sec. 5.1; HSDP: each replica a whole sharded copy).
+void add_zero_states(MemoryBreakdown& r, double n_params, const Layout& l, const MemoryOptions& o);
+// Its communication buffers: the dp gradient bucket (ZeRO 0-2); ZeRO-3's gathered groups (`front`
+// elements held through the step, 0 when group 0 is gathered like the others, and two `slot`s:
+// the group in use and the prefetched one), their ZeRO++ wires and the hpZ copy (added to
+// r.params); `pipeline` bytes of pipeline buffers; the error-feedback residual.
+double comm_buffers(MemoryBreakdown& r, double n_params, double front, double slot, double pipeline, const Layout& l,
+                    const MemoryOptions& o);
+
 // Bytes one transformer layer stashes for the backward pass for one micro-batch on one
 // rank, without recompute (Korthikanti et al. 2022 sec. 4.1; see the header comment). Split
 // as Korthikanti's terms split: LayerNorm inputs and the inputs of the QKV and first MLP

@@ -639,7 +639,8 @@ DpCost dp_cost(const Context& c, double psi, double md, const StageCost& slow) {
     // Every micro-batch gathers the parameters (forward, and again in the backward what the
     // buffers no longer hold) and reduce-scatters its gradients; prefetching hides them
     // behind that micro-batch (the last one's with the replicas' all-reduce).
-    const DpStepComm k = dp_step_comm(3, static_cast<int>(c.m.layers) + 2, DataParallelConfig{}.prefetch, c.m.climax());
+    const DpStepComm k = dp_step_comm(3, static_cast<int>(c.m.layers) + 2, DataParallelConfig{}.prefetch,
+                                      c.m.family->capabilities().tied_head);
     const Call ag = call(Collective::kAllGather, ds, dp_stride, psi * c.e, params_codec, c.e);
     const Call rs = call(Collective::kReduceScatter, ds, dp_stride, psi * g, grads_codec, g);
     const double per_mb = k.all_gather * ag.cost.seconds + k.reduce_scatter * rs.cost.seconds;
@@ -673,7 +674,7 @@ DpCost dp_cost(const Context& c, double psi, double md, const StageCost& slow) {
     // HSDP: all of it inside the dp_shard group, the replicas' all-reduce in the last micro-batch.
     const ZeroPPStepComm z = zeropp_step_comm(static_cast<int>(c.m.layers) + 2, DataParallelConfig{}.prefetch,
                                               static_cast<int64_t>(md), ds, {l.qwz, l.hpz, l.qgz, l.hierarchy},
-                                              c.m.climax());
+                                              c.m.family->capabilities().tied_head);
     const double G = l.quant_block;
     const double per_mb = (z.primary_gathers + z.secondary_gathers) / md;
     const Call ag_p = call(Collective::kAllGather, ds, dp_stride, z.quantized ? psi * (1 + 4 / G) : psi * c.e);
@@ -753,9 +754,8 @@ DpCost dp_cost(const Context& c, double psi, double md, const StageCost& slow) {
 void explain_compute_and_tp(const Context& c, Prediction& p, const StageCost& slow, double md) {
   for (int k = 0; k < kOpClasses; ++k) {
     if (slow.by_class[k] > 0) {
-      const char* name = kOpClassName[k];
-      if (c.m.climax() && k == kEmbedding) name = "front (patch embeddings, variable aggregation)";
-      if (c.m.climax() && k == kHead) name = "back (decoder, weighted MSE)";
+      const ModelCapabilities& caps = c.m.family->capabilities();
+      const char* name = k == kEmbedding ? caps.front_ops : k == kHead ? caps.back_ops : kOpClassName[k];
       p.explain.push_back({"compute", name, "", md * slow.by_class[k],
                            fmt::format("{:.4g} ms per micro-batch x {:g}", 1e3 * slow.by_class[k], md)});
     }

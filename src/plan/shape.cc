@@ -4,28 +4,38 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
-#include "model/climax/climax_config.h"
 #include "parallel/pp/partition.h"
-#include "plan/vit_shape.h"
 
 namespace weft::plan {
 
 ModelShape ModelShape::from_config(const ModelConfig& c, int64_t seq) {
-  if (c.family == &climax_family()) return vit_shape(c);  // plan/vit_shape.h
   ModelShape m;
   m.name = c.name;
+  m.family = c.family;
+  m.base = c;
   m.layers = c.n_layer;
   m.hidden = c.n_embd;
   m.heads = c.n_head;
   m.context = c.n_ctx;
-  m.seq = seq > 0 ? seq : c.n_ctx;
+  const int64_t fixed = fixed_positions(c);
+  m.seq = fixed > 0 ? fixed : seq > 0 ? seq : c.n_ctx;
+  if (fixed > 0) m.context = fixed;
   m.vocab = c.padded_vocab;
   m.ffn = c.ffn;
   return m;
 }
 
 void ModelShape::validate() const {
-  if (climax()) return validate_vit(*this);  // plan/vit_shape.h
+  const ModelConfig c = config();
+  const int64_t fixed = fixed_positions(c);
+  if (fixed > 0) {
+    c.validate();  // the family's rules
+    if (seq != fixed) {
+      throw_input("model '{}': a {} model's sequence is its {} positions (fixed by the model), not {}", name,
+                  c.capabilities().family, fixed, seq);
+    }
+    return;
+  }
   if (layers <= 0 || hidden <= 0 || heads <= 0 || seq <= 0 || vocab <= 0 || ffn <= 0) {
     throw_input("model '{}': every size must be positive (layers {}, hidden {}, heads {}, seq {}, vocab {}, ffn {})",
                 name, layers, hidden, heads, seq, vocab, ffn);
@@ -35,9 +45,9 @@ void ModelShape::validate() const {
 }
 
 ModelConfig ModelShape::config() const {
-  if (climax()) return vit_config(*this);  // plan/vit_shape.h
-  ModelConfig c;
+  ModelConfig c = base;
   c.name = name;
+  c.family = family;
   c.n_layer = static_cast<int>(layers);
   c.n_head = static_cast<int>(heads);
   c.n_embd = static_cast<int>(hidden);
@@ -48,39 +58,32 @@ ModelConfig ModelShape::config() const {
 }
 
 namespace {
-// The whole model on one rank (tp 1): its counts are the model's (model/gpt_description.h).
-GptDescription whole_model(const ModelShape& m) { return GptDescription({.model = m.config(), .T = m.seq}); }
+// The whole model on one rank (tp 1), one sample a micro-batch: its counts are the family's
+// description's (model/description.h).
+std::unique_ptr<ModelDescription> whole_model(const ModelShape& m) {
+  return m.family->describe({.model = m.config(), .T = m.seq});
+}
 }  // namespace
 
-// ClimaX's counts: its description of the whole model (plan/vit_shape.h, model/climax_description.h).
-double ModelShape::layer_params() const {
-  if (climax()) return static_cast<double>(vit_whole_model(*this).layer_params(1));
-  return static_cast<double>(whole_model(*this).full_params().layer);
-}
+double ModelShape::layer_params() const { return static_cast<double>(whole_model(*this)->layer_params()); }
 
-double ModelShape::embedding_params() const {
-  if (climax()) return static_cast<double>(vit_whole_model(*this).front_params(1));
-  return static_cast<double>(whole_model(*this).full_params().embedding);
-}
+double ModelShape::embedding_params() const { return static_cast<double>(whole_model(*this)->front_params()); }
 
-double ModelShape::total_params() const {
-  if (climax()) return static_cast<double>(vit_whole_model(*this).total_params());
-  return static_cast<double>(whole_model(*this).total_params());
-}
+double ModelShape::total_params() const { return static_cast<double>(whole_model(*this)->total_params()); }
 
-double ModelShape::model_flops_per_token() const {
-  if (climax()) return ClimaxDescription::train_flops_per_token(config());
-  return GptDescription::train_flops_per_token(config(), seq);
+double ModelShape::model_flops_per_token() const { return family->train_flops_per_position(config(), seq); }
+
+RunSpec part_spec(const ModelConfig& mc, int64_t seq, const Layout& l, const StageSpec& part, int64_t head_chunk) {
+  // attention_lse stays false: the planner plans CPU runs and has no backend to ask whether
+  // it offers flash attention, so it counts the (B,NH/tp,T,T) probabilities.
+  return {.model = mc, .B = l.micro_batch, .T = seq, .tp = l.tp, .sequence_parallel = l.sequence_parallel,
+          .recompute = l.recompute, .recompute_layers = l.recompute_layers, .head_chunk = head_chunk, .stage = part,
+          .attention_lse = false};
 }
 
 GptDescription describe_part(const ModelConfig& mc, int64_t seq, const Layout& l, const StageSpec& part,
                              int64_t head_chunk) {
-  // attention_lse stays false: the planner plans CPU runs and has no backend to ask whether
-  // it offers flash attention, so it counts the (B,NH/tp,T,T) probabilities.
-  return GptDescription({.model = mc, .B = l.micro_batch, .T = seq, .tp = l.tp,
-                         .sequence_parallel = l.sequence_parallel, .recompute = l.recompute,
-                         .recompute_layers = l.recompute_layers, .head_chunk = head_chunk, .stage = part,
-                         .attention_lse = false});
+  return GptDescription(part_spec(mc, seq, l, part, head_chunk));
 }
 
 int elem_bytes(Precision p) { return p == Precision::kFp32 ? 4 : 2; }
@@ -147,8 +150,8 @@ LayoutCandidate layout_candidate(const ModelShape& m, const Layout& l, int64_t g
 
 std::vector<int64_t> stage_layer_counts(const ModelShape& m, const Layout& l) {
   const int v = l.pp > 1 ? l.virtual_stages : 1;
-  // ClimaX runs on one stage (layout rules): no head to balance (as Engine::build_chunks).
-  const double head_cost = m.climax() ? 0.0 : gpt_head_cost_in_layers(m.vocab, m.hidden);
+  // The family's output head as a cost in layers (as Engine::build_chunks).
+  const double head_cost = pipeline_head_cost(m.config());
   const std::vector<StageRange> parts = partition_layers(static_cast<int>(m.layers), l.pp, v, {}, head_cost);
   std::vector<int64_t> n(static_cast<size_t>(l.pp), 0);
   for (size_t c = 0; c < parts.size(); ++c) n[static_cast<size_t>(chunk_stage(static_cast<int>(c), l.pp))] += parts[c].num_layers;

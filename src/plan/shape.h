@@ -22,9 +22,11 @@
 
 namespace weft::plan {
 
-// A GPT decoder's shape (pre-LayerNorm blocks, learned positions, tied embeddings: weft's
-// model, which is also Megatron-LM's GPT), or a ClimaX Vision Transformer's (family kClimax,
-// model/climax.h; its planner models are plan/vit_shape.h).
+// A model's shape as the planner sweeps it: the transformer sizes every family shares, over the
+// config it was made from (`base`, which keeps the family's own keys: ClimaX's grid, patch,
+// variables and decoder). A GPT decoder (pre-LayerNorm blocks, learned positions, tied
+// embeddings: weft's model, which is also Megatron-LM's GPT), or a ClimaX Vision Transformer
+// (model/climax/climax.h; its planner models are plan/vit_shape.h).
 struct ModelShape {
   std::string name = "custom";
   int64_t layers = 0;  // L
@@ -34,20 +36,21 @@ struct ModelShape {
   int64_t vocab = 0;   // V: padded vocabulary (rows of the embedding/head)
   int64_t ffn = 0;     // f: MLP hidden size
   int64_t context = 0; // rows of the learned position embedding (>= seq)
-  // ClimaX (family kClimax): `vars` variables on an img_h x img_w grid cut into patch x patch
-  // patches; seq = context = its L patches, vocab 0 (no vocabulary); decoder_depth Linear+GELU
-  // layers before the output Linear. Its counts come from model/climax_description.h.
+  // A family that fixes a sample's positions (ClimaX: its L patches) has seq = context = them;
+  // vocab 0 for a family without a vocabulary.
   const Family* family = &default_family();
-  int64_t vars = 0, img_h = 0, img_w = 0, patch = 0, decoder_depth = 0;
+  ModelConfig base{};
   bool climax() const { return family == &climax_family(); }
 
   // From a weft model config (padded vocabulary, its context; seq 0 means the context; a
-  // ClimaX model's sequence is always its patches).
+  // family that fixes the positions has them, whatever seq says).
   static ModelShape from_config(const ModelConfig& c, int64_t seq = 0);
-  // InputError naming the values when a size is not positive or hidden % heads != 0 (ClimaX:
-  // ModelConfig::validate's rules, and seq equal to the patches).
+  // InputError naming the values when a size is not positive, hidden % heads != 0 or the
+  // context is shorter than seq; for a family that fixes the positions, the family's own rules
+  // (Family::validate) and seq equal to them.
   void validate() const;
-  // The weft model of this shape (its vocabulary is the padded one: the shape knows no other).
+  // The weft model of this shape: `base` with the shape's sizes (its vocabulary is the padded
+  // one: the shape knows no other).
   ModelConfig config() const;
 
   // The counts below are the model's own (model/gpt_description.h), read, not recomputed.
@@ -147,6 +150,8 @@ LayoutCandidate layout_candidate(const ModelShape& m, const Layout& l, int64_t g
 // The model's description (model/gpt_description.h) of one rank of layout `l` holding `part`
 // of model `mc`, micro-batches of l.micro_batch sequences of `seq` tokens: the parameter counts,
 // FLOPs and buffer sizes the planner reads. head_chunk 0: automatic, as GPT::reserve.
+// The description of that part, as the family describes it (model/description.h).
+RunSpec part_spec(const ModelConfig& mc, int64_t seq, const Layout& l, const StageSpec& part, int64_t head_chunk = 0);
 GptDescription describe_part(const ModelConfig& mc, int64_t seq, const Layout& l, const StageSpec& part,
                              int64_t head_chunk = 0);
 

@@ -25,8 +25,9 @@ VitEndsCost vit_ends_cost(const ModelShape& m, const System& sys, const Layout& 
   const double e = elem_bytes(p), t = l.tp;
   const ClimaxDescription desc = describe_vit(m.config(), l);
   const double N = static_cast<double>(desc.tokens()), C = static_cast<double>(m.hidden), Cl = C / t;
-  const double V = static_cast<double>(m.vars), P2 = static_cast<double>(m.patch * m.patch), K = V * P2;
-  const double NHl = static_cast<double>(m.heads) / t, D = static_cast<double>(m.decoder_depth);
+  const ModelConfig& mc = desc.spec().model;
+  const double V = static_cast<double>(mc.vars), P2 = static_cast<double>(mc.patch * mc.patch), K = V * P2;
+  const double NHl = static_cast<double>(m.heads) / t, D = static_cast<double>(mc.decoder_depth);
   VitEndsCost r;
 
   // Front, forward: V patch embeddings (N, p^2) x (p^2, C) + the variable embedding; k|v of the

@@ -30,15 +30,6 @@
 
 namespace weft::plan {
 
-// The shape of a ClimaX config (ModelShape::from_config's ClimaX branch): seq = context = its
-// patches, vocab 0.
-ModelShape vit_shape(const ModelConfig& c);
-// InputError naming the values (ModelConfig::validate's rules; seq must be the patches).
-void validate_vit(const ModelShape& m);
-// The ClimaX config of the shape (ModelShape::config's ClimaX branch).
-ModelConfig vit_config(const ModelShape& m);
-// The whole model on one rank (tp 1), one sample per micro-batch.
-ClimaxDescription vit_whole_model(const ModelShape& m);
 // One rank of layout `l` training micro-batches of l.micro_batch samples of model `mc`.
 ClimaxDescription describe_vit(const ModelConfig& mc, const Layout& l);
 
@@ -53,25 +44,14 @@ struct VitAggregationComm {
 };
 VitAggregationComm vit_aggregation_comm(const ClimaxDescription& d);
 
-// What the data-parallel store of a ClimaX rank holds, by its parameter groups (ParamLayout:
-// group 0 the front, 1..L the blocks, L+1 the back): its elements, group 0, the largest other
-// group (the size of ZeRO-2/3's group buffers).
-struct VitStoreParts {
-  int64_t n = 0, front = 0, max_other = 1;
-};
-VitStoreParts vit_store_parts(const ClimaxDescription& d);
-
-// Memory of one rank (a ClimaX model has one pipeline stage). o.memory_model "weft": weft's own
-// buffers (plan/weft_memory.h's ClimaX branch, exact for its CPU runs). Otherwise the 16-bit
-// mixed-precision model of plan/memory.h for GPU systems: the ZeRO formulas on the rank's
-// parameters (bytes_per_param; Rajbhandari et al. 2020 sec. 5.1); activations = the model's
+// Memory of one rank (a ClimaX model has one pipeline stage) in the 16-bit mixed-precision model
+// of plan/memory.h for GPU systems (o.memory_model "weft" is plan/weft_memory.h's, any family):
+// the ZeRO formulas on the rank's parameters (add_zero_states); activations = the model's
 // stash elements (one micro-batch: no pipeline keeps more) at the compute precision's bytes,
 // where FlashAttention (o.flash_attention) keeps each layer's fp32 log-sum-exp (B NH/t L)
 // instead of its probabilities (B NH/t L^2); workspace = the model's workspace elements the
-// same way; comm: the dp gradient bucket (ZeRO 0-2), ZeRO-3's gathered groups (the front held
-// through the step + the block in use and the prefetched one, as ClimaX acquires them), the
-// ZeRO++ wires and hpZ copy as plan/memory.cc counts them, error feedback. Dropout is not
-// counted (weft's ClimaX has none).
+// same way; comm: plan/memory.cc's comm_buffers, with the front held through the step under
+// ZeRO-3 (as ClimaX acquires it). Dropout is not counted (weft's ClimaX has none).
 MemoryBreakdown vit_stage_memory(const ModelShape& m, const Layout& l, const MemoryOptions& o);
 
 }  // namespace weft::plan

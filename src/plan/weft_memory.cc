@@ -3,12 +3,11 @@
 #include <algorithm>
 #include <vector>
 
-#include "model/climax/climax_config.h"
+#include "model/family.h"
 #include "model/params.h"
 #include "parallel/dp/data_parallel.h"
 #include "parallel/pp/partition.h"
 #include "parallel/pp/schedule.h"
-#include "plan/vit_shape.h"
 
 namespace weft::plan {
 
@@ -19,32 +18,15 @@ struct Elems {
   double params = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0, comm = 0;
 };
 
-// The model's description (model/gpt_description.h) of local chunk c of pipeline stage `stage`:
+// The family's description (model/description.h) of local chunk c of pipeline stage `stage`:
 // the chunk's layers from the trainer's partition, the embedding on global chunk 0, the head on
 // the last.
-GptDescription chunk_description(const WeftRunShape& r, const std::vector<StageRange>& parts, int stage, int c) {
+StageSpec chunk_part(const WeftRunShape& r, const std::vector<StageRange>& parts, int stage, int c) {
   const Layout& l = r.layout;
   const int p = l.pp, K = p * (p > 1 ? l.virtual_stages : 1);
   const int g = p > 1 ? global_chunk(stage, c, p) : 0;
   const StageRange part = p > 1 ? parts[static_cast<size_t>(g)] : StageRange{0, r.model.n_layer, true, true};
-  return describe_part(r.model, r.seq, l, StageSpec{part.first_layer, part.num_layers, g == 0, g == K - 1}, r.head_chunk);
-}
-
-// What one model chunk's data-parallel store holds (DataParallel sizes its buffers from the
-// chunk's ParamLayout groups): n elements, group 0 (g0; 1 when the chunk has none), the largest
-// other group, the chunk's part (ZeRO++'s buffers), and the tokens of the GPT embedding
-// gradient's row exchange (0: none; ClimaX's store does not split its embeddings).
-struct StoreParts {
-  int64_t n = 0, g0 = 1, max_other = 1, exchange_tokens = 0;
-  StageSpec stage;
-};
-
-StoreParts gpt_store_parts(const GptDescription& d) {
-  const GptParamCounts& pc = d.rank_params();
-  const StageSpec& st = d.spec().stage;
-  return {pc.part, (st.embedding || st.head) ? pc.embedding : 1,
-          std::max<int64_t>({1, d.part_layers() > 0 ? pc.layer : 0, st.head ? pc.final_norm : 0}),
-          st.embedding ? d.tokens() : 0, st};
+  return StageSpec{part.first_layer, part.num_layers, g == 0, g == K - 1};
 }
 
 // A chunk's parameters, gradients and optimizer states under ZeRO (Rajbhandari et al. 2020,
@@ -52,7 +34,7 @@ StoreParts gpt_store_parts(const GptDescription& d) {
 // of dp without replicas), this rank's by its index in the group (dp rank % dp_shard);
 // ZeRO-2/3's gradient group slots and receive buffers, ZeRO-3's gathered groups
 // (parallel/dp/data_parallel.h).
-void add_states(Elems& e, const WeftRunShape& r, const StoreParts& sp, int dp_rank) {
+void add_states(Elems& e, const WeftRunShape& r, const StoreGroups& sp, const StageSpec& part, int dp_rank) {
   const Layout& l = r.layout;
   const int64_t dp = l.dp;  // the embedding's row exchange gathers every dp rank's rows
   const int64_t ds = l.dp_shard(), shard_rank = dp_rank % ds;
@@ -81,7 +63,7 @@ void add_states(Elems& e, const WeftRunShape& r, const StoreParts& sp, int dp_ra
   }
   if (r.master_weights) e.optimizer += l.zero == 0 ? n : own;
   if (l.zero == 3 && r.zeropp.active()) {  // the store's exact ZeRO++ buffers
-    const ParamLayout layout(r.model, l.tp, 0, sp.stage);
+    const ParamLayout layout(r.model, l.tp, 0, part);
     std::vector<std::pair<int64_t, int64_t>> groups;
     for (int g = 0; g < layout.num_groups(); ++g) {
       if (layout.has_group(g)) groups.push_back(layout.group_range(g));
@@ -103,38 +85,28 @@ void add_states(Elems& e, const WeftRunShape& r, const StoreParts& sp, int dp_ra
   }
 }
 
-// A ClimaX rank (one stage, plan/vit_shape.h): its store over its groups (the front, the
-// blocks, the back), one micro-batch's stash and workspace (model/climax_description.h).
-Elems vit_rank_elems(const WeftRunShape& r, int dp_rank) {
-  Elems e;
-  const ClimaxDescription d = describe_vit(r.model, r.layout);
-  const VitStoreParts vp = vit_store_parts(d);
-  add_states(e, r, StoreParts{vp.n, vp.front, vp.max_other, 0, StageSpec{0, r.model.n_layer, true, true}}, dp_rank);
-  e.activations += static_cast<double>(d.stash_elems());
-  e.workspace += static_cast<double>(d.workspace_elems());
-  return e;
-}
-
-Elems gpt_rank_elems(const WeftRunShape& r, int stage, int dp_rank) {
+// One rank of any family: each local chunk's store over its groups, its stash once per
+// micro-batch in flight (one without pipeline stages), its workspace; the pipeline's buffers.
+Elems rank_elems(const WeftRunShape& r, int stage, int dp_rank) {
   const ModelConfig& mc = r.model;
   const Layout& l = r.layout;
   const int p = l.pp, v = p > 1 ? l.virtual_stages : 1, t = l.tp;
-  const std::vector<StageRange> parts =
-      partition_layers(mc.n_layer, p, v, {}, gpt_head_cost_in_layers(mc.padded_vocab, mc.n_embd));
+  const std::vector<StageRange> parts = partition_layers(mc.n_layer, p, v, {}, pipeline_head_cost(mc));
   const std::vector<PipeAction> actions =
       p > 1 ? stage_schedule(l.schedule, p, stage, static_cast<int>(r.micro_batches), v) : std::vector<PipeAction>{};
 
   Elems e;
   int64_t message = 0;  // one micro-batch's residual stream rows on this rank (Nl C)
   for (int c = 0; c < v; ++c) {
-    const GptDescription d = chunk_description(r, parts, stage, c);
-    add_states(e, r, gpt_store_parts(d), dp_rank);
+    const StageSpec part = chunk_part(r, parts, stage, c);
+    const std::unique_ptr<ModelDescription> d = mc.family->describe(part_spec(mc, r.seq, l, part, r.head_chunk));
+    add_states(e, r, d->store_groups(), part, dp_rank);
     // Stashed activations: one set per micro-batch in flight on this chunk (the schedule's
     // own count); the workspace of each chunk's model.
     const int in_flight = p > 1 ? std::max(1, max_in_flight(actions, c)) : 1;
-    e.activations += static_cast<double>(in_flight) * d.stash_elems();
-    e.workspace += d.workspace_elems();
-    message = d.residual_elems();
+    e.activations += static_cast<double>(in_flight) * static_cast<double>(d->stash_elems());
+    e.workspace += static_cast<double>(d->workspace_elems());
+    message = d->residual_elems();
   }
   // Pipeline: the receive buffers (kPipeRecvAhead posted ahead + the one in use), and (at
   // least) one send buffer (1/t of the activations with the scatter-gather of tp > 1 without sp).
@@ -146,7 +118,7 @@ Elems gpt_rank_elems(const WeftRunShape& r, int stage, int dp_rank) {
 }  // namespace
 
 MemoryBreakdown weft_rank_memory(const WeftRunShape& r, int stage, int dp_rank) {
-  const Elems e = r.model.family == &climax_family() ? vit_rank_elems(r, dp_rank) : gpt_rank_elems(r, stage, dp_rank);
+  const Elems e = rank_elems(r, stage, dp_rank);
   MemoryBreakdown m;
   m.stage = stage;
   m.params = 4 * e.params;

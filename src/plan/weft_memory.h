@@ -6,10 +6,12 @@
 // Where plan/memory.h models Megatron-LM-style mixed-precision training for the planner, this
 // models what weft (fp32, CPU backend) holds. Every count of the model itself (parameters per
 // chunk, layer and group; stash and workspace elements per micro-batch; the head chunk) is
-// read from the model's description (model/gpt_description.h), which tests/model/
-// gpt_description_test.cc holds equal to what ParamLayout and GPT::reserve allocate; this
-// file adds what lies around the model (ZeRO shards, the schedule's micro-batches in flight,
-// communication buffers):
+// read from the family's description (Family::describe, model/description.h: GPT's
+// model/gpt/gpt_description.h, ClimaX's model/climax/climax_description.h), which
+// tests/model/gpt_description_test.cc and climax_test.cc hold equal to what ParamLayout and the
+// models' reserve allocate; this file adds what lies around the model (ZeRO shards over the
+// store's groups, the schedule's micro-batches in flight, communication buffers), the same for
+// every family. For a GPT:
 // - params / grads / optimizer: the ZeRO formulas (Rajbhandari et al. 2020, sec. 5.1) over
 //   each model chunk's parameter count (its layers split over tp, LayerNorms and row-parallel
 //   biases replicated; Shoeybi et al. 2019 sec. 3), fp32: 4 bytes of parameters, 4 of
@@ -33,13 +35,12 @@
 // - comm: ZeRO-1's reduce-scatter output, ZeRO-2/3's receive buffers, the pipeline's receive
 //   buffers (posted ahead) and one send buffer per message in flight (at least one), and the transient
 //   gather of the embedding gradient rows (dp > 1, ZeRO 0/1).
-// A ClimaX model (model.family == &climax_family(); one stage): the same ZeRO states over its groups (the front,
-// the blocks, the back: plan/vit_shape.h), one micro-batch's stash and workspace as
-// ClimaxDescription counts them (model/climax_description.h), no embedding exchange.
+// A ClimaX model (one stage): the same ZeRO states over its groups (the front, the blocks, the
+// back), one micro-batch's stash and workspace as ClimaxDescription counts them, no embedding
+// exchange.
 #pragma once
 #include <cstdint>
 
-#include "model/climax/climax_config.h"
 #include "model/config.h"
 #include "parallel/dp/zeropp.h"
 #include "plan/memory.h"

@@ -6,7 +6,9 @@
 #include <map>
 
 #include "core/error.h"
+#include "data/field_batch.h"
 #include "data/loader.h"
+#include "data/token_batch.h"
 #include "data/text_util.h"
 #include "data/weather.h"
 
@@ -31,12 +33,15 @@ class TokenRunData final : public RunData {
       throw_input("{}: the validation split holds {} tokens, fewer than one sequence of {}+1", val_src, val_->size(), T);
     }
   }
-  void fill(int64_t step, int64_t global_batch, int64_t first, int64_t count, const BatchRows& out) const override {
-    train_.sample_batch(seed_, step, global_batch, first, count, static_cast<int>(T_), out.inputs, out.targets);
+  void fill(int64_t step, int64_t global_batch, int64_t first, int64_t count, HostBatch& out) const override {
+    const TokenBatch::Rows r = TokenBatch::of(out).grow(count);
+    train_.sample_batch(seed_, step, global_batch, first, count, static_cast<int>(T_), r.inputs, r.targets);
   }
   bool has_val() const override { return val_ != nullptr; }
   int64_t val_rows(int64_t requested) const override { return std::min(val_->num_windows(T_), requested); }
-  double evaluate(Engine& engine, int64_t requested) const override { return engine.evaluate(*val_, requested); }
+  double evaluate(Engine& engine, int64_t requested) const override {
+    return engine.evaluate_rows(token_windows(*val_, T_), val_rows(requested));
+  }
   std::string describe(int64_t seq) const override {
     return fmt::format("{} train tokens ({} windows of {})", train_.size(), train_.num_windows(seq), seq);
   }
@@ -75,17 +80,19 @@ class WeatherRunData final : public RunData {
       val_sampler_ = std::make_unique<WeatherSampler>(*val_, leads, 0);
     }
   }
-  void fill(int64_t step, int64_t global_batch, int64_t first, int64_t count, const BatchRows& out) const override {
-    weather_sample_batch(train_, *sampler_, step, global_batch, first, count, out.fields, out.target_fields,
-                         out.lead_hours);
+  void fill(int64_t step, int64_t global_batch, int64_t first, int64_t count, HostBatch& out) const override {
+    const FieldBatch::Rows r = FieldBatch::of(out).grow(count);
+    weather_sample_batch(train_, *sampler_, step, global_batch, first, count, r.fields, r.target_fields,
+                         r.lead_hours);
   }
   bool has_val() const override { return val_ != nullptr; }
   int64_t val_rows(int64_t requested) const override { return std::min(val_sampler_->epoch_size(), requested); }
   double evaluate(Engine& engine, int64_t requested) const override {
     const int64_t n = val_rows(requested);
     return engine.evaluate_rows(
-        [&](int64_t first, int64_t count, const BatchRows& out) {
-          weather_sample_batch(*val_, *val_sampler_, 0, n, first, count, out.fields, out.target_fields, out.lead_hours);
+        [&](int64_t first, int64_t count, HostBatch& out) {
+          const FieldBatch::Rows r = FieldBatch::of(out).grow(count);
+          weather_sample_batch(*val_, *val_sampler_, 0, n, first, count, r.fields, r.target_fields, r.lead_hours);
         },
         n);
   }

@@ -18,7 +18,8 @@ class RunData {
   virtual ~RunData() = default;
   // Rows [first, first + count) of the global batch of `step` (layout-free: the same rows
   // whatever the number of ranks).
-  virtual void fill(int64_t step, int64_t global_batch, int64_t first, int64_t count, const BatchRows& out) const = 0;
+  // Appended to `out`, a host batch of the family's kind (Family::make_batch).
+  virtual void fill(int64_t step, int64_t global_batch, int64_t first, int64_t count, HostBatch& out) const = 0;
   virtual bool has_val() const = 0;
   // The validation rows evaluated when `requested` are asked for (what the split holds at most).
   virtual int64_t val_rows(int64_t requested) const = 0;

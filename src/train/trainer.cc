@@ -333,7 +333,7 @@ TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const 
     contexts_.push_back(std::exchange(next_ctx_, CommStepContext{}));
     const float lr = lr_at(step, static_cast<float>(cfg_.lr), cfg_.warmup_steps, decay_steps,
                            static_cast<float>(cfg_.min_lr_ratio));
-    const StepResult r = engine_.step(lr, [&](int64_t first, int64_t count, const BatchRows& out) {
+    const StepResult r = engine_.step(lr, [&](int64_t first, int64_t count, HostBatch& out) {
       data_.fill(step, ec.global_batch, first, count, out);
     });
     if (r.skipped) {

@@ -8,7 +8,9 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "plan/compression.h"
 #include "plan/search.h"
+#include "plan/zeropp.h"
 
 namespace weft::tune {
 
@@ -32,6 +34,87 @@ double schedule_code(PipeSchedule s) {
   return 0;
 }
 
+double zeropp_code(plan::ZeroPP z) {
+  switch (z) {
+    case plan::ZeroPP::kNone: return 0;
+    case plan::ZeroPP::kZeroPP: return 1;
+    case plan::ZeroPP::kThreeLevel: return 2;
+    case plan::ZeroPP::kCustom: return 3;
+  }
+  return 0;
+}
+
+double compression_code(const std::string& name) {
+  const auto it = std::find(kCompressionKnobValues.begin(), kCompressionKnobValues.end(), name);
+  return static_cast<double>((it == kCompressionKnobValues.end() ? kCompressionKnobValues.end() - 1 : it) -
+                             kCompressionKnobValues.begin());
+}
+
+// The knobs whose values are names (recompute, sequence_parallel, schedule, zeropp, compression)
+// and how many values each has.
+int named_values(int knob) {
+  switch (knob) {
+    case 5: case 7: return 3;
+    case 6: return 2;
+    case 9: return 4;
+    case 10: return static_cast<int>(kCompressionKnobValues.size());
+    default: return 0;
+  }
+}
+
+// The compression presets of the space: the system's, or a CPU's without a system file (the
+// trials run on this machine).
+std::vector<plan::NamedPolicy> space_presets(const plan::System* sys) {
+  if (sys != nullptr) return plan::compression_presets(*sys, true);
+  std::vector<plan::NamedPolicy> out;
+  for (const char* n : {"none", "uniform-zstd", "hybrid", "uniform-bf16", "uniform-fp16", "uniform-int8",
+                        "uniform-int4", "hybrid-zfp", "uniform-zfp:8"}) {
+    out.push_back(plan::parse_compression(n));
+  }
+  return out;
+}
+
+// Layout l plain and, at ZeRO 3 on more than one dp rank with a system file, as "zero++" and
+// "3-level" (left out where it resolves to zero++'s knobs), as plan::search_layouts tries them.
+std::vector<plan::Layout> zeropp_variants(const plan::Layout& l, const plan::System* sys, const std::string& order) {
+  std::vector<plan::Layout> out{l};
+  if (l.zero != 3 || l.dp_shard() < 2 || sys == nullptr) return out;
+  plan::Layout zpp = l, three = l;
+  zpp.zeropp = plan::ZeroPP::kZeroPP;
+  three.zeropp = plan::ZeroPP::kThreeLevel;
+  zpp = plan::resolve_zeropp(zpp, *sys, order);
+  three = plan::resolve_zeropp(three, *sys, order);
+  out.push_back(zpp);
+  if (three.hpz != zpp.hpz || three.hierarchy != zpp.hierarchy) out.push_back(three);
+  return out;
+}
+
+// Each of the plain layouts with its ZeRO++ variants, each under every preset the layout
+// takes, without two of the same effective codecs.
+std::vector<plan::Layout> lossy_variants(const std::vector<plan::Layout>& plain, const plan::System* sys,
+                                         const std::string& order) {
+  const std::vector<plan::NamedPolicy> presets = space_presets(sys);
+  std::vector<plan::Layout> out;
+  for (const plan::Layout& p : plain) {
+    for (const plan::Layout& v : zeropp_variants(p, sys, order)) {
+      std::vector<CompressionPolicy> done;
+      for (const plan::NamedPolicy& np : presets) {
+        if (!plan::compression_layout_error(np.policy, v).empty()) continue;
+        const CompressionPolicy eff = plan::effective_policy(np.policy, v);
+        if (std::any_of(done.begin(), done.end(), [&](const CompressionPolicy& d) { return plan::same_policy(d, eff); })) {
+          continue;
+        }
+        done.push_back(eff);
+        plan::Layout x = v;
+        x.compression = np.policy;
+        x.compression_name = np.name;
+        out.push_back(x);
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<double> encode_layout(const plan::Layout& l) {
@@ -43,7 +126,9 @@ std::vector<double> encode_layout(const plan::Layout& l) {
           recompute_code(l.recompute),
           l.sequence_parallel ? 1.0 : 0.0,
           schedule_code(l.schedule),
-          static_cast<double>(l.virtual_stages)};
+          static_cast<double>(l.virtual_stages),
+          zeropp_code(l.zeropp),
+          compression_code(l.compression_name)};
 }
 
 std::string knob_value_text(int knob, double v) {
@@ -56,16 +141,21 @@ std::string knob_value_text(int knob, double v) {
       return v < 0.5 ? "false" : "true";
     case 7:
       return v < 0.5 ? "1f1b" : v < 1.5 ? "gpipe" : "interleaved";
+    case 9:
+      return v < 0.5 ? "none" : v < 1.5 ? "zero++" : v < 2.5 ? "3-level" : "custom";
+    case 10:
+      return kCompressionKnobValues[static_cast<size_t>(
+          std::clamp(std::lround(v), 0L, static_cast<long>(kCompressionKnobValues.size()) - 1))];
     default:
       return fmt::format("{:g}", v);
   }
 }
 
 double knob_value_from_text(int knob, const std::string& t) {
-  for (double v : {0.0, 1.0, 2.0}) {
-    if ((knob == 5 || knob == 6 || knob == 7) && knob_value_text(knob, v) == t) return v;
+  for (int v = 0; v < named_values(knob); ++v) {
+    if (knob_value_text(knob, v) == t) return v;
   }
-  if (knob != 5 && knob != 6 && knob != 7) {
+  if (named_values(knob) == 0) {
     char* end = nullptr;
     const double x = std::strtod(t.c_str(), &end);
     if (!t.empty() && end == t.c_str() + t.size() && std::isfinite(x) && x >= 0) {
@@ -96,7 +186,7 @@ std::vector<size_t> LayoutSpace::by_prediction() const {
 }
 
 LayoutSpace layout_space(const ModelConfig& model, int64_t seq, int64_t global_batch, Precision precision,
-                         int world, const plan::System* sys, const plan::Options& opt) {
+                         int world, const plan::System* sys, const plan::Options& opt, bool allow_lossy) {
   const plan::ModelShape shape = plan::ModelShape::from_config(model, seq);
   plan::Pins pins;
   pins.zeropp = plan::ZeroPP::kNone;
@@ -108,6 +198,7 @@ LayoutSpace layout_space(const ModelConfig& model, int64_t seq, int64_t global_b
   o.global_batch = global_batch;
   LayoutSpace s;
   s.layouts = plan::valid_layouts(shape, world, o, pins);  // InputError naming the values when none
+  if (allow_lossy) s.layouts = lossy_variants(s.layouts, sys, o.rank_order);
   for (size_t i = 0; i < s.layouts.size(); ++i) {
     s.knobs.push_back(encode_layout(s.layouts[i]));
     s.index_.emplace(s.knobs.back(), i);

@@ -6,8 +6,15 @@
 // Knobs (kKnobNames, in this order): tp, pp, dp, micro_batch (log2: the sizes are powers of
 // two or small divisors, and their effect is multiplicative), zero (0..3), recompute (0 none,
 // 1 selective, 2 full), sequence_parallel (0/1), schedule (0 1f1b, 1 gpipe, 2 interleaved),
-// virtual_stages. Pinned out of the space: ZeRO++ and compression off, every layer recomputed
-// under full recompute (recompute_layers -1): the knobs the first version searches.
+// virtual_stages, zeropp (0 none, 1 zero++, 2 3-level, 3 custom: plan/shape.h ZeroPP) and
+// compression (an index into kCompressionKnobValues). ZeRO++ and compression change the numbers
+// the model trains on (quantized weights and gradients, lossy codecs), so they stay off unless
+// the search may try lossy layouts (--allow-lossy): then each ZeRO-3 layout is also tried as
+// "zero++" and "3-level" (with a system file, which places the levels) and every layout under
+// each compression preset of the system (compression_presets, the lossless ones among them),
+// leaving out a preset that gives a layout the codecs of one already in the space. Pinned out
+// of the space: every layer recomputed under full recompute (recompute_layers -1), plain dp
+// (dp_replicate 1).
 // The surrogate's features are the knobs plus, with a system file, log(predicted step time):
 // the search starts where the model points and learns where it is wrong.
 #pragma once
@@ -22,9 +29,14 @@
 
 namespace weft::tune {
 
-inline constexpr int kNumKnobs = 9;
+inline constexpr int kNumKnobs = 11;
 inline constexpr std::array<const char*, kNumKnobs> kKnobNames = {
-    "tp", "pp", "dp", "micro_batch", "zero", "recompute", "sequence_parallel", "schedule", "virtual_stages"};
+    "tp", "pp", "dp", "micro_batch", "zero", "recompute", "sequence_parallel", "schedule", "virtual_stages",
+    "zeropp", "compression"};
+// The compression knob's values: the presets compression_presets can give, "custom" last.
+inline constexpr std::array<const char*, 10> kCompressionKnobValues = {
+    "none", "uniform-zstd", "hybrid", "uniform-bf16", "uniform-fp16", "uniform-int8", "uniform-int4", "hybrid-zfp",
+    "uniform-zfp:8", "custom"};
 
 // The knobs of a layout, encoded (above).
 std::vector<double> encode_layout(const plan::Layout& l);
@@ -51,9 +63,10 @@ struct LayoutSpace {
 };
 
 // Every valid layout of `model` at sequence length `seq` and global batch `global_batch` on
-// `world` ranks, priced by `sys` when it is not null (opt: the planner's options for it).
-// InputError naming the values when no layout is valid.
+// `world` ranks, priced by `sys` when it is not null (opt: the planner's options for it);
+// allow_lossy: with the ZeRO++ and compression variants (above). InputError naming the values
+// when no layout is valid.
 LayoutSpace layout_space(const ModelConfig& model, int64_t seq, int64_t global_batch, Precision precision,
-                         int world, const plan::System* sys, const plan::Options& opt);
+                         int world, const plan::System* sys, const plan::Options& opt, bool allow_lossy = false);
 
 }  // namespace weft::tune

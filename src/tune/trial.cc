@@ -67,6 +67,22 @@ RunConfig trial_config(const RunConfig& base, const plan::Layout& l) {
   c.sequence_parallel = l.sequence_parallel;
   c.schedule = schedule_name(l.schedule);
   c.virtual_stages = l.virtual_stages;
+  // ZeRO++ as the planner priced it: int8 weights, int4 gradient hops.
+  c.quantized_weights = l.qwz;
+  c.hpz_partition_size = l.hpz;
+  c.quantized_gradients = l.qgz;
+  c.hierarchy.assign(l.hierarchy.begin(), l.hierarchy.end());
+  c.block_size = l.quant_block;
+  if (l.qwz) c.weight_bits = 8;
+  if (l.qgz) c.gradient_bits = 4;
+  // Compressed collectives, the policy's codecs (int8/int4 blocks as the dp codec's, else the
+  // params codec's).
+  c.compression_dp = l.compression.dp.name();
+  c.compression_params = l.compression.params.name();
+  c.compression_tp = l.compression.tp.name();
+  c.compression_pp = l.compression.pp.name();
+  c.compression_error_feedback = l.compression.error_feedback;
+  c.compression_block_size = l.compression.dp.off() ? l.compression.params.block : l.compression.dp.block;
   return c;
 }
 
@@ -101,7 +117,7 @@ TrialResult run_trial(const RunConfig& base, const plan::Layout& l, const RunDat
     if (step == s.warmup) memory_tracker().reset_peaks();
     world.barrier();
     const auto t0 = clock::now();
-    const StepResult sr = engine->step(static_cast<float>(cfg.lr), [&](int64_t first, int64_t count, const BatchRows& out) {
+    const StepResult sr = engine->step(static_cast<float>(cfg.lr), [&](int64_t first, int64_t count, HostBatch& out) {
       data.fill(step, G, first, count, out);
     });
     const double dt = max_over_ranks(world, std::chrono::duration<double>(clock::now() - t0).count());

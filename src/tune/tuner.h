@@ -50,6 +50,9 @@ struct TuneOptions {
   // of running them: replays a search in milliseconds (bench/tune_study.sh compares searches
   // that way). A layout it lacks is a failed trial.
   std::string oracle;
+  // Let the search try the layouts that change the numbers the model trains on: ZeRO++ and
+  // lossy compressed collectives (tune/space.h).
+  bool allow_lossy = false;
 };
 
 struct TrialRecord {

@@ -16,6 +16,7 @@
 #include "comm/device_comm_registry.h"
 #include "comm/nccl/nccl_comm.h"
 #include "comm/self_comm.h"
+#include "data/token_batch.h"
 #include "engine/engine.h"
 #include "model/config.h"
 
@@ -76,13 +77,13 @@ std::pair<double, double> one_step(Backend& be, const std::string& comm) {
   auto world = make_self_communicator("world");
   Engine engine(cfg, *world, be);
   engine.init_params(7);
-  const StepResult r = engine.step(1e-3f, [&](int64_t first, int64_t count, int32_t* in, int32_t* tg) {
+  const StepResult r = engine.step(1e-3f, token_batches([&](int64_t first, int64_t count, int32_t* in, int32_t* tg) {
     for (int64_t i = 0; i < count * cfg.seq; ++i) {
       const int64_t k = first * cfg.seq + i;
       in[i] = static_cast<int32_t>((k * 31 + 7) % cfg.model.vocab_size);
       tg[i] = static_cast<int32_t>((k * 31 + 38) % cfg.model.vocab_size);
     }
-  });
+  }));
   return {r.loss, r.grad_norm};
 }
 

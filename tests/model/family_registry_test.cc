@@ -12,6 +12,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/manifest.h"
 #include "core/error.h"
+#include "data/field_batch.h"
 #include "model/config.h"
 #include "model/config_json.h"
 #include "model/family.h"
@@ -84,7 +85,12 @@ class ToyFamily final : public Family {
   std::unique_ptr<Model> make_model(const ModelConfig& cfg, Backend&, bool, int, int, const StageSpec&) const override {
     throw_input("the toy family of the registry test has no model ('{}')", cfg.name);
   }
-  SampleSize sample_size(const ModelConfig&, int64_t) const override { return {.fields = 3}; }
+  std::unique_ptr<HostBatch> make_batch(const ModelConfig&, int64_t capacity, int64_t) const override {
+    return std::make_unique<FieldBatch>(capacity, 3, 3);
+  }
+  std::unique_ptr<ModelDescription> describe(const RunSpec& spec) const override {
+    throw_input("the toy family of the registry test has no description ('{}')", spec.model.name);
+  }
   double train_flops_per_position(const ModelConfig& c, int64_t) const override { return 6.0 * c.n_embd; }
 
  private:

@@ -17,6 +17,7 @@
 #include "backend/backend.h"
 #include "comm/device_comm.h"
 #include "comm/device_comm_registry.h"
+#include "data/token_batch.h"
 #include "engine/engine.h"
 #include "model/config.h"
 
@@ -126,7 +127,7 @@ RunResult train(const std::string& comm, int m) {
       targets[i] = static_cast<int32_t>((inputs[i] * 3 + 1) % 96);
     }
   };
-  for (int step = 0; step < 3; ++step) out.steps.push_back(engine.step(1e-2f, batch));
+  for (int step = 0; step < 3; ++step) out.steps.push_back(engine.step(1e-2f, token_batches(batch)));
   const size_t n = static_cast<size_t>(engine.whole_layout().total());
   out.state.resize(3 * n);
   engine.gather_state(out.state.data(), out.state.data() + n, out.state.data() + 2 * n);

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "data/field_batch.h"
 #include "model/climax/climax_config.h"
 #include "model/local_store.h"
 
@@ -221,25 +222,25 @@ void ClimaX::reserve(int64_t B, int64_t T, bool training, int64_t, int slots) {
   set_latitudes(lat_deg_);  // uploads the weights
 }
 
-void ClimaX::check_batch(const MicroBatch& mb, int64_t B, bool training) const {
+void ClimaX::check_batch(const ClimaxBatch& mb, int64_t B, bool training) const {
   WEFT_CHECK(st_ != nullptr, "ClimaX: reserve() before running a micro-batch");
   WEFT_CHECK(B >= 1 && B <= B_, "micro-batch {} exceeds the reserved {}", B, B_);
   WEFT_CHECK(!training || training_, "ClimaX: training needs reserve(..., training=true)");
-  WEFT_CHECK(mb.fields != nullptr && mb.lead_hours != nullptr, "ClimaX: a micro-batch without fields or lead times");
+  WEFT_CHECK(mb.x != nullptr && mb.lead != nullptr, "ClimaX: a micro-batch without fields or lead times");
   WEFT_CHECK(store_ != nullptr, "ClimaX has no parameter store");
 }
 
 // The host reorders the fields into patch order: patches (V, N, p^2) and the targets
 // (N, p^2 V) in the decoder's output order; the lead times are uploaded as hours / 100.
-void ClimaX::upload(const MicroBatch& mb, int64_t B) {
+void ClimaX::upload(const ClimaxBatch& mb, int64_t B) {
   const ModelConfig& c = config();
   const int64_t V = c.vars, H = c.img_h, W = c.img_w, p = c.patch, w = W / p, L = c.num_patches();
   const int64_t P2 = p * p, K = V * P2, N = B * L;
   const int64_t n = B * V * H * W;
   for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(mb.fields[i])) throw_input("input field value {} at index {} is not finite", mb.fields[i], i);
-    if (mb.target_fields != nullptr && !std::isfinite(mb.target_fields[i])) {
-      throw_input("target field value {} at index {} is not finite", mb.target_fields[i], i);
+    if (!std::isfinite(mb.x[i])) throw_input("input field value {} at index {} is not finite", mb.x[i], i);
+    if (mb.y != nullptr && !std::isfinite(mb.y[i])) {
+      throw_input("target field value {} at index {} is not finite", mb.y[i], i);
     }
   }
   host_patches_.resize(static_cast<size_t>(V * N * P2));
@@ -248,7 +249,7 @@ void ClimaX::upload(const MicroBatch& mb, int64_t B) {
       for (int64_t l = 0; l < L; ++l) {
         const int64_t y0 = (l / w) * p, x0 = (l % w) * p;
         float* dst = host_patches_.data() + ((v * B + b) * L + l) * P2;
-        const float* src = mb.fields + ((b * V + v) * H + y0) * W + x0;
+        const float* src = mb.x + ((b * V + v) * H + y0) * W + x0;
         for (int64_t i = 0; i < p; ++i) {
           for (int64_t j = 0; j < p; ++j) dst[i * p + j] = src[i * W + j];
         }
@@ -256,14 +257,14 @@ void ClimaX::upload(const MicroBatch& mb, int64_t B) {
     }
   }
   backend_.copy_to_device(st_->patches, 0, host_patches_.data(), host_patches_.size() * sizeof(float));
-  if (mb.target_fields != nullptr) {
+  if (mb.y != nullptr) {
     host_targets_.resize(static_cast<size_t>(N * K));
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t l = 0; l < L; ++l) {
         const int64_t y0 = (l / w) * p, x0 = (l % w) * p;
         float* dst = host_targets_.data() + (b * L + l) * K;
         for (int64_t v = 0; v < V; ++v) {
-          const float* src = mb.target_fields + ((b * V + v) * H + y0) * W + x0;
+          const float* src = mb.y + ((b * V + v) * H + y0) * W + x0;
           for (int64_t i = 0; i < p; ++i) {
             for (int64_t j = 0; j < p; ++j) dst[(i * p + j) * V + v] = src[i * W + j];
           }
@@ -274,8 +275,8 @@ void ClimaX::upload(const MicroBatch& mb, int64_t B) {
   }
   std::vector<float> lead(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
-    if (!std::isfinite(mb.lead_hours[b])) throw_input("lead time {} hours is not finite", mb.lead_hours[b]);
-    lead[static_cast<size_t>(b)] = mb.lead_hours[b] / 100.0f;
+    if (!std::isfinite(mb.lead[b])) throw_input("lead time {} hours is not finite", mb.lead[b]);
+    lead[static_cast<size_t>(b)] = mb.lead[b] / 100.0f;
   }
   backend_.copy_to_device(st_->lead, 0, lead.data(), lead.size() * sizeof(float));
 }
@@ -445,21 +446,25 @@ double ClimaX::backward(int64_t B, float loss_scale) {
   return sum;
 }
 
-double ClimaX::train_micro_batch(const MicroBatch& mb, int64_t B, int64_t T, float loss_scale) {
+namespace {
+// A FieldBatch (data/field_batch.h) as the model's host view.
+ClimaxBatch view_of(const HostBatch& mb) {
+  const FieldBatch& f = FieldBatch::of(mb);
+  return {f.fields(), f.target_fields(), f.lead_hours()};
+}
+}  // namespace
+
+double ClimaX::train_batch(const ClimaxBatch& mb, int64_t B, float loss_scale) {
   check_batch(mb, B, true);
-  WEFT_CHECK(mb.target_fields != nullptr, "ClimaX: a training micro-batch without targets");
-  WEFT_CHECK(T == 0 || T == config().num_patches(), "ClimaX: {} positions, the model has {} patches", T,
-             config().num_patches());
+  WEFT_CHECK(mb.y != nullptr, "ClimaX: a training micro-batch without targets");
   upload(mb, B);
   forward(B);
   return backward(B, loss_scale);
 }
 
-double ClimaX::loss_sum(const MicroBatch& mb, int64_t B, int64_t T) {
+double ClimaX::batch_loss(const ClimaxBatch& mb, int64_t B) {
   check_batch(mb, B, false);
-  WEFT_CHECK(mb.target_fields != nullptr, "ClimaX: a loss without targets");
-  WEFT_CHECK(T == 0 || T == config().num_patches(), "ClimaX: {} positions, the model has {} patches", T,
-             config().num_patches());
+  WEFT_CHECK(mb.y != nullptr, "ClimaX: a loss without targets");
   upload(mb, B);
   forward(B);
   const double s = loss(B, 0.0f);
@@ -468,27 +473,28 @@ double ClimaX::loss_sum(const MicroBatch& mb, int64_t B, int64_t T) {
   return s;
 }
 
+double ClimaX::train_micro_batch(const HostBatch& mb, float loss_scale) {
+  return train_batch(view_of(mb), mb.samples(), loss_scale);
+}
+
+double ClimaX::loss_sum(const HostBatch& mb) { return batch_loss(view_of(mb), mb.samples()); }
+
+void ClimaX::forward_outputs(const HostBatch& mb, float* out) {
+  const ClimaxBatch b = view_of(mb);
+  predict(b.x, b.lead, mb.samples(), out);
+}
+
 double ClimaX::forward_backward(const ClimaxBatch& b, int64_t B, float loss_scale) {
-  MicroBatch mb;
-  mb.fields = b.x;
-  mb.target_fields = b.y;
-  mb.lead_hours = b.lead;
-  const double s = train_micro_batch(mb, B, 0, loss_scale);
+  const double s = train_batch(b, B, loss_scale);
   return s / static_cast<double>(B * config().num_patches());
 }
 
 double ClimaX::forward_loss(const ClimaxBatch& b, int64_t B) {
-  MicroBatch mb;
-  mb.fields = b.x;
-  mb.target_fields = b.y;
-  mb.lead_hours = b.lead;
-  return loss_sum(mb, B, 0) / static_cast<double>(B * config().num_patches());
+  return batch_loss(b, B) / static_cast<double>(B * config().num_patches());
 }
 
 void ClimaX::predict(const float* x, const float* lead, int64_t B, float* out) {
-  MicroBatch mb;
-  mb.fields = x;
-  mb.lead_hours = lead;
+  const ClimaxBatch mb{x, nullptr, lead};
   check_batch(mb, B, false);
   upload(mb, B);
   forward(B);
@@ -512,13 +518,13 @@ void ClimaX::predict(const float* x, const float* lead, int64_t B, float* out) {
   }
 }
 
-void ClimaX::stage_forward(int, const MicroBatch&, const float*, int64_t, int64_t, bool) {
+void ClimaX::stage_forward(int, const HostBatch&, const float*, bool) {
   throw_input("model '{}': ClimaX models run without pipeline stages (pp 1)", config().name);
 }
-double ClimaX::stage_backward(int, const MicroBatch&, const float*, int64_t, int64_t, float) {
+double ClimaX::stage_backward(int, const HostBatch&, const float*, float) {
   throw_input("model '{}': ClimaX models run without pipeline stages (pp 1)", config().name);
 }
-double ClimaX::stage_loss(int, const MicroBatch&, int64_t, int64_t) {
+double ClimaX::stage_loss(int, const HostBatch&) {
   throw_input("model '{}': ClimaX models run without pipeline stages (pp 1)", config().name);
 }
 const float* ClimaX::stage_output(int) {

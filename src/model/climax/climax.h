@@ -39,7 +39,8 @@ namespace weft {
 
 class LocalParamStore;
 
-// The host-side batch of the reference tests: x, y (B,V,H,W), lead (B) hours.
+// The model's host view of a batch (and the reference tests'): x, y (B,V,H,W; y may be null
+// for a forecast), lead (B) hours.
 struct ClimaxBatch {
   const float* x = nullptr;
   const float* y = nullptr;
@@ -77,11 +78,12 @@ class ClimaX final : public Model {
   int64_t activation_bytes() const override;
   int64_t workspace_bytes() const override;
 
-  double train_micro_batch(const MicroBatch& mb, int64_t B, int64_t T, float loss_scale) override;
-  double loss_sum(const MicroBatch& mb, int64_t B, int64_t T) override;
-  void stage_forward(int, const MicroBatch&, const float*, int64_t, int64_t, bool) override;
-  double stage_backward(int, const MicroBatch&, const float*, int64_t, int64_t, float) override;
-  double stage_loss(int, const MicroBatch&, int64_t, int64_t) override;
+  // A FieldBatch (data/field_batch.h).
+  double train_micro_batch(const HostBatch& mb, float loss_scale) override;
+  double loss_sum(const HostBatch& mb) override;
+  void stage_forward(int, const HostBatch&, const float*, bool) override;
+  double stage_backward(int, const HostBatch&, const float*, float) override;
+  double stage_loss(int, const HostBatch&) override;
   const float* stage_output(int) override;
   const float* stage_input_grad() const override;
 
@@ -99,13 +101,15 @@ class ClimaX final : public Model {
   int64_t output_elems() const override {
     return int64_t{config().vars} * config().img_h * config().img_w;
   }
-  void forward_outputs(const MicroBatch& mb, int64_t B, float* out) override { predict(mb.fields, mb.lead_hours, B, out); }
+  void forward_outputs(const HostBatch& mb, float* out) override;
 
  private:
   struct Stash;
   struct Work;
-  void upload(const MicroBatch& mb, int64_t B);
-  void check_batch(const MicroBatch& mb, int64_t B, bool training) const;
+  double train_batch(const ClimaxBatch& mb, int64_t B, float loss_scale);  // the loss sum
+  double batch_loss(const ClimaxBatch& mb, int64_t B);                     // the loss sum
+  void upload(const ClimaxBatch& mb, int64_t B);
+  void check_batch(const ClimaxBatch& mb, int64_t B, bool training) const;
   void forward(int64_t B);
   double backward(int64_t B, float loss_scale);
   double loss(int64_t B, float dloss);  // the predictions against the targets; dloss != 0: dpred in place

@@ -2,9 +2,11 @@
 // names, microsoft/ClimaX arch.py), the model and its counts.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
+#include "data/field_batch.h"
 #include "model/climax/climax.h"
 #include "model/climax/climax_config.h"
 #include "model/climax/climax_description.h"
@@ -149,6 +151,32 @@ float sincos_embedding(const ModelConfig& cfg, ParamKind kind, int64_t index) {
   return col < C / 2 ? one_d(C / 2, static_cast<double>(wi), col) : one_d(C / 2, static_cast<double>(hi), col - C / 2);
 }
 
+// ClimaxDescription through the family-neutral interface (one stage: the whole model; its
+// sequence is its patches).
+class ClimaxModelDescription final : public ModelDescription {
+ public:
+  explicit ClimaxModelDescription(const RunSpec& s)
+      : d_(ClimaxRunSpec{.model = s.model, .B = s.B, .tp = s.tp, .recompute = s.recompute,
+                         .recompute_layers = s.recompute_layers, .precision = s.precision, .training = s.training}) {}
+  int64_t rank_params() const override { return d_.rank_params(); }
+  int64_t total_params() const override { return d_.total_params(); }
+  int64_t layer_params() const override { return d_.layer_params(d_.spec().tp); }
+  int64_t front_params() const override { return d_.front_params(d_.spec().tp); }
+  // The front, the blocks, the back; no embedding rows exchanged.
+  StoreGroups store_groups() const override {
+    const int t = d_.spec().tp;
+    return {d_.rank_params(), d_.front_params(t),
+            std::max<int64_t>({1, d_.spec().model.n_layer > 0 ? d_.layer_params(t) : 0, d_.back_params()}), 0};
+  }
+  int64_t stash_elems() const override { return d_.stash_elems(); }
+  int64_t workspace_elems() const override { return d_.workspace_elems(); }
+  int64_t residual_elems() const override { return 0; }
+  double train_flops_per_position() const override { return ClimaxDescription::train_flops_per_token(d_.spec().model); }
+
+ private:
+  ClimaxDescription d_;
+};
+
 class ClimaxFamily final : public Family {
  public:
   const char* name() const override { return "climax"; }
@@ -164,10 +192,16 @@ class ClimaxFamily final : public Family {
         .selective_recompute = false,
         .causal_attention = false,
         .sparse_embedding_grads = false,
+        .tied_head = false,
         .generation = false,
         .data_source = "fields",
         .generation_note = "it forecasts weather; weft eval --checkpoint with --data WEATHER_DIR --map OUT.png draws "
-                           "a forecast beside the truth (docs/climax.md)"};
+                           "a forecast beside the truth (docs/climax.md)",
+        .front_ops = "front (patch embeddings, variable aggregation)",
+        .back_ops = "back (decoder, weighted MSE)",
+        .plan_legend = "times in seconds per step; tokens are patches; memory in GB per device; MFU = model FLOPs (3 x "
+                       "the forward's products per patch, ClimaxDescription) / peak, HFU counts recomputation and the "
+                       "replicated embeddings and decoder on every tp rank"};
     return caps;
   }
 
@@ -238,9 +272,13 @@ class ClimaxFamily final : public Family {
                                     int tp_rank, const StageSpec&) const override {
     return std::make_unique<ClimaX>(cfg, backend, local_store, tp_size, tp_rank);
   }
-  // The fields (V,H,W) at the input and target times, and the lead time.
-  SampleSize sample_size(const ModelConfig& cfg, int64_t) const override {
-    return {.fields = int64_t{cfg.vars} * cfg.img_h * cfg.img_w, .scalars = 1};
+  // The fields (V,H,W) at the input and target times, and the lead time; a sample weighs its
+  // patches.
+  std::unique_ptr<HostBatch> make_batch(const ModelConfig& cfg, int64_t capacity, int64_t) const override {
+    return std::make_unique<FieldBatch>(capacity, int64_t{cfg.vars} * cfg.img_h * cfg.img_w, fixed_positions(cfg));
+  }
+  std::unique_ptr<ModelDescription> describe(const RunSpec& spec) const override {
+    return std::make_unique<ClimaxModelDescription>(spec);
   }
   double train_flops_per_position(const ModelConfig& cfg, int64_t) const override {
     return ClimaxDescription::train_flops_per_token(cfg);

@@ -21,6 +21,7 @@
 
 #include "backend/backend.h"
 #include "backend/device_buffer.h"
+#include "data/token_batch.h"
 #include "model/block.h"
 #include "model/config.h"
 #include "model/local_store.h"
@@ -169,24 +170,32 @@ class GPT final : public Model {
   // The gradient of the stage's input after stage_backward: valid until the next backward.
   const float* stage_input_grad() const override { return ws_.dres; }
 
-  // --- the Model interface (model/model.h): the token fields of a MicroBatch ---
+  // --- the Model interface (model/model.h): a TokenBatch (data/token_batch.h) ---
   // The sum of the B*T token losses (the mean that forward_backward returns, times B*T).
-  double train_micro_batch(const MicroBatch& mb, int64_t B, int64_t T, float loss_scale) override {
-    return static_cast<double>(forward_backward(mb.tokens, mb.targets, B, T, loss_scale)) * static_cast<double>(B * T);
+  double train_micro_batch(const HostBatch& mb, float loss_scale) override {
+    const TokenBatch& t = TokenBatch::of(mb);
+    const int64_t B = t.samples(), T = t.seq();
+    return static_cast<double>(forward_backward(t.inputs(), t.targets(), B, T, loss_scale)) * static_cast<double>(B * T);
   }
-  double loss_sum(const MicroBatch& mb, int64_t B, int64_t T) override {
-    return forward_loss(mb.tokens, mb.targets, B, T) * static_cast<double>(B * T);
+  double loss_sum(const HostBatch& mb) override {
+    const TokenBatch& t = TokenBatch::of(mb);
+    const int64_t B = t.samples(), T = t.seq();
+    return forward_loss(t.inputs(), t.targets(), B, T) * static_cast<double>(B * T);
   }
-  void stage_forward(int slot, const MicroBatch& mb, const float* x_in, int64_t B, int64_t T,
-                     bool for_backward) override {
-    stage_forward(slot, mb.tokens, x_in, B, T, for_backward);
+  void stage_forward(int slot, const HostBatch& mb, const float* x_in, bool for_backward) override {
+    const TokenBatch& t = TokenBatch::of(mb);
+    stage_forward(slot, t.inputs(), x_in, t.samples(), t.seq(), for_backward);
   }
-  double stage_backward(int slot, const MicroBatch& mb, const float* dy, int64_t B, int64_t T,
-                        float loss_scale) override {
-    return stage_backward(slot, mb.tokens, mb.targets, dy, B, T, loss_scale);
+  double stage_backward(int slot, const HostBatch& mb, const float* dy, float loss_scale) override {
+    const TokenBatch& t = TokenBatch::of(mb);
+    return stage_backward(slot, t.inputs(), t.targets(), dy, t.samples(), t.seq(), loss_scale);
   }
-  double stage_loss(int slot, const MicroBatch& mb, int64_t B, int64_t T) override {
-    return stage_loss(slot, mb.targets, B, T);
+  double stage_loss(int slot, const HostBatch& mb) override {
+    const TokenBatch& t = TokenBatch::of(mb);
+    return stage_loss(slot, t.targets(), t.samples(), t.seq());
+  }
+  void stage_forward_tokens(int slot, const int32_t* tokens, const float* x_in, int64_t T) override {
+    stage_forward(slot, tokens, x_in, 1, T, false);
   }
 
   // Model FLOPs per token for training at sequence length T: 6 * (matmul parameters)

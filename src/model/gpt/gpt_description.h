@@ -16,31 +16,18 @@
 
 #include "core/precision.h"
 #include "model/config.h"
+#include "model/description.h"
 #include "model/params.h"
 #include "model/recompute.h"
 
 namespace weft {
 
-// What one rank runs: the model, the micro-batch and the rank's part of the layout, as GPT
-// takes them (constructor, set_tp, set_recompute, set_precision, reserve).
-struct GptRunSpec {
-  ModelConfig model{};
-  int64_t B = 1;                   // sequences per micro-batch
-  int64_t T = 0;                   // sequence length
-  int tp = 1;                      // tensor-parallel size t (ParamLayout's tp_size)
-  bool sequence_parallel = false;  // takes effect with tp > 1 only (GPT::set_tp)
-  Recompute recompute = Recompute::kNone;
-  int recompute_layers = -1;       // kFull: the part's first layers recomputed; -1: all
-  Precision precision = Precision::kFp32;
-  int64_t head_chunk = 0;          // rows of logits materialised at once; 0: automatic
-  StageSpec stage{};               // the pipeline part (default: the whole model)
-  bool training = true;            // false: forward only (no gradient scratch, no recompute)
-  // The backend offers flash attention (Backend::offers(FusedOp::kAttentionLse) and
-  // attention_lse_supports(Cl, NHl, precision); GPT::reserve asks it): a layer stashes the log-sum-exp
-  // (B,NHl,T) instead of the probabilities (B,NHl,T,T); selective recompute has nothing to
-  // recompute and acts as none. The planner, which has no backend, leaves it false.
-  bool attention_lse = false;
-};
+// What one rank runs (model/description.h's RunSpec), as GPT takes it (constructor, set_tp,
+// set_recompute, set_precision, reserve). attention_lse: the backend offers flash attention
+// (Backend::offers(FusedOp::kAttentionLse) and attention_lse_supports(Cl, NHl, precision);
+// GPT::reserve asks it): a layer stashes the log-sum-exp (B,NHl,T) instead of the probabilities
+// (B,NHl,T,T); selective recompute has nothing to recompute and acts as none.
+using GptRunSpec = RunSpec;
 
 // Parameter elements, as ParamLayout lays them out.
 struct GptParamCounts {

@@ -2,9 +2,11 @@
 // (GPT2LMHeadModel), the model and its counts.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
+#include "data/token_batch.h"
 #include "model/config_json.h"
 #include "model/family.h"
 #include "model/gpt/gpt.h"
@@ -144,6 +146,32 @@ ParamTable gpt_param_table(const ModelConfig& cfg) {
   return t;
 }
 
+// GptDescription through the family-neutral interface.
+class GptModelDescription final : public ModelDescription {
+ public:
+  explicit GptModelDescription(const RunSpec& spec) : d_(spec) {}
+  int64_t rank_params() const override { return d_.rank_params().part; }
+  int64_t total_params() const override { return d_.total_params(); }
+  int64_t layer_params() const override { return d_.rank_params().layer; }
+  int64_t front_params() const override { return d_.rank_params().embedding; }
+  // The embedding group on the stages with the embedding or the tied head; the embedding
+  // gradient's rows exchanged by the stage that looks the tokens up.
+  StoreGroups store_groups() const override {
+    const GptParamCounts& pc = d_.rank_params();
+    const StageSpec& st = d_.spec().stage;
+    return {pc.part, (st.embedding || st.head) ? pc.embedding : 1,
+            std::max<int64_t>({1, d_.part_layers() > 0 ? pc.layer : 0, st.head ? pc.final_norm : 0}),
+            st.embedding ? d_.tokens() : 0};
+  }
+  int64_t stash_elems() const override { return d_.stash_elems(); }
+  int64_t workspace_elems() const override { return d_.workspace_elems(); }
+  int64_t residual_elems() const override { return d_.residual_elems(); }
+  double train_flops_per_position() const override { return d_.train_flops_per_token(); }
+
+ private:
+  GptDescription d_;
+};
+
 class GptFamily final : public Family {
  public:
   const char* name() const override { return "gpt"; }
@@ -199,7 +227,12 @@ class GptFamily final : public Family {
                                     int tp_rank, const StageSpec& stage) const override {
     return std::make_unique<GPT>(cfg, backend, local_store, tp_size, tp_rank, stage);
   }
-  SampleSize sample_size(const ModelConfig&, int64_t T) const override { return {.tokens = T}; }
+  std::unique_ptr<HostBatch> make_batch(const ModelConfig&, int64_t capacity, int64_t T) const override {
+    return std::make_unique<TokenBatch>(capacity, T);
+  }
+  std::unique_ptr<ModelDescription> describe(const RunSpec& spec) const override {
+    return std::make_unique<GptModelDescription>(spec);
+  }
   double train_flops_per_position(const ModelConfig& cfg, int64_t T) const override {
     return GptDescription::train_flops_per_token(cfg, T);
   }

@@ -29,6 +29,11 @@ std::vector<StageRange> partition_layers(int n_layer, int stages, int virtual_st
   if (virtual_stages < 1)
     throw_input("pipeline needs at least 1 virtual stage per stage, got {}", virtual_stages);
   const int chunks = stages * virtual_stages;
+  // One chunk is the whole model, whatever its layers (a family may have none: its front and
+  // back groups only).
+  if (chunks == 1 && override_layers.empty() && n_layer == 0 && head_cost_in_layers >= 0) {
+    return {StageRange{0, 0, true, true}};
+  }
   if (n_layer < chunks)
     throw_input(
         "pipeline of {} stages x {} virtual stages needs at least {} layers, the model has {}",

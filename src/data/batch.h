@@ -1,0 +1,35 @@
+// A micro-batch's host payload, opaque to the engine (issue 31's shape-free batch): a data
+// source appends samples to it, the model of its family reads it, and the engine only counts
+// its samples and its weight.
+//
+// The weight is the number of positions the loss averages over (a GPT's tokens, ClimaX's
+// patches, a graph network's nodes or graphs). The engine divides the step's summed loss by the
+// sum of the weights of the whole global batch, summed over the data-parallel ranks: weights are
+// integers, so that sum is exact and the same whatever the layout, and a batch whose samples
+// hold different numbers of positions still gives layout-invariant losses.
+#pragma once
+#include <cstdint>
+#include <functional>
+
+namespace weft {
+
+class HostBatch {
+ public:
+  virtual ~HostBatch() = default;
+  // The kind of payload ("tokens", "fields", ...): the family's data source, for messages.
+  virtual const char* kind() const = 0;
+  // Empties it, keeping its capacity.
+  virtual void clear() = 0;
+  virtual int64_t samples() const = 0;
+  // The positions the loss of its samples averages over.
+  virtual int64_t weight() const = 0;
+  // The weight of every sample when the kind fixes it (tokens: the sequence length), else 0:
+  // the engine then reads each micro-batch's weight before the step's first backward.
+  virtual int64_t fixed_weight() const { return 0; }
+};
+
+// Appends rows [first, first + count) of the step's global batch (or of an evaluation's rows)
+// to `out`.
+using BatchFn = std::function<void(int64_t first, int64_t count, HostBatch& out)>;
+
+}  // namespace weft
