@@ -16,7 +16,6 @@
 #include "cli_util.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "data/field_batch.h"
 #include "data/text_util.h"
 #include "data/weather.h"
 #include "data/weather_metrics.h"
@@ -24,6 +23,7 @@
 #include "report/gnuplot.h"
 #include "report/weather_map.h"
 #include "train/config.h"
+#include "train/forecast_eval.h"
 
 namespace fs = std::filesystem;
 
@@ -68,28 +68,15 @@ std::string valid_time(const std::string& reference, double offset_hours) {
                      static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()), rest / 60, rest % 60);
 }
 
-struct Scores {
-  std::vector<double> rmse, acc;  // (V), normalised units
-};
-
-Scores scores_of(const ForecastScores& s) { return {s.rmse(), s.acc()}; }
-
 double mean_of(const std::vector<double>& v) {
   double s = 0;
   for (double x : v) s += x;
   return v.empty() ? 0.0 : s / static_cast<double>(v.size());
 }
 
-// The scores of one lead time: the model's and the two baselines', over the same start times.
-struct LeadResult {
-  double hours = 0;
-  int64_t steps = 0;
-  Scores model, persistence, climatology;
-};
-
 constexpr const char* kKinds[] = {"model", "persistence", "climatology"};
 
-const Scores& kind_scores(const LeadResult& r, int k) {
+const VariableScores& kind_scores(const LeadScores& r, int k) {
   return k == 0 ? r.model : k == 1 ? r.persistence : r.climatology;
 }
 
@@ -137,7 +124,7 @@ struct EvalRun {
   size_t map_k = 0;
   int64_t step = -1;  // the checkpoint's training step (-1: unknown)
   std::vector<float> clim, weights, map_pred, map_truth;
-  std::vector<LeadResult> results;
+  std::vector<LeadScores> results;
   double seconds = 0;
 };
 
@@ -296,68 +283,28 @@ EngineRun load_eval_engine(EvalRun& r, Communicator& world) {
   return run;
 }
 
-// The model's forecasts and the two baselines', scored lead by lead over the same start times;
-// the map's forecast and truth kept on the way.
+// The model's forecasts and the two baselines', scored lead by lead over the same start times
+// (train/forecast_eval.h); the map's forecast and truth kept on the way.
 void score_forecasts(EvalRun& r, Engine& engine) {
-  const std::string& ckpt_dir = r.ckpt_dir;
-  const WeatherEvalOptions& o = r.o;
-  const WeatherDataset& train = *r.train;
-  const WeatherDataset& ds = *r.ds;
-  const std::vector<int64_t>& lead_steps = r.lead_steps;
-  const std::vector<int64_t>& starts = r.starts;
-  const int64_t n = static_cast<int64_t>(starts.size());
-  const int64_t V = ds.num_variables(), H = ds.height(), W = ds.width(), n_v = V * H * W;
-  const auto t0 = std::chrono::steady_clock::now();
-  r.clim = train.climatology();  // normalised with the same stats
-  r.weights = latitude_weights(ds.lat());
-  const std::vector<float>& clim = r.clim;
-  const std::vector<float>& weights = r.weights;
-  // Forecasts of `chunk` start times at once: a micro-batch on every data-parallel rank.
-  const int64_t chunk = engine.config().micro_batch * engine.config().grid.dp;
-  std::vector<float> x(static_cast<size_t>(n_v)), y(static_cast<size_t>(chunk * n_v)), pred(y.size());
-  for (size_t k = 0; k < lead_steps.size(); ++k) {
-    ForecastScores ms(V, H, W, weights, clim);
-    for (int64_t first = 0; first < n; first += chunk) {
-      const int64_t b = std::min(chunk, n - first);
-      engine.outputs_rows(
-          [&](int64_t row, int64_t count, HostBatch& hb) {
-            const FieldBatch::Rows out = FieldBatch::of(hb).grow(count);
-            for (int64_t s = 0; s < count; ++s) {
-              ds.sample(starts[static_cast<size_t>(first + row + s)], lead_steps[k], out.fields + s * n_v,
-                        out.target_fields + s * n_v);
-              out.lead_hours[s] = static_cast<float>(o.lead_hours[k]);
-            }
-          },
-          b, pred.data());
-      for (int64_t s = 0; s < b; ++s) ds.sample(starts[static_cast<size_t>(first + s)], lead_steps[k], x.data(), y.data() + s * n_v);
-      for (int64_t s = 0; s < b; ++s) {
-        const float* p = pred.data() + s * n_v;
-        for (int64_t i = 0; i < n_v; ++i) {
-          if (!std::isfinite(p[i])) {
-            throw_runtime("eval: the forecast of {} from time step {} (lead {} h) holds {} at variable {}: the "
-                          "model's outputs overflow on this data",
-                          ckpt_dir, starts[static_cast<size_t>(first + s)], o.lead_hours[k], p[i],
-                          ds.variables()[static_cast<size_t>(i / (H * W))]);
-          }
-        }
-        ms.add(p, y.data() + s * n_v);
-        if (!o.map_png.empty() && k == r.map_k && first + s == o.map_sample) {
-          const int64_t off = r.map_v * H * W;
-          r.map_pred.assign(p + off, p + off + H * W);
-          r.map_truth.assign(y.data() + s * n_v + off, y.data() + s * n_v + off + H * W);
-        }
-      }
-    }
-    LeadResult res;
-    res.hours = o.lead_hours[k];
-    res.steps = lead_steps[k];
-    res.model = scores_of(ms);
-    res.persistence = scores_of(baseline_scores(ds, WeatherBaseline::kPersistence, clim, lead_steps[k], starts));
-    res.climatology = scores_of(baseline_scores(ds, WeatherBaseline::kClimatology, clim, lead_steps[k], starts));
-    r.results.push_back(std::move(res));
+  r.clim = r.train->climatology();  // normalised with the same stats
+  ForecastEvalSpec spec;
+  spec.split = &*r.ds;
+  spec.climatology = r.clim;
+  spec.starts = r.starts;
+  spec.lead_hours = r.o.lead_hours;
+  spec.lead_steps = r.lead_steps;
+  spec.what = r.ckpt_dir;
+  if (!r.o.map_png.empty()) {
+    spec.map_lead = static_cast<int64_t>(r.map_k);
+    spec.map_sample = r.o.map_sample;
+    spec.map_variable = r.map_v;
   }
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-
+  ForecastEval e = evaluate_forecasts(engine, spec);
+  r.weights = std::move(e.latitude_weights);
+  r.map_pred = std::move(e.map_pred);
+  r.map_truth = std::move(e.map_truth);
+  r.results = std::move(e.leads);
+  r.seconds = e.seconds;
 }
 
 // The scores as JSON (--out, --format json).
@@ -368,7 +315,7 @@ nlohmann::ordered_json eval_json(const EvalRun& r) {
   const WeatherDataset& train = *r.train;
   const WeatherDataset& ds = *r.ds;
   const std::vector<int64_t>& starts = r.starts;
-  const std::vector<LeadResult>& results = r.results;
+  const std::vector<LeadScores>& results = r.results;
   const int64_t n = static_cast<int64_t>(starts.size()), V = ds.num_variables();
   const std::vector<std::string>& names = ds.variables();
   const std::vector<std::string>& units = ds.units();
@@ -396,7 +343,7 @@ nlohmann::ordered_json eval_json(const EvalRun& r) {
   j["units"] = units;
   j["std"] = sd;
   nlohmann::ordered_json leads = nlohmann::ordered_json::array();
-  for (const LeadResult& r : results) {
+  for (const LeadScores& r : results) {
     nlohmann::ordered_json l;
     l["lead_hours"] = r.hours;
     l["lead_steps"] = r.steps;
@@ -404,7 +351,7 @@ nlohmann::ordered_json eval_json(const EvalRun& r) {
     for (int64_t v = 0; v < V; ++v) {
       nlohmann::ordered_json e;
       for (int k = 0; k < 3; ++k) {
-        const Scores& s = kind_scores(r, k);
+        const VariableScores& s = kind_scores(r, k);
         e[kKinds[k]] = {{"rmse", s.rmse[v]}, {"rmse_physical", s.rmse[v] * sd[v]}, {"acc", s.acc[v]}};
       }
       per[names[v]] = e;
@@ -412,7 +359,7 @@ nlohmann::ordered_json eval_json(const EvalRun& r) {
     l["scores"] = per;
     nlohmann::ordered_json mean;
     for (int k = 0; k < 3; ++k) {
-      const Scores& s = kind_scores(r, k);
+      const VariableScores& s = kind_scores(r, k);
       mean[kKinds[k]] = {{"rmse", mean_of(s.rmse)}, {"acc", mean_of(s.acc)}};
     }
     l["mean"] = mean;
@@ -439,7 +386,7 @@ void draw_eval_map(const EvalRun& r, nlohmann::ordered_json& j) {
   const WeatherDataset& train = *r.train;
   const WeatherDataset& ds = *r.ds;
   const std::vector<int64_t>& starts = r.starts;
-  const std::vector<LeadResult>& results = r.results;
+  const std::vector<LeadScores>& results = r.results;
   const int64_t n = static_cast<int64_t>(starts.size());
   const std::vector<std::string>& names = ds.variables();
   const std::vector<std::string>& units = ds.units();
@@ -498,7 +445,7 @@ void print_eval_table(const EvalRun& r) {
   const WeatherDataset& train = *r.train;
   const WeatherDataset& ds = *r.ds;
   const std::vector<int64_t>& starts = r.starts;
-  const std::vector<LeadResult>& results = r.results;
+  const std::vector<LeadScores>& results = r.results;
   const int64_t n = static_cast<int64_t>(starts.size()), V = ds.num_variables();
   const std::vector<std::string>& names = ds.variables();
   const std::vector<std::string>& units = ds.units();
@@ -515,7 +462,7 @@ void print_eval_table(const EvalRun& r) {
 
   fmt::print("weft eval: {}{} on {} ({}), {}\n", mc.name, step_desc, ds.path(), o.split, starts_desc);
   fmt::print("normalised with {}; climatology: time mean of {}; {:.1f} s\n", stats_desc, train.path(), seconds);
-  for (const LeadResult& r : results) {
+  for (const LeadScores& r : results) {
     fmt::print("\n{:<10} {:^26}    {:^41}  {:^23}\n", fmt::format("lead {} h", r.hours), "RMSE (normalised)",
                "RMSE (physical units)", "ACC");
     fmt::print("{:<10} {:>8} {:>8} {:>8}    {:>9} {:>9} {:>9} {:<11}  {:>7} {:>7} {:>7}\n", "variable", "model",

@@ -18,6 +18,7 @@ class FieldBatch final : public HostBatch {
   int64_t weight() const override { return n_ * positions_; }
   int64_t fixed_weight() const override { return positions_; }
   int64_t elems() const { return elems_; }
+  int64_t capacity() const { return capacity_; }
   // Room for `count` more samples: fields and target fields (count, elems), lead hours (count).
   struct Rows {
     float* fields;

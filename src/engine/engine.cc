@@ -125,7 +125,7 @@ void Engine::build_chunks() {
     if (spec.pp > 1 && (ch->spec.embedding || ch->spec.head)) ch->store->set_tied_embedding(tied_device_.get());
     ch->model->set_recompute(cfg_.recompute, cfg_.recompute_layers);
     ch->model->set_precision(cfg_.precision);
-    ch->model->reserve(cfg_.micro_batch, cfg_.seq, cfg_.training, cfg_.head_chunk, runtime_ ? runtime_->slots(c) : 1);
+    ch->model->reserve(*batch_, cfg_.training, cfg_.head_chunk, runtime_ ? runtime_->slots(c) : 1);
     if (cfg_.training) {
       ch->optim = std::make_unique<AdamW>(ch->model->layout(), cfg_.adamw, backend_, ch->store->opt_begin(),
                                           ch->store->opt_end());
@@ -419,7 +419,7 @@ void Engine::begin_generation() {
   for (int c = 0; c < num_chunks(); ++c) {
     Model& g = generator(c);
     g.set_tp(tp_ops_.get(), false);
-    g.reserve(1, cfg_.model.n_ctx, false, 0, 1);
+    g.reserve_generation(cfg_.model.n_ctx);
   }
 }
 

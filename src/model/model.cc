@@ -17,6 +17,8 @@ void Model::forward_logits(const int32_t*, int64_t T, int64_t from, float*) { re
 
 void Model::stage_logits(int, int64_t T, int64_t from, float*) { refuse_logits(config(), from, T); }
 
+void Model::reserve_generation(int64_t T) { refuse_logits(config(), 0, T); }
+
 void Model::stage_forward_tokens(int, const int32_t*, const float*, int64_t T) { refuse_logits(config(), 0, T); }
 
 void Model::forward_outputs(const HostBatch& mb, float*) {

@@ -37,9 +37,14 @@ class Model {
   virtual void set_store(ParamStore* store) = 0;
   virtual void set_recompute(Recompute mode, int full_layers) = 0;
   virtual void set_precision(Precision p) = 0;
-  // Buffers for micro-batches of up to B sequences of T positions (ClimaX: T is its patches);
-  // slots: activation sets for micro-batches in flight (pipeline schedules).
-  virtual void reserve(int64_t B, int64_t T, bool training, int64_t head_chunk, int slots) = 0;
+  // Buffers for micro-batches of up to what `capacity` holds: an empty batch of the family's
+  // kind (Family::make_batch) that says the family's own capacity (a GPT's B sequences of T
+  // tokens, ClimaX's B samples); slots: activation sets for micro-batches in flight (pipeline
+  // schedules).
+  virtual void reserve(const HostBatch& capacity, bool training, int64_t head_chunk, int slots) = 0;
+  // Generation: buffers for one sequence of up to T tokens, no gradients (a family that does
+  // not generate refuses, the default).
+  virtual void reserve_generation(int64_t T);
   virtual int64_t activation_bytes() const = 0;
   // The latitudes (degrees, one per grid row, south to north) of gridded data, for a family
   // whose loss weights the rows by them (ClimaX); the default refuses (the model reads no grid).

@@ -53,7 +53,7 @@ std::vector<int32_t> sample_tokens(const LogitsFn& logits_of, int64_t vocab, int
 std::vector<int32_t> sample_tokens(Model& model, const std::vector<int32_t>& prompt, const SampleOptions& opt,
                                    const std::function<void(int32_t)>& on_token) {
   const ModelConfig& c = model.config();
-  model.reserve(1, c.n_ctx, false, 0, 1);
+  model.reserve_generation(c.n_ctx);
   const LogitsFn f = [&](const int32_t* t, int64_t T, float* out) { model.forward_logits(t, T, T - 1, out); };
   return sample_tokens(f, c.vocab_size, c.n_ctx, prompt, opt, on_token);
 }

@@ -61,7 +61,7 @@ class ToyModel final : public Model {
   void set_store(ParamStore* store) override { store_ = store; }
   void set_recompute(Recompute, int) override {}
   void set_precision(Precision) override {}
-  void reserve(int64_t, int64_t, bool, int64_t, int) override {}
+  void reserve(const HostBatch&, bool, int64_t, int) override {}
   int64_t activation_bytes() const override { return 0; }
   int64_t workspace_bytes() const override { return 0; }
 

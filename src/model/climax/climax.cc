@@ -125,6 +125,10 @@ int64_t ClimaX::workspace_bytes() const {
   return (ws_ ? static_cast<int64_t>(ws_->storage.bytes()) : 0) + tp_.scratch_bytes();
 }
 
+void ClimaX::reserve(const HostBatch& capacity, bool training, int64_t head_chunk, int slots) {
+  reserve(FieldBatch::of(capacity).capacity(), 0, training, head_chunk, slots);
+}
+
 void ClimaX::reserve(int64_t B, int64_t T, bool training, int64_t, int slots) {
   const ModelConfig& c = config();
   const int64_t L = c.num_patches();

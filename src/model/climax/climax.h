@@ -73,7 +73,9 @@ class ClimaX final : public Model {
   const std::vector<float>& latitude_weights() const { return lat_w_; }
 
   // T must be the model's patches (or 0 for them).
-  void reserve(int64_t B, int64_t T, bool training, int64_t head_chunk, int slots) override;
+  void reserve(int64_t B, int64_t T, bool training, int64_t head_chunk, int slots);
+  // The Model interface: a FieldBatch's capacity (data/field_batch.h).
+  void reserve(const HostBatch& capacity, bool training, int64_t head_chunk, int slots) override;
   void reserve(int64_t B, bool training) { reserve(B, 0, training, 0, 1); }
   int64_t activation_bytes() const override;
   int64_t workspace_bytes() const override;

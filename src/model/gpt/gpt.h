@@ -133,7 +133,13 @@ class GPT final : public Model {
   // gradient scratch. head_chunk: rows of logits materialised at once (0: automatic).
   // slots: activation sets for up to that many micro-batches in flight (pipeline schedules);
   // slot 0 is allocated now, the others when first used.
-  void reserve(int64_t B, int64_t T, bool training, int64_t head_chunk = 0, int slots = 1) override;
+  void reserve(int64_t B, int64_t T, bool training, int64_t head_chunk = 0, int slots = 1);
+  // The Model interface: a TokenBatch's capacity (data/token_batch.h).
+  void reserve(const HostBatch& capacity, bool training, int64_t head_chunk, int slots) override {
+    const TokenBatch& t = TokenBatch::of(capacity);
+    reserve(t.capacity(), t.seq(), training, head_chunk, slots);
+  }
+  void reserve_generation(int64_t T) override { reserve(1, T, false, 0, 1); }
 
   // Token ids (inputs, targets, tokens) are HOST memory: the model checks them and uploads
   // them to its workspace. Activations (x_in, dy, what stage_output and stage_input_grad
