@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "core/precision.h"
 #include "model/config.h"
@@ -40,6 +41,12 @@ struct StoreGroups {
   int64_t n = 0, g0 = 1, max_other = 1, exchange_tokens = 0;
 };
 
+// A tensor-parallel collective of one micro-batch outside the blocks, in fp32 elements.
+struct TpCall {
+  const char* op;  // "all_reduce", "all_gather", "reduce_scatter"
+  int64_t elems;
+};
+
 class ModelDescription {
  public:
   virtual ~ModelDescription() = default;
@@ -53,6 +60,14 @@ class ModelDescription {
   virtual int64_t stash_elems() const = 0;      // one activation slot
   virtual int64_t workspace_elems() const = 0;  // shared by every micro-batch in flight
   virtual int64_t residual_elems() const = 0;   // a pipeline message (0: no pipeline stages)
+  // --- the blocks' traffic (the planner's communication model) ---
+  virtual int64_t tokens() const = 0;             // positions of a micro-batch in the blocks (B T)
+  virtual int64_t part_layers() const = 0;        // the part's blocks
+  virtual int64_t recomputed_layers() const = 0;  // of them, fully recomputed
+  // Its front's and back's tensor-parallel calls of one micro-batch on a rank of tp > 1 (the
+  // blocks' are the shared block's): embeddings, a vocabulary-parallel head, a variable
+  // aggregation.
+  virtual std::vector<TpCall> tp_calls() const = 0;
   // --- compute ---
   virtual double train_flops_per_position() const = 0;
 };

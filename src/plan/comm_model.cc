@@ -8,7 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
-#include "model/climax/climax_config.h"
+#include "model/family.h"
 #include "model/gpt/gpt_description.h"
 #include "model/params.h"
 #include "parallel/dp/param_slots.h"
@@ -16,7 +16,6 @@
 #include "core/block_quant.h"
 #include "parallel/grid.h"
 #include "parallel/pp/partition.h"
-#include "plan/vit_shape.h"
 
 namespace weft {
 
@@ -90,8 +89,9 @@ struct Job {
   std::vector<int> shard_group(int t, int s, int q) const { return grid.dp_shard_group(rank(t, s, q * ds)); }
   std::vector<int> replicate_group(int t, int s, int i) const { return grid.dp_replicate_group(rank(t, s, i)); }
   std::string shard_axis() const { return dr > 1 ? "dp-shard" : "dp"; }
-  GptDescription describe(const ChunkInfo& ch) const {
-    GptRunSpec spec;
+  // The family's description of chunk ch (model/description.h).
+  std::unique_ptr<ModelDescription> describe(const ChunkInfo& ch) const {
+    RunSpec spec;
     spec.model = ec.model;
     spec.B = ec.micro_batch;
     spec.T = ec.seq;
@@ -102,7 +102,7 @@ struct Job {
     spec.precision = ec.precision;
     spec.head_chunk = ec.head_chunk;
     spec.stage = ch.spec;
-    return GptDescription(spec);
+    return ec.model.family->describe(spec);
   }
 };
 
@@ -160,7 +160,9 @@ void add_layer_calls(CallSet& cs, const TpLayerCalls& k, int64_t NC, int64_t C, 
   cs.add("all_reduce", "tp", 2 * C * kF32, g, n * k.small_all_reduce);
 }
 
-// The embedding and the head of one micro-batch (tp > 1). Vocabulary-parallel embedding
+// Tensor parallelism of one micro-batch (tp > 1): each chunk's blocks (the shared block's
+// calls above), then its family's front and back (ModelDescription::tp_calls: ClimaX's
+// variable aggregation; the GPT's embedding and head, as follows). Vocabulary-parallel embedding
 // (Shoeybi et al. 2019 sec. 3): the partial lookups are summed like a row-parallel output,
 // all-reduce (sp: reduce-scatter) forward, nothing (sp: all-gather) backward. The head is a
 // column-parallel product over the vocabulary: its input region's all-reduce of the input
@@ -170,66 +172,18 @@ void add_layer_calls(CallSet& cs, const TpLayerCalls& k, int64_t NC, int64_t C, 
 // weft sends the last two in one all-reduce (2 floats per row) where Megatron-LM makes two.
 // weft computes the head in chunks of `head_chunk` rows (GptDescription::head_chunk), so
 // each chunk makes its own calls (the published formulas assume one call for all N rows).
-void add_embedding_head(CallSet& cs, const Job& j, const ChunkInfo& ch, const std::vector<int>& g) {
-  const int64_t N = j.N, C = j.C, NC = N * C, m = j.m;
-  if (ch.spec.embedding) {
-    cs.add(j.sp ? "reduce_scatter" : "all_reduce", "tp", NC * kF32, g, m);
-    if (j.sp) cs.add("all_gather", "tp", NC * kF32, g, m);
-  }
-  if (!ch.spec.head) return;
-  if (j.sp) {
-    cs.add("all_gather", "tp", NC * kF32, g, m);          // final LayerNorm's rows, forward
-    cs.add("reduce_scatter", "tp", NC * kF32, g, m);      // head's input gradient
-    cs.add("all_reduce", "tp", 2 * C * kF32, g, m);       // final LayerNorm's weights
-  }
-  const int64_t chunk = j.describe(ch).head_chunk();
-  for (int64_t r0 = 0; r0 < N; r0 += chunk) {
-    const int64_t rows = std::min(chunk, N - r0);
-    cs.add("all_reduce", "tp", rows * kF32, g, m);        // row max
-    cs.add("all_reduce", "tp", 2 * rows * kF32, g, m);    // sum of exp and target logit
-    if (!j.sp) cs.add("all_reduce", "tp", rows * C * kF32, g, m);  // input gradient rows
-  }
-}
-
-// A ClimaX model (one chunk, no sequence parallelism: layout rules): its blocks' calls as the
-// GPT's (the same TransformerBlock), and its variable aggregation's (plan/vit_shape.h,
-// model/climax.cc): forward out_proj's row-parallel all-reduce of N C, backward the column-
-// parallel k|v product's input gradient, the V N C variable tokens (V times a block's), and
-// the query product's, C. Its embeddings and decoder are replicated: no calls.
-void add_vit_tensor_parallel(CallSet& cs, const Job& j) {
-  const TpLayerComm lc = tp_layer_comm(false);
-  plan::Layout l;
-  l.tp = j.tp;
-  l.micro_batch = j.ec.micro_batch;
-  l.recompute = j.ec.recompute;
-  l.recompute_layers = j.ec.recompute_layers;
-  const ClimaxDescription d = plan::describe_vit(j.ec.model, l);
-  const plan::VitAggregationComm a = plan::vit_aggregation_comm(d);
-  const int64_t nl = j.ec.model.n_layer, rf = d.recomputed_layers(), NC = d.tokens() * j.C;
-  for (int dd = 0; dd < j.dp; ++dd) {
-    const std::vector<int> g = j.group(Axis::kTp, 0, 0, dd);
-    add_layer_calls(cs, lc.forward, NC, j.C, g, j.m * nl);
-    add_layer_calls(cs, lc.backward, NC, j.C, g, j.m * nl);
-    add_layer_calls(cs, lc.recompute, NC, j.C, g, j.m * rf);
-    cs.add("all_reduce", "tp", a.forward * kF32, g, j.m);
-    cs.add("all_reduce", "tp", a.token_grad * kF32, g, j.m);
-    cs.add("all_reduce", "tp", a.query_grad * kF32, g, j.m);
-  }
-}
-
 void add_tensor_parallel(CallSet& cs, const Job& j) {
   if (j.tp <= 1) return;
-  if (j.ec.model.family == &climax_family()) return add_vit_tensor_parallel(cs, j);
   const TpLayerComm lc = tp_layer_comm(j.sp);
   for (const ChunkInfo& ch : j.chunks) {
-    const GptDescription d = j.describe(ch);
-    const int64_t nl = d.part_layers(), rf = d.recomputed_layers();
+    const std::unique_ptr<ModelDescription> d = j.describe(ch);
+    const int64_t nl = d->part_layers(), rf = d->recomputed_layers(), NC = d->tokens() * j.C;
     for (int dd = 0; dd < j.dp; ++dd) {
       const std::vector<int> g = j.group(Axis::kTp, 0, ch.stage, dd);
-      add_layer_calls(cs, lc.forward, j.N * j.C, j.C, g, j.m * nl);
-      add_layer_calls(cs, lc.backward, j.N * j.C, j.C, g, j.m * nl);
-      add_layer_calls(cs, lc.recompute, j.N * j.C, j.C, g, j.m * rf);
-      add_embedding_head(cs, j, ch, g);
+      add_layer_calls(cs, lc.forward, NC, j.C, g, j.m * nl);
+      add_layer_calls(cs, lc.backward, NC, j.C, g, j.m * nl);
+      add_layer_calls(cs, lc.recompute, NC, j.C, g, j.m * rf);
+      for (const TpCall& c : d->tp_calls()) cs.add(c.op, "tp", c.elems * kF32, g, j.m);  // front and back
     }
   }
 }

@@ -178,6 +178,10 @@ class ToyFamily final : public Family {
     int64_t stash_elems() const override { return 0; }
     int64_t workspace_elems() const override { return 0; }
     int64_t residual_elems() const override { return 0; }
+    int64_t tokens() const override { return 0; }
+    int64_t part_layers() const override { return 0; }
+    int64_t recomputed_layers() const override { return 0; }
+    std::vector<TpCall> tp_calls() const override { return {}; }
     double train_flops_per_position() const override { return 6.0 * (kFeatures + 2); }
   };
 };

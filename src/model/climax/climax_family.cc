@@ -171,6 +171,16 @@ class ClimaxModelDescription final : public ModelDescription {
   int64_t stash_elems() const override { return d_.stash_elems(); }
   int64_t workspace_elems() const override { return d_.workspace_elems(); }
   int64_t residual_elems() const override { return 0; }
+  int64_t tokens() const override { return d_.tokens(); }
+  int64_t part_layers() const override { return d_.spec().model.n_layer; }
+  int64_t recomputed_layers() const override { return d_.recomputed_layers(); }
+  // The variable aggregation (model/climax/climax.cc): forward out_proj's row-parallel
+  // all-reduce of N C; backward the column-parallel k|v product's input gradient, the V N C
+  // variable tokens, and the query product's, C. Its embeddings and decoder are replicated.
+  std::vector<TpCall> tp_calls() const override {
+    const int64_t C = d_.spec().model.n_embd;
+    return {{"all_reduce", d_.tokens() * C}, {"all_reduce", d_.aggregation_grad_elems()}, {"all_reduce", C}};
+  }
   double train_flops_per_position() const override { return ClimaxDescription::train_flops_per_token(d_.spec().model); }
 
  private:

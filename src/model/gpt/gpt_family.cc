@@ -166,6 +166,36 @@ class GptModelDescription final : public ModelDescription {
   int64_t stash_elems() const override { return d_.stash_elems(); }
   int64_t workspace_elems() const override { return d_.workspace_elems(); }
   int64_t residual_elems() const override { return d_.residual_elems(); }
+  int64_t tokens() const override { return d_.tokens(); }
+  int64_t part_layers() const override { return d_.part_layers(); }
+  int64_t recomputed_layers() const override { return d_.recomputed_layers(); }
+  // The embedding's reduction (a reduce-scatter and a gather under sequence parallelism); the
+  // last stage's final-norm gathers and the vocabulary-parallel cross-entropy's statistics and
+  // input gradient, per head chunk of rows.
+  std::vector<TpCall> tp_calls() const override {
+    const RunSpec& s = d_.spec();
+    const bool sp = s.sequence_parallel && s.tp > 1;
+    const int64_t N = d_.tokens(), C = s.model.n_embd, NC = N * C;
+    std::vector<TpCall> out;
+    if (s.stage.embedding) {
+      out.push_back({sp ? "reduce_scatter" : "all_reduce", NC});
+      if (sp) out.push_back({"all_gather", NC});
+    }
+    if (!s.stage.head) return out;
+    if (sp) {
+      out.push_back({"all_gather", NC});      // final LayerNorm's rows, forward
+      out.push_back({"reduce_scatter", NC});  // head's input gradient
+      out.push_back({"all_reduce", 2 * C});   // final LayerNorm's weights
+    }
+    const int64_t chunk = d_.head_chunk();
+    for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+      const int64_t rows = std::min(chunk, N - r0);
+      out.push_back({"all_reduce", rows});              // row max
+      out.push_back({"all_reduce", 2 * rows});          // sum of exp and target logit
+      if (!sp) out.push_back({"all_reduce", rows * C});  // input gradient rows
+    }
+    return out;
+  }
   double train_flops_per_position() const override { return d_.train_flops_per_token(); }
 
  private:
