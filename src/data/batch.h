@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <string>
 
 namespace weft {
 
@@ -27,6 +28,20 @@ class HostBatch {
   // the engine then reads each micro-batch's weight before the step's first backward.
   virtual int64_t fixed_weight() const { return 0; }
 };
+
+// `b` as the kind K (a family's or a data source's own batch); InputError naming both kinds when
+// it holds another payload.
+[[noreturn]] void refuse_batch_kind(const HostBatch& b, const char* wanted);
+template <typename K>
+K& batch_as(HostBatch& b, const char* wanted) {
+  auto* k = dynamic_cast<K*>(&b);
+  if (k == nullptr) refuse_batch_kind(b, wanted);
+  return *k;
+}
+template <typename K>
+const K& batch_as(const HostBatch& b, const char* wanted) {
+  return batch_as<K>(const_cast<HostBatch&>(b), wanted);
+}
 
 // Appends rows [first, first + count) of the step's global batch (or of an evaluation's rows)
 // to `out`.

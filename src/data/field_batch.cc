@@ -24,12 +24,8 @@ FieldBatch::Rows FieldBatch::grow(int64_t count) {
   return {fields_.data() + at, targets_.data() + at, lead};
 }
 
-FieldBatch& FieldBatch::of(HostBatch& b) {
-  auto* f = dynamic_cast<FieldBatch*>(&b);
-  if (f == nullptr) throw_input("a field source was given a batch of {}, not fields", b.kind());
-  return *f;
-}
+FieldBatch& FieldBatch::of(HostBatch& b) { return batch_as<FieldBatch>(b, "fields"); }
 
-const FieldBatch& FieldBatch::of(const HostBatch& b) { return of(const_cast<HostBatch&>(b)); }
+const FieldBatch& FieldBatch::of(const HostBatch& b) { return batch_as<FieldBatch>(b, "fields"); }
 
 }  // namespace weft

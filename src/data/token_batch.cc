@@ -19,13 +19,13 @@ TokenBatch::Rows TokenBatch::grow(int64_t count) {
   return {inputs_.data() + at, targets_.data() + at};
 }
 
-TokenBatch& TokenBatch::of(HostBatch& b) {
-  auto* t = dynamic_cast<TokenBatch*>(&b);
-  if (t == nullptr) throw_input("a token source was given a batch of {}, not tokens", b.kind());
-  return *t;
+void refuse_batch_kind(const HostBatch& b, const char* wanted) {
+  throw_input("a source of {} was given a batch of {}", wanted, b.kind());
 }
 
-const TokenBatch& TokenBatch::of(const HostBatch& b) { return of(const_cast<HostBatch&>(b)); }
+TokenBatch& TokenBatch::of(HostBatch& b) { return batch_as<TokenBatch>(b, "tokens"); }
+
+const TokenBatch& TokenBatch::of(const HostBatch& b) { return batch_as<TokenBatch>(b, "tokens"); }
 
 BatchFn token_batches(TokenBatchFn rows) {
   return [rows = std::move(rows)](int64_t first, int64_t count, HostBatch& out) {

@@ -205,7 +205,10 @@ NamedPolicy parse_compression(const std::string& text) {
 }
 
 std::vector<NamedPolicy> compression_presets(const System& sys, bool allow_lossy) {
-  const bool cpu = !gpu_device(sys.device);
+  return compression_presets(!gpu_device(sys.device), allow_lossy);
+}
+
+std::vector<NamedPolicy> compression_presets(bool cpu, bool allow_lossy) {
   std::vector<std::string> names{"none"};
   if (cpu) names.push_back("uniform-zstd");
   if (allow_lossy) {

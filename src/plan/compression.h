@@ -105,6 +105,8 @@ NamedPolicy parse_compression(const std::string& text);
 // -int4; on CPU systems also hybrid-zfp and uniform-zfp:8). Lossy presets change the numbers
 // the model trains on, so the search never picks one unless the user allows it.
 std::vector<NamedPolicy> compression_presets(const System& sys, bool allow_lossy);
+// The same for a CPU (cpu) or a GPU device.
+std::vector<NamedPolicy> compression_presets(bool cpu, bool allow_lossy);
 
 // The refusal of `p` on `sys`, naming the values, or "": zfp and zstd on a GPU system.
 std::string compression_system_error(const CompressionPolicy& p, const System& sys);

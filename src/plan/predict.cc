@@ -49,7 +49,7 @@ namespace {
 enum OpClass { kMatmul, kAttention, kElementwise, kRecompute, kEmbedding, kHead, kOpClasses };
 constexpr const char* kOpClassName[kOpClasses] = {
     "matrix products (QKV, projection, MLP)", "attention core", "element-wise (LayerNorm, GELU, residual, dropout)",
-    "recomputed forward", "embedding", "head (logits, cross-entropy)"};
+    "recomputed forward", "", ""};  // the front and back: the family's words (ModelCapabilities)
 
 // Bytes and codec seconds of some collectives of one kind of traffic (AxisTraffic without its
 // name, for the per-layer and per-stage sums).

@@ -28,8 +28,9 @@ VitAggregationComm vit_aggregation_comm(const ClimaxDescription& d) {
 
 MemoryBreakdown vit_stage_memory(const ModelShape& m, const Layout& l, const MemoryOptions& o) {
   MemoryBreakdown r;
-  const ClimaxDescription d = describe_vit(m.config(), l);
-  const StoreGroups parts = m.family->describe(part_spec(m.config(), m.seq, l, StageSpec{}))->store_groups();
+  const std::unique_ptr<ModelDescription> desc = m.family->describe(part_spec(m.config(), m.seq, l, StageSpec{}));
+  const ModelDescription& d = *desc;
+  const StoreGroups parts = d.store_groups();
   const double e = elem_bytes(o.precision), n_params = static_cast<double>(parts.n);
   add_zero_states(r, n_params, l, o);
 

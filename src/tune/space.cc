@@ -65,13 +65,7 @@ int named_values(int knob) {
 // The compression presets of the space: the system's, or a CPU's without a system file (the
 // trials run on this machine).
 std::vector<plan::NamedPolicy> space_presets(const plan::System* sys) {
-  if (sys != nullptr) return plan::compression_presets(*sys, true);
-  std::vector<plan::NamedPolicy> out;
-  for (const char* n : {"none", "uniform-zstd", "hybrid", "uniform-bf16", "uniform-fp16", "uniform-int8",
-                        "uniform-int4", "hybrid-zfp", "uniform-zfp:8"}) {
-    out.push_back(plan::parse_compression(n));
-  }
-  return out;
+  return sys != nullptr ? plan::compression_presets(*sys, true) : plan::compression_presets(/*cpu=*/true, true);
 }
 
 // Layout l plain and, at ZeRO 3 on more than one dp rank with a system file, as "zero++" and

@@ -78,7 +78,7 @@ class ToyModel final : public Model {
   [[noreturn]] static void refuse() { throw_input("the toy family has no pipeline stages"); }
   // The cpu backend: the store's buffers are host memory.
   double run(const HostBatch& hb, float loss_scale, bool training) {
-    const auto& mb = dynamic_cast<const ToyBatch&>(hb);
+    const auto& mb = batch_as<ToyBatch>(hb, "toy positions");
     const float* front = store_->acquire(0);  // w (kFeatures), b
     const float* back = store_->acquire(1);   // s
     const float s = back[0], b = front[kFeatures];
