@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/blas_kernels.h"
 #include "backend/registry.h"
 #include "comm/device_comm_registry.h"
 #include "bench_peer.h"
@@ -190,6 +191,9 @@ void print_result(const nlohmann::json& j, const BenchOptions& o, int nthreads, 
                j["gemm_flops_per_s"].get<double>() / 1e12);
   }
   fmt::print("\n");
+  if (o.backend_name != "cuda") {
+    if (const std::string note = blas_kernel_note(); !note.empty()) fmt::print("note: {}\n", note);
+  }
 }
 
 #if WEFT_HAVE_CUDA

@@ -237,7 +237,6 @@ ModelShape plan_model(const PlanArgs& a) {
 // The system's defaults, with the rank order and the switches given on the command line.
 Options plan_options(const PlanArgs& a, const System& sys, Precision prec) {
   Options opt = Options::from_system(sys, prec, a.global_batch);
-  opt.rank_order = a.order;
   if (a.o_flash->count()) opt.flash_attention = a.flash;
   if (a.o_drop->count()) opt.dropout = a.dropout;
   if (a.o_ov->count()) opt.overlap_dp = a.overlap;
@@ -247,6 +246,7 @@ Options plan_options(const PlanArgs& a, const System& sys, Precision prec) {
 
 Pins plan_pins(const PlanArgs& a) {
   Pins pins;
+  pins.order = a.order;
   if (a.o_tp->count()) pins.tp = a.tp;
   if (a.o_pp->count()) pins.pp = a.pp;
   if (a.o_dp->count()) pins.dp = a.dp;

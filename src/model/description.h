@@ -47,6 +47,66 @@ struct TpCall {
   int64_t elems;
 };
 
+// --- the planner's accelerator model (plan/predict.cc, plan/memory.cc: GPU systems, 16-bit
+// storage): what a part runs and keeps, which the planner prices; weft's own CPU buffers are the
+// element counts above ---
+
+// One kernel of a micro-batch outside the shared blocks: a matrix product (m x k) @ (k x n),
+// `batch` of them, when k > 0; else a memory-bound kernel moving `elems` elements (read +
+// written) of the compute precision's bytes, or of 4 bytes when `fp32`, whose arithmetic
+// (`flops`, counted as hardware FLOPs) does not set its time. `times` identical kernels.
+struct Kernel {
+  double m = 0, n = 0, k = 0, batch = 1;
+  double elems = 0;
+  bool fp32 = false;
+  double flops = 0;
+  double times = 1;
+  static Kernel product(double m, double n, double k, double batch = 1, double times = 1) {
+    return {.m = m, .n = n, .k = k, .batch = batch, .times = times};
+  }
+  static Kernel memory(double elems, double times = 1) { return {.elems = elems, .times = times}; }
+};
+
+// A tensor-parallel collective of such a pass: `elems` elements at the compute precision (4
+// bytes when `fp32`); `exact` ones (statistics, small weight gradients) never carry a codec.
+struct EndCollective {
+  const char* op;  // "all_reduce", "all_gather", "reduce_scatter"
+  double elems;
+  bool fp32 = false;
+  bool exact = false;
+};
+
+struct EndPass {
+  std::vector<Kernel> kernels;     // in order
+  std::vector<EndCollective> tp;   // on a rank of tp > 1
+};
+
+// The front (the stage that reads the data) and the back (the stage with the loss) of one
+// micro-batch, forward and backward; a backward product lists its two products, dX = dY W^T
+// (m x k, inner n) and dW = X^T dY (k x n, inner m).
+struct EndsWork {
+  EndPass front_forward, front_backward, back_forward, back_backward;
+};
+
+// How an accelerator run stores what a part keeps: `e` bytes per element (2 for 16-bit
+// storage), dropout masks, flash attention (Dao et al. 2022: no attention probabilities kept).
+struct AcceleratorOptions {
+  double e = 2;
+  bool dropout = false;
+  bool flash_attention = false;
+};
+
+// Bytes one rank of the part keeps on an accelerator per micro-batch, and the group sizes the
+// ZeRO-3 buffers hold (elements).
+struct AcceleratorMemory {
+  double layer = 0;            // one block's stash, averaged over the part's blocks (recompute)
+  double per_micro_batch = 0;  // stashed outside the blocks, per micro-batch in flight
+  double workspace = 0;        // transient, at the peak
+  double pipeline = 0;         // a pipeline stage's send and receive buffers
+  double front_gathered = 0;   // ZeRO-3: group 0 held through the step (0: gathered like the others)
+  double slot = 0;             // ZeRO-3: a gathered group (the planner holds two: in use, prefetched)
+};
+
 class ModelDescription {
  public:
   virtual ~ModelDescription() = default;
@@ -70,6 +130,9 @@ class ModelDescription {
   virtual std::vector<TpCall> tp_calls() const = 0;
   // --- compute ---
   virtual double train_flops_per_position() const = 0;
+  // --- the accelerator model (above) ---
+  virtual EndsWork ends_work() const = 0;
+  virtual AcceleratorMemory accelerator_memory(const AcceleratorOptions& o) const = 0;
 };
 
 }  // namespace weft

@@ -39,10 +39,10 @@ std::string dp_split_rule_error(const LayoutCandidate& c) {
   const std::string dp_text =
       c.dp != 0 ? fmt::format("dp {}", dp) : fmt::format("dp {} (world {} / (tp {} x pp {}))", dp, c.world, c.tp, c.pp);
   if (c.dp_replicate < 1) return fmt::format("dp_replicate {} must be at least 1", c.dp_replicate);
-  if (c.dp_shard < 0) return fmt::format("dp_shard {} must be at least 1 (0: dp / dp_replicate)", c.dp_shard);
-  if (c.dp_shard > 0 && int64_t{c.dp_shard} * c.dp_replicate != dp) {
-    return fmt::format("{} does not equal dp_shard {} x dp_replicate {} = {}", dp_text, c.dp_shard, c.dp_replicate,
-                       int64_t{c.dp_shard} * c.dp_replicate);
+  if (c.dp_shard_request < 0) return fmt::format("dp_shard {} must be at least 1 (0: dp / dp_replicate)", c.dp_shard_request);
+  if (c.dp_shard_request > 0 && int64_t{c.dp_shard_request} * c.dp_replicate != dp) {
+    return fmt::format("{} does not equal dp_shard {} x dp_replicate {} = {}", dp_text, c.dp_shard_request, c.dp_replicate,
+                       int64_t{c.dp_shard_request} * c.dp_replicate);
   }
   if (dp % c.dp_replicate != 0) {
     return fmt::format("dp_replicate {} does not divide {} (dp = dp_shard x dp_replicate)", c.dp_replicate, dp_text);
@@ -128,7 +128,13 @@ int LayoutCandidate::resolved_dp() const {
 }
 
 int LayoutCandidate::resolved_dp_shard() const {
-  return dp_shard != 0 ? dp_shard : resolved_dp() / (dp_replicate > 0 ? dp_replicate : 1);
+  return dp_shard_request != 0 ? dp_shard_request : resolved_dp() / (dp_replicate > 0 ? dp_replicate : 1);
+}
+
+Layout LayoutCandidate::resolved() const {
+  Layout l = *this;
+  l.dp = resolved_dp();
+  return l;
 }
 
 int64_t LayoutCandidate::micro_batches() const { return global_batch / (micro_batch * resolved_dp()); }

@@ -55,6 +55,7 @@
 #include "core/model_capabilities.h"
 #include "core/precision.h"
 #include "model/recompute.h"
+#include "parallel/layout.h"
 #include "parallel/pp/schedule.h"
 
 namespace weft {
@@ -70,21 +71,15 @@ struct LayoutModel {
   ModelCapabilities caps;  // what its family supports (the family rule above)
 };
 
-// One layout of one model on `world` ranks.
-struct LayoutCandidate {
+// One layout (parallel/layout.h) of one model on `world` ranks: the layout with what it is
+// checked against. As a request, dp may be 0 (world / (tp x pp)) and a dp_shard may be given on
+// its own ([parallel] dp_shard, --dp-shard), which must agree with dp / dp_replicate.
+struct LayoutCandidate : Layout {
+  LayoutCandidate() { dp = 0; }
+  explicit LayoutCandidate(const Layout& l) : Layout(l) {}
   int64_t world = 1;               // ranks
-  int tp = 1, pp = 1;
-  int dp = 1;                      // 0: world / (tp x pp)
-  int dp_shard = 0;                // HSDP: ZeRO's sharding group inside dp; 0: dp / dp_replicate
-  int dp_replicate = 1;            // HSDP: replicas of the dp_shard groups (1: plain dp)
-  int virtual_stages = 1;          // v: model chunks per pipeline stage
-  int64_t micro_batch = 1;         // sequences per micro-batch
-  int64_t global_batch = 1;        // sequences per optimizer step
-  int zero = 0;                    // ZeRO stage
-  bool sequence_parallel = false;
-  PipeSchedule schedule = PipeSchedule::k1F1B;
-  Recompute recompute = Recompute::kNone;
-  int recompute_layers = -1;       // full recompute: layers per stage (chunk); -1: all
+  int dp_shard_request = 0;        // HSDP: a dp_shard given on its own; 0: dp / dp_replicate
+  int64_t global_batch = 1;        // samples per optimizer step
   Precision precision = Precision::kFp32;
   LayoutModel model;
 
@@ -94,6 +89,8 @@ struct LayoutCandidate {
   int resolved_dp_shard() const;
   // Micro-batches per pipeline and step: global / (micro x dp) (valid once the rules pass).
   int64_t micro_batches() const;
+  // The layout with dp resolved (valid once the rules pass).
+  Layout resolved() const;
 };
 
 // "" when the layout is valid; otherwise the message of the first rule it breaks.

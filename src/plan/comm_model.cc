@@ -9,7 +9,6 @@
 
 #include "core/error.h"
 #include "model/family.h"
-#include "model/gpt/gpt_description.h"
 #include "model/params.h"
 #include "parallel/dp/param_slots.h"
 #include "parallel/dp/zeropp.h"
@@ -67,7 +66,7 @@ struct Job {
     N = e.micro_batch * e.seq;
     C = e.model.n_embd;
     sp = e.sequence_parallel && tp > 1;
-    const double head_cost = gpt_head_cost_in_layers(e.model.padded_vocab, e.model.n_embd);
+    const double head_cost = pipeline_head_cost(e.model);
     const std::vector<StageRange> parts = partition_layers(e.model.n_layer, pp, v, {}, head_cost);
     for (int s = 0; s < pp; ++s) {
       for (int c = 0; c < v; ++c) {
@@ -170,7 +169,7 @@ void add_layer_calls(CallSet& cs, const TpLayerCalls& k, int64_t NC, int64_t C, 
 // weights' all-reduce of 2C). The vocabulary-parallel cross-entropy (Megatron-LM
 // cross_entropy.py) reduces per row a max, then the sum of exponentials and the target logit:
 // weft sends the last two in one all-reduce (2 floats per row) where Megatron-LM makes two.
-// weft computes the head in chunks of `head_chunk` rows (GptDescription::head_chunk), so
+// weft computes the head in chunks of `head_chunk` rows (the family's head_chunk), so
 // each chunk makes its own calls (the published formulas assume one call for all N rows).
 void add_tensor_parallel(CallSet& cs, const Job& j) {
   if (j.tp <= 1) return;

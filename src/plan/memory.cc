@@ -1,25 +1,12 @@
 #include "plan/memory.h"
 
-#include "plan/vit_shape.h"
+#include "model/block_memory.h"
 #include "plan/weft_memory.h"
 
 #include <algorithm>
 #include <cmath>
 
 namespace weft::plan {
-
-namespace {
-
-// The model's description (model/gpt_description.h) of one rank of pipeline stage `stage`
-// holding `layers` layers: stage 0 the embedding group (wte/t, wpe), the last stage ln_f and
-// the tied head's copy of the embedding group, as weft's StageSpec keeps it (Megatron-LM keeps
-// only wte there); LayerNorms and row-parallel biases replicated over tp.
-GptDescription stage_description(const ModelShape& m, const Layout& l, int stage, int64_t layers) {
-  const StageSpec part{0, static_cast<int>(layers), stage == 0, stage == l.pp - 1};
-  return describe_part(m.config(), m.seq, l, part);
-}
-
-}  // namespace
 
 double stage_params_per_rank(const ModelShape& m, const Layout& l, int stage) {
   const StageSpec part{0, static_cast<int>(stage_layers(m, l, stage)), stage == 0, stage == l.pp - 1};
@@ -70,39 +57,22 @@ double comm_buffers(MemoryBreakdown& r, double n_params, double front, double sl
   return comm;
 }
 
+namespace {
+
+BlockShape block_shape(const ModelShape& m, const Layout& l) {
+  return {static_cast<double>(m.seq), static_cast<double>(l.micro_batch), static_cast<double>(m.hidden),
+          static_cast<double>(m.ffn), static_cast<double>(m.heads), static_cast<double>(l.tp), l.sequence_parallel};
+}
+
+}  // namespace
+
 double layer_stash_bytes(const ModelShape& m, const Layout& l, const MemoryOptions& o) {
-  // Korthikanti et al. 2022 sec. 4.1, in elements of e bytes (their 2-byte activations) and
-  // 1-byte dropout masks. sbh = s b h, t = tp.
-  const double e = elem_bytes(o.precision), t = l.tp;
-  const double sb = static_cast<double>(m.seq) * static_cast<double>(l.micro_batch);
-  const double sbh = sb * static_cast<double>(m.hidden), sbf = sb * static_cast<double>(m.ffn);
-  const double as2b = static_cast<double>(m.heads) * static_cast<double>(m.seq) * sb;
-  const double rep = l.sequence_parallel ? t : 1.0;  // replicated terms: / t only with sp
-  // Replicated over tp (unless sp): the two LayerNorm inputs (2 sbh), the QKV product input
-  // and the first MLP product input (the LayerNorm outputs, 2 sbh): Korthikanti's 10 sbh
-  // minus the two dropout masks.
-  double bytes = 4 * sbh * e / rep;
-  // Split over tp: Q and K (2 sbh), V (sbh), the attention-projection input (sbh), the GeLU
-  // input and output (2 sbf; Korthikanti's 16 sbh at f = 4h): their 24 sbh bytes.
-  bytes += (4 * sbh + 2 * sbf) * e / t;
-  if (o.dropout) {
-    // Dropout masks (1 byte): after the attention projection and after the MLP (replicated
-    // unless sp), on the attention probabilities (split).
-    bytes += 2 * sbh / rep;
-  }
   const bool keep_scores = l.recompute == Recompute::kNone && !o.flash_attention;
-  if (keep_scores) {
-    bytes += as2b * e / t;                       // softmax output (2 a s^2 b bytes)
-    if (o.dropout) bytes += as2b * (1 + e) / t;  // its dropout mask + dropout output
-  }
-  return bytes;
+  return block_stash_bytes(block_shape(m, l), elem_bytes(o.precision), keep_scores, o.dropout);
 }
 
 double layer_checkpoint_bytes(const ModelShape& m, const Layout& l, const MemoryOptions& o) {
-  // Korthikanti et al. 2022 sec. 5: full recompute stores the layer input, 2 s b h bytes;
-  // with sequence parallelism the input is sharded over tp.
-  const double sbh = static_cast<double>(m.seq) * static_cast<double>(l.micro_batch) * static_cast<double>(m.hidden);
-  return sbh * elem_bytes(o.precision) / (l.sequence_parallel ? l.tp : 1.0);
+  return block_checkpoint_bytes(block_shape(m, l), elem_bytes(o.precision));
 }
 
 namespace {
@@ -139,63 +109,27 @@ MemoryBreakdown stage_memory_of(const ModelShape& m, const Layout& l, const Memo
     w.master_weights = o.precision != Precision::kFp32;
     return weft_rank_memory(w, stage, 0);
   }
-  if (m.climax()) return vit_stage_memory(m, l, o);  // one stage (plan/vit_shape.h)
   MemoryBreakdown r;
   r.stage = stage;
-  const double e = elem_bytes(o.precision), t = l.tp;
-  const GptDescription desc = stage_description(m, l, stage, n_layers);
-  const double n_params = static_cast<double>(desc.rank_params().part);
+  const StageSpec part{0, static_cast<int>(n_layers), stage == 0, stage == l.pp - 1};
+  const std::unique_ptr<ModelDescription> desc = m.family->describe(part_spec(m.config(), m.seq, l, part));
+  const double n_params = static_cast<double>(desc->rank_params());
   add_zero_states(r, n_params, l, o);
 
-  // Activations: per layer-micro-batch stash, times the layer-micro-batches in flight.
-  const double layers = static_cast<double>(n_layers);
-  const double full = layer_stash_bytes(m, l, o);
-  double per_layer = full;
-  if (l.recompute == Recompute::kFull) {
-    const double rec = l.recompute_layers < 0 ? layers : std::min<double>(l.recompute_layers, layers);
-    Layout none = l;
-    none.recompute = Recompute::kNone;
-    const double kept = layer_stash_bytes(m, none, o);  // layers not recomputed keep everything
-    per_layer = (rec * layer_checkpoint_bytes(m, l, o) + (layers - rec) * kept) / std::max(1.0, layers);
-  }
+  // Activations: per layer-micro-batch stash, times the layer-micro-batches in flight, and what
+  // the part keeps outside its blocks per micro-batch in flight; the workspace and buffers as
+  // the family describes them (model/description.h's accelerator model).
+  AcceleratorOptions ao;
+  ao.e = elem_bytes(o.precision);
+  ao.dropout = o.dropout;
+  ao.flash_attention = o.flash_attention;
+  const AcceleratorMemory a = desc->accelerator_memory(ao);
   const int64_t mb = micro_batches(o.global_batch, l);
-  r.activations = per_layer * in_flight(l, mb, stage, n_layers);
-  const double sb = static_cast<double>(m.seq) * static_cast<double>(l.micro_batch);
-  const double sbh = sb * static_cast<double>(m.hidden), sbf = sb * static_cast<double>(m.ffn);
-  const double as2b = static_cast<double>(m.heads) * static_cast<double>(m.seq) * sb;
-  const double rep = l.sequence_parallel ? t : 1.0;
-  if (stage == l.pp - 1) {
-    // The final LayerNorm input and output (kept for the head's backward), per micro-batch
-    // in flight on this stage (Korthikanti et al. 2022 sec. 4.3: the output layer).
-    const double in_flight_mb = in_flight(l, mb, stage, n_layers) / std::max(1.0, layers);
-    r.activations += 2 * sbh * e / rep * in_flight_mb;
-  }
-
-  // Workspace: gradients of one layer's activations (residual stream, attention output,
-  // QKV, MLP hidden: 3 sbh + 3 sbh/t + sbf/t elements, weft's Activations scratch), the
-  // attention-score gradient when scores are materialised, the all-gathered input under sp.
-  double ws = (3 * sbh / rep + 3 * sbh / t + sbf / t) * e;
-  if (!o.flash_attention) ws += as2b * e / t;
-  if (l.sequence_parallel) ws += sbh * e;
-  if (l.recompute == Recompute::kFull) {
-    Layout none = l;
-    none.recompute = Recompute::kNone;
-    ws += layer_stash_bytes(m, none, o);  // the layer being rematerialised
-  } else if (l.recompute == Recompute::kSelective && !o.flash_attention) {
-    ws += as2b * e / t;  // the recomputed attention scores of one layer
-  }
-  if (stage == l.pp - 1) {
-    // Head logits of one micro-batch, s b V/t, in fp32 for the softmax cross-entropy
-    // (Megatron-LM's vocab-parallel cross-entropy upcasts them).
-    ws += sb * std::ceil(static_cast<double>(m.vocab) / t) * 4;
-  }
-  r.workspace = ws;
-
-  // Communication buffers: two layers gathered at once under ZeRO-3 (the layer in use + the
-  // prefetched one); the pipeline's send + receive, activations + their gradients.
-  const double layer = static_cast<double>(desc.rank_params().layer);
-  const double comm = comm_buffers(r, n_params, 0.0, layer, l.pp > 1 ? 4 * sbh * e / rep : 0.0, l, o);
-  r.comm = comm;
+  const double layers = static_cast<double>(n_layers), flight = in_flight(l, mb, stage, n_layers);
+  r.activations = a.layer * flight;
+  if (a.per_micro_batch != 0) r.activations += a.per_micro_batch * (flight / std::max(1.0, layers));
+  r.workspace = a.workspace;
+  r.comm = comm_buffers(r, n_params, a.front_gathered, a.slot, l.pp > 1 ? a.pipeline : 0.0, l, o);
   r.sum();
   return r;
 }

@@ -11,7 +11,6 @@
 #include "plan/compression.h"
 #include "plan/kernel_model.h"
 #include "plan/scale_model.h"
-#include "plan/vit_compute.h"
 #include "plan/zeropp.h"
 
 namespace weft::plan {
@@ -90,10 +89,11 @@ struct Context {
   const Options& o;
   double e = 2;
   LayerCost layer{};
-  double head_fwd = 0, head_bwd = 0, head_flops_fwd = 0, head_flops_bwd = 0, head_tp = 0;
-  double emb_fwd = 0, emb_bwd = 0, emb_tp = 0;
-  double emb_tp_b = 0, emb_flops = 0;  // ClimaX's front: its backward's tp collectives, its FLOPs (plan/vit_compute.h)
-  Flow emb_flow{}, head_flow{};  // the embedding's and the head's tp traffic
+  // The front's and the back's seconds of one micro-batch (forward, backward), their FLOPs
+  // (both passes), their tp collectives' seconds (forward, backward) and traffic.
+  double emb_fwd = 0, emb_bwd = 0, emb_flops = 0, emb_tp = 0, emb_tp_b = 0;
+  double head_fwd = 0, head_bwd = 0, head_flops = 0, head_tp = 0, head_tp_b = 0;
+  Flow emb_flow{}, head_flow{};
   double p2p = 0;
   Flow p2p_send{}, p2p_gather{};  // one transfer: the send (pp codec); with scatter-gather the tp all-gather
 };
@@ -186,7 +186,7 @@ LayerCost layer_cost(Context& c) {
   // collectives carry the policy's tp codec (plan/compression.h); the LayerNorm weights' small
   // all-reduces are gradients of weights, not activations, and stay uncompressed.
   if (l.tp > 1) {
-    const int64_t stride = axis_stride(l, c.o.rank_order, "tp");
+    const int64_t stride = axis_stride(l, "tp");
     const double S = N * h * e;
     const CodecSpec& codec = l.compression.tp;
     const TpLayerComm k = c.o.tp_comm == "weft" ? tp_layer_comm(l.sequence_parallel) : megatron_tp_layer_comm(l.sequence_parallel);
@@ -268,9 +268,10 @@ StageCost stage_cost(const Context& c, int stage, int64_t layers) {
     sc.comp_f += c.head_fwd;
     sc.comp_b += c.head_bwd;
     sc.by_class[kHead] += c.head_fwd + c.head_bwd;
-    sc.tp_b += c.head_tp;
+    sc.tp_f += c.head_tp;
+    sc.tp_b += c.head_tp_b;
     sc.tp.add(c.head_flow, 1);
-    sc.flops += c.head_flops_fwd + c.head_flops_bwd;
+    sc.flops += c.head_flops;
   }
   return sc;
 }
@@ -281,7 +282,8 @@ double matmul_time(const Device& d, Precision p, double flops, double bytes) {
   return roofline_time(d, p, flops, bytes, matmul_curve_fraction(d, flops));
 }
 
-int64_t axis_stride(const Layout& l, const std::string& order, const std::string& axis) {
+int64_t axis_stride(const Layout& l, const std::string& axis) {
+  const std::string& order = l.order;
   std::vector<std::string> names;
   std::stringstream ss(order);
   std::string tok;
@@ -429,9 +431,9 @@ double pipeline_time(PipeSchedule s, int p, int64_t m, int v, double t_max, doub
 Prediction predict(const ModelShape& m, const System& sys, const Layout& l, const Options& o) {
   m.validate();
   check_layout(layout_candidate(m, l, o.global_batch, o.precision));
-  axis_stride(l, o.rank_order, "tp");  // validates the order
+  axis_stride(l, "tp");  // validates the order
   // ZeRO++: a preset's knobs come from the system's levels (plan/zeropp.h).
-  const Layout r = resolve_zeropp(l, sys, o.rank_order);
+  const Layout r = resolve_zeropp(l, sys);
   if (std::string e = zeropp_error(r); !e.empty()) throw_input("layout {}: {}", r.describe(), e);
   // Compression (plan/compression.h): codecs the system cannot run, or that ZeRO++ conflicts with.
   if (std::string e = compression_system_error(r.compression, sys); !e.empty()) throw_input("layout {}: {}", r.describe(), e);
@@ -441,65 +443,64 @@ Prediction predict(const ModelShape& m, const System& sys, const Layout& l, cons
 
 namespace {
 
-// Embedding (stage 0) and head (last stage) costs of one micro-batch into c.
-void embedding_and_head(Context& c) {
-  const Device& d = c.sys.device;
-  const ModelShape& m = c.m;
-  const Layout& l = c.l;
-  const double e = c.e, t = l.tp, N = static_cast<double>(m.seq) * static_cast<double>(l.micro_batch);
-  const double h = static_cast<double>(m.hidden), rep = l.sequence_parallel ? t : 1.0;
-  const double vocab_local = std::ceil(static_cast<double>(m.vocab) / t);
-  // Embedding: gather rows + add positions (memory-bound); the vocab-parallel embedding sums
-  // its partial rows over tp (one all-reduce of N h, Shoeybi et al. 2019).
-  c.emb_fwd = memory_time(d, 3 * N * h * e);
-  c.emb_bwd = memory_time(d, 3 * N * h * e);
-  const int64_t tp_stride = l.tp > 1 ? axis_stride(l, c.o.rank_order, "tp") : 1;
-  if (l.tp > 1) {
-    const PricedCall emb = price_call(c.sys, l.compression.tp, Collective::kAllReduce, l.tp, tp_stride, N * h * e, e);
-    c.emb_tp = emb.seconds();
-    c.emb_flow.add(emb, 1);
-  }
-  // Head: final LayerNorm, logits (N x h) @ (h x V/t), softmax cross-entropy over the
-  // vocabulary shard in fp32 (read logits, write probabilities/gradients), and in the
-  // backward the two products of the head; the vocab-parallel loss all-reduces 3 values per
-  // token, the head's input gradient N h elements.
-  const GemmCost g = gemm_cost(c, GemmShape{N, vocab_local, h});
-  const double ce = memory_time(d, 3 * N * vocab_local * 4);
-  c.head_fwd = memory_time(d, 2 * N * h * e / rep) + g.fwd + ce;
-  c.head_bwd = memory_time(d, 4 * N * h * e / rep) + g.bwd + ce;
-  c.head_flops_fwd = g.flops;
-  c.head_flops_bwd = 2 * g.flops;
-  if (l.tp > 1) {
-    // The loss's per-token sums and maxima stay exact (no codec); the input gradient is an
-    // activation gradient (the tp codec).
-    const PricedCall loss = price_call(c.sys, CodecSpec{}, Collective::kAllReduce, l.tp, tp_stride, 3 * N * 4, 4);
-    const PricedCall grad = price_call(c.sys, l.compression.tp, Collective::kAllReduce, l.tp, tp_stride, N * h * e, e);
-    c.head_tp = loss.seconds() + grad.seconds();
-    c.head_flow.add(loss, 1);
-    c.head_flow.add(grad, 1);
-  }
+// A description's collective name (model/description.h) as the planner prices it.
+Collective collective_of(const std::string& op) {
+  if (op == "all_reduce") return Collective::kAllReduce;
+  if (op == "all_gather") return Collective::kAllGather;
+  if (op == "reduce_scatter") return Collective::kReduceScatter;
+  WEFT_CHECK(false, "a model description names collective '{}' (all_reduce, all_gather, reduce_scatter)", op);
+  return Collective::kAllReduce;
 }
 
-// A ClimaX model's front (patch embeddings, variable aggregation) and back (decoder, loss) in
-// the embedding's and the head's places (plan/vit_compute.h), with the aggregation's tensor-
-// parallel collectives: forward out_proj's, backward the tokens' and the query's gradients.
-void vit_front_and_back(Context& c) {
-  const VitEndsCost v = vit_ends_cost(c.m, c.sys, c.l, c.o);
-  c.emb_fwd = v.front_fwd;
-  c.emb_bwd = v.front_bwd;
-  c.emb_flops = v.front_flops;
-  c.head_fwd = v.back_fwd;
-  c.head_bwd = v.back_bwd;
-  c.head_flops_fwd = v.back_flops / 3;
-  c.head_flops_bwd = v.back_flops - c.head_flops_fwd;
-  for (const auto& [call, n] : v.tp_forward) {
-    c.emb_tp += n * call.seconds();
-    c.emb_flow.add(call, n);
+// One pass of the front or the back (model/description.h's EndsWork): its kernels' seconds and
+// FLOPs, its tensor-parallel collectives' seconds and traffic (the layout's tp codec unless
+// exact; at the compute precision's bytes unless fp32).
+struct PassCost {
+  double seconds = 0, flops = 0, tp = 0;
+};
+PassCost pass_cost(const Context& c, const EndPass& pass, Flow& flow) {
+  const Device& d = c.sys.device;
+  PassCost r;
+  for (const Kernel& k : pass.kernels) {
+    if (k.k > 0) {
+      const GemmShape g{k.m, k.n, k.k, k.batch};
+      r.seconds += k.times * gemm_time(d, c.o.precision, g, c.e);
+      r.flops += k.times * g.flops();
+    } else {
+      r.seconds += k.times * memory_time(d, k.elems * (k.fp32 ? 4.0 : c.e));
+      r.flops += k.times * k.flops;
+    }
   }
-  for (const auto& [call, n] : v.tp_backward) {
-    c.emb_tp_b += n * call.seconds();
-    c.emb_flow.add(call, n);
+  if (c.l.tp <= 1) return r;
+  const int64_t stride = axis_stride(c.l, "tp");
+  for (const EndCollective& x : pass.tp) {
+    const double e = x.fp32 ? 4.0 : c.e;
+    const PricedCall call = price_call(c.sys, x.exact ? CodecSpec{} : c.l.compression.tp, collective_of(x.op), c.l.tp,
+                                       stride, x.elems * e, e);
+    r.tp += call.seconds();
+    flow.add(call, 1);
   }
+  return r;
+}
+
+// The front's (stage 0) and the back's (the last stage) costs of one micro-batch into c, as the
+// family lists what they run (ModelDescription::ends_work of the whole model).
+void ends_cost(Context& c) {
+  const std::unique_ptr<ModelDescription> desc =
+      c.m.family->describe(part_spec(c.m.config(), c.m.seq, c.l, StageSpec{}));
+  const EndsWork w = desc->ends_work();
+  const PassCost ff = pass_cost(c, w.front_forward, c.emb_flow), fb = pass_cost(c, w.front_backward, c.emb_flow);
+  const PassCost bf = pass_cost(c, w.back_forward, c.head_flow), bb = pass_cost(c, w.back_backward, c.head_flow);
+  c.emb_fwd = ff.seconds;
+  c.emb_bwd = fb.seconds;
+  c.emb_flops = ff.flops + fb.flops;
+  c.emb_tp = ff.tp;
+  c.emb_tp_b = fb.tp;
+  c.head_fwd = bf.seconds;
+  c.head_bwd = bb.seconds;
+  c.head_flops = bf.flops + bb.flops;
+  c.head_tp = bf.tp;
+  c.head_tp_b = bb.tp;
 }
 
 // Point-to-point between stages: the activations of one micro-batch, one send per
@@ -513,7 +514,7 @@ void p2p_cost(Context& c) {
   if (l.pp <= 1) return;
   const double t = l.tp, rep = l.sequence_parallel ? t : 1.0;
   const double NHe = static_cast<double>(c.m.seq) * static_cast<double>(l.micro_batch) * static_cast<double>(c.m.hidden) * c.e;
-  const int64_t pp_stride = axis_stride(l, c.o.rank_order, "pp");
+  const int64_t pp_stride = axis_stride(l, "pp");
   const bool scatter = c.o.pp_scatter_gather && l.tp > 1 && !l.sequence_parallel;
   const PricedCall send =
       price_call(c.sys, l.compression.pp, Collective::kSendRecv, l.pp, pp_stride, NHe / (scatter ? t : rep), c.e);
@@ -521,7 +522,7 @@ void p2p_cost(Context& c) {
   c.p2p_send.add(send, 1);
   if (scatter) {
     const PricedCall gather = price_call(c.sys, l.compression.tp, Collective::kAllGather, l.tp,
-                                         axis_stride(l, c.o.rank_order, "tp"), NHe, c.e);
+                                         axis_stride(l, "tp"), NHe, c.e);
     p2p += gather.seconds();
     c.p2p_gather.add(gather, 1);
   }
@@ -562,7 +563,7 @@ DpCost dp_cost(const Context& c, double psi, double md, const StageCost& slow) {
   DpCost r;
   if (l.dp <= 1) return r;
   if (o.explain) r.level_bytes.assign(c.sys.levels.size(), 0.0);
-  const int64_t dp_stride = axis_stride(l, o.rank_order, "dp");
+  const int64_t dp_stride = axis_stride(l, "dp");
   const int64_t ds = l.dp_shard(), dr = l.dp_replicate;  // HSDP: ZeRO's group and its replicas
   const double g = (o.precision == Precision::kFp32 || o.fp32_grad_accumulation) ? 4 : 2;
   const double window = o.overlap_dp ? slow.t_b() : 0.0;  // the last micro-batch's backward
@@ -710,7 +711,7 @@ DpCost dp_cost(const Context& c, double psi, double md, const StageCost& slow) {
     if (o.explain) {
       const double share = comm > 0 ? comm_exposed / comm : 0;
       std::string levels;
-      for (const DpLevel& dl : dp_levels(c.sys, l, o.rank_order)) {
+      for (const DpLevel& dl : dp_levels(c.sys, l)) {
         levels += fmt::format("{}{}: {}", levels.empty() ? "" : "; ", dl.name,
                               dl.dropped.empty() ? fmt::format("{} dp ranks", dl.dp_ranks)
                                                  : fmt::format("{} dp ranks, dropped ({})", dl.dp_ranks, dl.dropped));
@@ -764,7 +765,7 @@ void explain_compute_and_tp(const Context& c, Prediction& p, const StageCost& sl
     const double N = static_cast<double>(c.m.seq) * static_cast<double>(c.l.micro_batch);
     const CodecSpec& codec = c.l.compression.tp;
     const PricedCall one = price_call(c.sys, codec, c.l.sequence_parallel ? Collective::kAllGather : Collective::kAllReduce,
-                                      c.l.tp, axis_stride(c.l, c.o.rank_order, "tp"), N * c.m.hidden * c.e, c.e);
+                                      c.l.tp, axis_stride(c.l, "tp"), N * c.m.hidden * c.e, c.e);
     const double codec_s = md * slow.tp.codec_s;
     p.explain.push_back({"tp", c.l.sequence_parallel ? "all-gathers + reduce-scatters" : "all-reduces", one.link.level_name(),
                          p.time.tp_comm - codec_s,
@@ -813,11 +814,7 @@ Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layou
   const Device& d = sys.device;
   const double t = l.tp, s = static_cast<double>(m.seq);
   c.layer = layer_cost(c);
-  if (m.climax()) {
-    vit_front_and_back(c);
-  } else {
-    embedding_and_head(c);
-  }
+  ends_cost(c);
   p2p_cost(c);
 
   Prediction p;

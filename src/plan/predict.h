@@ -46,7 +46,6 @@ struct Options {
   bool overlap_dp = true;
   bool pp_scatter_gather = true;  // see SoftwareDefaults
   bool explain = false;           // fill Prediction::explain (weft plan --explain)
-  std::string rank_order = "tp-dp-pp";  // first axis varies fastest (weft's [parallel] order)
   double dp_bucket_elements = 40e6;
   std::string memory_model = "megatron";  // see MemoryOptions
   std::string tp_comm = "megatron";       // see SoftwareDefaults
@@ -151,9 +150,9 @@ struct CollectiveCost {
 };
 CollectiveCost collective_cost(const System& sys, Collective c, int64_t n, int64_t stride, double bytes);
 
-// Ranks between neighbours of `axis` ("tp", "dp", "pp") under `order` ("tp-dp-pp": tp
-// fastest). InputError for an order that is not a permutation of tp, dp, pp.
-int64_t axis_stride(const Layout& l, const std::string& order, const std::string& axis);
+// Ranks between neighbours of `axis` ("tp", "dp", "pp") under the layout's rank order
+// ("tp-dp-pp": tp fastest). InputError for an order that is not a permutation of tp, dp, pp.
+int64_t axis_stride(const Layout& l, const std::string& axis);
 
 // Seconds of one pipeline's micro-batches in one step from per micro-batch stage times:
 // t_max the slowest stage's forward + backward, t_sum that summed over the p stages, t_p2p

@@ -110,7 +110,9 @@ struct Walk {
   }
 
   void axes() {
-    LayoutCandidate c = layout_candidate(m, Layout{}, o.global_batch, o.precision, gpus);
+    Layout start;
+    start.order = pins.order;
+    LayoutCandidate c = layout_candidate(m, start, o.global_batch, o.precision, gpus);
     for (int tp : domain(pins.tp, divisors(gpus))) {
       for (int pp : domain(pins.pp, divisors(gpus))) {
         c.tp = tp, c.pp = pp, c.dp = pins.dp.value_or(0);
@@ -162,7 +164,7 @@ struct Walk {
     const std::vector<Recompute> rcs{Recompute::kNone, Recompute::kSelective, Recompute::kFull};
     const std::vector<PipeSchedule> schedules{PipeSchedule::k1F1B, PipeSchedule::kGpipe, PipeSchedule::kInterleaved};
     c.recompute_layers = pins.recompute_layers.value_or(-1);
-    c.dp_shard = pins.dp_shard.value_or(0);
+    c.dp_shard_request = pins.dp_shard.value_or(0);
     for (int zero : domain(pins.zero, std::vector<int>{0, 1, 2, 3})) {
       for (int rep : replicas(c, zero)) {
         c.dp_replicate = rep;
@@ -183,11 +185,7 @@ struct Walk {
 
   void leaf(const LayoutCandidate& c) {
     if (std::string e = layout_error(c); !e.empty()) return refuse(2, e);
-    Layout l;
-    l.tp = c.tp, l.pp = c.pp, l.dp = c.dp, l.dp_replicate = c.dp_replicate;
-    l.micro_batch = c.micro_batch, l.zero = c.zero;
-    l.recompute = c.recompute, l.recompute_layers = c.recompute_layers, l.sequence_parallel = c.sequence_parallel;
-    l.schedule = c.schedule, l.virtual_stages = c.virtual_stages;
+    Layout l = c.resolved();
     if (pins.zeropp_pinned()) {
       // ZeRO++ pins: the system-free rules here (zero 3, hpz dividing dp, the hierarchy); the
       // preset's knobs are resolved against the system by the search (plan/zeropp.h).
@@ -236,7 +234,9 @@ std::vector<Layout> valid_layouts(const ModelShape& m, int64_t gpus, const Optio
 
 SearchResult search_layouts(const ModelShape& m, const System& sys, int64_t gpus, const Options& o, const Pins& pins,
                             size_t keep) {
-  axis_stride(Layout{}, o.rank_order, "tp");  // validates the order
+  Layout ordered;
+  ordered.order = pins.order;
+  axis_stride(ordered, "tp");  // validates the order
   const auto t0 = std::chrono::steady_clock::now();
   SearchResult res;
   std::vector<Prediction> fit;
@@ -284,13 +284,13 @@ SearchResult search_layouts(const ModelShape& m, const System& sys, int64_t gpus
     if (equivalent_to_simpler(l, o, pins)) return;
     if (l.zero != 3 || (l.dp == 1 && !pins.zeropp_pinned())) return price_policies(l);
     // ZeRO-3: plain and with each ZeRO++ preset (plan/zeropp.h), or as pinned.
-    if (pins.zeropp_pinned()) return price_policies(with_knob_pins(resolve_zeropp(l, sys, o.rank_order), pins));
+    if (pins.zeropp_pinned()) return price_policies(with_knob_pins(resolve_zeropp(l, sys), pins));
     price_policies(l);
     Layout zpp = l, three = l;
     zpp.zeropp = ZeroPP::kZeroPP;
     three.zeropp = ZeroPP::kThreeLevel;
-    zpp = resolve_zeropp(zpp, sys, o.rank_order);
-    three = resolve_zeropp(three, sys, o.rank_order);
+    zpp = resolve_zeropp(zpp, sys);
+    three = resolve_zeropp(three, sys);
     price_policies(zpp);
     // "3-level" where the layout leaves it no level beside the node's is "zero++" again.
     if (three.hpz != zpp.hpz || three.hierarchy != zpp.hierarchy) price_policies(three);

@@ -38,6 +38,8 @@ struct Pins {
   // lossy ones only with allow_lossy (`--compression any`, `--allow-lossy`).
   std::optional<NamedPolicy> compression;
   bool allow_lossy = false;
+  // The rank order every layout gets (not searched; weft's [parallel] order, `--order`).
+  std::string order = "tp-dp-pp";
 };
 
 struct SearchResult {

@@ -12,11 +12,11 @@
 
 #include "comm/codec_spec.h"
 #include "core/precision.h"
-#include "model/climax/climax_config.h"
 #include "model/config.h"
 #include "model/family.h"
-#include "model/gpt/gpt_description.h"
+#include "model/description.h"
 #include "model/recompute.h"
+#include "parallel/layout.h"
 #include "parallel/layout_rules.h"
 #include "parallel/pp/schedule.h"
 
@@ -26,7 +26,8 @@ namespace weft::plan {
 // config it was made from (`base`, which keeps the family's own keys: ClimaX's grid, patch,
 // variables and decoder). A GPT decoder (pre-LayerNorm blocks, learned positions, tied
 // embeddings: weft's model, which is also Megatron-LM's GPT), or a ClimaX Vision Transformer
-// (model/climax/climax.h; its planner models are plan/vit_shape.h).
+// (model/climax/climax.h). What the planner prices of a family it reads from the family's
+// description (model/description.h).
 struct ModelShape {
   std::string name = "custom";
   int64_t layers = 0;  // L
@@ -40,7 +41,6 @@ struct ModelShape {
   // vocab 0 for a family without a vocabulary.
   const Family* family = &default_family();
   ModelConfig base{};
-  bool climax() const { return family == &climax_family(); }
 
   // From a weft model config (padded vocabulary, its context; seq 0 means the context; a
   // family that fixes the positions has them, whatever seq says).
@@ -53,7 +53,7 @@ struct ModelShape {
   // one: the shape knows no other).
   ModelConfig config() const;
 
-  // The counts below are the model's own (model/gpt_description.h), read, not recomputed.
+  // The counts below are the model's own (its family's description), read, not recomputed.
   // Parameters of one transformer layer (weights and biases, both LayerNorms).
   double layer_params() const;
   // Token + position embedding (the head is tied to the token embedding); ClimaX: its front
@@ -83,61 +83,11 @@ using weft::Recompute;
 using weft::parse_recompute;
 using weft::recompute_name;
 
-// ZeRO++ (Wang et al. 2023, "ZeRO++: Extremely Efficient Collective Communication for Giant
-// Model Training", arXiv 2306.10209) and the Frontier 3-level variant (Xu et al. 2025,
-// "Scaling Large Language Model Training on Frontier with Low-Bandwidth Partitioning",
-// arXiv 2501.04266): settings of a ZeRO-3 layout. A preset names where its knobs come from
-// (plan/zeropp.h resolve_zeropp derives them from the system's link levels and the layout):
-//   kNone       plain ZeRO-3 (every knob off)
-//   kZeroPP     "zero++": qwZ + hpZ over the node's dp peers + qgZ in 2 hops (node, the rest)
-//   kThreeLevel "3-level": qwZ + hpZ over the innermost level's dp peers (the GCD pair on
-//               Frontier) + qgZ in one hop per level (pair, node, the rest)
-//   kCustom     the knobs as given
-enum class ZeroPP { kNone, kZeroPP, kThreeLevel, kCustom };
-const char* zeropp_name(ZeroPP z);                 // "none", "zero++", "3-level", "custom"
-ZeroPP parse_zeropp(const std::string& s);         // InputError naming the known names
-
-struct Layout {
-  int tp = 1;  // tensor-parallel size (t)
-  int pp = 1;  // pipeline stages (p)
-  int dp = 1;  // data-parallel replicas
-  // HSDP (parallel/grid.h): dp = dp_shard x dp_replicate, dp_shard consecutive dp ranks; ZeRO
-  // shards (and ZeRO++ works) inside dp_shard, the dp_replicate groups all-reduce the shards'
-  // gradients once per step. 1: plain dp.
-  int dp_replicate = 1;
-  int64_t micro_batch = 1;  // sequences per micro-batch (b)
-  int zero = 0;             // ZeRO stage 0..3 over the dp axis (Rajbhandari et al. 2020)
-  Recompute recompute = Recompute::kNone;
-  // With full recompute: layers of each stage that are recomputed (Megatron's
-  // --recompute-num-layers, "block" method); -1: all of them.
-  int recompute_layers = -1;
-  bool sequence_parallel = false;  // Korthikanti et al. 2022 sec. 4.2.2 (a layout rule: tp > 1)
-  PipeSchedule schedule = PipeSchedule::k1F1B;
-  int virtual_stages = 1;  // v: model chunks per stage (interleaved 1F1B)
-  // ZeRO++ (zero 3 only; plan/zeropp.h checks the rules and prices nothing else):
-  ZeroPP zeropp = ZeroPP::kNone;  // the preset the knobs below come from
-  bool qwz = false;  // quantized weights: the gathers over the whole dp group carry int8 + an fp32 scale per block
-  int hpz = 1;       // secondary partition of alpha dp ranks (1: off): later gathers of a step stay inside it
-  bool qgz = false;  // quantized gradients: the reduce-scatter as int4 all-to-all hops, one per hierarchy level
-  // qgZ's hops: the dp group's inner levels as cumulative sizes in dp ranks, innermost first
-  // ([2, 8]: pairs inside groups of 8, the whole dp group above); empty: one flat hop.
-  std::vector<int> hierarchy;
-  int quant_block = 2048;  // G: elements per quantization block (one fp32 scale each)
-  // Compressed collectives (issue 18; plan/compression.h prices them): one codec per kind of
-  // traffic (dp gradients, params gathers, tp activations, pp transfers), and the name of the
-  // preset it came from ("none", "hybrid", "uniform-int8", ...; "custom" for one given axis by
-  // axis).
-  CompressionPolicy compression;
-  std::string compression_name = "none";
-
-  int world() const { return tp * pp * dp; }
-  int dp_shard() const { return dp_replicate > 0 ? dp / dp_replicate : dp; }
-  bool zeropp_on() const { return qwz || hpz > 1 || qgz; }
-  // "tp 4 pp 16 dp 2 mb 1 zero 1 full sp 1f1b"; HSDP: "tp 2 pp 1 dp 4 (dp_shard 2 x dp_replicate 2) mb 1 ...";
-  // ZeRO++: "... zero++(qwz hpz 8 qgz 8)";
-  // compression: "... hybrid(dp=int4 params=int8 tp=bf16)"
-  std::string describe() const;
-};
+// The one layout type (parallel/layout.h) and its ZeRO++ presets.
+using weft::Layout;
+using weft::parse_zeropp;
+using weft::ZeroPP;
+using weft::zeropp_name;
 
 // Micro-batches per pipeline per optimizer step: global_batch / (dp * micro_batch).
 int64_t micro_batches(int64_t global_batch, const Layout& l);
@@ -147,16 +97,13 @@ int64_t micro_batches(int64_t global_batch, const Layout& l);
 LayoutCandidate layout_candidate(const ModelShape& m, const Layout& l, int64_t global_batch, Precision p,
                                  int64_t gpus = 0);
 
-// The model's description (model/gpt_description.h) of one rank of layout `l` holding `part`
-// of model `mc`, micro-batches of l.micro_batch sequences of `seq` tokens: the parameter counts,
-// FLOPs and buffer sizes the planner reads. head_chunk 0: automatic, as GPT::reserve.
-// The description of that part, as the family describes it (model/description.h).
+// What one rank of layout `l` holding `part` of model `mc` runs (model/description.h's RunSpec):
+// micro-batches of l.micro_batch samples of `seq` positions; Family::describe of it gives the
+// parameter counts, FLOPs and buffer sizes the planner reads. head_chunk 0: automatic.
 RunSpec part_spec(const ModelConfig& mc, int64_t seq, const Layout& l, const StageSpec& part, int64_t head_chunk = 0);
-GptDescription describe_part(const ModelConfig& mc, int64_t seq, const Layout& l, const StageSpec& part,
-                             int64_t head_chunk = 0);
 
 // Layers held by each pipeline stage: the chunks of parallel/pp/partition.h's
-// partition_layers with the head's cost (gpt_head_cost_in_layers), the split the trainer runs
+// partition_layers with the head's cost (Family::pipeline_head_cost), the split the trainer runs
 // (stage s holds chunks s, s + p, ...). Uneven when L % (p v) != 0 or the head is costly.
 std::vector<int64_t> stage_layer_counts(const ModelShape& m, const Layout& l);
 // Layers held by pipeline stage `stage` (one entry of stage_layer_counts).

@@ -9,9 +9,9 @@
 
 namespace weft::plan {
 
-std::vector<DpLevel> dp_levels(const System& sys, const Layout& l, const std::string& order) {
+std::vector<DpLevel> dp_levels(const System& sys, const Layout& l) {
   std::vector<DpLevel> out;
-  const int64_t stride = axis_stride(l, order, "dp");
+  const int64_t stride = axis_stride(l, "dp");
   const int64_t dp = l.dp_shard();  // ZeRO's group: dp_shard consecutive dp ranks under HSDP
   int64_t below = 1;
   for (size_t i = 0; i + 1 < sys.levels.size(); ++i) {
@@ -34,15 +34,15 @@ std::vector<DpLevel> dp_levels(const System& sys, const Layout& l, const std::st
   return out;
 }
 
-std::vector<int> dp_hierarchy(const System& sys, const Layout& l, const std::string& order) {
+std::vector<int> dp_hierarchy(const System& sys, const Layout& l) {
   std::vector<int> h;
-  for (const DpLevel& d : dp_levels(sys, l, order)) {
+  for (const DpLevel& d : dp_levels(sys, l)) {
     if (d.dropped.empty()) h.push_back(static_cast<int>(d.dp_ranks));
   }
   return h;
 }
 
-Layout resolve_zeropp(const Layout& l, const System& sys, const std::string& order) {
+Layout resolve_zeropp(const Layout& l, const System& sys) {
   if (l.zeropp == ZeroPP::kCustom) return l;
   Layout r = l;
   r.qwz = false, r.hpz = 1, r.qgz = false, r.hierarchy.clear();
@@ -50,7 +50,7 @@ Layout resolve_zeropp(const Layout& l, const System& sys, const std::string& ord
     if (l.zeropp_on()) r = l, r.zeropp = ZeroPP::kCustom;  // knobs set by hand
     return r;
   }
-  const std::vector<DpLevel> levels = dp_levels(sys, l, order);
+  const std::vector<DpLevel> levels = dp_levels(sys, l);
   // The node: the level named "node", else the outermost level under the machine.
   size_t node = levels.size();
   for (size_t i = 0; i < levels.size(); ++i) {

@@ -34,9 +34,9 @@ struct DpLevel {
   std::string dropped;
 };
 // Every level of `sys` but the top (the machine), innermost first.
-std::vector<DpLevel> dp_levels(const System& sys, const Layout& l, const std::string& order);
+std::vector<DpLevel> dp_levels(const System& sys, const Layout& l);
 // The hierarchy: the kept levels' dp ranks, innermost first (e.g. [2, 8] on Frontier with tp 1).
-std::vector<int> dp_hierarchy(const System& sys, const Layout& l, const std::string& order);
+std::vector<int> dp_hierarchy(const System& sys, const Layout& l);
 
 // `l` with its ZeRO++ knobs derived from its preset (kZeroPP, kThreeLevel; kNone: all off;
 // kCustom: as given):
@@ -46,7 +46,7 @@ std::vector<int> dp_hierarchy(const System& sys, const Layout& l, const std::str
 // "The node" is the level named "node" (else the outermost level under the machine). A level
 // that the layout leaves empty is dropped, so with tp 2 on Frontier the pair holds one dp rank
 // and "3-level" resolves to the same knobs as "zero++".
-Layout resolve_zeropp(const Layout& l, const System& sys, const std::string& order);
+Layout resolve_zeropp(const Layout& l, const System& sys);
 
 // The rule the ZeRO++ knobs break, naming the values, or "": they need zero 3; hpz >= 1 divides
 // dp; the hierarchy (qgz only) increases, each level a multiple of the one inside it, dividing

@@ -9,6 +9,19 @@
 
 namespace weft {
 
+// The TOML binding of the one layout type (parallel/layout.h), both ways: [train] micro_batch,
+// recompute, recompute_layers; [parallel] tp, pp, dp, dp_replicate, order, zero,
+// sequence_parallel, schedule, virtual_stages; [zero] the ZeRO++ knobs (int8 weights, int4
+// gradient hops: what the planner prices); [compression] the codecs.
+// run_layout: the layout `cfg` asks for (dp 0 stays 0: world / (tp x pp); ZeRO++ kCustom when a
+// knob is on; compression "custom" when a codec is). InputError naming the key for an unknown
+// schedule, recompute mode or codec.
+Layout run_layout(const RunConfig& cfg);
+// set_run_layout: `cfg` with every key above set from `l` (dp_shard 0: dp / dp_replicate).
+void set_run_layout(RunConfig& cfg, const Layout& l);
+// layout_toml: the TOML text of those keys (weft tune's best.toml).
+std::string layout_toml(const Layout& l);
+
 // The candidate of `cfg` on `world_size` ranks: its model shape, batch and [parallel] keys
 // (dp 0 stays 0: the rules derive it as world / (tp x pp); dp_shard 0 likewise, as
 // dp / dp_replicate). InputError for an unknown

@@ -22,6 +22,7 @@ plan::Layout plan_layout(const RunConfig& cfg, const EngineConfig& ec) {
   pl.pp = ec.grid.pp;
   pl.dp = ec.grid.dp;
   pl.dp_replicate = ec.grid.dp_replicate;
+  pl.order = ec.grid.order;
   pl.micro_batch = ec.micro_batch;
   pl.zero = ec.data_parallel.zero;
   pl.recompute = ec.recompute;
@@ -56,7 +57,6 @@ RunPrediction predict_run(const RunConfig& cfg, const EngineConfig& ec, int stag
   if (!r.system_path.empty()) {
     const plan::System sys = plan::load_system(r.system_path);  // InputError naming the file and key
     plan::Options po = plan::Options::from_system(sys, ec.precision, ec.global_batch);
-    po.rank_order = cfg.order;
     try {
       r.step = plan::predict(plan::ModelShape::from_config(ec.model, ec.seq), sys, pl, po);
     } catch (const InputError& e) {

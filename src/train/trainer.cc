@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "backend/cpu/blas_kernels.h"
 #include "backend/registry.h"
 #include "ckpt/checkpoint.h"
 #include "comm/self_comm.h"
@@ -396,6 +397,9 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   cfg.validate();
   const int threads = set_threads(cfg.threads);
   set_log_rank(world.rank());
+  if (world.rank() == 0 && cfg.backend.rfind("cpu", 0) == 0) {
+    if (const std::string note = blas_kernel_note(); !note.empty()) log_info("note: {}", note);
+  }
   EngineConfig ec = engine_config(cfg, world.size());
   Tracer tracer(cfg.trace);
   world.set_tracer(&tracer);

@@ -70,14 +70,14 @@ std::vector<plan::NamedPolicy> space_presets(const plan::System* sys) {
 
 // Layout l plain and, at ZeRO 3 on more than one dp rank with a system file, as "zero++" and
 // "3-level" (left out where it resolves to zero++'s knobs), as plan::search_layouts tries them.
-std::vector<plan::Layout> zeropp_variants(const plan::Layout& l, const plan::System* sys, const std::string& order) {
+std::vector<plan::Layout> zeropp_variants(const plan::Layout& l, const plan::System* sys) {
   std::vector<plan::Layout> out{l};
   if (l.zero != 3 || l.dp_shard() < 2 || sys == nullptr) return out;
   plan::Layout zpp = l, three = l;
   zpp.zeropp = plan::ZeroPP::kZeroPP;
   three.zeropp = plan::ZeroPP::kThreeLevel;
-  zpp = plan::resolve_zeropp(zpp, *sys, order);
-  three = plan::resolve_zeropp(three, *sys, order);
+  zpp = plan::resolve_zeropp(zpp, *sys);
+  three = plan::resolve_zeropp(three, *sys);
   out.push_back(zpp);
   if (three.hpz != zpp.hpz || three.hierarchy != zpp.hierarchy) out.push_back(three);
   return out;
@@ -85,12 +85,11 @@ std::vector<plan::Layout> zeropp_variants(const plan::Layout& l, const plan::Sys
 
 // Each of the plain layouts with its ZeRO++ variants, each under every preset the layout
 // takes, without two of the same effective codecs.
-std::vector<plan::Layout> lossy_variants(const std::vector<plan::Layout>& plain, const plan::System* sys,
-                                         const std::string& order) {
+std::vector<plan::Layout> lossy_variants(const std::vector<plan::Layout>& plain, const plan::System* sys) {
   const std::vector<plan::NamedPolicy> presets = space_presets(sys);
   std::vector<plan::Layout> out;
   for (const plan::Layout& p : plain) {
-    for (const plan::Layout& v : zeropp_variants(p, sys, order)) {
+    for (const plan::Layout& v : zeropp_variants(p, sys)) {
       std::vector<CompressionPolicy> done;
       for (const plan::NamedPolicy& np : presets) {
         if (!plan::compression_layout_error(np.policy, v).empty()) continue;
@@ -180,19 +179,21 @@ std::vector<size_t> LayoutSpace::by_prediction() const {
 }
 
 LayoutSpace layout_space(const ModelConfig& model, int64_t seq, int64_t global_batch, Precision precision,
-                         int world, const plan::System* sys, const plan::Options& opt, bool allow_lossy) {
+                         int world, const plan::System* sys, const plan::Options& opt, const std::string& order,
+                         bool allow_lossy) {
   const plan::ModelShape shape = plan::ModelShape::from_config(model, seq);
   plan::Pins pins;
   pins.zeropp = plan::ZeroPP::kNone;
   pins.compression = plan::NamedPolicy{};  // none
   pins.recompute_layers = -1;
+  pins.order = order;
   pins.dp_replicate = 1;  // HSDP's split is not one of the tuner's knobs (encode_layout): plain dp
   plan::Options o = opt;
   o.precision = precision;
   o.global_batch = global_batch;
   LayoutSpace s;
   s.layouts = plan::valid_layouts(shape, world, o, pins);  // InputError naming the values when none
-  if (allow_lossy) s.layouts = lossy_variants(s.layouts, sys, o.rank_order);
+  if (allow_lossy) s.layouts = lossy_variants(s.layouts, sys);
   for (size_t i = 0; i < s.layouts.size(); ++i) {
     s.knobs.push_back(encode_layout(s.layouts[i]));
     s.index_.emplace(s.knobs.back(), i);

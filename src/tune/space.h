@@ -63,10 +63,11 @@ struct LayoutSpace {
 };
 
 // Every valid layout of `model` at sequence length `seq` and global batch `global_batch` on
-// `world` ranks, priced by `sys` when it is not null (opt: the planner's options for it);
+// `world` ranks in rank order `order`, priced by `sys` when it is not null (opt: the planner's options for it);
 // allow_lossy: with the ZeRO++ and compression variants (above). InputError naming the values
 // when no layout is valid.
 LayoutSpace layout_space(const ModelConfig& model, int64_t seq, int64_t global_batch, Precision precision,
-                         int world, const plan::System* sys, const plan::Options& opt, bool allow_lossy = false);
+                         int world, const plan::System* sys, const plan::Options& opt, const std::string& order,
+                         bool allow_lossy = false);
 
 }  // namespace weft::tune

@@ -1,5 +1,7 @@
 #include "tune/trial.h"
 
+#include "train/run_layout.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -55,34 +57,7 @@ double max_over_ranks(Communicator& world, double v) {
 
 RunConfig trial_config(const RunConfig& base, const plan::Layout& l) {
   RunConfig c = base;
-  c.tp = l.tp;
-  c.pp = l.pp;
-  c.dp = l.dp;
-  c.dp_shard = 0;  // dp / dp_replicate
-  c.dp_replicate = l.dp_replicate;
-  c.micro_batch = l.micro_batch;
-  c.zero = l.zero;
-  c.recompute = recompute_name(l.recompute);
-  c.recompute_layers = l.recompute_layers;
-  c.sequence_parallel = l.sequence_parallel;
-  c.schedule = schedule_name(l.schedule);
-  c.virtual_stages = l.virtual_stages;
-  // ZeRO++ as the planner priced it: int8 weights, int4 gradient hops.
-  c.quantized_weights = l.qwz;
-  c.hpz_partition_size = l.hpz;
-  c.quantized_gradients = l.qgz;
-  c.hierarchy.assign(l.hierarchy.begin(), l.hierarchy.end());
-  c.block_size = l.quant_block;
-  if (l.qwz) c.weight_bits = 8;
-  if (l.qgz) c.gradient_bits = 4;
-  // Compressed collectives, the policy's codecs (int8/int4 blocks as the dp codec's, else the
-  // params codec's).
-  c.compression_dp = l.compression.dp.name();
-  c.compression_params = l.compression.params.name();
-  c.compression_tp = l.compression.tp.name();
-  c.compression_pp = l.compression.pp.name();
-  c.compression_error_feedback = l.compression.error_feedback;
-  c.compression_block_size = l.compression.dp.off() ? l.compression.params.block : l.compression.dp.block;
+  set_run_layout(c, l);  // the TOML binding (train/run_layout.h): every field of the layout
   return c;
 }
 

@@ -409,25 +409,6 @@ void log_summary(const TuneResult& res) {
 
 }  // namespace
 
-std::string layout_toml(const plan::Layout& l) {
-  std::string t = fmt::format(
-      "[train]\nmicro_batch = {}\nrecompute = \"{}\"\nrecompute_layers = {}\n\n[parallel]\ntp = {}\npp = {}\ndp = {}\n"
-      "zero = {}\nsequence_parallel = {}\nschedule = \"{}\"\nvirtual_stages = {}\n",
-      l.micro_batch, recompute_name(l.recompute), l.recompute_layers, l.tp, l.pp, l.dp, l.zero,
-      l.sequence_parallel ? "true" : "false", schedule_name(l.schedule), l.virtual_stages);
-  if (l.dp_replicate > 1) t += fmt::format("dp_replicate = {}\n", l.dp_replicate);
-  if (l.zeropp_on()) {
-    t += fmt::format("\n[zero]  # ZeRO++ {}\nquantized_weights = {}\nhpz_partition_size = {}\nquantized_gradients = {}\n"
-                     "hierarchy = [{}]\nblock_size = {}\n",
-                     plan::zeropp_name(l.zeropp), l.qwz, l.hpz, l.qgz, fmt::join(l.hierarchy, ", "), l.quant_block);
-  }
-  if (l.compression.any()) {
-    const CompressionPolicy& c = l.compression;
-    t += fmt::format("\n[compression]  # {}\ndp = \"{}\"\nparams = \"{}\"\ntp = \"{}\"\npp = \"{}\"\nerror_feedback = {}\n",
-                     l.compression_name, c.dp.name(), c.params.name(), c.tp.name(), c.pp.name(), c.error_feedback);
-  }
-  return t;
-}
 
 TuneResult tune(const RunConfig& cfg, const TuneOptions& o, Communicator& world) {
   validate(o);
@@ -445,8 +426,7 @@ TuneResult tune(const RunConfig& cfg, const TuneOptions& o, Communicator& world)
     throw_input("--recalibrate {} needs a system file to correct (--system, the config's system key or "
                 "systems/local.toml from `weft calibrate`)", o.recalibrate);
   }
-  po.rank_order = cfg.order;
-  res.space = layout_space(mc, cfg.seq(), cfg.global_batch, precision, world.size(), sys ? &*sys : nullptr, po,
+  res.space = layout_space(mc, cfg.seq(), cfg.global_batch, precision, world.size(), sys ? &*sys : nullptr, po, cfg.order,
                            o.allow_lossy);
   // The family's training data (also with --oracle: the run is real); trials validate nothing.
   RunConfig train_only = cfg;

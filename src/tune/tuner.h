@@ -27,6 +27,7 @@
 
 #include "comm/communicator.h"
 #include "train/config.h"
+#include "train/run_layout.h"
 #include "tune/recalibrate.h"
 #include "tune/shapley.h"
 #include "tune/space.h"
@@ -82,7 +83,6 @@ struct TuneResult {
 // InputError for bad options (naming them), a missing corpus, a bad system file.
 TuneResult tune(const RunConfig& cfg, const TuneOptions& opt, Communicator& world);
 
-// The config keys of layout `l` ("[train]" and "[parallel]" sections), ready to paste.
-std::string layout_toml(const plan::Layout& l);
+// The config keys of a layout, ready to paste: layout_toml (train/run_layout.h).
 
 }  // namespace weft::tune

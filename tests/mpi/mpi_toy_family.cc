@@ -183,6 +183,14 @@ class ToyFamily final : public Family {
     int64_t recomputed_layers() const override { return 0; }
     std::vector<TpCall> tp_calls() const override { return {}; }
     double train_flops_per_position() const override { return 6.0 * (kFeatures + 2); }
+    // Its one product per sample is too small to price; ZeRO-3 would gather its two groups.
+    EndsWork ends_work() const override { return {}; }
+    AcceleratorMemory accelerator_memory(const AcceleratorOptions&) const override {
+      AcceleratorMemory m;
+      m.front_gathered = kFeatures + 1;
+      m.slot = 1;
+      return m;
+    }
   };
 };
 

@@ -72,7 +72,7 @@ TEST(LayoutRules, AxesMessagesNameTheNumbers) {
 // HSDP: dp = dp_shard x dp_replicate, checked with the axes.
 TEST(LayoutRules, HybridShardedDpMessagesNameTheNumbers) {
   auto hsdp = [](int dp, int shard, int rep) {
-    return error_of([&](auto& c) { c.tp = 2, c.pp = 1, c.dp = dp, c.world = 2 * (dp == 0 ? 4 : dp), c.dp_shard = shard, c.dp_replicate = rep; });
+    return error_of([&](auto& c) { c.tp = 2, c.pp = 1, c.dp = dp, c.world = 2 * (dp == 0 ? 4 : dp), c.dp_shard_request = shard, c.dp_replicate = rep; });
   };
   EXPECT_EQ(hsdp(4, 0, 2), "");
   EXPECT_EQ(hsdp(4, 2, 2), "");
@@ -194,10 +194,10 @@ TEST(RunLayout, HybridShardedDpKeysResolveToTheGrid) {
   r = validate_run_layout(cfg, 8);
   EXPECT_EQ(r.grid.dp, 4);
   EXPECT_EQ(r.grid.dp_replicate, 2);
-  EXPECT_EQ(r.layout.dp_shard, 2);
+  EXPECT_EQ(r.layout.dp_shard_request, 2);
   EXPECT_EQ(r.grid.order, "tp-dp-pp");
   cfg.dp_shard = 0;  // derived: dp / dp_replicate
-  EXPECT_EQ(validate_run_layout(cfg, 8).layout.dp_shard, 2);
+  EXPECT_EQ(validate_run_layout(cfg, 8).layout.dp_shard_request, 2);
   cfg.dp = 4, cfg.dp_shard = 4, cfg.dp_replicate = 2;  // --dp 4 --dp-shard 4 --dp-replicate 2: conflict
   try {
     validate_run_layout(cfg, 8);

@@ -59,7 +59,7 @@ TEST(PlanMemory, ParamCountMatchesTheModelLayout) {
       l.pp = 2;
       const ModelShape m = ModelShape::from_config(cfg);
       // The trainer's split: the head counts as Vp / (12 C) layers (tiny: 3 + 1 layers).
-      const auto parts = partition_layers(cfg.n_layer, 2, 1, {}, gpt_head_cost_in_layers(cfg.padded_vocab, cfg.n_embd));
+      const auto parts = partition_layers(cfg.n_layer, 2, 1, {}, pipeline_head_cost(cfg));
       StageSpec first{0, parts[0].num_layers, true, false}, last{parts[1].first_layer, parts[1].num_layers, false, true};
       EXPECT_DOUBLE_EQ(stage_params_per_rank(m, l, 0), static_cast<double>(ParamLayout(cfg, tp, 0, first).total()))
           << name << " tp " << tp;

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "model/gpt/gpt_description.h"
 #include "parallel/pp/schedule.h"
 #include "plan/search.h"
 #include "plan/plan_test_util.h"
@@ -51,11 +52,13 @@ TEST(PlanPredict, HierarchyPlacement) {
   l.tp = 4;
   l.dp = 3;
   l.pp = 5;
-  EXPECT_EQ(axis_stride(l, "tp-dp-pp", "tp"), 1);
-  EXPECT_EQ(axis_stride(l, "tp-dp-pp", "dp"), 4);
-  EXPECT_EQ(axis_stride(l, "tp-dp-pp", "pp"), 12);
-  EXPECT_EQ(axis_stride(l, "pp-tp-dp", "dp"), 20);
-  EXPECT_THROW(axis_stride(l, "tp-pp", "tp"), InputError);
+  EXPECT_EQ(axis_stride(l, "tp"), 1);
+  EXPECT_EQ(axis_stride(l, "dp"), 4);
+  EXPECT_EQ(axis_stride(l, "pp"), 12);
+  l.order = "pp-tp-dp";
+  EXPECT_EQ(axis_stride(l, "dp"), 20);
+  l.order = "tp-pp";
+  EXPECT_THROW(axis_stride(l, "tp"), InputError);
 }
 
 // The closed forms against parallel/pp/schedule.h's dependency-driven simulator.
@@ -275,7 +278,7 @@ TEST(PlanPredict, HardwareFlopsAreTheModelDescriptions) {
     const std::vector<int64_t> layers = stage_layer_counts(m, l);
     for (int s = 0; s < l.pp; ++s) {
       const StageSpec part{0, static_cast<int>(layers[static_cast<size_t>(s)]), s == 0, s == l.pp - 1};
-      hw += describe_part(mc, m.seq, l, part).recompute_flops_per_token();
+      hw += GptDescription(part_spec(mc, m.seq, l, part)).recompute_flops_per_token();
     }
     EXPECT_NEAR(p.hardware_flops / tokens / hw, 1.0, 1e-12) << l.describe();
     if (c.rc != Recompute::kNone) {

@@ -1,4 +1,4 @@
-// The planner on ClimaX Vision Transformers (plan/vit_shape.h, plan/vit_compute.h): the shape's
+// The planner on ClimaX Vision Transformers (what ClimaxDescription says of them): the shape's
 // counts are the model's own (ClimaxDescription, ParamLayout); the search never proposes what the
 // layout rules refuse for ClimaX (pp > 1, sequence parallelism, selective recompute); the
 // communication model's tensor-parallel calls per micro-batch (the blocks' 4 all-reduces of N C,
@@ -8,12 +8,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/climax/climax_config.h"
 #include "model/climax/climax_description.h"
 #include "model/params.h"
 #include "plan/comm_model.h"
 #include "plan/predict.h"
 #include "plan/search.h"
-#include "plan/vit_shape.h"
 #include "plan_test_util.h"
 #include "test_util.h"
 #include "train/config.h"
@@ -31,7 +31,7 @@ TEST(PlanVit, ShapeCountsAreTheModelsOwn) {
     const ModelConfig mc = model_preset(name);
     const ModelShape m = ModelShape::from_config(mc, 12345);  // a ClimaX sequence is its patches
     m.validate();
-    EXPECT_TRUE(m.climax()) << name;
+    EXPECT_EQ(m.family, &climax_family()) << name;
     EXPECT_EQ(m.seq, mc.num_patches()) << name;
     ClimaxRunSpec s;
     s.model = mc;
@@ -48,7 +48,7 @@ TEST(PlanVit, ShapeCountsAreTheModelsOwn) {
   for (int tp : {1, 2}) {
     Layout l;
     l.tp = tp;
-    const ClimaxDescription d = describe_vit(mc, l);
+    const ClimaxDescription d(ClimaxRunSpec{.model = mc, .tp = tp});
     const ParamLayout layout(mc, tp, 0);
     EXPECT_EQ(layout.total(), d.rank_params()) << tp;
     EXPECT_EQ(layout.group_range(0).second - layout.group_range(0).first, d.front_params(tp)) << tp;
@@ -123,8 +123,12 @@ TEST(PlanVit, TensorParallelCallsIncludeTheAggregationsVTimesAllReduce) {
   const Prediction p = predict(ModelShape::from_config(mc), sys, l, Options::from_system(sys, Precision::kFp32, 8));
   EXPECT_EQ(p.traffic.tp.raw, static_cast<double>(tp_bytes(model_step_comm(ec))));
   // The variable aggregation's backward moves V times a block's all-reduce.
-  const ClimaxDescription d = describe_vit(mc, l);
-  EXPECT_EQ(vit_aggregation_comm(d).token_grad, V * vit_aggregation_comm(d).forward);
+  const ClimaxDescription d(ClimaxRunSpec{.model = mc, .B = l.micro_batch, .tp = l.tp});
+  EXPECT_EQ(d.aggregation_grad_elems(), V * d.tokens() * C);
+  const EndsWork w = d.ends_work();
+  ASSERT_EQ(w.front_backward.tp.size(), 2u);
+  EXPECT_EQ(w.front_backward.tp[0].elems, static_cast<double>(V * N * C));
+  EXPECT_EQ(w.front_forward.tp.at(0).elems, static_cast<double>(N * C));
   // ZeRO-3's gathers per micro-batch (steady state) from the replay of ClimaX's accesses: its
   // backward takes the back group before the first gradient and the front last, so it prefetches
   // no layer there as the GPT's does; climax-tiny's 2 blocks stay in the buffers (none), 62

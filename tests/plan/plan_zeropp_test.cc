@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "model/gpt/gpt_description.h"
 #include "model/config.h"
 #include "model/gpt/gpt_config.h"
 #include "plan/comm_model.h"
@@ -237,7 +238,7 @@ TEST(PlanZeroPP, HpzMemoryAndWires) {
   }
   // qwZ: the two gathered layers' int8 wires; qgZ: a layer's int4 send + receive and the first
   // hop's fp32 partial sum.
-  const GptDescription d = describe_part(m.config(), m.seq, plain, StageSpec{0, 4, true, true});
+  const GptDescription d = GptDescription(part_spec(m.config(), m.seq, plain, StageSpec{0, 4, true, true}));
   const double layer = static_cast<double>(d.rank_params().layer);
   Layout q = plain;
   q.zeropp = ZeroPP::kCustom;
@@ -252,31 +253,31 @@ TEST(PlanZeroPP, HpzMemoryAndWires) {
 TEST(PlanZeroPP, HierarchyFromTheSystem) {
   const System f = load_system(std::string(WEFT_SOURCE_DIR) + "/systems/frontier.toml");
   Layout l = zero3(384, ZeroPP::kNone);
-  EXPECT_EQ(dp_hierarchy(f, l, "tp-dp-pp"), (std::vector<int>{2, 8}));
+  EXPECT_EQ(dp_hierarchy(f, l), (std::vector<int>{2, 8}));
   l.zeropp = ZeroPP::kZeroPP;
-  Layout r = resolve_zeropp(l, f, "tp-dp-pp");
+  Layout r = resolve_zeropp(l, f);
   EXPECT_TRUE(r.qwz && r.qgz);
   EXPECT_EQ(r.hpz, 8);
   EXPECT_EQ(r.hierarchy, std::vector<int>{8});
   l.zeropp = ZeroPP::kThreeLevel;
-  r = resolve_zeropp(l, f, "tp-dp-pp");
+  r = resolve_zeropp(l, f);
   EXPECT_EQ(r.hpz, 2);
   EXPECT_EQ(r.hierarchy, (std::vector<int>{2, 8}));
   EXPECT_NE(r.describe().find("3-level(qwz hpz 2 qgz 2,8)"), std::string::npos) << r.describe();
   // tp 2 innermost: the card holds one dp rank (dropped), the node 4.
   Layout t = zero3(192, ZeroPP::kThreeLevel);
   t.tp = 2;
-  const std::vector<DpLevel> lv = dp_levels(f, t, "tp-dp-pp");
+  const std::vector<DpLevel> lv = dp_levels(f, t);
   ASSERT_GE(lv.size(), 2u);
   EXPECT_EQ(lv[0].dp_ranks, 1);
   EXPECT_EQ(lv[0].dropped, "1 dp peer");
   EXPECT_EQ(lv[1].dp_ranks, 4);
-  r = resolve_zeropp(t, f, "tp-dp-pp");
+  r = resolve_zeropp(t, f);
   EXPECT_EQ(r.hpz, 4);
   EXPECT_EQ(r.hierarchy, std::vector<int>{4});
   // dp inside one node: the node is the whole group; zero++'s qgZ is one flat hop.
   Layout n = zero3(8, ZeroPP::kZeroPP);
-  r = resolve_zeropp(n, f, "tp-dp-pp");
+  r = resolve_zeropp(n, f);
   EXPECT_EQ(r.hpz, 8);
   EXPECT_TRUE(r.hierarchy.empty());
 }

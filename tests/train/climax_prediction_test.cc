@@ -1,5 +1,5 @@
 // A ClimaX run (climax-tiny on generated weather fields, through `weft train`) against the
-// planner's prediction of it (plan/vit_shape.h, plan/weft_memory.h, plan/comm_model.h): every
+// planner's prediction of it (ClimaxDescription, plan/weft_memory.h, plan/comm_model.h): every
 // rank's memory per category to the byte, on one process and on tp 2 x dp 2 with ZeRO-3; the
 // communication model's calls equal the traced ones (the run's comm report has no mismatch);
 // the planner's tensor-parallel bytes per step equal the traced ones; the run prints its

@@ -23,7 +23,7 @@ LayoutSpace space(bool allow_lossy, const plan::System* sys) {
   mc.n_layer = 2;
   plan::Options o;
   if (sys != nullptr) o = plan::Options::from_system(*sys, Precision::kFp32, 8);
-  return layout_space(mc, 64, 8, Precision::kFp32, 4, sys, o, allow_lossy);
+  return layout_space(mc, 64, 8, Precision::kFp32, 4, sys, o, "tp-dp-pp", allow_lossy);
 }
 
 std::set<std::string> knob_values(const LayoutSpace& s, int knob) {

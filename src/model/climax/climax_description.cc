@@ -116,6 +116,63 @@ int64_t ClimaxDescription::workspace_tensor_elems() const {
   return n;
 }
 
+EndsWork ClimaxDescription::ends_work() const {
+  const double N = static_cast<double>(N_), C = static_cast<double>(C_), Cl = static_cast<double>(Cl_);
+  const double V = static_cast<double>(V_), P2 = static_cast<double>(P2_), K = static_cast<double>(K_);
+  const double NHl = static_cast<double>(NHl_), D = static_cast<double>(s_.model.decoder_depth);
+  // The query attention: reads k|v and the query, writes the probabilities and the output.
+  Kernel att = Kernel::memory(V * N * 2 * Cl + Cl + N * NHl * V + N * Cl);
+  att.flops = 4 * N * V * Cl;
+  Kernel att_back = att;
+  att_back.elems *= 2;
+  att_back.flops *= 2;
+  EndsWork w;
+  // Forward: the patch embeddings + the variable embedding; k|v (column-parallel), the query;
+  // the attention; the lead-time and position base; out_proj (row-parallel) + its bias and the base.
+  w.front_forward.kernels = {Kernel::product(N, C, P2, V), Kernel::memory(2 * V * N * C), Kernel::product(V * N, 2 * Cl, C),
+                             Kernel::product(1, Cl, C),     att,
+                             Kernel::memory(2 * N * C),    Kernel::product(N, C, Cl),
+                             Kernel::memory(3 * N * C)};
+  w.front_forward.tp = {{"all_reduce", N * C}};
+  // Backward: out_proj's two products, the base's gradients (column sums), the attention's
+  // backward, k|v's and the query's two products, the variable embedding's column sums and the
+  // patch embeddings' dW.
+  w.front_backward.kernels = {Kernel::product(N, Cl, C),      Kernel::product(Cl, C, N),   Kernel::memory(2 * N * C),
+                              att_back,                       Kernel::product(V * N, C, 2 * Cl),
+                              Kernel::product(C, 2 * Cl, V * N), Kernel::product(1, C, Cl), Kernel::product(C, Cl, 1),
+                              Kernel::memory(V * N * C),      Kernel::product(P2, C, N, V)};
+  w.front_backward.tp = {{"all_reduce", V * N * C}, {"all_reduce", C, false, true}};
+  // Back, replicated: final LayerNorm, decoder_depth x (Linear(C, C) + GELU), Linear(C, K), the
+  // weighted MSE (reads the predictions, targets and weights; writes the gradient).
+  w.back_forward.kernels = {Kernel::memory(2 * N * C), Kernel::product(N, C, C, 1, D), Kernel::memory(2 * N * C, D),
+                            Kernel::product(N, K, C), Kernel::memory(4 * N * K)};
+  w.back_backward.kernels = {Kernel::product(N, C, K),       Kernel::product(C, K, N),   Kernel::product(N, C, C, 1, D),
+                             Kernel::product(C, C, N, 1, D), Kernel::memory(3 * N * C, D), Kernel::memory(4 * N * C)};
+  return w;
+}
+
+AcceleratorMemory ClimaxDescription::accelerator_memory(const AcceleratorOptions& o) const {
+  const double e = o.e;
+  const double L = static_cast<double>(L_), B = static_cast<double>(s_.B), NHl = static_cast<double>(NHl_);
+  const double probs = B * NHl * L * L, lse = B * NHl * L;
+  const double kept_layers = static_cast<double>(s_.model.n_layer - rf_);
+  double act = static_cast<double>(stash_elems()) * e, ws = static_cast<double>(workspace_elems()) * e;
+  if (o.flash_attention) {
+    // FlashAttention (Dao et al. 2022) keeps a layer's fp32 log-sum-exp instead of its
+    // probabilities, in the stash of every layer that is not recomputed and in the
+    // rematerialised layer.
+    act -= kept_layers * (probs * e - lse * 4);
+    if (rf_ > 0) ws -= probs * e - lse * 4;
+  }
+  AcceleratorMemory r;
+  r.per_micro_batch = act;
+  r.workspace = ws;
+  const int t = s_.tp;
+  r.front_gathered = static_cast<double>(front_params(t));
+  r.slot = static_cast<double>(std::max<int64_t>({1, s_.model.n_layer > 0 ? layer_params(t) : 0, back_params()}));
+  return r;
+}
+
 int64_t ClimaxDescription::tp_scratch_elems() const {
   return TensorParallel::scratch_elems(s_.tp, false, N_, C_);
 }

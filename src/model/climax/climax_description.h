@@ -11,6 +11,7 @@
 
 #include "core/precision.h"
 #include "model/config.h"
+#include "model/description.h"
 #include "model/recompute.h"
 
 namespace weft {
@@ -64,6 +65,25 @@ class ClimaxDescription {
   // The variable aggregation's tensor-parallel all-reduce in backward: V N C elements (V times a
   // block's), the gradient of the variable tokens.
   int64_t aggregation_grad_elems() const { return int64_t{s_.model.vars} * N_ * s_.model.n_embd; }
+
+  // --- the planner's accelerator model (model/description.h) ---
+  // What a micro-batch runs on one of t tensor-parallel ranks outside the blocks (the blocks are
+  // the shared ones, with bidirectional attention over the L patches):
+  //   front  V patch-embedding products (N, p^2) x (p^2, C), replicated; the variable
+  //          aggregation: k|v of the V N tokens, column-parallel (V N, C) x (C, 2C/t), the query
+  //          on one row, attention of each token's query over its V keys (4 N V C/t FLOPs,
+  //          memory-bound: k|v, the probabilities, the output; twice that backward), out_proj
+  //          row-parallel (N, C/t) x (C/t, C) with a forward all-reduce of N C; backward the
+  //          all-reduces of the V N C token gradient and of the C query gradient (exact); the
+  //          patch embeddings' backward is dW only (their input is the data)
+  //   back   final LayerNorm, decoder_depth x (N, C) x (C, C) + GELU, (N, C) x (C, K), the
+  //          latitude-weighted MSE: replicated
+  EndsWork ends_work() const;
+  // One rank (ClimaX has one pipeline stage): the model's own stash and workspace elements at
+  // `e` bytes, counted as one micro-batch's (no pipeline keeps more), where flash attention
+  // keeps each layer's fp32 log-sum-exp (B NH/t L) instead of its probabilities (B NH/t L^2);
+  // ZeRO-3 holds the front through the step and gathers a block (or the back) at a time.
+  AcceleratorMemory accelerator_memory(const AcceleratorOptions& o) const;
 
  private:
   int64_t layer_elems() const;  // a layer's stash without recompute

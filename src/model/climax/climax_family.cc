@@ -182,6 +182,8 @@ class ClimaxModelDescription final : public ModelDescription {
     return {{"all_reduce", d_.tokens() * C}, {"all_reduce", d_.aggregation_grad_elems()}, {"all_reduce", C}};
   }
   double train_flops_per_position() const override { return ClimaxDescription::train_flops_per_token(d_.spec().model); }
+  EndsWork ends_work() const override { return d_.ends_work(); }
+  AcceleratorMemory accelerator_memory(const AcceleratorOptions& o) const override { return d_.accelerator_memory(o); }
 
  private:
   ClimaxDescription d_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/block_memory.h"
 #include "parallel/tp/mappings.h"
 
 namespace weft {
@@ -151,6 +152,73 @@ int64_t GptDescription::tp_scratch_elems() const {
 
 int64_t GptDescription::workspace_elems() const {
   return workspace_tensor_elems() + token_elems() + tp_scratch_elems();
+}
+
+EndsWork GptDescription::ends_work() const {
+  const double t = s_.tp, N = static_cast<double>(N_), h = static_cast<double>(C_);
+  const double rep = sp_ ? t : 1.0, V = static_cast<double>(Vl_);
+  EndsWork w;
+  // Embedding: gather rows + add positions (memory-bound); the vocab-parallel embedding sums its
+  // partial rows over tp (Shoeybi et al. 2019).
+  w.front_forward.kernels = {Kernel::memory(3 * N * h)};
+  w.front_forward.tp = {{"all_reduce", N * h}};
+  w.front_backward.kernels = {Kernel::memory(3 * N * h)};
+  // Head: final LayerNorm (read x, write y), the logits, the cross-entropy in fp32 (read the
+  // logits, write the probabilities/gradients); backward the LayerNorm's gradient (reads 4),
+  // the head's two products and the cross-entropy again.
+  Kernel ce = Kernel::memory(3 * N * V);
+  ce.fp32 = true;
+  w.back_forward.kernels = {Kernel::memory(2 * N * h / rep), Kernel::product(N, V, h), ce};
+  w.back_backward.kernels = {Kernel::memory(4 * N * h / rep), Kernel::product(N, h, V), Kernel::product(h, V, N), ce};
+  // The loss's per-token sums and maxima stay exact and fp32; the input gradient is an
+  // activation gradient.
+  w.back_backward.tp = {{"all_reduce", 3 * N, true, true}, {"all_reduce", N * h}};
+  return w;
+}
+
+AcceleratorMemory GptDescription::accelerator_memory(const AcceleratorOptions& o) const {
+  const ModelConfig& m = s_.model;
+  const double e = o.e, t = s_.tp, layers = static_cast<double>(nl_);
+  const BlockShape k{static_cast<double>(s_.T), static_cast<double>(s_.B), static_cast<double>(C_),
+                     static_cast<double>(m.ffn), static_cast<double>(m.n_head), t, s_.sequence_parallel};
+  AcceleratorMemory r;
+  // A block's stash; under full recompute the recomputed blocks keep their input, the others
+  // everything.
+  const bool recomputing = s_.recompute != Recompute::kNone;
+  r.layer = block_stash_bytes(k, e, !recomputing && !o.flash_attention, o.dropout);
+  if (s_.recompute == Recompute::kFull) {
+    const double rec = static_cast<double>(rf_);
+    const double kept = block_stash_bytes(k, e, !o.flash_attention, o.dropout);
+    r.layer = (rec * block_checkpoint_bytes(k, e) + (layers - rec) * kept) / std::max(1.0, layers);
+  }
+  const double sb = k.s * k.b;
+  const double sbh = sb * k.h, sbf = sb * k.f;
+  const double as2b = k.a * k.s * sb;
+  const double rep = s_.sequence_parallel ? t : 1.0;
+  // The final LayerNorm input and output, kept for the head's backward (Korthikanti et al. 2022
+  // sec. 4.3: the output layer).
+  if (s_.stage.head) r.per_micro_batch = 2 * sbh * e / rep;
+
+  // Workspace: gradients of one layer's activations (residual stream, attention output, QKV,
+  // MLP hidden: 3 sbh + 3 sbh/t + sbf/t elements, weft's Activations scratch), the
+  // attention-score gradient when scores are materialised, the all-gathered input under sp.
+  double ws = (3 * sbh / rep + 3 * sbh / t + sbf / t) * e;
+  if (!o.flash_attention) ws += as2b * e / t;
+  if (s_.sequence_parallel) ws += sbh * e;
+  if (s_.recompute == Recompute::kFull) {
+    ws += block_stash_bytes(k, e, !o.flash_attention, o.dropout);  // the layer being rematerialised
+  } else if (s_.recompute == Recompute::kSelective && !o.flash_attention) {
+    ws += as2b * e / t;  // the recomputed attention scores of one layer
+  }
+  // Head logits of one micro-batch, s b V/t, in fp32 for the softmax cross-entropy (Megatron-LM's
+  // vocab-parallel cross-entropy upcasts them).
+  if (s_.stage.head) ws += sb * static_cast<double>(Vl_) * 4;
+  r.workspace = ws;
+  // The pipeline's send + receive, activations + their gradients; ZeRO-3 gathers a block at a
+  // time (the embedding group like the others).
+  r.pipeline = 4 * sbh * e / rep;
+  r.slot = static_cast<double>(rank_.layer);
+  return r;
 }
 
 }  // namespace weft

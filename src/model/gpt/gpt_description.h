@@ -91,6 +91,19 @@ class GptDescription {
   int64_t stash_bytes() const { return kBytesPerElement * stash_elems(); }
   int64_t workspace_bytes() const { return kBytesPerElement * workspace_elems(); }
 
+  // --- the planner's accelerator model (model/description.h) ---
+  // The embedding (stage 0) and the head (the last stage), as Megatron-LM runs them: the rows'
+  // gather + positions and the vocabulary-parallel embedding's all-reduce of N C; the final
+  // LayerNorm, the logits (N, C) x (C, Vl), the softmax cross-entropy over the vocabulary shard
+  // in fp32, and backward the head's two products, the loss's 3 fp32 statistics per token and
+  // the input gradient's all-reduce of N C.
+  EndsWork ends_work() const;
+  // Korthikanti's block stash (model/block_memory.h), the final LayerNorm's input and output on
+  // the last stage, one layer's activation gradients as workspace (+ the rematerialised layer,
+  // the recomputed scores, the fp32 logits of one micro-batch), the pipeline's send + receive of
+  // activations and gradients; ZeRO-3 gathers a block at a time.
+  AcceleratorMemory accelerator_memory(const AcceleratorOptions& o) const;
+
  private:
   int64_t layer_elems() const;  // a layer's stash without recompute
   // What attention keeps for its backward: the probabilities (B NHl T T), or with

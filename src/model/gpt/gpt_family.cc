@@ -197,6 +197,8 @@ class GptModelDescription final : public ModelDescription {
     return out;
   }
   double train_flops_per_position() const override { return d_.train_flops_per_token(); }
+  EndsWork ends_work() const override { return d_.ends_work(); }
+  AcceleratorMemory accelerator_memory(const AcceleratorOptions& o) const override { return d_.accelerator_memory(o); }
 
  private:
   GptDescription d_;
@@ -267,7 +269,9 @@ class GptFamily final : public Family {
     return GptDescription::train_flops_per_token(cfg, T);
   }
   double pipeline_head_cost(const ModelConfig& cfg) const override {
-    return gpt_head_cost_in_layers(cfg.padded_vocab, cfg.n_embd);
+    // A layer's products cost 24 C^2 FLOPs per token (forward, 2 x 12 C^2 parameters), the
+    // head's 2 C Vp: the head counts as Vp / (12 C) layers.
+    return static_cast<double>(cfg.padded_vocab) / (12.0 * static_cast<double>(cfg.n_embd));
   }
 };
 

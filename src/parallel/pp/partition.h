@@ -45,12 +45,3 @@ int chunk_stage(int chunk, int stages);
 int global_chunk(int stage, int local_chunk, int stages);
 
 }  // namespace weft
-
-namespace weft {
-// The output head and loss of a GPT as a cost in layers, for partition_layers: a layer's
-// products cost 24 C^2 FLOPs per token (forward, 2 * 12 C^2 parameters), the head's 2 C Vp,
-// so the head counts as Vp / (12 C) layers. The trainer and the planner both use it.
-inline double gpt_head_cost_in_layers(int64_t padded_vocab, int64_t hidden) {
-  return static_cast<double>(padded_vocab) / (12.0 * static_cast<double>(hidden));
-}
-}  // namespace weft
