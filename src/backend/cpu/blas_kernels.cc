@@ -18,7 +18,7 @@ int isa_rank(std::string_view isa) {
 }
 
 // OpenBLAS 0.3.21's x86-64 kernel sets (driver/others/dynamic.c) by their widest vectors.
-std::string core_isa(std::string_view core) {
+std::string core_isa_of(std::string_view core) {
   for (std::string_view c : {"SkylakeX", "Cooperlake", "SapphireRapids"}) {
     if (core == c) return "avx512";
   }
@@ -49,23 +49,28 @@ BlasKernels blas_kernels() {
   BlasKernels k;
   const char* name = openblas_get_corename();
   k.core = name != nullptr ? name : "";
-  k.core_isa = core_isa(k.core);
+  k.core_isa = blas_core_isa(k.core);
   k.cpu_isa = cpu_isa();
   k.suggested = k.cpu_isa == "avx512" ? "SkylakeX" : k.cpu_isa == "avx2" ? "Haswell" : "";
   return k;
 }
 
+std::string blas_core_isa(const std::string& core) { return core_isa_of(core); }
+
 std::string blas_kernel_note() {
-  const BlasKernels k = blas_kernels();
-  if (k.cpu_isa.empty() || k.suggested.empty() || isa_rank(k.core_isa) >= isa_rank(k.cpu_isa)) return {};
   const char* set = std::getenv("OPENBLAS_CORETYPE");
-  const bool chosen = set != nullptr && *set != '\0';
+  return blas_kernel_note(blas_kernels(), set != nullptr ? set : "");
+}
+
+std::string blas_kernel_note(const BlasKernels& k, const std::string& coretype_env) {
+  if (k.cpu_isa.empty() || k.suggested.empty() || isa_rank(k.core_isa) >= isa_rank(k.cpu_isa)) return {};
+  const bool chosen = !coretype_env.empty();
   // AVX2 kernels on an AVX-512 CPU are a choice OpenBLAS makes on purpose for some models, or
   // the caller's: said only when nobody chose them.
   if (isa_rank(k.core_isa) >= 2 && chosen) return {};
   return fmt::format("OpenBLAS runs its {} kernels ({}) on a CPU with {}{}: matrix products run below this "
                      "machine's best; OPENBLAS_CORETYPE={} picks the {} set",
-                     k.core, k.core_isa, k.cpu_isa, chosen ? fmt::format(" (OPENBLAS_CORETYPE={})", set) : std::string(),
+                     k.core, k.core_isa, k.cpu_isa, chosen ? fmt::format(" (OPENBLAS_CORETYPE={})", coretype_env) : std::string(),
                      k.suggested, k.cpu_isa);
 }
 

@@ -20,5 +20,10 @@ BlasKernels blas_kernels();
 // AVX2 or AVX-512 CPU; AVX2 kernels on an AVX-512 CPU when OPENBLAS_CORETYPE is unset), naming
 // both and the OPENBLAS_CORETYPE to set; "" otherwise.
 std::string blas_kernel_note();
+// The same for given kernels and OPENBLAS_CORETYPE ("" when unset): what blas_kernel_note says
+// on a machine with those.
+std::string blas_kernel_note(const BlasKernels& k, const std::string& coretype_env);
+// The widest vector ISA of one of OpenBLAS's x86-64 kernel sets ("sse" for the ones before AVX).
+std::string blas_core_isa(const std::string& core);
 
 }  // namespace weft
