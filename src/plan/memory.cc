@@ -127,7 +127,7 @@ MemoryBreakdown stage_memory_of(const ModelShape& m, const Layout& l, const Memo
   const int64_t mb = micro_batches(o.global_batch, l);
   const double layers = static_cast<double>(n_layers), flight = in_flight(l, mb, stage, n_layers);
   r.activations = a.layer * flight;
-  if (a.per_micro_batch != 0) r.activations += a.per_micro_batch * (flight / std::max(1.0, layers));
+  r.activations += a.per_micro_batch * (flight / std::max(1.0, layers));
   r.workspace = a.workspace;
   r.comm = comm_buffers(r, n_params, a.front_gathered, a.slot, l.pp > 1 ? a.pipeline : 0.0, l, o);
   r.sum();

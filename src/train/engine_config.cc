@@ -30,13 +30,7 @@ ZeroPPConfig run_zeropp(const RunConfig& cfg, const GridSpec& grid, const NodeMa
 
 CompressionPolicy run_compression(const RunConfig& cfg, const GridSpec& grid, const ZeroPPConfig& zeropp,
                                   std::vector<std::string>* notes) {
-  const int64_t block = cfg.compression_block_size;
-  CompressionPolicy p;
-  p.dp = parse_codec(cfg.compression_dp, "compression.dp", block);
-  p.params = parse_codec(cfg.compression_params, "compression.params", block);
-  p.tp = parse_codec(cfg.compression_tp, "compression.tp", block);
-  p.pp = parse_codec(cfg.compression_pp, "compression.pp", block);
-  p.error_feedback = cfg.compression_error_feedback;
+  const CompressionPolicy p = run_layout(cfg).compression;  // the [compression] codecs (train/run_layout.h)
   auto note = [&](std::string s) {
     if (notes) notes->push_back(std::move(s));
   };

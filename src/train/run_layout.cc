@@ -112,7 +112,7 @@ RunLayout validate_run_layout(const RunConfig& cfg, const ModelConfig& mc, int w
   check_layout(r.layout);
   r.layout.dp_shard_request = r.layout.resolved_dp_shard();
   r.layout.dp = r.layout.resolved_dp();
-  r.grid = GridSpec{r.layout.tp, r.layout.pp, r.layout.dp, cfg.order, r.layout.dp_replicate};
+  r.grid = GridSpec{r.layout.tp, r.layout.pp, r.layout.dp, r.layout.order, r.layout.dp_replicate};
   validate_layout(r.grid, world_size);  // the rank order (sizes and world product passed above)
   return r;
 }

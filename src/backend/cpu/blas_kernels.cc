@@ -17,20 +17,6 @@ int isa_rank(std::string_view isa) {
   return 0;
 }
 
-// OpenBLAS 0.3.21's x86-64 kernel sets (driver/others/dynamic.c) by their widest vectors.
-std::string core_isa_of(std::string_view core) {
-  for (std::string_view c : {"SkylakeX", "Cooperlake", "SapphireRapids"}) {
-    if (core == c) return "avx512";
-  }
-  for (std::string_view c : {"Haswell", "Zen"}) {
-    if (core == c) return "avx2";
-  }
-  for (std::string_view c : {"Sandybridge", "Bulldozer", "Piledriver", "Steamroller", "Excavator"}) {
-    if (core == c) return "avx";
-  }
-  return "sse";  // Prescott, Core2, Penryn, Dunnington, Nehalem, Atom, Opteron, Barcelona, ...
-}
-
 std::string cpu_isa() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
@@ -55,7 +41,19 @@ BlasKernels blas_kernels() {
   return k;
 }
 
-std::string blas_core_isa(const std::string& core) { return core_isa_of(core); }
+// OpenBLAS 0.3.21's x86-64 kernel sets (driver/others/dynamic.c) by their widest vectors.
+std::string blas_core_isa(const std::string& core) {
+  for (std::string_view c : {"SkylakeX", "Cooperlake", "SapphireRapids"}) {
+    if (core == c) return "avx512";
+  }
+  for (std::string_view c : {"Haswell", "Zen"}) {
+    if (core == c) return "avx2";
+  }
+  for (std::string_view c : {"Sandybridge", "Bulldozer", "Piledriver", "Steamroller", "Excavator"}) {
+    if (core == c) return "avx";
+  }
+  return "sse";  // Prescott, Core2, Penryn, Dunnington, Nehalem, Atom, Opteron, Barcelona, ...
+}
 
 std::string blas_kernel_note() {
   const char* set = std::getenv("OPENBLAS_CORETYPE");

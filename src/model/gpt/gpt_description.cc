@@ -184,11 +184,10 @@ AcceleratorMemory GptDescription::accelerator_memory(const AcceleratorOptions& o
   AcceleratorMemory r;
   // A block's stash; under full recompute the recomputed blocks keep their input, the others
   // everything.
-  const bool recomputing = s_.recompute != Recompute::kNone;
-  r.layer = block_stash_bytes(k, e, !recomputing && !o.flash_attention, o.dropout);
+  const double kept = block_stash_bytes(k, e, !o.flash_attention, o.dropout);  // a block without recompute
+  r.layer = s_.recompute == Recompute::kNone ? kept : block_stash_bytes(k, e, false, o.dropout);
   if (s_.recompute == Recompute::kFull) {
     const double rec = static_cast<double>(rf_);
-    const double kept = block_stash_bytes(k, e, !o.flash_attention, o.dropout);
     r.layer = (rec * block_checkpoint_bytes(k, e) + (layers - rec) * kept) / std::max(1.0, layers);
   }
   const double sb = k.s * k.b;
@@ -206,7 +205,7 @@ AcceleratorMemory GptDescription::accelerator_memory(const AcceleratorOptions& o
   if (!o.flash_attention) ws += as2b * e / t;
   if (s_.sequence_parallel) ws += sbh * e;
   if (s_.recompute == Recompute::kFull) {
-    ws += block_stash_bytes(k, e, !o.flash_attention, o.dropout);  // the layer being rematerialised
+    ws += kept;  // the layer being rematerialised
   } else if (s_.recompute == Recompute::kSelective && !o.flash_attention) {
     ws += as2b * e / t;  // the recomputed attention scores of one layer
   }
