@@ -18,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // The layout lists n_layer * 12 + 5 tensors: bounded so that a huge layer count is not a
     // memory finding of the fuzzer (it is refused later by the memory check, not here).
     if (cfg.n_layer <= 4096) {
-      const ParamLayout layout(cfg);
+      const ParamLayout layout = param_layout(cfg);
       fuzz::require(layout.total() > 0, "an accepted model has parameters");
     }
     const nlohmann::json back = checkpoint_config_json(cfg);

@@ -38,7 +38,7 @@ void read_every_tensor(const SafetensorsFile& f) {
 // The smallest GPT-2 the checkpoint loader accepts: 1 layer, width 4, 8 tokens of context and
 // vocabulary (fuzz/make_corpus.py writes its model.safetensors as a seed).
 const ParamLayout& tiny_layout() {
-  static const ParamLayout layout(make_model_config("gpt2", 1, 1, 4, 4, 8, 0));
+  static const ParamLayout layout = param_layout(make_model_config("gpt2", 1, 1, 4, 4, 8, 0));
   return layout;
 }
 

@@ -193,10 +193,12 @@ void check_tensor_set(const SafetensorsFile& f, const std::vector<std::pair<std:
   }
 }
 
-// Rows V..Vp of wte are not in the file: they are zero (they never receive a gradient).
+// Elements beyond the checkpoint's shape (wte's rows V..Vp) are not in the file: they are zero (they
+// never receive a gradient).
 void zero_padded_vocab(const ParamTensor& t, float* base) {
-  if (t.kind != ParamKind::kWte) return;
-  const int64_t live = t.hf_shape[0] * t.hf_shape[1];
+  int64_t live = 1;
+  for (int64_t d : t.hf_shape) live *= d;
+  if (live >= t.numel) return;
   std::fill(base + t.offset + live, base + t.offset + t.numel, 0.0f);
 }
 
@@ -270,7 +272,7 @@ ModelConfig load_checkpoint_config(const std::string& dir) {
 // Save
 
 void save_checkpoint(const std::string& dir, const CheckpointData& data) {
-  WEFT_CHECK(data.layout != nullptr && data.params != nullptr, "save_checkpoint({}): layout and params are required",
+  WEFT_CHECK(data.model != nullptr && data.layout != nullptr && data.params != nullptr, "save_checkpoint({}): model, layout and params are required",
              dir);
   WEFT_CHECK((data.exp_avg == nullptr) == (data.exp_avg_sq == nullptr),
              "save_checkpoint({}): give both AdamW moments or neither", dir);
@@ -299,7 +301,7 @@ void save_checkpoint(const std::string& dir, const CheckpointData& data) {
     }
     manifest.add_safetensors(kCheckpointModelFile,
                              write_safetensors((tmp / kCheckpointModelFile).string(), refs, {{"format", "pt"}}));
-    const std::string config_text = config_json_ordered(layout.config()).dump(2) + "\n";
+    const std::string config_text = config_json_ordered(*data.model).dump(2) + "\n";
     ckpt_io::write_file_synced((tmp / kCheckpointConfigFile).string(), config_text);
     manifest.add_file(kCheckpointConfigFile, config_text);
     if (data.exp_avg != nullptr) {
@@ -393,7 +395,7 @@ void load_checkpoint_params(const std::string& dir, const ParamLayout& layout, f
   for (const ParamTensor& t : layout.tensors()) {
     f.read_f32(file_name(t), t.hf_shape, params + t.offset);
     zero_padded_vocab(t, params);
-    if (t.kind == ParamKind::kWte) wte = &t;
+    if (t.tied_head) wte = &t;
   }
   if (f.has("lm_head.weight") && wte != nullptr) check_tied_head(f, file_name(*wte), *wte, params + wte->offset);
 }

@@ -23,7 +23,7 @@
 
 #include "ckpt/safetensors.h"
 #include "model/config.h"
-#include "model/params.h"
+#include "params/param_layout.h"
 
 namespace weft {
 
@@ -34,6 +34,7 @@ inline constexpr const char* kCheckpointTrainerFile = "trainer.json";
 inline constexpr const char* kCheckpointFeedbackFile = "feedback.safetensors";
 
 struct CheckpointData {
+  const ModelConfig* model = nullptr;  // written as config.json
   const ParamLayout* layout = nullptr;
   const float* params = nullptr;      // layout->total() floats (the flat parameter buffer)
   const float* exp_avg = nullptr;     // AdamW first moments, same layout; both null: no optimizer file

@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/precision.h"
+
 namespace weft {
 
 // Element types of the safetensors format, named as in its header ("F32", "BF16", ...); the
@@ -29,11 +31,7 @@ size_t dtype_size(StDType d);       // bytes per element
 const char* dtype_name(StDType d);  // "F32", "BF16", ...
 bool parse_dtype(const std::string& s, StDType* out);  // false for an unknown name
 
-// IEEE half and bfloat16 conversions (round to nearest even; NaN stays NaN).
-float f16_to_f32(uint16_t h);
-uint16_t f32_to_f16(float f);
-float bf16_to_f32(uint16_t h);
-uint16_t f32_to_bf16(float f);
+// IEEE half and bfloat16 conversions: core/precision.h.
 
 // "[50257, 768]"
 std::string format_shape(const std::vector<int64_t>& shape);

@@ -34,7 +34,7 @@ inline float round_bf16(float x) {
   return r;
 }
 
-// IEEE binary16 <-> fp32 in software (ckpt/float16.cc, also declared in ckpt/safetensors.h):
+// IEEE binary16 <-> fp32 in software (core/float16.cc):
 // round to nearest even, NaN stays NaN; bit-identical to the compiler's _Float16 conversions
 // (tests/core/half_fallback_test.cc compares them).
 float f16_to_f32(uint16_t h);

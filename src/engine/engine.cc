@@ -64,7 +64,7 @@ Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
   tied_ = world.split(holds_embedding ? 1 + tp_rank_ + spec.tp * dp_rank_ : 0, stage_, "pp-embedding");
   // The other ranks' group (color 0) never carries device buffers: no communicator for it.
   if (holds_embedding) tied_device_ = make_device_comm(cfg.comm, *tied_, backend);
-  whole_ = std::make_unique<ParamLayout>(cfg.model);
+  whole_ = std::make_unique<ParamLayout>(param_layout(cfg.model));
   if (spec.pp > 1) {
     PipeRuntimeConfig rc;
     rc.schedule = cfg.schedule;
@@ -142,7 +142,7 @@ void Engine::set_norm_skip(Chunk& ch) {
   for (const ParamTensor& t : ch.model->layout().tensors()) {
     if (cfg_.grid.tp > 1 && tp_rank_ != 0 && t.split == TpSplit::kReplicated) {
       skip.emplace_back(t.offset, t.offset + t.numel);
-    } else if (ch.global != 0 && (t.kind == ParamKind::kWte || t.kind == ParamKind::kWpe)) {
+    } else if (ch.global != 0 && t.group == 0) {  // the front group held again with a tied head
       skip.emplace_back(t.offset, t.offset + t.numel);
     }
   }

@@ -21,7 +21,7 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "model/params.h"
-#include "model/recompute.h"
+#include "parallel/recompute.h"
 #include "optim/loss_scale.h"
 #include "optim/optim.h"
 #include "comm/codec_spec.h"

@@ -7,7 +7,7 @@
 #include "comm/codec_spec.h"
 #include "core/precision.h"
 #include "model/config.h"
-#include "model/recompute.h"
+#include "parallel/recompute.h"
 #include "optim/loss_scale.h"
 #include "optim/optim_config.h"
 #include "parallel/dp/dp_config.h"

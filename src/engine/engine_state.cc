@@ -41,7 +41,7 @@ void Engine::to_whole(const Chunk& ch, const float* local, float* whole) {
   Buffer<float> parts(static_cast<size_t>(nc * tp));
   comm(Axis::kTp).all_gather(local, parts.data(), nc, CommDType::kF32);
   for (int r = 0; r < tp; ++r) {
-    insert_tp_part(ParamLayout(cfg_.model, tp, r, ch.spec), *whole_, parts.data() + r * nc, whole);
+    insert_tp_part(param_layout(cfg_.model, tp, r, ch.spec), *whole_, parts.data() + r * nc, whole);
   }
 }
 

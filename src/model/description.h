@@ -11,7 +11,7 @@
 #include "core/precision.h"
 #include "model/config.h"
 #include "model/params.h"
-#include "model/recompute.h"
+#include "parallel/recompute.h"
 
 namespace weft {
 

@@ -3,7 +3,7 @@
 #pragma once
 #include "backend/backend.h"
 #include "backend/device_buffer.h"
-#include "model/param_store.h"
+#include "params/param_store.h"
 #include "model/params.h"
 
 namespace weft {

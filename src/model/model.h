@@ -18,8 +18,8 @@
 #include "core/precision.h"
 #include "data/batch.h"
 #include "model/params.h"
-#include "model/param_store.h"
-#include "model/recompute.h"
+#include "params/param_store.h"
+#include "parallel/recompute.h"
 
 namespace weft {
 
@@ -29,7 +29,7 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual const ParamLayout& layout() const = 0;
-  const ModelConfig& config() const { return layout().config(); }
+  virtual const ModelConfig& config() const = 0;
   int64_t num_params() const { return layout().total(); }
 
   // --- set before reserve() ---

@@ -5,7 +5,7 @@
 #include "backend/backend.h"
 #include "backend/device_buffer.h"
 #include "core/precision.h"
-#include "model/params.h"
+#include "params/param_layout.h"
 #include "optim/optim_config.h"
 
 namespace weft {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "comm/codec_spec.h"
-#include "model/recompute.h"
+#include "parallel/recompute.h"
 #include "parallel/pp/schedule.h"
 
 namespace weft {

@@ -9,7 +9,7 @@
 // The rules, in the order they are applied (the first broken one is reported):
 //  axes   tp, pp >= 1 and dp >= 0 (0: world / (tp x pp))        "tp size 0 must be at least 1"
 //         heads, MLP size and padded vocabulary divide by tp: the column/row-parallel split
-//         and the vocabulary-parallel embedding (model/params.cc)
+//         and the vocabulary-parallel embedding (model/params.cc check_tp_split)
 //                                                  "4 attention heads are not divisible by tp 3"
 //         at least pp layers (pp x 1 chunks, see the pipeline rule)
 //         dp = world / (tp x pp) is a whole number when dp is derived
@@ -54,7 +54,7 @@
 
 #include "core/model_capabilities.h"
 #include "core/precision.h"
-#include "model/recompute.h"
+#include "parallel/recompute.h"
 #include "parallel/layout.h"
 #include "parallel/pp/schedule.h"
 

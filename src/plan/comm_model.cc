@@ -449,7 +449,7 @@ void add_qgz(CallSet& cs, const ZeroPPConfig& z, const ParamLayout& layout, cons
 void add_store(CallSet& cs, const Job& j, const ChunkInfo& ch, int t, const std::vector<int>& g,
                const CommStepContext& ctx) {
   const int zero = j.ec.data_parallel.zero;
-  const ParamLayout layout(j.ec.model, j.tp, t, ch.spec);
+  const ParamLayout layout = param_layout(j.ec.model, j.tp, t, ch.spec);
   const int64_t n = layout.total();
   const std::string ax = j.shard_axis();
   if (zero <= 1) {
@@ -513,7 +513,7 @@ void add_store(CallSet& cs, const Job& j, const ChunkInfo& ch, int t, const std:
 void add_replicate(CallSet& cs, const Job& j, const ChunkInfo& ch, int t) {
   if (j.dr <= 1) return;
   const int zero = j.ec.data_parallel.zero;
-  const ParamLayout layout(j.ec.model, j.tp, t, ch.spec);
+  const ParamLayout layout = param_layout(j.ec.model, j.tp, t, ch.spec);
   const int64_t n = layout.total(), shard = (n + j.ds - 1) / j.ds;
   std::vector<std::pair<int64_t, int64_t>> ranges;
   if (zero <= 1) {
@@ -558,7 +558,7 @@ void add_data_parallel(CallSet& cs, const Job& j, const CommStepContext& ctx) {
 // weft ties wpe along, Megatron-LM reduces wte only), before its dp reduction.
 void add_tied_embedding(CallSet& cs, const Job& j) {
   if (j.pp <= 1) return;
-  const ParamLayout first(j.ec.model, j.tp, 0, j.chunks.front().spec);
+  const ParamLayout first = param_layout(j.ec.model, j.tp, 0, j.chunks.front().spec);
   auto [b, e] = first.group_range(0);
   for (int t = 0; t < j.tp; ++t) {
     for (int d = 0; d < j.dp; ++d) {

@@ -15,7 +15,7 @@
 #include "model/config.h"
 #include "model/family.h"
 #include "model/description.h"
-#include "model/recompute.h"
+#include "parallel/recompute.h"
 #include "parallel/layout.h"
 #include "parallel/layout_rules.h"
 #include "parallel/pp/schedule.h"
@@ -78,7 +78,7 @@ int elem_bytes(Precision p);
 // Activation recomputation (Korthikanti et al. 2022 sec. 4-5): none; selective (recompute
 // the attention core: softmax, its dropout and the attention over values); full (keep each
 // layer's input only and recompute the layer in the backward pass).
-// weft's recompute modes (model/recompute.h): "none", "selective", "full".
+// weft's recompute modes (parallel/recompute.h): "none", "selective", "full".
 using weft::Recompute;
 using weft::parse_recompute;
 using weft::recompute_name;

@@ -63,7 +63,7 @@ void add_states(Elems& e, const WeftRunShape& r, const StoreGroups& sp, const St
   }
   if (r.master_weights) e.optimizer += l.zero == 0 ? n : own;
   if (l.zero == 3 && r.zeropp.active()) {  // the store's exact ZeRO++ buffers
-    const ParamLayout layout(r.model, l.tp, 0, part);
+    const ParamLayout layout = param_layout(r.model, l.tp, 0, part);
     std::vector<std::pair<int64_t, int64_t>> groups;
     for (int g = 0; g < layout.num_groups(); ++g) {
       if (layout.has_group(g)) groups.push_back(layout.group_range(g));

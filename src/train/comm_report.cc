@@ -12,7 +12,7 @@
 #include <tuple>
 
 #include "core/error.h"
-#include "model/recompute.h"
+#include "parallel/recompute.h"
 #include "parallel/pp/schedule.h"
 #include "data/text_util.h"
 #include "core/precision.h"

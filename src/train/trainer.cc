@@ -231,6 +231,7 @@ void TrainLoop::save(int64_t step) {
     const int64_t G = ec.global_batch, T = ec.seq;
     const LossScaler& ls = engine_.loss_scaler();
     CheckpointData d;
+    d.model = &ec.model;
     d.layout = &whole;
     d.params = params.data();
     d.exp_avg = m.data();

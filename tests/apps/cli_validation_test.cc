@@ -42,7 +42,7 @@ class CliValidation : public test::CliFixture {
   // A checkpoint of the test's model whose every parameter is `value` except where `fill` says.
   std::string checkpoint_with(const std::string& name, float value) {
     const ModelConfig mc = make_model_config("tiny", 1, 2, 32, 16, 50257);
-    ParamLayout layout(mc);
+    ParamLayout layout = param_layout(mc);
     std::vector<float> params(static_cast<size_t>(layout.total()), 0.01f);
     for (const ParamTensor& t : layout.tensors()) {
       if (t.name.find("ln_f.weight") != std::string::npos || t.name.find("wte") != std::string::npos) {
@@ -50,6 +50,7 @@ class CliValidation : public test::CliFixture {
       }
     }
     CheckpointData d;
+    d.model = &mc;
     d.layout = &layout;
     d.params = params.data();
     d.trainer = {{"step", 1}};

@@ -98,6 +98,7 @@ TEST_F(ClimaxEval, ScoresEveryFieldAgainstTheBaselinesAndDrawsTheMap) {
   for (int64_t c = 0; c < out_w->numel; ++c) host[out_w->offset + c] *= 20.0f;
   const std::string ckpt = (root_ / "sharp/step-000003").string();
   CheckpointData cd;
+  cd.model = &model.config();
   cd.layout = &model.layout();
   cd.params = host.data();
   cd.trainer = {{"step", 3}};

@@ -70,10 +70,11 @@ TEST(CheckpointNumbers, SafetensorsHeaderNumbers) {
 // config.json's sizes: each bad value names the file and the key.
 TEST(CheckpointNumbers, ConfigJsonNumbers) {
   TempDir tmp;
-  const ParamLayout layout(make_model_config("micro", 2, 2, 32, 16, 100, 0));
+  const ModelConfig layout_cfg = make_model_config("micro", 2, 2, 32, 16, 100, 0);
+  const ParamLayout layout = param_layout(layout_cfg);
   std::vector<float> params(static_cast<size_t>(layout.total()), 0.0f);
   const std::string dir = tmp / "ck";
-  save_checkpoint(dir, {&layout, params.data(), nullptr, nullptr, {}});
+  save_checkpoint(dir, {&layout_cfg, &layout, params.data(), nullptr, nullptr, {}});
   make_unverified(dir);  // reach the parser's checks behind the checksum
   const std::string path = dir + "/config.json";
   const std::string good = read_bytes(path);
@@ -139,10 +140,11 @@ TEST(CheckpointNumbers, TrainerStateNumbers) {
 // trainer.json with a number JSON cannot hold: not valid JSON, named with the file.
 TEST(CheckpointNumbers, TrainerJsonOverflow) {
   TempDir tmp;
-  const ParamLayout layout(make_model_config("micro", 2, 2, 32, 16, 100, 0));
+  const ModelConfig layout_cfg = make_model_config("micro", 2, 2, 32, 16, 100, 0);
+  const ParamLayout layout = param_layout(layout_cfg);
   std::vector<float> params(static_cast<size_t>(layout.total()), 0.0f);
   const std::string dir = tmp / "ck";
-  save_checkpoint(dir, {&layout, params.data(), nullptr, nullptr, {{"step", 4}}});
+  save_checkpoint(dir, {&layout_cfg, &layout, params.data(), nullptr, nullptr, {{"step", 4}}});
   make_unverified(dir);
   write_bytes(dir + "/trainer.json", "{\"step\": 1e999}");
   const std::string m = input_error_message([&] { load_checkpoint_trainer(dir); });

@@ -55,7 +55,8 @@ ModelConfig micro_config(int n_layer = 2, int ffn = 0) {
 // Element range of wte's padded rows in the flat buffer.
 std::pair<int64_t, int64_t> padded_range(const ParamLayout& layout) {
   const ParamTensor& wte = layout.tensors()[0];
-  EXPECT_EQ(wte.kind, ParamKind::kWte);
+  EXPECT_TRUE(wte.tied_head);
+  EXPECT_TRUE(wte.sparse_rows);
   return {wte.offset + wte.hf_shape[0] * wte.hf_shape[1], wte.offset + wte.numel};
 }
 
@@ -82,7 +83,8 @@ std::vector<std::string> leftovers(const fs::path& dir) {
 
 TEST(CheckpointTest, RoundTripTinyBitExact) {
   TempDir tmp;
-  const ParamLayout layout(model_preset("tiny"));
+  const ModelConfig layout_cfg = model_preset("tiny");
+  const ParamLayout layout = param_layout(layout_cfg);
   std::vector<float> params, m, v;
   fill_pattern(layout, 1, params);
   fill_pattern(layout, 2, m);
@@ -90,7 +92,7 @@ TEST(CheckpointTest, RoundTripTinyBitExact) {
   for (auto& x : v) x = std::fabs(x);
   const nlohmann::json trainer = {{"step", 400}, {"seed", 1234}, {"data", {{"shard", 3}, {"pos", 123456789012LL}}}};
   const std::string dir = tmp / "run/step-400";
-  save_checkpoint(dir, {&layout, params.data(), m.data(), v.data(), trainer});
+  save_checkpoint(dir, {&layout_cfg, &layout, params.data(), m.data(), v.data(), trainer});
 
   for (const char* f : {"model.safetensors", "config.json", "optimizer.safetensors", "trainer.json"}) {
     EXPECT_TRUE(fs::is_regular_file(fs::path(dir) / f)) << f;
@@ -138,10 +140,11 @@ TEST(CheckpointTest, RoundTripTinyBitExact) {
 
 TEST(CheckpointTest, ConfigJsonHasHuggingFaceKeys) {
   TempDir tmp;
-  const ParamLayout layout(model_preset("tiny"));
+  const ModelConfig layout_cfg = model_preset("tiny");
+  const ParamLayout layout = param_layout(layout_cfg);
   std::vector<float> params(static_cast<size_t>(layout.total()), 0.0f);
   const std::string dir = tmp / "ck";
-  save_checkpoint(dir, {&layout, params.data(), nullptr, nullptr, nullptr});
+  save_checkpoint(dir, {&layout_cfg, &layout, params.data(), nullptr, nullptr, nullptr});
   const auto j = nlohmann::json::parse(read_bytes(dir + "/config.json"));
   EXPECT_EQ(j["architectures"], nlohmann::json::array({"GPT2LMHeadModel"}));
   EXPECT_EQ(j["model_type"], "gpt2");
@@ -189,10 +192,11 @@ TEST(CheckpointTest, ConfigRoundTripNonDefaultShapes) {
 
 TEST(CheckpointTest, ConfigErrorsNameFileAndKey) {
   TempDir tmp;
-  const ParamLayout layout(micro_config());
+  const ModelConfig layout_cfg = micro_config();
+  const ParamLayout layout = param_layout(layout_cfg);
   std::vector<float> params(static_cast<size_t>(layout.total()), 0.0f);
   const std::string dir = tmp / "ck";
-  save_checkpoint(dir, {&layout, params.data(), nullptr, nullptr, {}});
+  save_checkpoint(dir, {&layout_cfg, &layout, params.data(), nullptr, nullptr, {}});
   make_unverified(dir);  // the edits below would otherwise fail the manifest's checksum first
   const std::string path = dir + "/config.json";
   auto j = nlohmann::json::parse(read_bytes(path));
@@ -230,11 +234,12 @@ TEST(CheckpointTest, ConfigErrorsNameFileAndKey) {
 
 TEST(CheckpointTest, ShapeMismatchNamesTensorAndShapes) {
   TempDir tmp;
-  const ParamLayout tiny(model_preset("tiny"));
+  const ModelConfig tiny_cfg = model_preset("tiny");
+  const ParamLayout tiny = param_layout(tiny_cfg);
   std::vector<float> params(static_cast<size_t>(tiny.total()), 0.25f);
   const std::string dir = tmp / "step-400";
-  save_checkpoint(dir, {&tiny, params.data(), nullptr, nullptr, {}});
-  const ParamLayout small(model_preset("small"));
+  save_checkpoint(dir, {&tiny_cfg, &tiny, params.data(), nullptr, nullptr, {}});
+  const ParamLayout small = param_layout(model_preset("small"));
   std::vector<float> out(static_cast<size_t>(small.total()), 7.0f);
   const std::string msg = input_error_message([&] { load_checkpoint_params(dir, small, out.data()); });
   EXPECT_EQ(msg, dir + "/model.safetensors: transformer.wte.weight has shape [50257, 256], the model expects "
@@ -244,23 +249,24 @@ TEST(CheckpointTest, ShapeMismatchNamesTensorAndShapes) {
 
 TEST(CheckpointTest, LayerAndWidthMismatches) {
   TempDir tmp;
-  const ParamLayout two(micro_config(2));
+  const ModelConfig two_cfg = micro_config(2);
+  const ParamLayout two = param_layout(two_cfg);
   std::vector<float> params;
   fill_pattern(two, 5, params);
   const std::string dir = tmp / "ck";
-  save_checkpoint(dir, {&two, params.data(), params.data(), params.data(), {}});
+  save_checkpoint(dir, {&two_cfg, &two, params.data(), params.data(), params.data(), {}});
   const std::string file = dir + "/model.safetensors";
 
-  const ParamLayout three(micro_config(3));
+  const ParamLayout three = param_layout(micro_config(3));
   std::vector<float> out(static_cast<size_t>(three.total()));
   EXPECT_EQ(input_error_message([&] { load_checkpoint_params(dir, three, out.data()); }),
             file + ": transformer.h.2.ln_1.weight is missing (28 tensors in the file, the model expects 40; a "
                    "checkpoint of another model?)");
-  const ParamLayout one(micro_config(1));
+  const ParamLayout one = param_layout(micro_config(1));
   EXPECT_NE(input_error_message([&] { load_checkpoint_params(dir, one, out.data()); })
                 .find(file + ": 12 tensor(s) that this model does not have: transformer.h.1."),
             std::string::npos);
-  const ParamLayout wider_ffn(micro_config(2, 64));
+  const ParamLayout wider_ffn = param_layout(micro_config(2, 64));
   EXPECT_EQ(input_error_message([&] { load_checkpoint_params(dir, wider_ffn, out.data()); }),
             file + ": transformer.h.0.mlp.c_fc.weight has shape [32, 128], the model expects [32, 64]");
   std::vector<float> m(out.size()), v(out.size());
@@ -271,13 +277,14 @@ TEST(CheckpointTest, LayerAndWidthMismatches) {
 
 TEST(CheckpointTest, SaveReplacesExistingCheckpoint) {
   TempDir tmp;
-  const ParamLayout layout(micro_config());
+  const ModelConfig layout_cfg = micro_config();
+  const ParamLayout layout = param_layout(layout_cfg);
   std::vector<float> a, b;
   fill_pattern(layout, 10, a);
   fill_pattern(layout, 11, b);
   const std::string dir = tmp / "ck";
-  save_checkpoint(dir, {&layout, a.data(), a.data(), a.data(), {{"step", 1}}});
-  save_checkpoint(dir + "/", {&layout, b.data(), nullptr, nullptr, {{"step", 2}}});  // trailing slash: same folder
+  save_checkpoint(dir, {&layout_cfg, &layout, a.data(), a.data(), a.data(), {{"step", 1}}});
+  save_checkpoint(dir + "/", {&layout_cfg, &layout, b.data(), nullptr, nullptr, {{"step", 2}}});  // trailing slash: same folder
   EXPECT_TRUE(leftovers(dir).empty());
   std::vector<float> got(a.size());
   load_checkpoint_params(dir, layout, got.data());
@@ -290,12 +297,13 @@ TEST(CheckpointTest, SaveReplacesExistingCheckpoint) {
 
 TEST(CheckpointTest, StaleTempFolderDoesNotBreakLoading) {
   TempDir tmp;
-  const ParamLayout layout(micro_config());
+  const ModelConfig layout_cfg = micro_config();
+  const ParamLayout layout = param_layout(layout_cfg);
   std::vector<float> a, b;
   fill_pattern(layout, 20, a);
   fill_pattern(layout, 21, b);
   const std::string dir = tmp / "ck";
-  save_checkpoint(dir, {&layout, a.data(), nullptr, nullptr, {{"step", 1}}});
+  save_checkpoint(dir, {&layout_cfg, &layout, a.data(), nullptr, nullptr, {{"step", 1}}});
   // A save that crashed while writing: a partial temporary folder.
   const std::string stale = dir + ".tmp-" + suffix_for_pid(dead_pid());
   fs::create_directories(stale);
@@ -304,7 +312,7 @@ TEST(CheckpointTest, StaleTempFolderDoesNotBreakLoading) {
   load_checkpoint_params(dir, layout, got.data());
   expect_loaded(layout, got, a);
   // The next save cleans it up.
-  save_checkpoint(dir, {&layout, b.data(), nullptr, nullptr, {{"step", 2}}});
+  save_checkpoint(dir, {&layout_cfg, &layout, b.data(), nullptr, nullptr, {{"step", 2}}});
   EXPECT_TRUE(leftovers(dir).empty());
   load_checkpoint_params(dir, layout, got.data());
   expect_loaded(layout, got, b);
@@ -312,14 +320,15 @@ TEST(CheckpointTest, StaleTempFolderDoesNotBreakLoading) {
 
 TEST(CheckpointTest, CrashBetweenRenamesKeepsPreviousCheckpoint) {
   TempDir tmp;
-  const ParamLayout layout(micro_config());
+  const ModelConfig layout_cfg = micro_config();
+  const ParamLayout layout = param_layout(layout_cfg);
   std::vector<float> a, b, c;
   fill_pattern(layout, 30, a);
   fill_pattern(layout, 31, b);
   fill_pattern(layout, 32, c);
   const std::string dir = tmp / "ck";
-  save_checkpoint(dir, {&layout, a.data(), nullptr, nullptr, {{"step", 1}}});
-  save_checkpoint(tmp / "other", {&layout, b.data(), nullptr, nullptr, {{"step", 2}}});
+  save_checkpoint(dir, {&layout_cfg, &layout, a.data(), nullptr, nullptr, {{"step", 1}}});
+  save_checkpoint(tmp / "other", {&layout_cfg, &layout, b.data(), nullptr, nullptr, {{"step", 2}}});
   // State after "rename dir -> dir.old-<host>-<pid>" and before "rename dir.tmp-<host>-<pid> -> dir"
   // of a process that died there.
   const std::string writer = suffix_for_pid(dead_pid());
@@ -335,7 +344,7 @@ TEST(CheckpointTest, CrashBetweenRenamesKeepsPreviousCheckpoint) {
   EXPECT_TRUE(fs::exists(dir + ".old-" + writer)) << "loading changes nothing on disk";
 
   // The next save restores, then replaces, and leaves no debris.
-  save_checkpoint(dir, {&layout, c.data(), nullptr, nullptr, {{"step", 3}}});
+  save_checkpoint(dir, {&layout_cfg, &layout, c.data(), nullptr, nullptr, {{"step", 3}}});
   EXPECT_TRUE(leftovers(dir).empty());
   EXPECT_EQ(resolve_checkpoint_dir(dir), dir);
   load_checkpoint_params(dir, layout, got.data());
@@ -345,10 +354,11 @@ TEST(CheckpointTest, CrashBetweenRenamesKeepsPreviousCheckpoint) {
 
 TEST(CheckpointTest, RejectsFileInPlaceOfFolder) {
   TempDir tmp;
-  const ParamLayout layout(micro_config());
+  const ModelConfig layout_cfg = micro_config();
+  const ParamLayout layout = param_layout(layout_cfg);
   std::vector<float> params(static_cast<size_t>(layout.total()), 0.0f);
   write_bytes(tmp / "f", "x");
-  EXPECT_NE(input_error_message([&] { save_checkpoint(tmp / "f", {&layout, params.data(), nullptr, nullptr, {}}); })
+  EXPECT_NE(input_error_message([&] { save_checkpoint(tmp / "f", {&layout_cfg, &layout, params.data(), nullptr, nullptr, {}}); })
                 .find("is not a folder"),
             std::string::npos);
   EXPECT_NE(input_error_message([&] { load_checkpoint_params(tmp / "f", layout, params.data()); })
@@ -364,7 +374,8 @@ struct HfFile {
   std::vector<TensorRef> refs;
 };
 
-HfFile make_hf_file(const ParamLayout& layout, const std::vector<float>& params, bool lm_head_equal) {
+HfFile make_hf_file(const ModelConfig& cfg, const ParamLayout& layout, const std::vector<float>& params,
+                    bool lm_head_equal) {
   HfFile h;
   h.f16.reserve(layout.tensors().size() + 2);
   h.f32.reserve(8);
@@ -376,7 +387,6 @@ HfFile make_hf_file(const ParamLayout& layout, const std::vector<float>& params,
     h.f16.push_back(std::move(data));
     h.refs.push_back({t.name.substr(std::string("transformer.").size()), StDType::kF16, t.hf_shape, h.f16.back().data()});
   }
-  const ModelConfig& cfg = layout.config();
   for (int l = 0; l < cfg.n_layer; ++l) {
     h.f32.emplace_back(static_cast<size_t>(cfg.n_ctx * cfg.n_ctx), 1.0f);
     h.refs.push_back({"h." + std::to_string(l) + ".attn.bias", StDType::kF32, {1, 1, cfg.n_ctx, cfg.n_ctx},
@@ -391,7 +401,8 @@ HfFile make_hf_file(const ParamLayout& layout, const std::vector<float>& params,
 TEST(CheckpointTest, LoadsHuggingFaceStyleFiles) {
   TempDir tmp;
   const ModelConfig cfg = micro_config();
-  const ParamLayout layout(cfg);
+  const ModelConfig layout_cfg = cfg;
+  const ParamLayout layout = param_layout(layout_cfg);
   std::vector<float> params;
   fill_pattern(layout, 40, params);
   const std::string dir = tmp / "hf";
@@ -407,18 +418,18 @@ TEST(CheckpointTest, LoadsHuggingFaceStyleFiles) {
   EXPECT_EQ(got_cfg.ffn, 128);
   EXPECT_EQ(got_cfg.padded_vocab, 128);
 
-  HfFile h = make_hf_file(layout, params, true);
+  HfFile h = make_hf_file(cfg, layout, params, true);
   write_safetensors(dir + "/model.safetensors", h.refs, {{"format", "pt"}});
   std::vector<float> out(params.size(), NAN);
   load_checkpoint_params(dir, layout, out.data());
   std::vector<float> want(params.size(), 0.0f);
   for (const ParamTensor& t : layout.tensors()) {
-    const int64_t live = t.kind == ParamKind::kWte ? t.hf_shape[0] * t.hf_shape[1] : t.numel;
+    const int64_t live = t.tied_head ? t.hf_shape[0] * t.hf_shape[1] : t.numel;
     for (int64_t i = 0; i < live; ++i) want[t.offset + i] = f16_to_f32(f32_to_f16(params[t.offset + i]));
   }
   expect_loaded(layout, out, want);
 
-  HfFile bad = make_hf_file(layout, params, false);
+  HfFile bad = make_hf_file(cfg, layout, params, false);
   write_safetensors(dir + "/model.safetensors", bad.refs, {{"format", "pt"}});
   const std::string msg = input_error_message([&] { load_checkpoint_params(dir, layout, out.data()); });
   EXPECT_NE(msg.find(dir + "/model.safetensors: lm_head.weight differs from wte.weight (row 1, column 5:"),
@@ -428,11 +439,12 @@ TEST(CheckpointTest, LoadsHuggingFaceStyleFiles) {
 
 TEST(CheckpointTest, UnknownTensorsAndDtypesAreErrors) {
   TempDir tmp;
-  const ParamLayout layout(micro_config());
+  const ModelConfig layout_cfg = micro_config();
+  const ParamLayout layout = param_layout(layout_cfg);
   std::vector<float> params;
   fill_pattern(layout, 50, params);
   const std::string dir = tmp / "ck";
-  save_checkpoint(dir, {&layout, params.data(), nullptr, nullptr, {}});
+  save_checkpoint(dir, {&layout_cfg, &layout, params.data(), nullptr, nullptr, {}});
   make_unverified(dir);  // rewrites model.safetensors below: reach the loader's own checks
   const std::string file = dir + "/model.safetensors";
   std::vector<TensorRef> refs;
@@ -458,13 +470,14 @@ TEST(CheckpointTest, UnknownTensorsAndDtypesAreErrors) {
 // independent Python reader (json + numpy -> torch), with sums computed here.
 TEST(CheckpointTest, PythonReaderSeesHuggingFaceLayout) {
   TempDir tmp;
-  const ParamLayout layout(micro_config(2, 48));
+  const ModelConfig layout_cfg = micro_config(2, 48);
+  const ParamLayout layout = param_layout(layout_cfg);
   std::vector<float> params, m, v;
   fill_pattern(layout, 60, params);
   fill_pattern(layout, 61, m);
   fill_pattern(layout, 62, v);
   const std::string dir = tmp / "ck";
-  save_checkpoint(dir, {&layout, params.data(), m.data(), v.data(), {{"step", 7}}});
+  save_checkpoint(dir, {&layout_cfg, &layout, params.data(), m.data(), v.data(), {{"step", 7}}});
   const std::string out = run_python_reader("--checkpoint '" + dir + "'", tmp.path().string());
   ASSERT_FALSE(out.empty());
   const auto j = nlohmann::json::parse(out);

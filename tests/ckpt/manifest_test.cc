@@ -30,7 +30,8 @@ using testing_ckpt::input_error_message;
 
 // A saved micro checkpoint (V=100, 2 layers, C=32) with optimizer state.
 struct Saved {
-  ParamLayout layout{make_model_config("micro", 2, 2, 32, 16, 100, 0)};
+  const ModelConfig layout_cfg = make_model_config("micro", 2, 2, 32, 16, 100, 0);
+  ParamLayout layout = param_layout(layout_cfg);
   std::vector<float> params, m, v;
   std::string dir;
   explicit Saved(const std::string& d) : dir(d) {
@@ -39,7 +40,7 @@ struct Saved {
     m.resize(n);
     v.resize(n);
     for (size_t i = 0; i < n; ++i) params[i] = 0.001f * static_cast<float>(i % 977), m[i] = -params[i], v[i] = 2 * params[i];
-    save_checkpoint(dir, {&layout, params.data(), m.data(), v.data(), {{"step", 4}}});
+    save_checkpoint(dir, {&layout_cfg, &layout, params.data(), m.data(), v.data(), {{"step", 4}}});
   }
 };
 

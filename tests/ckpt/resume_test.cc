@@ -45,9 +45,10 @@ void corrupt_tensor(const std::string& path, const std::string& tensor) {
 
 // A micro checkpoint saved as <run>/step-NNNNNN.
 void save_step(const std::string& run, int64_t step) {
-  static const ParamLayout layout(make_model_config("micro", 1, 2, 32, 16, 100, 0));
+  static const ModelConfig layout_cfg = make_model_config("micro", 1, 2, 32, 16, 100, 0);
+  static const ParamLayout layout = param_layout(layout_cfg);
   std::vector<float> p(static_cast<size_t>(layout.total()), 0.5f);
-  save_checkpoint((fs::path(run) / step_dir_name(step)).string(), {&layout, p.data(), nullptr, nullptr, {{"step", step}}});
+  save_checkpoint((fs::path(run) / step_dir_name(step)).string(), {&layout_cfg, &layout, p.data(), nullptr, nullptr, {{"step", step}}});
 }
 
 std::vector<int64_t> steps_of(const std::string& run) {

@@ -130,7 +130,7 @@ TEST_F(GptDevice, Fp32LossAndEveryGradientMatchTheCpuModel) {
   const double le = std::abs(static_cast<double>(got.loss) - ref.loss) / ref.loss;
   std::printf("fp32: loss %.7f (CPU %.7f), relative error %.3g\n", got.loss, ref.loss, le);
   EXPECT_LE(le, 1e-4);
-  const ParamLayout layout(cfg);
+  const ParamLayout layout = param_layout(cfg);
   compare_grads(layout, got.grads, ref.grads, 1e-3, 1e-4, "fp32 cuda vs cpu");
   // The padded vocabulary rows stay outside the softmax: their gradient is exactly zero.
   const ParamTensor* wte = layout.find("transformer.wte.weight");
@@ -153,7 +153,7 @@ TEST_F(GptDevice, Bf16StorageLossAndGradientsFollowTheCpuModel) {
   const double le = std::abs(static_cast<double>(got.loss) - ref.loss) / ref.loss;
   std::printf("bf16 storage: loss %.6f (CPU %.6f), relative error %.3g\n", got.loss, ref.loss, le);
   EXPECT_LE(le, 1e-3);
-  compare_grads(ParamLayout(cfg), got.grads, ref.grads, 3e-2, 1e-2, "bf16 cuda vs cpu");
+  compare_grads(param_layout(cfg), got.grads, ref.grads, 3e-2, 1e-2, "bf16 cuda vs cpu");
 }
 
 }  // namespace

@@ -346,7 +346,7 @@ TEST_P(AttentionLse, LossAndGradientsFollowTheProbabilitiesPath) {
     worst_all = std::max(worst_all, all);
     const StageSpec part = c.stages ? (s == 0 ? StageSpec{0, 2, true, false} : StageSpec{2, 2, false, true})
                                     : StageSpec{};
-    const ParamLayout layout(kCfg, 1, 0, part);
+    const ParamLayout layout = param_layout(kCfg, 1, 0, part);
     for (const ParamTensor& t : layout.tensors()) {
       const double e = test::rel_l2(got.grads[s].data() + t.offset, ref.grads[s].data() + t.offset, t.numel);
       EXPECT_LE(e, 1e-5) << "stage " << s << ": gradient of " << t.name;

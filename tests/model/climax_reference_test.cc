@@ -165,6 +165,7 @@ TEST(ClimaxReference, LossGradientsAndAdamWMatchPyTorch) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   CheckpointData cd;
+  cd.model = &model.config();
   cd.layout = &model.layout();
   cd.params = model.params();
   save_checkpoint((dir / "ckpt").string(), cd);

@@ -73,10 +73,10 @@ class ToyFamily final : public Family {
   // A front matrix, the shared transformer blocks, a back vector drawn by the family.
   ParamTable param_table(const ModelConfig& c) const override {
     ParamTable t;
-    t.front = {{"toy.in", ParamKind::kOther, {3, c.n_embd}, TpSplit::kCols, true, ParamInit::kNormal}};
+    t.front = {{"toy.in", 0, {3, c.n_embd}, TpSplit::kCols, true, ParamInit::kNormal}};
     static const char* const kNames[kParamsPerLayer] = {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"};
     for (int l = 0; l < c.n_layer; ++l) t.layers.push_back(block_param_specs(c, fmt::format("toy.{}.", l), kNames, false));
-    t.back = {{"toy.out", ParamKind::kOther, {c.n_embd}, TpSplit::kReplicated, false, ParamInit::kFamily}};
+    t.back = {{"toy.out", 0, {c.n_embd}, TpSplit::kReplicated, false, ParamInit::kFamily}};
     return t;
   }
   float init_value(const ModelConfig&, const ParamTensor&, int64_t index) const override {
@@ -160,7 +160,7 @@ TEST(FamilyRegistry, RegisteredFamilyIsReachedByPresetsOverridesAndConfigJson) {
 TEST(FamilyRegistry, ParamLayoutFollowsTheFamilysTable) {
   toy();
   const ModelConfig c = model_preset("toy-small");  // 2 layers, 2 heads, width 8, MLP 32
-  const ParamLayout whole(c);
+  const ParamLayout whole = param_layout(c);
   const int64_t block = 2 * 8 + 8 * 24 + 24 + 8 * 8 + 8 + 2 * 8 + 8 * 32 + 32 + 32 * 8 + 8;
   EXPECT_EQ(whole.total(), 3 * 8 + 2 * block + 8);
   EXPECT_EQ(whole.num_groups(), 4);
@@ -169,9 +169,9 @@ TEST(FamilyRegistry, ParamLayoutFollowsTheFamilysTable) {
   ASSERT_NE(whole.find("toy.1.e"), nullptr);
   EXPECT_EQ(whole.find("toy.1.e")->layer, 1);
   // tp 2 halves the column-split front matrix; a stage of layer 1 with the head holds no front.
-  const ParamLayout half(c, 2, 1);
+  const ParamLayout half = param_layout(c, 2, 1);
   EXPECT_EQ(half.find("toy.in")->numel, 12);
-  const ParamLayout last(c, 1, 0, StageSpec{.first_layer = 1, .num_layers = 1, .embedding = false, .head = true});
+  const ParamLayout last = param_layout(c, 1, 0, StageSpec{.first_layer = 1, .num_layers = 1, .embedding = false, .head = true});
   EXPECT_FALSE(last.has_group(0));
   EXPECT_TRUE(last.has_group(2) && last.has_group(3));
   // Initial values: ones and zeros of the blocks' norms and biases, the family's own values.

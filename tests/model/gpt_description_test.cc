@@ -73,7 +73,7 @@ int check_reserves(GPT& g, const ModelConfig& mc, int tp, const StageSpec& stage
 
 // ParamLayout's counts of one tp rank's part against the description's.
 void check_params(const ParamLayout& lay, const GptDescription& d, const std::string& who) {
-  const ModelConfig& mc = lay.config();
+  const ModelConfig& mc = d.spec().model;
   EXPECT_EQ(lay.total(), d.rank_params().part) << who;
   EXPECT_EQ(lay.total_full(), d.full_params().part) << who;
   const int l0 = lay.first_layer();
@@ -89,7 +89,7 @@ void check_params(const ParamLayout& lay, const GptDescription& d, const std::st
     const auto [b, e] = lay.group_range(mc.n_layer + 1);
     EXPECT_EQ(e - b, d.rank_params().final_norm) << who;
   }
-  const ParamLayout whole(mc);
+  const ParamLayout whole = param_layout(mc);
   EXPECT_EQ(whole.total(), d.total_params()) << who;
   EXPECT_EQ(whole.total_full(), d.total_params()) << who;
 }

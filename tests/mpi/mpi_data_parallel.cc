@@ -64,7 +64,7 @@ class MpiDataParallel : public ::testing::TestWithParam<Variant> {
   std::unique_ptr<Communicator> comm = test::fresh_world("dp");
   int rank = comm->rank(), P = comm->size();
   const ModelConfig cfg = make_model_config("t", 2, 2, 16, 8, 50);
-  const ParamLayout layout{cfg};
+  const ParamLayout layout = param_layout(cfg);
   const int64_t n = layout.total();
   const int L = cfg.n_layer, C = cfg.n_embd, V = cfg.vocab_size, Vp = cfg.padded_vocab;
 

@@ -55,7 +55,8 @@ class ToyBatch final : public HostBatch {
 // pred = s tanh(w.x + b), a position's loss (pred - y)^2: group 0 holds w and b, group 1 s.
 class ToyModel final : public Model {
  public:
-  ToyModel(const ModelConfig& cfg, const StageSpec& stage) : layout_(cfg, 1, 0, stage) {}
+  ToyModel(const ModelConfig& cfg, const StageSpec& stage) : cfg_(cfg), layout_(param_layout(cfg, 1, 0, stage)) {}
+  const ModelConfig& config() const override { return cfg_; }
   const ParamLayout& layout() const override { return layout_; }
   void set_tp(TensorParallelOps*, bool) override {}
   void set_store(ParamStore* store) override { store_ = store; }
@@ -108,6 +109,7 @@ class ToyModel final : public Model {
     return sum;
   }
 
+  ModelConfig cfg_;
   ParamLayout layout_;
   ParamStore* store_ = nullptr;
 };
@@ -149,9 +151,9 @@ class ToyFamily final : public Family {
   }
   ParamTable param_table(const ModelConfig&) const override {
     ParamTable t;
-    t.front = {{"toy.w", ParamKind::kOther, {kFeatures}, TpSplit::kReplicated, true, ParamInit::kNormal},
-               {"toy.b", ParamKind::kOther, {1}, TpSplit::kReplicated, false, ParamInit::kFamily}};
-    t.back = {{"toy.s", ParamKind::kOther, {1}, TpSplit::kReplicated, false, ParamInit::kFamily}};
+    t.front = {{"toy.w", 0, {kFeatures}, TpSplit::kReplicated, true, ParamInit::kNormal},
+               {"toy.b", 0, {1}, TpSplit::kReplicated, false, ParamInit::kFamily}};
+    t.back = {{"toy.s", 0, {1}, TpSplit::kReplicated, false, ParamInit::kFamily}};
     return t;
   }
   float init_value(const ModelConfig&, const ParamTensor& t, int64_t) const override {

@@ -26,7 +26,7 @@ AdamRun six_steps(Backend& be, Precision prec, int64_t begin, int64_t end) {
   ModelConfig mc = model_preset("tiny");
   mc.vocab_size = 500;
   mc.padded_vocab = 512;
-  const ParamLayout layout(mc);
+  const ParamLayout layout = param_layout(mc);
   const int64_t n = end - begin;
   std::vector<float> host(static_cast<size_t>(n)), g(static_cast<size_t>(n)), m0(host.size()), v0(host.size());
   for (int64_t i = 0; i < n; ++i) {

@@ -6,6 +6,7 @@
 #include "comm/device_comm.h"
 #include "comm/self_comm.h"
 #include "model/gpt/gpt_config.h"
+#include "model/params.h"
 #include "parallel/dp/data_parallel.h"
 
 namespace weft {
@@ -18,7 +19,7 @@ TEST(DataParallelStage, HandlesOnlyTheGroupsOfItsPart) {
   DeviceCommunicator dcomm(*comm, *be);
   const StageSpec parts[] = {{0, 2, true, false}, {2, 1, false, false}, {3, 1, false, true}};
   for (const StageSpec& part : parts) {
-    const ParamLayout layout(cfg, 1, 0, part);
+    const ParamLayout layout = param_layout(cfg, 1, 0, part);
     for (int zero = 0; zero <= 3; ++zero) {
       DataParallelConfig dc;
       dc.zero = zero;

@@ -136,10 +136,10 @@ TEST_F(TensorParallelRuns, SequenceParallelTraceHasGathersAndScatters) {
 
 TEST(TensorParallelLayout, SplitMatricesAreOneOverTp) {
   const ModelConfig cfg = model_preset("tiny");
-  const ParamLayout whole(cfg);
+  const ParamLayout whole = param_layout(cfg);
   for (int tp : {2, 4}) {
     int64_t split_local = 0, split_full = 0, repl = 0;
-    const ParamLayout part(cfg, tp, tp - 1);
+    const ParamLayout part = param_layout(cfg, tp, tp - 1);
     for (size_t k = 0; k < part.tensors().size(); ++k) {
       const ParamTensor& t = part.tensors()[k];
       if (t.split == TpSplit::kReplicated) {
@@ -155,7 +155,7 @@ TEST(TensorParallelLayout, SplitMatricesAreOneOverTp) {
     // The parts of all ranks tile every whole tensor exactly once.
     std::vector<int> hits(whole.total(), 0);
     for (int r = 0; r < tp; ++r) {
-      const ParamLayout p(cfg, tp, r);
+      const ParamLayout p = param_layout(cfg, tp, r);
       for (size_t k = 0; k < p.tensors().size(); ++k) {
         const ParamTensor& t = p.tensors()[k];
         if (t.split == TpSplit::kReplicated) continue;
@@ -163,8 +163,8 @@ TEST(TensorParallelLayout, SplitMatricesAreOneOverTp) {
       }
     }
     for (const ParamTensor& t : whole.tensors()) {
-      if (t.kind == ParamKind::kLn1W || t.numel == cfg.n_embd) continue;  // replicated vectors
-      if (ParamLayout(cfg, tp, 0).tensors()[t.id].split == TpSplit::kReplicated) continue;
+      if (t.name.ends_with("ln_1.weight") || t.numel == cfg.n_embd) continue;  // replicated vectors
+      if (param_layout(cfg, tp, 0).tensors()[t.id].split == TpSplit::kReplicated) continue;
       for (int64_t i = 0; i < t.numel; ++i) ASSERT_EQ(hits[t.offset + i], 1) << t.name << " element " << i;
     }
   }
@@ -180,14 +180,14 @@ namespace {
 // part equal the whole model's.
 TEST(StageLayout, PartsHoldTheirGroupsAndTheWholeModelsValues) {
   const ModelConfig cfg = model_preset("tiny");
-  const ParamLayout whole(cfg);
+  const ParamLayout whole = param_layout(cfg);
   std::vector<float> all(whole.total());
   init_params(whole, 9, all.data());
   const StageSpec stages[] = {{0, 2, true, false}, {2, 1, false, false}, {3, 1, false, true}};
   int64_t layer_elems = 0;
   for (const StageSpec& s : stages) {
     for (int tp : {1, 2}) {
-      const ParamLayout part(cfg, tp, tp - 1, s);
+      const ParamLayout part = param_layout(cfg, tp, tp - 1, s);
       EXPECT_EQ(part.has_group(0), s.embedding || s.head);
       EXPECT_EQ(part.has_group(cfg.n_layer + 1), s.head);
       for (int l = 0; l < cfg.n_layer; ++l) {

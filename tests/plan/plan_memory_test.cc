@@ -49,7 +49,7 @@ TEST(PlanMemory, SeedTable) {
 TEST(PlanMemory, ParamCountMatchesTheModelLayout) {
   for (const char* name : {"tiny", "gpt2-124m", "gpt2-350m"}) {
     const ModelConfig cfg = model_preset(name);
-    const ParamLayout layout(cfg);
+    const ParamLayout layout = param_layout(cfg);
     EXPECT_DOUBLE_EQ(ModelShape::from_config(cfg).total_params(), static_cast<double>(layout.total_full())) << name;
     // Per tp rank and pipeline stage: the rank's part of ParamLayout.
     for (int tp : {1, 2, 4}) {
@@ -61,9 +61,9 @@ TEST(PlanMemory, ParamCountMatchesTheModelLayout) {
       // The trainer's split: the head counts as Vp / (12 C) layers (tiny: 3 + 1 layers).
       const auto parts = partition_layers(cfg.n_layer, 2, 1, {}, pipeline_head_cost(cfg));
       StageSpec first{0, parts[0].num_layers, true, false}, last{parts[1].first_layer, parts[1].num_layers, false, true};
-      EXPECT_DOUBLE_EQ(stage_params_per_rank(m, l, 0), static_cast<double>(ParamLayout(cfg, tp, 0, first).total()))
+      EXPECT_DOUBLE_EQ(stage_params_per_rank(m, l, 0), static_cast<double>(param_layout(cfg, tp, 0, first).total()))
           << name << " tp " << tp;
-      EXPECT_DOUBLE_EQ(stage_params_per_rank(m, l, 1), static_cast<double>(ParamLayout(cfg, tp, 0, last).total()))
+      EXPECT_DOUBLE_EQ(stage_params_per_rank(m, l, 1), static_cast<double>(param_layout(cfg, tp, 0, last).total()))
           << name << " tp " << tp;
     }
   }

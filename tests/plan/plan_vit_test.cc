@@ -49,7 +49,7 @@ TEST(PlanVit, ShapeCountsAreTheModelsOwn) {
     Layout l;
     l.tp = tp;
     const ClimaxDescription d(ClimaxRunSpec{.model = mc, .tp = tp});
-    const ParamLayout layout(mc, tp, 0);
+    const ParamLayout layout = param_layout(mc, tp, 0);
     EXPECT_EQ(layout.total(), d.rank_params()) << tp;
     EXPECT_EQ(layout.group_range(0).second - layout.group_range(0).first, d.front_params(tp)) << tp;
     EXPECT_EQ(layout.group_range(1).second - layout.group_range(1).first, d.layer_params(tp)) << tp;

@@ -44,7 +44,7 @@ struct ClimaX::Work {
 };
 
 ClimaX::ClimaX(const ModelConfig& cfg, Backend& backend, bool local_store, int tp_size, int tp_rank)
-    : layout_(cfg, tp_size, tp_rank),
+    : cfg_(cfg), layout_(param_layout(cfg, tp_size, tp_rank)),
       backend_(backend),
       tp_(backend, tp_size, tp_rank),
       ln_(tp_, cfg.ln_eps),
@@ -339,7 +339,7 @@ void ClimaX::forward(int64_t B) {
   front_forward(B, front);
   const float* x = st_->encoded;
   for (int l = 0; l < c.n_layer; ++l) {
-    const LayerPtrs lw = layout_.layer_ptrs(l, const_cast<float*>(st.acquire(l + 1)));
+    const LayerPtrs lw = layer_ptrs(layout_, l, const_cast<float*>(st.acquire(l + 1)));
     LayerActs& a = st_->layers[static_cast<size_t>(l)];
     block_.forward(lw, x, a, B, L, false);
     st.release(l + 1);
@@ -433,8 +433,8 @@ double ClimaX::backward(int64_t B, float loss_scale) {
   back_backward(B, wb, layout_.group_ptrs(G, st.grads(G)));
   st.ready(G);
   for (int l = c.n_layer - 1; l >= 0; --l) {
-    const LayerPtrs lw = layout_.layer_ptrs(l, const_cast<float*>(st.acquire(l + 1)));
-    const LayerPtrs lg = layout_.layer_ptrs(l, st.grads(l + 1));
+    const LayerPtrs lw = layer_ptrs(layout_, l, const_cast<float*>(st.acquire(l + 1)));
+    const LayerPtrs lg = layer_ptrs(layout_, l, st.grads(l + 1));
     const float* x = l == 0 ? st_->encoded : st_->layers[static_cast<size_t>(l - 1)].res3;
     block_.backward(lw, lg, x, st_->layers[static_cast<size_t>(l)], B, L, full_recompute(l),
                     {ws_->dres, ws_->dC, ws_->d3C, ws_->dF, nullptr});

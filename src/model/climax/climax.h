@@ -31,7 +31,7 @@
 #include "model/climax/climax_description.h"
 #include "model/config.h"
 #include "model/model.h"
-#include "model/param_store.h"
+#include "params/param_store.h"
 #include "model/params.h"
 #include "parallel/tp/layers.h"
 
@@ -60,6 +60,7 @@ class ClimaX final : public Model {
   ClimaX(const ClimaX&) = delete;
   ClimaX& operator=(const ClimaX&) = delete;
 
+  const ModelConfig& config() const override { return cfg_; }
   const ParamLayout& layout() const override { return layout_; }
   void set_tp(TensorParallelOps* tp, bool sequence_parallel) override;
   void set_store(ParamStore* store) override { store_ = store; }
@@ -124,6 +125,7 @@ class ClimaX final : public Model {
     return recompute_ == Recompute::kFull && (full_layers_ < 0 || i < full_layers_);
   }
 
+  ModelConfig cfg_;
   ParamLayout layout_;
   Backend& backend_;
   std::unique_ptr<LocalParamStore> local_;

@@ -12,7 +12,7 @@
 #include "core/precision.h"
 #include "model/config.h"
 #include "model/description.h"
-#include "model/recompute.h"
+#include "parallel/recompute.h"
 
 namespace weft {
 

@@ -17,6 +17,9 @@ namespace weft {
 
 namespace {
 
+// ParamSpec tags of the tensors with their own initial values (sincos_embedding).
+enum ClimaxTensor : int { kClimaxVarEmbed = 1, kClimaxPosEmbed = 2 };
+
 // ClimaX-style presets. climax: the ClimaX paper's 5.625-degree model (Nguyen et al. 2023,
 // microsoft/ClimaX configs: 32x64 grid, patch 2, embedding 1024, 8 blocks, 16 heads, 48
 // variables). orbit-*: the ORBIT classes (Wang et al. 2024, SC24: 115M, 1B, 10B, 113B) on
@@ -97,22 +100,21 @@ ModelConfig climax_from_config_json(const nlohmann::json& j, const std::string& 
 ParamTable climax_param_table(const ModelConfig& cfg) {
   const int64_t C = cfg.n_embd, V = cfg.vars, P2 = int64_t{cfg.patch} * cfg.patch, L = cfg.num_patches();
   using S = TpSplit;
-  using K = ParamKind;
   using I = ParamInit;
   ParamTable t;
-  t.front = {{"token_embeds.weight", K::kPatchW, {V, P2, C}, S::kReplicated, true, I::kNormal},
-             {"token_embeds.bias", K::kPatchB, {V, C}, S::kReplicated, false, I::kZeros},
-             {"var_embed", K::kVarEmbed, {V, C}, S::kReplicated, true, I::kFamily},
-             {"var_query", K::kVarQuery, {C}, S::kReplicated, false, I::kZeros},
-             {"var_agg.q.weight", K::kAggQW, {C, C}, S::kCols, true, I::kNormal},
-             {"var_agg.q.bias", K::kAggQB, {C}, S::kCols, false, I::kZeros},
-             {"var_agg.kv.weight", K::kAggKvW, {C, 2 * C}, S::kKvCols, true, I::kNormal},
-             {"var_agg.kv.bias", K::kAggKvB, {2 * C}, S::kKvCols, false, I::kZeros},
-             {"var_agg.out_proj.weight", K::kAggOutW, {C, C}, S::kRows, true, I::kNormal},
-             {"var_agg.out_proj.bias", K::kAggOutB, {C}, S::kReplicated, false, I::kZeros},
-             {"pos_embed", K::kPosEmbed, {L, C}, S::kReplicated, true, I::kFamily},
-             {"lead_time_embed.weight", K::kLeadW, {1, C}, S::kReplicated, true, I::kNormal},
-             {"lead_time_embed.bias", K::kLeadB, {C}, S::kReplicated, false, I::kZeros}};
+  t.front = {{"token_embeds.weight", 0, {V, P2, C}, S::kReplicated, true, I::kNormal},
+             {"token_embeds.bias", 0, {V, C}, S::kReplicated, false, I::kZeros},
+             {"var_embed", kClimaxVarEmbed, {V, C}, S::kReplicated, true, I::kFamily},
+             {"var_query", 0, {C}, S::kReplicated, false, I::kZeros},
+             {"var_agg.q.weight", 0, {C, C}, S::kCols, true, I::kNormal},
+             {"var_agg.q.bias", 0, {C}, S::kCols, false, I::kZeros},
+             {"var_agg.kv.weight", 0, {C, 2 * C}, S::kKvCols, true, I::kNormal},
+             {"var_agg.kv.bias", 0, {2 * C}, S::kKvCols, false, I::kZeros},
+             {"var_agg.out_proj.weight", 0, {C, C}, S::kRows, true, I::kNormal},
+             {"var_agg.out_proj.bias", 0, {C}, S::kReplicated, false, I::kZeros},
+             {"pos_embed", kClimaxPosEmbed, {L, C}, S::kReplicated, true, I::kFamily},
+             {"lead_time_embed.weight", 0, {1, C}, S::kReplicated, true, I::kNormal},
+             {"lead_time_embed.bias", 0, {C}, S::kReplicated, false, I::kZeros}};
   static const char* const kNames[kParamsPerLayer] = {
       "norm1.weight",     "norm1.bias",     "attn.qkv.weight", "attn.qkv.bias",
       "attn.proj.weight", "attn.proj.bias", "norm2.weight",    "norm2.bias",
@@ -120,22 +122,22 @@ ParamTable climax_param_table(const ModelConfig& cfg) {
   for (int l = 0; l < cfg.n_layer; ++l) {
     t.layers.push_back(block_param_specs(cfg, fmt::format("blocks.{}.", l), kNames, /*residual_scaled=*/false));
   }
-  t.back = {{"norm.weight", K::kLnfW, {C}, S::kReplicated, false, I::kOnes},
-            {"norm.bias", K::kLnfB, {C}, S::kReplicated, false, I::kZeros}};
+  t.back = {{"norm.weight", 0, {C}, S::kReplicated, false, I::kOnes},
+            {"norm.bias", 0, {C}, S::kReplicated, false, I::kZeros}};
   for (int d = 0; d < cfg.decoder_depth; ++d) {
-    t.back.push_back({fmt::format("head.{}.weight", 2 * d), K::kHeadW, {C, C}, S::kReplicated, true, I::kNormal});
-    t.back.push_back({fmt::format("head.{}.bias", 2 * d), K::kHeadB, {C}, S::kReplicated, false, I::kZeros});
+    t.back.push_back({fmt::format("head.{}.weight", 2 * d), 0, {C, C}, S::kReplicated, true, I::kNormal});
+    t.back.push_back({fmt::format("head.{}.bias", 2 * d), 0, {C}, S::kReplicated, false, I::kZeros});
   }
   t.back.push_back(
-      {fmt::format("head.{}.weight", 2 * cfg.decoder_depth), K::kHeadW, {C, V * P2}, S::kReplicated, true, I::kNormal});
+      {fmt::format("head.{}.weight", 2 * cfg.decoder_depth), 0, {C, V * P2}, S::kReplicated, true, I::kNormal});
   t.back.push_back(
-      {fmt::format("head.{}.bias", 2 * cfg.decoder_depth), K::kHeadB, {V * P2}, S::kReplicated, false, I::kZeros});
+      {fmt::format("head.{}.bias", 2 * cfg.decoder_depth), 0, {V * P2}, S::kReplicated, false, I::kZeros});
   return t;
 }
 
 // Element `index` of var_embed (1-D sine-cosine of the variable) or pos_embed (2-D of the patch),
 // MAE's functions, as ClimaX initialises them.
-float sincos_embedding(const ModelConfig& cfg, ParamKind kind, int64_t index) {
+float sincos_embedding(const ModelConfig& cfg, int kind, int64_t index) {
   const int64_t C = cfg.n_embd, row = index / C, col = index % C;
   // MAE's get_1d_sincos_pos_embed_from_grid(D, pos): [sin(pos w_k), cos(pos w_k)], k < D/2,
   // w_k = 1 / 10000^(k / (D/2)).
@@ -144,7 +146,7 @@ float sincos_embedding(const ModelConfig& cfg, ParamKind kind, int64_t index) {
     const double w = 1.0 / std::pow(10000.0, static_cast<double>(k) / static_cast<double>(half));
     return static_cast<float>(c < half ? std::sin(pos * w) : std::cos(pos * w));
   };
-  if (kind == ParamKind::kVarEmbed) return one_d(C, static_cast<double>(row), col);
+  if (kind == kClimaxVarEmbed) return one_d(C, static_cast<double>(row), col);
   // get_2d_sincos_pos_embed(D, h, w): the first D/2 columns encode the patch's column index,
   // the last D/2 its row index (MAE's meshgrid(w, h) order).
   const int64_t w = cfg.img_w / cfg.patch, hi = row / w, wi = row % w;
@@ -277,7 +279,7 @@ class ClimaxFamily final : public Family {
 
   ParamTable param_table(const ModelConfig& cfg) const override { return climax_param_table(cfg); }
   float init_value(const ModelConfig& cfg, const ParamTensor& t, int64_t index) const override {
-    return sincos_embedding(cfg, t.kind, index);
+    return sincos_embedding(cfg, t.tag, index);
   }
 
   std::unique_ptr<Model> make_model(const ModelConfig& cfg, Backend& backend, bool local_store, int tp_size,

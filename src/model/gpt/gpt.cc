@@ -11,7 +11,7 @@
 namespace weft {
 
 GPT::GPT(const ModelConfig& cfg, Backend& backend, bool local_store, int tp_size, int tp_rank, const StageSpec& stage)
-    : layout_(cfg, tp_size, tp_rank, stage),
+    : cfg_(cfg), layout_(param_layout(cfg, tp_size, tp_rank, stage)),
       backend_(backend),
       tp_(backend, tp_size, tp_rank),
       ln_(tp_, cfg.ln_eps),
@@ -232,7 +232,7 @@ void GPT::forward_blocks(int64_t B, int64_t T) {
   if (first) embedding_.forward(cur_->encoded, ws_.inputs, wte, wpe, B, T, C);
   const float* x = cur_->encoded;
   for (int l = l0; l < l0 + nl; ++l) {
-    const LayerPtrs lw = layout_.layer_ptrs(l, const_cast<float*>(st.acquire(l + 1)));
+    const LayerPtrs lw = layer_ptrs(layout_, l, const_cast<float*>(st.acquire(l + 1)));
     LayerActs& a = cur_->layers[static_cast<size_t>(l - l0)];
     block_.forward(lw, x, a, B, T, false);
     st.release(l + 1);
@@ -240,7 +240,7 @@ void GPT::forward_blocks(int64_t B, int64_t T) {
   }
   if (!last) return;
   float *lnfw, *lnfb;
-  layout_.final_ptrs(const_cast<float*>(st.acquire(L + 1)), &lnfw, &lnfb);  // held to the end
+  final_ptrs(layout_, const_cast<float*>(st.acquire(L + 1)), &lnfw, &lnfb);  // held to the end
   ln_.forward(cur_->lnf, cur_->lnf_mean, cur_->lnf_rstd, x, lnfw, lnfb, N, C);  // every row, for the head
 }
 
@@ -309,9 +309,9 @@ double GPT::backward_part(const float* dy, int64_t B, int64_t T, float loss_scal
     st.head_done();
     const float* x_last = nl > 0 ? cur_->layers.back().res3 : cur_->encoded;
     float *lnfw, *lnfb, *dlnfw, *dlnfb;
-    layout_.final_ptrs(const_cast<float*>(st.acquire(L + 1)), &lnfw, &lnfb);
+    final_ptrs(layout_, const_cast<float*>(st.acquire(L + 1)), &lnfw, &lnfb);
     st.release(L + 1);
-    layout_.final_ptrs(st.grads(L + 1), &dlnfw, &dlnfb);
+    final_ptrs(layout_, st.grads(L + 1), &dlnfw, &dlnfb);
     backend_.fill(ws_.dres, DType::kF32, 0, Nl * C, 0.0f);
     const float* dlnf = head_.input_grad(ws_.dC, N, C);
     ln_.backward(ws_.dres, dlnfw, dlnfb, dlnf, x_last, lnfw, cur_->lnf_mean, cur_->lnf_rstd, N, C);
@@ -319,8 +319,8 @@ double GPT::backward_part(const float* dy, int64_t B, int64_t T, float loss_scal
     st.ready(L + 1);
   }
   for (int l = l0 + nl - 1; l >= l0; --l) {
-    const LayerPtrs lw = layout_.layer_ptrs(l, const_cast<float*>(st.acquire(l + 1)));
-    const LayerPtrs lg = layout_.layer_ptrs(l, st.grads(l + 1));
+    const LayerPtrs lw = layer_ptrs(layout_, l, const_cast<float*>(st.acquire(l + 1)));
+    const LayerPtrs lg = layer_ptrs(layout_, l, st.grads(l + 1));
     const float* x = l == l0 ? cur_->encoded : cur_->layers[static_cast<size_t>(l - l0 - 1)].res3;
     block_.backward(lw, lg, x, cur_->layers[static_cast<size_t>(l - l0)], B, T, full_recompute(l - l0),
                     {ws_.dres, ws_.dC, ws_.d3C, ws_.dF, ws_.att});

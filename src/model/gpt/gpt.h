@@ -1,7 +1,7 @@
 // GPT-2 forward and backward, written once for one device against the Backend interface.
 // Computes exactly what Hugging Face's GPT2LMHeadModel computes (pre-LayerNorm blocks,
 // learned positions, fused QKV, GELU tanh approximation, tied embeddings, final LayerNorm)
-// with dropout 0. Parameters and gradients live in one flat buffer each (see params.h).
+// with dropout 0. Parameters and gradients live in one flat buffer each (see params/param_layout.h).
 //
 // Tensor parallelism comes in through the layers of src/parallel/tp (layers.h), as Megatron's
 // GPT uses tensor_parallel's ColumnParallelLinear and RowParallelLinear: the block is the
@@ -26,14 +26,14 @@
 #include "model/config.h"
 #include "model/local_store.h"
 #include "model/model.h"
-#include "model/param_store.h"
+#include "params/param_store.h"
 #include "model/params.h"
-#include "model/recompute.h"
+#include "parallel/recompute.h"
 #include "parallel/tp/layers.h"
 
 namespace weft {
 
-// Activation recompute (model/recompute.h): full recompute runs a layer's forward again up to
+// Activation recompute (parallel/recompute.h): full recompute runs a layer's forward again up to
 // the MLP's GELU output (the last product's output is not needed). Recomputing runs the same
 // code on the same inputs, so the results are bitwise identical.
 
@@ -87,7 +87,7 @@ class GPT final : public Model {
   void set_tp(TensorParallelOps* tp, bool sequence_parallel = false) override { tp_.set_ops(tp, sequence_parallel); }
   bool sequence_parallel() const { return tp_.sequence_parallel(); }
 
-  const ModelConfig& config() const { return layout_.config(); }
+  const ModelConfig& config() const override { return cfg_; }
   const ParamLayout& layout() const override { return layout_; }
   // The local store's whole buffers (null without a local store): DEVICE memory of the
   // backend (read them with Backend::copy_to_host; set them with upload_params).
@@ -225,6 +225,7 @@ class GPT final : public Model {
   void check_tokens(const int32_t* tokens, int64_t n, const char* what) const;  // host tokens
   void check_shape(int64_t B, int64_t T, bool training) const;
 
+  ModelConfig cfg_;
   ParamLayout layout_;
   Backend& backend_;
   std::unique_ptr<LocalParamStore> local_;

@@ -18,7 +18,7 @@
 #include "model/config.h"
 #include "model/description.h"
 #include "model/params.h"
-#include "model/recompute.h"
+#include "parallel/recompute.h"
 
 namespace weft {
 

@@ -127,13 +127,15 @@ ModelConfig gpt_from_config_json(const nlohmann::json& j, const std::string& sou
 // (whose Vp - V padded rows stay zero and are not written to a checkpoint).
 ParamTable gpt_param_table(const ModelConfig& cfg) {
   using S = TpSplit;
-  using K = ParamKind;
   using I = ParamInit;
   const int64_t C = cfg.n_embd, Vp = cfg.padded_vocab, V = cfg.vocab_size;
   ParamTable t;
   t.front_with_head = true;
-  t.front = {{"transformer.wte.weight", K::kWte, {Vp, C}, S::kRows, true, I::kNormal, {V, C}, V * C},
-             {"transformer.wpe.weight", K::kWpe, {cfg.n_ctx, C}, S::kReplicated, true, I::kNormal}};
+  t.front = {{"transformer.wte.weight", 0, {Vp, C}, S::kRows, true, I::kNormal, {V, C}, V * C},
+             {"transformer.wpe.weight", 0, {cfg.n_ctx, C}, S::kReplicated, true, I::kNormal}};
+  // The lookup's gradient arrives as token rows; the head reads the same matrix.
+  t.front[0].sparse_rows = true;
+  t.front[0].tied_head = true;
   static const char* const kNames[kParamsPerLayer] = {
       "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
       "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
@@ -141,8 +143,8 @@ ParamTable gpt_param_table(const ModelConfig& cfg) {
   for (int l = 0; l < cfg.n_layer; ++l) {
     t.layers.push_back(block_param_specs(cfg, fmt::format("transformer.h.{}.", l), kNames, /*residual_scaled=*/true));
   }
-  t.back = {{"transformer.ln_f.weight", K::kLnfW, {C}, S::kReplicated, false, I::kOnes},
-            {"transformer.ln_f.bias", K::kLnfB, {C}, S::kReplicated, false, I::kZeros}};
+  t.back = {{"transformer.ln_f.weight", 0, {C}, S::kReplicated, false, I::kOnes},
+            {"transformer.ln_f.bias", 0, {C}, S::kReplicated, false, I::kZeros}};
   return t;
 }
 

@@ -44,7 +44,7 @@ DataParallel::DataParallel(const ParamLayout& layout, DeviceComm& dp, const Data
                shard_comm_->rank(), shard_comm_->size(), replicate_comm_->rank(), replicate_comm_->size());
   }
   n_ = layout.total();
-  L_ = layout.config().n_layer;
+  L_ = layout.model_layers();
   const int64_t P = shard_comm_->size(), me = shard_comm_->rank();
   shard_ = (n_ + P - 1) / P;
   shard_begin_ = std::min(n_, me * shard_);
@@ -73,7 +73,7 @@ DataParallel::DataParallel(const ParamLayout& layout, DeviceComm& dp, const Data
     bucket_of_group_.assign(G, -1);
     Bucket cur{0, 0, {}, 0};
     // zero 0 and 1: the embedding's gradient travels as (token, row) pairs (the GPT's tied embedding)
-    split_embedding_ = dp.size() > 1 && layout.config().capabilities().sparse_embedding_grads;
+    split_embedding_ = dp.size() > 1 && layout.sparse_rows_tensor() != nullptr;
     for (size_t i = 0; i < owned.size(); ++i) {
       const int g = owned[i];
       auto [b, e] = layout.group_range(g);
@@ -572,7 +572,7 @@ bool DataParallel::embedding_backward(const int32_t* tokens, const float* dres, 
                                       int64_t vrows) {
   if (!split_embedding_ || !last_micro_ || !embedding_posted_) return false;
   const int P = dp_.size();
-  const int64_t C = layout_.config().n_embd, N = B * T;
+  const int64_t C = layout_.sparse_rows_tensor()->full_shape.back(), N = B * T;
   DeviceBuffer all_tokens(backend_, DType::kI32, N * P, MemCategory::kComm);
   DeviceBuffer all_dres(backend_, DType::kF32, N * C * P, MemCategory::kComm);
   const double t0 = Tracer::now();

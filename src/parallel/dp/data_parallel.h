@@ -67,8 +67,8 @@
 #include "backend/device_buffer.h"
 #include "comm/communicator.h"
 #include "comm/device_comm.h"
-#include "model/param_store.h"
-#include "model/params.h"
+#include "params/param_store.h"
+#include "params/param_layout.h"
 #include "parallel/dp/dp_config.h"
 #include "parallel/dp/zeropp.h"
 

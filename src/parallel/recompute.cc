@@ -1,4 +1,4 @@
-#include "model/recompute.h"
+#include "parallel/recompute.h"
 
 #include "core/error.h"
 

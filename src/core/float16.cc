@@ -1,9 +1,9 @@
 // IEEE half (F16) and bfloat16 (BF16) conversions to and from float, declared in
-// ckpt/safetensors.h (the element types of checkpoints).
+// core/precision.h (mixed precision, the 16-bit wires and the element types of checkpoints).
 #include <bit>
 #include <cstdint>
 
-#include "ckpt/safetensors.h"
+#include "core/precision.h"
 
 namespace weft {
 

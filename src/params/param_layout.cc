@@ -1,0 +1,248 @@
+#include "params/param_layout.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/rng.h"
+
+namespace weft {
+
+StageSpec resolve_stage(int n_layer, StageSpec stage) {
+  if (stage.num_layers < 0) stage.num_layers = n_layer - stage.first_layer;
+  if (stage.first_layer < 0 || stage.first_layer + stage.num_layers > n_layer) {
+    throw_input("pipeline stage layers [{}, {}) outside the model's {} layers", stage.first_layer,
+                stage.first_layer + stage.num_layers, n_layer);
+  }
+  return stage;
+}
+
+ParamLayout::ParamLayout(const ParamTable& table, int tp_size, int tp_rank, const StageSpec& stage)
+    : n_layer_(static_cast<int>(table.layers.size())),
+      tp_size_(tp_size),
+      tp_rank_(tp_rank),
+      stage_(resolve_stage(static_cast<int>(table.layers.size()), stage)),
+      init_value_(table.init_value) {
+  if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size) throw_input("tensor-parallel rank {} of {}", tp_rank, tp_size);
+  group_tensors_.assign(static_cast<size_t>(n_layer_ + 2), {-1, -1});
+  // The family's tensors in its order: the ids (the initialisation's RNG streams) follow it.
+  auto add_group = [&](const std::vector<ParamSpec>& specs, int layer, int group) {
+    const int first = static_cast<int>(tensors_.size());
+    for (const ParamSpec& p : specs) add(p, layer, group);
+    if (include_ && !specs.empty()) group_tensors_[static_cast<size_t>(group)] = {first, static_cast<int>(tensors_.size())};
+  };
+  include_ = stage_.embedding || (table.front_with_head && stage_.head);
+  add_group(table.front, -1, 0);
+  for (int l = 0; l < n_layer_; ++l) {
+    include_ = l >= stage_.first_layer && l < stage_.first_layer + stage_.num_layers;
+    add_group(table.layers[static_cast<size_t>(l)], l, l + 1);
+  }
+  include_ = stage_.head;
+  add_group(table.back, -1, n_layer_ + 1);
+}
+
+void ParamLayout::add(const ParamSpec& spec, int layer, int group) {
+  const uint64_t id = next_id_++;
+  if (!include_) return;
+  const int64_t P = tp_size_;
+  ParamTensor t;
+  t.name = spec.name;
+  t.tag = spec.tag;
+  t.layer = layer;
+  t.group = group;
+  t.full_shape = spec.full;
+  t.hf_shape = spec.hf_shape.empty() ? spec.full : spec.hf_shape;
+  t.split = P == 1 ? TpSplit::kReplicated : spec.split;
+  t.shape = spec.full;
+  if (t.split == TpSplit::kRows) t.shape[0] /= P;
+  if (t.split == TpSplit::kCols || t.split == TpSplit::kQkvCols || t.split == TpSplit::kKvCols) t.shape.back() /= P;
+  t.offset = total_;
+  t.numel = 1;
+  for (int64_t d : t.shape) t.numel *= d;
+  t.id = id;
+  t.weight_decay = spec.decay;
+  t.init = spec.init;
+  t.std = spec.std;
+  t.live = spec.live;
+  t.sparse_rows = spec.sparse_rows;
+  t.tied_head = spec.tied_head;
+  total_ += t.numel;
+  tensors_.push_back(std::move(t));
+}
+
+int64_t ParamLayout::global_index(const ParamTensor& t, int64_t local) const {
+  const int64_t P = tp_size_, r = tp_rank_;
+  switch (t.split) {
+    case TpSplit::kReplicated:
+      return local;
+    case TpSplit::kRows: {
+      const int64_t rows = t.shape[0], cols = t.numel / rows;
+      return (r * rows) * cols + local;  // a contiguous block of whole rows
+    }
+    case TpSplit::kCols: {
+      const int64_t lc = t.shape.back(), fc = lc * P;
+      const int64_t i = local / lc, j = local % lc;
+      return i * fc + r * lc + j;
+    }
+    case TpSplit::kQkvCols:
+    case TpSplit::kKvCols: {
+      // Columns [q | k | v] (or [k | v]), each of C; rank r holds heads [r*NH/P, (r+1)*NH/P) of each.
+      const int64_t blocks = t.split == TpSplit::kQkvCols ? 3 : 2;
+      const int64_t lc = t.shape.back(), fc = lc * P, part = lc / blocks;  // part = C/P
+      const int64_t i = local / lc, j = local % lc;
+      const int64_t s = j / part, jj = j % part;
+      return i * fc + s * (part * P) + r * part + jj;
+    }
+  }
+  return local;
+}
+
+int64_t ParamLayout::total_full() const {
+  int64_t n = 0;
+  for (const auto& t : tensors_) {
+    int64_t f = 1;
+    for (int64_t d : t.full_shape) f *= d;
+    n += f;
+  }
+  return n;
+}
+
+void extract_tp_part(const ParamLayout& local, const ParamLayout& full, const float* full_buf, float* local_buf) {
+  WEFT_CHECK(full.tp_size() == 1, "the whole-model layout must have tp 1");
+  for (size_t k = 0; k < local.tensors().size(); ++k) {
+    const ParamTensor& lt = local.tensors()[k];
+    const ParamTensor* ft = full.find(lt.name);
+    WEFT_CHECK(ft != nullptr, "{} is not in the whole-model layout", lt.name);
+    const float* src = full_buf + ft->offset;
+    float* dst = local_buf + lt.offset;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < lt.numel; ++i) dst[i] = src[local.global_index(lt, i)];
+  }
+}
+
+void insert_tp_part(const ParamLayout& local, const ParamLayout& full, const float* local_buf, float* full_buf) {
+  WEFT_CHECK(full.tp_size() == 1, "the whole-model layout must have tp 1");
+  for (size_t k = 0; k < local.tensors().size(); ++k) {
+    const ParamTensor& lt = local.tensors()[k];
+    const ParamTensor* ft = full.find(lt.name);
+    WEFT_CHECK(ft != nullptr, "{} is not in the whole-model layout", lt.name);
+    float* dst = full_buf + ft->offset;
+    const float* src = local_buf + lt.offset;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < lt.numel; ++i) dst[local.global_index(lt, i)] = src[i];
+  }
+}
+
+int64_t ParamLayout::count_unpadded() const {
+  int64_t n = 0;
+  for (const auto& t : tensors_) {
+    int64_t f = 1;
+    for (int64_t d : t.full_shape) f *= d;
+    n += t.live >= 0 ? std::min(t.live, f) : f;
+  }
+  return n;
+}
+
+std::pair<int64_t, int64_t> ParamLayout::layer_range(int l) const {
+  WEFT_CHECK(l >= 0 && l < n_layer_ && has_group(l + 1), "layer {} is not in this part of the model", l);
+  return group_range(l + 1);
+}
+
+bool ParamLayout::has_group(int g) const {
+  return g >= 0 && g < num_groups() && group_tensors_[static_cast<size_t>(g)].first >= 0;
+}
+
+std::pair<int64_t, int64_t> ParamLayout::group_range(int g) const {
+  WEFT_CHECK(has_group(g), "group {} is not in this part of the model", g);
+  const auto [first, end] = group_tensors_[static_cast<size_t>(g)];
+  const ParamTensor& last = tensors_[static_cast<size_t>(end - 1)];
+  return {tensors_[static_cast<size_t>(first)].offset, last.offset + last.numel};
+}
+
+int64_t ParamLayout::max_group_size() const {
+  int64_t m = 0;
+  for (int g = 0; g < num_groups(); ++g) {
+    if (!has_group(g)) continue;
+    auto [b, e] = group_range(g);
+    m = std::max(m, e - b);
+  }
+  return m;
+}
+
+void ParamLayout::embedding_ptrs(float* base, float** wte, float** wpe) const {
+  WEFT_CHECK(has_group(0) && group_tensors_[0].second - group_tensors_[0].first >= 2,
+             "the embedding is not in this part of the model");
+  const int e = group_tensors_[0].first;
+  *wte = base;
+  *wpe = base + (tensors_[static_cast<size_t>(e + 1)].offset - tensors_[static_cast<size_t>(e)].offset);
+}
+
+const ParamTensor* ParamLayout::sparse_rows_tensor() const {
+  for (const auto& t : tensors_) {
+    if (t.sparse_rows) return &t;
+  }
+  return nullptr;
+}
+
+std::vector<float*> ParamLayout::group_ptrs(int g, float* base) const {
+  WEFT_CHECK(has_group(g), "group {} is not in this part of the model", g);
+  const auto [first, end] = group_tensors_[static_cast<size_t>(g)];
+  std::vector<float*> out;
+  const int64_t b = tensors_[static_cast<size_t>(first)].offset;
+  for (int i = first; i < end; ++i) out.push_back(base + (tensors_[static_cast<size_t>(i)].offset - b));
+  return out;
+}
+
+const ParamTensor* ParamLayout::find(const std::string& name) const {
+  for (const auto& t : tensors_) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+float ParamLayout::family_value(const ParamTensor& t, int64_t i) const {
+  WEFT_CHECK(init_value_ != nullptr, "{}: the family declared no initial values", t.name);
+  return init_value_(t, i);
+}
+
+void init_params(const ParamLayout& layout, uint64_t seed, float* params) {
+  init_params_range(layout, seed, 0, layout.total(), params);
+}
+
+void init_params_range(const ParamLayout& layout, uint64_t seed, int64_t begin, int64_t end, float* out) {
+  for (const ParamTensor& t : layout.tensors()) {
+    const int64_t b = std::max(begin, t.offset), e = std::min(end, t.offset + t.numel);
+    if (b >= e) continue;
+    float* p = out + (b - begin);
+    const int64_t i0 = b - t.offset, i1 = e - t.offset;  // element indices within the tensor
+    switch (t.init) {
+      case ParamInit::kOnes:
+        for (int64_t i = i0; i < i1; ++i) p[i - i0] = 1.0f;
+        break;
+      case ParamInit::kZeros:
+        for (int64_t i = i0; i < i1; ++i) p[i - i0] = 0.0f;
+        break;
+      case ParamInit::kFamily:
+        for (int64_t i = i0; i < i1; ++i) p[i - i0] = layout.family_value(t, i);  // replicated: i is global
+        break;
+      case ParamInit::kNormal:
+      case ParamInit::kNormalResidual: {
+        const float std = t.std;  // the family's (GPT-2 scales the residual projections by 1/sqrt(2L))
+        // Padded vocabulary rows stay zero: they never receive a gradient.
+        // Keyed by the element's index in the whole tensor: every tensor-parallel split
+        // reproduces the single-process values.
+        const int64_t live = t.live < 0 ? INT64_MAX : t.live;
+        const uint64_t stream = kRngStreamInit + t.id;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = i0; i < i1; ++i) {
+          const int64_t gi = layout.global_index(t, i);
+          p[i - i0] = gi < live ? std * Philox::normal(seed, stream, static_cast<uint64_t>(gi)) : 0.0f;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace weft

@@ -1,0 +1,167 @@
+// Parameter layout, family-neutral: every parameter lives in one flat fp32 buffer (and every
+// gradient in another of the same layout), in the order a model family declares its tensors
+// (a ParamTable: the front group, one list per transformer layer, the back group). A layer's
+// parameters are contiguous, so a pipeline stage or a ZeRO-3 gather is a range. What a tensor
+// is to the model (a GPT-2 Conv1D matrix, a ClimaX patch embedding) is the family's business
+// (src/model/); this layer knows shapes, tensor-parallel splits, initialisation rules and the
+// attributes the parallel layers act on (weight decay, sparse row gradients, the tied head).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace weft {
+
+// How a tensor is split over the tensor-parallel ranks (Megatron-LM): column-parallel
+// matrices split their output columns (c_attn: the columns of each of q, k, v, i.e. whole
+// heads), row-parallel matrices their input rows, the embedding its vocabulary rows.
+// kKvCols: the columns of each of k and v (ClimaX's variable aggregation).
+enum class TpSplit { kReplicated, kRows, kCols, kQkvCols, kKvCols };
+
+// How a tensor's first values are drawn (init_params).
+enum class ParamInit {
+  kNormal,          // N(0, std), keyed by (seed, tensor id, element of the whole tensor)
+  kNormalResidual,  // the same with the family's residual std (GPT-2: init_std / sqrt(2 L))
+  kZeros,
+  kOnes,
+  kFamily,          // the family's own values (ParamTable::init_value: ClimaX's sine-cosine embeddings)
+};
+
+// One tensor as a family declares it (Family::param_table).
+struct ParamSpec {
+  ParamSpec(std::string n, int tg, std::vector<int64_t> f, TpSplit s, bool d, ParamInit i,
+            std::vector<int64_t> hf = {}, int64_t lv = -1)
+      : name(std::move(n)), tag(tg), full(std::move(f)), split(s), decay(d), init(i), hf_shape(std::move(hf)), live(lv) {}
+  std::string name;
+  int tag;                         // the family's own id of the tensor (its enum); 0: none
+  std::vector<int64_t> full;       // shape of the whole tensor (tp = 1)
+  TpSplit split;
+  bool decay;                      // AdamW's weight decay applies
+  ParamInit init;
+  std::vector<int64_t> hf_shape;   // the checkpoint's shape when it differs ({}: full)
+  int64_t live;                    // elements of the whole tensor drawn, from the start (-1: all); the rest stay 0
+  float std = 0.0f;                // kNormal / kNormalResidual: the standard deviation (the family's factory sets it)
+  // Its gradient may arrive as rows (an embedding lookup's: DataParallel exchanges the
+  // (index, row) pairs instead of reducing the dense matrix), rows of full.back() elements.
+  bool sparse_rows = false;
+  bool tied_head = false;          // it is also the output head (weight tying: checkpoints may hold both names)
+};
+
+// A family's parameters in layout order: the front group (0: embeddings, everything before the
+// blocks), one list per transformer layer (groups 1..L), the back group (L+1: the final norm and
+// what reads it).
+struct ParamTable {
+  std::vector<ParamSpec> front;
+  std::vector<std::vector<ParamSpec>> layers;
+  std::vector<ParamSpec> back;
+  // The pipeline stage with the head also holds the front group (a head tied to the embedding).
+  bool front_with_head = false;
+  // kFamily tensors: element i of the whole tensor t (may be empty when none is declared).
+  std::function<float(const struct ParamTensor& t, int64_t i)> init_value;
+};
+
+struct ParamTensor {
+  std::string name;              // the checkpoint name, e.g. "transformer.h.0.attn.c_attn.weight"
+  int tag = 0;                   // ParamSpec::tag
+  int layer = -1;                // -1 for non-layer tensors
+  int group = 0;                 // 0 front, 1..L the layers, L+1 back
+  std::vector<int64_t> shape;    // shape in the flat buffer (this tensor-parallel rank's part)
+  std::vector<int64_t> full_shape;  // shape of the whole tensor (tp = 1)
+  TpSplit split = TpSplit::kReplicated;
+  std::vector<int64_t> hf_shape; // shape in a checkpoint (wte keeps only the V real rows)
+  int64_t offset = 0;            // element offset in the flat buffer
+  int64_t numel = 0;
+  uint64_t id = 0;               // stable id: the RNG stream of its initialisation
+  bool weight_decay = false;     // AdamW decay applies to matrices (and embeddings), not biases or norms
+  ParamInit init = ParamInit::kNormal;
+  float std = 0.0f;              // ParamSpec::std
+  int64_t live = -1;             // elements of the whole tensor drawn (-1: all), the rest zero (padded rows)
+  bool sparse_rows = false;      // ParamSpec::sparse_rows
+  bool tied_head = false;        // ParamSpec::tied_head
+};
+
+// The part of the model a pipeline stage holds: layers [first_layer, first_layer + num_layers)
+// (num_layers < 0: all), the front group when `embedding` (or `head` with a tied head), the back
+// group when `head`.
+struct StageSpec {
+  int first_layer = 0;
+  int num_layers = -1;
+  bool embedding = true;
+  bool head = true;
+};
+
+// The stage with num_layers < 0 resolved (the layers from first_layer on); InputError when
+// its layers lie outside the model's n_layer layers.
+StageSpec resolve_stage(int n_layer, StageSpec stage);
+
+class ParamLayout {
+ public:
+  // The layout of tensor-parallel rank tp_rank of tp_size (1: the whole model), restricted to
+  // a pipeline stage's part (default: the whole model). Tensor ids (the RNG streams of the
+  // initialisation) are those of the whole model, whatever the part.
+  explicit ParamLayout(const ParamTable& table, int tp_size = 1, int tp_rank = 0, const StageSpec& stage = {});
+  const StageSpec& stage() const { return stage_; }
+  bool has_group(int g) const;
+  int first_layer() const { return stage_.first_layer; }
+  int num_layers() const { return stage_.num_layers; }
+  int model_layers() const { return n_layer_; }  // the whole model's
+  int tp_size() const { return tp_size_; }
+  int tp_rank() const { return tp_rank_; }
+  // Index in the whole tensor (row-major, full_shape) of element `local` of this rank's part.
+  int64_t global_index(const ParamTensor& t, int64_t local) const;
+  // Elements of the whole model counted once (replicated tensors once, split ones whole).
+  int64_t total_full() const;
+  const std::vector<ParamTensor>& tensors() const { return tensors_; }
+  int64_t total() const { return total_; }
+  // Parameters counted as in the literature: only the live elements (wte with V rows, not Vp).
+  int64_t count_unpadded() const;
+  // Element range [begin, end) of layer l's parameters.
+  std::pair<int64_t, int64_t> layer_range(int l) const;
+  // Parameter groups (see params/param_store.h): 0 the front, 1..L layers, L+1 the back.
+  int num_groups() const { return n_layer_ + 2; }
+  std::pair<int64_t, int64_t> group_range(int g) const;
+  int64_t max_group_size() const;
+  // The front group's first two tensors (a token embedding and its positions) for a group whose
+  // first element is at `base`.
+  void embedding_ptrs(float* base, float** wte, float** wpe) const;
+  // The tensor whose gradient may arrive as rows (ParamSpec::sparse_rows); nullptr: none here.
+  const ParamTensor* sparse_rows_tensor() const;
+  const ParamTensor* find(const std::string& name) const;  // nullptr if absent
+  // Pointers to every tensor of group g, in layout order, for a group whose first element is at
+  // `base`.
+  std::vector<float*> group_ptrs(int g, float* base) const;
+  // kFamily tensors' values (ParamTable::init_value).
+  float family_value(const ParamTensor& t, int64_t i) const;
+
+ private:
+  void add(const ParamSpec& spec, int layer, int group);
+  std::vector<ParamTensor> tensors_;
+  int64_t total_ = 0;
+  int n_layer_ = 0;
+  int tp_size_ = 1, tp_rank_ = 0;
+  StageSpec stage_;
+  std::function<float(const ParamTensor&, int64_t)> init_value_;
+  // Tensor index range [first, end) of each group held, first = -1 if absent.
+  std::vector<std::pair<int, int>> group_tensors_;
+  uint64_t next_id_ = 0;          // add(): the next tensor id
+  bool include_ = true;           // add(): whether the tensor is in this part
+};
+
+// Tensor parallelism and whole-model buffers: every tensor-parallel rank's flat buffer
+// (layout `local`) <-> one flat buffer in the tp = 1 layout `full`.
+// Copies this rank's part out of a whole-model buffer.
+void extract_tp_part(const ParamLayout& local, const ParamLayout& full, const float* full_buf, float* local_buf);
+// Writes one rank's part (layout `local`, any tp rank) into a whole-model buffer.
+void insert_tp_part(const ParamLayout& local, const ParamLayout& full, const float* local_buf, float* full_buf);
+
+// Fills `params` (size layout.total()) with each tensor's initialisation as its ParamInit says:
+// kNormal draws N(0, std) with padded rows (beyond `live`) zero, kFamily asks the table's
+// init_value. Element i of tensor t gets a value that depends only on (seed, t.id, i).
+void init_params(const ParamLayout& layout, uint64_t seed, float* params);
+// The same values for the element range [begin, end) only, written to out[0, end - begin):
+// a ZeRO-3 shard initialises exactly its part of the single-process model.
+void init_params_range(const ParamLayout& layout, uint64_t seed, int64_t begin, int64_t end, float* out);
+
+}  // namespace weft
