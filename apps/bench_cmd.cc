@@ -23,6 +23,7 @@
 #include "comm/device_comm_registry.h"
 #include "bench_peer.h"
 #include "cli_util.h"
+#include "train/run_layout.h"
 #include "commands.h"
 #include "backend/device_buffer.h"
 #include "comm/codec.h"
@@ -52,7 +53,7 @@ struct BenchOptions {
   std::string backend_name = "cpu", precision = "fp32", comm;  // comm "": the backend's default
   double peak_tflops = 989.0;
   int64_t gemm_n = 8192;
-  LayoutOptions layout;  // any layout through the engine
+  RunConfig layout = layout_defaults();  // any layout through the engine
   PeerOptions peer;      // --peer torch: the PyTorch peer alongside (bench_peer.h)
 };
 
@@ -160,6 +161,8 @@ nlohmann::json engine_result(const BenchOptions& o, const EngineConfig& ec, int 
           {"seq", o.seq}, {"threads", nthreads}, {"precision", o.precision}, {"world", world}, {"tp", ec.grid.tp},
           {"pp", ec.grid.pp}, {"dp", ec.grid.dp}, {"dp_replicate", ec.grid.dp_replicate},
           {"zero", ec.data_parallel.zero}, {"micro_batch", ec.micro_batch},
+          {"zeropp", ec.data_parallel.zeropp.active() ? ec.data_parallel.zeropp.describe(ec.grid.dp_shard()) : "off"},
+          {"compression", ec.compression.any() ? ec.compression.describe() : "off"},
           {"schedule", schedule_name(ec.schedule)}, {"virtual_stages", ec.virtual_stages},
           {"comm", ec.comm.empty() ? default_device_comm(o.backend_name) : ec.comm},
           {"sequence_parallel", ec.sequence_parallel && ec.grid.tp > 1}, {"steps", o.steps}, {"warmup", o.warmup},
@@ -399,10 +402,11 @@ int bench_engine(const ModelConfig& mc, const BenchOptions& o, Communicator& wor
 // --peer torch: the default single-process fp32 layout on the cpu backend, the peer alongside
 // (run_bench_peer refuses a model the peer has no preset of).
 int bench_with_peer(const BenchOptions& o, Communicator& world) {
-  const LayoutOptions plain;
-  const LayoutOptions& l = o.layout;
+  const RunConfig plain = layout_defaults();
+  const RunConfig& l = o.layout;
   if (world.size() != 1 || o.backend_name != "cpu" || o.precision != "fp32" || l.tp != 1 ||
-      l.pp != 1 || l.dp > 1 || l.zero != 0 || l.micro_batch != 0 || l.recompute != plain.recompute) {
+      l.pp != 1 || l.dp > 1 || l.zero != 0 || l.micro_batch != 0 || l.recompute != plain.recompute ||
+      run_layout(l).zeropp_on() || run_layout(l).compression.any()) {
     throw_input("--peer {} compares one process on the cpu backend in fp32 in the default layout "
                 "(got {} ranks, --backend {}, --precision {}, tp {}, pp {}, dp {}, zero {}, micro-batch {}, "
                 "recompute {})", o.peer.name, world.size(), o.backend_name, o.precision, l.tp, l.pp, l.dp,

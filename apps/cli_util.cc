@@ -1,5 +1,7 @@
 #include "cli_util.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -17,6 +19,7 @@
 #include "data/text_util.h"
 #include "train/config.h"
 #include "train/engine_config.h"
+#include "train/run_layout.h"
 #include "train/trainer.h"
 
 namespace weft {
@@ -81,22 +84,33 @@ std::string checkpoint_dir_arg(const std::string& path) {
   return resolve_checkpoint_dir(path);
 }
 
-void add_layout_options(CLI::App& app, LayoutOptions& o) {
-  app.add_option("--tp", o.tp, "tensor-parallel size");
-  app.add_option("--pp", o.pp, "pipeline-parallel size");
-  app.add_option("--dp", o.dp, "data-parallel size (0: world / (tp x pp)); = dp_shard x dp_replicate");
-  app.add_option("--dp-shard", o.dp_shard, "HSDP: ranks ZeRO shards over inside dp (0: dp / dp_replicate)");
-  app.add_option("--dp-replicate", o.dp_replicate, "HSDP: replicas of the dp_shard groups (1: plain dp)");
-  app.add_option("--zero", o.zero, "ZeRO stage 0..3");
-  app.add_option("--schedule", o.schedule, "pipeline schedule: gpipe, 1f1b, interleaved");
-  app.add_option("--virtual-stages", o.virtual_stages, "model chunks per pipeline stage (interleaved)");
-  app.add_flag("--sequence-parallel", o.sequence_parallel, "with tp > 1: shard LayerNorm/residual regions by tokens");
-  app.add_option("--micro-batch", o.micro_batch, "sequences per forward/backward (0: one micro-batch per replica)");
-  app.add_option("--recompute", o.recompute, "activation recompute: none, selective, full");
-  app.add_option("--order", o.order, "rank order of the axes, first fastest");
+RunConfig layout_defaults() {
+  RunConfig c;
+  c.micro_batch = 0;  // one micro-batch per data-parallel replica
+  return c;
 }
 
-void check_layout_options(const LayoutOptions& o) {
+void add_layout_options(CLI::App& app, RunConfig& layout) {
+  for (const std::string& full : run_layout_keys()) {
+    const size_t dot = full.find('.');
+    const std::string section = full.substr(0, dot), name = full.substr(dot + 1);
+    // [train] and [parallel] keys by their name, the others with their section (as
+    // `weft train` resolves them): --micro-batch, --zero.block-size, --compression.tp.
+    const std::string key = section == "train" || section == "parallel" ? name : full;
+    std::string dashed = key;
+    std::replace(dashed.begin(), dashed.end(), '_', '-');
+    const std::string names = dashed == key ? "--" + key : "--" + dashed + ",--" + key;
+    const std::string help = fmt::format("the layout key {} (docs/configuration.md)", full);
+    if (run_config_key_is_bool(full)) {
+      app.add_flag_function(names, [&layout, full](int64_t) { set_run_config_key(layout, full, "true"); }, help);
+    } else {
+      app.add_option_function<std::string>(
+          names, [&layout, full](const std::string& v) { set_run_config_key(layout, full, v); }, help);
+    }
+  }
+}
+
+void check_layout_options(const RunConfig& o) {
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   const std::pair<const char*, std::pair<int64_t, int64_t>> sizes[] = {
       {"--tp", {o.tp, 1}}, {"--pp", {o.pp, 1}}, {"--dp", {o.dp, 0}}, {"--dp-shard", {o.dp_shard, 0}},
@@ -108,20 +122,9 @@ void check_layout_options(const LayoutOptions& o) {
   }
 }
 
-EngineConfig layout_engine_config(const LayoutOptions& o, const EngineRequest& r, int world_size) {
+EngineConfig layout_engine_config(const RunConfig& o, const EngineRequest& r, int world_size) {
   check_layout_options(o);
-  RunConfig cfg;
-  cfg.tp = o.tp;
-  cfg.pp = o.pp;
-  cfg.dp = o.dp;
-  cfg.dp_shard = o.dp_shard;
-  cfg.dp_replicate = o.dp_replicate;
-  cfg.zero = o.zero;
-  cfg.schedule = o.schedule;
-  cfg.virtual_stages = o.virtual_stages;
-  cfg.sequence_parallel = o.sequence_parallel;
-  cfg.recompute = o.recompute;
-  cfg.order = o.order;
+  RunConfig cfg = o;  // the layout keys as the options set them, the rest the defaults
   cfg.precision = r.precision;
   cfg.head_chunk = r.head_chunk;
   cfg.seq_len = r.seq;

@@ -10,6 +10,7 @@
 #include "model/config.h"
 #include "comm/communicator.h"
 #include "engine/engine.h"
+#include "train/config.h"
 
 namespace weft {
 
@@ -43,15 +44,17 @@ std::string checkpoint_dir_arg(const std::string& path);
 // --tp, --pp, --dp, --dp-shard, --dp-replicate, --zero, --schedule, --virtual-stages,
 // --sequence-parallel, --micro-batch, --recompute, --order. Launched like `weft train`
 // (mpirun -np tp*pp*dp).
-struct LayoutOptions {
-  int64_t tp = 1, pp = 1, dp = 0, dp_shard = 0, dp_replicate = 1, zero = 0, virtual_stages = 1, micro_batch = 0;
-  std::string schedule = "1f1b", recompute = "none", order = "tp-dp-pp";
-  bool sequence_parallel = false;
-};
-void add_layout_options(CLI::App& app, LayoutOptions& o);
-// The sizes of a LayoutOptions: each within its range and an int (InputError naming the
-// option and the value); the layout rules check the rest when the engine config is made.
-void check_layout_options(const LayoutOptions& o);
+// The layout's command-line binding (bench, eval, generate): one option per key of the
+// layout's TOML binding (train/run_layout.h run_layout_keys), spelt as `weft train` takes it
+// (--micro-batch or --micro_batch, --zero.quantized-weights, --compression.dp int4; true/false
+// keys as bare flags) and set through the same parser as a config file, into the layout keys
+// of a RunConfig. The command's defaults: layout_defaults() (micro_batch 0: one micro-batch
+// per replica).
+RunConfig layout_defaults();
+void add_layout_options(CLI::App& app, RunConfig& layout);
+// The sizes of the layout: each within its range and an int (InputError naming the option and
+// the value); the layout rules check the rest when the engine config is made.
+void check_layout_options(const RunConfig& o);
 
 // What a command's engine runs: the model, sequence length T, `batch` sequences per step over
 // every data-parallel replica (per replica with per_replica), precision and head chunk.
@@ -65,7 +68,7 @@ struct EngineRequest {
   bool training = true;
 };
 // The engine's configuration, checked by the layout rules (InputError naming the values).
-EngineConfig layout_engine_config(const LayoutOptions& o, const EngineRequest& r, int world_size);
+EngineConfig layout_engine_config(const RunConfig& o, const EngineRequest& r, int world_size);
 
 // An engine with its backend: the one backend/registry.h's make_backend(backend_name) gives,
 // its device buffers moved between ranks by the communicator `comm` ("": the backend's

@@ -70,7 +70,7 @@ void write_window_logits(Engine& engine, const TokenDataset& ds, int64_t windows
 int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
   std::string ckpt, data, format = "text", backend = "cpu", comm, logits_out;
   int64_t windows = 0, batch = 8, threads = 0;
-  LayoutOptions layout;
+  RunConfig layout = layout_defaults();
   WeatherEvalOptions wx;
   add_checkpoint_option(app, ckpt);
   app.add_option("--data", data,

@@ -30,7 +30,7 @@ struct WeatherEvalOptions {
   double map_lead = 0.0;         // 0: the first lead
   std::string backend = "cpu";
   std::string comm;              // "": the backend's default communicator
-  LayoutOptions layout;          // any layout the family allows (tp, dp, ZeRO, HSDP)
+  RunConfig layout = layout_defaults();  // any layout the family allows (tp, dp, ZeRO, HSDP)
   std::string format = "text";
 };
 

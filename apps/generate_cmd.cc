@@ -60,7 +60,7 @@ class TokenPrinter {
 
 // Runs in any layout (mpirun -np tp*pp*dp weft generate --tp .. --pp ..); rank 0 prints.
 int cmd_generate(CLI::App& app, int argc, char** argv, Communicator& world) {
-  LayoutOptions layout;
+  RunConfig layout = layout_defaults();
   std::string ckpt, prompt, tokenizer, backend = "cpu", comm;
   int64_t tokens = 128, top_k = 40, seed = 1337, threads = 0;
   double temperature = 1.0;

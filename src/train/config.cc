@@ -473,13 +473,15 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::pair<s
       }
     }
   }
-  for (const auto& [name, value] : overrides) {
-    const Key* k = find_key(name);
-    if (!k) throw_input("unknown option --{} (config keys: {})", name, known_keys_text());
-    set_from_string(cfg, *k, value);
-  }
+  for (const auto& [name, value] : overrides) set_run_config_key(cfg, name, value);
   cfg.validate();
   return cfg;
+}
+
+void set_run_config_key(RunConfig& cfg, const std::string& name, const std::string& value) {
+  const Key* k = find_key(name);
+  if (!k) throw_input("unknown option --{} (config keys: {})", name, known_keys_text());
+  set_from_string(cfg, *k, value);
 }
 
 ModelConfig RunConfig::model_config() const {

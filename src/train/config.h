@@ -140,6 +140,10 @@ struct RunConfig {
   std::string to_toml() const;       // the resolved config, loadable again
 };
 
+// Sets key `name` ("key" or "section.key") from its text, as a `--key value` override does
+// (InputError naming the key for an unknown key or a value of the wrong type).
+void set_run_config_key(RunConfig& cfg, const std::string& name, const std::string& value);
+
 // Loads a TOML file (empty path: defaults) and applies `--key value` overrides.
 RunConfig load_run_config(const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides);
 

@@ -71,6 +71,17 @@ void set_run_layout(RunConfig& c, const Layout& l) {
   c.compression_block_size = l.compression.dp.off() ? l.compression.params.block : l.compression.dp.block;
 }
 
+const std::vector<std::string>& run_layout_keys() {
+  static const std::vector<std::string> k = {
+      "train.micro_batch", "train.recompute", "train.recompute_layers", "parallel.tp", "parallel.pp",
+      "parallel.dp", "parallel.dp_shard", "parallel.dp_replicate", "parallel.order", "parallel.zero",
+      "parallel.sequence_parallel", "parallel.schedule", "parallel.virtual_stages", "zero.quantized_weights",
+      "zero.hpz_partition_size", "zero.quantized_gradients", "zero.hierarchy", "zero.block_size",
+      "zero.weight_bits", "zero.gradient_bits", "zero.error_feedback", "compression.dp", "compression.params",
+      "compression.tp", "compression.pp", "compression.error_feedback", "compression.block_size"};
+  return k;
+}
+
 std::string layout_toml(const Layout& l) {
   std::string t = fmt::format(
       "[train]\nmicro_batch = {}\nrecompute = \"{}\"\nrecompute_layers = {}\n\n[parallel]\ntp = {}\npp = {}\ndp = {}\n"

@@ -21,6 +21,9 @@ Layout run_layout(const RunConfig& cfg);
 void set_run_layout(RunConfig& cfg, const Layout& l);
 // layout_toml: the TOML text of those keys (weft tune's best.toml).
 std::string layout_toml(const Layout& l);
+// Those keys as "section.key", in the order above (the command line's binding of the layout,
+// apps/cli_util.h, registers one option for each).
+const std::vector<std::string>& run_layout_keys();
 
 // The candidate of `cfg` on `world_size` ranks: its model shape, batch and [parallel] keys
 // (dp 0 stays 0: the rules derive it as world / (tp x pp); dp_shard 0 likewise, as

@@ -63,6 +63,21 @@ TEST_F(EngineCommands, BenchTimesAnyLayout) {
   EXPECT_EQ(j["dp"], 1);
   EXPECT_EQ(j["micro_batch"], 1);
   EXPECT_GT(j["tokens_per_s"].get<double>(), 0.0);
+  // Every layout key is an option (the TOML binding's keys, one parser): ZeRO++ and the
+  // compressed collectives too, spelt as `weft train` takes them.
+  r = weft(2, "bench --model tiny --batch 4 --seq 32 --steps 1 --warmup 0 --dp 2 --zero 3 "
+              "--zero.quantized-weights --zero.hpz_partition_size 2 --compression.dp int8 --micro_batch 1 --format json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json z = nlohmann::json::parse(r.out);
+  EXPECT_EQ(z["zero"], 3);
+  EXPECT_EQ(z["micro_batch"], 1);
+  EXPECT_NE(z["zeropp"].get<std::string>().find("qwZ int8"), std::string::npos) << z["zeropp"];
+  EXPECT_NE(z["zeropp"].get<std::string>().find("hpZ 2"), std::string::npos) << z["zeropp"];
+  EXPECT_NE(z["compression"].get<std::string>().find("dp=int8"), std::string::npos) << z["compression"];
+  // The binding's checks are the config's: a bad codec names the key.
+  r = weft(1, "bench --model tiny --batch 2 --seq 32 --steps 1 --compression.dp int3");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("compression.dp"), std::string::npos) << r.err;
   // A layout that does not divide the world: one line naming the numbers, exit 2.
   r = weft(3, "bench --model tiny --batch 4 --seq 32 --steps 1 --tp 2");
   EXPECT_NE(r.code, 0);
