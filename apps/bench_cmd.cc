@@ -404,9 +404,10 @@ int bench_engine(const ModelConfig& mc, const BenchOptions& o, Communicator& wor
 int bench_with_peer(const BenchOptions& o, Communicator& world) {
   const RunConfig plain = layout_defaults();
   const RunConfig& l = o.layout;
+  const Layout asked = run_layout(l);
   if (world.size() != 1 || o.backend_name != "cpu" || o.precision != "fp32" || l.tp != 1 ||
       l.pp != 1 || l.dp > 1 || l.zero != 0 || l.micro_batch != 0 || l.recompute != plain.recompute ||
-      run_layout(l).zeropp_on() || run_layout(l).compression.any()) {
+      asked.zeropp_on() || asked.compression.any()) {
     throw_input("--peer {} compares one process on the cpu backend in fp32 in the default layout "
                 "(got {} ranks, --backend {}, --precision {}, tp {}, pp {}, dp {}, zero {}, micro-batch {}, "
                 "recompute {})", o.peer.name, world.size(), o.backend_name, o.precision, l.tp, l.pp, l.dp,

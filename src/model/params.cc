@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <span>
 
 #include "core/error.h"
 #include "model/family.h"
@@ -63,24 +64,25 @@ ParamTable model_param_table(const ModelConfig& cfg) {
 ParamLayout param_layout(const ModelConfig& cfg, int tp_size, int tp_rank, const StageSpec& stage) {
   resolve_stage(cfg, stage);  // the stage's error first
   cfg.validate();
-  if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size) throw_input("tensor-parallel rank {} of {}", tp_rank, tp_size);
-  check_tp_split(cfg, tp_size);
+  check_tp_split(cfg, tp_size);  // the rank is ParamLayout's check
   return ParamLayout(model_param_table(cfg), tp_size, tp_rank, stage);
 }
 
 LayerPtrs layer_ptrs(const ParamLayout& layout, int l, float* base) {
   WEFT_CHECK(l >= 0 && l < layout.model_layers() && layout.has_group(l + 1), "layer {} is not in this part of the model", l);
-  const std::vector<float*> t = layout.group_ptrs(l + 1, base);
+  // Per layer and micro-batch (forward, backward, recompute): offsets only, nothing allocated.
+  const std::span<const ParamTensor> t = layout.group_tensors(l + 1);
   WEFT_CHECK(t.size() == kParamsPerLayer, "layer {} has {} tensors, a block has {}", l, t.size(), kParamsPerLayer);
-  return LayerPtrs{t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10], t[11]};
+  auto at = [&](int i) { return base + (t[static_cast<size_t>(i)].offset - t[0].offset); };
+  return LayerPtrs{at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7), at(8), at(9), at(10), at(11)};
 }
 
 void final_ptrs(const ParamLayout& layout, float* base, float** lnfw, float** lnfb) {
   const int g = layout.model_layers() + 1;
   WEFT_CHECK(layout.has_group(g), "the final LayerNorm is not in this part of the model");
-  const std::vector<float*> t = layout.group_ptrs(g, base);
-  *lnfw = t[0];
-  *lnfb = t[1];
+  const std::span<const ParamTensor> t = layout.group_tensors(g);
+  *lnfw = base;
+  *lnfb = base + (t[1].offset - t[0].offset);
 }
 
 }  // namespace weft

@@ -186,12 +186,16 @@ const ParamTensor* ParamLayout::sparse_rows_tensor() const {
   return nullptr;
 }
 
-std::vector<float*> ParamLayout::group_ptrs(int g, float* base) const {
+std::span<const ParamTensor> ParamLayout::group_tensors(int g) const {
   WEFT_CHECK(has_group(g), "group {} is not in this part of the model", g);
   const auto [first, end] = group_tensors_[static_cast<size_t>(g)];
+  return std::span<const ParamTensor>(tensors_).subspan(static_cast<size_t>(first), static_cast<size_t>(end - first));
+}
+
+std::vector<float*> ParamLayout::group_ptrs(int g, float* base) const {
+  const std::span<const ParamTensor> t = group_tensors(g);
   std::vector<float*> out;
-  const int64_t b = tensors_[static_cast<size_t>(first)].offset;
-  for (int i = first; i < end; ++i) out.push_back(base + (tensors_[static_cast<size_t>(i)].offset - b));
+  for (const ParamTensor& x : t) out.push_back(base + (x.offset - t.front().offset));
   return out;
 }
 

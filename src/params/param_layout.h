@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -132,6 +133,8 @@ class ParamLayout {
   // Pointers to every tensor of group g, in layout order, for a group whose first element is at
   // `base`.
   std::vector<float*> group_ptrs(int g, float* base) const;
+  // The tensors of group g in layout order (the group must be held here).
+  std::span<const ParamTensor> group_tensors(int g) const;
   // kFamily tensors' values (ParamTable::init_value).
   float family_value(const ParamTensor& t, int64_t i) const;
 
