@@ -16,6 +16,9 @@
 #            one GPU): mpirun -np 2 dp2 ZeRO 1, tp2 sp, pp2 1F1B; -np 4 tp2 x
 #            pp2; -np 8 tp2 x pp2 x dp2 ZeRO 1 (the 3D one; three axes need 8
 #            ranks) against one rank: fp32 losses within 1e-5 relative
+# climax     the ClimaX family (climax-tiny on synthetic NetCDF fields, CLIMAX_   ~1 min
+#            STEPS steps): one rank on the device vs cpu (1e-4), tp2 x dp2
+#            ZeRO 3 and HSDP 2x2 ZeRO 3 on the device vs its one rank (1e-5)
 # bf16       50 steps of --precision bf16 against the same 50 in fp32:         ~2 min
 #            every step within 2% relative, the mean of the last 10 within 1%
 # sanitizer  compute-sanitizer memcheck and racecheck on a 1-step run: 0 errors ~3 min
@@ -77,7 +80,7 @@ LLMC_DIR=${LLMC_DIR:-}
 LLMC_B=${LLMC_B:-4}
 LLMC_STEPS=${LLMC_STEPS:-30}
 LLMC_BUILD=${LLMC_BUILD:-1}
-ALL_STAGES="build ops model parity bf16 sanitizer nccl bench gemm-sweep torch llmc"
+ALL_STAGES="build ops model parity climax bf16 sanitizer nccl bench gemm-sweep torch llmc"
 MPIRUN=(mpirun --oversubscribe)
 [ "$(id -u)" = "0" ] && MPIRUN+=(--allow-run-as-root)
 
@@ -145,7 +148,7 @@ random_data() {
 text_data() {
   if [ ! -d "$TEXT_DATA" ]; then
     if [ -f "$TOKENIZER/encoder.json" ]; then
-      run_logged data "$WEFT" prepare --input docs src apps tests bench --out "$TEXT_DATA" --tokenizer "$TOKENIZER" \
+      run_logged data "$WEFT" prepare --input docs src apps tests --out "$TEXT_DATA" --tokenizer "$TOKENIZER" \
         --val-fraction 0.05 || rm -rf "$TEXT_DATA"
     else
       echo "no GPT-2 tokenizer at $TOKENIZER (encoder.json): using random tokens" >> "$(log_of data)"
@@ -247,6 +250,46 @@ stage_parity() {
   parity_case tp2-pp2-dp2 8 --tp 2 --pp 2 --dp 2 --zero 1
   local what="5 layouts x $PARITY_STEPS steps on $BACKEND --comm $COMM, max rel diff $PARITY_WORST (<= 1e-5)"
   if [ -z "$PARITY_FAILED" ]; then record parity PASS "$what"; else record parity FAIL "$what; failed:$PARITY_FAILED"; fi
+}
+
+# The second family (ClimaX, a weather ViT) on the device: the synthetic NetCDF fields that
+# `weft prepare` writes, configs/climax-tiny.toml for CLIMAX_STEPS steps, one rank on cuda against
+# one rank on cpu (fp32; cuBLAS sums in another order: 1e-4), then tp 2 x dp 2 ZeRO 3 and pp 2 x
+# dp 2 on cuda (4 ranks sharing the GPU) against the one cuda rank (1e-5, the parity rule).
+stage_climax() {
+  local data="$OUT/data/weather" steps=${CLIMAX_STEPS:-12} failed="" worst_dev="" worst_par=0 cmp
+  if [ ! -f "$data/train.nc" ]; then
+    run_logged climax "$WEFT" prepare --synthetic-weather "$data" || { record climax FAIL "no data (climax.log)"; return; }
+  fi
+  local common=(configs/climax-tiny.toml --data "$data" --steps "$steps" --micro_batch 2 --warmup_steps 2 --val_every 0
+                --val_batches 1 --ckpt_every 0 --comm_timeout 300 --threads 1)
+  if ! run_logged climax "$WEFT" train "${common[@]}" --backend cpu --out "$OUT/climax/cpu" ||
+     ! run_logged climax "$WEFT" train "${common[@]}" --backend "$BACKEND" --out "$OUT/climax/one-rank"; then
+    record climax FAIL "a one-rank run failed (climax.log)"
+    return
+  fi
+  cmp=$("$PYTHON" bench/compare_curves.py "$OUT/climax/cpu" "$OUT/climax/one-rank" --rtol 1e-4)
+  echo "$cmp" | tee -a "$RESULTS" >> "$(log_of climax)"
+  worst_dev=$(field "$cmp" max_rel_diff)
+  [ "$(field "$cmp" ok)" = "true" ] || failed+=" cpu-vs-$BACKEND"
+  local name args
+  for name in tp2-dp2-zero3 hsdp2x2-zero3; do
+    case $name in
+      tp2-dp2-zero3) args=(--tp 2 --dp 2 --zero 3) ;;
+      hsdp2x2-zero3) args=(--dp 4 --dp_replicate 2 --zero 3) ;;
+    esac
+    if ! run_logged climax "${MPIRUN[@]}" -np 4 "$WEFT" train "${common[@]}" --backend "$BACKEND" --comm "$COMM" \
+           "${args[@]}" --out "$OUT/climax/$name"; then
+      failed+=" $name(run)"
+      continue
+    fi
+    cmp=$("$PYTHON" bench/compare_curves.py "$OUT/climax/one-rank" "$OUT/climax/$name" --rtol 1e-5)
+    echo "$cmp" | tee -a "$RESULTS" >> "$(log_of climax)"
+    [ "$(field "$cmp" ok)" = "true" ] || failed+=" $name"
+    worst_par=$(awk -v a="$worst_par" -v b="$(field "$cmp" max_rel_diff)" 'BEGIN { print (b + 0 > a + 0) ? b : a }')
+  done
+  local what="climax-tiny, $steps steps: $BACKEND vs cpu max rel diff $worst_dev (<= 1e-4); tp2 x dp2 ZeRO 3, HSDP 2x2 ZeRO 3 vs one $BACKEND rank $worst_par (<= 1e-5)"
+  if [ -z "$failed" ]; then record climax PASS "$what"; else record climax FAIL "$what; failed:$failed"; fi
 }
 
 stage_bf16() {

@@ -15,7 +15,7 @@ DEADLINE=$((T0 + ${BUDGET_S:-480}))
 BUNDLE=${BUNDLE:-.cuda-bundle}
 RESULT=${RESULT_DIR:-/tmp/cuda-checklist}
 DEST=${DEST:-${OUT:-/tmp/cuda-out}}
-STAGES=${STAGES:-"ops:90 model:60 parity:150 bf16:120 nccl:60 bench:150 torch:120 gemm-sweep:90 sanitizer:150"}
+STAGES=${STAGES:-"ops:90 model:60 parity:150 climax:90 bf16:120 nccl:60 bench:150 torch:120 gemm-sweep:90 sanitizer:150"}
 mkdir -p "$RESULT" "$DEST"
 ENVLOG="$RESULT/machine.log"
 
