@@ -270,7 +270,7 @@ EngineRun load_eval_engine(EvalRun& r, Communicator& world) {
   req.per_replica = true;
   req.training = false;
   // Up to o.batch forecasts per data-parallel rank, no more than its share of the start times.
-  const int64_t dp = layout_engine_config(r.o.layout, req, world.size()).grid.dp;
+  const int64_t dp = layout_engine_config(r.o.layout, req, world.size()).layout.dp;
   req.batch = std::clamp<int64_t>((static_cast<int64_t>(r.starts.size()) + dp - 1) / dp, 1, r.o.batch);
   EngineRun run(layout_engine_config(r.o.layout, req, world.size()), world, r.o.backend, r.o.comm);
   load_checkpoint_into(*run.engine, r.ckpt_dir);

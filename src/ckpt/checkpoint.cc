@@ -131,33 +131,15 @@ void recover_interrupted_save(const fs::path& target) {
   for (const auto& p : dead_writers_siblings(target, ".tmp-")) remove_tree_quietly(p);
 }
 
-std::string strip_transformer(const std::string& name) {
-  const std::string p = "transformer.";
-  return name.compare(0, p.size(), p) == 0 ? name.substr(p.size()) : name;
-}
-
-// Which of a file's naming schemes it uses, read from the layout's first tensor: weft (and
-// transformers >= 4 for a GPT, the GPT2LMHeadModel names "transformer.h.0...") saves the
-// layout's own names; the original GPT-2 files on the Hub hold the GPT2Model names ("h.0..."),
-// without the leading "transformer.". The prefix that goes before a stripped name.
-std::string hf_prefix(const SafetensorsFile& f, const ParamLayout& layout) {
+// Which of a file's naming schemes it uses, read from the layout's first tensor: weft's own names
+// (and a foreign file that keeps them), or those names without the family's optional prefix
+// (ForeignNames: the original GPT-2 files on the Hub hold "h.0..." for "transformer.h.0...").
+// The prefix that goes before a stripped name.
+std::string file_prefix(const SafetensorsFile& f, const ParamLayout& layout) {
   const std::string& first = layout.tensors().front().name;
-  const std::string bare = strip_transformer(first);
+  const std::string bare = layout.foreign().strip(first);
   if (!f.has(first) && bare != first && f.has(bare)) return "";
   return first.substr(0, first.size() - bare.size());
-}
-
-// Tensors that Hugging Face GPT-2 files may carry besides the parameters: the causal-mask
-// buffers "h.<i>.attn.bias" / "h.<i>.attn.masked_bias" (not parameters; ignored).
-bool is_hf_attention_buffer(const std::string& name, const std::string& prefix) {
-  const std::string head = prefix + "h.";
-  if (name.compare(0, head.size(), head) != 0) return false;
-  size_t i = head.size();
-  const size_t digits_begin = i;
-  while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
-  if (i == digits_begin) return false;
-  const std::string rest = name.substr(i);
-  return rest == ".attn.bias" || rest == ".attn.masked_bias";
 }
 
 // Checks that `f` holds every tensor in `expected` (file name -> shape) with that shape and a
@@ -193,7 +175,7 @@ void check_tensor_set(const SafetensorsFile& f, const std::vector<std::pair<std:
   }
 }
 
-// Elements beyond the checkpoint's shape (wte's rows V..Vp) are not in the file: they are zero (they
+// Elements beyond the checkpoint's shape (GPT's wte rows V..Vp) are not in the file: they are zero (they
 // never receive a gradient).
 void zero_padded_vocab(const ParamTensor& t, float* base) {
   int64_t live = 1;
@@ -202,26 +184,25 @@ void zero_padded_vocab(const ParamTensor& t, float* base) {
   std::fill(base + t.offset + live, base + t.offset + t.numel, 0.0f);
 }
 
-// Compares lm_head.weight with the token embedding (tied in weft). Throws InputError on a
-// difference.
-void check_tied_head(const SafetensorsFile& f, const std::string& wte_name, const ParamTensor& wte,
-                     const float* wte_values) {
-  const std::string head = "lm_head.weight";
+// Compares the file's output head (`head`, ForeignNames::tied_head) with the tensor weft ties it
+// to. Throws InputError on a difference.
+void check_tied_head(const SafetensorsFile& f, const std::string& head, const std::string& tied_name,
+                     const ParamTensor& tied, const float* tied_values) {
   const SafetensorsTensorInfo& h = f.info(head);
-  if (h.shape != wte.hf_shape) {
+  if (h.shape != tied.hf_shape) {
     throw_input("{}: {} has shape {}, the model expects {} (tied to {})", f.path(), head, format_shape(h.shape),
-                format_shape(wte.hf_shape), wte_name);
+                format_shape(tied.hf_shape), tied_name);
   }
-  const SafetensorsTensorInfo& w = f.info(wte_name);
-  if (h.dtype == w.dtype && std::memcmp(f.data(head), f.data(wte_name), h.nbytes()) == 0) return;
+  const SafetensorsTensorInfo& w = f.info(tied_name);
+  if (h.dtype == w.dtype && std::memcmp(f.data(head), f.data(tied_name), h.nbytes()) == 0) return;
   std::vector<float> values(static_cast<size_t>(h.numel));
-  f.read_f32(head, wte.hf_shape, values.data());
+  f.read_f32(head, tied.hf_shape, values.data());
   for (int64_t i = 0; i < h.numel; ++i) {
-    if (std::memcmp(&values[i], &wte_values[i], sizeof(float)) != 0) {
-      const int64_t C = wte.hf_shape[1];
-      throw_input("{}: {} differs from {} (row {}, column {}: {} vs {}); weft ties the output head to the token "
-                  "embedding and cannot load an untied one",
-                  f.path(), head, wte_name, i / C, i % C, values[i], wte_values[i]);
+    if (std::memcmp(&values[i], &tied_values[i], sizeof(float)) != 0) {
+      const int64_t C = tied.hf_shape.back();
+      throw_input("{}: {} differs from {} (row {}, column {}: {} vs {}); weft ties the output head to {} and "
+                  "cannot load an untied one",
+                  f.path(), head, tied_name, i / C, i % C, values[i], tied_values[i], tied_name);
     }
   }
 }
@@ -384,20 +365,23 @@ void load_checkpoint_params(const std::string& dir, const ParamLayout& layout, f
   const std::string resolved = resolve_checkpoint_dir(dir);
   if (verify == CheckpointVerify::kVerify) verify_manifest(resolved, {kCheckpointModelFile});
   const SafetensorsFile f(join_path(resolved, kCheckpointModelFile));
-  const std::string prefix = hf_prefix(f, layout);
-  auto file_name = [&](const ParamTensor& t) { return prefix + strip_transformer(t.name); };
+  const ForeignNames& foreign = layout.foreign();
+  const std::string prefix = file_prefix(f, layout);
+  auto file_name = [&](const ParamTensor& t) { return prefix + foreign.strip(t.name); };
   std::vector<std::pair<std::string, std::vector<int64_t>>> expected;
   for (const ParamTensor& t : layout.tensors()) expected.emplace_back(file_name(t), t.hf_shape);
   check_tensor_set(f, expected, [&](const std::string& n) {
-    return n == "lm_head.weight" || is_hf_attention_buffer(n, prefix);
+    return (!foreign.tied_head.empty() && n == foreign.tied_head) || foreign.is_buffer(n, prefix);
   });
-  const ParamTensor* wte = nullptr;
+  const ParamTensor* tied = nullptr;
   for (const ParamTensor& t : layout.tensors()) {
     f.read_f32(file_name(t), t.hf_shape, params + t.offset);
     zero_padded_vocab(t, params);
-    if (t.tied_head) wte = &t;
+    if (t.tied_head) tied = &t;
   }
-  if (f.has("lm_head.weight") && wte != nullptr) check_tied_head(f, file_name(*wte), *wte, params + wte->offset);
+  if (!foreign.tied_head.empty() && f.has(foreign.tied_head) && tied != nullptr) {
+    check_tied_head(f, foreign.tied_head, file_name(*tied), *tied, params + tied->offset);
+  }
 }
 
 bool load_checkpoint_optimizer(const std::string& dir, const ParamLayout& layout, float* exp_avg,

@@ -78,10 +78,11 @@ ModelConfig load_checkpoint_config(const std::string& dir);
 
 // Fills `params` (layout.total() floats) from <dir>/model.safetensors. Checks every tensor
 // before writing anything: a missing tensor, a shape other than hf_shape, a non-float dtype or
-// a tensor GPT-2 does not have is an InputError naming the file, the tensor and both shapes.
-// Accepts Hugging Face files: names with or without the "transformer." prefix, F16/BF16/F64
-// data, the ".attn.bias"/".attn.masked_bias" buffers (ignored) and an "lm_head.weight" equal
-// to the token embedding. The padded vocabulary rows of wte are set to 0.
+// a tensor the model does not have is an InputError naming the file, the tensor and both shapes.
+// Accepts F16/BF16/F64 data and the family's foreign files as its ParamTable::foreign describes
+// them (GPT-2's Hugging Face files: names with or without "transformer.", the ".attn.bias" /
+// ".attn.masked_bias" buffers ignored, an "lm_head.weight" equal to the token embedding).
+// Elements beyond a tensor's checkpoint shape (wte's padded vocabulary rows) are set to 0.
 void load_checkpoint_params(const std::string& dir, const ParamLayout& layout, float* params,
                             CheckpointVerify verify = CheckpointVerify::kVerify);
 // RuntimeError naming the tensor and element of `layout` whose value in `params` (as loaded from

@@ -22,7 +22,7 @@ class Engine::PipeAdapter final : public PipeChunk {
   PipeAdapter(Engine& e, Chunk& ch, const BatchFn& batch, float loss_scale)
       : e_(e), ch_(ch), batch_(batch), loss_scale_(loss_scale) {}
   void prepare(const PipeAction& a, bool last) override {
-    const int64_t B = e_.cfg_.micro_batch;
+    const int64_t B = e_.cfg_.layout.micro_batch;
     e_.fill_batch(batch_, e_.dp_rank_ * e_.per_rank_ + a.micro_batch * B, B);
     if (a.kind == PipeAction::kBackward) ch_.store->begin_micro_batch(last);
   }
@@ -44,7 +44,7 @@ class Engine::PipeAdapter final : public PipeChunk {
 
 Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
     : cfg_(cfg), world_(world), backend_(backend), scaler_(cfg.precision, cfg.loss_scale) {
-  const GridSpec& spec = cfg.grid;
+  const GridSpec spec = cfg.layout.grid();
   grid_ = std::make_unique<ProcessGrid>(world, spec);
   // Every rank creates its device communicators in the same order (tp, pp, dp, tied): with
   // NCCL each creation is collective over its group.
@@ -58,7 +58,7 @@ Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
   tp_rank_ = grid_->coord(Axis::kTp);
   dp_rank_ = grid_->coord(Axis::kDp);
   per_rank_ = cfg.global_batch / spec.dp;
-  accum_ = per_rank_ / cfg.micro_batch;
+  accum_ = per_rank_ / cfg.layout.micro_batch;
   // The first and the last stage share the tied embedding: one group per (tp, dp) position.
   const bool holds_embedding = spec.pp > 1 && (stage_ == 0 || stage_ == spec.pp - 1);
   tied_ = world.split(holds_embedding ? 1 + tp_rank_ + spec.tp * dp_rank_ : 0, stage_, "pp-embedding");
@@ -67,13 +67,14 @@ Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
   whole_ = std::make_unique<ParamLayout>(param_layout(cfg.model));
   if (spec.pp > 1) {
     PipeRuntimeConfig rc;
-    rc.schedule = cfg.schedule;
+    rc.schedule = cfg.layout.schedule;
     rc.stages = spec.pp;
     rc.stage = stage_;
-    rc.virtual_stages = cfg.virtual_stages;
+    rc.virtual_stages = cfg.layout.virtual_stages;
     rc.micro_batches = static_cast<int>(accum_);
-    const bool sp = cfg.sequence_parallel && spec.tp > 1;
-    rc.message = (sp ? cfg.micro_batch * cfg.seq / spec.tp : cfg.micro_batch * cfg.seq) * cfg.model.n_embd;
+    const bool sp = cfg.layout.sp();
+    const int64_t B = cfg.layout.micro_batch;
+    rc.message = (sp ? B * cfg.seq / spec.tp : B * cfg.seq) * cfg.model.n_embd;
     // With sequence parallelism a rank's rows are its slice already.
     rc.scatter_gather = spec.tp > 1 && !sp;
     // NCCL matches point-to-point in posting order: the interleaved schedule then exchanges
@@ -84,14 +85,14 @@ Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
                                                  backend_, rc);
   }
   // One micro-batch of host payload, of the family's kind.
-  batch_ = cfg.model.family->make_batch(cfg.model, cfg.micro_batch, cfg.seq);
+  batch_ = cfg.model.family->make_batch(cfg.model, cfg.layout.micro_batch, cfg.seq);
   build_chunks();
 }
 
 Engine::~Engine() = default;
 
 void Engine::build_compression() {
-  const CompressionPolicy& c = cfg_.compression;
+  const CompressionPolicy& c = cfg_.layout.compression;
   auto wrap = [&](const CodecSpec& spec, DeviceComm& inner, const char* key) -> std::unique_ptr<CompressedComm> {
     if (spec.off() || inner.size() == 1) return nullptr;
     return std::make_unique<CompressedComm>(inner, make_codec(spec, backend_, key));
@@ -103,8 +104,8 @@ void Engine::build_compression() {
 }
 
 void Engine::build_chunks() {
-  const GridSpec& spec = cfg_.grid;
-  const int vchunks = spec.pp > 1 ? cfg_.virtual_stages : 1;
+  const GridSpec spec = cfg_.layout.grid();
+  const int vchunks = cfg_.layout.chunks();
   // Balanced by cost: the output head counts as Vp / (12 C) layers on the last chunk.
   const double head_cost = pipeline_head_cost(cfg_.model);
   const std::vector<StageRange> parts = partition_layers(cfg_.model.n_layer, spec.pp, vchunks, {}, head_cost);
@@ -115,15 +116,13 @@ void Engine::build_chunks() {
     ch->global = g;
     ch->spec = {parts[g].first_layer, parts[g].num_layers, g == 0, g == K - 1};
     ch->model = make_model(cfg_.model, backend_, /*local_store=*/false, spec.tp, tp_rank_, ch->spec);
-    ch->model->set_tp(tp_ops_.get(), cfg_.sequence_parallel);
-    DataParallelConfig dpc = cfg_.data_parallel;
-    dpc.training = cfg_.training;  // inference: no gradient buffers
-    dpc.dp_replicate = spec.dp_replicate;  // HSDP: the store splits dp into dp_shard x dp_replicate
-    ch->store = std::make_unique<DataParallel>(ch->model->layout(), *dp_device_, dpc, backend_);
-    ch->store->set_traffic(dp_grad_traffic_.get(), dp_param_traffic_.get(), cfg_.compression.error_feedback);
+    ch->model->set_tp(tp_ops_.get(), cfg_.layout.sequence_parallel);
+    // Inference: no gradient buffers; HSDP: the store splits dp into dp_shard x dp_replicate.
+    ch->store = std::make_unique<DataParallel>(ch->model->layout(), *dp_device_, cfg_.store_config(), backend_);
+    ch->store->set_traffic(dp_grad_traffic_.get(), dp_param_traffic_.get(), cfg_.layout.compression.error_feedback);
     ch->model->set_store(ch->store.get());
     if (spec.pp > 1 && (ch->spec.embedding || ch->spec.head)) ch->store->set_tied_embedding(tied_device_.get());
-    ch->model->set_recompute(cfg_.recompute, cfg_.recompute_layers);
+    ch->model->set_recompute(cfg_.layout.recompute, cfg_.layout.recompute_layers);
     ch->model->set_precision(cfg_.precision);
     ch->model->reserve(*batch_, cfg_.training, cfg_.head_chunk, runtime_ ? runtime_->slots(c) : 1);
     if (cfg_.training) {
@@ -140,7 +139,7 @@ void Engine::build_chunks() {
 void Engine::set_norm_skip(Chunk& ch) {
   std::vector<std::pair<int64_t, int64_t>> skip;
   for (const ParamTensor& t : ch.model->layout().tensors()) {
-    if (cfg_.grid.tp > 1 && tp_rank_ != 0 && t.split == TpSplit::kReplicated) {
+    if (cfg_.layout.tp > 1 && tp_rank_ != 0 && t.split == TpSplit::kReplicated) {
       skip.emplace_back(t.offset, t.offset + t.numel);
     } else if (ch.global != 0 && t.group == 0) {  // the front group held again with a tied head
       skip.emplace_back(t.offset, t.offset + t.numel);
@@ -205,7 +204,7 @@ double Engine::run_micro_batches(const BatchFn& batch, float loss_scale, PipeSte
     return pipe.loss_sum;
   }
   double loss_sum = 0.0;
-  const int64_t B = cfg_.micro_batch;
+  const int64_t B = cfg_.layout.micro_batch;
   Model& model = *chunks_[0]->model;
   DataParallel& store = *chunks_[0]->store;
   for (int64_t m = 0; m < accum_; ++m) {
@@ -223,8 +222,8 @@ double Engine::grad_norm_sq() {
     ch->store->finish_step_gradients();
     norm_sq += ch->store->grad_norm_sq();
   }
-  if (cfg_.grid.tp > 1) comm(Axis::kTp).all_reduce_sum(&norm_sq, 1);
-  if (cfg_.grid.pp > 1) comm(Axis::kPp).all_reduce_sum(&norm_sq, 1);
+  if (cfg_.layout.tp > 1) comm(Axis::kTp).all_reduce_sum(&norm_sq, 1);
+  if (cfg_.layout.pp > 1) comm(Axis::kPp).all_reduce_sum(&norm_sq, 1);
   return norm_sq;
 }
 
@@ -242,10 +241,10 @@ int64_t Engine::global_weight(const BatchFn& batch) {
   // (every stage reads them alike), and the integer sums add exactly over dp.
   double w = 0.0;
   for (int64_t m = 0; m < accum_; ++m) {
-    fill_batch(batch, dp_rank_ * per_rank_ + m * cfg_.micro_batch, cfg_.micro_batch);
+    fill_batch(batch, dp_rank_ * per_rank_ + m * cfg_.layout.micro_batch, cfg_.layout.micro_batch);
     w += static_cast<double>(batch_->weight());
   }
-  if (cfg_.grid.dp > 1) comm(Axis::kDp).all_reduce_sum(&w, 1);
+  if (cfg_.layout.dp > 1) comm(Axis::kDp).all_reduce_sum(&w, 1);
   if (w <= 0.0) throw_input("the global batch of {} samples holds no positions to average the loss over", cfg_.global_batch);
   return static_cast<int64_t>(w);
 }
@@ -262,7 +261,7 @@ Model& Engine::generator(int c) {
 
 StepResult Engine::step(float lr, const BatchFn& batch) {
   WEFT_CHECK(cfg_.training, "Engine::step on an inference-only engine");
-  const GridSpec& spec = cfg_.grid;
+  const GridSpec spec = cfg_.layout.grid();
   for (auto& ch : chunks_) {
     ch->store->take_exposed_seconds();
     ch->store->begin_step();
@@ -309,9 +308,9 @@ std::vector<DeviceBuffer*> Engine::feedback_residuals() {
 }
 
 std::string Engine::feedback_source() const {
-  if (chunks_.empty() || !cfg_.training || cfg_.grid.dp == 1) return "";
-  if (cfg_.compression.error_feedback && !cfg_.compression.dp.off()) {
-    return "compression.dp " + cfg_.compression.dp.name();
+  if (chunks_.empty() || !cfg_.training || cfg_.layout.dp == 1) return "";
+  if (cfg_.layout.compression.error_feedback && !cfg_.layout.compression.dp.off()) {
+    return "compression.dp " + cfg_.layout.compression.dp.name();
   }
   const ZeroPPConfig& z = cfg_.data_parallel.zeropp;
   if (z.quantized_gradients && z.error_feedback) return fmt::format("zero.quantized_gradients int{}", z.gradients.bits);
@@ -337,8 +336,8 @@ void Engine::carry_feedback(bool applied, double step_scale) {
 double Engine::forward_loss(const HostBatch& mb) {
   if (!runtime_) return chunks_[0]->model->loss_sum(mb);
   const int64_t T = cfg_.seq, rows = mb.samples();
-  const int64_t tp = cfg_.grid.tp;
-  const int64_t count = (cfg_.sequence_parallel && tp > 1 ? rows * T / tp : rows * T) * cfg_.model.n_embd;
+  const int64_t tp = cfg_.layout.tp;
+  const int64_t count = (cfg_.layout.sequence_parallel && tp > 1 ? rows * T / tp : rows * T) * cfg_.model.n_embd;
   double l = 0.0;
   runtime_->forward_only(count, [&](int c, const float* x) -> const float* {
     Chunk& ch = *chunks_[static_cast<size_t>(c)];
@@ -359,12 +358,12 @@ void Engine::fill_rows(const BatchFn& batch, const std::vector<int64_t>& mine, i
 void Engine::outputs_rows(const BatchFn& batch, int64_t count, float* out) {
   if (runtime_) {
     throw_input("the model's outputs are computed without pipeline stages (pp {}); score them with pp 1",
-                cfg_.grid.pp);
+                cfg_.layout.pp);
   }
   Model& m = *chunks_[0]->model;
   const int64_t E = m.output_elems();
-  const int64_t B = cfg_.micro_batch;
-  const int dp = cfg_.grid.dp;
+  const int64_t B = cfg_.layout.micro_batch;
+  const int dp = cfg_.layout.dp;
   // As evaluate_rows: rows dealt round-robin over the dp ranks, every rank running the same
   // number of forward passes; pass p covers the rows [p B dp, (p + 1) B dp) of all ranks.
   std::vector<int64_t> mine;
@@ -389,8 +388,8 @@ void Engine::outputs_rows(const BatchFn& batch, int64_t count, float* out) {
 }
 
 double Engine::evaluate_rows(const BatchFn& batch, int64_t count) {
-  const int64_t B = cfg_.micro_batch;
-  const int dp = cfg_.grid.dp;
+  const int64_t B = cfg_.layout.micro_batch;
+  const int dp = cfg_.layout.dp;
   // Every rank runs the same number of forward passes (ZeRO-3 gathers parameters inside them);
   // a rank without rows left runs one on row 0 and ignores it.
   std::vector<int64_t> mine;
@@ -409,7 +408,7 @@ double Engine::evaluate_rows(const BatchFn& batch, int64_t count) {
       sums[1] += static_cast<double>(batch_->weight());
     }
   }
-  if (cfg_.grid.pp > 1) comm(Axis::kPp).all_reduce_sum(sums, 1);  // the loss lives on the last stage
+  if (cfg_.layout.pp > 1) comm(Axis::kPp).all_reduce_sum(sums, 1);  // the loss lives on the last stage
   comm(Axis::kDp).all_reduce_sum(sums, 2);
   return sums[0] / sums[1];
 }

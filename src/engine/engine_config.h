@@ -3,34 +3,28 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 
-#include "comm/codec_spec.h"
 #include "core/precision.h"
 #include "model/config.h"
-#include "parallel/recompute.h"
 #include "optim/loss_scale.h"
 #include "optim/optim_config.h"
 #include "parallel/dp/dp_config.h"
-#include "parallel/grid.h"
-#include "parallel/pp/schedule.h"
+#include "parallel/layout.h"
 
 namespace weft {
 
 struct EngineConfig {
   ModelConfig model;
   int64_t seq = 0;             // T
-  int64_t micro_batch = 1;     // B
   int64_t global_batch = 1;    // G sequences per step, over every dp rank
-  GridSpec grid;               // tp, pp, dp and their rank order (validated by the layout rules)
-  PipeSchedule schedule = PipeSchedule::k1F1B;
-  int virtual_stages = 1;      // chunks per stage (interleaved)
-  bool sequence_parallel = false;
-  DataParallelConfig data_parallel;
-  // [compression] (comm/codec_spec.h): the codec of each kind of traffic; all off: no
-  // compressing communicator anywhere (the uncompressed run, bit for bit).
-  CompressionPolicy compression;
-  Recompute recompute = Recompute::kNone;
-  int recompute_layers = -1;
+  // The parallel layout (parallel/layout.h; validated by the layout rules): tp, pp, dp and the
+  // rank order, the micro-batch, ZeRO and HSDP, sp, recompute, the schedule, ZeRO++ (its knobs as
+  // resolved into data_parallel.zeropp) and [compression] (all off: no compressing communicator
+  // anywhere, the uncompressed run bit for bit). The planner prices this very value.
+  Layout layout;
+  // The data-parallel store's settings beyond the layout (buckets, prefetch, ZeRO++'s quantizers).
+  DataParallelOptions data_parallel;
   Precision precision = Precision::kFp32;
   int64_t head_chunk = 0;
   AdamWConfig adamw;
@@ -41,6 +35,32 @@ struct EngineConfig {
   // How device buffers move between ranks (comm/device_comm_registry.h): "mpi" (host-staged
   // where the backend refuses host access), "nccl" (cuda only); "": the backend's default.
   std::string comm;
+
+  // ZeRO++ as resolved against the dp_shard group and the nodes (parallel/dp/zeropp.h
+  // resolve_zeropp): the store's settings, and the layout's knobs that the planner prices
+  // (zeropp "custom" when any is on; the layout's defaults when none is).
+  void set_zeropp(ZeroPPConfig z) {
+    Layout& l = layout;
+    const Layout none;
+    l.zeropp = z.active() ? ZeroPP::kCustom : none.zeropp;
+    l.qwz = z.active() ? z.quantized_weights : none.qwz;
+    l.hpz = z.active() ? z.hpz : none.hpz;
+    l.qgz = z.active() ? z.quantized_gradients : none.qgz;
+    l.hierarchy = z.active() ? z.levels : none.hierarchy;
+    l.quant_block = z.active() ? static_cast<int>(z.gradients.block) : none.quant_block;
+    data_parallel.zeropp = std::move(z);
+  }
+
+  // What the data-parallel store of this run takes (the options with the layout's ZeRO stage
+  // and HSDP split).
+  DataParallelConfig store_config() const {
+    DataParallelConfig c;
+    static_cast<DataParallelOptions&>(c) = data_parallel;
+    c.zero = layout.zero;
+    c.dp_replicate = layout.dp_replicate;
+    c.training = training;
+    return c;
+  }
 };
 
 }  // namespace weft

@@ -20,7 +20,7 @@ void round_host(float* x, int64_t n, Precision p) {
 }  // namespace
 
 void Engine::to_local(const Chunk& ch, const float* whole, float* local) const {
-  if (cfg_.grid.tp == 1 && cfg_.grid.pp == 1) {
+  if (cfg_.layout.tp == 1 && cfg_.layout.pp == 1) {
     std::memcpy(local, whole, static_cast<size_t>(ch.n()) * sizeof(float));
   } else {
     extract_tp_part(ch.model->layout(), *whole_, whole, local);
@@ -29,9 +29,9 @@ void Engine::to_local(const Chunk& ch, const float* whole, float* local) const {
 
 void Engine::to_whole(const Chunk& ch, const float* local, float* whole) {
   const int64_t nc = ch.n();
-  const int tp = cfg_.grid.tp;
+  const int tp = cfg_.layout.tp;
   if (tp == 1) {
-    if (cfg_.grid.pp == 1) {
+    if (cfg_.layout.pp == 1) {
       std::memcpy(whole, local, static_cast<size_t>(nc) * sizeof(float));
     } else {
       insert_tp_part(ch.model->layout(), *whole_, local, whole);
@@ -49,7 +49,7 @@ void Engine::to_whole(const Chunk& ch, const float* local, float* whole) {
 // embedding from chunk 0 only) and the pipeline group sums them. `local(ch, buf)` fills a
 // chunk's part.
 void Engine::to_whole_model(const std::function<void(Chunk&, float*)>& local, float* whole) {
-  if (cfg_.grid.pp == 1) {
+  if (cfg_.layout.pp == 1) {
     Buffer<float> part(static_cast<size_t>(chunks_[0]->n()));
     local(*chunks_[0], part.data());
     to_whole(*chunks_[0], part.data(), whole);
@@ -64,11 +64,9 @@ void Engine::to_whole_model(const std::function<void(Chunk&, float*)>& local, fl
     Buffer<float> part(static_cast<size_t>(ch.n()));
     local(ch, part.data());
     to_whole(ch, part.data(), whole);
-    if (ch.global != 0) {
-      for (const char* name : {"transformer.wte.weight", "transformer.wpe.weight"}) {
-        const ParamTensor* t = whole_->find(name);
-        std::fill(whole + t->offset, whole + t->offset + t->numel, 0.0f);
-      }
+    if (ch.global != 0) {  // its copy of the front group (the head's tied tensors)
+      const auto [b, e] = whole_->group_range(0);
+      std::fill(whole + b, whole + e, 0.0f);
     }
   }
   comm(Axis::kPp).all_reduce_sum(whole, n_full);
@@ -85,7 +83,7 @@ void Engine::load_params(Chunk& ch, float* fp32) {
 void Engine::init_params(uint64_t seed) {
   for (auto& chp : chunks_) {
     Chunk& ch = *chp;
-    if (cfg_.data_parallel.zero == 3) {
+    if (cfg_.layout.zero == 3) {
       // This rank's shard only: computed on the host, uploaded into the store's shard.
       const int64_t n = ch.store->shard_end() - ch.store->shard_begin();
       std::vector<float> shard(static_cast<size_t>(n));

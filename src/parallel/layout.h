@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "comm/codec_spec.h"
+#include "parallel/grid.h"
 #include "parallel/recompute.h"
 #include "parallel/pp/schedule.h"
 
@@ -64,6 +65,12 @@ struct Layout {
   int world() const { return tp * pp * dp; }
   int dp_shard() const { return dp_replicate > 0 ? dp / dp_replicate : dp; }
   bool zeropp_on() const { return qwz || hpz > 1 || qgz; }
+  // The process grid of this layout (tp, pp, dp, the rank order, the HSDP split).
+  GridSpec grid() const { return GridSpec{tp, pp, dp, order, dp_replicate}; }
+  // Sequence parallelism as it runs: on only where there is a tp group to split over.
+  bool sp() const { return sequence_parallel && tp > 1; }
+  // Model chunks per stage as they run: 1 without a pipeline.
+  int chunks() const { return pp > 1 ? virtual_stages : 1; }
   // "tp 4 pp 16 dp 2 mb 1 zero 1 full sp 1f1b"; HSDP: "tp 2 pp 1 dp 4 (dp_shard 2 x dp_replicate 2) mb 1 ...";
   // ZeRO++: "... zero++(qwz hpz 8 qgz 8)";
   // compression: "... hybrid(dp=int4 params=int8 tp=bf16)". The rank order is not named.

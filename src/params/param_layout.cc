@@ -24,7 +24,8 @@ ParamLayout::ParamLayout(const ParamTable& table, int tp_size, int tp_rank, cons
       tp_size_(tp_size),
       tp_rank_(tp_rank),
       stage_(resolve_stage(static_cast<int>(table.layers.size()), stage)),
-      init_value_(table.init_value) {
+      init_value_(table.init_value),
+      foreign_(table.foreign) {
   if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size) throw_input("tensor-parallel rank {} of {}", tp_rank, tp_size);
   group_tensors_.assign(static_cast<size_t>(n_layer_ + 2), {-1, -1});
   // The family's tensors in its order: the ids (the initialisation's RNG streams) follow it.
@@ -204,6 +205,23 @@ const ParamTensor* ParamLayout::find(const std::string& name) const {
     if (t.name == name) return &t;
   }
   return nullptr;
+}
+
+std::string ForeignNames::strip(const std::string& name) const {
+  const std::string& p = optional_prefix;
+  return !p.empty() && name.compare(0, p.size(), p) == 0 ? name.substr(p.size()) : name;
+}
+
+bool ForeignNames::is_buffer(const std::string& name, const std::string& prefix) const {
+  if (layer_buffers.empty()) return false;
+  const std::string head = prefix + layer_prefix;
+  if (name.compare(0, head.size(), head) != 0) return false;
+  size_t i = head.size();
+  const size_t digits_begin = i;
+  while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
+  if (i == digits_begin) return false;
+  const std::string rest = name.substr(i);
+  return std::find(layer_buffers.begin(), layer_buffers.end(), rest) != layer_buffers.end();
 }
 
 float ParamLayout::family_value(const ParamTensor& t, int64_t i) const {

@@ -50,6 +50,24 @@ struct ParamSpec {
   bool tied_head = false;          // it is also the output head (weight tying: checkpoints may hold both names)
 };
 
+// How another program's files name a family's tensors (a Hugging Face export of the model), for
+// the checkpoint loader (ckpt/checkpoint.cc), which knows no family: a prefix of the layout's
+// names that such files may leave out, the name under which they hold the output head weft ties
+// to the tied_head tensor (checked equal to it on load), and the per-layer buffers they carry
+// besides the parameters (ignored on load). All empty: a family with no foreign files.
+struct ForeignNames {
+  std::string optional_prefix;  // GPT-2: "transformer." (the Hub's GPT2Model files hold "h.0...")
+  std::string tied_head;        // GPT-2: "lm_head.weight"; "": none
+  // A buffer's name: [file prefix] layer_prefix <layer digits> one of layer_buffers.
+  std::string layer_prefix;                // GPT-2: "h."
+  std::vector<std::string> layer_buffers;  // GPT-2: ".attn.bias", ".attn.masked_bias" (causal masks)
+
+  // `name` without optional_prefix (unchanged when it does not start with it).
+  std::string strip(const std::string& name) const;
+  // Whether `name` is one of the per-layer buffers in a file whose names carry `prefix`.
+  bool is_buffer(const std::string& name, const std::string& prefix) const;
+};
+
 // A family's parameters in layout order: the front group (0: embeddings, everything before the
 // blocks), one list per transformer layer (groups 1..L), the back group (L+1: the final norm and
 // what reads it).
@@ -61,6 +79,7 @@ struct ParamTable {
   bool front_with_head = false;
   // kFamily tensors: element i of the whole tensor t (may be empty when none is declared).
   std::function<float(const struct ParamTensor& t, int64_t i)> init_value;
+  ForeignNames foreign;  // how imported files name these tensors
 };
 
 struct ParamTensor {
@@ -137,6 +156,8 @@ class ParamLayout {
   std::span<const ParamTensor> group_tensors(int g) const;
   // kFamily tensors' values (ParamTable::init_value).
   float family_value(const ParamTensor& t, int64_t i) const;
+  // How imported files name the tensors (ParamTable::foreign).
+  const ForeignNames& foreign() const { return foreign_; }
 
  private:
   void add(const ParamSpec& spec, int layer, int group);
@@ -146,6 +167,7 @@ class ParamLayout {
   int tp_size_ = 1, tp_rank_ = 0;
   StageSpec stage_;
   std::function<float(const ParamTensor&, int64_t)> init_value_;
+  ForeignNames foreign_;
   // Tensor index range [first, end) of each group held, first = -1 if absent.
   std::vector<std::pair<int, int>> group_tensors_;
   uint64_t next_id_ = 0;          // add(): the next tensor id

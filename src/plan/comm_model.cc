@@ -59,13 +59,13 @@ struct Job {
   std::vector<ChunkInfo> chunks;
 
   explicit Job(const EngineConfig& e)
-      : ec(e), grid(e.grid), tp(e.grid.tp), pp(e.grid.pp), dp(e.grid.dp), v(e.grid.pp > 1 ? e.virtual_stages : 1),
-        ds(e.grid.dp_shard()), dr(e.grid.dp_replicate) {
+      : ec(e), grid(e.layout.grid()), tp(e.layout.tp), pp(e.layout.pp), dp(e.layout.dp), v(e.layout.chunks()),
+        ds(e.layout.dp_shard()), dr(e.layout.dp_replicate) {
     K = pp * v;
-    m = e.global_batch / dp / e.micro_batch;
-    N = e.micro_batch * e.seq;
+    m = e.global_batch / dp / e.layout.micro_batch;
+    N = e.layout.micro_batch * e.seq;
     C = e.model.n_embd;
-    sp = e.sequence_parallel && tp > 1;
+    sp = e.layout.sp();
     const double head_cost = pipeline_head_cost(e.model);
     const std::vector<StageRange> parts = partition_layers(e.model.n_layer, pp, v, {}, head_cost);
     for (int s = 0; s < pp; ++s) {
@@ -92,12 +92,12 @@ struct Job {
   std::unique_ptr<ModelDescription> describe(const ChunkInfo& ch) const {
     RunSpec spec;
     spec.model = ec.model;
-    spec.B = ec.micro_batch;
+    spec.B = ec.layout.micro_batch;
     spec.T = ec.seq;
     spec.tp = tp;
     spec.sequence_parallel = sp;
-    spec.recompute = ec.recompute;
-    spec.recompute_layers = ec.recompute_layers;
+    spec.recompute = ec.layout.recompute;
+    spec.recompute_layers = ec.layout.recompute_layers;
     spec.precision = ec.precision;
     spec.head_chunk = ec.head_chunk;
     spec.stage = ch.spec;
@@ -448,7 +448,7 @@ void add_qgz(CallSet& cs, const ZeroPPConfig& z, const ParamLayout& layout, cons
 // reducing that part of the Vp x C table (DataParallel::embedding_backward).
 void add_store(CallSet& cs, const Job& j, const ChunkInfo& ch, int t, const std::vector<int>& g,
                const CommStepContext& ctx) {
-  const int zero = j.ec.data_parallel.zero;
+  const int zero = j.ec.layout.zero;
   const ParamLayout layout = param_layout(j.ec.model, j.tp, t, ch.spec);
   const int64_t n = layout.total();
   const std::string ax = j.shard_axis();
@@ -512,7 +512,7 @@ void add_store(CallSet& cs, const Job& j, const ChunkInfo& ch, int t, const std:
 // group has its own sizes.
 void add_replicate(CallSet& cs, const Job& j, const ChunkInfo& ch, int t) {
   if (j.dr <= 1) return;
-  const int zero = j.ec.data_parallel.zero;
+  const int zero = j.ec.layout.zero;
   const ParamLayout layout = param_layout(j.ec.model, j.tp, t, ch.spec);
   const int64_t n = layout.total(), shard = (n + j.ds - 1) / j.ds;
   std::vector<std::pair<int64_t, int64_t>> ranges;
@@ -542,7 +542,7 @@ void add_data_parallel(CallSet& cs, const Job& j, const CommStepContext& ctx) {
       // The embedding's (token, row) exchange, zero 0/1: every dp rank's rows, over the whole
       // dp group (HSDP too).
       // A family whose embedding gradients are not sparse rows (ClimaX) reduces them whole.
-      if (j.ec.data_parallel.zero <= 1 && j.dp > 1 && !tied && ch.spec.embedding &&
+      if (j.ec.layout.zero <= 1 && j.dp > 1 && !tied && ch.spec.embedding &&
           j.ec.model.capabilities().sparse_embedding_grads) {
         const std::vector<int> g = j.group(Axis::kDp, t, ch.stage, 0);
         cs.add("all_gather", "dp", j.dp * j.N * kI32, g, 1);

@@ -1,4 +1,4 @@
-// The analytic communication model: for a model and a layout (an EngineConfig: tp, sp, pp,
+// The analytic communication model: for a model and a layout (an EngineConfig: its Layout of tp, sp, pp,
 // schedule, virtual stages, micro-batches, dp, ZeRO stage and its bucket size and prefetch,
 // recompute, precision), every call weft's training step makes, on every group of every axis,
 // with the bytes the tracer records for it (comm/tracer.h's convention). It describes what
@@ -18,7 +18,7 @@
 // Only the training step's traffic (the tracer's phase "train") is modelled: evaluation,
 // checkpoint gathers and the metrics' small gathers are other phases.
 //
-// HSDP (EngineConfig::grid.dp_replicate > 1): the store's ZeRO calls run on each dp_shard
+// HSDP (EngineConfig::layout.dp_replicate > 1): the store's ZeRO calls run on each dp_shard
 // group (axis "dp-shard"), its replicas' all-reduces on each dp_replicate group
 // ("dp-replicate"), the embedding's row exchange and the loss on the whole dp group ("dp").
 #pragma once

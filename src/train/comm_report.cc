@@ -289,13 +289,14 @@ nlohmann::json row_json(const RowKey& k, const Row& row) {
 int log2_class(int64_t bytes) { return bytes <= 1 ? 0 : static_cast<int>(std::floor(std::log2(static_cast<double>(bytes)))); }
 
 nlohmann::json layout_json(const EngineConfig& ec) {
-  return {{"tp", ec.grid.tp}, {"pp", ec.grid.pp}, {"dp", ec.grid.dp}, {"dp_replicate", ec.grid.dp_replicate},
-          {"sp", ec.sequence_parallel && ec.grid.tp > 1},
-          {"zero", ec.data_parallel.zero}, {"schedule", schedule_name(ec.schedule)},
-          {"micro_batches", ec.global_batch / ec.grid.dp / ec.micro_batch}, {"micro_batch", ec.micro_batch},
+  const Layout& l = ec.layout;
+  return {{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"dp_replicate", l.dp_replicate},
+          {"sp", l.sp()},
+          {"zero", l.zero}, {"schedule", schedule_name(l.schedule)},
+          {"micro_batches", ec.global_batch / ec.layout.dp / ec.layout.micro_batch}, {"micro_batch", ec.layout.micro_batch},
           {"seq", ec.seq}, {"global_batch", ec.global_batch},
-          {"virtual_stages", ec.grid.pp > 1 ? ec.virtual_stages : 1}, {"recompute", recompute_name(ec.recompute)},
-          {"precision", precision_name(ec.precision)}, {"order", ec.grid.order},
+          {"virtual_stages", l.chunks()}, {"recompute", recompute_name(l.recompute)},
+          {"precision", precision_name(ec.precision)}, {"order", ec.layout.order},
           {"bucket_bytes", ec.data_parallel.bucket_bytes}, {"prefetch", ec.data_parallel.prefetch}};
 }
 

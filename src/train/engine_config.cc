@@ -91,21 +91,14 @@ EngineConfig engine_config(const RunConfig& cfg, const ModelConfig& model, int w
   EngineConfig ec;
   ec.model = model;
   ec.seq = cfg.seq_len > 0 ? cfg.seq_len : model.n_ctx;
-  ec.micro_batch = cfg.micro_batch;
   ec.global_batch = cfg.global_batch;
   // The layout, validated in one place (parallel/layout_rules.h, shared with the planner).
-  const RunLayout rl = validate_run_layout(cfg, model, world_size);
-  ec.grid = rl.grid;
-  ec.schedule = rl.layout.schedule;
-  ec.virtual_stages = ec.grid.pp > 1 ? rl.layout.virtual_stages : 1;
-  ec.sequence_parallel = cfg.sequence_parallel;
-  ec.data_parallel.zero = static_cast<int>(cfg.zero);
+  ec.layout = validate_run_layout(cfg, model, world_size);
+  ec.layout.virtual_stages = ec.layout.chunks();
   ec.data_parallel.bucket_bytes = static_cast<int64_t>(cfg.bucket_mb * 1048576.0);
   ec.data_parallel.prefetch = static_cast<int>(cfg.prefetch);
-  ec.data_parallel.zeropp = run_zeropp(cfg, ec.grid, nullptr);
-  ec.compression = run_compression(cfg, ec.grid, ec.data_parallel.zeropp, nullptr);
-  ec.recompute = parse_recompute(cfg.recompute);
-  ec.recompute_layers = static_cast<int>(cfg.recompute_layers);
+  ec.set_zeropp(run_zeropp(cfg, ec.layout.grid(), nullptr));
+  ec.layout.compression = run_compression(cfg, ec.layout.grid(), ec.data_parallel.zeropp, nullptr);
   ec.precision = parse_precision(cfg.precision);
   ec.head_chunk = cfg.head_chunk;
   ec.adamw.lr = static_cast<float>(cfg.lr);

@@ -24,12 +24,12 @@ std::string tensor_name(const GridCoords& c, int chunk) {
 // elements on the same ranks.
 std::map<std::string, std::string> layout_meta(const Engine& e) {
   const EngineConfig& c = e.config();
-  std::map<std::string, std::string> m = {{"tp", std::to_string(c.grid.tp)},
-                                          {"pp", std::to_string(c.grid.pp)},
-                                          {"dp", std::to_string(c.grid.dp)},
-                                          {"virtual_stages", std::to_string(c.grid.pp > 1 ? c.virtual_stages : 1)}};
+  std::map<std::string, std::string> m = {{"tp", std::to_string(c.layout.tp)},
+                                          {"pp", std::to_string(c.layout.pp)},
+                                          {"dp", std::to_string(c.layout.dp)},
+                                          {"virtual_stages", std::to_string(c.layout.chunks())}};
   // HSDP shards over dp_shard: a residual's elements depend on the split (absent: 1).
-  if (c.grid.dp_replicate > 1) m["dp_replicate"] = std::to_string(c.grid.dp_replicate);
+  if (c.layout.dp_replicate > 1) m["dp_replicate"] = std::to_string(c.layout.dp_replicate);
   return m;
 }
 

@@ -43,7 +43,7 @@ ForecastEval evaluate_forecasts(Engine& engine, const ForecastEvalSpec& spec) {
   r.latitude_weights = latitude_weights(ds.lat());
   const std::vector<float>& clim = spec.climatology;
   // Forecasts of `chunk` start times at once: a micro-batch on every data-parallel rank.
-  const int64_t chunk = engine.config().micro_batch * engine.config().grid.dp;
+  const int64_t chunk = engine.config().layout.micro_batch * engine.config().layout.dp;
   std::vector<float> x(static_cast<size_t>(n_v)), y(static_cast<size_t>(chunk * n_v)), pred(y.size());
   for (size_t k = 0; k < spec.lead_steps.size(); ++k) {
     const int64_t lead = spec.lead_steps[k];

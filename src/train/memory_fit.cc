@@ -75,9 +75,9 @@ std::optional<MemoryAvailable> cgroup_available() {
 }
 
 // The ranks that share this rank's node, and their predicted bytes summed.
-MemoryNeed node_need(const RunConfig& cfg, const EngineConfig& ec, Communicator& world) {
+MemoryNeed node_need(const EngineConfig& ec, Communicator& world) {
   const NodeMap nodes = make_node_map(world);
-  const plan::WeftRunShape shape = run_memory_shape(cfg, ec);
+  const plan::WeftRunShape shape = run_memory_shape(ec);
   const int mine = nodes.node_of_rank.at(static_cast<size_t>(world.rank()));
   MemoryNeed need;
   need.ranks = 0;
@@ -96,7 +96,7 @@ MemoryNeed node_need(const RunConfig& cfg, const EngineConfig& ec, Communicator&
 }  // namespace
 
 std::pair<int, int> stage_and_dp_rank(const EngineConfig& ec, int world_rank) {
-  const GridCoords c = GridLayout(ec.grid).coords_of(world_rank);
+  const GridCoords c = GridLayout(ec.layout.grid()).coords_of(world_rank);
   return {c[static_cast<size_t>(Axis::kPp)], c[static_cast<size_t>(Axis::kDp)]};
 }
 
@@ -145,12 +145,12 @@ void check_memory_fit(const RunConfig& cfg, const EngineConfig& ec, Communicator
   if (cfg.memory_check == "off") return;
   if (const int64_t device_free = backend.device_memory_free(); device_free >= 0) {
     const auto [stage, dp_rank] = stage_and_dp_rank(ec, world.rank());
-    MemoryNeed need{plan::weft_rank_memory(run_memory_shape(cfg, ec), stage, dp_rank), 1,
+    MemoryNeed need{plan::weft_rank_memory(run_memory_shape(ec), stage, dp_rank), 1,
                     fmt::format("the {} device of rank {}", backend.name(), world.rank())};
     require_memory_fit(need, {static_cast<double>(device_free), "free device memory"}, cfg.memory_check);
     return;
   }
-  const MemoryNeed need = node_need(cfg, ec, world);  // collective: every rank calls it
+  const MemoryNeed need = node_need(ec, world);  // collective: every rank calls it
   const std::optional<MemoryAvailable> avail = host_memory_available();
   if (!avail) {
     log_warn("memory check skipped: neither /proc/meminfo nor a cgroup limit could be read");

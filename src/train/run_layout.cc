@@ -113,19 +113,17 @@ LayoutCandidate run_layout_candidate(const RunConfig& cfg, const ModelConfig& mc
   return c;
 }
 
-RunLayout validate_run_layout(const RunConfig& cfg, int world_size) {
+LayoutCandidate validate_run_layout(const RunConfig& cfg, int world_size) {
   return validate_run_layout(cfg, cfg.model_config(), world_size);
 }
 
-RunLayout validate_run_layout(const RunConfig& cfg, const ModelConfig& mc, int world_size) {
-  RunLayout r;
-  r.layout = run_layout_candidate(cfg, mc, world_size);
-  check_layout(r.layout);
-  r.layout.dp_shard_request = r.layout.resolved_dp_shard();
-  r.layout.dp = r.layout.resolved_dp();
-  r.grid = GridSpec{r.layout.tp, r.layout.pp, r.layout.dp, r.layout.order, r.layout.dp_replicate};
-  validate_layout(r.grid, world_size);  // the rank order (sizes and world product passed above)
-  return r;
+LayoutCandidate validate_run_layout(const RunConfig& cfg, const ModelConfig& mc, int world_size) {
+  LayoutCandidate l = run_layout_candidate(cfg, mc, world_size);
+  check_layout(l);
+  l.dp_shard_request = l.resolved_dp_shard();
+  l.dp = l.resolved_dp();
+  validate_layout(l.grid(), world_size);  // the rank order (sizes and world product passed above)
+  return l;
 }
 
 }  // namespace weft

@@ -33,13 +33,10 @@ LayoutCandidate run_layout_candidate(const RunConfig& cfg, int world_size);
 // The same for a model given apart from the config's preset (a checkpoint's).
 LayoutCandidate run_layout_candidate(const RunConfig& cfg, const ModelConfig& mc, int world_size);
 
-struct RunLayout {
-  GridSpec grid;           // tp, pp, dp (resolved), the rank order and dp_replicate
-  LayoutCandidate layout;  // dp and dp_shard resolved
-};
-
 // Every layout rule, then the grid's own check of the rank order. InputError naming the values.
-RunLayout validate_run_layout(const RunConfig& cfg, int world_size);
-RunLayout validate_run_layout(const RunConfig& cfg, const ModelConfig& mc, int world_size);
+// The candidate returned has dp and dp_shard resolved (its grid(): tp, pp, dp, the rank order
+// and dp_replicate).
+LayoutCandidate validate_run_layout(const RunConfig& cfg, int world_size);
+LayoutCandidate validate_run_layout(const RunConfig& cfg, const ModelConfig& mc, int world_size);
 
 }  // namespace weft

@@ -13,45 +13,9 @@ namespace fs = std::filesystem;
 
 namespace weft {
 
-namespace {
-
-// This run's layout as the planner describes it.
-plan::Layout plan_layout(const RunConfig& cfg, const EngineConfig& ec) {
-  plan::Layout pl;
-  pl.tp = ec.grid.tp;
-  pl.pp = ec.grid.pp;
-  pl.dp = ec.grid.dp;
-  pl.dp_replicate = ec.grid.dp_replicate;
-  pl.order = ec.grid.order;
-  pl.micro_batch = ec.micro_batch;
-  pl.zero = ec.data_parallel.zero;
-  pl.recompute = ec.recompute;
-  pl.recompute_layers = static_cast<int>(cfg.recompute_layers);
-  pl.sequence_parallel = ec.sequence_parallel && ec.grid.tp > 1;
-  pl.schedule = ec.schedule;
-  pl.virtual_stages = ec.grid.pp > 1 ? ec.virtual_stages : 1;
-  // ZeRO++ (resolved against the nodes) and [compression]: the prediction prices what runs.
-  const ZeroPPConfig& z = ec.data_parallel.zeropp;
-  if (z.active()) {
-    pl.zeropp = plan::ZeroPP::kCustom;
-    pl.qwz = z.quantized_weights;
-    pl.hpz = z.hpz;
-    pl.qgz = z.quantized_gradients;
-    pl.hierarchy = z.levels;
-    pl.quant_block = static_cast<int>(z.gradients.block);
-  }
-  if (ec.compression.any()) {
-    pl.compression = ec.compression;
-    pl.compression_name = "custom";
-  }
-  return pl;
-}
-
-}  // namespace
-
 RunPrediction predict_run(const RunConfig& cfg, const EngineConfig& ec, int stage, int dp_rank) {
   RunPrediction r;
-  const plan::Layout pl = plan_layout(cfg, ec);
+  const plan::Layout& pl = ec.layout;
   r.system_path = cfg.system;
   if (r.system_path.empty() && fs::exists("systems/local.toml")) r.system_path = "systems/local.toml";
   if (!r.system_path.empty()) {
@@ -64,18 +28,18 @@ RunPrediction predict_run(const RunConfig& cfg, const EngineConfig& ec, int stag
     }
   }
   // The closed-form prediction of this rank's memory (src/plan/weft_memory.h).
-  r.memory = plan::weft_rank_memory(run_memory_shape(cfg, ec), stage, dp_rank);
+  r.memory = plan::weft_rank_memory(run_memory_shape(ec), stage, dp_rank);
   return r;
 }
 
-plan::WeftRunShape run_memory_shape(const RunConfig& cfg, const EngineConfig& ec) {
+plan::WeftRunShape run_memory_shape(const EngineConfig& ec) {
   plan::WeftRunShape shape;
   shape.model = ec.model;
   shape.seq = ec.seq;
-  shape.micro_batches = ec.global_batch / ec.grid.dp / ec.micro_batch;
+  shape.micro_batches = ec.global_batch / ec.layout.dp / ec.layout.micro_batch;
   shape.head_chunk = ec.head_chunk;
   shape.prefetch = ec.data_parallel.prefetch;
-  shape.layout = plan_layout(cfg, ec);
+  shape.layout = ec.layout;
   shape.master_weights = ec.precision != Precision::kFp32;
   shape.zeropp = ec.data_parallel.zeropp;
   return shape;
@@ -96,18 +60,18 @@ void log_run_setup(const RunSetup& s, const RunPrediction& pred) {
   }
   log_info("weft train: model {} ({} layers, {} heads, hidden {}, context {}), {:.2f}M parameters on this rank ({:.2f}M without padding)",
            mc.name, mc.n_layer, mc.n_head, mc.n_embd, mc.n_ctx, e.num_params() / 1e6, e.num_unpadded() / 1e6);
-  if (ec.recompute != Recompute::kNone) {
-    log_info("activation recompute: {}{}", recompute_name(ec.recompute),
+  if (ec.layout.recompute != Recompute::kNone) {
+    log_info("activation recompute: {}{}", recompute_name(ec.layout.recompute),
              cfg.recompute_layers > 0 ? fmt::format(" ({} layers per stage)", cfg.recompute_layers) : std::string());
   }
-  log_info("layout: {}, zero {}; backend {}, {} threads per rank", e.grid().layout().describe(), ec.data_parallel.zero,
+  log_info("layout: {}, zero {}; backend {}, {} threads per rank", e.grid().layout().describe(), ec.layout.zero,
            s.cfg->backend, s.threads);
   if (PipelineRuntime* rt = e.pipeline()) {
     log_info("pipeline: schedule {}, stage {} of {}, {} chunk(s): {}; {} (micro-batch, chunk) forwards in flight at most",
-             schedule_name(ec.schedule), e.stage(), ec.grid.pp, e.num_chunks(), e.describe_chunks(), rt->max_in_flight());
+             schedule_name(ec.layout.schedule), e.stage(), ec.layout.pp, e.num_chunks(), e.describe_chunks(), rt->max_in_flight());
   }
-  log_info("data: {}; global batch {} = dp {} x {} micro-batches of {}", s.data, ec.global_batch, ec.grid.dp,
-           e.accumulation(), ec.micro_batch);
+  log_info("data: {}; global batch {} = dp {} x {} micro-batches of {}", s.data, ec.global_batch, ec.layout.dp,
+           e.accumulation(), ec.layout.micro_batch);
   const plan::MemoryBreakdown& m = pred.memory;
   if (m.total <= 0) return;  // not priced
   log_info("memory predicted for this rank: params {:.1f} MiB, grads {:.1f} MiB, optimizer {:.1f} MiB, activations {:.1f} MiB, workspace {:.1f} MiB, comm {:.1f} MiB",
@@ -133,7 +97,7 @@ nlohmann::json memory_json(const DataParallelMemory& stores) {
 }
 
 nlohmann::json pipeline_json(Engine& engine, const PipeStepStats& st, const std::string& schedule) {
-  const int pp = engine.config().grid.pp, v = engine.num_chunks();
+  const int pp = engine.config().layout.pp, v = engine.num_chunks();
   double mine[5] = {st.busy_s, st.wait_s, st.span_s, static_cast<double>(st.in_flight_peak),
                     static_cast<double>(engine.pipeline()->max_in_flight())};
   std::vector<double> all(static_cast<size_t>(5 * pp));

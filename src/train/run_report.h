@@ -28,7 +28,7 @@ struct RunPrediction {
 RunPrediction predict_run(const RunConfig& cfg, const EngineConfig& ec, int stage, int dp_rank);
 // The run as weft's memory model sees it (plan/weft_memory.h): what predict_run prices, also
 // used before the engine exists (train/memory_fit.h).
-plan::WeftRunShape run_memory_shape(const RunConfig& cfg, const EngineConfig& ec);
+plan::WeftRunShape run_memory_shape(const EngineConfig& ec);
 
 // The set-up lines of the log: model, layout, pipeline, data, predicted memory and step time.
 struct RunSetup {

@@ -166,8 +166,8 @@ class TrainLoop {
 int64_t TrainLoop::eval_passes() const {
   const EngineConfig& ec = engine_.config();
   const int64_t windows = data_.val_rows(cfg_.val_batches * ec.global_batch);
-  const int64_t most = (windows + ec.grid.dp - 1) / ec.grid.dp;
-  return (most + ec.micro_batch - 1) / ec.micro_batch;
+  const int64_t most = (windows + ec.layout.dp - 1) / ec.layout.dp;
+  return (most + ec.layout.micro_batch - 1) / ec.layout.micro_batch;
 }
 
 // The communication report's link levels: the node map's, plus the ZeRO++ levels inside a
@@ -176,10 +176,10 @@ int64_t TrainLoop::eval_passes() const {
 LinkLevels report_link_levels(const EngineConfig& ec, const NodeMap& nodes) {
   LinkLevels l = LinkLevels::from_nodes(nodes);
   const ZeroPPConfig& z = ec.data_parallel.zeropp;
-  const GridLayout grid(ec.grid);
+  const GridLayout grid(ec.layout.grid());
   GridCoords one{};
   one[static_cast<size_t>(Axis::kDp)] = 1;
-  const int stride = ec.grid.dp > 1 ? grid.world_rank_of(one) : 1;
+  const int stride = ec.layout.dp > 1 ? grid.world_rank_of(one) : 1;
   const int per_node = nodes.ranks_per_node();
   for (size_t i = z.levels.size(); i-- > 0;) {
     const int size = z.levels[i] * stride;
@@ -243,8 +243,8 @@ void TrainLoop::save(int64_t step) {
                  {"optimizer_steps", engine_.optimizer_steps()}, {"precision", precision_name(ec.precision)},
                  {"loss_scale", ls.scale()}, {"loss_scale_good_steps", ls.good_steps()},
                  {"layout",
-                  {{"tp", ec.grid.tp}, {"pp", ec.grid.pp}, {"dp", ec.grid.dp}, {"dp_shard", ec.grid.dp_shard()},
-                   {"dp_replicate", ec.grid.dp_replicate}, {"zero", ec.data_parallel.zero}}},
+                  {{"tp", ec.layout.tp}, {"pp", ec.layout.pp}, {"dp", ec.layout.dp}, {"dp_shard", ec.layout.dp_shard()},
+                   {"dp_replicate", ec.layout.dp_replicate}, {"zero", ec.layout.zero}}},
                  {"spike_window", spikes_.state()}};
     files_.write_with(dir, [&] { save_checkpoint(dir, d); });
     prune_checkpoints(cfg_.out, cfg_.keep_last);
@@ -283,7 +283,7 @@ void TrainLoop::log_step(int64_t done, float lr, const StepResult& r, double dt)
   const double mean_dt = timed_steps_ > 0 ? time_sum_ / timed_steps_ : dt;
   log_info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | {:.1f} ms{} | ETA {}", done,
            cfg_.steps, r.loss, lr, r.grad_norm, tps, dt * 1e3,
-           engine_.config().grid.dp > 1 ? fmt::format(" (dp comm exposed {:.1f} ms)", r.dp_exposed_s * 1e3) : std::string(),
+           engine_.config().layout.dp > 1 ? fmt::format(" (dp comm exposed {:.1f} ms)", r.dp_exposed_s * 1e3) : std::string(),
            format_duration(mean_dt * (cfg_.steps - done)));
 }
 
@@ -418,14 +418,14 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
                                    : make_node_map(world);
   }
   if (zeropp) {
-    ec.data_parallel.zeropp = run_zeropp(cfg, ec.grid, &nodes);
-    log_info("ZeRO++: {} (nodes: {})", ec.data_parallel.zeropp.describe(ec.grid.dp_shard()), nodes.source);
+    ec.set_zeropp(run_zeropp(cfg, ec.layout.grid(), &nodes));
+    log_info("ZeRO++: {} (nodes: {})", ec.data_parallel.zeropp.describe(ec.layout.dp_shard()), nodes.source);
     for (const std::string& n : ec.data_parallel.zeropp.notes) log_info("ZeRO++: {}", n);
   }
-  if (ec.compression.any()) {
+  if (ec.layout.compression.any()) {
     std::vector<std::string> notes;
-    ec.compression = run_compression(cfg, ec.grid, ec.data_parallel.zeropp, &notes);
-    log_info("compression: {}", ec.compression.describe());
+    ec.layout.compression = run_compression(cfg, ec.layout.grid(), ec.data_parallel.zeropp, &notes);
+    log_info("compression: {}", ec.layout.compression.describe());
     for (const std::string& n : notes) log_warn("compression: {}", n);
   }
   // One run per folder: held from before the folder is read for a resume or cleared for

@@ -466,6 +466,65 @@ TEST(CheckpointTest, UnknownTensorsAndDtypesAreErrors) {
             file + ": transformer.ln_f.bias has dtype I32, expected F32, F16, BF16 or F64");
 }
 
+// The loader knows no family: what a foreign file may hold besides the parameters comes from the
+// family's ParamTable::foreign. A toy family's table (a "body." prefix, a tied "out.weight" head,
+// "blk.<i>.mask" buffers) loads a file that uses those names; the same table without foreign names
+// refuses the extra tensors, and a GPT-2 name means nothing to it.
+TEST(CheckpointTest, ForeignNamesComeFromTheFamilysTable) {
+  ParamTable table;
+  table.front = {{"body.emb.weight", 0, {6, 4}, TpSplit::kRows, true, ParamInit::kNormal}};
+  table.front[0].tied_head = true;
+  table.layers = {{{"body.blk.0.w", 0, {4, 4}, TpSplit::kReplicated, true, ParamInit::kNormal}},
+                  {{"body.blk.1.w", 0, {4, 4}, TpSplit::kReplicated, true, ParamInit::kNormal}}};
+  table.back = {{"body.norm.bias", 0, {4}, TpSplit::kReplicated, false, ParamInit::kZeros}};
+  ForeignNames foreign{"body.", "out.weight", "blk.", {".mask"}};
+  EXPECT_EQ(foreign.strip("body.blk.0.w"), "blk.0.w");
+  EXPECT_EQ(foreign.strip("other.x"), "other.x");
+  EXPECT_TRUE(foreign.is_buffer("blk.12.mask", ""));
+  EXPECT_TRUE(foreign.is_buffer("body.blk.3.mask", "body."));
+  EXPECT_FALSE(foreign.is_buffer("blk.x.mask", ""));
+  EXPECT_FALSE(foreign.is_buffer("blk.1.mask2", ""));
+  EXPECT_FALSE(ForeignNames{}.is_buffer("h.0.attn.bias", ""));
+
+  const ParamLayout plain(table);
+  table.foreign = foreign;
+  const ParamLayout with_foreign(table);
+  std::vector<float> params;
+  fill_pattern(with_foreign, 60, params);
+  TempDir tmp;
+  const std::string dir = tmp / "toy";
+  fs::create_directories(dir);
+  const std::string file = dir + "/model.safetensors";
+  // The names without the optional prefix, the tied head equal to its tensor, two mask buffers.
+  std::vector<TensorRef> refs;
+  for (const ParamTensor& t : with_foreign.tensors()) {
+    refs.push_back({foreign.strip(t.name), StDType::kF32, t.hf_shape, params.data() + t.offset});
+  }
+  const std::vector<float> mask(4, 1.0f);
+  refs.push_back({"out.weight", StDType::kF32, {6, 4}, params.data()});
+  refs.push_back({"blk.0.mask", StDType::kF32, {2, 2}, mask.data()});
+  refs.push_back({"blk.1.mask", StDType::kF32, {2, 2}, mask.data()});
+  write_safetensors(file, refs, {});
+  std::vector<float> out(params.size(), NAN);
+  load_checkpoint_params(dir, with_foreign, out.data(), CheckpointVerify::kAlreadyVerified);
+  EXPECT_EQ(out, params);
+  // A head that differs from its tied tensor is named with both.
+  std::vector<float> head(params.begin(), params.begin() + 24);
+  head[9] += 1.0f;
+  refs[refs.size() - 3].data = head.data();
+  write_safetensors(file, refs, {});
+  EXPECT_NE(input_error_message([&] { load_checkpoint_params(dir, with_foreign, out.data(), CheckpointVerify::kAlreadyVerified); })
+                .find(file + ": out.weight differs from emb.weight (row 2, column 1:"),
+            std::string::npos);
+  // Without the family's foreign names: its own names only, nothing else.
+  refs.clear();
+  for (const ParamTensor& t : plain.tensors()) refs.push_back({t.name, StDType::kF32, t.hf_shape, params.data() + t.offset});
+  refs.push_back({"blk.0.mask", StDType::kF32, {2, 2}, mask.data()});
+  write_safetensors(file, refs, {});
+  EXPECT_EQ(input_error_message([&] { load_checkpoint_params(dir, plain, out.data(), CheckpointVerify::kAlreadyVerified); }),
+            file + ": 1 tensor(s) that this model does not have: blk.0.mask (a checkpoint of a larger model?)");
+}
+
 // The checkpoint is what GPT2LMHeadModel.from_pretrained(dir) expects: checked by an
 // independent Python reader (json + numpy -> torch), with sums computed here.
 TEST(CheckpointTest, PythonReaderSeesHuggingFaceLayout) {

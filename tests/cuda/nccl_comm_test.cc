@@ -71,7 +71,7 @@ std::pair<double, double> one_step(Backend& be, const std::string& comm) {
   EngineConfig cfg;
   cfg.model = model_preset("tiny");
   cfg.seq = 32;
-  cfg.micro_batch = 1;
+  cfg.layout.micro_batch = 1;
   cfg.global_batch = 2;
   cfg.comm = comm;
   auto world = make_self_communicator("world");

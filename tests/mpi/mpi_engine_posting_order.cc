@@ -110,11 +110,11 @@ RunResult train(const std::string& comm, int m) {
   EngineConfig cfg;
   cfg.model = make_model_config("pp-test", 4, 2, 32, 16, 96);
   cfg.seq = 16;
-  cfg.micro_batch = 1;
+  cfg.layout.micro_batch = 1;
   cfg.global_batch = m * dp;
-  cfg.grid = GridSpec{1, 2, dp, "tp-dp-pp"};
-  cfg.schedule = PipeSchedule::kInterleaved;
-  cfg.virtual_stages = 2;
+  cfg.layout.pp = 2, cfg.layout.dp = dp;
+  cfg.layout.schedule = PipeSchedule::kInterleaved;
+  cfg.layout.virtual_stages = 2;
   cfg.comm = comm;
   auto be = make_cpu_backend();
   Engine engine(cfg, *world, *be);

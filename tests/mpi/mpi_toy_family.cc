@@ -217,10 +217,10 @@ Run train(Communicator& world, int zero_stage, int64_t micro_batch) {
   EngineConfig cfg;
   cfg.model = model_preset("toy-regression");
   cfg.seq = 0;
-  cfg.micro_batch = micro_batch;
+  cfg.layout.micro_batch = micro_batch;
   cfg.global_batch = kGlobalBatch;
-  cfg.grid = GridSpec{1, 1, world.size(), "tp-dp-pp"};
-  cfg.data_parallel.zero = zero_stage;
+  cfg.layout.dp = world.size();
+  cfg.layout.zero = zero_stage;
   cfg.adamw.weight_decay = 0.1f;
   auto be = make_cpu_backend();
   Engine engine(cfg, world, *be);

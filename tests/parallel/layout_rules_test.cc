@@ -173,9 +173,8 @@ TEST(RunLayout, TheTrainersEntryPointAppliesTheRules) {
     EXPECT_NE(std::string(e.what()).find("zero 3 with pp 2"), std::string::npos) << e.what();
   }
   cfg.zero = 1;
-  const RunLayout r = validate_run_layout(cfg, 8);
-  EXPECT_EQ(r.grid.dp, 2);  // derived
-  EXPECT_EQ(r.layout.dp, 2);
+  const LayoutCandidate r = validate_run_layout(cfg, 8);
+  EXPECT_EQ(r.dp, 2);  // derived
   cfg.order = "tp-xp-pp";  // the grid's own check comes after the rules
   EXPECT_THROW(validate_run_layout(cfg, 8), InputError);
 }
@@ -186,18 +185,18 @@ TEST(RunLayout, HybridShardedDpKeysResolveToTheGrid) {
   RunConfig cfg;
   cfg.tp = 2, cfg.zero = 3, cfg.micro_batch = 1, cfg.global_batch = 8;
   cfg.dp = 4;
-  RunLayout r = validate_run_layout(cfg, 8);
-  EXPECT_EQ(r.grid.dp, 4);
-  EXPECT_EQ(r.grid.dp_replicate, 1);
-  EXPECT_EQ(r.grid.dp_shard(), 4);
+  LayoutCandidate r = validate_run_layout(cfg, 8);
+  EXPECT_EQ(r.dp, 4);
+  EXPECT_EQ(r.dp_replicate, 1);
+  EXPECT_EQ(r.dp_shard(), 4);
   cfg.dp = 0, cfg.dp_shard = 2, cfg.dp_replicate = 2;  // --tp 2 --dp-shard 2 --dp-replicate 2 on 8 ranks
   r = validate_run_layout(cfg, 8);
-  EXPECT_EQ(r.grid.dp, 4);
-  EXPECT_EQ(r.grid.dp_replicate, 2);
-  EXPECT_EQ(r.layout.dp_shard_request, 2);
-  EXPECT_EQ(r.grid.order, "tp-dp-pp");
+  EXPECT_EQ(r.dp, 4);
+  EXPECT_EQ(r.dp_replicate, 2);
+  EXPECT_EQ(r.dp_shard_request, 2);
+  EXPECT_EQ(r.order, "tp-dp-pp");
   cfg.dp_shard = 0;  // derived: dp / dp_replicate
-  EXPECT_EQ(validate_run_layout(cfg, 8).layout.dp_shard_request, 2);
+  EXPECT_EQ(validate_run_layout(cfg, 8).dp_shard_request, 2);
   cfg.dp = 4, cfg.dp_shard = 4, cfg.dp_replicate = 2;  // --dp 4 --dp-shard 4 --dp-replicate 2: conflict
   try {
     validate_run_layout(cfg, 8);

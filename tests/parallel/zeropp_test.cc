@@ -189,5 +189,29 @@ TEST(ZeroPPConfigKeys, LayoutChecksNameTheValues) {
   EXPECT_EQ(z.level_names, (std::vector<std::string>{"pair", "node"}));
 }
 
+// The engine's layout is the planner's: ZeRO++ as resolved (EngineConfig::set_zeropp) in both the
+// store's settings and the layout's knobs; none requested: the layout's defaults.
+TEST(ZeroPPConfigKeys, TheEnginesLayoutHoldsTheResolvedKnobs) {
+  RunConfig c = config_with({{"zero", "3"}, {"quantized_gradients", "true"}, {"quantized_weights", "true"},
+                             {"hierarchy", "2,4"}, {"ranks_per_node", "4"}, {"block_size", "512"}});
+  const EngineConfig ec = engine_config(c, 8);
+  EXPECT_EQ(ec.layout.zeropp, ZeroPP::kCustom);
+  EXPECT_TRUE(ec.layout.qwz);
+  EXPECT_TRUE(ec.layout.qgz);
+  EXPECT_EQ(ec.layout.hpz, ec.data_parallel.zeropp.hpz);
+  EXPECT_EQ(ec.layout.hierarchy, ec.data_parallel.zeropp.levels);
+  EXPECT_EQ(ec.layout.quant_block, 512);
+  EXPECT_EQ(ec.layout.zero, 3);
+  EXPECT_EQ(ec.layout.dp, 8);
+  const EngineConfig plain = engine_config(config_with({{"zero", "3"}}), 8);
+  EXPECT_EQ(plain.layout.zeropp, ZeroPP::kNone);
+  EXPECT_FALSE(plain.layout.zeropp_on());
+  Layout want;
+  want.dp = 8, want.zero = 3;
+  EXPECT_EQ(plain.layout.describe(), want.describe());
+  EXPECT_EQ(plain.store_config().zero, 3);
+  EXPECT_EQ(plain.store_config().prefetch, plain.data_parallel.prefetch);
+}
+
 }  // namespace
 }  // namespace weft

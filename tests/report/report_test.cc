@@ -445,7 +445,7 @@ report::Run compression_run(const std::string& dir, const std::string& label, bo
     per_rank[static_cast<size_t>(r)].push_back(e);
   }
   CommReportInputs in;
-  in.ec.grid.dp = 2;
+  in.ec.layout.dp = 2;
   in.nodes = emulated_node_map(2, 1);
   in.first_step = 0, in.last_step = 1;
   fs::create_directories(dir);

@@ -128,7 +128,7 @@ class CommModelRuns : public ::testing::Test {
     std::vector<CommStepContext> out(static_cast<size_t>(cfg.steps));
     if (cfg.val_batches <= 0) return out;
     const int64_t windows = cfg.val_batches * ec.global_batch;  // the corpus holds more
-    const int64_t passes = ((windows + ec.grid.dp - 1) / ec.grid.dp + ec.micro_batch - 1) / ec.micro_batch;
+    const int64_t passes = ((windows + ec.layout.dp - 1) / ec.layout.dp + ec.layout.micro_batch - 1) / ec.layout.micro_batch;
     for (int64_t s = 0; s < cfg.steps; ++s) {
       out[static_cast<size_t>(s)].after_training = s > 0;
       const bool eval_before = s == 0 || (cfg.val_every > 0 && s % cfg.val_every == 0);
@@ -284,7 +284,7 @@ TEST(CommReport, CollectivesCountOncePerGroupWithTheSlowestLatency) {
   const std::vector<std::vector<TraceEvent>> per_rank = {{ev("all_reduce", "ranks 0,1", 0.002), ev("send", "peer 1", 0.001)},
                                                          {ev("all_reduce", "ranks 0,1", 0.005), ev("recv", "peer 0", 0.003)}};
   CommReportInputs in;
-  in.ec.grid.dp = 2;
+  in.ec.layout.dp = 2;
   in.nodes = emulated_node_map(2, 1);
   in.first_step = 0, in.last_step = 1;  // no contexts: the model is not asked
   const nlohmann::json rep = build_comm_report(per_rank, in);
@@ -331,7 +331,7 @@ TEST(CommReport, LevelsCountCrossingBytesPerStepAndAxis) {
     t.push_back(ev("all_reduce", "dp", 1000, "ranks 0-3", 2));
   }
   CommReportInputs in;
-  in.ec.grid.dp = 2;
+  in.ec.layout.dp = 2;
   in.nodes = emulated_node_map(4, 2);
   in.first_step = 0, in.last_step = 2;
   in.levels = LinkLevels::from_nodes(in.nodes);

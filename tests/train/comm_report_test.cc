@@ -61,7 +61,7 @@ std::vector<std::vector<TraceEvent>> compressed_trace() {
 
 CommReportInputs four_ranks_two_nodes() {
   CommReportInputs in;
-  in.ec.grid.dp = 4;
+  in.ec.layout.dp = 4;
   in.nodes = emulated_node_map(4, 2);
   in.first_step = 0, in.last_step = 2;  // no contexts: the model is not asked
   return in;
@@ -211,7 +211,7 @@ TEST(CommReportCompression, UncompressedTraceHasWireEqualRawAndNoCompressionText
   std::vector<std::vector<TraceEvent>> per_rank(2);
   for (int r = 0; r < 2; ++r) per_rank[static_cast<size_t>(r)].push_back(event("all_reduce", "dp", 1024, "ranks 0,1", 1));
   CommReportInputs in;
-  in.ec.grid.dp = 2;
+  in.ec.layout.dp = 2;
   in.nodes = emulated_node_map(2, 1);
   in.first_step = 0, in.last_step = 1;
   const json rep = build_comm_report(per_rank, in);
@@ -230,7 +230,7 @@ TEST(CommReportCompression, MembersDisagreeingOnTheCodecAreAnError) {
       {compressed(event("all_reduce", "dp", 1024, "ranks 0,1", 1), "int4", 128, 0.001)},
       {event("all_reduce", "dp", 1024, "ranks 0,1", 1)}};
   CommReportInputs in;
-  in.ec.grid.dp = 2;
+  in.ec.layout.dp = 2;
   in.nodes = emulated_node_map(2, 1);
   in.first_step = 0, in.last_step = 1;
   try {

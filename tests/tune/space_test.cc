@@ -94,7 +94,7 @@ TEST(TuneSpace, TrialCarriesZeroPPAndCompressionIntoTheRun) {
     }
     if (l.compression.any()) {
       compressed = true;
-      EXPECT_EQ(ec.compression.describe(), l.compression.describe()) << l.describe();
+      EXPECT_EQ(ec.layout.compression.describe(), l.compression.describe()) << l.describe();
     }
   }
   EXPECT_TRUE(zeropp && compressed);

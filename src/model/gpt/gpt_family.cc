@@ -136,6 +136,9 @@ ParamTable gpt_param_table(const ModelConfig& cfg) {
   // The lookup's gradient arrives as token rows; the head reads the same matrix.
   t.front[0].sparse_rows = true;
   t.front[0].tied_head = true;
+  // Hugging Face's files: with or without "transformer.", the head as "lm_head.weight" (tied to
+  // wte), the attention's causal-mask buffers per block (not parameters).
+  t.foreign = {"transformer.", "lm_head.weight", "h.", {".attn.bias", ".attn.masked_bias"}};
   static const char* const kNames[kParamsPerLayer] = {
       "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
       "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",

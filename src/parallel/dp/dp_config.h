@@ -7,12 +7,20 @@
 
 namespace weft {
 
-struct DataParallelConfig {
-  int zero = 0;                        // ZeRO stage 0..3
+// The store's settings that are not part of the parallel layout (parallel/layout.h): what a run
+// (EngineConfig::data_parallel) adds to its layout's ZeRO stage and HSDP split.
+struct DataParallelOptions {
   int64_t bucket_bytes = 8ll << 20;    // zero 0/1: gradient bucket size
   int prefetch = 1;                    // zero 3: groups gathered ahead
+  // zero 3: ZeRO++ (parallel/dp/zeropp.h) resolved against the dp_shard group: its quantizers,
+  // levels and error feedback (the layout holds the same knobs as the planner prices them).
+  ZeroPPConfig zeropp;
+};
+
+// Everything the store takes: the options above plus what the layout and the run say.
+struct DataParallelConfig : DataParallelOptions {
+  int zero = 0;                        // ZeRO stage 0..3
   bool training = true;                // false: inference only (eval, generation): no gradient buffers
-  ZeroPPConfig zeropp;                 // zero 3: ZeRO++ (parallel/dp/zeropp.h), resolved against the dp_shard group
   int dp_replicate = 1;                // HSDP: replicas of the dp_shard group (see data_parallel.h); divides the dp size
 };
 
