@@ -16,6 +16,12 @@ const char* ModelConfig::family_name() const { return family->name(); }
 
 void ModelConfig::validate() const { family->validate(*this); }
 
+void throw_own_fields(const ModelConfig& cfg, const char* want) {
+  const FamilyFields* own = cfg.own.get();
+  throw RuntimeError(fmt::format("internal check failed: model '{}' ({}): its family settings are {}, not {}", cfg.name,
+                                 cfg.family_name(), own != nullptr ? typeid(*own).name() : "missing", want));
+}
+
 std::vector<std::string> model_preset_names() {
   std::vector<std::string> names;
   for (const Family* f : registered_families()) {

@@ -1,11 +1,14 @@
 // The shapes of a model: the fields every family of transformers shares (layers, heads, width,
-// context, MLP size) and, for now, each family's own (the vocabulary of the language family, the
-// grid and patches of the weather ViT). Which family a config belongs to is a pointer into the
-// family registry (model/family.h): its presets, validation, capabilities and model live in its
-// folder, src/model/<family>/.
+// context, MLP size), the input its data source reads (tokens: the vocabulary; gridded fields:
+// the variables and the grid), and the family's own settings (FamilyFields, defined in the
+// family's folder: ClimaX's patch size and decoder depth). Which family a config belongs to is a
+// pointer into the family registry (model/family.h): its presets, validation, capabilities and
+// model live in its folder, src/model/<family>/.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include "core/model_capabilities.h"
@@ -15,6 +18,12 @@ namespace weft {
 class Family;
 // The first registered family (model/families.cc): a default-constructed config's.
 const Family& default_family();
+
+// A family's own settings beyond the shared fields of ModelConfig: the family derives a struct
+// from this in its folder and reads it back with ModelConfig::own_as<T>() (ClimaX: ClimaxFields).
+struct FamilyFields {
+  virtual ~FamilyFields() = default;
+};
 
 struct ModelConfig {
   std::string name = "tiny";
@@ -29,23 +38,36 @@ struct ModelConfig {
   float ln_eps = 1e-5f;
   float init_std = 0.02f;   // N(0, init_std); c_proj weights use init_std / sqrt(2L)
 
-  // ClimaX (model/climax/): `vars` variables V on an img_h x img_w latitude-longitude grid,
-  // cut into patch x patch patches; the sequence is the L = (img_h/patch)(img_w/patch) patches
-  // (n_ctx = L); decoder_depth Linear+GELU layers before the output Linear. The GPT's
+  // Gridded-field input (the "fields" data source checks its files against them): `vars`
+  // variables on an img_h x img_w latitude-longitude grid (0: a token model). A field model's
   // vocabulary sizes are 0.
   int vars = 0;
   int img_h = 0, img_w = 0;
-  int patch = 0;
-  int decoder_depth = 2;
+  // The family's own settings (null: none). Copies share them; they are never changed in place (a
+  // family that changes one sets a new struct).
+  std::shared_ptr<const FamilyFields> own;
+  // The family's own settings as its type T; an internal error when they are missing or of
+  // another type (a config of another family).
+  template <class T>
+  const T& own_as() const;
   // What the family supports (pipeline stages, sequence parallelism, selective recompute, ...).
   const ModelCapabilities& capabilities() const;
   // The family's name ("gpt"), for messages.
   const char* family_name() const;
-  int64_t num_patches() const { return patch > 0 ? int64_t{img_h / patch} * (img_w / patch) : 0; }
   int head_dim() const { return n_embd / n_head; }
   // Checks that the shapes are consistent (the family's rules); throws InputError naming the values.
   void validate() const;
 };
+
+// The message of own_as when the settings are missing or of another type.
+[[noreturn]] void throw_own_fields(const ModelConfig& cfg, const char* want);
+
+template <class T>
+const T& ModelConfig::own_as() const {
+  const T* t = dynamic_cast<const T*>(own.get());
+  if (t == nullptr) throw_own_fields(*this, typeid(T).name());
+  return *t;
+}
 
 // Rounds v up to a multiple of `multiple`.
 int64_t round_up(int64_t v, int64_t multiple);

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "data/field_batch.h"
 #include "model/config.h"
+#include "model/climax/climax_config.h"
 #include "model/config_json.h"
 #include "model/family.h"
 #include "model/gpt/gpt_config.h"
@@ -205,6 +206,35 @@ TEST(FamilyRegistry, RunConfigAppliesTheFamilysRules) {
   cfg.seq_len = 0;
   EXPECT_EQ(input_error([&] { open_run_data(cfg, mc, 3); }),
             "model 'toy-small' (toy) reads data source 'toy-data', which is not registered (known: fields, tokens)");
+}
+
+// A family's own settings travel in ModelConfig::own (ClimaX: patch size and decoder depth): its
+// presets, overrides and config.json keep them; copies share them; reading them as another
+// family's is an internal error naming both.
+TEST(FamilyRegistry, AFamilysOwnSettingsTravelWithTheConfig) {
+  const ModelConfig tiny = model_preset("climax-tiny");
+  EXPECT_EQ(climax_fields(tiny).patch, 4);
+  EXPECT_EQ(climax_fields(tiny).decoder_depth, 2);
+  EXPECT_EQ(num_patches(tiny), 8 * 16);
+  EXPECT_EQ(tiny.n_ctx, num_patches(tiny));
+  ModelConfig deeper = with_climax_fields(tiny, 4, 3);
+  EXPECT_EQ(climax_fields(tiny).decoder_depth, 2);  // the original's settings are untouched
+  EXPECT_EQ(climax_fields(deeper).decoder_depth, 3);
+  const ModelConfig back = deeper.family->from_config_json(nlohmann::json::parse(deeper.family->to_config_json(deeper).dump()), "test");
+  EXPECT_EQ(climax_fields(back).decoder_depth, 3);
+  EXPECT_EQ(climax_fields(back).patch, 4);
+  ShapeOverrides o;
+  o.n_layer = 3;
+  EXPECT_EQ(climax_fields(deeper.family->with_overrides(deeper, o)).decoder_depth, 3);
+  const ModelConfig gpt = model_preset("tiny");
+  EXPECT_EQ(gpt.own, nullptr);
+  try {
+    (void)climax_fields(gpt);
+    FAIL() << "no error";
+  } catch (const RuntimeError& e) {
+    EXPECT_NE(std::string(e.what()).find("model 'tiny' (gpt): its family settings are missing"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -32,14 +32,14 @@ TEST(PlanVit, ShapeCountsAreTheModelsOwn) {
     const ModelShape m = ModelShape::from_config(mc, 12345);  // a ClimaX sequence is its patches
     m.validate();
     EXPECT_EQ(m.family, &climax_family()) << name;
-    EXPECT_EQ(m.seq, mc.num_patches()) << name;
+    EXPECT_EQ(m.seq, num_patches(mc)) << name;
     ClimaxRunSpec s;
     s.model = mc;
     const ClimaxDescription d(s);
     EXPECT_EQ(m.total_params(), static_cast<double>(d.total_params())) << name;
     EXPECT_EQ(m.layer_params(), static_cast<double>(d.layer_params(1))) << name;
     EXPECT_EQ(m.model_flops_per_token(), ClimaxDescription::train_flops_per_token(mc)) << name;
-    EXPECT_EQ(m.config().decoder_depth, mc.decoder_depth) << name;
+    EXPECT_EQ(climax_fields(m.config()).decoder_depth, climax_fields(mc).decoder_depth) << name;
     std::printf("%-12s %8.4g B parameters, %lld patches, %.4g GFLOP per patch token\n", name, m.total_params() / 1e9,
                 static_cast<long long>(m.seq), m.model_flops_per_token() / 1e9);
   }
@@ -113,7 +113,7 @@ TEST(PlanVit, TensorParallelCallsIncludeTheAggregationsVTimesAllReduce) {
   cfg.micro_batch = 2;
   cfg.zero = 3;
   const EngineConfig ec = engine_config(cfg, mc, 4);
-  const int64_t m = 2, N = 2 * mc.num_patches(), C = mc.n_embd, V = mc.vars, Ld = mc.n_layer;
+  const int64_t m = 2, N = 2 * num_patches(mc), C = mc.n_embd, V = mc.vars, Ld = mc.n_layer;
   // Per micro-batch: 4 all-reduces of N C per block, the aggregation's N C + V N C + C.
   EXPECT_EQ(tp_bytes(model_step_comm(ec)), 4 * m * (4 * Ld * N * C + N * C + V * N * C + C));
   // The planner prices the same bytes (fp32 wires).

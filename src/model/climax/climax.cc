@@ -112,7 +112,7 @@ void ClimaX::set_latitudes(const std::vector<float>& lat_deg) {
   }
   if (!ws_) return;
   // The weights of one sample in the decoder's output order (L, p, p, V).
-  const int64_t p = c.patch, w = c.img_w / p, V = c.vars, K = V * p * p, L = c.num_patches();
+  const int64_t p = climax_fields(c).patch, w = c.img_w / p, V = c.vars, K = V * p * p, L = num_patches(c);
   std::vector<float> host(static_cast<size_t>(L * K));
   for (int64_t l = 0; l < L; ++l) {
     for (int64_t k = 0; k < K; ++k) host[static_cast<size_t>(l * K + k)] = lat_w_[static_cast<size_t>((l / w) * p + k / V / p)];
@@ -131,7 +131,7 @@ void ClimaX::reserve(const HostBatch& capacity, bool training, int64_t head_chun
 
 void ClimaX::reserve(int64_t B, int64_t T, bool training, int64_t, int slots) {
   const ModelConfig& c = config();
-  const int64_t L = c.num_patches();
+  const int64_t L = num_patches(c);
   if (T != 0 && T != L) throw_input("model '{}' has {} patches per sample, not a sequence of {}", c.name, L, T);
   if (B <= 0) throw_input("micro-batch {} must be positive", B);
   if (slots > 1) throw_input("model '{}': ClimaX models run without pipeline stages ({} activation slots)", c.name, slots);
@@ -146,7 +146,7 @@ void ClimaX::reserve(int64_t B, int64_t T, bool training, int64_t, int slots) {
   spec.training = training;
   const ClimaxDescription d(spec);
   const int64_t N = B * L, C = c.n_embd, Cl = tp_.part(C), F = tp_.part(c.ffn), NH = tp_.part(c.n_head);
-  const int64_t V = c.vars, P2 = int64_t{c.patch} * c.patch, K = V * P2;
+  const int64_t V = c.vars, P2 = patch_area(c), K = V * P2;
   st_.reset();
   ws_.reset();
   tp_.release();
@@ -216,7 +216,7 @@ void ClimaX::reserve(int64_t B, int64_t T, bool training, int64_t, int slots) {
   s.lnf = take(N * C);
   s.lnf_mean = take(N);
   s.lnf_rstd = take(N);
-  for (int dd = 0; dd < c.decoder_depth; ++dd) {
+  for (int dd = 0; dd < climax_fields(c).decoder_depth; ++dd) {
     s.dec_pre.push_back(take(N * C));
     s.dec_act.push_back(take(N * C));
   }
@@ -238,7 +238,7 @@ void ClimaX::check_batch(const ClimaxBatch& mb, int64_t B, bool training) const 
 // (N, p^2 V) in the decoder's output order; the lead times are uploaded as hours / 100.
 void ClimaX::upload(const ClimaxBatch& mb, int64_t B) {
   const ModelConfig& c = config();
-  const int64_t V = c.vars, H = c.img_h, W = c.img_w, p = c.patch, w = W / p, L = c.num_patches();
+  const int64_t V = c.vars, H = c.img_h, W = c.img_w, p = climax_fields(c).patch, w = W / p, L = num_patches(c);
   const int64_t P2 = p * p, K = V * P2, N = B * L;
   const int64_t n = B * V * H * W;
   for (int64_t i = 0; i < n; ++i) {
@@ -288,8 +288,8 @@ void ClimaX::upload(const ClimaxBatch& mb, int64_t B) {
 // Patch embeddings, variable embedding, variable aggregation, positions and lead time.
 void ClimaX::front_forward(int64_t B, const std::vector<float*>& w) {
   const ModelConfig& c = config();
-  const int64_t L = c.num_patches(), N = B * L, C = c.n_embd, Cl = tp_.part(C), NH = tp_.part(c.n_head);
-  const int64_t V = c.vars, P2 = int64_t{c.patch} * c.patch;
+  const int64_t L = num_patches(c), N = B * L, C = c.n_embd, Cl = tp_.part(C), NH = tp_.part(c.n_head);
+  const int64_t V = c.vars, P2 = patch_area(c);
   Stash& s = *st_;
   Work& ws = *ws_;
   Backend& be = backend_;
@@ -314,26 +314,27 @@ void ClimaX::front_forward(int64_t B, const std::vector<float*>& w) {
 
 void ClimaX::back_forward(int64_t B, const std::vector<float*>& w) {
   const ModelConfig& c = config();
-  const int64_t N = B * c.num_patches(), C = c.n_embd, K = int64_t{c.vars} * c.patch * c.patch;
+  const int64_t N = B * num_patches(c), C = c.n_embd, K = int64_t{c.vars} * patch_area(c);
   Stash& s = *st_;
   const float* x = c.n_layer > 0 ? s.layers.back().res3 : s.encoded;
   ln_.forward(s.lnf, s.lnf_mean, s.lnf_rstd, x, w[0], w[1], N, C);
   const float* h = s.lnf;
-  for (int d = 0; d < c.decoder_depth; ++d) {
+  const int D = climax_fields(c).decoder_depth;
+  for (int d = 0; d < D; ++d) {
     backend_.matmul_forward(s.dec_pre[d], h, w[2 + 2 * d], w[3 + 2 * d], N, C, C, false);
     rnd(s.dec_pre[d], N * C);
     backend_.gelu_forward(s.dec_act[d], s.dec_pre[d], N * C);
     rnd(s.dec_act[d], N * C);
     h = s.dec_act[d];
   }
-  backend_.matmul_forward(s.pred, h, w[2 + 2 * c.decoder_depth], w[3 + 2 * c.decoder_depth], N, C, K, false);
+  backend_.matmul_forward(s.pred, h, w[2 + 2 * D], w[3 + 2 * D], N, C, K, false);
   rnd(s.pred, N * K);
 }
 
 void ClimaX::forward(int64_t B) {
   tp_.check_ready();
   const ModelConfig& c = config();
-  const int64_t L = c.num_patches();
+  const int64_t L = num_patches(c);
   ParamStore& st = *store_;
   const std::vector<float*> front = layout_.group_ptrs(0, const_cast<float*>(st.acquire(0)));  // held to the end
   front_forward(B, front);
@@ -353,7 +354,7 @@ void ClimaX::forward(int64_t B) {
 // values; dloss != 0: the predictions become d(dloss * that sum)/d(pred) in place.
 double ClimaX::loss(int64_t B, float dloss) {
   const ModelConfig& c = config();
-  const int64_t L = c.num_patches(), K = int64_t{c.vars} * c.patch * c.patch;
+  const int64_t L = num_patches(c), K = int64_t{c.vars} * patch_area(c);
   Stash& s = *st_;
   const float per_value = 1.0f / static_cast<float>(K);
   backend_.weighted_mse(ws_->row_loss, dloss != 0.0f ? s.pred : nullptr, s.pred, ws_->targets, ws_->weights, B,
@@ -367,10 +368,10 @@ double ClimaX::loss(int64_t B, float dloss) {
 
 void ClimaX::back_backward(int64_t B, const std::vector<float*>& w, const std::vector<float*>& g) {
   const ModelConfig& c = config();
-  const int64_t N = B * c.num_patches(), C = c.n_embd, K = int64_t{c.vars} * c.patch * c.patch;
+  const int64_t N = B * num_patches(c), C = c.n_embd, K = int64_t{c.vars} * patch_area(c);
   Stash& s = *st_;
   Work& ws = *ws_;
-  const int D = c.decoder_depth;
+  const int D = climax_fields(c).decoder_depth;
   const float* h_last = D > 0 ? s.dec_act[D - 1] : s.lnf;
   float* dh = ws.dh0;
   float* other = ws.dh1;
@@ -392,8 +393,8 @@ void ClimaX::back_backward(int64_t B, const std::vector<float*>& w, const std::v
 
 void ClimaX::front_backward(int64_t B, const std::vector<float*>& w, const std::vector<float*>& g) {
   const ModelConfig& c = config();
-  const int64_t L = c.num_patches(), N = B * L, C = c.n_embd, Cl = tp_.part(C), NH = tp_.part(c.n_head);
-  const int64_t V = c.vars, P2 = int64_t{c.patch} * c.patch;
+  const int64_t L = num_patches(c), N = B * L, C = c.n_embd, Cl = tp_.part(C), NH = tp_.part(c.n_head);
+  const int64_t V = c.vars, P2 = patch_area(c);
   Stash& s = *st_;
   Work& ws = *ws_;
   Backend& be = backend_;
@@ -424,7 +425,7 @@ void ClimaX::front_backward(int64_t B, const std::vector<float*>& w, const std::
 
 double ClimaX::backward(int64_t B, float loss_scale) {
   const ModelConfig& c = config();
-  const int64_t L = c.num_patches();
+  const int64_t L = num_patches(c);
   const int G = c.n_layer + 1;
   ParamStore& st = *store_;
   const double sum = loss(B, loss_scale);
@@ -490,11 +491,11 @@ void ClimaX::forward_outputs(const HostBatch& mb, float* out) {
 
 double ClimaX::forward_backward(const ClimaxBatch& b, int64_t B, float loss_scale) {
   const double s = train_batch(b, B, loss_scale);
-  return s / static_cast<double>(B * config().num_patches());
+  return s / static_cast<double>(B * num_patches(config()));
 }
 
 double ClimaX::forward_loss(const ClimaxBatch& b, int64_t B) {
-  return batch_loss(b, B) / static_cast<double>(B * config().num_patches());
+  return batch_loss(b, B) / static_cast<double>(B * num_patches(config()));
 }
 
 void ClimaX::predict(const float* x, const float* lead, int64_t B, float* out) {
@@ -505,7 +506,8 @@ void ClimaX::predict(const float* x, const float* lead, int64_t B, float* out) {
   store_->release(config().n_layer + 1);
   store_->release(0);
   const ModelConfig& c = config();
-  const int64_t V = c.vars, H = c.img_h, W = c.img_w, p = c.patch, w = W / p, L = c.num_patches(), K = V * p * p;
+  const int64_t V = c.vars, H = c.img_h, W = c.img_w, p = climax_fields(c).patch, w = W / p, L = num_patches(c);
+  const int64_t K = V * p * p;
   std::vector<float> pred(static_cast<size_t>(B * L * K));
   backend_.copy_to_host(pred.data(), st_->pred, 0, pred.size() * sizeof(float));
   for (int64_t b = 0; b < B; ++b) {

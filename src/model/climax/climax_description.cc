@@ -15,14 +15,14 @@ ClimaxDescription::ClimaxDescription(const ClimaxRunSpec& spec) : s_(spec) {
   m.validate();
   check_tp_split(m, s_.tp);
   if (s_.B <= 0) throw_input("micro-batch {} must be positive", s_.B);
-  L_ = m.num_patches();
+  L_ = num_patches(m);
   N_ = s_.B * L_;
   C_ = m.n_embd;
   Cl_ = C_ / s_.tp;
   Fl_ = m.ffn / s_.tp;
   NHl_ = m.n_head / s_.tp;
   V_ = m.vars;
-  P2_ = int64_t{m.patch} * m.patch;
+  P2_ = patch_area(m);
   K_ = V_ * P2_;
   rf_ = 0;
   if (s_.training && s_.recompute == Recompute::kFull) {
@@ -32,7 +32,7 @@ ClimaxDescription::ClimaxDescription(const ClimaxRunSpec& spec) : s_(spec) {
 
 int64_t ClimaxDescription::front_params(int tp) const {
   const ModelConfig& m = s_.model;
-  const int64_t C = m.n_embd, V = m.vars, P2 = int64_t{m.patch} * m.patch, L = m.num_patches();
+  const int64_t C = m.n_embd, V = m.vars, P2 = patch_area(m), L = num_patches(m);
   return V * P2 * C + V * C      // token_embeds
          + V * C + C             // var_embed, var_query
          + (C * C + C) / tp      // var_agg.q
@@ -49,8 +49,8 @@ int64_t ClimaxDescription::layer_params(int tp) const {
 
 int64_t ClimaxDescription::back_params() const {
   const ModelConfig& m = s_.model;
-  const int64_t C = m.n_embd, K = int64_t{m.vars} * m.patch * m.patch;
-  return 2 * C + m.decoder_depth * (C * C + C) + C * K + K;
+  const int64_t C = m.n_embd, K = int64_t{m.vars} * patch_area(m);
+  return 2 * C + climax_fields(m).decoder_depth * (C * C + C) + C * K + K;
 }
 
 double ClimaxDescription::train_flops_per_token(const ModelConfig& m) {
@@ -68,7 +68,7 @@ double ClimaxDescription::forward_flops_per_token() const {
   const double C = static_cast<double>(C_), V = static_cast<double>(V_), P2 = static_cast<double>(P2_);
   const double K = static_cast<double>(K_), Ld = static_cast<double>(s_.model.n_layer);
   const double front = 2.0 * V * P2 * C + 4.0 * V * C * C + 4.0 * V * C + 2.0 * C * C;
-  const double back = 2.0 * (static_cast<double>(s_.model.decoder_depth) * C * C + C * K);
+  const double back = 2.0 * (static_cast<double>(climax_fields(s_.model).decoder_depth) * C * C + C * K);
   return front + Ld * layer_forward_flops_per_token() + back;
 }
 
@@ -94,7 +94,7 @@ int64_t ClimaxDescription::layer_stash_elems(int64_t i) const {
 int64_t ClimaxDescription::back_stash_elems() const {
   // final norm (N,C) + statistics (2N); per decoder layer pre-activation and GELU (2 N C);
   // the predictions (N,K).
-  return N_ * C_ + 2 * N_ + 2 * int64_t{s_.model.decoder_depth} * N_ * C_ + N_ * K_;
+  return N_ * C_ + 2 * N_ + 2 * int64_t{climax_fields(s_.model).decoder_depth} * N_ * C_ + N_ * K_;
 }
 
 int64_t ClimaxDescription::stash_elems() const {
@@ -119,7 +119,7 @@ int64_t ClimaxDescription::workspace_tensor_elems() const {
 EndsWork ClimaxDescription::ends_work() const {
   const double N = static_cast<double>(N_), C = static_cast<double>(C_), Cl = static_cast<double>(Cl_);
   const double V = static_cast<double>(V_), P2 = static_cast<double>(P2_), K = static_cast<double>(K_);
-  const double NHl = static_cast<double>(NHl_), D = static_cast<double>(s_.model.decoder_depth);
+  const double NHl = static_cast<double>(NHl_), D = static_cast<double>(climax_fields(s_.model).decoder_depth);
   // The query attention: reads k|v and the query, writes the probabilities and the output.
   Kernel att = Kernel::memory(V * N * 2 * Cl + Cl + N * NHl * V + N * Cl);
   att.flops = 4 * N * V * Cl;

@@ -50,8 +50,8 @@ nlohmann::ordered_json climax_config_json(const ModelConfig& cfg) {
   j["mlp_hidden"] = cfg.ffn;
   j["num_vars"] = cfg.vars;
   j["img_size"] = {cfg.img_h, cfg.img_w};
-  j["patch_size"] = cfg.patch;
-  j["decoder_depth"] = cfg.decoder_depth;
+  j["patch_size"] = climax_fields(cfg).patch;
+  j["decoder_depth"] = climax_fields(cfg).decoder_depth;
   j["activation_function"] = "gelu_tanh";
   j["layer_norm_epsilon"] = float_for_json(cfg.ln_eps);
   j["initializer_range"] = float_for_json(cfg.init_std);
@@ -81,7 +81,7 @@ ModelConfig climax_from_config_json(const nlohmann::json& j, const std::string& 
   }
   try {
     ModelConfig cfg = make_climax_config(name, depth, heads, embd, vars, h, w, patch, ffn);
-    cfg.decoder_depth = decoder;
+    cfg = with_climax_fields(cfg, patch, decoder);
     if (j.contains("layer_norm_epsilon") && j.at("layer_norm_epsilon").is_number()) {
       cfg.ln_eps = static_cast<float>(j.at("layer_norm_epsilon").get<double>());
     }
@@ -98,7 +98,7 @@ ModelConfig climax_from_config_json(const nlohmann::json& j, const std::string& 
 // lead-time embeddings and the decoder head are replicated. Weights normal(0, init_std) without
 // GPT-2's residual scaling (timm), the query and biases 0, var_embed and pos_embed sine-cosine.
 ParamTable climax_param_table(const ModelConfig& cfg) {
-  const int64_t C = cfg.n_embd, V = cfg.vars, P2 = int64_t{cfg.patch} * cfg.patch, L = cfg.num_patches();
+  const int64_t C = cfg.n_embd, V = cfg.vars, P2 = patch_area(cfg), L = num_patches(cfg);
   using S = TpSplit;
   using I = ParamInit;
   ParamTable t;
@@ -124,14 +124,13 @@ ParamTable climax_param_table(const ModelConfig& cfg) {
   }
   t.back = {{"norm.weight", 0, {C}, S::kReplicated, false, I::kOnes},
             {"norm.bias", 0, {C}, S::kReplicated, false, I::kZeros}};
-  for (int d = 0; d < cfg.decoder_depth; ++d) {
+  const int D = climax_fields(cfg).decoder_depth;
+  for (int d = 0; d < D; ++d) {
     t.back.push_back({fmt::format("head.{}.weight", 2 * d), 0, {C, C}, S::kReplicated, true, I::kNormal});
     t.back.push_back({fmt::format("head.{}.bias", 2 * d), 0, {C}, S::kReplicated, false, I::kZeros});
   }
-  t.back.push_back(
-      {fmt::format("head.{}.weight", 2 * cfg.decoder_depth), 0, {C, V * P2}, S::kReplicated, true, I::kNormal});
-  t.back.push_back(
-      {fmt::format("head.{}.bias", 2 * cfg.decoder_depth), 0, {V * P2}, S::kReplicated, false, I::kZeros});
+  t.back.push_back({fmt::format("head.{}.weight", 2 * D), 0, {C, V * P2}, S::kReplicated, true, I::kNormal});
+  t.back.push_back({fmt::format("head.{}.bias", 2 * D), 0, {V * P2}, S::kReplicated, false, I::kZeros});
   return t;
 }
 
@@ -149,7 +148,7 @@ float sincos_embedding(const ModelConfig& cfg, int kind, int64_t index) {
   if (kind == kClimaxVarEmbed) return one_d(C, static_cast<double>(row), col);
   // get_2d_sincos_pos_embed(D, h, w): the first D/2 columns encode the patch's column index,
   // the last D/2 its row index (MAE's meshgrid(w, h) order).
-  const int64_t w = cfg.img_w / cfg.patch, hi = row / w, wi = row % w;
+  const int64_t w = cfg.img_w / climax_fields(cfg).patch, hi = row / w, wi = row % w;
   return col < C / 2 ? one_d(C / 2, static_cast<double>(wi), col) : one_d(C / 2, static_cast<double>(hi), col - C / 2);
 }
 
@@ -227,16 +226,17 @@ class ClimaxFamily final : public Family {
     return std::nullopt;
   }
   void validate(const ModelConfig& c) const override {
+    const ClimaxFields& f = climax_fields(c);
     if (c.n_layer <= 0 || c.n_head <= 0 || c.n_embd <= 0 || c.ffn <= 0 || c.vars <= 0 || c.img_h <= 0 ||
-        c.img_w <= 0 || c.patch <= 0 || c.decoder_depth < 0) {
+        c.img_w <= 0 || f.patch <= 0 || f.decoder_depth < 0) {
       throw_input(
           "model '{}': every size must be positive (layers {}, heads {}, hidden {}, ffn {}, variables {}, grid {}x{}, "
           "patch {}, decoder depth {})",
-          c.name, c.n_layer, c.n_head, c.n_embd, c.ffn, c.vars, c.img_h, c.img_w, c.patch, c.decoder_depth);
+          c.name, c.n_layer, c.n_head, c.n_embd, c.ffn, c.vars, c.img_h, c.img_w, f.patch, f.decoder_depth);
     }
-    if (c.img_h % c.patch != 0 || c.img_w % c.patch != 0) {
+    if (c.img_h % f.patch != 0 || c.img_w % f.patch != 0) {
       throw_input("model '{}': the grid {}x{} is not divisible by the patch size {}", c.name, c.img_h, c.img_w,
-                  c.patch);
+                  f.patch);
     }
     if (c.n_embd % c.n_head != 0) {
       throw_input("model '{}': hidden size {} is not divisible by the number of heads {}", c.name, c.n_embd, c.n_head);
@@ -245,9 +245,9 @@ class ClimaxFamily final : public Family {
       throw_input("model '{}': hidden size {} must be a multiple of 4 (the 2-D sine-cosine position embedding)",
                   c.name, c.n_embd);
     }
-    if (c.n_ctx != c.num_patches()) {
+    if (c.n_ctx != num_patches(c)) {
       throw_input("model '{}': n_ctx {} must equal the {} patches of a {}x{} grid in {}x{} patches", c.name, c.n_ctx,
-                  c.num_patches(), c.img_h, c.img_w, c.patch, c.patch);
+                  num_patches(c), c.img_h, c.img_w, f.patch, f.patch);
     }
   }
   // The block sizes may change; the sequence is the grid's patches and there is no vocabulary.
@@ -256,18 +256,18 @@ class ClimaxFamily final : public Family {
     if (o.n_ctx != 0 || o.vocab_size != 0) {
       throw_input("n_ctx {} and vocab_size {} do not apply to the ClimaX model '{}': its sequence is its {} patches "
                   "and it has no vocabulary",
-                  o.n_ctx, o.vocab_size, base.name, base.num_patches());
+                  o.n_ctx, o.vocab_size, base.name, num_patches(base));
     }
     const auto pick = ShapeOverrides::pick;
     const int C = pick(o.n_embd, base.n_embd);
     ModelConfig c = make_climax_config(base.name, pick(o.n_layer, base.n_layer), pick(o.n_head, base.n_head), C,
-                                       base.vars, base.img_h, base.img_w, base.patch, o.mlp(base, C));
-    c.decoder_depth = base.decoder_depth;
+                                       base.vars, base.img_h, base.img_w, climax_fields(base).patch, o.mlp(base, C));
+    c = with_climax_fields(c, climax_fields(base).patch, climax_fields(base).decoder_depth);
     c.ln_eps = base.ln_eps;
     c.init_std = base.init_std;
     return c;
   }
-  int64_t fixed_positions(const ModelConfig& cfg) const override { return cfg.num_patches(); }
+  int64_t fixed_positions(const ModelConfig& cfg) const override { return num_patches(cfg); }
 
   bool reads_config_json(const nlohmann::json& j) const override {
     return j.contains("model_type") && j.at("model_type") == "climax";
@@ -312,6 +312,14 @@ std::vector<std::string> climax_preset_names() {
   return names;
 }
 
+ModelConfig with_climax_fields(ModelConfig cfg, int patch, int decoder_depth) {
+  auto own = std::make_shared<ClimaxFields>();
+  own->patch = patch;
+  own->decoder_depth = decoder_depth;
+  cfg.own = std::move(own);
+  return cfg;
+}
+
 ModelConfig make_climax_config(const std::string& name, int n_layer, int n_head, int n_embd, int vars, int img_h,
                                int img_w, int patch, int ffn) {
   ModelConfig c;
@@ -323,8 +331,8 @@ ModelConfig make_climax_config(const std::string& name, int n_layer, int n_head,
   c.vars = vars;
   c.img_h = img_h;
   c.img_w = img_w;
-  c.patch = patch;
-  c.n_ctx = patch > 0 ? static_cast<int>(c.num_patches()) : 0;
+  c = with_climax_fields(c, patch, ClimaxFields{}.decoder_depth);
+  c.n_ctx = patch > 0 ? static_cast<int>(num_patches(c)) : 0;
   c.vocab_size = 0;
   c.padded_vocab = 0;
   c.ffn = ffn > 0 ? ffn : 4 * n_embd;
