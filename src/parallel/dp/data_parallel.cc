@@ -46,9 +46,10 @@ DataParallel::DataParallel(const ParamLayout& layout, DeviceComm& dp, const Data
   n_ = layout.total();
   L_ = layout.model_layers();
   const int64_t P = shard_comm_->size(), me = shard_comm_->rank();
-  shard_ = (n_ + P - 1) / P;
-  shard_begin_ = std::min(n_, me * shard_);
-  shard_end_ = std::min(n_, (me + 1) * shard_);
+  shards_ = FlatShards(n_, static_cast<int>(P), static_cast<int>(me));
+  shard_ = shards_.shard;
+  shard_begin_ = shards_.begin();
+  shard_end_ = shards_.end();
   const int G = layout.num_groups();
 
   params_ = DeviceBuffer(backend, DType::kF32, cfg.zero == 3 ? shard_end_ - shard_begin_ : n_, MemCategory::kParams);
@@ -89,89 +90,35 @@ DataParallel::DataParallel(const ParamLayout& layout, DeviceComm& dp, const Data
       }
     }
   } else {
-    int64_t max_other = 1;
-    for (int g : owned) {
-      if (g == 0) continue;
-      auto [b, e] = layout.group_range(g);
-      max_other = std::max(max_other, e - b);
-    }
-    const int64_t g0 = layout.has_group(0) ? layout.group_range(0).second - layout.group_range(0).first : 1;
+    const SlotSizes sizes = slot_sizes(layout, owned);
     grad_slots_.resize(cfg.training ? 1 + DataParallel::kGradSlots : 0);
     for (size_t s = 0; s < grad_slots_.size(); ++s) {
-      const int64_t size = s == 0 ? g0 : max_other;
+      const int64_t size = s == 0 ? sizes.group0 : sizes.other;
       grad_slots_[s].data = DeviceBuffer(backend, DType::kF32, size, MemCategory::kGrads);
       grad_slots_[s].recv =
           DeviceBuffer(backend, DType::kF32, std::max<int64_t>(1, std::min(size, shard_)), MemCategory::kComm);
     }
     grad_slot_of_group_.assign(G, -1);
-    if (cfg.zero == 3) {
-      param_slots_.resize(static_cast<size_t>(param_slots(cfg.prefetch)));
-      for (size_t s = 0; s < param_slots_.size(); ++s) {
-        param_slots_[s].data = DeviceBuffer(backend, DType::kF32, s == 0 ? g0 : max_other, MemCategory::kParams);
-      }
-    }
   }
-  if (cfg.zeropp.active()) {
-    if (cfg.zero != 3) throw_input("ZeRO++ ({}) needs zero 3, got zero {}", cfg.zeropp.describe(dp_shard()), cfg.zero);
-    setup_zeropp(owned);
+  if (cfg.zeropp.active() && cfg.zero != 3) {
+    throw_input("ZeRO++ ({}) needs zero 3, got zero {}", cfg.zeropp.describe(dp_shard()), cfg.zero);
   }
-}
-
-void DataParallel::setup_zeropp(const std::vector<int>& owned) {
-  const ZeroPPConfig& z = cfg_.zeropp;
-  DeviceComm& sc = shard();
-  const int P = sc.size();
-  if (z.hpz > 1) {
-    WEFT_CHECK(P % z.hpz == 0, "hpZ: {} ranks do not divide the data-parallel (dp_shard) group of {}", z.hpz, P);
-    // Collective over the dp_shard group: consecutive ranks of it form one hpZ group.
-    hpz_comm_ = split_device_comm(sc, sc.rank() / z.hpz, sc.rank(), "dp-hpz");
-    hpz_offset_.assign(static_cast<size_t>(layout_.num_groups()), -1);
-    hpz_valid_.assign(static_cast<size_t>(layout_.num_groups()), 0);
-    int64_t at = 0;
-    std::vector<int> ascending(owned.rbegin(), owned.rend());
-    for (int g : ascending) {
-      hpz_offset_[static_cast<size_t>(g)] = at;
-      at += hpz_counts(g)[static_cast<size_t>(hpz_comm_->rank())];
-    }
-    hpz_ = DeviceBuffer(backend_, DType::kF32, at, MemCategory::kParams);
+  if (cfg.zero == 3) {
+    gather_ = std::make_unique<Zero3Gather>(layout, *shard_comm_, backend, shards_, params_, cfg.zeropp, cfg.prefetch,
+                                            param_slots(cfg.prefetch), cfg.training, owned);
   }
-  if (z.quantized_weights) {
-    // Wire buffers of each slot, for the largest group it may hold (sized as weft_memory counts them).
-    std::vector<std::pair<int64_t, int64_t>> ranges;
-    for (auto it = owned.rbegin(); it != owned.rend(); ++it) ranges.push_back(layout_.group_range(*it));  // group 0 first
-    ZeroPPConfig only_qwz = z;
-    only_qwz.hpz = 1;
-    only_qwz.quantized_gradients = false;
-    const ZeroPPBuffers sz =
-        zeropp_buffers(only_qwz, ranges, n_, sc.rank(), sc.size(), static_cast<int>(param_slots_.size()), cfg_.training);
-    for (size_t s = 0; s < param_slots_.size(); ++s) {
-      param_slots_[s].wire_send = DeviceBuffer(backend_, DType::kI8, sz.qwz_slot_wires[s].first, MemCategory::kComm);
-      param_slots_[s].wire_recv = DeviceBuffer(backend_, DType::kI8, sz.qwz_slot_wires[s].second, MemCategory::kComm);
-    }
-  }
-  if (z.quantized_gradients && cfg_.training) {
+  if (cfg.zeropp.quantized_gradients && cfg.training) {
     std::vector<std::pair<int64_t, int64_t>> ranges;
     for (int g : owned) ranges.push_back(layout_.group_range(g));
-    qgz_ = std::make_unique<QuantizedReduceScatter>(sc, z, backend_, n_, shard_, ranges);
+    qgz_ = std::make_unique<QuantizedReduceScatter>(*shard_comm_, cfg.zeropp, backend_, n_, shard_, ranges);
   }
 }
-
-std::vector<int64_t> DataParallel::hpz_counts(int g) const {
-  const auto [b, e] = layout_.group_range(g);
-  const int64_t len = e - b, a = cfg_.zeropp.hpz, c = (len + a - 1) / a;
-  std::vector<int64_t> counts(static_cast<size_t>(a));
-  for (int64_t j = 0; j < a; ++j) counts[static_cast<size_t>(j)] = std::max<int64_t>(0, std::min(len, (j + 1) * c) - j * c);
-  return counts;
-}
-
-void DataParallel::invalidate_hpz() { std::fill(hpz_valid_.begin(), hpz_valid_.end(), 0); }
 
 DeviceBuffer* DataParallel::qgz_residual() { return qgz_ ? qgz_->residual() : nullptr; }
 
 DataParallel::QuantErrors DataParallel::take_quant_errors() {
   QuantErrors q;
-  if (qwz_ref2_ > 0) q.weights = std::sqrt(qwz_err2_ / qwz_ref2_);
-  qwz_err2_ = qwz_ref2_ = 0.0;
+  if (gather_) q.weights = gather_->take_weight_error();
   if (qgz_) q.gradient_hops = qgz_->take_rel_errors();
   return q;
 }
@@ -180,22 +127,12 @@ DataParallel::~DataParallel() {
   // Outstanding requests must finish before their buffers go away.
   try {
     while (!inflight_.empty()) complete_oldest(false);
-    for (auto& s : param_slots_) {
-      if (s.pending) s.pending->wait();
-    }
+    gather_.reset();  // waits for its gathers
   } catch (...) {
   }
 }
 
-std::vector<int64_t> DataParallel::owner_counts(int64_t b, int64_t e) const {
-  const int P = shard_comm_->size();
-  std::vector<int64_t> c(static_cast<size_t>(P));
-  for (int r = 0; r < P; ++r) {
-    const int64_t ob = std::min(n_, r * shard_), oe = std::min(n_, (r + 1) * shard_);
-    c[r] = std::max<int64_t>(0, std::min(e, oe) - std::max(b, ob));
-  }
-  return c;
-}
+std::vector<int64_t> DataParallel::owner_counts(int64_t b, int64_t e) const { return shards_.counts(b, e); }
 
 float* DataParallel::opt_params() {
   float* p = params_.data<float>();
@@ -207,8 +144,7 @@ float* DataParallel::opt_grads() { return cfg_.zero == 0 ? grads_.data<float>() 
 void DataParallel::load_full_params(const float* full) {
   if (cfg_.zero == 3) {
     if (params_) backend_.copy_to_device(params_.raw(), 0, full + shard_begin_, params_.bytes());
-    for (auto& s : param_slots_) s.valid = false;
-    invalidate_hpz();
+    gather_->invalidate();
   } else {
     backend_.copy_to_device(params_.raw(), 0, full, params_.bytes());
   }
@@ -309,6 +245,7 @@ void DataParallel::set_traffic(DeviceComm* grads, DeviceComm* params, bool error
   }
   grad_comm_ = grads;
   param_comm_ = params;
+  if (gather_) gather_->set_params_comm(params);
   grad_codec_ = nullptr;
   ef_residual_ = DeviceBuffer();
   if (!error_feedback || !cfg_.training || dp_.size() == 1) return;
@@ -398,134 +335,21 @@ void DataParallel::after_optimizer_step() {
                                CommDType::kF32);
     exposed_s_ += Tracer::now() - t0;
   } else if (cfg_.zero == 3) {
-    for (auto& s : param_slots_) s.valid = false;
-    invalidate_hpz();
+    gather_->invalidate();
   }
 }
 
 // --- ParamStore ---
 
-int DataParallel::find_param_slot(int g) const { return find_gathered_slot(param_slots_, g); }
-
-int DataParallel::gather_group(int g) {
-  const int slot = choose_gather_slot(param_slots_, g);
-  if (slot < 0) return -1;
-  ParamSlot& p = param_slots_[slot];
-  WEFT_CHECK(p.refs == 0 && !p.pending, "parameter slot {} of group {} is in use", slot, p.group);
-  auto [b, e] = layout_.group_range(g);
-  const float* send = params_.data<float>() + (std::clamp(b, shard_begin_, shard_end_) - shard_begin_);
-  p.group = g;
-  p.valid = true;
-  p.last_use = ++clock_;
-  p.dequantize = false;
-  p.fill_hpz = false;
-  const ZeroPPConfig& z = cfg_.zeropp;
-  if (hpz_comm_ && hpz_valid_[static_cast<size_t>(g)]) {
-    // hpZ: from the secondary partition, inside the alpha group, unquantized.
-    const float* slice = hpz_.data<float>() + hpz_offset_[static_cast<size_t>(g)];
-    p.pending = hpz_comm_->iall_gather_v(slice, p.data.raw(), hpz_counts(g), CommDType::kF32);
-  } else if (z.quantized_weights) {
-    // qwZ: every rank's piece as quantized blocks, in one all-gather of bytes.
-    const std::vector<int64_t> counts = owner_counts(b, e);
-    std::vector<int64_t> wire(counts.size());
-    for (size_t r = 0; r < counts.size(); ++r) wire[r] = quant_wire_bytes(counts[r], z.weights);
-    const int64_t mine = counts[static_cast<size_t>(shard().rank())];
-    if (mine > 0) backend_.quantize_blocks(p.wire_send.raw(), send, mine, z.weights, nullptr);
-    Tracer* t = shard().tracer();
-    if (t != nullptr && t->enabled()) {
-      if (mine > 0) {  // ||x - Q(x)|| of this rank's piece
-        if (!qwz_scratch_ || qwz_scratch_.count() < mine) qwz_scratch_ = DeviceBuffer(backend_, DType::kF32, mine, MemCategory::kComm);
-        float* d = qwz_scratch_.data<float>();
-        backend_.dequantize_blocks(d, p.wire_send.raw(), mine, z.weights, false);
-        backend_.scale(d, -1.0f, mine);
-        backend_.add(d, d, send, mine);
-        const double err2 = backend_.sum_squares(d, mine), ref2 = backend_.sum_squares(send, mine);
-        qwz_err2_ += err2;
-        qwz_ref2_ += ref2;
-        t->set_call_error(ref2 > 0 ? std::sqrt(err2 / ref2) : 0.0);
-      } else {
-        t->set_call_error(0.0);
-      }
-    }
-    p.pending = shard().iall_gather_v(p.wire_send.raw(), p.wire_recv.raw(), wire, CommDType::kU8);
-    p.dequantize = true;
-    p.fill_hpz = hpz_comm_ != nullptr;
-  } else {
-    p.pending = params_comm().iall_gather_v(send, p.data.raw(), owner_counts(b, e), CommDType::kF32);
-    p.fill_hpz = hpz_comm_ != nullptr;
-  }
-  int64_t used = 0;
-  for (const auto& s : param_slots_) used += s.valid ? static_cast<int64_t>(s.data.bytes()) : 0;
-  peak_param_slots_ = std::max(peak_param_slots_, used);
-  return slot;
-}
-
-void DataParallel::prefetch_after(int g) {
-  if (cfg_.prefetch <= 0) return;
-  int next = -1;
-  if (!backward_) {
-    next = g <= L_ ? g + 1 : -1;  // 0 -> 1 -> ... -> L -> L+1
-  } else if (g >= 2 && g <= L_) {
-    next = g - 1;  // L -> ... -> 1
-  } else if (g == L_ + 1) {
-    next = L_;
-  }
-  if (next < 1 || next > L_ + 1 || !layout_.has_group(next)) return;
-  if (find_param_slot(next) >= 0) return;
-  gather_group(next);  // -1 (no free slot) simply skips the prefetch
-}
-
 const float* DataParallel::acquire(int g) {
   progress();
   if (cfg_.zero < 3) return params_.data<float>() + layout_.group_range(g).first;
-  int s = find_param_slot(g);
-  if (s < 0) s = gather_group(g);
-  WEFT_CHECK(s >= 0, "no free parameter buffer to gather group {}", g);
-  ParamSlot& p = param_slots_[s];
-  if (p.pending) {
-    const double t0 = Tracer::now();
-    p.pending->wait();
-    exposed_s_ += Tracer::now() - t0;
-    p.pending.reset();
-    finish_gather(p);
-  }
-  ++p.refs;
-  p.last_use = ++clock_;
-  prefetch_after(g);
-  return p.data.data<float>();
-}
-
-void DataParallel::finish_gather(ParamSlot& p) {
-  const int g = p.group;
-  auto [b, e] = layout_.group_range(g);
-  if (p.dequantize) {
-    const std::vector<int64_t> counts = owner_counts(b, e);
-    int64_t at = 0, wat = 0;
-    for (int64_t c : counts) {
-      if (c > 0) backend_.dequantize_blocks(p.data.data<float>() + at, p.wire_recv.data<uint8_t>() + wat, c, cfg_.zeropp.weights, false);
-      at += c;
-      wat += quant_wire_bytes(c, cfg_.zeropp.weights);
-    }
-    p.dequantize = false;
-  }
-  if (p.fill_hpz) {
-    // hpZ: this rank's 1/alpha of the gathered group (what every later gather reads).
-    const std::vector<int64_t> counts = hpz_counts(g);
-    const int j = hpz_comm_->rank();
-    int64_t off = 0;
-    for (int i = 0; i < j; ++i) off += counts[static_cast<size_t>(i)];
-    const int64_t c = counts[static_cast<size_t>(j)];
-    if (c > 0) backend_.copy_device(hpz_.raw(), fbytes(hpz_offset_[static_cast<size_t>(g)]), p.data.raw(), fbytes(off), fbytes(c));
-    hpz_valid_[static_cast<size_t>(g)] = 1;
-    p.fill_hpz = false;
-  }
+  return gather_->acquire(g, backward_);
 }
 
 void DataParallel::release(int g) {
   if (cfg_.zero < 3) return;
-  const int s = find_param_slot(g);
-  WEFT_CHECK(s >= 0 && param_slots_[s].refs > 0, "release of group {} that is not acquired", g);
-  --param_slots_[s].refs;
+  gather_->release(g);
 }
 
 float* DataParallel::grads(int g) {
@@ -553,9 +377,6 @@ float* DataParallel::grads(int g) {
   slot.busy = true;
   slot.group = g;
   grad_slot_of_group_[g] = s;
-  int64_t used = 0;
-  for (const auto& x : grad_slots_) used += x.busy ? static_cast<int64_t>(x.data.bytes()) : 0;
-  peak_grad_slots_ = std::max(peak_grad_slots_, used);
   return slot.data.data<float>();
 }
 
@@ -655,7 +476,7 @@ void DataParallel::ready(int g) {
 }
 
 double DataParallel::take_exposed_seconds() {
-  const double s = exposed_s_;
+  const double s = exposed_s_ + (gather_ ? gather_->take_exposed_seconds() : 0.0);
   exposed_s_ = 0.0;
   return s;
 }
@@ -670,13 +491,13 @@ DataParallelMemory DataParallel::memory() const {
     m.grads_transient += static_cast<int64_t>(s.data.bytes());
     m.comm += static_cast<int64_t>(s.recv.bytes());
   }
-  for (const auto& s : param_slots_) {
-    m.params_transient += static_cast<int64_t>(s.data.bytes());
-    m.comm += static_cast<int64_t>(s.wire_send.bytes() + s.wire_recv.bytes());
+  if (gather_) {
+    m.params_transient += gather_->slot_bytes();
+    m.comm += gather_->wire_bytes();
+    m.hpz = gather_->hpz_bytes();
   }
   m.params += m.params_transient;
   m.grads += m.grads_transient;
-  m.hpz = static_cast<int64_t>(hpz_.bytes());
   m.params += m.hpz;
   if (qgz_) {
     m.comm += qgz_->comm_bytes();

@@ -15,7 +15,8 @@
 //           the duration of its backward, is reduce-scattered into the owners' shard
 //           gradients and the buffer is reused (so the reduction happens every micro-batch).
 //   zero 3  parameters sharded as well: each group is all-gathered into a transient buffer
-//           just before use (the next group's gather is prefetched) and dropped after.
+//           just before use (the next group's gather is prefetched) and dropped after
+//           (Zero3Gather, parallel/dp/zero3_gather.h, with ZeRO++'s qwZ and hpZ).
 //
 // ZeRO++ on zero 3 (parallel/dp/zeropp.h, docs/zeropp.md):
 //   qwZ  a gather from the primary shards carries each rank's piece as quantized blocks
@@ -70,6 +71,8 @@
 #include "params/param_store.h"
 #include "params/param_layout.h"
 #include "parallel/dp/dp_config.h"
+#include "parallel/dp/flat_shards.h"
+#include "parallel/dp/zero3_gather.h"
 #include "parallel/dp/zeropp.h"
 
 namespace weft {
@@ -211,17 +214,6 @@ class DataParallel final : public ParamStore {
     float* replicate = nullptr;
     int64_t replicate_count = 0;
   };
-  struct ParamSlot {
-    int group = -1;
-    int refs = 0;
-    bool valid = false;
-    uint64_t last_use = 0;
-    DeviceBuffer data;
-    DeviceBuffer wire_send, wire_recv;  // qwZ: this rank's quantized piece, every rank's pieces
-    bool dequantize = false;            // qwZ: wire_recv -> data once the gather completes
-    bool fill_hpz = false;              // hpZ: keep this rank's slice once the gather completes
-    CommHandle pending;  // gather in flight (into data: destroyed, i.e. waited for, first)
-  };
   struct GradSlot {
     int group = -1;
     bool busy = false;
@@ -233,13 +225,6 @@ class DataParallel final : public ParamStore {
   // Waits for the oldest reduction; `follow`: posts its dp_replicate all-reduce (not while
   // tearing down).
   void complete_oldest(bool follow = true);
-  int find_param_slot(int g) const;
-  int gather_group(int g);   // returns the slot; posts the gather (non-blocking)
-  void prefetch_after(int g);
-  void finish_gather(ParamSlot& p);  // after the wait: qwZ's dequantize, hpZ's copy
-  void setup_zeropp(const std::vector<int>& owned);
-  std::vector<int64_t> hpz_counts(int g) const;  // the alpha slices of group g
-  void invalidate_hpz();
 
   const ParamLayout& layout_;
   DeviceComm& dp_;                          // the whole dp group (the embedding's row exchange)
@@ -267,6 +252,7 @@ class DataParallel final : public ParamStore {
   DeviceComm* tied_ = nullptr;  // see set_tied_embedding
   bool embedding_posted_ = false;
   DataParallelConfig cfg_;
+  FlatShards shards_;  // the flat buffer's cut over the dp_shard group (n_, shard_, ... below are its values)
   int64_t n_ = 0, shard_ = 0, shard_begin_ = 0, shard_end_ = 0;
   int L_ = 0;
 
@@ -278,23 +264,16 @@ class DataParallel final : public ParamStore {
   std::vector<int> bucket_of_group_;
   bool last_micro_ = true;
   bool backward_ = false;
-  std::vector<ParamSlot> param_slots_;  // zero 3
   std::vector<GradSlot> grad_slots_;    // zero 2/3
   std::deque<InFlight> inflight_;       // after the slots: destroyed (waited for) before them
   std::vector<int> grad_slot_of_group_;
-  uint64_t clock_ = 0;
   double exposed_s_ = 0.0;
   std::vector<std::pair<int64_t, int64_t>> norm_skip_;
-  int64_t peak_param_slots_ = 0, peak_grad_slots_ = 0;
 
-  // ZeRO++ (zero 3).
-  std::unique_ptr<DeviceComm> hpz_comm_;  // the hpZ group: alpha consecutive ranks of the dp_shard group
-  DeviceBuffer hpz_;                      // the secondary partition: this rank's slice of every group
-  std::vector<int64_t> hpz_offset_;       // per group: where its slice starts in hpz_
-  std::vector<char> hpz_valid_;           // per group: the slice holds the current parameters
-  std::unique_ptr<QuantizedReduceScatter> qgz_;
-  double qwz_err2_ = 0.0, qwz_ref2_ = 0.0;
-  DeviceBuffer qwz_scratch_;              // measuring qwZ's error (traced runs only)
+  // zero 3: the gathered parameters (with ZeRO++'s qwZ and hpZ); after params_ and the HSDP
+  // groups, so destroyed (its gathers waited for) before them.
+  std::unique_ptr<Zero3Gather> gather_;
+  std::unique_ptr<QuantizedReduceScatter> qgz_;  // ZeRO++'s qgZ
 };
 
 }  // namespace weft

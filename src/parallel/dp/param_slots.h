@@ -4,10 +4,30 @@
 // `refs` (users of the gathered values), `pending` (a gather in flight; anything testable as
 // bool) and `last_use` (a clock).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
+#include "params/param_layout.h"
+
 namespace weft {
+
+// The elements a transient group buffer holds (ZeRO-2/3's gradient slots, ZeRO-3's gather slots):
+// slot 0 group 0's (the embedding's), every other slot the largest other group of `owned` (the
+// groups this part of the model holds); 1 where there is none.
+struct SlotSizes {
+  int64_t group0 = 1, other = 1;
+};
+inline SlotSizes slot_sizes(const ParamLayout& layout, const std::vector<int>& owned) {
+  SlotSizes s;
+  for (int g : owned) {
+    if (g == 0) continue;
+    auto [b, e] = layout.group_range(g);
+    s.other = std::max(s.other, e - b);
+  }
+  if (layout.has_group(0)) s.group0 = layout.group_range(0).second - layout.group_range(0).first;
+  return s;
+}
 
 // The slot holding a valid gather of group g, or -1.
 template <typename Slot>
