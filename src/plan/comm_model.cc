@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "model/family.h"
 #include "model/params.h"
+#include "parallel/dp/grad_buckets.h"
 #include "parallel/dp/param_slots.h"
 #include "parallel/dp/zeropp.h"
 #include "core/block_quant.h"
@@ -220,32 +221,9 @@ void add_pipeline(CallSet& cs, const Job& j) {
 
 // --- data parallel ---
 
-// The gradient buckets of ZeRO 0/1 exactly as DataParallel's constructor cuts them: groups in
-// backward order (L+1 .. 0), a bucket closed once it reaches bucket_bytes, before and after
-// the embedding group (a bucket of its own), and at the end.
-std::vector<std::pair<int64_t, int64_t>> gradient_buckets(const ParamLayout& layout, int64_t bucket_bytes) {
-  std::vector<int> owned;
-  for (int g = layout.num_groups() - 1; g >= 0; --g) {
-    if (layout.has_group(g)) owned.push_back(g);
-  }
-  std::vector<std::pair<int64_t, int64_t>> out;
-  int64_t begin = 0, end = 0;
-  bool open = false;
-  for (size_t i = 0; i < owned.size(); ++i) {
-    const int g = owned[i];
-    auto [b, e] = layout.group_range(g);
-    if (!open) end = e, open = true;
-    begin = b;
-    const bool before_embedding = i + 1 < owned.size() && owned[i + 1] == 0;
-    if ((end - begin) * 4 >= bucket_bytes || g == 0 || before_embedding || i + 1 == owned.size()) {
-      out.emplace_back(begin, end);
-      open = false;
-    }
-  }
-  return out;
-}
+// The gradient buckets of ZeRO 0/1 are DataParallel's own (parallel/dp/grad_buckets.h).
 
-// ZeRO-3's parameter buffers (DataParallel::acquire/release/gather_group/prefetch_after; the slot
+// ZeRO-3's parameter buffers (Zero3Gather::acquire/release/gather/prefetch_after; the slot
 // choice itself is the shared parallel/dp/param_slots.h),
 // replayed: slot 0 holds the embedding group, slots 1.. the others, least recently used
 // first; a gathered group stays valid until the optimizer step; a prefetch posts the next
@@ -453,8 +431,8 @@ void add_store(CallSet& cs, const Job& j, const ChunkInfo& ch, int t, const std:
   const int64_t n = layout.total();
   const std::string ax = j.shard_axis();
   if (zero <= 1) {
-    for (const auto& [b, e] : gradient_buckets(layout, j.ec.data_parallel.bucket_bytes)) {
-      cs.add(zero == 0 ? "all_reduce" : "reduce_scatter", ax, (e - b) * kF32, g, 1);
+    for (const GradBucket& b : gradient_buckets(layout, j.ec.data_parallel.bucket_bytes)) {
+      cs.add(zero == 0 ? "all_reduce" : "reduce_scatter", ax, (b.end - b.begin) * kF32, g, 1);
     }
   } else if (j.ec.data_parallel.zeropp.quantized_gradients) {
     add_qgz(cs, j.ec.data_parallel.zeropp, layout, g, j.m, ax);
@@ -517,7 +495,9 @@ void add_replicate(CallSet& cs, const Job& j, const ChunkInfo& ch, int t) {
   const int64_t n = layout.total(), shard = (n + j.ds - 1) / j.ds;
   std::vector<std::pair<int64_t, int64_t>> ranges;
   if (zero <= 1) {
-    ranges = gradient_buckets(layout, j.ec.data_parallel.bucket_bytes);
+    for (const GradBucket& b : gradient_buckets(layout, j.ec.data_parallel.bucket_bytes)) {
+      ranges.emplace_back(b.begin, b.end);
+    }
   } else {
     for (int gr = 0; gr < layout.num_groups(); ++gr) {
       if (layout.has_group(gr)) ranges.push_back(layout.group_range(gr));

@@ -293,10 +293,10 @@ nlohmann::json layout_json(const EngineConfig& ec) {
   return {{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"dp_replicate", l.dp_replicate},
           {"sp", l.sp()},
           {"zero", l.zero}, {"schedule", schedule_name(l.schedule)},
-          {"micro_batches", ec.global_batch / ec.layout.dp / ec.layout.micro_batch}, {"micro_batch", ec.layout.micro_batch},
+          {"micro_batches", ec.global_batch / l.dp / l.micro_batch}, {"micro_batch", l.micro_batch},
           {"seq", ec.seq}, {"global_batch", ec.global_batch},
           {"virtual_stages", l.chunks()}, {"recompute", recompute_name(l.recompute)},
-          {"precision", precision_name(ec.precision)}, {"order", ec.layout.order},
+          {"precision", precision_name(ec.precision)}, {"order", l.order},
           {"bucket_bytes", ec.data_parallel.bucket_bytes}, {"prefetch", ec.data_parallel.prefetch}};
 }
 

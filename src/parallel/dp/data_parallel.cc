@@ -7,6 +7,7 @@
 #include "comm/tracer.h"
 #include "core/block_quant.h"
 #include "core/error.h"
+#include "parallel/dp/grad_buckets.h"
 #include "parallel/dp/param_slots.h"
 #include "parallel/dp/qgz.h"
 
@@ -66,28 +67,15 @@ DataParallel::DataParallel(const ParamLayout& layout, DeviceComm& dp, const Data
 
   // The groups this part of the model holds (a pipeline stage holds some), in the order
   // backward completes them: L+1, L, ..., 1, 0. They are adjacent in the flat buffer.
-  std::vector<int> owned;
-  for (int g = G - 1; g >= 0; --g) {
-    if (layout.has_group(g)) owned.push_back(g);
-  }
+  const std::vector<int> owned = groups_in_backward_order(layout);
   if (cfg.zero <= 1) {
     bucket_of_group_.assign(G, -1);
-    Bucket cur{0, 0, {}, 0};
     // zero 0 and 1: the embedding's gradient travels as (token, row) pairs (the GPT's tied embedding)
     split_embedding_ = dp.size() > 1 && layout.sparse_rows_tensor() != nullptr;
-    for (size_t i = 0; i < owned.size(); ++i) {
-      const int g = owned[i];
-      auto [b, e] = layout.group_range(g);
-      if (cur.groups.empty()) cur.end = e;
-      cur.begin = b;
-      cur.groups.push_back(g);
-      // The embedding group is a bucket of its own (it is reduced early, see head_done).
-      const bool before_embedding = i + 1 < owned.size() && owned[i + 1] == 0;
-      if ((cur.end - cur.begin) * 4 >= cfg.bucket_bytes || g == 0 || before_embedding || i + 1 == owned.size()) {
-        for (int x : cur.groups) bucket_of_group_[x] = static_cast<int>(buckets_.size());
-        buckets_.push_back(cur);
-        cur = Bucket{0, 0, {}, 0};
-      }
+    // The embedding group is a bucket of its own (it is reduced early, see head_done).
+    for (const GradBucket& gb : gradient_buckets(layout, cfg.bucket_bytes)) {
+      for (int x : gb.groups) bucket_of_group_[x] = static_cast<int>(buckets_.size());
+      buckets_.push_back(Bucket{gb, 0});
     }
   } else {
     const SlotSizes sizes = slot_sizes(layout, owned);

@@ -72,6 +72,7 @@
 #include "params/param_layout.h"
 #include "parallel/dp/dp_config.h"
 #include "parallel/dp/flat_shards.h"
+#include "parallel/dp/grad_buckets.h"
 #include "parallel/dp/zero3_gather.h"
 #include "parallel/dp/zeropp.h"
 
@@ -198,9 +199,7 @@ class DataParallel final : public ParamStore {
                           int64_t vrows) override;
 
  private:
-  struct Bucket {
-    int64_t begin, end;
-    std::vector<int> groups;
+  struct Bucket : GradBucket {  // parallel/dp/grad_buckets.h
     int pending = 0;  // groups not ready yet in this micro-batch
   };
   struct InFlight {

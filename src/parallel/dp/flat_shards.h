@@ -24,7 +24,9 @@ struct FlatShards {
   // counts[r] = elements of [b, e) that rank r owns.
   std::vector<int64_t> counts(int64_t b, int64_t e) const {
     std::vector<int64_t> c(static_cast<size_t>(ranks));
-    for (int r = 0; r < ranks; ++r) c[static_cast<size_t>(r)] = std::max<int64_t>(0, std::min(e, end_of(r)) - std::max(b, begin_of(r)));
+    for (int r = 0; r < ranks; ++r) {
+      c[static_cast<size_t>(r)] = std::max<int64_t>(0, std::min(e, end_of(r)) - std::max(b, begin_of(r)));
+    }
     return c;
   }
   // Where [b, e) starts inside this rank's shard (its first owned element, or the shard's end).
