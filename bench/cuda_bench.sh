@@ -220,44 +220,47 @@ stage_model() {
   fi
 }
 
-# One layout against the one-rank run: NAME NP ARGS...
-parity_case() {
-  local name=$1 np=$2; shift 2
-  local run="$OUT/parity/$name" cmp
-  if ! run_logged parity "${MPIRUN[@]}" -np "$np" "$WEFT" train "$OUT/parity.toml" --backend "$BACKEND" --comm "$COMM" \
-         "$@" --out "$run"; then
-    PARITY_FAILED+=" $name(run)"
+# One layout's run against a reference run of the same stage, under the parity rule (1e-5):
+# STAGE REF NAME NP TRAIN_ARGS... (the run goes to $OUT/STAGE/NAME). Adds to CASES_FAILED and
+# raises CASES_WORST (the largest relative loss difference).
+layout_case() {
+  local stage=$1 ref=$2 name=$3 np=$4; shift 4
+  local run="$OUT/$stage/$name" cmp
+  if ! run_logged "$stage" "${MPIRUN[@]}" -np "$np" "$WEFT" train "$@" --backend "$BACKEND" --comm "$COMM" \
+         --out "$run"; then
+    CASES_FAILED+=" $name(run)"
     return
   fi
-  cmp=$("$PYTHON" bench/compare_curves.py "$OUT/parity/one-rank" "$run" --rtol 1e-5)
-  echo "$cmp" | tee -a "$RESULTS" >> "$(log_of parity)"
-  [ "$(field "$cmp" ok)" = "true" ] || PARITY_FAILED+=" $name"
-  PARITY_WORST=$(awk -v a="$PARITY_WORST" -v b="$(field "$cmp" max_rel_diff)" 'BEGIN { print (b + 0 > a + 0) ? b : a }')
+  cmp=$("$PYTHON" bench/compare_curves.py "$ref" "$run" --rtol 1e-5)
+  echo "$cmp" | tee -a "$RESULTS" >> "$(log_of "$stage")"
+  [ "$(field "$cmp" ok)" = "true" ] || CASES_FAILED+=" $name"
+  CASES_WORST=$(awk -v a="$CASES_WORST" -v b="$(field "$cmp" max_rel_diff)" 'BEGIN { print (b + 0 > a + 0) ? b : a }')
 }
 
 stage_parity() {
   random_data || { record parity FAIL "no data (data.log)"; return; }
   write_config "$RANDOM_DATA" "$OUT/parity.toml"
-  PARITY_FAILED="" PARITY_WORST=0
+  CASES_FAILED="" CASES_WORST=0
   if ! run_logged parity "$WEFT" train "$OUT/parity.toml" --backend "$BACKEND" --out "$OUT/parity/one-rank"; then
     record parity FAIL "the one-rank reference did not run (parity.log)"
     return
   fi
-  parity_case dp2-zero1 2 --dp 2 --zero 1
-  parity_case tp2-sp 2 --tp 2 --sequence_parallel true
-  parity_case pp2-1f1b 2 --pp 2 --schedule 1f1b
-  parity_case tp2-pp2 4 --tp 2 --pp 2
-  parity_case tp2-pp2-dp2 8 --tp 2 --pp 2 --dp 2 --zero 1
-  local what="5 layouts x $PARITY_STEPS steps on $BACKEND --comm $COMM, max rel diff $PARITY_WORST (<= 1e-5)"
-  if [ -z "$PARITY_FAILED" ]; then record parity PASS "$what"; else record parity FAIL "$what; failed:$PARITY_FAILED"; fi
+  layout_case parity "$OUT/parity/one-rank" dp2-zero1 2 "$OUT/parity.toml" --dp 2 --zero 1
+  layout_case parity "$OUT/parity/one-rank" tp2-sp 2 "$OUT/parity.toml" --tp 2 --sequence_parallel true
+  layout_case parity "$OUT/parity/one-rank" pp2-1f1b 2 "$OUT/parity.toml" --pp 2 --schedule 1f1b
+  layout_case parity "$OUT/parity/one-rank" tp2-pp2 4 "$OUT/parity.toml" --tp 2 --pp 2
+  layout_case parity "$OUT/parity/one-rank" tp2-pp2-dp2 8 "$OUT/parity.toml" --tp 2 --pp 2 --dp 2 --zero 1
+  local what="5 layouts x $PARITY_STEPS steps on $BACKEND --comm $COMM, max rel diff $CASES_WORST (<= 1e-5)"
+  if [ -z "$CASES_FAILED" ]; then record parity PASS "$what"; else record parity FAIL "$what; failed:$CASES_FAILED"; fi
 }
 
 # The second family (ClimaX, a weather ViT) on the device: the synthetic NetCDF fields that
 # `weft prepare` writes, configs/climax-tiny.toml for CLIMAX_STEPS steps, one rank on cuda against
-# one rank on cpu (fp32; cuBLAS sums in another order: 1e-4), then tp 2 x dp 2 ZeRO 3 and pp 2 x
-# dp 2 on cuda (4 ranks sharing the GPU) against the one cuda rank (1e-5, the parity rule).
+# one rank on cpu (fp32; cuBLAS sums in another order: 1e-4), then tp 2 x dp 2 ZeRO 3 and HSDP
+# (dp_shard 2 x dp_replicate 2, ZeRO 3; ClimaX has no pipeline) on cuda (4 ranks sharing the GPU)
+# against the one cuda rank (1e-5, the parity rule).
 stage_climax() {
-  local data="$OUT/data/weather" steps=${CLIMAX_STEPS:-12} failed="" worst_dev="" worst_par=0 cmp
+  local data="$OUT/data/weather" steps=${CLIMAX_STEPS:-12} failed="" worst_dev="" cmp
   if [ ! -f "$data/train.nc" ]; then
     run_logged climax "$WEFT" prepare --synthetic-weather "$data" || { record climax FAIL "no data (climax.log)"; return; }
   fi
@@ -272,23 +275,11 @@ stage_climax() {
   echo "$cmp" | tee -a "$RESULTS" >> "$(log_of climax)"
   worst_dev=$(field "$cmp" max_rel_diff)
   [ "$(field "$cmp" ok)" = "true" ] || failed+=" cpu-vs-$BACKEND"
-  local name args
-  for name in tp2-dp2-zero3 hsdp2x2-zero3; do
-    case $name in
-      tp2-dp2-zero3) args=(--tp 2 --dp 2 --zero 3) ;;
-      hsdp2x2-zero3) args=(--dp 4 --dp_replicate 2 --zero 3) ;;
-    esac
-    if ! run_logged climax "${MPIRUN[@]}" -np 4 "$WEFT" train "${common[@]}" --backend "$BACKEND" --comm "$COMM" \
-           "${args[@]}" --out "$OUT/climax/$name"; then
-      failed+=" $name(run)"
-      continue
-    fi
-    cmp=$("$PYTHON" bench/compare_curves.py "$OUT/climax/one-rank" "$OUT/climax/$name" --rtol 1e-5)
-    echo "$cmp" | tee -a "$RESULTS" >> "$(log_of climax)"
-    [ "$(field "$cmp" ok)" = "true" ] || failed+=" $name"
-    worst_par=$(awk -v a="$worst_par" -v b="$(field "$cmp" max_rel_diff)" 'BEGIN { print (b + 0 > a + 0) ? b : a }')
-  done
-  local what="climax-tiny, $steps steps: $BACKEND vs cpu max rel diff $worst_dev (<= 1e-4); tp2 x dp2 ZeRO 3, HSDP 2x2 ZeRO 3 vs one $BACKEND rank $worst_par (<= 1e-5)"
+  CASES_FAILED="" CASES_WORST=0
+  layout_case climax "$OUT/climax/one-rank" tp2-dp2-zero3 4 "${common[@]}" --tp 2 --dp 2 --zero 3
+  layout_case climax "$OUT/climax/one-rank" hsdp2x2-zero3 4 "${common[@]}" --dp 4 --dp_replicate 2 --zero 3
+  failed+=$CASES_FAILED
+  local what="climax-tiny, $steps steps: $BACKEND vs cpu max rel diff $worst_dev (<= 1e-4); tp2 x dp2 ZeRO 3, HSDP 2x2 ZeRO 3 vs one $BACKEND rank $CASES_WORST (<= 1e-5)"
   if [ -z "$failed" ]; then record climax PASS "$what"; else record climax FAIL "$what; failed:$failed"; fi
 }
 
