@@ -72,11 +72,9 @@ Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
     rc.stage = stage_;
     rc.virtual_stages = cfg.layout.virtual_stages;
     rc.micro_batches = static_cast<int>(accum_);
-    const bool sp = cfg.layout.sp();
-    const int64_t B = cfg.layout.micro_batch;
-    rc.message = (sp ? B * cfg.seq / spec.tp : B * cfg.seq) * cfg.model.n_embd;
+    rc.message = pipe_message(cfg.layout.micro_batch);
     // With sequence parallelism a rank's rows are its slice already.
-    rc.scatter_gather = spec.tp > 1 && !sp;
+    rc.scatter_gather = spec.tp > 1 && !cfg.layout.sp();
     // NCCL matches point-to-point in posting order: the interleaved schedule then exchanges
     // once per (forward, backward) pair (parallel/pp/runtime.h), else it would deadlock.
     rc.posting_order_p2p = device_comm_info(cfg.comm, backend.name()).posting_order_p2p;
@@ -91,6 +89,12 @@ Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
 
 Engine::~Engine() = default;
 
+int64_t Engine::pipe_message(int64_t rows) const {
+  const Layout& l = cfg_.layout;
+  const int64_t positions = rows * cfg_.seq;
+  return (l.sp() ? positions / l.tp : positions) * cfg_.model.n_embd;
+}
+
 void Engine::build_compression() {
   const CompressionPolicy& c = cfg_.layout.compression;
   auto wrap = [&](const CodecSpec& spec, DeviceComm& inner, const char* key) -> std::unique_ptr<CompressedComm> {
@@ -104,24 +108,24 @@ void Engine::build_compression() {
 }
 
 void Engine::build_chunks() {
-  const GridSpec spec = cfg_.layout.grid();
-  const int vchunks = cfg_.layout.chunks();
+  const Layout& l = cfg_.layout;
+  const int vchunks = l.chunks();
   // Balanced by cost: the output head counts as Vp / (12 C) layers on the last chunk.
   const double head_cost = pipeline_head_cost(cfg_.model);
-  const std::vector<StageRange> parts = partition_layers(cfg_.model.n_layer, spec.pp, vchunks, {}, head_cost);
-  const int K = spec.pp * vchunks;
+  const std::vector<StageRange> parts = partition_layers(cfg_.model.n_layer, l.pp, vchunks, {}, head_cost);
+  const int K = l.pp * vchunks;
   for (int c = 0; c < vchunks; ++c) {
     auto ch = std::make_unique<Chunk>();
-    const int g = global_chunk(stage_, c, spec.pp);
+    const int g = global_chunk(stage_, c, l.pp);
     ch->global = g;
     ch->spec = {parts[g].first_layer, parts[g].num_layers, g == 0, g == K - 1};
-    ch->model = make_model(cfg_.model, backend_, /*local_store=*/false, spec.tp, tp_rank_, ch->spec);
+    ch->model = make_model(cfg_.model, backend_, /*local_store=*/false, l.tp, tp_rank_, ch->spec);
     ch->model->set_tp(tp_ops_.get(), cfg_.layout.sequence_parallel);
     // Inference: no gradient buffers; HSDP: the store splits dp into dp_shard x dp_replicate.
     ch->store = std::make_unique<DataParallel>(ch->model->layout(), *dp_device_, cfg_.store_config(), backend_);
     ch->store->set_traffic(dp_grad_traffic_.get(), dp_param_traffic_.get(), cfg_.layout.compression.error_feedback);
     ch->model->set_store(ch->store.get());
-    if (spec.pp > 1 && (ch->spec.embedding || ch->spec.head)) ch->store->set_tied_embedding(tied_device_.get());
+    if (l.pp > 1 && (ch->spec.embedding || ch->spec.head)) ch->store->set_tied_embedding(tied_device_.get());
     ch->model->set_recompute(cfg_.layout.recompute, cfg_.layout.recompute_layers);
     ch->model->set_precision(cfg_.precision);
     ch->model->reserve(*batch_, cfg_.training, cfg_.head_chunk, runtime_ ? runtime_->slots(c) : 1);
@@ -261,7 +265,7 @@ Model& Engine::generator(int c) {
 
 StepResult Engine::step(float lr, const BatchFn& batch) {
   WEFT_CHECK(cfg_.training, "Engine::step on an inference-only engine");
-  const GridSpec spec = cfg_.layout.grid();
+  const Layout& l = cfg_.layout;
   for (auto& ch : chunks_) {
     ch->store->take_exposed_seconds();
     ch->store->begin_step();
@@ -273,9 +277,9 @@ StepResult Engine::step(float lr, const BatchFn& batch) {
   StepResult r;
   double loss_sum = run_micro_batches(batch, loss_scale, r.pipeline);
   const double norm_sq = grad_norm_sq();
-  if (spec.pp > 1) comm(Axis::kPp).all_reduce_sum(&loss_sum, 1);  // the loss lives on the last stage
+  if (l.pp > 1) comm(Axis::kPp).all_reduce_sum(&loss_sum, 1);  // the loss lives on the last stage
   r.grad_norm = std::sqrt(norm_sq) / step_scale;  // of the unscaled gradients
-  if (spec.dp > 1) comm(Axis::kDp).all_reduce_sum(&loss_sum, 1);
+  if (l.dp > 1) comm(Axis::kDp).all_reduce_sum(&loss_sum, 1);
   r.loss = loss_sum / static_cast<double>(W);
   r.loss_scale = step_scale;
   const LossScaler::Verdict verdict = scaler_.check(r.loss, r.grad_norm);
@@ -335,9 +339,7 @@ void Engine::carry_feedback(bool applied, double step_scale) {
 // The loss sum of the micro-batch `mb` (a forward through every chunk), on every stage.
 double Engine::forward_loss(const HostBatch& mb) {
   if (!runtime_) return chunks_[0]->model->loss_sum(mb);
-  const int64_t T = cfg_.seq, rows = mb.samples();
-  const int64_t tp = cfg_.layout.tp;
-  const int64_t count = (cfg_.layout.sequence_parallel && tp > 1 ? rows * T / tp : rows * T) * cfg_.model.n_embd;
+  const int64_t count = pipe_message(mb.samples());
   double l = 0.0;
   runtime_->forward_only(count, [&](int c, const float* x) -> const float* {
     Chunk& ch = *chunks_[static_cast<size_t>(c)];

@@ -134,6 +134,9 @@ class Engine {
   void build_chunks();
   void set_norm_skip(Chunk& ch);
   double forward_loss(const HostBatch& mb);
+  // Floats of a pipeline message (a stage's activations, or their gradient) for `rows` samples on
+  // this rank: rows x T x C, over tp with sequence parallelism.
+  int64_t pipe_message(int64_t rows) const;
   // Rows mine[i0, i0 + nb) of `batch` into batch_, one at a time (row 0 when nb is 0).
   void fill_rows(const BatchFn& batch, const std::vector<int64_t>& mine, int64_t i0, int64_t nb);
   // Rows [first, first + count) of `batch` into batch_.

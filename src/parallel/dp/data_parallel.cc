@@ -181,7 +181,7 @@ void DataParallel::post_bucket(Bucket& b) {
     f.replicate = grads_.data<float>() + b.begin;
     f.replicate_count = b.end - b.begin;
   } else {
-    float* recv = shard_grads_.data<float>() + (std::clamp(b.begin, shard_begin_, shard_end_) - shard_begin_);
+    float* recv = shard_grads_.data<float>() + shards_.offset_in_shard(b.begin);
     feedback_for(b.begin);
     const std::vector<int64_t> counts = owner_counts(b.begin, b.end);
     f.handle = grads_comm().ireduce_scatter_v(grads_.data<float>() + b.begin, recv, counts, CommDType::kF32,
@@ -435,14 +435,14 @@ void DataParallel::ready(int g) {
   if (qgz_) {
     // qgZ: the quantized hops, blocking; the sum of this rank's part goes into its shard.
     const double t0 = Tracer::now();
-    float* dst = shard_grads_.data<float>() + (std::clamp(b, shard_begin_, shard_end_) - shard_begin_);
+    float* dst = shard_grads_.data<float>() + shards_.offset_in_shard(b);
     qgz_->reduce_add(slot.data.data<float>(), b, e, dst);
     exposed_s_ += Tracer::now() - t0;
     grad_slot_of_group_[g] = -1;
     slot.busy = false;
     // HSDP: the step's last micro-batch has summed the group's part of the shard.
     if (last_micro_) {
-      post_replicate(dst, std::clamp(e, shard_begin_, shard_end_) - std::clamp(b, shard_begin_, shard_end_));
+      post_replicate(dst, shards_.offset_in_shard(e) - shards_.offset_in_shard(b));
     }
     return;
   }
@@ -451,7 +451,7 @@ void DataParallel::ready(int g) {
   f.slot = s;
   f.recv = slot.recv.data<float>();
   f.recv_count = counts[static_cast<size_t>(shard().rank())];
-  f.shard_offset = std::clamp(b, shard_begin_, shard_end_) - shard_begin_;
+  f.shard_offset = shards_.offset_in_shard(b);
   if (last_micro_) {  // HSDP: once added, the group's part of the shard is the shard group's sum
     f.replicate = shard_grads_.data<float>() + f.shard_offset;
     f.replicate_count = f.recv_count;
