@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <ctime>
 #include <cmath>
 #include <cstdint>
@@ -19,6 +20,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/blas_kernels.h"
+#include "backend/cpu/onednn_gemm.h"
 #include "backend/registry.h"
 #include "comm/device_comm_registry.h"
 #include "bench_peer.h"
@@ -51,6 +53,7 @@ struct BenchOptions {
   int64_t quant_n = int64_t{1} << 24, quant_block = 2048;
   std::string gemm_sweep;
   std::string backend_name = "cpu", precision = "fp32", comm;  // comm "": the backend's default
+  std::string matmul = "exact", fp32_kernel;  // the model's products (core/precision.h)
   double peak_tflops = 989.0;
   int64_t gemm_n = 8192;
   RunConfig layout = layout_defaults();  // any layout through the engine
@@ -63,6 +66,12 @@ void add_bench_options(CLI::App& app, BenchOptions& o) {
   app.add_option("--precision", o.precision,
                  "fp32 or bf16 (16-bit storage emulated by rounding fp32 buffers, on every backend for now)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--matmul", o.matmul,
+                 "the model's products on 16-bit storage: exact (fp32 products of the stored values) or fast (the "
+                 "device's native bf16 product: oneDNN on CPUs with AVX512-BF16 or AMX)")
+      ->check(CLI::IsMember({"exact", "fast"}));
+  app.add_option("--fp32-kernel", o.fp32_kernel, "cpu: the library of fp32 products: openblas (default) or onednn")
+      ->check(CLI::IsMember({"openblas", "onednn"}));
   app.add_option("--peak-tflops", o.peak_tflops, "cuda: the card's peak TFLOP/s for MFU (989: H100 SXM bf16 dense)");
   app.add_flag("--matmul-only", o.matmul_only, "cuda: only measure the bf16 GEMM rate (cuBLASLt, --gemm-n cubed)");
   app.add_option("--gemm-n", o.gemm_n, "cuda: size of the square bf16 GEMM that measures the card's rate");
@@ -140,18 +149,40 @@ StepRate step_rate(const std::vector<double>& sorted_times, const BenchOptions& 
   return r;
 }
 
-// The machine's single-precision matrix-product rate: best of 5 square sgemms (FLOP/s).
-double measure_sgemm_flops() {
+// The rate of one square product n^3 (FLOP/s), best of 5 after one untimed call.
+double measure_product_flops(const std::function<void(int, const float*, const float*, float*)>& product) {
   const int n = 2048;
   Buffer<float> a(n * n), b(n * n), c(n * n);
   for (int i = 0; i < n * n; ++i) a[i] = b[i] = 0.001f * static_cast<float>(i % 1000);
+  product(n, a.data(), b.data(), c.data());
   double best = 1e30;
   for (int r = 0; r < 5; ++r) {
     auto t0 = std::chrono::steady_clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    product(n, a.data(), b.data(), c.data());
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return 2.0 * n * n * static_cast<double>(n) / best;
+}
+
+// The machine's matrix-product rates on the CPU: OpenBLAS's sgemm, oneDNN's fp32 matmul and,
+// where the CPU has a native one, oneDNN's bf16 matmul (fp32 in and out, as the backend's
+// fast mode calls it).
+void add_cpu_product_rates(nlohmann::json& j) {
+  const double sgemm = measure_product_flops([](int n, const float* a, const float* b, float* c) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+  });
+  OnednnGemm dnnl;
+  const auto onednn = [&](bool bf16) {
+    return measure_product_flops([&](int n, const float* a, const float* b, float* c) {
+      dnnl.gemm(bf16, false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    });
+  };
+  const double f32 = onednn(false);
+  j["sgemm_flops_per_s"] = sgemm;
+  j["onednn_f32_flops_per_s"] = f32;
+  j["best_fp32_product"] = sgemm >= f32 ? "openblas" : "onednn";
+  j["best_fp32_flops_per_s"] = std::max(sgemm, f32);
+  if (OnednnGemm::native_bf16()) j["onednn_bf16_flops_per_s"] = onednn(true);
 }
 
 // The JSON line of a bench: its settings, backend, layout and rates.
@@ -168,7 +199,8 @@ nlohmann::json engine_result(const BenchOptions& o, const EngineConfig& ec, int 
           {"sequence_parallel", ec.layout.sp()}, {"steps", o.steps}, {"warmup", o.warmup},
           {"ms_per_step", r.median_s * 1e3}, {"tokens_per_s", r.tokens_per_s},
           {"model_flops_per_token", r.model_flops_per_token}, {"model_flops_per_s", r.model_flops_per_s},
-          {"blas_core", openblas_get_corename()}, {"blas_config", openblas_get_config()}};
+          {"blas_core", openblas_get_corename()}, {"blas_config", openblas_get_config()}, {"matmul", o.matmul},
+          {"product_kernel", ""}};
 }
 
 void print_result(const nlohmann::json& j, const BenchOptions& o, int nthreads, const StepRate& r) {
@@ -182,9 +214,10 @@ void print_result(const nlohmann::json& j, const BenchOptions& o, int nthreads, 
   const bool tera = r.model_flops_per_s >= 1e12;
   fmt::print(": {:.2f} ms/step, {:.0f} tokens/s, {:.1f} {}FLOP/s model FLOPs", r.median_s * 1e3, r.tokens_per_s,
              r.model_flops_per_s / (tera ? 1e12 : 1e9), tera ? "T" : "G");
-  if (j.contains("fraction_of_sgemm")) {
-    fmt::print(" ({:.0f}% of the measured sgemm rate {:.1f} GFLOP/s)", 100.0 * j["fraction_of_sgemm"].get<double>(),
-               j["sgemm_flops_per_s"].get<double>() / 1e9);
+  if (j.contains("fraction_of_best_fp32")) {
+    fmt::print(" ({:.0f}% of the best fp32 product, {} {:.1f} GFLOP/s)",
+               100.0 * j["fraction_of_best_fp32"].get<double>(), j["best_fp32_product"].get<std::string>(),
+               j["best_fp32_flops_per_s"].get<double>() / 1e9);
   }
   if (j.contains("mfu_peak")) {
     fmt::print(", MFU {:.1f}% of {:.0f} TFLOP/s", 100.0 * j["mfu_peak"].get<double>(), o.peak_tflops);
@@ -194,6 +227,15 @@ void print_result(const nlohmann::json& j, const BenchOptions& o, int nthreads, 
                j["gemm_flops_per_s"].get<double>() / 1e12);
   }
   fmt::print("\n");
+  if (const std::string k = j.value("product_kernel", ""); !k.empty()) fmt::print("products: {}\n", k);
+  if (j.contains("sgemm_flops_per_s")) {
+    fmt::print("this CPU's products (2048^3): openblas sgemm {:.1f} GFLOP/s, onednn fp32 {:.1f}",
+               j["sgemm_flops_per_s"].get<double>() / 1e9, j["onednn_f32_flops_per_s"].get<double>() / 1e9);
+    if (j.contains("onednn_bf16_flops_per_s")) {
+      fmt::print(", onednn bf16 {:.1f}", j["onednn_bf16_flops_per_s"].get<double>() / 1e9);
+    }
+    fmt::print(" (oneDNN ISA {})\n", OnednnGemm::cpu_isa());
+  }
   if (o.backend_name != "cuda") {
     if (const std::string note = blas_kernel_note(); !note.empty()) fmt::print("note: {}\n", note);
   }
@@ -364,9 +406,9 @@ void add_peak(nlohmann::json& j, const BenchOptions& o, Backend& be, const StepR
   }
 #endif
   if (o.no_peak) return;
-  const double peak = measure_sgemm_flops();
-  j["sgemm_flops_per_s"] = peak;
-  j["fraction_of_sgemm"] = r.model_flops_per_s / peak;
+  add_cpu_product_rates(j);
+  j["fraction_of_sgemm"] = r.model_flops_per_s / j["sgemm_flops_per_s"].get<double>();
+  j["fraction_of_best_fp32"] = r.model_flops_per_s / j["best_fp32_flops_per_s"].get<double>();
 }
 
 // Training steps (AdamW, clipping) through the engine, as `weft train` runs them, in any
@@ -379,6 +421,8 @@ int bench_engine(const ModelConfig& mc, const BenchOptions& o, Communicator& wor
   req.seq = o.seq;
   req.batch = o.batch;
   req.precision = o.precision;
+  req.matmul = o.matmul;
+  req.fp32_kernel = o.fp32_kernel;
   req.head_chunk = o.head_chunk;
   EngineRun run(layout_engine_config(o.layout, req, world.size()), world, o.backend_name, o.comm);
   Engine& engine = *run.engine;
@@ -394,6 +438,7 @@ int bench_engine(const ModelConfig& mc, const BenchOptions& o, Communicator& wor
   });
   const StepRate r = step_rate(times, o, mc);
   nlohmann::json j = engine_result(o, engine.config(), nthreads, world.size(), r);
+  j["product_kernel"] = be.product_kernel();
   if (world.size() == 1) add_peak(j, o, be, r);
   if (world.rank() == 0) print_result(j, o, nthreads, r);
   return 0;

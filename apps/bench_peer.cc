@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "backend/cpu/onednn_gemm.h"
 #include "core/error.h"
 #include "data/text_util.h"
 #include "train/trainer.h"  // set_threads
@@ -162,16 +163,20 @@ std::vector<std::string> check_modes(const std::string& modes) {
 
 // What the rounds collected.
 struct PeerRuns {
-  std::vector<json> weft;                          // weft bench's JSON line per round
+  std::vector<json> weft;                          // weft bench's JSON line per round (fp32)
+  std::vector<json> weft_bf16;                     // the same with --precision bf16 --matmul fast (native bf16 only)
   std::map<std::string, std::vector<json>> modes;  // the peer's JSON line per mode per round
 };
 
-json run_weft_side(const PeerShapes& s, int64_t threads) {
+// bf16: weft's bf16 storage with its native bf16 products (--matmul fast), the counterpart of the
+// peer's bf16 autocast.
+json run_weft_side(const PeerShapes& s, int64_t threads, bool bf16) {
   // This very binary, even if a rebuild has replaced the file since it started.
   std::vector<std::string> argv = {"/proc/self/exe", "bench", "--model", s.model, "--batch", std::to_string(s.batch),
                                    "--seq", std::to_string(s.seq), "--threads", std::to_string(threads),
                                    "--steps", std::to_string(s.steps), "--warmup", std::to_string(s.warmup),
                                    "--head-chunk", std::to_string(s.head_chunk), "--no-peak", "--format", "json"};
+  if (bf16) argv.insert(argv.end(), {"--precision", "bf16", "--matmul", "fast"});
   const Child c = run_child(argv);
   const std::vector<json> lines = result_lines(c.out);
   if (c.code != 0 || lines.empty()) {
@@ -233,6 +238,15 @@ json summarize(const PeerRuns& runs, const PeerShapes& s, int64_t threads, const
                  {"precision", "fp32"}, {"blas_core", w0.value("blas_core", "?")},
                  {"blas_config", w0.value("blas_config", "?")},
                  {"openblas_coretype_env", coretype ? json(coretype) : json(nullptr)}};
+  const bool have_bf16 = !runs.weft_bf16.empty();
+  const Stats wb = stats_of(runs.weft_bf16, "tokens_per_s");
+  if (have_bf16) {
+    out["weft_bf16_fast"] = {{"tokens_per_s", wb.median}, {"tokens_per_s_min", wb.min}, {"tokens_per_s_max", wb.max},
+                             {"ms_per_step", stats_of(runs.weft_bf16, "ms_per_step").median},
+                             {"runs", runs.weft_bf16.size()}, {"precision", "bf16"}, {"matmul", "fast"},
+                             {"product_kernel", runs.weft_bf16.front().value("product_kernel", "?")},
+                             {"ratio_over_weft_fp32", w.median > 0 ? json(wb.median / w.median) : json(nullptr)}};
+  }
   json peer = {{"torch", torch_version}, {"script", kPeerScript}}, ratios = json::object();
   for (const std::string& m : modes) {
     const std::vector<json>& r = runs.modes.at(m);
@@ -243,10 +257,14 @@ json summarize(const PeerRuns& runs, const PeerShapes& s, int64_t threads, const
       for (const char* per_mode : {"mkl_calls", "onednn_calls"}) common.erase(per_mode);
       peer["kernels"] = common;
     }
+    // A bf16 autocast mode is compared with weft's bf16 fast run where there is one.
+    const bool bf16_mode = r.front().value("dtype", "") == "bf16" && have_bf16;
+    const double mine = bf16_mode ? wb.median : w.median;
     json mj = {{"tokens_per_s", p.median}, {"tokens_per_s_min", p.min}, {"tokens_per_s_max", p.max},
                {"ms_per_step", stats_of(r, "ms_per_step").median}, {"runs", r.size()},
                {"dtype", r.front().value("dtype", "?")}, {"compile", r.front().value("compile", false)},
-               {"ratio_weft_over_peer", p.median > 0 ? json(w.median / p.median) : json(nullptr)}};
+               {"ratio_weft_over_peer", p.median > 0 ? json(mine / p.median) : json(nullptr)},
+               {"ratio_basis", bf16_mode ? "weft bf16 fast" : "weft fp32"}};
     if (mj["compile"].get<bool>()) {  // per round: a later round may find Inductor's on-disk cache warm
       mj["compile_s"] = json::array();
       for (const json& x : r) mj["compile_s"].push_back(x.value("compile_s", json()));
@@ -293,10 +311,17 @@ void print_table(const json& j, const std::vector<std::string>& modes) {
                r["ms_per_step"].get<double>(), ratio);
   };
   row("weft fp32", j["weft"], "");
+  if (j.contains("weft_bf16_fast")) row("weft bf16 (--matmul fast)", j["weft_bf16_fast"], "");
   for (const std::string& m : modes) {
     const json& r = j["torch"]["modes"][m];
+    const bool bf16 = r.value("ratio_basis", "") == "weft bf16 fast";
     row(mode_label(m), r, r["ratio_weft_over_peer"].is_number()
-                              ? fmt::format("{:.2f}", r["ratio_weft_over_peer"].get<double>()) : "?");
+                              ? fmt::format("{:.2f}{}", r["ratio_weft_over_peer"].get<double>(), bf16 ? " (bf16)" : "")
+                              : "?");
+  }
+  if (j.contains("weft_bf16_fast")) {
+    fmt::print("  weft bf16: {}; {:.2f}x weft fp32\n", j["weft_bf16_fast"]["product_kernel"].get<std::string>(),
+               j["weft_bf16_fast"]["ratio_over_weft_fp32"].get<double>());
   }
   const json& w = j["weft"];
   fmt::print("kernels:\n  weft: OpenBLAS core {} (OPENBLAS_CORETYPE {}); {}\n", w["blas_core"].get<std::string>(),
@@ -359,9 +384,14 @@ int run_bench_peer(const PeerOptions& peer, const PeerShapes& s) {
   for (int64_t r = 0; r < peer.rounds; ++r) {
     for (int side = 0; side < 2; ++side) {
       if ((side == 0) == (r % 2 == 0)) {
-        runs.weft.push_back(run_weft_side(s, threads));
+        runs.weft.push_back(run_weft_side(s, threads, false));
         fmt::print(stderr, "round {}/{}: weft {:.1f} tokens/s\n", r + 1, peer.rounds,
                    runs.weft.back()["tokens_per_s"].get<double>());
+        if (OnednnGemm::native_bf16()) {
+          runs.weft_bf16.push_back(run_weft_side(s, threads, true));
+          fmt::print(stderr, "round {}/{}: weft bf16 fast {:.1f} tokens/s\n", r + 1, peer.rounds,
+                     runs.weft_bf16.back()["tokens_per_s"].get<double>());
+        }
       } else {
         const std::vector<json> lines = run_peer_side(s, threads, python, script, modes, peer.max_seconds, r == 0);
         for (size_t i = 0; i < modes.size(); ++i) {

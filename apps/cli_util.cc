@@ -126,6 +126,8 @@ EngineConfig layout_engine_config(const RunConfig& o, const EngineRequest& r, in
   check_layout_options(o);
   RunConfig cfg = o;  // the layout keys as the options set them, the rest the defaults
   cfg.precision = r.precision;
+  cfg.matmul = r.matmul;
+  cfg.fp32_kernel = r.fp32_kernel;
   cfg.head_chunk = r.head_chunk;
   cfg.seq_len = r.seq;
   const int64_t tp_pp = std::max<int64_t>(1, o.tp * o.pp);

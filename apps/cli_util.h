@@ -64,6 +64,7 @@ struct EngineRequest {
   int64_t batch = 1;
   bool per_replica = false;
   std::string precision = "fp32";
+  std::string matmul = "exact", fp32_kernel;  // the model's products (RunConfig's [precision])
   int64_t head_chunk = 0;
   bool training = true;
 };

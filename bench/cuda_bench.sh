@@ -19,14 +19,15 @@
 # climax     the ClimaX family (climax-tiny on synthetic NetCDF fields, CLIMAX_   ~1 min
 #            STEPS steps): one rank on the device vs cpu (1e-4), tp2 x dp2
 #            ZeRO 3 and HSDP 2x2 ZeRO 3 on the device vs its one rank (1e-5)
-# bf16       50 steps of --precision bf16 against the same 50 in fp32:         ~2 min
+# bf16       50 steps of --precision bf16 against the same 50 in fp32, with the   ~3 min
+#            exact products and with --matmul fast (cuBLASLt bf16): each run's
 #            every step within 2% relative, the mean of the last 10 within 1%
 # sanitizer  compute-sanitizer memcheck and racecheck on a 1-step run: 0 errors ~3 min
 # nccl       NCCL on one rank (weft_cuda_tests Nccl*, weft_cuda_mpi_tests       ~1 min
 #            -np 1, and -np 2 where 2+ GPUs are visible); `weft train --comm
 #            nccl` on one rank gives the one-rank mpi run's bits
 # bench      the card's bf16 GEMM rate, then `weft bench --backend cuda`        ~3 min
-#            gpt2-124m T 1024 bf16 at BATCHES: tokens/s, ms/step, MFU
+#            gpt2-124m T 1024 bf16 --matmul MATMUL at BATCHES: tokens/s, ms/step, MFU
 # gemm-sweep cuBLASLt bf16 products over the planner's sweep shapes (`weft bench ~2 min
 #            --gemm-sweep`), then `weft calibrate --gemm-sweep` fits the planner's
 #            per-shape product model of systems/dgx-h100.toml to them (docs/planner.md):
@@ -53,7 +54,7 @@
 # (host access refused, so --comm mpi copies every transfer, as on cuda).
 #
 # Environment: BUILD (build-cuda), ARCH (90), JOBS (nproc), WEFT ($BUILD/weft), BACKEND (cuda),
-# COMM (mpi: the parity stage's communicator), PARITY_STEPS (8), BATCHES ("4 8 16 32"),
+# COMM (mpi: the parity stage's communicator), PARITY_STEPS (8), BATCHES ("4 8 16 32"), MATMUL (fast),
 # PEER_BATCHES ("8 16"), STEPS (20 timed steps per bench case), PEAK (989: H100 SXM bf16 dense
 # TFLOP/s), PYTHON (python3, with torch for the peer), TOKENIZER (GPT-2's encoder.json +
 # vocab.bpe; default: the folder scripts/setup.sh installs), LLMC_DIR (a checkout of
@@ -71,6 +72,7 @@ BACKEND=${BACKEND:-cuda}
 COMM=${COMM:-mpi}
 PARITY_STEPS=${PARITY_STEPS:-8}
 BATCHES=${BATCHES:-"4 8 16 32"}
+MATMUL=${MATMUL:-fast}  # the bench stage's products: fast (cuBLASLt bf16) or exact (fp32 SGEMM on bf16 values)
 PEER_BATCHES=${PEER_BATCHES:-"8 16"}
 STEPS=${STEPS:-20}
 PEAK=${PEAK:-989}
@@ -288,15 +290,26 @@ stage_bf16() {
   data=$(text_data) || { record bf16 FAIL "no data (data.log)"; return; }
   write_config "$data" "$OUT/bf16.toml"
   local common=(--model small --seq_len 256 --global_batch 16 --micro_batch 16 --steps 50 --lr 1e-3 --warmup_steps 5)
+  # bf16 with the exact products (fp32 products of the bf16 values) and with the fast ones
+  # (--matmul fast: cuBLASLt bf16), each against fp32.
   if run_logged bf16 "$WEFT" train "$OUT/bf16.toml" --backend "$BACKEND" "${common[@]}" --out "$OUT/bf16/fp32" &&
      run_logged bf16 "$WEFT" train "$OUT/bf16.toml" --backend "$BACKEND" "${common[@]}" --precision bf16 \
-       --out "$OUT/bf16/bf16"; then
-    local cmp
+       --out "$OUT/bf16/bf16" &&
+     run_logged bf16 "$WEFT" train "$OUT/bf16.toml" --backend "$BACKEND" "${common[@]}" --precision bf16 \
+       --matmul fast --out "$OUT/bf16/bf16-fast"; then
+    local cmp cmp_fast
     cmp=$("$PYTHON" bench/compare_curves.py "$OUT/bf16/fp32" "$OUT/bf16/bf16" --rtol 0.02 --mean-last 10 --mean-rtol 0.01)
+    cmp_fast=$("$PYTHON" bench/compare_curves.py "$OUT/bf16/fp32" "$OUT/bf16/bf16-fast" --rtol 0.02 --mean-last 10 \
+               --mean-rtol 0.01)
     echo "$cmp" | tee -a "$RESULTS" >> "$(log_of bf16)"
+    echo "$cmp_fast" | tee -a "$RESULTS" >> "$(log_of bf16)"
     local what
-    what="small, 50 steps on $(basename "$data") data: max rel diff $(field "$cmp" max_rel_diff) (<= 0.02), last-10 mean $(field "$cmp" mean_rel_diff) (<= 0.01)"
-    if [ "$(field "$cmp" ok)" = "true" ]; then record bf16 PASS "$what"; else record bf16 FAIL "$what"; fi
+    what="small, 50 steps on $(basename "$data") data: exact max rel diff $(field "$cmp" max_rel_diff) (<= 0.02), last-10 mean $(field "$cmp" mean_rel_diff) (<= 0.01); fast $(field "$cmp_fast" max_rel_diff), $(field "$cmp_fast" mean_rel_diff)"
+    if [ "$(field "$cmp" ok)" = "true" ] && [ "$(field "$cmp_fast" ok)" = "true" ]; then
+      record bf16 PASS "$what"
+    else
+      record bf16 FAIL "$what"
+    fi
   else
     record bf16 FAIL "a run failed (bf16.log)"
   fi
@@ -344,8 +357,8 @@ stage_bench() {
     GEMM_RATE=$(field "$j" gemm_flops_per_s)
   fi
   for B in $BATCHES; do
-    if ! j=$("$WEFT" bench --backend cuda --precision bf16 --model gpt2-124m --seq 1024 --batch "$B" --steps "$STEPS" \
-               --warmup 3 --no-peak --peak-tflops "$PEAK" --format json 2>> "$(log_of bench)"); then
+    if ! j=$("$WEFT" bench --backend cuda --precision bf16 --matmul "$MATMUL" --model gpt2-124m --seq 1024 --batch "$B" \
+               --steps "$STEPS" --warmup 3 --no-peak --peak-tflops "$PEAK" --format json 2>> "$(log_of bench)"); then
       echo "batch $B failed (out of memory?)" >> "$(log_of bench)"
       continue
     fi
@@ -359,7 +372,7 @@ stage_bench() {
   done
   WEFT_BEST=$best
   if [ -n "$best_line" ]; then
-    record bench PASS "$best_line (GEMM $(awk -v g="${GEMM_RATE:-0}" 'BEGIN { printf "%.0f", g / 1e12 }') TFLOP/s)"
+    record bench PASS "matmul $MATMUL, $best_line (GEMM $(awk -v g="${GEMM_RATE:-0}" 'BEGIN { printf "%.0f", g / 1e12 }') TFLOP/s)"
   else
     record bench FAIL "no batch ran (bench.log)"
   fi

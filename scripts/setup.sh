@@ -14,6 +14,7 @@ PKGS=(
   libopenmpi-dev openmpi-bin
   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libpcre2-dev libxxhash-dev
+  libdnnl-dev              # oneDNN: the CPU backend's bf16 and fp32 matrix products (backend/cpu/onednn_gemm.h)
   libzfp-dev libzstd-dev   # compressed collectives (comm/codec.h, docs/compression.md)
   libnetcdf-dev            # gridded weather fields (data/weather.h, docs/formats-weather.md)
   python3 python3-torch python3-numpy

@@ -23,6 +23,14 @@ void fill_pattern(uint8_t* dst, const uint8_t* pat, int len, size_t bytes) {
 
 }  // namespace
 
+void Backend::set_products(const ProductSettings& s) {
+  if (!s.fp32_kernel.empty()) {
+    throw_input("backend {} has one fp32 matrix product, not a choice: fp32 kernel '{}' is not one of its names",
+                name(), s.fp32_kernel);
+  }
+  products_ = s;
+}
+
 void* Backend::device_alloc(DType dt, int64_t count, MemCategory c) {
   WEFT_CHECK(count >= 0, "{}: device_alloc of {} elements", name(), count);
   if (count == 0) return nullptr;

@@ -121,6 +121,22 @@ class Backend {
   virtual bool begin_host_access(void* p, size_t bytes) { return true; }
   virtual void end_host_access(void* p, size_t bytes) {}
 
+  // --- how the matrix products compute ---
+  // OPTIONAL. Set once before the first op (the engine sets the run's): gemm, matmul_forward,
+  // matmul_backward and the fused ops built on them (the model's products) read operands stored
+  // at s.storage; with MatmulMode::kExact they are fp32 products of the stored values, bitwise
+  // the cpu reference's; with kFast a backend may use its native 16-bit product for 16-bit
+  // storage (core/precision.h). s.fp32_kernel names the library of fp32 products where the
+  // backend has a choice ("": its default); a name it does not know is an InputError listing the
+  // ones it does. The products inside other ops (attention's) are not affected.
+  // Default: remembers s and computes exactly.
+  virtual void set_products(const ProductSettings& s);
+  const ProductSettings& products() const { return products_; }
+  // What computes the model's products under the current settings, for logs and `weft bench`
+  // (e.g. "openblas sgemm (Cooperlake kernels)", "onednn bf16 matmul (avx512_core_bf16)"), with
+  // the reason when kFast falls back to the exact product. Default: "".
+  virtual std::string product_kernel() const { return {}; }
+
   // ===== ops =====
   // REQUIRED, every one. Every pointer is device memory of this backend (see above).
 
@@ -374,6 +390,8 @@ class Backend {
   virtual void decode_16(float* out, const void* wire, int64_t n, DType dt, bool accumulate);
 
  protected:
+  ProductSettings products_;
+
   // --- the memory group's implementation ---
   // REQUIRED for a backend with its own memory. bytes > 0; returns at least 64-byte aligned
   // memory or throws RuntimeError naming the size. c is for diagnostics (the tracker is

@@ -12,6 +12,14 @@ Precision parse_precision(const std::string& name) {
   throw_input("unknown precision '{}', expected one of: fp32, bf16, fp16", name);
 }
 
+MatmulMode parse_matmul_mode(const std::string& name) {
+  if (name == "exact") return MatmulMode::kExact;
+  if (name == "fast") return MatmulMode::kFast;
+  throw_input("unknown matmul mode '{}', expected one of: exact, fast", name);
+}
+
+const char* matmul_mode_name(MatmulMode m) { return m == MatmulMode::kFast ? "fast" : "exact"; }
+
 const char* precision_name(Precision p) {
   switch (p) {
     case Precision::kFp32: return "fp32";

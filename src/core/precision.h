@@ -22,6 +22,26 @@ const char* precision_name(Precision p);
 // Bytes of one stored element: 4 for fp32, 2 for bf16/fp16.
 inline int precision_bytes(Precision p) { return p == Precision::kFp32 ? 4 : 2; }
 
+// How the model's matrix products compute on 16-bit storage (`[precision] matmul`, `--matmul`):
+//   kExact  the fp32 product of the stored values (16-bit operands widen exactly): bitwise
+//           the emulated reference, and the same product an fp32 run calls
+//   kFast   the device's native 16-bit product where it has one (oneDNN's bf16 matmul on CPUs
+//           with AVX512-BF16 or AMX, cuBLASLt on GPUs): operands rounded to the storage type,
+//           fp32 accumulation and outputs; equal to exact within the 16-bit tolerance
+// An fp32 run computes the same either way.
+enum class MatmulMode { kExact, kFast };
+MatmulMode parse_matmul_mode(const std::string& name);  // "exact", "fast"; InputError otherwise
+const char* matmul_mode_name(MatmulMode m);
+
+// What a backend's matrix products are set to (Backend::set_products): the storage precision
+// of their operands, the mode, and the library of the fp32 product where the backend offers a
+// choice ("" = its default; `weft calibrate` measures the fastest and records it).
+struct ProductSettings {
+  Precision storage = Precision::kFp32;
+  MatmulMode mode = MatmulMode::kExact;
+  std::string fp32_kernel;
+};
+
 // x rounded to the nearest bfloat16 (ties to even); NaN stays NaN, overflow rounds to inf.
 inline float round_bf16(float x) {
   uint32_t u;

@@ -44,6 +44,7 @@ class Engine::PipeAdapter final : public PipeChunk {
 
 Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
     : cfg_(cfg), world_(world), backend_(backend), scaler_(cfg.precision, cfg.loss_scale) {
+  backend_.set_products({cfg.precision, cfg.matmul, cfg.fp32_kernel});
   const GridSpec spec = cfg.layout.grid();
   grid_ = std::make_unique<ProcessGrid>(world, spec);
   // Every rank creates its device communicators in the same order (tp, pp, dp, tied): with

@@ -26,6 +26,9 @@ struct EngineConfig {
   // The data-parallel store's settings beyond the layout (buckets, prefetch, ZeRO++'s quantizers).
   DataParallelOptions data_parallel;
   Precision precision = Precision::kFp32;
+  // How the model's products compute (core/precision.h), set on the backend by the engine.
+  MatmulMode matmul = MatmulMode::kExact;
+  std::string fp32_kernel;  // "": the backend's default fp32 product
   int64_t head_chunk = 0;
   AdamWConfig adamw;
   LossScaleConfig loss_scale;

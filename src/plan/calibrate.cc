@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "backend/cpu/onednn_gemm.h"
 #include "backend/device_buffer.h"
 #include "backend/registry.h"
 #include "comm/codec.h"
@@ -18,6 +19,7 @@
 #include "core/buffer.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/precision.h"
 
 namespace weft::plan {
 
@@ -37,13 +39,17 @@ double mem_total_bytes() {
   return 8e9;
 }
 
-// Best-of-`reps` seconds of an sgemm (n x n) @ (n x n); every rank runs at once.
-double time_sgemm(int n, int reps, Communicator& world) {
-  Buffer<float> a(static_cast<size_t>(n) * n), b(static_cast<size_t>(n) * n), c(static_cast<size_t>(n) * n);
-  for (int64_t i = 0; i < static_cast<int64_t>(n) * n; ++i) {
-    a[i] = 0.001f * static_cast<float>(i % 997);
-    b[i] = 0.002f * static_cast<float>(i % 991);
-  }
+double min_over_ranks(Communicator& world, double v);
+
+// Best-of-`reps` seconds of one product (n x n) @ (n x n) through the cpu backend's gemm with
+// its products set to `ps`; every rank runs at once.
+double time_product(const ProductSettings& ps, int n, int reps, Communicator& world) {
+  std::unique_ptr<Backend> be = make_backend("cpu");
+  be->set_products(ps);
+  std::vector<float> host(static_cast<size_t>(n) * n);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = round_bf16(0.001f * static_cast<float>(i % 997));
+  DeviceBuffer a = to_device(*be, host, DType::kF32), b = to_device(*be, host, DType::kF32);
+  DeviceBuffer c(*be, DType::kF32, static_cast<int64_t>(n) * n);
   // Small products are repeated within one timing so that the clock resolution does not matter.
   const double flops = 2.0 * n * n * static_cast<double>(n);
   const int inner = std::max(1, static_cast<int>(2e8 / flops));
@@ -52,12 +58,38 @@ double time_sgemm(int n, int reps, Communicator& world) {
     world.barrier();
     const auto t0 = Clock::now();
     for (int i = 0; i < inner; ++i) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+      be->gemm(false, false, n, n, n, 1.0f, a.data<float>(), n, b.data<float>(), n, 0.0f, c.data<float>(), n);
     }
     const double dt = seconds_since(t0) / inner;
-    if (r > 0) best = std::min(best, dt);  // the first run warms up
+    if (r > 0) best = std::min(best, dt);  // the first run warms up (and makes oneDNN's primitive)
   }
   return best;
+}
+
+// One product library's rates over the calibration sizes: (FLOPs per call, FLOP/s per rank,
+// the slowest rank's), and its best rate.
+struct ProductRates {
+  std::string name;
+  std::vector<std::pair<double, double>> rates;
+  double peak = 0;
+  // Seconds of one call of each size of at least 256^3 (the model's products): what the
+  // choice between libraries compares.
+  double large_seconds = 0;
+};
+
+ProductRates measure_products(const std::string& name, const ProductSettings& ps, const std::vector<int>& sizes,
+                              int reps, Communicator& world, std::vector<std::string>& notes) {
+  ProductRates p;
+  p.name = name;
+  for (int n : sizes) {
+    const double flops = 2.0 * n * n * static_cast<double>(n);
+    const double rate = min_over_ranks(world, flops / time_product(ps, n, reps, world));
+    p.rates.emplace_back(flops, rate);
+    p.peak = std::max(p.peak, rate);
+    if (n >= 256) p.large_seconds += flops / rate;
+    notes.push_back(fmt::format("{} {}^3: {:.2f} GFLOP/s per rank", name, n, rate / 1e9));
+  }
+  return p;
 }
 
 // STREAM triad (McCalpin 1995): a[i] = b[i] + s c[i], 3 x 4 bytes per element (2 reads, 1
@@ -176,6 +208,42 @@ void measure_codecs(Calibration& cal, bool quick, Communicator& world) {
   }
 }
 
+// The matrix products: the cpu backend's two fp32 libraries (OpenBLAS's sgemm, oneDNN's
+// matmul) over square sizes, the faster on the large sizes becoming the system's fp32_kernel,
+// its best rate peak_flops_32 and its rates the matmul_curve; with a native bf16 product (oneDNN
+// on AVX512-BF16 or AMX: `--matmul fast`), its best rate is peak_flops_16, else peak_flops_16 =
+// peak_flops_32 (16-bit storage computes fp32 products).
+void measure_matmul(Calibration& cal, bool quick, Communicator& world) {
+  const std::vector<int> sizes = quick ? std::vector<int>{32, 64, 128, 256, 512}
+                                       : std::vector<int>{32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048};
+  const int reps = quick ? 2 : 4;
+  const ProductSettings fp32{Precision::kFp32, MatmulMode::kExact, "openblas"};
+  ProductRates blas = measure_products("openblas sgemm", fp32, sizes, reps, world, cal.notes);
+  ProductRates dnnl = measure_products("onednn fp32", {Precision::kFp32, MatmulMode::kExact, "onednn"}, sizes, reps,
+                                       world, cal.notes);
+  const bool pick_dnnl = dnnl.large_seconds < blas.large_seconds;
+  const ProductRates& best = pick_dnnl ? dnnl : blas;
+  Device& d = cal.system.device;
+  d.fp32_kernel = pick_dnnl ? "onednn" : "openblas";
+  cal.notes.push_back(fmt::format("fp32 products: {} (the sizes >= 256^3 take {:.2f} ms against {:.2f} ms)", best.name,
+                                  1e3 * best.large_seconds, 1e3 * (pick_dnnl ? blas : dnnl).large_seconds));
+  d.peak_flops_32 = best.peak;
+  d.matmul_efficiency = 1.0;
+  for (const auto& r : best.rates) d.matmul_curve.emplace_back(r.first, r.second / best.peak);
+  // Every rank reads the same CPU; the slowest rank's answer would be the same.
+  if (OnednnGemm::native_bf16()) {
+    const ProductRates bf16 = measure_products("onednn bf16", {Precision::kBf16, MatmulMode::kFast, ""}, sizes, reps,
+                                               world, cal.notes);
+    d.peak_flops_16 = bf16.peak;
+    cal.notes.push_back(fmt::format("bf16 products (--matmul fast): onednn bf16, {:.2f} GFLOP/s per rank; priced with the "
+                                    "fp32 curve's shape", bf16.peak / 1e9));
+  } else {
+    d.peak_flops_16 = d.peak_flops_32;
+    cal.notes.push_back(fmt::format("no native bf16 product on this CPU (oneDNN sees {}): 16-bit runs compute fp32 "
+                                    "products, peak_flops_16 = peak_flops_32", OnednnGemm::cpu_isa()));
+  }
+}
+
 }  // namespace
 
 Calibration calibrate(const CalibrationOptions& o, Communicator& world) {
@@ -196,24 +264,7 @@ Calibration calibrate(const CalibrationOptions& o, Communicator& world) {
                                   ranks, threads, hw));
   cal.notes.push_back("A device is one MPI rank with its threads; every rank measured at the same time.");
 
-  // Matrix products.
-  std::vector<int> sizes = o.quick ? std::vector<int>{32, 64, 128, 256, 512}
-                                   : std::vector<int>{32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048};
-  const int reps = o.quick ? 2 : 4;
-  std::vector<std::pair<double, double>> rates;  // (FLOPs per call, FLOP/s)
-  for (int n : sizes) {
-    const double dt = time_sgemm(n, reps, world);
-    const double flops = 2.0 * n * n * static_cast<double>(n);
-    const double rate = min_over_ranks(world, flops / dt);
-    rates.emplace_back(flops, rate);
-    cal.notes.push_back(fmt::format("sgemm {}^3: {:.2f} GFLOP/s per rank", n, rate / 1e9));
-  }
-  double peak = 0;
-  for (const auto& r : rates) peak = std::max(peak, r.second);
-  d.peak_flops_32 = peak;
-  d.peak_flops_16 = peak;  // weft's CPU backend computes in fp32
-  d.matmul_efficiency = 1.0;
-  for (const auto& r : rates) d.matmul_curve.emplace_back(r.first, r.second / peak);
+  measure_matmul(cal, o.quick, world);
 
   // Memory.
   const int64_t n = o.quick ? (int64_t{1} << 22) : (int64_t{1} << 25);  // 16 or 128 MiB per array
@@ -249,6 +300,7 @@ Calibration calibrate(const CalibrationOptions& o, Communicator& world) {
   s.levels.push_back(link);
   measure_codecs(cal, o.quick, world);
   s.defaults.flash_attention = false;  // weft's CPU attention materialises the scores
+  s.defaults.attention_16 = false;     // and computes them with fp32 products in every mode
   s.defaults.dropout = false;
   s.defaults.fp32_grad_accumulation = false;
   s.defaults.overlap_dp = true;

@@ -3,9 +3,12 @@
 // measures at the same time, so the figures are each rank's share of the shared machine.
 //
 // Measured:
-// - sgemm rate by shape (OpenBLAS cblas_sgemm, square n = 32 .. 2048, best of several runs):
-//   the best rate is peak_flops_32 (= peak_flops_16: weft computes in fp32 on CPUs), the
-//   others form the matmul_curve (fraction of that peak by FLOPs per call);
+// - matrix-product rates by shape (square n = 32 .. 2048, best of several runs) through the cpu
+//   backend's two fp32 libraries, OpenBLAS's sgemm and oneDNN's matmul: the faster on the
+//   model-sized products is the system's fp32_kernel (what `weft train` then runs), its best
+//   rate peak_flops_32, its rates the matmul_curve (fraction of that peak by FLOPs per call);
+//   peak_flops_16 is oneDNN's native bf16 product (`--matmul fast`) where the CPU has one
+//   (AVX512-BF16, AMX), else peak_flops_32;
 // - memory bandwidth: a STREAM-style triad a = b + s c over arrays far larger than the caches
 //   (bytes read + written per second), best of several runs;
 // - kernel latency: the time of an OpenMP parallel loop over a few elements (fork/join);

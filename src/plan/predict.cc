@@ -21,6 +21,7 @@ Options Options::from_system(const System& s, Precision p, int64_t global_batch)
   o.global_batch = global_batch;
   o.flash_attention = s.defaults.flash_attention;
   o.dropout = s.defaults.dropout;
+  o.attention_16 = s.defaults.attention_16;
   o.fp32_grad_accumulation = s.defaults.fp32_grad_accumulation;
   o.overlap_dp = s.defaults.overlap_dp;
   o.pp_scatter_gather = s.defaults.pp_scatter_gather;
@@ -103,9 +104,8 @@ struct Context {
 struct GemmCost {
   double fwd = 0, bwd = 0, flops = 0;
 };
-GemmCost gemm_cost(const Context& c, GemmShape g) {
+GemmCost gemm_cost(const Context& c, GemmShape g, Precision p) {
   const Device& d = c.sys.device;
-  const Precision p = c.o.precision;
   GemmCost r;
   r.fwd = gemm_time(d, p, g, c.e);
   r.bwd = gemm_time(d, p, GemmShape{g.m, g.k, g.n, g.batch}, c.e) + gemm_time(d, p, GemmShape{g.k, g.n, g.m, g.batch}, c.e);
@@ -135,12 +135,12 @@ void attention_core(const Context& c, LayerCost& lc) {
     // reach memory; the backward recomputes them (2.5x the forward's FLOPs).
     // A ClimaX block's attention is bidirectional: no masked half to skip.
     const bool causal = c.m.family->capabilities().causal_attention;
-    lc.core_f = flash_attention_time(d, c.o.precision, flops, false, causal);
-    lc.core_b = flash_attention_time(d, c.o.precision, flops, true, causal);
+    lc.core_f = flash_attention_time(d, c.o.attention_precision(), flops, false, causal);
+    lc.core_b = flash_attention_time(d, c.o.attention_precision(), flops, true, causal);
     return;
   }
-  const GemmCost qk = gemm_cost(c, GemmShape{s, s, dh, b * heads_local});
-  const GemmCost pv = gemm_cost(c, GemmShape{s, dh, s, b * heads_local});
+  const GemmCost qk = gemm_cost(c, GemmShape{s, s, dh, b * heads_local}, c.o.attention_precision());
+  const GemmCost pv = gemm_cost(c, GemmShape{s, dh, s, b * heads_local}, c.o.attention_precision());
   double soft = memory_time(d, 2 * b * heads_local * s * s * e);  // softmax: read + write
   if (c.o.dropout) soft += memory_time(d, b * heads_local * s * s * (2 * e + 1));
   lc.core_f = qk.fwd + pv.fwd + soft;
@@ -160,10 +160,10 @@ LayerCost layer_cost(Context& c) {
   // Matrix products of one layer (Megatron-LM column/row-parallel split: Shoeybi et al. 2019):
   // QKV (N x h) @ (h x 3h/t), attention projection (N x h/t) @ (h/t x h), MLP (N x h) @ (h x
   // f/t) and (N x f/t) @ (f/t x h).
-  add(lc, gemm_cost(c, GemmShape{N, 3 * h / t, h}), lc.gemm_f, lc.gemm_b);
-  add(lc, gemm_cost(c, GemmShape{N, h, h / t}), lc.gemm_f, lc.gemm_b);
-  add(lc, gemm_cost(c, GemmShape{N, f / t, h}), lc.gemm_f, lc.gemm_b);
-  add(lc, gemm_cost(c, GemmShape{N, h, f / t}), lc.gemm_f, lc.gemm_b);
+  add(lc, gemm_cost(c, GemmShape{N, 3 * h / t, h}, c.o.product_precision()), lc.gemm_f, lc.gemm_b);
+  add(lc, gemm_cost(c, GemmShape{N, h, h / t}, c.o.product_precision()), lc.gemm_f, lc.gemm_b);
+  add(lc, gemm_cost(c, GemmShape{N, f / t, h}, c.o.product_precision()), lc.gemm_f, lc.gemm_b);
+  add(lc, gemm_cost(c, GemmShape{N, h, f / t}, c.o.product_precision()), lc.gemm_f, lc.gemm_b);
   attention_core(c, lc);
   // Element-wise, memory-bound: two LayerNorms (read x, write y), GeLU (read, write), two
   // residual adds (read 2, write 1); with dropout, two dropouts (read, write, mask). Their
@@ -464,7 +464,7 @@ PassCost pass_cost(const Context& c, const EndPass& pass, Flow& flow) {
   for (const Kernel& k : pass.kernels) {
     if (k.k > 0) {
       const GemmShape g{k.m, k.n, k.k, k.batch};
-      r.seconds += k.times * gemm_time(d, c.o.precision, g, c.e);
+      r.seconds += k.times * gemm_time(d, c.o.product_precision(), g, c.e);
       r.flops += k.times * g.flops();
     } else {
       r.seconds += k.times * memory_time(d, k.elems * (k.fp32 ? 4.0 : c.e));

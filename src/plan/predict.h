@@ -39,6 +39,11 @@ namespace weft::plan {
 
 struct Options {
   Precision precision = Precision::kBf16;
+  // How 16-bit products compute (core/precision.h): kFast at peak_flops_16 (native 16-bit
+  // products: Megatron-LM's, weft's --matmul fast), kExact at peak_flops_32 (weft's exact mode
+  // widens 16-bit operands into fp32 products). fp32 runs: peak_flops_32 either way.
+  MatmulMode matmul = MatmulMode::kFast;
+  bool attention_16 = true;  // see SoftwareDefaults
   int64_t global_batch = 1;  // sequences per optimizer step
   bool flash_attention = false;
   bool dropout = false;
@@ -50,6 +55,10 @@ struct Options {
   std::string memory_model = "megatron";  // see MemoryOptions
   std::string tp_comm = "megatron";       // see SoftwareDefaults
   bool pp_p2p_overlap = true;             // see SoftwareDefaults
+
+  // The precision the model's products are priced at, and the attention core's.
+  Precision product_precision() const { return matmul == MatmulMode::kExact ? Precision::kFp32 : precision; }
+  Precision attention_precision() const { return attention_16 ? product_precision() : Precision::kFp32; }
 
   // The system's software defaults ([defaults] of the system file).
   static Options from_system(const System& s, Precision p, int64_t global_batch);

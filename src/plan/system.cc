@@ -306,6 +306,10 @@ System load_system(const std::string& path) {
     d.memory_bandwidth = r.number("memory_bandwidth", 0, true);
     d.matmul_efficiency = r.number("matmul_efficiency", 1.0, false);
     d.kernel_latency = r.number("kernel_latency", 0, false);
+    d.fp32_kernel = r.string("fp32_kernel", "");
+    if (d.fp32_kernel != "" && d.fp32_kernel != "openblas" && d.fp32_kernel != "onednn") {
+      throw_input("{}: [device] fp32_kernel = '{}': expected 'openblas' or 'onednn'", path, d.fp32_kernel);
+    }
     if (const toml::node* c = r.get("matmul_curve")) {
       const toml::array* arr = c->as_array();
       if (!arr) throw_input("{}: [device] matmul_curve must be an array of [FLOPs, fraction] pairs", path);
@@ -338,6 +342,7 @@ System load_system(const std::string& path) {
     Reader r{path, t, "defaults", {}};
     s.defaults.flash_attention = r.boolean("flash_attention", false);
     s.defaults.dropout = r.boolean("dropout", false);
+    s.defaults.attention_16 = r.boolean("attention_16", true);
     s.defaults.fp32_grad_accumulation = r.boolean("fp32_grad_accumulation", true);
     s.defaults.overlap_dp = r.boolean("overlap_dp", true);
     s.defaults.pp_scatter_gather = r.boolean("pp_scatter_gather", true);
@@ -392,6 +397,7 @@ std::string system_to_toml(const System& s, const std::vector<std::string>& note
     out += fmt::format("]\ngemm_k_overhead = {:.6g}\ngemm_align = {}\ngemm_misaligned_fraction = {:.4g}\n",
                        d.gemm_k_overhead, d.gemm_align, d.gemm_misaligned_fraction);
   }
+  if (!d.fp32_kernel.empty()) out += fmt::format("fp32_kernel = \"{}\"\n", d.fp32_kernel);
   if (d.attention_efficiency > 0) {
     out += fmt::format("attention_efficiency = {:.4g}\nattention_bwd_efficiency = {:.4g}\n", d.attention_efficiency,
                        d.attention_bwd_efficiency);
@@ -404,7 +410,8 @@ std::string system_to_toml(const System& s, const std::vector<std::string>& note
       "\n[defaults]\nflash_attention = {}\ndropout = {}\nfp32_grad_accumulation = {}\noverlap_dp = {}\npp_scatter_gather = {}\nmemory_model = \"{}\"\n",
       s.defaults.flash_attention, s.defaults.dropout, s.defaults.fp32_grad_accumulation, s.defaults.overlap_dp,
       s.defaults.pp_scatter_gather, s.defaults.memory_model);
-  out += fmt::format("tp_comm = \"{}\"\npp_p2p_overlap = {}\n", s.defaults.tp_comm, s.defaults.pp_p2p_overlap);
+  out += fmt::format("tp_comm = \"{}\"\npp_p2p_overlap = {}\nattention_16 = {}\n", s.defaults.tp_comm,
+                     s.defaults.pp_p2p_overlap, s.defaults.attention_16);
   out += fmt::format("step_overhead = {:.6g}\njitter = {:.6g}\nworld_allreduces = {}\nbubble_factor = {:.6g}\n",
                      s.defaults.step_overhead, s.defaults.jitter, s.defaults.world_allreduces, s.defaults.bubble_factor);
   if (!s.codecs.empty()) {

@@ -6,6 +6,8 @@
 //
 //   [system]   name, description
 //   [device]   name, peak_flops_16, peak_flops_32 (FLOP/s of matrix products), memory_bytes,
+//              fp32_kernel (optional: the library of fp32 products weft's cpu backend runs,
+//              "openblas" or "onednn", the faster one `weft calibrate` measured),
 //              memory_bandwidth (bytes/s), matmul_efficiency (largest fraction of peak a
 //              matrix product reaches), kernel_latency (s per kernel),
 //              matmul_curve (optional, measured: [[FLOPs per call, fraction of peak], ...]);
@@ -17,6 +19,7 @@
 //              and direction when every device of a unit sends across the level at once),
 //              latency (s per message)
 //   [defaults] software of the figures: flash_attention, dropout, fp32_grad_accumulation,
+//              attention_16 (attention's products in 16 bits where the model's are),
 //              overlap_dp (gradient reduction overlapped with the last backward),
 //              pp_scatter_gather, memory_model; scale effects: step_overhead (s), jitter,
 //              world_allreduces, bubble_factor (plan/scale_model.h)
@@ -58,6 +61,8 @@ struct Device {
   double gemm_misaligned_fraction = 1.0;
   // Fused (flash) attention kernel: fractions of peak, forward and backward; 0: none measured.
   double attention_efficiency = 0, attention_bwd_efficiency = 0;
+  // The fp32 product library weft's cpu backend takes from this file ("": its default).
+  std::string fp32_kernel;
 
   double peak_flops(Precision p) const { return p == Precision::kFp32 ? peak_flops_32 : peak_flops_16; }
 };
@@ -72,6 +77,10 @@ struct LinkLevel {
 struct SoftwareDefaults {
   bool flash_attention = false;
   bool dropout = false;
+  // Attention's products (scores, weighted sums) run at the 16-bit rate when the model's products
+  // do (the GPU stacks' flash attention); false: in fp32 always (weft's CPU attention, whose
+  // internal products are fp32 sgemms in every matmul mode).
+  bool attention_16 = true;
   bool fp32_grad_accumulation = true;
   bool overlap_dp = true;
   // Pipeline sends carry 1/t of the activations, all-gathered over tp by the receiver

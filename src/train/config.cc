@@ -80,6 +80,9 @@ const std::vector<Key>& keys() {
       {"train", "spike_zscore", &RunConfig::spike_zscore},
       {"train", "spike_window", &RunConfig::spike_window},
       {"train", "spike_min_steps", &RunConfig::spike_min_steps},
+      {"precision", "matmul", &RunConfig::matmul},
+      {"precision", "fp32_kernel", &RunConfig::fp32_kernel},
+      {"precision", "wires", &RunConfig::wires},
       {"parallel", "tp", &RunConfig::tp},
       {"parallel", "pp", &RunConfig::pp},
       {"parallel", "dp", &RunConfig::dp},
@@ -535,6 +538,11 @@ void RunConfig::validate() const {
   if (head_chunk < 0) throw_input("head_chunk must be >= 0, got {}", head_chunk);
   parse_recompute(recompute);  // names the valid modes
   parse_precision(precision);
+  parse_matmul_mode(matmul);
+  if (wires != "storage" && wires != "fp32") throw_input("unknown wires '{}', expected one of: storage, fp32", wires);
+  if (fp32_kernel != "" && fp32_kernel != "openblas" && fp32_kernel != "onednn") {
+    throw_input("unknown fp32_kernel '{}', expected one of: openblas, onednn (or \"\": the system file's)", fp32_kernel);
+  }
   if (loss_scale_window < 1) throw_input("loss_scale_window must be >= 1, got {}", loss_scale_window);
   validate_spike_keys(*this);
   if (val_every < 0 || val_batches < 0) throw_input("val_every {} and val_batches {} must be >= 0", val_every, val_batches);

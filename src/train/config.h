@@ -45,6 +45,20 @@ struct RunConfig {
   std::string recompute = "none";  // activation recompute: none, selective (attention core), full (whole layers)
   int64_t recompute_layers = -1;   // full recompute: layers recomputed per pipeline stage (chunk); -1: all
   std::string precision = "fp32";  // fp32, bf16 or fp16 storage of parameters/activations (fp32 master weights)
+  // [precision] How the model's matrix products compute (core/precision.h MatmulMode): "exact"
+  // (fp32 products of the stored values: bitwise the emulated reference) or "fast" (the device's
+  // native 16-bit product for bf16 storage: oneDNN on CPUs with AVX512-BF16/AMX; within the 16-bit
+  // tolerance). fp32_kernel: the library of fp32 products on backends with a choice (cpu:
+  // "openblas" or "onednn"); "": the system file's (`weft calibrate` measures both), else the
+  // backend's default (openblas).
+  std::string matmul = "exact";
+  std::string fp32_kernel = "";
+  // 16-bit storage: what the wires whose payload is stored in 16 bits carry (pipeline sends of
+  // activations and their gradients; ZeRO 1-3 parameter all-gathers): "storage" (the storage
+  // type: half the bytes, lossless, the bits of an fp32 wire) or "fp32" (every wire fp32, as
+  // before). A [compression] codec set on that traffic wins. Reductions of fp32 sums (gradients,
+  // tensor-parallel partial products) stay fp32 either way.
+  std::string wires = "storage";
   double loss_scale = 0.0;           // fp16: 0 = dynamic loss scaling, > 0 = this static scale (bf16/fp32: 0 = none)
   double initial_loss_scale = 65536.0;  // dynamic: starting scale (2^16)
   int64_t loss_scale_window = 1000;  // dynamic: good steps before the scale doubles

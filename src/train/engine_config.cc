@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <functional>
+
 #include "comm/codec.h"
 #include "train/run_layout.h"
 
@@ -28,9 +30,39 @@ ZeroPPConfig run_zeropp(const RunConfig& cfg, const GridSpec& grid, const NodeMa
   return resolve_zeropp(want, static_cast<int>(cfg.zero), grid.dp_shard(), peers, hierarchy);
 }
 
+namespace {
+
+// [precision] wires = "storage": the traffic whose payload is stored in 16 bits and that no
+// [compression] codec handles carries the storage type (the bf16/fp16 codec, whose rounding
+// leaves a 16-bit value unchanged): pipeline sends with pp > 1; ZeRO 1-3 parameter all-gathers
+// over dp > 1 unless ZeRO++ gathers them or HSDP splits dp (the compressing communicator
+// wraps the whole dp group).
+void storage_wires(const RunConfig& cfg, const GridSpec& grid, const ZeroPPConfig& zeropp, CompressionPolicy& p,
+                   const std::function<void(std::string)>& note) {
+  const Precision prec = parse_precision(cfg.precision);
+  if (cfg.wires != "storage" || prec == Precision::kFp32) return;
+  const CodecSpec wire = parse_codec(precision_name(prec), "precision.wires");
+  std::vector<std::string> on;
+  if (p.pp.off() && grid.pp > 1) {
+    p.pp = wire;
+    on.push_back("pipeline sends");
+  }
+  if (p.params.off() && cfg.zero >= 1 && grid.dp > 1 && grid.dp_replicate == 1 && !zeropp.quantized_weights &&
+      zeropp.hpz <= 1) {
+    p.params = wire;
+    on.push_back("parameter all-gathers");
+  }
+  if (!on.empty()) {
+    note(fmt::format("{} carry {} (their payload is stored in {}: lossless; [precision] wires = \"fp32\" sends fp32)",
+                     fmt::join(on, " and "), wire.name(), precision_name(prec)));
+  }
+}
+
+}  // namespace
+
 CompressionPolicy run_compression(const RunConfig& cfg, const GridSpec& grid, const ZeroPPConfig& zeropp,
                                   std::vector<std::string>* notes) {
-  const CompressionPolicy p = run_layout(cfg).compression;  // the [compression] codecs (train/run_layout.h)
+  CompressionPolicy p = run_layout(cfg).compression;  // the [compression] codecs (train/run_layout.h)
   auto note = [&](std::string s) {
     if (notes) notes->push_back(std::move(s));
   };
@@ -78,6 +110,7 @@ CompressionPolicy run_compression(const RunConfig& cfg, const GridSpec& grid, co
                   key, codec->name(), grid.dp_replicate, grid.dp_shard(), grid.dp_replicate, key);
     }
   }
+  storage_wires(cfg, grid, zeropp, p, note);
   return p;
 }
 
@@ -100,6 +133,8 @@ EngineConfig engine_config(const RunConfig& cfg, const ModelConfig& model, int w
   ec.set_zeropp(run_zeropp(cfg, ec.layout.grid(), nullptr));
   ec.layout.compression = run_compression(cfg, ec.layout.grid(), ec.data_parallel.zeropp, nullptr);
   ec.precision = parse_precision(cfg.precision);
+  ec.matmul = parse_matmul_mode(cfg.matmul);
+  ec.fp32_kernel = cfg.fp32_kernel;
   ec.head_chunk = cfg.head_chunk;
   ec.adamw.lr = static_cast<float>(cfg.lr);
   ec.adamw.beta1 = static_cast<float>(cfg.beta1);

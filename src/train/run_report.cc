@@ -21,6 +21,8 @@ RunPrediction predict_run(const RunConfig& cfg, const EngineConfig& ec, int stag
   if (!r.system_path.empty()) {
     const plan::System sys = plan::load_system(r.system_path);  // InputError naming the file and key
     plan::Options po = plan::Options::from_system(sys, ec.precision, ec.global_batch);
+    po.matmul = ec.matmul;
+    r.fp32_kernel = sys.device.fp32_kernel;
     try {
       r.step = plan::predict(plan::ModelShape::from_config(ec.model, ec.seq), sys, pl, po);
     } catch (const InputError& e) {

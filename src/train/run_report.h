@@ -22,6 +22,7 @@ struct RunPrediction {
   std::string system_path;                 // empty: no system file, no step time
   std::optional<plan::Prediction> step;    // null if the planner cannot price the layout
   plan::MemoryBreakdown memory;            // this rank (stage, dp rank)
+  std::string fp32_kernel;                 // the system file's [device] fp32_kernel ("": none)
 };
 // Prices the layout on cfg.system (or systems/local.toml when it exists). InputError for a bad
 // system file; a layout the planner cannot price is a warning.

@@ -435,9 +435,15 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   // The system file and the memory fit are checked before the engine allocates anything.
   const auto [stage, dp_rank] = stage_and_dp_rank(ec, world.rank());
   const RunPrediction pred = predict_run(cfg, ec, stage, dp_rank);
+  // The fp32 product `weft calibrate` measured fastest on this machine, unless the config names
+  // one (the system file describes the CPU: its choice is not applied to another backend).
+  if (ec.fp32_kernel.empty() && cfg.backend.rfind("cpu", 0) == 0) ec.fp32_kernel = pred.fp32_kernel;
   auto backend = make_backend(cfg.backend);
   check_memory_fit(cfg, ec, world, *backend);  // train/memory_fit.h
   Engine engine(ec, world, *backend);
+  if (const std::string k = backend->product_kernel(); !k.empty()) {
+    log_info("products: {} (precision {}, matmul {})", k, precision_name(ec.precision), matmul_mode_name(ec.matmul));
+  }
   world.barrier();  // every rank has validated its inputs before rank 0 touches the folder
   if (world.rank() == 0) open_run_folder(cfg, opt, folder);
   const int64_t start_step = restore_or_init(engine, cfg, folder, world.rank() == 0);

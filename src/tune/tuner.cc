@@ -422,6 +422,7 @@ TuneResult tune(const RunConfig& cfg, const TuneOptions& o, Communicator& world)
   if (!res.system_path.empty()) {
     sys = plan::load_system(res.system_path);  // InputError naming the file and the key
     po = plan::Options::from_system(*sys, precision, cfg.global_batch);
+    po.matmul = parse_matmul_mode(cfg.matmul);  // the trials' products
   } else if (!o.recalibrate.empty()) {
     throw_input("--recalibrate {} needs a system file to correct (--system, the config's system key or "
                 "systems/local.toml from `weft calibrate`)", o.recalibrate);

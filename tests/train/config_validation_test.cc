@@ -120,6 +120,10 @@ const std::vector<BadValue>& bad_values() {
       {"ranks_per_node", kHuge, "ranks_per_node = 99999999999 is too large"},
       {"backend", "tpu", "tpu"}, {"comm", "carrier-pigeon", "carrier-pigeon"},
       {"memory_check", "maybe", "memory_check must be on, warn or off, got 'maybe'"},
+      // [precision]
+      {"matmul", "turbo", "unknown matmul mode 'turbo', expected one of: exact, fast"},
+      {"fp32_kernel", "mkl", "unknown fp32_kernel 'mkl', expected one of: openblas, onednn"},
+      {"wires", "bf16", "unknown wires 'bf16', expected one of: storage, fp32"},
       // [sample]
       {"sample_tokens", "-1", "sample_tokens must be >= 0"}, {"sample_tokens", kHuge, "sample_tokens = 99999999999 is too large"},
       {"temperature", "0", "temperature must be positive"}, {"temperature", "inf", "temperature must be a finite"},

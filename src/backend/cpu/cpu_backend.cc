@@ -1,16 +1,23 @@
 // CPU backend: matrix products through BLAS (cblas_sgemm), everything else OpenMP loops.
-// This is the reference implementation every other backend is checked against.
+// This is the reference implementation every other backend is checked against. The model's
+// products (matmul_forward, matmul_backward) may instead run oneDNN (set_products): its fp32
+// matmul (fp32 kernel "onednn") or, with MatmulMode::kFast on bf16 storage, its native bf16
+// product on CPUs that have one (AVX512-BF16, AMX); the exact mode is the reference's sgemm.
 // Its device memory is host memory: it keeps the device contract's defaults (backend.cc:
 // aligned_alloc, memcpy, no-op synchronize), so the contract costs it nothing.
 #include <cblas.h>
+#include <fmt/format.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/blas_kernels.h"
+#include "backend/cpu/onednn_gemm.h"
 #include "core/error.h"
 #include "core/precision.h"
 
@@ -61,8 +68,33 @@ class CpuBackend final : public Backend {
   void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
             const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
             int64_t ldc) override {
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    product(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+
+  void set_products(const ProductSettings& s) override {
+    if (s.fp32_kernel != "" && s.fp32_kernel != "openblas" && s.fp32_kernel != "onednn") {
+      throw_input("unknown fp32 kernel '{}' for the cpu backend, expected one of: openblas, onednn", s.fp32_kernel);
+    }
+    products_ = s;
+    const bool bf16 = s.mode == MatmulMode::kFast && s.storage == Precision::kBf16 && OnednnGemm::native_bf16();
+    product_ = bf16 ? Product::kOnednnBf16 : s.fp32_kernel == "onednn" ? Product::kOnednnF32 : Product::kOpenblas;
+    if (product_ != Product::kOpenblas && !onednn_) onednn_ = std::make_unique<OnednnGemm>();
+  }
+
+  std::string product_kernel() const override {
+    if (product_ != Product::kOpenblas) {
+      const std::string k = onednn_->kernel(product_ == Product::kOnednnBf16);
+      return fmt::format("onednn {} matmul ({})", product_ == Product::kOnednnBf16 ? "bf16" : "fp32",
+                         k.empty() ? OnednnGemm::cpu_isa() : k);
+    }
+    std::string s = fmt::format("openblas sgemm ({} kernels)", blas_kernels().core);
+    if (products_.mode == MatmulMode::kFast && products_.storage != Precision::kFp32) {
+      s += products_.storage == Precision::kFp16
+               ? ": exact, this CPU backend has no native fp16 product"
+               : fmt::format(": exact, this CPU has no native bf16 product (oneDNN sees {}; AVX512-BF16 or AMX needed)",
+                             OnednnGemm::cpu_isa());
+    }
+    return s;
   }
 
   void matmul_forward(float* out, const float* inp, const float* w, const float* bias,
@@ -76,19 +108,16 @@ class CpuBackend final : public Backend {
       }
       beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OUT, IN, 1.0f, inp, IN, w, OUT,
-                beta, out, OUT);
+    product(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, beta, out, OUT);
   }
 
   void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout,
                        const float* inp, const float* w, int64_t N, int64_t IN,
                        int64_t OUT) override {
     if (dinp) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, IN, OUT, 1.0f, dout, OUT, w, OUT,
-                  0.0f, dinp, IN);
+      product(false, true, N, IN, OUT, 1.0f, dout, OUT, w, OUT, 0.0f, dinp, IN);
     }
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IN, OUT, N, 1.0f, inp, IN, dout, OUT,
-                1.0f, dw, OUT);
+    product(true, false, IN, OUT, N, 1.0f, inp, IN, dout, OUT, 1.0f, dw, OUT);
     if (dbias) {
 #pragma omp parallel
       {
@@ -689,6 +718,21 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // Which library computes the model's products (set_products).
+  enum class Product { kOpenblas, kOnednnF32, kOnednnBf16 };
+  // C (M,N) = alpha op(A) op(B) + beta C through the chosen library (row-major).
+  void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+               const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+    if (product_ == Product::kOpenblas || M == 0 || N == 0 || K == 0) {
+      cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
+                  lda, B, ldb, beta, C, ldc);
+      return;
+    }
+    onednn_->gemm(product_ == Product::kOnednnBf16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+
+  Product product_ = Product::kOpenblas;
+  std::unique_ptr<OnednnGemm> onednn_;  // made when a product needs it
   std::vector<float> scratch_;
 };
 

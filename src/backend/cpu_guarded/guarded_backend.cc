@@ -68,6 +68,12 @@ class GuardedBackend final : public Backend {
     cpu_->fill(dst, dt, first, count, value);
   }
   void synchronize() override { cpu_->synchronize(); }
+  // The CPU backend's products (settings, kernels): the same bits as cpu in every mode.
+  void set_products(const ProductSettings& s) override {
+    cpu_->set_products(s);
+    products_ = s;
+  }
+  std::string product_kernel() const override { return cpu_->product_kernel(); }
   bool is_device_memory(const void* p) const override { return find(p, 1) != nullptr; }
   bool begin_host_access(void* p, size_t bytes) override {
     Region* r = lookup("begin_host_access", 1, {p, bytes});

@@ -146,9 +146,44 @@ void CudaBackend::set_tf32(bool on) { st_->blas->set_tf32(on); }
 // ------------------------------------------------------------------------------------------
 // fp32 interface
 
+void CudaBackend::set_products(const ProductSettings& s) {
+  if (!s.fp32_kernel.empty() && s.fp32_kernel != "cublas") {
+    throw_input("unknown fp32 kernel '{}' for the cuda backend, expected: cublas (its one fp32 product)", s.fp32_kernel);
+  }
+  products_ = s;
+  fast_bf16_ = s.mode == MatmulMode::kFast && s.storage == Precision::kBf16;
+}
+
+std::string CudaBackend::product_kernel() const {
+  if (fast_bf16_) return "cublasLt bf16 (fp32 accumulation and output; operands converted per product)";
+  std::string k = "cublas sgemm (strict fp32)";
+  if (products_.mode == MatmulMode::kFast && products_.storage == Precision::kFp16) {
+    k += ": exact, the cuda backend's fast mode has bf16 products only";
+  }
+  return k;
+}
+
+void CudaBackend::product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (!fast_bf16_ || M == 0 || N == 0 || K == 0) {
+    st_->blas->sgemm(ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+    return;
+  }
+  // The stored spans: op(A) is M x K, stored M rows (K when transposed) of row stride lda; the
+  // copy keeps the strides, so it covers (rows - 1) * ld + cols elements.
+  const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+  const int64_t na = (a_rows - 1) * lda + a_cols, nb = (b_rows - 1) * ldb + b_cols;
+  const int64_t na_pad = (na + 127) / 128 * 128;  // 256-byte alignment of the second copy
+  bf16* a16 = st_->scratch_of<bf16>(na_pad + nb);
+  bf16* b16 = a16 + na_pad;
+  to_bf16(a16, A, na);
+  to_bf16(b16, B, nb);
+  gemm_bf16(ta, tb, M, N, K, alpha, a16, lda, b16, ldb, beta, C, ldc);
+}
+
 void CudaBackend::gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                        int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  st_->blas->sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+  product(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void CudaBackend::matmul_forward(float* out, const float* inp, const float* w, const float* bias, int64_t N, int64_t IN,
@@ -158,13 +193,13 @@ void CudaBackend::matmul_forward(float* out, const float* inp, const float* w, c
     kern::add_bias<float>(out, accumulate ? out : nullptr, bias, N, OUT, st_->stream);
     beta = 1.0f;
   }
-  st_->blas->sgemm(false, false, N, OUT, IN, 1.0f, inp, IN, 0, w, OUT, 0, beta, out, OUT, 0, 1);
+  product(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, beta, out, OUT);
 }
 
 void CudaBackend::matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                                   const float* w, int64_t N, int64_t IN, int64_t OUT) {
-  if (dinp) st_->blas->sgemm(false, true, N, IN, OUT, 1.0f, dout, OUT, 0, w, OUT, 0, 0.0f, dinp, IN, 0, 1);
-  st_->blas->sgemm(true, false, IN, OUT, N, 1.0f, inp, IN, 0, dout, OUT, 0, 1.0f, dw, OUT, 0, 1);
+  if (dinp) product(false, true, N, IN, OUT, 1.0f, dout, OUT, w, OUT, 0.0f, dinp, IN);
+  product(true, false, IN, OUT, N, 1.0f, inp, IN, dout, OUT, 1.0f, dw, OUT);
   if (dbias) {
     float* scratch = st_->scratch_of<float>(kern::column_sum_scratch(N, OUT));
     kern::column_sum_accumulate<float>(dbias, dout, N, OUT, scratch, st_->stream);

@@ -89,6 +89,13 @@ class CudaBackend final : public Backend {
   // fp32 products use cuBLAS SGEMM in strict fp32 (no TF32) so that they match the CPU
   // reference; set_tf32(true) allows TF32 tensor cores.
   void set_tf32(bool on);
+  // The model's products (backend.h set_products): exact = the strict-fp32 SGEMM above; fast on
+  // bf16 storage = cuBLASLt bf16 with fp32 accumulation and output, on copies of the operands
+  // rounded to bf16 in scratch (the storage is still fp32 buffers: two conversion kernels per
+  // product until buffers carry dtypes, issue 32). fp16 storage stays exact. One fp32 product:
+  // a named fp32 kernel other than "cublas" is refused. NOT RUN on a GPU yet (compiled only).
+  void set_products(const ProductSettings& s) override;
+  std::string product_kernel() const override;
   void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
             const float* B, int64_t ldb, float beta, float* C, int64_t ldc) override;
   void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int64_t N, int64_t IN,
@@ -249,6 +256,11 @@ class CudaBackend final : public Backend {
   void device_free_impl(void* p, size_t bytes) noexcept override;
 
  private:
+  // C (M,N) = alpha op(A) op(B) + beta C, row-major fp32 buffers, as the products are set.
+  void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+               const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+  bool fast_bf16_ = false;
+
   // attention_forward/backward and their bidirectional forms: cuBLAS strided-batched products
   // around the row kernels, causal or full rows; `what` names the op in messages.
   void attention_forward_probs(const char* what, bool causal, float* out, float* att, const float* qkv, int64_t B,

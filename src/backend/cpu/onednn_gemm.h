@@ -1,0 +1,45 @@
+// Matrix products through oneDNN's matmul primitive (libdnnl; Debian 12's 2.6): the CPU
+// backend's alternative to OpenBLAS's sgemm for fp32, and its native bf16 product (bf16 inputs,
+// fp32 accumulation and output; brgemm kernels with AVX512-BF16 or AMX, 361-405 GFLOP/s per core
+// on GPT-2's shapes against 190 for the best fp32 sgemm: ../shared/research/precision.md).
+//
+// One OnednnGemm per backend (one thread calls it at a time, as the backend). Primitives are
+// made once per shape and kept; the bf16 product rounds its fp32 inputs to bfloat16 (nearest
+// even, NaN stays NaN, as core/precision.h's f32_to_bf16) into scratch it keeps, which is exact
+// for values a bf16 run has stored. oneDNN runs on the process's OpenMP threads.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace weft {
+
+class OnednnGemm {
+ public:
+  OnednnGemm();
+  ~OnednnGemm();
+  OnednnGemm(const OnednnGemm&) = delete;
+  OnednnGemm& operator=(const OnednnGemm&) = delete;
+
+  // As cblas_sgemm, row-major: C (M,N) = alpha op(A) op(B) + beta C, op(X) = X or X^T, lda/ldb/ldc
+  // row strides as stored. bf16: A and B are rounded to bfloat16 first (the product is then
+  // exact per term and summed in fp32, in oneDNN's order). M, N, K > 0.
+  void gemm(bool bf16, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+  // oneDNN's name of the kernel that computes the last product it made for `bf16` (e.g.
+  // "brg:avx512_core_bf16"), "" before the first.
+  std::string kernel(bool bf16) const;
+
+  // Whether this CPU has a native bf16 product in oneDNN (AVX512-BF16 or AMX): without one,
+  // oneDNN emulates bf16 through fp32 and is slower than sgemm.
+  static bool native_bf16();
+  // oneDNN's name of this CPU's instruction set as it uses it ("avx512_core_bf16", ...).
+  static std::string cpu_isa();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace weft

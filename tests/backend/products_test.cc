@@ -1,0 +1,177 @@
+// The model's matrix products under Backend::set_products (core/precision.h ProductSettings):
+// the exact mode is the reference's product bit for bit whatever the storage; the cpu backend's
+// oneDNN fp32 product and its native bf16 product (MatmulMode::kFast on a CPU with AVX512-BF16
+// or AMX) match OpenBLAS's within float tolerance on matmul_forward / matmul_backward (bias,
+// accumulation, the weight gradient's +=); without a native bf16 product the fast mode says so
+// and stays exact; cpu-guarded gives cpu's bits in every mode; unknown names are refused.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/onednn_gemm.h"
+#include "backend/device_buffer.h"
+#include "backend_test_util.h"
+#include "core/error.h"
+#include "core/precision.h"
+
+namespace weft {
+namespace {
+
+using test::randn;
+using test::rel_l2;
+using Vec = std::vector<float>;
+
+// One layer's forward (with bias, then accumulated into) and backward (dinp, dw += , dbias +=)
+// of inputs rounded to `storage`, on a backend with the given products.
+struct LayerResult {
+  Vec out, acc, dinp, dw, db;
+};
+
+struct Shape {
+  int64_t N, IN, OUT;
+};
+
+Vec rounded(Vec v, Precision p) {
+  for (float& x : v) x = round_to(p, x);
+  return v;
+}
+
+LayerResult run_layer(Backend& be, const Shape& s, Precision storage, bool round_inputs = true) {
+  const auto in = [&](size_t n, uint32_t seed) { return round_inputs ? rounded(randn(n, seed), storage) : randn(n, seed); };
+  const Vec x = in(s.N * s.IN, 1), w = in(s.IN * s.OUT, 2), b = in(s.OUT, 3), dout = in(s.N * s.OUT, 4);
+  DeviceBuffer X = to_device(be, x, DType::kF32), W = to_device(be, w, DType::kF32), B = to_device(be, b, DType::kF32),
+               D = to_device(be, dout, DType::kF32);
+  DeviceBuffer out(be, DType::kF32, s.N * s.OUT), acc = to_device(be, randn(s.N * s.OUT, 5), DType::kF32),
+      dinp(be, DType::kF32, s.N * s.IN), dw = to_device(be, randn(s.IN * s.OUT, 6), DType::kF32),
+      db = to_device(be, randn(s.OUT, 7), DType::kF32);
+  be.matmul_forward(out.data<float>(), X.data<float>(), W.data<float>(), B.data<float>(), s.N, s.IN, s.OUT, false);
+  be.matmul_forward(acc.data<float>(), X.data<float>(), W.data<float>(), nullptr, s.N, s.IN, s.OUT, true);
+  be.matmul_backward(dinp.data<float>(), dw.data<float>(), db.data<float>(), D.data<float>(), X.data<float>(),
+                     W.data<float>(), s.N, s.IN, s.OUT);
+  be.synchronize();
+  return {out.download<float>(), acc.download<float>(), dinp.download<float>(), dw.download<float>(),
+          db.download<float>()};
+}
+
+LayerResult run_layer(const std::string& backend, const ProductSettings& ps, const Shape& s, bool round_inputs = true) {
+  auto be = test::make_test_backend(backend);
+  be->set_products(ps);
+  return run_layer(*be, s, ps.storage, round_inputs);
+}
+
+void expect_bitwise(const LayerResult& a, const LayerResult& b, const std::string& what) {
+  EXPECT_EQ(a.out, b.out) << what;
+  EXPECT_EQ(a.acc, b.acc) << what;
+  EXPECT_EQ(a.dinp, b.dinp) << what;
+  EXPECT_EQ(a.dw, b.dw) << what;
+  EXPECT_EQ(a.db, b.db) << what;
+}
+
+// The worst normalised error of any output against the reference's.
+double worst_error(const LayerResult& a, const LayerResult& ref) {
+  double e = 0;
+  const auto one = [&](const Vec& x, const Vec& r) { e = std::max(e, rel_l2(x.data(), r.data(), static_cast<int64_t>(r.size()))); };
+  one(a.out, ref.out);
+  one(a.acc, ref.acc);
+  one(a.dinp, ref.dinp);
+  one(a.dw, ref.dw);
+  one(a.db, ref.db);
+  return e;
+}
+
+// Odd sizes (no multiple of a vector width) and a GPT-like block.
+const Shape kShapes[] = {{37, 19, 23}, {64, 96, 288}, {256, 128, 512}};
+
+TEST(Products, ExactModeIsTheReferenceProductOnEveryStorage) {
+  for (const Shape& s : kShapes) {
+    for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+      const LayerResult ref = run_layer("cpu", {p, MatmulMode::kExact, ""}, s);
+      auto plain = make_cpu_backend();  // never set: the reference as it was
+      expect_bitwise(run_layer(*plain, s, p), ref, precision_name(p));
+      expect_bitwise(run_layer("cpu", {p, MatmulMode::kExact, "openblas"}, s), ref, "openblas named");
+      // An fp32 run computes the same in the fast mode (there is no 16-bit operand).
+      if (p == Precision::kFp32) expect_bitwise(run_layer("cpu", {p, MatmulMode::kFast, ""}, s), ref, "fp32 fast");
+      // fp16: the cpu backend has no native fp16 product; fast stays exact.
+      if (p == Precision::kFp16) expect_bitwise(run_layer("cpu", {p, MatmulMode::kFast, ""}, s), ref, "fp16 fast");
+    }
+  }
+  auto be = make_cpu_backend();
+  be->set_products({Precision::kFp16, MatmulMode::kFast, ""});
+  EXPECT_NE(be->product_kernel().find("no native fp16 product"), std::string::npos) << be->product_kernel();
+}
+
+TEST(Products, OnednnFp32MatchesOpenblas) {
+  double worst = 0;
+  for (const Shape& s : kShapes) {
+    const LayerResult ref = run_layer("cpu", {}, s);
+    const LayerResult d = run_layer("cpu", {Precision::kFp32, MatmulMode::kExact, "onednn"}, s);
+    worst = std::max(worst, worst_error(d, ref));
+    EXPECT_EQ(d.db, ref.db);  // the bias gradient is the backend's own loop either way
+  }
+  EXPECT_LT(worst, 1e-6);
+  std::printf("oneDNN fp32 vs OpenBLAS sgemm: worst normalised error %.3g\n", worst);
+  auto be = make_cpu_backend();
+  be->set_products({Precision::kFp32, MatmulMode::kExact, "onednn"});
+  run_layer(*be, kShapes[0], Precision::kFp32);
+  EXPECT_NE(be->product_kernel().find("onednn fp32 matmul"), std::string::npos) << be->product_kernel();
+}
+
+TEST(Products, FastBf16IsTheNativeProductWithinFloatTolerance) {
+  auto be = make_cpu_backend();
+  be->set_products({Precision::kBf16, MatmulMode::kFast, ""});
+  const std::string kernel = be->product_kernel();
+  std::printf("bf16 fast product on this CPU (oneDNN ISA %s): %s\n", OnednnGemm::cpu_isa().c_str(), kernel.c_str());
+  for (const Shape& s : kShapes) {
+    const LayerResult ref = run_layer("cpu", {Precision::kBf16, MatmulMode::kExact, ""}, s);
+    const LayerResult fast = run_layer("cpu", {Precision::kBf16, MatmulMode::kFast, ""}, s);
+    if (!OnednnGemm::native_bf16()) {
+      // No native product: the fast mode is the exact one, and says why.
+      expect_bitwise(fast, ref, "fast without native bf16");
+      EXPECT_NE(kernel.find("no native bf16 product"), std::string::npos) << kernel;
+      continue;
+    }
+    EXPECT_NE(kernel.find("onednn bf16 matmul"), std::string::npos) << kernel;
+    // The same exact bf16 x bf16 terms summed in fp32 in another order.
+    const double e = worst_error(fast, ref);
+    EXPECT_LT(e, 1e-5) << s.N << "x" << s.IN << "x" << s.OUT;
+    // Inputs that are not bf16 values are rounded first: the product of the rounded inputs.
+    const LayerResult raw = run_layer("cpu", {Precision::kBf16, MatmulMode::kFast, ""}, s, /*round_inputs=*/false);
+    const LayerResult raw_exact = run_layer("cpu", {Precision::kFp32, MatmulMode::kExact, ""}, s, false);
+    EXPECT_LT(worst_error(raw, raw_exact), 2e-2);
+    EXPECT_GT(worst_error(raw, raw_exact), 1e-5);  // the rounding does happen
+    std::printf("%ldx%ldx%ld: bf16 fast vs exact %.3g\n", static_cast<long>(s.N), static_cast<long>(s.IN),
+                static_cast<long>(s.OUT), e);
+  }
+}
+
+TEST(Products, GuardedGivesTheCpuBitsInEveryMode) {
+  const ProductSettings modes[] = {{Precision::kBf16, MatmulMode::kExact, ""},
+                                   {Precision::kBf16, MatmulMode::kFast, ""},
+                                   {Precision::kFp32, MatmulMode::kExact, "onednn"}};
+  for (const ProductSettings& m : modes) {
+    const LayerResult a = run_layer("cpu", m, kShapes[1]);
+    expect_bitwise(run_layer("cpu-guarded", m, kShapes[1]), a, std::string(matmul_mode_name(m.mode)) + m.fp32_kernel);
+    auto g = test::make_test_backend("cpu-guarded");
+    g->set_products(m);
+    EXPECT_EQ(g->products().mode, m.mode);
+  }
+}
+
+TEST(Products, UnknownNamesAreRefused) {
+  auto be = make_cpu_backend();
+  try {
+    be->set_products({Precision::kFp32, MatmulMode::kExact, "mkl"});
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown fp32 kernel 'mkl' for the cpu backend, expected one of: openblas, onednn"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(parse_matmul_mode("fast"), MatmulMode::kFast);
+  EXPECT_THROW(parse_matmul_mode("turbo"), InputError);
+}
+
+}  // namespace
+}  // namespace weft
