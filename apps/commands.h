@@ -23,5 +23,6 @@ int cmd_plan(CLI::App& app, int argc, char** argv, Communicator& world);       /
 int cmd_calibrate(CLI::App& app, int argc, char** argv, Communicator& world);  // calibrate_cmd.cc
 int cmd_report(CLI::App& app, int argc, char** argv, Communicator& world);     // report_cmd.cc
 int cmd_tune(CLI::App& app, int argc, char** argv, Communicator& world);       // tune_cmd.cc
+int cmd_export(CLI::App& app, int argc, char** argv, Communicator& world);     // export_cmd.cc
 
 }  // namespace weft

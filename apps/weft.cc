@@ -56,6 +56,8 @@ const char* kUsage =
     "                      Markdown summary and PNG plots of a traced run, or of two runs compared\n"
     "  tune CONFIG [--trials K] [--steps S] [--budget SECONDS] [--seed S] [--out runs/tune]\n"
     "                      Bayesian trials of the run's layouts on these ranks, seeded by the planner; SHAP of the knobs\n"
+    "  export --checkpoint DIR --out HF_DIR [--dtype bf16|fp16|fp32] [--overwrite]\n"
+    "                      a checkpoint's weights as a Hugging Face folder in that dtype (fp32 master weights rounded)\n"
     "\n"
     "run 'weft <command> --help' for the options of a command.\n";
 
@@ -67,7 +69,8 @@ struct Command {
 // The subcommands, in the order the unknown-command message lists them.
 constexpr Command kCommands[] = {{"train", cmd_train},     {"prepare", cmd_prepare}, {"eval", cmd_eval},
                                  {"generate", cmd_generate}, {"bench", cmd_bench},     {"plan", cmd_plan},
-                                 {"calibrate", cmd_calibrate}, {"report", cmd_report}, {"tune", cmd_tune}};
+                                 {"calibrate", cmd_calibrate}, {"report", cmd_report}, {"tune", cmd_tune},
+                                 {"export", cmd_export}};
 
 // Runs the subcommand that argv[1] names; the usage for none or --help, exit 2 for an unknown one.
 int run_command(CLI::App& app, int argc, char** argv, Communicator& world) {

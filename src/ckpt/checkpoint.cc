@@ -252,6 +252,38 @@ ModelConfig load_checkpoint_config(const std::string& dir) {
 // ---------------------------------------------------------------------------------------
 // Save
 
+namespace {
+
+// The parameters in model_dtype when it is BF16 or F16 (each tensor's hf_shape elements rounded
+// to nearest even); empty for F32. InputError naming the tensor and the value when an fp16
+// export would overflow (|x| > 65504) or a dtype is none of the three.
+std::vector<std::vector<uint16_t>> narrowed_params(const ParamLayout& layout, const CheckpointData& data) {
+  std::vector<std::vector<uint16_t>> out;
+  if (data.model_dtype == StDType::kF32) return out;
+  if (data.model_dtype != StDType::kBF16 && data.model_dtype != StDType::kF16) {
+    throw_input("model.safetensors in {}: F32, BF16 or F16 only", dtype_name(data.model_dtype));
+  }
+  for (const ParamTensor& t : layout.tensors()) {
+    int64_t n = 1;
+    for (int64_t d : t.hf_shape) n *= d;
+    std::vector<uint16_t>& v = out.emplace_back(static_cast<size_t>(n));
+    const float* p = data.params + t.offset;
+    for (int64_t i = 0; i < n; ++i) {
+      if (data.model_dtype == StDType::kBF16) {
+        v[static_cast<size_t>(i)] = f32_to_bf16(p[i]);
+      } else {
+        if (std::fabs(p[i]) > 65504.0f) {
+          throw_input("{}[{}] = {} does not fit fp16 (largest 65504): export it as bf16 or fp32", t.name, i, p[i]);
+        }
+        v[static_cast<size_t>(i)] = f32_to_f16(p[i]);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 void save_checkpoint(const std::string& dir, const CheckpointData& data) {
   WEFT_CHECK(data.model != nullptr && data.layout != nullptr && data.params != nullptr, "save_checkpoint({}): model, layout and params are required",
              dir);
@@ -277,12 +309,21 @@ void save_checkpoint(const std::string& dir, const CheckpointData& data) {
   try {
     ManifestWriter manifest;
     std::vector<TensorRef> refs;
-    for (const ParamTensor& t : layout.tensors()) {
-      refs.push_back({t.name, StDType::kF32, t.hf_shape, data.params + t.offset});
+    const std::vector<std::vector<uint16_t>> narrow = narrowed_params(layout, data);
+    for (size_t i = 0; i < layout.tensors().size(); ++i) {
+      const ParamTensor& t = layout.tensors()[i];
+      refs.push_back({t.name, data.model_dtype, t.hf_shape,
+                      narrow.empty() ? static_cast<const void*>(data.params + t.offset) : narrow[i].data()});
     }
     manifest.add_safetensors(kCheckpointModelFile,
                              write_safetensors((tmp / kCheckpointModelFile).string(), refs, {{"format", "pt"}}));
-    const std::string config_text = config_json_ordered(*data.model).dump(2) + "\n";
+    auto config = config_json_ordered(*data.model);
+    if (config.contains("torch_dtype")) {
+      config["torch_dtype"] = data.model_dtype == StDType::kBF16 ? "bfloat16"
+                              : data.model_dtype == StDType::kF16 ? "float16"
+                                                                  : "float32";
+    }
+    const std::string config_text = config.dump(2) + "\n";
     ckpt_io::write_file_synced((tmp / kCheckpointConfigFile).string(), config_text);
     manifest.add_file(kCheckpointConfigFile, config_text);
     if (data.exp_avg != nullptr) {

@@ -1,7 +1,8 @@
 // Checkpoints: one folder per checkpoint, readable by Hugging Face transformers as it is
 // (GPT2LMHeadModel.from_pretrained(dir)). See docs/formats-checkpoint.md.
 //
-//   <dir>/model.safetensors      every parameter under its Hugging Face GPT-2 name, F32,
+//   <dir>/model.safetensors      every parameter under its Hugging Face GPT-2 name, F32 (BF16 or
+//                                F16 for `weft export --dtype`),
 //                                hf_shape (wte keeps only the V real rows); metadata {"format": "pt"}
 //   <dir>/config.json            Hugging Face GPT2Config keys plus a "weft" object
 //   <dir>/optimizer.safetensors  (optional) AdamW moments "exp_avg.<name>", "exp_avg_sq.<name>"
@@ -43,6 +44,9 @@ struct CheckpointData {
   // Written as feedback.safetensors with feedback_meta as its metadata when not empty.
   std::vector<TensorRef> feedback;
   std::map<std::string, std::string> feedback_meta;
+  // The element type of model.safetensors: F32 (checkpoints: the fp32 master weights), or BF16 /
+  // F16 (`weft export`: params rounded to nearest even; config.json's torch_dtype says which).
+  StDType model_dtype = StDType::kF32;
 };
 
 // Writes the checkpoint folder `dir` atomically (see above). Creates missing parent folders.

@@ -3,7 +3,9 @@ label `peers`; run by run_peer.sh with .venv-peers' Python).
 
   from_weft: a checkpoint `weft train` writes loads with GPT2LMHeadModel.from_pretrained and
              gives weft's logits (weft eval --logits) within 1e-5 of the largest logit, the same
-             mean loss, and the same greedy continuation of 32 tokens (weft generate --top-k 1).
+             mean loss, and the same greedy continuation of 32 tokens (weft generate --top-k 1);
+             its `weft export --dtype bf16` loads as bfloat16, every tensor the checkpoint's
+             rounded to bf16, with weft's logits of the export.
   to_weft:   a model transformers makes from a config (random weights) and saves with
              save_pretrained (safetensors) loads in weft eval (same logits and loss), weft
              generate (same greedy continuation) and weft train --init-from (its validation
@@ -108,6 +110,26 @@ def test_from_weft():
         model, figs = compare_logits("from_weft", ckpt, data, d)
         figs.update(compare_greedy("from_weft", model, ckpt))
         pu.report("hf_from_weft", steps=steps, **figs)
+        if steps == 40:
+            export_bf16(ckpt, data, d)
+
+
+def export_bf16(ckpt, data, d):
+    """weft export --dtype bf16: transformers loads it as bfloat16 (torch_dtype "auto"), each
+    tensor the checkpoint's fp32 weight rounded to bf16, and its logits in fp32 are weft eval's
+    of the export."""
+    from transformers import GPT2LMHeadModel
+    exp = os.path.join(d, "export-bf16")
+    pu.weft("export", "--checkpoint", ckpt, "--out", exp, "--dtype", "bf16")
+    m16 = GPT2LMHeadModel.from_pretrained(exp, torch_dtype="auto")
+    assert m16.dtype == torch.bfloat16, "the bf16 export loads as %s" % m16.dtype
+    m32 = GPT2LMHeadModel.from_pretrained(ckpt, torch_dtype=torch.float32)
+    w16, w32 = m16.state_dict(), m32.state_dict()
+    differ = [n for n in w32 if n in w16 and w32[n].is_floating_point()
+              and not torch.equal(w16[n], w32[n].to(torch.bfloat16))]
+    assert not differ, "bf16 export: tensors other than the rounded checkpoint: %s" % differ[:5]
+    _, figs = compare_logits("from_weft_bf16_export", exp, data, d)
+    pu.report("hf_from_weft_bf16_export", tensors=len(w16), **figs)
 
 
 def make_hf_model(d):
