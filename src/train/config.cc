@@ -83,6 +83,7 @@ const std::vector<Key>& keys() {
       {"precision", "matmul", &RunConfig::matmul},
       {"precision", "fp32_kernel", &RunConfig::fp32_kernel},
       {"precision", "wires", &RunConfig::wires},
+      {"precision", "reduce_dtype", &RunConfig::reduce_dtype},
       {"parallel", "tp", &RunConfig::tp},
       {"parallel", "pp", &RunConfig::pp},
       {"parallel", "dp", &RunConfig::dp},
@@ -540,6 +541,9 @@ void RunConfig::validate() const {
   parse_precision(precision);
   parse_matmul_mode(matmul);
   if (wires != "storage" && wires != "fp32") throw_input("unknown wires '{}', expected one of: storage, fp32", wires);
+  if (reduce_dtype != "fp32" && reduce_dtype != "bf16") {
+    throw_input("unknown reduce_dtype '{}', expected one of: fp32, bf16", reduce_dtype);
+  }
   if (fp32_kernel != "" && fp32_kernel != "openblas" && fp32_kernel != "onednn") {
     throw_input("unknown fp32_kernel '{}', expected one of: openblas, onednn (or \"\": the system file's)", fp32_kernel);
   }

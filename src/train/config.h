@@ -59,6 +59,12 @@ struct RunConfig {
   // before). A [compression] codec set on that traffic wins. Reductions of fp32 sums (gradients,
   // tensor-parallel partial products) stay fp32 either way.
   std::string wires = "storage";
+  // The data-parallel gradient reduction's wire: "fp32" (Megatron-LM's and torchtitan's
+  // default: a 16-bit sum re-rounded at every hop loses bits as the group grows) or "bf16"
+  // (Megatron's --grad-reduce-in-bf16, DeepSpeed's bf16 communication_data_type): each rank
+  // sends its blocks in bf16 and the receiver sums them in fp32 (the compressed collectives'
+  // bf16 codec), half the bytes. docs/precision.md.
+  std::string reduce_dtype = "fp32";
   double loss_scale = 0.0;           // fp16: 0 = dynamic loss scaling, > 0 = this static scale (bf16/fp32: 0 = none)
   double initial_loss_scale = 65536.0;  // dynamic: starting scale (2^16)
   int64_t loss_scale_window = 1000;  // dynamic: good steps before the scale doubles

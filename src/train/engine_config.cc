@@ -58,6 +58,25 @@ void storage_wires(const RunConfig& cfg, const GridSpec& grid, const ZeroPPConfi
   }
 }
 
+// [precision] reduce_dtype = "bf16": the gradient reduction through the bf16 codec (blocks sent in
+// bf16, summed in fp32 by the receiver), where nothing else codes it.
+void reduce_wire(const RunConfig& cfg, const GridSpec& grid, const ZeroPPConfig& zeropp, CompressionPolicy& p) {
+  if (cfg.reduce_dtype != "bf16") return;
+  if (!p.dp.off()) {
+    throw_input("reduce_dtype = \"bf16\" and compression.dp = \"{}\" both set the gradient reduction's wire; choose one",
+                p.dp.name());
+  }
+  if (zeropp.quantized_gradients) {
+    throw_input("reduce_dtype = \"bf16\" and zero.quantized_gradients both set the gradient reduction's wire; choose one");
+  }
+  if (grid.dp_replicate > 1) {
+    throw_input("reduce_dtype = \"bf16\" with dp_replicate {}: the bf16 gradient wire runs over the whole dp group, not "
+                "yet over dp_shard {} x dp_replicate {}; set reduce_dtype = \"fp32\" or dp_replicate = 1",
+                grid.dp_replicate, grid.dp_shard(), grid.dp_replicate);
+  }
+  p.dp = parse_codec("bf16", "precision.reduce_dtype");
+}
+
 }  // namespace
 
 CompressionPolicy run_compression(const RunConfig& cfg, const GridSpec& grid, const ZeroPPConfig& zeropp,
@@ -111,6 +130,7 @@ CompressionPolicy run_compression(const RunConfig& cfg, const GridSpec& grid, co
     }
   }
   storage_wires(cfg, grid, zeropp, p, note);
+  reduce_wire(cfg, grid, zeropp, p);
   return p;
 }
 

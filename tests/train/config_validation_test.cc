@@ -124,6 +124,7 @@ const std::vector<BadValue>& bad_values() {
       {"matmul", "turbo", "unknown matmul mode 'turbo', expected one of: exact, fast"},
       {"fp32_kernel", "mkl", "unknown fp32_kernel 'mkl', expected one of: openblas, onednn"},
       {"wires", "bf16", "unknown wires 'bf16', expected one of: storage, fp32"},
+      {"reduce_dtype", "fp16", "unknown reduce_dtype 'fp16', expected one of: fp32, bf16"},
       // [sample]
       {"sample_tokens", "-1", "sample_tokens must be >= 0"}, {"sample_tokens", kHuge, "sample_tokens = 99999999999 is too large"},
       {"temperature", "0", "temperature must be positive"}, {"temperature", "inf", "temperature must be a finite"},

@@ -291,6 +291,43 @@ TEST_F(PrecisionRuns, SixteenBitWiresAreLosslessAndHalveTheBytes) {
   }
 }
 
+TEST_F(PrecisionRuns, Bf16GradientReductionSumsInFp32) {
+  // [precision] reduce_dtype = "bf16": dp 2 ZeRO 1 reduces its gradients through the bf16 codec
+  // (blocks in bf16, fp32 sums at the receiver): within bf16's noise of the fp32 reduction, the
+  // trace's dp reduction on bf16 wires; a second coder of the same traffic is refused.
+  const std::string base = "--steps 4 --val_batches 0 --precision bf16 --dp 2 --zero 1 --micro_batch 2 --trace "
+                           "--ranks_per_node 2";
+  RunResult r = train(2, base + " --out " + *tmp / "fp32-reduce");
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = train(2, base + " --reduce_dtype bf16 --out " + *tmp / "bf16-reduce");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto a = metric_series(*tmp / "fp32-reduce", "loss"), b = metric_series(*tmp / "bf16-reduce", "loss");
+  ASSERT_EQ(b.size(), 4u);
+  for (const auto& [s, l] : a) EXPECT_NEAR(b.at(s), l, 0.01 * l) << "step " << s;
+  const auto report = nlohmann::json::parse(std::ifstream(*tmp / "bf16-reduce/comm_report.json"));
+  EXPECT_EQ(report["mismatches"].get<int>(), 0);
+  int reductions = 0;
+  for (const auto& e : report["compression"]["by_op_axis"]) {
+    if (e["axis"] != "dp" || (e["op"] != "reduce_scatter" && e["op"] != "all_reduce") || e["raw_bytes"] == 0) continue;
+    if (e["op"] == "all_reduce" && e["compressed_calls"] == 0) continue;  // the step's small fp32 statistics
+    ++reductions;
+    EXPECT_EQ(e["codecs"], nlohmann::json::array({"bf16"})) << e.dump();
+    EXPECT_LT(e["ratio"].get<double>(), 1.0) << e.dump();
+    EXPECT_GT(e["rel_err"]["max"].get<double>(), 0.0) << e.dump();   // lossy: the blocks are rounded
+    EXPECT_LT(e["rel_err"]["max"].get<double>(), 1e-2) << e.dump();  // by bf16's 2^-9 at most
+    std::printf("dp %s on bf16 wires: wire/raw %.4f, relative error mean %.3g max %.3g\n",
+                e["op"].get<std::string>().c_str(), e["ratio"].get<double>(), e["rel_err"]["mean"].get<double>(),
+                e["rel_err"]["max"].get<double>());
+  }
+  double worst = 0;
+  for (const auto& [s, l] : a) worst = std::max(worst, std::abs(b.at(s) - l) / l);
+  std::printf("bf16 vs fp32 gradient reduction over 4 steps: worst relative loss difference %.3g\n", worst);
+  EXPECT_GE(reductions, 1);
+  r = train(2, base + " --reduce_dtype bf16 --compression.dp int8 --out " + *tmp / "both");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("reduce_dtype = \"bf16\" and compression.dp = \"int8\" both set"), std::string::npos) << r.err;
+}
+
 TEST_F(PrecisionRuns, BadSettingsAreRefused) {
   RunResult r = train(0, "--precision fp8 --out " + *tmp / "x1");
   EXPECT_EQ(r.code, 2);
