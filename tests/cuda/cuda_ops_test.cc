@@ -148,6 +148,59 @@ TEST_F(CudaOps, MatmulForwardBackward) {
   EXPECT_LT(rel_err(down(ddb), rdb), kTolF32);
 }
 
+// --matmul fast on bf16 storage (backend.h set_products): gemm, matmul_forward and
+// matmul_backward through cuBLASLt bf16 on copies rounded to bf16. On bf16 values the products
+// are the cpu's exact ones up to fp32 summation order (including strided operands: lda past the
+// width); values that are not bf16 are rounded first. The shared backend is reset after.
+TEST_F(CudaOps, FastBf16ProductsMatchTheCpuOnBf16Values) {
+  gpu_->set_products({Precision::kBf16, MatmulMode::kFast, ""});
+  EXPECT_NE(gpu_->product_kernel().find("cublasLt bf16"), std::string::npos) << gpu_->product_kernel();
+  const int64_t M = 37, N = 53, K = 29, pad = 5;
+  for (int ta = 0; ta < 2; ++ta) {
+    for (int tb = 0; tb < 2; ++tb) {
+      const int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad;
+      Vec A = rounded(randn(static_cast<size_t>((ta ? K : M) * lda), 11)),
+          B = rounded(randn(static_cast<size_t>((tb ? N : K) * ldb), 12)), C = randn(static_cast<size_t>(M * N), 13);
+      Vec ref = C;
+      cpu_->gemm(ta, tb, M, N, K, 0.7f, A.data(), lda, B.data(), ldb, 0.3f, ref.data(), N);
+      auto dA = up(A);
+      auto dB = up(B);
+      auto dC = up(C);
+      gpu_->gemm(ta, tb, M, N, K, 0.7f, dA.data(), lda, dB.data(), ldb, 0.3f, dC.data(), N);
+      EXPECT_LT(rel_err(down(dC), ref), kTolF32) << "trans_a " << ta << " trans_b " << tb;
+    }
+  }
+  const int64_t R = 70, IN = 48, OUT = 80;
+  const Vec inp = rounded(randn(R * IN, 14)), w = rounded(randn(IN * OUT, 15, 0.1f)), bias = randn(OUT, 16),
+            g = rounded(randn(R * OUT, 17)), dw0 = randn(IN * OUT, 18);
+  Vec ref(R * OUT), rdi(R * IN), rdw = dw0;
+  cpu_->matmul_forward(ref.data(), inp.data(), w.data(), bias.data(), R, IN, OUT, false);
+  cpu_->matmul_backward(rdi.data(), rdw.data(), nullptr, g.data(), inp.data(), w.data(), R, IN, OUT);
+  auto di = up(inp);
+  auto dwt = up(w);
+  auto db = up(bias);
+  auto dg = up(g);
+  auto dout = up(Vec(R * OUT, 0.0f));
+  auto ddi = up(Vec(R * IN, 0.0f));
+  auto ddw = up(dw0);
+  gpu_->matmul_forward(dout.data(), di.data(), dwt.data(), db.data(), R, IN, OUT, false);
+  gpu_->matmul_backward(ddi.data(), ddw.data(), nullptr, dg.data(), di.data(), dwt.data(), R, IN, OUT);
+  EXPECT_LT(rel_err(down(dout), ref), kTolF32);
+  EXPECT_LT(rel_err(down(ddi), rdi), kTolF32);
+  EXPECT_LT(rel_err(down(ddw), rdw), kTolF32);
+  // Inputs that are not bf16 values: rounded first, so the result is the bf16 product's.
+  const Vec raw = randn(R * IN, 19);
+  Vec ref_raw(R * OUT);
+  cpu_->matmul_forward(ref_raw.data(), raw.data(), w.data(), nullptr, R, IN, OUT, false);
+  auto draw = up(raw);
+  gpu_->matmul_forward(dout.data(), draw.data(), dwt.data(), nullptr, R, IN, OUT, false);
+  const double e = rel_err(down(dout), ref_raw);
+  EXPECT_GT(e, kTolF32);
+  EXPECT_LT(e, kTolBf16);
+  gpu_->set_products({});
+  EXPECT_EQ(gpu_->product_kernel(), "cublas sgemm (strict fp32)");
+}
+
 TEST_F(CudaOps, EmbeddingVocabParallel) {
   const int64_t B = 3, T = 17, C = 24, V = 40;
   std::vector<int32_t> tok(B * T);
