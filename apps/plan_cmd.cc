@@ -126,6 +126,7 @@ std::vector<int64_t> parse_counts(const std::string& s, const char* option = "--
 // system's defaults.
 struct PlanArgs {
   std::string model = "", system_path, precision = "bf16", format = "text", recompute, schedule, order = "tp-dp-pp";
+  std::string matmul = "fast";  // how 16-bit products are priced (plan::Options::matmul)
   int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, ffn = 0, gpus = 0, global_batch = 0, top = 5;
   int tp = 0, pp = 0, dp = 0, dp_shard = 0, dp_replicate = 1, zero = 0, vstages = 0, recompute_layers = -1;
   int64_t micro_batch = 0;
@@ -155,6 +156,10 @@ void add_plan_options(CLI::App& app, PlanArgs& a) {
   a.o_gpus = app.add_option("--gpus", a.gpus, "devices (default: tp x pp x dp when all three are pinned)");
   app.add_option("--global-batch", a.global_batch, "sequences per optimizer step")->required();
   app.add_option("--precision", a.precision, "bf16, fp16 or fp32");
+  app.add_option("--matmul", a.matmul,
+                 "16-bit products priced at the 16-bit rate (fast: native products, as the published stacks and "
+                 "weft's --matmul fast run them) or the fp32 rate (exact: weft's default, 16-bit operands widened)")
+      ->check(CLI::IsMember({"fast", "exact"}));
   a.o_tp = app.add_option("--tp", a.tp, "pin the tensor-parallel size");
   a.o_pp = app.add_option("--pp", a.pp, "pin the pipeline stages");
   a.o_dp = app.add_option("--dp", a.dp, "pin the data-parallel size (= dp_shard x dp_replicate)");
@@ -237,6 +242,7 @@ ModelShape plan_model(const PlanArgs& a) {
 // The system's defaults, with the rank order and the switches given on the command line.
 Options plan_options(const PlanArgs& a, const System& sys, Precision prec) {
   Options opt = Options::from_system(sys, prec, a.global_batch);
+  opt.matmul = parse_matmul_mode(a.matmul);
   if (a.o_flash->count()) opt.flash_attention = a.flash;
   if (a.o_drop->count()) opt.dropout = a.dropout;
   if (a.o_ov->count()) opt.overlap_dp = a.overlap;

@@ -54,6 +54,28 @@ TEST_F(PlanCli, JsonOfAPinnedLayoutIsOneElement) {
   EXPECT_LT(e["mfu"].get<double>(), 1.0);
 }
 
+TEST_F(PlanCli, MatmulModePricesTheProductsAtTheirRate) {
+  // --matmul exact prices 16-bit products at peak_flops_32 (weft's exact mode widens them),
+  // fast (default) at peak_flops_16; memory does not change, and an fp32 run is the same in both.
+  const std::string base = "plan --model gpt-175b --system systems/frontier.toml --global-batch 640 --tp 4 --pp 16 "
+                           "--dp 2 --micro-batch 1 --zero 1 --recompute full --no-sequence-parallel --schedule 1f1b "
+                           "--format json";
+  auto run = [&](const std::string& extra) {
+    const RunResult r = weft(base + " " + extra);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return r.code == 0 ? nlohmann::json::parse(r.out)[0] : nlohmann::json();
+  };
+  const auto fast = run("--precision fp16"), exact = run("--precision fp16 --matmul exact");
+  ASSERT_FALSE(fast.is_null());
+  ASSERT_FALSE(exact.is_null());
+  EXPECT_GT(exact["step_time_s"].get<double>(), 1.5 * fast["step_time_s"].get<double>());
+  EXPECT_EQ(exact["memory_bytes"], fast["memory_bytes"]);
+  EXPECT_EQ(run("--precision fp32")["step_time_s"], run("--precision fp32 --matmul exact")["step_time_s"]);
+  const RunResult bad = weft(base + " --matmul turbo");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("turbo"), std::string::npos) << bad.err;
+}
+
 TEST_F(PlanCli, TextTableAndExplanation) {
   const RunResult r = weft("plan --model gpt2-350m --system systems/dgx-a100-80gb.toml --gpus 16 --global-batch 64 --top 3");
   ASSERT_EQ(r.code, 0) << r.err;
