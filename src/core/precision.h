@@ -41,6 +41,12 @@ struct ProductSettings {
   MatmulMode mode = MatmulMode::kExact;
   std::string fp32_kernel;
 };
+// The cpu backends' fp32 product libraries ("openblas", "onednn"), and whether `name` is one
+// of them or "" (the default): what the config, the system file and the backend accept.
+inline constexpr const char* kCpuFp32Kernels = "openblas, onednn";
+inline bool cpu_fp32_kernel_known(const std::string& name) {
+  return name.empty() || name == "openblas" || name == "onednn";
+}
 
 // x rounded to the nearest bfloat16 (ties to even); NaN stays NaN, overflow rounds to inf.
 inline float round_bf16(float x) {

@@ -41,15 +41,13 @@ double mem_total_bytes() {
 
 double min_over_ranks(Communicator& world, double v);
 
-// Best-of-`reps` seconds of one product (n x n) @ (n x n) through the cpu backend's gemm with
-// its products set to `ps`; every rank runs at once.
-double time_product(const ProductSettings& ps, int n, int reps, Communicator& world) {
-  std::unique_ptr<Backend> be = make_backend("cpu");
-  be->set_products(ps);
+// Best-of-`reps` seconds of one product (n x n) @ (n x n) through the backend's gemm (the cpu
+// backend with its products set); every rank runs at once.
+double time_product(Backend& be, int n, int reps, Communicator& world) {
   std::vector<float> host(static_cast<size_t>(n) * n);
   for (size_t i = 0; i < host.size(); ++i) host[i] = round_bf16(0.001f * static_cast<float>(i % 997));
-  DeviceBuffer a = to_device(*be, host, DType::kF32), b = to_device(*be, host, DType::kF32);
-  DeviceBuffer c(*be, DType::kF32, static_cast<int64_t>(n) * n);
+  DeviceBuffer a = to_device(be, host, DType::kF32), b = to_device(be, host, DType::kF32);
+  DeviceBuffer c(be, DType::kF32, static_cast<int64_t>(n) * n);
   // Small products are repeated within one timing so that the clock resolution does not matter.
   const double flops = 2.0 * n * n * static_cast<double>(n);
   const int inner = std::max(1, static_cast<int>(2e8 / flops));
@@ -58,7 +56,7 @@ double time_product(const ProductSettings& ps, int n, int reps, Communicator& wo
     world.barrier();
     const auto t0 = Clock::now();
     for (int i = 0; i < inner; ++i) {
-      be->gemm(false, false, n, n, n, 1.0f, a.data<float>(), n, b.data<float>(), n, 0.0f, c.data<float>(), n);
+      be.gemm(false, false, n, n, n, 1.0f, a.data<float>(), n, b.data<float>(), n, 0.0f, c.data<float>(), n);
     }
     const double dt = seconds_since(t0) / inner;
     if (r > 0) best = std::min(best, dt);  // the first run warms up (and makes oneDNN's primitive)
@@ -81,9 +79,11 @@ ProductRates measure_products(const std::string& name, const ProductSettings& ps
                               int reps, Communicator& world, std::vector<std::string>& notes) {
   ProductRates p;
   p.name = name;
+  std::unique_ptr<Backend> be = make_backend("cpu");
+  be->set_products(ps);
   for (int n : sizes) {
     const double flops = 2.0 * n * n * static_cast<double>(n);
-    const double rate = min_over_ranks(world, flops / time_product(ps, n, reps, world));
+    const double rate = min_over_ranks(world, flops / time_product(*be, n, reps, world));
     p.rates.emplace_back(flops, rate);
     p.peak = std::max(p.peak, rate);
     if (n >= 256) p.large_seconds += flops / rate;

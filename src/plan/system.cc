@@ -307,8 +307,8 @@ System load_system(const std::string& path) {
     d.matmul_efficiency = r.number("matmul_efficiency", 1.0, false);
     d.kernel_latency = r.number("kernel_latency", 0, false);
     d.fp32_kernel = r.string("fp32_kernel", "");
-    if (d.fp32_kernel != "" && d.fp32_kernel != "openblas" && d.fp32_kernel != "onednn") {
-      throw_input("{}: [device] fp32_kernel = '{}': expected 'openblas' or 'onednn'", path, d.fp32_kernel);
+    if (!cpu_fp32_kernel_known(d.fp32_kernel)) {
+      throw_input("{}: [device] fp32_kernel = '{}': expected one of: {}", path, d.fp32_kernel, kCpuFp32Kernels);
     }
     if (const toml::node* c = r.get("matmul_curve")) {
       const toml::array* arr = c->as_array();

@@ -544,8 +544,9 @@ void RunConfig::validate() const {
   if (reduce_dtype != "fp32" && reduce_dtype != "bf16") {
     throw_input("unknown reduce_dtype '{}', expected one of: fp32, bf16", reduce_dtype);
   }
-  if (fp32_kernel != "" && fp32_kernel != "openblas" && fp32_kernel != "onednn") {
-    throw_input("unknown fp32_kernel '{}', expected one of: openblas, onednn (or \"\": the system file's)", fp32_kernel);
+  if (!cpu_fp32_kernel_known(fp32_kernel)) {
+    throw_input("unknown fp32_kernel '{}', expected one of: {} (or \"\": the system file's)", fp32_kernel,
+                kCpuFp32Kernels);
   }
   if (loss_scale_window < 1) throw_input("loss_scale_window must be >= 1, got {}", loss_scale_window);
   validate_spike_keys(*this);

@@ -68,6 +68,11 @@ Vec to_f32_host(const std::vector<bf16>& v) {
   return r;
 }
 
+constexpr double kTolF32 = 1e-5;
+constexpr double kTolElem = 1e-6;
+constexpr double kTolBf16 = 1e-2;
+constexpr double kTolFlash = 2e-2;
+
 class CudaOps : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -88,37 +93,39 @@ class CudaOps : public ::testing::Test {
   Vec down(const DeviceBuffer<float>& d) { return download(d.data(), d.size(), gpu_->stream()); }
   Vec down(const DeviceBuffer<bf16>& d) { return to_f32_host(download(d.data(), d.size(), gpu_->stream())); }
 
+  // gemm against the cpu's for every transpose (alpha 0.7, beta 0.3), the operands' row strides
+  // `pad` past their width, inputs rounded to bf16 when `bf16_inputs`, random from `seed` on:
+  // within kTolF32.
+  void expect_gemm_transposes(int64_t pad, bool bf16_inputs, uint32_t seed) {
+    const int64_t M = 37, N = 53, K = 29;
+    for (int ta = 0; ta < 2; ++ta) {
+      for (int tb = 0; tb < 2; ++tb) {
+        const int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad;
+        Vec A = randn(static_cast<size_t>((ta ? K : M) * lda), seed),
+            B = randn(static_cast<size_t>((tb ? N : K) * ldb), seed + 1), C = randn(static_cast<size_t>(M * N), seed + 2);
+        if (bf16_inputs) A = rounded(A), B = rounded(B);
+        Vec ref = C;
+        cpu_->gemm(ta, tb, M, N, K, 0.7f, A.data(), lda, B.data(), ldb, 0.3f, ref.data(), N);
+        auto dA = up(A);
+        auto dB = up(B);
+        auto dC = up(C);
+        gpu_->gemm(ta, tb, M, N, K, 0.7f, dA.data(), lda, dB.data(), ldb, 0.3f, dC.data(), N);
+        EXPECT_LT(rel_err(down(dC), ref), kTolF32) << "trans_a " << ta << " trans_b " << tb << " pad " << pad;
+      }
+    }
+  }
+
   static std::unique_ptr<CudaBackend> gpu_;
   static std::unique_ptr<Backend> cpu_;
 };
 std::unique_ptr<CudaBackend> CudaOps::gpu_;
 std::unique_ptr<Backend> CudaOps::cpu_;
 
-constexpr double kTolF32 = 1e-5;
-constexpr double kTolElem = 1e-6;
-constexpr double kTolBf16 = 1e-2;
-constexpr double kTolFlash = 2e-2;
 
 // ---------------------------------------------------------------------------------------
 // fp32
 
-TEST_F(CudaOps, GemmAllTransposes) {
-  const int64_t M = 37, N = 53, K = 29;
-  for (int ta = 0; ta < 2; ++ta) {
-    for (int tb = 0; tb < 2; ++tb) {
-      const int64_t lda = ta ? M : K, ldb = tb ? K : N;
-      Vec A = randn(static_cast<size_t>(M * K), 1), B = randn(static_cast<size_t>(K * N), 2),
-          C = randn(static_cast<size_t>(M * N), 3);
-      Vec ref = C;
-      cpu_->gemm(ta, tb, M, N, K, 0.7f, A.data(), lda, B.data(), ldb, 0.3f, ref.data(), N);
-      auto dA = up(A);
-      auto dB = up(B);
-      auto dC = up(C);
-      gpu_->gemm(ta, tb, M, N, K, 0.7f, dA.data(), lda, dB.data(), ldb, 0.3f, dC.data(), N);
-      EXPECT_LT(rel_err(down(dC), ref), kTolF32) << "trans_a " << ta << " trans_b " << tb;
-    }
-  }
-}
+TEST_F(CudaOps, GemmAllTransposes) { expect_gemm_transposes(0, false, 1); }
 
 TEST_F(CudaOps, MatmulForwardBackward) {
   const int64_t N = 70, IN = 48, OUT = 80;
@@ -155,21 +162,7 @@ TEST_F(CudaOps, MatmulForwardBackward) {
 TEST_F(CudaOps, FastBf16ProductsMatchTheCpuOnBf16Values) {
   gpu_->set_products({Precision::kBf16, MatmulMode::kFast, ""});
   EXPECT_NE(gpu_->product_kernel().find("cublasLt bf16"), std::string::npos) << gpu_->product_kernel();
-  const int64_t M = 37, N = 53, K = 29, pad = 5;
-  for (int ta = 0; ta < 2; ++ta) {
-    for (int tb = 0; tb < 2; ++tb) {
-      const int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad;
-      Vec A = rounded(randn(static_cast<size_t>((ta ? K : M) * lda), 11)),
-          B = rounded(randn(static_cast<size_t>((tb ? N : K) * ldb), 12)), C = randn(static_cast<size_t>(M * N), 13);
-      Vec ref = C;
-      cpu_->gemm(ta, tb, M, N, K, 0.7f, A.data(), lda, B.data(), ldb, 0.3f, ref.data(), N);
-      auto dA = up(A);
-      auto dB = up(B);
-      auto dC = up(C);
-      gpu_->gemm(ta, tb, M, N, K, 0.7f, dA.data(), lda, dB.data(), ldb, 0.3f, dC.data(), N);
-      EXPECT_LT(rel_err(down(dC), ref), kTolF32) << "trans_a " << ta << " trans_b " << tb;
-    }
-  }
+  expect_gemm_transposes(5, true, 11);
   const int64_t R = 70, IN = 48, OUT = 80;
   const Vec inp = rounded(randn(R * IN, 14)), w = rounded(randn(IN * OUT, 15, 0.1f)), bias = randn(OUT, 16),
             g = rounded(randn(R * OUT, 17)), dw0 = randn(IN * OUT, 18);

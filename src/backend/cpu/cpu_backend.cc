@@ -1,6 +1,6 @@
 // CPU backend: matrix products through BLAS (cblas_sgemm), everything else OpenMP loops.
 // This is the reference implementation every other backend is checked against. The model's
-// products (matmul_forward, matmul_backward) may instead run oneDNN (set_products): its fp32
+// products (gemm, matmul_forward, matmul_backward) may instead run oneDNN (set_products): its fp32
 // matmul (fp32 kernel "onednn") or, with MatmulMode::kFast on bf16 storage, its native bf16
 // product on CPUs that have one (AVX512-BF16, AMX); the exact mode is the reference's sgemm.
 // Its device memory is host memory: it keeps the device contract's defaults (backend.cc:
@@ -72,8 +72,8 @@ class CpuBackend final : public Backend {
   }
 
   void set_products(const ProductSettings& s) override {
-    if (s.fp32_kernel != "" && s.fp32_kernel != "openblas" && s.fp32_kernel != "onednn") {
-      throw_input("unknown fp32 kernel '{}' for the cpu backend, expected one of: openblas, onednn", s.fp32_kernel);
+    if (!cpu_fp32_kernel_known(s.fp32_kernel)) {
+      throw_input("unknown fp32 kernel '{}' for the cpu backend, expected one of: {}", s.fp32_kernel, kCpuFp32Kernels);
     }
     products_ = s;
     const bool bf16 = s.mode == MatmulMode::kFast && s.storage == Precision::kBf16 && OnednnGemm::native_bf16();

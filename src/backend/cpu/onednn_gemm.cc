@@ -1,7 +1,5 @@
 #include "backend/cpu/onednn_gemm.h"
 
-#include <omp.h>
-
 #include <bit>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <map>
