@@ -38,11 +38,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/block_quant.h"
 #include "core/dtype.h"
 #include "core/memory.h"
 #include "core/precision.h"
+#include "core/view.h"
 
 namespace weft {
 
@@ -138,72 +140,161 @@ class Backend {
   virtual std::string product_kernel() const { return {}; }
 
   // ===== ops =====
-  // REQUIRED, every one. Every pointer is device memory of this backend (see above).
+  // Every tensor operand is a typed view of device memory of this backend (core/view.h: a
+  // pointer and a dtype, f32, bf16 or f16; a float* is an f32 view). An op computes in fp32: a
+  // 16-bit operand widens exactly on read, and what the op writes to a 16-bit operand is its
+  // fp32 result rounded to nearest even (fp16 overflow: inf; NaN stays NaN), once, at the end
+  // of the op. So an op over 16-bit views gives bitwise the fp32 op over the widened values with
+  // its 16-bit outputs rounded afterwards (tests/backend/typed_ops_test.cc); an output that is
+  // also read (an accumulating or in-place operand) widens, takes the fp32 update, and rounds.
+  // Semantics, shapes and aliasing of each op: its fp32 kernel's comment below (the same name
+  // with _f32). Token ids stay int32 host-free device pointers.
+  // VIRTUAL, with a DEFAULT (backend/typed_defaults.cc): all operands f32 (or null) -> the fp32
+  // kernel directly; otherwise every 16-bit operand is staged through fp32 scratch of this
+  // backend (decode_16 in, the fp32 kernel, encode_16 out; the scratch is the staging arena,
+  // counted as `workspace` and kept for the next call: release_staging() frees it). So every
+  // backend takes every dtype on day one; one with native 16-bit kernels (cuda's bf16 ones)
+  // overrides the typed op and calls Backend::op for the combinations it does not cover. An
+  // operand dtype other than f32/bf16/f16 is an InputError naming the op.
+  // embedding_forward / embedding_backward with a 16-bit table need vrows (its row count).
+  virtual void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, CView A, int64_t lda,
+                    CView B, int64_t ldb, float beta, View C, int64_t ldc);
+  virtual void matmul_forward(View out, CView inp, CView w, CView bias, int64_t N, int64_t IN, int64_t OUT,
+                              bool accumulate);
+  virtual void matmul_backward(View dinp, View dw, View dbias, CView dout, CView inp, CView w, int64_t N, int64_t IN,
+                               int64_t OUT);
+  virtual void embedding_forward(View out, const int32_t* tokens, CView wte, CView wpe, int64_t B, int64_t T, int64_t C,
+                                 int64_t v0 = 0, int64_t vrows = INT64_MAX);
+  virtual void embedding_backward(View dwte, View dwpe, CView dout, const int32_t* tokens, int64_t B, int64_t T,
+                                  int64_t C, int64_t v0 = 0, int64_t vrows = INT64_MAX);
+  virtual void layernorm_forward(View out, View mean, View rstd, CView inp, CView w, CView b, int64_t N, int64_t C,
+                                 float eps);
+  virtual void layernorm_backward(View dinp, View dw, View db, CView dout, CView inp, CView w, CView mean, CView rstd,
+                                  int64_t N, int64_t C);
+  virtual void add_bias(View out, CView inp, CView bias, int64_t N, int64_t C);
+  virtual void add(View out, CView a, CView b, int64_t n);
+  virtual void gelu_forward(View out, CView inp, int64_t n);
+  virtual void gelu_backward(View dinp, CView inp, CView dout, int64_t n);
+  virtual void attention_forward(View out, View att, CView qkv, int64_t B, int64_t T, int64_t C, int64_t NH);
+  virtual void attention_backward(View dqkv, CView dout, CView qkv, CView att, int64_t B, int64_t T, int64_t C,
+                                  int64_t NH);
+  virtual void bidir_attention_forward(View out, View att, CView qkv, int64_t B, int64_t T, int64_t C, int64_t NH);
+  virtual void bidir_attention_backward(View dqkv, CView dout, CView qkv, CView att, int64_t B, int64_t T, int64_t C,
+                                        int64_t NH);
+  virtual void query_attention_forward(View out, View att, CView q, CView kv, int64_t N, int64_t S, int64_t C,
+                                       int64_t NH);
+  virtual void query_attention_backward(View dq, View dkv, CView dout, CView q, CView kv, CView att, int64_t N,
+                                        int64_t S, int64_t C, int64_t NH);
+  virtual void weighted_mse(View row_loss, View grad, CView pred, CView target, CView w, int64_t R, int64_t K,
+                            float dloss);
+  virtual void softmax_cross_entropy(View logits, View losses, const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
+                                     float dloss);
+  virtual void ce_row_max(CView logits, int64_t N, int64_t ld, int64_t cols, View max);
+  virtual void ce_row_sumexp(CView logits, int64_t N, int64_t ld, int64_t cols, CView max, View sum);
+  virtual void ce_target_logit(CView logits, int64_t N, int64_t ld, int64_t cols, const int32_t* targets, int64_t v0,
+                               View tl);
+  virtual void ce_loss(View losses, CView max, CView sum, CView tl, int64_t n);
+  virtual void ce_grad(View logits, int64_t N, int64_t ld, int64_t cols, CView max, CView sum, const int32_t* targets,
+                       int64_t v0, float dloss);
+  // The optional fused ops (section below), typed the same way: the default runs the fused op's
+  // fp32 form (xxx_f32: the backend's override, or the sequence of required ops) on f32 or staged
+  // operands, so a 16-bit output is rounded once after the whole fused op, where the sequence
+  // rounds it too (p, the storage precision, still rounds the sequence's fp32 intermediates).
+  virtual void residual_layernorm_forward(View residual, View out, View mean, View rstd, CView a, CView b, CView w,
+                                          CView bias, int64_t N, int64_t C, float eps, Precision p);
+  virtual void matmul_residual_layernorm_forward(View residual, View out, View mean, View rstd, CView res, CView inp,
+                                                 CView w, CView bias, CView ln_w, CView ln_b, int64_t N, int64_t IN,
+                                                 int64_t C, float eps, Precision p);
+  virtual void matmul_gelu_forward(View out, View pre, CView inp, CView w, CView bias, int64_t N, int64_t IN,
+                                   int64_t OUT, Precision p);
+  virtual void matmul_gelu_backward(View dinp, View dw, View dbias, CView dout, CView inp, CView w, CView pre,
+                                    int64_t N, int64_t IN, int64_t OUT, Precision p);
+  virtual void attention_forward_lse(View out, View lse, CView qkv, int64_t B, int64_t T, int64_t C, int64_t NH);
+  virtual void attention_backward_lse(View dqkv, CView dout, CView qkv, CView out, CView lse, int64_t B, int64_t T,
+                                      int64_t C, int64_t NH);
+  // adamw_copy (below) with a typed copy: a 16-bit copy receives the updated p rounded to its
+  // dtype (copy_precision is then ignored); an f32 copy is adamw_copy_f32's rounded copy.
+  virtual void adamw_copy(float* p, View copy, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
+                          float beta2, float eps, float weight_decay, int64_t t, float grad_scale,
+                          Precision copy_precision);
+  // dst (n) = src (n) converted to dst's dtype (f32 <-> bf16 / f16: widen exactly, round to
+  // nearest even; the same dtype: a copy). dst and src do not overlap. DEFAULT: copy_device,
+  // encode_16 or decode_16; 16-bit to 16-bit through staged fp32.
+  virtual void convert(View dst, CView src, int64_t n);
+  // Frees the staging arena of the typed defaults (its bytes leave `workspace`).
+  void release_staging() noexcept;
+  // Bytes the staging arena holds now.
+  int64_t staging_bytes() const;
+
+  // ===== the fp32 kernels =====
+  // REQUIRED, every one. What the typed ops above run on f32 operands: every pointer is fp32
+  // device memory of this backend (see above). Callers use the typed ops.
 
   // --- matrix products (required) ---
   // General product, row-major: C (M,N) = alpha * op(A) op(B) + beta * C, where op(X) is X
   // or X^T; lda/ldb/ldc are row strides as stored.
-  virtual void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+  virtual void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                     const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
                     float* C, int64_t ldc) = 0;
   // out (N,OUT) = inp (N,IN) @ w (IN,OUT) [+ bias (OUT)] [+ out if accumulate]. writes.
-  virtual void matmul_forward(float* out, const float* inp, const float* w, const float* bias,
+  virtual void matmul_forward_f32(float* out, const float* inp, const float* w, const float* bias,
                               int64_t N, int64_t IN, int64_t OUT, bool accumulate) = 0;
   // dinp (N,IN) = dout @ w^T (writes, skipped if null); dw (IN,OUT) += inp^T @ dout;
   // dbias (OUT) += column sums of dout (skipped if null). accumulates into dw, dbias.
-  virtual void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout,
+  virtual void matmul_backward_f32(float* dinp, float* dw, float* dbias, const float* dout,
                                const float* inp, const float* w, int64_t N, int64_t IN,
                                int64_t OUT) = 0;
 
   // --- embeddings ---
   // out (B,T,C) = wte[tokens - v0] + wpe[t]. writes. Vocabulary-parallel: wte holds rows
   // [v0, v0 + vrows) only and a token outside them contributes zero; wpe may be null.
-  virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte,
+  virtual void embedding_forward_f32(float* out, const int32_t* tokens, const float* wte,
                                  const float* wpe, int64_t B, int64_t T, int64_t C,
                                  int64_t v0 = 0, int64_t vrows = INT64_MAX) = 0;
   // dwte[tokens - v0] += dout (tokens in range), dwpe[t] += sum over b of dout (if not
   // null). accumulates.
-  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
+  virtual void embedding_backward_f32(float* dwte, float* dwpe, const float* dout,
                                   const int32_t* tokens, int64_t B, int64_t T, int64_t C,
                                   int64_t v0 = 0, int64_t vrows = INT64_MAX) = 0;
 
   // --- LayerNorm over the last dim ---
   // out (N,C), mean (N), rstd (N). writes.
-  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+  virtual void layernorm_forward_f32(float* out, float* mean, float* rstd, const float* inp,
                                  const float* w, const float* b, int64_t N, int64_t C,
                                  float eps) = 0;
   // dinp (N,C), dw (C), db (C) accumulate.
-  virtual void layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
+  virtual void layernorm_backward_f32(float* dinp, float* dw, float* db, const float* dout,
                                   const float* inp, const float* w, const float* mean,
                                   const float* rstd, int64_t N, int64_t C) = 0;
 
   // --- elementwise ---
   // out = inp + bias broadcast over rows of (N,C) (bias may be null: plain copy). writes.
-  virtual void add_bias(float* out, const float* inp, const float* bias, int64_t N, int64_t C) = 0;
+  virtual void add_bias_f32(float* out, const float* inp, const float* bias, int64_t N, int64_t C) = 0;
   // out = a + b elementwise (n). writes; out may alias a or b.
-  virtual void add(float* out, const float* a, const float* b, int64_t n) = 0;
+  virtual void add_f32(float* out, const float* a, const float* b, int64_t n) = 0;
   // GELU, tanh approximation (Hugging Face "gelu_new"). writes out (n).
-  virtual void gelu_forward(float* out, const float* inp, int64_t n) = 0;
+  virtual void gelu_forward_f32(float* out, const float* inp, int64_t n) = 0;
   // dinp = gelu'(inp) * dout. writes; dinp may alias dout.
-  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) = 0;
+  virtual void gelu_backward_f32(float* dinp, const float* inp, const float* dout, int64_t n) = 0;
 
   // --- causal self-attention ---
   // qkv (B,T,3C) holds q, k, v side by side; out (B,T,C); att (B,NH,T,T) keeps the
   // softmax probabilities for backward (entries above the diagonal are zero). writes.
-  virtual void attention_forward(float* out, float* att, const float* qkv, int64_t B,
+  virtual void attention_forward_f32(float* out, float* att, const float* qkv, int64_t B,
                                  int64_t T, int64_t C, int64_t NH) = 0;
   // dqkv (B,T,3C) writes.
-  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
+  virtual void attention_backward_f32(float* dqkv, const float* dout, const float* qkv,
                                   const float* att, int64_t B, int64_t T, int64_t C,
                                   int64_t NH) = 0;
 
   // --- bidirectional self-attention (no mask: the Vision Transformer's) ---
   // As attention_forward / attention_backward without the causal mask: every query attends to
   // all T keys; att (B,NH,T,T) holds full rows of probabilities. writes.
-  virtual void bidir_attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+  virtual void bidir_attention_forward_f32(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
                                        int64_t NH) = 0;
   // dqkv (B,T,3C) writes.
-  virtual void bidir_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B,
+  virtual void bidir_attention_backward_f32(float* dqkv, const float* dout, const float* qkv, const float* att,
+                                            int64_t B,
                                         int64_t T, int64_t C, int64_t NH) = 0;
 
   // --- query attention (ClimaX's variable aggregation) ---
@@ -211,25 +302,26 @@ class Backend {
   // q (C): NH heads of C/NH, the same query at every position; kv (S,N,2C): token s of position
   // n holds its key (C) then its value (C); out (N,C); att (N,NH,S) the softmax probabilities of
   // scores q_h . k_h / sqrt(C/NH) (each row of S sums to one). writes out and att.
-  virtual void query_attention_forward(float* out, float* att, const float* q, const float* kv, int64_t N, int64_t S,
+  virtual void query_attention_forward_f32(float* out, float* att, const float* q, const float* kv, int64_t N,
+                                           int64_t S,
                                        int64_t C, int64_t NH) = 0;
   // dq (C) ACCUMULATES (sum over the N positions); dkv (S,N,2C) writes; dout (N,C); att is the
   // forward's.
-  virtual void query_attention_backward(float* dq, float* dkv, const float* dout, const float* q, const float* kv,
+  virtual void query_attention_backward_f32(float* dq, float* dkv, const float* dout, const float* q, const float* kv,
                                         const float* att, int64_t N, int64_t S, int64_t C, int64_t NH) = 0;
 
   // --- weighted squared error (the latitude-weighted MSE) ---
   // pred, target (R,K), w (K): row_loss[r] = sum_k w[k] (pred[r,k] - target[r,k])^2 (writes R values,
   // accumulated in double, stored as float); if grad != nullptr, grad (R,K) = 2 dloss w[k] (pred - target)
   // (writes; grad may alias pred).
-  virtual void weighted_mse(float* row_loss, float* grad, const float* pred, const float* target, const float* w,
+  virtual void weighted_mse_f32(float* row_loss, float* grad, const float* pred, const float* target, const float* w,
                             int64_t R, int64_t K, float dloss) = 0;
 
   // --- softmax cross-entropy over the vocabulary ---
   // logits (N,Vp) in place: on return holds dlogits = (softmax - onehot) * dloss for
   // columns < V and 0 for the padding columns (if dloss != 0; otherwise untouched).
   // losses (N) writes -log p[target]. Targets must lie in [0, V).
-  virtual void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets,
+  virtual void softmax_cross_entropy_f32(float* logits, float* losses, const int32_t* targets,
                                      int64_t N, int64_t V, int64_t Vp, float dloss) = 0;
 
   // --- vocabulary-parallel softmax cross-entropy, in phases around the reductions ---
@@ -238,15 +330,15 @@ class Backend {
   // exp(logit - max) with the global max (writes sum, N). Target logits: tl[i] = logit of
   // targets[i] - v0 if it lies in [0, cols), else 0 (writes). Phase 3 (gradient, in place):
   // logits -> (exp(logit - max) / sum - [col == target - v0]) * dloss, 0 on padding.
-  virtual void ce_row_max(const float* logits, int64_t N, int64_t ld, int64_t cols, float* max) = 0;
-  virtual void ce_row_sumexp(const float* logits, int64_t N, int64_t ld, int64_t cols,
+  virtual void ce_row_max_f32(const float* logits, int64_t N, int64_t ld, int64_t cols, float* max) = 0;
+  virtual void ce_row_sumexp_f32(const float* logits, int64_t N, int64_t ld, int64_t cols,
                              const float* max, float* sum) = 0;
-  virtual void ce_target_logit(const float* logits, int64_t N, int64_t ld, int64_t cols,
+  virtual void ce_target_logit_f32(const float* logits, int64_t N, int64_t ld, int64_t cols,
                                const int32_t* targets, int64_t v0, float* tl) = 0;
   // The token losses from the reduced statistics: losses[i] = log(sum[i]) + max[i] - tl[i]
   // (n rows). writes.
-  virtual void ce_loss(float* losses, const float* max, const float* sum, const float* tl, int64_t n) = 0;
-  virtual void ce_grad(float* logits, int64_t N, int64_t ld, int64_t cols, const float* max,
+  virtual void ce_loss_f32(float* losses, const float* max, const float* sum, const float* tl, int64_t n) = 0;
+  virtual void ce_grad_f32(float* logits, int64_t N, int64_t ld, int64_t cols, const float* max,
                        const float* sum, const int32_t* targets, int64_t v0, float dloss) = 0;
 
   // --- optimizer ---
@@ -300,7 +392,7 @@ class Backend {
   // or b; out aliases nothing.
   // DEFAULT: add(residual, a, b, N*C); round_to(residual, N*C, p);
   //          layernorm_forward(out, mean, rstd, residual, w, bias, N, C, eps); round_to(out, N*C, p).
-  virtual void residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* a,
+  virtual void residual_layernorm_forward_f32(float* residual, float* out, float* mean, float* rstd, const float* a,
                                           const float* b, const float* w, const float* bias, int64_t N, int64_t C,
                                           float eps, Precision p);
 
@@ -311,7 +403,7 @@ class Backend {
   // DEFAULT: add_bias(residual, res, bias, N, C); matmul_forward(residual, inp, w, nullptr, N, IN, C, true);
   //          round_to(residual, N*C, p);
   //          layernorm_forward(out, mean, rstd, residual, ln_w, ln_b, N, C, eps); round_to(out, N*C, p).
-  virtual void matmul_residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
+  virtual void matmul_residual_layernorm_forward_f32(float* residual, float* out, float* mean, float* rstd,
                                                  const float* res, const float* inp, const float* w,
                                                  const float* bias, const float* ln_w, const float* ln_b, int64_t N,
                                                  int64_t IN, int64_t C, float eps, Precision p);
@@ -321,7 +413,7 @@ class Backend {
   // for the backward); out (N,OUT) = gelu(pre), rounded to p. writes both.
   // DEFAULT: matmul_forward(pre, inp, w, bias, N, IN, OUT, false); round_to(pre, N*OUT, p);
   //          gelu_forward(out, pre, N*OUT); round_to(out, N*OUT, p).
-  virtual void matmul_gelu_forward(float* out, float* pre, const float* inp, const float* w, const float* bias,
+  virtual void matmul_gelu_forward_f32(float* out, float* pre, const float* inp, const float* w, const float* bias,
                                    int64_t N, int64_t IN, int64_t OUT, Precision p);
   // The backward of a product whose input was gelu(pre) (the MLP's second product):
   // dinp (N,IN) = (dout (N,OUT) @ w^T, rounded to p) * gelu'(pre (N,IN)), rounded to p
@@ -329,7 +421,7 @@ class Backend {
   // (skipped if null). inp is gelu(pre) as stored.
   // DEFAULT: matmul_backward(dinp, dw, dbias, dout, inp, w, N, IN, OUT); round_to(dinp, N*IN, p);
   //          gelu_backward(dinp, pre, dinp, N*IN); round_to(dinp, N*IN, p).
-  virtual void matmul_gelu_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
+  virtual void matmul_gelu_backward_f32(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                                     const float* w, const float* pre, int64_t N, int64_t IN, int64_t OUT,
                                     Precision p);
 
@@ -341,11 +433,11 @@ class Backend {
   // DEFAULT: throws RuntimeError: no sequence of the required ops keeps only lse
   // (attention_forward needs the probabilities' memory). Call it only where
   // offers(FusedOp::kAttentionLse) and attention_lse_supports(C, NH, p) are true.
-  virtual void attention_forward_lse(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+  virtual void attention_forward_lse_f32(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
                                      int64_t NH);
   // dqkv (B,T,3C) writes, from dout (B,T,C) and the forward's qkv, out and lse.
   // DEFAULT: throws RuntimeError, as attention_forward_lse.
-  virtual void attention_backward_lse(float* dqkv, const float* dout, const float* qkv, const float* out,
+  virtual void attention_backward_lse_f32(float* dqkv, const float* dout, const float* qkv, const float* out,
                                       const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH);
   // Whether attention_*_lse takes this shape at the accuracy storage precision p asks for (a
   // backend may support some head sizes C/NH only, or compute in 16 bits inside and so decline
@@ -359,7 +451,7 @@ class Backend {
   // copy (n) = the updated p rounded to copy_precision. writes copy; copy aliases nothing.
   // DEFAULT: adamw(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
   //          copy_device(copy, 0, p, 0, 4*n); round_to(copy, n, copy_precision).
-  virtual void adamw_copy(float* p, float* copy, const float* g, float* m, float* v, int64_t n, float lr,
+  virtual void adamw_copy_f32(float* p, float* copy, const float* g, float* m, float* v, int64_t n, float lr,
                           float beta1, float beta2, float eps, float weight_decay, int64_t t, float grad_scale,
                           Precision copy_precision);
 
@@ -399,6 +491,19 @@ class Backend {
   virtual void* device_alloc_impl(size_t bytes, MemCategory c);
   // REQUIRED for a backend with its own memory; must not throw. Default: std::free.
   virtual void device_free_impl(void* p, size_t bytes) noexcept;
+
+ public:
+  // --- the staging arena of the typed defaults (typed_defaults.cc) ---
+  // fp32 scratch of at least n elements (device memory of this backend, counted under
+  // `workspace`), grown on demand (freed and allocated again) and kept for the next call: a
+  // typed default stages all its 16-bit operands side by side in it, so that it holds the
+  // largest sum of one call's staged operands. A backend with its own memory calls
+  // release_staging() in its destructor.
+  float* staging(int64_t n);
+
+ private:
+  float* staging_ = nullptr;
+  int64_t staging_n_ = 0;
 };
 
 // RAII scope of direct host access to a range of device memory (Backend::begin_host_access).

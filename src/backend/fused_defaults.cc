@@ -21,51 +21,51 @@ const char* fused_op_name(FusedOp op) {
   return "unknown fused op";
 }
 
-void Backend::residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* a,
+void Backend::residual_layernorm_forward_f32(float* residual, float* out, float* mean, float* rstd, const float* a,
                                          const float* b, const float* w, const float* bias, int64_t N, int64_t C,
                                          float eps, Precision p) {
   // layers.cc, tp > 1: RowParallelLinear::forward's `add(out, res, y)` + round, then
   // SequenceParallelLayerNorm::forward's layernorm_forward + round.
-  add(residual, a, b, N * C);
+  add_f32(residual, a, b, N * C);
   round_to(residual, N * C, p);
-  layernorm_forward(out, mean, rstd, residual, w, bias, N, C, eps);
+  layernorm_forward_f32(out, mean, rstd, residual, w, bias, N, C, eps);
   round_to(out, N * C, p);
 }
 
-void Backend::matmul_residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
+void Backend::matmul_residual_layernorm_forward_f32(float* residual, float* out, float* mean, float* rstd,
                                                 const float* res, const float* inp, const float* w, const float* bias,
                                                 const float* ln_w, const float* ln_b, int64_t N, int64_t IN, int64_t C,
                                                 float eps, Precision p) {
   // layers.cc, tp = 1: RowParallelLinear::forward (the residual and the bias ride on the
   // product) + round, then SequenceParallelLayerNorm::forward's layernorm_forward + round.
-  add_bias(residual, res, bias, N, C);
-  matmul_forward(residual, inp, w, nullptr, N, IN, C, true);
+  add_bias_f32(residual, res, bias, N, C);
+  matmul_forward_f32(residual, inp, w, nullptr, N, IN, C, true);
   round_to(residual, N * C, p);
-  layernorm_forward(out, mean, rstd, residual, ln_w, ln_b, N, C, eps);
+  layernorm_forward_f32(out, mean, rstd, residual, ln_w, ln_b, N, C, eps);
   round_to(out, N * C, p);
 }
 
-void Backend::matmul_gelu_forward(float* out, float* pre, const float* inp, const float* w, const float* bias,
+void Backend::matmul_gelu_forward_f32(float* out, float* pre, const float* inp, const float* w, const float* bias,
                                   int64_t N, int64_t IN, int64_t OUT, Precision p) {
   // gpt.cc layer_forward: ColumnParallelLinear::forward (c_fc) + round, gelu_forward + round.
-  matmul_forward(pre, inp, w, bias, N, IN, OUT, false);
+  matmul_forward_f32(pre, inp, w, bias, N, IN, OUT, false);
   round_to(pre, N * OUT, p);
-  gelu_forward(out, pre, N * OUT);
+  gelu_forward_f32(out, pre, N * OUT);
   round_to(out, N * OUT, p);
 }
 
-void Backend::matmul_gelu_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
+void Backend::matmul_gelu_backward_f32(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                                    const float* w, const float* pre, int64_t N, int64_t IN, int64_t OUT, Precision p) {
   // gpt.cc layer_backward: RowParallelLinear::backward's matmul_backward + round (c_proj of
   // the MLP), then gelu_backward in place + round.
   WEFT_CHECK(dinp != nullptr, "{}: matmul_gelu_backward needs dinp", name());
-  matmul_backward(dinp, dw, dbias, dout, inp, w, N, IN, OUT);
+  matmul_backward_f32(dinp, dw, dbias, dout, inp, w, N, IN, OUT);
   round_to(dinp, N * IN, p);
-  gelu_backward(dinp, pre, dinp, N * IN);
+  gelu_backward_f32(dinp, pre, dinp, N * IN);
   round_to(dinp, N * IN, p);
 }
 
-void Backend::attention_forward_lse(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+void Backend::attention_forward_lse_f32(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
                                     int64_t NH) {
   throw_runtime("backend '{}' does not offer attention_forward_lse (flash attention: no sequence of its required "
                 "ops keeps only the log-sum-exp); ask offers(FusedOp::kAttentionLse) and use attention_forward "
@@ -73,14 +73,15 @@ void Backend::attention_forward_lse(float* out, float* lse, const float* qkv, in
                 name());
 }
 
-void Backend::attention_backward_lse(float* dqkv, const float* dout, const float* qkv, const float* out,
+void Backend::attention_backward_lse_f32(float* dqkv, const float* dout, const float* qkv, const float* out,
                                      const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH) {
   throw_runtime("backend '{}' does not offer attention_backward_lse (flash attention); ask "
                 "offers(FusedOp::kAttentionLse) and use attention_backward with the probabilities otherwise",
                 name());
 }
 
-void Backend::adamw_copy(float* p, float* copy, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
+void Backend::adamw_copy_f32(float* p, float* copy, const float* g, float* m, float* v, int64_t n, float lr,
+                             float beta1,
                          float beta2, float eps, float weight_decay, int64_t t, float grad_scale,
                          Precision copy_precision) {
   // optim.cc AdamW::step with master weights: adamw on the master range, then the copy

@@ -55,91 +55,92 @@ class LseBackend final : public Backend {
   void end_host_access(void* p, size_t bytes) override { cpu_->end_host_access(p, bytes); }
 
   // --- required ops ---
-  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+  void gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
             const float* B, int64_t ldb, float beta, float* C, int64_t ldc) override {
     cpu_->gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
-  void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int64_t N, int64_t IN,
+  void matmul_forward_f32(float* out, const float* inp, const float* w, const float* bias, int64_t N, int64_t IN,
                       int64_t OUT, bool accumulate) override {
     cpu_->matmul_forward(out, inp, w, bias, N, IN, OUT, accumulate);
   }
-  void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
+  void matmul_backward_f32(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
                        int64_t N, int64_t IN, int64_t OUT) override {
     cpu_->matmul_backward(dinp, dw, dbias, dout, inp, w, N, IN, OUT);
   }
-  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B, int64_t T,
+  void embedding_forward_f32(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
+                             int64_t T,
                          int64_t C, int64_t v0, int64_t vrows) override {
     cpu_->embedding_forward(out, tokens, wte, wpe, B, T, C, v0, vrows);
   }
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
+  void embedding_backward_f32(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
                           int64_t C, int64_t v0, int64_t vrows) override {
     cpu_->embedding_backward(dwte, dwpe, dout, tokens, B, T, C, v0, vrows);
   }
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+  void layernorm_forward_f32(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                          int64_t N, int64_t C, float eps) override {
     cpu_->layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps);
   }
-  void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+  void layernorm_backward_f32(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                           const float* mean, const float* rstd, int64_t N, int64_t C) override {
     cpu_->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   }
-  void add_bias(float* out, const float* inp, const float* bias, int64_t N, int64_t C) override {
+  void add_bias_f32(float* out, const float* inp, const float* bias, int64_t N, int64_t C) override {
     cpu_->add_bias(out, inp, bias, N, C);
   }
-  void add(float* out, const float* a, const float* b, int64_t n) override { cpu_->add(out, a, b, n); }
-  void gelu_forward(float* out, const float* inp, int64_t n) override { cpu_->gelu_forward(out, inp, n); }
-  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override {
+  void add_f32(float* out, const float* a, const float* b, int64_t n) override { cpu_->add(out, a, b, n); }
+  void gelu_forward_f32(float* out, const float* inp, int64_t n) override { cpu_->gelu_forward(out, inp, n); }
+  void gelu_backward_f32(float* dinp, const float* inp, const float* dout, int64_t n) override {
     cpu_->gelu_backward(dinp, inp, dout, n);
   }
-  void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+  void attention_forward_f32(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
                          int64_t NH) override {
     ++probs_forward_calls;
     cpu_->attention_forward(out, att, qkv, B, T, C, NH);
   }
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B, int64_t T,
+  void attention_backward_f32(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B, int64_t T,
                           int64_t C, int64_t NH) override {
     ++probs_backward_calls;
     cpu_->attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
   }
-  void bidir_attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+  void bidir_attention_forward_f32(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
                                int64_t NH) override {
     cpu_->bidir_attention_forward(out, att, qkv, B, T, C, NH);
   }
-  void bidir_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B,
+  void bidir_attention_backward_f32(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B,
                                 int64_t T, int64_t C, int64_t NH) override {
     cpu_->bidir_attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
   }
-  void query_attention_forward(float* out, float* att, const float* q, const float* kv, int64_t N, int64_t S,
+  void query_attention_forward_f32(float* out, float* att, const float* q, const float* kv, int64_t N, int64_t S,
                                int64_t C, int64_t NH) override {
     cpu_->query_attention_forward(out, att, q, kv, N, S, C, NH);
   }
-  void query_attention_backward(float* dq, float* dkv, const float* dout, const float* q, const float* kv,
+  void query_attention_backward_f32(float* dq, float* dkv, const float* dout, const float* q, const float* kv,
                                 const float* att, int64_t N, int64_t S, int64_t C, int64_t NH) override {
     cpu_->query_attention_backward(dq, dkv, dout, q, kv, att, N, S, C, NH);
   }
-  void weighted_mse(float* row_loss, float* grad, const float* pred, const float* target, const float* w, int64_t R,
+  void weighted_mse_f32(float* row_loss, float* grad, const float* pred, const float* target, const float* w, int64_t R,
                     int64_t K, float dloss) override {
     cpu_->weighted_mse(row_loss, grad, pred, target, w, R, K, dloss);
   }
-  void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
+  void softmax_cross_entropy_f32(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
                              float dloss) override {
     cpu_->softmax_cross_entropy(logits, losses, targets, N, V, Vp, dloss);
   }
-  void ce_row_max(const float* logits, int64_t N, int64_t ld, int64_t cols, float* max) override {
+  void ce_row_max_f32(const float* logits, int64_t N, int64_t ld, int64_t cols, float* max) override {
     cpu_->ce_row_max(logits, N, ld, cols, max);
   }
-  void ce_row_sumexp(const float* logits, int64_t N, int64_t ld, int64_t cols, const float* max,
+  void ce_row_sumexp_f32(const float* logits, int64_t N, int64_t ld, int64_t cols, const float* max,
                      float* sum) override {
     cpu_->ce_row_sumexp(logits, N, ld, cols, max, sum);
   }
-  void ce_target_logit(const float* logits, int64_t N, int64_t ld, int64_t cols, const int32_t* targets, int64_t v0,
+  void ce_target_logit_f32(const float* logits, int64_t N, int64_t ld, int64_t cols, const int32_t* targets, int64_t v0,
                        float* tl) override {
     cpu_->ce_target_logit(logits, N, ld, cols, targets, v0, tl);
   }
-  void ce_loss(float* losses, const float* max, const float* sum, const float* tl, int64_t n) override {
+  void ce_loss_f32(float* losses, const float* max, const float* sum, const float* tl, int64_t n) override {
     cpu_->ce_loss(losses, max, sum, tl, n);
   }
-  void ce_grad(float* logits, int64_t N, int64_t ld, int64_t cols, const float* max, const float* sum,
+  void ce_grad_f32(float* logits, int64_t N, int64_t ld, int64_t cols, const float* max, const float* sum,
                const int32_t* targets, int64_t v0, float dloss) override {
     cpu_->ce_grad(logits, N, ld, cols, max, sum, targets, v0, dloss);
   }
@@ -153,34 +154,35 @@ class LseBackend final : public Backend {
 
   // --- optional fused ops: the CPU backend's (its defaults) but for the flash pair ---
   bool offers(FusedOp op) const override { return op == FusedOp::kAttentionLse; }
-  void residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* a,
+  void residual_layernorm_forward_f32(float* residual, float* out, float* mean, float* rstd, const float* a,
                                   const float* b, const float* w, const float* bias, int64_t N, int64_t C, float eps,
                                   Precision p) override {
     cpu_->residual_layernorm_forward(residual, out, mean, rstd, a, b, w, bias, N, C, eps, p);
   }
-  void matmul_residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* res,
+  void matmul_residual_layernorm_forward_f32(float* residual, float* out, float* mean, float* rstd, const float* res,
                                          const float* inp, const float* w, const float* bias, const float* ln_w,
                                          const float* ln_b, int64_t N, int64_t IN, int64_t C, float eps,
                                          Precision p) override {
     cpu_->matmul_residual_layernorm_forward(residual, out, mean, rstd, res, inp, w, bias, ln_w, ln_b, N, IN, C, eps,
                                             p);
   }
-  void matmul_gelu_forward(float* out, float* pre, const float* inp, const float* w, const float* bias, int64_t N,
+  void matmul_gelu_forward_f32(float* out, float* pre, const float* inp, const float* w, const float* bias, int64_t N,
                            int64_t IN, int64_t OUT, Precision p) override {
     cpu_->matmul_gelu_forward(out, pre, inp, w, bias, N, IN, OUT, p);
   }
-  void matmul_gelu_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
+  void matmul_gelu_backward_f32(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
+                                const float* w,
                             const float* pre, int64_t N, int64_t IN, int64_t OUT, Precision p) override {
     cpu_->matmul_gelu_backward(dinp, dw, dbias, dout, inp, w, pre, N, IN, OUT, p);
   }
-  void adamw_copy(float* p, float* copy, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
+  void adamw_copy_f32(float* p, float* copy, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
                   float beta2, float eps, float weight_decay, int64_t t, float grad_scale,
                   Precision copy_precision) override {
     cpu_->adamw_copy(p, copy, g, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale, copy_precision);
   }
 
   // The reference flash pair. qkv (B,T,3C): q, k, v of head h at columns h hs, C + h hs, 2C + h hs.
-  void attention_forward_lse(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+  void attention_forward_lse_f32(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
                              int64_t NH) override {
     ++lse_forward_calls;
     const int64_t hs = C / NH;
@@ -209,7 +211,7 @@ class LseBackend final : public Backend {
       }
     }
   }
-  void attention_backward_lse(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+  void attention_backward_lse_f32(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                               int64_t B, int64_t T, int64_t C, int64_t NH) override {
     ++lse_backward_calls;
     const int64_t hs = C / NH;

@@ -63,9 +63,10 @@ constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 
 class CpuBackend final : public Backend {
  public:
+  ~CpuBackend() override { release_staging(); }
   std::string name() const override { return "cpu"; }
 
-  void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+  void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
             const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
             int64_t ldc) override {
     product(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -97,21 +98,21 @@ class CpuBackend final : public Backend {
     return s;
   }
 
-  void matmul_forward(float* out, const float* inp, const float* w, const float* bias,
+  void matmul_forward_f32(float* out, const float* inp, const float* w, const float* bias,
                       int64_t N, int64_t IN, int64_t OUT, bool accumulate) override {
     float beta = accumulate ? 1.0f : 0.0f;
     if (bias) {
       if (accumulate) {
-        add_bias(out, out, bias, N, OUT);
+        add_bias_f32(out, out, bias, N, OUT);
       } else {
-        add_bias(out, nullptr, bias, N, OUT);
+        add_bias_f32(out, nullptr, bias, N, OUT);
       }
       beta = 1.0f;
     }
     product(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, beta, out, OUT);
   }
 
-  void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout,
+  void matmul_backward_f32(float* dinp, float* dw, float* dbias, const float* dout,
                        const float* inp, const float* w, int64_t N, int64_t IN,
                        int64_t OUT) override {
     if (dinp) {
@@ -133,7 +134,7 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+  void embedding_forward_f32(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                          int64_t B, int64_t T, int64_t C, int64_t v0, int64_t vrows) override {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < B * T; ++i) {
@@ -155,7 +156,7 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+  void embedding_backward_f32(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
                           int64_t B, int64_t T, int64_t C, int64_t v0, int64_t vrows) override {
     // Each thread owns a slice of the channels, so repeated tokens never race.
 #pragma omp parallel
@@ -179,7 +180,7 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+  void layernorm_forward_f32(float* out, float* mean, float* rstd, const float* inp, const float* w,
                          const float* b, int64_t N, int64_t C, float eps) override {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; ++i) {
@@ -200,7 +201,7 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+  void layernorm_backward_f32(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                           const float* w, const float* mean, const float* rstd, int64_t N,
                           int64_t C) override {
     int nt = omp_get_max_threads();
@@ -246,7 +247,7 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void add_bias(float* out, const float* inp, const float* bias, int64_t N, int64_t C) override {
+  void add_bias_f32(float* out, const float* inp, const float* bias, int64_t N, int64_t C) override {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; ++i) {
       float* o = out + i * C;
@@ -262,12 +263,12 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void add(float* out, const float* a, const float* b, int64_t n) override {
+  void add_f32(float* out, const float* a, const float* b, int64_t n) override {
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
   }
 
-  void gelu_forward(float* out, const float* inp, int64_t n) override {
+  void gelu_forward_f32(float* out, const float* inp, int64_t n) override {
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; ++i) {
       float x = inp[i];
@@ -276,7 +277,7 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override {
+  void gelu_backward_f32(float* dinp, const float* inp, const float* dout, int64_t n) override {
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; ++i) {
       float x = inp[i];
@@ -292,7 +293,7 @@ class CpuBackend final : public Backend {
   // multiplies against keys [0, end of block i), which skips most of the masked half.
   static constexpr int64_t kBlock = 64;
 
-  void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
+  void attention_forward_f32(float* out, float* att, const float* qkv, int64_t B, int64_t T,
                          int64_t C, int64_t NH) override {
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -331,7 +332,7 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
+  void attention_backward_f32(float* dqkv, const float* dout, const float* qkv, const float* att,
                           int64_t B, int64_t T, int64_t C, int64_t NH) override {
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -383,7 +384,7 @@ class CpuBackend final : public Backend {
 
   // Bidirectional attention per (b, h), in the same row blocks as the causal op (the backward's
   // scratch stays kBlock rows of T per thread); every block multiplies against all T keys.
-  void bidir_attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+  void bidir_attention_forward_f32(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
                                int64_t NH) override {
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -421,7 +422,7 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void bidir_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B,
+  void bidir_attention_backward_f32(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B,
                                 int64_t T, int64_t C, int64_t NH) override {
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -471,7 +472,7 @@ class CpuBackend final : public Backend {
   }
 
   // Query attention: one (n, h) row of S scores at a time, in the att row itself (no scratch).
-  void query_attention_forward(float* out, float* att, const float* q, const float* kv, int64_t N, int64_t S,
+  void query_attention_forward_f32(float* out, float* att, const float* q, const float* kv, int64_t N, int64_t S,
                                int64_t C, int64_t NH) override {
     const int64_t hs = C / NH, C2 = 2 * C, NC2 = N * C2;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -510,7 +511,7 @@ class CpuBackend final : public Backend {
 
   // dq sums over the positions through per-thread partials (static schedule, added in thread
   // order: deterministic for a given thread count).
-  void query_attention_backward(float* dq, float* dkv, const float* dout, const float* q, const float* kv,
+  void query_attention_backward_f32(float* dq, float* dkv, const float* dout, const float* q, const float* kv,
                                 const float* att, int64_t N, int64_t S, int64_t C, int64_t NH) override {
     const int64_t hs = C / NH, C2 = 2 * C, NC2 = N * C2;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -561,7 +562,7 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void weighted_mse(float* row_loss, float* grad, const float* pred, const float* target, const float* w, int64_t R,
+  void weighted_mse_f32(float* row_loss, float* grad, const float* pred, const float* target, const float* w, int64_t R,
                     int64_t K, float dloss) override {
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < R; ++r) {
@@ -583,7 +584,7 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t N,
+  void softmax_cross_entropy_f32(float* logits, float* losses, const int32_t* targets, int64_t N,
                              int64_t V, int64_t Vp, float dloss) override {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; ++i) {
@@ -612,7 +613,7 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void ce_row_max(const float* logits, int64_t N, int64_t ld, int64_t cols, float* max) override {
+  void ce_row_max_f32(const float* logits, int64_t N, int64_t ld, int64_t cols, float* max) override {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; ++i) {
       const float* r = logits + i * ld;
@@ -623,7 +624,7 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void ce_row_sumexp(const float* logits, int64_t N, int64_t ld, int64_t cols, const float* max,
+  void ce_row_sumexp_f32(const float* logits, int64_t N, int64_t ld, int64_t cols, const float* max,
                      float* sum) override {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; ++i) {
@@ -636,7 +637,7 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void ce_target_logit(const float* logits, int64_t N, int64_t ld, int64_t cols, const int32_t* targets,
+  void ce_target_logit_f32(const float* logits, int64_t N, int64_t ld, int64_t cols, const int32_t* targets,
                        int64_t v0, float* tl) override {
     for (int64_t i = 0; i < N; ++i) {
       const int64_t j = static_cast<int64_t>(targets[i]) - v0;
@@ -644,11 +645,11 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void ce_loss(float* losses, const float* max, const float* sum, const float* tl, int64_t n) override {
+  void ce_loss_f32(float* losses, const float* max, const float* sum, const float* tl, int64_t n) override {
     for (int64_t i = 0; i < n; ++i) losses[i] = std::log(sum[i]) + max[i] - tl[i];
   }
 
-  void ce_grad(float* logits, int64_t N, int64_t ld, int64_t cols, const float* max, const float* sum,
+  void ce_grad_f32(float* logits, int64_t N, int64_t ld, int64_t cols, const float* max, const float* sum,
                const int32_t* targets, int64_t v0, float dloss) override {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; ++i) {

@@ -41,6 +41,7 @@ class GuardedBackend final : public Backend {
     if (o.install_handler) guarded::install_fault_handler(o.backtrace);
   }
   ~GuardedBackend() override {
+    release_staging();
     if (!regions_.empty()) log_warn("cpu-guarded: {} device buffers still allocated at destruction", regions_.size());
     for (auto& [data, r] : regions_) guarded::unmap_region(r);
   }
@@ -85,95 +86,95 @@ class GuardedBackend final : public Backend {
   }
 
   // --- ops: the CPU backend's, on opened buffers ---
-  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+  void gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
             const float* B, int64_t ldb, float beta, float* C, int64_t ldc) override {
-    run<&Backend::gemm>("gemm", ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    run<&Backend::gemm_f32>("gemm", ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
-  void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int64_t N, int64_t IN,
+  void matmul_forward_f32(float* out, const float* inp, const float* w, const float* bias, int64_t N, int64_t IN,
                       int64_t OUT, bool accumulate) override {
-    run<&Backend::matmul_forward>("matmul_forward", out, inp, w, bias, N, IN, OUT, accumulate);
+    run<&Backend::matmul_forward_f32>("matmul_forward", out, inp, w, bias, N, IN, OUT, accumulate);
   }
-  void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
+  void matmul_backward_f32(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
                        int64_t N, int64_t IN, int64_t OUT) override {
-    run<&Backend::matmul_backward>("matmul_backward", dinp, dw, dbias, dout, inp, w, N, IN, OUT);
+    run<&Backend::matmul_backward_f32>("matmul_backward", dinp, dw, dbias, dout, inp, w, N, IN, OUT);
   }
-  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
+  void embedding_forward_f32(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
                          int64_t T, int64_t C, int64_t v0, int64_t vrows) override {
-    run<&Backend::embedding_forward>("embedding_forward", out, tokens, wte, wpe, B, T, C, v0, vrows);
+    run<&Backend::embedding_forward_f32>("embedding_forward", out, tokens, wte, wpe, B, T, C, v0, vrows);
   }
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,
+  void embedding_backward_f32(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,
                           int64_t T, int64_t C, int64_t v0, int64_t vrows) override {
-    run<&Backend::embedding_backward>("embedding_backward", dwte, dwpe, dout, tokens, B, T, C, v0, vrows);
+    run<&Backend::embedding_backward_f32>("embedding_backward", dwte, dwpe, dout, tokens, B, T, C, v0, vrows);
   }
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+  void layernorm_forward_f32(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                          int64_t N, int64_t C, float eps) override {
-    run<&Backend::layernorm_forward>("layernorm_forward", out, mean, rstd, inp, w, b, N, C, eps);
+    run<&Backend::layernorm_forward_f32>("layernorm_forward", out, mean, rstd, inp, w, b, N, C, eps);
   }
-  void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+  void layernorm_backward_f32(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                           const float* mean, const float* rstd, int64_t N, int64_t C) override {
-    run<&Backend::layernorm_backward>("layernorm_backward", dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    run<&Backend::layernorm_backward_f32>("layernorm_backward", dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   }
-  void add_bias(float* out, const float* inp, const float* bias, int64_t N, int64_t C) override {
-    run<&Backend::add_bias>("add_bias", out, inp, bias, N, C);
+  void add_bias_f32(float* out, const float* inp, const float* bias, int64_t N, int64_t C) override {
+    run<&Backend::add_bias_f32>("add_bias", out, inp, bias, N, C);
   }
-  void add(float* out, const float* a, const float* b, int64_t n) override {
-    run<&Backend::add>("add", out, a, b, n);
+  void add_f32(float* out, const float* a, const float* b, int64_t n) override {
+    run<&Backend::add_f32>("add", out, a, b, n);
   }
-  void gelu_forward(float* out, const float* inp, int64_t n) override {
-    run<&Backend::gelu_forward>("gelu_forward", out, inp, n);
+  void gelu_forward_f32(float* out, const float* inp, int64_t n) override {
+    run<&Backend::gelu_forward_f32>("gelu_forward", out, inp, n);
   }
-  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override {
-    run<&Backend::gelu_backward>("gelu_backward", dinp, inp, dout, n);
+  void gelu_backward_f32(float* dinp, const float* inp, const float* dout, int64_t n) override {
+    run<&Backend::gelu_backward_f32>("gelu_backward", dinp, inp, dout, n);
   }
-  void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+  void attention_forward_f32(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
                          int64_t NH) override {
-    run<&Backend::attention_forward>("attention_forward", out, att, qkv, B, T, C, NH);
+    run<&Backend::attention_forward_f32>("attention_forward", out, att, qkv, B, T, C, NH);
   }
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B, int64_t T,
+  void attention_backward_f32(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B, int64_t T,
                           int64_t C, int64_t NH) override {
-    run<&Backend::attention_backward>("attention_backward", dqkv, dout, qkv, att, B, T, C, NH);
+    run<&Backend::attention_backward_f32>("attention_backward", dqkv, dout, qkv, att, B, T, C, NH);
   }
-  void bidir_attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+  void bidir_attention_forward_f32(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
                                int64_t NH) override {
-    run<&Backend::bidir_attention_forward>("bidir_attention_forward", out, att, qkv, B, T, C, NH);
+    run<&Backend::bidir_attention_forward_f32>("bidir_attention_forward", out, att, qkv, B, T, C, NH);
   }
-  void bidir_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B,
+  void bidir_attention_backward_f32(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B,
                                 int64_t T, int64_t C, int64_t NH) override {
-    run<&Backend::bidir_attention_backward>("bidir_attention_backward", dqkv, dout, qkv, att, B, T, C, NH);
+    run<&Backend::bidir_attention_backward_f32>("bidir_attention_backward", dqkv, dout, qkv, att, B, T, C, NH);
   }
-  void query_attention_forward(float* out, float* att, const float* q, const float* kv, int64_t N, int64_t S,
+  void query_attention_forward_f32(float* out, float* att, const float* q, const float* kv, int64_t N, int64_t S,
                                int64_t C, int64_t NH) override {
-    run<&Backend::query_attention_forward>("query_attention_forward", out, att, q, kv, N, S, C, NH);
+    run<&Backend::query_attention_forward_f32>("query_attention_forward", out, att, q, kv, N, S, C, NH);
   }
-  void query_attention_backward(float* dq, float* dkv, const float* dout, const float* q, const float* kv,
+  void query_attention_backward_f32(float* dq, float* dkv, const float* dout, const float* q, const float* kv,
                                 const float* att, int64_t N, int64_t S, int64_t C, int64_t NH) override {
-    run<&Backend::query_attention_backward>("query_attention_backward", dq, dkv, dout, q, kv, att, N, S, C, NH);
+    run<&Backend::query_attention_backward_f32>("query_attention_backward", dq, dkv, dout, q, kv, att, N, S, C, NH);
   }
-  void weighted_mse(float* row_loss, float* grad, const float* pred, const float* target, const float* w, int64_t R,
+  void weighted_mse_f32(float* row_loss, float* grad, const float* pred, const float* target, const float* w, int64_t R,
                     int64_t K, float dloss) override {
-    run<&Backend::weighted_mse>("weighted_mse", row_loss, grad, pred, target, w, R, K, dloss);
+    run<&Backend::weighted_mse_f32>("weighted_mse", row_loss, grad, pred, target, w, R, K, dloss);
   }
-  void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
+  void softmax_cross_entropy_f32(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
                              float dloss) override {
-    run<&Backend::softmax_cross_entropy>("softmax_cross_entropy", logits, losses, targets, N, V, Vp, dloss);
+    run<&Backend::softmax_cross_entropy_f32>("softmax_cross_entropy", logits, losses, targets, N, V, Vp, dloss);
   }
-  void ce_row_max(const float* logits, int64_t N, int64_t ld, int64_t cols, float* max) override {
-    run<&Backend::ce_row_max>("ce_row_max", logits, N, ld, cols, max);
+  void ce_row_max_f32(const float* logits, int64_t N, int64_t ld, int64_t cols, float* max) override {
+    run<&Backend::ce_row_max_f32>("ce_row_max", logits, N, ld, cols, max);
   }
-  void ce_row_sumexp(const float* logits, int64_t N, int64_t ld, int64_t cols, const float* max,
+  void ce_row_sumexp_f32(const float* logits, int64_t N, int64_t ld, int64_t cols, const float* max,
                      float* sum) override {
-    run<&Backend::ce_row_sumexp>("ce_row_sumexp", logits, N, ld, cols, max, sum);
+    run<&Backend::ce_row_sumexp_f32>("ce_row_sumexp", logits, N, ld, cols, max, sum);
   }
-  void ce_target_logit(const float* logits, int64_t N, int64_t ld, int64_t cols, const int32_t* targets, int64_t v0,
+  void ce_target_logit_f32(const float* logits, int64_t N, int64_t ld, int64_t cols, const int32_t* targets, int64_t v0,
                        float* tl) override {
-    run<&Backend::ce_target_logit>("ce_target_logit", logits, N, ld, cols, targets, v0, tl);
+    run<&Backend::ce_target_logit_f32>("ce_target_logit", logits, N, ld, cols, targets, v0, tl);
   }
-  void ce_loss(float* losses, const float* max, const float* sum, const float* tl, int64_t n) override {
-    run<&Backend::ce_loss>("ce_loss", losses, max, sum, tl, n);
+  void ce_loss_f32(float* losses, const float* max, const float* sum, const float* tl, int64_t n) override {
+    run<&Backend::ce_loss_f32>("ce_loss", losses, max, sum, tl, n);
   }
-  void ce_grad(float* logits, int64_t N, int64_t ld, int64_t cols, const float* max, const float* sum,
+  void ce_grad_f32(float* logits, int64_t N, int64_t ld, int64_t cols, const float* max, const float* sum,
                const int32_t* targets, int64_t v0, float dloss) override {
-    run<&Backend::ce_grad>("ce_grad", logits, N, ld, cols, max, sum, targets, v0, dloss);
+    run<&Backend::ce_grad_f32>("ce_grad", logits, N, ld, cols, max, sum, targets, v0, dloss);
   }
   void adamw(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
              float weight_decay, int64_t t, float grad_scale) override {

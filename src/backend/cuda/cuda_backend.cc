@@ -103,6 +103,7 @@ CudaBackend::CudaBackend(int device) : st_(std::make_unique<State>()) {
 
 CudaBackend::~CudaBackend() {
   if (!st_) return;
+  release_staging();
   (void)WEFT_GPU_NAME(StreamSynchronize)(st_->stream);  // a destructor: errors surfaced earlier
   st_->blas.reset();
   gpu::stream_destroy(st_->stream);
@@ -148,7 +149,8 @@ void CudaBackend::set_tf32(bool on) { st_->blas->set_tf32(on); }
 
 void CudaBackend::set_products(const ProductSettings& s) {
   if (!s.fp32_kernel.empty() && s.fp32_kernel != "cublas") {
-    throw_input("unknown fp32 kernel '{}' for the cuda backend, expected: cublas (its one fp32 product)", s.fp32_kernel);
+    throw_input("unknown fp32 kernel '{}' for the cuda backend, expected: cublas (its one fp32 product)",
+                s.fp32_kernel);
   }
   products_ = s;
   fast_bf16_ = s.mode == MatmulMode::kFast && s.storage == Precision::kBf16;
@@ -181,12 +183,13 @@ void CudaBackend::product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, flo
   gemm_bf16(ta, tb, M, N, K, alpha, a16, lda, b16, ldb, beta, C, ldc);
 }
 
-void CudaBackend::gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+void CudaBackend::gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                        int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   product(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-void CudaBackend::matmul_forward(float* out, const float* inp, const float* w, const float* bias, int64_t N, int64_t IN,
+void CudaBackend::matmul_forward_f32(float* out, const float* inp, const float* w, const float* bias, int64_t N,
+                                     int64_t IN,
                                  int64_t OUT, bool accumulate) {
   float beta = accumulate ? 1.0f : 0.0f;
   if (bias) {
@@ -196,7 +199,7 @@ void CudaBackend::matmul_forward(float* out, const float* inp, const float* w, c
   product(false, false, N, OUT, IN, 1.0f, inp, IN, w, OUT, beta, out, OUT);
 }
 
-void CudaBackend::matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
+void CudaBackend::matmul_backward_f32(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                                   const float* w, int64_t N, int64_t IN, int64_t OUT) {
   if (dinp) product(false, true, N, IN, OUT, 1.0f, dout, OUT, w, OUT, 0.0f, dinp, IN);
   product(true, false, IN, OUT, N, 1.0f, inp, IN, dout, OUT, 1.0f, dw, OUT);
@@ -206,30 +209,31 @@ void CudaBackend::matmul_backward(float* dinp, float* dw, float* dbias, const fl
   }
 }
 
-void CudaBackend::embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
+void CudaBackend::embedding_forward_f32(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                                        int64_t B,
                                     int64_t T, int64_t C, int64_t v0, int64_t vrows) {
   kern::embedding_forward<float>(out, tokens, wte, wpe, B, T, C, v0, vrows, st_->stream);
 }
 
-void CudaBackend::embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,
+void CudaBackend::embedding_backward_f32(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,
                                      int64_t T, int64_t C, int64_t v0, int64_t vrows) {
   WEFT_CHECK(B * T < INT32_MAX, "embedding_backward: {} positions exceed the sort's int range", B * T);
   void* scratch = st_->scratch_bytes(static_cast<size_t>(kern::embedding_backward_scratch(B * T, vrows)));
   kern::embedding_backward<float>(dwte, dwpe, dout, tokens, B, T, C, v0, vrows, scratch, st_->stream);
 }
 
-void CudaBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+void CudaBackend::layernorm_forward_f32(float* out, float* mean, float* rstd, const float* inp, const float* w,
                                     const float* b, int64_t N, int64_t C, float eps) {
   kern::layernorm_forward<float>(out, mean, rstd, nullptr, inp, nullptr, w, b, N, C, eps, st_->stream);
 }
 
-void CudaBackend::layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+void CudaBackend::layernorm_backward_f32(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                                      const float* w, const float* mean, const float* rstd, int64_t N, int64_t C) {
   float* scratch = st_->scratch_of<float>(kern::layernorm_backward_scratch(N, C));
   kern::layernorm_backward<float>(dinp, dw, db, dout, inp, w, mean, rstd, N, C, scratch, st_->stream);
 }
 
-void CudaBackend::add_bias(float* out, const float* inp, const float* bias, int64_t N, int64_t C) {
+void CudaBackend::add_bias_f32(float* out, const float* inp, const float* bias, int64_t N, int64_t C) {
   if (!bias && !inp) return;
   if (!bias) {
     gpu::copy_d2d_async(out, inp, static_cast<size_t>(N * C) * sizeof(float), st_->stream);
@@ -238,34 +242,34 @@ void CudaBackend::add_bias(float* out, const float* inp, const float* bias, int6
   kern::add_bias<float>(out, inp, bias, N, C, st_->stream);
 }
 
-void CudaBackend::add(float* out, const float* a, const float* b, int64_t n) {
+void CudaBackend::add_f32(float* out, const float* a, const float* b, int64_t n) {
   kern::add<float>(out, a, b, n, st_->stream);
 }
 
-void CudaBackend::gelu_forward(float* out, const float* inp, int64_t n) {
+void CudaBackend::gelu_forward_f32(float* out, const float* inp, int64_t n) {
   kern::gelu_forward<float>(out, inp, n, st_->stream);
 }
 
-void CudaBackend::gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+void CudaBackend::gelu_backward_f32(float* dinp, const float* inp, const float* dout, int64_t n) {
   kern::gelu_backward<float>(dinp, inp, dout, n, st_->stream);
 }
 
-void CudaBackend::attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+void CudaBackend::attention_forward_f32(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
                                     int64_t NH) {
   attention_forward_probs("attention_forward", true, out, att, qkv, B, T, C, NH);
 }
 
-void CudaBackend::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B,
+void CudaBackend::attention_backward_f32(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B,
                                      int64_t T, int64_t C, int64_t NH) {
   attention_backward_probs("attention_backward", true, dqkv, dout, qkv, att, B, T, C, NH);
 }
 
-void CudaBackend::bidir_attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+void CudaBackend::bidir_attention_forward_f32(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
                                           int64_t NH) {
   attention_forward_probs("bidir_attention_forward", false, out, att, qkv, B, T, C, NH);
 }
 
-void CudaBackend::bidir_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
+void CudaBackend::bidir_attention_backward_f32(float* dqkv, const float* dout, const float* qkv, const float* att,
                                            int64_t B, int64_t T, int64_t C, int64_t NH) {
   attention_backward_probs("bidir_attention_backward", false, dqkv, dout, qkv, att, B, T, C, NH);
 }
@@ -314,14 +318,15 @@ void CudaBackend::attention_backward_probs(const char* what, bool causal, float*
   }
 }
 
-void CudaBackend::query_attention_forward(float* out, float* att, const float* q, const float* kv, int64_t N,
+void CudaBackend::query_attention_forward_f32(float* out, float* att, const float* q, const float* kv, int64_t N,
                                           int64_t S, int64_t C, int64_t NH) {
   WEFT_CHECK(NH > 0 && C % NH == 0, "query_attention_forward: C = {} does not divide into NH = {} heads", C, NH);
   WEFT_CHECK(N * NH < (int64_t{1} << 31), "query_attention_forward: N = {}, NH = {} outside the grid limits", N, NH);
   kern::query_attention_forward(out, att, q, kv, N, S, C, NH, st_->stream);
 }
 
-void CudaBackend::query_attention_backward(float* dq, float* dkv, const float* dout, const float* q, const float* kv,
+void CudaBackend::query_attention_backward_f32(float* dq, float* dkv, const float* dout, const float* q,
+                                               const float* kv,
                                            const float* att, int64_t N, int64_t S, int64_t C, int64_t NH) {
   WEFT_CHECK(NH > 0 && C % NH == 0, "query_attention_backward: C = {} does not divide into NH = {} heads", C, NH);
   WEFT_CHECK(N * NH < (int64_t{1} << 31), "query_attention_backward: N = {}, NH = {} outside the grid limits", N,
@@ -330,35 +335,35 @@ void CudaBackend::query_attention_backward(float* dq, float* dkv, const float* d
   kern::query_attention_backward(dq, dkv, dout, q, kv, att, N, S, C, NH, scratch, st_->stream);
 }
 
-void CudaBackend::weighted_mse(float* row_loss, float* grad, const float* pred, const float* target, const float* w,
+void CudaBackend::weighted_mse_f32(float* row_loss, float* grad, const float* pred, const float* target, const float* w,
                                int64_t R, int64_t K, float dloss) {
   kern::weighted_mse(row_loss, grad, pred, target, w, R, K, dloss, st_->stream);
 }
 
-void CudaBackend::softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V,
+void CudaBackend::softmax_cross_entropy_f32(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V,
                                         int64_t Vp, float dloss) {
   kern::softmax_cross_entropy<float>(logits, losses, targets, N, V, Vp, dloss, st_->stream);
 }
 
-void CudaBackend::ce_row_max(const float* logits, int64_t N, int64_t ld, int64_t cols, float* max) {
+void CudaBackend::ce_row_max_f32(const float* logits, int64_t N, int64_t ld, int64_t cols, float* max) {
   kern::ce_row_max<float>(logits, N, ld, cols, max, st_->stream);
 }
 
-void CudaBackend::ce_row_sumexp(const float* logits, int64_t N, int64_t ld, int64_t cols, const float* max,
+void CudaBackend::ce_row_sumexp_f32(const float* logits, int64_t N, int64_t ld, int64_t cols, const float* max,
                                 float* sum) {
   kern::ce_row_sumexp<float>(logits, N, ld, cols, max, sum, st_->stream);
 }
 
-void CudaBackend::ce_target_logit(const float* logits, int64_t N, int64_t ld, int64_t cols, const int32_t* targets,
+void CudaBackend::ce_target_logit_f32(const float* logits, int64_t N, int64_t ld, int64_t cols, const int32_t* targets,
                                   int64_t v0, float* tl) {
   kern::ce_target_logit<float>(logits, N, ld, cols, targets, v0, tl, st_->stream);
 }
 
-void CudaBackend::ce_loss(float* losses, const float* max, const float* sum, const float* tl, int64_t n) {
+void CudaBackend::ce_loss_f32(float* losses, const float* max, const float* sum, const float* tl, int64_t n) {
   kern::ce_loss(losses, max, sum, tl, n, st_->stream);
 }
 
-void CudaBackend::ce_grad(float* logits, int64_t N, int64_t ld, int64_t cols, const float* max, const float* sum,
+void CudaBackend::ce_grad_f32(float* logits, int64_t N, int64_t ld, int64_t cols, const float* max, const float* sum,
                           const int32_t* targets, int64_t v0, float dloss) {
   kern::ce_grad<float>(logits, N, ld, cols, max, sum, targets, v0, dloss, st_->stream);
 }
@@ -604,7 +609,7 @@ double CudaBackend::sum_squares_bf16(const bf16* x, int64_t n) {
 // storage precision the fused steps would skip the model's intermediate rounding: the default
 // sequence runs instead (cuda_backend.h).
 
-void CudaBackend::residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* a,
+void CudaBackend::residual_layernorm_forward_f32(float* residual, float* out, float* mean, float* rstd, const float* a,
                                              const float* b, const float* w, const float* bias, int64_t N, int64_t C,
                                              float eps, Precision p) {
   if (p != Precision::kFp32) {
@@ -615,7 +620,7 @@ void CudaBackend::residual_layernorm_forward(float* residual, float* out, float*
   kern::layernorm_forward<float>(out, mean, rstd, residual, a, b, w, bias, N, C, eps, st_->stream);
 }
 
-void CudaBackend::matmul_residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
+void CudaBackend::matmul_residual_layernorm_forward_f32(float* residual, float* out, float* mean, float* rstd,
                                                     const float* res, const float* inp, const float* w,
                                                     const float* bias, const float* ln_w, const float* ln_b, int64_t N,
                                                     int64_t IN, int64_t C, float eps, Precision p) {
@@ -624,14 +629,15 @@ void CudaBackend::matmul_residual_layernorm_forward(float* residual, float* out,
                                                p);
     return;
   }
-  WEFT_CHECK(residual != nullptr && out != residual, "matmul_residual_layernorm_forward: residual null or aliasing out");
+  WEFT_CHECK(residual != nullptr && out != residual,
+             "matmul_residual_layernorm_forward: residual null or aliasing out");
   // tmp (N,C) = inp @ w + bias (scratch), then residual = res + tmp and out = LN(residual) in one kernel.
   float* tmp = st_->scratch_of<float>(N * C);
   matmul_forward(tmp, inp, w, bias, N, IN, C, false);
   kern::layernorm_forward<float>(out, mean, rstd, residual, res, tmp, ln_w, ln_b, N, C, eps, st_->stream);
 }
 
-void CudaBackend::matmul_gelu_forward(float* out, float* pre, const float* inp, const float* w, const float* bias,
+void CudaBackend::matmul_gelu_forward_f32(float* out, float* pre, const float* inp, const float* w, const float* bias,
                                       int64_t N, int64_t IN, int64_t OUT, Precision p) {
   // pre = inp @ w + bias (the aux output), out = gelu(pre): GELU_AUX_BIAS.
   if (p == Precision::kFp32 && bias != nullptr && lt_aux_ok(OUT, pre) &&
@@ -642,7 +648,7 @@ void CudaBackend::matmul_gelu_forward(float* out, float* pre, const float* inp, 
   Backend::matmul_gelu_forward(out, pre, inp, w, bias, N, IN, OUT, p);
 }
 
-void CudaBackend::matmul_gelu_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
+void CudaBackend::matmul_gelu_backward_f32(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                                        const float* w, const float* pre, int64_t N, int64_t IN, int64_t OUT,
                                        Precision p) {
   WEFT_CHECK(dinp != nullptr, "matmul_gelu_backward needs dinp");
@@ -657,7 +663,7 @@ void CudaBackend::matmul_gelu_backward(float* dinp, float* dw, float* dbias, con
   matmul_backward(nullptr, dw, dbias, dout, inp, w, N, IN, OUT);
 }
 
-void CudaBackend::attention_forward_lse(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+void CudaBackend::attention_forward_lse_f32(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
                                         int64_t NH) {
   if (B * T == 0) return;
   const int64_t N = B * T;
@@ -674,7 +680,7 @@ void CudaBackend::attention_forward_lse(float* out, float* lse, const float* qkv
   kern::convert(out, out16, N * C, st_->stream);
 }
 
-void CudaBackend::attention_backward_lse(float* dqkv, const float* dout, const float* qkv, const float* out,
+void CudaBackend::attention_backward_lse_f32(float* dqkv, const float* dout, const float* qkv, const float* out,
                                          const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH) {
   if (B * T == 0) return;
   const int64_t N = B * T;
@@ -700,7 +706,7 @@ void CudaBackend::attention_backward_lse(float* dqkv, const float* dout, const f
   kern::convert(dqkv, dqkv16, N * 3 * C, st_->stream);
 }
 
-void CudaBackend::adamw_copy(float* p, float* copy, const float* g, float* m, float* v, int64_t n, float lr,
+void CudaBackend::adamw_copy_f32(float* p, float* copy, const float* g, float* m, float* v, int64_t n, float lr,
                              float beta1, float beta2, float eps, float weight_decay, int64_t t, float grad_scale,
                              Precision copy_precision) {
   WEFT_CHECK(copy != nullptr && copy != p, "adamw_copy: the copy is null or aliases the master weights");

@@ -85,7 +85,48 @@ class CudaBackend final : public Backend {
   int64_t device_memory_free() const override;  // cudaMemGetInfo's free bytes on this device
   bool begin_host_access(void* p, size_t bytes) override { return false; }
 
-  // --- the fp32 interface (backend.h), device pointers ---
+  // --- the typed ops (backend.h; cuda_typed.cc) ---
+  // The dtype patterns of the bf16 policy below go to the bf16 kernels (the *_bf16 methods);
+  // every other pattern to Backend's default (fp32 kernels on staged fp32 copies).
+  void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, CView A, int64_t lda, CView B,
+            int64_t ldb, float beta, View C, int64_t ldc) override;
+  void matmul_forward(View out, CView inp, CView w, CView bias, int64_t N, int64_t IN, int64_t OUT,
+                      bool accumulate) override;
+  void matmul_backward(View dinp, View dw, View dbias, CView dout, CView inp, CView w, int64_t N, int64_t IN,
+                       int64_t OUT) override;
+  void embedding_forward(View out, const int32_t* tokens, CView wte, CView wpe, int64_t B, int64_t T, int64_t C,
+                         int64_t v0 = 0, int64_t vrows = INT64_MAX) override;
+  void embedding_backward(View dwte, View dwpe, CView dout, const int32_t* tokens, int64_t B, int64_t T, int64_t C,
+                          int64_t v0 = 0, int64_t vrows = INT64_MAX) override;
+  void layernorm_forward(View out, View mean, View rstd, CView inp, CView w, CView b, int64_t N, int64_t C,
+                         float eps) override;
+  void layernorm_backward(View dinp, View dw, View db, CView dout, CView inp, CView w, CView mean, CView rstd,
+                          int64_t N, int64_t C) override;
+  void add(View out, CView a, CView b, int64_t n) override;
+  void gelu_forward(View out, CView inp, int64_t n) override;
+  void gelu_backward(View dinp, CView inp, CView dout, int64_t n) override;
+  void softmax_cross_entropy(View logits, View losses, const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
+                             float dloss) override;
+  void ce_row_max(CView logits, int64_t N, int64_t ld, int64_t cols, View max) override;
+  void ce_row_sumexp(CView logits, int64_t N, int64_t ld, int64_t cols, CView max, View sum) override;
+  void ce_target_logit(CView logits, int64_t N, int64_t ld, int64_t cols, const int32_t* targets, int64_t v0,
+                       View tl) override;
+  void ce_grad(View logits, int64_t N, int64_t ld, int64_t cols, CView max, CView sum, const int32_t* targets,
+               int64_t v0, float dloss) override;
+  void residual_layernorm_forward(View residual, View out, View mean, View rstd, CView a, CView b, CView w,
+                                  CView bias, int64_t N, int64_t C, float eps, Precision p) override;
+  void matmul_gelu_forward(View out, View pre, CView inp, CView w, CView bias, int64_t N, int64_t IN, int64_t OUT,
+                           Precision p) override;
+  void matmul_gelu_backward(View dinp, View dw, View dbias, CView dout, CView inp, CView w, CView pre, int64_t N,
+                            int64_t IN, int64_t OUT, Precision p) override;
+  void attention_forward_lse(View out, View lse, CView qkv, int64_t B, int64_t T, int64_t C, int64_t NH) override;
+  void attention_backward_lse(View dqkv, CView dout, CView qkv, CView out, CView lse, int64_t B, int64_t T, int64_t C,
+                              int64_t NH) override;
+  void adamw_copy(float* p, View copy, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int64_t t, float grad_scale,
+                  Precision copy_precision) override;
+
+  // --- the fp32 kernels (backend.h), device pointers ---
   // fp32 products use cuBLAS SGEMM in strict fp32 (no TF32) so that they match the CPU
   // reference; set_tf32(true) allows TF32 tensor cores.
   void set_tf32(bool on);
@@ -96,52 +137,53 @@ class CudaBackend final : public Backend {
   // a named fp32 kernel other than "cublas" is refused. NOT RUN on a GPU yet (compiled only).
   void set_products(const ProductSettings& s) override;
   std::string product_kernel() const override;
-  void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+  void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
             const float* B, int64_t ldb, float beta, float* C, int64_t ldc) override;
-  void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int64_t N, int64_t IN,
+  void matmul_forward_f32(float* out, const float* inp, const float* w, const float* bias, int64_t N, int64_t IN,
                       int64_t OUT, bool accumulate) override;
-  void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
+  void matmul_backward_f32(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
                        int64_t N, int64_t IN, int64_t OUT) override;
-  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B, int64_t T,
+  void embedding_forward_f32(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
+                             int64_t T,
                          int64_t C, int64_t v0 = 0, int64_t vrows = INT64_MAX) override;
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
+  void embedding_backward_f32(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
                           int64_t C, int64_t v0 = 0, int64_t vrows = INT64_MAX) override;
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+  void layernorm_forward_f32(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                          int64_t N, int64_t C, float eps) override;
-  void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+  void layernorm_backward_f32(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                           const float* mean, const float* rstd, int64_t N, int64_t C) override;
-  void add_bias(float* out, const float* inp, const float* bias, int64_t N, int64_t C) override;
-  void add(float* out, const float* a, const float* b, int64_t n) override;
-  void gelu_forward(float* out, const float* inp, int64_t n) override;
-  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override;
+  void add_bias_f32(float* out, const float* inp, const float* bias, int64_t N, int64_t C) override;
+  void add_f32(float* out, const float* a, const float* b, int64_t n) override;
+  void gelu_forward_f32(float* out, const float* inp, int64_t n) override;
+  void gelu_backward_f32(float* dinp, const float* inp, const float* dout, int64_t n) override;
   // The reference path: scores through cuBLAS into att (B,NH,T,T), as the interface asks.
-  void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+  void attention_forward_f32(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
                          int64_t NH) override;
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B, int64_t T,
+  void attention_backward_f32(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B, int64_t T,
                           int64_t C, int64_t NH) override;
   // The same products with full softmax rows (attention_ref.cu's row kernels without the mask).
-  void bidir_attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+  void bidir_attention_forward_f32(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
                                int64_t NH) override;
-  void bidir_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B,
+  void bidir_attention_backward_f32(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B,
                                 int64_t T, int64_t C, int64_t NH) override;
   // One block per (position, head) (attention_ref.cu); dq sums the positions' partials in order
   // (deterministic, no atomics).
-  void query_attention_forward(float* out, float* att, const float* q, const float* kv, int64_t N, int64_t S,
+  void query_attention_forward_f32(float* out, float* att, const float* q, const float* kv, int64_t N, int64_t S,
                                int64_t C, int64_t NH) override;
-  void query_attention_backward(float* dq, float* dkv, const float* dout, const float* q, const float* kv,
+  void query_attention_backward_f32(float* dq, float* dkv, const float* dout, const float* q, const float* kv,
                                 const float* att, int64_t N, int64_t S, int64_t C, int64_t NH) override;
   // One block per row, the row's loss summed in double (elementwise.cu).
-  void weighted_mse(float* row_loss, float* grad, const float* pred, const float* target, const float* w, int64_t R,
+  void weighted_mse_f32(float* row_loss, float* grad, const float* pred, const float* target, const float* w, int64_t R,
                     int64_t K, float dloss) override;
-  void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
+  void softmax_cross_entropy_f32(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
                              float dloss) override;
-  void ce_row_max(const float* logits, int64_t N, int64_t ld, int64_t cols, float* max) override;
-  void ce_row_sumexp(const float* logits, int64_t N, int64_t ld, int64_t cols, const float* max,
+  void ce_row_max_f32(const float* logits, int64_t N, int64_t ld, int64_t cols, float* max) override;
+  void ce_row_sumexp_f32(const float* logits, int64_t N, int64_t ld, int64_t cols, const float* max,
                      float* sum) override;
-  void ce_target_logit(const float* logits, int64_t N, int64_t ld, int64_t cols, const int32_t* targets, int64_t v0,
+  void ce_target_logit_f32(const float* logits, int64_t N, int64_t ld, int64_t cols, const int32_t* targets, int64_t v0,
                        float* tl) override;
-  void ce_loss(float* losses, const float* max, const float* sum, const float* tl, int64_t n) override;
-  void ce_grad(float* logits, int64_t N, int64_t ld, int64_t cols, const float* max, const float* sum,
+  void ce_loss_f32(float* losses, const float* max, const float* sum, const float* tl, int64_t n) override;
+  void ce_grad_f32(float* logits, int64_t N, int64_t ld, int64_t cols, const float* max, const float* sum,
                const int32_t* targets, int64_t v0, float dloss) override;
   void adamw(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
              float weight_decay, int64_t t, float grad_scale) override;
@@ -152,26 +194,27 @@ class CudaBackend final : public Backend {
 
   // --- optional fused ops (backend.h; what differs from the defaults: the header comment) ---
   bool offers(FusedOp op) const override { return true; }
-  void residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* a,
+  void residual_layernorm_forward_f32(float* residual, float* out, float* mean, float* rstd, const float* a,
                                   const float* b, const float* w, const float* bias, int64_t N, int64_t C, float eps,
                                   Precision p) override;
-  void matmul_residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* res,
+  void matmul_residual_layernorm_forward_f32(float* residual, float* out, float* mean, float* rstd, const float* res,
                                          const float* inp, const float* w, const float* bias, const float* ln_w,
                                          const float* ln_b, int64_t N, int64_t IN, int64_t C, float eps,
                                          Precision p) override;
-  void matmul_gelu_forward(float* out, float* pre, const float* inp, const float* w, const float* bias, int64_t N,
+  void matmul_gelu_forward_f32(float* out, float* pre, const float* inp, const float* w, const float* bias, int64_t N,
                            int64_t IN, int64_t OUT, Precision p) override;
-  void matmul_gelu_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
+  void matmul_gelu_backward_f32(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
+                                const float* w,
                             const float* pre, int64_t N, int64_t IN, int64_t OUT, Precision p) override;
-  void attention_forward_lse(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+  void attention_forward_lse_f32(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
                              int64_t NH) override;
-  void attention_backward_lse(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+  void attention_backward_lse_f32(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                               int64_t B, int64_t T, int64_t C, int64_t NH) override;
   // The flash kernels compute in bf16: fp32 storage keeps the exact probabilities path.
   bool attention_lse_supports(int64_t C, int64_t NH, Precision p) const override {
     return p != Precision::kFp32 && flash_attention_supports(C, NH);
   }
-  void adamw_copy(float* p, float* copy, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
+  void adamw_copy_f32(float* p, float* copy, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
                   float beta2, float eps, float weight_decay, int64_t t, float grad_scale,
                   Precision copy_precision) override;
 
