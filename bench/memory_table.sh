@@ -51,3 +51,10 @@ run small 0 --recompute selective
 run small 2 --tp 2 --sequence_parallel true --zero 1 --dp 1
 run small 2 --pp 2 --recompute full
 run small 2 --dp 2 --zero 2 --recompute selective
+# 16-bit storage (issue 32): activations in bf16 buffers, the staging arena in the workspace
+run tiny 0 --precision bf16
+run tiny 0 --precision bf16 --recompute full
+run tiny 2 --tp 2 --precision bf16
+run tiny 2 --tp 2 --sequence_parallel true --precision bf16 --recompute selective
+run tiny 2 --pp 2 --schedule interleaved --virtual_stages 2 --micro_batch 1 --precision fp16
+run tiny 4 --tp 2 --dp 2 --zero 3 --precision bf16

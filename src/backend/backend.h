@@ -34,6 +34,7 @@
 // N positions of S tokens each; weighted_mse: R rows of K columns).
 // "accumulates" means the op adds into its output; "writes" means it overwrites it.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -225,6 +226,9 @@ class Backend {
   void release_staging() noexcept;
   // Bytes the staging arena holds now.
   int64_t staging_bytes() const;
+  // The most fp32 elements one typed op has staged since the backend was made: what the arena
+  // needs (a model's description predicts it; tests/model/gpt_staging_test.cc).
+  int64_t staging_high_water() const { return staging_high_water_; }
 
   // ===== the fp32 kernels =====
   // REQUIRED, every one. What the typed ops above run on f32 operands: every pointer is fp32
@@ -500,10 +504,15 @@ class Backend {
   // largest sum of one call's staged operands. A backend with its own memory calls
   // release_staging() in its destructor.
   float* staging(int64_t n);
+  // staging(n) for one typed op's operands (counted in staging_high_water()).
+  float* staging_for_op(int64_t n) {
+    staging_high_water_ = std::max(staging_high_water_, n);
+    return staging(n);
+  }
 
  private:
   float* staging_ = nullptr;
-  int64_t staging_n_ = 0;
+  int64_t staging_n_ = 0, staging_high_water_ = 0;
 };
 
 // RAII scope of direct host access to a range of device memory (Backend::begin_host_access).

@@ -54,7 +54,7 @@ void staged(Backend& be, const char* op, F&& f, Ops... ops) {
     total += x.n;
   }
   if (total > 0) {
-    float* arena = be.staging(total);
+    float* arena = be.staging_for_op(total);
     for (size_t k = 0; k < K; ++k) {
       if (!staged_here[k]) continue;
       p[k] = arena;

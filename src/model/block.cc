@@ -4,6 +4,23 @@
 
 namespace weft {
 
+TypedElems layer_elems(int64_t N, int64_t Nl, int64_t C, int64_t Cl, int64_t F, int64_t att_elems, bool with_att,
+                       bool output, const LayerDtypes& dt) {
+  // carve_layer's pieces, each counted under its storage.
+  TypedElems e;
+  const auto add = [&e](int64_t n, DType d) { (d == DType::kF32 ? e.f32 : e.act) += n; };
+  add(N * C, dt.ln);                 // ln1
+  add(2 * Nl, DType::kF32);          // its mean, rstd
+  add(N * 3 * Cl, dt.act);           // qkv
+  if (with_att) add(att_elems, dt.att);
+  add(N * Cl + Nl * C, dt.act);      // atty, res2
+  add(N * C, dt.ln);                 // ln2
+  add(2 * Nl, DType::kF32);          // its mean, rstd
+  add(2 * N * F, dt.act);            // fch, fch_gelu
+  if (output) add(Nl * C, DType::kF32);  // res3
+  return e;
+}
+
 TransformerBlock::TransformerBlock(const ModelConfig& cfg, Backend& backend, TensorParallel& tp,
                                    SequenceParallelLayerNorm& ln, ColumnParallelLinear& column, RowParallelLinear& row,
                                    bool causal)
@@ -23,7 +40,7 @@ void TransformerBlock::set_attention_lse(bool on) {
   lse_ = on;
 }
 
-void TransformerBlock::attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T) {
+void TransformerBlock::attention_forward(View out, View att, CView qkv, int64_t B, int64_t T) {
   if (causal_) {
     be_.attention_forward(out, att, qkv, B, T, Cl_, NH_);
   } else {
@@ -31,8 +48,7 @@ void TransformerBlock::attention_forward(float* out, float* att, const float* qk
   }
 }
 
-void TransformerBlock::forward(const LayerPtrs& lw, const float* x, LayerActs& a, int64_t B, int64_t T,
-                               bool to_gelu) {
+void TransformerBlock::forward(const LayerPtrs& lw, CView x, LayerActs& a, int64_t B, int64_t T, bool to_gelu) {
   const int64_t N = B * T, C = C_, F = F_, NH = NH_, Cl = Cl_;
   ln_.forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, lw.ln1w, lw.ln1b, N, C);
   column_.forward(a.qkv, a.ln1, lw.qkvw, lw.qkvb, N, C, 3 * Cl);
@@ -51,18 +67,18 @@ void TransformerBlock::forward(const LayerPtrs& lw, const float* x, LayerActs& a
 }
 
 // The forward's steps in reverse.
-void TransformerBlock::backward(const LayerPtrs& lw, const LayerPtrs& lg, const float* x, LayerActs& a, int64_t B,
-                                int64_t T, bool full, const BlockScratch& s) {
+void TransformerBlock::backward(const LayerPtrs& lw, const LayerPtrs& lg, CView x, LayerActs& a, int64_t B, int64_t T,
+                                bool full, const BlockScratch& s) {
   const int64_t N = B * T, C = C_, F = F_, NH = NH_, Cl = Cl_;
   const int64_t Nl = tp_.local_rows(N);  // rows of the residual stream held here
   if (full) forward(lw, x, a, B, T, true);  // rematerialise the layer in the workspace
   // The residual passes d(res3) on unchanged to res2.
   row_.backward_gelu(s.dF, lg.fcprojw, lg.fcprojb, s.dres, a.fch_gelu, lw.fcprojw, a.fch, N, F, C);
-  const float* dln2 = column_.backward(s.dC, lg.fcw, lg.fcb, s.dF, a.ln2, lw.fcw, N, C, F);
+  const View dln2 = column_.backward(s.dC, lg.fcw, lg.fcb, s.dF, a.ln2, lw.fcw, N, C, F);
   ln_.backward(s.dres, lg.ln2w, lg.ln2b, dln2, a.res2, lw.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
   tp_.round(s.dres, Nl * C);
   // dres now holds d(res2); the residual passes it on unchanged to x.
-  if (!full && !lse_ && a.att == s.att) {
+  if (!full && !lse_ && a.att.data == s.att.data) {
     // Selective recompute: the attention probabilities again, from the stashed q, k, v (the
     // recomputed output goes to d3C, free until the attention backward writes it).
     attention_forward(s.d3C, s.att, a.qkv, B, T);
@@ -77,7 +93,7 @@ void TransformerBlock::backward(const LayerPtrs& lw, const LayerPtrs& lg, const 
     be_.bidir_attention_backward(s.d3C, s.dC, a.qkv, a.att, B, T, Cl, NH);
   }
   tp_.round(s.d3C, N * 3 * Cl);
-  const float* dln1 = column_.backward(s.dC, lg.qkvw, lg.qkvb, s.d3C, a.ln1, lw.qkvw, N, C, 3 * Cl);
+  const View dln1 = column_.backward(s.dC, lg.qkvw, lg.qkvb, s.d3C, a.ln1, lw.qkvw, N, C, 3 * Cl);
   ln_.backward(s.dres, lg.ln1w, lg.ln1b, dln1, x, lw.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
   tp_.round(s.dres, Nl * C);
 }

@@ -10,55 +10,128 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "core/error.h"
+#include "core/view.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "parallel/tp/layers.h"
 
 namespace weft {
 
-// One layer's activations for its backward pass. The pointers lead into the micro-batch's
-// stash or, for what the layer recomputes, into the shared workspace.
-struct LayerActs {
-  float *ln1, *ln1_mean, *ln1_rstd;   // (N,C) normalised input (gathered under SP), (Nl), (Nl)
-  float* qkv;                          // (N,3Cl)
-  float* att;                          // (B,NH,T,T) softmax probabilities, or with flash
-                                       // attention the log-sum-exp (B,NH,T)
-  float* atty;                         // (N,Cl) attention output before the projection
-  float* res2;                         // (Nl,C) residual after attention
-  float *ln2, *ln2_mean, *ln2_rstd;   // (N,C), (Nl), (Nl)
-  float* fch;                          // (N,F) fc output (pre-GELU)
-  float* fch_gelu;                     // (N,F)
-  float* res3;                         // (Nl,C) residual after the MLP = next layer's input
+// Elements of a set of buffers by storage: `act` in the run's activation dtype (f32, bf16 or
+// f16: the storage precision), `f32` always fp32.
+struct TypedElems {
+  int64_t act = 0, f32 = 0;
+  TypedElems& operator+=(const TypedElems& o) {
+    act += o.act;
+    f32 += o.f32;
+    return *this;
+  }
+  TypedElems operator*(int64_t k) const { return {act * k, f32 * k}; }
+  int64_t total() const { return act + f32; }
+  int64_t bytes(DType act_dtype) const { return static_cast<int64_t>(dtype_bytes(act_dtype, act)) + 4 * f32; }
 };
 
-// Points a layer's tensors at consecutive pieces taken by `take` (the probabilities at `att`;
-// the output res3 only if `output`). ln1 and ln2 hold all N rows (gathered under sequence
-// parallelism); the residuals and statistics the rank's Nl rows.
+// The storage dtype of each kind of tensor a layer keeps (issue 32's storage policy). A tensor
+// an op writes once, in one call, and no collective carries is stored in the run's precision
+// (`act`): 16-bit storage that the op rounds as it writes (backend.h's typed ops). What stays
+// fp32: the statistics (LayerNorm mean/rstd, attention's log-sum-exp), the layer's output (the
+// residual stream: the next layer's residual input, a pipeline message, written in two steps by
+// a row-parallel layer at tp 1), and under sequence parallelism the LayerNorm outputs (gathered
+// over the tp ranks, whose collectives move fp32); those are rounded where they are written
+// (TensorParallel::round), as the emulated 16-bit storage did, so a run is bitwise the same
+// whichever tensors are 16-bit.
+struct LayerDtypes {
+  DType act = DType::kF32;  // qkv, the attention probabilities, atty, res2, fch, fch_gelu
+  DType ln = DType::kF32;   // ln1, ln2: act, or f32 under sequence parallelism
+  DType att = DType::kF32;  // the probabilities: act; the log-sum-exp (flash attention): f32
+  static LayerDtypes of(Precision p, bool sequence_parallel, bool attention_lse) {
+    const DType a = dtype_of(p);
+    return {a, sequence_parallel ? DType::kF32 : a, attention_lse ? DType::kF32 : a};
+  }
+};
+
+// One layer's activations for its backward pass. The views lead into the micro-batch's
+// stash or, for what the layer recomputes, into the shared workspace (dtypes: LayerDtypes).
+struct LayerActs {
+  View ln1;                            // (N,C) normalised input (gathered under SP)
+  float *ln1_mean, *ln1_rstd;          // (Nl), (Nl)
+  View qkv;                            // (N,3Cl)
+  View att;                            // (B,NH,T,T) softmax probabilities, or with flash
+                                       // attention the log-sum-exp (B,NH,T)
+  View atty;                           // (N,Cl) attention output before the projection
+  View res2;                           // (Nl,C) residual after attention
+  View ln2;                            // (N,C)
+  float *ln2_mean, *ln2_rstd;          // (Nl), (Nl)
+  View fch;                            // (N,F) fc output (pre-GELU)
+  View fch_gelu;                       // (N,F)
+  View res3;                           // (Nl,C) residual after the MLP = next layer's input (f32)
+};
+
+// Points a layer's tensors at consecutive pieces taken by `take(n, dtype)` (a View; the
+// probabilities at `att`; the output res3 only if `output`). ln1 and ln2 hold all N rows
+// (gathered under sequence parallelism); the residuals and statistics the rank's Nl rows.
 template <class Take>
-void carve_layer(LayerActs& a, Take& take, int64_t N, int64_t Nl, int64_t C, int64_t Cl, int64_t F, float* att,
-                 bool output) {
-  a.ln1 = take(N * C);
-  a.ln1_mean = take(Nl);
-  a.ln1_rstd = take(Nl);
-  a.qkv = take(N * 3 * Cl);
+void carve_layer(LayerActs& a, Take& take, int64_t N, int64_t Nl, int64_t C, int64_t Cl, int64_t F, View att,
+                 bool output, const LayerDtypes& dt) {
+  const auto f32 = [&take](int64_t n) { return static_cast<float*>(take(n, DType::kF32).data); };
+  a.ln1 = take(N * C, dt.ln);
+  a.ln1_mean = f32(Nl);
+  a.ln1_rstd = f32(Nl);
+  a.qkv = take(N * 3 * Cl, dt.act);
   a.att = att;
-  a.atty = take(N * Cl);
-  a.res2 = take(Nl * C);
-  a.ln2 = take(N * C);
-  a.ln2_mean = take(Nl);
-  a.ln2_rstd = take(Nl);
-  a.fch = take(N * F);
-  a.fch_gelu = take(N * F);
-  a.res3 = output ? take(Nl * C) : nullptr;
+  a.atty = take(N * Cl, dt.act);
+  a.res2 = take(Nl * C, dt.act);
+  a.ln2 = take(N * C, dt.ln);
+  a.ln2_mean = f32(Nl);
+  a.ln2_rstd = f32(Nl);
+  a.fch = take(N * F, dt.act);
+  a.fch_gelu = take(N * F, dt.act);
+  a.res3 = output ? take(Nl * C, DType::kF32) : View();
 }
+
+// Elements carve_layer takes, by storage (the probabilities att_elems only if `with_att`; the
+// output only if `output`).
+TypedElems layer_elems(int64_t N, int64_t Nl, int64_t C, int64_t Cl, int64_t F, int64_t att_elems, bool with_att,
+                       bool output, const LayerDtypes& dt);
+
+// Carves typed views out of a stash or workspace: pieces of the activation dtype from `act`,
+// f32 pieces from `f32`; when the activation dtype is f32 every piece comes from `act`, in
+// order (the layout of an fp32 run, one buffer).
+class TypedCarver {
+ public:
+  TypedCarver(void* act, DType act_dtype, float* f32) : act_(static_cast<char*>(act)), dt_(act_dtype), f32_(f32) {}
+  View operator()(int64_t n, DType dt) {
+    if (dt == dt_ || dt_ == DType::kF32) {
+      WEFT_CHECK(dt == dt_ || dt == DType::kF32, "a {} piece in a {} stash", dtype_name(dt), dtype_name(dt_));
+      const View v(act_, dt_ == DType::kF32 ? DType::kF32 : dt);
+      act_ += dtype_bytes(dt_, n);
+      taken_.act += n;
+      return v;
+    }
+    WEFT_CHECK(dt == DType::kF32, "a {} piece in a {} stash", dtype_name(dt), dtype_name(dt_));
+    const View v(f32_, DType::kF32);
+    f32_ += n;
+    taken_.f32 += n;
+    return v;
+  }
+  // What it has taken, by storage (an fp32 run counts everything as act).
+  const TypedElems& taken() const { return taken_; }
+
+ private:
+  char* act_;
+  DType dt_;
+  float* f32_;
+  TypedElems taken_;
+};
 
 // The gradient scratch of one micro-batch that the block's backward works in.
 struct BlockScratch {
-  float* dres = nullptr;  // (Nl,C) gradient of the residual stream: d(res3) in, d(x) out
-  float* dC = nullptr;    // (N,C)
-  float* d3C = nullptr;   // (N,3Cl)
-  float* dF = nullptr;    // (N,F)
-  float* att = nullptr;   // selective recompute: the recomputed probabilities (B,NH,T,T)
+  View dres;  // (Nl,C) gradient of the residual stream: d(res3) in, d(x) out (f32)
+  View dC;    // (N,C): act at tp 1; f32 at tp > 1 (a partial sum the group all-reduces)
+  View d3C;   // (N,3Cl)
+  View dF;    // (N,F)
+  View att;   // selective recompute: the recomputed probabilities (B,NH,T,T)
 };
 
 class TransformerBlock {
@@ -74,15 +147,15 @@ class TransformerBlock {
 
   // Forward from x (Nl,C) into a; with `to_gelu` stop after the MLP's GELU (what the backward
   // needs: the full-recompute rematerialisation).
-  void forward(const LayerPtrs& lw, const float* x, LayerActs& a, int64_t B, int64_t T, bool to_gelu);
+  void forward(const LayerPtrs& lw, CView x, LayerActs& a, int64_t B, int64_t T, bool to_gelu);
   // Backward: s.dres holds d(res3) (this rank's rows) on entry and d(x) on return; the weight
   // gradients accumulate into lg. full: rematerialise the layer into `a` first (full
   // recompute); a.att == s.att: recompute the probabilities (selective recompute).
-  void backward(const LayerPtrs& lw, const LayerPtrs& lg, const float* x, LayerActs& a, int64_t B, int64_t T,
-                bool full, const BlockScratch& s);
+  void backward(const LayerPtrs& lw, const LayerPtrs& lg, CView x, LayerActs& a, int64_t B, int64_t T, bool full,
+                const BlockScratch& s);
 
  private:
-  void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T);
+  void attention_forward(View out, View att, CView qkv, int64_t B, int64_t T);
   int64_t C_, F_, NH_, Cl_;  // F_, NH_, Cl_: this rank's parts
   Backend& be_;
   TensorParallel& tp_;

@@ -116,9 +116,16 @@ class ModelDescription {
   virtual int64_t layer_params() const = 0;          // one transformer block on this tp rank
   virtual int64_t front_params() const = 0;          // group 0 (the embeddings) on this tp rank
   virtual StoreGroups store_groups() const = 0;
-  // --- one micro-batch's buffers (elements of 4 bytes in weft's CPU runs) ---
-  virtual int64_t stash_elems() const = 0;      // one activation slot
-  virtual int64_t workspace_elems() const = 0;  // shared by every micro-batch in flight
+  // --- one micro-batch's buffers ---
+  virtual int64_t stash_elems() const = 0;      // one activation slot (elements)
+  virtual int64_t workspace_elems() const = 0;  // shared by every micro-batch in flight (elements)
+  // Their bytes: a family whose buffers hold 16-bit tensors overrides these. Default: 4 bytes an
+  // element (fp32 buffers).
+  virtual int64_t stash_bytes() const { return 4 * stash_elems(); }
+  virtual int64_t workspace_bytes() const { return 4 * workspace_elems(); }
+  // The backend's staging arena the part reserves for its 16-bit tensors (backend.h's typed
+  // ops): one per backend, so a rank holds the largest of its chunks'. Default: 0.
+  virtual int64_t staging_bytes() const { return 0; }
   virtual int64_t residual_elems() const = 0;   // a pipeline message (0: no pipeline stages)
   // --- the blocks' traffic (the planner's communication model) ---
   virtual int64_t tokens() const = 0;             // positions of a micro-batch in the blocks (B T)

@@ -107,6 +107,7 @@ MemoryBreakdown stage_memory_of(const ModelShape& m, const Layout& l, const Memo
     w.micro_batches = micro_batches(o.global_batch, l);
     w.layout = l;
     w.master_weights = o.precision != Precision::kFp32;
+    w.precision = o.precision;
     return weft_rank_memory(w, stage, 0);
   }
   MemoryBreakdown r;

@@ -73,12 +73,13 @@ double ModelShape::total_params() const { return static_cast<double>(whole_model
 
 double ModelShape::model_flops_per_token() const { return family->train_flops_per_position(config(), seq); }
 
-RunSpec part_spec(const ModelConfig& mc, int64_t seq, const Layout& l, const StageSpec& part, int64_t head_chunk) {
+RunSpec part_spec(const ModelConfig& mc, int64_t seq, const Layout& l, const StageSpec& part, int64_t head_chunk,
+                  Precision precision) {
   // attention_lse stays false: the planner plans CPU runs and has no backend to ask whether
   // it offers flash attention, so it counts the (B,NH/tp,T,T) probabilities.
   return {.model = mc, .B = l.micro_batch, .T = seq, .tp = l.tp, .sequence_parallel = l.sequence_parallel,
-          .recompute = l.recompute, .recompute_layers = l.recompute_layers, .head_chunk = head_chunk, .stage = part,
-          .attention_lse = false};
+          .recompute = l.recompute, .recompute_layers = l.recompute_layers, .precision = precision, .head_chunk = head_chunk,
+          .stage = part, .attention_lse = false};
 }
 
 

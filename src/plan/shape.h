@@ -100,7 +100,8 @@ LayoutCandidate layout_candidate(const ModelShape& m, const Layout& l, int64_t g
 // What one rank of layout `l` holding `part` of model `mc` runs (model/description.h's RunSpec):
 // micro-batches of l.micro_batch samples of `seq` positions; Family::describe of it gives the
 // parameter counts, FLOPs and buffer sizes the planner reads. head_chunk 0: automatic.
-RunSpec part_spec(const ModelConfig& mc, int64_t seq, const Layout& l, const StageSpec& part, int64_t head_chunk = 0);
+RunSpec part_spec(const ModelConfig& mc, int64_t seq, const Layout& l, const StageSpec& part, int64_t head_chunk = 0,
+                  Precision precision = Precision::kFp32);
 
 // Layers held by each pipeline stage: the chunks of parallel/pp/partition.h's
 // partition_layers with the head's cost (Family::pipeline_head_cost), the split the trainer runs

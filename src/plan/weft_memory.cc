@@ -95,19 +95,22 @@ Elems rank_elems(const WeftRunShape& r, int stage, int dp_rank) {
   const std::vector<PipeAction> actions =
       p > 1 ? stage_schedule(l.schedule, p, stage, static_cast<int>(r.micro_batches), v) : std::vector<PipeAction>{};
 
-  Elems e;
+  Elems e;  // fp32 elements (bytes / 4)
   int64_t message = 0;  // one micro-batch's residual stream rows on this rank (Nl C)
+  int64_t staging = 0;  // bytes
   for (int c = 0; c < v; ++c) {
     const StageSpec part = chunk_part(r, parts, stage, c);
-    const std::unique_ptr<ModelDescription> d = mc.family->describe(part_spec(mc, r.seq, l, part, r.head_chunk));
+    const std::unique_ptr<ModelDescription> d = mc.family->describe(part_spec(mc, r.seq, l, part, r.head_chunk, r.precision));
     add_states(e, r, d->store_groups(), part, dp_rank);
     // Stashed activations: one set per micro-batch in flight on this chunk (the schedule's
     // own count); the workspace of each chunk's model.
     const int in_flight = p > 1 ? std::max(1, max_in_flight(actions, c)) : 1;
-    e.activations += static_cast<double>(in_flight) * static_cast<double>(d->stash_elems());
-    e.workspace += static_cast<double>(d->workspace_elems());
+    e.activations += static_cast<double>(in_flight) * static_cast<double>(d->stash_bytes()) / 4;
+    e.workspace += static_cast<double>(d->workspace_bytes()) / 4;
+    staging = std::max(staging, d->staging_bytes());
     message = d->residual_elems();
   }
+  e.workspace += static_cast<double>(staging) / 4;  // the backend's one staging arena
   // Pipeline: the receive buffers (kPipeRecvAhead posted ahead + the one in use), and (at
   // least) one send buffer (1/t of the activations with the scatter-gather of tp > 1 without sp).
   const bool sp = l.sequence_parallel && t > 1;

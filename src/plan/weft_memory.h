@@ -58,6 +58,9 @@ struct WeftRunShape {
   // bf16/fp16 runs: the optimizer keeps fp32 master weights of its range (4 more bytes per
   // element; the CPU backend stores the 16-bit values in fp32 buffers, so params stay 4 bytes).
   bool master_weights = false;
+  // The storage precision: a bf16/fp16 run stores its activation tensors in 16 bits (the
+  // families' descriptions say which: model/block.h's LayerDtypes for the shared block).
+  Precision precision = Precision::kFp32;
   // ZeRO-3 + ZeRO++ (parallel/dp/zeropp.h, resolved): the secondary partition, wires, residual.
   ZeroPPConfig zeropp;
 };

@@ -43,6 +43,7 @@ plan::WeftRunShape run_memory_shape(const EngineConfig& ec) {
   shape.prefetch = ec.data_parallel.prefetch;
   shape.layout = ec.layout;
   shape.master_weights = ec.precision != Precision::kFp32;
+  shape.precision = ec.precision;
   shape.zeropp = ec.data_parallel.zeropp;
   return shape;
 }

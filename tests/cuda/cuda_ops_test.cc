@@ -6,8 +6,8 @@
 //   optional fused ops             against the CPU defaults: as the fp32 ops; 1e-4 where a
 //                                  cuBLASLt GELU epilogue evaluates GELU; the bf16 tolerance
 //                                  where a 16-bit storage precision rounds between the steps
-//   bf16 ops                       inputs rounded to bf16 first so that both sides see the
-//                                  same values; 1e-2 for bf16 outputs (8 mantissa bits:
+//   bf16 ops (the typed ops on     inputs rounded to bf16 first so that both sides see the
+//   bf16 views, cuda_typed.cc)     same values; 1e-2 for bf16 outputs (8 mantissa bits:
 //                                  ~4e-3 per rounding, a few roundings deep), 2e-2 for
 //                                  flash attention (P rounded to bf16 before P V), 1e-5 for
 //                                  fp32 results computed from bf16 inputs (losses)
@@ -92,6 +92,8 @@ class CudaOps : public ::testing::Test {
   DeviceBuffer<int32_t> up(const std::vector<int32_t>& v) { return upload(v); }
   Vec down(const DeviceBuffer<float>& d) { return download(d.data(), d.size(), gpu_->stream()); }
   Vec down(const DeviceBuffer<bf16>& d) { return to_f32_host(download(d.data(), d.size(), gpu_->stream())); }
+  // A bf16 buffer as a typed view: the typed ops dispatch it to the bf16 kernels (cuda_typed.cc).
+  static View v16(DeviceBuffer<bf16>& d) { return View(d.data(), DType::kBF16); }
 
   // gemm against the cpu's for every transpose (alpha 0.7, beta 0.3), the operands' row strides
   // `pad` past their width, inputs rounded to bf16 when `bf16_inputs`, random from `seed` on:
@@ -437,7 +439,8 @@ TEST_F(CudaOps, AdamWSumSquaresScale) {
   auto dv = up(v);
   DeviceBuffer<bf16> p16(n);
   cpu_->adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.5f);
-  gpu_->adamw_bf16(dp.data(), p16.data(), dg.data(), dm.data(), dv.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.5f);
+  gpu_->adamw_copy(dp.data(), v16(p16), dg.data(), dm.data(), dv.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.5f,
+                    Precision::kBf16);
   Vec gp = down(dp);
   EXPECT_LT(rel_err(gp, p), kTolElem);
   EXPECT_LT(rel_err(down(dm), m), kTolElem);
@@ -592,12 +595,12 @@ TEST_F(CudaOps, GemmBf16) {
       auto dA = up16(A);
       auto dB = up16(B);
       auto dC = up(C);
-      gpu_->gemm_bf16(ta, tb, M, N, K, 1.0f, dA.data(), lda, dB.data(), ldb, 1.0f, dC.data(), N);
+      gpu_->gemm(ta, tb, M, N, K, 1.0f, v16(dA), lda, v16(dB), ldb, 1.0f, dC.data(), N);
       EXPECT_LT(rel_err(down(dC), ref), kTolF32) << "fp32 C, trans " << ta << tb;  // fp32 accumulation
       Vec ref16(M * N, 0.0f);
       cpu_->gemm(ta, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, ref16.data(), N);
       DeviceBuffer<bf16> dC16(M * N);
-      gpu_->gemm_bf16(ta, tb, M, N, K, 1.0f, dA.data(), lda, dB.data(), ldb, 0.0f, dC16.data(), N);
+      gpu_->gemm(ta, tb, M, N, K, 1.0f, v16(dA), lda, v16(dB), ldb, 0.0f, v16(dC16), N);
       EXPECT_LT(rel_err(down(dC16), ref16), kTolBf16) << "bf16 C, trans " << ta << tb;
     }
   }
@@ -613,9 +616,9 @@ TEST_F(CudaOps, MatmulBf16Epilogues) {
   auto dw = up16(w);
   auto db = up16(bias);
   DeviceBuffer<bf16> out(N * OUT), dpre(N * OUT);
-  gpu_->matmul_forward_bf16(out.data(), nullptr, di.data(), dw.data(), db.data(), N, IN, OUT, Epilogue::kBias);
+  gpu_->matmul_forward(v16(out), v16(di), v16(dw), v16(db), N, IN, OUT, false);
   EXPECT_LT(rel_err(down(out), pre), kTolBf16);
-  gpu_->matmul_forward_bf16(out.data(), dpre.data(), di.data(), dw.data(), db.data(), N, IN, OUT, Epilogue::kGeluBias);
+  gpu_->matmul_gelu_forward(v16(out), v16(dpre), v16(di), v16(dw), v16(db), N, IN, OUT, Precision::kBf16);
   EXPECT_LT(rel_err(down(dpre), pre), kTolBf16);
   EXPECT_LT(rel_err(down(out), act), kTolBf16);
 
@@ -633,8 +636,8 @@ TEST_F(CudaOps, MatmulBf16Epilogues) {
   auto dact = up16(actr);
   auto dpr = up16(prer);
   DeviceBuffer<bf16> dda(N * OUT);
-  gpu_->matmul_backward_bf16(dda.data(), ddw.data(), ddb.data(), dg.data(), dact.data(), dw2.data(), N, OUT, OUT2,
-                             dpr.data());
+  gpu_->matmul_gelu_backward(v16(dda), ddw.data(), ddb.data(), v16(dg), v16(dact), v16(dw2), v16(dpr), N, OUT, OUT2,
+                             Precision::kBf16);
   EXPECT_LT(rel_err(down(dda), rda), kTolBf16);
   EXPECT_LT(rel_err(down(ddw), rdw), kTolF32);  // fp32 C from bf16 inputs
   EXPECT_LT(rel_err(down(ddb), rdb), kTolF32);
@@ -654,8 +657,8 @@ TEST_F(CudaOps, LayerNormBf16WithResidual) {
   auto dbias = up16(bias);
   DeviceBuffer<bf16> dres(N * C), o(N * C);
   DeviceBuffer<float> m(N), r(N);
-  gpu_->residual_layernorm_forward_bf16(dres.data(), o.data(), m.data(), r.data(), da.data(), dbb.data(), dw.data(),
-                                        dbias.data(), N, C, 1e-5f);
+  gpu_->residual_layernorm_forward(v16(dres), v16(o), m.data(), r.data(), v16(da), v16(dbb), v16(dw), v16(dbias), N, C,
+                                   1e-5f, Precision::kBf16);
   EXPECT_EQ(rel_err(down(dres), res), 0.0);
   EXPECT_LT(rel_err(down(o), ro), kTolBf16);
   EXPECT_LT(rel_err(down(m), rm), kTolF32);
@@ -668,8 +671,7 @@ TEST_F(CudaOps, LayerNormBf16WithResidual) {
   auto dg = up16(g);
   cpu_->layernorm_backward(rdi.data(), rdw.data(), rdb.data(), g.data(), res.data(), w.data(), rm.data(), rr.data(), N,
                            C);
-  gpu_->layernorm_backward_bf16(ddi.data(), ddw.data(), ddb.data(), dg.data(), dres.data(), dw.data(), m.data(),
-                                r.data(), N, C);
+  gpu_->layernorm_backward(v16(ddi), ddw.data(), ddb.data(), v16(dg), v16(dres), v16(dw), m.data(), r.data(), N, C);
   EXPECT_LT(rel_err(down(ddi), rdi), kTolBf16);
   EXPECT_LT(rel_err(down(ddw), rdw), kTolF32 * 10);
   EXPECT_LT(rel_err(down(ddb), rdb), kTolF32);
@@ -685,7 +687,7 @@ TEST_F(CudaOps, CrossEntropyBf16) {
   auto dl = up16(logits);
   auto dt = up(tgt);
   DeviceBuffer<float> losses(N);
-  gpu_->softmax_cross_entropy_bf16(dl.data(), losses.data(), dt.data(), N, V, Vp, 1.0f / N);
+  gpu_->softmax_cross_entropy(v16(dl), losses.data(), dt.data(), N, V, Vp, 1.0f / N);
   EXPECT_LT(rel_err(down(losses), rl), kTolF32);
   EXPECT_LT(rel_err(down(dl), ref), kTolBf16);
 }
@@ -703,14 +705,40 @@ TEST_F(CudaOps, EmbeddingBf16) {
   auto dwpe = up16(wpe);
   auto dg = up16(g);
   DeviceBuffer<bf16> out(B * T * C);
-  gpu_->embedding_forward_bf16(out.data(), dt.data(), dwte.data(), dwpe.data(), B, T, C);
+  gpu_->embedding_forward(v16(out), dt.data(), v16(dwte), v16(dwpe), B, T, C);
   EXPECT_LT(rel_err(down(out), ref), kTolBf16);
   Vec rdwte(V * C, 0.0f), rdwpe(T * C, 0.0f);
   cpu_->embedding_backward(rdwte.data(), rdwpe.data(), g.data(), tok.data(), B, T, C);
   DeviceBuffer<float> ddwte(V * C, MemCategory::kOther, true), ddwpe(T * C, MemCategory::kOther, true);
-  gpu_->embedding_backward_bf16(ddwte.data(), ddwpe.data(), dg.data(), dt.data(), B, T, C);
+  gpu_->embedding_backward(ddwte.data(), ddwpe.data(), v16(dg), dt.data(), B, T, C);
   EXPECT_LT(rel_err(down(ddwte), rdwte), kTolElem);
   EXPECT_LT(rel_err(down(ddwpe), rdwpe), kTolElem);
+}
+
+// A dtype pattern the bf16 kernels do not cover (bf16 activations, fp32 LayerNorm weights: the
+// GPT's storage policy) goes to Backend's default: staged through the backend's fp32 arena
+// (decode_16 / encode_16 kernels) around its fp32 kernels. Against the cpu's typed op on the same
+// views: the fp32 tolerance on the fp32 statistics, the bf16 one on the bf16 output.
+TEST_F(CudaOps, TypedOpsStageTheOtherPatterns) {
+  const int64_t N = 64, C = 96;
+  const Vec x = rounded(randn(N * C, 67)), w = randn(C, 68), b = randn(C, 69);
+  std::vector<uint16_t> x16(x.size()), ro16(N * C);
+  cast_to_16_ref(x16.data(), x.data(), N * C, DType::kBF16);
+  Vec rm(N), rr(N);
+  cpu_->layernorm_forward(View(ro16.data(), DType::kBF16), rm.data(), rr.data(), CView(x16.data(), DType::kBF16),
+                          w.data(), b.data(), N, C, 1e-5f);
+  Vec ro(N * C);
+  cast_from_16_ref(ro.data(), ro16.data(), N * C, DType::kBF16, false);
+  auto dx = up16(x);
+  auto dw = up(w);
+  auto db = up(b);
+  DeviceBuffer<bf16> o(N * C);
+  DeviceBuffer<float> m(N), r(N);
+  gpu_->layernorm_forward(v16(o), m.data(), r.data(), v16(dx), dw.data(), db.data(), N, C, 1e-5f);
+  EXPECT_LT(rel_err(down(o), ro), kTolBf16);
+  EXPECT_LT(rel_err(down(m), rm), kTolF32);
+  EXPECT_LT(rel_err(down(r), rr), kTolF32);
+  EXPECT_GE(gpu_->staging_high_water(), 2 * N * C);  // x and out staged
 }
 
 struct FlashShape {
@@ -771,21 +799,21 @@ TEST_P(CudaFlash, ForwardBackwardAgainstCpu) {
   auto dg = up16(g);
   DeviceBuffer<bf16> o(B * T * C), d(B * T * 3 * C), d2(B * T * 3 * C);
   DeviceBuffer<float> lse(B * NH * T);
-  gpu_->attention_forward_bf16(o.data(), lse.data(), dq.data(), B, T, C, NH);
+  gpu_->attention_forward_lse(v16(o), lse.data(), v16(dq), B, T, C, NH);
   EXPECT_LT(rel_err(down(o), ro), kTolFlash);
   EXPECT_LT(rel_err(down(lse), rlse), 1e-4);
-  gpu_->attention_backward_bf16(d.data(), dg.data(), dq.data(), o.data(), lse.data(), B, T, C, NH);
+  gpu_->attention_backward_lse(v16(d), v16(dg), v16(dq), v16(o), lse.data(), B, T, C, NH);
   // The backward reads the forward's bf16 output for D = rowsum(dO O): compare per part.
   const Vec gd = down(d);
-  expect_qkv_parts_near(gd, rd, B * T, C, kTolFlash, "attention_backward_bf16");
-  gpu_->attention_backward_bf16(d2.data(), dg.data(), dq.data(), o.data(), lse.data(), B, T, C, NH);
+  expect_qkv_parts_near(gd, rd, B * T, C, kTolFlash, "attention_backward_lse (bf16)");
+  gpu_->attention_backward_lse(v16(d2), v16(dg), v16(dq), v16(o), lse.data(), B, T, C, NH);
   const Vec gd2 = down(d2);
   EXPECT_EQ(std::memcmp(gd.data(), gd2.data(), gd.size() * sizeof(float)), 0) << "backward not deterministic";
 }
 
 // The optional fused pair attention_forward_lse / attention_backward_lse: the same flash
 // kernels behind fp32 pointers (bf16 in scratch). Inputs are bf16 values, so the conversion is
-// exact and the bf16 path's tolerances apply; the results equal the bf16 methods' bit for bit.
+// exact and the bf16 path's tolerances apply; the results equal the typed ops' on bf16 views (the bf16 kernels) bit for bit.
 TEST_P(CudaFlash, Fp32InterfaceLseAgainstCpu) {
   const auto [B, T, C, NH] = GetParam();
   ASSERT_TRUE(gpu_->offers(FusedOp::kAttentionLse));
@@ -804,13 +832,13 @@ TEST_P(CudaFlash, Fp32InterfaceLseAgainstCpu) {
   gpu_->attention_backward_lse(d.data(), dg.data(), dq.data(), o.data(), lse.data(), B, T, C, NH);
   const Vec gd = down(d);
   expect_qkv_parts_near(gd, rd, B * T, C, kTolFlash, "attention_backward_lse");
-  // The bf16 methods on the same values: the same bits.
+  // The typed ops on bf16 views of the same values (the bf16 kernels): the same bits.
   auto dq16 = up16(qkv);
   auto dg16 = up16(g);
   DeviceBuffer<bf16> o16(B * T * C), d16(B * T * 3 * C);
   DeviceBuffer<float> lse16(B * NH * T);
-  gpu_->attention_forward_bf16(o16.data(), lse16.data(), dq16.data(), B, T, C, NH);
-  gpu_->attention_backward_bf16(d16.data(), dg16.data(), dq16.data(), o16.data(), lse16.data(), B, T, C, NH);
+  gpu_->attention_forward_lse(v16(o16), lse16.data(), v16(dq16), B, T, C, NH);
+  gpu_->attention_backward_lse(v16(d16), v16(dg16), v16(dq16), v16(o16), lse16.data(), B, T, C, NH);
   EXPECT_EQ(rel_err(go, down(o16)), 0.0);
   EXPECT_EQ(rel_err(gd, down(d16)), 0.0);
 }

@@ -110,7 +110,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"selective_bf16", Recompute::kSelective, Precision::kBf16, false},
                       Case{"full_fp16", Recompute::kFull, Precision::kFp16, false},
                       Case{"stages_fp32", Recompute::kNone, Precision::kFp32, true},
-                      Case{"stages_full_bf16", Recompute::kFull, Precision::kBf16, true}),
+                      Case{"stages_full_bf16", Recompute::kFull, Precision::kBf16, true},
+                      Case{"stages_bf16", Recompute::kNone, Precision::kBf16, true},
+                      Case{"stages_selective_bf16", Recompute::kSelective, Precision::kBf16, true},
+                      Case{"stages_full_fp32", Recompute::kFull, Precision::kFp32, true}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 }  // namespace

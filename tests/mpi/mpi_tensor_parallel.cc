@@ -77,7 +77,7 @@ TEST_P(TpLayers, ColumnThenRowParallelLinearWithResidual) {
   row.forward(z.data(), xl.data(), y.data(), w2.data(), b2.data(), N, Hl, C);  // z = x + y W2 + b2
   Vec dy(N * Hl), dxp(N * C), dw1(C * Hl, 0.0f), db1(Hl, 0.0f), dw2(Hl * C, 0.0f), db2(C, 0.0f);
   row.backward(dy.data(), dw2.data(), db2.data(), dz.data(), y.data(), w2.data(), N, Hl, C);
-  const float* dx = col.backward(dxp.data(), dw1.data(), db1.data(), dy.data(), x.data(), w1.data(), N, C, Hl);
+  const float* dx = col.backward(dxp.data(), dw1.data(), db1.data(), dy.data(), x.data(), w1.data(), N, C, Hl).as_f32();
   auto Y = [&](int64_t i, int64_t h) {
     double s = B1(h);
     for (int64_t k = 0; k < C; ++k) s += X(i, k) * W1(k, h);
@@ -175,7 +175,7 @@ TEST_P(TpLayers, VocabularyParallelEmbedding) {
   for (int64_t i = 0; i < Nl; ++i)
     for (int64_t c = 0; c < C; ++c) dout[i * C + c] = float(dO(r0 + i, c));
   emb.forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
-  const float* dy = emb.output_grad(dout.data(), N, C);
+  const float* dy = emb.output_grad(dout.data(), N, C).as_f32();
   emb.backward(dwte.data(), dwpe.data(), dy, tok.data(), B, T, C);
   for (int64_t i = 0; i < Nl; ++i)
     for (int64_t c = 0; c < C; ++c) EXPECT_NEAR(out[i * C + c], E(tok[r0 + i], c) + Pe((r0 + i) % T, c), 1e-6);
@@ -218,7 +218,7 @@ TEST_P(TpLayers, VocabularyParallelHead) {
     head.cross_entropy(lg, losses.data() + c0, tgt.data() + c0, rows, dloss, stats.data());
     head.backward(dx.data() + c0 * C, dwte.data(), lg, x.data() + c0 * C, wte.data(), rows, C);
   }
-  const float* dxl = head.input_grad(dx.data(), N, C);  // this rank's rows
+  const float* dxl = head.input_grad(dx.data(), N, C).as_f32();  // this rank's rows
   head.row_logits(row.data(), x.data() + (N - 1) * C, wte.data(), C);
   std::vector<std::vector<double>> G(N, std::vector<double>(V));  // dlogits over the whole vocabulary
   for (int64_t i = 0; i < N; ++i) {

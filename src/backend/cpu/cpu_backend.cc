@@ -10,6 +10,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -60,6 +61,14 @@ inline float fast_tanh(float x) {
 }
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+
+// f32_to_bf16 (core/precision.h), inline for the vector loops: round to nearest even, NaN stays
+// NaN (quiet).
+inline uint16_t bf16_bits(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
 
 class CpuBackend final : public Backend {
  public:
@@ -710,12 +719,46 @@ class CpuBackend final : public Backend {
   void dequantize_blocks(float* out, const void* wire, int64_t n, const QuantSpec& q, bool accumulate) override {
     dequantize_blocks_ref(out, static_cast<const uint8_t*>(wire), n, q, accumulate);
   }
-  // 16-bit wire casts: the reference itself, on the device memory (host memory here).
+  // 16-bit casts (the wires' codecs and the typed ops' staging): the reference's bits
+  // (core/precision.h), in parallel vector loops for bf16 (and fp16 where the compiler has
+  // _Float16, whose conversions the software reference equals: tests/core/half_fallback_test.cc).
   void encode_16(void* wire, const float* x, int64_t n, DType dt) override {
-    cast_to_16_ref(static_cast<uint16_t*>(wire), x, n, dt);
+    uint16_t* w = static_cast<uint16_t*>(wire);
+    if (dt == DType::kBF16) {
+#pragma omp parallel for simd schedule(static) if (n > (1 << 15))
+      for (int64_t i = 0; i < n; ++i) w[i] = bf16_bits(x[i]);
+      return;
+    }
+#ifdef __FLT16_MAX__
+    if (dt == DType::kF16) {
+#pragma omp parallel for simd schedule(static) if (n > (1 << 15))
+      for (int64_t i = 0; i < n; ++i) w[i] = std::bit_cast<uint16_t>(static_cast<_Float16>(x[i]));
+      return;
+    }
+#endif
+    cast_to_16_ref(w, x, n, dt);  // fp16 without _Float16; another dtype: InputError
   }
   void decode_16(float* out, const void* wire, int64_t n, DType dt, bool accumulate) override {
-    cast_from_16_ref(out, static_cast<const uint16_t*>(wire), n, dt, accumulate);
+    const uint16_t* w = static_cast<const uint16_t*>(wire);
+    if (dt == DType::kBF16) {
+#pragma omp parallel for simd schedule(static) if (n > (1 << 15))
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = std::bit_cast<float>(static_cast<uint32_t>(w[i]) << 16);
+        out[i] = accumulate ? out[i] + v : v;
+      }
+      return;
+    }
+#ifdef __FLT16_MAX__
+    if (dt == DType::kF16) {
+#pragma omp parallel for simd schedule(static) if (n > (1 << 15))
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = static_cast<float>(std::bit_cast<_Float16>(w[i]));
+        out[i] = accumulate ? out[i] + v : v;
+      }
+      return;
+    }
+#endif
+    cast_from_16_ref(out, w, n, dt, accumulate);
   }
 
  private:

@@ -162,6 +162,9 @@ void ClimaX::reserve(int64_t B, int64_t T, bool training, int64_t, int slots) {
              d.tp_scratch_elems());
   float* p = w.storage.data<float>();
   auto take = [&p](int64_t n) { return std::exchange(p, p + n); };
+  // The shared block's tensors, all f32 here (ClimaX keeps the emulated 16-bit storage: its
+  // tensors are rounded where they are written).
+  auto vtake = [&take](int64_t n, DType) { return View(take(n)); };
   w.targets = take(N * K);
   w.weights = take(L * K);
   w.row_loss = take(B);
@@ -183,7 +186,7 @@ void ClimaX::reserve(int64_t B, int64_t T, bool training, int64_t, int slots) {
     w.dh1 = take(N * C);
     if (d.recomputed_layers() > 0) {
       float* att = take(B * NH * L * L);
-      carve_layer(w.layer, take, N, N, C, Cl, F, att, false);
+      carve_layer(w.layer, vtake, N, N, C, Cl, F, att, false, LayerDtypes{});
     }
   }
   WEFT_CHECK(p == w.storage.data<float>() + d.workspace_tensor_elems(), "workspace layout {} != {}",
@@ -211,7 +214,7 @@ void ClimaX::reserve(int64_t B, int64_t T, bool training, int64_t, int slots) {
       continue;
     }
     float* att = take(B * NH * L * L);
-    carve_layer(a, take, N, N, C, Cl, F, att, true);
+    carve_layer(a, vtake, N, N, C, Cl, F, att, true, LayerDtypes{});
   }
   s.lnf = take(N * C);
   s.lnf_mean = take(N);
@@ -316,7 +319,7 @@ void ClimaX::back_forward(int64_t B, const std::vector<float*>& w) {
   const ModelConfig& c = config();
   const int64_t N = B * num_patches(c), C = c.n_embd, K = int64_t{c.vars} * patch_area(c);
   Stash& s = *st_;
-  const float* x = c.n_layer > 0 ? s.layers.back().res3 : s.encoded;
+  const float* x = c.n_layer > 0 ? s.layers.back().res3.as_f32() : s.encoded;
   ln_.forward(s.lnf, s.lnf_mean, s.lnf_rstd, x, w[0], w[1], N, C);
   const float* h = s.lnf;
   const int D = climax_fields(c).decoder_depth;
@@ -344,7 +347,7 @@ void ClimaX::forward(int64_t B) {
     LayerActs& a = st_->layers[static_cast<size_t>(l)];
     block_.forward(lw, x, a, B, L, false);
     st.release(l + 1);
-    x = a.res3;
+    x = a.res3.as_f32();
   }
   const std::vector<float*> back = layout_.group_ptrs(c.n_layer + 1, const_cast<float*>(st.acquire(c.n_layer + 1)));
   back_forward(B, back);  // held to the end
@@ -385,7 +388,7 @@ void ClimaX::back_backward(int64_t B, const std::vector<float*>& w, const std::v
     rnd(other, N * C);
     std::swap(dh, other);
   }
-  const float* x = c.n_layer > 0 ? s.layers.back().res3 : s.encoded;
+  const float* x = c.n_layer > 0 ? s.layers.back().res3.as_f32() : s.encoded;
   backend_.fill(ws.dres, DType::kF32, 0, N * C, 0.0f);
   ln_.backward(ws.dres, g[0], g[1], dh, x, w[0], s.lnf_mean, s.lnf_rstd, N, C);
   rnd(ws.dres, N * C);
@@ -412,8 +415,8 @@ void ClimaX::front_backward(int64_t B, const std::vector<float*>& w, const std::
   rnd(ws.dkv, V * N * 2 * Cl);
   // The tokens' gradient, summed over the tensor-parallel ranks (V N C: the aggregation's
   // all-reduce), and the query's.
-  const float* dX = column_.backward(ws.dX, g[kKvW], g[kKvB], ws.dkv, s.X, w[kKvW], V * N, C, 2 * Cl);
-  const float* dquery = column_.backward(ws.dquery, g[kQW], g[kQB], ws.dq, w[kQuery], w[kQW], 1, C, Cl);
+  const float* dX = column_.backward(ws.dX, g[kKvW], g[kKvB], ws.dkv, s.X, w[kKvW], V * N, C, 2 * Cl).as_f32();
+  const float* dquery = column_.backward(ws.dquery, g[kQW], g[kQB], ws.dq, w[kQuery], w[kQW], 1, C, Cl).as_f32();
   be.add(g[kQuery], g[kQuery], dquery, C);
   for (int64_t v = 0; v < V; ++v) {
     const float* dXv = dX + v * N * C;
@@ -436,7 +439,7 @@ double ClimaX::backward(int64_t B, float loss_scale) {
   for (int l = c.n_layer - 1; l >= 0; --l) {
     const LayerPtrs lw = layer_ptrs(layout_, l, const_cast<float*>(st.acquire(l + 1)));
     const LayerPtrs lg = layer_ptrs(layout_, l, st.grads(l + 1));
-    const float* x = l == 0 ? st_->encoded : st_->layers[static_cast<size_t>(l - 1)].res3;
+    const float* x = l == 0 ? st_->encoded : st_->layers[static_cast<size_t>(l - 1)].res3.as_f32();
     block_.backward(lw, lg, x, st_->layers[static_cast<size_t>(l)], B, L, full_recompute(l),
                     {ws_->dres, ws_->dC, ws_->d3C, ws_->dF, nullptr});
     st.release(l + 1);

@@ -96,7 +96,9 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk, int s
   block_.set_attention_lse(attn_lse_);
   const GptDescription d(spec);
   head_chunk = d.head_chunk();
-  slot_elems_ = d.stash_elems();
+  slot_ = d.stash();
+  act_dtype_ = d.act_dtype();
+  dtypes_ = d.layer_dtypes();
   const int64_t Nl = tp_.local_rows(B * T);  // rows of the residual stream held here
   acts_training_ = training;
   acts_rows_ = Nl;
@@ -125,11 +127,23 @@ void GPT::build_workspace(const GptDescription& d) {
     any_recompute = any_recompute || full_recompute(i) || selective;
   }
   const int64_t att_stats = attn_lse_ ? B * NH * T : B * NH * T * T;  // lse or probabilities
-  const int64_t total = d.workspace_tensor_elems();
   tp_.release();  // every buffer goes before any is allocated again
   ws_.storage = DeviceBuffer();
+  ws_.storage32 = DeviceBuffer();
   ws_.tokens = DeviceBuffer();
-  ws_.storage = DeviceBuffer(backend_, DType::kF32, total, MemCategory::kWorkspace);
+  carve(ws_.storage, ws_.storage32, d.workspace_tensors(), MemCategory::kWorkspace, "workspace", [&](TypedCarver& take) {
+    const auto f32 = [&take](int64_t n) { return static_cast<float*>(take(n, DType::kF32).data); };
+    ws_.losses = head ? f32(N) : nullptr;
+    ws_.logits = head ? f32(head_chunk * Vp) : nullptr;
+    ws_.stats = head ? f32(3 * head_chunk) : nullptr;
+    ws_.dres = training ? f32(Nl * C) : nullptr;
+    ws_.dC = training ? take(N * C, d.dC_dtype()) : View();
+    ws_.d3C = training ? take(N * 3 * Cl, dtypes_.act) : View();
+    ws_.dF = training ? take(N * F, dtypes_.act) : View();
+    ws_.att = any_recompute ? take(att_stats, dtypes_.att) : View();
+    ws_.layer = {};
+    if (any_full) carve_layer(ws_.layer, take, N, Nl, C, Cl, F, ws_.att, false, dtypes_);
+  });
   ws_.tokens = DeviceBuffer(backend_, DType::kI32, d.token_elems(), MemCategory::kWorkspace);
   tp_.reserve(N, C);
   WEFT_CHECK(tp_.scratch_bytes() == d.tp_scratch_elems() * static_cast<int64_t>(sizeof(float)),
@@ -140,22 +154,25 @@ void GPT::build_workspace(const GptDescription& d) {
   ws_.targets = head ? std::exchange(tok, tok + N) : nullptr;
   WEFT_CHECK(tok == ws_.tokens.data<int32_t>() + d.token_elems(), "token ids {} != {}",
              tok - ws_.tokens.data<int32_t>(), d.token_elems());
-  float* p = ws_.storage.data<float>();
-  auto take = [&p](int64_t n) { return std::exchange(p, p + n); };
-  ws_.losses = head ? take(N) : nullptr;
-  ws_.logits = head ? take(head_chunk * Vp) : nullptr;
-  ws_.stats = head ? take(3 * head_chunk) : nullptr;
-  ws_.dres = training ? take(Nl * C) : nullptr;
-  ws_.dC = training ? take(N * C) : nullptr;
-  ws_.d3C = training ? take(N * 3 * Cl) : nullptr;
-  ws_.dF = training ? take(N * F) : nullptr;
-  ws_.att = any_recompute ? take(att_stats) : nullptr;
-  ws_.layer = {};
-  if (any_full) {
-    carve_layer(ws_.layer, take, N, Nl, C, Cl, F, ws_.att, false);
-  }
-  WEFT_CHECK(p == ws_.storage.data<float>() + total, "workspace layout {} != {}", p - ws_.storage.data<float>(),
-             total);
+  // The typed ops' staging arena for the 16-bit tensors (backend.h), reserved now so that no
+  // step grows it.
+  if (d.staging_elems() > 0) backend_.staging(d.staging_elems());
+}
+
+template <class Fill>
+void GPT::carve(DeviceBuffer& act, DeviceBuffer& f32, const TypedElems& want, MemCategory c, const char* what,
+                Fill&& fill) {
+  const bool one = act_dtype_ == DType::kF32;  // an fp32 run: one buffer, today's order
+  act = DeviceBuffer();
+  f32 = DeviceBuffer();
+  act = DeviceBuffer(backend_, act_dtype_, one ? want.total() : want.act, c);
+  if (!one) f32 = DeviceBuffer(backend_, DType::kF32, want.f32, c);
+  TypedCarver take(act.raw(), act_dtype_, one ? nullptr : f32.data<float>());
+  fill(take);
+  const TypedElems& got = take.taken();
+  WEFT_CHECK(one ? got.act == want.total() : got.act == want.act && got.f32 == want.f32,
+             "{} layout: {} {} + {} f32 elements, the description says {} + {}", what, got.act, dtype_name(act_dtype_),
+             got.f32, want.act, want.f32);
 }
 
 void GPT::build_stash(Activations& A) {
@@ -165,27 +182,26 @@ void GPT::build_stash(Activations& A) {
   const int nl = layout_.num_layers();
   const int64_t att_stats = attn_lse_ ? B * NH * T : B * NH * T * T;  // lse or probabilities
   const bool selective = acts_training_ && recompute_ == Recompute::kSelective && !attn_lse_;
-  A.storage = DeviceBuffer(backend_, DType::kF32, slot_elems_, MemCategory::kActivations);
-  float* p = A.storage.data<float>();
-  auto take = [&p](int64_t n) { return std::exchange(p, p + n); };
-  A.encoded = take(Nl * C);
-  A.layers.resize(static_cast<size_t>(nl));
-  for (int i = 0; i < nl; ++i) {
-    LayerActs& a = A.layers[static_cast<size_t>(i)];
-    if (acts_training_ && full_recompute(i)) {
-      a = ws_.layer;  // everything but the output lives in the workspace
-      a.res3 = take(Nl * C);
-      continue;
+  A.built = true;
+  carve(A.storage, A.storage32, slot_, MemCategory::kActivations, "activation", [&](TypedCarver& take) {
+    const auto f32 = [&take](int64_t n) { return static_cast<float*>(take(n, DType::kF32).data); };
+    A.encoded = f32(Nl * C);
+    A.layers.resize(static_cast<size_t>(nl));
+    for (int i = 0; i < nl; ++i) {
+      LayerActs& a = A.layers[static_cast<size_t>(i)];
+      if (acts_training_ && full_recompute(i)) {
+        a = ws_.layer;  // everything but the output lives in the workspace
+        a.res3 = take(Nl * C, DType::kF32);
+        continue;
+      }
+      carve_layer(a, take, N, Nl, C, Cl, F, selective ? ws_.att : take(att_stats, dtypes_.att), true, dtypes_);
     }
-    carve_layer(a, take, N, Nl, C, Cl, F, selective ? ws_.att : take(att_stats), true);
-  }
-  if (layout_.stage().head) {
-    A.lnf = take(N * C);
-    A.lnf_mean = take(Nl);
-    A.lnf_rstd = take(Nl);
-  }
-  WEFT_CHECK(p == A.storage.data<float>() + slot_elems_, "activation layout {} != {}", p - A.storage.data<float>(),
-             slot_elems_);
+    if (layout_.stage().head) {
+      A.lnf = take(N * C, dtypes_.ln);
+      A.lnf_mean = f32(Nl);
+      A.lnf_rstd = f32(Nl);
+    }
+  });
 }
 
 void GPT::check_tokens(const int32_t* tokens, int64_t n, const char* what) const {
@@ -230,7 +246,7 @@ void GPT::forward_blocks(int64_t B, int64_t T) {
   }
   // On a later pipeline stage cur_->encoded holds the activation received from the previous one.
   if (first) embedding_.forward(cur_->encoded, ws_.inputs, wte, wpe, B, T, C);
-  const float* x = cur_->encoded;
+  CView x = cur_->encoded;
   for (int l = l0; l < l0 + nl; ++l) {
     const LayerPtrs lw = layer_ptrs(layout_, l, const_cast<float*>(st.acquire(l + 1)));
     LayerActs& a = cur_->layers[static_cast<size_t>(l - l0)];
@@ -250,10 +266,10 @@ double GPT::head(int64_t N, const float* wte, float* dwte, float dloss) {
   // dlnf = dlogits wte). The full (N, Vp) logits never exist.
   for (int64_t r0 = 0; r0 < N; r0 += ws_.head_chunk) {
     const int64_t rows = std::min(ws_.head_chunk, N - r0);
-    const float* lnf = cur_->lnf + r0 * C;
+    const CView lnf = cur_->lnf.at(r0 * C);
     head_.logits(ws_.logits, lnf, wte, rows, C);
     head_.cross_entropy(ws_.logits, ws_.losses + r0, ws_.targets + r0, rows, dloss, ws_.stats);
-    if (dloss != 0.0f) head_.backward(ws_.dC + r0 * C, dwte, ws_.logits, lnf, wte, rows, C);
+    if (dloss != 0.0f) head_.backward(ws_.dC.at(r0 * C), dwte, ws_.logits, lnf, wte, rows, C);
   }
   // The token losses back on the host, summed there in order (double).
   host_losses_.resize(static_cast<size_t>(N));
@@ -307,13 +323,13 @@ double GPT::backward_part(const float* dy, int64_t B, int64_t T, float loss_scal
   } else {
     loss_sum = head(N, wte, dwte, loss_scale);
     st.head_done();
-    const float* x_last = nl > 0 ? cur_->layers.back().res3 : cur_->encoded;
+    const CView x_last = nl > 0 ? CView(cur_->layers.back().res3) : CView(cur_->encoded);
     float *lnfw, *lnfb, *dlnfw, *dlnfb;
     final_ptrs(layout_, const_cast<float*>(st.acquire(L + 1)), &lnfw, &lnfb);
     st.release(L + 1);
     final_ptrs(layout_, st.grads(L + 1), &dlnfw, &dlnfb);
     backend_.fill(ws_.dres, DType::kF32, 0, Nl * C, 0.0f);
-    const float* dlnf = head_.input_grad(ws_.dC, N, C);
+    const View dlnf = head_.input_grad(ws_.dC, N, C);
     ln_.backward(ws_.dres, dlnfw, dlnfb, dlnf, x_last, lnfw, cur_->lnf_mean, cur_->lnf_rstd, N, C);
     rnd(ws_.dres, Nl * C);
     st.ready(L + 1);
@@ -321,14 +337,14 @@ double GPT::backward_part(const float* dy, int64_t B, int64_t T, float loss_scal
   for (int l = l0 + nl - 1; l >= l0; --l) {
     const LayerPtrs lw = layer_ptrs(layout_, l, const_cast<float*>(st.acquire(l + 1)));
     const LayerPtrs lg = layer_ptrs(layout_, l, st.grads(l + 1));
-    const float* x = l == l0 ? cur_->encoded : cur_->layers[static_cast<size_t>(l - l0 - 1)].res3;
+    const CView x = l == l0 ? CView(cur_->encoded) : CView(cur_->layers[static_cast<size_t>(l - l0 - 1)].res3);
     block_.backward(lw, lg, x, cur_->layers[static_cast<size_t>(l - l0)], B, T, full_recompute(l - l0),
                     {ws_.dres, ws_.dC, ws_.d3C, ws_.dF, ws_.att});
     st.release(l + 1);
     st.ready(l + 1);
   }
   if (first) {
-    const float* demb = embedding_.output_grad(ws_.dres, N, C);  // every row's gradient
+    const float* demb = embedding_.output_grad(ws_.dres, N, C).as_f32();  // every row's gradient
     if (!st.embedding_backward(ws_.inputs, demb, B, T, embedding_.v0(), embedding_.vocab_rows())) {
       embedding_.backward(dwte, dwpe, demb, ws_.inputs, B, T, C);
     }
@@ -345,7 +361,7 @@ double GPT::backward_part(const float* dy, int64_t B, int64_t T, float loss_scal
 void GPT::use_slot(int slot) {
   WEFT_CHECK(slot >= 0 && slot < acts_slots_, "activation slot {} of {}", slot, acts_slots_);
   Activations& A = stash_[static_cast<size_t>(slot)];
-  if (!A.storage) build_stash(A);  // first use
+  if (!A.built) build_stash(A);  // first use
   cur_ = &A;
 }
 
@@ -396,11 +412,11 @@ double GPT::stage_loss(int slot, const int32_t* targets, int64_t B, int64_t T) {
 const float* GPT::stage_output(int slot) {
   SlotScope scope(&cur_, &stash_[0]);
   use_slot(slot);
-  return layout_.num_layers() > 0 ? cur_->layers.back().res3 : cur_->encoded;
+  return layout_.num_layers() > 0 ? cur_->layers.back().res3.as_f32() : cur_->encoded;
 }
 
 // Logits (V real entries) of one row (C) of the final LayerNorm's output (generation).
-void GPT::row_logits(const float* lnf_row, float* logits_out) {
+void GPT::row_logits(CView lnf_row, float* logits_out) {
   const ModelConfig& c = config();
   // Allocated at the first generated token and kept: one per GPT, not one per token.
   if (!row_logits_) row_logits_ = DeviceBuffer(backend_, DType::kF32, c.padded_vocab, MemCategory::kWorkspace);
@@ -419,7 +435,7 @@ void GPT::forward_logits(const int32_t* tokens, int64_t T, int64_t from, float* 
   upload_tokens(tokens, nullptr, T);
   forward_blocks(1, T);
   const int64_t C = config().n_embd, V = config().vocab_size;
-  for (int64_t t = from; t < T; ++t) row_logits(cur_->lnf + t * C, logits_out + (t - from) * V);
+  for (int64_t t = from; t < T; ++t) row_logits(cur_->lnf.at(t * C), logits_out + (t - from) * V);
   store_->release(config().n_layer + 1);
   store_->release(0);
 }
@@ -430,7 +446,7 @@ void GPT::stage_logits(int slot, int64_t T, int64_t from, float* logits_out) {
   SlotScope scope(&cur_, &stash_[0]);
   use_slot(slot);
   const int64_t C = config().n_embd, V = config().vocab_size;
-  for (int64_t t = from; t < T; ++t) row_logits(cur_->lnf + t * C, logits_out + (t - from) * V);
+  for (int64_t t = from; t < T; ++t) row_logits(cur_->lnf.at(t * C), logits_out + (t - from) * V);
 }
 
 }  // namespace weft

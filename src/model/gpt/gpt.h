@@ -39,12 +39,18 @@ namespace weft {
 
 // Activations of one micro-batch kept for the backward pass: one set per micro-batch in
 // flight (pipeline schedules keep several). Counted as `activations` in core/memory.h.
+// Dtypes: model/block.h's LayerDtypes (what the layers' ops write once in the storage precision,
+// the rest f32).
 struct Activations {
   float* encoded = nullptr;  // (Nl,C) the stage's input: embeddings, or the previous stage's output
   std::vector<LayerActs> layers;
-  float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;  // last stage: (N,C), (Nl), (Nl)
-  DeviceBuffer storage;  // device memory of the model's backend, under kActivations
-  int64_t bytes() const { return static_cast<int64_t>(storage.bytes()); }
+  View lnf;  // last stage: (N,C), the LayerNorm outputs' storage
+  float *lnf_mean = nullptr, *lnf_rstd = nullptr;  // last stage: (Nl), (Nl)
+  // Device memory of the model's backend, under kActivations: the storage precision's tensors
+  // (all of them in an fp32 run) and the f32 ones of a 16-bit run.
+  DeviceBuffer storage, storage32;
+  bool built = false;  // carved (either buffer may be empty)
+  int64_t bytes() const { return static_cast<int64_t>(storage.bytes() + storage32.bytes()); }
 };
 
 // Scratch of one micro-batch, shared by every micro-batch in flight: activation gradients,
@@ -57,17 +63,17 @@ struct Workspace {
   float* logits = nullptr;   // (head_chunk, Vp/tp) (last stage)
   float* stats = nullptr;    // (3, head_chunk) row max, sum of exp, target logit (last stage)
   float* dres = nullptr;     // (Nl,C) gradient of the residual stream (training)
-  float* dC = nullptr;       // (N,C)
-  float* d3C = nullptr;      // (N,3Cl)
-  float* dF = nullptr;       // (N,F)
-  float* att = nullptr;      // recomputed attention statistics: (B,NH,T,T) probabilities (selective
+  View dC;                   // (N,C): the storage precision at tp 1, f32 at tp > 1
+  View d3C;                  // (N,3Cl)
+  View dF;                   // (N,F)
+  View att;                  // recomputed attention statistics: (B,NH,T,T) probabilities (selective
                              // or full recompute), or the (B,NH,T) log-sum-exp (full, flash attention)
   LayerActs layer{};         // the rematerialised layer (full recompute)
   int32_t* inputs = nullptr;   // (N) the micro-batch's input token ids (a stage with the embedding)
   int32_t* targets = nullptr;  // (N) its target token ids (a stage with the head)
-  DeviceBuffer storage;  // the float tensors above, under kWorkspace
-  DeviceBuffer tokens;   // int32: inputs then targets, under kWorkspace
-  int64_t bytes() const { return static_cast<int64_t>(storage.bytes() + tokens.bytes()); }
+  DeviceBuffer storage, storage32;  // the float tensors above by storage (as Activations), under kWorkspace
+  DeviceBuffer tokens;              // int32: inputs then targets, under kWorkspace
+  int64_t bytes() const { return static_cast<int64_t>(storage.bytes() + storage32.bytes() + tokens.bytes()); }
 };
 
 class GptDescription;
@@ -109,15 +115,16 @@ class GPT final : public Model {
   int64_t activation_bytes() const override;
   int64_t workspace_bytes() const override { return ws_.bytes() + tp_.scratch_bytes(); }
   // Bytes one micro-batch's stash takes (one slot).
-  int64_t stash_bytes_per_slot() const { return slot_elems_ * static_cast<int64_t>(sizeof(float)); }
+  int64_t stash_bytes_per_slot() const { return slot_.bytes(act_dtype_); }
 
   // Recompute mode for training; kFull applies to the first `full_layers` layers of this part
   // (< 0: all), the others recompute nothing (Megatron's "block" method). Before reserve().
   void set_recompute(Recompute mode, int full_layers = -1) override;
-  // Storage precision of activations and activation gradients (core/precision.h): every
-  // such tensor an op writes is rounded to it (the CPU backend's 16-bit emulation); weight
+  // Storage precision of activations and activation gradients (core/precision.h): the tensors
+  // of model/block.h's LayerDtypes are stored in it (16-bit buffers that the ops round as they
+  // write), the others rounded to it where they are written (TensorParallel::round); weight
   // gradients accumulate in fp32 and LayerNorm statistics and losses stay fp32. The
-  // parameters' rounding is the optimizer's (master weights, optim.h).
+  // parameters' rounding is the optimizer's (master weights, optim.h). Before reserve().
   void set_precision(Precision p) override {
     prec_ = p;
     tp_.set_precision(p);
@@ -217,11 +224,16 @@ class GPT final : public Model {
   bool full_recompute(int i) const { return recompute_ == Recompute::kFull && (full_layers_ < 0 || i < full_layers_); }
   // The backward from the stage's top (the loss on the last stage, dy otherwise) to its input.
   double backward_part(const float* dy, int64_t B, int64_t T, float loss_scale);
+  // Carves a stash or workspace of `want` elements by storage out of its two buffers, allocated
+  // here under category c; fill(carver) takes the pieces, which must add up to `want`.
+  template <class Fill>
+  void carve(DeviceBuffer& act, DeviceBuffer& f32, const TypedElems& want, MemCategory c, const char* what,
+             Fill&& fill);
   void use_slot(int slot);  // makes slot `slot` current, allocating it on first use
   // The output head and loss over rows [0, N) of lnf, chunk by chunk; with dloss != 0 also
   // dwte and dlnf (into ws_.dC, summed over tp as far as head_.input_grad() leaves it).
   double head(int64_t N, const float* wte, float* dwte, float dloss);
-  void row_logits(const float* lnf_row, float* logits_out);
+  void row_logits(CView lnf_row, float* logits_out);
   void check_tokens(const int32_t* tokens, int64_t n, const char* what) const;  // host tokens
   void check_shape(int64_t B, int64_t T, bool training) const;
 
@@ -248,15 +260,15 @@ class GPT final : public Model {
   std::vector<Activations> stash_;  // one per slot; allocated on first use
   Activations* cur_ = nullptr;      // the current slot's stash
   Workspace ws_;
-  int64_t slot_elems_ = 0;
+  TypedElems slot_;                   // one activation slot, by storage
+  DType act_dtype_ = DType::kF32;     // the storage precision's dtype (reserve)
+  LayerDtypes dtypes_;                // the layers' (reserve)
   bool acts_training_ = false;
   int64_t acts_rows_ = 0;  // rows of the residual stream held here at reserve()
   int acts_slots_ = 0;
   Recompute recompute_ = Recompute::kNone;
   Precision prec_ = Precision::kFp32;
-  void rnd(float* x, int64_t n) {
-    if (prec_ != Precision::kFp32) backend_.round_to(x, n, prec_);
-  }
+  void rnd(View x, int64_t n) { tp_.round(x, n); }
   int full_layers_ = -1;
   Recompute acts_recompute_ = Recompute::kNone;
   bool attn_lse_ = false;  // flash attention in use (reserve)

@@ -103,41 +103,52 @@ int64_t GptDescription::att_stats_elems() const {
   return s_.attention_lse ? s_.B * NHl_ * s_.T : s_.B * NHl_ * s_.T * s_.T;
 }
 
-int64_t GptDescription::layer_elems() const {
+TypedElems GptDescription::layer_elems(bool with_att, bool output) const {
   // gpt.h's LayerActs, in carve_layer's order: ln1 (N,C) gathered under sequence parallelism,
   // its mean and rstd (Nl each), qkv (N,3Cl), the attention statistics (the probabilities
   // (B,NHl,T,T), or the log-sum-exp (B,NHl,T) with attention_lse), atty (N,Cl),
   // res2 (Nl,C), ln2 (N,C) + mean, rstd, fch and its GELU (N,Fl each), res3 (Nl,C).
-  const int64_t N = N_, Nl = Nl_, C = C_, Cl = Cl_, F = Fl_;
-  return N * C + 2 * Nl + N * 3 * Cl + att_stats_elems() + N * Cl + Nl * C + N * C + 2 * Nl + 2 * N * F + Nl * C;
+  return weft::layer_elems(N_, Nl_, C_, Cl_, Fl_, att_stats_elems(), with_att, output, layer_dtypes());
 }
 
-int64_t GptDescription::layer_stash_elems(int64_t i) const {
+TypedElems GptDescription::layer_elems() const { return layer_elems(true, true); }
+
+TypedElems GptDescription::layer_stash(int64_t i) const {
   WEFT_CHECK(i >= 0 && i < nl_, "layer {} of a part of {} layers", i, nl_);
-  if (i < rf_) return residual_elems();                 // full: the layer's output only
-  if (selective_) return layer_elems() - att_stats_elems();  // selective: no probabilities
-  return layer_elems();
+  if (i < rf_) return {0, residual_elems()};  // full: the layer's output only (f32)
+  return layer_elems(!selective_, true);     // selective: no probabilities
 }
 
-int64_t GptDescription::stash_elems() const {
-  // The part's input (Nl,C); on the last stage ln_f's output (N,C) and its statistics (Nl each).
-  int64_t n = residual_elems() + (s_.stage.head ? N_ * C_ + 2 * Nl_ : 0);
-  n += rf_ * residual_elems();
-  n += (nl_ - rf_) * (selective_ ? layer_elems() - att_stats_elems() : layer_elems());
-  return n;
+TypedElems GptDescription::stash() const {
+  // The part's input (Nl,C; f32); on the last stage ln_f's output (N,C; the LayerNorm
+  // outputs' storage) and its statistics (Nl each).
+  TypedElems e{0, residual_elems()};
+  if (s_.stage.head) {
+    (layer_dtypes().ln == DType::kF32 ? e.f32 : e.act) += N_ * C_;
+    e.f32 += 2 * Nl_;
+  }
+  e.f32 += rf_ * residual_elems();
+  e += layer_elems(!selective_, true) * (nl_ - rf_);
+  return e;
 }
 
-int64_t GptDescription::workspace_tensor_elems() const {
+TypedElems GptDescription::workspace_tensors() const {
   // gpt.h's Workspace, in GPT::build_workspace's order.
   const int64_t N = N_, Nl = Nl_, C = C_, Cl = Cl_, F = Fl_;
-  int64_t n = 0;
-  if (s_.stage.head) n += N + head_chunk_ * Vl_ + 3 * head_chunk_;     // losses, logits, stats
-  if (s_.training) n += Nl * C + N * C + N * 3 * Cl + N * F;           // dres, dC, d3C, dF
+  const LayerDtypes dt = layer_dtypes();
+  TypedElems e;
+  const auto add = [&e](int64_t n, DType d) { (d == DType::kF32 ? e.f32 : e.act) += n; };
+  if (s_.stage.head) e.f32 += N + head_chunk_ * Vl_ + 3 * head_chunk_;  // losses, logits, stats
+  if (s_.training) {
+    e.f32 += Nl * C;                  // dres
+    add(N * C, dC_dtype());           // dC
+    add(N * 3 * Cl + N * F, dt.act);  // d3C, dF
+  }
   // The recomputed attention statistics: the probabilities (selective), or those of the
   // rematerialised layer (full: the probabilities, or the log-sum-exp with attention_lse).
-  if (rf_ > 0 || (selective_ && nl_ > 0)) n += att_stats_elems();
-  if (rf_ > 0) n += layer_elems() - att_stats_elems() - residual_elems();  // the rest of that layer
-  return n;
+  if (rf_ > 0 || (selective_ && nl_ > 0)) add(att_stats_elems(), dt.att);
+  if (rf_ > 0) e += layer_elems(false, false);  // the rest of that layer
+  return e;
 }
 
 int64_t GptDescription::token_elems() const {
@@ -153,6 +164,78 @@ int64_t GptDescription::tp_scratch_elems() const {
 int64_t GptDescription::workspace_elems() const {
   return workspace_tensor_elems() + token_elems() + tp_scratch_elems();
 }
+
+int64_t GptDescription::workspace_bytes() const {
+  return workspace_tensors().bytes(act_dtype()) + 4 * (token_elems() + tp_scratch_elems());
+}
+
+int64_t GptDescription::staging_elems() const {
+  if (s_.precision == Precision::kFp32) return 0;
+  return std::max(nl_ > 0 ? block_staging_elems() : 0, s_.stage.head ? head_staging_elems() : 0);
+}
+
+namespace {
+// The elements of an operand of dtype dt that a typed op stages (its 16-bit operands).
+int64_t st(DType dt, int64_t n) { return dt == DType::kF32 ? 0 : n; }
+}  // namespace
+
+int64_t GptDescription::block_staging_elems() const {
+  // Every call of model/block.cc (through parallel/tp/layers.cc) with its 16-bit operands; the
+  // layer's input x and output res3, dres, the tp scratch and the statistics are f32.
+  const LayerDtypes dt = layer_dtypes();
+  const DType a = dt.act, ln = dt.ln, at = dt.att, dC = dC_dtype();
+  const int64_t N = N_, Nl = Nl_, C = C_, Cl = Cl_, F = Fl_, A = att_stats_elems();
+  const bool tp1 = s_.tp == 1;
+  int64_t m = 0;
+  const auto call = [&m](int64_t n) { m = std::max(m, n); };
+  // --- forward (again for a fully recomputed layer) ---
+  call(sp_ ? 0 : st(ln, N * C));                                          // layernorm_forward -> ln1
+  call(st(a, N * 3 * Cl) + st(ln, N * C));                                // qkv = ln1 @ w
+  call(st(a, N * Cl + N * 3 * Cl) + (s_.attention_lse ? 0 : st(at, A)));  // attention
+  if (tp1) {
+    call(st(a, N * C) + st(ln, N * C) + st(a, N * Cl));  // matmul_residual_layernorm_forward
+  } else {
+    call(st(a, N * Cl));  // partial = atty @ w
+    if (sp_) {
+      call(st(a, Nl * C));  // res2 = res + y, then its LayerNorm's rows
+    } else {
+      call(st(a, N * C) + st(ln, N * C));  // residual_layernorm_forward
+    }
+  }
+  call(st(a, 2 * N * F) + st(ln, N * C));  // matmul_gelu_forward
+  // res3: at tp 1 add_bias(res3, res2) then the product of fch_gelu; at tp > 1 the product into
+  // the partial sums, then add(res3, res2, y).
+  call(std::max(st(a, tp1 ? N * C : Nl * C), st(a, N * F)));
+  if (!s_.training) return m;
+  // --- backward ---
+  call(st(a, 3 * N * F));                              // matmul_gelu_backward -> dF
+  call(st(dC, N * C) + st(a, N * F) + st(ln, N * C));  // fc's matmul_backward -> dC
+  call((sp_ ? 0 : st(dC, N * C)) + st(a, Nl * C));     // ln2's layernorm_backward
+  if (selective_) call(st(a, N * Cl) + st(at, A) + st(a, N * 3 * Cl));  // the recomputed probabilities
+  call(st(dC, N * Cl) + st(a, N * Cl));                                // attn proj's matmul_backward -> dC
+  if (s_.attention_lse) {
+    call(st(a, 2 * N * 3 * Cl + N * Cl) + st(dC, N * Cl));  // attention_backward_lse
+  } else {
+    call(st(a, 2 * N * 3 * Cl) + st(dC, N * Cl) + st(at, A));  // attention_backward
+  }
+  call(st(dC, N * C) + st(a, N * 3 * Cl) + st(ln, N * C));  // qkv's matmul_backward -> dC
+  call(sp_ ? 0 : st(dC, N * C));                            // ln1's layernorm_backward
+  return m;
+}
+
+int64_t GptDescription::head_staging_elems() const {
+  // GPT's own calls on the last stage: ln_f, the logits of a chunk, and backward the head's two
+  // products and ln_f's backward.
+  const DType ln = layer_dtypes().ln, dC = dC_dtype();
+  const int64_t N = N_, C = C_, h = head_chunk_;
+  int64_t m = std::max(sp_ ? 0 : st(ln, N * C), st(ln, h * C));  // ln_f; logits = lnf rows @ wte^T
+  if (s_.training) {
+    m = std::max({m, st(ln, h * C), st(dC, h * C)});  // dwte += dlogits^T lnf; dlnf = dlogits wte
+    m = std::max(m, sp_ ? 0 : st(dC, N * C));          // ln_f's layernorm_backward
+  }
+  return m;
+}
+
 
 EndsWork GptDescription::ends_work() const {
   const double t = s_.tp, N = static_cast<double>(N_), h = static_cast<double>(C_);

@@ -16,6 +16,7 @@
 
 #include "core/precision.h"
 #include "model/config.h"
+#include "model/block.h"
 #include "model/description.h"
 #include "model/params.h"
 #include "parallel/recompute.h"
@@ -77,19 +78,34 @@ class GptDescription {
   int64_t residual_elems() const { return Nl_ * C_; }  // Nl C: a part's input, output, a pipeline message
   int64_t head_chunk() const { return head_chunk_; }  // rows of logits at once
   int64_t recomputed_layers() const { return rf_; }    // layers of the part fully recomputed
-  // What local layer i (0 .. part_layers()-1) stashes for its backward pass.
-  int64_t layer_stash_elems(int64_t i) const;
-  int64_t stash_elems() const;      // one micro-batch (one activation slot of GPT)
+  // The storage of what the layers keep (model/block.h's policy) and of the head's input.
+  LayerDtypes layer_dtypes() const { return LayerDtypes::of(s_.precision, sp_, s_.attention_lse); }
+  DType act_dtype() const { return dtype_of(s_.precision); }
+  // The activation-gradient scratch dC: act at tp 1, f32 at tp > 1 (a partial sum all-reduced
+  // over the group).
+  DType dC_dtype() const { return s_.tp > 1 ? DType::kF32 : act_dtype(); }
+  // What local layer i (0 .. part_layers()-1) stashes for its backward pass (elements, all
+  // storages; layer_stash(i) by storage).
+  int64_t layer_stash_elems(int64_t i) const { return layer_stash(i).total(); }
+  TypedElems layer_stash(int64_t i) const;
+  TypedElems stash() const;            // one micro-batch (one activation slot of GPT)
+  TypedElems workspace_tensors() const;  // the model's scratch tensors (gpt.h's Workspace)
+  int64_t stash_elems() const { return stash().total(); }
   int64_t workspace_elems() const;  // shared by every micro-batch in flight: the three below
-  int64_t workspace_tensor_elems() const;  // the model's scratch tensors (gpt.h's Workspace)
+  int64_t workspace_tensor_elems() const { return workspace_tensors().total(); }
   int64_t token_elems() const;             // the micro-batch's token ids (int32)
   int64_t tp_scratch_elems() const;        // the tensor-parallel layers' scratch
-  // Bytes of one stored activation element: the CPU backend keeps bf16/fp16 values in fp32
-  // buffers (core/precision.h), so the bytes do not depend on the precision. The workspace's
-  // token ids are int32: 4 bytes too.
-  static constexpr int64_t kBytesPerElement = sizeof(float);
-  int64_t stash_bytes() const { return kBytesPerElement * stash_elems(); }
-  int64_t workspace_bytes() const { return kBytesPerElement * workspace_elems(); }
+  // The typed ops' staging arena (backend.h): the largest sum of one call's 16-bit operands
+  // over the part's forward and backward (fp32 elements; 0 in an fp32 run). GPT::reserve
+  // reserves it on the backend, so that the arena does not grow during a step. It is the
+  // backend's (one per backend, shared by the chunks on it), counted as workspace, and not
+  // part of workspace_elems().
+  int64_t staging_elems() const;
+  int64_t staging_bytes() const { return 4 * staging_elems(); }
+  // Bytes: 16-bit tensors 2 per element, f32 ones, token ids (int32) and the tensor-parallel
+  // scratch (f32) 4.
+  int64_t stash_bytes() const { return stash().bytes(act_dtype()); }
+  int64_t workspace_bytes() const;
 
   // --- the planner's accelerator model (model/description.h) ---
   // The embedding (stage 0) and the head (the last stage), as Megatron-LM runs them: the rows'
@@ -105,7 +121,11 @@ class GptDescription {
   AcceleratorMemory accelerator_memory(const AcceleratorOptions& o) const;
 
  private:
-  int64_t layer_elems() const;  // a layer's stash without recompute
+  TypedElems layer_elems() const;  // a layer's stash without recompute
+  TypedElems layer_elems(bool with_att, bool output) const;
+  // The staging of one layer's calls (forward and backward) and of the head's.
+  int64_t block_staging_elems() const;
+  int64_t head_staging_elems() const;
   // What attention keeps for its backward: the probabilities (B NHl T T), or with
   // attention_lse the log-sum-exp per query row (B NHl T).
   int64_t att_stats_elems() const;

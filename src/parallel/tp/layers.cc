@@ -5,17 +5,17 @@
 
 namespace weft {
 
-void SequenceParallelLayerNorm::forward(float* out, float* mean, float* rstd, const float* x, const float* w,
-                                        const float* b, int64_t N, int64_t C) {
+void SequenceParallelLayerNorm::forward(View out, float* mean, float* rstd, CView x, const float* w, const float* b,
+                                        int64_t N, int64_t C) {
   const int64_t Nl = tp_.local_rows(N);
-  float* y = tp_.sequence_parallel() ? tp_.rows() : out;  // this rank's rows
+  const View y = tp_.sequence_parallel() ? View(tp_.rows()) : out;  // this rank's rows
   tp_.backend().layernorm_forward(y, mean, rstd, x, w, b, Nl, C, eps_);
   tp_.round(y, Nl * C);
   tp_.column_input_forward(y, out, N, C);
 }
 
-void SequenceParallelLayerNorm::backward(float* dx, float* dw, float* db, const float* dout, const float* x,
-                                         const float* w, const float* mean, const float* rstd, int64_t N, int64_t C) {
+void SequenceParallelLayerNorm::backward(View dx, float* dw, float* db, CView dout, CView x, const float* w,
+                                         const float* mean, const float* rstd, int64_t N, int64_t C) {
   Backend& be = tp_.backend();
   const int64_t Nl = tp_.local_rows(N);
   if (!tp_.sequence_parallel()) {
@@ -31,29 +31,30 @@ void SequenceParallelLayerNorm::backward(float* dx, float* dw, float* db, const 
   be.add(db, db, g + C, C);
 }
 
-void ColumnParallelLinear::forward(float* out, const float* inp, const float* w, const float* b, int64_t N,
-                                   int64_t IN, int64_t OUTl) {
+void ColumnParallelLinear::forward(View out, CView inp, const float* w, const float* b, int64_t N, int64_t IN,
+                                   int64_t OUTl) {
   tp_.backend().matmul_forward(out, inp, w, b, N, IN, OUTl, false);
   tp_.round(out, N * OUTl);
 }
 
-void ColumnParallelLinear::forward_gelu(float* out, float* pre, const float* inp, const float* w, const float* b,
-                                        int64_t N, int64_t IN, int64_t OUTl) {
+void ColumnParallelLinear::forward_gelu(View out, View pre, CView inp, const float* w, const float* b, int64_t N,
+                                        int64_t IN, int64_t OUTl) {
   tp_.backend().matmul_gelu_forward(out, pre, inp, w, b, N, IN, OUTl, tp_.precision());
 }
 
-float* ColumnParallelLinear::backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                                      const float* w, int64_t N, int64_t IN, int64_t OUTl) {
+View ColumnParallelLinear::backward(View dinp, float* dw, float* db, CView dout, CView inp, const float* w, int64_t N,
+                                    int64_t IN, int64_t OUTl) {
   tp_.backend().matmul_backward(dinp, dw, db, dout, inp, w, N, IN, OUTl);
   tp_.column_input_backward_rows(dinp, N, IN);
   return tp_.column_input_backward_scatter(dinp, N, IN);
 }
 
-void RowParallelLinear::forward(float* out, const float* res, const float* inp, const float* w, const float* b,
-                                int64_t N, int64_t INl, int64_t OUT) {
+void RowParallelLinear::forward(View out, CView res, CView inp, const float* w, const float* b, int64_t N, int64_t INl,
+                                int64_t OUT) {
   Backend& be = tp_.backend();
   const int64_t Nl = tp_.local_rows(N);
   if (tp_.size() == 1) {
+    out.as_f32("the output of a row-parallel layer at tp 1 (written in two steps)");
     // out = res + inp @ w + b: the residual add and the bias ride on the product.
     be.add_bias(out, res, b, N, OUT);
     be.matmul_forward(out, inp, w, nullptr, N, INl, OUT, true);
@@ -67,9 +68,9 @@ void RowParallelLinear::forward(float* out, const float* res, const float* inp, 
   tp_.round(out, Nl * OUT);
 }
 
-void RowParallelLinear::forward_norm(SequenceParallelLayerNorm& norm, float* out, float* ln_out, float* mean,
-                                     float* rstd, const float* res, const float* inp, const float* w, const float* b,
-                                     const float* ln_w, const float* ln_b, int64_t N, int64_t INl, int64_t OUT) {
+void RowParallelLinear::forward_norm(SequenceParallelLayerNorm& norm, View out, View ln_out, float* mean, float* rstd,
+                                     CView res, CView inp, const float* w, const float* b, const float* ln_w,
+                                     const float* ln_b, int64_t N, int64_t INl, int64_t OUT) {
   Backend& be = tp_.backend();
   if (tp_.size() == 1) {
     be.matmul_residual_layernorm_forward(out, ln_out, mean, rstd, res, inp, w, b, ln_w, ln_b, N, INl, OUT, norm.eps(),
@@ -87,31 +88,32 @@ void RowParallelLinear::forward_norm(SequenceParallelLayerNorm& norm, float* out
   be.residual_layernorm_forward(out, ln_out, mean, rstd, res, y, ln_w, ln_b, N, OUT, norm.eps(), tp_.precision());
 }
 
-void RowParallelLinear::backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                                 const float* w, int64_t N, int64_t INl, int64_t OUT) {
-  const float* dy = tp_.row_output_backward(dout, N, OUT);  // all N rows
+void RowParallelLinear::backward(View dinp, float* dw, float* db, CView dout, CView inp, const float* w, int64_t N,
+                                 int64_t INl, int64_t OUT) {
+  const CView dy = tp_.row_output_backward(dout, N, OUT);  // all N rows
   tp_.backend().matmul_backward(dinp, dw, db, dy, inp, w, N, INl, OUT);
   tp_.round(dinp, N * INl);
 }
 
-void RowParallelLinear::backward_gelu(float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                                      const float* w, const float* pre, int64_t N, int64_t INl, int64_t OUT) {
-  const float* dy = tp_.row_output_backward(dout, N, OUT);  // all N rows
+void RowParallelLinear::backward_gelu(View dinp, float* dw, float* db, CView dout, CView inp, const float* w,
+                                      CView pre, int64_t N, int64_t INl, int64_t OUT) {
+  const CView dy = tp_.row_output_backward(dout, N, OUT);  // all N rows
   tp_.backend().matmul_gelu_backward(dinp, dw, db, dy, inp, w, pre, N, INl, OUT, tp_.precision());
 }
 
-void VocabParallelEmbedding::forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                                     int64_t B, int64_t T, int64_t C) {
+void VocabParallelEmbedding::forward(View out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
+                                     int64_t T, int64_t C) {
   const int64_t N = B * T;
   // The lookup's partial sums: in place, or (sequence parallel) in scratch, scattered to out.
-  float* partial = tp_.sequence_parallel() ? tp_.partial() : out;
+  float* o = tp_.size() > 1 ? out.as_f32("the embedding's partial sums") : static_cast<float*>(out.data);
+  const View partial = tp_.sequence_parallel() ? View(tp_.partial()) : out;
   tp_.backend().embedding_forward(partial, tokens, wte, tp_.rank() == 0 ? wpe : nullptr, B, T, C, v0_, rows_);
-  tp_.row_output_forward(partial, out, N, C);
+  if (tp_.size() > 1) tp_.row_output_forward(static_cast<float*>(partial.data), o, N, C);
   tp_.round(out, tp_.local_rows(N) * C);
 }
 
-void VocabParallelEmbedding::backward(float* dwte, float* dwpe, const float* dy, const int32_t* tokens, int64_t B,
-                                      int64_t T, int64_t C) {
+void VocabParallelEmbedding::backward(float* dwte, float* dwpe, CView dy, const int32_t* tokens, int64_t B, int64_t T,
+                                      int64_t C) {
   tp_.backend().embedding_backward(dwte, dwpe, dy, tokens, B, T, C, v0_, rows_);
 }
 
@@ -119,13 +121,13 @@ VocabParallelHead::VocabParallelHead(TensorParallel& tp, int64_t V, int64_t Vp)
     : tp_(tp), V_(V), Vp_(Vp), rows_(tp.part(Vp)), v0_(tp.rank() * rows_),
       cols_(std::clamp<int64_t>(V - v0_, 0, rows_)) {}
 
-void VocabParallelHead::logits(float* logits, const float* x, const float* wte, int64_t rows, int64_t C) {
+void VocabParallelHead::logits(View logits, CView x, const float* wte, int64_t rows, int64_t C) {
   tp_.backend().gemm(false, true, rows, rows_, C, 1.0f, x, C, wte, C, 0.0f, logits, rows_);
   tp_.round(logits, rows * rows_);
 }
 
-void VocabParallelHead::cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t rows,
-                                      float dloss, float* stats) {
+void VocabParallelHead::cross_entropy(View logits, float* losses, const int32_t* targets, int64_t rows, float dloss,
+                                      float* stats) {
   Backend& be = tp_.backend();
   if (tp_.size() == 1) {
     be.softmax_cross_entropy(logits, losses, targets, rows, V_, rows_, dloss);
@@ -143,15 +145,15 @@ void VocabParallelHead::cross_entropy(float* logits, float* losses, const int32_
   if (dloss != 0.0f) be.ce_grad(logits, rows, rows_, cols_, mx, sm, targets, v0_, dloss);
 }
 
-void VocabParallelHead::backward(float* dx, float* dwte, const float* dlogits, const float* x, const float* wte,
-                                 int64_t rows, int64_t C) {
+void VocabParallelHead::backward(View dx, float* dwte, CView dlogits, CView x, const float* wte, int64_t rows,
+                                 int64_t C) {
   Backend& be = tp_.backend();
   be.gemm(true, false, rows_, C, rows, 1.0f, dlogits, rows_, x, C, 1.0f, dwte, C);
   be.gemm(false, false, rows, C, rows_, 1.0f, dlogits, rows_, wte, C, 0.0f, dx, C);
   tp_.column_input_backward_rows(dx, rows, C);
 }
 
-void VocabParallelHead::row_logits(float* out, const float* x, const float* wte, int64_t C) {
+void VocabParallelHead::row_logits(float* out, CView x, const float* wte, int64_t C) {
   Backend& be = tp_.backend();
   if (tp_.size() == 1) {
     be.gemm(false, true, 1, V_, C, 1.0f, x, C, wte, C, 0.0f, out, V_);

@@ -68,19 +68,20 @@ void TensorParallel::reduce_scatter(const float* whole, float* local, int64_t N,
   if (size_ > 1) ops_->reduce_scatter(whole, local, N / size_ * C);
 }
 
-void TensorParallel::column_input_forward(const float* local, float* whole, int64_t N, int64_t C) {
-  if (sp_) all_gather(local, whole, N, C);  // gather_from_sequence_region; else copy_to_region
+void TensorParallel::column_input_forward(CView local, View whole, int64_t N, int64_t C) {
+  // gather_from_sequence_region; else copy_to_region
+  if (sp_) all_gather(local.as_f32("a gathered sequence-parallel region"), whole.as_f32("a gathered region"), N, C);
 }
 
-void TensorParallel::column_input_backward_rows(float* d, int64_t rows, int64_t C) {
+void TensorParallel::column_input_backward_rows(View d, int64_t rows, int64_t C) {
   if (sp_) return;  // the reduce-scatter waits for every row
-  all_reduce(d, rows * C);  // copy_to_region's backward
+  if (size_ > 1) all_reduce(d.as_f32("a partial input gradient"), rows * C);  // copy_to_region's backward
   round(d, rows * C);
 }
 
-float* TensorParallel::column_input_backward_scatter(float* d, int64_t N, int64_t C) {
+View TensorParallel::column_input_backward_scatter(View d, int64_t N, int64_t C) {
   if (!sp_) return d;
-  reduce_scatter(d, rows_, N, C);  // gather_from_sequence_region's backward
+  reduce_scatter(d.as_f32("a partial input gradient"), rows_, N, C);  // gather_from_sequence_region's backward
   round(rows_, local_rows(N) * C);
   return rows_;
 }
@@ -94,9 +95,9 @@ float* TensorParallel::row_output_forward(float* partial, float* local, int64_t 
   return local;
 }
 
-const float* TensorParallel::row_output_backward(const float* d, int64_t N, int64_t C) {
+CView TensorParallel::row_output_backward(CView d, int64_t N, int64_t C) {
   if (!sp_) return d;  // reduce_from_region's backward
-  all_gather(d, partial_, N, C);  // reduce_scatter_to_sequence_region's backward
+  all_gather(d.as_f32("a sequence-parallel gradient"), partial_, N, C);  // reduce_scatter_to_sequence_region's backward
   return partial_;
 }
 

@@ -16,8 +16,12 @@
 //   the output of a row-parallel layer     reduce_from_region, or reduce_scatter_to_sequence_region
 // With tp = 1 every mapping is the identity and no collective is called.
 //
-// The group also holds what its layers share: the storage precision they round their outputs
-// to, and the scratch of one micro-batch (counted as workspace, see reserve()).
+// The group also holds what its layers share: the storage precision of the run, and the
+// scratch of one micro-batch (counted as workspace, see reserve()). The layers' tensors are
+// typed views (core/view.h): a 16-bit tensor holds its rounding itself (every op rounds what it
+// writes there); an f32 tensor of a 16-bit run is rounded where the layers write it (round()),
+// which emulates 16-bit storage for the tensors the run still keeps in fp32 (what crosses the
+// group's collectives: partial sums, sequence-parallel rows, gathered inputs).
 #pragma once
 #include <cstdint>
 
@@ -50,9 +54,10 @@ class TensorParallel {
   void check_rows(int64_t B, int64_t T) const;
   // Fails unless the collectives are there when size > 1.
   void check_ready() const;
-  // x (n) rounded in place to the storage precision (what every layer does to what it writes).
-  void round(float* x, int64_t n) const {
-    if (prec_ != Precision::kFp32) be_.round_to(x, n, prec_);
+  // x (n) rounded in place to the storage precision (what every layer does to what it writes):
+  // an f32 tensor of a 16-bit run is rounded; a 16-bit tensor is already (no-op).
+  void round(View x, int64_t n) const {
+    if (prec_ != Precision::kFp32 && x.f32()) be_.round_to(static_cast<float*>(x.data), n, prec_);
   }
 
   // Scratch of one micro-batch of up to N rows of C channels, shared by the layers: the
@@ -85,16 +90,16 @@ class TensorParallel {
 
   // --- the input region of a column-parallel layer: every rank needs all N rows ---
   // Forward: local (Nl,C) -> whole (N,C); local == whole without sequence parallelism.
-  void column_input_forward(const float* local, float* whole, int64_t N, int64_t C);
+  void column_input_forward(CView local, View whole, int64_t N, int64_t C);
   // Backward, in two phases so that a layer computed chunk by chunk (the output head) can
   // reduce each chunk as soon as it is complete. The rows phase: a complete block of rows of
   // the partial input gradient d (rows,C) summed over the ranks (all-reduce) and rounded; under
   // sequence parallelism nothing (the reduce-scatter needs every row).
-  void column_input_backward_rows(float* d, int64_t rows, int64_t C);
+  void column_input_backward_rows(View d, int64_t rows, int64_t C);
   // The scatter phase, after the rows phase covered all N rows: returns this rank's rows
   // (Nl,C) of the input gradient; under sequence parallelism the reduce-scatter of d (N,C)
   // into scratch, rounded; otherwise d itself.
-  float* column_input_backward_scatter(float* d, int64_t N, int64_t C);
+  View column_input_backward_scatter(View d, int64_t N, int64_t C);
 
   // --- the output region of a row-parallel layer (and of the vocabulary-parallel lookup) ---
   // Forward: the partial sums (N,C) of every rank -> the rows held here (Nl,C) of their sum:
@@ -103,7 +108,7 @@ class TensorParallel {
   float* row_output_forward(float* partial, float* local, int64_t N, int64_t C);
   // Backward: the gradient of the rows held here d (Nl,C) -> of all N rows: d itself, or
   // under sequence parallelism its all-gather into scratch.
-  const float* row_output_backward(const float* d, int64_t N, int64_t C);
+  CView row_output_backward(CView d, int64_t N, int64_t C);
 
  private:
   Backend& be_;
