@@ -64,7 +64,7 @@ void add_bench_options(CLI::App& app, BenchOptions& o) {
   add_backend_option(app, o.backend_name);
   add_comm_option(app, o.comm);
   app.add_option("--precision", o.precision,
-                 "fp32 or bf16 (16-bit storage emulated by rounding fp32 buffers, on every backend for now)")
+                 "fp32 or bf16 (the GPT's layer activations in 16-bit buffers, the rest rounded fp32: docs/precision.md)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--matmul", o.matmul,
                  "the model's products on 16-bit storage: exact (fp32 products of the stored values) or fast (the "

@@ -27,8 +27,8 @@
 //
 // Threads: one thread calls a backend at a time (a backend parallelises inside its calls).
 //
-// Ops: tensors are row-major fp32 here; 16-bit storage is emulated with round_to (see
-// core/precision.h).
+// Ops: tensors are row-major typed views (core/view.h: f32, bf16, f16; see "ops" below); a
+// tensor a model keeps in fp32 for a 16-bit run is rounded with round_to (core/precision.h).
 // Shapes use fixed letters: B batch, T sequence, C channels, NH heads, hs = C/NH,
 // F = MLP hidden, V real vocabulary, Vp padded vocabulary, N = B*T rows (query attention:
 // N positions of S tokens each; weighted_mse: R rows of K columns).
@@ -360,7 +360,8 @@ class Backend {
 
   // --- mixed precision ---
   // x (n) rounded in place to the nearest value of precision p (round to nearest even;
-  // fp16 overflow gives inf): the CPU backend's emulation of 16-bit storage. No-op for kFp32.
+  // fp16 overflow gives inf): 16-bit storage emulated in an fp32 buffer (what a 16-bit run
+  // keeps in fp32: the residual stream, the working parameters). No-op for kFp32.
   virtual void round_to(float* x, int64_t n, Precision p) = 0;
 
   // ===== optional fused ops =====

@@ -1,5 +1,7 @@
 #include "model/block.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace weft {
@@ -19,6 +21,51 @@ TypedElems layer_elems(int64_t N, int64_t Nl, int64_t C, int64_t Cl, int64_t F, 
   add(2 * N * F, dt.act);            // fch, fch_gelu
   if (output) add(Nl * C, DType::kF32);  // res3
   return e;
+}
+
+namespace {
+// The elements of an operand of dtype dt that a typed op stages (its 16-bit operands).
+int64_t st(DType dt, int64_t n) { return dt == DType::kF32 ? 0 : n; }
+}  // namespace
+
+int64_t block_staging_elems(const BlockStaging& k) {
+  // Every call of forward() and backward() below (through parallel/tp/layers.cc) with its
+  // 16-bit operands.
+  const DType a = k.dt.act, ln = k.dt.ln, at = k.dt.att, dC = k.dC, d3C = k.d3C, dF = k.dF;
+  const int64_t N = k.N, Nl = k.Nl, C = k.C, Cl = k.Cl, F = k.F, A = k.att;
+  const bool tp1 = k.tp == 1, sp = k.sequence_parallel;
+  int64_t m = 0;
+  const auto call = [&m](int64_t n) { m = std::max(m, n); };
+  // --- forward ---
+  call(sp ? 0 : st(ln, N * C));                                         // layernorm_forward -> ln1
+  call(st(a, N * 3 * Cl) + st(ln, N * C));                              // qkv = ln1 @ w
+  call(st(a, N * Cl + N * 3 * Cl) + (k.attention_lse ? 0 : st(at, A)));  // attention
+  if (tp1) {
+    call(st(a, N * C) + st(ln, N * C) + st(a, N * Cl));  // matmul_residual_layernorm_forward
+  } else {
+    call(st(a, N * Cl));  // partial = atty @ w
+    if (sp) {
+      call(st(a, Nl * C));  // res2 = res + y, then its LayerNorm's rows
+    } else {
+      call(st(a, N * C) + st(ln, N * C));  // residual_layernorm_forward
+    }
+  }
+  call(st(a, 2 * N * F) + st(ln, N * C));  // matmul_gelu_forward
+  // res3: at tp 1 add_bias(res3, res2) then the product of fch_gelu; at tp > 1 the product into
+  // the partial sums, then add(res3, res2, y).
+  call(std::max(st(a, tp1 ? N * C : Nl * C), st(a, N * F)));
+  if (!k.training) return m;
+  // --- backward ---
+  call(st(dF, N * F) + st(a, 2 * N * F));                   // matmul_gelu_backward -> dF
+  call(st(dC, N * C) + st(dF, N * F) + st(ln, N * C));      // fc's matmul_backward -> dC
+  call((sp ? 0 : st(dC, N * C)) + st(a, Nl * C));           // ln2's layernorm_backward
+  if (k.selective) call(st(d3C, N * Cl) + st(at, A) + st(a, N * 3 * Cl));  // the recomputed probabilities
+  call(st(dC, N * Cl) + st(a, N * Cl));                     // attn proj's matmul_backward -> dC
+  call(st(d3C, N * 3 * Cl) + st(a, N * 3 * Cl) + st(dC, N * Cl) +
+       (k.attention_lse ? st(a, N * Cl) : st(at, A)));      // attention's backward
+  call(st(dC, N * C) + st(d3C, N * 3 * Cl) + st(ln, N * C));  // qkv's matmul_backward -> dC
+  call(sp ? 0 : st(dC, N * C));                             // ln1's layernorm_backward
+  return m;
 }
 
 TransformerBlock::TransformerBlock(const ModelConfig& cfg, Backend& backend, TensorParallel& tp,

@@ -95,6 +95,22 @@ void carve_layer(LayerActs& a, Take& take, int64_t N, int64_t Nl, int64_t C, int
 TypedElems layer_elems(int64_t N, int64_t Nl, int64_t C, int64_t Cl, int64_t F, int64_t att_elems, bool with_att,
                        bool output, const LayerDtypes& dt);
 
+// What the block's typed calls stage (backend.h's typed ops widen every 16-bit operand into the
+// backend's fp32 staging arena): the shape of one rank's layer and the dtypes of its tensors.
+struct BlockStaging {
+  int64_t N = 0, Nl = 0, C = 0, Cl = 0, F = 0;  // rows (all, held here), hidden, this rank's parts
+  int64_t att = 0;                              // the attention statistics' elements (B NH T T, or B NH T)
+  int tp = 1;
+  bool sequence_parallel = false, attention_lse = false, training = false;
+  bool selective = false;  // selective recompute in effect (the probabilities recomputed in backward)
+  LayerDtypes dt;          // the stash's
+  DType dC = DType::kF32, d3C = DType::kF32, dF = DType::kF32;  // the gradient scratch's (BlockScratch)
+};
+// The largest sum of one call's 16-bit operands over a layer's forward (again for a fully
+// recomputed layer) and, training, its backward (fp32 elements). The layer's input and output,
+// dres, the tp group's scratch and the statistics are f32.
+int64_t block_staging_elems(const BlockStaging& k);
+
 // Carves typed views out of a stash or workspace: pieces of the activation dtype from `act`,
 // f32 pieces from `f32`; when the activation dtype is f32 every piece comes from `act`, in
 // order (the layout of an fp32 run, one buffer).

@@ -20,10 +20,10 @@
 //   adamw_copy: one pass that updates p, m, v and writes the rounded copy.
 // The epilogues and the fused residual skip the rounding between the fused steps, so with a
 // 16-bit storage precision (p != kFp32) the first four run the default sequence instead: the
-// emulated 16-bit storage then rounds exactly where the model's does. The fp32 buffers of the
-// interface cannot hold real bf16, so GPT (model/gpt/gpt.h) on this backend stores fp32 even with
-// --precision bf16 (emulated by round_to) until buffers carry dtypes (issue 13); the bf16
-// methods below stay CudaBackend-specific until then.
+// 16-bit storage then rounds exactly where the model's does. The typed ops (cuda_typed.cc)
+// send the bf16 policy's dtype patterns below to the bf16 methods; GPT's storage policy
+// (model/block.h: fp32 LayerNorm weights and working parameters, an fp32 residual stream)
+// mostly meets other patterns yet, which the default stages through fp32 (issue 32 continues).
 //
 // Every op is enqueued on the backend's one compute stream (stream()) and returns at once;
 // only sum_squares (which returns a value) and synchronize() wait. Buffers come from

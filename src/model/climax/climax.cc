@@ -24,7 +24,8 @@ std::vector<float> default_latitudes(int H) {
 
 // One micro-batch's activations (ClimaxDescription::stash_elems, in its order).
 struct ClimaX::Stash {
-  DeviceBuffer storage;
+  DeviceBuffer storage;    // f32 (everything in an fp32 run)
+  DeviceBuffer storage16;  // a 16-bit run: the blocks' 16-bit tensors
   float *patches = nullptr, *X = nullptr, *kv = nullptr, *q = nullptr, *agg_att = nullptr, *agg_out = nullptr;
   float *lead = nullptr, *encoded = nullptr;
   std::vector<LayerActs> layers;
@@ -35,7 +36,8 @@ struct ClimaX::Stash {
 
 // Scratch (ClimaxDescription::workspace_tensor_elems, in its order).
 struct ClimaX::Work {
-  DeviceBuffer storage;
+  DeviceBuffer storage;    // f32 (everything in an fp32 run)
+  DeviceBuffer storage16;  // a 16-bit run: the rematerialised layer's 16-bit tensors
   float *targets = nullptr, *weights = nullptr, *row_loss = nullptr, *ones = nullptr, *lead_emb = nullptr;
   float* base = nullptr;
   float *dres = nullptr, *dC = nullptr, *d3C = nullptr, *dF = nullptr, *dX = nullptr, *dkv = nullptr;
@@ -120,9 +122,11 @@ void ClimaX::set_latitudes(const std::vector<float>& lat_deg) {
   backend_.copy_to_device(ws_->weights, 0, host.data(), host.size() * sizeof(float));
 }
 
-int64_t ClimaX::activation_bytes() const { return st_ ? static_cast<int64_t>(st_->storage.bytes()) : 0; }
+int64_t ClimaX::activation_bytes() const {
+  return st_ ? static_cast<int64_t>(st_->storage.bytes() + st_->storage16.bytes()) : 0;
+}
 int64_t ClimaX::workspace_bytes() const {
-  return (ws_ ? static_cast<int64_t>(ws_->storage.bytes()) : 0) + tp_.scratch_bytes();
+  return (ws_ ? static_cast<int64_t>(ws_->storage.bytes() + ws_->storage16.bytes()) : 0) + tp_.scratch_bytes();
 }
 
 void ClimaX::reserve(const HostBatch& capacity, bool training, int64_t head_chunk, int slots) {
@@ -155,16 +159,28 @@ void ClimaX::reserve(int64_t B, int64_t T, bool training, int64_t, int slots) {
 
   ws_ = std::make_unique<Work>();
   Work& w = *ws_;
-  w.storage = DeviceBuffer(backend_, DType::kF32, d.workspace_tensor_elems(), MemCategory::kWorkspace);
+  // An fp32 run: one f32 buffer, in today's order; a 16-bit run: the blocks' 16-bit tensors
+  // in a buffer of their own.
+  const DType act = d.act_dtype();
+  const bool one = act == DType::kF32;
+  const LayerDtypes dt = one ? LayerDtypes{} : d.layer_dtypes();
+  const TypedElems wsz = d.workspace_tensors(), ssz = d.stash();
+  w.storage = DeviceBuffer(backend_, DType::kF32, one ? wsz.total() : wsz.f32, MemCategory::kWorkspace);
+  if (!one) w.storage16 = DeviceBuffer(backend_, act, wsz.act, MemCategory::kWorkspace);
   tp_.reserve(N, C);
   WEFT_CHECK(tp_.scratch_bytes() == d.tp_scratch_elems() * static_cast<int64_t>(sizeof(float)),
              "tensor-parallel scratch {} bytes, the description says {} elements", tp_.scratch_bytes(),
              d.tp_scratch_elems());
   float* p = w.storage.data<float>();
   auto take = [&p](int64_t n) { return std::exchange(p, p + n); };
-  // The shared block's tensors, all f32 here (ClimaX keeps the emulated 16-bit storage: its
-  // tensors are rounded where they are written).
-  auto vtake = [&take](int64_t n, DType) { return View(take(n)); };
+  // The shared block's tensors: 16-bit pieces from the 16-bit buffer (`p16`), f32 ones from p.
+  char* p16 = static_cast<char*>(w.storage16.raw());
+  auto vtake = [&](int64_t n, DType t) {
+    if (t == DType::kF32) return View(take(n));
+    const View v(p16, t);
+    p16 += dtype_bytes(t, n);
+    return v;
+  };
   w.targets = take(N * K);
   w.weights = take(L * K);
   w.row_loss = take(B);
@@ -185,18 +201,21 @@ void ClimaX::reserve(int64_t B, int64_t T, bool training, int64_t, int slots) {
     w.dh0 = take(N * C);
     w.dh1 = take(N * C);
     if (d.recomputed_layers() > 0) {
-      float* att = take(B * NH * L * L);
-      carve_layer(w.layer, vtake, N, N, C, Cl, F, att, false, LayerDtypes{});
+      const View att = vtake(B * NH * L * L, dt.att);
+      carve_layer(w.layer, vtake, N, N, C, Cl, F, att, false, dt);
     }
   }
-  WEFT_CHECK(p == w.storage.data<float>() + d.workspace_tensor_elems(), "workspace layout {} != {}",
-             p - w.storage.data<float>(), d.workspace_tensor_elems());
+  WEFT_CHECK(p == w.storage.data<float>() + (one ? wsz.total() : wsz.f32) &&
+                 p16 == static_cast<char*>(w.storage16.raw()) + w.storage16.bytes(),
+             "workspace layout {} != {}", p - w.storage.data<float>(), wsz.f32);
   backend_.fill(w.ones, DType::kF32, 0, N, 1.0f);
 
   st_ = std::make_unique<Stash>();
   Stash& s = *st_;
-  s.storage = DeviceBuffer(backend_, DType::kF32, d.stash_elems(), MemCategory::kActivations);
+  s.storage = DeviceBuffer(backend_, DType::kF32, one ? ssz.total() : ssz.f32, MemCategory::kActivations);
+  if (!one) s.storage16 = DeviceBuffer(backend_, act, ssz.act, MemCategory::kActivations);
   p = s.storage.data<float>();
+  p16 = static_cast<char*>(s.storage16.raw());
   s.patches = take(V * N * P2);
   s.X = take(V * N * C);
   s.kv = take(V * N * 2 * Cl);
@@ -213,8 +232,8 @@ void ClimaX::reserve(int64_t B, int64_t T, bool training, int64_t, int slots) {
       a.res3 = take(N * C);
       continue;
     }
-    float* att = take(B * NH * L * L);
-    carve_layer(a, vtake, N, N, C, Cl, F, att, true, LayerDtypes{});
+    const View att = vtake(B * NH * L * L, dt.att);
+    carve_layer(a, vtake, N, N, C, Cl, F, att, true, dt);
   }
   s.lnf = take(N * C);
   s.lnf_mean = take(N);
@@ -224,8 +243,11 @@ void ClimaX::reserve(int64_t B, int64_t T, bool training, int64_t, int slots) {
     s.dec_act.push_back(take(N * C));
   }
   s.pred = take(N * K);
-  WEFT_CHECK(p == s.storage.data<float>() + d.stash_elems(), "activation layout {} != {}", p - s.storage.data<float>(),
-             d.stash_elems());
+  WEFT_CHECK(p == s.storage.data<float>() + (one ? ssz.total() : ssz.f32) &&
+                 p16 == static_cast<char*>(s.storage16.raw()) + s.storage16.bytes(),
+             "activation layout {} != {}", p - s.storage.data<float>(), ssz.f32);
+  // The typed ops' staging arena for the blocks' 16-bit tensors, reserved now.
+  if (d.staging_elems() > 0) backend_.staging(d.staging_elems());
   set_latitudes(lat_deg_);  // uploads the weights
 }
 

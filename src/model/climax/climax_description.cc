@@ -82,13 +82,15 @@ int64_t ClimaxDescription::front_stash_elems() const {
   return V_ * N_ * P2_ + V_ * N_ * C_ + V_ * N_ * 2 * Cl_ + Cl_ + N_ * NHl_ * V_ + N_ * Cl_ + s_.B + N_ * C_;
 }
 
-int64_t ClimaxDescription::layer_elems() const {
-  const int64_t N = N_, C = C_, Cl = Cl_, F = Fl_;
-  return N * C + 2 * N + N * 3 * Cl + s_.B * NHl_ * L_ * L_ + N * Cl + N * C + N * C + 2 * N + 2 * N * F + N * C;
+TypedElems ClimaxDescription::layer_elems(bool output) const {
+  // The shared block's LayerActs (model/block.h's carve_layer), the probabilities (B,NHl,L,L)
+  // included; no sequence parallelism (N rows everywhere).
+  return weft::layer_elems(N_, N_, C_, Cl_, Fl_, s_.B * NHl_ * L_ * L_, true, output, layer_dtypes());
 }
 
-int64_t ClimaxDescription::layer_stash_elems(int64_t i) const {
-  return i < rf_ ? N_ * C_ : layer_elems();  // a fully recomputed layer keeps its output only
+TypedElems ClimaxDescription::layer_stash(int64_t i) const {
+  if (i < rf_) return {0, N_ * C_};  // a fully recomputed layer keeps its output only (f32)
+  return layer_elems(true);
 }
 
 int64_t ClimaxDescription::back_stash_elems() const {
@@ -97,23 +99,33 @@ int64_t ClimaxDescription::back_stash_elems() const {
   return N_ * C_ + 2 * N_ + 2 * int64_t{climax_fields(s_.model).decoder_depth} * N_ * C_ + N_ * K_;
 }
 
-int64_t ClimaxDescription::stash_elems() const {
-  int64_t n = front_stash_elems() + back_stash_elems();
-  for (int64_t i = 0; i < s_.model.n_layer; ++i) n += layer_stash_elems(i);
-  return n;
+TypedElems ClimaxDescription::stash() const {
+  TypedElems e{0, front_stash_elems() + back_stash_elems()};
+  for (int64_t i = 0; i < s_.model.n_layer; ++i) e += layer_stash(i);
+  return e;
 }
 
-int64_t ClimaxDescription::workspace_tensor_elems() const {
+int64_t ClimaxDescription::staging_elems() const {
+  if (s_.precision == Precision::kFp32 || s_.model.n_layer == 0) return 0;
+  BlockStaging k;
+  k.N = k.Nl = N_, k.C = C_, k.Cl = Cl_, k.F = Fl_, k.att = s_.B * NHl_ * L_ * L_;
+  k.tp = s_.tp;
+  k.training = s_.training;
+  k.dt = layer_dtypes();  // the gradient scratch stays f32
+  return block_staging_elems(k);
+}
+
+TypedElems ClimaxDescription::workspace_tensors() const {
   const int64_t N = N_, C = C_, Cl = Cl_, F = Fl_;
   // Both modes: targets (N,K), weights (L,K) of one sample, row losses (B), ones (N), the lead embedding (B,C),
   // the residual base (N,C).
-  int64_t n = N * K_ + L_ * K_ + s_.B + N + s_.B * C + N * C;
-  if (!s_.training) return n;
+  TypedElems e{0, N * K_ + L_ * K_ + s_.B + N + s_.B * C + N * C};
+  if (!s_.training) return e;
   // dres, dC (N,C), d3C (N,3Cl), dF (N,F); dX (V,N,C), dkv (V,N,2Cl), dagg (N,Cl), dq (Cl),
   // dquery (C), dlead (B,C); the decoder's two (N,C).
-  n += 2 * N * C + N * 3 * Cl + N * F + V_ * N * C + V_ * N * 2 * Cl + N * Cl + Cl + C + s_.B * C + 2 * N * C;
-  if (rf_ > 0) n += layer_elems() - N * C;  // the rematerialised layer (its output stays in the stash)
-  return n;
+  e.f32 += 2 * N * C + N * 3 * Cl + N * F + V_ * N * C + V_ * N * 2 * Cl + N * Cl + Cl + C + s_.B * C + 2 * N * C;
+  if (rf_ > 0) e += layer_elems(false);  // the rematerialised layer (its output stays in the stash)
+  return e;
 }
 
 EndsWork ClimaxDescription::ends_work() const {

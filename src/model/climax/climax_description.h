@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "core/precision.h"
+#include "model/block.h"
 #include "model/config.h"
 #include "model/description.h"
 #include "parallel/recompute.h"
@@ -51,17 +52,27 @@ class ClimaxDescription {
 
   // --- activations and workspace: elements of one micro-batch on this rank ---
   int64_t tokens() const { return N_; }
+  // The blocks' tensors follow model/block.h's storage policy (LayerDtypes: the storage
+  // precision for what their ops write once); ClimaX's own tensors (front, back) and the
+  // gradient scratch are f32 (rounded where written in a 16-bit run).
+  LayerDtypes layer_dtypes() const { return LayerDtypes::of(s_.precision, false, false); }
+  DType act_dtype() const { return dtype_of(s_.precision); }
   int64_t front_stash_elems() const;
-  int64_t layer_stash_elems(int64_t i) const;  // local layer i
+  int64_t layer_stash_elems(int64_t i) const { return layer_stash(i).total(); }  // local layer i
+  TypedElems layer_stash(int64_t i) const;
   int64_t back_stash_elems() const;
-  int64_t stash_elems() const;
-  int64_t workspace_tensor_elems() const;  // the model's own scratch
+  TypedElems stash() const;
+  TypedElems workspace_tensors() const;  // the model's own scratch
+  int64_t stash_elems() const { return stash().total(); }
+  int64_t workspace_tensor_elems() const { return workspace_tensors().total(); }
   int64_t tp_scratch_elems() const;        // the tensor-parallel layers' scratch
   int64_t workspace_elems() const { return workspace_tensor_elems() + tp_scratch_elems(); }
   int64_t recomputed_layers() const { return rf_; }
-  static constexpr int64_t kBytesPerElement = sizeof(float);
-  int64_t stash_bytes() const { return kBytesPerElement * stash_elems(); }
-  int64_t workspace_bytes() const { return kBytesPerElement * workspace_elems(); }
+  // The typed ops' staging arena of a 16-bit run (the blocks' calls; GptDescription's).
+  int64_t staging_elems() const;
+  int64_t stash_bytes() const { return stash().bytes(act_dtype()); }
+  int64_t workspace_bytes() const { return workspace_tensors().bytes(act_dtype()) + 4 * tp_scratch_elems(); }
+  int64_t staging_bytes() const { return 4 * staging_elems(); }
   // The variable aggregation's tensor-parallel all-reduce in backward: V N C elements (V times a
   // block's), the gradient of the variable tokens.
   int64_t aggregation_grad_elems() const { return int64_t{s_.model.vars} * N_ * s_.model.n_embd; }
@@ -86,7 +97,7 @@ class ClimaxDescription {
   AcceleratorMemory accelerator_memory(const AcceleratorOptions& o) const;
 
  private:
-  int64_t layer_elems() const;  // a layer's stash without recompute
+  TypedElems layer_elems(bool output) const;  // a layer's stash without recompute (its output if `output`)
   ClimaxRunSpec s_;
   int64_t N_ = 0, L_ = 0, C_ = 0, Cl_ = 0, Fl_ = 0, NHl_ = 0, V_ = 0, K_ = 0, P2_ = 0, rf_ = 0;
 };

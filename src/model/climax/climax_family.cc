@@ -171,6 +171,9 @@ class ClimaxModelDescription final : public ModelDescription {
   }
   int64_t stash_elems() const override { return d_.stash_elems(); }
   int64_t workspace_elems() const override { return d_.workspace_elems(); }
+  int64_t stash_bytes() const override { return d_.stash_bytes(); }
+  int64_t workspace_bytes() const override { return d_.workspace_bytes(); }
+  int64_t staging_bytes() const override { return d_.staging_bytes(); }
   int64_t residual_elems() const override { return 0; }
   int64_t tokens() const override { return d_.tokens(); }
   int64_t part_layers() const override { return d_.spec().model.n_layer; }

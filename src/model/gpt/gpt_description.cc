@@ -180,47 +180,17 @@ int64_t st(DType dt, int64_t n) { return dt == DType::kF32 ? 0 : n; }
 }  // namespace
 
 int64_t GptDescription::block_staging_elems() const {
-  // Every call of model/block.cc (through parallel/tp/layers.cc) with its 16-bit operands; the
-  // layer's input x and output res3, dres, the tp scratch and the statistics are f32.
-  const LayerDtypes dt = layer_dtypes();
-  const DType a = dt.act, ln = dt.ln, at = dt.att, dC = dC_dtype();
-  const int64_t N = N_, Nl = Nl_, C = C_, Cl = Cl_, F = Fl_, A = att_stats_elems();
-  const bool tp1 = s_.tp == 1;
-  int64_t m = 0;
-  const auto call = [&m](int64_t n) { m = std::max(m, n); };
-  // --- forward (again for a fully recomputed layer) ---
-  call(sp_ ? 0 : st(ln, N * C));                                          // layernorm_forward -> ln1
-  call(st(a, N * 3 * Cl) + st(ln, N * C));                                // qkv = ln1 @ w
-  call(st(a, N * Cl + N * 3 * Cl) + (s_.attention_lse ? 0 : st(at, A)));  // attention
-  if (tp1) {
-    call(st(a, N * C) + st(ln, N * C) + st(a, N * Cl));  // matmul_residual_layernorm_forward
-  } else {
-    call(st(a, N * Cl));  // partial = atty @ w
-    if (sp_) {
-      call(st(a, Nl * C));  // res2 = res + y, then its LayerNorm's rows
-    } else {
-      call(st(a, N * C) + st(ln, N * C));  // residual_layernorm_forward
-    }
-  }
-  call(st(a, 2 * N * F) + st(ln, N * C));  // matmul_gelu_forward
-  // res3: at tp 1 add_bias(res3, res2) then the product of fch_gelu; at tp > 1 the product into
-  // the partial sums, then add(res3, res2, y).
-  call(std::max(st(a, tp1 ? N * C : Nl * C), st(a, N * F)));
-  if (!s_.training) return m;
-  // --- backward ---
-  call(st(a, 3 * N * F));                              // matmul_gelu_backward -> dF
-  call(st(dC, N * C) + st(a, N * F) + st(ln, N * C));  // fc's matmul_backward -> dC
-  call((sp_ ? 0 : st(dC, N * C)) + st(a, Nl * C));     // ln2's layernorm_backward
-  if (selective_) call(st(a, N * Cl) + st(at, A) + st(a, N * 3 * Cl));  // the recomputed probabilities
-  call(st(dC, N * Cl) + st(a, N * Cl));                                // attn proj's matmul_backward -> dC
-  if (s_.attention_lse) {
-    call(st(a, 2 * N * 3 * Cl + N * Cl) + st(dC, N * Cl));  // attention_backward_lse
-  } else {
-    call(st(a, 2 * N * 3 * Cl) + st(dC, N * Cl) + st(at, A));  // attention_backward
-  }
-  call(st(dC, N * C) + st(a, N * 3 * Cl) + st(ln, N * C));  // qkv's matmul_backward -> dC
-  call(sp_ ? 0 : st(dC, N * C));                            // ln1's layernorm_backward
-  return m;
+  BlockStaging k;
+  k.N = N_, k.Nl = Nl_, k.C = C_, k.Cl = Cl_, k.F = Fl_, k.att = att_stats_elems();
+  k.tp = s_.tp;
+  k.sequence_parallel = sp_;
+  k.attention_lse = s_.attention_lse;
+  k.training = s_.training;
+  k.selective = selective_;
+  k.dt = layer_dtypes();
+  k.dC = dC_dtype();
+  k.d3C = k.dF = act_dtype();
+  return weft::block_staging_elems(k);
 }
 
 int64_t GptDescription::head_staging_elems() const {
