@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "comm/codec_spec.h"
 #include "model/family.h"
 #include "model/params.h"
 #include "parallel/dp/data_parallel.h"
@@ -62,6 +63,14 @@ void add_states(Elems& e, const WeftRunShape& r, const StoreGroups& sp, const St
       break;
   }
   if (r.master_weights) e.optimizer += l.zero == 0 ? n : own;
+  // Coded parameter all-gathers ([compression] params, or a 16-bit run's storage wires): the
+  // compressed communicator's send and receive wires while a gather is in flight: ZeRO-1/2's
+  // gather of the chunk after the step, ZeRO-3's of a group (group 0 and the prefetched others).
+  if (l.zero >= 1 && dp > 1 && !l.compression.params.off()) {
+    const auto wire = [&l](int64_t k) { return static_cast<double>(codec_wire_bytes(l.compression.params, k)) / 4.0; };
+    const auto gather = [&](int64_t g) { return wire((g + ds - 1) / ds) + wire(g); };
+    e.comm += l.zero <= 2 ? gather(n) : gather(g0) + (DataParallel::param_slots(r.prefetch) - 1) * gather(max_other);
+  }
   if (l.zero == 3 && r.zeropp.active()) {  // the store's exact ZeRO++ buffers
     const ParamLayout layout = param_layout(r.model, l.tp, 0, part);
     std::vector<std::pair<int64_t, int64_t>> groups;
@@ -114,7 +123,16 @@ Elems rank_elems(const WeftRunShape& r, int stage, int dp_rank) {
   // Pipeline: the receive buffers (kPipeRecvAhead posted ahead + the one in use), and (at
   // least) one send buffer (1/t of the activations with the scatter-gather of tp > 1 without sp).
   const bool sp = l.sequence_parallel && t > 1;
-  if (p > 1) e.comm += (kPipeRecvAhead + 1.0) * message + (t > 1 && !sp ? message / t : message);
+  if (p > 1) {
+    const int64_t send = t > 1 && !sp ? message / t : message;
+    e.comm += (kPipeRecvAhead + 1.0) * static_cast<double>(message) + static_cast<double>(send);
+    // A coded pipeline ([compression] pp, or a 16-bit run's storage wires): the compressed
+    // communicator holds each transfer's wire beside its buffer (comm/compressed_comm.cc).
+    if (!l.compression.pp.off()) {
+      const auto wire = [&l](int64_t n) { return static_cast<double>(codec_wire_bytes(l.compression.pp, n)) / 4.0; };
+      e.comm += (kPipeRecvAhead + 1.0) * wire(message) + wire(send);
+    }
+  }
   return e;
 }
 

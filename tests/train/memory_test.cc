@@ -76,6 +76,42 @@ TEST_F(MemoryRuns, TinyLayoutsMatchTheModel) {
   }
 }
 
+// 16-bit storage (issue 32): the activations' 16-bit buffers, the staging arena in the workspace
+// and the 16-bit wires' buffers in comm, byte for byte on one rank, on tp 2 and where the wire
+// model is exact (pp 2 1F1B, ZeRO-2); ZeRO-3's over-predicted by up to 15% (its prefetched
+// groups' wires are counted as if in flight with group 0's; never under).
+TEST_F(MemoryRuns, SixteenBitStorageMatchesTheModel) {
+  struct Case {
+    int np;
+    std::string args;
+    double comm_tol;
+  };
+  const std::vector<Case> cases = {
+      {0, "--precision bf16", 0.0},
+      {0, "--precision fp16 --recompute full", 0.0},
+      {2, "--tp 2 --precision bf16 --recompute selective", 0.0},
+      {2, "--pp 2 --precision bf16", 0.0},
+      {2, "--dp 2 --zero 2 --precision bf16", 0.0},
+      {2, "--dp 2 --zero 3 --precision bf16", 0.15},
+  };
+  for (const auto& c : cases) {
+    const std::string out = *tmp / fmt::format("b16run{}", n);
+    RunResult r = train(c.np, c.args + " --steps 2 --val_batches 0 --out " + out);
+    ASSERT_EQ(r.code, 0) << c.args << ": " << r.err;
+    for (const auto& rk : report(out)) {
+      const auto& m = rk["measured"];
+      const auto& p = rk["predicted"];
+      const std::string who = fmt::format("{}, rank {}", c.args, rk["rank"].get<int>());
+      for (const char* k : {"params", "grads", "optimizer", "activations", "workspace"}) {
+        EXPECT_EQ(p[k].get<double>(), m[k].get<double>()) << who << ": " << k;
+      }
+      const double pc = p["comm"].get<double>(), mc = m["comm"].get<double>();
+      EXPECT_NEAR(pc, mc, c.comm_tol * mc) << who << ": comm";
+      EXPECT_GE(pc, mc) << who << ": comm under-predicted";
+    }
+  }
+}
+
 TEST_F(MemoryRuns, RecomputeKeepsLossesAndOrdersActivations) {
   // One rank and tp 2 x pp 2: none, selective, full.
   for (const auto& [np, layout] : std::vector<std::pair<int, std::string>>{{0, ""}, {4, "--tp 2 --pp 2"}}) {
