@@ -19,7 +19,10 @@
 
 namespace weft {
 
-struct CView;
+// Bytes of i elements of dt (whole bytes: not for int4).
+inline size_t view_offset(DType dt, int64_t i) {
+  return static_cast<size_t>(i) * static_cast<size_t>(dtype_bits(dt) / 8);
+}
 
 // A mutable view.
 struct View {
@@ -34,13 +37,12 @@ struct View {
   explicit operator bool() const { return data != nullptr; }
   bool f32() const { return dtype == DType::kF32; }
   // The view i elements further (i * element bytes; whole bytes only, so not for int4).
-  View at(int64_t i) const { return {static_cast<char*>(data) + offset_bytes(i), dtype}; }
+  View at(int64_t i) const { return {static_cast<char*>(data) + view_offset(dtype, i), dtype}; }
   // The fp32 pointer; InputError unless the view is f32 (or null).
   float* as_f32(const char* what = "tensor") const {
     if (data && dtype != DType::kF32) throw_input("{} is {}, where only f32 is supported", what, dtype_name(dtype));
     return static_cast<float*>(data);
   }
-  size_t offset_bytes(int64_t i) const { return static_cast<size_t>(i) * static_cast<size_t>(dtype_bits(dtype) / 8); }
 };
 
 // A read-only view (a View converts to it).
@@ -56,10 +58,7 @@ struct CView {
 
   explicit operator bool() const { return data != nullptr; }
   bool f32() const { return dtype == DType::kF32; }
-  CView at(int64_t i) const {
-    return {static_cast<const char*>(data) + static_cast<size_t>(i) * static_cast<size_t>(dtype_bits(dtype) / 8),
-            dtype};
-  }
+  CView at(int64_t i) const { return {static_cast<const char*>(data) + view_offset(dtype, i), dtype}; }
   const float* as_f32(const char* what = "tensor") const {
     if (data && dtype != DType::kF32) throw_input("{} is {}, where only f32 is supported", what, dtype_name(dtype));
     return static_cast<const float*>(data);

@@ -23,12 +23,8 @@ TypedElems layer_elems(int64_t N, int64_t Nl, int64_t C, int64_t Cl, int64_t F, 
   return e;
 }
 
-namespace {
-// The elements of an operand of dtype dt that a typed op stages (its 16-bit operands).
-int64_t st(DType dt, int64_t n) { return dt == DType::kF32 ? 0 : n; }
-}  // namespace
-
 int64_t block_staging_elems(const BlockStaging& k) {
+  const auto st = staged_elems;
   // Every call of forward() and backward() below (through parallel/tp/layers.cc) with its
   // 16-bit operands.
   const DType a = k.dt.act, ln = k.dt.ln, at = k.dt.att, dC = k.dC, d3C = k.d3C, dF = k.dF;

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/device_buffer.h"
 #include "core/error.h"
 #include "core/view.h"
 #include "model/config.h"
@@ -106,6 +107,8 @@ struct BlockStaging {
   LayerDtypes dt;          // the stash's
   DType dC = DType::kF32, d3C = DType::kF32, dF = DType::kF32;  // the gradient scratch's (BlockScratch)
 };
+// The elements a typed op stages of an operand of n elements of dtype dt: n for a 16-bit one.
+inline int64_t staged_elems(DType dt, int64_t n) { return dt == DType::kF32 ? 0 : n; }
 // The largest sum of one call's 16-bit operands over a layer's forward (again for a fully
 // recomputed layer) and, training, its backward (fp32 elements). The layer's input and output,
 // dres, the tp group's scratch and the statistics are f32.
@@ -140,6 +143,25 @@ class TypedCarver {
   float* f32_;
   TypedElems taken_;
 };
+
+// Allocates a stash or workspace of `want` elements by storage under category c: a buffer of the
+// activation dtype and an f32 one, or in an fp32 run one f32 buffer (today's order); then
+// fill(carver) takes the pieces, which must add up to `want` (RuntimeError naming `what`).
+template <class Fill>
+void carve_typed(Backend& be, DeviceBuffer& act, DeviceBuffer& f32, DType act_dtype, const TypedElems& want,
+                 MemCategory c, const char* what, Fill&& fill) {
+  const bool one = act_dtype == DType::kF32;
+  act = DeviceBuffer();
+  f32 = DeviceBuffer();
+  act = DeviceBuffer(be, act_dtype, one ? want.total() : want.act, c);
+  if (!one) f32 = DeviceBuffer(be, DType::kF32, want.f32, c);
+  TypedCarver take(act.raw(), act_dtype, one ? nullptr : f32.data<float>());
+  fill(take);
+  const TypedElems& got = take.taken();
+  WEFT_CHECK(one ? got.act == want.total() : got.act == want.act && got.f32 == want.f32,
+             "{} layout: {} {} + {} f32 elements, the description says {} + {}", what, got.act, dtype_name(act_dtype),
+             got.f32, want.act, want.f32);
+}
 
 // The gradient scratch of one micro-batch that the block's backward works in.
 struct BlockScratch {

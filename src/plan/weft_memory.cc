@@ -30,6 +30,9 @@ StageSpec chunk_part(const WeftRunShape& r, const std::vector<StageRange>& parts
   return StageSpec{part.first_layer, part.num_layers, g == 0, g == K - 1};
 }
 
+// A compressed communicator's wire of n floats under codec c, in fp32 elements (bytes / 4).
+double wire_elems(const CodecSpec& c, int64_t n) { return static_cast<double>(codec_wire_bytes(c, n)) / 4.0; }
+
 // A chunk's parameters, gradients and optimizer states under ZeRO (Rajbhandari et al. 2020,
 // sec. 5.1): contiguous shards of ceil(n / dp_shard) elements (HSDP: the dp_shard group; all
 // of dp without replicas), this rank's by its index in the group (dp rank % dp_shard);
@@ -67,8 +70,9 @@ void add_states(Elems& e, const WeftRunShape& r, const StoreGroups& sp, const St
   // compressed communicator's send and receive wires while a gather is in flight: ZeRO-1/2's
   // gather of the chunk after the step, ZeRO-3's of a group (group 0 and the prefetched others).
   if (l.zero >= 1 && dp > 1 && !l.compression.params.off()) {
-    const auto wire = [&l](int64_t k) { return static_cast<double>(codec_wire_bytes(l.compression.params, k)) / 4.0; };
-    const auto gather = [&](int64_t g) { return wire((g + ds - 1) / ds) + wire(g); };
+    const auto gather = [&](int64_t g) {
+      return wire_elems(l.compression.params, (g + ds - 1) / ds) + wire_elems(l.compression.params, g);
+    };
     e.comm += l.zero <= 2 ? gather(n) : gather(g0) + (DataParallel::param_slots(r.prefetch) - 1) * gather(max_other);
   }
   if (l.zero == 3 && r.zeropp.active()) {  // the store's exact ZeRO++ buffers
@@ -129,8 +133,7 @@ Elems rank_elems(const WeftRunShape& r, int stage, int dp_rank) {
     // A coded pipeline ([compression] pp, or a 16-bit run's storage wires): the compressed
     // communicator holds each transfer's wire beside its buffer (comm/compressed_comm.cc).
     if (!l.compression.pp.off()) {
-      const auto wire = [&l](int64_t n) { return static_cast<double>(codec_wire_bytes(l.compression.pp, n)) / 4.0; };
-      e.comm += (kPipeRecvAhead + 1.0) * wire(message) + wire(send);
+      e.comm += (kPipeRecvAhead + 1.0) * wire_elems(l.compression.pp, message) + wire_elems(l.compression.pp, send);
     }
   }
   return e;

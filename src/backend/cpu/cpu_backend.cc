@@ -62,14 +62,6 @@ inline float fast_tanh(float x) {
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 
-// f32_to_bf16 (core/precision.h), inline for the vector loops: round to nearest even, NaN stays
-// NaN (quiet).
-inline uint16_t bf16_bits(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
-  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
 class CpuBackend final : public Backend {
  public:
   ~CpuBackend() override { release_staging(); }
@@ -720,13 +712,13 @@ class CpuBackend final : public Backend {
     dequantize_blocks_ref(out, static_cast<const uint8_t*>(wire), n, q, accumulate);
   }
   // 16-bit casts (the wires' codecs and the typed ops' staging): the reference's bits
-  // (core/precision.h), in parallel vector loops for bf16 (and fp16 where the compiler has
+  // (core/precision.h), in parallel vector loops for bf16 (core/dtype.h's inline conversions) (and fp16 where the compiler has
   // _Float16, whose conversions the software reference equals: tests/core/half_fallback_test.cc).
   void encode_16(void* wire, const float* x, int64_t n, DType dt) override {
     uint16_t* w = static_cast<uint16_t*>(wire);
     if (dt == DType::kBF16) {
 #pragma omp parallel for simd schedule(static) if (n > (1 << 15))
-      for (int64_t i = 0; i < n; ++i) w[i] = bf16_bits(x[i]);
+      for (int64_t i = 0; i < n; ++i) w[i] = float_to_bf16(x[i]).bits;
       return;
     }
 #ifdef __FLT16_MAX__
@@ -743,7 +735,7 @@ class CpuBackend final : public Backend {
     if (dt == DType::kBF16) {
 #pragma omp parallel for simd schedule(static) if (n > (1 << 15))
       for (int64_t i = 0; i < n; ++i) {
-        const float v = std::bit_cast<float>(static_cast<uint32_t>(w[i]) << 16);
+        const float v = bf16_to_float(bf16{w[i]});
         out[i] = accumulate ? out[i] + v : v;
       }
       return;

@@ -24,8 +24,8 @@ std::vector<float> default_latitudes(int H) {
 
 // One micro-batch's activations (ClimaxDescription::stash_elems, in its order).
 struct ClimaX::Stash {
-  DeviceBuffer storage;    // f32 (everything in an fp32 run)
-  DeviceBuffer storage16;  // a 16-bit run: the blocks' 16-bit tensors
+  DeviceBuffer storage16;  // the storage dtype: the blocks' 16-bit tensors (everything in an fp32 run)
+  DeviceBuffer storage;    // a 16-bit run: the f32 tensors
   float *patches = nullptr, *X = nullptr, *kv = nullptr, *q = nullptr, *agg_att = nullptr, *agg_out = nullptr;
   float *lead = nullptr, *encoded = nullptr;
   std::vector<LayerActs> layers;
@@ -36,8 +36,8 @@ struct ClimaX::Stash {
 
 // Scratch (ClimaxDescription::workspace_tensor_elems, in its order).
 struct ClimaX::Work {
-  DeviceBuffer storage;    // f32 (everything in an fp32 run)
-  DeviceBuffer storage16;  // a 16-bit run: the rematerialised layer's 16-bit tensors
+  DeviceBuffer storage16;  // the storage dtype: the rematerialised layer's 16-bit tensors (everything in fp32)
+  DeviceBuffer storage;    // a 16-bit run: the f32 tensors
   float *targets = nullptr, *weights = nullptr, *row_loss = nullptr, *ones = nullptr, *lead_emb = nullptr;
   float* base = nullptr;
   float *dres = nullptr, *dC = nullptr, *d3C = nullptr, *dF = nullptr, *dX = nullptr, *dkv = nullptr;
@@ -159,35 +159,19 @@ void ClimaX::reserve(int64_t B, int64_t T, bool training, int64_t, int slots) {
 
   ws_ = std::make_unique<Work>();
   Work& w = *ws_;
-  // An fp32 run: one f32 buffer, in today's order; a 16-bit run: the blocks' 16-bit tensors
-  // in a buffer of their own.
+  // The blocks' tensors by model/block.h's policy (16-bit buffers in a 16-bit run), ClimaX's own f32.
   const DType act = d.act_dtype();
-  const bool one = act == DType::kF32;
-  const LayerDtypes dt = one ? LayerDtypes{} : d.layer_dtypes();
-  const TypedElems wsz = d.workspace_tensors(), ssz = d.stash();
-  w.storage = DeviceBuffer(backend_, DType::kF32, one ? wsz.total() : wsz.f32, MemCategory::kWorkspace);
-  if (!one) w.storage16 = DeviceBuffer(backend_, act, wsz.act, MemCategory::kWorkspace);
-  tp_.reserve(N, C);
-  WEFT_CHECK(tp_.scratch_bytes() == d.tp_scratch_elems() * static_cast<int64_t>(sizeof(float)),
-             "tensor-parallel scratch {} bytes, the description says {} elements", tp_.scratch_bytes(),
-             d.tp_scratch_elems());
-  float* p = w.storage.data<float>();
-  auto take = [&p](int64_t n) { return std::exchange(p, p + n); };
-  // The shared block's tensors: 16-bit pieces from the 16-bit buffer (`p16`), f32 ones from p.
-  char* p16 = static_cast<char*>(w.storage16.raw());
-  auto vtake = [&](int64_t n, DType t) {
-    if (t == DType::kF32) return View(take(n));
-    const View v(p16, t);
-    p16 += dtype_bytes(t, n);
-    return v;
-  };
-  w.targets = take(N * K);
-  w.weights = take(L * K);
-  w.row_loss = take(B);
-  w.ones = take(N);
-  w.lead_emb = take(B * C);
-  w.base = take(N * C);
-  if (training) {
+  const LayerDtypes dt = d.layer_dtypes();
+  carve_typed(backend_, w.storage16, w.storage, act, d.workspace_tensors(), MemCategory::kWorkspace, "workspace",
+              [&](TypedCarver& vtake) {
+    const auto take = [&vtake](int64_t n) { return static_cast<float*>(vtake(n, DType::kF32).data); };
+    w.targets = take(N * K);
+    w.weights = take(L * K);
+    w.row_loss = take(B);
+    w.ones = take(N);
+    w.lead_emb = take(B * C);
+    w.base = take(N * C);
+    if (!training) return;
     w.dres = take(N * C);
     w.dC = take(N * C);
     w.d3C = take(N * 3 * Cl);
@@ -204,48 +188,46 @@ void ClimaX::reserve(int64_t B, int64_t T, bool training, int64_t, int slots) {
       const View att = vtake(B * NH * L * L, dt.att);
       carve_layer(w.layer, vtake, N, N, C, Cl, F, att, false, dt);
     }
-  }
-  WEFT_CHECK(p == w.storage.data<float>() + (one ? wsz.total() : wsz.f32) &&
-                 p16 == static_cast<char*>(w.storage16.raw()) + w.storage16.bytes(),
-             "workspace layout {} != {}", p - w.storage.data<float>(), wsz.f32);
+  });
+  tp_.reserve(N, C);
+  WEFT_CHECK(tp_.scratch_bytes() == d.tp_scratch_elems() * static_cast<int64_t>(sizeof(float)),
+             "tensor-parallel scratch {} bytes, the description says {} elements", tp_.scratch_bytes(),
+             d.tp_scratch_elems());
   backend_.fill(w.ones, DType::kF32, 0, N, 1.0f);
 
   st_ = std::make_unique<Stash>();
   Stash& s = *st_;
-  s.storage = DeviceBuffer(backend_, DType::kF32, one ? ssz.total() : ssz.f32, MemCategory::kActivations);
-  if (!one) s.storage16 = DeviceBuffer(backend_, act, ssz.act, MemCategory::kActivations);
-  p = s.storage.data<float>();
-  p16 = static_cast<char*>(s.storage16.raw());
-  s.patches = take(V * N * P2);
-  s.X = take(V * N * C);
-  s.kv = take(V * N * 2 * Cl);
-  s.q = take(Cl);
-  s.agg_att = take(N * NH * V);
-  s.agg_out = take(N * Cl);
-  s.lead = take(B);
-  s.encoded = take(N * C);
-  s.layers.resize(static_cast<size_t>(c.n_layer));
-  for (int i = 0; i < c.n_layer; ++i) {
-    LayerActs& a = s.layers[static_cast<size_t>(i)];
-    if (training && full_recompute(i)) {
-      a = w.layer;  // everything but the output lives in the workspace
-      a.res3 = take(N * C);
-      continue;
+  carve_typed(backend_, s.storage16, s.storage, act, d.stash(), MemCategory::kActivations, "activation",
+              [&](TypedCarver& vtake) {
+    const auto take = [&vtake](int64_t n) { return static_cast<float*>(vtake(n, DType::kF32).data); };
+    s.patches = take(V * N * P2);
+    s.X = take(V * N * C);
+    s.kv = take(V * N * 2 * Cl);
+    s.q = take(Cl);
+    s.agg_att = take(N * NH * V);
+    s.agg_out = take(N * Cl);
+    s.lead = take(B);
+    s.encoded = take(N * C);
+    s.layers.resize(static_cast<size_t>(c.n_layer));
+    for (int i = 0; i < c.n_layer; ++i) {
+      LayerActs& a = s.layers[static_cast<size_t>(i)];
+      if (training && full_recompute(i)) {
+        a = w.layer;  // everything but the output lives in the workspace
+        a.res3 = take(N * C);
+        continue;
+      }
+      const View att = vtake(B * NH * L * L, dt.att);
+      carve_layer(a, vtake, N, N, C, Cl, F, att, true, dt);
     }
-    const View att = vtake(B * NH * L * L, dt.att);
-    carve_layer(a, vtake, N, N, C, Cl, F, att, true, dt);
-  }
-  s.lnf = take(N * C);
-  s.lnf_mean = take(N);
-  s.lnf_rstd = take(N);
-  for (int dd = 0; dd < climax_fields(c).decoder_depth; ++dd) {
-    s.dec_pre.push_back(take(N * C));
-    s.dec_act.push_back(take(N * C));
-  }
-  s.pred = take(N * K);
-  WEFT_CHECK(p == s.storage.data<float>() + (one ? ssz.total() : ssz.f32) &&
-                 p16 == static_cast<char*>(s.storage16.raw()) + s.storage16.bytes(),
-             "activation layout {} != {}", p - s.storage.data<float>(), ssz.f32);
+    s.lnf = take(N * C);
+    s.lnf_mean = take(N);
+    s.lnf_rstd = take(N);
+    for (int dd = 0; dd < climax_fields(c).decoder_depth; ++dd) {
+      s.dec_pre.push_back(take(N * C));
+      s.dec_act.push_back(take(N * C));
+    }
+    s.pred = take(N * K);
+  });
   // The typed ops' staging arena for the blocks' 16-bit tensors, reserved now.
   if (d.staging_elems() > 0) backend_.staging(d.staging_elems());
   set_latitudes(lat_deg_);  // uploads the weights

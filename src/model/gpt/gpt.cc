@@ -131,7 +131,8 @@ void GPT::build_workspace(const GptDescription& d) {
   ws_.storage = DeviceBuffer();
   ws_.storage32 = DeviceBuffer();
   ws_.tokens = DeviceBuffer();
-  carve(ws_.storage, ws_.storage32, d.workspace_tensors(), MemCategory::kWorkspace, "workspace", [&](TypedCarver& take) {
+  carve_typed(backend_, ws_.storage, ws_.storage32, act_dtype_, d.workspace_tensors(), MemCategory::kWorkspace,
+              "workspace", [&](TypedCarver& take) {
     const auto f32 = [&take](int64_t n) { return static_cast<float*>(take(n, DType::kF32).data); };
     ws_.losses = head ? f32(N) : nullptr;
     ws_.logits = head ? f32(head_chunk * Vp) : nullptr;
@@ -159,22 +160,6 @@ void GPT::build_workspace(const GptDescription& d) {
   if (d.staging_elems() > 0) backend_.staging(d.staging_elems());
 }
 
-template <class Fill>
-void GPT::carve(DeviceBuffer& act, DeviceBuffer& f32, const TypedElems& want, MemCategory c, const char* what,
-                Fill&& fill) {
-  const bool one = act_dtype_ == DType::kF32;  // an fp32 run: one buffer, today's order
-  act = DeviceBuffer();
-  f32 = DeviceBuffer();
-  act = DeviceBuffer(backend_, act_dtype_, one ? want.total() : want.act, c);
-  if (!one) f32 = DeviceBuffer(backend_, DType::kF32, want.f32, c);
-  TypedCarver take(act.raw(), act_dtype_, one ? nullptr : f32.data<float>());
-  fill(take);
-  const TypedElems& got = take.taken();
-  WEFT_CHECK(one ? got.act == want.total() : got.act == want.act && got.f32 == want.f32,
-             "{} layout: {} {} + {} f32 elements, the description says {} + {}", what, got.act, dtype_name(act_dtype_),
-             got.f32, want.act, want.f32);
-}
-
 void GPT::build_stash(Activations& A) {
   const ModelConfig& c = config();
   const int64_t B = ws_.B, T = ws_.T, N = B * T, C = c.n_embd, F = tp_.part(c.ffn), NH = tp_.part(c.n_head);
@@ -183,7 +168,8 @@ void GPT::build_stash(Activations& A) {
   const int64_t att_stats = attn_lse_ ? B * NH * T : B * NH * T * T;  // lse or probabilities
   const bool selective = acts_training_ && recompute_ == Recompute::kSelective && !attn_lse_;
   A.built = true;
-  carve(A.storage, A.storage32, slot_, MemCategory::kActivations, "activation", [&](TypedCarver& take) {
+  carve_typed(backend_, A.storage, A.storage32, act_dtype_, slot_, MemCategory::kActivations, "activation",
+              [&](TypedCarver& take) {
     const auto f32 = [&take](int64_t n) { return static_cast<float*>(take(n, DType::kF32).data); };
     A.encoded = f32(Nl * C);
     A.layers.resize(static_cast<size_t>(nl));

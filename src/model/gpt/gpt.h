@@ -224,11 +224,6 @@ class GPT final : public Model {
   bool full_recompute(int i) const { return recompute_ == Recompute::kFull && (full_layers_ < 0 || i < full_layers_); }
   // The backward from the stage's top (the loss on the last stage, dy otherwise) to its input.
   double backward_part(const float* dy, int64_t B, int64_t T, float loss_scale);
-  // Carves a stash or workspace of `want` elements by storage out of its two buffers, allocated
-  // here under category c; fill(carver) takes the pieces, which must add up to `want`.
-  template <class Fill>
-  void carve(DeviceBuffer& act, DeviceBuffer& f32, const TypedElems& want, MemCategory c, const char* what,
-             Fill&& fill);
   void use_slot(int slot);  // makes slot `slot` current, allocating it on first use
   // The output head and loss over rows [0, N) of lnf, chunk by chunk; with dloss != 0 also
   // dwte and dlnf (into ws_.dC, summed over tp as far as head_.input_grad() leaves it).

@@ -174,11 +174,6 @@ int64_t GptDescription::staging_elems() const {
   return std::max(nl_ > 0 ? block_staging_elems() : 0, s_.stage.head ? head_staging_elems() : 0);
 }
 
-namespace {
-// The elements of an operand of dtype dt that a typed op stages (its 16-bit operands).
-int64_t st(DType dt, int64_t n) { return dt == DType::kF32 ? 0 : n; }
-}  // namespace
-
 int64_t GptDescription::block_staging_elems() const {
   BlockStaging k;
   k.N = N_, k.Nl = Nl_, k.C = C_, k.Cl = Cl_, k.F = Fl_, k.att = att_stats_elems();
@@ -198,6 +193,7 @@ int64_t GptDescription::head_staging_elems() const {
   // products and ln_f's backward.
   const DType ln = layer_dtypes().ln, dC = dC_dtype();
   const int64_t N = N_, C = C_, h = head_chunk_;
+  const auto st = staged_elems;
   int64_t m = std::max(sp_ ? 0 : st(ln, N * C), st(ln, h * C));  // ln_f; logits = lnf rows @ wte^T
   if (s_.training) {
     m = std::max({m, st(ln, h * C), st(dC, h * C)});  // dwte += dlogits^T lnf; dlnf = dlogits wte
