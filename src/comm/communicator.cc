@@ -30,4 +30,14 @@ const char* comm_dtype_name(CommDType t) {
   throw_runtime("comm_dtype_name: unknown CommDType {}", static_cast<int>(t));
 }
 
+CommDType comm_dtype_of(DType t) {
+  switch (t) {
+    case DType::kF32: return CommDType::kF32;
+    case DType::kBF16: return CommDType::kBF16;
+    case DType::kF16: return CommDType::kF16;
+    default: break;
+  }
+  throw_input("no wire type for a {} tensor (f32, bf16 and f16 only)", dtype_name(t));
+}
+
 }  // namespace weft

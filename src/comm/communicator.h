@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
+
 namespace weft {
 
 class Tracer;
@@ -28,6 +30,9 @@ class Tracer;
 enum class CommDType { kF32, kF64, kI32, kI64, kU8, kBF16, kF16 };
 size_t comm_dtype_size(CommDType t);
 const char* comm_dtype_name(CommDType t);  // "f32", "f64", "i32", "i64", "u8", "bf16", "f16"
+
+// The wire type of a float tensor's dtype (f32, bf16, f16; InputError for any other).
+CommDType comm_dtype_of(DType t);
 
 enum class ReduceOp { kSum, kMax, kMin };
 

@@ -148,7 +148,7 @@ class Engine {
   void to_local(const Chunk& ch, const float* whole, float* local) const;
   void to_whole(const Chunk& ch, const float* local, float* whole);
   void to_whole_model(const std::function<void(Chunk&, float*)>& local, float* whole);
-  void load_params(Chunk& ch, float* fp32);
+  void load_params(Chunk& ch, const float* fp32);
   double run_micro_batches(const BatchFn& batch, float loss_scale, PipeStepStats& pipe);
   double grad_norm_sq();
   void carry_feedback(bool applied, double step_scale);

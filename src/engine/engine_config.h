@@ -62,6 +62,7 @@ struct EngineConfig {
     c.zero = layout.zero;
     c.dp_replicate = layout.dp_replicate;
     c.training = training;
+    c.param_dtype = dtype_of(precision);
     return c;
   }
 };

@@ -11,14 +11,6 @@
 
 namespace weft {
 
-namespace {
-// x (n, host memory) rounded to the storage precision, as Backend::round_to rounds device memory.
-void round_host(float* x, int64_t n, Precision p) {
-  if (p == Precision::kFp32) return;
-  for (int64_t i = 0; i < n; ++i) x[i] = round_to(p, x[i]);
-}
-}  // namespace
-
 void Engine::to_local(const Chunk& ch, const float* whole, float* local) const {
   if (cfg_.layout.tp == 1 && cfg_.layout.pp == 1) {
     std::memcpy(local, whole, static_cast<size_t>(ch.n()) * sizeof(float));
@@ -73,10 +65,10 @@ void Engine::to_whole_model(const std::function<void(Chunk&, float*)>& local, fl
 }
 
 // A chunk's parameters from fp32 values (this rank's part, whole): with 16-bit storage the
-// optimizer keeps the fp32 values of its range as master weights, the model the rounded ones.
-void Engine::load_params(Chunk& ch, float* fp32) {
+// optimizer keeps the fp32 values of its range as master weights, the model the rounded ones
+// (the store's 16-bit working parameters).
+void Engine::load_params(Chunk& ch, const float* fp32) {
   if (ch.optim) ch.optim->use_master_weights(cfg_.precision, fp32 + ch.optim->begin(), /*from_host=*/true);
-  round_host(fp32, ch.n(), cfg_.precision);
   ch.store->load_full_params(fp32);
 }
 
@@ -88,9 +80,8 @@ void Engine::init_params(uint64_t seed) {
       const int64_t n = ch.store->shard_end() - ch.store->shard_begin();
       std::vector<float> shard(static_cast<size_t>(n));
       init_params_range(ch.model->layout(), seed, ch.store->shard_begin(), ch.store->shard_end(), shard.data());
-      backend_.copy_to_device(ch.store->opt_params(), 0, shard.data(), static_cast<size_t>(n) * sizeof(float));
-      if (ch.optim) ch.optim->use_master_weights(cfg_.precision, ch.store->opt_params(), /*from_host=*/false);
-      backend_.round_to(ch.store->opt_params(), ch.store->shard_end() - ch.store->shard_begin(), cfg_.precision);
+      if (ch.optim) ch.optim->use_master_weights(cfg_.precision, shard.data(), /*from_host=*/true);
+      ch.store->load_shard_params(shard.data());  // rounded to the working parameters' dtype
     } else {
       Buffer<float> full(static_cast<size_t>(ch.n()));
       weft::init_params(ch.model->layout(), seed, full.data());

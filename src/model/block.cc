@@ -26,41 +26,46 @@ TypedElems layer_elems(int64_t N, int64_t Nl, int64_t C, int64_t Cl, int64_t F, 
 int64_t block_staging_elems(const BlockStaging& k) {
   const auto st = staged_elems;
   // Every call of forward() and backward() below (through parallel/tp/layers.cc) with its
-  // 16-bit operands.
+  // 16-bit operands: activations, scratch, and the weights and biases it reads (w).
   const DType a = k.dt.act, ln = k.dt.ln, at = k.dt.att, dC = k.dC, d3C = k.d3C, dF = k.dF;
   const int64_t N = k.N, Nl = k.Nl, C = k.C, Cl = k.Cl, F = k.F, A = k.att;
   const bool tp1 = k.tp == 1, sp = k.sequence_parallel;
+  const auto w = [&k](int64_t n) { return staged_elems(k.w, n); };
   int64_t m = 0;
   const auto call = [&m](int64_t n) { m = std::max(m, n); };
   // --- forward ---
-  call(sp ? 0 : st(ln, N * C));                                         // layernorm_forward -> ln1
-  call(st(a, N * 3 * Cl) + st(ln, N * C));                              // qkv = ln1 @ w
+  call((sp ? 0 : st(ln, N * C)) + w(2 * C));                            // layernorm_forward -> ln1
+  call(st(a, N * 3 * Cl) + st(ln, N * C) + w(C * 3 * Cl + 3 * Cl));     // qkv = ln1 @ w + b
   call(st(a, N * Cl + N * 3 * Cl) + (k.attention_lse ? 0 : st(at, A)));  // attention
   if (tp1) {
-    call(st(a, N * C) + st(ln, N * C) + st(a, N * Cl));  // matmul_residual_layernorm_forward
+    // matmul_residual_layernorm_forward: attn proj's w, b and ln_2's w, b
+    call(st(a, N * C) + st(ln, N * C) + st(a, N * Cl) + w(Cl * C + C + 2 * C));
   } else {
-    call(st(a, N * Cl));  // partial = atty @ w
+    call(st(a, N * Cl) + w(Cl * C));  // partial = atty @ w
+    call(w(C));                       // its bias, after the reduction
     if (sp) {
-      call(st(a, Nl * C));  // res2 = res + y, then its LayerNorm's rows
+      call(st(a, Nl * C));             // res2 = res + y
+      call(st(a, Nl * C) + w(2 * C));  // its LayerNorm's rows
     } else {
-      call(st(a, N * C) + st(ln, N * C));  // residual_layernorm_forward
+      call(st(a, N * C) + st(ln, N * C) + w(2 * C));  // residual_layernorm_forward
     }
   }
-  call(st(a, 2 * N * F) + st(ln, N * C));  // matmul_gelu_forward
-  // res3: at tp 1 add_bias(res3, res2) then the product of fch_gelu; at tp > 1 the product into
-  // the partial sums, then add(res3, res2, y).
-  call(std::max(st(a, tp1 ? N * C : Nl * C), st(a, N * F)));
+  call(st(a, 2 * N * F) + st(ln, N * C) + w(C * F + F));  // matmul_gelu_forward
+  // res3: at tp 1 add_bias(res3, res2, b) then the product of fch_gelu; at tp > 1 the product into
+  // the partial sums, its bias, then add(res3, res2, y).
+  call(st(a, N * F) + w(F * C));
+  call(tp1 ? st(a, N * C) + w(C) : std::max(w(C), st(a, Nl * C)));
   if (!k.training) return m;
   // --- backward ---
-  call(st(dF, N * F) + st(a, 2 * N * F));                   // matmul_gelu_backward -> dF
-  call(st(dC, N * C) + st(dF, N * F) + st(ln, N * C));      // fc's matmul_backward -> dC
-  call((sp ? 0 : st(dC, N * C)) + st(a, Nl * C));           // ln2's layernorm_backward
+  call(st(dF, N * F) + st(a, 2 * N * F) + w(F * C));             // matmul_gelu_backward -> dF
+  call(st(dC, N * C) + st(dF, N * F) + st(ln, N * C) + w(C * F));  // fc's matmul_backward -> dC
+  call((sp ? 0 : st(dC, N * C)) + st(a, Nl * C) + w(C));         // ln2's layernorm_backward
   if (k.selective) call(st(d3C, N * Cl) + st(at, A) + st(a, N * 3 * Cl));  // the recomputed probabilities
-  call(st(dC, N * Cl) + st(a, N * Cl));                     // attn proj's matmul_backward -> dC
+  call(st(dC, N * Cl) + st(a, N * Cl) + w(Cl * C));             // attn proj's matmul_backward -> dC
   call(st(d3C, N * 3 * Cl) + st(a, N * 3 * Cl) + st(dC, N * Cl) +
-       (k.attention_lse ? st(a, N * Cl) : st(at, A)));      // attention's backward
-  call(st(dC, N * C) + st(d3C, N * 3 * Cl) + st(ln, N * C));  // qkv's matmul_backward -> dC
-  call(sp ? 0 : st(dC, N * C));                             // ln1's layernorm_backward
+       (k.attention_lse ? st(a, N * Cl) : st(at, A)));           // attention's backward
+  call(st(dC, N * C) + st(d3C, N * 3 * Cl) + st(ln, N * C) + w(C * 3 * Cl));  // qkv's matmul_backward -> dC
+  call((sp ? 0 : st(dC, N * C)) + w(C));                         // ln1's layernorm_backward
   return m;
 }
 
@@ -91,7 +96,7 @@ void TransformerBlock::attention_forward(View out, View att, CView qkv, int64_t 
   }
 }
 
-void TransformerBlock::forward(const LayerPtrs& lw, CView x, LayerActs& a, int64_t B, int64_t T, bool to_gelu) {
+void TransformerBlock::forward(const LayerWeights& lw, CView x, LayerActs& a, int64_t B, int64_t T, bool to_gelu) {
   const int64_t N = B * T, C = C_, F = F_, NH = NH_, Cl = Cl_;
   ln_.forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, lw.ln1w, lw.ln1b, N, C);
   column_.forward(a.qkv, a.ln1, lw.qkvw, lw.qkvb, N, C, 3 * Cl);
@@ -110,7 +115,7 @@ void TransformerBlock::forward(const LayerPtrs& lw, CView x, LayerActs& a, int64
 }
 
 // The forward's steps in reverse.
-void TransformerBlock::backward(const LayerPtrs& lw, const LayerPtrs& lg, CView x, LayerActs& a, int64_t B, int64_t T,
+void TransformerBlock::backward(const LayerWeights& lw, const LayerPtrs& lg, CView x, LayerActs& a, int64_t B, int64_t T,
                                 bool full, const BlockScratch& s) {
   const int64_t N = B * T, C = C_, F = F_, NH = NH_, Cl = Cl_;
   const int64_t Nl = tp_.local_rows(N);  // rows of the residual stream held here

@@ -106,12 +106,14 @@ struct BlockStaging {
   bool selective = false;  // selective recompute in effect (the probabilities recomputed in backward)
   LayerDtypes dt;          // the stash's
   DType dC = DType::kF32, d3C = DType::kF32, dF = DType::kF32;  // the gradient scratch's (BlockScratch)
+  DType w = DType::kF32;   // the parameters' (the store's working parameters)
 };
 // The elements a typed op stages of an operand of n elements of dtype dt: n for a 16-bit one.
 inline int64_t staged_elems(DType dt, int64_t n) { return dt == DType::kF32 ? 0 : n; }
 // The largest sum of one call's 16-bit operands over a layer's forward (again for a fully
-// recomputed layer) and, training, its backward (fp32 elements). The layer's input and output,
-// dres, the tp group's scratch and the statistics are f32.
+// recomputed layer) and, training, its backward (fp32 elements), the 16-bit weights and biases
+// each call reads included. The layer's input and output, dres, the tp group's scratch and the
+// statistics are f32.
 int64_t block_staging_elems(const BlockStaging& k);
 
 // Carves typed views out of a stash or workspace: pieces of the activation dtype from `act`,
@@ -185,11 +187,11 @@ class TransformerBlock {
 
   // Forward from x (Nl,C) into a; with `to_gelu` stop after the MLP's GELU (what the backward
   // needs: the full-recompute rematerialisation).
-  void forward(const LayerPtrs& lw, CView x, LayerActs& a, int64_t B, int64_t T, bool to_gelu);
+  void forward(const LayerWeights& lw, CView x, LayerActs& a, int64_t B, int64_t T, bool to_gelu);
   // Backward: s.dres holds d(res3) (this rank's rows) on entry and d(x) on return; the weight
   // gradients accumulate into lg. full: rematerialise the layer into `a` first (full
   // recompute); a.att == s.att: recompute the probabilities (selective recompute).
-  void backward(const LayerPtrs& lw, const LayerPtrs& lg, CView x, LayerActs& a, int64_t B, int64_t T, bool full,
+  void backward(const LayerWeights& lw, const LayerPtrs& lg, CView x, LayerActs& a, int64_t B, int64_t T, bool full,
                 const BlockScratch& s);
 
  private:

@@ -31,6 +31,9 @@ struct RunSpec {
   // The backend offers flash attention: a layer stashes the log-sum-exp instead of the
   // probabilities. The planner, which has no backend, leaves it false.
   bool attention_lse = false;
+  // The working parameters' storage (the data-parallel store's: the 16-bit type of a bf16/fp16
+  // engine run; a model on its own local store keeps f32). The typed ops stage 16-bit weights.
+  DType param_dtype = DType::kF32;
 };
 
 // What the data-parallel store of a part holds, by its ParamLayout groups (DataParallel sizes its

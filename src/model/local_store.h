@@ -16,7 +16,7 @@ class LocalParamStore final : public ParamStore {
         grads_(backend, DType::kF32, layout.total(), MemCategory::kGrads) {
     grads_.zero();
   }
-  const float* acquire(int g) override { return params() + layout_.group_range(g).first; }
+  CView acquire(int g) override { return params() + layout_.group_range(g).first; }
   void release(int) override {}
   float* grads(int g) override { return grad_buffer() + layout_.group_range(g).first; }
   void ready(int) override {}

@@ -68,13 +68,33 @@ ParamLayout param_layout(const ModelConfig& cfg, int tp_size, int tp_rank, const
   return ParamLayout(model_param_table(cfg), tp_size, tp_rank, stage);
 }
 
-LayerPtrs layer_ptrs(const ParamLayout& layout, int l, float* base) {
+namespace {
+// Layer l's tensors at `base` (a float* or a view: offset(base, i) moves i elements on).
+template <class P, class Offset>
+LayerSet<P> layer_set(const ParamLayout& layout, int l, P base, Offset offset) {
   WEFT_CHECK(l >= 0 && l < layout.model_layers() && layout.has_group(l + 1), "layer {} is not in this part of the model", l);
   // Per layer and micro-batch (forward, backward, recompute): offsets only, nothing allocated.
   const std::span<const ParamTensor> t = layout.group_tensors(l + 1);
   WEFT_CHECK(t.size() == kParamsPerLayer, "layer {} has {} tensors, a block has {}", l, t.size(), kParamsPerLayer);
-  auto at = [&](int i) { return base + (t[static_cast<size_t>(i)].offset - t[0].offset); };
-  return LayerPtrs{at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7), at(8), at(9), at(10), at(11)};
+  auto at = [&](int i) { return offset(base, t[static_cast<size_t>(i)].offset - t[0].offset); };
+  return LayerSet<P>{at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7), at(8), at(9), at(10), at(11)};
+}
+}  // namespace
+
+LayerPtrs layer_ptrs(const ParamLayout& layout, int l, float* base) {
+  return layer_set(layout, l, base, [](float* b, int64_t i) { return b + i; });
+}
+
+LayerWeights layer_weights(const ParamLayout& layout, int l, CView base) {
+  return layer_set(layout, l, base, [](CView b, int64_t i) { return b.at(i); });
+}
+
+void final_ptrs(const ParamLayout& layout, CView base, CView* lnfw, CView* lnfb) {
+  const int g = layout.model_layers() + 1;
+  WEFT_CHECK(layout.has_group(g), "the final LayerNorm is not in this part of the model");
+  const std::span<const ParamTensor> t = layout.group_tensors(g);
+  *lnfw = base;
+  *lnfb = base.at(t[1].offset - t[0].offset);
 }
 
 void final_ptrs(const ParamLayout& layout, float* base, float** lnfw, float** lnfb) {

@@ -19,10 +19,14 @@ namespace weft {
 
 constexpr int kParamsPerLayer = 12;
 
-// Pointers into one flat buffer (parameters or gradients), per layer.
-struct LayerPtrs {
-  float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+// One layer's tensors in a flat buffer: P = float* for the gradients (fp32), CView for the
+// parameters (the store's storage dtype: fp32, or 16-bit in a bf16/fp16 run).
+template <class P>
+struct LayerSet {
+  P ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
 };
+using LayerPtrs = LayerSet<float*>;    // gradients
+using LayerWeights = LayerSet<CView>;  // parameters
 
 // The transformer block's kParamsPerLayer tensors (model/block.h) named prefix + names[i], in the
 // order of LayerPtrs; residual_scaled: its two output projections are drawn by kNormalResidual
@@ -46,7 +50,9 @@ inline StageSpec resolve_stage(const ModelConfig& cfg, StageSpec stage) { return
 
 // The block's tensors of layer l for a group whose first element is at `base`.
 LayerPtrs layer_ptrs(const ParamLayout& layout, int l, float* base);
+LayerWeights layer_weights(const ParamLayout& layout, int l, CView base);
 // The back group's first two tensors (the final LayerNorm).
 void final_ptrs(const ParamLayout& layout, float* base, float** lnfw, float** lnfb);
+void final_ptrs(const ParamLayout& layout, CView base, CView* lnfw, CView* lnfb);
 
 }  // namespace weft

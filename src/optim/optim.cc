@@ -23,17 +23,17 @@ AdamW::AdamW(const ParamLayout& layout, AdamWConfig cfg, Backend& backend, int64
   }
 }
 
-void AdamW::step(float* params, const float* grads, float lr, int64_t t, float grad_scale) {
+void AdamW::step(View params, const float* grads, float lr, int64_t t, float grad_scale) {
   for (const Range& r : ranges_) {
     const int64_t n = r.end - r.begin;
     const float wd = r.decay ? cfg_.weight_decay : 0.0f;
     if (master()) {
       // The fp32 master weights updated, and the model's 16-bit copy of them written (one pass
       // on a backend that fuses it; the ranges tile the buffer, so range by range is the same).
-      be_.adamw_copy(master() + r.begin, params + r.begin, grads + r.begin, exp_avg() + r.begin,
+      be_.adamw_copy(master() + r.begin, params.at(r.begin), grads + r.begin, exp_avg() + r.begin,
                      exp_avg_sq() + r.begin, n, lr, cfg_.beta1, cfg_.beta2, cfg_.eps, wd, t, grad_scale, precision_);
     } else {
-      be_.adamw(params + r.begin, grads + r.begin, exp_avg() + r.begin, exp_avg_sq() + r.begin, n, lr, cfg_.beta1,
+      be_.adamw(params.at(r.begin).as_f32("the parameters an fp32 AdamW updates"), grads + r.begin, exp_avg() + r.begin, exp_avg_sq() + r.begin, n, lr, cfg_.beta1,
                 cfg_.beta2, cfg_.eps, wd, t, grad_scale);
     }
   }

@@ -20,13 +20,14 @@ class AdamW {
   AdamW(const ParamLayout& layout, AdamWConfig cfg, Backend& backend, int64_t begin = 0, int64_t end = -1);
   // One update at learning rate lr; t is the 1-based step number (bias correction). The
   // gradients are used multiplied by grad_scale (the clipping coefficient). params and grads
-  // point at the first element of the range (device memory).
-  void step(float* params, const float* grads, float lr, int64_t t, float grad_scale = 1.0f);
+  // point at the first element of the range (device memory). With master weights params is
+  // the model's working copy (f32, or the 16-bit storage of a bf16/fp16 run); without, f32.
+  void step(View params, const float* grads, float lr, int64_t t, float grad_scale = 1.0f);
   // Mixed precision (Micikevicius et al. 2018): keep fp32 master weights of the range, copied
   // from `fp32` (the range's values, first element first; host memory when from_host, else
   // device memory). From then on step() updates the master weights and writes them, rounded
-  // to `p`, to params (the caller rounds the model's parameters once at the start). kFp32: no
-  // master copy.
+  // to `p`, to params (a 16-bit working copy, or an f32 one holding rounded values; the caller
+  // rounds the model's parameters once at the start). kFp32: no master copy.
   void use_master_weights(Precision p, const float* fp32, bool from_host);
   // The fp32 master weights of the range (null without mixed precision); device memory.
   float* master() { return master_.count() ? master_.data<float>() : nullptr; }

@@ -173,11 +173,18 @@ int64_t ParamLayout::max_group_size() const {
 }
 
 void ParamLayout::embedding_ptrs(float* base, float** wte, float** wpe) const {
+  CView te, pe;
+  embedding_ptrs(CView(base), &te, &pe);
+  *wte = base;
+  *wpe = base + (static_cast<const float*>(pe.data) - static_cast<const float*>(te.data));
+}
+
+void ParamLayout::embedding_ptrs(CView base, CView* wte, CView* wpe) const {
   WEFT_CHECK(has_group(0) && group_tensors_[0].second - group_tensors_[0].first >= 2,
              "the embedding is not in this part of the model");
   const int e = group_tensors_[0].first;
   *wte = base;
-  *wpe = base + (tensors_[static_cast<size_t>(e + 1)].offset - tensors_[static_cast<size_t>(e)].offset);
+  *wpe = base.at(tensors_[static_cast<size_t>(e + 1)].offset - tensors_[static_cast<size_t>(e)].offset);
 }
 
 const ParamTensor* ParamLayout::sparse_rows_tensor() const {
@@ -193,10 +200,22 @@ std::span<const ParamTensor> ParamLayout::group_tensors(int g) const {
   return std::span<const ParamTensor>(tensors_).subspan(static_cast<size_t>(first), static_cast<size_t>(end - first));
 }
 
-std::vector<float*> ParamLayout::group_ptrs(int g, float* base) const {
+std::vector<int64_t> ParamLayout::group_offsets(int g) const {
   const std::span<const ParamTensor> t = group_tensors(g);
+  std::vector<int64_t> out;
+  for (const ParamTensor& x : t) out.push_back(x.offset - t.front().offset);
+  return out;
+}
+
+std::vector<float*> ParamLayout::group_ptrs(int g, float* base) const {
   std::vector<float*> out;
-  for (const ParamTensor& x : t) out.push_back(base + (x.offset - t.front().offset));
+  for (const int64_t o : group_offsets(g)) out.push_back(base + o);
+  return out;
+}
+
+std::vector<CView> ParamLayout::group_ptrs(int g, CView base) const {
+  std::vector<CView> out;
+  for (const int64_t o : group_offsets(g)) out.push_back(base.at(o));
   return out;
 }
 

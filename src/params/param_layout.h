@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/view.h"
+
 namespace weft {
 
 // How a tensor is split over the tensor-parallel ranks (Megatron-LM): column-parallel
@@ -146,12 +148,17 @@ class ParamLayout {
   // The front group's first two tensors (a token embedding and its positions) for a group whose
   // first element is at `base`.
   void embedding_ptrs(float* base, float** wte, float** wpe) const;
+  // The same for parameters of any storage dtype (views offset by their element size).
+  void embedding_ptrs(CView base, CView* wte, CView* wpe) const;
   // The tensor whose gradient may arrive as rows (ParamSpec::sparse_rows); nullptr: none here.
   const ParamTensor* sparse_rows_tensor() const;
   const ParamTensor* find(const std::string& name) const;  // nullptr if absent
   // Pointers to every tensor of group g, in layout order, for a group whose first element is at
   // `base`.
   std::vector<float*> group_ptrs(int g, float* base) const;
+  std::vector<CView> group_ptrs(int g, CView base) const;
+  // The element offsets of group g's tensors from the group's first element, in layout order.
+  std::vector<int64_t> group_offsets(int g) const;
   // The tensors of group g in layout order (the group must be held here).
   std::span<const ParamTensor> group_tensors(int g) const;
   // kFamily tensors' values (ParamTable::init_value).

@@ -16,15 +16,20 @@
 #pragma once
 #include <cstdint>
 
+#include "core/view.h"
+
 namespace weft {
 
 class ParamStore {
  public:
   virtual ~ParamStore() = default;
-  // Parameters of group g, laid out as in the flat buffer from the group's first element.
-  // Valid until release(g).
-  virtual const float* acquire(int g) = 0;
+  // Parameters of group g, laid out as in the flat buffer from the group's first element, in
+  // the store's storage dtype (fp32; 16-bit working parameters in a bf16/fp16 run). Valid
+  // until release(g).
+  virtual CView acquire(int g) = 0;
   virtual void release(int g) = 0;
+  // The dtype acquire() hands out.
+  virtual DType param_dtype() const { return DType::kF32; }
   // Gradient accumulator of group g for the current micro-batch (same layout as acquire).
   // The model adds into it; the store decides whether it starts at zero or carries the
   // previous micro-batches' sum.

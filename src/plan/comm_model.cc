@@ -100,6 +100,7 @@ struct Job {
     spec.recompute = ec.layout.recompute;
     spec.recompute_layers = ec.layout.recompute_layers;
     spec.precision = ec.precision;
+    spec.param_dtype = dtype_of(ec.precision);
     spec.head_chunk = ec.head_chunk;
     spec.stage = ch.spec;
     return ec.model.family->describe(spec);
@@ -443,6 +444,8 @@ void add_store(CallSet& cs, const Job& j, const ChunkInfo& ch, int t, const std:
       cs.add("reduce_scatter", ax, (e - b) * kF32, g, j.m);
     }
   }
+  // The working parameters are gathered in their storage dtype (16-bit in a bf16/fp16 run).
+  const int64_t kP = static_cast<int64_t>(dtype_bytes(dtype_of(j.ec.precision), 1));
   if (zero == 3) {
     const bool tied = j.ec.model.capabilities().tied_head;
     const std::vector<int64_t> gathers =
@@ -463,11 +466,11 @@ void add_store(CallSet& cs, const Job& j, const ChunkInfo& ch, int t, const std:
         for (size_t a = 0; a < g.size(); a += static_cast<size_t>(z.hpz)) {
           const std::vector<int> ranks(g.begin() + static_cast<std::ptrdiff_t>(a),
                                        g.begin() + static_cast<std::ptrdiff_t>(a) + z.hpz);
-          cs.add("all_gather", "dp-hpz", (e - b) * kF32, ranks, secondary);
+          cs.add("all_gather", "dp-hpz", (e - b) * kP, ranks, secondary);
         }
       }
       if (!z.quantized_weights) {
-        cs.add("all_gather", ax, (e - b) * kF32, g, primary);
+        cs.add("all_gather", ax, (e - b) * kP, g, primary);
         continue;
       }
       // qwZ: every rank's piece of the group as quantized blocks (bytes).
@@ -479,7 +482,7 @@ void add_store(CallSet& cs, const Job& j, const ChunkInfo& ch, int t, const std:
       cs.add("all_gather", ax, wire, g, primary);
     }
   }
-  if (zero == 1 || zero == 2) cs.add("all_gather", ax, n * kF32, g, 1);  // after_optimizer_step
+  if (zero == 1 || zero == 2) cs.add("all_gather", ax, n * kP, g, 1);  // after_optimizer_step
   if (zero >= 1) cs.add("all_reduce", ax, kF64, g, 1);                    // gradient norm of the shard
 }
 

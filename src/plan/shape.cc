@@ -79,7 +79,7 @@ RunSpec part_spec(const ModelConfig& mc, int64_t seq, const Layout& l, const Sta
   // it offers flash attention, so it counts the (B,NH/tp,T,T) probabilities.
   return {.model = mc, .B = l.micro_batch, .T = seq, .tp = l.tp, .sequence_parallel = l.sequence_parallel,
           .recompute = l.recompute, .recompute_layers = l.recompute_layers, .precision = precision, .head_chunk = head_chunk,
-          .stage = part, .attention_lse = false};
+          .stage = part, .attention_lse = false, .param_dtype = dtype_of(precision)};
 }
 
 

@@ -50,25 +50,30 @@ void add_states(Elems& e, const WeftRunShape& r, const StoreGroups& sp, const St
   const int64_t grad_slots = g0 + DataParallel::kGradSlots * max_other;
   const int64_t recv_slots =
       std::max<int64_t>(1, std::min(g0, shard)) + DataParallel::kGradSlots * std::max<int64_t>(1, std::min(max_other, shard));
+  // The working parameters (whole, shard, gather slots, hpZ's copies) in their storage dtype:
+  // 16-bit in a bf16/fp16 run (fp32 elements: half as many).
+  const DType pdt = dtype_of(r.precision);
+  const double pw = static_cast<double>(dtype_bytes(pdt, 1)) / 4.0;
   switch (l.zero) {
     case 0:
-      e.params += n, e.grads += n, e.optimizer += 2 * n;
+      e.params += pw * n, e.grads += n, e.optimizer += 2 * n;
       break;
     case 1:
-      e.params += n, e.grads += n, e.comm += own, e.optimizer += 2 * own;
+      e.params += pw * n, e.grads += n, e.comm += own, e.optimizer += 2 * own;
       break;
     case 2:
-      e.params += n, e.grads += own + grad_slots, e.comm += recv_slots, e.optimizer += 2 * own;
+      e.params += pw * n, e.grads += own + grad_slots, e.comm += recv_slots, e.optimizer += 2 * own;
       break;
     default:
-      e.params += own + g0 + (DataParallel::param_slots(r.prefetch) - 1) * max_other;
+      e.params += pw * static_cast<double>(own + g0 + (DataParallel::param_slots(r.prefetch) - 1) * max_other);
       e.grads += own + grad_slots, e.comm += recv_slots, e.optimizer += 2 * own;
       break;
   }
   if (r.master_weights) e.optimizer += l.zero == 0 ? n : own;
-  // Coded parameter all-gathers ([compression] params, or a 16-bit run's storage wires): the
-  // compressed communicator's send and receive wires while a gather is in flight: ZeRO-1/2's
-  // gather of the chunk after the step, ZeRO-3's of a group (group 0 and the prefetched others).
+  // Coded parameter all-gathers ([compression] params of an fp32 run; 16-bit parameters are
+  // gathered as stored): the compressed communicator's send and receive wires while a gather is
+  // in flight: ZeRO-1/2's gather of the chunk after the step, ZeRO-3's of a group (group 0 and
+  // the prefetched others).
   if (l.zero >= 1 && dp > 1 && !l.compression.params.off()) {
     const auto gather = [&](int64_t g) {
       return wire_elems(l.compression.params, (g + ds - 1) / ds) + wire_elems(l.compression.params, g);
@@ -83,8 +88,8 @@ void add_states(Elems& e, const WeftRunShape& r, const StoreGroups& sp, const St
     }
     const ZeroPPBuffers zb =
         zeropp_buffers(r.zeropp, groups, layout.total(), static_cast<int>(shard_rank), static_cast<int>(ds),
-                       DataParallel::param_slots(r.prefetch), true);
-    e.params += static_cast<double>(zb.hpz_elems);
+                       DataParallel::param_slots(r.prefetch), true, pdt);
+    e.params += pw * static_cast<double>(zb.hpz_elems);
     e.comm += static_cast<double>(zb.comm_bytes()) / 4.0;
     e.grads += static_cast<double>(zb.residual_elems);
   }

@@ -34,27 +34,18 @@ namespace {
 
 // [precision] wires = "storage": the traffic whose payload is stored in 16 bits and that no
 // [compression] codec handles carries the storage type (the bf16/fp16 codec, whose rounding
-// leaves a 16-bit value unchanged): pipeline sends with pp > 1; ZeRO 1-3 parameter all-gathers
-// over dp > 1 unless ZeRO++ gathers them or HSDP splits dp (the compressing communicator
-// wraps the whole dp group).
-void storage_wires(const RunConfig& cfg, const GridSpec& grid, const ZeroPPConfig& zeropp, CompressionPolicy& p,
+// leaves a 16-bit value unchanged): pipeline sends with pp > 1. The ZeRO 1-3 parameter
+// all-gathers need no codec: the working parameters are 16-bit buffers, gathered as stored.
+void storage_wires(const RunConfig& cfg, const GridSpec& grid, CompressionPolicy& p,
                    const std::function<void(std::string)>& note) {
   const Precision prec = parse_precision(cfg.precision);
   if (cfg.wires != "storage" || prec == Precision::kFp32) return;
   const CodecSpec wire = parse_codec(precision_name(prec), "precision.wires");
-  std::vector<std::string> on;
   if (p.pp.off() && grid.pp > 1) {
     p.pp = wire;
-    on.push_back("pipeline sends");
-  }
-  if (p.params.off() && cfg.zero >= 1 && grid.dp > 1 && grid.dp_replicate == 1 && !zeropp.quantized_weights &&
-      zeropp.hpz <= 1) {
-    p.params = wire;
-    on.push_back("parameter all-gathers");
-  }
-  if (!on.empty()) {
-    note(fmt::format("{} carry {} (their payload is stored in {}: lossless; [precision] wires = \"fp32\" sends fp32)",
-                     fmt::join(on, " and "), wire.name(), precision_name(prec)));
+    note(fmt::format("pipeline sends carry {} (their payload is stored in {}: lossless; [precision] wires = \"fp32\" "
+                     "sends fp32)",
+                     wire.name(), precision_name(prec)));
   }
 }
 
@@ -129,7 +120,15 @@ CompressionPolicy run_compression(const RunConfig& cfg, const GridSpec& grid, co
                   key, codec->name(), grid.dp_replicate, grid.dp_shard(), grid.dp_replicate, key);
     }
   }
-  storage_wires(cfg, grid, zeropp, p, note);
+  // A 16-bit run's working parameters are 16-bit buffers, all-gathered as stored: no codec
+  // reads them (the codecs take fp32 values).
+  if (!p.params.off() && parse_precision(cfg.precision) != Precision::kFp32) {
+    throw_input("compression.params = \"{}\" with precision {}: the working parameters are stored in {} and "
+                "all-gathered as stored (half the fp32 bytes); a codec on them is not supported; set "
+                "compression.params = \"off\" or precision = \"fp32\"",
+                p.params.name(), cfg.precision, cfg.precision);
+  }
+  storage_wires(cfg, grid, p, note);
   reduce_wire(cfg, grid, zeropp, p);
   return p;
 }

@@ -120,7 +120,8 @@ class MpiDataParallel : public ::testing::TestWithParam<Variant> {
   }
   void acquire_all(DataParallel& store, Backend& be, std::vector<float>* out) {
     // forward: acquire(0) held, each layer acquired and released, acquire(L+1)
-    auto take = [&](int g, const float* p) {
+    auto take = [&](int g, CView view) {
+      const float* p = view.as_f32();
       auto [b, e] = layout.group_range(g);
       const std::vector<float> v = read(be, p, e - b);
       out->insert(out->end(), v.begin(), v.end());

@@ -7,6 +7,7 @@
 // global batch (HostBatch::weight summed over dp) is layout-invariant.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -77,11 +78,32 @@ class ToyModel final : public Model {
 
  private:
   [[noreturn]] static void refuse() { throw_input("the toy family has no pipeline stages"); }
+ public:
+  // The dtype of the parameters the last run received from its store.
+  static DType& seen_param_dtype() {
+    static DType d = DType::kF32;
+    return d;
+  }
+
+ private:
+  // n parameters of a view as fp32 values (the cpu backend: device memory is host memory).
+  static std::vector<float> host_values(CView v, int64_t n) {
+    std::vector<float> out(static_cast<size_t>(n));
+    if (v.f32()) {
+      std::copy_n(static_cast<const float*>(v.data), n, out.begin());
+    } else {
+      cast_from_16_ref(out.data(), static_cast<const uint16_t*>(v.data), n, v.dtype, false);
+    }
+    return out;
+  }
   // The cpu backend: the store's buffers are host memory.
   double run(const HostBatch& hb, float loss_scale, bool training) {
     const auto& mb = batch_as<ToyBatch>(hb, "toy positions");
-    const float* front = store_->acquire(0);  // w (kFeatures), b
-    const float* back = store_->acquire(1);   // s
+    // w (kFeatures), b and s, widened on the host from the store's dtype (16-bit in a bf16 run).
+    const CView w = store_->acquire(0);
+    seen_param_dtype() = w.dtype;
+    const std::vector<float> front = host_values(w, kFeatures + 1);
+    const std::vector<float> back = host_values(store_->acquire(1), 1);
     const float s = back[0], b = front[kFeatures];
     double sum = 0.0;
     float gw[kFeatures] = {}, gb = 0.0f, gs = 0.0f;
@@ -213,8 +235,9 @@ constexpr int64_t kGlobalBatch = 24;
 
 // Five AdamW steps of global batches of 24 samples on `world` as dp, then the mean loss over 7
 // evaluation rows.
-Run train(Communicator& world, int zero_stage, int64_t micro_batch) {
+Run train(Communicator& world, int zero_stage, int64_t micro_batch, Precision precision = Precision::kFp32) {
   EngineConfig cfg;
+  cfg.precision = precision;
   cfg.model = model_preset("toy-regression");
   cfg.seq = 0;
   cfg.layout.micro_batch = micro_batch;
@@ -269,6 +292,31 @@ void expect_one_rank_curve(int zero_stage) {
 
 TEST(ToyFamily, TrainsThroughTheEngineOnDpAsOnOneRank) { expect_one_rank_curve(0); }
 TEST(ToyFamily, TrainsThroughTheEngineOnDpAsOnOneRankAtZero3) { expect_one_rank_curve(3); }
+
+// bf16: the family receives its parameters as 16-bit views (its host code widens them) and
+// follows the one-rank bf16 curve within the 16-bit parity tolerance (1%) at ZeRO 1 and 3.
+TEST(ToyFamily, TrainsInBf16ThroughTheEngineOnDpAsOnOneRank) {
+  toy_family();
+  for (int zero : {1, 3}) {
+    std::unique_ptr<Communicator> world = test::fresh_world();
+    ToyModel::seen_param_dtype() = DType::kF32;
+    const auto many = train(*world, zero, kGlobalBatch % (2 * world->size()) == 0 ? 2 : 1, Precision::kBf16);
+    EXPECT_EQ(ToyModel::seen_param_dtype(), DType::kBF16) << "zero " << zero;
+    std::unique_ptr<Communicator> self = make_self_communicator();
+    const auto one = train(*self, zero, 3, Precision::kBf16);
+    const auto fp32 = train(*self, zero, 3);
+    ASSERT_EQ(many.steps.size(), one.steps.size());
+    for (size_t s = 0; s < one.steps.size(); ++s) {
+      EXPECT_NEAR(many.steps[s].loss, one.steps[s].loss, 1e-2 * std::abs(one.steps[s].loss)) << "zero " << zero << " step " << s;
+      EXPECT_NEAR(one.steps[s].loss, fp32.steps[s].loss, 2e-2 * std::abs(fp32.steps[s].loss)) << "zero " << zero << " step " << s;
+    }
+    EXPECT_LT(one.steps.back().loss, one.steps.front().loss);
+    // The master weights (what gather_state returns) are fp32, not rounded to bf16.
+    int unrounded = 0;
+    for (float p : one.params) unrounded += round_to(Precision::kBf16, p) != p;
+    EXPECT_GT(unrounded, 0);
+  }
+}
 
 }  // namespace
 }  // namespace weft

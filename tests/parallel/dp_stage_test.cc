@@ -36,7 +36,7 @@ TEST(DataParallelStage, HandlesOnlyTheGroupsOfItsPart) {
         if (layout.has_group(g)) groups.push_back(g);
       }
       for (int g : groups) {
-        const float* p = store.acquire(g);
+        const float* p = store.acquire(g).as_f32();
         auto [b, e] = layout.group_range(g);
         for (int64_t i = b; i < e; ++i) ASSERT_EQ(p[i - b], full[i]) << "zero " << zero << " group " << g;
         store.release(g);

@@ -93,8 +93,11 @@ TEST_F(MemoryRuns, SixteenBitStorageMatchesTheModel) {
       {0, "--precision fp16 --recompute full", 0.0, true},
       {2, "--tp 2 --precision bf16 --recompute selective", 0.0, true},
       {2, "--pp 2 --precision bf16", 0.25, false},
+      {2, "--dp 2 --zero 1 --precision bf16", 0.0, true},
       {2, "--dp 2 --zero 2 --precision bf16", 0.0, true},
       {2, "--dp 2 --zero 3 --precision bf16", 0.15, true},
+      // ZeRO++ on 16-bit parameters: 16-bit hpZ copies, qwZ's fp32 staging of a piece.
+      {2, "--dp 2 --zero 3 --precision bf16 --quantized_weights true --hpz_partition_size 2", 0.15, true},
   };
   for (const auto& c : cases) {
     const std::string out = *tmp / fmt::format("b16run{}", n);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -245,39 +246,59 @@ TEST_F(PrecisionRuns, FastMatmulWorksOnEveryAxis) {
 }
 
 TEST_F(PrecisionRuns, SixteenBitWiresAreLosslessAndHalveTheBytes) {
-  // [precision] wires = "storage" (default): pipeline sends and ZeRO's parameter gathers of a
-  // 16-bit run carry the storage type. Their payloads are 16-bit values, so the run is bit for
-  // bit the fp32-wire run; the trace shows half the bytes on those wires with no error, and the
-  // communication model still matches the trace.
+  // A 16-bit run moves what it stores in 16 bits as 16 bits. Pipeline sends ([precision] wires =
+  // "storage", the default) carry the storage type through the bf16/fp16 codec: their payloads
+  // are 16-bit values, so the run is bit for bit the fp32-wire run with half the bytes and no
+  // error. ZeRO's parameter all-gathers move the 16-bit working parameters as stored, no codec:
+  // exactly half the bytes of the same gathers in an fp32 run. The communication model matches
+  // the trace in every run.
   struct Case {
     const char* prec;
     int np;
     const char* layout;
-    const char* wires;  // what the run says carries 16 bits
-    int calls;          // (op, axis) entries on 16-bit wires: send, recv, all_gather
+    int pp_calls;  // (op, axis) entries on 16-bit codec wires: send, recv
   };
-  const Case cases[] = {{"bf16", 4, "--pp 2 --dp 2 --zero 1", "pipeline sends and parameter all-gathers", 3},
-                        {"fp16", 4, "--pp 2 --dp 2 --zero 1", "pipeline sends and parameter all-gathers", 3},
-                        {"bf16", 2, "--dp 2 --zero 3", "parameter all-gathers", 1}};
+  const Case cases[] = {{"bf16", 4, "--pp 2 --dp 2 --zero 1", 2},
+                        {"fp16", 4, "--pp 2 --dp 2 --zero 1", 2},
+                        {"bf16", 2, "--dp 2 --zero 3", 0}};
+  // Traced bytes of one (op, axis) over the training rows.
+  const auto traced = [](const nlohmann::json& report, const std::string& op, const std::string& axis) {
+    int64_t bytes = 0;
+    for (const auto& row : report["rows"]) {
+      if (row["op"] == op && row["axis"] == axis) bytes += row["total_bytes"].get<int64_t>();
+    }
+    return bytes;
+  };
   for (const Case& c : cases) {
-    const std::string base = fmt::format("--steps 3 --val_batches 0 --precision {} {} --micro_batch 2 --trace "
-                                         "--ranks_per_node 2", c.prec, c.layout);
-    const std::string a = *tmp / fmt::format("w{}", n), b = *tmp / fmt::format("w{}-fp32", n);
-    SCOPED_TRACE(base);
-    RunResult r = train(c.np, base + " --out " + a);
+    const std::string base = fmt::format("--steps 3 --val_batches 0 {} --micro_batch 2 --trace --ranks_per_node 2",
+                                         c.layout);
+    const std::string a = *tmp / fmt::format("w{}", n), b = *tmp / fmt::format("w{}-fp32", n),
+                      f = *tmp / fmt::format("w{}-fp32run", n);
+    SCOPED_TRACE(fmt::format("{} {}", c.prec, base));
+    const std::string run16 = base + fmt::format(" --precision {}", c.prec);
+    RunResult r = train(c.np, run16 + " --out " + a);
     ASSERT_EQ(r.code, 0) << r.err;
-    EXPECT_NE(r.err.find(fmt::format("{} carry {}", c.wires, c.prec)), std::string::npos) << r.err;
-    r = train(c.np, base + " --wires fp32 --out " + b);
+    if (c.pp_calls > 0) EXPECT_NE(r.err.find(fmt::format("pipeline sends carry {}", c.prec)), std::string::npos) << r.err;
+    r = train(c.np, run16 + " --wires fp32 --out " + b);
+    ASSERT_EQ(r.code, 0) << r.err;
+    r = train(c.np, base + " --out " + f);
     ASSERT_EQ(r.code, 0) << r.err;
     const auto x = metric_series(a, "loss"), y = metric_series(b, "loss");
     ASSERT_EQ(x.size(), 3u);
     EXPECT_EQ(x, y);  // bitwise
     const auto report = nlohmann::json::parse(std::ifstream(a + "/comm_report.json"));
+    const auto fp32run = nlohmann::json::parse(std::ifstream(f + "/comm_report.json"));
     EXPECT_EQ(report["mismatches"].get<int>(), 0);
+    EXPECT_EQ(fp32run["mismatches"].get<int>(), 0);
+    // The parameter gathers: half the fp32 run's bytes, on no codec.
+    const int64_t gathered = traced(report, "all_gather", "dp");
+    EXPECT_GT(gathered, 0);
+    EXPECT_EQ(2 * gathered, traced(fp32run, "all_gather", "dp"));
     int checked = 0;
     for (const auto& e : report["compression"]["by_op_axis"]) {
       const std::string op = e["op"], axis = e["axis"];
-      const bool sixteen = (axis == "pp" && (op == "send" || op == "recv")) || (axis == "dp" && op == "all_gather");
+      if (axis == "dp" && op == "all_gather") EXPECT_EQ(e["compressed_calls"], 0) << "the gathers are not coded";
+      const bool sixteen = axis == "pp" && (op == "send" || op == "recv");
       if (!sixteen || e["raw_bytes"].get<int64_t>() == 0) continue;
       ++checked;
       EXPECT_EQ(e["compressed_calls"], e["calls"]) << op << " " << axis;
@@ -285,7 +306,7 @@ TEST_F(PrecisionRuns, SixteenBitWiresAreLosslessAndHalveTheBytes) {
       EXPECT_EQ(2 * e["wire_bytes"].get<int64_t>(), e["raw_bytes"].get<int64_t>()) << op << " " << axis;
       EXPECT_EQ(e["rel_err"]["max"].get<double>(), 0.0) << op << " " << axis;
     }
-    EXPECT_EQ(checked, c.calls);
+    EXPECT_EQ(checked, c.pp_calls);
     const auto fp32wires = nlohmann::json::parse(std::ifstream(b + "/comm_report.json"));
     EXPECT_EQ(fp32wires["compression"]["total"]["ratio"].get<double>(), 1.0);
   }
@@ -347,6 +368,13 @@ TEST_F(PrecisionRuns, BadSettingsAreRefused) {
   r = train(0, "--wires bf16 --out " + *tmp / "x6");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("unknown wires 'bf16', expected one of: storage, fp32"), std::string::npos) << r.err;
+  // The 16-bit working parameters are gathered as stored; a codec reads fp32.
+  r = train(2, "--precision bf16 --dp 2 --zero 1 --compression.params int8 --out " + *tmp / "x7");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("compression.params = \"int8\" with precision bf16: the working parameters are stored in bf16"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists((*tmp / "x7") + "/metrics.jsonl"));
 }
 
 }  // namespace

@@ -148,6 +148,7 @@ void ClimaX::reserve(int64_t B, int64_t T, bool training, int64_t, int slots) {
   spec.recompute_layers = full_layers_;
   spec.precision = prec_;
   spec.training = training;
+  spec.param_dtype = store_ != nullptr ? store_->param_dtype() : DType::kF32;
   const ClimaxDescription d(spec);
   const int64_t N = B * L, C = c.n_embd, Cl = tp_.part(C), F = tp_.part(c.ffn), NH = tp_.part(c.n_head);
   const int64_t V = c.vars, P2 = patch_area(c), K = V * P2;
@@ -293,7 +294,7 @@ void ClimaX::upload(const ClimaxBatch& mb, int64_t B) {
 }
 
 // Patch embeddings, variable embedding, variable aggregation, positions and lead time.
-void ClimaX::front_forward(int64_t B, const std::vector<float*>& w) {
+void ClimaX::front_forward(int64_t B, const std::vector<CView>& w) {
   const ModelConfig& c = config();
   const int64_t L = num_patches(c), N = B * L, C = c.n_embd, Cl = tp_.part(C), NH = tp_.part(c.n_head);
   const int64_t V = c.vars, P2 = patch_area(c);
@@ -302,8 +303,8 @@ void ClimaX::front_forward(int64_t B, const std::vector<float*>& w) {
   Backend& be = backend_;
   for (int64_t v = 0; v < V; ++v) {
     float* Xv = s.X + v * N * C;
-    be.matmul_forward(Xv, s.patches + v * N * P2, w[kTokW] + v * P2 * C, w[kTokB] + v * C, N, P2, C, false);
-    be.add_bias(Xv, Xv, w[kVarEmb] + v * C, N, C);
+    be.matmul_forward(Xv, s.patches + v * N * P2, w[kTokW].at(v * P2 * C), w[kTokB].at(v * C), N, P2, C, false);
+    be.add_bias(Xv, Xv, w[kVarEmb].at(v * C), N, C);
   }
   rnd(s.X, V * N * C);
   // The aggregation: k|v of every variable token (column-parallel: this rank's heads), the query.
@@ -319,7 +320,7 @@ void ClimaX::front_forward(int64_t B, const std::vector<float*>& w) {
   row_.forward(s.encoded, ws.base, s.agg_out, w[kOutW], w[kOutB], N, Cl, C);
 }
 
-void ClimaX::back_forward(int64_t B, const std::vector<float*>& w) {
+void ClimaX::back_forward(int64_t B, const std::vector<CView>& w) {
   const ModelConfig& c = config();
   const int64_t N = B * num_patches(c), C = c.n_embd, K = int64_t{c.vars} * patch_area(c);
   Stash& s = *st_;
@@ -343,17 +344,17 @@ void ClimaX::forward(int64_t B) {
   const ModelConfig& c = config();
   const int64_t L = num_patches(c);
   ParamStore& st = *store_;
-  const std::vector<float*> front = layout_.group_ptrs(0, const_cast<float*>(st.acquire(0)));  // held to the end
+  const std::vector<CView> front = layout_.group_ptrs(0, st.acquire(0));  // held to the end
   front_forward(B, front);
   const float* x = st_->encoded;
   for (int l = 0; l < c.n_layer; ++l) {
-    const LayerPtrs lw = layer_ptrs(layout_, l, const_cast<float*>(st.acquire(l + 1)));
+    const LayerWeights lw = layer_weights(layout_, l, st.acquire(l + 1));
     LayerActs& a = st_->layers[static_cast<size_t>(l)];
     block_.forward(lw, x, a, B, L, false);
     st.release(l + 1);
     x = a.res3.as_f32();
   }
-  const std::vector<float*> back = layout_.group_ptrs(c.n_layer + 1, const_cast<float*>(st.acquire(c.n_layer + 1)));
+  const std::vector<CView> back = layout_.group_ptrs(c.n_layer + 1, st.acquire(c.n_layer + 1));
   back_forward(B, back);  // held to the end
 }
 
@@ -373,7 +374,7 @@ double ClimaX::loss(int64_t B, float dloss) {
   return sum / static_cast<double>(K);
 }
 
-void ClimaX::back_backward(int64_t B, const std::vector<float*>& w, const std::vector<float*>& g) {
+void ClimaX::back_backward(int64_t B, const std::vector<CView>& w, const std::vector<float*>& g) {
   const ModelConfig& c = config();
   const int64_t N = B * num_patches(c), C = c.n_embd, K = int64_t{c.vars} * patch_area(c);
   Stash& s = *st_;
@@ -398,7 +399,7 @@ void ClimaX::back_backward(int64_t B, const std::vector<float*>& w, const std::v
   rnd(ws.dres, N * C);
 }
 
-void ClimaX::front_backward(int64_t B, const std::vector<float*>& w, const std::vector<float*>& g) {
+void ClimaX::front_backward(int64_t B, const std::vector<CView>& w, const std::vector<float*>& g) {
   const ModelConfig& c = config();
   const int64_t L = num_patches(c), N = B * L, C = c.n_embd, Cl = tp_.part(C), NH = tp_.part(c.n_head);
   const int64_t V = c.vars, P2 = patch_area(c);
@@ -426,7 +427,7 @@ void ClimaX::front_backward(int64_t B, const std::vector<float*>& w, const std::
     const float* dXv = dX + v * N * C;
     be.gemm(false, false, 1, C, N, 1.0f, ws.ones, N, dXv, C, 1.0f, g[kVarEmb] + v * C, C);
     be.matmul_backward(nullptr, g[kTokW] + v * P2 * C, g[kTokB] + v * C, dXv, s.patches + v * N * P2,
-                       w[kTokW] + v * P2 * C, N, P2, C);
+                       w[kTokW].at(v * P2 * C), N, P2, C);
   }
 }
 
@@ -436,12 +437,12 @@ double ClimaX::backward(int64_t B, float loss_scale) {
   const int G = c.n_layer + 1;
   ParamStore& st = *store_;
   const double sum = loss(B, loss_scale);
-  const std::vector<float*> wb = layout_.group_ptrs(G, const_cast<float*>(st.acquire(G)));
+  const std::vector<CView> wb = layout_.group_ptrs(G, st.acquire(G));
   st.release(G);  // balances the acquire just above; forward's is still held
   back_backward(B, wb, layout_.group_ptrs(G, st.grads(G)));
   st.ready(G);
   for (int l = c.n_layer - 1; l >= 0; --l) {
-    const LayerPtrs lw = layer_ptrs(layout_, l, const_cast<float*>(st.acquire(l + 1)));
+    const LayerWeights lw = layer_weights(layout_, l, st.acquire(l + 1));
     const LayerPtrs lg = layer_ptrs(layout_, l, st.grads(l + 1));
     const float* x = l == 0 ? st_->encoded : st_->layers[static_cast<size_t>(l - 1)].res3.as_f32();
     block_.backward(lw, lg, x, st_->layers[static_cast<size_t>(l)], B, L, full_recompute(l),
@@ -449,7 +450,7 @@ double ClimaX::backward(int64_t B, float loss_scale) {
     st.release(l + 1);
     st.ready(l + 1);
   }
-  const std::vector<float*> wf = layout_.group_ptrs(0, const_cast<float*>(st.acquire(0)));
+  const std::vector<CView> wf = layout_.group_ptrs(0, st.acquire(0));
   st.release(0);
   front_backward(B, wf, layout_.group_ptrs(0, st.grads(0)));
   st.ready(0);

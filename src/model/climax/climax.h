@@ -116,10 +116,10 @@ class ClimaX final : public Model {
   void forward(int64_t B);
   double backward(int64_t B, float loss_scale);
   double loss(int64_t B, float dloss);  // the predictions against the targets; dloss != 0: dpred in place
-  void front_forward(int64_t B, const std::vector<float*>& w);
-  void front_backward(int64_t B, const std::vector<float*>& w, const std::vector<float*>& g);
-  void back_forward(int64_t B, const std::vector<float*>& w);
-  void back_backward(int64_t B, const std::vector<float*>& w, const std::vector<float*>& g);
+  void front_forward(int64_t B, const std::vector<CView>& w);
+  void front_backward(int64_t B, const std::vector<CView>& w, const std::vector<float*>& g);
+  void back_forward(int64_t B, const std::vector<CView>& w);
+  void back_backward(int64_t B, const std::vector<CView>& w, const std::vector<float*>& g);
   void rnd(float* x, int64_t n) const { tp_.round(x, n); }
   bool full_recompute(int i) const {
     return recompute_ == Recompute::kFull && (full_layers_ < 0 || i < full_layers_);

@@ -106,13 +106,34 @@ TypedElems ClimaxDescription::stash() const {
 }
 
 int64_t ClimaxDescription::staging_elems() const {
-  if (s_.precision == Precision::kFp32 || s_.model.n_layer == 0) return 0;
-  BlockStaging k;
-  k.N = k.Nl = N_, k.C = C_, k.Cl = Cl_, k.F = Fl_, k.att = s_.B * NHl_ * L_ * L_;
-  k.tp = s_.tp;
-  k.training = s_.training;
-  k.dt = layer_dtypes();  // the gradient scratch stays f32
-  return block_staging_elems(k);
+  if (s_.precision == Precision::kFp32) return 0;
+  int64_t blocks = 0;
+  if (s_.model.n_layer > 0) {
+    BlockStaging k;
+    k.N = k.Nl = N_, k.C = C_, k.Cl = Cl_, k.F = Fl_, k.att = s_.B * NHl_ * L_ * L_;
+    k.tp = s_.tp;
+    k.training = s_.training;
+    k.dt = layer_dtypes();  // the gradient scratch stays f32
+    k.w = s_.param_dtype;
+    blocks = block_staging_elems(k);
+  }
+  return std::max(blocks, ends_staging_elems());
+}
+
+int64_t ClimaxDescription::ends_staging_elems() const {
+  // The front's and the back's tensors are f32: their calls stage only the 16-bit weights and
+  // biases they read (climax.cc's front_forward, back_forward, back_backward, front_backward).
+  const auto w = [this](int64_t n) { return staged_elems(s_.param_dtype, n); };
+  const int64_t C = C_, Cl = Cl_, K = K_, P2 = P2_;
+  int64_t m = std::max({w(P2 * C + C),            // a variable's patch embedding (and its embedding, C)
+                        w(C * 2 * Cl + 2 * Cl),   // k|v of the variable tokens
+                        w(C + C * Cl + Cl),       // the query's projection (the query is a parameter)
+                        w(2 * C),                 // the lead-time embedding; the final LayerNorm
+                        w(L_ * C),                // the positions, added per sample
+                        w(Cl * C),                // out_proj (its bias, C, alone)
+                        w(C * C + C),             // a decoder layer
+                        w(C * K + K)});           // the prediction head
+  return m;
 }
 
 TypedElems ClimaxDescription::workspace_tensors() const {

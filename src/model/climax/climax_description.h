@@ -25,6 +25,7 @@ struct ClimaxRunSpec {
   int recompute_layers = -1;       // kFull: the first layers recomputed; -1: all
   Precision precision = Precision::kFp32;
   bool training = true;            // false: forward only (no gradient scratch)
+  DType param_dtype = DType::kF32;  // the working parameters' storage (RunSpec::param_dtype)
 };
 
 class ClimaxDescription {
@@ -58,6 +59,8 @@ class ClimaxDescription {
   LayerDtypes layer_dtypes() const { return LayerDtypes::of(s_.precision, false, false); }
   DType act_dtype() const { return dtype_of(s_.precision); }
   int64_t front_stash_elems() const;
+  // The typed ops' staging of the front's and the back's calls (their 16-bit weights).
+  int64_t ends_staging_elems() const;
   int64_t layer_stash_elems(int64_t i) const { return layer_stash(i).total(); }  // local layer i
   TypedElems layer_stash(int64_t i) const;
   int64_t back_stash_elems() const;

@@ -158,7 +158,8 @@ class ClimaxModelDescription final : public ModelDescription {
  public:
   explicit ClimaxModelDescription(const RunSpec& s)
       : d_(ClimaxRunSpec{.model = s.model, .B = s.B, .tp = s.tp, .recompute = s.recompute,
-                         .recompute_layers = s.recompute_layers, .precision = s.precision, .training = s.training}) {}
+                         .recompute_layers = s.recompute_layers, .precision = s.precision, .training = s.training,
+                         .param_dtype = s.param_dtype}) {}
   int64_t rank_params() const override { return d_.rank_params(); }
   int64_t total_params() const override { return d_.total_params(); }
   int64_t layer_params() const override { return d_.layer_params(d_.spec().tp); }

@@ -93,6 +93,7 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk, int s
   attn_lse_ = backend_.offers(FusedOp::kAttentionLse) &&
               backend_.attention_lse_supports(tp_.part(c.n_embd), tp_.part(c.n_head), prec_);
   spec.attention_lse = attn_lse_;
+  spec.param_dtype = store_ != nullptr ? store_->param_dtype() : DType::kF32;
   block_.set_attention_lse(attn_lse_);
   const GptDescription d(spec);
   head_chunk = d.head_chunk();
@@ -226,27 +227,25 @@ void GPT::forward_blocks(int64_t B, int64_t T) {
   const int L = c.n_layer, l0 = layout_.first_layer(), nl = layout_.num_layers();
   const bool first = layout_.stage().embedding, last = layout_.stage().head;
   ParamStore& st = *store_;
-  float *wte = nullptr, *wpe = nullptr;
-  if (layout_.has_group(0)) {
-    layout_.embedding_ptrs(const_cast<float*>(st.acquire(0)), &wte, &wpe);  // held to the end
-  }
+  CView wte, wpe;
+  if (layout_.has_group(0)) layout_.embedding_ptrs(st.acquire(0), &wte, &wpe);  // held to the end
   // On a later pipeline stage cur_->encoded holds the activation received from the previous one.
   if (first) embedding_.forward(cur_->encoded, ws_.inputs, wte, wpe, B, T, C);
   CView x = cur_->encoded;
   for (int l = l0; l < l0 + nl; ++l) {
-    const LayerPtrs lw = layer_ptrs(layout_, l, const_cast<float*>(st.acquire(l + 1)));
+    const LayerWeights lw = layer_weights(layout_, l, st.acquire(l + 1));
     LayerActs& a = cur_->layers[static_cast<size_t>(l - l0)];
     block_.forward(lw, x, a, B, T, false);
     st.release(l + 1);
     x = a.res3;
   }
   if (!last) return;
-  float *lnfw, *lnfb;
-  final_ptrs(layout_, const_cast<float*>(st.acquire(L + 1)), &lnfw, &lnfb);  // held to the end
+  CView lnfw, lnfb;
+  final_ptrs(layout_, st.acquire(L + 1), &lnfw, &lnfb);  // held to the end
   ln_.forward(cur_->lnf, cur_->lnf_mean, cur_->lnf_rstd, x, lnfw, lnfb, N, C);  // every row, for the head
 }
 
-double GPT::head(int64_t N, const float* wte, float* dwte, float dloss) {
+double GPT::head(int64_t N, CView wte, float* dwte, float dloss) {
   const int64_t C = config().n_embd;
   // Chunk by chunk: logits -> loss (and, training, dlogits in place -> dwte += dlogits^T lnf,
   // dlnf = dlogits wte). The full (N, Vp) logits never exist.
@@ -271,7 +270,7 @@ float GPT::forward_loss(const int32_t* inputs, const int32_t* targets, int64_t B
   upload_tokens(inputs, targets, B * T);
   forward_blocks(B, T);
   const int64_t N = B * T;
-  const float* wte = store_->acquire(0);  // still held from forward_blocks
+  const CView wte = store_->acquire(0);  // still held from forward_blocks
   const double s = head(N, wte, nullptr, 0.0f);
   store_->release(0);  // the extra acquire above
   store_->release(config().n_layer + 1);
@@ -296,10 +295,11 @@ double GPT::backward_part(const float* dy, int64_t B, int64_t T, float loss_scal
   const int L = c.n_layer, l0 = layout_.first_layer(), nl = layout_.num_layers();
   const bool first = layout_.stage().embedding, last = layout_.stage().head;
   ParamStore& st = *store_;
-  float *wte = nullptr, *wpe = nullptr, *dwte = nullptr, *dwpe = nullptr;
+  CView wte, wpe;
+  float *dwte = nullptr, *dwpe = nullptr;
   double loss_sum = 0.0;
   if (layout_.has_group(0)) {
-    layout_.embedding_ptrs(const_cast<float*>(st.acquire(0)), &wte, &wpe);
+    layout_.embedding_ptrs(st.acquire(0), &wte, &wpe);
     st.release(0);  // balance the acquire just above; forward_blocks' acquire is still held
     layout_.embedding_ptrs(st.grads(0), &dwte, &dwpe);
   }
@@ -310,8 +310,9 @@ double GPT::backward_part(const float* dy, int64_t B, int64_t T, float loss_scal
     loss_sum = head(N, wte, dwte, loss_scale);
     st.head_done();
     const CView x_last = nl > 0 ? CView(cur_->layers.back().res3) : CView(cur_->encoded);
-    float *lnfw, *lnfb, *dlnfw, *dlnfb;
-    final_ptrs(layout_, const_cast<float*>(st.acquire(L + 1)), &lnfw, &lnfb);
+    CView lnfw, lnfb;
+    float *dlnfw, *dlnfb;
+    final_ptrs(layout_, st.acquire(L + 1), &lnfw, &lnfb);
     st.release(L + 1);
     final_ptrs(layout_, st.grads(L + 1), &dlnfw, &dlnfb);
     backend_.fill(ws_.dres, DType::kF32, 0, Nl * C, 0.0f);
@@ -321,7 +322,7 @@ double GPT::backward_part(const float* dy, int64_t B, int64_t T, float loss_scal
     st.ready(L + 1);
   }
   for (int l = l0 + nl - 1; l >= l0; --l) {
-    const LayerPtrs lw = layer_ptrs(layout_, l, const_cast<float*>(st.acquire(l + 1)));
+    const LayerWeights lw = layer_weights(layout_, l, st.acquire(l + 1));
     const LayerPtrs lg = layer_ptrs(layout_, l, st.grads(l + 1));
     const CView x = l == l0 ? CView(cur_->encoded) : CView(cur_->layers[static_cast<size_t>(l - l0 - 1)].res3);
     block_.backward(lw, lg, x, cur_->layers[static_cast<size_t>(l - l0)], B, T, full_recompute(l - l0),

@@ -227,7 +227,7 @@ class GPT final : public Model {
   void use_slot(int slot);  // makes slot `slot` current, allocating it on first use
   // The output head and loss over rows [0, N) of lnf, chunk by chunk; with dloss != 0 also
   // dwte and dlnf (into ws_.dC, summed over tp as far as head_.input_grad() leaves it).
-  double head(int64_t N, const float* wte, float* dwte, float dloss);
+  double head(int64_t N, CView wte, float* dwte, float dloss);
   void row_logits(CView lnf_row, float* logits_out);
   void check_tokens(const int32_t* tokens, int64_t n, const char* what) const;  // host tokens
   void check_shape(int64_t B, int64_t T, bool training) const;

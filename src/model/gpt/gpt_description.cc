@@ -171,7 +171,8 @@ int64_t GptDescription::workspace_bytes() const {
 
 int64_t GptDescription::staging_elems() const {
   if (s_.precision == Precision::kFp32) return 0;
-  return std::max(nl_ > 0 ? block_staging_elems() : 0, s_.stage.head ? head_staging_elems() : 0);
+  return std::max({nl_ > 0 ? block_staging_elems() : 0, s_.stage.head ? head_staging_elems() : 0,
+                   s_.stage.embedding ? embedding_staging_elems() : 0});
 }
 
 int64_t GptDescription::block_staging_elems() const {
@@ -185,21 +186,29 @@ int64_t GptDescription::block_staging_elems() const {
   k.dt = layer_dtypes();
   k.dC = dC_dtype();
   k.d3C = k.dF = act_dtype();
+  k.w = s_.param_dtype;
   return weft::block_staging_elems(k);
 }
 
 int64_t GptDescription::head_staging_elems() const {
   // GPT's own calls on the last stage: ln_f, the logits of a chunk, and backward the head's two
-  // products and ln_f's backward.
+  // products and ln_f's backward, with the 16-bit weights each reads.
   const DType ln = layer_dtypes().ln, dC = dC_dtype();
   const int64_t N = N_, C = C_, h = head_chunk_;
   const auto st = staged_elems;
-  int64_t m = std::max(sp_ ? 0 : st(ln, N * C), st(ln, h * C));  // ln_f; logits = lnf rows @ wte^T
+  const auto w = [this](int64_t n) { return staged_elems(s_.param_dtype, n); };
+  int64_t m = std::max((sp_ ? 0 : st(ln, N * C)) + w(2 * C), st(ln, h * C) + w(Vl_ * C));  // ln_f; logits = lnf @ wte^T
   if (s_.training) {
-    m = std::max({m, st(ln, h * C), st(dC, h * C)});  // dwte += dlogits^T lnf; dlnf = dlogits wte
-    m = std::max(m, sp_ ? 0 : st(dC, N * C));          // ln_f's layernorm_backward
+    m = std::max({m, st(ln, h * C), st(dC, h * C) + w(Vl_ * C)});  // dwte += dlogits^T lnf; dlnf = dlogits wte
+    m = std::max(m, (sp_ ? 0 : st(dC, N * C)) + w(C));              // ln_f's layernorm_backward
   }
   return m;
+}
+
+int64_t GptDescription::embedding_staging_elems() const {
+  // The lookup reads this rank's wte rows whole and (tp rank 0, the largest) T rows of wpe; its
+  // output and its backward are f32.
+  return staged_elems(s_.param_dtype, Vl_ * C_ + s_.T * C_);
 }
 
 

@@ -126,6 +126,7 @@ class GptDescription {
   // The staging of one layer's calls (forward and backward) and of the head's.
   int64_t block_staging_elems() const;
   int64_t head_staging_elems() const;
+  int64_t embedding_staging_elems() const;
   // What attention keeps for its backward: the probabilities (B NHl T T), or with
   // attention_lse the log-sum-exp per query row (B NHl T).
   int64_t att_stats_elems() const;

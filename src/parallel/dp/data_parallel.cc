@@ -53,7 +53,8 @@ DataParallel::DataParallel(const ParamLayout& layout, DeviceComm& dp, const Data
   shard_end_ = shards_.end();
   const int G = layout.num_groups();
 
-  params_ = DeviceBuffer(backend, DType::kF32, cfg.zero == 3 ? shard_end_ - shard_begin_ : n_, MemCategory::kParams);
+  WEFT_CHECK(dtype_is_float(cfg.param_dtype), "DataParallel: parameters of dtype {}", dtype_name(cfg.param_dtype));
+  params_ = DeviceBuffer(backend, cfg.param_dtype, cfg.zero == 3 ? shard_end_ - shard_begin_ : n_, MemCategory::kParams);
   if (cfg.zero <= 1 && cfg.training) {
     grads_ = DeviceBuffer(backend, DType::kF32, n_, MemCategory::kGrads);
     grads_.zero();
@@ -122,28 +123,57 @@ DataParallel::~DataParallel() {
 
 std::vector<int64_t> DataParallel::owner_counts(int64_t b, int64_t e) const { return shards_.counts(b, e); }
 
-float* DataParallel::opt_params() {
-  float* p = params_.data<float>();
-  return cfg_.zero == 3 || p == nullptr ? p : p + opt_begin();
+View DataParallel::opt_params() {
+  const View p(params_.raw(), params_.dtype());
+  return cfg_.zero == 3 || !p ? p : p.at(opt_begin());
 }
 
 float* DataParallel::opt_grads() { return cfg_.zero == 0 ? grads_.data<float>() : shard_grads_.data<float>(); }
 
+void DataParallel::upload_params(int64_t first, const float* host, int64_t n) {
+  if (n <= 0) return;
+  const DType dt = params_.dtype();
+  if (dt == DType::kF32) {
+    backend_.copy_to_device(params_.raw(), fbytes(first), host, fbytes(n));
+    return;
+  }
+  std::vector<uint16_t> bits(static_cast<size_t>(n));
+  cast_to_16_ref(bits.data(), host, n, dt);
+  backend_.copy_to_device(params_.raw(), dtype_bytes(dt, first), bits.data(), dtype_bytes(dt, n));
+}
+
 void DataParallel::load_full_params(const float* full) {
   if (cfg_.zero == 3) {
-    if (params_) backend_.copy_to_device(params_.raw(), 0, full + shard_begin_, params_.bytes());
+    upload_params(0, full + shard_begin_, params_.count());
     gather_->invalidate();
   } else {
-    backend_.copy_to_device(params_.raw(), 0, full, params_.bytes());
+    upload_params(0, full, n_);
   }
 }
 
+void DataParallel::load_shard_params(const float* shard) {
+  WEFT_CHECK(cfg_.zero == 3, "load_shard_params with zero {}", cfg_.zero);
+  upload_params(0, shard, params_.count());
+  gather_->invalidate();
+}
+
 void DataParallel::gather_full_params(float* out) {
+  const DType dt = params_.dtype();
+  // The whole buffer in its dtype: gathered from the shards (zero 3) or this rank's copy.
+  DeviceBuffer all;
+  const DeviceBuffer* whole = &params_;
   if (cfg_.zero == 3) {
-    gather_opt_range(params_.data<float>(), out);
-  } else {
-    backend_.copy_to_host(out, params_.raw(), 0, params_.bytes());
+    all = DeviceBuffer(backend_, dt, n_, MemCategory::kComm);
+    shard().all_gather_v(params_.raw(), all.raw(), owner_counts(0, n_), comm_dtype_of(dt));
+    whole = &all;
   }
+  if (dt == DType::kF32) {
+    backend_.copy_to_host(out, whole->raw(), 0, whole->bytes());
+    return;
+  }
+  std::vector<uint16_t> bits(static_cast<size_t>(n_));
+  backend_.copy_to_host(bits.data(), whole->raw(), 0, whole->bytes());
+  cast_from_16_ref(out, bits.data(), n_, dt, false);
 }
 
 void DataParallel::gather_opt_range(const float* mine, float* out) {
@@ -319,8 +349,9 @@ void DataParallel::after_optimizer_step() {
   if (cfg_.zero == 1 || cfg_.zero == 2) {
     const double t0 = Tracer::now();
     // In place: this rank's shard is already in its block of params_.
-    params_comm().all_gather_v(params_.data<float>() + shard_begin_, params_.raw(), owner_counts(0, n_),
-                               CommDType::kF32);
+    const DType dt = params_.dtype();
+    params_comm().all_gather_v(static_cast<char*>(params_.raw()) + dtype_bytes(dt, shard_begin_), params_.raw(),
+                               owner_counts(0, n_), comm_dtype_of(dt));
     exposed_s_ += Tracer::now() - t0;
   } else if (cfg_.zero == 3) {
     gather_->invalidate();
@@ -329,9 +360,9 @@ void DataParallel::after_optimizer_step() {
 
 // --- ParamStore ---
 
-const float* DataParallel::acquire(int g) {
+CView DataParallel::acquire(int g) {
   progress();
-  if (cfg_.zero < 3) return params_.data<float>() + layout_.group_range(g).first;
+  if (cfg_.zero < 3) return CView(params_.raw(), params_.dtype()).at(layout_.group_range(g).first);
   return gather_->acquire(g, backward_);
 }
 

@@ -120,16 +120,22 @@ class DataParallel final : public ParamStore {
   // counts[r] = elements of [b, e) that rank r of the dp_shard group owns.
   std::vector<int64_t> owner_counts(int64_t b, int64_t e) const;
 
-  // Parameters of [opt_begin, opt_end), updated in place by the optimizer. DEVICE pointer.
-  float* opt_params();
+  // The working parameters' dtype (DataParallelConfig::param_dtype).
+  DType param_dtype() const override { return params_.dtype(); }
+  // Parameters of [opt_begin, opt_end) in param_dtype(), written by the optimizer (from its
+  // master weights when 16-bit). DEVICE view.
+  View opt_params();
   // Summed gradient of [opt_begin, opt_end) (valid after finish_step_gradients). DEVICE pointer.
   float* opt_grads();
 
-  // Sets every rank's parameters from a whole buffer (the same on every rank). full: HOST
-  // memory, the whole flat layout (n elements).
+  // Sets every rank's parameters from a whole buffer (the same on every rank), rounded to
+  // param_dtype(). full: HOST memory, the whole flat layout (n elements).
   void load_full_params(const float* full);
-  // Every rank receives the whole parameter buffer (collective for zero 3, which gathers it
-  // through a transient device buffer counted under comm). out: HOST memory, n elements.
+  // zero 3: sets this rank's shard from HOST fp32 values (shard_end - shard_begin), rounded.
+  void load_shard_params(const float* shard);
+  // Every rank receives the whole parameter buffer, widened to fp32 (collective for zero 3,
+  // which gathers it through a transient device buffer counted under comm). out: HOST memory,
+  // n elements.
   void gather_full_params(float* out);
   // Whole-buffer copy of optimizer-range data (e.g. AdamW moments) from every rank's range
   // (collective for zero 1-3, through a transient device buffer counted under comm). mine:
@@ -184,7 +190,7 @@ class DataParallel final : public ParamStore {
 
   // ParamStore
   // acquire: the group's parameters, a DEVICE pointer (valid until release).
-  const float* acquire(int g) override;
+  CView acquire(int g) override;
   void release(int g) override;
   // grads: the group's gradient accumulator, a DEVICE pointer.
   float* grads(int g) override;
@@ -255,7 +261,10 @@ class DataParallel final : public ParamStore {
   int64_t n_ = 0, shard_ = 0, shard_begin_ = 0, shard_end_ = 0;
   int L_ = 0;
 
-  // Device buffers (float elements).
+  // HOST fp32 values -> params_ elements [first, first + n), rounded to its dtype.
+  void upload_params(int64_t first, const float* host, int64_t n);
+
+  // Device buffers (float elements; params_ of param_dtype).
   DeviceBuffer params_;       // zero 0-2: whole; zero 3: shard
   DeviceBuffer grads_;        // zero 0/1: whole accumulator
   DeviceBuffer shard_grads_;  // zero 1-3: summed gradient of the shard

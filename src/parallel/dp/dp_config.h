@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/dtype.h"
 #include "parallel/dp/zeropp.h"
 
 namespace weft {
@@ -22,6 +23,9 @@ struct DataParallelConfig : DataParallelOptions {
   int zero = 0;                        // ZeRO stage 0..3
   bool training = true;                // false: inference only (eval, generation): no gradient buffers
   int dp_replicate = 1;                // HSDP: replicas of the dp_shard group (see data_parallel.h); divides the dp size
+  // The working parameters' storage: f32, or the 16-bit type of a bf16/fp16 run (the optimizer
+  // keeps the fp32 master weights). Gathered and handed to the model in this dtype.
+  DType param_dtype = DType::kF32;
 };
 
 // Transient parameter buffers of ZeRO-3: the embedding's, the layer in use and the next, and

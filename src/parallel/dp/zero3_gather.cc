@@ -12,7 +12,6 @@ namespace weft {
 
 namespace {
 
-size_t fbytes(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
 
 }  // namespace
 
@@ -27,11 +26,12 @@ Zero3Gather::Zero3Gather(const ParamLayout& layout, DeviceComm& shard, Backend& 
       zeropp_(zeropp),
       prefetch_(prefetch),
       L_(layout.model_layers()),
-      training_(training) {
+      training_(training),
+      dt_(params.dtype()) {
   const SlotSizes sizes = slot_sizes(layout, owned);
   slots_.resize(static_cast<size_t>(slots));
   for (size_t s = 0; s < slots_.size(); ++s) {
-    slots_[s].data = DeviceBuffer(backend, DType::kF32, s == 0 ? sizes.group0 : sizes.other, MemCategory::kParams);
+    slots_[s].data = DeviceBuffer(backend, dt_, s == 0 ? sizes.group0 : sizes.other, MemCategory::kParams);
   }
   if (zeropp_.hpz > 1) setup_hpz(owned);
   if (zeropp_.quantized_weights) setup_qwz(owned);
@@ -58,7 +58,7 @@ void Zero3Gather::setup_hpz(const std::vector<int>& owned) {
     hpz_offset_[static_cast<size_t>(*it)] = at;
     at += hpz_counts(*it)[static_cast<size_t>(hpz_comm_->rank())];
   }
-  hpz_ = DeviceBuffer(backend_, DType::kF32, at, MemCategory::kParams);
+  hpz_ = DeviceBuffer(backend_, dt_, at, MemCategory::kParams);
 }
 
 void Zero3Gather::setup_qwz(const std::vector<int>& owned) {
@@ -69,11 +69,19 @@ void Zero3Gather::setup_qwz(const std::vector<int>& owned) {
   only_qwz.hpz = 1;
   only_qwz.quantized_gradients = false;
   const ZeroPPBuffers sz = zeropp_buffers(only_qwz, ranges, shards_.n, shard_.rank(), shard_.size(),
-                                          static_cast<int>(slots_.size()), training_);
+                                          static_cast<int>(slots_.size()), training_, dt_);
   for (size_t s = 0; s < slots_.size(); ++s) {
     slots_[s].wire_send = DeviceBuffer(backend_, DType::kI8, sz.qwz_slot_wires[s].first, MemCategory::kComm);
     slots_[s].wire_recv = DeviceBuffer(backend_, DType::kI8, sz.qwz_slot_wires[s].second, MemCategory::kComm);
   }
+  if (dt_ != DType::kF32 && sz.qwz_stage_elems > 0) {
+    qwz_stage_ = DeviceBuffer(backend_, DType::kF32, sz.qwz_stage_elems, MemCategory::kComm);
+  }
+}
+
+float* Zero3Gather::qwz_stage(int64_t n) {
+  WEFT_CHECK(qwz_stage_.count() >= n, "qwZ staging of {} elements, {} reserved", n, qwz_stage_.count());
+  return qwz_stage_.data<float>();
 }
 
 std::vector<int64_t> Zero3Gather::hpz_counts(int g) const {
@@ -97,7 +105,8 @@ int Zero3Gather::gather(int g) {
   Slot& p = slots_[static_cast<size_t>(slot)];
   WEFT_CHECK(p.refs == 0 && !p.pending, "parameter slot {} of group {} is in use", slot, p.group);
   auto [b, e] = layout_.group_range(g);
-  const float* send = params_.data<float>() + shards_.offset_in_shard(b);
+  const CView send = CView(params_.raw(), dt_).at(shards_.offset_in_shard(b));
+  const CommDType wire = comm_dtype_of(dt_);
   p.group = g;
   p.valid = true;
   p.last_use = ++clock_;
@@ -105,12 +114,12 @@ int Zero3Gather::gather(int g) {
   p.fill_hpz = false;
   if (hpz_comm_ && hpz_valid_[static_cast<size_t>(g)]) {
     // hpZ: from the secondary partition, inside the alpha group, unquantized.
-    const float* slice = hpz_.data<float>() + hpz_offset_[static_cast<size_t>(g)];
-    p.pending = hpz_comm_->iall_gather_v(slice, p.data.raw(), hpz_counts(g), CommDType::kF32);
+    const CView slice = CView(hpz_.raw(), dt_).at(hpz_offset_[static_cast<size_t>(g)]);
+    p.pending = hpz_comm_->iall_gather_v(slice.data, p.data.raw(), hpz_counts(g), wire);
   } else if (zeropp_.quantized_weights) {
     post_quantized(p, g, send);
   } else {
-    p.pending = params_comm().iall_gather_v(send, p.data.raw(), shards_.counts(b, e), CommDType::kF32);
+    p.pending = params_comm().iall_gather_v(send.data, p.data.raw(), shards_.counts(b, e), wire);
     p.fill_hpz = hpz_comm_ != nullptr;
   }
   return slot;
@@ -118,13 +127,20 @@ int Zero3Gather::gather(int g) {
 
 // qwZ: every rank's piece as quantized blocks, in one all-gather of bytes; while traced, the
 // relative error of this rank's piece.
-void Zero3Gather::post_quantized(Slot& p, int g, const float* send) {
+void Zero3Gather::post_quantized(Slot& p, int g, CView send_view) {
   auto [b, e] = layout_.group_range(g);
   const QuantSpec& q = zeropp_.weights;
   const std::vector<int64_t> counts = shards_.counts(b, e);
   std::vector<int64_t> wire(counts.size());
   for (size_t r = 0; r < counts.size(); ++r) wire[r] = quant_wire_bytes(counts[r], q);
   const int64_t mine = counts[static_cast<size_t>(shard_.rank())];
+  // The quantizer reads fp32: 16-bit parameters widen into the staging scratch first.
+  const float* send = static_cast<const float*>(send_view.data);
+  if (dt_ != DType::kF32 && mine > 0) {
+    float* x = qwz_stage(mine);
+    backend_.convert(x, send_view, mine);
+    send = x;
+  }
   if (mine > 0) backend_.quantize_blocks(p.wire_send.raw(), send, mine, q, nullptr);
   Tracer* t = shard_.tracer();
   if (t != nullptr && t->enabled()) {
@@ -162,7 +178,7 @@ void Zero3Gather::prefetch_after(int g, bool backward) {
   gather(next);  // -1 (no free slot) simply skips the prefetch
 }
 
-const float* Zero3Gather::acquire(int g, bool backward) {
+CView Zero3Gather::acquire(int g, bool backward) {
   int s = find(g);
   if (s < 0) s = gather(g);
   WEFT_CHECK(s >= 0, "no free parameter buffer to gather group {}", g);
@@ -177,7 +193,7 @@ const float* Zero3Gather::acquire(int g, bool backward) {
   ++p.refs;
   p.last_use = ++clock_;
   prefetch_after(g, backward);
-  return p.data.data<float>();
+  return CView(p.data.raw(), dt_);
 }
 
 void Zero3Gather::finish(Slot& p) {
@@ -186,8 +202,14 @@ void Zero3Gather::finish(Slot& p) {
   if (p.dequantize) {
     const std::vector<int64_t> counts = shards_.counts(b, e);
     int64_t at = 0, wat = 0;
+    const View data(p.data.raw(), dt_);
     for (int64_t c : counts) {
-      if (c > 0) backend_.dequantize_blocks(p.data.data<float>() + at, p.wire_recv.data<uint8_t>() + wat, c, zeropp_.weights, false);
+      if (c > 0) {
+        // 16-bit parameters: dequantized in fp32, rounded once into the slot.
+        float* out = dt_ == DType::kF32 ? static_cast<float*>(data.at(at).data) : qwz_stage(c);
+        backend_.dequantize_blocks(out, p.wire_recv.data<uint8_t>() + wat, c, zeropp_.weights, false);
+        if (dt_ != DType::kF32) backend_.convert(data.at(at), out, c);
+      }
       at += c;
       wat += quant_wire_bytes(c, zeropp_.weights);
     }
@@ -200,7 +222,10 @@ void Zero3Gather::finish(Slot& p) {
     int64_t off = 0;
     for (int i = 0; i < j; ++i) off += counts[static_cast<size_t>(i)];
     const int64_t c = counts[static_cast<size_t>(j)];
-    if (c > 0) backend_.copy_device(hpz_.raw(), fbytes(hpz_offset_[static_cast<size_t>(g)]), p.data.raw(), fbytes(off), fbytes(c));
+    if (c > 0) {
+      backend_.copy_device(hpz_.raw(), dtype_bytes(dt_, hpz_offset_[static_cast<size_t>(g)]), p.data.raw(),
+                           dtype_bytes(dt_, off), dtype_bytes(dt_, c));
+    }
     hpz_valid_[static_cast<size_t>(g)] = 1;
     p.fill_hpz = false;
   }
@@ -221,7 +246,7 @@ int64_t Zero3Gather::slot_bytes() const {
 int64_t Zero3Gather::wire_bytes() const {
   int64_t b = 0;
   for (const auto& s : slots_) b += static_cast<int64_t>(s.wire_send.bytes() + s.wire_recv.bytes());
-  return b;
+  return b + static_cast<int64_t>(qwz_stage_.bytes());
 }
 
 double Zero3Gather::take_exposed_seconds() {

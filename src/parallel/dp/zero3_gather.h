@@ -42,14 +42,15 @@ class Zero3Gather {
   // The communicator of unquantized primary gathers ([compression]'s params traffic; null: the
   // dp_shard group).
   void set_params_comm(DeviceComm* c) { params_comm_ = c; }
-  // Group g's whole parameters, a DEVICE pointer valid until release(g); posts the prefetch of
-  // the next group in forward order, or in backward order once `backward`.
-  const float* acquire(int g, bool backward);
+  // Group g's whole parameters, a DEVICE view of the store's dtype valid until release(g);
+  // posts the prefetch of the next group in forward order, or in backward order once `backward`.
+  CView acquire(int g, bool backward);
   void release(int g);
   // The parameters changed (an optimizer step, a load): every gathered slot and hpZ copy is stale.
   void invalidate();
 
-  // Bytes: the slots (params), their qwZ wires (comm) and the secondary partition (params).
+  // Bytes: the slots (params), their qwZ wires and, with 16-bit parameters, qwZ's fp32 staging
+  // of one rank's piece (comm) and the secondary partition (params).
   int64_t slot_bytes() const;
   int64_t wire_bytes() const;
   int64_t hpz_bytes() const { return static_cast<int64_t>(hpz_.bytes()); }
@@ -74,7 +75,10 @@ class Zero3Gather {
 
   int find(int g) const;
   int gather(int g);  // returns the slot (-1: none free); posts the gather (non-blocking)
-  void post_quantized(Slot& p, int g, const float* send);
+  void post_quantized(Slot& p, int g, CView send);
+  // qwZ with 16-bit parameters: fp32 scratch of n elements (the quantizer's input and the
+  // dequantizer's output; the largest piece of any owned group, sized at construction).
+  float* qwz_stage(int64_t n);
   void prefetch_after(int g, bool backward);
   void finish(Slot& p);  // after the wait: qwZ's dequantize, hpZ's copy
   std::vector<int64_t> hpz_counts(int g) const;  // the alpha slices of group g
@@ -104,6 +108,8 @@ class Zero3Gather {
   // qwZ's error measurement (traced runs only).
   double qwz_err2_ = 0.0, qwz_ref2_ = 0.0;
   DeviceBuffer qwz_scratch_;
+  DeviceBuffer qwz_stage_;  // qwZ of 16-bit parameters: see qwz_stage
+  DType dt_ = DType::kF32;  // the parameters' dtype (params_'s)
 };
 
 }  // namespace weft

@@ -96,11 +96,11 @@ int dp_peers_per_node(const std::vector<int>& dp_group, const NodeMap& nodes) {
 int64_t ZeroPPBuffers::comm_bytes() const {
   int64_t c = 3 * qgz_group_elems * static_cast<int64_t>(sizeof(float)) + qgz_send_bytes + qgz_recv_bytes;
   for (const auto& [send, recv] : qwz_slot_wires) c += send + recv;
-  return c;
+  return c + qwz_stage_elems * static_cast<int64_t>(sizeof(float));
 }
 
 ZeroPPBuffers zeropp_buffers(const ZeroPPConfig& z, const std::vector<std::pair<int64_t, int64_t>>& groups, int64_t n,
-                             int dp_rank, int dp, int slots, bool training) {
+                             int dp_rank, int dp, int slots, bool training, DType param_dtype) {
   ZeroPPBuffers b;
   const int64_t shard = (n + dp - 1) / dp;
   auto piece = [&](int q, int64_t gb, int64_t ge) {
@@ -125,6 +125,11 @@ ZeroPPBuffers zeropp_buffers(const ZeroPPConfig& z, const std::vector<std::pair<
         recv = std::max(recv, all);
       }
       b.qwz_slot_wires.emplace_back(send, recv);
+    }
+    if (param_dtype != DType::kF32) {
+      for (const auto& [gb, ge] : groups) {
+        for (int q = 0; q < dp; ++q) b.qwz_stage_elems = std::max(b.qwz_stage_elems, piece(q, gb, ge));
+      }
     }
   }
   if (z.quantized_gradients && training) {

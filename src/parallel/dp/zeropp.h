@@ -19,6 +19,7 @@
 
 #include "comm/topology.h"
 #include "core/block_quant.h"
+#include "core/dtype.h"
 #include "parallel/grid.h"
 
 namespace weft {
@@ -70,14 +71,18 @@ int dp_peers_per_node(const std::vector<int>& dp_group, const NodeMap& nodes);
 struct ZeroPPBuffers {
   int64_t hpz_elems = 0;  // params: the secondary partition
   std::vector<std::pair<int64_t, int64_t>> qwz_slot_wires;  // comm: per gather slot, send and receive bytes
+  // comm: qwZ of 16-bit parameters, the fp32 staging of the largest rank's piece of a group
+  // (the quantizer reads and the dequantizer writes fp32); 0 for fp32 parameters.
+  int64_t qwz_stage_elems = 0;
   int64_t qgz_group_elems = 0;  // comm: floats of each of qgZ's staging and two partial-sum buffers
   int64_t qgz_send_bytes = 0, qgz_recv_bytes = 0;  // comm: qgZ's hop wires
   int64_t residual_elems = 0;   // grads: error feedback
   // Everything above counted under comm, in bytes.
   int64_t comm_bytes() const;
 };
+// param_dtype: the working parameters' storage (DataParallelConfig::param_dtype).
 ZeroPPBuffers zeropp_buffers(const ZeroPPConfig& z, const std::vector<std::pair<int64_t, int64_t>>& groups, int64_t n,
-                             int dp_rank, int dp, int slots, bool training);
+                             int dp_rank, int dp, int slots, bool training, DType param_dtype = DType::kF32);
 
 // The data-parallel ranks per node common to every dp_shard group of `grid` (ZeRO's group: the
 // dp group without HSDP) under `nodes`

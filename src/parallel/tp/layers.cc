@@ -5,7 +5,7 @@
 
 namespace weft {
 
-void SequenceParallelLayerNorm::forward(View out, float* mean, float* rstd, CView x, const float* w, const float* b,
+void SequenceParallelLayerNorm::forward(View out, float* mean, float* rstd, CView x, CView w, CView b,
                                         int64_t N, int64_t C) {
   const int64_t Nl = tp_.local_rows(N);
   const View y = tp_.sequence_parallel() ? View(tp_.rows()) : out;  // this rank's rows
@@ -14,7 +14,7 @@ void SequenceParallelLayerNorm::forward(View out, float* mean, float* rstd, CVie
   tp_.column_input_forward(y, out, N, C);
 }
 
-void SequenceParallelLayerNorm::backward(View dx, float* dw, float* db, CView dout, CView x, const float* w,
+void SequenceParallelLayerNorm::backward(View dx, float* dw, float* db, CView dout, CView x, CView w,
                                          const float* mean, const float* rstd, int64_t N, int64_t C) {
   Backend& be = tp_.backend();
   const int64_t Nl = tp_.local_rows(N);
@@ -31,25 +31,25 @@ void SequenceParallelLayerNorm::backward(View dx, float* dw, float* db, CView do
   be.add(db, db, g + C, C);
 }
 
-void ColumnParallelLinear::forward(View out, CView inp, const float* w, const float* b, int64_t N, int64_t IN,
+void ColumnParallelLinear::forward(View out, CView inp, CView w, CView b, int64_t N, int64_t IN,
                                    int64_t OUTl) {
   tp_.backend().matmul_forward(out, inp, w, b, N, IN, OUTl, false);
   tp_.round(out, N * OUTl);
 }
 
-void ColumnParallelLinear::forward_gelu(View out, View pre, CView inp, const float* w, const float* b, int64_t N,
+void ColumnParallelLinear::forward_gelu(View out, View pre, CView inp, CView w, CView b, int64_t N,
                                         int64_t IN, int64_t OUTl) {
   tp_.backend().matmul_gelu_forward(out, pre, inp, w, b, N, IN, OUTl, tp_.precision());
 }
 
-View ColumnParallelLinear::backward(View dinp, float* dw, float* db, CView dout, CView inp, const float* w, int64_t N,
+View ColumnParallelLinear::backward(View dinp, float* dw, float* db, CView dout, CView inp, CView w, int64_t N,
                                     int64_t IN, int64_t OUTl) {
   tp_.backend().matmul_backward(dinp, dw, db, dout, inp, w, N, IN, OUTl);
   tp_.column_input_backward_rows(dinp, N, IN);
   return tp_.column_input_backward_scatter(dinp, N, IN);
 }
 
-void RowParallelLinear::forward(View out, CView res, CView inp, const float* w, const float* b, int64_t N, int64_t INl,
+void RowParallelLinear::forward(View out, CView res, CView inp, CView w, CView b, int64_t N, int64_t INl,
                                 int64_t OUT) {
   Backend& be = tp_.backend();
   const int64_t Nl = tp_.local_rows(N);
@@ -69,8 +69,8 @@ void RowParallelLinear::forward(View out, CView res, CView inp, const float* w, 
 }
 
 void RowParallelLinear::forward_norm(SequenceParallelLayerNorm& norm, View out, View ln_out, float* mean, float* rstd,
-                                     CView res, CView inp, const float* w, const float* b, const float* ln_w,
-                                     const float* ln_b, int64_t N, int64_t INl, int64_t OUT) {
+                                     CView res, CView inp, CView w, CView b, CView ln_w,
+                                     CView ln_b, int64_t N, int64_t INl, int64_t OUT) {
   Backend& be = tp_.backend();
   if (tp_.size() == 1) {
     be.matmul_residual_layernorm_forward(out, ln_out, mean, rstd, res, inp, w, b, ln_w, ln_b, N, INl, OUT, norm.eps(),
@@ -88,26 +88,26 @@ void RowParallelLinear::forward_norm(SequenceParallelLayerNorm& norm, View out, 
   be.residual_layernorm_forward(out, ln_out, mean, rstd, res, y, ln_w, ln_b, N, OUT, norm.eps(), tp_.precision());
 }
 
-void RowParallelLinear::backward(View dinp, float* dw, float* db, CView dout, CView inp, const float* w, int64_t N,
+void RowParallelLinear::backward(View dinp, float* dw, float* db, CView dout, CView inp, CView w, int64_t N,
                                  int64_t INl, int64_t OUT) {
   const CView dy = tp_.row_output_backward(dout, N, OUT);  // all N rows
   tp_.backend().matmul_backward(dinp, dw, db, dy, inp, w, N, INl, OUT);
   tp_.round(dinp, N * INl);
 }
 
-void RowParallelLinear::backward_gelu(View dinp, float* dw, float* db, CView dout, CView inp, const float* w,
+void RowParallelLinear::backward_gelu(View dinp, float* dw, float* db, CView dout, CView inp, CView w,
                                       CView pre, int64_t N, int64_t INl, int64_t OUT) {
   const CView dy = tp_.row_output_backward(dout, N, OUT);  // all N rows
   tp_.backend().matmul_gelu_backward(dinp, dw, db, dy, inp, w, pre, N, INl, OUT, tp_.precision());
 }
 
-void VocabParallelEmbedding::forward(View out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
+void VocabParallelEmbedding::forward(View out, const int32_t* tokens, CView wte, CView wpe, int64_t B,
                                      int64_t T, int64_t C) {
   const int64_t N = B * T;
   // The lookup's partial sums: in place, or (sequence parallel) in scratch, scattered to out.
   float* o = tp_.size() > 1 ? out.as_f32("the embedding's partial sums") : static_cast<float*>(out.data);
   const View partial = tp_.sequence_parallel() ? View(tp_.partial()) : out;
-  tp_.backend().embedding_forward(partial, tokens, wte, tp_.rank() == 0 ? wpe : nullptr, B, T, C, v0_, rows_);
+  tp_.backend().embedding_forward(partial, tokens, wte, tp_.rank() == 0 ? wpe : CView(), B, T, C, v0_, rows_);
   if (tp_.size() > 1) tp_.row_output_forward(static_cast<float*>(partial.data), o, N, C);
   tp_.round(out, tp_.local_rows(N) * C);
 }
@@ -121,7 +121,7 @@ VocabParallelHead::VocabParallelHead(TensorParallel& tp, int64_t V, int64_t Vp)
     : tp_(tp), V_(V), Vp_(Vp), rows_(tp.part(Vp)), v0_(tp.rank() * rows_),
       cols_(std::clamp<int64_t>(V - v0_, 0, rows_)) {}
 
-void VocabParallelHead::logits(View logits, CView x, const float* wte, int64_t rows, int64_t C) {
+void VocabParallelHead::logits(View logits, CView x, CView wte, int64_t rows, int64_t C) {
   tp_.backend().gemm(false, true, rows, rows_, C, 1.0f, x, C, wte, C, 0.0f, logits, rows_);
   tp_.round(logits, rows * rows_);
 }
@@ -145,7 +145,7 @@ void VocabParallelHead::cross_entropy(View logits, float* losses, const int32_t*
   if (dloss != 0.0f) be.ce_grad(logits, rows, rows_, cols_, mx, sm, targets, v0_, dloss);
 }
 
-void VocabParallelHead::backward(View dx, float* dwte, CView dlogits, CView x, const float* wte, int64_t rows,
+void VocabParallelHead::backward(View dx, float* dwte, CView dlogits, CView x, CView wte, int64_t rows,
                                  int64_t C) {
   Backend& be = tp_.backend();
   be.gemm(true, false, rows_, C, rows, 1.0f, dlogits, rows_, x, C, 1.0f, dwte, C);
@@ -153,7 +153,7 @@ void VocabParallelHead::backward(View dx, float* dwte, CView dlogits, CView x, c
   tp_.column_input_backward_rows(dx, rows, C);
 }
 
-void VocabParallelHead::row_logits(float* out, CView x, const float* wte, int64_t C) {
+void VocabParallelHead::row_logits(float* out, CView x, CView wte, int64_t C) {
   Backend& be = tp_.backend();
   if (tp_.size() == 1) {
     be.gemm(false, true, 1, V_, C, 1.0f, x, C, wte, C, 0.0f, out, V_);

@@ -8,8 +8,9 @@
 // Shapes: N = B*T rows, Nl = N/tp rows held here under sequence parallelism (else N), and
 // `l` marks this rank's part of a split size (OUTl = OUT/tp, Vl = Vp/tp). What a layer writes
 // is rounded to the storage precision (a 16-bit tensor by the op, an f32 one by
-// TensorParallel::round). Activations are typed views (core/view.h); parameters and their
-// gradients are fp32. The layers keep no state of
+// TensorParallel::round). Activations and parameters are typed views (core/view.h: a
+// parameter in the store's dtype, 16-bit working parameters in a bf16/fp16 run); the
+// parameters' gradients are fp32. The layers keep no state of
 // their own beyond a few sizes: every layer of a kind can share one object; they share the
 // group's scratch, one micro-batch (and one layer) at a time.
 #pragma once
@@ -29,10 +30,10 @@ class SequenceParallelLayerNorm {
   SequenceParallelLayerNorm(TensorParallel& tp, float eps) : tp_(tp), eps_(eps) {}
   float eps() const { return eps_; }
   // out (N,C) all rows normalised; mean, rstd (Nl) of the rows held here; x (Nl,C). writes.
-  void forward(View out, float* mean, float* rstd, CView x, const float* w, const float* b, int64_t N, int64_t C);
+  void forward(View out, float* mean, float* rstd, CView x, CView w, CView b, int64_t N, int64_t C);
   // dx (Nl,C), dw, db (C) accumulate; dout (Nl,C): the gradient of this rank's rows of out,
   // already summed over the ranks (ColumnParallelLinear::backward's result).
-  void backward(View dx, float* dw, float* db, CView dout, CView x, const float* w, const float* mean, const float* rstd,
+  void backward(View dx, float* dw, float* db, CView dout, CView x, CView w, const float* mean, const float* rstd,
                 int64_t N, int64_t C);
 
  private:
@@ -49,14 +50,14 @@ class ColumnParallelLinear {
  public:
   explicit ColumnParallelLinear(TensorParallel& tp) : tp_(tp) {}
   // writes out (N,OUTl).
-  void forward(View out, CView inp, const float* w, const float* b, int64_t N, int64_t IN, int64_t OUTl);
+  void forward(View out, CView inp, CView w, CView b, int64_t N, int64_t IN, int64_t OUTl);
   // With the GELU epilogue: pre (N,OUTl) = the product as forward() writes it, out = gelu(pre),
   // both rounded (Backend::matmul_gelu_forward: one pass on a backend that fuses it).
-  void forward_gelu(View out, View pre, CView inp, const float* w, const float* b, int64_t N, int64_t IN, int64_t OUTl);
+  void forward_gelu(View out, View pre, CView inp, CView w, CView b, int64_t N, int64_t IN, int64_t OUTl);
   // dw (IN,OUTl), db (OUTl) accumulate; dinp (N,IN) is scratch for this rank's partial input
   // gradient. Returns the input gradient summed over the ranks: this rank's rows (Nl,IN),
   // in dinp or in the group's scratch.
-  View backward(View dinp, float* dw, float* db, CView dout, CView inp, const float* w, int64_t N, int64_t IN,
+  View backward(View dinp, float* dw, float* db, CView dout, CView inp, CView w, int64_t N, int64_t IN,
                 int64_t OUTl);
 
  private:
@@ -73,22 +74,22 @@ class RowParallelLinear {
   explicit RowParallelLinear(TensorParallel& tp) : tp_(tp) {}
   // writes out (Nl,OUT); out may alias neither res nor inp. With tp = 1 out is written in two steps (the
   // residual and bias, then the product): it must be f32 (InputError otherwise).
-  void forward(View out, CView res, CView inp, const float* w, const float* b, int64_t N, int64_t INl, int64_t OUT);
+  void forward(View out, CView res, CView inp, CView w, CView b, int64_t N, int64_t INl, int64_t OUT);
   // forward() and then norm.forward(ln_out, mean, rstd, out, ln_w, ln_b, N, OUT) (the residual
   // stream's next LayerNorm), with the same writes, fused where the backend offers it: tp = 1,
   // product + residual + LayerNorm (Backend::matmul_residual_layernorm_forward); tp > 1 without
   // sequence parallelism, residual + LayerNorm after the reduction (residual_layernorm_forward);
   // under sequence parallelism the two calls.
   void forward_norm(SequenceParallelLayerNorm& norm, View out, View ln_out, float* mean, float* rstd, CView res,
-                    CView inp, const float* w, const float* b, const float* ln_w, const float* ln_b, int64_t N,
+                    CView inp, CView w, CView b, CView ln_w, CView ln_b, int64_t N,
                     int64_t INl, int64_t OUT);
   // dinp (N,INl) writes; dw (INl,OUT), db (OUT) accumulate; dout (Nl,OUT) the gradient of the
   // rows of out held here (= that of res: the residual passes it on unchanged).
-  void backward(View dinp, float* dw, float* db, CView dout, CView inp, const float* w, int64_t N, int64_t INl,
+  void backward(View dinp, float* dw, float* db, CView dout, CView inp, CView w, int64_t N, int64_t INl,
                 int64_t OUT);
   // The backward of a layer whose input was gelu(pre) (ColumnParallelLinear::forward_gelu's
   // output): dinp = gelu'(pre) * (dout w^T), rounded (Backend::matmul_gelu_backward).
-  void backward_gelu(View dinp, float* dw, float* db, CView dout, CView inp, const float* w, CView pre, int64_t N,
+  void backward_gelu(View dinp, float* dw, float* db, CView dout, CView inp, CView w, CView pre, int64_t N,
                      int64_t INl, int64_t OUT);
 
  private:
@@ -105,7 +106,7 @@ class VocabParallelEmbedding {
   int64_t v0() const { return v0_; }
   int64_t vocab_rows() const { return rows_; }
   // out (Nl,C) = wte[tokens] + wpe[t] for the rows held here; tokens (B,T). writes (rounded).
-  void forward(View out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B, int64_t T, int64_t C);
+  void forward(View out, const int32_t* tokens, CView wte, CView wpe, int64_t B, int64_t T, int64_t C);
   // The gradient of all B*T rows of the lookup from that of the rows held here, dout (Nl,C).
   CView output_grad(CView dout, int64_t N, int64_t C) { return tp_.row_output_backward(dout, N, C); }
   // dwte (rows held here), dwpe accumulate the lookup's gradient dy (B,T,C) from output_grad().
@@ -127,20 +128,20 @@ class VocabParallelHead {
   VocabParallelHead(TensorParallel& tp, int64_t V, int64_t Vp);
   int64_t vocab_rows() const { return rows_; }
   // logits (rows,Vl) = x (rows,C) @ wte (Vl,C)^T. writes (rounded).
-  void logits(View logits, CView x, const float* wte, int64_t rows, int64_t C);
+  void logits(View logits, CView x, CView wte, int64_t rows, int64_t C);
   // losses (rows) = -log softmax(logits)[target] over the whole vocabulary, writes; with
   // dloss != 0 the logits become dlogits * dloss in place (0 on padding). stats (3*rows):
   // scratch for the row statistics.
   void cross_entropy(View logits, float* losses, const int32_t* targets, int64_t rows, float dloss, float* stats);
   // From dlogits (rows,Vl): dwte (Vl,C) accumulates dlogits^T x; dx (rows,C) = dlogits wte,
   // summed over the ranks where that can happen chunk by chunk (column_input_backward_rows).
-  void backward(View dx, float* dwte, CView dlogits, CView x, const float* wte, int64_t rows, int64_t C);
+  void backward(View dx, float* dwte, CView dlogits, CView x, CView wte, int64_t rows, int64_t C);
   // After backward() covered all N rows of dx (N,C): the input gradient of this rank's rows
   // (Nl,C), in dx or in the group's scratch.
   View input_grad(View dx, int64_t N, int64_t C) { return tp_.column_input_backward_scatter(dx, N, C); }
   // out (Vp, device) = the logits of one row x (C): every vocabulary entry in its first V
   // (generation; the padding columns are scratch).
-  void row_logits(float* out, CView x, const float* wte, int64_t C);
+  void row_logits(float* out, CView x, CView wte, int64_t C);
 
  private:
   TensorParallel& tp_;
