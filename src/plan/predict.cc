@@ -89,6 +89,11 @@ struct Context {
   const Layout& l;
   const Options& o;
   double e = 2;
+  // Bytes per element of the tensor-parallel activation collectives: the storage precision's,
+  // as Megatron-LM sends them ([defaults] tp_comm = "megatron"), or 4 where weft's own calls
+  // are priced (tp_comm = "weft"): weft's tp collectives move fp32 (partial sums, the residual
+  // stream and its gradient; its sequence-parallel LayerNorm rows are fp32 too).
+  double tp_e = 2;
   LayerCost layer{};
   // The front's and the back's seconds of one micro-batch (forward, backward), their FLOPs
   // (both passes), their tp collectives' seconds (forward, backward) and traffic.
@@ -181,19 +186,20 @@ LayerCost layer_cost(Context& c) {
   // et al. 2022 sec. 4.2.2): forward 2 all-reduces of N h elements (sp: 2 all-gathers + 2
   // reduce-scatters of the same bytes), backward 2 more (sp: and the LayerNorm weights' 2
   // small all-reduces of 2h), a fully recomputed layer 1 more (sp: 2 all-gathers + 1
-  // reduce-scatter). Priced at the storage precision's e bytes per element, as Megatron-LM
-  // sends them (weft's own wires are fp32: see docs/communication.md). The activation
+  // reduce-scatter). Priced at c.tp_e bytes per element: the storage precision's, as
+  // Megatron-LM sends them, or weft's fp32 wires with tp_comm = "weft". The activation
   // collectives carry the policy's tp codec (plan/compression.h); the LayerNorm weights' small
   // all-reduces are gradients of weights, not activations, and stay uncompressed.
   if (l.tp > 1) {
     const int64_t stride = axis_stride(l, "tp");
-    const double S = N * h * e;
+    const double te = c.tp_e;
+    const double S = N * h * te;
     const CodecSpec& codec = l.compression.tp;
     const TpLayerComm k = c.o.tp_comm == "weft" ? tp_layer_comm(l.sequence_parallel) : megatron_tp_layer_comm(l.sequence_parallel);
-    const PricedCall ar = price_call(c.sys, codec, Collective::kAllReduce, l.tp, stride, S, e);
-    const PricedCall ag = price_call(c.sys, codec, Collective::kAllGather, l.tp, stride, S, e);
-    const PricedCall rs = price_call(c.sys, codec, Collective::kReduceScatter, l.tp, stride, S, e);
-    const PricedCall small = price_call(c.sys, CodecSpec{}, Collective::kAllReduce, l.tp, stride, 2 * h * e, e);
+    const PricedCall ar = price_call(c.sys, codec, Collective::kAllReduce, l.tp, stride, S, te);
+    const PricedCall ag = price_call(c.sys, codec, Collective::kAllGather, l.tp, stride, S, te);
+    const PricedCall rs = price_call(c.sys, codec, Collective::kReduceScatter, l.tp, stride, S, te);
+    const PricedCall small = price_call(c.sys, CodecSpec{}, Collective::kAllReduce, l.tp, stride, 2 * h * te, te);
     auto time_of = [&](const TpLayerCalls& n) {
       return n.all_reduce * ar.seconds() + n.all_gather * ag.seconds() + n.reduce_scatter * rs.seconds() +
              n.small_all_reduce * small.seconds();
@@ -474,7 +480,7 @@ PassCost pass_cost(const Context& c, const EndPass& pass, Flow& flow) {
   if (c.l.tp <= 1) return r;
   const int64_t stride = axis_stride(c.l, "tp");
   for (const EndCollective& x : pass.tp) {
-    const double e = x.fp32 ? 4.0 : c.e;
+    const double e = x.fp32 ? 4.0 : c.tp_e;
     const PricedCall call = price_call(c.sys, x.exact ? CodecSpec{} : c.l.compression.tp, collective_of(x.op), c.l.tp,
                                        stride, x.elems * e, e);
     r.tp += call.seconds();
@@ -522,7 +528,7 @@ void p2p_cost(Context& c) {
   c.p2p_send.add(send, 1);
   if (scatter) {
     const PricedCall gather = price_call(c.sys, l.compression.tp, Collective::kAllGather, l.tp,
-                                         axis_stride(l, "tp"), NHe, c.e);
+                                         axis_stride(l, "tp"), NHe / c.e * c.tp_e, c.tp_e);
     p2p += gather.seconds();
     c.p2p_gather.add(gather, 1);
   }
@@ -765,7 +771,7 @@ void explain_compute_and_tp(const Context& c, Prediction& p, const StageCost& sl
     const double N = static_cast<double>(c.m.seq) * static_cast<double>(c.l.micro_batch);
     const CodecSpec& codec = c.l.compression.tp;
     const PricedCall one = price_call(c.sys, codec, c.l.sequence_parallel ? Collective::kAllGather : Collective::kAllReduce,
-                                      c.l.tp, axis_stride(c.l, "tp"), N * c.m.hidden * c.e, c.e);
+                                      c.l.tp, axis_stride(c.l, "tp"), N * c.m.hidden * c.tp_e, c.tp_e);
     const double codec_s = md * slow.tp.codec_s;
     p.explain.push_back({"tp", c.l.sequence_parallel ? "all-gathers + reduce-scatters" : "all-reduces", one.link.level_name(),
                          p.time.tp_comm - codec_s,
@@ -811,6 +817,7 @@ TrafficReport traffic_report(const Context& c, const StageCost& slow, const DpCo
 Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layout& l, const Options& o) {
   Context c{.m = m, .sys = sys, .l = l, .o = o};
   c.e = elem_bytes(o.precision);
+  c.tp_e = o.tp_comm == "weft" ? 4.0 : c.e;
   const Device& d = sys.device;
   const double t = l.tp, s = static_cast<double>(m.seq);
   c.layer = layer_cost(c);

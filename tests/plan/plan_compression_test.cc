@@ -121,6 +121,36 @@ TEST(PlanCompression, WireBytesScaleByTheCodecRatio) {
   EXPECT_DOUBLE_EQ(wire_ratio(s, codec("zstd"), 2), codec_nominal_ratio(codec("zstd")));
 }
 
+// The tensor-parallel activation collectives are priced at what the run sends: the storage
+// precision's bytes as Megatron-LM sends them ([defaults] tp_comm = "megatron": a bf16 run half
+// an fp32 run's), weft's fp32 with tp_comm = "weft" (its partial sums, residual stream and
+// sequence-parallel rows are fp32 buffers: a bf16 run the same bytes as an fp32 one). The
+// loss's exact sums are fp32 in both.
+TEST(PlanCompression, WeftTensorParallelWiresArePricedInFp32) {
+  const System s = one_level(10e9, 1e-6);
+  const ModelShape m = small_model();
+  for (bool sp : {false, true}) {
+    Layout l = with(grid(2, 1, 4), "none");
+    l.sequence_parallel = sp;
+    const auto tp_bytes = [&](Precision p, const char* tp_comm) {
+      Options o = opts(p, 16);
+      o.tp_comm = tp_comm;
+      const Prediction r = predict(m, s, l, o);
+      const double loss = static_cast<double>(r.micro_batches) * 3 * static_cast<double>(m.seq) * 4;
+      return std::pair{r.traffic.tp.raw - loss, r.time.tp_comm};
+    };
+    const auto [mb, mbt] = tp_bytes(Precision::kBf16, "megatron");
+    const auto [mf, mft] = tp_bytes(Precision::kFp32, "megatron");
+    const auto [wb, wbt] = tp_bytes(Precision::kBf16, "weft");
+    const auto [wf, wft] = tp_bytes(Precision::kFp32, "weft");
+    EXPECT_GT(mf, 0) << "sp " << sp;
+    EXPECT_NEAR(2 * mb, mf, 1e-9 * mf) << "sp " << sp;
+    EXPECT_NEAR(wb, wf, 1e-9 * wf) << "sp " << sp;
+    EXPECT_EQ(wbt, wft) << "sp " << sp;
+    EXPECT_GT(wbt, mbt) << "sp " << sp;
+  }
+}
+
 // Off is the uncompressed model, bit for bit, on every kind of layout; the dp term is the
 // plain all-reduce's closed form; codecs on traffic a layout does not have change nothing.
 TEST(PlanCompression, OffReproducesTheUncompressedPrediction) {
