@@ -5,6 +5,7 @@
 // scratch is fenced device memory and every step is checked like any other op.
 #include <array>
 #include <cstddef>
+#include <initializer_list>
 #include <utility>
 
 #include "backend/backend.h"
@@ -185,33 +186,66 @@ void Backend::gelu_backward(View dinp, CView inp, CView dout, int64_t n) {
 }
 
 // --- attention ---
+namespace {
+// The attention ops compute every (sample, head) on its own, so one sample at a time is bitwise
+// the batched call: with a 16-bit operand they stage one sample's operands at a time (the
+// arena holds T rows, not B T); all-f32 calls run batched, staging nothing.
+bool any_16(std::initializer_list<DType> dts) {
+  for (DType d : dts) {
+    if (d != DType::kF32) return true;
+  }
+  return false;
+}
+template <class F>
+void per_sample(int64_t B, bool sixteen, F&& f) {
+  if (!sixteen || B <= 1) {
+    f(0, B);
+    return;
+  }
+  for (int64_t b = 0; b < B; ++b) f(b, 1);
+}
+}  // namespace
+
 void Backend::attention_forward(View o, View att, CView qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
-  staged(
-      *this, "attention_forward", [&](float* o_, float* a, float* q) { attention_forward_f32(o_, a, q, B, T, C, NH); },
-      out(o, B * T * C), out(att, B * NH * T * T), in(qkv, B * T * 3 * C));
+  per_sample(B, any_16({o.dtype, att.dtype, qkv.dtype}), [&](int64_t b, int64_t nb) {
+    staged(
+        *this, "attention_forward",
+        [&](float* o_, float* a, float* q) { attention_forward_f32(o_, a, q, nb, T, C, NH); },
+        out(o.at(b * T * C), nb * T * C), out(att.at(b * NH * T * T), nb * NH * T * T),
+        in(qkv.at(b * T * 3 * C), nb * T * 3 * C));
+  });
 }
 
 void Backend::attention_backward(View dqkv, CView dout, CView qkv, CView att, int64_t B, int64_t T, int64_t C,
                                  int64_t NH) {
-  staged(
-      *this, "attention_backward",
-      [&](float* dq, float* d, float* q, float* a) { attention_backward_f32(dq, d, q, a, B, T, C, NH); },
-      out(dqkv, B * T * 3 * C), in(dout, B * T * C), in(qkv, B * T * 3 * C), in(att, B * NH * T * T));
+  per_sample(B, any_16({dqkv.dtype, dout.dtype, qkv.dtype, att.dtype}), [&](int64_t b, int64_t nb) {
+    staged(
+        *this, "attention_backward",
+        [&](float* dq, float* d, float* q, float* a) { attention_backward_f32(dq, d, q, a, nb, T, C, NH); },
+        out(dqkv.at(b * T * 3 * C), nb * T * 3 * C), in(dout.at(b * T * C), nb * T * C),
+        in(qkv.at(b * T * 3 * C), nb * T * 3 * C), in(att.at(b * NH * T * T), nb * NH * T * T));
+  });
 }
 
 void Backend::bidir_attention_forward(View o, View att, CView qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
-  staged(
-      *this, "bidir_attention_forward",
-      [&](float* o_, float* a, float* q) { bidir_attention_forward_f32(o_, a, q, B, T, C, NH); }, out(o, B * T * C),
-      out(att, B * NH * T * T), in(qkv, B * T * 3 * C));
+  per_sample(B, any_16({o.dtype, att.dtype, qkv.dtype}), [&](int64_t b, int64_t nb) {
+    staged(
+        *this, "bidir_attention_forward",
+        [&](float* o_, float* a, float* q) { bidir_attention_forward_f32(o_, a, q, nb, T, C, NH); },
+        out(o.at(b * T * C), nb * T * C), out(att.at(b * NH * T * T), nb * NH * T * T),
+        in(qkv.at(b * T * 3 * C), nb * T * 3 * C));
+  });
 }
 
 void Backend::bidir_attention_backward(View dqkv, CView dout, CView qkv, CView att, int64_t B, int64_t T, int64_t C,
                                        int64_t NH) {
-  staged(
-      *this, "bidir_attention_backward",
-      [&](float* dq, float* d, float* q, float* a) { bidir_attention_backward_f32(dq, d, q, a, B, T, C, NH); },
-      out(dqkv, B * T * 3 * C), in(dout, B * T * C), in(qkv, B * T * 3 * C), in(att, B * NH * T * T));
+  per_sample(B, any_16({dqkv.dtype, dout.dtype, qkv.dtype, att.dtype}), [&](int64_t b, int64_t nb) {
+    staged(
+        *this, "bidir_attention_backward",
+        [&](float* dq, float* d, float* q, float* a) { bidir_attention_backward_f32(dq, d, q, a, nb, T, C, NH); },
+        out(dqkv.at(b * T * 3 * C), nb * T * 3 * C), in(dout.at(b * T * C), nb * T * C),
+        in(qkv.at(b * T * 3 * C), nb * T * 3 * C), in(att.at(b * NH * T * T), nb * NH * T * T));
+  });
 }
 
 void Backend::query_attention_forward(View o, View att, CView q, CView kv, int64_t N, int64_t S, int64_t C,

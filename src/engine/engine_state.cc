@@ -109,7 +109,7 @@ void Engine::gather_state(float* params, float* exp_avg, float* exp_avg_sq) {
   // The fp32 master weights when the model computes with 16-bit copies.
   to_whole_model(
       [](Chunk& ch, float* out) {
-        if (ch.optim->master()) {
+        if (ch.optim->uses_master()) {  // every rank alike: the gather is collective
           ch.store->gather_opt_range(ch.optim->master(), out);
         } else {
           ch.store->gather_full_params(out);

@@ -36,7 +36,10 @@ int64_t block_staging_elems(const BlockStaging& k) {
   // --- forward ---
   call((sp ? 0 : st(ln, N * C)) + w(2 * C));                            // layernorm_forward -> ln1
   call(st(a, N * 3 * Cl) + st(ln, N * C) + w(C * 3 * Cl + 3 * Cl));     // qkv = ln1 @ w + b
-  call(st(a, N * Cl + N * 3 * Cl) + (k.attention_lse ? 0 : st(at, A)));  // attention
+  // The attention ops stage one sample at a time (N/B rows, A/B statistics); flash attention's
+  // log-sum-exp form the whole batch.
+  const int64_t Ns = k.attention_lse ? N : N / k.B, As = k.attention_lse ? A : A / k.B;
+  call(st(a, Ns * Cl + Ns * 3 * Cl) + (k.attention_lse ? 0 : st(at, As)));  // attention
   if (tp1) {
     // matmul_residual_layernorm_forward: attn proj's w, b and ln_2's w, b
     call(st(a, N * C) + st(ln, N * C) + st(a, N * Cl) + w(Cl * C + C + 2 * C));
@@ -60,10 +63,10 @@ int64_t block_staging_elems(const BlockStaging& k) {
   call(st(dF, N * F) + st(a, 2 * N * F) + w(F * C));             // matmul_gelu_backward -> dF
   call(st(dC, N * C) + st(dF, N * F) + st(ln, N * C) + w(C * F));  // fc's matmul_backward -> dC
   call((sp ? 0 : st(dC, N * C)) + st(a, Nl * C) + w(C));         // ln2's layernorm_backward
-  if (k.selective) call(st(d3C, N * Cl) + st(at, A) + st(a, N * 3 * Cl));  // the recomputed probabilities
+  if (k.selective) call(st(d3C, Ns * Cl) + st(at, As) + st(a, Ns * 3 * Cl));  // the recomputed probabilities
   call(st(dC, N * Cl) + st(a, N * Cl) + w(Cl * C));             // attn proj's matmul_backward -> dC
-  call(st(d3C, N * 3 * Cl) + st(a, N * 3 * Cl) + st(dC, N * Cl) +
-       (k.attention_lse ? st(a, N * Cl) : st(at, A)));           // attention's backward
+  call(st(d3C, Ns * 3 * Cl) + st(a, Ns * 3 * Cl) + st(dC, Ns * Cl) +
+       (k.attention_lse ? st(a, Ns * Cl) : st(at, As)));         // attention's backward
   call(st(dC, N * C) + st(d3C, N * 3 * Cl) + st(ln, N * C) + w(C * 3 * Cl));  // qkv's matmul_backward -> dC
   call((sp ? 0 : st(dC, N * C)) + w(C));                         // ln1's layernorm_backward
   return m;

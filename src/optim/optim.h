@@ -29,8 +29,12 @@ class AdamW {
   // to `p`, to params (a 16-bit working copy, or an f32 one holding rounded values; the caller
   // rounds the model's parameters once at the start). kFp32: no master copy.
   void use_master_weights(Precision p, const float* fp32, bool from_host);
-  // The fp32 master weights of the range (null without mixed precision); device memory.
+  // The fp32 master weights of the range (null without mixed precision, or for an empty range);
+  // device memory.
   float* master() { return master_.count() ? master_.data<float>() : nullptr; }
+  // Whether the optimizer keeps master weights (16-bit storage), whatever its range holds: a
+  // ZeRO rank whose shard is empty keeps none but takes part in their gathers.
+  bool uses_master() const { return precision_ != Precision::kFp32; }
   int64_t begin() const { return begin_; }
   int64_t end() const { return end_; }
   float* exp_avg() { return m_.data<float>(); }

@@ -178,6 +178,7 @@ int64_t GptDescription::staging_elems() const {
 int64_t GptDescription::block_staging_elems() const {
   BlockStaging k;
   k.N = N_, k.Nl = Nl_, k.C = C_, k.Cl = Cl_, k.F = Fl_, k.att = att_stats_elems();
+  k.B = s_.B;
   k.tp = s_.tp;
   k.sequence_parallel = sp_;
   k.attention_lse = s_.attention_lse;
