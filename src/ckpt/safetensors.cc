@@ -17,6 +17,7 @@
 
 #include "ckpt/checksum.h"
 #include "ckpt/fs_util.h"
+#include "core/durable_file.h"
 #include "core/error.h"
 
 static_assert(std::endian::native == std::endian::little,
@@ -141,8 +142,12 @@ SafetensorsDigest write_safetensors(const std::string& path, const std::vector<T
   SafetensorsDigest digest;
   digest.file_size = 8 + header_len + offset;
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw_runtime("{}: cannot create: {}", tmp, std::strerror(errno));
+  int fd = -1;  // never through a link or into a FIFO planted at the path
+  try {
+    fd = open_for_writing(tmp, O_WRONLY | O_CREAT | O_TRUNC);
+  } catch (const WriteError& e) {
+    throw_runtime("{}: cannot create: {}", tmp, std::strerror(e.error()));
+  }
   try {
     std::string head(8, '\0');
     std::memcpy(head.data(), &header_len, 8);  // little-endian host (static_assert above)

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/durable_file.h"
 #include "core/error.h"
 
 namespace weft {
@@ -66,8 +67,9 @@ std::string TraceSummary::format() const {
 }
 
 void Tracer::write_jsonl(const std::string& path) const {
-  std::ofstream f(path, std::ios::app);
-  if (!f) throw_runtime("cannot open trace file '{}' for appending", path);
+  // Appended as whole records, never through a link or into a FIFO planted there.
+  AppendFile f(path);
+  std::string text;
   for (const TraceEvent& ev : events_) {
     nlohmann::json j = {{"kind", ev.kind},       {"axis", ev.axis},   {"bytes", ev.bytes},
                         {"group", ev.group},     {"start_s", ev.start_s}, {"duration_s", ev.duration_s},
@@ -78,10 +80,11 @@ void Tracer::write_jsonl(const std::string& path) const {
       j["codec"] = ev.codec;
       j["codec_s"] = ev.codec_s;
     }
-    f << j.dump() << '\n';
+    text += j.dump();
+    text += '\n';
   }
-  f.flush();
-  if (!f) throw_runtime("failed writing trace file '{}'", path);
+  f.append(text);
+  f.close();
 }
 
 std::vector<TraceEvent> read_trace_jsonl(const std::string& path) {

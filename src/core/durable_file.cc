@@ -69,9 +69,68 @@ int write_fully(int fd, const void* data, size_t n) {
   return 0;
 }
 
+namespace {
+
+const char* file_kind(mode_t m) {
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISDIR(m)) return "a folder";
+  if (S_ISLNK(m)) return "a symbolic link";
+  return "not a regular file";
+}
+
+// fd (opened O_NONBLOCK) checked to be a regular file and made blocking again; closes it and
+// throws otherwise.
+int checked_regular(int fd, const std::string& path, const char* what) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw_input("cannot {} {}: {}", what, path, std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw_input("{} is {}, not a regular file: weft does not {} it; remove it", path, file_kind(st.st_mode), what);
+  }
+  const int fl = ::fcntl(fd, F_GETFL);
+  if (fl >= 0) ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  return fd;
+}
+
+[[noreturn]] void refuse_link(const std::string& path, const char* what) {
+  throw_input("{} is a symbolic link: weft does not {} through a link; remove it", path, what);
+}
+
+}  // namespace
+
+int open_for_writing(const std::string& path, int flags, unsigned mode) {
+  const int fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, static_cast<mode_t>(mode));
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ELOOP) refuse_link(path, "write");
+    // O_NONBLOCK on a FIFO without a reader: ENXIO. A device or socket: whatever it says.
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+      throw_input("{} is {}, not a regular file: weft does not write it; remove it", path, file_kind(st.st_mode));
+    }
+    throw WriteError(path, err);
+  }
+  return checked_regular(fd, path, "write");
+}
+
+int open_for_reading(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ELOOP) refuse_link(path, "read");
+    return -1;
+  }
+  return checked_regular(fd, path, "read");
+}
+
 AppendFile::AppendFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw WriteError(path, errno);
+  fd_ = open_for_writing(path, O_WRONLY | O_CREAT | O_APPEND);
 }
 
 AppendFile::AppendFile(AppendFile&& o) noexcept : path_(std::move(o.path_)), fd_(std::exchange(o.fd_, -1)) {}

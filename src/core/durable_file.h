@@ -32,6 +32,17 @@ std::string free_space_note(const std::string& path);
 // the call that failed (a write that wrote nothing counts as ENOSPC).
 int write_fully(int fd, const void* data, size_t n);
 
+// Opens `path` for weft to write without trusting what is already there: the last component
+// is never followed if it is a symbolic link (O_NOFOLLOW), the open never blocks (a FIFO
+// planted there is not waited on), and anything but a regular file (FIFO, socket, device) is
+// refused. flags: the open(2) access and creation flags (O_CLOEXEC added); returns the
+// descriptor (blocking again). InputError, one line naming the file and what it is, for a link
+// or a file that is not regular; WriteError for the other failures of open(2).
+int open_for_writing(const std::string& path, int flags, unsigned mode = 0644);
+// The same checks for reading a file weft wrote (a lock file, a record): -1 with errno set
+// when it cannot be opened (ENOENT ...), InputError for a link or a file that is not regular.
+int open_for_reading(const std::string& path);
+
 // A file opened for appending whole records (lines). Each record goes out in one write(); if
 // that write fails or is short and the rest fails, the file is truncated back to its length
 // before the record, so the file never ends in part of a record. Single writer (the run

@@ -74,31 +74,54 @@ std::string describe(const LockHolder& h) {
               run_dir, who, path);
 }
 
-// Opens the lock file, creating the folder if a concurrent release removed it.
+// Opens the lock file, creating the folder if a concurrent release removed it. Never through
+// a symbolic link and never a FIFO, socket or device planted there (core/durable_file.h's
+// open_for_writing: one line naming it, nothing written).
 int open_lock_file(const std::string& run_dir, const std::string& path) {
   for (int attempt = 0;; ++attempt) {
-    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd >= 0) return fd;
-    const int err = errno;
-    std::error_code ec;
-    if (err == ENOENT && attempt < 3 && fs::create_directories(run_dir, ec)) continue;
-    if (err == ENOSPC || err == EDQUOT || err == EIO) throw WriteError(path, err);
-    throw_input("cannot create the run folder's lock file {}: {}", path, std::strerror(err));
+    try {
+      return open_for_writing(path, O_RDWR | O_CREAT);
+    } catch (const WriteError& e) {
+      const int err = e.error();
+      std::error_code ec;
+      if (err == ENOENT && attempt < 3 && fs::create_directories(run_dir, ec)) continue;
+      if (err == ENOSPC || err == EDQUOT || err == EIO) throw;
+      throw_input("cannot create the run folder's lock file {}: {}", path, std::strerror(err));
+    }
   }
 }
 
-// True if `fd` is still the file at `path`: a holder that released its lock in between removed
-// the file, and a lock on the removed file keeps no one else out.
+// True if `fd` is still the file at `path` (not a link put in its place): a holder that
+// released its lock in between removed the file, and a lock on the removed file keeps no one
+// else out.
 bool still_linked(int fd, const std::string& path) {
   struct stat a {}, b {};
-  return ::fstat(fd, &a) == 0 && ::stat(path.c_str(), &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev;
+  return ::fstat(fd, &a) == 0 && ::lstat(path.c_str(), &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev;
+}
+
+// The start of a lock file (its one JSON line; at most 64 KiB), read without following a link
+// or waiting on a FIFO.
+std::string read_lock_text(const std::string& path) {
+  const int fd = open_for_reading(path);
+  if (fd < 0) throw_input("cannot read {}: {}", path, std::strerror(errno));
+  std::string text(size_t{64} << 10, '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t r = ::read(fd, text.data() + got, text.size() - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  text.resize(got);
+  return text;
 }
 
 }  // namespace
 
 bool read_lock_holder(const std::string& lock_path, LockHolder& out) {
   try {
-    const nlohmann::json j = nlohmann::json::parse(read_file(lock_path));
+    const nlohmann::json j = nlohmann::json::parse(read_lock_text(lock_path));
     out.host = j.at("host").get<std::string>();
     out.pid = j.at("pid").get<int64_t>();
     out.started = j.value("started", std::string("?"));
