@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "data/text_util.h"
 #include "model/config.h"
 #include "model/family.h"
 #include "plan/compression.h"
@@ -408,8 +409,10 @@ void write_scaling_plot(const std::string& plot, const std::string& csv_text, co
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
     throw_input("--plot {}: gnuplot is not installed (apt-get install gnuplot-nox), use --csv for the numbers", plot);
   }
+  // Written whole through a fresh temporary file renamed into place: never through a link
+  // planted at the name, and a full disk names the file (data/text_util.h).
   const std::string data = plot + ".csv";
-  std::ofstream(data) << csv_text;
+  write_file_atomic(data, csv_text);
   const std::string script = fmt::format(
       "set terminal png size 900,600; set output '{}'; set datafile separator ','; set logscale x 2; "
       "set xlabel 'devices'; set ylabel 'scaling efficiency (%)'; set yrange [0:110]; set key bottom left; "
@@ -418,7 +421,7 @@ void write_scaling_plot(const std::string& plot, const std::string& csv_text, co
       plot, q.shape.name, q.sys.name, data);
   // The script goes through a file: its $2, $8 must not meet a shell.
   const std::string script_file = plot + ".gp";
-  std::ofstream(script_file) << script << "\n";
+  write_file_atomic(script_file, script + "\n");
   const std::string cmd = "gnuplot '" + script_file + "'";
   if (std::system(cmd.c_str()) != 0) throw_runtime("gnuplot failed to write {} (script {})", plot, script_file);
   std::error_code ec;
@@ -439,9 +442,7 @@ int run_scaling(const PlanQuery& q, const PlanArgs& a) {
   }
   if (a.format == "json") fmt::print("{}\n", j.dump());
   if (!a.csv.empty()) {
-    std::ofstream f(a.csv);
-    if (!f) throw_input("cannot write {}", a.csv);
-    f << csv_text;
+    write_file_atomic(a.csv, csv_text);
   }
   if (!a.plot.empty()) write_scaling_plot(a.plot, csv_text, q);
   return 0;

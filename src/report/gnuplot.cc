@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "core/durable_file.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "data/text_util.h"
@@ -43,10 +44,13 @@ struct ProcessResult {
 // Runs `program args...` in `cwd` with stdout and stderr into `log` (read back, then removed).
 ProcessResult run_process(const std::string& program, const std::vector<std::string>& args, const std::string& cwd,
                           const std::string& log) {
+  // The log is opened here, never through a link or into a FIFO planted at its name
+  // (core/durable_file.h), and handed to the child as its stdout and stderr.
+  const int log_fd = open_for_writing(log, O_WRONLY | O_CREAT | O_TRUNC);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, log_fd, STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
   posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());
   std::vector<char*> argv = {const_cast<char*>(program.c_str())};
@@ -55,6 +59,7 @@ ProcessResult run_process(const std::string& program, const std::vector<std::str
   pid_t pid = 0;
   const int rc = posix_spawn(&pid, program.c_str(), &fa, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
+  ::close(log_fd);
   if (rc != 0) throw_runtime("cannot start {}: {}", program, std::strerror(rc));
   int status = 0;
   while (waitpid(pid, &status, 0) < 0) {

@@ -125,5 +125,22 @@ TEST(PlantedFiles, TrainRefusesAPlantedLockLink) {
   EXPECT_FALSE(fs::exists(run + "/metrics.jsonl"));
 }
 
+// `weft plan --csv` onto a planted link: the table is written to a fresh file renamed over the
+// name, which replaces the link; the link's target is untouched.
+TEST(PlantedFiles, PlanCsvReplacesAPlantedLinkInsteadOfWritingThroughIt) {
+  TempDir tmp("planted");
+  const std::string csv = tmp / "s.csv";
+  const std::string victim = plant_link(tmp, csv);
+  const test::RunResult r = test::run_weft(
+      "plan --model gpt-175b --system " + std::string(WEFT_SOURCE_DIR) +
+          "/systems/frontier.toml --gpus 1024 --global-batch 8000 --precision fp16 --tp 4 --pp 16 --micro-batch 1 "
+          "--zero 1 --recompute full --scaling strong --scaling-gpus 512,1024 --csv " + csv,
+      tmp / "plan");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(slurp(victim), "precious\n");
+  EXPECT_FALSE(fs::is_symlink(csv));
+  EXPECT_NE(slurp(csv).find("strong,1024,8000"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace weft
