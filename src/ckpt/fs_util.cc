@@ -25,12 +25,7 @@ void write_all(int fd, const void* data, size_t n, const std::string& path) {
 
 void write_file_synced(const std::string& path, const std::string& contents) {
   // Never through a link or into a FIFO planted at the path (InputError naming it).
-  int fd = -1;
-  try {
-    fd = open_for_writing(path, O_WRONLY | O_CREAT | O_TRUNC);
-  } catch (const WriteError& e) {
-    throw_runtime("{}: cannot create: {}", path, std::strerror(e.error()));
-  }
+  const int fd = open_for_writing(path, O_WRONLY | O_CREAT | O_TRUNC);
   try {
     write_all(fd, contents.data(), contents.size(), path);
     if (::fsync(fd) != 0) throw_runtime("{}: fsync failed: {}", path, std::strerror(errno));

@@ -142,12 +142,7 @@ SafetensorsDigest write_safetensors(const std::string& path, const std::vector<T
   SafetensorsDigest digest;
   digest.file_size = 8 + header_len + offset;
   const std::string tmp = path + ".tmp";
-  int fd = -1;  // never through a link or into a FIFO planted at the path
-  try {
-    fd = open_for_writing(tmp, O_WRONLY | O_CREAT | O_TRUNC);
-  } catch (const WriteError& e) {
-    throw_runtime("{}: cannot create: {}", tmp, std::strerror(e.error()));
-  }
+  const int fd = open_for_writing(tmp, O_WRONLY | O_CREAT | O_TRUNC);  // never through a link or into a FIFO
   try {
     std::string head(8, '\0');
     std::memcpy(head.data(), &header_len, 8);  // little-endian host (static_assert above)

@@ -176,7 +176,7 @@ void ParamLayout::embedding_ptrs(float* base, float** wte, float** wpe) const {
   CView te, pe;
   embedding_ptrs(CView(base), &te, &pe);
   *wte = base;
-  *wpe = base + (static_cast<const float*>(pe.data) - static_cast<const float*>(te.data));
+  *wpe = const_cast<float*>(static_cast<const float*>(pe.data));
 }
 
 void ParamLayout::embedding_ptrs(CView base, CView* wte, CView* wpe) const {

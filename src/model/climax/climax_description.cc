@@ -126,15 +126,14 @@ int64_t ClimaxDescription::ends_staging_elems() const {
   // biases they read (climax.cc's front_forward, back_forward, back_backward, front_backward).
   const auto w = [this](int64_t n) { return staged_elems(s_.param_dtype, n); };
   const int64_t C = C_, Cl = Cl_, K = K_, P2 = P2_;
-  int64_t m = std::max({w(P2 * C + C),            // a variable's patch embedding (and its embedding, C)
-                        w(C * 2 * Cl + 2 * Cl),   // k|v of the variable tokens
-                        w(C + C * Cl + Cl),       // the query's projection (the query is a parameter)
-                        w(2 * C),                 // the lead-time embedding; the final LayerNorm
-                        w(L_ * C),                // the positions, added per sample
-                        w(Cl * C),                // out_proj (its bias, C, alone)
-                        w(C * C + C),             // a decoder layer
-                        w(C * K + K)});           // the prediction head
-  return m;
+  return std::max({w(P2 * C + C),            // a variable's patch embedding (and its embedding, C)
+                   w(C * 2 * Cl + 2 * Cl),   // k|v of the variable tokens
+                   w(C + C * Cl + Cl),       // the query's projection (the query is a parameter)
+                   w(2 * C),                 // the lead-time embedding; the final LayerNorm
+                   w(L_ * C),                // the positions, added per sample
+                   w(Cl * C),                // out_proj (its bias, C, alone)
+                   w(C * C + C),             // a decoder layer
+                   w(C * K + K)});           // the prediction head
 }
 
 TypedElems ClimaxDescription::workspace_tensors() const {

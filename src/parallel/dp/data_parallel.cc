@@ -130,60 +130,60 @@ View DataParallel::opt_params() {
 
 float* DataParallel::opt_grads() { return cfg_.zero == 0 ? grads_.data<float>() : shard_grads_.data<float>(); }
 
-void DataParallel::upload_params(int64_t first, const float* host, int64_t n) {
+void DataParallel::upload_params(const float* host, int64_t n) {
   if (n <= 0) return;
   const DType dt = params_.dtype();
   if (dt == DType::kF32) {
-    backend_.copy_to_device(params_.raw(), fbytes(first), host, fbytes(n));
+    backend_.copy_to_device(params_.raw(), 0, host, fbytes(n));
     return;
   }
   std::vector<uint16_t> bits(static_cast<size_t>(n));
   cast_to_16_ref(bits.data(), host, n, dt);
-  backend_.copy_to_device(params_.raw(), dtype_bytes(dt, first), bits.data(), dtype_bytes(dt, n));
+  backend_.copy_to_device(params_.raw(), 0, bits.data(), dtype_bytes(dt, n));
+}
+
+void DataParallel::download_f32(CView src, int64_t n, float* out) const {
+  if (src.f32()) {
+    backend_.copy_to_host(out, src.data, 0, fbytes(n));
+    return;
+  }
+  std::vector<uint16_t> bits(static_cast<size_t>(n));
+  backend_.copy_to_host(bits.data(), src.data, 0, dtype_bytes(src.dtype, n));
+  cast_from_16_ref(out, bits.data(), n, src.dtype, false);
 }
 
 void DataParallel::load_full_params(const float* full) {
   if (cfg_.zero == 3) {
-    upload_params(0, full + shard_begin_, params_.count());
+    upload_params(full + shard_begin_, params_.count());
     gather_->invalidate();
   } else {
-    upload_params(0, full, n_);
+    upload_params(full, n_);
   }
 }
 
 void DataParallel::load_shard_params(const float* shard) {
   WEFT_CHECK(cfg_.zero == 3, "load_shard_params with zero {}", cfg_.zero);
-  upload_params(0, shard, params_.count());
+  upload_params(shard, params_.count());
   gather_->invalidate();
 }
 
 void DataParallel::gather_full_params(float* out) {
-  const DType dt = params_.dtype();
-  // The whole buffer in its dtype: gathered from the shards (zero 3) or this rank's copy.
-  DeviceBuffer all;
-  const DeviceBuffer* whole = &params_;
+  const CView mine(params_.raw(), params_.dtype());
   if (cfg_.zero == 3) {
-    all = DeviceBuffer(backend_, dt, n_, MemCategory::kComm);
-    shard().all_gather_v(params_.raw(), all.raw(), owner_counts(0, n_), comm_dtype_of(dt));
-    whole = &all;
+    gather_opt_range(mine, out);
+  } else {
+    download_f32(mine, n_, out);
   }
-  if (dt == DType::kF32) {
-    backend_.copy_to_host(out, whole->raw(), 0, whole->bytes());
-    return;
-  }
-  std::vector<uint16_t> bits(static_cast<size_t>(n_));
-  backend_.copy_to_host(bits.data(), whole->raw(), 0, whole->bytes());
-  cast_from_16_ref(out, bits.data(), n_, dt, false);
 }
 
-void DataParallel::gather_opt_range(const float* mine, float* out) {
+void DataParallel::gather_opt_range(CView mine, float* out) {
   if (cfg_.zero == 0) {
-    backend_.copy_to_host(out, mine, 0, fbytes(n_));
+    download_f32(mine, n_, out);
     return;
   }
-  DeviceBuffer all(backend_, DType::kF32, n_, MemCategory::kComm);
-  shard().all_gather_v(mine, all.raw(), owner_counts(0, n_), CommDType::kF32);
-  backend_.copy_to_host(out, all.raw(), 0, all.bytes());
+  DeviceBuffer all(backend_, mine.dtype, n_, MemCategory::kComm);
+  shard().all_gather_v(mine.data, all.raw(), owner_counts(0, n_), comm_dtype_of(mine.dtype));
+  download_f32(CView(all.raw(), mine.dtype), n_, out);
 }
 
 void DataParallel::begin_step() {

@@ -139,9 +139,9 @@ class DataParallel final : public ParamStore {
   void gather_full_params(float* out);
   // Whole-buffer copy of optimizer-range data (e.g. AdamW moments) from every rank's range
   // (collective for zero 1-3, through a transient device buffer counted under comm). mine:
-  // DEVICE memory, the opt_end - opt_begin elements of this rank's range; out: HOST memory,
-  // n elements.
-  void gather_opt_range(const float* mine, float* out);
+  // DEVICE memory, the opt_end - opt_begin elements of this rank's range (f32, or 16-bit
+  // parameters); out: HOST memory, n elements, widened to fp32.
+  void gather_opt_range(CView mine, float* out);
 
   // --- one optimizer step ---
   void begin_step();                       // clears the gradient accumulators
@@ -261,8 +261,10 @@ class DataParallel final : public ParamStore {
   int64_t n_ = 0, shard_ = 0, shard_begin_ = 0, shard_end_ = 0;
   int L_ = 0;
 
-  // HOST fp32 values -> params_ elements [first, first + n), rounded to its dtype.
-  void upload_params(int64_t first, const float* host, int64_t n);
+  // HOST fp32 values -> the first n elements of params_, rounded to its dtype.
+  void upload_params(const float* host, int64_t n);
+  // n DEVICE elements of src (f32 or 16-bit) -> HOST fp32 out, widened.
+  void download_f32(CView src, int64_t n, float* out) const;
 
   // Device buffers (float elements; params_ of param_dtype).
   DeviceBuffer params_;       // zero 0-2: whole; zero 3: shard
