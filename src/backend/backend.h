@@ -46,6 +46,7 @@
 #include "core/memory.h"
 #include "core/precision.h"
 #include "core/view.h"
+#include "backend/staging.h"
 
 namespace weft {
 
@@ -139,6 +140,11 @@ class Backend {
   // (e.g. "openblas sgemm (Cooperlake kernels)", "onednn bf16 matmul (avx512_core_bf16)"), with
   // the reason when kFast falls back to the exact product. Default: "".
   virtual std::string product_kernel() const { return {}; }
+  // Whether the typed products (gemm, matmul_forward, matmul_backward) read 16-bit operands in
+  // place, staging only bf16 copies of their f32 inputs (two to an arena element), instead of
+  // widening every 16-bit operand: what a description predicts the staging arena by
+  // (RunSpec::native_products). OPTIONAL. Default: false.
+  virtual bool native_16bit_products() const { return false; }
 
   // ===== ops =====
   // Every tensor operand is a typed view of device memory of this backend (core/view.h: a
@@ -229,6 +235,11 @@ class Backend {
   // The most fp32 elements one typed op has staged since the backend was made: what the arena
   // needs (a model's description predicts it; tests/model/gpt_staging_test.cc).
   int64_t staging_high_water() const { return staging_high_water_; }
+  // The fp32 elements a row-chunked typed default stages of its row operands at a time
+  // (staging_chunk_rows; default kStagingChunk). A description predicting the arena takes the
+  // same number (RunSpec::staging_chunk); tests set a small one to make the chunks many.
+  int64_t staging_chunk() const { return staging_chunk_; }
+  void set_staging_chunk(int64_t elems);
 
   // ===== the fp32 kernels =====
   // REQUIRED, every one. What the typed ops above run on f32 operands: every pointer is fp32
@@ -512,8 +523,14 @@ class Backend {
   }
 
  private:
+  // typed_defaults.cc: embedding_forward with a 16-bit table; an f32 output rounded to p.
+  void embedding_forward_16(View out, const int32_t* tokens, CView wte, CView wpe, int64_t B, int64_t T, int64_t C,
+                            int64_t v0, int64_t vrows);
+  void round_f32(View v, int64_t n, Precision p);
+
   float* staging_ = nullptr;
   int64_t staging_n_ = 0, staging_high_water_ = 0;
+  int64_t staging_chunk_ = kStagingChunk;
 };
 
 // RAII scope of direct host access to a range of device memory (Backend::begin_host_access).

@@ -3,10 +3,18 @@
 // staging arena): inputs widen into it (decode_16), the fp32 kernel runs on it, outputs round
 // back (encode_16). Every step goes through the backend's virtual calls, so on cpu-guarded the
 // scratch is fenced device memory and every step is checked like any other op.
+//
+// Ops whose fp32 kernel computes every row on its own (elementwise, LayerNorm forward, the
+// cross-entropy rows) stage a chunk of rows at a time (staging_chunk_rows): the same fp32
+// operations on the same values, so bitwise the whole call, with an arena of about
+// staging_chunk() elements instead of the whole tensors. The fused ops on 16-bit tensors run
+// as the sequence of typed ops their fp32 form is (each output rounded where the sequence's
+// round_to rounds it), so each step stages only its own operands.
 #include <array>
 #include <cstddef>
 #include <initializer_list>
 #include <utility>
+#include <vector>
 
 #include "backend/backend.h"
 #include "core/error.h"
@@ -15,20 +23,28 @@ namespace weft {
 namespace {
 
 // One tensor operand of a typed op: its view, its element count, and whether the op reads it,
-// writes it, or both.
+// writes it, or both. A row operand of a row-chunked op (ld > 0) holds `cols` elements a row,
+// rows ld elements apart; n is then the span of the call's rows.
 enum class Role { kIn, kOut, kInOut };
 struct Operand {
   const void* data;
   DType dt;
   int64_t n;
   Role role;
+  int64_t ld = 0, cols = 0;
 };
 Operand in(CView v, int64_t n) { return {v.data, v.dtype, n, Role::kIn}; }
 Operand out(View v, int64_t n) { return {v.data, v.dtype, n, Role::kOut}; }
 Operand inout(View v, int64_t n) { return {v.data, v.dtype, n, Role::kInOut}; }
+// Row operands: row r at element r * ld, cols elements (cols = ld: dense rows).
+Operand rin(CView v, int64_t ld, int64_t cols) { return {v.data, v.dtype, 0, Role::kIn, ld, cols}; }
+Operand rout(View v, int64_t ld, int64_t cols) { return {v.data, v.dtype, 0, Role::kOut, ld, cols}; }
+Operand rinout(View v, int64_t ld, int64_t cols) { return {v.data, v.dtype, 0, Role::kInOut, ld, cols}; }
 
 // The elements a row-major (rows, cols) operand with row stride ld spans.
 int64_t span(int64_t rows, int64_t cols, int64_t ld) { return rows <= 0 || cols <= 0 ? 0 : (rows - 1) * ld + cols; }
+
+bool sixteen(const Operand& x) { return x.data != nullptr && x.dt != DType::kF32; }
 
 // Runs f with the fp32 form of each operand (a float* each; null stays null).
 template <class F, size_t K, size_t... I>
@@ -36,10 +52,8 @@ void call(F& f, const std::array<float*, K>& p, std::index_sequence<I...>) {
   f(p[I]...);
 }
 
-template <class F, class... Ops>
-void staged(Backend& be, const char* op, F&& f, Ops... ops) {
-  constexpr size_t K = sizeof...(Ops);
-  const std::array<Operand, K> o{ops...};
+template <class F, size_t K>
+void staged_array(Backend& be, const char* op, F& f, const std::array<Operand, K>& o) {
   std::array<float*, K> p{};
   std::array<bool, K> staged_here{};
   // One arena for the call: the staged operands side by side.
@@ -69,6 +83,63 @@ void staged(Backend& be, const char* op, F&& f, Ops... ops) {
   }
 }
 
+template <class F, class... Ops>
+void staged(Backend& be, const char* op, F&& f, Ops... ops) {
+  const std::array<Operand, sizeof...(Ops)> o{ops...};
+  staged_array(be, op, f, o);
+}
+
+// A row-chunked op over N rows: f(r0, nr, fp32 pointers...) runs the fp32 kernel on rows
+// [r0, r0 + nr), each row operand's pointer at its row r0. Whole operands (n elements) are
+// read-only (staged again for every chunk). All-f32 calls run once over every row.
+template <class F, class... Ops>
+void staged_rows(Backend& be, const char* op, int64_t N, F&& f, Ops... ops) {
+  constexpr size_t K = sizeof...(Ops);
+  const std::array<Operand, K> o{ops...};
+  int64_t row16 = 0;
+  for (const Operand& x : o) {
+    if (x.ld == 0) {
+      WEFT_CHECK(x.role == Role::kIn || !sixteen(x), "{}: a whole 16-bit operand written by a row-chunked op", op);
+    } else if (sixteen(x)) {
+      row16 += x.ld;
+    }
+  }
+  if (N <= 0) return;
+  const int64_t rows = staging_chunk_rows(N, row16, be.staging_chunk());
+  for (int64_t r0 = 0; r0 < N; r0 += rows) {
+    const int64_t nr = std::min(rows, N - r0);
+    std::array<Operand, K> c = o;
+    for (Operand& x : c) {
+      if (x.ld == 0) continue;
+      if (x.data != nullptr) x.data = static_cast<const char*>(x.data) + view_offset(x.dt, r0 * x.ld);
+      x.n = span(nr, x.cols, x.ld);
+    }
+    auto g = [&](auto... p) { f(r0, nr, p...); };
+    staged_array(be, op, g, c);
+  }
+}
+
+// The storage dtype a precision's round_to rounds to (kF32 for fp32: no rounding).
+DType rounded_dtype(Precision p) { return p == Precision::kFp32 ? DType::kF32 : dtype_of(p); }
+
+// Whether a fused op over these outputs runs as its sequence of typed ops with the same bits:
+// every 16-bit output has the dtype p rounds to (an f32 output is rounded with round_f32 after
+// its step, as the fp32 form's round_to). With p = fp32 a 16-bit output is rounded once, at the
+// fused op's end, which the sequence cannot do (it runs staged whole).
+bool runs_as_sequence(Precision p, std::initializer_list<DType> outs) {
+  for (DType d : outs) {
+    if (d != DType::kF32 && (p == Precision::kFp32 || d != rounded_dtype(p))) return false;
+  }
+  return true;
+}
+
+bool all_f32(std::initializer_list<CView> vs) {
+  for (const CView& v : vs) {
+    if (v.data != nullptr && !v.f32()) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 float* Backend::staging(int64_t n) {
@@ -87,6 +158,11 @@ void Backend::release_staging() noexcept {
 }
 
 int64_t Backend::staging_bytes() const { return staging_n_ * 4; }
+
+void Backend::set_staging_chunk(int64_t elems) {
+  if (elems < 1) throw_input("the staging chunk must be at least 1 element, got {}", elems);
+  staging_chunk_ = elems;
+}
 
 // --- matrix products ---
 void Backend::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, CView A, int64_t lda, CView B,
@@ -123,10 +199,57 @@ void Backend::embedding_forward(View o, const int32_t* tokens, CView wte, CView 
   if (wte && !wte.f32() && vrows == INT64_MAX) {
     throw_input("embedding_forward: a {} table needs its row count (vrows)", dtype_name(wte.dtype));
   }
-  staged(
-      *this, "embedding_forward",
-      [&](float* o_, float* e, float* p) { embedding_forward_f32(o_, tokens, e, p, B, T, C, v0, vrows); },
-      out(o, B * T * C), in(wte, wte.f32() ? 0 : vrows * C), in(wpe, T * C));
+  if (!wte || wte.f32()) {  // chunks of whole samples (the positions restart at each)
+    staged_rows(
+        *this, "embedding_forward", B,
+        [&](int64_t b0, int64_t nb, float* o_, float* e, float* p) {
+          embedding_forward_f32(o_, tokens + b0 * T, e, p, nb, T, C, v0, vrows);
+        },
+        rout(o, T * C, T * C), in(wte, 0), in(wpe, T * C));
+    return;
+  }
+  embedding_forward_16(o, tokens, wte, wpe, B, T, C, v0, vrows);
+}
+
+void Backend::embedding_forward_16(View o, const int32_t* tokens, CView wte, CView wpe, int64_t B, int64_t T,
+                                   int64_t C, int64_t v0, int64_t vrows) {
+  // A 16-bit table is read a row at a time, never widened whole: each token's row widens into
+  // its output row (decode_16), the positions are added per sample (add_f32), and a row this
+  // rank does not hold is the position's row (or zero), as embedding_forward_f32 computes it.
+  if (o.dtype != DType::kF32 && o.dtype != DType::kBF16 && o.dtype != DType::kF16) {
+    throw_input("embedding_forward: the output is {}; the ops take f32, bf16 or f16 tensors", dtype_name(o.dtype));
+  }
+  std::vector<int32_t> tok(static_cast<size_t>(B * T));
+  if (!tok.empty()) copy_to_host(tok.data(), tokens, 0, tok.size() * sizeof(int32_t));
+  const bool o16 = !o.f32(), p16 = wpe && !wpe.f32();
+  const int64_t per = staging_chunk_rows(B, o16 ? T * C : 0, staging_chunk());
+  for (int64_t b0 = 0; b0 < B; b0 += per) {
+    const int64_t nb = std::min(per, B - b0), n = nb * T * C;
+    const int64_t staged_n = (o16 ? n : 0) + (p16 ? T * C : 0);
+    float* arena = staged_n > 0 ? staging_for_op(staged_n) : nullptr;
+    float* out = o16 ? arena : static_cast<float*>(o.at(b0 * T * C).data);
+    const float* pos = static_cast<const float*>(wpe.data);
+    if (p16) {
+      float* p = arena + (o16 ? n : 0);
+      decode_16(p, wpe.data, T * C, wpe.dtype, false);
+      pos = p;
+    }
+    std::vector<int64_t> others;  // rows of the chunk this rank does not hold
+    for (int64_t i = 0; i < nb * T; ++i) {
+      const int64_t row = static_cast<int64_t>(tok[b0 * T + i]) - v0;
+      if (row >= 0 && row < vrows) {
+        decode_16(out + i * C, wte.at(row * C).data, C, wte.dtype, false);
+      } else {
+        fill(out, DType::kF32, i * C, C, 0.0f);
+        others.push_back(i);
+      }
+    }
+    if (pos != nullptr) {
+      for (int64_t b = 0; b < nb; ++b) add_f32(out + b * T * C, out + b * T * C, pos, T * C);
+      for (int64_t i : others) copy_device(out, i * C * sizeof(float), pos, (i % T) * C * sizeof(float), C * sizeof(float));
+    }
+    if (o16) encode_16(o.at(b0 * T * C).data, out, n, o.dtype);
+  }
 }
 
 void Backend::embedding_backward(View dwte, View dwpe, CView dout, const int32_t* tokens, int64_t B, int64_t T,
@@ -143,12 +266,12 @@ void Backend::embedding_backward(View dwte, View dwpe, CView dout, const int32_t
 // --- LayerNorm ---
 void Backend::layernorm_forward(View o, View mean, View rstd, CView inp, CView w, CView b, int64_t N, int64_t C,
                                 float eps) {
-  staged(
-      *this, "layernorm_forward",
-      [&](float* o_, float* m, float* r, float* x, float* w_, float* b_) {
-        layernorm_forward_f32(o_, m, r, x, w_, b_, N, C, eps);
+  staged_rows(
+      *this, "layernorm_forward", N,
+      [&](int64_t, int64_t n, float* o_, float* m, float* r, float* x, float* w_, float* b_) {
+        layernorm_forward_f32(o_, m, r, x, w_, b_, n, C, eps);
       },
-      out(o, N * C), out(mean, N), out(rstd, N), in(inp, N * C), in(w, C), in(b, C));
+      rout(o, C, C), rout(mean, 1, 1), rout(rstd, 1, 1), rin(inp, C, C), in(w, C), in(b, C));
 }
 
 void Backend::layernorm_backward(View dinp, View dw, View db, CView dout, CView inp, CView w, CView mean, CView rstd,
@@ -164,25 +287,28 @@ void Backend::layernorm_backward(View dinp, View dw, View db, CView dout, CView 
 
 // --- elementwise ---
 void Backend::add_bias(View o, CView inp, CView bias, int64_t N, int64_t C) {
-  staged(
-      *this, "add_bias", [&](float* o_, float* x, float* b) { add_bias_f32(o_, x, b, N, C); }, out(o, N * C),
-      in(inp, N * C), in(bias, C));
+  staged_rows(
+      *this, "add_bias", N, [&](int64_t, int64_t n, float* o_, float* x, float* b) { add_bias_f32(o_, x, b, n, C); },
+      rout(o, C, C), rin(inp, C, C), in(bias, C));
 }
 
 void Backend::add(View o, CView a, CView b, int64_t n) {
-  staged(
-      *this, "add", [&](float* o_, float* a_, float* b_) { add_f32(o_, a_, b_, n); }, out(o, n), in(a, n), in(b, n));
+  staged_rows(
+      *this, "add", n, [&](int64_t, int64_t m, float* o_, float* a_, float* b_) { add_f32(o_, a_, b_, m); },
+      rout(o, 1, 1), rin(a, 1, 1), rin(b, 1, 1));
 }
 
 void Backend::gelu_forward(View o, CView inp, int64_t n) {
-  staged(
-      *this, "gelu_forward", [&](float* o_, float* x) { gelu_forward_f32(o_, x, n); }, out(o, n), in(inp, n));
+  staged_rows(
+      *this, "gelu_forward", n, [&](int64_t, int64_t m, float* o_, float* x) { gelu_forward_f32(o_, x, m); },
+      rout(o, 1, 1), rin(inp, 1, 1));
 }
 
 void Backend::gelu_backward(View dinp, CView inp, CView dout, int64_t n) {
-  staged(
-      *this, "gelu_backward", [&](float* di, float* x, float* d) { gelu_backward_f32(di, x, d, n); }, out(dinp, n),
-      in(inp, n), in(dout, n));
+  staged_rows(
+      *this, "gelu_backward", n,
+      [&](int64_t, int64_t m, float* di, float* x, float* d) { gelu_backward_f32(di, x, d, m); }, rout(dinp, 1, 1),
+      rin(inp, 1, 1), rin(dout, 1, 1));
 }
 
 // --- attention ---
@@ -269,57 +395,80 @@ void Backend::query_attention_backward(View dq, View dkv, CView dout, CView q, C
 // --- losses ---
 void Backend::weighted_mse(View row_loss, View grad, CView pred, CView target, CView w, int64_t R, int64_t K,
                            float dloss) {
-  staged(
-      *this, "weighted_mse",
-      [&](float* l, float* g, float* p, float* t, float* w_) { weighted_mse_f32(l, g, p, t, w_, R, K, dloss); },
-      out(row_loss, R), out(grad, R * K), in(pred, R * K), in(target, R * K), in(w, K));
+  staged_rows(
+      *this, "weighted_mse", R,
+      [&](int64_t, int64_t n, float* l, float* g, float* p, float* t, float* w_) {
+        weighted_mse_f32(l, g, p, t, w_, n, K, dloss);
+      },
+      rout(row_loss, 1, 1), rout(grad, K, K), rin(pred, K, K), rin(target, K, K), in(w, K));
 }
 
 void Backend::softmax_cross_entropy(View logits, View losses, const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
                                     float dloss) {
-  staged(
-      *this, "softmax_cross_entropy",
-      [&](float* lg, float* l) { softmax_cross_entropy_f32(lg, l, targets, N, V, Vp, dloss); },
-      dloss != 0.0f ? inout(logits, N * Vp) : in(logits, N * Vp), out(losses, N));
+  staged_rows(
+      *this, "softmax_cross_entropy", N,
+      [&](int64_t r0, int64_t n, float* lg, float* l) { softmax_cross_entropy_f32(lg, l, targets + r0, n, V, Vp, dloss); },
+      dloss != 0.0f ? rinout(logits, Vp, Vp) : rin(logits, Vp, Vp), rout(losses, 1, 1));
 }
 
 void Backend::ce_row_max(CView logits, int64_t N, int64_t ld, int64_t cols, View max) {
-  staged(
-      *this, "ce_row_max", [&](float* lg, float* m) { ce_row_max_f32(lg, N, ld, cols, m); }, in(logits, span(N, cols,
-          ld)),
-      out(max, N));
+  staged_rows(
+      *this, "ce_row_max", N, [&](int64_t, int64_t n, float* lg, float* m) { ce_row_max_f32(lg, n, ld, cols, m); },
+      rin(logits, ld, cols), rout(max, 1, 1));
 }
 
 void Backend::ce_row_sumexp(CView logits, int64_t N, int64_t ld, int64_t cols, CView max, View sum) {
-  staged(
-      *this, "ce_row_sumexp", [&](float* lg, float* m, float* s) { ce_row_sumexp_f32(lg, N, ld, cols, m, s); },
-      in(logits, span(N, cols, ld)), in(max, N), out(sum, N));
+  staged_rows(
+      *this, "ce_row_sumexp", N,
+      [&](int64_t, int64_t n, float* lg, float* m, float* s) { ce_row_sumexp_f32(lg, n, ld, cols, m, s); },
+      rin(logits, ld, cols), rin(max, 1, 1), rout(sum, 1, 1));
 }
 
 void Backend::ce_target_logit(CView logits, int64_t N, int64_t ld, int64_t cols, const int32_t* targets, int64_t v0,
                               View tl) {
-  staged(
-      *this, "ce_target_logit", [&](float* lg, float* t) { ce_target_logit_f32(lg, N, ld, cols, targets, v0, t); },
-      in(logits, span(N, cols, ld)), out(tl, N));
+  staged_rows(
+      *this, "ce_target_logit", N,
+      [&](int64_t r0, int64_t n, float* lg, float* t) { ce_target_logit_f32(lg, n, ld, cols, targets + r0, v0, t); },
+      rin(logits, ld, cols), rout(tl, 1, 1));
 }
 
 void Backend::ce_loss(View losses, CView max, CView sum, CView tl, int64_t n) {
-  staged(
-      *this, "ce_loss", [&](float* l, float* m, float* s, float* t) { ce_loss_f32(l, m, s, t, n); }, out(losses, n),
-      in(max, n), in(sum, n), in(tl, n));
+  staged_rows(
+      *this, "ce_loss", n,
+      [&](int64_t, int64_t k, float* l, float* m, float* s, float* t) { ce_loss_f32(l, m, s, t, k); },
+      rout(losses, 1, 1), rin(max, 1, 1), rin(sum, 1, 1), rin(tl, 1, 1));
 }
 
 void Backend::ce_grad(View logits, int64_t N, int64_t ld, int64_t cols, CView max, CView sum, const int32_t* targets,
                       int64_t v0, float dloss) {
   // The whole rows (padding columns included: the gradient zeroes them).
-  staged(
-      *this, "ce_grad", [&](float* lg, float* m, float* s) { ce_grad_f32(lg, N, ld, cols, m, s, targets, v0, dloss); },
-      inout(logits, span(N, ld, ld)), in(max, N), in(sum, N));
+  staged_rows(
+      *this, "ce_grad", N,
+      [&](int64_t r0, int64_t n, float* lg, float* m, float* s) {
+        ce_grad_f32(lg, n, ld, cols, m, s, targets + r0, v0, dloss);
+      },
+      rinout(logits, ld, ld), rin(max, 1, 1), rin(sum, 1, 1));
 }
 
 // --- the fused ops ---
+// With 16-bit tensors a fused default runs the sequence of typed ops its fp32 form runs (the
+// sequence fused_defaults.cc writes), each 16-bit output rounded by its step and each f32 one by
+// round_f32: the fp32 form's bits (its round_to(p) is the 16-bit output's rounding), staging one
+// step's operands at a time. All-f32 calls run the fp32 form; another mix (an output of a dtype p
+// does not round to) runs it staged whole.
+void Backend::round_f32(View v, int64_t n, Precision p) {
+  if (v && v.f32() && p != Precision::kFp32) round_to(static_cast<float*>(v.data), n, p);
+}
+
 void Backend::residual_layernorm_forward(View residual, View o, View mean, View rstd, CView a, CView b, CView w,
                                          CView bias, int64_t N, int64_t C, float eps, Precision p) {
+  if (!all_f32({residual, o, a, b, w, bias}) && runs_as_sequence(p, {residual.dtype, o.dtype})) {
+    add(residual, a, b, N * C);
+    round_f32(residual, N * C, p);
+    layernorm_forward(o, mean, rstd, residual, w, bias, N, C, eps);
+    round_f32(o, N * C, p);
+    return;
+  }
   staged(
       *this, "residual_layernorm_forward",
       [&](float* r, float* o_, float* m, float* s, float* a_, float* b_, float* w_, float* bi) {
@@ -332,6 +481,18 @@ void Backend::residual_layernorm_forward(View residual, View o, View mean, View 
 void Backend::matmul_residual_layernorm_forward(View residual, View o, View mean, View rstd, CView res, CView inp,
                                                 CView w, CView bias, CView ln_w, CView ln_b, int64_t N, int64_t IN,
                                                 int64_t C, float eps, Precision p) {
+  // The residual starts as res (a copy, or a widening: exact) and takes bias + the product in
+  // fp32 (matmul_forward accumulating: add_bias then the product, as the fp32 form), rounded once.
+  const bool exact_start = residual.data == res.data || residual.dtype == res.dtype || residual.f32();
+  if (!all_f32({residual, o, res, inp, w, bias, ln_w, ln_b}) && exact_start &&
+      runs_as_sequence(p, {residual.dtype, o.dtype})) {
+    if (residual.data != res.data) convert(residual, res, N * C);
+    matmul_forward(residual, inp, w, bias, N, IN, C, true);
+    round_f32(residual, N * C, p);
+    layernorm_forward(o, mean, rstd, residual, ln_w, ln_b, N, C, eps);
+    round_f32(o, N * C, p);
+    return;
+  }
   staged(
       *this, "matmul_residual_layernorm_forward",
       [&](float* r, float* o_, float* m, float* s, float* re, float* i_, float* w_, float* bi, float* lw, float* lb) {
@@ -343,6 +504,13 @@ void Backend::matmul_residual_layernorm_forward(View residual, View o, View mean
 
 void Backend::matmul_gelu_forward(View o, View pre, CView inp, CView w, CView bias, int64_t N, int64_t IN, int64_t OUT,
                                   Precision p) {
+  if (!all_f32({o, pre, inp, w, bias}) && runs_as_sequence(p, {o.dtype, pre.dtype})) {
+    matmul_forward(pre, inp, w, bias, N, IN, OUT, false);
+    round_f32(pre, N * OUT, p);
+    gelu_forward(o, pre, N * OUT);
+    round_f32(o, N * OUT, p);
+    return;
+  }
   staged(
       *this, "matmul_gelu_forward",
       [&](float* o_, float* pr, float* i_, float* w_, float* b_) {
@@ -353,6 +521,14 @@ void Backend::matmul_gelu_forward(View o, View pre, CView inp, CView w, CView bi
 
 void Backend::matmul_gelu_backward(View dinp, View dw, View dbias, CView dout, CView inp, CView w, CView pre, int64_t N,
                                    int64_t IN, int64_t OUT, Precision p) {
+  if (!all_f32({dinp, dw, dbias, dout, inp, w, pre}) && runs_as_sequence(p, {dinp.dtype})) {
+    WEFT_CHECK(dinp, "{}: matmul_gelu_backward needs dinp", name());
+    matmul_backward(dinp, dw, dbias, dout, inp, w, N, IN, OUT);
+    round_f32(dinp, N * IN, p);
+    gelu_backward(dinp, pre, dinp, N * IN);
+    round_f32(dinp, N * IN, p);
+    return;
+  }
   staged(
       *this, "matmul_gelu_backward",
       [&](float* di, float* dw_, float* db, float* d, float* i_, float* w_, float* pr) {

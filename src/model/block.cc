@@ -24,50 +24,85 @@ TypedElems layer_elems(int64_t N, int64_t Nl, int64_t C, int64_t Cl, int64_t F, 
 }
 
 int64_t block_staging_elems(const BlockStaging& k) {
-  const auto st = staged_elems;
   // Every call of forward() and backward() below (through parallel/tp/layers.cc) with its
   // 16-bit operands: activations, scratch, and the weights and biases it reads (w).
   const DType a = k.dt.act, ln = k.dt.ln, at = k.dt.att, dC = k.dC, d3C = k.d3C, dF = k.dF;
   const int64_t N = k.N, Nl = k.Nl, C = k.C, Cl = k.Cl, F = k.F, A = k.att;
   const bool tp1 = k.tp == 1, sp = k.sequence_parallel;
+  const auto st = staged_elems;
   const auto w = [&k](int64_t n) { return staged_elems(k.w, n); };
+  const auto h = [](DType d) -> int64_t { return d == DType::kF32 ? 0 : 1; };  // 16-bit: 1
+  // A row-chunked op over n rows (typed_defaults.cc): its whole operands, and its 16-bit row
+  // operands' elements a row.
+  const auto rows = [&k](int64_t n, int64_t whole, int64_t row16) { return staged_rows_elems(n, whole, row16, k.chunk); };
+  // A product (matmul_forward, out (n, OUT) = inp (n, IN) @ w): exact, its staged 16-bit operands;
+  // native, the bf16 copies of its f32 operands (backend/staging.h).
+  const bool w32 = k.w == DType::kF32;
+  const auto fwd = [&k, w32](int64_t staged16, int64_t n, int64_t IN, int64_t OUT, DType inp, DType out) {
+    return k.native_products
+               ? native_product_staging(n, OUT, IN, inp == DType::kF32, w32, out != DType::kF32, k.chunk)
+               : staged16;
+  };
+  // matmul_backward (dinp = dout @ w^T, then dw (f32) += inp^T @ dout).
+  const auto bwd = [&k, w32](int64_t staged16, int64_t n, int64_t IN, int64_t OUT, DType dout, DType inp,
+                             DType dinp) {
+    if (!k.native_products) return staged16;
+    const bool d32 = dout == DType::kF32;
+    return std::max(native_product_staging(n, IN, OUT, d32, w32, dinp != DType::kF32, k.chunk),
+                    native_product_staging(IN, OUT, n, inp == DType::kF32, d32, false, k.chunk));
+  };
+  const DType f32 = DType::kF32;
   int64_t m = 0;
   const auto call = [&m](int64_t n) { m = std::max(m, n); };
   // --- forward ---
-  call((sp ? 0 : st(ln, N * C)) + w(2 * C));                            // layernorm_forward -> ln1
-  call(st(a, N * 3 * Cl) + st(ln, N * C) + w(C * 3 * Cl + 3 * Cl));     // qkv = ln1 @ w + b
+  call(rows(Nl, w(2 * C), sp ? 0 : h(ln) * C));  // layernorm_forward -> ln1 (sp: f32 rows for the wire)
+  call(fwd(st(a, N * 3 * Cl) + st(ln, N * C) + w(C * 3 * Cl + 3 * Cl), N, C, 3 * Cl, ln, a));  // qkv = ln1 @ w + b
   // The attention ops stage one sample at a time (N/B rows, A/B statistics); flash attention's
   // log-sum-exp form the whole batch.
   const int64_t Ns = k.attention_lse ? N : N / k.B, As = k.attention_lse ? A : A / k.B;
   call(st(a, Ns * Cl + Ns * 3 * Cl) + (k.attention_lse ? 0 : st(at, As)));  // attention
   if (tp1) {
-    // matmul_residual_layernorm_forward: attn proj's w, b and ln_2's w, b
-    call(st(a, N * C) + st(ln, N * C) + st(a, N * Cl) + w(Cl * C + C + 2 * C));
-  } else {
-    call(st(a, N * Cl) + w(Cl * C));  // partial = atty @ w
-    call(w(C));                       // its bias, after the reduction
-    if (sp) {
-      call(st(a, Nl * C));             // res2 = res + y
-      call(st(a, Nl * C) + w(2 * C));  // its LayerNorm's rows
+    // matmul_residual_layernorm_forward: native, the fp32 sum (N C) and the bf16 copies of f32
+    // inputs, then ln_2; else with an f32 input res and a 16-bit residual staged whole (attn
+    // proj's w, b and ln_2's w, b); an f32 residual runs as its sequence.
+    if (k.native_products) {
+      call(native_residual_staging(N, Cl, C, a == f32, w32, k.chunk));
+      call(rows(N, w(2 * C), (h(a) + h(ln)) * C));
+    } else if (h(a)) {
+      call(st(a, N * C) + st(ln, N * C) + st(a, N * Cl) + w(Cl * C + C + 2 * C));
     } else {
-      call(st(a, N * C) + st(ln, N * C) + w(2 * C));  // residual_layernorm_forward
+      call(fwd(st(a, N * Cl) + w(Cl * C + C), N, Cl, C, a, f32));  // residual += atty @ w + b
+      call(rows(N, w(2 * C), h(ln) * C));            // ln_2
+    }
+  } else {
+    call(fwd(st(a, N * Cl) + w(Cl * C), N, Cl, C, a, f32));  // partial = atty @ w
+    call(rows(Nl, w(C), 0));                               // its bias, after the reduction
+    if (sp) {
+      call(rows(Nl * C, 0, h(a)));             // res2 = res + y
+      call(rows(Nl, w(2 * C), h(a) * C));      // its LayerNorm's rows (f32 out, for the wire)
+    } else {
+      call(rows(N * C, 0, h(a)));              // residual_layernorm_forward: res2 = res + y
+      call(rows(N, w(2 * C), (h(a) + h(ln)) * C));  // ln2 = LayerNorm(res2)
     }
   }
-  call(st(a, 2 * N * F) + st(ln, N * C) + w(C * F + F));  // matmul_gelu_forward
+  call(fwd(st(a, N * F) + st(ln, N * C) + w(C * F + F), N, C, F, ln, a));  // pre = ln2 @ w + b
+  call(rows(N * F, 0, 2 * h(a)));                                          // gelu
   // res3: at tp 1 add_bias(res3, res2, b) then the product of fch_gelu; at tp > 1 the product into
   // the partial sums, its bias, then add(res3, res2, y).
-  call(st(a, N * F) + w(F * C));
-  call(tp1 ? st(a, N * C) + w(C) : std::max(w(C), st(a, Nl * C)));
+  call(fwd(st(a, N * F) + w(F * C), N, F, C, a, f32));
+  call(tp1 ? rows(N, w(C), h(a) * C) : std::max(rows(Nl, w(C), 0), rows(Nl * C, 0, h(a))));
   if (!k.training) return m;
   // --- backward ---
-  call(st(dF, N * F) + st(a, 2 * N * F) + w(F * C));             // matmul_gelu_backward -> dF
-  call(st(dC, N * C) + st(dF, N * F) + st(ln, N * C) + w(C * F));  // fc's matmul_backward -> dC
+  // matmul_gelu_backward: the product (dout is dres, f32), then gelu_backward in place.
+  call(bwd(st(dF, N * F) + st(a, N * F) + w(F * C), N, F, C, f32, a, dF));
+  call(rows(N * F, 0, 2 * h(dF) + h(a)));
+  call(bwd(st(dC, N * C) + st(dF, N * F) + st(ln, N * C) + w(C * F), N, C, F, dF, ln, dC));  // fc -> dC
   call((sp ? 0 : st(dC, N * C)) + st(a, Nl * C) + w(C));         // ln2's layernorm_backward
   if (k.selective) call(st(d3C, Ns * Cl) + st(at, As) + st(a, Ns * 3 * Cl));  // the recomputed probabilities
-  call(st(dC, N * Cl) + st(a, N * Cl) + w(Cl * C));             // attn proj's matmul_backward -> dC
+  call(bwd(st(dC, N * Cl) + st(a, N * Cl) + w(Cl * C), N, Cl, C, f32, a, dC));  // attn proj -> dC
   call(st(d3C, Ns * 3 * Cl) + st(a, Ns * 3 * Cl) + st(dC, Ns * Cl) +
        (k.attention_lse ? st(a, Ns * Cl) : st(at, As)));         // attention's backward
-  call(st(dC, N * C) + st(d3C, N * 3 * Cl) + st(ln, N * C) + w(C * 3 * Cl));  // qkv's matmul_backward -> dC
+  call(bwd(st(dC, N * C) + st(d3C, N * 3 * Cl) + st(ln, N * C) + w(C * 3 * Cl), N, C, 3 * Cl, d3C, ln, dC));                 // qkv's matmul_backward -> dC
   call((sp ? 0 : st(dC, N * C)) + w(C));                         // ln1's layernorm_backward
   return m;
 }

@@ -108,6 +108,8 @@ struct BlockStaging {
   LayerDtypes dt;          // the stash's
   DType dC = DType::kF32, d3C = DType::kF32, dF = DType::kF32;  // the gradient scratch's (BlockScratch)
   DType w = DType::kF32;   // the parameters' (the store's working parameters)
+  int64_t chunk = kStagingChunk;  // the backend's staging_chunk (row-chunked ops)
+  bool native_products = false;   // the backend's products read 16-bit operands in place (RunSpec)
 };
 // The elements a typed op stages of an operand of n elements of dtype dt: n for a 16-bit one.
 inline int64_t staged_elems(DType dt, int64_t n) { return dt == DType::kF32 ? 0 : n; }

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/staging.h"
 #include "core/precision.h"
 #include "model/config.h"
 #include "model/params.h"
@@ -34,6 +35,11 @@ struct RunSpec {
   // The working parameters' storage (the data-parallel store's: the 16-bit type of a bf16/fp16
   // engine run; a model on its own local store keeps f32). The typed ops stage 16-bit weights.
   DType param_dtype = DType::kF32;
+  // The backend's typed defaults (backend.h): the rows a row-chunked op stages at a time
+  // (Backend::staging_chunk), and whether its products read 16-bit operands in place
+  // (Backend::native_16bit_products: the CPU backend's oneDNN bf16 products with matmul = fast).
+  int64_t staging_chunk = kStagingChunk;
+  bool native_products = false;
 };
 
 // What the data-parallel store of a part holds, by its ParamLayout groups (DataParallel sizes its

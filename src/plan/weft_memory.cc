@@ -118,7 +118,9 @@ Elems rank_elems(const WeftRunShape& r, int stage, int dp_rank) {
   int64_t staging = 0;  // bytes
   for (int c = 0; c < v; ++c) {
     const StageSpec part = chunk_part(r, parts, stage, c);
-    const std::unique_ptr<ModelDescription> d = mc.family->describe(part_spec(mc, r.seq, l, part, r.head_chunk, r.precision));
+    RunSpec spec = part_spec(mc, r.seq, l, part, r.head_chunk, r.precision);
+    spec.native_products = r.native_products;
+    const std::unique_ptr<ModelDescription> d = mc.family->describe(spec);
     add_states(e, r, d->store_groups(), part, dp_rank);
     // Stashed activations: one set per micro-batch in flight on this chunk (the schedule's
     // own count); the workspace of each chunk's model.

@@ -63,6 +63,9 @@ struct WeftRunShape {
   Precision precision = Precision::kFp32;
   // ZeRO-3 + ZeRO++ (parallel/dp/zeropp.h, resolved): the secondary partition, wires, residual.
   ZeroPPConfig zeropp;
+  // The backend's products read 16-bit operands in place (Backend::native_16bit_products: the
+  // CPU backend's oneDNN bf16 products with [precision] matmul = "fast"): the staging arena.
+  bool native_products = false;
 };
 
 // Bytes one rank of pipeline stage `stage` (data-parallel rank `dp_rank`, of the whole dp

@@ -75,9 +75,9 @@ std::optional<MemoryAvailable> cgroup_available() {
 }
 
 // The ranks that share this rank's node, and their predicted bytes summed.
-MemoryNeed node_need(const EngineConfig& ec, Communicator& world) {
+MemoryNeed node_need(const EngineConfig& ec, Communicator& world, bool native_products) {
   const NodeMap nodes = make_node_map(world);
-  const plan::WeftRunShape shape = run_memory_shape(ec);
+  const plan::WeftRunShape shape = run_memory_shape(ec, native_products);
   const int mine = nodes.node_of_rank.at(static_cast<size_t>(world.rank()));
   MemoryNeed need;
   need.ranks = 0;
@@ -145,12 +145,12 @@ void check_memory_fit(const RunConfig& cfg, const EngineConfig& ec, Communicator
   if (cfg.memory_check == "off") return;
   if (const int64_t device_free = backend.device_memory_free(); device_free >= 0) {
     const auto [stage, dp_rank] = stage_and_dp_rank(ec, world.rank());
-    MemoryNeed need{plan::weft_rank_memory(run_memory_shape(ec), stage, dp_rank), 1,
+    MemoryNeed need{plan::weft_rank_memory(run_memory_shape(ec, backend.native_16bit_products()), stage, dp_rank), 1,
                     fmt::format("the {} device of rank {}", backend.name(), world.rank())};
     require_memory_fit(need, {static_cast<double>(device_free), "free device memory"}, cfg.memory_check);
     return;
   }
-  const MemoryNeed need = node_need(ec, world);  // collective: every rank calls it
+  const MemoryNeed need = node_need(ec, world, backend.native_16bit_products());  // collective: every rank calls it
   const std::optional<MemoryAvailable> avail = host_memory_available();
   if (!avail) {
     log_warn("memory check skipped: neither /proc/meminfo nor a cgroup limit could be read");

@@ -13,7 +13,7 @@ namespace fs = std::filesystem;
 
 namespace weft {
 
-RunPrediction predict_run(const RunConfig& cfg, const EngineConfig& ec, int stage, int dp_rank) {
+RunPrediction predict_run(const RunConfig& cfg, const EngineConfig& ec) {
   RunPrediction r;
   const plan::Layout& pl = ec.layout;
   r.system_path = cfg.system;
@@ -29,12 +29,10 @@ RunPrediction predict_run(const RunConfig& cfg, const EngineConfig& ec, int stag
       log_warn("planner: cannot price this layout on {}: {}", r.system_path, e.what());
     }
   }
-  // The closed-form prediction of this rank's memory (src/plan/weft_memory.h).
-  r.memory = plan::weft_rank_memory(run_memory_shape(ec), stage, dp_rank);
   return r;
 }
 
-plan::WeftRunShape run_memory_shape(const EngineConfig& ec) {
+plan::WeftRunShape run_memory_shape(const EngineConfig& ec, bool native_products) {
   plan::WeftRunShape shape;
   shape.model = ec.model;
   shape.seq = ec.seq;
@@ -45,6 +43,7 @@ plan::WeftRunShape run_memory_shape(const EngineConfig& ec) {
   shape.master_weights = ec.precision != Precision::kFp32;
   shape.precision = ec.precision;
   shape.zeropp = ec.data_parallel.zeropp;
+  shape.native_products = native_products;
   return shape;
 }
 

@@ -26,10 +26,12 @@ struct RunPrediction {
 };
 // Prices the layout on cfg.system (or systems/local.toml when it exists). InputError for a bad
 // system file; a layout the planner cannot price is a warning.
-RunPrediction predict_run(const RunConfig& cfg, const EngineConfig& ec, int stage, int dp_rank);
+// The step time only: the caller fills `memory` once the backend's products are set
+// (run_memory_shape's native_products).
+RunPrediction predict_run(const RunConfig& cfg, const EngineConfig& ec);
 // The run as weft's memory model sees it (plan/weft_memory.h): what predict_run prices, also
 // used before the engine exists (train/memory_fit.h).
-plan::WeftRunShape run_memory_shape(const EngineConfig& ec);
+plan::WeftRunShape run_memory_shape(const EngineConfig& ec, bool native_products);
 
 // The set-up lines of the log: model, layout, pipeline, data, predicted memory and step time.
 struct RunSetup {

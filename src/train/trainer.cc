@@ -434,11 +434,14 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   const RunFolder folder = inspect_run_folder(cfg, opt, ec.model);
   // The system file and the memory fit are checked before the engine allocates anything.
   const auto [stage, dp_rank] = stage_and_dp_rank(ec, world.rank());
-  const RunPrediction pred = predict_run(cfg, ec, stage, dp_rank);
+  RunPrediction pred = predict_run(cfg, ec);
   // The fp32 product `weft calibrate` measured fastest on this machine, unless the config names
   // one (the system file describes the CPU: its choice is not applied to another backend).
   if (ec.fp32_kernel.empty() && cfg.backend.rfind("cpu", 0) == 0) ec.fp32_kernel = pred.fp32_kernel;
   auto backend = make_backend(cfg.backend);
+  backend->set_products({ec.precision, ec.matmul, ec.fp32_kernel});  // the engine's products, before it exists
+  // The closed-form prediction of this rank's memory (src/plan/weft_memory.h).
+  pred.memory = plan::weft_rank_memory(run_memory_shape(ec, backend->native_16bit_products()), stage, dp_rank);
   check_memory_fit(cfg, ec, world, *backend);  // train/memory_fit.h
   Engine engine(ec, world, *backend);
   if (const std::string k = backend->product_kernel(); !k.empty()) {

@@ -72,6 +72,7 @@ TrialResult run_trial(const RunConfig& base, const plan::Layout& l, const RunDat
   r.reason = collectively(world, [&] {
     ec = engine_config(cfg, world.size());
     backend = make_backend(cfg.backend);
+    backend->set_products({ec.precision, ec.matmul, ec.fp32_kernel});  // as the engine will
     check_memory_fit(cfg, ec, world, *backend);  // collective (the node map), then each node decides
   });
   if (r.reason.empty()) {

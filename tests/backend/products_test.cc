@@ -146,6 +146,71 @@ TEST(Products, FastBf16IsTheNativeProductWithinFloatTolerance) {
   }
 }
 
+// bf16 tensors as stored: the native product reads them in place (nothing staged) and writes a
+// bf16 output directly; an f32 operand (the residual stream's gradient) is rounded to bf16 a
+// chunk at a time in the arena, exactly native_product_staging's elements. Against the exact
+// product of the same bf16 values (staged, OpenBLAS): float tolerance.
+struct TypedLayer {
+  Vec out, dinp, dw, db;
+  int64_t staged = 0;  // the most one call staged (fp32 elements)
+};
+
+std::vector<uint16_t> bf16s(const Vec& v) {
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
+  return h;
+}
+Vec widen(const std::vector<uint16_t>& h) {
+  Vec v(h.size());
+  for (size_t i = 0; i < h.size(); ++i) v[i] = bf16_to_f32(h[i]);
+  return v;
+}
+
+TypedLayer run_typed(MatmulMode mode, const Shape& s, bool f32_dout, int64_t chunk) {
+  auto be = make_cpu_backend();
+  be->set_products({Precision::kBf16, mode, ""});
+  be->set_staging_chunk(chunk);
+  DeviceBuffer X = to_device(*be, bf16s(randn(s.N * s.IN, 1)), DType::kBF16);
+  DeviceBuffer W = to_device(*be, bf16s(randn(s.IN * s.OUT, 2)), DType::kBF16);
+  DeviceBuffer Bi = to_device(*be, bf16s(randn(s.OUT, 3)), DType::kBF16);
+  const Vec d = randn(s.N * s.OUT, 4);
+  DeviceBuffer D = f32_dout ? to_device(*be, d, DType::kF32) : to_device(*be, bf16s(d), DType::kBF16);
+  DeviceBuffer out(*be, DType::kBF16, s.N * s.OUT), dinp(*be, DType::kBF16, s.N * s.IN);
+  DeviceBuffer dw = to_device(*be, randn(s.IN * s.OUT, 6), DType::kF32), db = to_device(*be, randn(s.OUT, 7), DType::kF32);
+  const CView x(X.raw(), DType::kBF16), w(W.raw(), DType::kBF16), b(Bi.raw(), DType::kBF16);
+  const CView dout(D.raw(), f32_dout ? DType::kF32 : DType::kBF16);
+  be->matmul_forward(View(out.raw(), DType::kBF16), x, w, b, s.N, s.IN, s.OUT, false);
+  be->matmul_backward(View(dinp.raw(), DType::kBF16), dw.data<float>(), db.data<float>(), dout, x, w, s.N, s.IN, s.OUT);
+  be->synchronize();
+  return {widen(out.download<uint16_t>()), widen(dinp.download<uint16_t>()), dw.download<float>(),
+          db.download<float>(), be->staging_high_water()};
+}
+
+TEST(Products, NativeBf16ReadsStoredTensorsInPlace) {
+  if (!OnednnGemm::native_bf16()) GTEST_SKIP() << "no native bf16 product on this CPU (oneDNN sees " << OnednnGemm::cpu_isa() << ")";
+  for (const Shape& s : kShapes) {
+    for (bool f32_dout : {false, true}) {
+      for (int64_t chunk : {kStagingChunk, int64_t{100}}) {
+        SCOPED_TRACE(fmt::format("{}x{}x{} f32 dout {} chunk {}", s.N, s.IN, s.OUT, f32_dout, chunk));
+        const TypedLayer ref = run_typed(MatmulMode::kExact, s, f32_dout, chunk);
+        const TypedLayer fast = run_typed(MatmulMode::kFast, s, f32_dout, chunk);
+        const auto err = [](const Vec& a, const Vec& r) { return rel_l2(a.data(), r.data(), static_cast<int64_t>(r.size())); };
+        EXPECT_LT(err(fast.out, ref.out), 4e-3);  // one bf16 rounding of the outputs apart at most
+        EXPECT_LT(err(fast.dinp, ref.dinp), 4e-3);
+        // An f32 dout is rounded to bf16 by the native product only.
+        EXPECT_LT(err(fast.dw, ref.dw), f32_dout ? 4e-3 : 1e-5);
+        EXPECT_LT(err(fast.db, ref.db), 1e-5);
+        // Nothing staged but the bf16 copies of the f32 dout, by the chunks the description counts.
+        const int64_t expect = f32_dout ? std::max(native_product_staging(s.N, s.IN, s.OUT, true, false, true, chunk),
+                                                   native_product_staging(s.IN, s.OUT, s.N, false, true, false, chunk))
+                                        : 0;
+        EXPECT_EQ(fast.staged, expect);
+        EXPECT_GT(ref.staged, 0);  // the exact product widens them
+      }
+    }
+  }
+}
+
 TEST(Products, GuardedGivesTheCpuBitsInEveryMode) {
   const ProductSettings modes[] = {{Precision::kBf16, MatmulMode::kExact, ""},
                                    {Precision::kBf16, MatmulMode::kFast, ""},

@@ -2,8 +2,10 @@
 // description's staging_elems() (what GPT::reserve reserves and the planner counts as
 // workspace) is exactly the most any one op stages in a step, over a table of runs on one rank
 // (bf16 and fp16; recompute none, selective, full; the whole model and first and last pipeline
-// parts; training and forward only), on cpu and cpu-guarded: the arena never grows during a
-// step and holds nothing it does not use. An fp32 run stages nothing.
+// parts; training and forward only; the default row chunk and a small one that cuts every
+// row-chunked op into many; exact and fast products, native bf16 ones where the CPU has them),
+// on cpu and cpu-guarded: the arena never grows during a step and holds nothing it does not
+// use. An fp32 run stages nothing.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -23,10 +25,12 @@ struct StagingRun {
   Recompute recompute;
   StageSpec stage;
   bool training;
+  int64_t chunk = kStagingChunk;
+  MatmulMode matmul = MatmulMode::kExact;
   std::string name() const {
-    return fmt::format("{} {} layers {}+{} emb {} head {} training {}", precision_name(precision),
+    return fmt::format("{} {} layers {}+{} emb {} head {} training {} chunk {} matmul {}", precision_name(precision),
                        recompute_name(recompute), stage.first_layer, stage.num_layers, stage.embedding, stage.head,
-                       training);
+                       training, chunk, matmul_mode_name(matmul));
   }
 };
 
@@ -34,6 +38,8 @@ void check(const std::string& backend, const StagingRun& r) {
   const ModelConfig cfg = make_model_config("g", 4, 2, 32, 16, 301);
   const int64_t B = 2, T = 16;
   auto be = make_backend(backend);
+  be->set_staging_chunk(r.chunk);
+  be->set_products({r.precision, r.matmul, ""});
   GPT g(cfg, *be, true, 1, 0, r.stage);
   g.init(3);
   g.set_recompute(r.recompute);
@@ -41,7 +47,8 @@ void check(const std::string& backend, const StagingRun& r) {
   g.reserve(B, T, r.training, 0, 1);
   g.zero_grads();
   const GptDescription d({.model = cfg, .B = B, .T = T, .tp = 1, .recompute = r.recompute,
-                          .precision = r.precision, .stage = g.layout().stage(), .training = r.training});
+                          .precision = r.precision, .stage = g.layout().stage(), .training = r.training,
+                          .staging_chunk = r.chunk, .native_products = be->native_16bit_products()});
   const int64_t reserved = be->staging_bytes();
   EXPECT_EQ(reserved, d.staging_bytes()) << r.name();
   std::mt19937 rng(5);
@@ -50,23 +57,16 @@ void check(const std::string& backend, const StagingRun& r) {
   for (auto& x : in) x = tok(rng);
   for (auto& x : tg) x = tok(rng);
   const StageSpec& s = g.layout().stage();
-  std::vector<float> x_in;
-  if (!s.embedding) {  // a later stage: its input from a previous one (any values)
-    DeviceBuffer x(*be, DType::kF32, B * T * cfg.n_embd);
-    x.fill(0.25f);
-    g.stage_forward(0, in.data(), x.data<float>(), B, T, r.training);
-    if (r.training) {
-      DeviceBuffer dy(*be, DType::kF32, B * T * cfg.n_embd);
-      dy.fill(0.01f);
-      g.stage_backward(0, in.data(), tg.data(), s.head ? nullptr : dy.data<float>(), B, T, 1.0f);
-    }
-  } else {
-    g.stage_forward(0, in.data(), nullptr, B, T, r.training);
-    if (r.training) {
-      DeviceBuffer dy(*be, DType::kF32, B * T * cfg.n_embd);
-      dy.fill(0.01f);
-      g.stage_backward(0, in.data(), tg.data(), s.head ? nullptr : dy.data<float>(), B, T, 1.0f);
-    }
+  // A later stage's input from a previous one (any values).
+  DeviceBuffer x(*be, DType::kF32, B * T * cfg.n_embd);
+  x.fill(0.25f);
+  g.stage_forward(0, in.data(), s.embedding ? nullptr : x.data<float>(), B, T, r.training);
+  if (r.training) {
+    DeviceBuffer dy(*be, DType::kF32, B * T * cfg.n_embd);
+    dy.fill(0.01f);
+    g.stage_backward(0, in.data(), tg.data(), s.head ? nullptr : dy.data<float>(), B, T, 1.0f);
+  } else if (s.head) {
+    g.stage_loss(0, tg.data(), B, T);  // an evaluation's loss: the head's logits
   }
   EXPECT_EQ(be->staging_high_water() * 4, d.staging_bytes()) << r.name() << ": the most one op staged";
   EXPECT_EQ(be->staging_bytes(), reserved) << r.name() << ": the arena grew during the step";
@@ -82,15 +82,19 @@ TEST_P(GptStaging, DescriptionIsTheMostOneOpStages) {
       for (const StageSpec& st : stages) {
         for (bool training : {true, false}) {
           if (!training && rc != Recompute::kNone) continue;
-          const StagingRun run{p, rc, st, training};
-          SCOPED_TRACE(run.name());
-          check(GetParam(), run);
-          ++runs;
+          for (int64_t chunk : {kStagingChunk, int64_t{100}}) {
+            for (MatmulMode mm : {MatmulMode::kExact, MatmulMode::kFast}) {
+              const StagingRun run{p, rc, st, training, chunk, mm};
+              SCOPED_TRACE(run.name());
+              check(GetParam(), run);
+              ++runs;
+            }
+          }
         }
       }
     }
   }
-  EXPECT_EQ(runs, 24);
+  EXPECT_EQ(runs, 96);
 }
 
 TEST_P(GptStaging, Fp32StagesNothing) {

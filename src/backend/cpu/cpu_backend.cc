@@ -18,6 +18,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/blas_kernels.h"
+#include "backend/cpu/native_products.h"
 #include "backend/cpu/onednn_gemm.h"
 #include "core/error.h"
 #include "core/precision.h"
@@ -81,6 +82,44 @@ class CpuBackend final : public Backend {
     const bool bf16 = s.mode == MatmulMode::kFast && s.storage == Precision::kBf16 && OnednnGemm::native_bf16();
     product_ = bf16 ? Product::kOnednnBf16 : s.fp32_kernel == "onednn" ? Product::kOnednnF32 : Product::kOpenblas;
     if (product_ != Product::kOpenblas && !onednn_) onednn_ = std::make_unique<OnednnGemm>();
+    native_.reset();
+    if (product_ == Product::kOnednnBf16) native_ = std::make_unique<NativeProducts>(*this, *onednn_);
+  }
+
+  // --- typed products: native bf16 (native_products.h) with matmul = fast on a bf16 CPU ---
+  bool native_16bit_products() const override { return native_ != nullptr; }
+
+  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, CView A, int64_t lda, CView B,
+            int64_t ldb, float beta, View C, int64_t ldc) override {
+    if (native_ && NativeProducts::covers({A, B, C})) return native_->gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    Backend::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+
+  void matmul_forward(View out, CView inp, CView w, CView bias, int64_t N, int64_t IN, int64_t OUT,
+                      bool accumulate) override {
+    if (native_ && NativeProducts::covers({out, inp, w, bias})) {
+      return native_->matmul_forward(out, inp, w, bias, N, IN, OUT, accumulate);
+    }
+    Backend::matmul_forward(out, inp, w, bias, N, IN, OUT, accumulate);
+  }
+
+  void matmul_backward(View dinp, View dw, View dbias, CView dout, CView inp, CView w, int64_t N, int64_t IN,
+                       int64_t OUT) override {
+    if (native_ && dw.f32() && (!dbias || dbias.f32()) && NativeProducts::covers({dinp, dout, inp, w})) {
+      return native_->matmul_backward(dinp, dw, dbias, dout, inp, w, N, IN, OUT);
+    }
+    Backend::matmul_backward(dinp, dw, dbias, dout, inp, w, N, IN, OUT);
+  }
+
+  void matmul_residual_layernorm_forward(View residual, View out, View mean, View rstd, CView res, CView inp, CView w,
+                                         CView bias, CView ln_w, CView ln_b, int64_t N, int64_t IN, int64_t C,
+                                         float eps, Precision p) override {
+    if (native_ && NativeProducts::covers({residual, out, res, inp, w, bias, ln_w, ln_b})) {
+      return native_->matmul_residual_layernorm_forward(residual, out, mean, rstd, res, inp, w, bias, ln_w, ln_b, N,
+                                                        IN, C, eps, p);
+    }
+    Backend::matmul_residual_layernorm_forward(residual, out, mean, rstd, res, inp, w, bias, ln_w, ln_b, N, IN, C,
+                                               eps, p);
   }
 
   std::string product_kernel() const override {
@@ -769,6 +808,7 @@ class CpuBackend final : public Backend {
 
   Product product_ = Product::kOpenblas;
   std::unique_ptr<OnednnGemm> onednn_;  // made when a product needs it
+  std::unique_ptr<NativeProducts> native_;  // the typed products with native bf16 (product_ kOnednnBf16)
   std::vector<float> scratch_;
 };
 

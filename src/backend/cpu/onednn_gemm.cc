@@ -41,6 +41,18 @@ dnnl::memory::desc operand(int64_t rows, int64_t cols, bool trans, int64_t ld, d
   return dnnl::memory::desc({rows, cols}, type, strides);
 }
 
+// alpha scales the product; beta != 0 adds beta times C's old values (the sum post-op).
+dnnl::primitive_attr scale_and_sum(float alpha, float beta) {
+  dnnl::primitive_attr attr;
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.0f) {
+    dnnl::post_ops po;
+    po.append_sum(beta);
+    attr.set_post_ops(po);
+  }
+  return attr;
+}
+
 }  // namespace
 
 struct OnednnGemm::Impl {
@@ -52,6 +64,13 @@ struct OnednnGemm::Impl {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
   dnnl::stream strm{eng};
   std::map<Key, Entry> cache;
+  // The native products: (trans a, trans b, M, N, K, lda, ldb, ldc, alpha, beta, C bf16, bias: 0 none, 1 f32, 2 bf16).
+  using NativeKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float, bool, int>;
+  struct NativeEntry {
+    dnnl::matmul prim;
+    dnnl::memory::desc a, b, c, bias;
+  };
+  std::map<NativeKey, NativeEntry> native;
   std::string last_kernel[2];
   std::vector<uint16_t> a16, b16;
 
@@ -65,13 +84,7 @@ struct OnednnGemm::Impl {
     e.a = operand(M, K, ta, bf16 ? (ta ? M : K) : lda, in);
     e.b = operand(K, N, tb, bf16 ? (tb ? K : N) : ldb, in);
     e.c = dnnl::memory::desc({M, N}, dt::f32, dnnl::memory::dims{ldc, 1});
-    dnnl::primitive_attr attr;
-    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-    if (beta != 0.0f) {
-      dnnl::post_ops po;
-      po.append_sum(beta);
-      attr.set_post_ops(po);
-    }
+    const dnnl::primitive_attr attr = scale_and_sum(alpha, beta);
     try {
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.a, e.b, e.c), attr, eng);
       last_kernel[bf16] = pd.impl_info_str();
@@ -85,6 +98,46 @@ struct OnednnGemm::Impl {
 };
 
 OnednnGemm::OnednnGemm() : impl_(std::make_unique<Impl>()) {}
+
+void OnednnGemm::to_bf16(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) {
+  convert_rows(dst, src, rows, cols, ld);
+}
+
+void OnednnGemm::gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                           const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, const void* bias,
+                           bool bias_bf16, float beta, void* C, bool c_bf16, int64_t ldc) {
+  Impl& s = *impl_;
+  const int bias_kind = bias == nullptr ? 0 : bias_bf16 ? 2 : 1;
+  const Impl::NativeKey key{trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta, c_bf16, bias_kind};
+  auto it = s.native.find(key);
+  if (it == s.native.end()) {
+    Impl::NativeEntry e;
+    e.a = operand(M, K, trans_a, lda, dt::bf16);
+    e.b = operand(K, N, trans_b, ldb, dt::bf16);
+    e.c = dnnl::memory::desc({M, N}, c_bf16 ? dt::bf16 : dt::f32, dnnl::memory::dims{ldc, 1});
+    if (bias_kind > 0) e.bias = dnnl::memory::desc({1, N}, bias_kind == 2 ? dt::bf16 : dt::f32, dnnl::memory::dims{N, 1});
+    const dnnl::primitive_attr attr = scale_and_sum(alpha, beta);
+    try {
+      const dnnl::matmul::desc d = bias_kind > 0 ? dnnl::matmul::desc(e.a, e.b, e.bias, e.c) : dnnl::matmul::desc(e.a, e.b, e.c);
+      dnnl::matmul::primitive_desc pd(d, attr, s.eng);
+      s.last_kernel[1] = pd.impl_info_str();
+      e.prim = dnnl::matmul(pd);
+    } catch (const dnnl::error& err) {
+      throw_runtime("oneDNN has no bf16 matmul for {}x{} @ {}x{} (trans {} {}, {} output): {}", M, K, K, N, trans_a,
+                    trans_b, c_bf16 ? "bf16" : "fp32", err.what());
+    }
+    it = s.native.emplace(key, std::move(e)).first;
+  }
+  Impl::NativeEntry& e = it->second;
+  dnnl::memory am(e.a, s.eng, const_cast<uint16_t*>(A)), bm(e.b, s.eng, const_cast<uint16_t*>(B)), cm(e.c, s.eng, C);
+  if (bias_kind > 0) {
+    dnnl::memory biasm(e.bias, s.eng, const_cast<void*>(bias));
+    e.prim.execute(s.strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_BIAS, biasm}, {DNNL_ARG_DST, cm}});
+  } else {
+    e.prim.execute(s.strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  }
+  s.strm.wait();
+}
 OnednnGemm::~OnednnGemm() = default;
 
 void OnednnGemm::gemm(bool bf16, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,

@@ -27,6 +27,17 @@ class OnednnGemm {
   void gemm(bool bf16, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
             int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+  // The native bf16 product on bf16 operands as stored (no conversion): C (M,N) = alpha op(A)
+  // op(B) + bias + beta C, A and B bfloat16 with row strides lda/ldb, C fp32 or bfloat16
+  // (c_bf16: oneDNN rounds the fp32 result to nearest even), bias (N) null, fp32 or bfloat16
+  // (bias_bf16). M, N, K > 0.
+  void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+                 int64_t lda, const uint16_t* B, int64_t ldb, const void* bias, bool bias_bf16, float beta, void* C,
+                 bool c_bf16, int64_t ldc);
+  // rows x cols of fp32 stored with row stride ld -> dense rows x cols of bfloat16 (nearest even,
+  // NaN stays NaN): what the product reads of an fp32 operand.
+  static void to_bf16(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld);
+
   // oneDNN's name of the kernel that computes the last product it made for `bf16` (e.g.
   // "brg:avx512_core_bf16"), "" before the first.
   std::string kernel(bool bf16) const;

@@ -149,6 +149,8 @@ void ClimaX::reserve(int64_t B, int64_t T, bool training, int64_t, int slots) {
   spec.precision = prec_;
   spec.training = training;
   spec.param_dtype = store_ != nullptr ? store_->param_dtype() : DType::kF32;
+  spec.staging_chunk = backend_.staging_chunk();
+  spec.native_products = backend_.native_16bit_products();
   const ClimaxDescription d(spec);
   const int64_t N = B * L, C = c.n_embd, Cl = tp_.part(C), F = tp_.part(c.ffn), NH = tp_.part(c.n_head);
   const int64_t V = c.vars, P2 = patch_area(c), K = V * P2;

@@ -116,24 +116,56 @@ int64_t ClimaxDescription::staging_elems() const {
     k.training = s_.training;
     k.dt = layer_dtypes();  // the gradient scratch stays f32
     k.w = s_.param_dtype;
+    k.chunk = s_.staging_chunk;
+    k.native_products = s_.native_products;
     blocks = block_staging_elems(k);
   }
   return std::max(blocks, ends_staging_elems());
 }
 
 int64_t ClimaxDescription::ends_staging_elems() const {
-  // The front's and the back's tensors are f32: their calls stage only the 16-bit weights and
-  // biases they read (climax.cc's front_forward, back_forward, back_backward, front_backward).
-  const auto w = [this](int64_t n) { return staged_elems(s_.param_dtype, n); };
-  const int64_t C = C_, Cl = Cl_, K = K_, P2 = P2_;
-  return std::max({w(P2 * C + C),            // a variable's patch embedding (and its embedding, C)
-                   w(C * 2 * Cl + 2 * Cl),   // k|v of the variable tokens
-                   w(C + C * Cl + Cl),       // the query's projection (the query is a parameter)
-                   w(2 * C),                 // the lead-time embedding; the final LayerNorm
-                   w(L_ * C),                // the positions, added per sample
-                   w(Cl * C),                // out_proj (its bias, C, alone)
-                   w(C * C + C),             // a decoder layer
-                   w(C * K + K)});           // the prediction head
+  // The front's and the back's tensors are f32 (climax.cc's front_forward, back_forward,
+  // back_backward, front_backward): their calls stage the 16-bit weights and biases they read,
+  // or, with native products, a product stages bf16 copies of its f32 inputs (2 to an element).
+  const DType pd = s_.param_dtype;
+  const bool w32 = pd == DType::kF32, q32 = w32, native = s_.native_products;
+  const int64_t ch = s_.staging_chunk;
+  const auto w = [pd](int64_t n) { return staged_elems(pd, n); };
+  // matmul_forward, out (n, OUT) = inp (n, IN) @ w: exact, the 16-bit weights (and bias) staged;
+  // native, the bf16 copies of its f32 operands (backend/staging.h).
+  const auto fwd = [&](int64_t staged16, int64_t n, int64_t IN, int64_t OUT, bool inp32) {
+    return native ? native_product_staging(n, OUT, IN, inp32, w32, false, ch) : staged16;
+  };
+  // matmul_backward with f32 dout (dinp = dout @ w^T when with_dinp, then dw += inp^T @ dout).
+  const auto bwd = [&](int64_t staged16, int64_t n, int64_t IN, int64_t OUT, bool inp32, bool with_dinp) {
+    if (!native) return staged16;
+    return std::max(with_dinp ? native_product_staging(n, IN, OUT, true, w32, false, ch) : 0,
+                    native_product_staging(IN, OUT, n, inp32, true, false, ch));
+  };
+  const auto ones = [&](int64_t rows) { return native ? native_product_staging(1, C_, rows, true, true, false, ch) : 0; };
+  const int64_t N = N_, C = C_, Cl = Cl_, K = K_, P2 = P2_, V = V_, L = L_, B = s_.B;
+  const int64_t pos = staged_rows_elems(L, 0, w32 ? 0 : C, ch);
+  int64_t m = std::max({fwd(w(P2 * C + C), N, P2, C, true),        // a variable's patch embedding
+                        w(C),                                      // its variable embedding; biases alone
+                        fwd(w(C * 2 * Cl + 2 * Cl), V * N, C, 2 * Cl, true),  // k|v of the variable tokens
+                        fwd(w(C + C * Cl + Cl), 1, C, Cl, q32),    // the query's projection (a parameter)
+                        fwd(w(2 * C), B, 1, C, true),              // the lead-time embedding
+                        pos,                                       // the positions, added per sample
+                        fwd(w(Cl * C), N, Cl, C, true),            // out_proj
+                        w(2 * C),                                  // the final LayerNorm
+                        fwd(w(C * C + C), N, C, C, true),          // a decoder layer
+                        fwd(w(C * K + K), N, C, K, true)});        // the prediction head
+  if (!s_.training) return m;
+  m = std::max({m, bwd(w(C * K), N, C, K, true, true),           // the head's backward
+                bwd(w(C * C), N, C, C, true, true),              // a decoder layer's
+                bwd(w(Cl * C), N, Cl, C, true, true),            // out_proj's
+                ones(L),                                         // the lead embedding's gradient (column sums)
+                bwd(w(C), B, 1, C, true, false),                 // the lead-time embedding's
+                bwd(w(C * 2 * Cl), V * N, C, 2 * Cl, true, true),  // k|v's
+                bwd(w(C + C * Cl), 1, C, Cl, q32, true),         // the query's
+                ones(N),                                         // a variable embedding's gradient
+                bwd(w(P2 * C), N, P2, C, true, false)});         // a patch embedding's
+  return m;
 }
 
 TypedElems ClimaxDescription::workspace_tensors() const {

@@ -26,6 +26,8 @@ struct ClimaxRunSpec {
   Precision precision = Precision::kFp32;
   bool training = true;            // false: forward only (no gradient scratch)
   DType param_dtype = DType::kF32;  // the working parameters' storage (RunSpec::param_dtype)
+  int64_t staging_chunk = kStagingChunk;  // RunSpec::staging_chunk
+  bool native_products = false;           // RunSpec::native_products
 };
 
 class ClimaxDescription {

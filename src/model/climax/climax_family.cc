@@ -159,7 +159,8 @@ class ClimaxModelDescription final : public ModelDescription {
   explicit ClimaxModelDescription(const RunSpec& s)
       : d_(ClimaxRunSpec{.model = s.model, .B = s.B, .tp = s.tp, .recompute = s.recompute,
                          .recompute_layers = s.recompute_layers, .precision = s.precision, .training = s.training,
-                         .param_dtype = s.param_dtype}) {}
+                         .param_dtype = s.param_dtype, .staging_chunk = s.staging_chunk,
+                         .native_products = s.native_products}) {}
   int64_t rank_params() const override { return d_.rank_params(); }
   int64_t total_params() const override { return d_.total_params(); }
   int64_t layer_params() const override { return d_.layer_params(d_.spec().tp); }

@@ -94,6 +94,8 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk, int s
               backend_.attention_lse_supports(tp_.part(c.n_embd), tp_.part(c.n_head), prec_);
   spec.attention_lse = attn_lse_;
   spec.param_dtype = store_ != nullptr ? store_->param_dtype() : DType::kF32;
+  spec.staging_chunk = backend_.staging_chunk();
+  spec.native_products = backend_.native_16bit_products();
   block_.set_attention_lse(attn_lse_);
   const GptDescription d(spec);
   head_chunk = d.head_chunk();

@@ -188,28 +188,39 @@ int64_t GptDescription::block_staging_elems() const {
   k.dC = dC_dtype();
   k.d3C = k.dF = act_dtype();
   k.w = s_.param_dtype;
+  k.chunk = s_.staging_chunk;
+  k.native_products = s_.native_products;
   return weft::block_staging_elems(k);
 }
 
 int64_t GptDescription::head_staging_elems() const {
   // GPT's own calls on the last stage: ln_f, the logits of a chunk, and backward the head's two
   // products and ln_f's backward, with the 16-bit weights each reads.
+  // The logits are f32; a native product stages bf16 copies of its f32 inputs (2 to an element).
   const DType ln = layer_dtypes().ln, dC = dC_dtype();
-  const int64_t N = N_, C = C_, h = head_chunk_;
+  const int64_t N = N_, Nl = Nl_, C = C_, h = head_chunk_, V = Vl_;
   const auto st = staged_elems;
   const auto w = [this](int64_t n) { return staged_elems(s_.param_dtype, n); };
-  int64_t m = std::max((sp_ ? 0 : st(ln, N * C)) + w(2 * C), st(ln, h * C) + w(Vl_ * C));  // ln_f; logits = lnf @ wte^T
+  // A product C (M,N) = op(A) (M,K) op(B) (K,N): exact, its staged 16-bit operands; native, the
+  // bf16 copies of its f32 operands (backend/staging.h).
+  const auto prod = [this](int64_t staged16, int64_t M, int64_t Nn, int64_t K, bool a32, bool b32, bool c16) {
+    return s_.native_products ? native_product_staging(M, Nn, K, a32, b32, c16, s_.staging_chunk) : staged16;
+  };
+  const bool ln32 = ln == DType::kF32, w32 = s_.param_dtype == DType::kF32;
+  int64_t m = staged_rows_elems(Nl, w(2 * C), sp_ || ln32 ? 0 : C, s_.staging_chunk);  // ln_f
+  m = std::max(m, prod(st(ln, h * C) + w(V * C), h, V, C, ln32, w32, false));  // logits = lnf @ wte^T
   if (s_.training) {
-    m = std::max({m, st(ln, h * C), st(dC, h * C) + w(Vl_ * C)});  // dwte += dlogits^T lnf; dlnf = dlogits wte
-    m = std::max(m, (sp_ ? 0 : st(dC, N * C)) + w(C));              // ln_f's layernorm_backward
+    m = std::max(m, prod(st(ln, h * C), V, C, h, true, ln32, false));              // dwte += dlogits^T lnf
+    m = std::max(m, prod(st(dC, h * C) + w(V * C), h, C, V, true, w32, dC != DType::kF32));    // dlnf = dlogits wte
+    m = std::max(m, (sp_ ? 0 : st(dC, N * C)) + w(C));  // ln_f's layernorm_backward
   }
   return m;
 }
 
 int64_t GptDescription::embedding_staging_elems() const {
-  // The lookup reads this rank's wte rows whole and (tp rank 0, the largest) T rows of wpe; its
-  // output and its backward are f32.
-  return staged_elems(s_.param_dtype, Vl_ * C_ + s_.T * C_);
+  // The lookup widens a 16-bit table a row at a time into its f32 output and (tp rank 0, the
+  // largest) stages the T rows of wpe; its backward is f32.
+  return staged_elems(s_.param_dtype, s_.T * C_);
 }
 
 
