@@ -186,9 +186,9 @@ void open_eval_data(EvalRun& r) {
   const ModelConfig& mc = r.mc;
   const WeatherEvalOptions& o = r.o;
   const std::string& model_desc = r.model_desc;
-  std::string vars_arg = o.variables;
-  if (vars_arg.empty()) vars_arg = run_variables(ckpt_dir);
-  const std::vector<std::string> vars = split_comma_list(vars_arg);
+  const bool given = !o.variables.empty();
+  const std::vector<std::string> vars =
+      parse_name_list(given ? o.variables : run_variables(ckpt_dir), given ? "--variables" : "the run's data.variables");
   r.train.emplace(WeatherDataset::open((r.dir / "train.nc").string(), vars));
   r.ds.emplace(WeatherDataset::open(r.split_path.string(), r.train->variables()));
   WeatherDataset& train = *r.train;

@@ -31,6 +31,24 @@ std::pair<std::string, std::string> parse_set(const std::string& kv) {
   return {key, kv.substr(eq + 1)};
 }
 
+// A tune's results are never replaced silently: --out that holds one needs --overwrite, and
+// --oracle never names the tune.csv this run writes (its replay would overwrite its source).
+void check_tune_outputs(const tune::TuneOptions& o, bool overwrite) {
+  namespace fs = std::filesystem;
+  const fs::path out(o.out);
+  std::error_code ec;
+  if (!o.oracle.empty() && fs::equivalent(fs::path(o.oracle), out / "tune.csv", ec)) {
+    throw_input("--oracle {} is the tune.csv this run writes into --out {}: the replay would overwrite what it "
+                "replays; give another --out",
+                o.oracle, o.out);
+  }
+  for (const char* f : {"tune.csv", "summary.json", "best.toml"}) {
+    if (!fs::exists(fs::symlink_status(out / f, ec)) || overwrite) continue;
+    throw_input("--out {} already holds a tune ({}); pass --overwrite to replace it, or give another --out", o.out,
+                (out / f).string());
+  }
+}
+
 }  // namespace
 
 int cmd_tune(CLI::App& app, int argc, char** argv, Communicator& world) {
@@ -45,7 +63,7 @@ int cmd_tune(CLI::App& app, int argc, char** argv, Communicator& world) {
   app.add_option("--budget", o.budget_s, "seconds of wall time after which no new trial starts (0: none)");
   app.add_option("--seed", seed, "the search's random draws: a fixed seed gives the same trials (default 0)");
   app.add_option("--out", o.out, "folder for tune.csv, best.toml, summary.json, shap.json and the plots (default runs/tune)");
-  app.add_option("--system", o.system, "system file the planner prices with (default: the config's, else systems/local.toml)");
+  app.add_option("--system", o.system, "system file the planner prices with (default: the config's, else $WEFT_SYSTEM, else systems/local.toml)");
   app.add_option("--planner-seeds", o.planner_seeds, "the planner's top picks evaluated first (default 3)");
   app.add_option("--initial", o.n_initial, "points evaluated before the surrogate picks, seeds included (default 5)");
   app.add_option("--batch", o.batch, "points proposed per round by constant liar (default 1)");
@@ -53,6 +71,8 @@ int cmd_tune(CLI::App& app, int argc, char** argv, Communicator& world) {
   app.add_option("--recalibrate", o.recalibrate, "write the system file corrected by the trials here (error before/after in the log and summary.json)");
   app.add_flag("--allow-lossy", o.allow_lossy, "also search ZeRO++ (zero 3) and lossy compressed collectives: they change the numbers the model trains on");
   app.add_option("--oracle", o.oracle, "look the trials up in this tune.csv (an earlier sweep) instead of running them");
+  bool overwrite = false;
+  app.add_flag("--overwrite", overwrite, "replace the tune that --out already holds (refused otherwise)");
   app.add_option("--set", sets, "config override KEY=VALUE (repeatable), e.g. --set seq_len=64");
   app.parse(argc - 1, argv + 1);
   if (seed < 0) throw_input("--seed must be >= 0, got {}", seed);
@@ -61,6 +81,7 @@ int cmd_tune(CLI::App& app, int argc, char** argv, Communicator& world) {
   std::vector<std::pair<std::string, std::string>> overrides;
   for (const std::string& s : sets) overrides.push_back(parse_set(s));
   const RunConfig cfg = load_run_config(config, overrides);
+  check_tune_outputs(o, overwrite);
   check_output_file(o.out + "/tune.csv", "--out");
   if (!o.recalibrate.empty()) check_output_file(o.recalibrate, "--recalibrate");
   set_threads(cfg.threads);

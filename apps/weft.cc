@@ -4,10 +4,14 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
+#include <cerrno>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <system_error>
 
 #include "backend/registry.h"
 #include "comm/world.h"
@@ -104,6 +108,25 @@ void register_extra_backends() {
 #endif
 }
 
+// "PATH: reason" (and " (with PATH2)") for a std::filesystem error.
+std::string filesystem_message(const std::filesystem::filesystem_error& e) {
+  std::string m = e.path1().empty() ? std::string("a path") : e.path1().string();
+  if (!e.path2().empty()) m += fmt::format(" (and {})", e.path2().string());
+  std::string reason = e.code().message();
+  if (!reason.empty()) reason[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(reason[0])));
+  return fmt::format("{}: {}", m, reason);
+}
+
+// Whether a filesystem error is about the path the user gave (exit 2) rather than the machine.
+bool path_is_input(const std::error_code& c) {
+  switch (c.value()) {
+    case ELOOP: case ENOENT: case ENOTDIR: case ENAMETOOLONG: case EACCES: case EPERM: case EISDIR: case EEXIST:
+      return c.category() == std::generic_category() || c.category() == std::system_category();
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -136,6 +159,10 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   } catch (const InputError& e) {
     return fail(e.what(), 2);
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the library could not follow (a symbolic link loop, a missing folder, no
+    // permission): one line naming the path and the reason, never the library's raw text.
+    return fail(filesystem_message(e), path_is_input(e.code()) ? 2 : 1);
   } catch (const CommTimeout& e) {
     return fail(e.what(), 1);
   } catch (const std::exception& e) {

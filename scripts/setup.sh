@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# Installs everything weft needs on a fresh Debian 12 machine and builds it.
+# Installs everything weft needs on a fresh Debian 12 machine and builds it: the weft binary
+# (README's first command), or with --tests everything, the tests included (README's test command).
 # Idempotent: run it as often as you like. Needs root (or sudo) for apt-get.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+TARGETS=(--target weft_cli)
+case "${1:-}" in
+  "") ;;
+  --tests) TARGETS=() ;;
+  *) echo "setup: unknown option '$1' (expected --tests or nothing)" >&2; exit 2 ;;
+esac
 
 SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
@@ -42,5 +49,5 @@ fi
 
 BUILD_TYPE="${WEFT_BUILD_TYPE:-Release}"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" >/dev/null
-cmake --build build -j"$(nproc)"
-echo "setup: done (build/weft)"
+cmake --build build -j"$(nproc)" "${TARGETS[@]}"
+if [ "${#TARGETS[@]}" -eq 0 ]; then echo "setup: done (build/weft and the tests)"; else echo "setup: done (build/weft)"; fi

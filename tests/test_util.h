@@ -57,12 +57,14 @@ inline std::string read_text(const std::string& path) {
 }
 
 // Runs `PREFIX build/weft ARGS` (PREFIX: a launcher such as mpirun, or env settings) with
-// stdout and stderr captured, from the source folder.
+// stdout and stderr captured, from the source folder, with no implicit system file
+// (WEFT_SYSTEM=none: a systems/local.toml that a user's `weft calibrate` left in the tree does
+// not reach a test; a test names the system file it prices with).
 // `binary` replaces build/weft (e.g. a test harness built on the same library).
 inline RunResult run_weft_with(const std::string& prefix, const std::string& args, const std::string& scratch,
                                const std::string& binary = WEFT_BINARY) {
   const std::string out = scratch + ".out", err = scratch + ".err";
-  const std::string cmd = fmt::format("cd {} && OMP_NUM_THREADS=2 {} {} {} > {} 2> {} < /dev/null", WEFT_SOURCE_DIR,
+  const std::string cmd = fmt::format("cd {} && OMP_NUM_THREADS=2 WEFT_SYSTEM=none {} {} {} > {} 2> {} < /dev/null", WEFT_SOURCE_DIR,
                                       prefix, binary, args, out, err);
   int st = std::system(cmd.c_str());
   RunResult r;

@@ -395,10 +395,50 @@ std::string resolve_checkpoint_dir(const std::string& dir) {
   return keep.string();
 }
 
+namespace {
+
+// A checkpoint written by a newer weft (config.json's weft.format_version above this one's) is
+// refused with both versions named: its files may mean something this weft does not know.
+void check_format_version(const std::string& resolved) {
+  const std::string path = join_path(resolved, kCheckpointConfigFile);
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return;  // the config loader names a missing config.json
+  nlohmann::json cfg;
+  try {
+    cfg = nlohmann::json::parse(ckpt_io::read_text_file(path, "the model config"));
+  } catch (const nlohmann::json::exception&) {
+    return;  // the config loader names the JSON error
+  }
+  if (!cfg.is_object() || !cfg.contains("weft") || !cfg["weft"].is_object()) return;
+  const nlohmann::json& v = cfg["weft"].value("format_version", nlohmann::json());
+  if (v.is_number_integer() && v.get<int64_t>() > kCheckpointFormatVersion) {
+    throw_input("{}: weft checkpoint format version {}, this weft reads versions up to {}: load it with a newer weft",
+                path, v.get<int64_t>(), kCheckpointFormatVersion);
+  }
+}
+
+}  // namespace
+
 void verify_checkpoint(const std::string& dir) {
   const std::string resolved = resolve_checkpoint_dir(dir);
+  check_format_version(resolved);
   if (verify_manifest(resolved) == ManifestCheck::kNoManifest) {
     log_debug("checkpoint {}: no manifest (a Hugging Face folder or an older weft checkpoint); not verified", resolved);
+  }
+}
+
+void verify_resume_checkpoint(const std::string& dir) {
+  const std::string resolved = resolve_checkpoint_dir(dir);
+  check_format_version(resolved);
+  std::error_code ec;
+  const bool optimizer = fs::exists(join_path(resolved, kCheckpointOptimizerFile), ec);
+  std::vector<std::string> loaded = {kCheckpointConfigFile, kCheckpointModelFile, kCheckpointTrainerFile};
+  if (optimizer) loaded.emplace_back(kCheckpointOptimizerFile);
+  if (fs::exists(join_path(resolved, kCheckpointFeedbackFile), ec)) loaded.emplace_back(kCheckpointFeedbackFile);
+  verify_manifest(resolved, loaded);
+  if (!optimizer) {
+    throw_input("{}: the checkpoint has no optimizer state ({}), so the run cannot continue exactly", resolved,
+                kCheckpointOptimizerFile);
   }
 }
 

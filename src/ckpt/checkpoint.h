@@ -72,6 +72,12 @@ ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& s
 // InputError naming the file (and the tensor) on a mismatch. A folder without a manifest that
 // does not claim one (Hugging Face, older weft) passes unverified.
 void verify_checkpoint(const std::string& dir);
+// What `weft train --resume` checks before it changes anything: the checkpoint's format version
+// is one this weft reads, it has an optimizer state, and every file the resume loads (config.json,
+// the model, the optimizer, the trainer state, and the feedback residuals when present) is listed
+// in the manifest and matches it (each hashed once). InputError naming the file otherwise. A
+// checkpoint without a manifest: as verify_manifest (an older weft's loads unverified).
+void verify_resume_checkpoint(const std::string& dir);
 
 // Whether a loader checks its file against the manifest. kAlreadyVerified: the caller ran
 // verify_checkpoint on this folder just before (so each byte is hashed once).

@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <mutex>
+#include <sstream>
 #include <string_view>
 
 #include "core/error.h"
@@ -93,6 +96,25 @@ std::vector<int64_t> epoch_permutation(uint64_t seed, int64_t epoch, int64_t n) 
   return p;
 }
 
+namespace {
+
+// meta.json beside shards (`weft prepare`'s), parsed; null when there is none.
+nlohmann::json read_meta(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return nullptr;
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return nlohmann::json::parse(ss.str());
+  } catch (const nlohmann::json::exception& e) {
+    throw_input("{}: not valid JSON ({}): `weft prepare` writes it beside its shards; prepare the corpus again", path,
+                e.what());
+  }
+}
+
+}  // namespace
+
 TokenDataset::TokenDataset(const std::vector<std::string>& shard_paths, int vocab_size)
     : paths_(shard_paths), vocab_(vocab_size), cache_(std::make_unique<PermutationCache>()) {
   if (shard_paths.empty()) throw_input("a token dataset needs at least one shard, got none");
@@ -102,9 +124,13 @@ TokenDataset::TokenDataset(const std::vector<std::string>& shard_paths, int voca
   }
   shards_.reserve(shard_paths.size());
   starts_.reserve(shard_paths.size() + 1);
+  std::map<std::string, nlohmann::json> metas;  // meta.json by folder (null: none)
   for (const std::string& p : shard_paths) {
     const auto t0 = std::chrono::steady_clock::now();
     shards_.emplace_back(p, vocab_size);
+    const std::string meta = (std::filesystem::path(p).parent_path() / "meta.json").string();
+    if (!metas.count(meta)) metas[meta] = read_meta(meta);
+    check_shard_record(shards_.back(), metas[meta], meta);
     if (!shards_.back().has_record()) {
       scanned_tokens_ += shards_.back().size();
       scan_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -345,6 +345,12 @@ std::vector<std::string> file_names(const std::vector<std::string>& paths) {
   return out;
 }
 
+std::vector<std::string> all_files(const PrepareResult& res) {
+  std::vector<std::string> all = res.train_files;
+  all.insert(all.end(), res.val_files.begin(), res.val_files.end());
+  return all;
+}
+
 nlohmann::json meta_json(const PrepareOptions& opt, const std::string& name, const Tokenizer& tok,
                          const PrepareResult& res) {
   const int32_t eot = tok.eot_token();
@@ -369,6 +375,8 @@ nlohmann::json meta_json(const PrepareOptions& opt, const std::string& name, con
                  {"files", file_names(res.train_files)}}},
       {"val", {{"documents", res.val_documents}, {"tokens", res.val_tokens},
                {"files", file_names(res.val_files)}}},
+      // Each shard's size and XXH3, checked whenever it is opened (check_shard_record).
+      {"shards", shard_records(all_files(res))},
   };
 }
 

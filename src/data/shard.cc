@@ -1,9 +1,11 @@
 #include "data/shard.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <bit>
@@ -11,6 +13,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 
 #include "core/error.h"
@@ -190,6 +193,40 @@ ShardReader& ShardReader::operator=(ShardReader&& o) noexcept {
 }
 
 ShardReader::~ShardReader() { release(); }
+
+uint64_t ShardReader::checksum() const { return XXH3_64bits(map_, map_bytes_); }
+
+std::string format_shard_checksum(uint64_t h) { return fmt::format("0x{:016x}", h); }
+
+nlohmann::json shard_records(const std::vector<std::string>& paths) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const std::string& p : paths) {
+    const ShardReader s(p);
+    j[std::filesystem::path(p).filename().string()] = {{"bytes", s.file_bytes()},
+                                                       {"xxh3", format_shard_checksum(s.checksum())}};
+  }
+  return j;
+}
+
+void check_shard_record(const ShardReader& s, const nlohmann::json& meta, const std::string& meta_path) {
+  if (!meta.is_object() || !meta.contains("shards") || !meta["shards"].is_object()) return;
+  const std::string name = std::filesystem::path(s.path()).filename().string();
+  const nlohmann::json& shards = meta["shards"];
+  if (!shards.contains(name)) return;
+  const nlohmann::json& r = shards[name];
+  const std::string want = r.is_object() && r.contains("xxh3") && r["xxh3"].is_string() ? r["xxh3"].get<std::string>() : "";
+  const int64_t want_bytes = r.is_object() && r.contains("bytes") && r["bytes"].is_number_integer() ? r["bytes"].get<int64_t>() : -1;
+  if (want.empty() || want_bytes < 0) {
+    throw_input("{}: the record of {} is not {{\"bytes\": N, \"xxh3\": \"0x...\"}}: prepare the corpus again", meta_path,
+                name);
+  }
+  const std::string got = format_shard_checksum(s.checksum());
+  if (got != want || static_cast<int64_t>(s.file_bytes()) != want_bytes) {
+    throw_input("{}: {} bytes with XXH3 {}, but `weft prepare` recorded {} bytes with {} in {}: the shard changed after "
+                "it was written; prepare the corpus again",
+                s.path(), s.file_bytes(), got, want_bytes, want, meta_path);
+  }
+}
 
 void ShardReader::release() noexcept {
   if (map_) ::munmap(const_cast<unsigned char*>(map_), map_bytes_);

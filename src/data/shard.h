@@ -15,6 +15,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,9 @@ class ShardReader {
   void check_vocab(int vocab_size);
   // The largest id in the body, by reading all of it (no record used).
   int64_t scan_max_id() const;
+  // XXH3-64 of the whole file (header and body), as `weft prepare` records it in meta.json.
+  uint64_t checksum() const;
+  size_t file_bytes() const { return map_bytes_; }
 
  private:
   void release() noexcept;
@@ -103,5 +107,20 @@ class ShardReader {
   int64_t max_id_ = -1;
   int vocab_ = 0;
 };
+
+// "0x" and 16 lower-case hex digits.
+std::string format_shard_checksum(uint64_t h);
+
+// meta.json's record of the shards `weft prepare` wrote in a folder: {"<file>": {"bytes": N,
+// "xxh3": "0x..."}} under "shards".
+nlohmann::json shard_records(const std::vector<std::string>& paths);
+
+// Checks an opened shard against the record `weft prepare` wrote for it in meta.json beside it
+// (`meta`: that file's parsed contents, null when there is none; a meta.json without "shards",
+// from an older weft, or a shard it does not list, is not checked): its size and XXH3 must be
+// the recorded ones. InputError naming the shard, both checksums and meta.json otherwise: its
+// tokens changed after it was written (the ids are still checked against the vocabulary on every
+// read; this catches a change that stays inside it).
+void check_shard_record(const ShardReader& s, const nlohmann::json& meta, const std::string& meta_path);
 
 }  // namespace weft

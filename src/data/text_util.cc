@@ -224,4 +224,21 @@ std::vector<std::string> split_comma_list(std::string_view list) {
   return out;
 }
 
+std::vector<std::string> parse_name_list(std::string_view list, const std::string& what) {
+  std::vector<std::string> out;
+  if (list.empty()) return out;
+  size_t start = 0;
+  for (int k = 1; start <= list.size(); ++k) {
+    const size_t end = std::min(list.find(',', start), list.size());
+    const std::string_view item = list.substr(start, end - start);
+    const size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    if (b == std::string_view::npos) {
+      throw_input("{} '{}': name {} of the comma-separated list is empty", what, list, k);
+    }
+    out.emplace_back(item.substr(b, e - b + 1));
+    start = end + 1;
+  }
+  return out;
+}
+
 }  // namespace weft

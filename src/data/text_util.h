@@ -28,6 +28,11 @@ std::string read_file(const std::string& path);
 // "a, b,,c " -> {"a", "b", "c"}: the comma-separated items, trimmed of blanks, empty ones dropped
 // (field names on the command line and in configs).
 std::vector<std::string> split_comma_list(std::string_view list);
+// A comma-separated list of names the user gave (`what`: the option or key): "" is no list ({}:
+// the caller's default, e.g. every field); otherwise every item, trimmed of blanks, must be a
+// name: "a,,b", " ,," and "a," are refused (InputError naming `what`, the list and the empty
+// item's position) instead of silently meaning fewer names, or all of them.
+std::vector<std::string> parse_name_list(std::string_view list, const std::string& what);
 // fn(line, line_no) for each line of text (split at '\n', which is not part of the line; line_no
 // counts from 1; a last line without '\n' counts, an empty one after a final '\n' does not).
 void for_each_line(std::string_view text, const std::function<void(std::string_view, int64_t)>& fn);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -269,6 +270,14 @@ CodecRates read_codecs(const std::string& path, const toml::table& t) {
 }
 
 }  // namespace
+
+std::string implicit_system_path() {
+  if (const char* e = std::getenv("WEFT_SYSTEM"); e != nullptr && *e != '\0') {
+    return std::string(e) == "none" ? std::string() : std::string(e);
+  }
+  std::error_code ec;
+  return std::filesystem::is_regular_file("systems/local.toml", ec) ? "systems/local.toml" : "";
+}
 
 System load_system(const std::string& path) {
   check_system_file(path);

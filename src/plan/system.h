@@ -152,6 +152,11 @@ struct System {
 // Loads a system file. InputError naming the file, key and value for a missing file, bad
 // TOML, an unknown key, a wrong type or an out-of-range figure.
 System load_system(const std::string& path);
+// The system file a command prices with when none is given (weft train, weft tune): the
+// environment's WEFT_SYSTEM (a path; "none": no system file), else systems/local.toml in the
+// working folder when it exists (what `weft calibrate --out systems/local.toml` writes); ""
+// for none.
+std::string implicit_system_path();
 // The TOML text of a system (comments carry `notes`, one per line, at the top).
 std::string system_to_toml(const System& s, const std::vector<std::string>& notes = {});
 

@@ -142,7 +142,7 @@ struct RunConfig {
   // (train/memory_fit.h): "on" refuses a run whose predicted bytes exceed the available ones,
   // "warn" logs and runs, "off" skips the check.
   std::string memory_check = "on";
-  std::string system = "";  // system file for the step-time prediction (empty: systems/local.toml if present)  // per-rank JSONL trace of every collective (trace-rank<R>.jsonl) + per-step summary
+  std::string system = "";  // system file for the step-time prediction (empty: WEFT_SYSTEM, else systems/local.toml if present)  // per-rank JSONL trace of every collective (trace-rank<R>.jsonl) + per-step summary
   // [sample] printed at the end of training
   int64_t sample_tokens = 0;
   std::string sample_prompt = "";

@@ -64,7 +64,7 @@ std::string weather_file(const std::string& src, const char* split) {
 class WeatherRunData final : public RunData {
  public:
   WeatherRunData(const RunConfig& cfg, const ModelConfig& mc)
-      : train_(WeatherDataset::open(weather_file(cfg.data, "train"), split_comma_list(cfg.variables))) {
+      : train_(WeatherDataset::open(weather_file(cfg.data, "train"), parse_name_list(cfg.variables, "data.variables"))) {
     const std::vector<double> leads(cfg.lead_hours.begin(), cfg.lead_hours.end());
     check_shape(train_, mc);
     const fs::path stats_path = fs::is_directory(cfg.data) ? fs::path(cfg.data) / "stats.json" : fs::path();

@@ -120,7 +120,7 @@ struct CheckedCheckpoint {
 };
 
 CheckedCheckpoint read_checked(const std::string& dir) {
-  verify_checkpoint(dir);
+  verify_resume_checkpoint(dir);  // every file the resume loads, before anything is changed
   CheckedCheckpoint c;
   c.model = load_checkpoint_config(dir);
   c.state = parse_resume_state(load_checkpoint_trainer(dir), (fs::path(dir) / kCheckpointTrainerFile).string());

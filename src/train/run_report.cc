@@ -16,8 +16,7 @@ namespace weft {
 RunPrediction predict_run(const RunConfig& cfg, const EngineConfig& ec) {
   RunPrediction r;
   const plan::Layout& pl = ec.layout;
-  r.system_path = cfg.system;
-  if (r.system_path.empty() && fs::exists("systems/local.toml")) r.system_path = "systems/local.toml";
+  r.system_path = cfg.system.empty() ? plan::implicit_system_path() : cfg.system;
   if (!r.system_path.empty()) {
     const plan::System sys = plan::load_system(r.system_path);  // InputError naming the file and key
     plan::Options po = plan::Options::from_system(sys, ec.precision, ec.global_batch);

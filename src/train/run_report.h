@@ -24,7 +24,8 @@ struct RunPrediction {
   plan::MemoryBreakdown memory;            // this rank (stage, dp rank)
   std::string fp32_kernel;                 // the system file's [device] fp32_kernel ("": none)
 };
-// Prices the layout on cfg.system (or systems/local.toml when it exists). InputError for a bad
+// Prices the layout on cfg.system (or plan::implicit_system_path(): WEFT_SYSTEM, else
+// systems/local.toml when it exists). InputError for a bad
 // system file; a layout the planner cannot price is a warning.
 // The step time only: the caller fills `memory` once the backend's products are set
 // (run_memory_shape's native_products).

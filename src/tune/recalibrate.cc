@@ -64,6 +64,8 @@ Recalibration recalibrate(const plan::System& sys, const plan::ModelShape& m, co
   }
   Recalibration r;
   r.trials = static_cast<int>(layouts.size());
+  r.link_fitted = false;
+  for (const plan::Layout& l : layouts) r.link_fitted = r.link_fitted || l.tp * l.pp * l.dp > 1;
   r.error_before = 0;
   for (size_t i = 0; i < layouts.size(); ++i) {
     r.error_before += std::fabs(plan::predict(m, sys, layouts[i], o).step_time_s / measured_s[i] - 1.0);
@@ -73,7 +75,7 @@ Recalibration recalibrate(const plan::System& sys, const plan::ModelShape& m, co
   // Coarse: quarter steps of log2 in [-5, 5]; fine: eighths around the best.
   auto search = [&](double d0, double l0, double half_width, double step) {
     for (double dd = -half_width; dd <= half_width + 1e-9; dd += step) {
-      for (double dl = -half_width; dl <= half_width + 1e-9; dl += step) {
+      for (double dl = r.link_fitted ? -half_width : 0.0; dl <= (r.link_fitted ? half_width : 0.0) + 1e-9; dl += step) {
         const Fit f = evaluate(sys, m, o, layouts, measured_s, d0 * std::exp2(dd), l0 * std::exp2(dl));
         if (f.error < best.error) best = f;
       }

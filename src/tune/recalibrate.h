@@ -29,13 +29,16 @@ struct Recalibration {
   double error_before = 0;     // mean |predicted / measured - 1| over the trials
   double error_after = 0;
   int trials = 0;
+  bool link_fitted = true;     // false: no trial communicates (one rank), link_scale stays 1
 };
 
 // `sys` with device rates x device_scale, link bandwidths x link_scale (latencies divided).
 plan::System scaled_system(const plan::System& sys, double device_scale, double link_scale);
 
 // The correction from measured step times `measured_s` of `layouts` (same length, at least
-// one; every measurement > 0). InputError otherwise.
+// one; every measurement > 0). InputError otherwise. When no layout spans more than one rank
+// the link bandwidth is not determined by the trials (every factor fits them equally): it is
+// not searched (link_scale 1, link_fitted false) instead of taking an arbitrary value.
 Recalibration recalibrate(const plan::System& sys, const plan::ModelShape& m, const plan::Options& o,
                           const std::vector<plan::Layout>& layouts, const std::vector<double>& measured_s);
 

@@ -36,12 +36,17 @@ void validate(const TuneOptions& o) {
   if (o.batch < 1) throw_input("--batch must be >= 1, got {}", o.batch);
   if (!(o.kappa >= 0) || !std::isfinite(o.kappa)) throw_input("--kappa must be >= 0, got {}", o.kappa);
   if (o.out.empty()) throw_input("--out must name a folder");
+  if (!o.recalibrate.empty() && o.trials < 2) {
+    throw_input("--recalibrate {} needs at least 2 trials (it fits the device speed, the link bandwidth and a step "
+                "overhead to their times); --trials {} measures at most {}",
+                o.recalibrate, o.trials, o.trials);
+  }
 }
 
 // --recalibrate: the planner's constants fitted to the successful trials (every rank computes
 // the same; rank 0 writes the file).
-Recalibration recalibrate_from(const TuneResult& res, const plan::System& sys, const plan::ModelShape& shape,
-                               const plan::Options& po) {
+std::optional<Recalibration> recalibrate_from(const TuneResult& res, const plan::System& sys,
+                                              const plan::ModelShape& shape, const plan::Options& po) {
   std::vector<plan::Layout> layouts;
   std::vector<double> measured;
   for (const TrialRecord& t : res.trials) {
@@ -49,16 +54,26 @@ Recalibration recalibrate_from(const TuneResult& res, const plan::System& sys, c
     layouts.push_back(res.space.layouts[t.layout]);
     measured.push_back(t.result.step_s);
   }
-  if (layouts.empty()) throw_runtime("--recalibrate: no trial succeeded, nothing to fit");
-  return recalibrate(sys, shape, po, layouts, measured);
+  if (layouts.size() < 2) {  // the tune's own results are still written
+    log_warn("--recalibrate: {} successful trial(s) of {}: too few to fit the planner's constants (at least 2); no "
+             "system file written",
+             layouts.size(), res.trials.size());
+    return std::nullopt;
+  }
+  Recalibration r = recalibrate(sys, shape, po, layouts, measured);
+  if (!r.link_fitted) {
+    log_warn("--recalibrate: every trial ran on one rank, so their times say nothing of the links: the link "
+             "bandwidths are kept as they are (x 1)");
+  }
+  return r;
 }
 
-// The system file the planner prices with: the option, else the config's, else
-// systems/local.toml when it exists (as `weft train` does); "" for none.
+// The system file the planner prices with: the option, else the config's, else the implicit
+// one (WEFT_SYSTEM or systems/local.toml, as `weft train`); "" for none.
 std::string resolve_system(const TuneOptions& o, const RunConfig& cfg) {
   if (!o.system.empty()) return o.system;
   if (!cfg.system.empty()) return cfg.system;
-  return fs::exists("systems/local.toml") ? "systems/local.toml" : "";
+  return plan::implicit_system_path();
 }
 
 // --oracle: the results of earlier trials by encoded knobs.
@@ -290,7 +305,7 @@ nlohmann::json summary_json(const TuneResult& res) {
   j["failed"] = failed;
   if (res.recalibration) {
     const Recalibration& c = *res.recalibration;
-    j["recalibration"] = {{"trials", c.trials}, {"error_before", c.error_before}, {"error_after", c.error_after},
+    j["recalibration"] = {{"trials", c.trials}, {"link_fitted", c.link_fitted}, {"error_before", c.error_before}, {"error_after", c.error_after},
                           {"device_scale", c.device_scale}, {"link_scale", c.link_scale},
                           {"added_overhead_ms", c.added_overhead_s * 1e3}};
   }
@@ -449,8 +464,9 @@ TuneResult tune(const RunConfig& cfg, const TuneOptions& o, Communicator& world)
       const std::vector<std::string> notes = {
           fmt::format("Recalibrated by `weft tune` from {} trials of {} on {} ranks (base: {}).", c.trials, mc.name,
                       world.size(), res.system_path),
-          fmt::format("Device rates x {:.4g}, link bandwidths x {:.4g}, step overhead + {:.4g} ms.", c.device_scale,
-                      c.link_scale, c.added_overhead_s * 1e3),
+          fmt::format("Device rates x {:.4g}, link bandwidths x {:.4g}{}, step overhead + {:.4g} ms.", c.device_scale,
+                      c.link_scale, c.link_fitted ? "" : " (not fitted: the trials ran on one rank)",
+                      c.added_overhead_s * 1e3),
           fmt::format("Planner error on those trials (mean |predicted/measured - 1|): before {:.1f}%, after {:.1f}%.",
                       c.error_before * 100, c.error_after * 100)};
       write_file_atomic(o.recalibrate, plan::system_to_toml(c.system, notes));

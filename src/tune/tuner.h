@@ -45,7 +45,7 @@ struct TuneOptions {
   int n_initial = 5;          // evaluated points (seeds included) before the surrogate picks
   int batch = 1;              // points proposed per round (constant liar)
   double kappa = 1.96;        // UCB exploration weight
-  std::string system;         // system file for the planner ("": systems/local.toml if present)
+  std::string system;         // system file for the planner ("": plan::implicit_system_path())
   std::string recalibrate;    // write the system corrected by the trials here (tune/recalibrate.h)
   // A tune.csv of earlier trials (e.g. an exhaustive sweep) to look the trials up in instead
   // of running them: replays a search in milliseconds (bench/tune_study.sh compares searches

@@ -5,10 +5,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <fstream>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/checksum.h"
+#include "ckpt/manifest.h"
 #include "ckpt/safetensors.h"
 #include "model/params.h"
 #include "test_util.h"
@@ -159,6 +164,97 @@ TEST_F(Cli, TrainEvalGenerateAndCheckpointErrors) {
   expect_bad_input(weft("generate --checkpoint " + *tmp / "trunc --tokens 2"), {"trunc/model.safetensors"});
   // A missing checkpoint.
   expect_bad_input(weft("generate --checkpoint " + *tmp / "nowhere"), {"nowhere"});
+}
+
+// Every file's bytes under a folder, by relative path (the run folder before and after).
+std::map<std::string, std::string> folder_bytes(const fs::path& dir) {
+  std::map<std::string, std::string> m;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file()) m[fs::relative(e.path(), dir).string()] = test::read_text(e.path().string());
+  }
+  return m;
+}
+
+// Rewrites a checkpoint's manifest.json after `edit` changed its "files" (with a valid own checksum,
+// as weft's ManifestWriter computes it), so that only the edit is wrong.
+template <class F>
+void rewrite_manifest(const fs::path& ckpt, F&& edit) {
+  nlohmann::json j = nlohmann::json::parse(test::read_text((ckpt / "manifest.json").string()));
+  nlohmann::json files = j["files"];
+  edit(files);
+  const std::string canonical = files.dump();
+  j["files"] = files;
+  j["files_xxh3"] = ckpt_io::format_checksum(ckpt_io::checksum(canonical.data(), canonical.size()));
+  std::ofstream((ckpt / "manifest.json").string(), std::ios::trunc) << j.dump(1) << "\n";
+}
+
+// A resume that is refused changes nothing (issue 34 class 2): every file the resume loads must be
+// listed in the manifest and match it, and the checkpoint's format version be one this weft reads,
+// checked before metrics.jsonl or anything else in the run folder is touched.
+TEST_F(Cli, RefusedResumeChangesNothing) {
+  RunResult r = weft("train " + config + " --out " + *tmp / "base");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const fs::path base = *tmp / "base";
+  const std::string ckpt_name = "step-000002";
+  struct Case {
+    std::string name, fragment;
+    std::function<void(const fs::path&)> damage;
+  };
+  const std::vector<Case> cases = {
+      {"optimizer unlisted", "optimizer.safetensors: present but not listed",
+       [&](const fs::path& c) { rewrite_manifest(c, [](nlohmann::json& f) { f.erase("optimizer.safetensors"); }); }},
+      {"model unlisted", "model.safetensors: present but not listed",
+       [&](const fs::path& c) { rewrite_manifest(c, [](nlohmann::json& f) { f.erase("model.safetensors"); }); }},
+      {"feedback unlisted", "feedback.safetensors: present but not listed",
+       [&](const fs::path& c) { fs::copy_file(c / "optimizer.safetensors", c / "feedback.safetensors"); }},
+      {"feedback corrupted", "feedback.safetensors",
+       [&](const fs::path& c) {
+         rewrite_manifest(c, [](nlohmann::json& f) { f["feedback.safetensors"] = f["optimizer.safetensors"]; });
+         fs::copy_file(c / "optimizer.safetensors", c / "feedback.safetensors");
+         std::fstream fb((c / "feedback.safetensors").string(), std::ios::in | std::ios::out | std::ios::binary);
+         fb.seekp(-3, std::ios::end);
+         fb.put('\x7f');
+       }},
+      {"newer format", "format version 99, this weft reads versions up to 2",
+       [&](const fs::path& c) {
+         nlohmann::json cfg = nlohmann::json::parse(test::read_text((c / "config.json").string()));
+         cfg["weft"]["format_version"] = 99;
+         const std::string text = cfg.dump();
+         std::ofstream((c / "config.json").string(), std::ios::trunc) << text;
+         rewrite_manifest(c, [&](nlohmann::json& f) {
+           f["config.json"] = {{"size", text.size()},
+                               {"xxh3", ckpt_io::format_checksum(ckpt_io::checksum(text.data(), text.size()))}};
+         });
+       }},
+      {"no optimizer", "has no optimizer state",
+       [&](const fs::path& c) {
+         fs::remove(c / "optimizer.safetensors");
+         rewrite_manifest(c, [](nlohmann::json& f) { f.erase("optimizer.safetensors"); });
+       }},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    const fs::path run = *tmp / ("resume-" + std::to_string(&k - cases.data()));
+    fs::copy(base, run, fs::copy_options::recursive);
+    k.damage(run / ckpt_name);
+    const auto before = folder_bytes(run);
+    expect_bad_input(weft("train " + config + " --resume --steps 4 --out " + run.string()), {ckpt_name, k.fragment});
+    EXPECT_EQ(folder_bytes(run), before) << "a refused resume changed the run folder";
+  }
+}
+
+// A path the filesystem library cannot follow ends in one line naming the path and the reason
+// (exit 2), never the library's raw "filesystem error: status: ..." text (issue 34 class 7).
+TEST_F(Cli, UnfollowablePathsAreOneLine) {
+  const fs::path loop = *tmp / "loop";
+  fs::create_symlink(loop.filename(), loop);  // loop -> loop
+  for (const std::string& args : {"report " + loop.string(), "train " + config + " --data " + loop.string() + "/x",
+                                  "eval --checkpoint " + loop.string() + " --data " + *tmp / "data/x_val_000000.bin"}) {
+    SCOPED_TRACE(args);
+    const RunResult r = weft(args);
+    expect_bad_input(r, {loop.string()});
+    EXPECT_EQ(r.err.find("filesystem error"), std::string::npos) << r.err;
+  }
 }
 
 // Hyphenated option names are the config keys; a true/false key is also a bare flag.

@@ -282,6 +282,11 @@ TEST_F(ClimaxEval, BadInputIsOneLineWithTheValues) {
   bad(eval("--tp 2"), {"tp 2", "world"});
   // A variable the file does not have; a grid that is not the model's.
   bad(eval("--variables z500,t850,t2m,u10,q700 --out " + out), {"q700", "z500"});
+  // A list with an empty name is refused, never read as fewer fields or as every field (issue 34
+  // class 8).
+  bad(eval("--variables ' ,,'"), {"--variables ' ,,'", "name 1", "empty"});
+  bad(eval("--variables z500,,t850"), {"--variables 'z500,,t850'", "name 2", "empty"});
+  bad(eval("--variables z500,t850,"), {"name 3", "empty"});
   const std::string small = (root_ / "wx16").string();
   ASSERT_EQ(test::run_weft("prepare --synthetic-weather " + small + " --days 3 --val-days 2 --test-days 2 --grid 16x32",
                            (root_ / "prep16").string())

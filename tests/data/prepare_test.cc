@@ -237,6 +237,50 @@ TEST(Prepare, DeterministicAndShardedBySize) {
   EXPECT_EQ(split_documents(read_tokens(c.val_files)), (std::vector<std::string>{docs[chosen]}));
 }
 
+// Data written after `weft prepare` is checked at open (issue 34 class 9): meta.json records
+// each shard's size and XXH3; a shard whose tokens changed afterwards, even to ids inside the
+// vocabulary, is refused when a dataset opens it, naming the shard, both checksums and
+// meta.json; a shard meta.json does not list, and a folder without meta.json (llm.c's), are not
+// checked.
+TEST(Prepare, ShardChangedAfterPrepareIsRefusedAtOpen) {
+  ScratchDir dir;
+  make_corpus(dir / "corpus");
+  PrepareOptions opt;
+  opt.inputs = {dir / "corpus/b.txt", dir / "corpus/fortunes", dir / "corpus/sub"};
+  opt.out_dir = dir / "out";
+  PrepareResult res = prepare_corpus(opt);
+  const nlohmann::json meta = nlohmann::json::parse(read_file(res.meta_path));
+  const std::string name = std::filesystem::path(res.train_files[0]).filename().string();
+  ASSERT_TRUE(meta["shards"].contains(name)) << meta.dump();
+  EXPECT_EQ(meta["shards"][name]["bytes"].get<int64_t>(), static_cast<int64_t>(std::filesystem::file_size(res.train_files[0])));
+  const int vocab = testing::gpt2_tokenizer().vocab_size();
+  EXPECT_NO_THROW(TokenDataset(res.train_files, vocab));
+  // Token 2 changed to another id inside the vocabulary: only the checksum can tell.
+  {
+    std::fstream f(res.train_files[0], std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(kShardHeaderBytes + 2 * 2);
+    uint16_t t = 0;
+    f.read(reinterpret_cast<char*>(&t), 2);
+    t = static_cast<uint16_t>(t == 11 ? 12 : 11);
+    f.seekp(kShardHeaderBytes + 2 * 2);
+    f.write(reinterpret_cast<const char*>(&t), 2);
+  }
+  std::string msg;
+  try {
+    TokenDataset d(res.train_files, vocab);
+  } catch (const InputError& e) {
+    msg = e.what();
+  }
+  ASSERT_FALSE(msg.empty()) << "the changed shard opened";
+  for (const std::string& frag : {res.train_files[0], std::string("changed after it was written"), res.meta_path,
+                                  meta["shards"][name]["xxh3"].get<std::string>()}) {
+    EXPECT_NE(msg.find(frag), std::string::npos) << frag << " in: " << msg;
+  }
+  // Without meta.json (an llm.c folder) the same shard opens: nothing recorded to check.
+  std::filesystem::remove(res.meta_path);
+  EXPECT_NO_THROW(TokenDataset(res.train_files, vocab));
+}
+
 TEST(Prepare, RefusesToMixWithEarlierOutputs) {
   ScratchDir dir;
   make_corpus(dir / "corpus");

@@ -125,6 +125,30 @@ TEST_F(TuneRuns, PlannerSeededSearchWritesItsFindings) {
     EXPECT_EQ(rows3[i][col("objective")], rows[i][col("objective")]) << i;
   }
 
+  // An earlier tune is never replaced silently (issue 34 class 3): --out that holds one is
+  // refused without --overwrite, and --oracle may not name the tune.csv it would write; both
+  // before any work, leaving every file as it was.
+  {
+    const std::string before = test::read_text(replay + "/tune.csv"), source = test::read_text(out + "/tune.csv");
+    const std::string summary = test::read_text(replay + "/summary.json");
+    RunResult again = tune(replay, "--trials 6 --seed 3 --oracle " + out + "/tune.csv");
+    EXPECT_EQ(again.code, 2) << again.err;
+    EXPECT_NE(again.err.find("--out " + replay + " already holds a tune (" + replay + "/tune.csv); pass --overwrite"),
+              std::string::npos) << again.err;
+    for (const char* args : {"", " --overwrite"}) {
+      RunResult self = tune(out, std::string("--trials 6 --seed 3 --oracle ") + out + "/tune.csv" + args);
+      EXPECT_EQ(self.code, 2) << args << ": " << self.err;
+      EXPECT_NE(self.err.find("the replay would overwrite what it replays"), std::string::npos) << args << ": " << self.err;
+    }
+    EXPECT_EQ(test::read_text(replay + "/tune.csv"), before);
+    EXPECT_EQ(test::read_text(replay + "/summary.json"), summary);
+    EXPECT_EQ(test::read_text(out + "/tune.csv"), source);
+    // --overwrite replaces it (the same replay: the same rows).
+    again = tune(replay, "--trials 6 --steps 2 --warmup 1 --initial 4 --seed 3 --overwrite --oracle " + out + "/tune.csv");
+    ASSERT_EQ(again.code, 0) << again.err;
+    EXPECT_EQ(read_csv(replay + "/tune.csv").size(), rows.size());
+  }
+
   // A failed trial (the oracle's first row marked failed, as a run out of memory would be)
   // is recorded with its reason and the search goes on to the same number of trials.
   {
@@ -178,6 +202,32 @@ TEST_F(TuneRuns, BadOptionsAreRefused) {
   RunResult r = weft(fmt::format("tune {} --out {}", *tmp / "missing.toml", *tmp / "bad"));
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("does not exist"), std::string::npos) << r.err;
+  // --recalibrate from a single trial cannot fit three constants: refused before any trial
+  // (issue 34 class 8), nothing written.
+  r = weft(fmt::format("tune {} --system {} --out {} --trials 1 --recalibrate {}", config, *tmp / "local.toml",
+                       *tmp / "one", *tmp / "one.toml"));
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("needs at least 2 trials"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(*tmp / "one.toml"));
+  EXPECT_FALSE(fs::exists(*tmp / "one/tune.csv"));
+}
+
+// On one rank the trials never communicate: --recalibrate fits the device and the overhead and
+// keeps the link bandwidths, saying so, instead of fitting an arbitrary factor to them.
+TEST_F(TuneRuns, OneRankRecalibrationKeepsTheLinks) {
+  RunResult r = weft(fmt::format("tune {} --system {} --out {} --trials 3 --steps 1 --warmup 0 --initial 3 --seed 1 "
+                                 "--recalibrate {}",
+                                 config, *tmp / "local.toml", *tmp / "solo", *tmp / "solo.toml"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("the link bandwidths are kept as they are"), std::string::npos) << r.err;
+  const nlohmann::json s = nlohmann::json::parse(test::read_text(*tmp / "solo/summary.json"));
+  EXPECT_FALSE(s["recalibration"]["link_fitted"].get<bool>());
+  const plan::System base = plan::load_system(*tmp / "local.toml"), fixed = plan::load_system(*tmp / "solo.toml");
+  ASSERT_EQ(base.levels.size(), fixed.levels.size());
+  for (size_t i = 0; i < base.levels.size(); ++i) {
+    EXPECT_NEAR(fixed.levels[i].bandwidth, base.levels[i].bandwidth, 1e-9 * base.levels[i].bandwidth) << i;
+    EXPECT_NEAR(fixed.levels[i].latency, base.levels[i].latency, 1e-9 * base.levels[i].latency) << i;
+  }
 }
 
 // Any registered family is tuned through its own data source: a ClimaX config on weather fields.
