@@ -5,15 +5,14 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
-#include <sstream>
 #include <string_view>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "core/rng.h"
+#include "data/text_util.h"
 
 namespace weft {
 
@@ -102,11 +101,9 @@ namespace {
 nlohmann::json read_meta(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) return nullptr;
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string text = read_file(path);  // InputError naming the path
   try {
-    return nlohmann::json::parse(ss.str());
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw_input("{}: not valid JSON ({}): `weft prepare` writes it beside its shards; prepare the corpus again", path,
                 e.what());

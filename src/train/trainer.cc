@@ -99,12 +99,11 @@ int64_t restore_or_init(Engine& engine, const RunConfig& cfg, const RunFolder& f
   const ParamLayout& whole = engine.whole_layout();
   const size_t n = static_cast<size_t>(whole.total());
   Buffer<float> params(n), m(n), v(n);
-  // inspect_run_folder verified every file against the manifest: each byte is hashed once.
+  // inspect_run_folder verified every file this loads against the manifest, and that the
+  // optimizer state is there (verify_resume_checkpoint): each byte is hashed once.
   load_checkpoint_params(dir, whole, params.data(), CheckpointVerify::kAlreadyVerified);
-  if (!load_checkpoint_optimizer(dir, whole, m.data(), v.data(), CheckpointVerify::kAlreadyVerified)) {
-    throw_input("{}: the checkpoint has no optimizer state ({}), so the run cannot continue exactly", dir,
-                kCheckpointOptimizerFile);
-  }
+  const bool has_optimizer = load_checkpoint_optimizer(dir, whole, m.data(), v.data(), CheckpointVerify::kAlreadyVerified);
+  WEFT_CHECK(has_optimizer, "{}: no {} after verify_resume_checkpoint accepted it", dir, kCheckpointOptimizerFile);
   engine.load_state(params.data(), m.data(), v.data());
   const ResumeState& st = folder.resume_state;  // range-checked by inspect_run_folder
   const int64_t start = st.step;

@@ -196,12 +196,19 @@ TEST(Prepare, ShardsHoldEveryDocumentOnceAfterEot) {
   EXPECT_EQ(TokenDataset::open_split(opt.out_dir, "val", 50257).size(), want_val_tokens);
 }
 
-TEST(Prepare, DeterministicAndShardedBySize) {
-  ScratchDir dir;
+// The corpus of make_corpus under `dir`, read through three of its inputs (six documents),
+// prepared into `dir`/`out`.
+PrepareOptions six_documents(const ScratchDir& dir, const std::string& out) {
   make_corpus(dir / "corpus");
   PrepareOptions opt;
   opt.inputs = {dir / "corpus/b.txt", dir / "corpus/fortunes", dir / "corpus/sub"};
-  opt.out_dir = dir / "one";
+  opt.out_dir = dir / out;
+  return opt;
+}
+
+TEST(Prepare, DeterministicAndShardedBySize) {
+  ScratchDir dir;
+  PrepareOptions opt = six_documents(dir, "one");
   opt.seed = 5;
   PrepareResult a = prepare_corpus(opt);
   EXPECT_EQ(a.documents, 6);
@@ -240,15 +247,10 @@ TEST(Prepare, DeterministicAndShardedBySize) {
 // Data written after `weft prepare` is checked at open (issue 34 class 9): meta.json records
 // each shard's size and XXH3; a shard whose tokens changed afterwards, even to ids inside the
 // vocabulary, is refused when a dataset opens it, naming the shard, both checksums and
-// meta.json; a shard meta.json does not list, and a folder without meta.json (llm.c's), are not
-// checked.
+// meta.json; a folder without meta.json (llm.c's) is not checked.
 TEST(Prepare, ShardChangedAfterPrepareIsRefusedAtOpen) {
   ScratchDir dir;
-  make_corpus(dir / "corpus");
-  PrepareOptions opt;
-  opt.inputs = {dir / "corpus/b.txt", dir / "corpus/fortunes", dir / "corpus/sub"};
-  opt.out_dir = dir / "out";
-  PrepareResult res = prepare_corpus(opt);
+  PrepareResult res = prepare_corpus(six_documents(dir, "out"));
   const nlohmann::json meta = nlohmann::json::parse(read_file(res.meta_path));
   const std::string name = std::filesystem::path(res.train_files[0]).filename().string();
   ASSERT_TRUE(meta["shards"].contains(name)) << meta.dump();
