@@ -138,7 +138,7 @@ void GPT::build_workspace(const GptDescription& d) {
               "workspace", [&](TypedCarver& take) {
     const auto f32 = [&take](int64_t n) { return static_cast<float*>(take(n, DType::kF32).data); };
     ws_.losses = head ? f32(N) : nullptr;
-    ws_.logits = head ? f32(head_chunk * Vp) : nullptr;
+    ws_.logits = head ? take(head_chunk * Vp, dtypes_.act) : View();
     ws_.stats = head ? f32(3 * head_chunk) : nullptr;
     ws_.dres = training ? f32(Nl * C) : nullptr;
     ws_.dC = training ? take(N * C, d.dC_dtype()) : View();

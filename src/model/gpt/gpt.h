@@ -60,7 +60,7 @@ struct Workspace {
   int64_t B = 0, T = 0;      // capacity
   int64_t head_chunk = 0;    // rows of logits materialised at once
   float* losses = nullptr;   // (N) per-token losses (last stage)
-  float* logits = nullptr;   // (head_chunk, Vp/tp) (last stage)
+  View logits;               // (head_chunk, Vp/tp) (last stage), the storage precision
   float* stats = nullptr;    // (3, head_chunk) row max, sum of exp, target logit (last stage)
   float* dres = nullptr;     // (Nl,C) gradient of the residual stream (training)
   View dC;                   // (N,C): the storage precision at tp 1, f32 at tp > 1

@@ -138,7 +138,10 @@ TypedElems GptDescription::workspace_tensors() const {
   const LayerDtypes dt = layer_dtypes();
   TypedElems e;
   const auto add = [&e](int64_t n, DType d) { (d == DType::kF32 ? e.f32 : e.act) += n; };
-  if (s_.stage.head) e.f32 += N + head_chunk_ * Vl_ + 3 * head_chunk_;  // losses, logits, stats
+  if (s_.stage.head) {
+    e.f32 += N + 3 * head_chunk_;   // losses, stats
+    add(head_chunk_ * Vl_, dt.act);  // logits
+  }
   if (s_.training) {
     e.f32 += Nl * C;                  // dres
     add(N * C, dC_dtype());           // dC
@@ -194,10 +197,11 @@ int64_t GptDescription::block_staging_elems() const {
 }
 
 int64_t GptDescription::head_staging_elems() const {
-  // GPT's own calls on the last stage: ln_f, the logits of a chunk, and backward the head's two
-  // products and ln_f's backward, with the 16-bit weights each reads.
-  // The logits are f32; a native product stages bf16 copies of its f32 inputs (2 to an element).
-  const DType ln = layer_dtypes().ln, dC = dC_dtype();
+  // GPT's own calls on the last stage: ln_f, the logits of a chunk and its cross-entropy, and
+  // backward the head's two products and ln_f's backward, with the 16-bit weights each reads.
+  // The logits (and the gradient that replaces them) are stored in the activations' dtype; a
+  // native product stages bf16 copies of its f32 inputs (2 to an element).
+  const DType ln = layer_dtypes().ln, dC = dC_dtype(), L = act_dtype();
   const int64_t N = N_, Nl = Nl_, C = C_, h = head_chunk_, V = Vl_;
   const auto st = staged_elems;
   const auto w = [this](int64_t n) { return staged_elems(s_.param_dtype, n); };
@@ -206,12 +210,13 @@ int64_t GptDescription::head_staging_elems() const {
   const auto prod = [this](int64_t staged16, int64_t M, int64_t Nn, int64_t K, bool a32, bool b32, bool c16) {
     return s_.native_products ? native_product_staging(M, Nn, K, a32, b32, c16, s_.staging_chunk) : staged16;
   };
-  const bool ln32 = ln == DType::kF32, w32 = s_.param_dtype == DType::kF32;
+  const bool ln32 = ln == DType::kF32, w32 = s_.param_dtype == DType::kF32, L32 = L == DType::kF32;
   int64_t m = staged_rows_elems(Nl, w(2 * C), sp_ || ln32 ? 0 : C, s_.staging_chunk);  // ln_f
-  m = std::max(m, prod(st(ln, h * C) + w(V * C), h, V, C, ln32, w32, false));  // logits = lnf @ wte^T
+  m = std::max(m, prod(st(ln, h * C) + w(V * C) + st(L, h * V), h, V, C, ln32, w32, !L32));  // logits = lnf @ wte^T
+  m = std::max(m, staged_rows_elems(h, 0, L32 ? 0 : V, s_.staging_chunk));  // the cross-entropy's rows
   if (s_.training) {
-    m = std::max(m, prod(st(ln, h * C), V, C, h, true, ln32, false));              // dwte += dlogits^T lnf
-    m = std::max(m, prod(st(dC, h * C) + w(V * C), h, C, V, true, w32, dC != DType::kF32));    // dlnf = dlogits wte
+    m = std::max(m, prod(st(L, h * V) + st(ln, h * C), V, C, h, L32, ln32, false));  // dwte += dlogits^T lnf
+    m = std::max(m, prod(st(L, h * V) + st(dC, h * C) + w(V * C), h, C, V, L32, w32, dC != DType::kF32));  // dlnf = dlogits wte
     m = std::max(m, (sp_ ? 0 : st(dC, N * C)) + w(C));  // ln_f's layernorm_backward
   }
   return m;
@@ -233,11 +238,10 @@ EndsWork GptDescription::ends_work() const {
   w.front_forward.kernels = {Kernel::memory(3 * N * h)};
   w.front_forward.tp = {{"all_reduce", N * h}};
   w.front_backward.kernels = {Kernel::memory(3 * N * h)};
-  // Head: final LayerNorm (read x, write y), the logits, the cross-entropy in fp32 (read the
-  // logits, write the probabilities/gradients); backward the LayerNorm's gradient (reads 4),
-  // the head's two products and the cross-entropy again.
-  Kernel ce = Kernel::memory(3 * N * V);
-  ce.fp32 = true;
+  // Head: final LayerNorm (read x, write y), the logits, the cross-entropy (read the logits in
+  // the storage precision, computing in fp32, write the gradients in place); backward the
+  // LayerNorm's gradient (reads 4), the head's two products and the cross-entropy again.
+  const Kernel ce = Kernel::memory(3 * N * V);
   w.back_forward.kernels = {Kernel::memory(2 * N * h / rep), Kernel::product(N, V, h), ce};
   w.back_backward.kernels = {Kernel::memory(4 * N * h / rep), Kernel::product(N, h, V), Kernel::product(h, V, N), ce};
   // The loss's per-token sums and maxima stay exact and fp32; the input gradient is an
