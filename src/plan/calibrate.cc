@@ -235,6 +235,7 @@ void measure_matmul(Calibration& cal, bool quick, Communicator& world) {
     const ProductRates bf16 = measure_products("onednn bf16", {Precision::kBf16, MatmulMode::kFast, ""}, sizes, reps,
                                                world, cal.notes);
     d.peak_flops_16 = bf16.peak;
+    d.native_bf16 = true;
     cal.notes.push_back(fmt::format("bf16 products (--matmul fast): onednn bf16, {:.2f} GFLOP/s per rank; priced with the "
                                     "fp32 curve's shape", bf16.peak / 1e9));
   } else {

@@ -108,6 +108,7 @@ MemoryBreakdown stage_memory_of(const ModelShape& m, const Layout& l, const Memo
     w.layout = l;
     w.master_weights = o.precision != Precision::kFp32;
     w.precision = o.precision;
+    w.native_products = o.native_products;
     return weft_rank_memory(w, stage, 0);
   }
   MemoryBreakdown r;

@@ -68,6 +68,8 @@ struct MemoryOptions {
   // "megatron": the formulas below; "weft": weft's own buffers (plan/weft_memory.h), used for
   // systems written by `weft calibrate`.
   std::string memory_model = "megatron";
+  // "weft" only: the run's products read bf16 tensors in place (WeftRunShape::native_products).
+  bool native_products = false;
 };
 
 // Bytes per category on one rank. `total` is their sum.

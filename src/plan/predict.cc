@@ -22,6 +22,7 @@ Options Options::from_system(const System& s, Precision p, int64_t global_batch)
   o.flash_attention = s.defaults.flash_attention;
   o.dropout = s.defaults.dropout;
   o.attention_16 = s.defaults.attention_16;
+  o.native_bf16 = s.device.native_bf16;
   o.fp32_grad_accumulation = s.defaults.fp32_grad_accumulation;
   o.overlap_dp = s.defaults.overlap_dp;
   o.pp_scatter_gather = s.defaults.pp_scatter_gather;
@@ -40,6 +41,8 @@ MemoryOptions Options::memory() const {
   m.flash_attention = flash_attention;
   m.dp_bucket_elements = dp_bucket_elements;
   m.memory_model = memory_model;
+  // weft's backends read bf16 tensors in place only with --matmul fast and native products.
+  m.native_products = native_bf16 && matmul == MatmulMode::kFast && precision == Precision::kBf16;
   return m;
 }
 

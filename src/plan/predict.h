@@ -44,6 +44,7 @@ struct Options {
   // widens 16-bit operands into fp32 products). fp32 runs: peak_flops_32 either way.
   MatmulMode matmul = MatmulMode::kFast;
   bool attention_16 = true;  // see SoftwareDefaults
+  bool native_bf16 = false;  // Device::native_bf16: weft's cpu backend's native bf16 products
   int64_t global_batch = 1;  // sequences per optimizer step
   bool flash_attention = false;
   bool dropout = false;

@@ -316,6 +316,7 @@ System load_system(const std::string& path) {
     d.matmul_efficiency = r.number("matmul_efficiency", 1.0, false);
     d.kernel_latency = r.number("kernel_latency", 0, false);
     d.fp32_kernel = r.string("fp32_kernel", "");
+    d.native_bf16 = r.boolean("native_bf16", false);
     if (!cpu_fp32_kernel_known(d.fp32_kernel)) {
       throw_input("{}: [device] fp32_kernel = '{}': expected one of: {}", path, d.fp32_kernel, kCpuFp32Kernels);
     }
@@ -407,6 +408,7 @@ std::string system_to_toml(const System& s, const std::vector<std::string>& note
                        d.gemm_k_overhead, d.gemm_align, d.gemm_misaligned_fraction);
   }
   if (!d.fp32_kernel.empty()) out += fmt::format("fp32_kernel = \"{}\"\n", d.fp32_kernel);
+  if (d.native_bf16) out += "native_bf16 = true\n";
   if (d.attention_efficiency > 0) {
     out += fmt::format("attention_efficiency = {:.4g}\nattention_bwd_efficiency = {:.4g}\n", d.attention_efficiency,
                        d.attention_bwd_efficiency);

@@ -8,6 +8,7 @@
 //   [device]   name, peak_flops_16, peak_flops_32 (FLOP/s of matrix products), memory_bytes,
 //              fp32_kernel (optional: the library of fp32 products weft's cpu backend runs,
 //              "openblas" or "onednn", the faster one `weft calibrate` measured),
+//              native_bf16 (optional, false: weft's cpu backend has native bf16 products),
 //              memory_bandwidth (bytes/s), matmul_efficiency (largest fraction of peak a
 //              matrix product reaches), kernel_latency (s per kernel),
 //              matmul_curve (optional, measured: [[FLOPs per call, fraction of peak], ...]);
@@ -63,6 +64,9 @@ struct Device {
   double attention_efficiency = 0, attention_bwd_efficiency = 0;
   // The fp32 product library weft's cpu backend takes from this file ("": its default).
   std::string fp32_kernel;
+  // weft's cpu backend has native bf16 products here (`weft calibrate` measured oneDNN's bf16
+  // matmul: --matmul fast reads bf16 tensors in place, which changes its staging arena).
+  bool native_bf16 = false;
 
   double peak_flops(Precision p) const { return p == Precision::kFp32 ? peak_flops_32 : peak_flops_16; }
 };

@@ -228,6 +228,7 @@ TEST(PlanTerms, SystemKeysRoundTripAndRefuseBadValues) {
   s.device.compute_units = 132;
   s.device.gemm_tiles = {GemmTile{256, 128, 1.0}, GemmTile{128, 64, 0.8}};
   s.device.gemm_k_overhead = 96;
+  s.device.native_bf16 = true;
   s.defaults.jitter = 0.01;
   s.defaults.bubble_factor = 1.5;
   const std::string path = tmp / "s.toml";
@@ -237,6 +238,7 @@ TEST(PlanTerms, SystemKeysRoundTripAndRefuseBadValues) {
   ASSERT_EQ(r.device.gemm_tiles.size(), 2u);
   EXPECT_EQ(r.device.gemm_tiles[1].n, 64);
   EXPECT_DOUBLE_EQ(r.device.gemm_k_overhead, 96);
+  EXPECT_TRUE(r.device.native_bf16);
   EXPECT_DOUBLE_EQ(r.defaults.jitter, 0.01);
   EXPECT_DOUBLE_EQ(r.defaults.bubble_factor, 1.5);
   auto refused = [&](const std::string& from, const std::string& to, const std::string& fragment) {
@@ -259,6 +261,7 @@ TEST(PlanTerms, SystemKeysRoundTripAndRefuseBadValues) {
   refused("gemm_tiles = [[256, 128, 1]", "gemm_tiles = [[256, 128, 1.5]", "gemm_tiles");
   refused("world_allreduces = 0", "world_allreduces = -1", "world_allreduces");
   refused("tp_comm = \"megatron\"", "tp_comm = \"nccl\"", "tp_comm");
+  refused("native_bf16 = true", "native_bf16 = 1", "native_bf16");
   // A file `weft calibrate` wrote before tp_comm existed (memory_model "weft", no tp_comm)
   // keeps weft's own tensor-parallel calls.
   std::string old = system_to_toml(s);

@@ -206,6 +206,43 @@ TEST_F(MemoryRuns, PlannerPredictsWeftRunsMemory) {
   }
 }
 
+TEST_F(MemoryRuns, PlannerPricesTheProductsTheRunCalls) {
+  // A bf16 run's staging arena depends on its products (native bf16 products read the 16-bit
+  // tensors in place, the exact ones widen them): `weft plan` on a system that says whether
+  // this CPU has native bf16 products ([device] native_bf16, what `weft calibrate` writes)
+  // predicts the run's workspace to the byte, with --matmul fast and --matmul exact.
+  std::string base = test::read_text(std::string(WEFT_SOURCE_DIR) + "/systems/dgx-h100.toml") + "\n";
+  base.insert(base.find('\n', base.find("[defaults]")) + 1, "memory_model = \"weft\"\n");
+  for (const std::string mm : {"fast", "exact"}) {
+    const std::string out = *tmp / ("products-" + mm);
+    RunResult r = train(0, "--precision bf16 --matmul " + mm + " --steps 1 --val_batches 0 --out " + out);
+    ASSERT_EQ(r.code, 0) << r.err;
+    // The run's products line names oneDNN's bf16 matmul where it reads bf16 tensors in place.
+    const bool native = (r.out + r.err).find("products: onednn bf16") != std::string::npos;
+    if (mm == "exact") EXPECT_FALSE(native) << r.out << r.err;
+    const nlohmann::json measured = report(out)[0]["measured"];
+    for (const bool said : {native, !native}) {
+      std::string sys = base;
+      if (said) sys.insert(sys.find('\n', sys.find("[device]")) + 1, "native_bf16 = true\n");
+      const std::string file = *tmp / fmt::format("sys-{}-{}.toml", mm, said);
+      std::ofstream(file) << sys;
+      RunResult p = test::run_weft("plan --model tiny --seq 32 --global-batch 8 --micro-batch 2 --precision bf16 "
+                                   "--matmul " + mm + " --tp 1 --pp 1 --dp 1 --zero 0 --recompute none "
+                                   "--no-sequence-parallel --format json --system " + file,
+                                   *tmp / fmt::format("plan-{}-{}", mm, said));
+      ASSERT_EQ(p.code, 0) << p.err;
+      const double ws = nlohmann::json::parse(p.out)[0]["memory_bytes"]["workspace"].get<double>();
+      // The system that tells the truth predicts the run; the other one only where the products
+      // are exact either way (--matmul exact).
+      if (said == native || mm == "exact") {
+        EXPECT_EQ(ws, measured["workspace"].get<double>()) << mm << ", native_bf16 " << said;
+      } else {
+        EXPECT_NE(ws, measured["workspace"].get<double>()) << mm << ", native_bf16 " << said;
+      }
+    }
+  }
+}
+
 TEST_F(MemoryRuns, BadRecomputeSettingsAreRefused) {
   RunResult r = train(0, "--recompute partial --out " + *tmp / "bad1");
   EXPECT_EQ(r.code, 2);
