@@ -166,9 +166,9 @@ struct Reader {
   bool boolean(const std::string& key, bool def) {
     const toml::node* n = get(key);
     if (!n) return def;
-    auto v = n->value<bool>();
-    if (!v) throw_input("{}: [{}] {} must be true or false", path, section, key);
-    return *v;
+    // toml++'s value<bool>() converts an integer; a system file says true or false.
+    if (!n->is_boolean()) throw_input("{}: [{}] {} must be true or false", path, section, key);
+    return *n->value<bool>();
   }
   void finish() {
     for (auto&& [k, v] : *tbl) {
