@@ -31,12 +31,21 @@ std::pair<std::string, std::string> parse_set(const std::string& kv) {
   return {key, kv.substr(eq + 1)};
 }
 
-// A tune's results are never replaced silently: --out that holds one needs --overwrite, and
-// --oracle never names the tune.csv this run writes (its replay would overwrite its source).
+// A tune's results are never replaced silently: --out that holds one needs --overwrite (or
+// --resume, which continues it), and --oracle never names the tune.csv this run writes (its
+// replay would overwrite its source).
 void check_tune_outputs(const tune::TuneOptions& o, bool overwrite) {
   namespace fs = std::filesystem;
   const fs::path out(o.out);
   std::error_code ec;
+  if (o.resume) {
+    if (overwrite) throw_input("--resume continues the tune in --out {}; --overwrite would replace it: give one", o.out);
+    if (!o.oracle.empty()) throw_input("--resume runs the trials its tune.csv lacks; --oracle {} looks every trial up: give one", o.oracle);
+    if (!fs::exists(fs::symlink_status(out / "tune.csv", ec))) {
+      throw_input("--resume: --out {} holds no tune.csv to continue (a tune writes it after its first trial)", o.out);
+    }
+    return;
+  }
   if (!o.oracle.empty() && fs::equivalent(fs::path(o.oracle), out / "tune.csv", ec)) {
     throw_input("--oracle {} is the tune.csv this run writes into --out {}: the replay would overwrite what it "
                 "replays; give another --out",
@@ -73,6 +82,7 @@ int cmd_tune(CLI::App& app, int argc, char** argv, Communicator& world) {
   app.add_option("--oracle", o.oracle, "look the trials up in this tune.csv (an earlier sweep) instead of running them");
   bool overwrite = false;
   app.add_flag("--overwrite", overwrite, "replace the tune that --out already holds (refused otherwise)");
+  app.add_flag("--resume", o.resume, "continue the tune that --out holds: the trials its tune.csv records are not run again");
   app.add_option("--set", sets, "config override KEY=VALUE (repeatable), e.g. --set seq_len=64");
   app.parse(argc - 1, argv + 1);
   if (seed < 0) throw_input("--seed must be >= 0, got {}", seed);

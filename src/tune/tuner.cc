@@ -104,15 +104,16 @@ std::vector<std::string> split_csv_line(const std::string& line) {
   return f;
 }
 
-Oracle read_oracle(const std::string& path) {
+// A tune.csv's trials by their knobs; `what` names the option that reads it in messages.
+Oracle read_oracle(const std::string& path, const std::string& what = "--oracle") {
   std::ifstream in(path);
-  if (!in) throw_input("--oracle {}: cannot read it", path);
+  if (!in) throw_input("{} {}: cannot read it", what, path);
   std::string line;
   std::getline(in, line);
   const std::vector<std::string> head = split_csv_line(line);
   auto column = [&](const std::string& name) {
     const auto it = std::find(head.begin(), head.end(), name);
-    if (it == head.end()) throw_input("--oracle {}: no column '{}' (a tune.csv of weft tune has it)", path, name);
+    if (it == head.end()) throw_input("{} {}: no column '{}' (a tune.csv of weft tune has it)", what, path, name);
     return static_cast<size_t>(it - head.begin());
   };
   std::vector<size_t> knob_cols;
@@ -122,17 +123,31 @@ Oracle read_oracle(const std::string& path) {
   for (int row = 2; std::getline(in, line); ++row) {
     if (line.empty()) continue;
     const std::vector<std::string> f = split_csv_line(line);
-    if (f.size() != head.size()) throw_input("--oracle {}: row {} has {} fields, the header {}", path, row, f.size(), head.size());
+    if (f.size() != head.size()) throw_input("{} {}: row {} has {} fields, the header {}", what, path, row, f.size(), head.size());
     std::vector<double> knobs;
-    for (int k = 0; k < kNumKnobs; ++k) knobs.push_back(knob_value_from_text(k, f[knob_cols[static_cast<size_t>(k)]]));
+    try {
+      for (int k = 0; k < kNumKnobs; ++k) knobs.push_back(knob_value_from_text(k, f[knob_cols[static_cast<size_t>(k)]]));
+    } catch (const InputError& e) {
+      throw_input("{} {}: row {}: {}", what, path, row, e.what());
+    }
+    // A measured figure: a finite number >= 0, the whole field.
+    const auto number = [&](size_t col) {
+      const std::string& t = f[col];
+      char* end = nullptr;
+      const double x = std::strtod(t.c_str(), &end);
+      if (t.empty() || end != t.c_str() + t.size() || !std::isfinite(x) || x < 0) {
+        throw_input("{} {}: row {}: {} '{}' is not a finite number >= 0", what, path, row, head[col], t);
+      }
+      return x;
+    };
     TrialResult r;
     if (f[obj] == "F") {
       r.failed = true;
       r.reason = f[why].empty() ? "failed in the oracle" : f[why];
     } else {
-      r.tokens_per_s = std::stod(f[obj]);
-      r.step_s = std::stod(f[ms]) / 1e3;
-      r.peak_bytes = std::stoll(f[peak]);
+      r.tokens_per_s = number(obj);
+      r.step_s = number(ms) / 1e3;
+      r.peak_bytes = static_cast<int64_t>(number(peak));
     }
     oracle[knobs] = r;
   }
@@ -148,12 +163,18 @@ TrialResult look_up(const Oracle& oracle, const std::vector<double>& knobs, cons
   return r;
 }
 
+void write_csv(const TuneResult& res, const std::string& path);
+
 // The search: the planner's seeds, then CBO's proposals, trial by trial, until the trials,
 // the candidates or the budget run out (the budget's clock agreed over the ranks).
 void run_search(TuneResult& res, const RunConfig& cfg, const TuneOptions& o, const RunData& data,
                 Communicator& world) {
   const LayoutSpace& space = res.space;
   const Oracle oracle = o.oracle.empty() ? Oracle{} : read_oracle(o.oracle);
+  const std::string csv = o.out + "/tune.csv";
+  const Oracle recorded = o.resume ? read_oracle(csv, "--resume") : Oracle{};
+  if (o.resume) log_info("tune: resuming {}: {} trials recorded", csv, recorded.size());
+  size_t reused = 0;
   std::vector<Candidate> cands;
   for (size_t i = 0; i < space.size(); ++i) cands.push_back({static_cast<int64_t>(i), space.features(i)});
   std::vector<int64_t> seeds;
@@ -190,9 +211,17 @@ void run_search(TuneResult& res, const RunConfig& cfg, const TuneOptions& o, con
       t.source = seeded ? "planner" : observed + static_cast<int>(k) < o.n_initial ? "random" : "surrogate";
       t.predicted_s = space.has_prediction() ? space.predicted_s[t.layout] : 0.0;
       t.submitted_s = elapsed();
-      t.result = oracle.empty() ? run_trial(cfg, space.layouts[t.layout], data, world, o.trial)
-                                : look_up(oracle, space.knobs[t.layout], o.oracle);
+      const auto rec = recorded.find(space.knobs[t.layout]);
+      const bool replayed = rec != recorded.end();
+      if (replayed) {
+        t.result = rec->second;  // measured before the stop: not run again
+        ++reused;
+      } else {
+        t.result = oracle.empty() ? run_trial(cfg, space.layouts[t.layout], data, world, o.trial)
+                                  : look_up(oracle, space.knobs[t.layout], o.oracle);
+      }
       t.gathered_s = elapsed();
+      if (replayed) t.source += " (recorded)";
       if (t.result.failed) {
         cbo.observe_failure(ids[k]);
         log_info("tune: trial {:>3}/{} [{}] {}: failed: {}", t.index + 1, o.trials, t.source,
@@ -206,7 +235,15 @@ void run_search(TuneResult& res, const RunConfig& cfg, const TuneOptions& o, con
       }
       if (!order.empty() && t.layout == order[0]) res.planner_pick = t.index;
       res.trials.push_back(std::move(t));
+      // Every finished trial on disk at once (renamed into place, synced): a stop, a kill -9
+      // or a lost node keeps them, and --resume goes on from them.
+      if (world.rank() == 0) write_csv(res, csv);
     }
+  }
+  if (o.resume && reused < recorded.size()) {
+    log_warn("tune: {} of the {} trials {} records were not proposed again (another config, seed, trial count or "
+             "rank count than the stopped tune's?); they are not in the new tune.csv",
+             recorded.size() - reused, recorded.size(), csv);
   }
   for (const TrialRecord& t : res.trials) {
     if (t.result.failed) continue;
@@ -451,6 +488,7 @@ TuneResult tune(const RunConfig& cfg, const TuneOptions& o, Communicator& world)
   log_info("tune: {} valid layouts of {} on {} ranks (global batch {}, seq {}); planner: {}", res.space.size(), mc.name,
            world.size(), cfg.global_batch, cfg.seq(),
            res.system_path.empty() ? std::string("no system file (no seeds, no predicted-time feature)") : res.system_path);
+  if (world.rank() == 0) fs::create_directories(o.out);  // tune.csv grows there trial by trial
   run_search(res, cfg, o, *data, world);
   analyse(res);
   if (!o.recalibrate.empty()) {

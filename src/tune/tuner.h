@@ -51,6 +51,10 @@ struct TuneOptions {
   // of running them: replays a search in milliseconds (bench/tune_study.sh compares searches
   // that way). A layout it lacks is a failed trial.
   std::string oracle;
+  // Continue the tune that `out` holds: the trials its tune.csv records (written after every
+  // trial) are taken from it when the search proposes them again instead of being run, and
+  // the search goes on from there (the same config, seed and ranks propose the same trials).
+  bool resume = false;
   // Let the search try the layouts that change the numbers the model trains on: ZeRO++ and
   // lossy compressed collectives (tune/space.h).
   bool allow_lossy = false;

@@ -5,6 +5,9 @@
 // seed gives the same trials, and bad options are refused.
 #include <gtest/gtest.h>
 
+#include <csignal>
+#include <sys/wait.h>
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -191,6 +194,67 @@ TEST_F(TuneRuns, PlannerSeededSearchWritesItsFindings) {
   for (size_t i = 1; i <= 4; ++i) {
     for (size_t c = 1; c <= static_cast<size_t>(tune::kNumKnobs); ++c) EXPECT_EQ(rows2[i][c], rows[i][c]) << i << "," << c;
   }
+}
+
+// Issue 34 class 4: a tune writes every finished trial as it finishes, so a kill -9 keeps
+// them; --resume takes them from tune.csv (not run again) and goes on with the same search.
+TEST_F(TuneRuns, KilledTuneKeepsItsTrialsAndResumes) {
+  const std::string out = *tmp / "killed";
+  const std::string args = fmt::format("tune {} --system {} --out {} --trials 5 --steps 1 --warmup 0 --initial 4 --seed 3",
+                                       config, *tmp / "local.toml", out);
+  // One rank in the background, killed (SIGKILL: no handler runs) once tune.csv holds 2 trials.
+  const std::string script = fmt::format(
+      "cd {src} && (WEFT_SYSTEM=none {bin} {args} > {tmp}.out 2>&1 & p=$!; "
+      "for i in $(seq 1 1200); do n=$(cat {out}/tune.csv 2>/dev/null | wc -l); [ \"$n\" -ge 3 ] && break; "
+      "kill -0 $p 2>/dev/null || break; sleep 0.05; done; kill -9 $p; wait $p)",
+      fmt::arg("src", WEFT_SOURCE_DIR), fmt::arg("bin", WEFT_BINARY), fmt::arg("args", args),
+      fmt::arg("tmp", *tmp / "k"), fmt::arg("out", out));
+  const int st = std::system(script.c_str());
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGKILL) << "the tune ended before it was killed: "
+                                                                 << test::read_text(*tmp / "k.out");
+  const auto kept = read_csv(out + "/tune.csv");
+  ASSERT_GE(kept.size(), 3u);  // the header and at least the 2 finished trials, each row whole
+  ASSERT_LT(kept.size(), 6u);
+  for (const auto& row : kept) EXPECT_EQ(row.size(), kept[0].size());
+  EXPECT_FALSE(fs::exists(out + "/summary.json"));
+  // A new tune into the folder is refused; --resume with --overwrite or --oracle too.
+  RunResult r = weft(args);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("already holds a tune"), std::string::npos) << r.err;
+  for (const std::string& bad : {std::string(" --resume --overwrite"), " --resume --oracle " + out + "/tune.csv"}) {
+    r = weft(args + bad);
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.err;
+    EXPECT_NE(r.err.find("--resume"), std::string::npos) << r.err;
+  }
+  r = weft(fmt::format("tune {} --system {} --out {} --resume", config, *tmp / "local.toml", *tmp / "nothing"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("holds no tune.csv"), std::string::npos) << r.err;
+  EXPECT_EQ(read_csv(out + "/tune.csv"), kept);  // the refusals changed nothing
+  // --resume: the recorded trials come back with their figures, the rest are run.
+  r = weft(args + " --resume");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE((r.out + r.err).find(fmt::format("{} trials recorded", kept.size() - 1)), std::string::npos) << r.out << r.err;
+  const auto rows = read_csv(out + "/tune.csv");
+  ASSERT_EQ(rows.size(), 6u);
+  const auto col = [&](const std::string& name) {
+    return static_cast<size_t>(std::find(rows[0].begin(), rows[0].end(), name) - rows[0].begin());
+  };
+  for (size_t i = 1; i < kept.size(); ++i) {
+    for (const char* c : {"objective", "m:step_ms", "m:peak_bytes"}) EXPECT_EQ(rows[i][col(c)], kept[i][col(c)]) << i << c;
+    for (size_t c = 1; c <= static_cast<size_t>(tune::kNumKnobs); ++c) EXPECT_EQ(rows[i][c], kept[i][c]) << i << "," << c;
+    EXPECT_NE(rows[i][col("m:source")].find("(recorded)"), std::string::npos) << i;
+  }
+  for (size_t i = kept.size(); i < rows.size(); ++i) EXPECT_EQ(rows[i][col("m:source")].find("(recorded)"), std::string::npos);
+  EXPECT_TRUE(fs::exists(out + "/summary.json"));
+  // A corrupt record is one line naming the file, row and field, and changes nothing.
+  std::string text = test::read_text(out + "/tune.csv");
+  const std::string obj = rows[1][col("objective")];
+  text.replace(text.find(obj), obj.size(), "1e999");
+  std::ofstream(out + "/tune.csv") << text;
+  r = weft(args + " --resume");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("tune.csv: row 2: objective '1e999' is not a finite number"), std::string::npos) << r.err;
+  EXPECT_EQ(test::read_text(out + "/tune.csv"), text);
 }
 
 TEST_F(TuneRuns, BadOptionsAreRefused) {
