@@ -32,6 +32,7 @@
 #include "train/engine_config.h"
 #include "train/feedback_state.h"
 #include "train/memory_fit.h"
+#include "train/kill_timeout.h"
 #include "train/preemption.h"
 #include "train/run_files.h"
 #include "train/run_lock.h"
@@ -385,6 +386,22 @@ TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const 
   return res_;
 }
 
+
+// Under Open MPI's mpirun: whether the launcher's kill timeout leaves a SIGTERM time for the
+// step and the checkpoint that follow it (train/kill_timeout.h); a warning when it does not.
+void check_kill_timeout(const RunConfig& cfg, const Engine& engine, const RunPrediction& pred) {
+  const std::optional<KillTimeout> timeout = openmpi_kill_timeout();
+  if (!timeout) return;
+  StopNeed need;
+  // Rank 0 writes the whole model's fp32 parameters and both Adam moments (train/trainer.cc save).
+  need.checkpoint_bytes = 3 * static_cast<int64_t>(sizeof(float)) * engine.whole_layout().total();
+  need.rate = synced_write_rate(cfg.out, need.checkpoint_bytes);
+  if (need.rate <= 0) return;  // the folder refused the probe: the checkpoint will say why
+  need.checkpoint_s = static_cast<double>(need.checkpoint_bytes) / need.rate;
+  need.step_s = pred.step ? pred.step->step_time_s : 0.0;
+  if (const std::string w = kill_timeout_warning(need, *timeout); !w.empty()) log_warn("{}", w);
+}
+
 }  // namespace
 
 TrainResult train(const RunConfig& cfg, const TrainOptions& opt) {
@@ -448,6 +465,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   }
   world.barrier();  // every rank has validated its inputs before rank 0 touches the folder
   if (world.rank() == 0) open_run_folder(cfg, opt, folder);
+  if (world.rank() == 0 && cfg.on_signal) check_kill_timeout(cfg, engine, pred);
   const int64_t start_step = restore_or_init(engine, cfg, folder, world.rank() == 0);
   if (world.rank() == 0) RunFiles(cfg.out, start_step).replace("config.toml", cfg.to_toml());
   // Peaks from here on: the training steps (set-up's and checkpoints' staging buffers are not
