@@ -128,6 +128,7 @@ std::vector<int64_t> parse_counts(const std::string& s, const char* option = "--
 struct PlanArgs {
   std::string model = "", system_path, precision = "bf16", format = "text", recompute, schedule, order = "tp-dp-pp";
   std::string matmul = "fast";  // how 16-bit products are priced (plan::Options::matmul)
+  double time_limit = 20;       // seconds a search walks (plan::Options::search_seconds; 0: none)
   int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, ffn = 0, gpus = 0, global_batch = 0, top = 5;
   int tp = 0, pp = 0, dp = 0, dp_shard = 0, dp_replicate = 1, zero = 0, vstages = 0, recompute_layers = -1;
   int64_t micro_batch = 0;
@@ -199,6 +200,8 @@ void add_plan_options(CLI::App& app, PlanArgs& a) {
   a.o_fp32g = app.add_flag("--fp32-grad-accumulation,!--no-fp32-grad-accumulation", a.fp32_grads,
                            "override the system's [defaults] (off: 16-bit gradients, as DeepSpeed's ZeRO-3 keeps them)");
   app.add_option("--top", a.top, "layouts to print");
+  app.add_option("--time-limit", a.time_limit,
+                 "seconds after which the search stops and ranks the layouts it priced, saying so (default 20; 0: none)");
   app.add_flag("--explain", a.explain, "take the best (or pinned) layout's step apart: compute per op class, each collective per axis and level, bubble, stragglers, overheads");
   add_format_option(app, a.format);
   a.o_scaling = app.add_option("--scaling", a.scaling, "strong, weak or both: scaling efficiency vs device count")
@@ -244,6 +247,7 @@ ModelShape plan_model(const PlanArgs& a) {
 Options plan_options(const PlanArgs& a, const System& sys, Precision prec) {
   Options opt = Options::from_system(sys, prec, a.global_batch);
   opt.matmul = parse_matmul_mode(a.matmul);
+  opt.search_seconds = a.time_limit;
   if (a.o_flash->count()) opt.flash_attention = a.flash;
   if (a.o_drop->count()) opt.dropout = a.dropout;
   if (a.o_ov->count()) opt.overlap_dp = a.overlap;
@@ -326,6 +330,9 @@ PlanQuery make_query(const PlanArgs& a) {
   q.prec = parse_precision(a.precision);
   if (a.global_batch <= 0) throw_input("--global-batch must be positive, got {}", a.global_batch);
   if (a.top <= 0) throw_input("--top must be positive, got {}", a.top);
+  if (!(a.time_limit >= 0) || !std::isfinite(a.time_limit)) {
+    throw_input("--time-limit must be a finite number of seconds >= 0, got {}", a.time_limit);
+  }
   q.opt = plan_options(a, q.sys, q.prec);
   q.pins = plan_pins(a);
   if (q.pins.compression) {
@@ -455,10 +462,13 @@ std::vector<Prediction> shown_layouts(const SearchResult& r, const PlanQuery& q)
   if (r.evaluated == 1 && r.smallest) return {*r.smallest};
   const Prediction& s = *r.smallest;
   throw_input("no layout of {} on {} x {} fits in memory: of {} valid layouts the smallest, {}, needs {} GB on stage {} "
-              "(params {}, grads {}, optimizer {}, activations {}, workspace {}, comm {}); a device has {} GB",
+              "(params {}, grads {}, optimizer {}, activations {}, workspace {}, comm {}); a device has {} GB{}",
               q.shape.name, q.gpus, q.sys.device.name, r.evaluated, s.layout.describe(), gb(s.memory.total),
               s.memory.stage, gb(s.memory.params), gb(s.memory.grads), gb(s.memory.optimizer), gb(s.memory.activations),
-              gb(s.memory.workspace), gb(s.memory.comm), gb(q.sys.device.memory_bytes));
+              gb(s.memory.workspace), gb(s.memory.comm), gb(q.sys.device.memory_bytes),
+              r.stopped ? fmt::format(" (the search stopped at its time limit of {:g} s before it saw every layout: pin --tp, "
+                                      "--pp or --micro-batch, or raise --time-limit)", q.opt.search_seconds)
+                        : "");
 }
 
 void print_ranking(const PlanQuery& q, const PlanArgs& a, const SearchResult& r, const std::vector<Prediction>& shown) {
@@ -480,6 +490,11 @@ void print_ranking(const PlanQuery& q, const PlanArgs& a, const SearchResult& r,
 // The `top` fastest layouts, as a table or JSON.
 int run_search(const PlanQuery& q, const PlanArgs& a) {
   const SearchResult r = search_layouts(q.shape, q.sys, q.gpus, q.opt, q.pins, static_cast<size_t>(a.top));
+  if (r.stopped) {
+    log_warn("the search stopped at its time limit of {:g} s after {} valid layouts: the ranking covers those only; pin "
+             "--tp, --pp or --micro-batch, or raise --time-limit",
+             a.time_limit, r.evaluated);
+  }
   const std::vector<Prediction> shown = shown_layouts(r, q);
   if (q.pins.compression) {
     // A pinned codec on traffic the best layout does not have compresses nothing: say so.

@@ -52,6 +52,9 @@ struct Options {
   bool overlap_dp = true;
   bool pp_scatter_gather = true;  // see SoftwareDefaults
   bool explain = false;           // fill Prediction::explain (weft plan --explain)
+  // Seconds after which a layout search stops walking and ranks what it priced (0: no limit;
+  // weft plan --time-limit): bounded work for any model.
+  double search_seconds = 0;
   double dp_bucket_elements = 40e6;
   std::string memory_model = "megatron";  // see MemoryOptions
   std::string tp_comm = "megatron";       // see SoftwareDefaults

@@ -88,7 +88,7 @@ Layout with_knob_pins(Layout l, const Pins& p) {
 // rest, checking each level with the layout rules' part for it (parallel/layout_rules.h) and
 // every complete candidate with all of them. The domains hold every value a valid layout
 // can take (divisors of the devices and of the batch; virtual stages 2..L/p, interleaved
-// with pp > 1 only); a pin replaces a domain by its value, so the rules name what is wrong
+// with pp > 1 only, pruned for very deep models: virtual_stages()); a pin replaces a domain by its value, so the rules name what is wrong
 // with it. `why` keeps the first refusal at each level; the deepest is the one reported.
 struct Walk {
   const ModelShape& m;
@@ -98,6 +98,19 @@ struct Walk {
   const std::function<void(const Layout&)>& visit;
   int64_t valid = 0;
   std::array<std::string, 3> why;
+  // Options::search_seconds: the walk ends (StopWalk) once they have passed, checked every
+  // kCheckEvery candidates.
+  struct StopWalk {};
+  static constexpr int64_t kCheckEvery = 256;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  int64_t seen = 0;
+  bool stopped = false;
+  void tick() {
+    if (o.search_seconds <= 0 || ++seen % kCheckEvery != 0) return;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < o.search_seconds) return;
+    stopped = true;
+    throw StopWalk{};
+  }
 
   void refuse(size_t level, const std::string& e) {
     if (why[level].empty()) why[level] = e;
@@ -115,6 +128,7 @@ struct Walk {
     LayoutCandidate c = layout_candidate(m, start, o.global_batch, o.precision, gpus);
     for (int tp : domain(pins.tp, divisors(gpus))) {
       for (int pp : domain(pins.pp, divisors(gpus))) {
+        tick();
         c.tp = tp, c.pp = pp, c.dp = pins.dp.value_or(0);
         if (std::string e = axes_error(c); !e.empty()) {
           refuse(0, e);
@@ -128,6 +142,7 @@ struct Walk {
 
   void batch(LayoutCandidate c) {
     for (int64_t mbs : domain(pins.micro_batch, divisors(o.global_batch))) {
+      tick();
       c.micro_batch = mbs;
       if (std::string e = batch_error(c); !e.empty()) {
         refuse(1, e);
@@ -137,11 +152,19 @@ struct Walk {
     }
   }
 
+  // Interleaved with pp > 1: every v of 2..L/p when that is at most kAllVirtualStages values;
+  // beyond (thousands of layers), v = 2..kAllVirtualStages, the powers of two and the v that
+  // split the layers evenly (L % (p v) == 0, what users run), so that the walk stays bounded.
+  static constexpr int64_t kAllVirtualStages = 32;
   std::vector<int> virtual_stages(const LayoutCandidate& c) const {
     std::vector<int> vs{1};
     if (c.schedule == PipeSchedule::kInterleaved && c.pp > 1) {
       vs.clear();
-      for (int64_t v = 2; v * c.pp <= m.layers; ++v) vs.push_back(static_cast<int>(v));
+      const int64_t most = m.layers / c.pp;
+      for (int64_t v = 2; v <= most; ++v) {
+        const bool pow2 = (v & (v - 1)) == 0, even = m.layers % (c.pp * v) == 0;
+        if (v <= kAllVirtualStages || pow2 || even) vs.push_back(static_cast<int>(v));
+      }
     }
     return domain(pins.virtual_stages, vs);
   }
@@ -184,6 +207,7 @@ struct Walk {
   }
 
   void leaf(const LayoutCandidate& c) {
+    tick();
     if (std::string e = layout_error(c); !e.empty()) return refuse(2, e);
     Layout l = c.resolved();
     if (pins.zeropp_pinned()) {
@@ -211,12 +235,22 @@ bool equivalent_to_simpler(const Layout& l, const Options& o, const Pins& pins) 
 }  // namespace
 
 int64_t for_each_valid_layout(const ModelShape& m, int64_t gpus, const Options& o, const Pins& pins,
-                              const std::function<void(const Layout&)>& visit) {
+                              const std::function<void(const Layout&)>& visit, bool* stopped) {
   m.validate();
   if (gpus <= 0) throw_input("--gpus must be positive, got {}", gpus);
   if (o.global_batch <= 0) throw_input("--global-batch must be positive, got {}", o.global_batch);
   Walk w{m, gpus, o, pins, visit, 0, {}};
-  w.axes();
+  try {
+    w.axes();
+  } catch (const Walk::StopWalk&) {
+    if (w.valid == 0) {
+      throw_input("no valid layout of {} (layers {}) on {} devices with global batch {} within the search's time limit of "
+                  "{:g} s ({} candidates checked): pin --tp, --pp or --micro-batch, or raise --time-limit",
+                  m.name, m.layers, gpus, o.global_batch, o.search_seconds, w.seen);
+    }
+    if (stopped) *stopped = true;
+    return w.valid;
+  }
   if (w.valid == 0) {
     const std::string pinned = pins_text(pins);
     throw_input("no valid layout of {} (layers {}, heads {}, MLP {}) on {} devices with global batch {}{}: {}", m.name,
@@ -294,7 +328,7 @@ SearchResult search_layouts(const ModelShape& m, const System& sys, int64_t gpus
     price_policies(zpp);
     // "3-level" where the layout leaves it no level beside the node's is "zero++" again.
     if (three.hpz != zpp.hpz || three.hierarchy != zpp.hierarchy) price_policies(three);
-  });
+  }, &res.stopped);
   if (res.evaluated == 0 && pins.compression && !refused.empty()) {
     throw_input("no layout of {} on {} devices can take --compression {}: {}", m.name, gpus, policy_text(*pins.compression),
                 refused);

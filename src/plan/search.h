@@ -47,6 +47,7 @@ struct SearchResult {
   int64_t evaluated = 0;        // valid layouts priced
   int64_t fitting = 0;          // of those, the ones that fit in memory
   double seconds = 0;           // wall time of the search
+  bool stopped = false;         // Options::search_seconds ran out: the ranking covers what was priced
   // When nothing fits: the layout that needs the least memory (fits = false).
   std::optional<Prediction> smallest;
 };
@@ -56,8 +57,10 @@ struct SearchResult {
 // `weft train` runs), in search order, unpriced: visit(l) for each; returns their number.
 // InputError naming the values when there is none: the pins (if any) and the rule that
 // refused the candidates that came closest (e.g. "zero 3 with pp 2: ZeRO-2/3 ...").
+// With Options::search_seconds the walk stops when they have passed: *stopped (when given)
+// becomes true and the count is of what was visited (InputError if nothing valid was).
 int64_t for_each_valid_layout(const ModelShape& m, int64_t gpus, const Options& o, const Pins& pins,
-                              const std::function<void(const Layout&)>& visit);
+                              const std::function<void(const Layout&)>& visit, bool* stopped = nullptr);
 std::vector<Layout> valid_layouts(const ModelShape& m, int64_t gpus, const Options& o, const Pins& pins);
 
 // Ranks the valid layouts (for_each_valid_layout) that fit in memory by predicted step time

@@ -2,6 +2,7 @@
 // line on stderr naming the values, exit code 2); system files load and round-trip.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "comm/self_comm.h"
@@ -135,6 +136,37 @@ TEST_F(PlanCli, ScalingWritesCsvAndPngPlot) {
   ASSERT_GT(img.size(), 1000u);
   EXPECT_EQ(img.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
   EXPECT_NE(test::read_text(csv).find("strong"), std::string::npos);
+}
+
+// Issue 34 class 6: bounded work on any model. Thousands of layers with pp free took minutes
+// (every virtual stage count 2..L/p was walked); the interleaved schedule's counts are pruned
+// for deep models (2..32, the powers of two, the even splits), and a search that still runs
+// past --time-limit stops there and says so.
+TEST_F(PlanCli, DeepModelsAreSearchedInSecondsAndTheTimeLimitIsSaid) {
+  const auto t0 = std::chrono::steady_clock::now();
+  RunResult r = weft("plan --model tiny --layers 10000 --seq 256 --global-batch 512 --gpus 1024 --system "
+                     "systems/dgx-h100.toml --format json --top 3");
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_LT(s, 15.0) << "plan took " << s << " s";  // 122 s before the pruning, 1.1 s after (this machine)
+  EXPECT_EQ(r.err.find("time limit"), std::string::npos) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 3u);
+  // An interleaved schedule of a pinned pp keeps its even splits: 10000 = 2 x 8 x 625.
+  r = weft("plan --model tiny --layers 10000 --seq 256 --global-batch 512 --gpus 1024 --system systems/dgx-h100.toml "
+           "--pp 2 --schedule interleaved --virtual-stages 625 --format json --top 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)[0]["layout"]["virtual_stages"], 625);
+  // A search stopped by its limit ranks what it priced and says so on stderr (the JSON stays whole).
+  r = weft("plan --model tiny --layers 3000 --seq 256 --global-batch 512 --gpus 1024 --system systems/dgx-h100.toml "
+           "--format json --top 2 --time-limit 0.05");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("the search stopped at its time limit of 0.05 s after"), std::string::npos) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out).size(), 2u);
+  for (const char* bad : {"-1", "nan", "inf"}) {
+    expect_bad_input(weft(std::string("plan --model tiny --gpus 8 --global-batch 8 --system systems/dgx-h100.toml --time-limit ") + bad),
+                     {"--time-limit must be a finite number of seconds >= 0"});
+  }
 }
 
 TEST_F(PlanCli, BadInput) {
