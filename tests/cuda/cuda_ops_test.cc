@@ -23,7 +23,9 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/gpu_blas.h"
+#include "backend/device_buffer.h"
+#include "core/memory.h"
 #include "core/precision.h"
 
 namespace weft::cuda {
@@ -86,14 +88,22 @@ class CudaOps : public ::testing::Test {
     cpu_.reset();
   }
 
-  // Device copies of host vectors, and back.
-  DeviceBuffer<float> up(const Vec& v) { return upload(v); }
-  DeviceBuffer<bf16> up16(const Vec& v) { return upload(to_bf16_host(v)); }
-  DeviceBuffer<int32_t> up(const std::vector<int32_t>& v) { return upload(v); }
-  Vec down(const DeviceBuffer<float>& d) { return download(d.data(), d.size(), gpu_->stream()); }
-  Vec down(const DeviceBuffer<bf16>& d) { return to_f32_host(download(d.data(), d.size(), gpu_->stream())); }
+  // Device buffers of the backend (weft::DeviceBuffer): copies of host vectors (f32, bf16
+  // rounded from f32, int32 tokens), uninitialised ones (zeroed when asked), and back to f32.
+  DeviceBuffer up(const Vec& v) { return to_device(*gpu_, v, DType::kF32); }
+  DeviceBuffer up16(const Vec& v) { return to_device(*gpu_, to_bf16_host(v), DType::kBF16); }
+  DeviceBuffer up(const std::vector<int32_t>& v) { return to_device(*gpu_, v, DType::kI32); }
+  DeviceBuffer dev_f32(int64_t n, bool zero = false) {
+    DeviceBuffer d(*gpu_, DType::kF32, n);
+    if (zero) d.zero();
+    return d;
+  }
+  DeviceBuffer dev_bf16(int64_t n) { return DeviceBuffer(*gpu_, DType::kBF16, n); }
+  static Vec down(const DeviceBuffer& d) {
+    return d.dtype() == DType::kBF16 ? to_f32_host(d.download<bf16>()) : d.download<float>();
+  }
   // A bf16 buffer as a typed view: the typed ops dispatch it to the bf16 kernels (cuda_typed.cc).
-  static View v16(DeviceBuffer<bf16>& d) { return View(d.data(), DType::kBF16); }
+  static View v16(const DeviceBuffer& d) { return View(d.data<bf16>(), DType::kBF16); }
 
   // gemm against the cpu's for every transpose (alpha 0.7, beta 0.3), the operands' row strides
   // `pad` past their width, inputs rounded to bf16 when `bf16_inputs`, random from `seed` on:
@@ -111,7 +121,7 @@ class CudaOps : public ::testing::Test {
         auto dA = up(A);
         auto dB = up(B);
         auto dC = up(C);
-        gpu_->gemm(ta, tb, M, N, K, 0.7f, dA.data(), lda, dB.data(), ldb, 0.3f, dC.data(), N);
+        gpu_->gemm(ta, tb, M, N, K, 0.7f, dA.data<float>(), lda, dB.data<float>(), ldb, 0.3f, dC.data<float>(), N);
         EXPECT_LT(rel_err(down(dC), ref), kTolF32) << "trans_a " << ta << " trans_b " << tb << " pad " << pad;
       }
     }
@@ -139,7 +149,7 @@ TEST_F(CudaOps, MatmulForwardBackward) {
     auto dw = up(w);
     auto db = up(bias);
     auto dout = up(out0);
-    gpu_->matmul_forward(dout.data(), di.data(), dw.data(), db.data(), N, IN, OUT, acc);
+    gpu_->matmul_forward(dout.data<float>(), di.data<float>(), dw.data<float>(), db.data<float>(), N, IN, OUT, acc);
     EXPECT_LT(rel_err(down(dout), ref), kTolF32) << "accumulate " << acc;
   }
   Vec g = randn(N * OUT, 8), dw0 = randn(IN * OUT, 9), db0 = randn(OUT, 10);
@@ -150,8 +160,9 @@ TEST_F(CudaOps, MatmulForwardBackward) {
   auto dwt = up(w);
   auto ddw = up(dw0);
   auto ddb = up(db0);
-  DeviceBuffer<float> ddi(N * IN);
-  gpu_->matmul_backward(ddi.data(), ddw.data(), ddb.data(), dg.data(), di.data(), dwt.data(), N, IN, OUT);
+  DeviceBuffer ddi = dev_f32(N * IN);
+  gpu_->matmul_backward(ddi.data<float>(), ddw.data<float>(), ddb.data<float>(), dg.data<float>(), di.data<float>(),
+                        dwt.data<float>(), N, IN, OUT);
   EXPECT_LT(rel_err(down(ddi), rdi), kTolF32);
   EXPECT_LT(rel_err(down(ddw), rdw), kTolF32);
   EXPECT_LT(rel_err(down(ddb), rdb), kTolF32);
@@ -178,8 +189,9 @@ TEST_F(CudaOps, FastBf16ProductsMatchTheCpuOnBf16Values) {
   auto dout = up(Vec(R * OUT, 0.0f));
   auto ddi = up(Vec(R * IN, 0.0f));
   auto ddw = up(dw0);
-  gpu_->matmul_forward(dout.data(), di.data(), dwt.data(), db.data(), R, IN, OUT, false);
-  gpu_->matmul_backward(ddi.data(), ddw.data(), nullptr, dg.data(), di.data(), dwt.data(), R, IN, OUT);
+  gpu_->matmul_forward(dout.data<float>(), di.data<float>(), dwt.data<float>(), db.data<float>(), R, IN, OUT, false);
+  gpu_->matmul_backward(ddi.data<float>(), ddw.data<float>(), nullptr, dg.data<float>(), di.data<float>(),
+                        dwt.data<float>(), R, IN, OUT);
   EXPECT_LT(rel_err(down(dout), ref), kTolF32);
   EXPECT_LT(rel_err(down(ddi), rdi), kTolF32);
   EXPECT_LT(rel_err(down(ddw), rdw), kTolF32);
@@ -188,7 +200,7 @@ TEST_F(CudaOps, FastBf16ProductsMatchTheCpuOnBf16Values) {
   Vec ref_raw(R * OUT);
   cpu_->matmul_forward(ref_raw.data(), raw.data(), w.data(), nullptr, R, IN, OUT, false);
   auto draw = up(raw);
-  gpu_->matmul_forward(dout.data(), draw.data(), dwt.data(), nullptr, R, IN, OUT, false);
+  gpu_->matmul_forward(dout.data<float>(), draw.data<float>(), dwt.data<float>(), nullptr, R, IN, OUT, false);
   const double e = rel_err(down(dout), ref_raw);
   EXPECT_GT(e, kTolF32);
   EXPECT_LT(e, kTolBf16);
@@ -209,8 +221,9 @@ TEST_F(CudaOps, EmbeddingVocabParallel) {
   auto dt = up(tok);
   auto dwte = up(wte);
   auto dwpe = up(wpe);
-  DeviceBuffer<float> dout(B * T * C);
-  gpu_->embedding_forward(dout.data(), dt.data(), dwte.data(), dwpe.data(), B, T, C, v0, vrows);
+  DeviceBuffer dout = dev_f32(B * T * C);
+  gpu_->embedding_forward(dout.data<float>(), dt.data<int32_t>(), dwte.data<float>(), dwpe.data<float>(), B, T, C, v0,
+                          vrows);
   EXPECT_EQ(rel_err(down(dout), ref), 0.0);
 
   Vec rdwte = randn(vrows * C, 15), rdwpe = randn(T * C, 16);
@@ -218,7 +231,8 @@ TEST_F(CudaOps, EmbeddingVocabParallel) {
   auto ddwpe = up(rdwpe);
   auto dg = up(g);
   cpu_->embedding_backward(rdwte.data(), rdwpe.data(), g.data(), tok.data(), B, T, C, v0, vrows);
-  gpu_->embedding_backward(ddwte.data(), ddwpe.data(), dg.data(), dt.data(), B, T, C, v0, vrows);
+  gpu_->embedding_backward(ddwte.data<float>(), ddwpe.data<float>(), dg.data<float>(), dt.data<int32_t>(), B, T, C, v0,
+                           vrows);
   EXPECT_LT(rel_err(down(ddwte), rdwte), kTolElem);
   EXPECT_LT(rel_err(down(ddwpe), rdwpe), kTolElem);
   // Whole vocabulary (default v0/vrows) and no position table.
@@ -226,7 +240,7 @@ TEST_F(CudaOps, EmbeddingVocabParallel) {
   Vec ref2(B * T * C);
   cpu_->embedding_forward(ref2.data(), tok.data(), wte_all.data(), nullptr, B, T, C);
   auto dwa = up(wte_all);
-  gpu_->embedding_forward(dout.data(), dt.data(), dwa.data(), nullptr, B, T, C);
+  gpu_->embedding_forward(dout.data<float>(), dt.data<int32_t>(), dwa.data<float>(), nullptr, B, T, C);
   EXPECT_EQ(rel_err(down(dout), ref2), 0.0);
 }
 
@@ -238,9 +252,9 @@ TEST_F(CudaOps, EmbeddingBackwardIsDeterministic) {
   Vec g = randn(B * T * C, 19);
   auto dt = up(tok);
   auto dg = up(g);
-  DeviceBuffer<float> a(V * C, MemCategory::kOther, true), b(V * C, MemCategory::kOther, true);
-  gpu_->embedding_backward(a.data(), nullptr, dg.data(), dt.data(), B, T, C);
-  gpu_->embedding_backward(b.data(), nullptr, dg.data(), dt.data(), B, T, C);
+  DeviceBuffer a = dev_f32(V * C, true), b = dev_f32(V * C, true);
+  gpu_->embedding_backward(a.data<float>(), nullptr, dg.data<float>(), dt.data<int32_t>(), B, T, C);
+  gpu_->embedding_backward(b.data<float>(), nullptr, dg.data<float>(), dt.data<int32_t>(), B, T, C);
   Vec ha = down(a), hb = down(b);
   EXPECT_EQ(std::memcmp(ha.data(), hb.data(), ha.size() * sizeof(float)), 0);
 }
@@ -253,8 +267,9 @@ TEST_F(CudaOps, LayerNorm) {
   auto dx = up(x);
   auto dw = up(w);
   auto db = up(b);
-  DeviceBuffer<float> o(N * C), m(N), r(N);
-  gpu_->layernorm_forward(o.data(), m.data(), r.data(), dx.data(), dw.data(), db.data(), N, C, 1e-5f);
+  DeviceBuffer o = dev_f32(N * C), m = dev_f32(N), r = dev_f32(N);
+  gpu_->layernorm_forward(o.data<float>(), m.data<float>(), r.data<float>(), dx.data<float>(), dw.data<float>(),
+                          db.data<float>(), N, C, 1e-5f);
   EXPECT_LT(rel_err(down(o), ro), kTolF32);
   EXPECT_LT(rel_err(down(m), rm), kTolF32);
   EXPECT_LT(rel_err(down(r), rr), kTolF32);
@@ -265,8 +280,8 @@ TEST_F(CudaOps, LayerNorm) {
   auto dg = up(g);
   cpu_->layernorm_backward(rdi.data(), rdw.data(), rdb.data(), g.data(), x.data(), w.data(), rm.data(), rr.data(), N,
                            C);
-  gpu_->layernorm_backward(ddi.data(), ddw.data(), ddb.data(), dg.data(), dx.data(), dw.data(), m.data(), r.data(), N,
-                           C);
+  gpu_->layernorm_backward(ddi.data<float>(), ddw.data<float>(), ddb.data<float>(), dg.data<float>(), dx.data<float>(),
+                           dw.data<float>(), m.data<float>(), r.data<float>(), N, C);
   EXPECT_LT(rel_err(down(ddi), rdi), kTolF32);
   EXPECT_LT(rel_err(down(ddw), rdw), kTolF32);
   EXPECT_LT(rel_err(down(ddb), rdb), kTolF32);
@@ -279,23 +294,23 @@ TEST_F(CudaOps, Elementwise) {
   auto db = up(b);
   auto dbias = up(bias);
   auto dg = up(g);
-  DeviceBuffer<float> o(n);
+  DeviceBuffer o = dev_f32(n);
   Vec ref(n);
   cpu_->add_bias(ref.data(), a.data(), bias.data(), N, C);
-  gpu_->add_bias(o.data(), da.data(), dbias.data(), N, C);
+  gpu_->add_bias(o.data<float>(), da.data<float>(), dbias.data<float>(), N, C);
   EXPECT_LT(rel_err(down(o), ref), kTolElem);
   cpu_->add(ref.data(), a.data(), b.data(), n);
-  gpu_->add(o.data(), da.data(), db.data(), n);
+  gpu_->add(o.data<float>(), da.data<float>(), db.data<float>(), n);
   EXPECT_LT(rel_err(down(o), ref), kTolElem);
   cpu_->gelu_forward(ref.data(), a.data(), n);
-  gpu_->gelu_forward(o.data(), da.data(), n);
+  gpu_->gelu_forward(o.data<float>(), da.data<float>(), n);
   EXPECT_LT(rel_err(down(o), ref), kTolElem);
   cpu_->gelu_backward(ref.data(), a.data(), g.data(), n);
-  gpu_->gelu_backward(o.data(), da.data(), dg.data(), n);
+  gpu_->gelu_backward(o.data<float>(), da.data<float>(), dg.data<float>(), n);
   EXPECT_LT(rel_err(down(o), ref), kTolElem);
   Vec s = a;
   cpu_->scale(s.data(), 0.37f, n);
-  gpu_->scale(da.data(), 0.37f, n);
+  gpu_->scale(da.data<float>(), 0.37f, n);
   EXPECT_LT(rel_err(down(da), s), kTolElem);
 }
 
@@ -307,9 +322,9 @@ TEST_F(CudaOps, AttentionFp32) {
   cpu_->attention_backward(rd.data(), g.data(), qkv.data(), ratt.data(), B, T, C, NH);
   auto dq = up(qkv);
   auto dg = up(g);
-  DeviceBuffer<float> o(B * T * C), att(B * NH * T * T), d(B * T * 3 * C);
-  gpu_->attention_forward(o.data(), att.data(), dq.data(), B, T, C, NH);
-  gpu_->attention_backward(d.data(), dg.data(), dq.data(), att.data(), B, T, C, NH);
+  DeviceBuffer o = dev_f32(B * T * C), att = dev_f32(B * NH * T * T), d = dev_f32(B * T * 3 * C);
+  gpu_->attention_forward(o.data<float>(), att.data<float>(), dq.data<float>(), B, T, C, NH);
+  gpu_->attention_backward(d.data<float>(), dg.data<float>(), dq.data<float>(), att.data<float>(), B, T, C, NH);
   EXPECT_LT(rel_err(down(o), ro), kTolF32);
   EXPECT_LT(rel_err(down(att), ratt), kTolF32);
   EXPECT_LT(rel_err(down(d), rd), kTolF32);
@@ -323,9 +338,9 @@ TEST_F(CudaOps, BidirAttentionFp32) {
   cpu_->bidir_attention_backward(rd.data(), g.data(), qkv.data(), ratt.data(), B, T, C, NH);
   auto dq = up(qkv);
   auto dg = up(g);
-  DeviceBuffer<float> o(B * T * C), att(B * NH * T * T), d(B * T * 3 * C);
-  gpu_->bidir_attention_forward(o.data(), att.data(), dq.data(), B, T, C, NH);
-  gpu_->bidir_attention_backward(d.data(), dg.data(), dq.data(), att.data(), B, T, C, NH);
+  DeviceBuffer o = dev_f32(B * T * C), att = dev_f32(B * NH * T * T), d = dev_f32(B * T * 3 * C);
+  gpu_->bidir_attention_forward(o.data<float>(), att.data<float>(), dq.data<float>(), B, T, C, NH);
+  gpu_->bidir_attention_backward(d.data<float>(), dg.data<float>(), dq.data<float>(), att.data<float>(), B, T, C, NH);
   EXPECT_LT(rel_err(down(o), ro), kTolF32);
   EXPECT_LT(rel_err(down(att), ratt), kTolF32);
   EXPECT_LT(rel_err(down(d), rd), kTolF32);
@@ -349,10 +364,11 @@ TEST_F(CudaOps, QueryAttentionFp32) {
     auto dg = up(g);
     auto ddq = up(dq0);
     auto ddkv = up(Vec(S * N * 2 * C, 123.0f));
-    DeviceBuffer<float> o(N * C), att(N * NH * S);
-    gpu_->query_attention_forward(o.data(), att.data(), dqv.data(), dkvin.data(), N, S, C, NH);
-    gpu_->query_attention_backward(ddq.data(), ddkv.data(), dg.data(), dqv.data(), dkvin.data(), att.data(), N, S, C,
-                                   NH);
+    DeviceBuffer o = dev_f32(N * C), att = dev_f32(N * NH * S);
+    gpu_->query_attention_forward(o.data<float>(), att.data<float>(), dqv.data<float>(), dkvin.data<float>(), N, S, C,
+                                  NH);
+    gpu_->query_attention_backward(ddq.data<float>(), ddkv.data<float>(), dg.data<float>(), dqv.data<float>(),
+                                   dkvin.data<float>(), att.data<float>(), N, S, C, NH);
     const std::string what = "N " + std::to_string(N) + " S " + std::to_string(S) + " C " + std::to_string(C) +
                              " NH " + std::to_string(NH);
     EXPECT_LT(rel_err(down(o), ro), kTolF32) << what;
@@ -373,14 +389,16 @@ TEST_F(CudaOps, WeightedMse) {
   auto dp = up(pred);
   auto dt = up(target);
   auto dw = up(w);
-  DeviceBuffer<float> loss(R), grad(R * K);
-  gpu_->weighted_mse(loss.data(), grad.data(), dp.data(), dt.data(), dw.data(), R, K, dloss);
+  DeviceBuffer loss = dev_f32(R), grad = dev_f32(R * K);
+  gpu_->weighted_mse(loss.data<float>(), grad.data<float>(), dp.data<float>(), dt.data<float>(), dw.data<float>(), R, K,
+                     dloss);
   EXPECT_LT(rel_err(down(loss), rl), kTolElem);
   EXPECT_LT(rel_err(down(grad), rg), kTolElem);
-  DeviceBuffer<float> loss2(R);
-  gpu_->weighted_mse(loss2.data(), nullptr, dp.data(), dt.data(), dw.data(), R, K, dloss);
+  DeviceBuffer loss2 = dev_f32(R);
+  gpu_->weighted_mse(loss2.data<float>(), nullptr, dp.data<float>(), dt.data<float>(), dw.data<float>(), R, K, dloss);
   EXPECT_EQ(rel_err(down(loss2), down(loss)), 0.0);
-  gpu_->weighted_mse(loss2.data(), dp.data(), dp.data(), dt.data(), dw.data(), R, K, dloss);  // in place
+  gpu_->weighted_mse(loss2.data<float>(), dp.data<float>(), dp.data<float>(), dt.data<float>(), dw.data<float>(), R, K,
+                     dloss);  // in place
   EXPECT_EQ(rel_err(down(loss2), down(loss)), 0.0);
   EXPECT_EQ(rel_err(down(dp), down(grad)), 0.0);
 }
@@ -395,8 +413,8 @@ TEST_F(CudaOps, SoftmaxCrossEntropy) {
     Vec ref = logits, rl(N);
     cpu_->softmax_cross_entropy(ref.data(), rl.data(), tgt.data(), N, V, Vp, dloss);
     auto dl = up(logits);
-    DeviceBuffer<float> losses(N);
-    gpu_->softmax_cross_entropy(dl.data(), losses.data(), dt.data(), N, V, Vp, dloss);
+    DeviceBuffer losses = dev_f32(N);
+    gpu_->softmax_cross_entropy(dl.data<float>(), losses.data<float>(), dt.data<int32_t>(), N, V, Vp, dloss);
     EXPECT_LT(rel_err(down(losses), rl), kTolF32) << "dloss " << dloss;
     EXPECT_LT(rel_err(down(dl), ref), kTolF32) << "dloss " << dloss;
   }
@@ -417,13 +435,13 @@ TEST_F(CudaOps, VocabParallelCrossEntropyPhases) {
   auto dl = up(logits);
   auto dt = up(tgt);
   auto dmax = up(rmax);
-  DeviceBuffer<float> mx(N), sum(N), tl(N);
-  gpu_->ce_row_max(dl.data(), N, ld, cols, mx.data());
+  DeviceBuffer mx = dev_f32(N), sum = dev_f32(N), tl = dev_f32(N);
+  gpu_->ce_row_max(dl.data<float>(), N, ld, cols, mx.data<float>());
   Vec local_max = down(mx);
   for (int64_t i = 0; i < N; ++i) EXPECT_FLOAT_EQ(local_max[i] + 0.5f, rmax[i]);
-  gpu_->ce_row_sumexp(dl.data(), N, ld, cols, dmax.data(), sum.data());
-  gpu_->ce_target_logit(dl.data(), N, ld, cols, dt.data(), v0, tl.data());
-  gpu_->ce_grad(dl.data(), N, ld, cols, dmax.data(), sum.data(), dt.data(), v0, 0.25f);
+  gpu_->ce_row_sumexp(dl.data<float>(), N, ld, cols, dmax.data<float>(), sum.data<float>());
+  gpu_->ce_target_logit(dl.data<float>(), N, ld, cols, dt.data<int32_t>(), v0, tl.data<float>());
+  gpu_->ce_grad(dl.data<float>(), N, ld, cols, dmax.data<float>(), sum.data<float>(), dt.data<int32_t>(), v0, 0.25f);
   EXPECT_LT(rel_err(down(sum), rsum), kTolF32);
   EXPECT_EQ(rel_err(down(tl), rtl), 0.0);
   EXPECT_LT(rel_err(down(dl), rg), kTolF32);
@@ -437,20 +455,17 @@ TEST_F(CudaOps, AdamWSumSquaresScale) {
   auto dg = up(g);
   auto dm = up(m);
   auto dv = up(v);
-  DeviceBuffer<bf16> p16(n);
+  DeviceBuffer p16 = dev_bf16(n);
   cpu_->adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.5f);
-  gpu_->adamw_copy(dp.data(), v16(p16), dg.data(), dm.data(), dv.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.5f,
-                    Precision::kBf16);
+  gpu_->adamw_copy(dp.data<float>(), v16(p16), dg.data<float>(), dm.data<float>(), dv.data<float>(), n, 1e-3f, 0.9f,
+                   0.95f, 1e-8f, 0.1f, 3, 0.5f, Precision::kBf16);
   Vec gp = down(dp);
   EXPECT_LT(rel_err(gp, p), kTolElem);
   EXPECT_LT(rel_err(down(dm), m), kTolElem);
   EXPECT_LT(rel_err(down(dv), v), kTolElem);
   EXPECT_EQ(rel_err(down(p16), rounded(gp)), 0.0);  // the compute copy is the rounded master
   const double ref = cpu_->sum_squares(g.data(), n);
-  EXPECT_NEAR(gpu_->sum_squares(dg.data(), n), ref, 1e-9 * ref);
-  auto g16 = up16(g);
-  const Vec gr = rounded(g);
-  EXPECT_NEAR(gpu_->sum_squares_bf16(g16.data(), n), cpu_->sum_squares(gr.data(), n), 1e-9 * ref);
+  EXPECT_NEAR(gpu_->sum_squares(dg.data<float>(), n), ref, 1e-9 * ref);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -485,9 +500,10 @@ TEST_F(CudaOps, FusedResidualLayerNorm) {
       auto db = up(b);
       auto dw = up(w);
       auto dbias = up(bias);
-      DeviceBuffer<float> res(N * C), out(N * C), m(N), r(N);
-      gpu_->residual_layernorm_forward(res.data(), out.data(), m.data(), r.data(), da.data(), db.data(), dw.data(),
-                                       dbias.data(), N, C, 1e-5f, p);
+      DeviceBuffer res = dev_f32(N * C), out = dev_f32(N * C), m = dev_f32(N), r = dev_f32(N);
+      gpu_->residual_layernorm_forward(res.data<float>(), out.data<float>(), m.data<float>(), r.data<float>(),
+                                       da.data<float>(), db.data<float>(), dw.data<float>(), dbias.data<float>(), N, C,
+                                       1e-5f, p);
       EXPECT_LT(rel_err(down(res), rres), tol) << pn;
       EXPECT_LT(rel_err(down(out), rout), tol) << pn;
       EXPECT_LT(rel_err(down(m), rm), tol) << pn;
@@ -503,10 +519,11 @@ TEST_F(CudaOps, FusedResidualLayerNorm) {
       auto dpb = up(pb);
       auto dw = up(w);
       auto dbias = up(bias);
-      DeviceBuffer<float> out(N * C), m(N), r(N);
+      DeviceBuffer out = dev_f32(N * C), m = dev_f32(N), r = dev_f32(N);
       // The residual written over res (allowed: it may alias res).
-      gpu_->matmul_residual_layernorm_forward(da.data(), out.data(), m.data(), r.data(), da.data(), di.data(),
-                                              dpw.data(), dpb.data(), dw.data(), dbias.data(), N, IN, C, 1e-5f, p);
+      gpu_->matmul_residual_layernorm_forward(da.data<float>(), out.data<float>(), m.data<float>(), r.data<float>(),
+                                              da.data<float>(), di.data<float>(), dpw.data<float>(), dpb.data<float>(),
+                                              dw.data<float>(), dbias.data<float>(), N, IN, C, 1e-5f, p);
       EXPECT_LT(rel_err(down(da), rres), tol) << pn;
       EXPECT_LT(rel_err(down(out), rout), tol) << pn;
       EXPECT_LT(rel_err(down(m), rm), tol) << pn;
@@ -529,8 +546,9 @@ TEST_F(CudaOps, FusedMatmulGelu) {
       auto di = up(inp);
       auto dw = up(w);
       auto db = up(bias);
-      DeviceBuffer<float> out(N * OUT), pre(N * OUT);
-      gpu_->matmul_gelu_forward(out.data(), pre.data(), di.data(), dw.data(), db.data(), N, IN, OUT, p);
+      DeviceBuffer out = dev_f32(N * OUT), pre = dev_f32(N * OUT);
+      gpu_->matmul_gelu_forward(out.data<float>(), pre.data<float>(), di.data<float>(), dw.data<float>(),
+                                db.data<float>(), N, IN, OUT, p);
       EXPECT_LT(rel_err(down(pre), rpre), tol) << what;
       EXPECT_LT(rel_err(down(out), rout), tol) << what;
 
@@ -546,9 +564,9 @@ TEST_F(CudaOps, FusedMatmulGelu) {
       auto ddb = up(db0);
       auto dinp = up(rout);
       auto dpre = up(rpre);
-      DeviceBuffer<float> ddi(N * IN2);
-      gpu_->matmul_gelu_backward(ddi.data(), ddw.data(), ddb.data(), dg.data(), dinp.data(), dw2.data(), dpre.data(),
-                                 N, IN2, OUT2, p);
+      DeviceBuffer ddi = dev_f32(N * IN2);
+      gpu_->matmul_gelu_backward(ddi.data<float>(), ddw.data<float>(), ddb.data<float>(), dg.data<float>(),
+                                 dinp.data<float>(), dw2.data<float>(), dpre.data<float>(), N, IN2, OUT2, p);
       EXPECT_LT(rel_err(down(ddi), rdi), tol) << what;
       EXPECT_LT(rel_err(down(ddw), rdw), kTolF32) << what;
       EXPECT_LT(rel_err(down(ddb), rdb), kTolF32) << what;
@@ -565,11 +583,11 @@ TEST_F(CudaOps, FusedAdamwCopy) {
     auto dg = up(g);
     auto dm = up(m);
     auto dv = up(v);
-    DeviceBuffer<float> dc(n);
+    DeviceBuffer dc = dev_f32(n);
     cpu_->adamw_copy(p.data(), copy.data(), g.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.5f,
                      prec);
-    gpu_->adamw_copy(dp.data(), dc.data(), dg.data(), dm.data(), dv.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3,
-                     0.5f, prec);
+    gpu_->adamw_copy(dp.data<float>(), dc.data<float>(), dg.data<float>(), dm.data<float>(), dv.data<float>(), n, 1e-3f,
+                     0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.5f, prec);
     const Vec gp = down(dp);
     EXPECT_LT(rel_err(gp, p), kTolElem) << precision_name(prec);
     EXPECT_LT(rel_err(down(dm), m), kTolElem) << precision_name(prec);
@@ -595,11 +613,11 @@ TEST_F(CudaOps, GemmBf16) {
       auto dA = up16(A);
       auto dB = up16(B);
       auto dC = up(C);
-      gpu_->gemm(ta, tb, M, N, K, 1.0f, v16(dA), lda, v16(dB), ldb, 1.0f, dC.data(), N);
+      gpu_->gemm(ta, tb, M, N, K, 1.0f, v16(dA), lda, v16(dB), ldb, 1.0f, dC.data<float>(), N);
       EXPECT_LT(rel_err(down(dC), ref), kTolF32) << "fp32 C, trans " << ta << tb;  // fp32 accumulation
       Vec ref16(M * N, 0.0f);
       cpu_->gemm(ta, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, ref16.data(), N);
-      DeviceBuffer<bf16> dC16(M * N);
+      DeviceBuffer dC16 = dev_bf16(M * N);
       gpu_->gemm(ta, tb, M, N, K, 1.0f, v16(dA), lda, v16(dB), ldb, 0.0f, v16(dC16), N);
       EXPECT_LT(rel_err(down(dC16), ref16), kTolBf16) << "bf16 C, trans " << ta << tb;
     }
@@ -615,7 +633,7 @@ TEST_F(CudaOps, MatmulBf16Epilogues) {
   auto di = up16(inp);
   auto dw = up16(w);
   auto db = up16(bias);
-  DeviceBuffer<bf16> out(N * OUT), dpre(N * OUT);
+  DeviceBuffer out = dev_bf16(N * OUT), dpre = dev_bf16(N * OUT);
   gpu_->matmul_forward(v16(out), v16(di), v16(dw), v16(db), N, IN, OUT, false);
   EXPECT_LT(rel_err(down(out), pre), kTolBf16);
   gpu_->matmul_gelu_forward(v16(out), v16(dpre), v16(di), v16(dw), v16(db), N, IN, OUT, Precision::kBf16);
@@ -635,9 +653,9 @@ TEST_F(CudaOps, MatmulBf16Epilogues) {
   auto dg = up16(g);
   auto dact = up16(actr);
   auto dpr = up16(prer);
-  DeviceBuffer<bf16> dda(N * OUT);
-  gpu_->matmul_gelu_backward(v16(dda), ddw.data(), ddb.data(), v16(dg), v16(dact), v16(dw2), v16(dpr), N, OUT, OUT2,
-                             Precision::kBf16);
+  DeviceBuffer dda = dev_bf16(N * OUT);
+  gpu_->matmul_gelu_backward(v16(dda), ddw.data<float>(), ddb.data<float>(), v16(dg), v16(dact), v16(dw2), v16(dpr), N,
+                             OUT, OUT2, Precision::kBf16);
   EXPECT_LT(rel_err(down(dda), rda), kTolBf16);
   EXPECT_LT(rel_err(down(ddw), rdw), kTolF32);  // fp32 C from bf16 inputs
   EXPECT_LT(rel_err(down(ddb), rdb), kTolF32);
@@ -655,10 +673,10 @@ TEST_F(CudaOps, LayerNormBf16WithResidual) {
   auto dbb = up16(b);
   auto dw = up16(w);
   auto dbias = up16(bias);
-  DeviceBuffer<bf16> dres(N * C), o(N * C);
-  DeviceBuffer<float> m(N), r(N);
-  gpu_->residual_layernorm_forward(v16(dres), v16(o), m.data(), r.data(), v16(da), v16(dbb), v16(dw), v16(dbias), N, C,
-                                   1e-5f, Precision::kBf16);
+  DeviceBuffer dres = dev_bf16(N * C), o = dev_bf16(N * C);
+  DeviceBuffer m = dev_f32(N), r = dev_f32(N);
+  gpu_->residual_layernorm_forward(v16(dres), v16(o), m.data<float>(), r.data<float>(), v16(da), v16(dbb), v16(dw),
+                                   v16(dbias), N, C, 1e-5f, Precision::kBf16);
   EXPECT_EQ(rel_err(down(dres), res), 0.0);
   EXPECT_LT(rel_err(down(o), ro), kTolBf16);
   EXPECT_LT(rel_err(down(m), rm), kTolF32);
@@ -671,7 +689,8 @@ TEST_F(CudaOps, LayerNormBf16WithResidual) {
   auto dg = up16(g);
   cpu_->layernorm_backward(rdi.data(), rdw.data(), rdb.data(), g.data(), res.data(), w.data(), rm.data(), rr.data(), N,
                            C);
-  gpu_->layernorm_backward(v16(ddi), ddw.data(), ddb.data(), v16(dg), v16(dres), v16(dw), m.data(), r.data(), N, C);
+  gpu_->layernorm_backward(v16(ddi), ddw.data<float>(), ddb.data<float>(), v16(dg), v16(dres), v16(dw), m.data<float>(),
+                           r.data<float>(), N, C);
   EXPECT_LT(rel_err(down(ddi), rdi), kTolBf16);
   EXPECT_LT(rel_err(down(ddw), rdw), kTolF32 * 10);
   EXPECT_LT(rel_err(down(ddb), rdb), kTolF32);
@@ -686,8 +705,8 @@ TEST_F(CudaOps, CrossEntropyBf16) {
   cpu_->softmax_cross_entropy(ref.data(), rl.data(), tgt.data(), N, V, Vp, 1.0f / N);
   auto dl = up16(logits);
   auto dt = up(tgt);
-  DeviceBuffer<float> losses(N);
-  gpu_->softmax_cross_entropy(v16(dl), losses.data(), dt.data(), N, V, Vp, 1.0f / N);
+  DeviceBuffer losses = dev_f32(N);
+  gpu_->softmax_cross_entropy(v16(dl), losses.data<float>(), dt.data<int32_t>(), N, V, Vp, 1.0f / N);
   EXPECT_LT(rel_err(down(losses), rl), kTolF32);
   EXPECT_LT(rel_err(down(dl), ref), kTolBf16);
 }
@@ -704,13 +723,13 @@ TEST_F(CudaOps, EmbeddingBf16) {
   auto dwte = up16(wte);
   auto dwpe = up16(wpe);
   auto dg = up16(g);
-  DeviceBuffer<bf16> out(B * T * C);
-  gpu_->embedding_forward(v16(out), dt.data(), v16(dwte), v16(dwpe), B, T, C);
+  DeviceBuffer out = dev_bf16(B * T * C);
+  gpu_->embedding_forward(v16(out), dt.data<int32_t>(), v16(dwte), v16(dwpe), B, T, C);
   EXPECT_LT(rel_err(down(out), ref), kTolBf16);
   Vec rdwte(V * C, 0.0f), rdwpe(T * C, 0.0f);
   cpu_->embedding_backward(rdwte.data(), rdwpe.data(), g.data(), tok.data(), B, T, C);
-  DeviceBuffer<float> ddwte(V * C, MemCategory::kOther, true), ddwpe(T * C, MemCategory::kOther, true);
-  gpu_->embedding_backward(ddwte.data(), ddwpe.data(), v16(dg), dt.data(), B, T, C);
+  DeviceBuffer ddwte = dev_f32(V * C, true), ddwpe = dev_f32(T * C, true);
+  gpu_->embedding_backward(ddwte.data<float>(), ddwpe.data<float>(), v16(dg), dt.data<int32_t>(), B, T, C);
   EXPECT_LT(rel_err(down(ddwte), rdwte), kTolElem);
   EXPECT_LT(rel_err(down(ddwpe), rdwpe), kTolElem);
 }
@@ -732,9 +751,10 @@ TEST_F(CudaOps, TypedOpsStageTheOtherPatterns) {
   auto dx = up16(x);
   auto dw = up(w);
   auto db = up(b);
-  DeviceBuffer<bf16> o(N * C);
-  DeviceBuffer<float> m(N), r(N);
-  gpu_->layernorm_forward(v16(o), m.data(), r.data(), v16(dx), dw.data(), db.data(), N, C, 1e-5f);
+  DeviceBuffer o = dev_bf16(N * C);
+  DeviceBuffer m = dev_f32(N), r = dev_f32(N);
+  gpu_->layernorm_forward(v16(o), m.data<float>(), r.data<float>(), v16(dx), dw.data<float>(), db.data<float>(), N, C,
+                          1e-5f);
   EXPECT_LT(rel_err(down(o), ro), kTolBf16);
   EXPECT_LT(rel_err(down(m), rm), kTolF32);
   EXPECT_LT(rel_err(down(r), rr), kTolF32);
@@ -797,16 +817,16 @@ TEST_P(CudaFlash, ForwardBackwardAgainstCpu) {
   const Vec rlse = lse_reference(qkv, B, T, C, NH);
   auto dq = up16(qkv);
   auto dg = up16(g);
-  DeviceBuffer<bf16> o(B * T * C), d(B * T * 3 * C), d2(B * T * 3 * C);
-  DeviceBuffer<float> lse(B * NH * T);
-  gpu_->attention_forward_lse(v16(o), lse.data(), v16(dq), B, T, C, NH);
+  DeviceBuffer o = dev_bf16(B * T * C), d = dev_bf16(B * T * 3 * C), d2 = dev_bf16(B * T * 3 * C);
+  DeviceBuffer lse = dev_f32(B * NH * T);
+  gpu_->attention_forward_lse(v16(o), lse.data<float>(), v16(dq), B, T, C, NH);
   EXPECT_LT(rel_err(down(o), ro), kTolFlash);
   EXPECT_LT(rel_err(down(lse), rlse), 1e-4);
-  gpu_->attention_backward_lse(v16(d), v16(dg), v16(dq), v16(o), lse.data(), B, T, C, NH);
+  gpu_->attention_backward_lse(v16(d), v16(dg), v16(dq), v16(o), lse.data<float>(), B, T, C, NH);
   // The backward reads the forward's bf16 output for D = rowsum(dO O): compare per part.
   const Vec gd = down(d);
   expect_qkv_parts_near(gd, rd, B * T, C, kTolFlash, "attention_backward_lse (bf16)");
-  gpu_->attention_backward_lse(v16(d2), v16(dg), v16(dq), v16(o), lse.data(), B, T, C, NH);
+  gpu_->attention_backward_lse(v16(d2), v16(dg), v16(dq), v16(o), lse.data<float>(), B, T, C, NH);
   const Vec gd2 = down(d2);
   EXPECT_EQ(std::memcmp(gd.data(), gd2.data(), gd.size() * sizeof(float)), 0) << "backward not deterministic";
 }
@@ -824,21 +844,22 @@ TEST_P(CudaFlash, Fp32InterfaceLseAgainstCpu) {
   cpu_->attention_backward(rd.data(), g.data(), qkv.data(), ratt.data(), B, T, C, NH);
   auto dq = up(qkv);
   auto dg = up(g);
-  DeviceBuffer<float> o(B * T * C), lse(B * NH * T), d(B * T * 3 * C);
-  gpu_->attention_forward_lse(o.data(), lse.data(), dq.data(), B, T, C, NH);
+  DeviceBuffer o = dev_f32(B * T * C), lse = dev_f32(B * NH * T), d = dev_f32(B * T * 3 * C);
+  gpu_->attention_forward_lse(o.data<float>(), lse.data<float>(), dq.data<float>(), B, T, C, NH);
   const Vec go = down(o);
   EXPECT_LT(rel_err(go, ro), kTolFlash);
   EXPECT_LT(rel_err(down(lse), lse_reference(qkv, B, T, C, NH)), 1e-4);
-  gpu_->attention_backward_lse(d.data(), dg.data(), dq.data(), o.data(), lse.data(), B, T, C, NH);
+  gpu_->attention_backward_lse(d.data<float>(), dg.data<float>(), dq.data<float>(), o.data<float>(), lse.data<float>(),
+                               B, T, C, NH);
   const Vec gd = down(d);
   expect_qkv_parts_near(gd, rd, B * T, C, kTolFlash, "attention_backward_lse");
   // The typed ops on bf16 views of the same values (the bf16 kernels): the same bits.
   auto dq16 = up16(qkv);
   auto dg16 = up16(g);
-  DeviceBuffer<bf16> o16(B * T * C), d16(B * T * 3 * C);
-  DeviceBuffer<float> lse16(B * NH * T);
-  gpu_->attention_forward_lse(v16(o16), lse16.data(), v16(dq16), B, T, C, NH);
-  gpu_->attention_backward_lse(v16(d16), v16(dg16), v16(dq16), v16(o16), lse16.data(), B, T, C, NH);
+  DeviceBuffer o16 = dev_bf16(B * T * C), d16 = dev_bf16(B * T * 3 * C);
+  DeviceBuffer lse16 = dev_f32(B * NH * T);
+  gpu_->attention_forward_lse(v16(o16), lse16.data<float>(), v16(dq16), B, T, C, NH);
+  gpu_->attention_backward_lse(v16(d16), v16(dg16), v16(dq16), v16(o16), lse16.data<float>(), B, T, C, NH);
   EXPECT_EQ(rel_err(go, down(o16)), 0.0);
   EXPECT_EQ(rel_err(gd, down(d16)), 0.0);
 }
@@ -865,10 +886,35 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaFlash,
 TEST_F(CudaOps, DeviceBufferCountsBytes) {
   const int64_t before = memory_tracker().snapshot()[MemCategory::kActivations];
   {
-    DeviceBuffer<bf16> b(1000, MemCategory::kActivations);
+    DeviceBuffer b(*gpu_, DType::kBF16, 1000, MemCategory::kActivations);
     EXPECT_EQ(memory_tracker().snapshot()[MemCategory::kActivations] - before, 2000);
   }
   EXPECT_EQ(memory_tracker().snapshot()[MemCategory::kActivations], before);
+}
+
+// The backend's own scratch (the cuBLASLt workspace, the reduction buffer, the scratch that
+// grows on demand) comes from its device_alloc: counted as workspace while it lives, and all
+// of it returned when the backend goes.
+TEST_F(CudaOps, BackendScratchCountsAsWorkspace) {
+  const int64_t before = memory_tracker().snapshot()[MemCategory::kWorkspace];
+  {
+    auto be = make_cuda_backend();
+    const int64_t made = memory_tracker().snapshot()[MemCategory::kWorkspace] - before;
+    EXPECT_GT(made, static_cast<int64_t>(gpu::Blas::kWorkspaceBytes));  // the Lt workspace and the reduction
+    const int64_t N = 300, C = 200;
+    auto x = to_device(*be, randn(N * C, 90), DType::kF32);
+    auto w = to_device(*be, randn(C, 91), DType::kF32);
+    auto g = to_device(*be, randn(N * C, 92), DType::kF32);
+    DeviceBuffer dx(*be, DType::kF32, N * C), dw(*be, DType::kF32, C), db(*be, DType::kF32, C);
+    DeviceBuffer m(*be, DType::kF32, N), r(*be, DType::kF32, N), o(*be, DType::kF32, N * C);
+    be->layernorm_forward(o.data<float>(), m.data<float>(), r.data<float>(), x.data<float>(), w.data<float>(),
+                          w.data<float>(), N, C, 1e-5f);
+    be->layernorm_backward(dx.data<float>(), dw.data<float>(), db.data<float>(), g.data<float>(), x.data<float>(),
+                           w.data<float>(), m.data<float>(), r.data<float>(), N, C);  // grows the scratch
+    be->synchronize();
+    EXPECT_GT(memory_tracker().snapshot()[MemCategory::kWorkspace] - before, made);
+  }
+  EXPECT_EQ(memory_tracker().snapshot()[MemCategory::kWorkspace], before);
 }
 
 }  // namespace

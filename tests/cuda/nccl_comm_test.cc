@@ -12,7 +12,7 @@
 #include <cmath>
 
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/device_buffer.h"
+#include "backend/device_buffer.h"
 #include "comm/device_comm_registry.h"
 #include "comm/nccl/nccl_comm.h"
 #include "comm/self_comm.h"
@@ -41,22 +41,22 @@ TEST_F(NcclSelf, CollectivesOfOneRankAreCopies) {
   EXPECT_EQ(comm_->size(), 1);
   EXPECT_EQ(comm_->axis(), "world");
   std::vector<float> h = {1, 2, 3, 4};
-  auto a = cuda::upload(h);
-  comm_->all_reduce_sum(a.data(), 4);
-  EXPECT_EQ(cuda::download(a.data(), 4), h);
-  cuda::DeviceBuffer<float> b(4);
-  comm_->all_gather(a.data(), b.data(), 4, CommDType::kF32);
-  EXPECT_EQ(cuda::download(b.data(), 4), h);
-  cuda::DeviceBuffer<float> c(4);
-  auto handle = comm_->ireduce_scatter_v(a.data(), c.data(), {4}, CommDType::kF32, ReduceOp::kSum);
+  DeviceBuffer a = to_device(*be_, h, DType::kF32);
+  comm_->all_reduce_sum(a.data<float>(), 4);
+  EXPECT_EQ(a.download<float>(), h);
+  DeviceBuffer b(*be_, DType::kF32, 4);
+  comm_->all_gather(a.data<float>(), b.data<float>(), 4, CommDType::kF32);
+  EXPECT_EQ(b.download<float>(), h);
+  DeviceBuffer c(*be_, DType::kF32, 4);
+  auto handle = comm_->ireduce_scatter_v(a.data<float>(), c.data<float>(), {4}, CommDType::kF32, ReduceOp::kSum);
   handle->wait();
-  EXPECT_EQ(cuda::download(c.data(), 4), h);
-  cuda::DeviceBuffer<float> d(4);
-  comm_->all_to_all_v(a.data(), d.data(), {4}, CommDType::kF32);
-  EXPECT_EQ(cuda::download(d.data(), 4), h);
-  cuda::DeviceBuffer<float> e(4);
-  comm_->iall_to_all_v(a.data(), e.data(), {4}, CommDType::kF32)->wait();
-  EXPECT_EQ(cuda::download(e.data(), 4), h);
+  EXPECT_EQ(c.download<float>(), h);
+  DeviceBuffer d(*be_, DType::kF32, 4);
+  comm_->all_to_all_v(a.data<float>(), d.data<float>(), {4}, CommDType::kF32);
+  EXPECT_EQ(d.download<float>(), h);
+  DeviceBuffer e(*be_, DType::kF32, 4);
+  comm_->iall_to_all_v(a.data<float>(), e.data<float>(), {4}, CommDType::kF32)->wait();
+  EXPECT_EQ(e.download<float>(), h);
   comm_->barrier();
   auto sub = comm_->split(0, 0, "dp");
   EXPECT_EQ(sub->axis(), "dp");

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/device_buffer.h"
+#include "backend/device_buffer.h"
 #include "comm/nccl/nccl_comm.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -64,6 +64,12 @@ class NcclRanks : public ::testing::Test {
     for (int64_t i = 0; i < count; ++i) v[static_cast<size_t>(i)] = static_cast<T>(value(rank, first + i));
     return v;
   }
+  // Device buffers of the backend: a copy of a host vector (dtype dt), and `count` uninitialised floats.
+  template <typename T>
+  DeviceBuffer up(const std::vector<T>& v, DType dt = DType::kF32) const {
+    return to_device(*be, v, dt);
+  }
+  DeviceBuffer floats(int64_t count) const { return DeviceBuffer(*be, DType::kF32, count); }
   // Counts 0, 3, 1, 4, 2, ... (rank 0 contributes nothing): uneven with a zero block.
   std::vector<int64_t> uneven_counts() const {
     std::vector<int64_t> c(static_cast<size_t>(n));
@@ -79,17 +85,17 @@ class NcclRanks : public ::testing::Test {
 TEST_F(NcclRanks, AllReduceSumMaxMin) {
   const int64_t count = 4099;
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
-    auto d = cuda::upload(contribution<float>(count));
-    comm->all_reduce(d.data(), count, CommDType::kF32, op);
-    const auto got = cuda::download(d.data(), static_cast<size_t>(count));
+    auto d = up(contribution<float>(count));
+    comm->all_reduce(d.data<float>(), count, CommDType::kF32, op);
+    const auto got = d.download<float>();
     for (int64_t i = 0; i < count; ++i) {
       const int64_t e = op == ReduceOp::kSum ? sum_over_ranks(n, i) : op == ReduceOp::kMax ? value(n - 1, i) : i;
       ASSERT_EQ(got[static_cast<size_t>(i)], static_cast<float>(e)) << "op " << static_cast<int>(op) << " i " << i;
     }
   }
-  auto d = cuda::upload(contribution<float>(8));
-  comm->iall_reduce(d.data(), 8, CommDType::kF32, ReduceOp::kSum)->wait();
-  EXPECT_EQ(cuda::download(d.data(), 8)[5], static_cast<float>(sum_over_ranks(n, 5)));
+  auto d = up(contribution<float>(8));
+  comm->iall_reduce(d.data<float>(), 8, CommDType::kF32, ReduceOp::kSum)->wait();
+  EXPECT_EQ(d.download<float>()[5], static_cast<float>(sum_over_ranks(n, 5)));
 }
 
 TEST_F(NcclRanks, SixteenBitFloatsReduceNatively) {
@@ -102,12 +108,12 @@ TEST_F(NcclRanks, SixteenBitFloatsReduceNatively) {
     b[static_cast<size_t>(i)] = float_to_bf16(x);
     h[static_cast<size_t>(i)] = static_cast<_Float16>(x);
   }
-  auto db = cuda::upload(b);
-  auto dh = cuda::upload(h);
-  comm->all_reduce(db.data(), count, CommDType::kBF16, ReduceOp::kSum);
-  comm->all_reduce(dh.data(), count, CommDType::kF16, ReduceOp::kSum);
-  const auto gb = cuda::download(db.data(), count);
-  const auto gh = cuda::download(dh.data(), count);
+  auto db = up(b, DType::kBF16);
+  auto dh = up(h, DType::kF16);
+  comm->all_reduce(db.data<bf16>(), count, CommDType::kBF16, ReduceOp::kSum);
+  comm->all_reduce(dh.data<_Float16>(), count, CommDType::kF16, ReduceOp::kSum);
+  const auto gb = db.download<bf16>();
+  const auto gh = dh.download<_Float16>();
   for (int64_t i = 0; i < count; ++i) {
     const float e = 0.25f * static_cast<float>(n * (n + 1)) + static_cast<float>(n * i);
     EXPECT_EQ(bf16_to_float(gb[static_cast<size_t>(i)]), e) << i;
@@ -117,14 +123,14 @@ TEST_F(NcclRanks, SixteenBitFloatsReduceNatively) {
 
 TEST_F(NcclRanks, ReduceScatterOutOfAndInPlace) {
   const int64_t count = 5;
-  auto send = cuda::upload(contribution<float>(n * count));
-  cuda::DeviceBuffer<float> recv(count);
-  comm->reduce_scatter(send.data(), recv.data(), count, CommDType::kF32, ReduceOp::kSum);
-  auto got = cuda::download(recv.data(), count);
+  auto send = up(contribution<float>(n * count));
+  DeviceBuffer recv = floats(count);
+  comm->reduce_scatter(send.data<float>(), recv.data<float>(), count, CommDType::kF32, ReduceOp::kSum);
+  auto got = recv.download<float>();
   for (int64_t k = 0; k < count; ++k) EXPECT_EQ(got[k], static_cast<float>(sum_over_ranks(n, rank * count + k)));
   // In place: this rank's block lands at the start of the buffer.
-  comm->reduce_scatter(send.data(), send.data(), count, CommDType::kF32, ReduceOp::kMax);
-  got = cuda::download(send.data(), count);
+  comm->reduce_scatter(send.data<float>(), send.data<float>(), count, CommDType::kF32, ReduceOp::kMax);
+  got = send.download<float>(0, count);
   for (int64_t k = 0; k < count; ++k) EXPECT_EQ(got[k], static_cast<float>(value(n - 1, rank * count + k)));
 }
 
@@ -135,11 +141,11 @@ TEST_F(NcclRanks, ReduceScatterVUnevenZeroAndInPlace) {
   for (int q = 0; q < rank; ++q) off += counts[static_cast<size_t>(q)];
   const int64_t mine = counts[static_cast<size_t>(rank)];
   for (bool in_place : {false, true}) {
-    auto send = cuda::upload(contribution<float>(total));
-    cuda::DeviceBuffer<float> recv(static_cast<size_t>(std::max<int64_t>(mine, 1)));
-    float* out = in_place ? send.data() : recv.data();
-    comm->ireduce_scatter_v(send.data(), out, counts, CommDType::kF32, ReduceOp::kSum)->wait();
-    const auto got = cuda::download(out, static_cast<size_t>(mine));
+    auto send = up(contribution<float>(total));
+    DeviceBuffer recv = floats(std::max<int64_t>(mine, 1));
+    const DeviceBuffer& out = in_place ? send : recv;
+    comm->ireduce_scatter_v(send.data<float>(), out.data<float>(), counts, CommDType::kF32, ReduceOp::kSum)->wait();
+    const auto got = out.download<float>(0, mine);
     for (int64_t k = 0; k < mine; ++k) {
       EXPECT_EQ(got[static_cast<size_t>(k)], static_cast<float>(sum_over_ranks(n, off + k))) << "in place " << in_place;
     }
@@ -148,19 +154,19 @@ TEST_F(NcclRanks, ReduceScatterVUnevenZeroAndInPlace) {
 
 TEST_F(NcclRanks, AllGatherOutOfAndInPlace) {
   const int64_t count = 3;
-  auto send = cuda::upload(contribution<float>(count));
-  cuda::DeviceBuffer<float> recv(n * count);
-  comm->all_gather(send.data(), recv.data(), count, CommDType::kF32);
-  auto got = cuda::download(recv.data(), static_cast<size_t>(n * count));
+  auto send = up(contribution<float>(count));
+  DeviceBuffer recv = floats(n * count);
+  comm->all_gather(send.data<float>(), recv.data<float>(), count, CommDType::kF32);
+  auto got = recv.download<float>();
   for (int q = 0; q < n; ++q) {
     for (int64_t i = 0; i < count; ++i) EXPECT_EQ(got[static_cast<size_t>(q * count + i)], static_cast<float>(value(q, i)));
   }
   // In place: this rank's block already sits in recv.
   std::vector<float> init(static_cast<size_t>(n * count), -1.0f);
   for (int64_t i = 0; i < count; ++i) init[static_cast<size_t>(rank * count + i)] = static_cast<float>(value(rank, i));
-  auto buf = cuda::upload(init);
-  comm->all_gather(buf.data() + rank * count, buf.data(), count, CommDType::kF32);
-  EXPECT_EQ(cuda::download(buf.data(), static_cast<size_t>(n * count)), got);
+  auto buf = up(init);
+  comm->all_gather(buf.data<float>() + rank * count, buf.data<float>(), count, CommDType::kF32);
+  EXPECT_EQ(buf.download<float>(), got);
 }
 
 TEST_F(NcclRanks, AllGatherVUnevenAsyncAndInPlace) {
@@ -172,15 +178,15 @@ TEST_F(NcclRanks, AllGatherVUnevenAsyncAndInPlace) {
   }
   int64_t off = 0;
   for (int q = 0; q < rank; ++q) off += counts[static_cast<size_t>(q)];
-  auto send = cuda::upload(contribution<float>(std::max<int64_t>(counts[static_cast<size_t>(rank)], 1)));
-  cuda::DeviceBuffer<float> recv(static_cast<size_t>(total));
-  comm->iall_gather_v(send.data(), recv.data(), counts, CommDType::kF32)->wait();
-  EXPECT_EQ(cuda::download(recv.data(), static_cast<size_t>(total)), expect);
+  auto send = up(contribution<float>(std::max<int64_t>(counts[static_cast<size_t>(rank)], 1)));
+  DeviceBuffer recv = floats(total);
+  comm->iall_gather_v(send.data<float>(), recv.data<float>(), counts, CommDType::kF32)->wait();
+  EXPECT_EQ(recv.download<float>(), expect);
   std::vector<float> init(static_cast<size_t>(total), -1.0f);
   for (int64_t i = 0; i < counts[static_cast<size_t>(rank)]; ++i) init[static_cast<size_t>(off + i)] = static_cast<float>(value(rank, i));
-  auto buf = cuda::upload(init);
-  comm->all_gather_v(buf.data() + off, buf.data(), counts, CommDType::kF32);
-  EXPECT_EQ(cuda::download(buf.data(), static_cast<size_t>(total)), expect);
+  auto buf = up(init);
+  comm->all_gather_v(buf.data<float>() + off, buf.data<float>(), counts, CommDType::kF32);
+  EXPECT_EQ(buf.download<float>(), expect);
 }
 
 // All-to-all with uneven blocks (ncclSend/ncclRecv per peer in one group, the own block a
@@ -207,21 +213,21 @@ TEST_F(NcclRanks, AllToAllVUnevenZeroBlocksSyncAsync) {
     }
   }
   send.push_back(0), send8.push_back(0);  // never empty
-  auto ds = cuda::upload(send);
-  cuda::DeviceBuffer<float> dr(expect.size() + 1);
-  comm->all_to_all_v(ds.data(), dr.data(), counts, CommDType::kF32);
-  EXPECT_EQ(cuda::download(dr.data(), expect.size()), expect);
-  auto ds8 = cuda::upload(send8);
-  cuda::DeviceBuffer<uint8_t> dr8(expect8.size() + 1);
-  comm->iall_to_all_v(ds8.data(), dr8.data(), counts, CommDType::kU8)->wait();
-  EXPECT_EQ(cuda::download(dr8.data(), expect8.size()), expect8);
+  auto ds = up(send);
+  DeviceBuffer dr = floats(static_cast<int64_t>(expect.size()) + 1);
+  comm->all_to_all_v(ds.data<float>(), dr.data<float>(), counts, CommDType::kF32);
+  EXPECT_EQ(dr.download<float>(0, static_cast<int64_t>(expect.size())), expect);
+  auto ds8 = up(send8, DType::kI8);  // bytes
+  DeviceBuffer dr8(*be, DType::kI8, static_cast<int64_t>(expect8.size()) + 1);
+  comm->iall_to_all_v(ds8.data<uint8_t>(), dr8.data<uint8_t>(), counts, CommDType::kU8)->wait();
+  EXPECT_EQ(dr8.download<uint8_t>(0, static_cast<int64_t>(expect8.size())), expect8);
 }
 
 TEST_F(NcclRanks, BroadcastFromEachRoot) {
   for (int root = 0; root < n; ++root) {
-    auto d = cuda::upload(contribution<float>(6));
-    comm->broadcast(d.data(), 6, CommDType::kF32, root);
-    const auto got = cuda::download(d.data(), 6);
+    auto d = up(contribution<float>(6));
+    comm->broadcast(d.data<float>(), 6, CommDType::kF32, root);
+    const auto got = d.download<float>();
     for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(got[static_cast<size_t>(i)], static_cast<float>(value(root, i))) << root;
   }
 }
@@ -229,27 +235,27 @@ TEST_F(NcclRanks, BroadcastFromEachRoot) {
 TEST_F(NcclRanks, SendRecvRingAsyncAndPairsBlocking) {
   if (n < 2) GTEST_SKIP() << "point-to-point needs 2 ranks (this run has 1; NCCL cannot send to itself)";
   const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
-  auto out = cuda::upload(contribution<float>(4));
-  cuda::DeviceBuffer<float> in(4);
+  auto out = up(contribution<float>(4));
+  DeviceBuffer in = floats(4);
   // Receive posted first, as the pipeline runtime does: held until waited for (p2p_queue.h).
-  CommHandle r = comm->irecv(in.data(), 4, CommDType::kF32, prev, 0);
-  CommHandle s = comm->isend(out.data(), 4, CommDType::kF32, next, 0);
+  CommHandle r = comm->irecv(in.data<float>(), 4, CommDType::kF32, prev, 0);
+  CommHandle s = comm->isend(out.data<float>(), 4, CommDType::kF32, next, 0);
   EXPECT_FALSE(r->test());  // not started: test() does not start it
   r->wait();
   s->wait();
-  auto got = cuda::download(in.data(), 4);
+  auto got = in.download<float>();
   for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(got[static_cast<size_t>(i)], static_cast<float>(value(prev, i)));
   // Blocking pairs: even ranks send first, odd ranks receive first.
   const int peer = rank ^ 1;
   if (peer < n) {
     if (rank % 2 == 0) {
-      comm->send(out.data(), 4, CommDType::kF32, peer, 1);
-      comm->recv(in.data(), 4, CommDType::kF32, peer, 1);
+      comm->send(out.data<float>(), 4, CommDType::kF32, peer, 1);
+      comm->recv(in.data<float>(), 4, CommDType::kF32, peer, 1);
     } else {
-      comm->recv(in.data(), 4, CommDType::kF32, peer, 1);
-      comm->send(out.data(), 4, CommDType::kF32, peer, 1);
+      comm->recv(in.data<float>(), 4, CommDType::kF32, peer, 1);
+      comm->send(out.data<float>(), 4, CommDType::kF32, peer, 1);
     }
-    got = cuda::download(in.data(), 4);
+    got = in.download<float>();
     EXPECT_EQ(got[3], static_cast<float>(value(peer, 3)));
   }
 }
@@ -258,22 +264,22 @@ TEST_F(NcclRanks, SplitEvenOdd) {
   auto sub = comm->split(rank % 2, rank, "pairs");
   EXPECT_EQ(sub->axis(), "pairs");
   EXPECT_EQ(sub->size(), (n + 1 - rank % 2) / 2);
-  auto d = cuda::upload(std::vector<float>{static_cast<float>(rank)});
-  sub->all_reduce(d.data(), 1, CommDType::kF32, ReduceOp::kSum);
+  auto d = up(std::vector<float>{static_cast<float>(rank)});
+  sub->all_reduce(d.data<float>(), 1, CommDType::kF32, ReduceOp::kSum);
   float e = 0;
   for (int q = rank % 2; q < n; q += 2) e += static_cast<float>(q);
-  EXPECT_EQ(cuda::download(d.data(), 1)[0], e);
+  EXPECT_EQ(d.download<float>()[0], e);
 }
 
 TEST_F(NcclRanks, StalledPeerTimesOutAndAborts) {
   // Rank 1 holds back; rank 0 gives up after 1 s, names the call, then tells rank 1 (host
   // message) to leave without calling: its communicator is aborted on destruction.
   if (n < 2) GTEST_SKIP() << "a stalled peer needs 2 ranks (this run has 1)";
-  auto d = cuda::upload(contribution<float>(1 << 20));
+  auto d = up(contribution<float>(1 << 20));
   if (rank == 0) {
     comm->set_timeout(std::chrono::milliseconds(1000));
     try {
-      comm->all_reduce(d.data(), 1 << 20, CommDType::kF32, ReduceOp::kSum);
+      comm->all_reduce(d.data<float>(), 1 << 20, CommDType::kF32, ReduceOp::kSum);
       ADD_FAILURE() << "all_reduce completed while rank 1 held back";
     } catch (const CommTimeout& e) {
       const std::string what = e.what();

@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "backend/cuda/device_buffer.h"
 #include "backend/cuda/gpu_blas.h"
 #include "backend/cuda/kernels.h"
+#include "backend/device_buffer.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -72,19 +72,29 @@ void launch_adamw(gpu::Stream s, float* p, gpu::bf16_t* p16, float* pcopy, int c
 
 }  // namespace
 
+// The backend's own device memory: allocations of the backend itself (device_alloc, byte
+// buffers of DType::kI8 counted under `workspace`), so that it is counted like any buffer.
 struct CudaBackend::State {
+  explicit State(Backend& b) : be(b) {}
+  Backend& be;
   int device = 0;
   gpu::Stream stream = nullptr;
+  DeviceBuffer lt_workspace;        // gpu::Blas's cuBLASLt workspace (gpu::Blas::kWorkspaceBytes)
   std::unique_ptr<gpu::Blas> blas;  // cuBLAS / cuBLASLt (hipBLAS / hipBLASLt), on `stream`
-  DeviceBuffer<uint8_t> scratch{0, MemCategory::kWorkspace};
-  DeviceBuffer<double> reduce{0, MemCategory::kWorkspace};
+  DeviceBuffer scratch;             // grows on demand (scratch_bytes)
+  DeviceBuffer reduce;              // sum_squares: kern::sum_squares_scratch() + 1 doubles
+  // A byte buffer of `bytes` in `workspace`.
+  DeviceBuffer workspace_bytes(size_t bytes) {
+    return DeviceBuffer(be, DType::kI8, static_cast<int64_t>(bytes), MemCategory::kWorkspace);
+  }
   // Scratch of at least `bytes`; growing waits for the stream (work in flight may use it).
   void* scratch_bytes(size_t bytes) {
-    if (bytes > scratch.size()) {
+    if (bytes > scratch.bytes()) {
       gpu::stream_sync(stream);
-      scratch.resize(bytes + bytes / 4);
+      scratch = DeviceBuffer();  // freed before the larger one is allocated
+      scratch = workspace_bytes(bytes + bytes / 4);
     }
-    return scratch.data();
+    return scratch.raw();
   }
   template <typename T>
   T* scratch_of(int64_t n) {
@@ -92,11 +102,12 @@ struct CudaBackend::State {
   }
 };
 
-CudaBackend::CudaBackend(int device) : st_(std::make_unique<State>()) {
+CudaBackend::CudaBackend(int device) : st_(std::make_unique<State>(*this)) {
   st_->device = gpu::select_device(device);
   st_->stream = gpu::stream_create();
-  st_->blas = std::make_unique<gpu::Blas>(st_->stream);
-  st_->reduce.resize(static_cast<size_t>(kern::sum_squares_scratch() + 1));
+  st_->lt_workspace = st_->workspace_bytes(gpu::Blas::kWorkspaceBytes);
+  st_->blas = std::make_unique<gpu::Blas>(st_->stream, st_->lt_workspace.raw(), gpu::Blas::kWorkspaceBytes);
+  st_->reduce = st_->workspace_bytes(static_cast<size_t>(kern::sum_squares_scratch() + 1) * sizeof(double));
   log_debug("cuda backend on device {} ({}, sm {})", st_->device, gpu::device_name(st_->device),
             gpu::device_sm(st_->device));
 }
@@ -178,8 +189,8 @@ void CudaBackend::product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, flo
   const int64_t na_pad = (na + 127) / 128 * 128;  // 256-byte alignment of the second copy
   bf16* a16 = st_->scratch_of<bf16>(na_pad + nb);
   bf16* b16 = a16 + na_pad;
-  to_bf16(a16, A, na);
-  to_bf16(b16, B, nb);
+  kern::convert(dev(a16), A, na, st_->stream);
+  kern::convert(dev(b16), B, nb, st_->stream);
   gemm_bf16(ta, tb, M, N, K, alpha, a16, lda, b16, ldb, beta, C, ldc);
 }
 
@@ -375,7 +386,7 @@ void CudaBackend::adamw(float* p, const float* g, float* m, float* v, int64_t n,
 
 double CudaBackend::sum_squares(const float* x, int64_t n) {
   if (n == 0) return 0.0;
-  double* out = st_->reduce.data();
+  double* out = static_cast<double*>(st_->reduce.raw());
   kern::sum_squares<float>(x, n, out, out + 1, st_->stream);
   double r = 0.0;
   gpu::copy_d2h(&r, out, sizeof(double), st_->stream);
@@ -433,10 +444,7 @@ void CudaBackend::decode_16(float* out, const void* wire, int64_t n, DType dt, b
 }
 
 // ------------------------------------------------------------------------------------------
-// bf16
-
-void CudaBackend::to_bf16(bf16* dst, const float* src, int64_t n) { kern::convert(dev(dst), src, n, st_->stream); }
-void CudaBackend::to_f32(float* dst, const bf16* src, int64_t n) { kern::convert(dst, dev(src), n, st_->stream); }
+// the bf16 kernels (private: the typed ops of cuda_typed.cc send their bf16 patterns here)
 
 void CudaBackend::gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
                             int64_t lda, const bf16* B, int64_t ldb, float beta, bf16* C, int64_t ldc) {
@@ -595,15 +603,6 @@ void CudaBackend::adamw_bf16(float* p, bf16* p16, const float* g, float* m, floa
                t, grad_scale);
 }
 
-double CudaBackend::sum_squares_bf16(const bf16* x, int64_t n) {
-  if (n == 0) return 0.0;
-  double* out = st_->reduce.data();
-  kern::sum_squares(dev(x), n, out, out + 1, st_->stream);
-  double r = 0.0;
-  gpu::copy_d2h(&r, out, sizeof(double), st_->stream);
-  return r;
-}
-
 // ------------------------------------------------------------------------------------------
 // optional fused ops (backend.h): the kernels above behind the fp32 interface. With a 16-bit
 // storage precision the fused steps would skip the model's intermediate rounding: the default
@@ -726,14 +725,18 @@ double time_bf16_gemm(CudaBackend& be, int64_t m, int64_t n, int64_t k, int reps
     s = s * 1664525u + 1013904223u;
     x = to_bf16(static_cast<float>(s >> 8) / 8388608.0f - 1.0f);
   }
-  DeviceBuffer<bf16> a(na, MemCategory::kWorkspace), b(nb, MemCategory::kWorkspace), c(nc, MemCategory::kWorkspace);
-  to_device(a, host.data(), na, be.stream());
-  to_device(b, host.data(), nb, be.stream());
+  DeviceBuffer a(be, DType::kBF16, static_cast<int64_t>(na), MemCategory::kWorkspace),
+      b(be, DType::kBF16, static_cast<int64_t>(nb), MemCategory::kWorkspace),
+      c(be, DType::kBF16, static_cast<int64_t>(nc), MemCategory::kWorkspace);
+  be.copy_to_device(a.raw(), 0, host.data(), na * sizeof(bf16));
+  be.copy_to_device(b.raw(), 0, host.data(), nb * sizeof(bf16));
+  const CView A(a.raw(), DType::kBF16), B(b.raw(), DType::kBF16);
+  const View C(c.raw(), DType::kBF16);
   gpu::Event e0 = gpu::event_create(true), e1 = gpu::event_create(true);
   double best = 0.0;
   for (int r = 0; r < reps + 3; ++r) {
     gpu::event_record(e0, be.stream());
-    be.gemm_bf16(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
+    be.gemm(false, false, m, n, k, 1.0f, A, k, B, n, 0.0f, C, n);  // all bf16: the cuBLASLt bf16 kernel
     gpu::event_record(e1, be.stream());
     be.synchronize();
     const double sec = gpu::event_elapsed_ms(e0, e1) * 1e-3;

@@ -1,6 +1,6 @@
 // The CUDA backend: the op interface of backend/backend.h over DEVICE pointers with the CPU
-// backend's fp32 semantics, the optional fused ops with its own kernels, plus bf16 variants of
-// the hot paths for mixed precision.
+// backend's fp32 semantics, the optional fused ops with its own kernels, and bf16 kernels for
+// the hot paths of mixed precision, reached only through the typed ops (bf16 views).
 //
 // Optional fused ops (backend.h): offers() is true for every one. What the overrides do
 // differently from the default sequences:
@@ -21,23 +21,25 @@
 // The epilogues and the fused residual skip the rounding between the fused steps, so with a
 // 16-bit storage precision (p != kFp32) the first four run the default sequence instead: the
 // 16-bit storage then rounds exactly where the model's does. The typed ops (cuda_typed.cc)
-// send the bf16 policy's dtype patterns below to the bf16 methods; GPT's storage policy
-// (model/block.h: fp32 LayerNorm weights and working parameters, an fp32 residual stream)
-// mostly meets other patterns yet, which the default stages through fp32 (issue 32 continues).
+// send the bf16 policy's dtype patterns below to the bf16 kernels (the private *_bf16
+// members); GPT's storage policy (model/block.h: fp32 LayerNorm weights and working
+// parameters, an fp32 residual stream) mostly meets other patterns yet, which the default
+// stages through fp32 (issue 32 continues).
 //
 // Every op is enqueued on the backend's one compute stream (stream()) and returns at once;
-// only sum_squares (which returns a value) and synchronize() wait. Buffers come from
-// DeviceBuffer (device_buffer.h). Scratch space (cuBLASLt workspace, reduction partials,
-// sort buffers, the attention datt/D rows, the fused ops' temporaries) is owned by the
-// backend, grows on demand and is counted under `workspace`.
+// only sum_squares (which returns a value) and synchronize() wait. Buffers are the project's
+// one buffer class, weft::DeviceBuffer (backend/device_buffer.h, through device_alloc).
+// Scratch space (the cuBLASLt workspace, reduction partials, sort buffers, the attention
+// datt/D rows, the fused ops' temporaries) is owned by the backend, allocated through its
+// own device_alloc, grows on demand and is counted under `workspace`.
 //
-// bf16 policy of the bf16 methods (what the removed GptCuda wired; what GPT can wire once
-// buffers carry dtypes, issue 13): parameters live as fp32 master weights (optimizer
-// state fp32 too) and a bf16 compute copy written by adamw_bf16; activations and activation
-// gradients are bf16; weight gradients accumulate in fp32 (cuBLASLt writes an fp32 C from
-// bf16 A, B; dbias, LayerNorm dw/db and embedding gradients are fp32); every reduction and
-// softmax statistic is fp32. Matrix products: cuBLASLt, bf16 inputs, fp32 accumulation
-// (CUBLAS_COMPUTE_32F), with the bias and GELU epilogues fused where they apply.
+// bf16 policy of the bf16 kernels (the operand dtypes the typed ops send to them):
+// parameters live as fp32 master weights (optimizer state fp32 too) and a bf16 compute copy
+// written by adamw_copy onto a bf16 view; activations and activation gradients are bf16;
+// weight gradients accumulate in fp32 (cuBLASLt writes an fp32 C from bf16 A, B; dbias,
+// LayerNorm dw/db and embedding gradients are fp32); every reduction and softmax statistic
+// is fp32. Matrix products: cuBLASLt, bf16 inputs, fp32 accumulation (CUBLAS_COMPUTE_32F),
+// with the bias and GELU epilogues fused where they apply.
 //
 // Determinism: no op uses atomics; two runs with the same inputs give the same bits on the
 // same GPU and library versions (cuBLASLt's algorithm choice is fixed per shape).
@@ -51,13 +53,6 @@
 #include "backend/cuda/gpu_runtime.h"
 
 namespace weft::cuda {
-
-// What the matrix-product epilogue adds to out = inp @ w.
-enum class Epilogue {
-  kNone,      // out = inp @ w
-  kBias,      // out = inp @ w + bias
-  kGeluBias,  // pre_gelu = inp @ w + bias (kept for backward); out = gelu(pre_gelu)
-};
 
 class CudaBackend final : public Backend {
  public:
@@ -86,8 +81,9 @@ class CudaBackend final : public Backend {
   bool begin_host_access(void* p, size_t bytes) override { return false; }
 
   // --- the typed ops (backend.h; cuda_typed.cc) ---
-  // The dtype patterns of the bf16 policy below go to the bf16 kernels (the *_bf16 methods);
-  // every other pattern to Backend's default (fp32 kernels on staged fp32 copies).
+  // The dtype patterns of the bf16 policy (header comment) go to the bf16 kernels (the private
+  // *_bf16 members below); every other pattern to Backend's default (fp32 kernels on staged
+  // fp32 copies). These ops are the only way to the bf16 kernels.
   void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, CView A, int64_t lda, CView B,
             int64_t ldb, float beta, View C, int64_t ldc) override;
   void matmul_forward(View out, CView inp, CView w, CView bias, int64_t N, int64_t IN, int64_t OUT,
@@ -227,26 +223,51 @@ class CudaBackend final : public Backend {
   void encode_16(void* wire, const float* x, int64_t n, DType dt) override;
   void decode_16(float* out, const void* wire, int64_t n, DType dt, bool accumulate) override;
 
-  // --- bf16 (mixed precision) ---
-  // Conversions.
-  void to_bf16(bf16* dst, const float* src, int64_t n);
-  void to_f32(float* dst, const bf16* src, int64_t n);
+ protected:
+  void* device_alloc_impl(size_t bytes, MemCategory c) override;
+  void device_free_impl(void* p, size_t bytes) noexcept override;
+
+ private:
+  // C (M,N) = alpha op(A) op(B) + beta C, row-major fp32 buffers, as the products are set.
+  void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+               const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+  bool fast_bf16_ = false;
+
+  // attention_forward/backward and their bidirectional forms: cuBLAS strided-batched products
+  // around the row kernels, causal or full rows; `what` names the op in messages.
+  void attention_forward_probs(const char* what, bool causal, float* out, float* att, const float* qkv, int64_t B,
+                               int64_t T, int64_t C, int64_t NH);
+  void attention_backward_probs(const char* what, bool causal, float* dqkv, const float* dout, const float* qkv,
+                                const float* att, int64_t B, int64_t T, int64_t C, int64_t NH);
+
+  // --- the bf16 kernels (mixed precision): reached only through the typed ops above ---
+  // (cuda_typed.cc sends each bf16 dtype pattern to one of these; cuda_backend.cc.)
+
+  // What the matrix-product epilogue adds to out = inp @ w.
+  enum class Epilogue {
+    kNone,      // out = inp @ w
+    kBias,      // out = inp @ w + bias
+    kGeluBias,  // pre_gelu = inp @ w + bias (kept for backward); out = gelu(pre_gelu)
+  };
 
   // Row-major product C (M,N) = alpha op(A) op(B) + beta C in cuBLASLt, bf16 A and B, fp32
   // accumulation; C is bf16 or fp32 (weight gradients accumulate into fp32 with beta = 1).
+  // gemm on (bf16, bf16, bf16) and (bf16, bf16, f32) views; product() in the fast mode.
   void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda,
                  const bf16* B, int64_t ldb, float beta, bf16* C, int64_t ldc);
   void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda,
                  const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc);
   // out (N,OUT) = inp (N,IN) @ w (IN,OUT) with the epilogue; bias (OUT) for kBias and
   // kGeluBias; pre_gelu (N,OUT) written for kGeluBias. accumulate: out += (kNone, kBias only).
+  // matmul_forward (kNone / kBias) and matmul_gelu_forward (kGeluBias).
   void matmul_forward_bf16(bf16* out, bf16* pre_gelu, const bf16* inp, const bf16* w, const bf16* bias, int64_t N,
-                           int64_t IN, int64_t OUT, Epilogue ep = Epilogue::kNone, bool accumulate = false);
+                           int64_t IN, int64_t OUT, Epilogue ep, bool accumulate);
   // dinp (N,IN) = dout @ w^T (writes; skipped if null), multiplied by gelu'(pre_gelu) when
   // pre_gelu (N,IN) is given (the fused GELU backward of the layer that produced inp);
   // dw (IN,OUT) += inp^T @ dout (fp32); dbias (OUT) += column sums of dout (fp32, if not null).
+  // matmul_backward (no pre_gelu) and matmul_gelu_backward.
   void matmul_backward_bf16(bf16* dinp, float* dw, float* dbias, const bf16* dout, const bf16* inp, const bf16* w,
-                            int64_t N, int64_t IN, int64_t OUT, const bf16* pre_gelu = nullptr);
+                            int64_t N, int64_t IN, int64_t OUT, const bf16* pre_gelu);
 
   // LayerNorm, fp32 statistics: out (N,C), mean, rstd (N) fp32. writes.
   void layernorm_forward_bf16(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w, const bf16* b,
@@ -266,9 +287,9 @@ class CudaBackend final : public Backend {
   // Embedding: out (B,T,C) bf16 from bf16 tables; gradients into fp32 tables (accumulate,
   // deterministic). Same vocabulary-parallel arguments as the fp32 ops.
   void embedding_forward_bf16(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int64_t B,
-                              int64_t T, int64_t C, int64_t v0 = 0, int64_t vrows = INT64_MAX);
+                              int64_t T, int64_t C, int64_t v0, int64_t vrows);
   void embedding_backward_bf16(float* dwte, float* dwpe, const bf16* dout, const int32_t* tokens, int64_t B,
-                               int64_t T, int64_t C, int64_t v0 = 0, int64_t vrows = INT64_MAX);
+                               int64_t T, int64_t C, int64_t v0, int64_t vrows);
 
   // Flash attention (flash_attention.cu): qkv (B,T,3C), out (B,T,C), lse (B,NH,T) fp32
   // instead of the (B,NH,T,T) probabilities. Head size C/NH of 64 or 128.
@@ -288,28 +309,11 @@ class CudaBackend final : public Backend {
   void ce_grad_bf16(bf16* logits, int64_t N, int64_t ld, int64_t cols, const float* max, const float* sum,
                     const int32_t* targets, int64_t v0, float dloss);
 
-  // AdamW over the flat fp32 master buffer (semantics of adamw above); p16 (n), when not
-  // null, receives the updated parameters rounded to bf16: the compute copy.
+  // AdamW over the flat fp32 master buffer (semantics of adamw); p16 (n), when not null,
+  // receives the updated parameters rounded to bf16: the compute copy. adamw_copy on a bf16
+  // view, and adamw (p16 null).
   void adamw_bf16(float* p, bf16* p16, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
                   float beta2, float eps, float weight_decay, int64_t t, float grad_scale);
-  double sum_squares_bf16(const bf16* x, int64_t n);
-
- protected:
-  void* device_alloc_impl(size_t bytes, MemCategory c) override;
-  void device_free_impl(void* p, size_t bytes) noexcept override;
-
- private:
-  // C (M,N) = alpha op(A) op(B) + beta C, row-major fp32 buffers, as the products are set.
-  void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-               const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
-  bool fast_bf16_ = false;
-
-  // attention_forward/backward and their bidirectional forms: cuBLAS strided-batched products
-  // around the row kernels, causal or full rows; `what` names the op in messages.
-  void attention_forward_probs(const char* what, bool causal, float* out, float* att, const float* qkv, int64_t B,
-                               int64_t T, int64_t C, int64_t NH);
-  void attention_backward_probs(const char* what, bool causal, float* dqkv, const float* dout, const float* qkv,
-                                const float* att, int64_t B, int64_t T, int64_t C, int64_t NH);
 
   struct State;
   std::unique_ptr<State> st_;
@@ -318,7 +322,8 @@ class CudaBackend final : public Backend {
 std::unique_ptr<CudaBackend> make_cuda_backend(int device = -1);
 
 // The card's bf16 matrix-product rate through cuBLASLt (bf16 in and out, fp32 accumulation):
-// the best of `reps` timed n x n x n products (CUDA events) after a warm-up. FLOP/s.
+// the best of `reps` timed n x n x n products (CUDA events) after a warm-up. FLOP/s. The
+// products are the typed gemm on bf16 views of weft::DeviceBuffers (counted as workspace).
 // `weft bench --matmul-only` and the MFU denominator of `weft bench --backend cuda`.
 double measure_bf16_gemm_flops(CudaBackend& be, int64_t n = 8192, int reps = 20);
 // The best of `reps` timed (m x k) @ (k x n) bf16 products after a warm-up, in seconds: one

@@ -1,7 +1,8 @@
 // The CUDA backend's typed ops (backend.h "ops"): the dtype patterns its bf16 kernels cover go
-// to them (cuBLASLt bf16 products with their epilogues, the bf16 LayerNorm, GELU, embedding,
-// cross-entropy and flash-attention kernels, AdamW writing the bf16 copy); every other pattern
-// goes to Backend's default (the fp32 kernels, on staged fp32 copies of the 16-bit operands).
+// to them (the private *_bf16 members: cuBLASLt bf16 products with their epilogues, the bf16
+// LayerNorm, GELU, embedding, cross-entropy and flash-attention kernels, AdamW writing the bf16
+// copy); every other pattern goes to Backend's default (the fp32 kernels, on staged fp32 copies
+// of the 16-bit operands). These overrides are the only callers of the bf16 kernels.
 // The bf16 policy those kernels were written for: activations, activation gradients and the
 // working parameters bf16; weight gradients (dw, dbias, LayerNorm dw/db, embedding tables'
 // gradients) and every statistic (mean, rstd, lse, row max/sum, losses) fp32.
@@ -44,7 +45,7 @@ void CudaBackend::matmul_forward(View out, CView inp, CView w, CView bias, int64
 void CudaBackend::matmul_backward(View dinp, View dw, View dbias, CView dout, CView inp, CView w, int64_t N, int64_t IN,
                                   int64_t OUT) {
   if (bf16_or_null(dinp) && is_f32(dw) && f32_or_null(dbias) && is_bf16(dout) && is_bf16(inp) && is_bf16(w)) {
-    return matmul_backward_bf16(b(dinp), f(dw), f(dbias), b(dout), b(inp), b(w), N, IN, OUT);
+    return matmul_backward_bf16(b(dinp), f(dw), f(dbias), b(dout), b(inp), b(w), N, IN, OUT, nullptr);
   }
   Backend::matmul_backward(dinp, dw, dbias, dout, inp, w, N, IN, OUT);
 }

@@ -11,7 +11,6 @@
 #include <tuple>
 #include <utility>
 
-#include "backend/cuda/device_buffer.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -55,8 +54,6 @@ using LtEpilogue = WEFT_BLASLT(Epilogue_t);
     if (weft_st_ != WEFT_BLAS_ENUM(STATUS_SUCCESS))                                                 \
       throw_gpu_error(kBlasName, WEFT_GPU_STR(call), __FILE__, __LINE__, status_string(weft_st_)); \
   } while (0)
-
-constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;  // Lt workspace (Hopper wants 32 MiB)
 
 int to_int(int64_t v, const char* what) {
   WEFT_CHECK(v >= 0 && v <= INT_MAX, "cuda backend: {} = {} outside cuBLAS's int range", what, v);
@@ -113,7 +110,8 @@ struct Blas::State {
   Stream stream = nullptr;
   WEFT_BLAS(Handle_t) blas = nullptr;
   WEFT_BLASLT(Handle_t) lt = nullptr;
-  cuda::DeviceBuffer<uint8_t> workspace{0, MemCategory::kWorkspace};
+  void* workspace = nullptr;  // the owner's (Blas::Blas)
+  size_t workspace_bytes = 0;
   bool tf32_warned = false;
   // The Lt heuristic's choice per call shape (key: everything that changes its answer).
   using AlgoKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int,
@@ -126,15 +124,16 @@ struct Blas::State {
                  int64_t N, int64_t K);
 };
 
-Blas::Blas(Stream stream) : st_(std::make_unique<State>()) {
+Blas::Blas(Stream stream, void* workspace, size_t workspace_bytes) : st_(std::make_unique<State>()) {
   st_->stream = stream;
+  st_->workspace = workspace;
+  st_->workspace_bytes = workspace_bytes;
   WEFT_BLAS_CHECK(WEFT_BLAS(Create)(&st_->blas));
   WEFT_BLAS_CHECK(WEFT_BLAS(SetStream)(st_->blas, stream));
 #if !defined(WEFT_HIP)
   WEFT_BLAS_CHECK(cublasSetMathMode(st_->blas, CUBLAS_DEFAULT_MATH));  // hipBLAS: fp32 is the only mode
 #endif
   WEFT_BLAS_CHECK(WEFT_BLASLT(Create)(&st_->lt));
-  st_->workspace.resize(kLtWorkspaceBytes);
 }
 
 Blas::~Blas() {
@@ -209,7 +208,7 @@ bool Blas::State::find_algo(LtDescs& d, const AlgoKey& key, WEFT_BLASLT(MatmulAl
     auto pref = [&](auto attr, const void* v, size_t n) {
       WEFT_BLAS_CHECK(WEFT_BLASLT(MatmulPreferenceSetAttribute)(d.pref, attr, v, n));
     };
-    const uint64_t ws = kLtWorkspaceBytes;
+    const uint64_t ws = workspace_bytes;
     pref(WEFT_BLASLT_ENUM(MATMUL_PREF_MAX_WORKSPACE_BYTES), &ws, sizeof(ws));
 #if !defined(WEFT_HIP)  // hipBLASLt has no alignment preferences
     const uint32_t al_a = std::get<11>(key), al_b = std::get<12>(key), al_c = std::get<13>(key);
@@ -250,7 +249,7 @@ bool Blas::lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float al
     return false;
   }
   WEFT_BLAS_CHECK(WEFT_BLASLT(Matmul)(st_->lt, d.op, &alpha, B, d.a, A, d.b, &beta, C, d.c, C, d.c, &algo,
-                                      st_->workspace.data(), kLtWorkspaceBytes, st_->stream));
+                                      st_->workspace, st_->workspace_bytes, st_->stream));
   return true;
 }
 

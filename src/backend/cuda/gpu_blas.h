@@ -5,6 +5,7 @@
 // enums. hipBLAS/hipBLASLt are not packaged for Debian 12, so the HIP side of gpu_blas.cc is
 // compiled only on a machine with ROCm 6 (docs/cuda.md, "The HIP path").
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -18,9 +19,14 @@ const char* epilogue_name(BlasEpilogue ep);  // "none", "bias", "gelu_aux_bias",
 
 class Blas {
  public:
-  // Handles bound to `stream`; SGEMM in strict fp32 (no TF32); a 32 MiB Lt workspace counted
-  // in the memory tracker as workspace.
-  explicit Blas(Stream stream);
+  // The cuBLASLt workspace the owner hands in (Hopper wants 32 MiB).
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+  // Handles bound to `stream`; SGEMM in strict fp32 (no TF32). The Lt products use
+  // `workspace` (workspace_bytes of device memory, 256-byte aligned), which the owner
+  // allocates (the backend: through its device_alloc, counted as workspace) and keeps alive
+  // and unused by anything else for the Blas's lifetime.
+  Blas(Stream stream, void* workspace, size_t workspace_bytes);
   ~Blas();
   Blas(const Blas&) = delete;
   Blas& operator=(const Blas&) = delete;

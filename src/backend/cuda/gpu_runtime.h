@@ -154,7 +154,9 @@ std::string device_pci_bus_id(int device);
 // too: compare it only on the same vendor).
 int device_sm(int device);
 
-// --- memory (raw; prefer DeviceBuffer in device_buffer.h, which counts the bytes) ---
+// --- memory (raw and uncounted: for the backend's device_alloc_impl and the kernel-level
+// tests; other code allocates through Backend::device_alloc or weft::DeviceBuffer in
+// backend/device_buffer.h, which count the bytes) ---
 void* device_malloc(size_t bytes);  // throws with the size and the free/total memory
 void device_free(void* p) noexcept;  // errors are logged, never thrown (called from destructors)
 void copy_h2d(void* dst, const void* src, size_t bytes, Stream s = nullptr);  // waits for completion

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/device_buffer.h"
+#include "backend/device_buffer.h"
 #include "comm/comm_detail.h"
 #include "comm/device_comm_registry.h"
 #include "comm/p2p_queue.h"
@@ -92,7 +92,7 @@ struct PendingOp {
   int peer_world = -1;
   bool complete = false;
   bool timed_out = false;
-  cuda::DeviceBuffer<uint8_t> staging;  // temporary of an in-place reduce-scatter
+  DeviceBuffer staging;  // temporary of an in-place reduce-scatter (bytes, `comm`)
   // Point-to-point: posted but not started until waited for (comm/p2p_queue.h). `start`
   // enqueues its ncclSend/ncclRecv inside the group that starts it.
   bool started = true;
@@ -113,7 +113,7 @@ struct NcclContext {
   std::chrono::milliseconds timeout{300000};
   Tracer* tracer = nullptr;
   bool aborted = false;
-  cuda::DeviceBuffer<float> barrier_buf{0, MemCategory::kComm};
+  DeviceBuffer barrier_buf;  // one zero float (`comm`), allocated by the first barrier
   // Point-to-point operations posted and not started yet (comm/p2p_queue.h).
   P2pQueue p2p;
   std::map<uint64_t, PendingOp*> unstarted;
@@ -212,7 +212,7 @@ struct NcclContext {
   void finish(PendingOp& op) {
     op.complete = true;
     op.trace.finish();
-    op.staging.resize(0);
+    op.staging = DeviceBuffer();
   }
 
   // Starts, as one NCCL group, the point-to-point operations `ids` (those still held: a handle
@@ -355,11 +355,14 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     NcclRequest(ctx_, post_all_to_all_v(send, recv, counts, t, false)).wait();
   }
   void barrier() override {
-    if (ctx_->size > 1 && ctx_->barrier_buf.size() == 0) ctx_->barrier_buf.resize(1, true);
+    if (ctx_->size > 1 && !ctx_->barrier_buf) {
+      ctx_->barrier_buf = DeviceBuffer(be_, DType::kF32, 1, MemCategory::kComm);
+      ctx_->barrier_buf.zero();
+    }
     auto p = make_op("barrier", 0, false);
     if (ctx_->size > 1) {
       enqueue(*p, [&] {
-        WEFT_NCCL_CHECK(ctx_->comm, ncclAllReduce(ctx_->barrier_buf.data(), ctx_->barrier_buf.data(), 1, ncclFloat32,
+        WEFT_NCCL_CHECK(ctx_->comm, ncclAllReduce(ctx_->barrier_buf.raw(), ctx_->barrier_buf.raw(), 1, ncclFloat32,
                                                   ncclSum, ctx_->comm, ctx_->stream));
       });
     } else {
@@ -509,9 +512,8 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     // being read, so it lands in a temporary and is copied to the start of recv afterwards.
     void* out = recv;
     if (send == recv && my_off != 0 && counts[r] > 0) {
-      p->staging.set_category(MemCategory::kComm);
-      p->staging.resize(static_cast<size_t>(counts[r]) * esize);
-      out = p->staging.data();
+      p->staging = DeviceBuffer(be_, DType::kI8, counts[r] * static_cast<int64_t>(esize), MemCategory::kComm);
+      out = p->staging.raw();
     }
     enqueue(*p, [&] {
       if (even) {
