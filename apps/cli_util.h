@@ -28,10 +28,15 @@ void add_backend_option(CLI::App& app, std::string& backend);
 // in a CUDA build; "" (the default): nccl for cuda, mpi otherwise.
 void add_comm_option(CLI::App& app, std::string& comm);
 
-// An output file given by `option` (e.g. --out): InputError unless its path is not a folder,
-// its folder exists (or can be made: its nearest existing ancestor is a writable folder), and
-// an existing file there is writable. Checked before the work whose result it will hold.
+// An output file given by `option` (e.g. --out): InputError unless its path is not a folder
+// and a file can be created in its folder (or, when that does not exist yet, in its nearest
+// existing ancestor, which must be a folder): tried for real by creating and removing a file
+// there (root passes access() on read-only mounts). Checked before the work whose result it
+// will hold.
 void check_output_file(const std::string& path, const std::string& option);
+// The same for an output folder: not an existing non-folder, and a file can be created in it
+// or in its nearest existing ancestor.
+void check_output_folder(const std::string& path, const std::string& option);
 // Writes `text` to `path` whole or not at all: its folder made if missing, a temporary file
 // beside it, then a rename (an existing file is never left half-written). RuntimeError naming
 // the path and the reason.

@@ -333,6 +333,9 @@ PlanQuery make_query(const PlanArgs& a) {
   if (!(a.time_limit >= 0) || !std::isfinite(a.time_limit)) {
     throw_input("--time-limit must be a finite number of seconds >= 0, got {}", a.time_limit);
   }
+  // The outputs, tried before any search (issue 34 class 5).
+  if (!a.csv.empty()) check_output_file(a.csv, "--csv");
+  if (!a.plot.empty()) check_output_file(a.plot, "--plot");
   q.opt = plan_options(a, q.sys, q.prec);
   q.pins = plan_pins(a);
   if (q.pins.compression) {

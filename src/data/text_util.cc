@@ -137,6 +137,98 @@ std::string read_file(const std::string& path) {
 
 namespace {
 
+// Opens `path` for reading, refusing a folder: the descriptor and its size.
+std::pair<int, int64_t> open_text(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw_input("cannot open {}: {}", path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
+    const int err = errno;
+    ::close(fd);
+    if (S_ISDIR(st.st_mode)) throw_input("{} is a folder, expected a file", path);
+    throw_input("cannot stat {}: {}", path, std::strerror(err));
+  }
+  return {fd, static_cast<int64_t>(st.st_size)};
+}
+
+// Reads up to n bytes (retrying EINTR); InputError naming the path on an error.
+size_t read_some(int fd, char* buf, size_t n, const std::string& path) {
+  for (;;) {
+    const ssize_t got = ::read(fd, buf, n);
+    if (got >= 0) return static_cast<size_t>(got);
+    if (errno == EINTR) continue;
+    const int err = errno;
+    ::close(fd);
+    throw_input("cannot read {}: {}", path, std::strerror(err));
+  }
+}
+
+}  // namespace
+
+std::string read_text_file(const std::string& path, int64_t max_bytes) {
+  const auto [fd, size] = open_text(path);
+  if (size > max_bytes) {
+    ::close(fd);
+    throw_input("{}: {} bytes, more than the {} a file of this kind can hold: not one weft wrote, or damaged", path,
+                size, max_bytes);
+  }
+  std::string data;
+  char buf[1 << 16];
+  while (const size_t got = read_some(fd, buf, sizeof(buf), path)) {
+    if (const void* z = std::memchr(buf, '\0', got)) {
+      ::close(fd);
+      throw_input("{}: a NUL byte at offset {}: not text (a file extended with zeros, or damaged)", path,
+                  data.size() + static_cast<size_t>(static_cast<const char*>(z) - buf));
+    }
+    if (static_cast<int64_t>(data.size() + got) > max_bytes) {
+      ::close(fd);
+      throw_input("{}: more than the {} bytes a file of this kind can hold (it grew while read?)", path, max_bytes);
+    }
+    data.append(buf, got);
+  }
+  ::close(fd);
+  return data;
+}
+
+void for_each_file_line(const std::string& path, int64_t max_line,
+                        const std::function<void(std::string_view, int64_t)>& fn) {
+  const int fd = open_text(path).first;
+  std::string line;
+  int64_t no = 1;
+  char buf[1 << 16];
+  auto finish = [&] {
+    try {
+      fn(line, no);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    line.clear();
+    ++no;
+  };
+  while (const size_t got = read_some(fd, buf, sizeof(buf), path)) {
+    for (size_t i = 0; i < got; ++i) {
+      const char c = buf[i];
+      if (c == '\n') {
+        finish();
+      } else if (c == '\0') {
+        ::close(fd);
+        throw_input("{}:{}: a NUL byte: not text (a file extended with zeros, or damaged)", path, no);
+      } else {
+        if (static_cast<int64_t>(line.size()) >= max_line) {
+          ::close(fd);
+          throw_input("{}:{}: a line longer than {} bytes: not a file weft wrote, or damaged", path, no, max_line);
+        }
+        line += c;
+      }
+    }
+  }
+  if (!line.empty()) finish();
+  ::close(fd);
+}
+
+namespace {
+
 // "<path>.tmp-<host>-<pid>-<random>": two processes (on one machine or sharing a file system)
 // never pick the same name, so one's cleanup can never remove the other's file.
 std::string unique_temp_name(const std::string& path) {

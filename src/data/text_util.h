@@ -24,6 +24,15 @@ void append_utf8(std::string& out, uint32_t cp);
 
 // The whole file as bytes. Throws InputError naming the path and the reason.
 std::string read_file(const std::string& path);
+// The whole of a text file weft wrote (JSON, TOML) that must hold at most `max_bytes`: InputError
+// naming the path before reading when it is larger, and when it holds a NUL byte (no text weft
+// writes does: a file extended with zeros, or not text), naming the offset.
+std::string read_text_file(const std::string& path, int64_t max_bytes);
+// fn(line, line_no) for each line of the text file `path`, read a block at a time (memory
+// bounded by the longest line, whatever the file's size): InputError naming the path and line
+// for a line longer than `max_line` bytes or one holding a NUL byte.
+void for_each_file_line(const std::string& path, int64_t max_line,
+                        const std::function<void(std::string_view, int64_t)>& fn);
 
 // "a, b,,c " -> {"a", "b", "c"}: the comma-separated items, trimmed of blanks, empty ones dropped
 // (field names on the command line and in configs).

@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -41,12 +44,47 @@ struct ProcessResult {
   std::string output;  // stdout and stderr together
 };
 
-// Runs `program args...` in `cwd` with stdout and stderr into `log` (read back, then removed).
+// Seconds a gnuplot run may take before it is killed ($WEFT_GNUPLOT_TIMEOUT, default 120): a
+// plot of any data weft writes takes well under a second.
+double gnuplot_timeout_s() {
+  const char* v = std::getenv("WEFT_GNUPLOT_TIMEOUT");
+  if (!v || !*v) return 120.0;
+  char* end = nullptr;
+  const double s = std::strtod(v, &end);
+  if (*end != '\0' || !(s > 0) || !std::isfinite(s)) {
+    throw_input("WEFT_GNUPLOT_TIMEOUT={}: expected a number of seconds > 0", v);
+  }
+  return s;
+}
+
+// Waits for `pid` at most `timeout_s` seconds; then kills it (SIGKILL) and says so.
+int wait_or_kill(pid_t pid, const std::string& program, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  int status = 0;
+  for (;;) {
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return status;
+    if (r < 0 && errno != EINTR) throw_runtime("waiting for {}: {}", program, std::strerror(errno));
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ::kill(-pid, SIGKILL);  // the group run_process gave it
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      throw_runtime("{} did not finish within {:g} s and was killed (WEFT_GNUPLOT_TIMEOUT sets the limit)", program,
+                    timeout_s);
+    }
+    ::usleep(5000);
+  }
+}
+
+// Runs `program args...` in `cwd` with stdout and stderr into `log` (read back, then removed;
+// "": /dev/null), killed after gnuplot_timeout_s().
 ProcessResult run_process(const std::string& program, const std::vector<std::string>& args, const std::string& cwd,
                           const std::string& log) {
   // The log is opened here, never through a link or into a FIFO planted at its name
   // (core/durable_file.h), and handed to the child as its stdout and stderr.
-  const int log_fd = open_for_writing(log, O_WRONLY | O_CREAT | O_TRUNC);
+  const double timeout_s = gnuplot_timeout_s();
+  const int log_fd = log.empty() ? ::open("/dev/null", O_WRONLY | O_CLOEXEC) : open_for_writing(log, O_WRONLY | O_CREAT | O_TRUNC);
+  if (log_fd < 0) throw_runtime("cannot open /dev/null: {}", std::strerror(errno));
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
@@ -57,26 +95,37 @@ ProcessResult run_process(const std::string& program, const std::vector<std::str
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, program.c_str(), &fa, nullptr, argv.data(), environ);
+  // Its own process group, so that a timeout kills whatever it started too.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
+  const int rc = posix_spawn(&pid, program.c_str(), &fa, &attr, argv.data(), environ);
+  posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&fa);
   ::close(log_fd);
   if (rc != 0) throw_runtime("cannot start {}: {}", program, std::strerror(rc));
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) throw_runtime("waiting for {}: {}", program, std::strerror(errno));
+  try {
+    status = wait_or_kill(pid, program, timeout_s);
+  } catch (...) {
+    std::error_code ec;
+    if (!log.empty()) fs::remove(log, ec);
+    throw;
   }
   ProcessResult r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.output = fs::exists(log) ? read_file(log) : std::string();
-  fs::remove(log);
+  if (!log.empty()) {
+    r.output = fs::exists(log) ? read_file(log) : std::string();
+    fs::remove(log);
+  }
   return r;
 }
 
 // Whether gnuplot accepts `set terminal NAME` (a build without cairo has no pngcairo).
+// No file is written: neither $TMPDIR (which may not exist) nor the output folder is needed.
 bool has_terminal(const std::string& program, const std::string& name) {
-  const fs::path tmp = fs::temp_directory_path();
-  const std::string log = (tmp / fmt::format("weft-gnuplot-{}-{}.log", ::getpid(), name)).string();
-  return run_process(program, {"-e", "set terminal " + name}, tmp.string(), log).code == 0;
+  return run_process(program, {"-e", "set terminal " + name}, "/", "").code == 0;
 }
 
 // gnuplot's messages on one line (the CLI's errors are one line each).
@@ -114,6 +163,13 @@ void run_script(const Gnuplot& gp, const std::string& dir, const std::string& na
   if (r.code != 0 || !fs::is_regular_file(png)) {
     throw_runtime("gnuplot failed on {}.gp (exit {}{}): {}", name, r.code,
                   fs::is_regular_file(png) ? "" : ", no PNG written", one_line(r.output));
+  }
+  // gnuplot exits 0 when its PNG could not be written whole (a full disk): a PNG is at least
+  // its 8-byte signature and a header.
+  std::error_code ec;
+  if (const auto size = fs::file_size(png, ec); ec || size < 64) {
+    throw_runtime("gnuplot wrote {} of {} bytes only ({}): {}", png, ec ? 0 : size, free_space_note(png),
+                  r.output.empty() ? "no message" : one_line(r.output));
   }
   if (!r.output.empty()) log_warn("gnuplot on {}.gp: {}", name, one_line(r.output));
 }

@@ -40,9 +40,9 @@ constexpr const char* kReportFiles[] = {"report.md",     "loss.png",          "l
                                         "throughput.gp", "memory.png",        "memory.gp",       "pipeline.png",
                                         "pipeline.gp",   "communication.png", "communication.gp"};
 
-std::string default_out(const std::vector<Run>& runs) {
-  if (runs.size() == 1) return (fs::path(runs[0].dir) / "report").string();
-  return (fs::path(runs[0].dir) / ("compare-" + folder_name(runs[1].dir))).string();
+std::string default_out(const std::vector<std::string>& run_dirs) {
+  if (run_dirs.size() == 1) return (fs::path(run_dirs[0]) / "report").string();
+  return (fs::path(run_dirs[0]) / ("compare-" + folder_name(run_dirs[1]))).string();
 }
 
 // Moves every file of `from` into `to` (created if needed), replacing files of the same name.
@@ -72,21 +72,24 @@ ReportResult write_report(const std::vector<std::string>& run_dirs, const std::s
   if (run_dirs.empty() || run_dirs.size() > 2) {
     throw_input("weft report takes one or two run folders, got {}", run_dirs.size());
   }
-  std::vector<Run> runs;
-  for (const std::string& d : run_dirs) runs.push_back(read_run(d));
-  label_runs(runs);
-  const Gnuplot gp = find_gnuplot();
-  ReportResult res{out_dir.empty() ? default_out(runs) : out_dir, {}};
-  if (fs::exists(res.out_dir) && !fs::is_directory(res.out_dir)) {
+  ReportResult res{out_dir.empty() ? default_out(run_dirs) : out_dir, {}};
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(res.out_dir, ec)) && !fs::is_directory(fs::symlink_status(res.out_dir, ec))) {
     throw_input("--out {}: exists and is not a folder", res.out_dir);
   }
   // The scratch folder sits beside the output folder, so that moving the files is a rename.
+  // Made first: an output that cannot be written is refused before the runs are read.
   fs::path out = fs::absolute(res.out_dir).lexically_normal();
   if (!out.has_filename()) out = out.parent_path();  // "dir/" names dir
   const fs::path parent = out.parent_path();
   const fs::path scratch = parent / fmt::format(".weft-report-{}.tmp", ::getpid());
-  fs::create_directories(scratch);
+  fs::create_directories(scratch, ec);
+  if (ec) throw_input("--out {}: cannot create the folder {} beside it ({})", res.out_dir, scratch.string(), ec.message());
   try {
+    std::vector<Run> runs;
+    for (const std::string& d : run_dirs) runs.push_back(read_run(d));
+    label_runs(runs);
+    const Gnuplot gp = find_gnuplot();
     render(runs, gp, scratch.string());
     res.files = move_files(scratch, res.out_dir);
   } catch (...) {

@@ -14,6 +14,15 @@ namespace weft::report {
 
 namespace {
 
+// What the report reads at most: a metrics line (the memory and pipeline reports of every rank:
+// a few hundred bytes a rank) and the communication report (a row per op, axis and level).
+constexpr int64_t kMaxMetricsLine = int64_t{16} << 20;
+constexpr int64_t kMaxCommReport = int64_t{256} << 20;
+
+}  // namespace
+
+namespace {
+
 // The value at `key` of the object `j`, or InputError "{where}: '{key}' is missing or not {what}".
 const json& field(const json& j, const char* key, const std::string& where, bool (json::*is)() const,
                   const char* what) {
@@ -156,14 +165,15 @@ void read_metrics_line(const json& j, const std::string& where, Run& run, Metric
 }  // namespace
 
 void read_metrics(const std::string& path, Run& run) {
-  const std::string content = read_file(path);
   MetricsState st;
-  for_each_line(content, [&](std::string_view line, int64_t no) {
+  // Streamed: a line of weft's is under a kilobyte per rank; a damaged file (NUL bytes, one
+  // endless line) is refused at its first bad line, whatever its size.
+  for_each_file_line(path, kMaxMetricsLine, [&](std::string_view line, int64_t no) {
     const std::string where = fmt::format("{}:{}", path, no);
     json j;
     try {
       j = json::parse(line);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse errors, and numbers out of range (1e999)
       throw_input("{}: not valid JSON (truncated or corrupt line?): {}", where, e.what());
     }
     read_metrics_line(j, where, run, st);
@@ -245,8 +255,8 @@ CommCompression parse_compression(const json& e, const std::string& w) {
 CommReport read_comm_report(const std::string& path) {
   json j;
   try {
-    j = json::parse(read_file(path));
-  } catch (const json::parse_error& e) {
+    j = json::parse(read_text_file(path, kMaxCommReport));
+  } catch (const json::exception& e) {  // parse errors, and numbers out of range (1e999)
     throw_input("{}: not valid JSON (truncated or corrupt?): {}", path, e.what());
   }
   // Version 2 adds the `levels` section (not read here); version 3 the wire bytes of compressed

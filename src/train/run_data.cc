@@ -122,6 +122,11 @@ class WeatherRunData final : public RunData {
 std::map<std::string, RunDataFactory>& run_data_sources() {
   static std::map<std::string, RunDataFactory> sources = {
       {"tokens", [](const RunConfig& cfg, const ModelConfig& mc, int64_t T) -> std::unique_ptr<RunData> {
+         // A weather key on a token corpus would be ignored: refused instead (issue 34 class 8).
+         if (!cfg.variables.empty()) {
+           throw_input("data.variables '{}' chooses weather fields; model '{}' trains on token shards ({}): remove it",
+                       cfg.variables, mc.name, cfg.data);
+         }
          return std::make_unique<TokenRunData>(cfg, T, mc.vocab_size);
        }},
       {"fields", [](const RunConfig& cfg, const ModelConfig& mc, int64_t) -> std::unique_ptr<RunData> {

@@ -429,6 +429,18 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   // ZeRO++ reads its levels from the same map.
   NodeMap nodes;
   const bool zeropp = ec.data_parallel.zeropp.active();
+  if (world.rank() == 0 && cfg.ranks_per_node > 0) {
+    // No silent substitution (issue 34 class 8): a setting that changes nothing, or a node
+    // larger than the world, is said with the numbers (a world that is not a whole number of
+    // smaller nodes is refused by emulated_node_map).
+    if (!cfg.trace && !zeropp) {
+      log_warn("ranks_per_node {} changes nothing in this run: it emulates nodes for the trace (--trace true) and "
+               "ZeRO++ only", cfg.ranks_per_node);
+    } else if (cfg.ranks_per_node > world.size()) {
+      log_warn("ranks_per_node {} is more than the world's {} rank(s): the emulated map puts them all on one node",
+               cfg.ranks_per_node, world.size());
+    }
+  }
   if (cfg.trace || zeropp) {
     nodes = cfg.ranks_per_node > 0 ? emulated_node_map(world.size(), static_cast<int>(cfg.ranks_per_node))
                                    : make_node_map(world);
