@@ -54,39 +54,13 @@ void add_comm_option(CLI::App& app, std::string& comm) {
                              names));
 }
 
-namespace {
-
-// The nearest folder on `path` that exists (`path` itself when it is one), tried by creating
-// and removing a file there: access() says yes to root on a read-only mount or in /proc, a
-// file created for real does not. InputError naming the option, the path and the reason.
-void probe_nearest_folder(const std::string& path, const std::string& option, bool path_is_folder) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::path dir = fs::absolute(path, ec);
-  if (!path_is_folder) dir = dir.parent_path();
-  while (!dir.empty() && !fs::exists(fs::symlink_status(dir, ec)) && dir != dir.parent_path()) dir = dir.parent_path();
-  if (!fs::is_directory(dir, ec)) throw_input("{} {}: {} is not a folder", option, path, dir.string());
-  const std::string probe = (dir / fmt::format(".weft-probe-{}", ::getpid())).string();
-  int fd = -1;
-  try {
-    fd = open_for_writing(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
-  } catch (const WriteError& e) {
-    throw_input("{} {}: cannot create a file in {} ({})", option, path, dir.string(), std::strerror(e.error()));
-  } catch (const InputError& e) {
-    throw_input("{} {}: cannot create a file in {} ({})", option, path, dir.string(), e.what());
-  }
-  ::close(fd);
-  ::unlink(probe.c_str());
-}
-
-}  // namespace
 
 void check_output_file(const std::string& path, const std::string& option) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (path.empty()) throw_input("{} must name a file", option);
   if (fs::is_directory(path, ec)) throw_input("{} {} is a folder; give a file name (e.g. {}/local.toml)", option, path, path);
-  probe_nearest_folder(path, option, false);
+  probe_writable(path, option, false);
 }
 
 void check_output_folder(const std::string& path, const std::string& option) {
@@ -95,7 +69,7 @@ void check_output_folder(const std::string& path, const std::string& option) {
   if (path.empty()) throw_input("{} must name a folder", option);
   const fs::file_status st = fs::symlink_status(path, ec);
   if (fs::exists(st) && !fs::is_directory(st)) throw_input("{} {} exists and is not a folder", option, path);
-  probe_nearest_folder(path, option, true);
+  probe_writable(path, option, true);
 }
 
 void write_output_file(const std::string& path, const std::string& text) {

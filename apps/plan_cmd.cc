@@ -105,6 +105,9 @@ void print_table(const std::vector<Prediction>& ps, double capacity) {
   }
 }
 
+// The most devices a search takes: 2^24, far above any machine built (Frontier: 37,888 GCDs).
+constexpr int64_t kMaxPlanDevices = int64_t{1} << 24;
+
 std::vector<int64_t> parse_counts(const std::string& s, const char* option = "--scaling-gpus",
                                   const char* example = "128,256,512") {
   std::vector<int64_t> out;
@@ -229,6 +232,10 @@ ModelShape plan_model(const PlanArgs& a) {
   for (auto [v, what] : {std::pair{a.layers, "--layers"}, {a.hidden, "--hidden"}, {a.heads, "--heads"}, {a.seq, "--seq"},
                          {a.vocab, "--vocab"}, {a.ffn, "--ffn"}}) {
     if (v < 0) throw_input("{} must be positive, got {}", what, v);
+    // A model's sizes are 32-bit (ModelConfig): a larger one would print as a negative number.
+    if (v > std::numeric_limits<int32_t>::max()) {
+      throw_input("{} {} is too large (at most {})", what, v, std::numeric_limits<int32_t>::max());
+    }
   }
   // A family that fixes a sample's positions (ClimaX: its patches) takes no --seq; the others
   // grow their context to a longer --seq.
@@ -309,6 +316,8 @@ int64_t plan_gpus(const PlanArgs& a, const Pins& pins) {
     gpus = static_cast<int64_t>(a.tp) * a.pp * dp;
   }
   if (gpus <= 0) throw_input("--gpus must be positive, got {}", gpus);
+  // Bounded work (issue 34 class 6): the search walks the divisors of the device count.
+  if (gpus > kMaxPlanDevices) throw_input("--gpus {} is more than the {} devices weft plan searches", gpus, kMaxPlanDevices);
   return gpus;
 }
 
@@ -329,6 +338,10 @@ PlanQuery make_query(const PlanArgs& a) {
   q.sys = load_system(a.system_path);
   q.prec = parse_precision(a.precision);
   if (a.global_batch <= 0) throw_input("--global-batch must be positive, got {}", a.global_batch);
+  if (a.global_batch > std::numeric_limits<int32_t>::max()) {
+    throw_input("--global-batch {} is more than the {} sequences a step can hold (weft train's limit)", a.global_batch,
+                std::numeric_limits<int32_t>::max());
+  }
   if (a.top <= 0) throw_input("--top must be positive, got {}", a.top);
   if (!(a.time_limit >= 0) || !std::isfinite(a.time_limit)) {
     throw_input("--time-limit must be a finite number of seconds >= 0, got {}", a.time_limit);
@@ -352,7 +365,13 @@ PlanQuery make_query(const PlanArgs& a) {
 
 // The device counts of --scaling: --scaling-gpus, or gpus/8, gpus/4, gpus/2 and gpus.
 std::vector<int64_t> scaling_counts(const PlanArgs& a, int64_t gpus) {
-  if (!a.scaling_gpus.empty()) return parse_counts(a.scaling_gpus);
+  if (!a.scaling_gpus.empty()) {
+    std::vector<int64_t> counts = parse_counts(a.scaling_gpus);
+    for (int64_t g : counts) {
+      if (g > kMaxPlanDevices) throw_input("--scaling-gpus: {} is more than the {} devices weft plan searches", g, kMaxPlanDevices);
+    }
+    return counts;
+  }
   std::vector<int64_t> counts;
   for (int64_t d : {8, 4, 2, 1}) {
     if (gpus % d == 0) counts.push_back(gpus / d);

@@ -14,6 +14,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/signal_cleanup.h"
 #include "core/log.h"
 #include "data/prepare.h"
 #include "data/weather_synth.h"
@@ -87,6 +88,9 @@ int prepare_synthetic_weather(CLI::App& app, const std::string& out_dir, double 
   if (seed < 0) throw_input("--seed must be >= 0, got {}", seed);
   o.seed = static_cast<uint64_t>(seed);
   o.overwrite = overwrite;
+  // SIGINT/SIGTERM/SIGHUP while the files are written remove their temporary files
+  // (core/signal_cleanup.h); the finished ones stay (each is renamed into place whole).
+  SignalCleanupScope cleanup;
   const SyntheticWeatherResult r = generate_synthetic_weather(o);
   log_info("prepare: synthetic weather {}x{} every {} h: train {} steps, val {}, test {}; {:.1f} MB in {:.1f} s -> {}",
            o.height, o.width, o.step_hours, r.train_steps, r.val_steps, r.test_steps,

@@ -182,4 +182,25 @@ void append_or_roll_back(const std::string& path, const std::function<void()>& a
   }
 }
 
+void probe_writable(const std::string& path, const std::string& option, bool path_is_folder) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path dir = fs::absolute(path, ec);
+  if (!path_is_folder) dir = dir.parent_path();
+  while (!dir.empty() && !fs::exists(fs::symlink_status(dir, ec)) && dir != dir.parent_path()) dir = dir.parent_path();
+  if (!fs::is_directory(dir, ec)) throw_input("{} {}: {} is not a folder", option, path, dir.string());
+  const std::string probe = (dir / fmt::format(".weft-probe-{}", ::getpid())).string();
+  int fd = -1;
+  try {
+    fd = open_for_writing(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
+  } catch (const WriteError& e) {
+    throw_input("{} {}: cannot create a file in {} ({})", option, path, dir.string(), std::strerror(e.error()));
+  } catch (const InputError& e) {
+    throw_input("{} {}: cannot create a file in {} ({})", option, path, dir.string(), e.what());
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+
 }  // namespace weft

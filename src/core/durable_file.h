@@ -39,6 +39,12 @@ int write_fully(int fd, const void* data, size_t n);
 // descriptor (blocking again). InputError, one line naming the file and what it is, for a link
 // or a file that is not regular; WriteError for the other failures of open(2).
 int open_for_writing(const std::string& path, int flags, unsigned mode = 0644);
+// Whether weft can create `path` (a file, or a folder when path_is_folder): tried for real by
+// creating and removing a file in its folder, or, where that does not exist yet, in its nearest
+// existing ancestor, which must be a folder (access() says yes to root on a read-only mount or
+// in /proc; a file created for real does not). Creates nothing that stays. InputError naming
+// `option`, the path and the reason.
+void probe_writable(const std::string& path, const std::string& option, bool path_is_folder);
 // The same checks for reading a file weft wrote (a lock file, a record): -1 with errno set
 // when it cannot be opened (ENOENT ...), InputError for a link or a file that is not regular.
 int open_for_reading(const std::string& path);

@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/signal_cleanup.h"
 #include "core/rng.h"
 #include "data/loader.h"
 #include "data/text_util.h"
@@ -263,6 +264,47 @@ void decode_field(const VarCodec& c, float* p, int64_t n, int64_t W, const Weath
   }
 }
 
+// A NetCDF-4 file is an HDF5 file, whose superblock records where the file ends: a file shorter
+// than that was cut (a copy or a write that stopped), and the library then reads zeros where the
+// data should be. The superblock sits at offset 0, 512, 1024, ... (HDF5 File Format
+// Specification, section II.A: version 0/1 and 2/3 layouts); returns the recorded end (base
+// address + end-of-file address) or -1 when the file is not HDF5 or the field is undefined.
+int64_t hdf5_recorded_end(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  static const unsigned char kSig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+  for (int64_t at = 0; at <= (int64_t{1} << 20); at = at == 0 ? 512 : 2 * at) {
+    unsigned char b[96] = {0};
+    in.clear();
+    in.seekg(at);
+    if (!in.read(reinterpret_cast<char*>(b), sizeof(b))) return -1;
+    if (std::memcmp(b, kSig, 8) != 0) continue;
+    const int version = b[8];
+    auto addr = [&](size_t off, int size) {
+      uint64_t v = 0;
+      for (int i = size - 1; i >= 0; --i) v = (v << 8) | b[off + static_cast<size_t>(i)];
+      return v;
+    };
+    int so = 0;
+    size_t base = 0;
+    if (version == 0 || version == 1) {
+      so = b[13];
+      base = version == 0 ? 24 : 28;  // after the B-tree Ks and the consistency flags (+ v1's indexed K)
+    } else if (version == 2 || version == 3) {
+      so = b[9];
+      base = 12;
+    } else {
+      return -1;
+    }
+    if (so != 4 && so != 8) return -1;
+    const uint64_t undefined = so == 8 ? ~uint64_t{0} : 0xffffffffu;
+    const uint64_t base_addr = addr(base, so);
+    const uint64_t eof = addr(base + 2 * static_cast<size_t>(so), so);  // after the base and one more address
+    if (eof == undefined || base_addr == undefined) return -1;
+    return static_cast<int64_t>(base_addr + eof);
+  }
+  return -1;
+}
+
 }  // namespace
 
 WeatherDataset WeatherDataset::open(const std::string& path, const std::vector<std::string>& variables,
@@ -270,6 +312,12 @@ WeatherDataset WeatherDataset::open(const std::string& path, const std::vector<s
   std::error_code ec;
   if (!fs::exists(path, ec)) throw_input("{}: weather file not found", path);
   if (!fs::is_regular_file(path, ec)) throw_input("{}: not a regular file", path);
+  const int64_t size = static_cast<int64_t>(fs::file_size(path, ec));
+  if (const int64_t end = hdf5_recorded_end(path); end > 0 && !ec && size < end) {
+    throw_input("{}: truncated: {} bytes, but its HDF5 superblock says the file ends at byte {} (a copy or a write that "
+                "stopped); write it again",
+                path, size, end);
+  }
 
   WeatherDataset ds;
   ds.path_ = path;
@@ -803,6 +851,7 @@ WeatherWriter::WeatherWriter(const std::string& path, const std::vector<double>&
     ncid_ = -1;
     throw_nc(tmp_, "create the file", st);
   }
+  register_signal_cleanup(tmp_);  // a signal during the writing removes it (SignalCleanupScope)
   try {
     int old = 0;
     nc_set_fill(ncid_, NC_NOFILL, &old);
@@ -847,6 +896,7 @@ WeatherWriter::WeatherWriter(const std::string& path, const std::vector<double>&
     ncid_ = -1;
     std::error_code ec;
     fs::remove(tmp_, ec);
+    unregister_signal_cleanup(tmp_);
     throw;
   }
 }
@@ -857,6 +907,7 @@ WeatherWriter::~WeatherWriter() {
     nc_close(ncid_);
     std::error_code ec;
     fs::remove(tmp_, ec);
+    unregister_signal_cleanup(tmp_);
   }
 }
 
@@ -881,14 +932,17 @@ void WeatherWriter::close() {
   std::error_code ec;
   if (st != NC_NOERR) {
     fs::remove(tmp_, ec);
+    unregister_signal_cleanup(tmp_);
     throw_nc(tmp_, "close the file", st);
   }
   fs::rename(tmp_, path_, ec);
   if (ec) {
     const std::string why = ec.message();
     fs::remove(tmp_, ec);
+    unregister_signal_cleanup(tmp_);
     throw_runtime("{}: cannot rename {} to it: {}", path_, tmp_, why);
   }
+  unregister_signal_cleanup(tmp_);
 }
 
 }  // namespace weft

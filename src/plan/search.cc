@@ -18,7 +18,7 @@ namespace {
 
 std::vector<int64_t> divisors(int64_t n) {
   std::vector<int64_t> d;
-  for (int64_t i = 1; i * i <= n; ++i) {
+  for (int64_t i = 1; i <= n / i; ++i) {  // i * i <= n without overflow
     if (n % i == 0) {
       d.push_back(i);
       if (i != n / i) d.push_back(n / i);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "core/durable_file.h"
 #include "core/error.h"
 #include "data/text_util.h"
 #include "report/gnuplot.h"
@@ -77,8 +78,17 @@ ReportResult write_report(const std::vector<std::string>& run_dirs, const std::s
   if (fs::exists(fs::symlink_status(res.out_dir, ec)) && !fs::is_directory(fs::symlink_status(res.out_dir, ec))) {
     throw_input("--out {}: exists and is not a folder", res.out_dir);
   }
+  // The output is tried before the runs are read (issue 34 class 5), creating nothing: a run
+  // folder that does not exist is not made by its default output, and a failure leaves no folder.
+  for (const std::string& d : run_dirs) {
+    if (!fs::is_directory(d, ec)) throw_input("{}: not a run folder (no such directory)", d);
+  }
+  probe_writable(res.out_dir, "--out", true);
+  std::vector<Run> runs;
+  for (const std::string& d : run_dirs) runs.push_back(read_run(d));
+  label_runs(runs);
+  const Gnuplot gp = find_gnuplot();
   // The scratch folder sits beside the output folder, so that moving the files is a rename.
-  // Made first: an output that cannot be written is refused before the runs are read.
   fs::path out = fs::absolute(res.out_dir).lexically_normal();
   if (!out.has_filename()) out = out.parent_path();  // "dir/" names dir
   const fs::path parent = out.parent_path();
@@ -86,10 +96,6 @@ ReportResult write_report(const std::vector<std::string>& run_dirs, const std::s
   fs::create_directories(scratch, ec);
   if (ec) throw_input("--out {}: cannot create the folder {} beside it ({})", res.out_dir, scratch.string(), ec.message());
   try {
-    std::vector<Run> runs;
-    for (const std::string& d : run_dirs) runs.push_back(read_run(d));
-    label_runs(runs);
-    const Gnuplot gp = find_gnuplot();
     render(runs, gp, scratch.string());
     res.files = move_files(scratch, res.out_dir);
   } catch (...) {

@@ -163,4 +163,24 @@ void act_on_spike(const Spike& s, const SpikeDetector& d, int64_t step, const st
   }
 }
 
+std::optional<std::string> DivergenceWatch::observe(int64_t step, double loss) {
+  if (first_step_ == 0) {
+    first_ = lowest_ = loss;
+    first_step_ = lowest_step_ = step;
+    return std::nullopt;
+  }
+  if (loss < lowest_) lowest_ = loss, lowest_step_ = step;
+  const bool came_down = first_ - lowest_ >= 0.1 * std::fabs(first_);
+  const double limit = came_down ? lowest_ + 0.5 * (first_ - lowest_) : first_ + 0.5 * std::fabs(first_);
+  above_ = loss > limit ? above_ + 1 : 0;
+  if (above_ < kSteps || warned_) return std::nullopt;
+  warned_ = true;
+  return fmt::format(
+      "step {}: the run looks diverging: the loss {:.4g} has been above {:.4g} for {} steps ({}; first {:.4g} at step {}, "
+      "lowest {:.4g} at step {}); the spike detector judges each value against the recent steps only, so it does not "
+      "flag a climb. Lower the learning rate or lengthen its warm-up (docs/divergence.md)",
+      step, loss, limit, kSteps, came_down ? "more than half of the way down lost again" : "1.5 x where it started",
+      first_, first_step_, lowest_, lowest_step_);
+}
+
 }  // namespace weft

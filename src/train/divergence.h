@@ -92,6 +92,25 @@ class SpikeDetector {
   std::optional<Spike> last_;
 };
 
+// A run that climbs away from where it started (issue 34 class 9). The spike detector judges a
+// value against its recent window, so a steady climb, or one within the first spike_min_steps,
+// is never a spike. The watch follows the loss since the run's first step: once the loss has
+// lost more than half of the way down it had come (above lowest + (first - lowest) / 2, when it
+// had come down at least a tenth of the first loss), or has stayed above 1.5 x the first loss,
+// for kSteps consecutive steps, observe() returns the warning (once per process).
+class DivergenceWatch {
+ public:
+  static constexpr int kSteps = 3;
+  // step: 1-based; loss finite. Returns the warning the first time the rule holds.
+  std::optional<std::string> observe(int64_t step, double loss);
+
+ private:
+  double first_ = 0, lowest_ = 0;
+  int64_t first_step_ = 0, lowest_step_ = 0;
+  int above_ = 0;
+  bool warned_ = false;
+};
+
 // The "spike" field of a step's metrics line: {"loss_z", "grad_norm_z", "action"} (a z-score
 // is null while the window is too short).
 nlohmann::json spike_json(const Spike& s, SpikePolicy policy);

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "ckpt/checkpoint.h"
@@ -128,6 +130,14 @@ std::string restore_feedback(Engine& engine, const std::string& dir) {
     }
     std::vector<float> v(static_cast<size_t>(mine[c]->count()));
     f->read_f32(name, {mine[c]->count()}, v.data());  // InputError naming both shapes
+    // A residual is a bounded rounding error: a NaN or infinity there would reach every later
+    // update (issue 34 class 7: named here, not found as a non-finite loss steps later).
+    const auto bad = std::find_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
+    if (bad != v.end()) {
+      throw_input("{}: tensor {} holds {} at element {}: error-feedback residuals must be finite (the file is damaged; "
+                  "resume from another checkpoint)",
+                  f->path(), name, *bad, bad - v.begin());
+    }
     mine[c]->upload(v);
   }
   return fmt::format("error feedback ({}): residuals restored from the checkpoint ({})", source, saved_source);

@@ -133,6 +133,9 @@ class TrainLoop {
 
   TrainResult run(int64_t start_step, const RunPrediction& pred, const TrainOptions& opt);
   SpikeDetector& spikes() { return spikes_; }
+  // The checkpoint a resumed run started from: the newest there is until the run writes one
+  // (what a stop's message names).
+  void resumed_from(const std::string& dir) { res_.last_checkpoint = dir; }
 
  private:
   double validate(int64_t step);
@@ -152,6 +155,7 @@ class TrainLoop {
   bool rank0_;
   std::string trace_path_;
   TrainResult res_;
+  DivergenceWatch diverging_;  // a climb the spike detector does not flag (train/divergence.h)
   RunFiles files_{cfg_.out, res_.steps_done};  // every write to the run folder, checked
   double time_sum_ = 0.0;
   int64_t timed_steps_ = 0;
@@ -359,6 +363,7 @@ TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const 
     if (rank0_) files_.append_metrics(line);
     log_step(done, lr, r, dt);
     if (spike) act_on_spike(*spike, spikes_, done, res_.last_checkpoint);  // stop: throws
+    if (const std::optional<std::string> w = diverging_.observe(done, r.loss); w && rank0_) log_warn("{}", *w);
     const bool last = done == cfg_.steps;
     if (data_.has_val() && ((cfg_.val_every > 0 && done % cfg_.val_every == 0) || last)) validate(done);
     const bool saved = (cfg_.ckpt_every > 0 && done % cfg_.ckpt_every == 0) || last;
@@ -486,7 +491,10 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   data.configure(engine);
   log_run_setup({&cfg, &engine, data.describe(ec.seq), threads}, pred);
   TrainLoop loop(cfg, engine, world, tracer, data, std::move(nodes));
-  if (!folder.resume_dir.empty()) loop.spikes().restore(folder.resume_state.raw, folder.resume_dir + "/trainer.json");
+  if (!folder.resume_dir.empty()) {
+    loop.spikes().restore(folder.resume_state.raw, folder.resume_dir + "/trainer.json");
+    loop.resumed_from(folder.resume_dir);
+  }
   return loop.run(start_step, pred, opt);
 }
 

@@ -625,6 +625,32 @@ TEST_F(WeatherSynth, PersistenceErrorGrowsWithLeadAndT2mHasADailyCycle) {
   EXPECT_LT(*smax - *smin, 0.5 * (*lmax - *lmin));
 }
 
+// Issue 34 class 7: a NetCDF-4 file cut short reads zeros where its data was, which surfaced as
+// "latitude is not strictly monotonic"; the HDF5 superblock's end-of-file address says it is
+// truncated. And a folder that cannot hold the output is refused before anything is written.
+TEST_F(WeatherSynth, ATruncatedFileIsSaidToBeTruncated) {
+  const fs::path cut = dir_ / "cut.nc";
+  fs::copy_file(result_.val_path, cut, fs::copy_options::overwrite_existing);
+  const auto size = fs::file_size(cut);
+  EXPECT_NO_THROW(WeatherDataset::open(cut.string(), {}));
+  for (const auto keep : {size - 1, size / 2, uintmax_t{4096}}) {
+    fs::resize_file(cut, keep);
+    EXPECT_INPUT_ERROR(WeatherDataset::open(cut.string(), {}), "cut.nc: truncated",
+                       fmt::format("{} bytes", keep), fmt::format("ends at byte {}", size));
+  }
+}
+
+TEST(WeatherSynthSpace, AFolderWithoutTheSpaceIsRefusedBeforeWriting) {
+  test::TempDir dir("weather-space");
+  SyntheticWeatherOptions o;
+  o.out_dir = dir / "w";
+  o.height = 721;
+  o.width = 1440;
+  o.train_days = 100 * 365;  // ~2.9 TB of fields
+  EXPECT_INPUT_ERROR(generate_synthetic_weather(o), "needs about", "MiB free");
+  EXPECT_TRUE(fs::is_empty(dir / "w"));
+}
+
 TEST(WeatherSynthOptions, BadValuesNameThem) {
   SyntheticWeatherOptions o;
   o.out_dir = "x";

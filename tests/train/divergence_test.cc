@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -325,6 +326,40 @@ TEST_F(SpikeRun, ResumedRunJudgesAsTheUninterruptedOne) {
     EXPECT_EQ(b[i].value("spike", nlohmann::json()), a[i].value("spike", nlohmann::json())) << "step " << i + 1;
   }
   EXPECT_EQ(b[kSpikeStep - 1]["spike"]["action"], "skipped");
+}
+
+// Issue 34 class 9: a climb the spike detector does not flag is said once.
+TEST(DivergenceWatch, WarnsOnceWhenTheLossClimbsBackOrAwayAndNeverOnANoisyDescent) {
+  {
+    DivergenceWatch w;  // a noisy descent with single bad steps: nothing
+    int warned = 0;
+    for (int s = 1; s <= 400; ++s) {
+      const double loss = 3.0 + 7.8 * std::exp(-s / 40.0) + 0.3 * std::sin(s * 1.7) + (s % 97 == 0 ? 4.0 : 0.0);
+      warned += w.observe(s, loss).has_value();
+    }
+    EXPECT_EQ(warned, 0);
+  }
+  {
+    DivergenceWatch w;  // down from 10.8 to 3, then back up to 7.5 (more than half the way lost)
+    std::vector<int64_t> at;
+    for (int s = 1; s <= 60; ++s) {
+      const double loss = s <= 30 ? 10.8 - 0.26 * s : 7.5;
+      if (const auto m = w.observe(s, loss)) {
+        at.push_back(s);
+        EXPECT_NE(m->find("the run looks diverging: the loss 7.5 has been above"), std::string::npos) << *m;
+        EXPECT_NE(m->find("lowest 3 at step 30"), std::string::npos) << *m;
+      }
+    }
+    EXPECT_EQ(at, (std::vector<int64_t>{33}));  // the third step above the limit, and only once
+  }
+  {
+    DivergenceWatch w;  // never came down: 1.5 x the first loss for 3 steps
+    std::vector<int64_t> at;
+    for (int s = 1; s <= 20; ++s) {
+      if (w.observe(s, 10.0 + 2.0 * s)) at.push_back(s);
+    }
+    EXPECT_EQ(at, (std::vector<int64_t>{7}));  // first 12: above 18 from step 5 (20, 22, 24)
+  }
 }
 
 }  // namespace
