@@ -1,5 +1,6 @@
 #include "data/weather.h"
 
+#include <hdf5.h>
 #include <netcdf.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "core/durable_file.h"
 #include "core/error.h"
 #include "core/signal_cleanup.h"
 #include "core/rng.h"
@@ -28,6 +30,16 @@ namespace {
 
 // netCDF-C is not thread-safe: every call of this file holds this lock.
 std::mutex& nc_mutex() {
+  // Before the first netCDF call (which starts HDF5): no HDF5 exit handler. A write that failed
+  // on a full disk leaves HDF5 a file it cannot close (nc_close fails in its flush; nc_abort
+  // does not release it), and its handler then crashed the process at exit, after weft's one
+  // line (issue 34 class 5). Every file weft opens is closed or aborted explicitly, and the
+  // operating system reclaims the rest.
+  static const bool no_atexit = [] {
+    H5dont_atexit();
+    return true;
+  }();
+  (void)no_atexit;
   static std::mutex m;
   return m;
 }
@@ -828,8 +840,9 @@ std::vector<double> climatology_rmse(const WeatherDataset& ds, const std::vector
 // ---- writer ----
 
 namespace {
+// A write that failed: netCDF says only "HDF error" for a full disk, so the free space is named.
 [[noreturn]] void throw_nc(const std::string& path, const char* what, int st) {
-  throw_runtime("{}: cannot {}: {}", path, what, nc_message(st));
+  throw_runtime("{}: cannot {}: {} ({})", path, what, nc_message(st), free_space_note(path));
 }
 void check_nc(int st, const std::string& path, const char* what) {
   if (st != NC_NOERR) throw_nc(path, what, st);
@@ -849,6 +862,8 @@ WeatherWriter::WeatherWriter(const std::string& path, const std::vector<double>&
   int st = nc_create(tmp_.c_str(), NC_NETCDF4 | NC_CLOBBER, &ncid_);
   if (st != NC_NOERR) {
     ncid_ = -1;
+    std::error_code ec;
+    fs::remove(tmp_, ec);  // HDF5 may have created it before it failed to write its header
     throw_nc(tmp_, "create the file", st);
   }
   register_signal_cleanup(tmp_);  // a signal during the writing removes it (SignalCleanupScope)
@@ -892,7 +907,7 @@ WeatherWriter::WeatherWriter(const std::string& path, const std::vector<double>&
     check_nc(nc_put_var_double(ncid_, vlat, lat.data()), tmp_, "write lat");
     check_nc(nc_put_var_double(ncid_, vlon, lon.data()), tmp_, "write lon");
   } catch (...) {
-    nc_close(ncid_);
+    nc_abort(ncid_);  // an abandoned file: nothing flushed (see close())
     ncid_ = -1;
     std::error_code ec;
     fs::remove(tmp_, ec);
@@ -904,7 +919,7 @@ WeatherWriter::WeatherWriter(const std::string& path, const std::vector<double>&
 WeatherWriter::~WeatherWriter() {
   if (ncid_ >= 0) {
     std::lock_guard<std::mutex> lock(nc_mutex());
-    nc_close(ncid_);
+    nc_abort(ncid_);  // abandoned (an append failed, or the caller threw): nothing flushed
     std::error_code ec;
     fs::remove(tmp_, ec);
     unregister_signal_cleanup(tmp_);
@@ -928,6 +943,10 @@ void WeatherWriter::close() {
   WEFT_CHECK(ncid_ >= 0, "weather file {} closed twice", path_);
   std::lock_guard<std::mutex> lock(nc_mutex());
   const int st = nc_close(ncid_);
+  // A close that failed (a full disk while HDF5 flushes) leaves netCDF-4's file open (its sync
+  // failed before the HDF5 close), and HDF5's exit handler then crashes on it: abort it, which
+  // closes without flushing again.
+  if (st != NC_NOERR) nc_abort(ncid_);
   ncid_ = -1;
   std::error_code ec;
   if (st != NC_NOERR) {

@@ -651,6 +651,30 @@ TEST(WeatherSynthSpace, AFolderWithoutTheSpaceIsRefusedBeforeWriting) {
   EXPECT_TRUE(fs::is_empty(dir / "w"));
 }
 
+// A disk that fills while the NetCDF files are written: one line naming the file, exit 1, no
+// temporary file left, and no crash at exit (HDF5's exit handler crashed on the file the failed
+// close left open: exit 139 after the message). The writes fail through the disk-full shim
+// (tests/train/diskfull_shim.c, inject mode from the start).
+TEST(WeatherCli, ADiskThatFillsWhileWritingIsOneLineAndNoCrash) {
+  test::TempDir dir("weather-full");
+  const std::string out = dir / "w";
+  fs::create_directories(out);
+  for (const char* leave : {"0", "200000", "1500000"}) {
+    const test::RunResult r = test::run_weft_with(
+        fmt::format("LD_PRELOAD={} WEFT_DISKFULL_DIR={} WEFT_DISKFULL_MODE=inject WEFT_DISKFULL_AT_LINE=0 "
+                    "WEFT_DISKFULL_LEAVE={}",
+                    WEFT_DISKFULL_SHIM, out, leave),
+        fmt::format("prepare --synthetic-weather {} --days 30 --val-days 2 --test-days 2 --overwrite", out),
+        dir / fmt::format("full-{}", leave));
+    EXPECT_EQ(r.code, 1) << leave << ": " << r.err;
+    EXPECT_NE(r.err.find(".nc.tmp-"), std::string::npos) << r.err;
+    for (const auto& e : fs::directory_iterator(out)) {
+      EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << "left behind: " << e.path();
+    }
+    EXPECT_FALSE(fs::exists(out + "/stats.json"));
+  }
+}
+
 TEST(WeatherSynthOptions, BadValuesNameThem) {
   SyntheticWeatherOptions o;
   o.out_dir = "x";

@@ -1,7 +1,8 @@
 // libweft_diskfull_shim.so: LD_PRELOADed into `weft train` by tests/train/disk_full_test.cc to
 // make the disk fill up at a chosen moment of a run. It watches the writes to
 // $WEFT_DISKFULL_DIR/metrics.jsonl and, just before line $WEFT_DISKFULL_AT_LINE (1-based) is
-// appended, fills the disk so that $WEFT_DISKFULL_LEAVE bytes remain:
+// appended (line 0, inject mode only: from the start), fills the disk so that
+// $WEFT_DISKFULL_LEAVE bytes remain:
 //   WEFT_DISKFULL_MODE=tmpfs   the run folder lies on a small tmpfs: the shim writes the file
 //                              $WEFT_DISKFULL_FILLER on it until that much is free, and the
 //                              kernel itself then fails the run's writes with ENOSPC;
@@ -55,6 +56,12 @@ static void init_locked(void) {
   }
   g_at_line = atoll(at);
   g_inject = strcmp(mode, "inject") == 0;
+  // WEFT_DISKFULL_AT_LINE=0 in inject mode: the disk is full from the start, with
+  // WEFT_DISKFULL_LEAVE bytes left for every file under the folder together (any writer).
+  if (g_inject && g_at_line == 0) {
+    g_budget = atoll(getenv("WEFT_DISKFULL_LEAVE") ? getenv("WEFT_DISKFULL_LEAVE") : "0");
+    g_at_line = -1;
+  }
 }
 
 // 1: `fd` is a file under the run folder; `*metrics`: it is the run's metrics.jsonl.
