@@ -24,6 +24,7 @@ PKGS=(
   libdnnl-dev              # oneDNN: the CPU backend's bf16 and fp32 matrix products (backend/cpu/onednn_gemm.h)
   libzfp-dev libzstd-dev   # compressed collectives (comm/codec.h, docs/compression.md)
   libnetcdf-dev            # gridded weather fields (data/weather.h, docs/formats-weather.md)
+  libhdf5-dev              # under netCDF-4 (its dependency): weft turns off HDF5's exit handler (data/weather.cc)
   python3 python3-torch python3-numpy
   fortunes fortunes-min
   gnuplot-nox
