@@ -63,15 +63,6 @@ void check_output_file(const std::string& path, const std::string& option) {
   probe_writable(path, option, false);
 }
 
-void check_output_folder(const std::string& path, const std::string& option) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (path.empty()) throw_input("{} must name a folder", option);
-  const fs::file_status st = fs::symlink_status(path, ec);
-  if (fs::exists(st) && !fs::is_directory(st)) throw_input("{} {} exists and is not a folder", option, path);
-  probe_writable(path, option, true);
-}
-
 void write_output_file(const std::string& path, const std::string& text) {
   const std::filesystem::path p(path);
   std::error_code ec;

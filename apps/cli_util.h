@@ -34,9 +34,6 @@ void add_comm_option(CLI::App& app, std::string& comm);
 // there (root passes access() on read-only mounts). Checked before the work whose result it
 // will hold.
 void check_output_file(const std::string& path, const std::string& option);
-// The same for an output folder: not an existing non-folder, and a file can be created in it
-// or in its nearest existing ancestor.
-void check_output_folder(const std::string& path, const std::string& option);
 // Writes `text` to `path` whole or not at all: its folder made if missing, a temporary file
 // beside it, then a rename (an existing file is never left half-written). RuntimeError naming
 // the path and the reason.

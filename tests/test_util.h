@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "data/shard.h"
 
 namespace weft::test {
@@ -172,5 +173,17 @@ class CliFixture : public ::testing::Test {
  private:
   std::string group_;
 };
+
+// The message of the InputError that fn() throws (a test failure when it throws none).
+template <typename Fn>
+std::string input_error_message(Fn fn) {
+  try {
+    fn();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no InputError thrown";
+  return "";
+}
 
 }  // namespace weft::test

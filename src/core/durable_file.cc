@@ -185,6 +185,10 @@ void append_or_roll_back(const std::string& path, const std::function<void()>& a
 void probe_writable(const std::string& path, const std::string& option, bool path_is_folder) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  const fs::file_status st = fs::symlink_status(path, ec);
+  if (path_is_folder && fs::exists(st) && !fs::is_directory(st)) {
+    throw_input("{} {}: exists and is not a folder", option, path);
+  }
   fs::path dir = fs::absolute(path, ec);
   if (!path_is_folder) dir = dir.parent_path();
   while (!dir.empty() && !fs::exists(fs::symlink_status(dir, ec)) && dir != dir.parent_path()) dir = dir.parent_path();

@@ -42,8 +42,8 @@ int open_for_writing(const std::string& path, int flags, unsigned mode = 0644);
 // Whether weft can create `path` (a file, or a folder when path_is_folder): tried for real by
 // creating and removing a file in its folder, or, where that does not exist yet, in its nearest
 // existing ancestor, which must be a folder (access() says yes to root on a read-only mount or
-// in /proc; a file created for real does not). Creates nothing that stays. InputError naming
-// `option`, the path and the reason.
+// in /proc; a file created for real does not); a folder target that exists as something else
+// is refused. Creates nothing that stays. InputError naming `option`, the path and the reason.
 void probe_writable(const std::string& path, const std::string& option, bool path_is_folder);
 // The same checks for reading a file weft wrote (a lock file, a record): -1 with errno set
 // when it cannot be opened (ENOENT ...), InputError for a link or a file that is not regular.

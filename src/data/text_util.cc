@@ -104,37 +104,6 @@ void append_utf8(std::string& out, uint32_t cp) {
   }
 }
 
-std::string read_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw_input("cannot open {}: {}", path, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    throw_input("cannot stat {}: {}", path, std::strerror(err));
-  }
-  if (S_ISDIR(st.st_mode)) {
-    ::close(fd);
-    throw_input("{} is a folder, expected a file", path);
-  }
-  std::string data;
-  data.reserve(st.st_size > 0 ? static_cast<size_t>(st.st_size) : 0);
-  char buf[1 << 16];
-  for (;;) {
-    ssize_t got = ::read(fd, buf, sizeof(buf));
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      throw_input("cannot read {}: {}", path, std::strerror(err));
-    }
-    if (got == 0) break;
-    data.append(buf, static_cast<size_t>(got));
-  }
-  ::close(fd);
-  return data;
-}
-
 namespace {
 
 // Opens `path` for reading, refusing a folder: the descriptor and its size.
@@ -164,6 +133,17 @@ size_t read_some(int fd, char* buf, size_t n, const std::string& path) {
 }
 
 }  // namespace
+
+std::string read_file(const std::string& path) {
+  const auto [fd, size] = open_text(path);
+  std::string data;
+  data.reserve(size > 0 ? static_cast<size_t>(size) : 0);
+  char buf[1 << 16];
+  while (const size_t got = read_some(fd, buf, sizeof(buf), path)) data.append(buf, got);
+  ::close(fd);
+  return data;
+}
+
 
 std::string read_text_file(const std::string& path, int64_t max_bytes) {
   const auto [fd, size] = open_text(path);

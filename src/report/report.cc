@@ -75,9 +75,6 @@ ReportResult write_report(const std::vector<std::string>& run_dirs, const std::s
   }
   ReportResult res{out_dir.empty() ? default_out(run_dirs) : out_dir, {}};
   std::error_code ec;
-  if (fs::exists(fs::symlink_status(res.out_dir, ec)) && !fs::is_directory(fs::symlink_status(res.out_dir, ec))) {
-    throw_input("--out {}: exists and is not a folder", res.out_dir);
-  }
   // The output is tried before the runs are read (issue 34 class 5), creating nothing: a run
   // folder that does not exist is not made by its default output, and a failure leaves no folder.
   for (const std::string& d : run_dirs) {

@@ -65,7 +65,7 @@ std::optional<KillTimeout> openmpi_kill_timeout() {
 }
 
 double synced_write_rate(const std::string& dir, int64_t bytes) {
-  const int64_t n = std::clamp<int64_t>(bytes, 1 << 20, int64_t{64} << 20);
+  const int64_t n = std::clamp<int64_t>(bytes, 1 << 20, int64_t{16} << 20);
   const std::string path = fmt::format("{}/.weft-write-probe-{}", dir, ::getpid());
   const std::vector<char> block(1 << 20, 'w');
   const auto t0 = std::chrono::steady_clock::now();

@@ -28,7 +28,7 @@ struct KillTimeout {
 // default of 1 s.
 std::optional<KillTimeout> openmpi_kill_timeout();
 
-// Bytes per second of a synced write of `bytes` (at most 64 MiB) into folder `dir`: writes a
+// Bytes per second of a synced write of `bytes` (1 to 16 MiB: a launch-time probe) into folder `dir`: writes a
 // temporary file there, fsyncs it and removes it. 0 when the probe cannot be written.
 double synced_write_rate(const std::string& dir, int64_t bytes);
 

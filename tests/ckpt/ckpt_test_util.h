@@ -16,6 +16,7 @@
 #include "core/error.h"
 
 #include "ckpt/fs_util.h"
+#include "test_util.h"
 
 namespace weft::testing_ckpt {
 
@@ -53,17 +54,7 @@ inline void write_bytes(const std::string& path, const std::string& bytes) {
   ASSERT_TRUE(out.good()) << path;
 }
 
-// The message of the InputError that fn() throws (a test failure when it throws none).
-template <typename Fn>
-std::string input_error_message(Fn fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no InputError thrown";
-  return "";
-}
+using test::input_error_message;  // test_util.h
 
 inline std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -15,16 +15,7 @@
 namespace weft {
 namespace {
 
-template <typename Fn>
-std::string input_error(Fn fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no InputError)";
-}
-
+using test::input_error_message;
 TEST(TextUtil, ForEachFileLineStreamsLinesAndRefusesNulsAndEndlessLines) {
   test::TempDir tmp("text-util");
   const std::string ok = tmp / "ok.jsonl";
@@ -40,18 +31,18 @@ TEST(TextUtil, ForEachFileLineStreamsLinesAndRefusesNulsAndEndlessLines) {
   std::ofstream(zeros) << "{\"a\":1}\n";
   ASSERT_EQ(::truncate(zeros.c_str(), int64_t{4} << 30), 0);
   int seen = 0;
-  const std::string e = input_error([&] { for_each_file_line(zeros, 1 << 20, [&](std::string_view, int64_t) { ++seen; }); });
+  const std::string e = input_error_message([&] { for_each_file_line(zeros, 1 << 20, [&](std::string_view, int64_t) { ++seen; }); });
   EXPECT_EQ(seen, 1);
   EXPECT_NE(e.find("zeros.jsonl:2: a NUL byte"), std::string::npos) << e;
   const std::string wide = tmp / "wide.jsonl";
   std::ofstream(wide) << std::string(100, 'x') << "\n";
-  EXPECT_NE(input_error([&] { for_each_file_line(wide, 64, [](std::string_view, int64_t) {}); })
+  EXPECT_NE(input_error_message([&] { for_each_file_line(wide, 64, [](std::string_view, int64_t) {}); })
                 .find("wide.jsonl:1: a line longer than 64 bytes"),
             std::string::npos);
   // The callback's own error leaves the file closed and goes through unchanged.
-  EXPECT_EQ(input_error([&] { for_each_file_line(ok, 64, [](std::string_view, int64_t) { throw_input("mine"); }); }),
+  EXPECT_EQ(input_error_message([&] { for_each_file_line(ok, 64, [](std::string_view, int64_t) { throw_input("mine"); }); }),
             "mine");
-  EXPECT_NE(input_error([&] { for_each_file_line(tmp / "missing", 64, [](std::string_view, int64_t) {}); })
+  EXPECT_NE(input_error_message([&] { for_each_file_line(tmp / "missing", 64, [](std::string_view, int64_t) {}); })
                 .find("cannot open"),
             std::string::npos);
 }
@@ -61,12 +52,12 @@ TEST(TextUtil, ReadTextFileRefusesOversizeAndNulBytesBeforeReadingThemAll) {
   const std::string ok = tmp / "ok.json";
   std::ofstream(ok) << "{\"version\": 3}";
   EXPECT_EQ(read_text_file(ok, 1024), "{\"version\": 3}");
-  EXPECT_NE(input_error([&] { read_text_file(ok, 4); }).find("14 bytes, more than the 4"), std::string::npos);
+  EXPECT_NE(input_error_message([&] { read_text_file(ok, 4); }).find("14 bytes, more than the 4"), std::string::npos);
   const std::string tail = tmp / "tail.json";
   std::ofstream(tail) << "{}";
   ASSERT_EQ(::truncate(tail.c_str(), 1000), 0);  // zeros after the JSON: nlohmann would stop at the NUL
-  EXPECT_NE(input_error([&] { read_text_file(tail, 4096); }).find("a NUL byte at offset 2"), std::string::npos);
-  EXPECT_NE(input_error([&] { read_text_file(tmp / "", 4096); }).find("is a folder"), std::string::npos);
+  EXPECT_NE(input_error_message([&] { read_text_file(tail, 4096); }).find("a NUL byte at offset 2"), std::string::npos);
+  EXPECT_NE(input_error_message([&] { read_text_file(tmp / "", 4096); }).find("is a folder"), std::string::npos);
 }
 
 }  // namespace
