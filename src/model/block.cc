@@ -26,8 +26,8 @@ TypedElems layer_elems(int64_t N, int64_t Nl, int64_t C, int64_t Cl, int64_t F, 
 int64_t block_staging_elems(const BlockStaging& k) {
   // Every call of forward() and backward() below (through parallel/tp/layers.cc) with its
   // 16-bit operands: activations, scratch, and the weights and biases it reads (w).
-  const DType a = k.dt.act, ln = k.dt.ln, at = k.dt.att, dC = k.dC, d3C = k.d3C, dF = k.dF;
-  const int64_t N = k.N, Nl = k.Nl, C = k.C, Cl = k.Cl, F = k.F, A = k.att;
+  const DType a = k.dt.act, ln = k.dt.ln, dC = k.dC, d3C = k.d3C, dF = k.dF;
+  const int64_t N = k.N, Nl = k.Nl, C = k.C, Cl = k.Cl, F = k.F;
   const bool tp1 = k.tp == 1, sp = k.sequence_parallel;
   const auto st = staged_elems;
   const auto w = [&k](int64_t n) { return staged_elems(k.w, n); };
@@ -57,10 +57,10 @@ int64_t block_staging_elems(const BlockStaging& k) {
   // --- forward ---
   call(rows(Nl, w(2 * C), sp ? 0 : h(ln) * C));  // layernorm_forward -> ln1 (sp: f32 rows for the wire)
   call(fwd(st(a, N * 3 * Cl) + st(ln, N * C) + w(C * 3 * Cl + 3 * Cl), N, C, 3 * Cl, ln, a));  // qkv = ln1 @ w + b
-  // The attention ops stage one sample at a time (N/B rows, A/B statistics); flash attention's
-  // log-sum-exp form the whole batch.
-  const int64_t Ns = k.attention_lse ? N : N / k.B, As = k.attention_lse ? A : A / k.B;
-  call(st(a, Ns * Cl + Ns * 3 * Cl) + (k.attention_lse ? 0 : st(at, As)));  // attention
+  // The cpu backends' self-attention reads its 16-bit operands in place (backend/cpu/
+  // attention_16.h: per-thread scratch, not the arena); flash attention's log-sum-exp form (the
+  // typed defaults) stages its operands, the whole batch.
+  if (k.attention_lse) call(st(a, N * Cl + N * 3 * Cl));  // attention
   if (tp1) {
     // matmul_residual_layernorm_forward: native, the fp32 sum (N C) and the bf16 copies of f32
     // inputs, then ln_2; else with an f32 input res and a 16-bit residual staged whole (attn
@@ -98,10 +98,10 @@ int64_t block_staging_elems(const BlockStaging& k) {
   call(rows(N * F, 0, 2 * h(dF) + h(a)));
   call(bwd(st(dC, N * C) + st(dF, N * F) + st(ln, N * C) + w(C * F), N, C, F, dF, ln, dC));  // fc -> dC
   call((sp ? 0 : st(dC, N * C)) + st(a, Nl * C) + w(C));         // ln2's layernorm_backward
-  if (k.selective) call(st(d3C, Ns * Cl) + st(at, As) + st(a, Ns * 3 * Cl));  // the recomputed probabilities
   call(bwd(st(dC, N * Cl) + st(a, N * Cl) + w(Cl * C), N, Cl, C, f32, a, dC));  // attn proj -> dC
-  call(st(d3C, Ns * 3 * Cl) + st(a, Ns * 3 * Cl) + st(dC, Ns * Cl) +
-       (k.attention_lse ? st(a, Ns * Cl) : st(at, As)));         // attention's backward
+  if (k.attention_lse) {
+    call(st(d3C, N * 3 * Cl) + st(a, N * 3 * Cl) + st(dC, N * Cl) + st(a, N * Cl));  // its backward
+  }
   call(bwd(st(dC, N * C) + st(d3C, N * 3 * Cl) + st(ln, N * C) + w(C * 3 * Cl), N, C, 3 * Cl, d3C, ln, dC));                 // qkv's matmul_backward -> dC
   call((sp ? 0 : st(dC, N * C)) + w(C));                         // ln1's layernorm_backward
   return m;

@@ -100,11 +100,8 @@ TypedElems layer_elems(int64_t N, int64_t Nl, int64_t C, int64_t Cl, int64_t F, 
 // backend's fp32 staging arena): the shape of one rank's layer and the dtypes of its tensors.
 struct BlockStaging {
   int64_t N = 0, Nl = 0, C = 0, Cl = 0, F = 0;  // rows (all, held here), hidden, this rank's parts
-  int64_t B = 1;  // samples: the attention ops stage one sample's operands at a time (typed_defaults.cc)
-  int64_t att = 0;                              // the attention statistics' elements (B NH T T, or B NH T)
   int tp = 1;
   bool sequence_parallel = false, attention_lse = false, training = false;
-  bool selective = false;  // selective recompute in effect (the probabilities recomputed in backward)
   LayerDtypes dt;          // the stash's
   DType dC = DType::kF32, d3C = DType::kF32, dF = DType::kF32;  // the gradient scratch's (BlockScratch)
   DType w = DType::kF32;   // the parameters' (the store's working parameters)

@@ -288,6 +288,41 @@ TEST_P(TypedOps, SixteenBitViewsGiveTheRoundedFp32OpBitwise) {
   }
 }
 
+// Self-attention over several blocks of query rows (backend/cpu/attention_16.h works in blocks
+// of 64), causal and bidirectional, with every tensor 16-bit and with an f32 dout beside 16-bit
+// q, k, v and probabilities (a tensor-parallel layer's): bitwise the rounded fp32 op, and the cpu
+// backends read the 16-bit operands in place (nothing staged).
+TEST_P(TypedOps, SelfAttentionOverBlocksMixesDtypesAndStagesNothing) {
+  auto be = test::make_test_backend(GetParam());
+  const int64_t B = 2, T = 70, C = 16, NH = 2;
+  for (bool causal : {true, false}) {
+    const Case fwd{"attention_forward",
+                   {act(randn(B * T * C, 101)), act(randn(B * NH * T * T, 102)), act(randn(B * T * 3 * C, 103))},
+                   [=](Backend& b, std::vector<View>& t) {
+                     if (causal) b.attention_forward(t[0], t[1], t[2], B, T, C, NH);
+                     else b.bidir_attention_forward(t[0], t[1], t[2], B, T, C, NH);
+                   }};
+    // dout is a statistic here: f32 in the activations placement, 16-bit in the other.
+    const Case bwd{"attention_backward",
+                   {act(randn(B * T * 3 * C, 104)), stat(randn(B * T * C, 105)), act(randn(B * T * 3 * C, 106)),
+                    act(rows_softmax(B * NH * T, T, 107))},
+                   [=](Backend& b, std::vector<View>& t) {
+                     if (causal) b.attention_backward(t[0], t[1], t[2], t[3], B, T, C, NH);
+                     else b.bidir_attention_backward(t[0], t[1], t[2], t[3], B, T, C, NH);
+                   }};
+    for (const Case* c : {&fwd, &bwd}) {
+      for (DType dt : {DType::kBF16, DType::kF16}) {
+        for (Placement where : {Placement::kActivations, Placement::kEverything}) {
+          SCOPED_TRACE(c->name + (causal ? " causal " : " bidirectional ") + dtype_name(dt) +
+                       (where == Placement::kEverything ? " everything" : " f32 dout"));
+          check_case(*be, *c, dt, where);
+          EXPECT_EQ(be->staging_high_water(), 0);
+        }
+      }
+    }
+  }
+}
+
 TEST_P(TypedOps, StagingCountsAsWorkspaceAndIsFreed) {
   auto be = test::make_test_backend(GetParam());
   const int64_t n = 1000;

@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/attention_16.h"
 #include "backend/cpu/blas_kernels.h"
+#include "backend/cpu/cpu_math.h"
 #include "backend/cpu/native_products.h"
 #include "backend/cpu/onednn_gemm.h"
 #include "core/error.h"
@@ -33,35 +35,9 @@ inline std::pair<int64_t, int64_t> chunk(int64_t n, int parts, int i) {
   return {b, b + base + (i < rem ? 1 : 0)};
 }
 
-// exp(x) for the softmax and GELU hot loops, written so that the compiler vectorises it
-// (glibc's vector expf is only declared under -ffast-math). Range reduction
-// x = n ln2 + r, |r| <= ln2/2, then a degree-6 Taylor/Horner polynomial for exp(r) and 2^n
-// through the exponent bits: relative error below 2e-7 (about 2 ulp) on [-87, 88].
-inline float vexp(float x) {
-  x = std::min(std::max(x, -87.0f), 88.0f);
-  const float n = std::nearbyint(x * 1.44269504088896341f);
-  const float r = std::fma(n, -0.693145751953125f, std::fma(n, -1.428606765330187e-06f, x));
-  float p = 1.0f / 720.0f;
-  p = std::fma(p, r, 1.0f / 120.0f);
-  p = std::fma(p, r, 1.0f / 24.0f);
-  p = std::fma(p, r, 1.0f / 6.0f);
-  p = std::fma(p, r, 0.5f);
-  p = std::fma(p, r, 1.0f);
-  p = std::fma(p, r, 1.0f);
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return p * scale;
-}
-
-inline float fast_tanh(float x) {
-  // tanh(x) = 1 - 2 / (exp(2x) + 1); saturates correctly for large |x|.
-  x = std::min(std::max(x, -9.0f), 9.0f);
-  float e = vexp(2.0f * x);
-  return 1.0f - 2.0f / (e + 1.0f);
-}
-
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+using cpu::fast_tanh;
+using cpu::kGeluScale;
+using cpu::vexp;
 
 class CpuBackend final : public Backend {
  public:
@@ -331,7 +307,7 @@ class CpuBackend final : public Backend {
 
   // Causal attention per (b, h) with BLAS on row blocks of kBlock queries: block i only
   // multiplies against keys [0, end of block i), which skips most of the masked half.
-  static constexpr int64_t kBlock = 64;
+  static constexpr int64_t kBlock = cpu::kAttBlock;
 
   void attention_forward_f32(float* out, float* att, const float* qkv, int64_t B, int64_t T,
                          int64_t C, int64_t NH) override {
@@ -350,21 +326,7 @@ class CpuBackend final : public Backend {
         // scores[i0:i1, 0:i1] = q[i0:i1] k[0:i1]^T * scale
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, i1, hs, scale, q + i0 * C3, C3,
                     k, C3, 0.0f, a + i0 * T, T);
-        for (int64_t i = i0; i < i1; ++i) {
-          float* r = a + i * T;
-          float mx = -INFINITY;
-          for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, r[j]);
-          float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-          for (int64_t j = 0; j <= i; ++j) {
-            r[j] = vexp(r[j] - mx);
-            s += r[j];
-          }
-          const float inv = 1.0f / s;
-#pragma omp simd
-          for (int64_t j = 0; j <= i; ++j) r[j] *= inv;
-          for (int64_t j = i + 1; j < T; ++j) r[j] = 0.0f;
-        }
+        for (int64_t i = i0; i < i1; ++i) cpu::softmax_row(a + i * T, i + 1, T);
         // out[i0:i1] = att[i0:i1, 0:i1] v[0:i1]
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, i1, 1.0f, a + i0 * T, T, v,
                     C3, 0.0f, o + i0 * C, C);
@@ -403,16 +365,7 @@ class CpuBackend final : public Backend {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, i1, hs, 1.0f, dO + i0 * C, C, v,
                     C3, 0.0f, datt, T);
         // softmax backward: dscore = att * (datt - sum_j att*datt), times the 1/sqrt(hs) scale
-        for (int64_t i = i0; i < i1; ++i) {
-          const float* ar = a + i * T;
-          float* dr = datt + (i - i0) * T;
-          float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-          for (int64_t j = 0; j <= i; ++j) dot += ar[j] * dr[j];
-#pragma omp simd
-          for (int64_t j = 0; j <= i; ++j) dr[j] = ar[j] * (dr[j] - dot) * scale;
-          for (int64_t j = i + 1; j < i1; ++j) dr[j] = 0.0f;
-        }
+        for (int64_t i = i0; i < i1; ++i) cpu::softmax_backward_causal_row(a + i * T, datt + (i - i0) * T, i, i1, scale);
         // dq[i0:i1] = dscore k[0:i1];  dk[0:i1] += dscore^T q[i0:i1]
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, i1, 1.0f, datt, T, k, C3,
                     0.0f, dq + i0 * C3, C3);
@@ -441,20 +394,7 @@ class CpuBackend final : public Backend {
         // scores[i0:i1, 0:T] = q[i0:i1] k^T * scale
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, T, hs, scale, q + i0 * C3, C3, k, C3, 0.0f,
                     a + i0 * T, T);
-        for (int64_t i = i0; i < i1; ++i) {
-          float* r = a + i * T;
-          float mx = -INFINITY;
-          for (int64_t j = 0; j < T; ++j) mx = std::max(mx, r[j]);
-          float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-          for (int64_t j = 0; j < T; ++j) {
-            r[j] = vexp(r[j] - mx);
-            s += r[j];
-          }
-          const float inv = 1.0f / s;
-#pragma omp simd
-          for (int64_t j = 0; j < T; ++j) r[j] *= inv;
-        }
+        for (int64_t i = i0; i < i1; ++i) cpu::softmax_row(a + i * T, T, T);
         // out[i0:i1] = att[i0:i1, 0:T] v
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, T, 1.0f, a + i0 * T, T, v, C3, 0.0f,
                     o + i0 * C, C);
@@ -494,13 +434,7 @@ class CpuBackend final : public Backend {
                     T);
         // softmax backward: dscore = att * (datt - sum_j att*datt), times the 1/sqrt(hs) scale
         for (int64_t i = i0; i < i1; ++i) {
-          const float* ar = a + i * T;
-          float* dr = datt + (i - i0) * T;
-          float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-          for (int64_t j = 0; j < T; ++j) dot += ar[j] * dr[j];
-#pragma omp simd
-          for (int64_t j = 0; j < T; ++j) dr[j] = ar[j] * (dr[j] - dot) * scale;
+          cpu::softmax_backward_row(a + i * T, datt + (i - i0) * T, T, T, scale);
         }
         // dq[i0:i1] = dscore k;  dk += dscore^T q[i0:i1]
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, T, 1.0f, datt, T, k, C3, 0.0f,
@@ -509,6 +443,31 @@ class CpuBackend final : public Backend {
                     C3);
       }
     }
+  }
+
+  // Self-attention on 16-bit operands reads them in place (attention_16.h): no staging arena;
+  // all-f32 calls run the fp32 kernels above.
+  void attention_forward(View o, View att, CView qkv, int64_t B, int64_t T, int64_t C, int64_t NH) override {
+    if (o.f32() && att.f32() && qkv.f32()) return Backend::attention_forward(o, att, qkv, B, T, C, NH);
+    att16_.forward(o, att, qkv, B, T, C, NH, true);
+  }
+  void attention_backward(View dqkv, CView dout, CView qkv, CView att, int64_t B, int64_t T, int64_t C,
+                          int64_t NH) override {
+    if (dqkv.f32() && dout.f32() && qkv.f32() && att.f32()) {
+      return Backend::attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
+    }
+    att16_.backward(dqkv, dout, qkv, att, B, T, C, NH, true);
+  }
+  void bidir_attention_forward(View o, View att, CView qkv, int64_t B, int64_t T, int64_t C, int64_t NH) override {
+    if (o.f32() && att.f32() && qkv.f32()) return Backend::bidir_attention_forward(o, att, qkv, B, T, C, NH);
+    att16_.forward(o, att, qkv, B, T, C, NH, false);
+  }
+  void bidir_attention_backward(View dqkv, CView dout, CView qkv, CView att, int64_t B, int64_t T, int64_t C,
+                                int64_t NH) override {
+    if (dqkv.f32() && dout.f32() && qkv.f32() && att.f32()) {
+      return Backend::bidir_attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
+    }
+    att16_.backward(dqkv, dout, qkv, att, B, T, C, NH, false);
   }
 
   // Query attention: one (n, h) row of S scores at a time, in the att row itself (no scratch).
@@ -810,6 +769,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<OnednnGemm> onednn_;  // made when a product needs it
   std::unique_ptr<NativeProducts> native_;  // the typed products with native bf16 (product_ kOnednnBf16)
   std::vector<float> scratch_;
+  cpu::Attention16 att16_;
 };
 
 }  // namespace

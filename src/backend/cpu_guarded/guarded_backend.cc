@@ -30,6 +30,8 @@ template <typename T>
 Arg as_arg(T x) {
   if constexpr (std::is_pointer_v<T>) {
     return {x, 0};
+  } else if constexpr (std::is_same_v<T, View> || std::is_same_v<T, CView>) {
+    return {x.data, 0};
   } else {
     return {nullptr, 0};
   }
@@ -141,6 +143,22 @@ class GuardedBackend final : public Backend {
   void bidir_attention_backward_f32(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B,
                                 int64_t T, int64_t C, int64_t NH) override {
     run<&Backend::bidir_attention_backward_f32>("bidir_attention_backward", dqkv, dout, qkv, att, B, T, C, NH);
+  }
+  // The CPU backend's typed self-attention, which reads 16-bit operands in place (no staging).
+  void attention_forward(View out, View att, CView qkv, int64_t B, int64_t T, int64_t C, int64_t NH) override {
+    run<&Backend::attention_forward>(
+        "attention_forward", out, att, qkv, B, T, C, NH);
+  }
+  void attention_backward(View dqkv, CView dout, CView qkv, CView att, int64_t B, int64_t T, int64_t C,
+                          int64_t NH) override {
+    run<&Backend::attention_backward>("attention_backward", dqkv, dout, qkv, att, B, T, C, NH);
+  }
+  void bidir_attention_forward(View out, View att, CView qkv, int64_t B, int64_t T, int64_t C, int64_t NH) override {
+    run<&Backend::bidir_attention_forward>("bidir_attention_forward", out, att, qkv, B, T, C, NH);
+  }
+  void bidir_attention_backward(View dqkv, CView dout, CView qkv, CView att, int64_t B, int64_t T, int64_t C,
+                                int64_t NH) override {
+    run<&Backend::bidir_attention_backward>("bidir_attention_backward", dqkv, dout, qkv, att, B, T, C, NH);
   }
   void query_attention_forward_f32(float* out, float* att, const float* q, const float* kv, int64_t N, int64_t S,
                                int64_t C, int64_t NH) override {

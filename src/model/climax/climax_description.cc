@@ -110,8 +110,7 @@ int64_t ClimaxDescription::staging_elems() const {
   int64_t blocks = 0;
   if (s_.model.n_layer > 0) {
     BlockStaging k;
-    k.N = k.Nl = N_, k.C = C_, k.Cl = Cl_, k.F = Fl_, k.att = s_.B * NHl_ * L_ * L_;
-    k.B = s_.B;
+    k.N = k.Nl = N_, k.C = C_, k.Cl = Cl_, k.F = Fl_;
     k.tp = s_.tp;
     k.training = s_.training;
     k.dt = layer_dtypes();  // the gradient scratch stays f32

@@ -180,13 +180,11 @@ int64_t GptDescription::staging_elems() const {
 
 int64_t GptDescription::block_staging_elems() const {
   BlockStaging k;
-  k.N = N_, k.Nl = Nl_, k.C = C_, k.Cl = Cl_, k.F = Fl_, k.att = att_stats_elems();
-  k.B = s_.B;
+  k.N = N_, k.Nl = Nl_, k.C = C_, k.Cl = Cl_, k.F = Fl_;
   k.tp = s_.tp;
   k.sequence_parallel = sp_;
   k.attention_lse = s_.attention_lse;
   k.training = s_.training;
-  k.selective = selective_;
   k.dt = layer_dtypes();
   k.dC = dC_dtype();
   k.d3C = k.dF = act_dtype();

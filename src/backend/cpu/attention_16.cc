@@ -1,0 +1,160 @@
+#include "backend/cpu/attention_16.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/cpu_math.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/precision.h"
+
+namespace weft::cpu {
+namespace {
+
+void check_dtype(DType dt, const char* op, const char* what) {
+  if (dt != DType::kF32 && dt != DType::kBF16 && dt != DType::kF16) {
+    throw_input("{}: {} is {}; attention takes f32, bf16 or f16 tensors", op, what, dtype_name(dt));
+  }
+}
+
+// d[0, n) = the elements [off, off + n) of a tensor, widened to fp32 (exact).
+void widen(float* d, const void* base, DType dt, int64_t off, int64_t n) {
+  if (dt == DType::kF32) {
+    std::memcpy(d, static_cast<const float*>(base) + off, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  const uint16_t* s = static_cast<const uint16_t*>(base) + off;
+  if (dt == DType::kBF16) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_float(bf16{s[i]});
+    return;
+  }
+#ifdef __FLT16_MAX__
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) d[i] = static_cast<float>(std::bit_cast<_Float16>(s[i]));
+#else
+  cast_from_16_ref(d, s, n, dt, false);
+#endif
+}
+
+// The elements [off, off + n) of a tensor = s[0, n), rounded to its dtype (the bits of the
+// backend's encode_16).
+void narrow(void* base, DType dt, int64_t off, const float* s, int64_t n) {
+  if (dt == DType::kF32) {
+    std::memcpy(static_cast<float*>(base) + off, s, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  uint16_t* d = static_cast<uint16_t*>(base) + off;
+  if (dt == DType::kBF16) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) d[i] = float_to_bf16(s[i]).bits;
+    return;
+  }
+#ifdef __FLT16_MAX__
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) d[i] = std::bit_cast<uint16_t>(static_cast<_Float16>(s[i]));
+#else
+  cast_to_16_ref(d, s, n, dt);
+#endif
+}
+
+// One head's rows of a (T, ld) tensor, columns [col, col + hs), packed into d (T, hs).
+void pack_head(float* d, CView x, int64_t first, int64_t T, int64_t ld, int64_t hs) {
+  for (int64_t t = 0; t < T; ++t) widen(d + t * hs, x.data, x.dtype, first + t * ld, hs);
+}
+void unpack_head(View x, int64_t first, int64_t ld, const float* s, int64_t rows, int64_t hs) {
+  for (int64_t t = 0; t < rows; ++t) narrow(x.data, x.dtype, first + t * ld, s + t * hs, hs);
+}
+
+}  // namespace
+
+float* Attention16::scratch(int64_t per, int64_t* stride) {
+  *stride = (per + 15) / 16 * 16;  // whole 64-byte lines per thread
+  const size_t want = static_cast<size_t>(*stride) * static_cast<size_t>(omp_get_max_threads()) + 16;
+  if (scratch_.size() < want) scratch_.resize(want);
+  const auto p = reinterpret_cast<uintptr_t>(scratch_.data());
+  return scratch_.data() + ((64 - p % 64) % 64) / sizeof(float);
+}
+
+void Attention16::forward(View out, View att, CView qkv, int64_t B, int64_t T, int64_t C, int64_t NH, bool causal) {
+  const char* op = causal ? "attention_forward" : "bidir_attention_forward";
+  check_dtype(out.dtype, op, "the output");
+  check_dtype(att.dtype, op, "the probabilities");
+  check_dtype(qkv.dtype, op, "qkv");
+  const int64_t hs = C / NH, C3 = 3 * C, Bk = kAttBlock;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  int64_t stride = 0;
+  float* base = scratch(3 * T * hs + Bk * T + Bk * hs, &stride);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t bh = 0; bh < B * NH; ++bh) {
+    const int64_t b = bh / NH, h = bh % NH;
+    float* q = base + static_cast<int64_t>(omp_get_thread_num()) * stride;
+    float *k = q + T * hs, *v = k + T * hs, *S = v + T * hs, *O = S + Bk * T;
+    const int64_t row0 = b * T * C3 + h * hs;
+    pack_head(q, qkv, row0, T, C3, hs);
+    pack_head(k, qkv, row0 + C, T, C3, hs);
+    pack_head(v, qkv, row0 + 2 * C, T, C3, hs);
+    for (int64_t i0 = 0; i0 < T; i0 += Bk) {
+      const int64_t i1 = std::min(T, i0 + Bk), rows = i1 - i0, cols = causal ? i1 : T;
+      // S[rows, 0:cols] = q[i0:i1] k[0:cols]^T * scale, its rows' softmax, out = S v[0:cols]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, scale, q + i0 * hs, hs, k, hs, 0.0f, S, T);
+      for (int64_t i = i0; i < i1; ++i) softmax_row(S + (i - i0) * T, causal ? i + 1 : T, T);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, cols, 1.0f, S, T, v, hs, 0.0f, O, hs);
+      for (int64_t i = i0; i < i1; ++i) narrow(att.data, att.dtype, (bh * T + i) * T, S + (i - i0) * T, T);
+      unpack_head(out, (b * T + i0) * C + h * hs, C, O, rows, hs);
+    }
+  }
+}
+
+void Attention16::backward(View dqkv, CView dout, CView qkv, CView att, int64_t B, int64_t T, int64_t C, int64_t NH,
+                           bool causal) {
+  const char* op = causal ? "attention_backward" : "bidir_attention_backward";
+  check_dtype(dqkv.dtype, op, "dqkv");
+  check_dtype(dout.dtype, op, "dout");
+  check_dtype(qkv.dtype, op, "qkv");
+  check_dtype(att.dtype, op, "the probabilities");
+  const int64_t hs = C / NH, C3 = 3 * C, Bk = kAttBlock;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  int64_t stride = 0;
+  float* base = scratch(6 * T * hs + 2 * Bk * T + Bk * hs, &stride);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t bh = 0; bh < B * NH; ++bh) {
+    const int64_t b = bh / NH, h = bh % NH;
+    float* q = base + static_cast<int64_t>(omp_get_thread_num()) * stride;
+    float *k = q + T * hs, *v = k + T * hs, *dO = v + T * hs, *dk = dO + T * hs, *dv = dk + T * hs;
+    float *A = dv + T * hs, *D = A + Bk * T, *dq = D + Bk * T;
+    const int64_t row0 = b * T * C3 + h * hs;
+    pack_head(q, qkv, row0, T, C3, hs);
+    pack_head(k, qkv, row0 + C, T, C3, hs);
+    pack_head(v, qkv, row0 + 2 * C, T, C3, hs);
+    pack_head(dO, dout, b * T * C + h * hs, T, C, hs);
+    std::fill(dk, dk + 2 * T * hs, 0.0f);  // dk, dv
+    for (int64_t i0 = 0; i0 < T; i0 += Bk) {
+      const int64_t i1 = std::min(T, i0 + Bk), rows = i1 - i0, cols = causal ? i1 : T;
+      for (int64_t i = i0; i < i1; ++i) widen(A + (i - i0) * T, att.data, att.dtype, (bh * T + i) * T, cols);
+      // dv[0:cols] += A^T dO[i0:i1]; D = dO[i0:i1] v[0:cols]^T, the softmax backward of its rows
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, rows, 1.0f, A, T, dO + i0 * hs, hs, 1.0f, dv, hs);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, 1.0f, dO + i0 * hs, hs, v, hs, 0.0f, D, T);
+      for (int64_t i = i0; i < i1; ++i) {
+        if (causal) {
+          softmax_backward_causal_row(A + (i - i0) * T, D + (i - i0) * T, i, cols, scale);
+        } else {
+          softmax_backward_row(A + (i - i0) * T, D + (i - i0) * T, T, T, scale);
+        }
+      }
+      // dq[i0:i1] = D k[0:cols]; dk[0:cols] += D^T q[i0:i1]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, cols, 1.0f, D, T, k, hs, 0.0f, dq, hs);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, rows, 1.0f, D, T, q + i0 * hs, hs, 1.0f, dk, hs);
+      unpack_head(dqkv, row0 + i0 * C3, C3, dq, rows, hs);
+    }
+    unpack_head(dqkv, row0 + C, C3, dk, T, hs);
+    unpack_head(dqkv, row0 + 2 * C, C3, dv, T, hs);
+  }
+}
+
+}  // namespace weft::cpu

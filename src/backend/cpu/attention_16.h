@@ -1,0 +1,35 @@
+// The CPU backend's self-attention on 16-bit tensors (issue 32: the CPU kernels read their
+// storage type and compute in fp32). The typed defaults (typed_defaults.cc) would widen a whole
+// sample's operands, its (NH, T, T) probabilities included, into the staging arena; these read
+// each (sample, head)'s q, k, v (and dout, probabilities) rows in place into per-thread fp32
+// scratch and round what they write row by row. Each step is the fp32 kernel's own (the same
+// products on the same values, cpu_math.h's rows), so the results are bitwise those of the
+// typed defaults on the fp32 kernels. Operands may mix f32, bf16 and f16 (a tensor-parallel dout
+// is f32).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/view.h"
+
+namespace weft::cpu {
+
+class Attention16 {
+ public:
+  // As Backend::attention_forward (causal) / bidir_attention_forward: out (B,T,C), att
+  // (B,NH,T,T) probabilities, qkv (B,T,3C).
+  void forward(View out, View att, CView qkv, int64_t B, int64_t T, int64_t C, int64_t NH, bool causal);
+  // As Backend::attention_backward / bidir_attention_backward: dqkv (B,T,3C) written.
+  void backward(View dqkv, CView dout, CView qkv, CView att, int64_t B, int64_t T, int64_t C, int64_t NH,
+                bool causal);
+  // Bytes of the per-thread scratch held now (host memory outside the tracked categories, as
+  // the fp32 kernels' block scratch and the BLAS libraries' packing buffers: docs/memory.md).
+  int64_t scratch_bytes() const { return static_cast<int64_t>(scratch_.size() * sizeof(float)); }
+
+ private:
+  // `per` floats for each of the OpenMP threads, 64-byte aligned; returns thread 0's.
+  float* scratch(int64_t per, int64_t* stride);
+  std::vector<float> scratch_;
+};
+
+}  // namespace weft::cpu
