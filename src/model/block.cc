@@ -97,13 +97,13 @@ int64_t block_staging_elems(const BlockStaging& k) {
   call(bwd(st(dF, N * F) + st(a, N * F) + w(F * C), N, F, C, f32, a, dF));
   call(rows(N * F, 0, 2 * h(dF) + h(a)));
   call(bwd(st(dC, N * C) + st(dF, N * F) + st(ln, N * C) + w(C * F), N, C, F, dF, ln, dC));  // fc -> dC
-  call((sp ? 0 : st(dC, N * C)) + st(a, Nl * C) + w(C));         // ln2's layernorm_backward
+  // ln2's and ln1's layernorm_backward read 16-bit operands in place on the cpu backends
+  // (backend/cpu/layernorm_16.h): nothing staged.
   call(bwd(st(dC, N * Cl) + st(a, N * Cl) + w(Cl * C), N, Cl, C, f32, a, dC));  // attn proj -> dC
   if (k.attention_lse) {
     call(st(d3C, N * 3 * Cl) + st(a, N * 3 * Cl) + st(dC, N * Cl) + st(a, N * Cl));  // its backward
   }
   call(bwd(st(dC, N * C) + st(d3C, N * 3 * Cl) + st(ln, N * C) + w(C * 3 * Cl), N, C, 3 * Cl, d3C, ln, dC));                 // qkv's matmul_backward -> dC
-  call((sp ? 0 : st(dC, N * C)) + w(C));                         // ln1's layernorm_backward
   return m;
 }
 

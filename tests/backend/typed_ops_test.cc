@@ -323,6 +323,27 @@ TEST_P(TypedOps, SelfAttentionOverBlocksMixesDtypesAndStagesNothing) {
   }
 }
 
+// LayerNorm's backward over more rows than threads, 16-bit everywhere and with f32 statistics
+// and weight gradients: bitwise the rounded fp32 op, and nothing staged on the cpu backends
+// (backend/cpu/layernorm_16.h).
+TEST_P(TypedOps, LayerNormBackwardReadsSixteenBitInPlace) {
+  auto be = test::make_test_backend(GetParam());
+  const int64_t N = 37, C = 24;
+  const Case c{"layernorm_backward",
+               {act(randn(N * C, 111)), stat(randn(C, 112)), stat(randn(C, 113)), act(randn(N * C, 114)),
+                act(randn(N * C, 115)), act(randn(C, 116)), stat(randn(N, 117)), stat(positive(N, 118))},
+               [=](Backend& b, std::vector<View>& t) {
+                 b.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], N, C);
+               }};
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (Placement where : {Placement::kActivations, Placement::kEverything}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (where == Placement::kEverything ? " everything" : " activations"));
+      check_case(*be, c, dt, where);
+      EXPECT_EQ(be->staging_high_water(), 0);
+    }
+  }
+}
+
 TEST_P(TypedOps, StagingCountsAsWorkspaceAndIsFreed) {
   auto be = test::make_test_backend(GetParam());
   const int64_t n = 1000;

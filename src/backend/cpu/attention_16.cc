@@ -4,64 +4,13 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
-#include <cstring>
 
 #include "backend/cpu/cpu_math.h"
-#include "core/dtype.h"
-#include "core/error.h"
-#include "core/precision.h"
+#include "backend/cpu/rows_16.h"
 
 namespace weft::cpu {
 namespace {
-
-void check_dtype(DType dt, const char* op, const char* what) {
-  if (dt != DType::kF32 && dt != DType::kBF16 && dt != DType::kF16) {
-    throw_input("{}: {} is {}; attention takes f32, bf16 or f16 tensors", op, what, dtype_name(dt));
-  }
-}
-
-// d[0, n) = the elements [off, off + n) of a tensor, widened to fp32 (exact).
-void widen(float* d, const void* base, DType dt, int64_t off, int64_t n) {
-  if (dt == DType::kF32) {
-    std::memcpy(d, static_cast<const float*>(base) + off, static_cast<size_t>(n) * sizeof(float));
-    return;
-  }
-  const uint16_t* s = static_cast<const uint16_t*>(base) + off;
-  if (dt == DType::kBF16) {
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_float(bf16{s[i]});
-    return;
-  }
-#ifdef __FLT16_MAX__
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) d[i] = static_cast<float>(std::bit_cast<_Float16>(s[i]));
-#else
-  cast_from_16_ref(d, s, n, dt, false);
-#endif
-}
-
-// The elements [off, off + n) of a tensor = s[0, n), rounded to its dtype (the bits of the
-// backend's encode_16).
-void narrow(void* base, DType dt, int64_t off, const float* s, int64_t n) {
-  if (dt == DType::kF32) {
-    std::memcpy(static_cast<float*>(base) + off, s, static_cast<size_t>(n) * sizeof(float));
-    return;
-  }
-  uint16_t* d = static_cast<uint16_t*>(base) + off;
-  if (dt == DType::kBF16) {
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) d[i] = float_to_bf16(s[i]).bits;
-    return;
-  }
-#ifdef __FLT16_MAX__
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) d[i] = std::bit_cast<uint16_t>(static_cast<_Float16>(s[i]));
-#else
-  cast_to_16_ref(d, s, n, dt);
-#endif
-}
 
 // One head's rows of a (T, ld) tensor, columns [col, col + hs), packed into d (T, hs).
 void pack_head(float* d, CView x, int64_t first, int64_t T, int64_t ld, int64_t hs) {
@@ -73,23 +22,15 @@ void unpack_head(View x, int64_t first, int64_t ld, const float* s, int64_t rows
 
 }  // namespace
 
-float* Attention16::scratch(int64_t per, int64_t* stride) {
-  *stride = (per + 15) / 16 * 16;  // whole 64-byte lines per thread
-  const size_t want = static_cast<size_t>(*stride) * static_cast<size_t>(omp_get_max_threads()) + 16;
-  if (scratch_.size() < want) scratch_.resize(want);
-  const auto p = reinterpret_cast<uintptr_t>(scratch_.data());
-  return scratch_.data() + ((64 - p % 64) % 64) / sizeof(float);
-}
-
 void Attention16::forward(View out, View att, CView qkv, int64_t B, int64_t T, int64_t C, int64_t NH, bool causal) {
   const char* op = causal ? "attention_forward" : "bidir_attention_forward";
-  check_dtype(out.dtype, op, "the output");
-  check_dtype(att.dtype, op, "the probabilities");
-  check_dtype(qkv.dtype, op, "qkv");
+  check_float_dtype(out.dtype, op, "the output");
+  check_float_dtype(att.dtype, op, "the probabilities");
+  check_float_dtype(qkv.dtype, op, "qkv");
   const int64_t hs = C / NH, C3 = 3 * C, Bk = kAttBlock;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   int64_t stride = 0;
-  float* base = scratch(3 * T * hs + Bk * T + Bk * hs, &stride);
+  float* base = scratch_.get(3 * T * hs + Bk * T + Bk * hs, &stride);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t bh = 0; bh < B * NH; ++bh) {
     const int64_t b = bh / NH, h = bh % NH;
@@ -114,14 +55,14 @@ void Attention16::forward(View out, View att, CView qkv, int64_t B, int64_t T, i
 void Attention16::backward(View dqkv, CView dout, CView qkv, CView att, int64_t B, int64_t T, int64_t C, int64_t NH,
                            bool causal) {
   const char* op = causal ? "attention_backward" : "bidir_attention_backward";
-  check_dtype(dqkv.dtype, op, "dqkv");
-  check_dtype(dout.dtype, op, "dout");
-  check_dtype(qkv.dtype, op, "qkv");
-  check_dtype(att.dtype, op, "the probabilities");
+  check_float_dtype(dqkv.dtype, op, "dqkv");
+  check_float_dtype(dout.dtype, op, "dout");
+  check_float_dtype(qkv.dtype, op, "qkv");
+  check_float_dtype(att.dtype, op, "the probabilities");
   const int64_t hs = C / NH, C3 = 3 * C, Bk = kAttBlock;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   int64_t stride = 0;
-  float* base = scratch(6 * T * hs + 2 * Bk * T + Bk * hs, &stride);
+  float* base = scratch_.get(6 * T * hs + 2 * Bk * T + Bk * hs, &stride);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t bh = 0; bh < B * NH; ++bh) {
     const int64_t b = bh / NH, h = bh % NH;

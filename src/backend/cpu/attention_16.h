@@ -8,8 +8,8 @@
 // is f32).
 #pragma once
 #include <cstdint>
-#include <vector>
 
+#include "backend/cpu/rows_16.h"
 #include "core/view.h"
 
 namespace weft::cpu {
@@ -22,14 +22,9 @@ class Attention16 {
   // As Backend::attention_backward / bidir_attention_backward: dqkv (B,T,3C) written.
   void backward(View dqkv, CView dout, CView qkv, CView att, int64_t B, int64_t T, int64_t C, int64_t NH,
                 bool causal);
-  // Bytes of the per-thread scratch held now (host memory outside the tracked categories, as
-  // the fp32 kernels' block scratch and the BLAS libraries' packing buffers: docs/memory.md).
-  int64_t scratch_bytes() const { return static_cast<int64_t>(scratch_.size() * sizeof(float)); }
 
  private:
-  // `per` floats for each of the OpenMP threads, 64-byte aligned; returns thread 0's.
-  float* scratch(int64_t per, int64_t* stride);
-  std::vector<float> scratch_;
+  ThreadScratch scratch_;
 };
 
 }  // namespace weft::cpu

@@ -20,6 +20,7 @@
 #include "backend/cpu/attention_16.h"
 #include "backend/cpu/blas_kernels.h"
 #include "backend/cpu/cpu_math.h"
+#include "backend/cpu/layernorm_16.h"
 #include "backend/cpu/native_products.h"
 #include "backend/cpu/onednn_gemm.h"
 #include "core/error.h"
@@ -230,28 +231,7 @@ class CpuBackend final : public Backend {
       float* pdb = pdw + C;
 #pragma omp for schedule(static)
       for (int64_t i = 0; i < N; ++i) {
-        const float* x = inp + i * C;
-        const float* g = dout + i * C;
-        const float m = mean[i], r = rstd[i];
-        float sum_d = 0.0f, sum_dn = 0.0f;
-#pragma omp simd reduction(+ : sum_d, sum_dn)
-        for (int64_t c = 0; c < C; ++c) {
-          float n = (x[c] - m) * r;
-          float d = w[c] * g[c];
-          sum_d += d;
-          sum_dn += d * n;
-        }
-        sum_d /= C;
-        sum_dn /= C;
-        float* dx = dinp + i * C;
-#pragma omp simd
-        for (int64_t c = 0; c < C; ++c) {
-          float n = (x[c] - m) * r;
-          float d = w[c] * g[c];
-          pdb[c] += g[c];
-          pdw[c] += n * g[c];
-          dx[c] += (d - sum_d - n * sum_dn) * r;
-        }
+        cpu::layernorm_backward_row(dinp + i * C, pdw, pdb, inp + i * C, dout + i * C, w, mean[i], rstd[i], C);
       }
     }
     for (int t = 0; t < nt; ++t) {
@@ -261,6 +241,15 @@ class CpuBackend final : public Backend {
         db[c] += pdw[C + c];
       }
     }
+  }
+
+  // On 16-bit operands it reads them in place (layernorm_16.h): no staging arena.
+  void layernorm_backward(View dinp, View dw, View db, CView dout, CView inp, CView w, CView mean, CView rstd,
+                          int64_t N, int64_t C) override {
+    if (dinp.f32() && dw.f32() && db.f32() && dout.f32() && inp.f32() && w.f32() && mean.f32() && rstd.f32()) {
+      return Backend::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    }
+    ln16_.backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   }
 
   void add_bias_f32(float* out, const float* inp, const float* bias, int64_t N, int64_t C) override {
@@ -770,6 +759,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<NativeProducts> native_;  // the typed products with native bf16 (product_ kOnednnBf16)
   std::vector<float> scratch_;
   cpu::Attention16 att16_;
+  cpu::LayerNorm16 ln16_;
 };
 
 }  // namespace

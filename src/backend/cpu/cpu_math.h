@@ -80,4 +80,29 @@ inline void softmax_backward_causal_row(const float* a, float* d, int64_t i, int
   for (int64_t j = i + 1; j < len; ++j) d[j] = 0.0f;
 }
 
+// One row of LayerNorm's backward: dx += the input gradient, pdw/pdb += the row's weight and
+// bias gradients (a thread's partial sums), from the row's input x, its output gradient g, the
+// weight w and the row's mean m and 1/std r.
+inline void layernorm_backward_row(float* dx, float* pdw, float* pdb, const float* x, const float* g, const float* w,
+                                   float m, float r, int64_t C) {
+  float sum_d = 0.0f, sum_dn = 0.0f;
+#pragma omp simd reduction(+ : sum_d, sum_dn)
+  for (int64_t c = 0; c < C; ++c) {
+    float n = (x[c] - m) * r;
+    float d = w[c] * g[c];
+    sum_d += d;
+    sum_dn += d * n;
+  }
+  sum_d /= C;
+  sum_dn /= C;
+#pragma omp simd
+  for (int64_t c = 0; c < C; ++c) {
+    float n = (x[c] - m) * r;
+    float d = w[c] * g[c];
+    pdb[c] += g[c];
+    pdw[c] += n * g[c];
+    dx[c] += (d - sum_d - n * sum_dn) * r;
+  }
+}
+
 }  // namespace weft::cpu

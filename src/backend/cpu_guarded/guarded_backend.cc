@@ -144,7 +144,8 @@ class GuardedBackend final : public Backend {
                                 int64_t T, int64_t C, int64_t NH) override {
     run<&Backend::bidir_attention_backward_f32>("bidir_attention_backward", dqkv, dout, qkv, att, B, T, C, NH);
   }
-  // The CPU backend's typed self-attention, which reads 16-bit operands in place (no staging).
+  // The CPU backend's typed self-attention and LayerNorm backward, which read 16-bit operands in
+  // place (no staging).
   void attention_forward(View out, View att, CView qkv, int64_t B, int64_t T, int64_t C, int64_t NH) override {
     run<&Backend::attention_forward>(
         "attention_forward", out, att, qkv, B, T, C, NH);
@@ -159,6 +160,10 @@ class GuardedBackend final : public Backend {
   void bidir_attention_backward(View dqkv, CView dout, CView qkv, CView att, int64_t B, int64_t T, int64_t C,
                                 int64_t NH) override {
     run<&Backend::bidir_attention_backward>("bidir_attention_backward", dqkv, dout, qkv, att, B, T, C, NH);
+  }
+  void layernorm_backward(View dinp, View dw, View db, CView dout, CView inp, CView w, CView mean, CView rstd,
+                          int64_t N, int64_t C) override {
+    run<&Backend::layernorm_backward>("layernorm_backward", dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   }
   void query_attention_forward_f32(float* out, float* att, const float* q, const float* kv, int64_t N, int64_t S,
                                int64_t C, int64_t NH) override {

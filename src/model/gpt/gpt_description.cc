@@ -200,7 +200,7 @@ int64_t GptDescription::head_staging_elems() const {
   // The logits (and the gradient that replaces them) are stored in the activations' dtype; a
   // native product stages bf16 copies of its f32 inputs (2 to an element).
   const DType ln = layer_dtypes().ln, dC = dC_dtype(), L = act_dtype();
-  const int64_t N = N_, Nl = Nl_, C = C_, h = head_chunk_, V = Vl_;
+  const int64_t Nl = Nl_, C = C_, h = head_chunk_, V = Vl_;
   const auto st = staged_elems;
   const auto w = [this](int64_t n) { return staged_elems(s_.param_dtype, n); };
   // A product C (M,N) = op(A) (M,K) op(B) (K,N): exact, its staged 16-bit operands; native, the
@@ -215,7 +215,7 @@ int64_t GptDescription::head_staging_elems() const {
   if (s_.training) {
     m = std::max(m, prod(st(L, h * V) + st(ln, h * C), V, C, h, L32, ln32, false));  // dwte += dlogits^T lnf
     m = std::max(m, prod(st(L, h * V) + st(dC, h * C) + w(V * C), h, C, V, L32, w32, dC != DType::kF32));  // dlnf = dlogits wte
-    m = std::max(m, (sp_ ? 0 : st(dC, N * C)) + w(C));  // ln_f's layernorm_backward
+    // ln_f's layernorm_backward reads its 16-bit operands in place (backend/cpu/layernorm_16.h).
   }
   return m;
 }
