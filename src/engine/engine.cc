@@ -26,14 +26,14 @@ class Engine::PipeAdapter final : public PipeChunk {
     e_.fill_batch(batch_, e_.dp_rank_ * e_.per_rank_ + a.micro_batch * B, B);
     if (a.kind == PipeAction::kBackward) ch_.store->begin_micro_batch(last);
   }
-  void forward(int slot, int, const float* x) override {
+  void forward(int slot, int, CView x) override {
     ch_.model->stage_forward(slot, *e_.batch_, x, true);
   }
-  double backward(int slot, int, const float* dy, bool) override {
+  double backward(int slot, int, CView dy, bool) override {
     return ch_.model->stage_backward(slot, *e_.batch_, dy, loss_scale_);
   }
-  const float* output(int slot) override { return ch_.model->stage_output(slot); }
-  const float* input_grad() override { return ch_.model->stage_input_grad(); }
+  CView output(int slot) override { return ch_.model->stage_output(slot); }
+  CView input_grad() override { return ch_.model->stage_input_grad(); }
 
  private:
   Engine& e_;
@@ -342,7 +342,7 @@ double Engine::forward_loss(const HostBatch& mb) {
   if (!runtime_) return chunks_[0]->model->loss_sum(mb);
   const int64_t count = pipe_message(mb.samples());
   double l = 0.0;
-  runtime_->forward_only(count, [&](int c, const float* x) -> const float* {
+  runtime_->forward_only(count, [&](int c, CView x) -> CView {
     Chunk& ch = *chunks_[static_cast<size_t>(c)];
     ch.model->stage_forward(0, mb, x, false);
     if (ch.spec.head) l = ch.model->stage_loss(0, mb);
@@ -439,7 +439,7 @@ void Engine::logits(const int32_t* tokens, int64_t T, int64_t from, float* logit
   // add zeros, which leaves every value's bits as they are).
   const int64_t n = (T - from) * cfg_.model.vocab_size;
   std::fill(logits_out, logits_out + n, 0.0f);
-  runtime_->forward_only(T * cfg_.model.n_embd, [&](int c, const float* x) -> const float* {
+  runtime_->forward_only(T * cfg_.model.n_embd, [&](int c, CView x) -> CView {
     Chunk& ch = *chunks_[static_cast<size_t>(c)];
     Model& g = generator(c);
     g.stage_forward_tokens(0, tokens, x, T);

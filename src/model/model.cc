@@ -19,7 +19,7 @@ void Model::stage_logits(int, int64_t T, int64_t from, float*) { refuse_logits(c
 
 void Model::reserve_generation(int64_t T) { refuse_logits(config(), 0, T); }
 
-void Model::stage_forward_tokens(int, const int32_t*, const float*, int64_t T) { refuse_logits(config(), 0, T); }
+void Model::stage_forward_tokens(int, const int32_t*, CView, int64_t T) { refuse_logits(config(), 0, T); }
 
 void Model::forward_outputs(const HostBatch& mb, float*) {
   throw_input("model '{}' is a {} model: it has no outputs to score beyond its loss ({} samples asked for)",

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/precision.h"
+#include "core/view.h"
 #include "data/batch.h"
 #include "model/params.h"
 #include "params/param_store.h"
@@ -61,11 +62,13 @@ class Model {
 
   // --- pipeline stages (a family that cannot be cut into stages refuses pp > 1 in the layout
   // rules; these then fail) ---
-  virtual void stage_forward(int slot, const HostBatch& mb, const float* x_in, bool for_backward) = 0;
-  virtual double stage_backward(int slot, const HostBatch& mb, const float* dy, float loss_scale) = 0;
+  // The messages between stages (x_in, dy, stage_output, stage_input_grad) are the residual
+  // stream's rows in its storage dtype (ModelCapabilities::stream_16bit).
+  virtual void stage_forward(int slot, const HostBatch& mb, CView x_in, bool for_backward) = 0;
+  virtual double stage_backward(int slot, const HostBatch& mb, CView dy, float loss_scale) = 0;
   virtual double stage_loss(int slot, const HostBatch& mb) = 0;
-  virtual const float* stage_output(int slot) = 0;
-  virtual const float* stage_input_grad() const = 0;
+  virtual CView stage_output(int slot) = 0;
+  virtual CView stage_input_grad() const = 0;
 
   // --- the model's outputs, for a family scored on them beyond its loss (ClimaX's forecasts; the
   // defaults: none) ---
@@ -80,7 +83,7 @@ class Model {
   virtual void forward_logits(const int32_t* tokens, int64_t T, int64_t from, float* logits_out);
   // A stage's forward of one sequence of T host tokens (the first stage reads them, a later one
   // x_in), without keeping anything for a backward: generation through a pipeline.
-  virtual void stage_forward_tokens(int slot, const int32_t* tokens, const float* x_in, int64_t T);
+  virtual void stage_forward_tokens(int slot, const int32_t* tokens, CView x_in, int64_t T);
   // The last stage, after stage_forward_tokens(slot, ...) of one sequence: the same rows.
   virtual void stage_logits(int slot, int64_t T, int64_t from, float* logits_out);
 };

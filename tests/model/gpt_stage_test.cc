@@ -44,7 +44,7 @@ TEST(GptStages, StagesReproduceTheWholeModel) {
     }
     // GPipe order: every forward, then every backward.
     for (int m = 0; m < M; ++m) {
-      const float* x = nullptr;
+      CView x;
       for (int p = 0; p < P; ++p) {
         st[p]->stage_forward(m, in.data() + m * B * T, x, B, T, true);
         x = st[p]->stage_output(m);
@@ -52,7 +52,7 @@ TEST(GptStages, StagesReproduceTheWholeModel) {
     }
     double loss = 0;
     for (int m = M - 1; m >= 0; --m) {
-      const float* dy = nullptr;
+      CView dy;
       for (int p = P - 1; p >= 0; --p) {
         loss += st[p]->stage_backward(m, in.data() + m * B * T, tg.data() + m * B * T, dy, B, T, scale);
         dy = st[p]->stage_input_grad();

@@ -55,7 +55,8 @@ Result run(Recompute mode, int full_layers, bool stages) {
     }
     for (int m = 0; m < M; ++m) {
       r.losses.push_back(st[1]->stage_backward(m, nullptr, tg.data() + m * B * T, nullptr, B, T, scale));
-      std::vector<float> dy(st[1]->stage_input_grad(), st[1]->stage_input_grad() + B * T * cfg.n_embd);
+      const float* g = st[1]->stage_input_grad().as_f32();
+      std::vector<float> dy(g, g + B * T * cfg.n_embd);
       st[0]->stage_backward(m, in.data() + m * B * T, nullptr, dy.data(), B, T, scale);
     }
   }

@@ -37,8 +37,9 @@ class ToyChunk final : public PipeChunk {
  public:
   ToyChunk(int global, int K, int slots) : g_(global), K_(K), x_(slots, std::vector<float>(kN)),
                                            y_(slots, std::vector<float>(kN)), mb_(slots, -1), dx_(kN) {}
-  void forward(int slot, int mb, const float* x) override {
-    EXPECT_EQ(x == nullptr, g_ == 0) << "chunk " << g_;
+  void forward(int slot, int mb, CView xv) override {
+    EXPECT_EQ(!xv, g_ == 0) << "chunk " << g_;
+    const float* x = xv.as_f32();
     for (int64_t i = 0; i < kN; ++i) {
       x_[slot][i] = g_ == 0 ? x0(mb, i) : x[i];
       y_[slot][i] = static_cast<float>(a_of(g_) * x_[slot][i] + b_of(g_));
@@ -46,7 +47,8 @@ class ToyChunk final : public PipeChunk {
     mb_[slot] = mb;
     seen_x[mb] = x_[slot];
   }
-  double backward(int slot, int mb, const float* dy, bool) override {
+  double backward(int slot, int mb, CView dyv, bool) override {
+    const float* dy = dyv.as_f32();
     EXPECT_EQ(mb_[slot], mb) << "chunk " << g_ << ": slot " << slot << " holds another micro-batch";
     EXPECT_EQ(dy == nullptr, g_ == K_ - 1) << "chunk " << g_;
     double loss = 0.0;
@@ -60,8 +62,8 @@ class ToyChunk final : public PipeChunk {
     mb_[slot] = -1;
     return loss;
   }
-  const float* output(int slot) override { return y_[slot].data(); }
-  const float* input_grad() override { return dx_.data(); }
+  CView output(int slot) override { return y_[slot].data(); }
+  CView input_grad() override { return dx_.data(); }
 
   std::map<int, std::vector<float>> seen_x, seen_dy;
   double dA = 0.0;
@@ -216,7 +218,8 @@ TEST(PipelineRuntime, ForwardOnlyPassesThroughEveryChunk) {
   const int64_t count = kN / 2;
   std::vector<std::vector<float>> out(2, std::vector<float>(count));
   std::vector<float> last;
-  rt.forward_only(count, [&](int c, const float* x) -> const float* {
+  rt.forward_only(count, [&](int c, CView xv) -> CView {
+    const float* x = xv.as_f32();
     const int g = rt.global(c);
     const std::vector<float> ex = expected_x(g, 3);
     for (int64_t i = 0; i < count; ++i) {

@@ -70,11 +70,11 @@ class ToyModel final : public Model {
   double train_micro_batch(const HostBatch& mb, float loss_scale) override { return run(mb, loss_scale, true); }
   double loss_sum(const HostBatch& mb) override { return run(mb, 0.0f, false); }
 
-  void stage_forward(int, const HostBatch&, const float*, bool) override { refuse(); }
-  double stage_backward(int, const HostBatch&, const float*, float) override { refuse(); }
+  void stage_forward(int, const HostBatch&, CView, bool) override { refuse(); }
+  double stage_backward(int, const HostBatch&, CView, float) override { refuse(); }
   double stage_loss(int, const HostBatch&) override { refuse(); }
-  const float* stage_output(int) override { refuse(); }
-  const float* stage_input_grad() const override { refuse(); }
+  CView stage_output(int) override { refuse(); }
+  CView stage_input_grad() const override { refuse(); }
 
  private:
   [[noreturn]] static void refuse() { throw_input("the toy family has no pipeline stages"); }

@@ -534,19 +534,19 @@ void ClimaX::predict(const float* x, const float* lead, int64_t B, float* out) {
   }
 }
 
-void ClimaX::stage_forward(int, const HostBatch&, const float*, bool) {
+void ClimaX::stage_forward(int, const HostBatch&, CView, bool) {
   throw_input("model '{}': ClimaX models run without pipeline stages (pp 1)", config().name);
 }
-double ClimaX::stage_backward(int, const HostBatch&, const float*, float) {
+double ClimaX::stage_backward(int, const HostBatch&, CView, float) {
   throw_input("model '{}': ClimaX models run without pipeline stages (pp 1)", config().name);
 }
 double ClimaX::stage_loss(int, const HostBatch&) {
   throw_input("model '{}': ClimaX models run without pipeline stages (pp 1)", config().name);
 }
-const float* ClimaX::stage_output(int) {
+CView ClimaX::stage_output(int) {
   throw_input("model '{}': ClimaX models run without pipeline stages (pp 1)", config().name);
 }
-const float* ClimaX::stage_input_grad() const {
+CView ClimaX::stage_input_grad() const {
   throw_input("model '{}': ClimaX models run without pipeline stages (pp 1)", config().name);
 }
 

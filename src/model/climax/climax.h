@@ -84,11 +84,11 @@ class ClimaX final : public Model {
   // A FieldBatch (data/field_batch.h).
   double train_micro_batch(const HostBatch& mb, float loss_scale) override;
   double loss_sum(const HostBatch& mb) override;
-  void stage_forward(int, const HostBatch&, const float*, bool) override;
-  double stage_backward(int, const HostBatch&, const float*, float) override;
+  void stage_forward(int, const HostBatch&, CView, bool) override;
+  double stage_backward(int, const HostBatch&, CView, float) override;
   double stage_loss(int, const HostBatch&) override;
-  const float* stage_output(int) override;
-  const float* stage_input_grad() const override;
+  CView stage_output(int) override;
+  CView stage_input_grad() const override;
 
   // --- the single-process conveniences (reference tests, eval) ---
   float* params();  // the local store's buffers (null without one): device memory

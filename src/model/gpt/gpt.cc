@@ -290,7 +290,7 @@ float GPT::forward_backward(const int32_t* inputs, const int32_t* targets, int64
   return static_cast<float>(loss_sum / static_cast<double>(B * T));
 }
 
-double GPT::backward_part(const float* dy, int64_t B, int64_t T, float loss_scale) {
+double GPT::backward_part(CView dy, int64_t B, int64_t T, float loss_scale) {
   const ModelConfig& c = config();
   const int64_t N = B * T, C = c.n_embd;
   const int64_t Nl = tp_.local_rows(N);  // rows of the residual stream held here
@@ -307,7 +307,8 @@ double GPT::backward_part(const float* dy, int64_t B, int64_t T, float loss_scal
   }
   if (!last) {
     // a pipeline stage before the last: the gradient of its output came from the next stage
-    backend_.copy_device(ws_.dres, 0, dy, 0, static_cast<size_t>(Nl * C) * sizeof(float));
+    WEFT_CHECK(dy.dtype == DType::kF32, "stage_backward: a {} output gradient for a f32 residual stream", dtype_name(dy.dtype));
+    backend_.copy_device(ws_.dres, 0, dy.data, 0, static_cast<size_t>(Nl * C) * sizeof(float));
   } else {
     loss_sum = head(N, wte, dwte, loss_scale);
     st.head_done();
@@ -364,14 +365,15 @@ struct SlotScope {
 };
 }  // namespace
 
-void GPT::stage_forward(int slot, const int32_t* inputs, const float* x_in, int64_t B, int64_t T, bool for_backward) {
+void GPT::stage_forward(int slot, const int32_t* inputs, CView x_in, int64_t B, int64_t T, bool for_backward) {
   check_shape(B, T, for_backward);
   if (layout_.stage().embedding) upload_tokens(inputs, nullptr, B * T);
   SlotScope scope(&cur_, &stash_[0]);
   use_slot(slot);
   if (!layout_.stage().embedding) {
     const int64_t rows = tp_.local_rows(B * T);
-    backend_.copy_device(cur_->encoded, 0, x_in, 0, static_cast<size_t>(rows * config().n_embd) * sizeof(float));
+    WEFT_CHECK(x_in.dtype == DType::kF32, "stage_forward: a {} input for a f32 residual stream", dtype_name(x_in.dtype));
+    backend_.copy_device(cur_->encoded, 0, x_in.data, 0, static_cast<size_t>(rows * config().n_embd) * sizeof(float));
   }
   forward_blocks(B, T);
   if (!for_backward) {  // drop the holds that the backward would release
@@ -380,7 +382,7 @@ void GPT::stage_forward(int slot, const int32_t* inputs, const float* x_in, int6
   }
 }
 
-double GPT::stage_backward(int slot, const int32_t* inputs, const int32_t* targets, const float* dy, int64_t B,
+double GPT::stage_backward(int slot, const int32_t* inputs, const int32_t* targets, CView dy, int64_t B,
                            int64_t T, float loss_scale) {
   upload_tokens(layout_.stage().embedding ? inputs : nullptr, layout_.stage().head ? targets : nullptr, B * T);
   SlotScope scope(&cur_, &stash_[0]);
@@ -398,10 +400,10 @@ double GPT::stage_loss(int slot, const int32_t* targets, int64_t B, int64_t T) {
   return s;
 }
 
-const float* GPT::stage_output(int slot) {
+CView GPT::stage_output(int slot) {
   SlotScope scope(&cur_, &stash_[0]);
   use_slot(slot);
-  return layout_.num_layers() > 0 ? cur_->layers.back().res3.as_f32() : cur_->encoded;
+  return layout_.num_layers() > 0 ? CView(cur_->layers.back().res3) : CView(cur_->encoded);
 }
 
 // Logits (V real entries) of one row (C) of the final LayerNorm's output (generation).

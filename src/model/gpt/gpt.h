@@ -168,20 +168,20 @@ class GPT final : public Model {
   // Forward of one micro-batch in activation slot `slot`: the first stage reads `inputs`
   // (B,T), a later one the previous stage's output x_in (B*T rows of C; B*T/tp under sequence
   // parallelism). for_backward: keep what the backward needs (and the parameter holds).
-  void stage_forward(int slot, const int32_t* inputs, const float* x_in, int64_t B, int64_t T, bool for_backward);
+  void stage_forward(int slot, const int32_t* inputs, CView x_in, int64_t B, int64_t T, bool for_backward);
   // Backward of that micro-batch: the last stage computes the loss (returns the sum of its
   // token losses, gradients scaled by loss_scale), an earlier one takes dy, the gradient of
   // its output from the next stage. Then stage_input_grad() is the gradient to send back.
-  double stage_backward(int slot, const int32_t* inputs, const int32_t* targets, const float* dy, int64_t B,
+  double stage_backward(int slot, const int32_t* inputs, const int32_t* targets, CView dy, int64_t B,
                         int64_t T, float loss_scale);
   // Last stage, after stage_forward(..., false): the sum of the token losses.
   double stage_loss(int slot, const int32_t* targets, int64_t B, int64_t T);
-  const float* stage_output(int slot) override;
+  CView stage_output(int slot) override;
   // Last stage, after stage_forward(slot, ..., 1, T, false) of one sequence: the logits (V real
   // entries) of positions [from, T), (T - from) rows of V (generation through a pipeline).
   void stage_logits(int slot, int64_t T, int64_t from, float* logits_out) override;
   // The gradient of the stage's input after stage_backward: valid until the next backward.
-  const float* stage_input_grad() const override { return ws_.dres; }
+  CView stage_input_grad() const override { return ws_.dres; }
 
   // --- the Model interface (model/model.h): a TokenBatch (data/token_batch.h) ---
   // The sum of the B*T token losses (the mean that forward_backward returns, times B*T).
@@ -195,11 +195,11 @@ class GPT final : public Model {
     const int64_t B = t.samples(), T = t.seq();
     return forward_loss(t.inputs(), t.targets(), B, T) * static_cast<double>(B * T);
   }
-  void stage_forward(int slot, const HostBatch& mb, const float* x_in, bool for_backward) override {
+  void stage_forward(int slot, const HostBatch& mb, CView x_in, bool for_backward) override {
     const TokenBatch& t = TokenBatch::of(mb);
     stage_forward(slot, t.inputs(), x_in, t.samples(), t.seq(), for_backward);
   }
-  double stage_backward(int slot, const HostBatch& mb, const float* dy, float loss_scale) override {
+  double stage_backward(int slot, const HostBatch& mb, CView dy, float loss_scale) override {
     const TokenBatch& t = TokenBatch::of(mb);
     return stage_backward(slot, t.inputs(), t.targets(), dy, t.samples(), t.seq(), loss_scale);
   }
@@ -207,7 +207,7 @@ class GPT final : public Model {
     const TokenBatch& t = TokenBatch::of(mb);
     return stage_loss(slot, t.targets(), t.samples(), t.seq());
   }
-  void stage_forward_tokens(int slot, const int32_t* tokens, const float* x_in, int64_t T) override {
+  void stage_forward_tokens(int slot, const int32_t* tokens, CView x_in, int64_t T) override {
     stage_forward(slot, tokens, x_in, 1, T, false);
   }
 
@@ -223,7 +223,7 @@ class GPT final : public Model {
   // Whether local layer i is fully recomputed.
   bool full_recompute(int i) const { return recompute_ == Recompute::kFull && (full_layers_ < 0 || i < full_layers_); }
   // The backward from the stage's top (the loss on the last stage, dy otherwise) to its input.
-  double backward_part(const float* dy, int64_t B, int64_t T, float loss_scale);
+  double backward_part(CView dy, int64_t B, int64_t T, float loss_scale);
   void use_slot(int slot);  // makes slot `slot` current, allocating it on first use
   // The output head and loss over rows [0, N) of lnf, chunk by chunk; with dloss != 0 also
   // dwte and dlnf (into ws_.dC, summed over tp as far as head_.input_grad() leaves it).

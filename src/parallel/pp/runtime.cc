@@ -15,10 +15,10 @@ PipelineRuntime::PipelineRuntime(Communicator& pp, Communicator& tp, Backend& be
   WEFT_CHECK(pp.size() == cfg.stages && pp.rank() == cfg.stage, "pipeline runtime: stage {} of {} on a pp axis of {} (rank {})",
              cfg.stage, cfg.stages, pp.size(), pp.rank());
   WEFT_CHECK(!cfg.scatter_gather || cfg.message % tp.size() == 0,
-             "pipeline scatter-gather: a message of {} floats does not split over tp {}", cfg.message, tp.size());
+             "pipeline scatter-gather: a message of {} elements does not split over tp {}", cfg.message, tp.size());
   actions_ = stage_schedule(cfg.schedule, cfg.stages, cfg.stage, cfg.micro_batches, cfg.virtual_stages);
   paired_ = paired_forwards();
-  for (int b = 0; b < kPipeRecvAhead + 1; ++b) rbuf_.emplace_back(be, DType::kF32, cfg.message, MemCategory::kComm);
+  for (int b = 0; b < kPipeRecvAhead + 1; ++b) rbuf_.emplace_back(be, cfg.message_dtype, cfg.message, MemCategory::kComm);
 }
 
 int PipelineRuntime::global(int c) const { return global_chunk(cfg_.stage, c, cfg_.stages); }
@@ -29,21 +29,23 @@ int PipelineRuntime::max_in_flight() const { return std::max(1, weft::max_in_fli
 
 int64_t PipelineRuntime::part_of(int64_t count) const { return cfg_.scatter_gather ? count / tp_.size() : count; }
 
-float* PipelineRuntime::slice_of(float* buf, int64_t count) const {
-  return cfg_.scatter_gather ? buf + tp_.rank() * part_of(count) : buf;
+View PipelineRuntime::slice_of(View buf, int64_t count) const {
+  return cfg_.scatter_gather ? buf.at(tp_.rank() * part_of(count)) : buf;
 }
 
-const float* PipelineRuntime::slice_of(const float* buf, int64_t count) const {
-  return cfg_.scatter_gather ? buf + tp_.rank() * part_of(count) : buf;
+CView PipelineRuntime::slice_of(CView buf, int64_t count) const {
+  return cfg_.scatter_gather ? buf.at(tp_.rank() * part_of(count)) : buf;
 }
 
 // After a receive into slice_of(buf, count): the whole of buf, from every tp rank's slice.
-void PipelineRuntime::gather_slices(float* buf, int64_t count) {
-  if (cfg_.scatter_gather) tp_.all_gather(slice_of(buf, count), buf, part_of(count), CommDType::kF32);
+void PipelineRuntime::gather_slices(View buf, int64_t count) {
+  if (cfg_.scatter_gather) tp_.all_gather(slice_of(buf, count).data, buf.data, part_of(count), wire_type());
 }
 
 // Copies this rank's slice of a message into a free pooled buffer and sends it asynchronously.
-void PipelineRuntime::send(const float* src, int peer, int tag) {
+void PipelineRuntime::send(CView src, int peer, int tag) {
+  WEFT_CHECK(src.dtype == cfg_.message_dtype, "pipeline: a {} message where the stage sends {}", dtype_name(src.dtype),
+             dtype_name(cfg_.message_dtype));
   const int64_t n = part_of(cfg_.message);
   SendBuf* sb = nullptr;
   for (SendBuf& b : send_pool_) {
@@ -56,10 +58,10 @@ void PipelineRuntime::send(const float* src, int peer, int tag) {
   if (!sb) {
     send_pool_.emplace_back();
     sb = &send_pool_.back();
-    sb->data = DeviceBuffer(be_, DType::kF32, n, MemCategory::kComm);
+    sb->data = DeviceBuffer(be_, cfg_.message_dtype, n, MemCategory::kComm);
   }
-  be_.copy_device(sb->data.raw(), 0, slice_of(src, cfg_.message), 0, static_cast<size_t>(n) * sizeof(float));
-  sb->handle = pp_.isend(sb->data.raw(), n, CommDType::kF32, peer, tag);
+  be_.copy_device(sb->data.raw(), 0, slice_of(src, cfg_.message).data, 0, dtype_bytes(cfg_.message_dtype, n));
+  sb->handle = pp_.isend(sb->data.raw(), n, wire_type(), peer, tag);
 }
 
 void PipelineRuntime::wait_sends() {
@@ -89,8 +91,7 @@ void PipelineRuntime::post_more() {
     const int b = free_bufs_.back();
     free_bufs_.pop_back();
     const RecvSpec& r = rq_[next_recv_++];
-    float* dst = slice_of(rbuf_[static_cast<size_t>(b)].data<float>(), cfg_.message);
-    posted_.push_back({b, pp_.irecv(dst, n, CommDType::kF32, r.peer, r.tag)});
+    posted_.push_back({b, pp_.irecv(slice_of(rbuf(b), cfg_.message).data, n, wire_type(), r.peer, r.tag)});
   }
 }
 
@@ -123,7 +124,7 @@ int PipelineRuntime::take_recv() {
   Posted pr = std::move(posted_.front());
   posted_.pop_front();
   pr.handle->wait();
-  gather_slices(rbuf_[static_cast<size_t>(pr.buf)].data<float>(), cfg_.message);
+  gather_slices(rbuf(pr.buf), cfg_.message);
   post_more();  // keep the transfers ahead running while this one is used
   return pr.buf;
 }
@@ -178,7 +179,7 @@ PipeStepStats PipelineRuntime::run_step(const std::vector<PipeChunk*>& chunks) {
     if (paired_[i]) wait_pair_receive(i);
     const bool receives = forward ? g > 0 : g < K - 1;
     const int rb = receives ? take_recv() : -1;
-    const float* x = rb >= 0 ? rbuf_[static_cast<size_t>(rb)].data<float>() : nullptr;
+    const CView x = rb >= 0 ? CView(rbuf(rb)) : CView();
     const double c0 = Tracer::now();
     st.wait_s += c0 - w0;
     if (forward) {
@@ -202,25 +203,27 @@ PipeStepStats PipelineRuntime::run_step(const std::vector<PipeChunk*>& chunks) {
   return st;
 }
 
-void PipelineRuntime::forward_only(int64_t count, const std::function<const float*(int c, const float* x)>& forward) {
-  WEFT_CHECK(!cfg_.scatter_gather || count % tp_.size() == 0, "pipeline: a message of {} floats over tp {}", count,
+void PipelineRuntime::forward_only(int64_t count, const std::function<CView(int c, CView x)>& forward) {
+  WEFT_CHECK(!cfg_.scatter_gather || count % tp_.size() == 0, "pipeline: a message of {} elements over tp {}", count,
              tp_.size());
   // A longer message than training's (generation at the full context): a larger buffer.
   if (count > rbuf_[0].count()) {
     rbuf_[0] = DeviceBuffer();
-    rbuf_[0] = DeviceBuffer(be_, DType::kF32, count, MemCategory::kComm);
+    rbuf_[0] = DeviceBuffer(be_, cfg_.message_dtype, count, MemCategory::kComm);
   }
   const int K = num_chunks(), p = cfg_.stages;
   const int prev = (cfg_.stage + p - 1) % p, next = (cfg_.stage + 1) % p;
   for (int c = 0; c < cfg_.virtual_stages; ++c) {
     const int g = global(c);
-    float* x = rbuf_[0].data<float>();
+    const View x = rbuf(0);
     if (g > 0) {
-      pp_.recv(slice_of(x, count), part_of(count), CommDType::kF32, prev, 0);
+      pp_.recv(slice_of(x, count).data, part_of(count), wire_type(), prev, 0);
       gather_slices(x, count);
     }
-    const float* y = forward(c, g > 0 ? x : nullptr);
-    if (g < K - 1) pp_.send(slice_of(y, count), part_of(count), CommDType::kF32, next, 0);
+    const CView y = forward(c, g > 0 ? CView(x) : CView());
+    WEFT_CHECK(g == K - 1 || y.dtype == cfg_.message_dtype, "pipeline: a {} message where the stage sends {}",
+               dtype_name(y.dtype), dtype_name(cfg_.message_dtype));
+    if (g < K - 1) pp_.send(slice_of(y, count).data, part_of(count), wire_type(), next, 0);
   }
 }
 

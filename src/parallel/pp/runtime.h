@@ -61,6 +61,7 @@
 
 #include "comm/communicator.h"
 #include "backend/device_buffer.h"
+#include "core/view.h"
 #include "parallel/pp/schedule.h"
 
 namespace weft {
@@ -75,15 +76,15 @@ class PipeChunk {
   virtual void prepare(const PipeAction& action, bool last) {}
   // Forward of micro-batch mb into `slot`; x: its input received from the previous chunk
   // (null on global chunk 0, which reads tokens).
-  virtual void forward(int slot, int mb, const float* x) = 0;
+  virtual void forward(int slot, int mb, CView x) = 0;
   // Backward of micro-batch mb held in `slot`; dy: the gradient of its output from the next
   // chunk (null on the last chunk, which has the loss). last: the chunk's last backward of the
   // step. Returns the sum of the token losses it computed (the last chunk), else 0.
-  virtual double backward(int slot, int mb, const float* dy, bool last) = 0;
+  virtual double backward(int slot, int mb, CView dy, bool last) = 0;
   // The output of the forward held in `slot` (valid until that slot's backward).
-  virtual const float* output(int slot) = 0;
+  virtual CView output(int slot) = 0;
   // The gradient of the input after the latest backward (valid until the next backward).
-  virtual const float* input_grad() = 0;
+  virtual CView input_grad() = 0;
 };
 
 struct PipeRuntimeConfig {
@@ -92,12 +93,13 @@ struct PipeRuntimeConfig {
   int stage = 0;
   int virtual_stages = 1;     // local chunks of this stage
   int micro_batches = 1;
-  int64_t message = 0;        // floats of one micro-batch's activations (or gradients) on this rank
+  int64_t message = 0;        // elements of one micro-batch's activations (or gradients) on this rank
   bool scatter_gather = false;  // send 1/tp slices and all-gather them over tp
   // The pp communicator matches point-to-point operations in posting order and starts them
   // when waited for (NCCL, DeviceCommInfo::posting_order_p2p): exchange the interleaved
   // schedule's steady state once per (forward, backward) pair (see the top of the file).
   bool posting_order_p2p = false;
+  DType message_dtype = DType::kF32;  // the messages': the residual stream's storage (sent as stored)
 };
 
 // One step's measurements on this stage.
@@ -133,7 +135,7 @@ class PipelineRuntime {
   // `count` floats per message (a batch smaller than a training micro-batch, or one sequence
   // longer than it: the buffer grows).
   // forward(c, x) runs local chunk c on input x (null on global chunk 0) and returns its output.
-  void forward_only(int64_t count, const std::function<const float*(int c, const float* x)>& forward);
+  void forward_only(int64_t count, const std::function<CView(int c, CView x)>& forward);
 
  private:
   struct SendBuf {
@@ -147,12 +149,14 @@ class PipelineRuntime {
   struct RecvSpec {
     int peer, tag;
   };
-  // The slice of a message of `count` floats this rank sends and receives.
+  // The slice of a message of `count` elements this rank sends and receives.
   int64_t part_of(int64_t count) const;
-  float* slice_of(float* buf, int64_t count) const;
-  const float* slice_of(const float* buf, int64_t count) const;
-  void gather_slices(float* buf, int64_t count);
-  void send(const float* src, int peer, int tag);
+  View slice_of(View buf, int64_t count) const;
+  CView slice_of(CView buf, int64_t count) const;
+  void gather_slices(View buf, int64_t count);
+  void send(CView src, int peer, int tag);
+  View rbuf(int b) const { return View(rbuf_[static_cast<size_t>(b)].raw(), cfg_.message_dtype); }
+  CommDType wire_type() const { return comm_dtype_of(cfg_.message_dtype); }
   void wait_sends();
   std::vector<RecvSpec> step_receives() const;
   void post_more();
