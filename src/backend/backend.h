@@ -52,6 +52,11 @@ namespace weft {
 
 // The optional fused ops of Backend (section "optional fused ops" below), for
 // Backend::offers and messages.
+// The reductions of Backend::segment_reduce_f32.
+enum class SegmentOp { kSum, kMean, kMax, kMin };
+// Rows per chunk of batch normalisation's column sums (a fixed order, whatever the threads).
+inline constexpr int64_t kBatchNormChunk = 64;
+
 enum class FusedOp {
   kResidualLayerNorm,        // residual_layernorm_forward
   kMatmulResidualLayerNorm,  // matmul_residual_layernorm_forward
@@ -324,6 +329,37 @@ class Backend {
   // forward's.
   virtual void query_attention_backward_f32(float* dq, float* dkv, const float* dout, const float* q, const float* kv,
                                         const float* att, int64_t N, int64_t S, int64_t C, int64_t NH) = 0;
+
+  // --- indexed rows (graph networks, issue 33) ---
+  // Rows of C floats; idx, perm, offsets and arg are DEVICE int32. Every reduction takes a
+  // segment's rows one after another in their order: bitwise the same on every backend and
+  // thread count (no atomics).
+  // out (M,C) = the rows idx[m] of x (each in [0, rows of x)). writes.
+  virtual void gather_rows_f32(float* out, const float* x, const int32_t* idx, int64_t M, int64_t C) = 0;
+  // Segment s (of S) is the rows perm[k] of x for k in [offsets[s], offsets[s+1]) (perm null:
+  // the rows k themselves; offsets non-decreasing). out (S,C) = per segment and column the sum,
+  // mean, max or min of those rows; an empty segment gives 0. arg (S,C), with kMax and kMin
+  // (null allowed): the row of x chosen, the first of equal values, -1 for an empty segment.
+  // writes out, or with accumulate (kSum and kMean only) adds to it. A gather's backward is the
+  // kSum of dout over the segments of its sources (perm: the gathered positions ordered by
+  // source), accumulated.
+  virtual void segment_reduce_f32(float* out, int32_t* arg, const float* x, const int32_t* perm,
+                                  const int32_t* offsets, int64_t S, int64_t C, SegmentOp op, bool accumulate) = 0;
+  // The backward of kSum and kMean: rows perm[k] (k in segment s) of dx = dout[s] (divided by the
+  // segment's row count with mean); accumulate: +=. Rows outside every segment are untouched.
+  virtual void segment_broadcast_f32(float* dx, const float* dout, const int32_t* perm, const int32_t* offsets,
+                                     int64_t S, int64_t C, bool mean, bool accumulate) = 0;
+  // The backward of kMax and kMin: dx[arg[s,c], c] += dout[s,c] (arg -1: nothing). A row belongs
+  // to one segment, so no element receives twice.
+  virtual void segment_arg_backward_f32(float* dx, const float* dout, const int32_t* arg, int64_t S, int64_t C) = 0;
+  // Batch normalisation over the N rows of x, per column, with the batch's statistics (biased
+  // variance, as BatchNorm in training): out = (x - mean) rstd w + b, mean and rstd (C) written.
+  // The column sums run over chunks of kBatchNormChunk rows, the chunks' sums added in order.
+  virtual void batchnorm_forward_f32(float* out, float* mean, float* rstd, const float* x, const float* w,
+                                     const float* b, int64_t N, int64_t C, float eps) = 0;
+  // dx (N,C), dw, db (C) accumulate; dout (N,C); mean, rstd the forward's.
+  virtual void batchnorm_backward_f32(float* dx, float* dw, float* db, const float* dout, const float* x,
+                                      const float* w, const float* mean, const float* rstd, int64_t N, int64_t C) = 0;
 
   // --- weighted squared error (the latitude-weighted MSE) ---
   // pred, target (R,K), w (K): row_loss[r] = sum_k w[k] (pred[r,k] - target[r,k])^2 (writes R values,

@@ -84,6 +84,28 @@ class LseBackend final : public Backend {
                           const float* mean, const float* rstd, int64_t N, int64_t C) override {
     cpu_->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   }
+  void gather_rows_f32(float* out, const float* x, const int32_t* idx, int64_t M, int64_t C) override {
+    cpu_->gather_rows_f32(out, x, idx, M, C);
+  }
+  void segment_reduce_f32(float* out, int32_t* arg, const float* x, const int32_t* perm, const int32_t* offsets,
+                          int64_t S, int64_t C, SegmentOp op, bool accumulate) override {
+    cpu_->segment_reduce_f32(out, arg, x, perm, offsets, S, C, op, accumulate);
+  }
+  void segment_broadcast_f32(float* dx, const float* dout, const int32_t* perm, const int32_t* offsets, int64_t S,
+                             int64_t C, bool mean, bool accumulate) override {
+    cpu_->segment_broadcast_f32(dx, dout, perm, offsets, S, C, mean, accumulate);
+  }
+  void segment_arg_backward_f32(float* dx, const float* dout, const int32_t* arg, int64_t S, int64_t C) override {
+    cpu_->segment_arg_backward_f32(dx, dout, arg, S, C);
+  }
+  void batchnorm_forward_f32(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b,
+                             int64_t N, int64_t C, float eps) override {
+    cpu_->batchnorm_forward_f32(out, mean, rstd, x, w, b, N, C, eps);
+  }
+  void batchnorm_backward_f32(float* dx, float* dw, float* db, const float* dout, const float* x, const float* w,
+                              const float* mean, const float* rstd, int64_t N, int64_t C) override {
+    cpu_->batchnorm_backward_f32(dx, dw, db, dout, x, w, mean, rstd, N, C);
+  }
   void add_bias_f32(float* out, const float* inp, const float* bias, int64_t N, int64_t C) override {
     cpu_->add_bias(out, inp, bias, N, C);
   }

@@ -20,6 +20,7 @@
 #include "backend/cpu/attention_16.h"
 #include "backend/cpu/blas_kernels.h"
 #include "backend/cpu/cpu_math.h"
+#include "backend/cpu/indexed_ops.h"
 #include "backend/cpu/layernorm_16.h"
 #include "backend/cpu/native_products.h"
 #include "backend/cpu/onednn_gemm.h"
@@ -457,6 +458,30 @@ class CpuBackend final : public Backend {
       return Backend::bidir_attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
     }
     att16_.backward(dqkv, dout, qkv, att, B, T, C, NH, false);
+  }
+
+  // Indexed rows (graph networks): backend/cpu/indexed_ops.h.
+  void gather_rows_f32(float* out, const float* x, const int32_t* idx, int64_t M, int64_t C) override {
+    cpu::gather_rows(out, x, idx, M, C);
+  }
+  void segment_reduce_f32(float* out, int32_t* arg, const float* x, const int32_t* perm, const int32_t* offsets,
+                          int64_t S, int64_t C, SegmentOp op, bool accumulate) override {
+    cpu::segment_reduce(out, arg, x, perm, offsets, S, C, op, accumulate);
+  }
+  void segment_broadcast_f32(float* dx, const float* dout, const int32_t* perm, const int32_t* offsets, int64_t S,
+                             int64_t C, bool mean, bool accumulate) override {
+    cpu::segment_broadcast(dx, dout, perm, offsets, S, C, mean, accumulate);
+  }
+  void segment_arg_backward_f32(float* dx, const float* dout, const int32_t* arg, int64_t S, int64_t C) override {
+    cpu::segment_arg_backward(dx, dout, arg, S, C);
+  }
+  void batchnorm_forward_f32(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b,
+                             int64_t N, int64_t C, float eps) override {
+    cpu::batchnorm_forward(out, mean, rstd, x, w, b, N, C, eps);
+  }
+  void batchnorm_backward_f32(float* dx, float* dw, float* db, const float* dout, const float* x, const float* w,
+                              const float* mean, const float* rstd, int64_t N, int64_t C) override {
+    cpu::batchnorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C);
   }
 
   // Query attention: one (n, h) row of S scores at a time, in the att row itself (no scratch).

@@ -165,6 +165,28 @@ class GuardedBackend final : public Backend {
                           int64_t N, int64_t C) override {
     run<&Backend::layernorm_backward>("layernorm_backward", dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   }
+  void gather_rows_f32(float* out, const float* x, const int32_t* idx, int64_t M, int64_t C) override {
+    run<&Backend::gather_rows_f32>("gather_rows", out, x, idx, M, C);
+  }
+  void segment_reduce_f32(float* out, int32_t* arg, const float* x, const int32_t* perm, const int32_t* offsets,
+                          int64_t S, int64_t C, SegmentOp op, bool accumulate) override {
+    run<&Backend::segment_reduce_f32>("segment_reduce", out, arg, x, perm, offsets, S, C, op, accumulate);
+  }
+  void segment_broadcast_f32(float* dx, const float* dout, const int32_t* perm, const int32_t* offsets, int64_t S,
+                             int64_t C, bool mean, bool accumulate) override {
+    run<&Backend::segment_broadcast_f32>("segment_broadcast", dx, dout, perm, offsets, S, C, mean, accumulate);
+  }
+  void segment_arg_backward_f32(float* dx, const float* dout, const int32_t* arg, int64_t S, int64_t C) override {
+    run<&Backend::segment_arg_backward_f32>("segment_arg_backward", dx, dout, arg, S, C);
+  }
+  void batchnorm_forward_f32(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b,
+                             int64_t N, int64_t C, float eps) override {
+    run<&Backend::batchnorm_forward_f32>("batchnorm_forward", out, mean, rstd, x, w, b, N, C, eps);
+  }
+  void batchnorm_backward_f32(float* dx, float* dw, float* db, const float* dout, const float* x, const float* w,
+                              const float* mean, const float* rstd, int64_t N, int64_t C) override {
+    run<&Backend::batchnorm_backward_f32>("batchnorm_backward", dx, dw, db, dout, x, w, mean, rstd, N, C);
+  }
   void query_attention_forward_f32(float* out, float* att, const float* q, const float* kv, int64_t N, int64_t S,
                                int64_t C, int64_t NH) override {
     run<&Backend::query_attention_forward_f32>("query_attention_forward", out, att, q, kv, N, S, C, NH);

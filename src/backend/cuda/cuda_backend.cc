@@ -244,6 +244,40 @@ void CudaBackend::layernorm_backward_f32(float* dinp, float* dw, float* db, cons
   kern::layernorm_backward<float>(dinp, dw, db, dout, inp, w, mean, rstd, N, C, scratch, st_->stream);
 }
 
+// --- indexed rows (indexed.cu) ---
+void CudaBackend::gather_rows_f32(float* out, const float* x, const int32_t* idx, int64_t M, int64_t C) {
+  kern::gather_rows(out, x, idx, M, C, st_->stream);
+}
+
+void CudaBackend::segment_reduce_f32(float* out, int32_t* arg, const float* x, const int32_t* perm,
+                                     const int32_t* offsets, int64_t S, int64_t C, SegmentOp op, bool accumulate) {
+  if (accumulate && (op == SegmentOp::kMax || op == SegmentOp::kMin)) {
+    throw_input("segment_reduce: accumulate is for sum and mean, not max or min");
+  }
+  kern::segment_reduce(out, arg, x, perm, offsets, S, C, static_cast<int>(op), accumulate, st_->stream);
+}
+
+void CudaBackend::segment_broadcast_f32(float* dx, const float* dout, const int32_t* perm, const int32_t* offsets,
+                                        int64_t S, int64_t C, bool mean, bool accumulate) {
+  kern::segment_broadcast(dx, dout, perm, offsets, S, C, mean, accumulate, st_->stream);
+}
+
+void CudaBackend::segment_arg_backward_f32(float* dx, const float* dout, const int32_t* arg, int64_t S, int64_t C) {
+  kern::segment_arg_backward(dx, dout, arg, S, C, st_->stream);
+}
+
+void CudaBackend::batchnorm_forward_f32(float* out, float* mean, float* rstd, const float* x, const float* w,
+                                        const float* b, int64_t N, int64_t C, float eps) {
+  double* scratch = st_->scratch_of<double>(kern::batchnorm_scratch(N, C));
+  kern::batchnorm_forward(out, mean, rstd, x, w, b, N, C, eps, scratch, st_->stream);
+}
+
+void CudaBackend::batchnorm_backward_f32(float* dx, float* dw, float* db, const float* dout, const float* x,
+                                         const float* w, const float* mean, const float* rstd, int64_t N, int64_t C) {
+  double* scratch = st_->scratch_of<double>(kern::batchnorm_scratch(N, C));
+  kern::batchnorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C, scratch, st_->stream);
+}
+
 void CudaBackend::add_bias_f32(float* out, const float* inp, const float* bias, int64_t N, int64_t C) {
   if (!bias && !inp) return;
   if (!bias) {

@@ -148,6 +148,16 @@ class CudaBackend final : public Backend {
                          int64_t N, int64_t C, float eps) override;
   void layernorm_backward_f32(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                           const float* mean, const float* rstd, int64_t N, int64_t C) override;
+  void gather_rows_f32(float* out, const float* x, const int32_t* idx, int64_t M, int64_t C) override;
+  void segment_reduce_f32(float* out, int32_t* arg, const float* x, const int32_t* perm, const int32_t* offsets,
+                          int64_t S, int64_t C, SegmentOp op, bool accumulate) override;
+  void segment_broadcast_f32(float* dx, const float* dout, const int32_t* perm, const int32_t* offsets, int64_t S,
+                             int64_t C, bool mean, bool accumulate) override;
+  void segment_arg_backward_f32(float* dx, const float* dout, const int32_t* arg, int64_t S, int64_t C) override;
+  void batchnorm_forward_f32(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b,
+                             int64_t N, int64_t C, float eps) override;
+  void batchnorm_backward_f32(float* dx, float* dw, float* db, const float* dout, const float* x, const float* w,
+                              const float* mean, const float* rstd, int64_t N, int64_t C) override;
   void add_bias_f32(float* out, const float* inp, const float* bias, int64_t N, int64_t C) override;
   void add_f32(float* out, const float* a, const float* b, int64_t n) override;
   void gelu_forward_f32(float* out, const float* inp, int64_t n) override;

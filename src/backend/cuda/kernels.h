@@ -98,6 +98,21 @@ void query_attention_backward(float* dq, float* dkv, const float* dout, const fl
                               Stream s);
 int64_t query_attention_backward_scratch(int64_t N, int64_t S, int64_t C, int64_t NH);
 
+// --- indexed rows (indexed.cu): backend.h's gather, segment and batch-norm ops, fp32 ---
+void gather_rows(float* out, const float* x, const int32_t* idx, int64_t M, int64_t C, Stream s);
+// op: 0 sum, 1 mean, 2 max, 3 min (backend.h SegmentOp's order).
+void segment_reduce(float* out, int32_t* arg, const float* x, const int32_t* perm, const int32_t* offsets, int64_t S,
+                    int64_t C, int op, bool accumulate, Stream s);
+void segment_broadcast(float* dx, const float* dout, const int32_t* perm, const int32_t* offsets, int64_t S, int64_t C,
+                       bool mean, bool accumulate, Stream s);
+void segment_arg_backward(float* dx, const float* dout, const int32_t* arg, int64_t S, int64_t C, Stream s);
+// scratch: batchnorm_scratch(N, C) doubles.
+void batchnorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b, int64_t N,
+                       int64_t C, float eps, double* scratch, Stream s);
+void batchnorm_backward(float* dx, float* dw, float* db, const float* dout, const float* x, const float* w,
+                        const float* mean, const float* rstd, int64_t N, int64_t C, double* scratch, Stream s);
+int64_t batchnorm_scratch(int64_t N, int64_t C);
+
 // The .cu files use no fmt (nvcc rejects its consteval format checks): argument checks
 // that need a message live in cuda_backend.cc.
 

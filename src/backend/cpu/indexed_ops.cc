@@ -1,0 +1,150 @@
+#include "backend/cpu/indexed_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+
+namespace weft::cpu {
+namespace {
+
+int64_t row_of(const int32_t* perm, int64_t k) { return perm ? perm[k] : k; }
+
+// Per column, sums over the N rows of f(row, column) by chunks of kBatchNormChunk rows, the
+// chunks' partial sums added in order: out (C).
+template <class F>
+void column_sums(double* out, int64_t N, int64_t C, F&& f) {
+  const int64_t chunks = (N + kBatchNormChunk - 1) / kBatchNormChunk;
+  std::vector<double> part(static_cast<size_t>(std::max<int64_t>(chunks, 1) * C), 0.0);
+#pragma omp parallel for schedule(static)
+  for (int64_t q = 0; q < chunks; ++q) {
+    double* p = part.data() + q * C;
+    for (int64_t i = q * kBatchNormChunk; i < std::min(N, (q + 1) * kBatchNormChunk); ++i) {
+      for (int64_t c = 0; c < C; ++c) p[c] += f(i, c);
+    }
+  }
+  std::fill(out, out + C, 0.0);
+  for (int64_t q = 0; q < chunks; ++q) {
+    for (int64_t c = 0; c < C; ++c) out[c] += part[static_cast<size_t>(q * C + c)];
+  }
+}
+
+}  // namespace
+
+void gather_rows(float* out, const float* x, const int32_t* idx, int64_t M, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t m = 0; m < M; ++m) {
+    std::memcpy(out + m * C, x + static_cast<int64_t>(idx[m]) * C, static_cast<size_t>(C) * sizeof(float));
+  }
+}
+
+void segment_reduce(float* out, int32_t* arg, const float* x, const int32_t* perm, const int32_t* offsets, int64_t S,
+                    int64_t C, SegmentOp op, bool accumulate) {
+  if (accumulate && (op == SegmentOp::kMax || op == SegmentOp::kMin)) {
+    throw_input("segment_reduce: accumulate is for sum and mean, not max or min");
+  }
+#pragma omp parallel for schedule(dynamic, 16)
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t k0 = offsets[s], k1 = offsets[s + 1];
+    float* o = out + s * C;
+    int32_t* a = arg ? arg + s * C : nullptr;
+    if (op == SegmentOp::kSum || op == SegmentOp::kMean) {
+      const float inv = op == SegmentOp::kMean && k1 > k0 ? 1.0f / static_cast<float>(k1 - k0) : 1.0f;
+      for (int64_t c = 0; c < C; ++c) {
+        float v = 0.0f;
+        for (int64_t k = k0; k < k1; ++k) v += x[row_of(perm, k) * C + c];
+        v *= inv;
+        o[c] = accumulate ? o[c] + v : v;
+      }
+      continue;
+    }
+    const bool max = op == SegmentOp::kMax;
+    for (int64_t c = 0; c < C; ++c) {
+      float best = 0.0f;
+      int32_t at = -1;
+      for (int64_t k = k0; k < k1; ++k) {
+        const int64_t r = row_of(perm, k);
+        const float v = x[r * C + c];
+        if (at < 0 || (max ? v > best : v < best)) best = v, at = static_cast<int32_t>(r);
+      }
+      o[c] = best;
+      if (a) a[c] = at;
+    }
+  }
+}
+
+void segment_broadcast(float* dx, const float* dout, const int32_t* perm, const int32_t* offsets, int64_t S, int64_t C,
+                       bool mean, bool accumulate) {
+#pragma omp parallel for schedule(dynamic, 16)
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t k0 = offsets[s], k1 = offsets[s + 1];
+    const float inv = mean && k1 > k0 ? 1.0f / static_cast<float>(k1 - k0) : 1.0f;
+    const float* d = dout + s * C;
+    for (int64_t k = k0; k < k1; ++k) {
+      float* r = dx + row_of(perm, k) * C;
+      for (int64_t c = 0; c < C; ++c) {
+        const float v = mean ? d[c] * inv : d[c];
+        r[c] = accumulate ? r[c] + v : v;
+      }
+    }
+  }
+}
+
+void segment_arg_backward(float* dx, const float* dout, const int32_t* arg, int64_t S, int64_t C) {
+  // A row belongs to one segment: the segments write disjoint elements.
+#pragma omp parallel for schedule(static)
+  for (int64_t s = 0; s < S; ++s) {
+    for (int64_t c = 0; c < C; ++c) {
+      const int32_t r = arg[s * C + c];
+      if (r >= 0) dx[static_cast<int64_t>(r) * C + c] += dout[s * C + c];
+    }
+  }
+}
+
+void batchnorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b, int64_t N,
+                       int64_t C, float eps) {
+  std::vector<double> sum(static_cast<size_t>(C)), sq(static_cast<size_t>(C));
+  column_sums(sum.data(), N, C, [&](int64_t i, int64_t c) { return static_cast<double>(x[i * C + c]); });
+  for (int64_t c = 0; c < C; ++c) mean[c] = N > 0 ? static_cast<float>(sum[static_cast<size_t>(c)] / static_cast<double>(N)) : 0.0f;
+  column_sums(sq.data(), N, C, [&](int64_t i, int64_t c) {
+    const double d = static_cast<double>(x[i * C + c]) - mean[c];
+    return d * d;
+  });
+  for (int64_t c = 0; c < C; ++c) {
+    const double var = N > 0 ? sq[static_cast<size_t>(c)] / static_cast<double>(N) : 0.0;
+    rstd[c] = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(eps)));
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    for (int64_t c = 0; c < C; ++c) out[i * C + c] = (x[i * C + c] - mean[c]) * rstd[c] * w[c] + b[c];
+  }
+}
+
+void batchnorm_backward(float* dx, float* dw, float* db, const float* dout, const float* x, const float* w,
+                        const float* mean, const float* rstd, int64_t N, int64_t C) {
+  // xhat = (x - mean) rstd; db = sum dout, dw = sum dout xhat; with g = dout w:
+  // dx = rstd (g - mean(g) - xhat mean(g xhat)) over the N rows.
+  std::vector<double> sd(static_cast<size_t>(C)), sdx(static_cast<size_t>(C));
+  column_sums(sd.data(), N, C, [&](int64_t i, int64_t c) { return static_cast<double>(dout[i * C + c]); });
+  column_sums(sdx.data(), N, C, [&](int64_t i, int64_t c) {
+    return static_cast<double>(dout[i * C + c]) * ((x[i * C + c] - mean[c]) * rstd[c]);
+  });
+  std::vector<float> mg(static_cast<size_t>(C)), mgx(static_cast<size_t>(C));
+  for (int64_t c = 0; c < C; ++c) {
+    db[c] += static_cast<float>(sd[static_cast<size_t>(c)]);
+    dw[c] += static_cast<float>(sdx[static_cast<size_t>(c)]);
+    mg[static_cast<size_t>(c)] = N > 0 ? static_cast<float>(sd[static_cast<size_t>(c)] * w[c] / static_cast<double>(N)) : 0.0f;
+    mgx[static_cast<size_t>(c)] = N > 0 ? static_cast<float>(sdx[static_cast<size_t>(c)] * w[c] / static_cast<double>(N)) : 0.0f;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    for (int64_t c = 0; c < C; ++c) {
+      const float xhat = (x[i * C + c] - mean[c]) * rstd[c];
+      dx[i * C + c] += rstd[c] * (dout[i * C + c] * w[c] - mg[static_cast<size_t>(c)] - xhat * mgx[static_cast<size_t>(c)]);
+    }
+  }
+}
+
+}  // namespace weft::cpu
