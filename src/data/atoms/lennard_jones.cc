@@ -43,6 +43,7 @@ double LennardJones::slope(double r) const {
 
 void label_lennard_jones(AtomStructure& s, const LennardJones& lj) {
   const RadiusGraph g = neighbours(s, lj.cutoff, 0);
+  s.has_energy = true;
   s.energy = 0.0;
   s.forces.assign(static_cast<size_t>(3 * s.atoms()), 0.0);
   for (int64_t e = 0; e < g.edges(); ++e) {
@@ -59,6 +60,7 @@ void label_lennard_jones(AtomStructure& s, const LennardJones& lj) {
 
 void label_lennard_jones_hydragnn(AtomStructure& s, const LennardJones& lj, int64_t max_neighbours) {
   const RadiusGraph g = neighbours(s, lj.cutoff, max_neighbours);
+  s.has_energy = true;
   s.energy = 0.0;
   s.forces.assign(static_cast<size_t>(3 * s.atoms()), 0.0);
   for (int64_t e = 0; e < g.edges(); ++e) {

@@ -19,18 +19,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "data/atoms/radius_graph.h"
+#include "data/atoms/structure.h"
 
 namespace weft {
 
-struct AtomStructure {
-  std::vector<double> pos;        // n x 3, Angstrom
-  std::vector<int32_t> species;   // n: atomic numbers (HydraGNN's LJ example: type 1)
-  AtomCell cell;
-  double energy = 0.0;            // eps
-  std::vector<double> forces;     // n x 3, eps / Angstrom
-  int64_t atoms() const { return static_cast<int64_t>(species.size()); }
-};
 
 struct LennardJones {
   double epsilon = 1.0, sigma = 3.4;
