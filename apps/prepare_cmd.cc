@@ -17,6 +17,7 @@
 #include "core/signal_cleanup.h"
 #include "core/log.h"
 #include "data/prepare.h"
+#include "data/atoms/graph_prepare.h"
 #include "data/weather_synth.h"
 
 namespace weft {
@@ -98,6 +99,68 @@ int prepare_synthetic_weather(CLI::App& app, const std::string& out_dir, double 
   return 0;
 }
 
+// Graph data (issue 33): --synthetic-lj DIR, or --xyz FILE... --out DIR.
+struct GraphArgs {
+  std::string lj_dir;
+  std::vector<std::string> xyz;
+  bool hydragnn = false;
+  int64_t structures = 300, max_neighbours = -1, shard_structures = 10000;
+  double cutoff = 0.0, test_fraction = 0.15;
+};
+
+void add_graph_options(CLI::App& app, GraphArgs& g) {
+  app.add_option("--synthetic-lj", g.lj_dir,
+                 "instead of text: write a Lennard-Jones graph dataset (shards + manifest.json) to this folder");
+  app.add_flag("--hydragnn", g.hydragnn, "--synthetic-lj: HydraGNN's LennardJones example (27 atoms, its labels)");
+  app.add_option("--structures", g.structures, "--synthetic-lj: structures to generate (default 300)");
+  app.add_option("--xyz", g.xyz, "instead of text: extended XYZ files (ASE's format) -> graph shards in --out");
+  app.add_option("--cutoff", g.cutoff, "graph data: radius of the graph in Angstrom (default 5)");
+  app.add_option("--max-neighbours", g.max_neighbours,
+                 "graph data: nearest sources kept per atom, 0 all within the cutoff (default 0; --hydragnn 5)");
+  app.add_option("--test-fraction", g.test_fraction, "graph data: fraction of structures in the test split (default 0.15)");
+  app.add_option("--shard-structures", g.shard_structures, "graph data: structures per shard file");
+}
+
+int prepare_graph_data(CLI::App& app, const GraphArgs& g, const std::string& out, double val_fraction, int64_t seed,
+                       bool overwrite) {
+  refuse_other_mode(app, {"--input", "--tokenizer", "--shard-tokens"}, "is an option of text preparation, not of graph data");
+  refuse_other_mode(app, {"--years", "--days", "--val-days", "--test-days", "--grid", "--step-hours"},
+                    "is an option of --synthetic-weather");
+  if (app.count("--synthetic-lj") > 0 && app.count("--xyz") > 0) throw_input("--synthetic-lj and --xyz: give one");
+  if (app.count("--synthetic-lj") > 0 && app.count("--out") > 0) {
+    throw_input("--synthetic-lj names its output folder ({}); --out {} is for --xyz", g.lj_dir, out);
+  }
+  GraphPrepareOptions o;
+  o.synthetic_lj = app.count("--synthetic-lj") > 0;
+  if (!o.synthetic_lj && out.empty()) throw_input("--xyz needs --out DIR");
+  if (!o.synthetic_lj && (g.hydragnn || app.count("--structures") > 0)) {
+    throw_input("{} is an option of --synthetic-lj", g.hydragnn ? "--hydragnn" : "--structures");
+  }
+  o.out_dir = o.synthetic_lj ? g.lj_dir : out;
+  o.xyz_inputs = g.xyz;
+  o.lj.hydragnn = g.hydragnn;
+  o.lj.structures = g.structures;
+  if (seed < 0) throw_input("--seed must be >= 0, got {}", seed);
+  o.lj.seed = o.seed = static_cast<uint64_t>(seed);
+  o.graph.cutoff = app.count("--cutoff") > 0 ? g.cutoff : 5.0;
+  o.graph.max_neighbours = app.count("--max-neighbours") > 0 ? g.max_neighbours : (g.hydragnn ? kHydraGnnLjNeighbours : 0);
+  if (app.count("--max-neighbours") > 0 && g.max_neighbours < 0) {
+    throw_input("--max-neighbours {}: 0 (all within the cutoff) or more", g.max_neighbours);
+  }
+  o.val_fraction = app.count("--val-fraction") > 0 ? val_fraction : 0.15;
+  o.test_fraction = g.test_fraction;
+  o.shard_structures = g.shard_structures;
+  o.overwrite = overwrite;
+  SignalCleanupScope cleanup;
+  const GraphPrepareResult r = prepare_graphs(o);
+  log_info("prepare: {} structures (train {}, val {}, test {}), {} atoms, {} edges (cutoff {} A{}) in {:.1f} s -> {}",
+           r.structures[0] + r.structures[1] + r.structures[2], r.structures[0], r.structures[1], r.structures[2],
+           r.atoms, r.edges, o.graph.cutoff,
+           o.graph.max_neighbours > 0 ? fmt::format(", {} nearest", o.graph.max_neighbours) : std::string(), r.seconds,
+           r.manifest);
+  return 0;
+}
+
 }  // namespace
 
 int cmd_prepare(CLI::App& app, int argc, char** argv, Communicator&) {
@@ -124,7 +187,15 @@ int cmd_prepare(CLI::App& app, int argc, char** argv, Communicator&) {
   app.add_option("--shard-tokens", shard_tokens, "tokens per shard file");
   app.add_option("--seed", seed, "seed of the train/validation split (of the synthetic weather with --synthetic-weather)");
   app.add_flag("--overwrite", overwrite, "replace the outputs of an earlier preparation");
+  GraphArgs graph;
+  add_graph_options(app, graph);
   app.parse(argc - 1, argv + 1);
+  if (app.count("--synthetic-lj") > 0 || app.count("--xyz") > 0) {
+    return prepare_graph_data(app, graph, out, val_fraction, seed, overwrite);
+  }
+  refuse_other_mode(app, {"--hydragnn", "--structures", "--cutoff", "--max-neighbours", "--test-fraction",
+                          "--shard-structures"},
+                    "is an option of graph data (--synthetic-lj or --xyz)");
   if (app.count("--synthetic-weather") > 0) {
     return prepare_synthetic_weather(app, weather_dir, years, days, val_days, test_days, grid, step_hours, seed,
                                      overwrite);
