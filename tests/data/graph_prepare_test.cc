@@ -136,6 +136,9 @@ TEST(GraphShard, DamageIsOneLineNamingTheFile) {
   EXPECT_NE(test::input_error_message([&] { read_graph_shard(p); }).find("not a weft graph shard"), std::string::npos);
   s[1].s.forces.clear();
   EXPECT_NE(test::input_error_message([&] { write_graph_shard(p, s); }).find("forces"), std::string::npos);
+  // An empty shard (empty sections: the fuzzer's first finding) reads back empty.
+  write_graph_shard(p, {});
+  EXPECT_TRUE(read_graph_shard(p).empty());
 }
 
 TEST(GraphPrepare, CommandLine) {

@@ -17,7 +17,7 @@ constexpr int64_t kFlagEnergy = 1, kFlagForces = 2;
 
 template <class T>
 void put(std::string& out, const T* p, size_t n) {
-  out.append(reinterpret_cast<const char*>(p), n * sizeof(T));
+  if (n > 0) out.append(reinterpret_cast<const char*>(p), n * sizeof(T));
   while (out.size() % 8 != 0) out.push_back('\0');
 }
 
@@ -33,7 +33,7 @@ class Cursor {
                   b_.size());
     }
     std::vector<T> v(static_cast<size_t>(n));
-    std::memcpy(v.data(), b_.data() + at_, bytes);
+    if (bytes > 0) std::memcpy(v.data(), b_.data() + at_, bytes);
     at_ += (bytes + 7) / 8 * 8;
     return v;
   }
