@@ -67,6 +67,7 @@ void write_graph_shard(const std::string& path, const std::vector<GraphSample>& 
     aoff.push_back(aoff.back() + g.s.atoms());
     eoff.push_back(eoff.back() + g.edges());
   }
+  if (S == 0) energy = forces = false;  // no labels to speak of
   if (energy != any_energy || forces != any_forces) {
     throw_input("graph shard {}: some structures have {} and others not; a shard holds labels for all or none", path,
                 energy != any_energy ? "an energy" : "forces");
