@@ -15,7 +15,7 @@ STAMP="$VENV/.weft-peers-stamp"
 want="$(cat "$REQ" $( [ -f "$CON" ] && echo "$CON" ) | sha256sum | cut -d' ' -f1)"
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && "$VENV/bin/python" -c \
-    'import torch, transformers, safetensors, torch_geometric, lm_eval, accelerate, peft' 2>/dev/null; then
+    'import torch, transformers, safetensors, torch_geometric, lm_eval, accelerate, peft, ase' 2>/dev/null; then
   echo "setup-peers: $VENV is up to date"
   exit 0
 fi
@@ -36,10 +36,10 @@ cargs=(); [ -f "$CON" ] && cargs=(-c "$CON")
 "$VENV/bin/python" -m pip install --quiet --no-input --index-url https://pypi.org/simple \
   -r "$REQ" "${cargs[@]}"
 "$VENV/bin/python" - <<'PY'
-import torch, transformers, safetensors, torch_geometric, lm_eval, accelerate, peft
+import torch, transformers, safetensors, torch_geometric, lm_eval, accelerate, peft, ase
 print("setup-peers: torch", torch.__version__, "| transformers", transformers.__version__,
       "| safetensors", safetensors.__version__, "| torch_geometric", torch_geometric.__version__,
-      "| lm_eval", getattr(lm_eval, "__version__", "?"))
+      "| lm_eval", getattr(lm_eval, "__version__", "?"), "| ase", ase.__version__)
 PY
 echo "$want" > "$STAMP"
 echo "setup-peers: done in $(( $(date +%s) - start )) s, $(du -sh "$VENV" | cut -f1) in $VENV"

@@ -287,6 +287,68 @@ TEST_F(CudaOps, LayerNorm) {
   EXPECT_LT(rel_err(down(ddb), rdb), kTolF32);
 }
 
+// The indexed-row ops (graph networks, issue 33): gather exact, segment reductions with a
+// permutation and empty segments (the chosen rows exact), their backward, batch normalisation,
+// against the CPU reference.
+TEST_F(CudaOps, IndexedRows) {
+  const int64_t rows = 300, C = 37, S = 41, M = 500;
+  const Vec x = randn(rows * C, 40), dout = randn(S * C, 41), w = randn(C, 42), b = randn(C, 43);
+  std::vector<int32_t> idx(M), perm(rows), offsets{0};
+  for (int64_t m = 0; m < M; ++m) idx[static_cast<size_t>(m)] = static_cast<int32_t>((m * 7919) % rows);
+  for (int64_t r = 0; r < rows; ++r) perm[static_cast<size_t>(r)] = static_cast<int32_t>((r * 131) % rows);
+  for (int64_t s = 1; s < S; ++s) offsets.push_back(static_cast<int32_t>(std::min<int64_t>(rows, s * s / 5)));
+  offsets.push_back(static_cast<int32_t>(rows));
+  auto dx = up(x), di = up(idx), dp = up(perm), doff = up(offsets), dd = up(dout);
+  Vec rg(M * C);
+  cpu_->gather_rows_f32(rg.data(), x.data(), idx.data(), M, C);
+  DeviceBuffer g = dev_f32(M * C);
+  gpu_->gather_rows_f32(g.data<float>(), dx.data<float>(), di.data<int32_t>(), M, C);
+  EXPECT_EQ(down(g), rg);
+  for (SegmentOp op : {SegmentOp::kSum, SegmentOp::kMean, SegmentOp::kMax, SegmentOp::kMin}) {
+    Vec ro(S * C);
+    std::vector<int32_t> ra(S * C);
+    cpu_->segment_reduce_f32(ro.data(), ra.data(), x.data(), perm.data(), offsets.data(), S, C, op, false);
+    DeviceBuffer o = dev_f32(S * C), a(*gpu_, DType::kI32, S * C);
+    gpu_->segment_reduce_f32(o.data<float>(), a.data<int32_t>(), dx.data<float>(), dp.data<int32_t>(),
+                             doff.data<int32_t>(), S, C, op, false);
+    EXPECT_LT(rel_err(down(o), ro), kTolF32) << static_cast<int>(op);
+    if (op == SegmentOp::kMax || op == SegmentOp::kMin) {
+      EXPECT_EQ(a.download<int32_t>(), ra) << static_cast<int>(op);
+      Vec rdx(rows * C, 0.5f);
+      cpu_->segment_arg_backward_f32(rdx.data(), dout.data(), ra.data(), S, C);
+      auto gdx = up(Vec(rows * C, 0.5f));
+      gpu_->segment_arg_backward_f32(gdx.data<float>(), dd.data<float>(), a.data<int32_t>(), S, C);
+      EXPECT_EQ(down(gdx), rdx);
+    }
+  }
+  for (bool mean : {false, true}) {
+    Vec rdx(rows * C, 0.25f);
+    cpu_->segment_broadcast_f32(rdx.data(), dout.data(), perm.data(), offsets.data(), S, C, mean, true);
+    auto gdx = up(Vec(rows * C, 0.25f));
+    gpu_->segment_broadcast_f32(gdx.data<float>(), dd.data<float>(), dp.data<int32_t>(), doff.data<int32_t>(), S, C,
+                                mean, true);
+    EXPECT_LT(rel_err(down(gdx), rdx), kTolF32) << mean;
+  }
+  Vec ro(rows * C), rm(C), rr(C);
+  cpu_->batchnorm_forward_f32(ro.data(), rm.data(), rr.data(), x.data(), w.data(), b.data(), rows, C, 1e-5f);
+  auto dw = up(w), db = up(b);
+  DeviceBuffer o = dev_f32(rows * C), m = dev_f32(C), r = dev_f32(C);
+  gpu_->batchnorm_forward_f32(o.data<float>(), m.data<float>(), r.data<float>(), dx.data<float>(), dw.data<float>(),
+                              db.data<float>(), rows, C, 1e-5f);
+  EXPECT_LT(rel_err(down(o), ro), kTolF32);
+  EXPECT_LT(rel_err(down(m), rm), kTolF32);
+  const Vec gout = randn(rows * C, 44);
+  Vec rdx(rows * C, 0.0f), rdw(C, 0.0f), rdb(C, 0.0f);
+  cpu_->batchnorm_backward_f32(rdx.data(), rdw.data(), rdb.data(), gout.data(), x.data(), w.data(), rm.data(), rr.data(),
+                               rows, C);
+  auto gg = up(gout), gdx = dev_f32(rows * C, true), gdw = dev_f32(C, true), gdb = dev_f32(C, true);
+  gpu_->batchnorm_backward_f32(gdx.data<float>(), gdw.data<float>(), gdb.data<float>(), gg.data<float>(), dx.data<float>(),
+                               dw.data<float>(), m.data<float>(), r.data<float>(), rows, C);
+  EXPECT_LT(rel_err(down(gdx), rdx), kTolF32);
+  EXPECT_LT(rel_err(down(gdw), rdw), kTolF32);
+  EXPECT_LT(rel_err(down(gdb), rdb), kTolF32);
+}
+
 TEST_F(CudaOps, Elementwise) {
   const int64_t N = 33, C = 65, n = N * C;
   Vec a = randn(n, 27, 2.0f), b = randn(n, 28), bias = randn(C, 29), g = randn(n, 30);

@@ -7,7 +7,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 VENV="${WEFT_PEERS_VENV:-$ROOT/.venv-peers}"
 PY="$VENV/bin/python"
-if [ ! -x "$PY" ] || ! "$PY" -c 'import torch, transformers, safetensors, torch_geometric, lm_eval, accelerate, peft' 2>/dev/null; then
+if [ ! -x "$PY" ] || ! "$PY" -c 'import torch, transformers, safetensors, torch_geometric, lm_eval, accelerate, peft, ase' 2>/dev/null; then
   echo "peers environment missing or incomplete at $VENV: run scripts/setup-peers.sh (then ctest --test-dir build -L peers)" >&2
   exit 1
 fi
