@@ -107,16 +107,14 @@ void check_out_dir(const GraphPrepareOptions& o) {
 GraphPrepareResult prepare_graphs(const GraphPrepareOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   check_options(o);
-  // The structures first (an XYZ error leaves the folder as it was), then the graphs.
-  std::vector<AtomStructure> all;
-  if (o.synthetic_lj) {
-    for (int64_t i = 0; i < o.lj.structures; ++i) all.push_back(lj_structure(o.lj, i));
-  } else {
-    for (const std::string& f : o.xyz_inputs) {
-      std::vector<AtomStructure> fr = read_extxyz(f);
-      for (AtomStructure& s : fr) all.push_back(std::move(s));
-    }
-  }
+  // Every input is read (and checked) and the splits are known before anything is written: an
+  // XYZ error leaves the folder as it was. Then the structures stream through, a shard of
+  // each split at a time in memory.
+  int64_t total = o.synthetic_lj ? o.lj.structures : 0;
+  for (const std::string& f : o.xyz_inputs) total += static_cast<int64_t>(read_extxyz(f).size());
+  int64_t train = 0;
+  for (int64_t i = 0; i < total; ++i) train += split_of(o.seed, i, o.val_fraction, o.test_fraction) == 0;
+  if (train == 0) throw_input("prepare: none of the {} structures would go to the training split", total);
   check_out_dir(o);
   GraphPrepareResult r;
   Stats stats[3];
@@ -132,17 +130,23 @@ GraphPrepareResult prepare_graphs(const GraphPrepareOptions& o) {
     files[k].push_back({{"file", name}, {"structures", pending[k].size()}});
     pending[k].clear();
   };
-  for (int64_t i = 0; i < static_cast<int64_t>(all.size()); ++i) {
-    const int k = split_of(o.seed, i, o.val_fraction, o.test_fraction);
-    GraphSample g = make_graph_sample(std::move(all[static_cast<size_t>(i)]), o.graph);
+  int64_t i = 0;
+  const auto take = [&](AtomStructure s) {
+    const int k = split_of(o.seed, i++, o.val_fraction, o.test_fraction);
+    GraphSample g = make_graph_sample(std::move(s), o.graph);
     stats[k].add(g);
     r.atoms += g.s.atoms(), r.edges += g.edges();
     ++r.structures[k];
     pending[k].push_back(std::move(g));
     if (static_cast<int64_t>(pending[k].size()) >= o.shard_structures) flush(k);
+  };
+  if (o.synthetic_lj) {
+    for (int64_t j = 0; j < o.lj.structures; ++j) take(lj_structure(o.lj, j));
+  }
+  for (const std::string& f : o.xyz_inputs) {
+    for (AtomStructure& s : read_extxyz(f)) take(std::move(s));
   }
   for (int k = 0; k < 3; ++k) flush(k);
-  if (r.structures[0] == 0) throw_input("prepare: none of the {} structures went to the training split", all.size());
   nlohmann::json m = {{"format", "weft-graphs"},
                       {"version", 1},
                       {"source", o.synthetic_lj ? (o.lj.hydragnn ? "synthetic-lj hydragnn" : "synthetic-lj") : "xyz"},
