@@ -2,6 +2,7 @@
 // (--synthetic-weather DIR) generates synthetic weather fields in NetCDF (data/weather_synth.h).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <exception>
@@ -104,7 +105,7 @@ struct GraphArgs {
   std::string lj_dir;
   std::vector<std::string> xyz;
   bool hydragnn = false;
-  int64_t structures = 300, max_neighbours = -1, shard_structures = 10000;
+  int64_t structures = 300, max_neighbours = -1, shard_structures = 10000, species = 1;
   double cutoff = 0.0, test_fraction = 0.15;
 };
 
@@ -113,6 +114,7 @@ void add_graph_options(CLI::App& app, GraphArgs& g) {
                  "instead of text: write a Lennard-Jones graph dataset (shards + manifest.json) to this folder");
   app.add_flag("--hydragnn", g.hydragnn, "--synthetic-lj: HydraGNN's LennardJones example (27 atoms, its labels)");
   app.add_option("--structures", g.structures, "--synthetic-lj: structures to generate (default 300)");
+  app.add_option("--species", g.species, "--synthetic-lj: 1 (argon, default) or 2 (the Kob-Andersen A80:B20 mixture)");
   app.add_option("--xyz", g.xyz, "instead of text: extended XYZ files (ASE's format) -> graph shards in --out");
   app.add_option("--cutoff", g.cutoff, "graph data: radius of the graph in Angstrom (default 5)");
   app.add_option("--max-neighbours", g.max_neighbours,
@@ -133,9 +135,11 @@ int prepare_graph_data(CLI::App& app, const GraphArgs& g, const std::string& out
   GraphPrepareOptions o;
   o.synthetic_lj = app.count("--synthetic-lj") > 0;
   if (!o.synthetic_lj && out.empty()) throw_input("--xyz needs --out DIR");
-  if (!o.synthetic_lj && (g.hydragnn || app.count("--structures") > 0)) {
-    throw_input("{} is an option of --synthetic-lj", g.hydragnn ? "--hydragnn" : "--structures");
+  if (!o.synthetic_lj && (g.hydragnn || app.count("--structures") > 0 || app.count("--species") > 0)) {
+    throw_input("{} is an option of --synthetic-lj",
+                g.hydragnn ? "--hydragnn" : app.count("--structures") > 0 ? "--structures" : "--species");
   }
+  o.lj.species = static_cast<int>(std::clamp<int64_t>(g.species, -1, 1000));
   o.out_dir = o.synthetic_lj ? g.lj_dir : out;
   o.xyz_inputs = g.xyz;
   o.lj.hydragnn = g.hydragnn;
@@ -193,7 +197,7 @@ int cmd_prepare(CLI::App& app, int argc, char** argv, Communicator&) {
   if (app.count("--synthetic-lj") > 0 || app.count("--xyz") > 0) {
     return prepare_graph_data(app, graph, out, val_fraction, seed, overwrite);
   }
-  refuse_other_mode(app, {"--hydragnn", "--structures", "--cutoff", "--max-neighbours", "--test-fraction",
+  refuse_other_mode(app, {"--hydragnn", "--structures", "--species", "--cutoff", "--max-neighbours", "--test-fraction",
                           "--shard-structures"},
                     "is an option of graph data (--synthetic-lj or --xyz)");
   if (app.count("--synthetic-weather") > 0) {

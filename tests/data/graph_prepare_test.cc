@@ -148,7 +148,16 @@ TEST(GraphPrepare, CommandLine) {
   const nlohmann::json m = nlohmann::json::parse(test::read_text(tmp / "h/manifest.json"));
   EXPECT_EQ(m["source"], "synthetic-lj hydragnn");
   EXPECT_EQ(m["graph"]["max_neighbours"], 5);
+  const test::RunResult ka = test::run_weft("prepare --synthetic-lj " + (tmp / "k") + " --species 2 --structures 10", tmp / "c3");
+  EXPECT_EQ(ka.code, 0) << ka.err;
+  const nlohmann::json mk = nlohmann::json::parse(test::read_text(tmp / "k/manifest.json"));
+  EXPECT_EQ(mk["lennard_jones"]["mixture"], "kob-andersen");
+  EXPECT_EQ(mk["lennard_jones"]["pairs"].size(), 3u);
+  EXPECT_EQ(mk["splits"]["train"]["stats"]["species_atoms"].size(), 2u);
   for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
+           {"--synthetic-lj " + (tmp / "g") + " --species 3", "species 3"},
+           {"--synthetic-lj " + (tmp / "g2") + " --species 2 --hydragnn", "one species"},
+           {"--xyz x.xyz --out " + (tmp / "g3") + " --species 2", "--species is an option of --synthetic-lj"},
            {"--synthetic-lj " + (tmp / "a") + " --xyz x.xyz", "give one"},
            {"--xyz x.xyz", "--xyz needs --out"},
            {"--xyz x.xyz --out " + (tmp / "b") + " --hydragnn", "--hydragnn is an option of --synthetic-lj"},

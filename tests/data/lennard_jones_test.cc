@@ -73,6 +73,61 @@ TEST(LennardJones, EnergyIsTheDirectSumOverPairsAndImages) {
   for (double f : fsum) EXPECT_NEAR(f, 0.0, 1e-9);  // Newton's third law
 }
 
+TEST(LennardJones, KobAndersenMixture) {
+  LjSetOptions o;
+  o.species = 2;
+  o.min_cells = 2, o.max_cells = 3;
+  const LjMixture mix = kob_andersen_mixture(lj_potential(o));
+  EXPECT_DOUBLE_EQ(mix.pair(18, 10).epsilon, 1.5);
+  EXPECT_DOUBLE_EQ(mix.pair(10, 18).sigma, 0.8 * 3.4);
+  EXPECT_DOUBLE_EQ(mix.pair(10, 10).cutoff, 2.5 * 0.88 * 3.4);
+  int64_t b = 0, all = 0;
+  double worst = 0.0;
+  for (int64_t i = 0; i < 30; ++i) {
+    const AtomStructure s = lj_structure(o, i);
+    for (int32_t z : s.species) b += z == 10, ++all;
+    if (i >= 3) continue;
+    // Forces against central differences, and the energy against the direct sum with each
+    // pair's own cutoff.
+    for (int64_t k = 0; k < 9; ++k) {
+      const int64_t at = (k * 5) % (3 * s.atoms());
+      AtomStructure p = s, m = s;
+      p.pos[static_cast<size_t>(at)] += 1e-5;
+      m.pos[static_cast<size_t>(at)] -= 1e-5;
+      label_lennard_jones(p, mix);
+      label_lennard_jones(m, mix);
+      const double fd = -(p.energy - m.energy) / 2e-5, f = s.forces[static_cast<size_t>(at)];
+      worst = std::max(worst, std::fabs(fd - f) / (std::fabs(f) + 1e-3));
+    }
+    double e = 0.0;
+    const double L[3] = {s.cell.lattice[0], s.cell.lattice[4], s.cell.lattice[8]};
+    for (int64_t a = 0; a < s.atoms(); ++a) {
+      for (int64_t c = 0; c < s.atoms(); ++c) {
+        const LennardJones& pr = mix.pair(s.species[static_cast<size_t>(a)], s.species[static_cast<size_t>(c)]);
+        for (int x = -3; x <= 3; ++x) {
+          for (int y = -3; y <= 3; ++y) {
+            for (int z = -3; z <= 3; ++z) {
+              if (a == c && x == 0 && y == 0 && z == 0) continue;
+              const double d[3] = {s.pos[3 * c] + x * L[0] - s.pos[3 * a], s.pos[3 * c + 1] + y * L[1] - s.pos[3 * a + 1],
+                                   s.pos[3 * c + 2] + z * L[2] - s.pos[3 * a + 2]};
+              const double r = std::sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]);
+              if (r < pr.cutoff) e += 0.5 * pr.pair(r);
+            }
+          }
+        }
+      }
+    }
+    EXPECT_NEAR(s.energy, e, 1e-9 * std::fabs(e)) << i;
+  }
+  EXPECT_LT(worst, 1e-6);
+  EXPECT_NEAR(static_cast<double>(b) / static_cast<double>(all), 0.2, 0.04);
+  o.hydragnn = true;
+  EXPECT_THROW(lj_structure(o, 0), InputError);
+  o.hydragnn = false;
+  o.species = 3;
+  EXPECT_THROW(lj_structure(o, 0), InputError);
+}
+
 TEST(LennardJones, ShiftedForcePairVanishesAtTheCutoff) {
   const LennardJones lj;
   EXPECT_NEAR(lj.pair(lj.cutoff), 0.0, 1e-15);

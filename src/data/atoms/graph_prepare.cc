@@ -32,6 +32,7 @@ void check_options(const GraphPrepareOptions& o) {
                 o.val_fraction, o.test_fraction);
   }
   if (o.shard_structures < 1) throw_input("prepare: {} structures per shard", o.shard_structures);
+  if (o.synthetic_lj) (void)lj_structure(o.lj, 0);  // the set's own checks, before anything is written
   if (o.synthetic_lj && (o.lj.structures < 1 || o.lj.structures > (int64_t{1} << 31))) {
     throw_input("prepare: --structures {} (1 to 2^31)", o.lj.structures);
   }
@@ -157,7 +158,21 @@ GraphPrepareResult prepare_graphs(const GraphPrepareOptions& o) {
   if (o.synthetic_lj) {
     const LennardJones lj = lj_potential(o.lj);
     m["lennard_jones"] = {{"epsilon", lj.epsilon}, {"sigma", lj.sigma}, {"cutoff", lj.cutoff},
-                          {"shifted_force", lj.shifted_force}, {"structures", o.lj.structures}, {"seed", o.lj.seed}};
+                          {"shifted_force", lj.shifted_force}, {"structures", o.lj.structures}, {"seed", o.lj.seed},
+                          {"species", o.lj.species}};
+    if (o.lj.species == 2) {
+      const LjMixture mix = kob_andersen_mixture(lj);
+      nlohmann::json pairs = nlohmann::json::array();
+      for (size_t a = 0; a < mix.species.size(); ++a) {
+        for (size_t b = a; b < mix.species.size(); ++b) {
+          const LennardJones& p = mix.pairs[a * mix.species.size() + b];
+          pairs.push_back({{"species", {mix.species[a], mix.species[b]}}, {"epsilon", p.epsilon}, {"sigma", p.sigma},
+                           {"cutoff", p.cutoff}});
+        }
+      }
+      m["lennard_jones"]["mixture"] = "kob-andersen";
+      m["lennard_jones"]["pairs"] = pairs;
+    }
   } else {
     m["inputs"] = o.xyz_inputs;
   }

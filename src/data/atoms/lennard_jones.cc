@@ -1,5 +1,6 @@
 #include "data/atoms/lennard_jones.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -76,6 +77,53 @@ void label_lennard_jones_hydragnn(AtomStructure& s, const LennardJones& lj, int6
   }
 }
 
+const LennardJones& LjMixture::pair(int32_t zi, int32_t zj) const {
+  const auto type = [this](int32_t z) -> size_t {
+    for (size_t t = 0; t < species.size(); ++t) {
+      if (species[t] == z) return t;
+    }
+    throw_input("Lennard-Jones mixture: species {} is not one of its {} types", z, species.size());
+  };
+  return pairs[type(zi) * species.size() + type(zj)];
+}
+
+double LjMixture::max_cutoff() const {
+  double c = 0.0;
+  for (const LennardJones& p : pairs) c = std::max(c, p.cutoff);
+  return c;
+}
+
+LjMixture kob_andersen_mixture(const LennardJones& aa) {
+  LjMixture m;
+  m.species = {18, 10};
+  const auto pair = [&aa](double eps, double sigma) {
+    LennardJones p = aa;
+    p.epsilon = eps * aa.epsilon;
+    p.sigma = sigma * aa.sigma;
+    p.cutoff = 2.5 * p.sigma;
+    return p;
+  };
+  const LennardJones ab = pair(1.5, 0.8);
+  m.pairs = {pair(1.0, 1.0), ab, ab, pair(0.5, 0.88)};
+  return m;
+}
+
+void label_lennard_jones(AtomStructure& s, const LjMixture& mix) {
+  const RadiusGraph g = neighbours(s, mix.max_cutoff(), 0);
+  s.has_energy = true;
+  s.energy = 0.0;
+  s.forces.assign(static_cast<size_t>(3 * s.atoms()), 0.0);
+  for (int64_t e = 0; e < g.edges(); ++e) {
+    const int32_t i = g.receiver[static_cast<size_t>(e)], j = g.source[static_cast<size_t>(e)];
+    const LennardJones& p = mix.pair(s.species[static_cast<size_t>(i)], s.species[static_cast<size_t>(j)]);
+    const double r = g.dist[static_cast<size_t>(e)];
+    if (r >= p.cutoff) continue;
+    s.energy += 0.5 * p.pair(r);
+    const double k = p.slope(r) / r;
+    for (int c = 0; c < 3; ++c) s.forces[static_cast<size_t>(3 * i + c)] += k * g.vec[static_cast<size_t>(3 * e + c)];
+  }
+}
+
 LennardJones lj_potential(const LjSetOptions& o) {
   LennardJones lj;
   if (o.hydragnn) {
@@ -87,6 +135,8 @@ LennardJones lj_potential(const LjSetOptions& o) {
 
 AtomStructure lj_structure(const LjSetOptions& o, int64_t i) {
   if (i < 0 || i >= o.structures) throw_input("LJ set: structure {} of {}", i, o.structures);
+  if (o.species != 1 && o.species != 2) throw_input("LJ set: species {} (1: argon, 2: the Kob-Andersen mixture)", o.species);
+  if (o.hydragnn && o.species != 1) throw_input("LJ set: HydraGNN's example has one species, not {}", o.species);
   if (o.min_cells < 1 || o.max_cells < o.min_cells || o.max_cells > 64) {
     throw_input("LJ set: cells per direction [{}, {}] must satisfy 1 <= min <= max <= 64", o.min_cells, o.max_cells);
   }
@@ -118,7 +168,10 @@ AtomStructure lj_structure(const LjSetOptions& o, int64_t i) {
     }
   }
   const LennardJones lj = lj_potential(o);
-  if (o.hydragnn) {
+  if (o.species == 2) {
+    for (int32_t& z : s.species) z = draw() < 0.2 ? 10 : 18;  // B with probability 0.2
+    label_lennard_jones(s, kob_andersen_mixture(lj));
+  } else if (o.hydragnn) {
     label_lennard_jones_hydragnn(s, lj, kHydraGnnLjNeighbours);
   } else {
     label_lennard_jones(s, lj);

@@ -13,7 +13,10 @@
 //    (periodic images included) and the forces exactly -dE/dx; periodic simple-cubic supercells
 //    of n_a x n_b x n_c cells, n in [2, 6] drawn with P(n) ~ 1/n^2 (8 to 216 atoms, mostly small:
 //    the skew that makes ranks unequal), a random lattice constant (3.8 A x [0.98, 1.04]) and
-//    each coordinate displaced by up to +-5% of it; argon (Z 18).
+//    each coordinate displaced by up to +-5% of it; argon (Z 18). With species = 2, the Kob-Andersen
+//    binary mixture (Kob and Andersen, Phys. Rev. E 51, 4626, 1995): each site A (labelled Z 18)
+//    or, with probability 0.2, B (labelled Z 10); eps_AB = 1.5, sigma_AB = 0.8, eps_BB = 0.5,
+//    sigma_BB = 0.88 (in eps_AA = 1, sigma_AA = 3.4 A), each pair shifted at its own 2.5 sigma.
 // Both are deterministic functions of (seed, structure index).
 #pragma once
 #include <cstdint>
@@ -34,6 +37,18 @@ struct LennardJones {
 
 // Sets s.energy and s.forces: the sum over unordered pairs within the cutoff and -dE/dx.
 void label_lennard_jones(AtomStructure& s, const LennardJones& lj);
+
+// A mixture: the potential of each pair of species (symmetric; each with its own cutoff).
+struct LjMixture {
+  std::vector<int32_t> species;     // the atomic numbers of the types
+  std::vector<LennardJones> pairs;  // types x types
+  const LennardJones& pair(int32_t zi, int32_t zj) const;
+  double max_cutoff() const;
+};
+LjMixture kob_andersen_mixture(const LennardJones& aa);
+// The same over a mixture: each pair by its species, within its own cutoff. InputError for a
+// species the mixture does not hold.
+void label_lennard_jones(AtomStructure& s, const LjMixture& mix);
 // HydraGNN's labels (above): the sum of V over the edges of the radius graph that keeps
 // max_neighbours sources per receiver, and -dE/dx of it.
 void label_lennard_jones_hydragnn(AtomStructure& s, const LennardJones& lj, int64_t max_neighbours);
@@ -44,6 +59,7 @@ struct LjSetOptions {
   int64_t structures = 300;
   uint64_t seed = 1337;
   int64_t min_cells = 2, max_cells = 6;  // the working set's cells per direction
+  int species = 1;                       // the working set: 1 argon, 2 the Kob-Andersen mixture
 };
 // The LJ potential each set labels with (HydraGNN's: cutoff 5, unshifted).
 LennardJones lj_potential(const LjSetOptions& o);
