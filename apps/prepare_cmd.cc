@@ -2,7 +2,6 @@
 // (--synthetic-weather DIR) generates synthetic weather fields in NetCDF (data/weather_synth.h).
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <exception>
@@ -139,7 +138,7 @@ int prepare_graph_data(CLI::App& app, const GraphArgs& g, const std::string& out
     throw_input("{} is an option of --synthetic-lj",
                 g.hydragnn ? "--hydragnn" : app.count("--structures") > 0 ? "--structures" : "--species");
   }
-  o.lj.species = static_cast<int>(std::clamp<int64_t>(g.species, -1, 1000));
+  o.lj.species = g.species;
   o.out_dir = o.synthetic_lj ? g.lj_dir : out;
   o.xyz_inputs = g.xyz;
   o.lj.hydragnn = g.hydragnn;

@@ -22,6 +22,7 @@
 #include "backend/cpu/cpu_math.h"
 #include "backend/cpu/indexed_ops.h"
 #include "backend/cpu/layernorm_16.h"
+#include "backend/cpu/rows_16.h"
 #include "backend/cpu/native_products.h"
 #include "backend/cpu/onednn_gemm.h"
 #include "core/error.h"
@@ -723,46 +724,17 @@ class CpuBackend final : public Backend {
   void dequantize_blocks(float* out, const void* wire, int64_t n, const QuantSpec& q, bool accumulate) override {
     dequantize_blocks_ref(out, static_cast<const uint8_t*>(wire), n, q, accumulate);
   }
-  // 16-bit casts (the wires' codecs and the typed ops' staging): the reference's bits
-  // (core/precision.h), in parallel vector loops for bf16 (core/dtype.h's inline conversions) (and fp16 where the compiler has
-  // _Float16, whose conversions the software reference equals: tests/core/half_fallback_test.cc).
+  // 16-bit casts (the wires' codecs and the typed ops' staging): the reference's bits, by
+  // backend/cpu/rows_16.h's conversions in parallel chunks.
   void encode_16(void* wire, const float* x, int64_t n, DType dt) override {
-    uint16_t* w = static_cast<uint16_t*>(wire);
-    if (dt == DType::kBF16) {
-#pragma omp parallel for simd schedule(static) if (n > (1 << 15))
-      for (int64_t i = 0; i < n; ++i) w[i] = float_to_bf16(x[i]).bits;
-      return;
-    }
-#ifdef __FLT16_MAX__
-    if (dt == DType::kF16) {
-#pragma omp parallel for simd schedule(static) if (n > (1 << 15))
-      for (int64_t i = 0; i < n; ++i) w[i] = std::bit_cast<uint16_t>(static_cast<_Float16>(x[i]));
-      return;
-    }
-#endif
-    cast_to_16_ref(w, x, n, dt);  // fp16 without _Float16; another dtype: InputError
+    if (dt != DType::kBF16 && dt != DType::kF16) return cast_to_16_ref(static_cast<uint16_t*>(wire), x, n, dt);  // InputError
+    cpu::in_chunks(n, [&](int64_t first, int64_t m) { cpu::narrow(wire, dt, first, x + first, m); });
   }
   void decode_16(float* out, const void* wire, int64_t n, DType dt, bool accumulate) override {
-    const uint16_t* w = static_cast<const uint16_t*>(wire);
-    if (dt == DType::kBF16) {
-#pragma omp parallel for simd schedule(static) if (n > (1 << 15))
-      for (int64_t i = 0; i < n; ++i) {
-        const float v = bf16_to_float(bf16{w[i]});
-        out[i] = accumulate ? out[i] + v : v;
-      }
-      return;
+    if (dt != DType::kBF16 && dt != DType::kF16) {
+      return cast_from_16_ref(out, static_cast<const uint16_t*>(wire), n, dt, accumulate);  // InputError
     }
-#ifdef __FLT16_MAX__
-    if (dt == DType::kF16) {
-#pragma omp parallel for simd schedule(static) if (n > (1 << 15))
-      for (int64_t i = 0; i < n; ++i) {
-        const float v = static_cast<float>(std::bit_cast<_Float16>(w[i]));
-        out[i] = accumulate ? out[i] + v : v;
-      }
-      return;
-    }
-#endif
-    cast_from_16_ref(out, w, n, dt, accumulate);
+    cpu::in_chunks(n, [&](int64_t first, int64_t m) { cpu::widen(out + first, wire, dt, first, m, accumulate); });
   }
 
  private:

@@ -32,7 +32,7 @@ void check_options(const GraphPrepareOptions& o) {
                 o.val_fraction, o.test_fraction);
   }
   if (o.shard_structures < 1) throw_input("prepare: {} structures per shard", o.shard_structures);
-  if (o.synthetic_lj) (void)lj_structure(o.lj, 0);  // the set's own checks, before anything is written
+  if (o.synthetic_lj) check_lj_options(o.lj);
   if (o.synthetic_lj && (o.lj.structures < 1 || o.lj.structures > (int64_t{1} << 31))) {
     throw_input("prepare: --structures {} (1 to 2^31)", o.lj.structures);
   }

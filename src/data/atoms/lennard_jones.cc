@@ -31,6 +31,28 @@ RadiusGraph neighbours(const AtomStructure& s, double cutoff, int64_t max_neighb
   return radius_graph(s.pos.data(), s.atoms(), s.cell, o);
 }
 
+// Sets s.energy to the sum over unordered pairs within each pair's cutoff (the radius graph of
+// the largest, every directed edge half a pair) and s.forces to -dE/dx. pair_of(zi, zj): the
+// potential of a pair of species.
+template <class PairOf>
+void label_pairs(AtomStructure& s, double cutoff, PairOf&& pair_of) {
+  const RadiusGraph g = neighbours(s, cutoff, 0);
+  s.has_energy = true;
+  s.energy = 0.0;
+  s.forces.assign(static_cast<size_t>(3 * s.atoms()), 0.0);
+  for (int64_t e = 0; e < g.edges(); ++e) {
+    const int32_t i = g.receiver[static_cast<size_t>(e)], j = g.source[static_cast<size_t>(e)];
+    const LennardJones& p = pair_of(s.species[static_cast<size_t>(i)], s.species[static_cast<size_t>(j)]);
+    const double r = g.dist[static_cast<size_t>(e)];
+    if (r >= p.cutoff) continue;
+    s.energy += 0.5 * p.pair(r);
+    // vec = x_j + shift L - x_i: dr/dx_i = -vec / r, so -dE/dx_i gains V'(r) vec / r (both
+    // halves of the pair depend on x_i).
+    const double k = p.slope(r) / r;
+    for (int c = 0; c < 3; ++c) s.forces[static_cast<size_t>(3 * i + c)] += k * g.vec[static_cast<size_t>(3 * e + c)];
+  }
+}
+
 }  // namespace
 
 double LennardJones::pair(double r) const {
@@ -43,20 +65,7 @@ double LennardJones::slope(double r) const {
 }
 
 void label_lennard_jones(AtomStructure& s, const LennardJones& lj) {
-  const RadiusGraph g = neighbours(s, lj.cutoff, 0);
-  s.has_energy = true;
-  s.energy = 0.0;
-  s.forces.assign(static_cast<size_t>(3 * s.atoms()), 0.0);
-  for (int64_t e = 0; e < g.edges(); ++e) {
-    const double r = g.dist[static_cast<size_t>(e)];
-    s.energy += 0.5 * lj.pair(r);  // each unordered pair is two directed edges
-    // vec = x_j + shift L - x_i: dr/dx_i = -vec / r, so -dE/dx_i gains V'(r) vec / r (both
-    // halves of the pair depend on x_i).
-    const double k = lj.slope(r) / r;
-    for (int c = 0; c < 3; ++c) {
-      s.forces[static_cast<size_t>(3 * g.receiver[static_cast<size_t>(e)] + c)] += k * g.vec[static_cast<size_t>(3 * e + c)];
-    }
-  }
+  label_pairs(s, lj.cutoff, [&lj](int32_t, int32_t) -> const LennardJones& { return lj; });
 }
 
 void label_lennard_jones_hydragnn(AtomStructure& s, const LennardJones& lj, int64_t max_neighbours) {
@@ -109,19 +118,7 @@ LjMixture kob_andersen_mixture(const LennardJones& aa) {
 }
 
 void label_lennard_jones(AtomStructure& s, const LjMixture& mix) {
-  const RadiusGraph g = neighbours(s, mix.max_cutoff(), 0);
-  s.has_energy = true;
-  s.energy = 0.0;
-  s.forces.assign(static_cast<size_t>(3 * s.atoms()), 0.0);
-  for (int64_t e = 0; e < g.edges(); ++e) {
-    const int32_t i = g.receiver[static_cast<size_t>(e)], j = g.source[static_cast<size_t>(e)];
-    const LennardJones& p = mix.pair(s.species[static_cast<size_t>(i)], s.species[static_cast<size_t>(j)]);
-    const double r = g.dist[static_cast<size_t>(e)];
-    if (r >= p.cutoff) continue;
-    s.energy += 0.5 * p.pair(r);
-    const double k = p.slope(r) / r;
-    for (int c = 0; c < 3; ++c) s.forces[static_cast<size_t>(3 * i + c)] += k * g.vec[static_cast<size_t>(3 * e + c)];
-  }
+  label_pairs(s, mix.max_cutoff(), [&](int32_t zi, int32_t zj) -> const LennardJones& { return mix.pair(zi, zj); });
 }
 
 LennardJones lj_potential(const LjSetOptions& o) {
@@ -133,13 +130,17 @@ LennardJones lj_potential(const LjSetOptions& o) {
   return lj;
 }
 
-AtomStructure lj_structure(const LjSetOptions& o, int64_t i) {
-  if (i < 0 || i >= o.structures) throw_input("LJ set: structure {} of {}", i, o.structures);
+void check_lj_options(const LjSetOptions& o) {
   if (o.species != 1 && o.species != 2) throw_input("LJ set: species {} (1: argon, 2: the Kob-Andersen mixture)", o.species);
   if (o.hydragnn && o.species != 1) throw_input("LJ set: HydraGNN's example has one species, not {}", o.species);
   if (o.min_cells < 1 || o.max_cells < o.min_cells || o.max_cells > 64) {
     throw_input("LJ set: cells per direction [{}, {}] must satisfy 1 <= min <= max <= 64", o.min_cells, o.max_cells);
   }
+}
+
+AtomStructure lj_structure(const LjSetOptions& o, int64_t i) {
+  if (i < 0 || i >= o.structures) throw_input("LJ set: structure {} of {}", i, o.structures);
+  check_lj_options(o);
   int64_t k = 0;  // draw counter
   const auto draw = [&] { return uniform(o.seed, i, k++); };
   int64_t n[3] = {3, 3, 3};

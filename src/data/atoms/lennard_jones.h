@@ -59,8 +59,10 @@ struct LjSetOptions {
   int64_t structures = 300;
   uint64_t seed = 1337;
   int64_t min_cells = 2, max_cells = 6;  // the working set's cells per direction
-  int species = 1;                       // the working set: 1 argon, 2 the Kob-Andersen mixture
+  int64_t species = 1;                   // the working set: 1 argon, 2 the Kob-Andersen mixture
 };
+// InputError naming the value for options no set can be drawn with.
+void check_lj_options(const LjSetOptions& o);
 // The LJ potential each set labels with (HydraGNN's: cutoff 5, unshifted).
 LennardJones lj_potential(const LjSetOptions& o);
 // Structure i of the set, labelled.
