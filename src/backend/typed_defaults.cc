@@ -213,42 +213,45 @@ void Backend::embedding_forward(View o, const int32_t* tokens, CView wte, CView 
 
 void Backend::embedding_forward_16(View o, const int32_t* tokens, CView wte, CView wpe, int64_t B, int64_t T,
                                    int64_t C, int64_t v0, int64_t vrows) {
-  // A 16-bit table is read a row at a time, never widened whole: each token's row widens into
-  // its output row (decode_16), the positions are added per sample (add_f32), and a row this
-  // rank does not hold is the position's row (or zero), as embedding_forward_f32 computes it.
+  // A 16-bit table is read a row at a time, never widened whole: a chunk of output rows at a
+  // time, each token's row widens into its fp32 output row (decode_16) and takes its position's
+  // row (widened into the arena when 16-bit), as embedding_forward_f32 computes it (wte + wpe;
+  // a row this rank does not hold is the position's row, or zero); a 16-bit output is rounded
+  // once from those fp32 rows.
   if (o.dtype != DType::kF32 && o.dtype != DType::kBF16 && o.dtype != DType::kF16) {
     throw_input("embedding_forward: the output is {}; the ops take f32, bf16 or f16 tensors", dtype_name(o.dtype));
   }
-  std::vector<int32_t> tok(static_cast<size_t>(B * T));
+  const int64_t N = B * T;
+  std::vector<int32_t> tok(static_cast<size_t>(N));
   if (!tok.empty()) copy_to_host(tok.data(), tokens, 0, tok.size() * sizeof(int32_t));
   const bool o16 = !o.f32(), p16 = wpe && !wpe.f32();
-  const int64_t per = staging_chunk_rows(B, o16 ? T * C : 0, staging_chunk());
-  for (int64_t b0 = 0; b0 < B; b0 += per) {
-    const int64_t nb = std::min(per, B - b0), n = nb * T * C;
-    const int64_t staged_n = (o16 ? n : 0) + (p16 ? T * C : 0);
+  const int64_t per = staging_chunk_rows(N, (o16 ? C : 0) + (p16 ? C : 0), staging_chunk());
+  for (int64_t r0 = 0; r0 < N; r0 += per) {
+    const int64_t n = std::min(per, N - r0);
+    const int64_t staged_n = (o16 ? n * C : 0) + (p16 ? n * C : 0);
     float* arena = staged_n > 0 ? staging_for_op(staged_n) : nullptr;
-    float* out = o16 ? arena : static_cast<float*>(o.at(b0 * T * C).data);
-    const float* pos = static_cast<const float*>(wpe.data);
-    if (p16) {
-      float* p = arena + (o16 ? n : 0);
-      decode_16(p, wpe.data, T * C, wpe.dtype, false);
-      pos = p;
-    }
-    std::vector<int64_t> others;  // rows of the chunk this rank does not hold
-    for (int64_t i = 0; i < nb * T; ++i) {
-      const int64_t row = static_cast<int64_t>(tok[b0 * T + i]) - v0;
+    float* out = o16 ? arena : static_cast<float*>(o.at(r0 * C).data);
+    float* pos16 = p16 ? arena + (o16 ? n * C : 0) : nullptr;
+    // The position row of output row i of the chunk (null: no positions on this rank).
+    const auto pos = [&](int64_t i) -> const float* {
+      if (!wpe) return nullptr;
+      if (p16) return pos16 + i * C;
+      return static_cast<const float*>(wpe.data) + ((r0 + i) % T) * C;
+    };
+    for (int64_t i = 0; i < n; ++i) {
+      if (p16) decode_16(pos16 + i * C, wpe.at(((r0 + i) % T) * C).data, C, wpe.dtype, false);
+      const int64_t row = static_cast<int64_t>(tok[static_cast<size_t>(r0 + i)]) - v0;
+      float* oi = out + i * C;
       if (row >= 0 && row < vrows) {
-        decode_16(out + i * C, wte.at(row * C).data, C, wte.dtype, false);
+        decode_16(oi, wte.at(row * C).data, C, wte.dtype, false);
+        if (pos(i) != nullptr) add_f32(oi, oi, pos(i), C);
+      } else if (pos(i) != nullptr) {
+        copy_device(oi, 0, pos(i), 0, static_cast<size_t>(C) * sizeof(float));
       } else {
-        fill(out, DType::kF32, i * C, C, 0.0f);
-        others.push_back(i);
+        fill(oi, DType::kF32, 0, C, 0.0f);
       }
     }
-    if (pos != nullptr) {
-      for (int64_t b = 0; b < nb; ++b) add_f32(out + b * T * C, out + b * T * C, pos, T * C);
-      for (int64_t i : others) copy_device(out, i * C * sizeof(float), pos, (i % T) * C * sizeof(float), C * sizeof(float));
-    }
-    if (o16) encode_16(o.at(b0 * T * C).data, out, n, o.dtype);
+    if (o16) encode_16(o.at(r0 * C).data, out, n * C, o.dtype);
   }
 }
 
@@ -256,6 +259,23 @@ void Backend::embedding_backward(View dwte, View dwpe, CView dout, const int32_t
                                  int64_t C, int64_t v0, int64_t vrows) {
   if (dwte && !dwte.f32() && vrows == INT64_MAX) {
     throw_input("embedding_backward: a {} table needs its row count (vrows)", dtype_name(dwte.dtype));
+  }
+  if (!dout.f32() && (!dwte || dwte.f32()) && (!dwpe || dwpe.f32())) {
+    // fp32 gradients, a 16-bit dout: a chunk of rows of one sample at a time, widened, as a
+    // sequence of length n from position t0 (its positions' gradient rows from dwpe's row t0).
+    // Every gradient element takes its tokens' rows in the same order as one call.
+    float* de = static_cast<float*>(dwte.data);
+    float* dp = static_cast<float*>(dwpe.data);
+    const int64_t per = staging_chunk_rows(B * T, C, staging_chunk());
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t t0 = 0; t0 < T; t0 += per) {
+        const int64_t n = std::min(per, T - t0), r0 = b * T + t0;
+        float* d = staging_for_op(n * C);
+        decode_16(d, dout.at(r0 * C).data, n * C, dout.dtype, false);
+        embedding_backward_f32(de, dp != nullptr ? dp + t0 * C : nullptr, d, tokens + r0, 1, n, C, v0, vrows);
+      }
+    }
+    return;
   }
   staged(
       *this, "embedding_backward",

@@ -2,6 +2,8 @@
 // read instead of testing which family a model is (a family fills them in, model/<family>/ through model/family.h).
 #pragma once
 
+#include "core/dtype.h"
+
 namespace weft {
 
 struct ModelCapabilities {
@@ -20,6 +22,9 @@ struct ModelCapabilities {
   // It samples text (weft generate, the trainer's sample_tokens); when not, generation_note says
   // what the family offers instead (a sentence for the refusal).
   bool generation = true;
+  // Its residual stream (a block's output, a pipeline stage's input and message, and their
+  // gradient) is stored in the run's 16-bit precision (GPT); otherwise fp32 (ClimaX).
+  bool residual_stream_16 = true;
   // The data source its runs read (train/run_data.h): "tokens" (token shards), "fields" (NetCDF
   // weather fields).
   const char* data_source = "tokens";
@@ -31,5 +36,10 @@ struct ModelCapabilities {
   const char* plan_legend = "times in seconds per step; memory in GB on the fullest pipeline stage; MFU = model FLOPs "
                             "(6N + 12LHS per token) / peak, HFU counts recomputation";
 };
+
+// The dtype of a family's residual stream in a run of precision p (a pipeline message's).
+inline DType residual_stream_dtype(const ModelCapabilities& c, Precision p) {
+  return c.residual_stream_16 ? dtype_of(p) : DType::kF32;
+}
 
 }  // namespace weft

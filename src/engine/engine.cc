@@ -79,6 +79,9 @@ Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
     // NCCL matches point-to-point in posting order: the interleaved schedule then exchanges
     // once per (forward, backward) pair (parallel/pp/runtime.h), else it would deadlock.
     rc.posting_order_p2p = device_comm_info(cfg.comm, backend.name()).posting_order_p2p;
+    // The messages are the residual stream as stored: 16-bit in a 16-bit run of a family that
+    // keeps it so (ModelCapabilities::residual_stream_16), else fp32.
+    rc.message_dtype = residual_stream_dtype(cfg.model.capabilities(), cfg.precision);
     runtime_ = std::make_unique<PipelineRuntime>(pp_traffic_ ? *pp_traffic_ : static_cast<Communicator&>(*pp_device_),
                                                  tp_traffic_ ? *tp_traffic_ : static_cast<Communicator&>(*tp_device_),
                                                  backend_, rc);

@@ -19,14 +19,14 @@ TypedElems layer_elems(int64_t N, int64_t Nl, int64_t C, int64_t Cl, int64_t F, 
   add(N * C, dt.ln);                 // ln2
   add(2 * Nl, DType::kF32);          // its mean, rstd
   add(2 * N * F, dt.act);            // fch, fch_gelu
-  if (output) add(Nl * C, DType::kF32);  // res3
+  if (output) add(Nl * C, dt.res);   // res3
   return e;
 }
 
 int64_t block_staging_elems(const BlockStaging& k) {
   // Every call of forward() and backward() below (through parallel/tp/layers.cc) with its
   // 16-bit operands: activations, scratch, and the weights and biases it reads (w).
-  const DType a = k.dt.act, ln = k.dt.ln, dC = k.dC, d3C = k.d3C, dF = k.dF;
+  const DType a = k.dt.act, ln = k.dt.ln, r = k.dt.res, dC = k.dC, d3C = k.d3C, dF = k.dF;
   const int64_t N = k.N, Nl = k.Nl, C = k.C, Cl = k.Cl, F = k.F;
   const bool tp1 = k.tp == 1, sp = k.sequence_parallel;
   const auto st = staged_elems;
@@ -55,7 +55,7 @@ int64_t block_staging_elems(const BlockStaging& k) {
   int64_t m = 0;
   const auto call = [&m](int64_t n) { m = std::max(m, n); };
   // --- forward ---
-  call(rows(Nl, w(2 * C), sp ? 0 : h(ln) * C));  // layernorm_forward -> ln1 (sp: f32 rows for the wire)
+  call(rows(Nl, w(2 * C), (h(r) + (sp ? 0 : h(ln))) * C));  // layernorm_forward(x) -> ln1 (sp: f32 rows for the wire)
   call(fwd(st(a, N * 3 * Cl) + st(ln, N * C) + w(C * 3 * Cl + 3 * Cl), N, C, 3 * Cl, ln, a));  // qkv = ln1 @ w + b
   // The cpu backends' self-attention reads its 16-bit operands in place (backend/cpu/
   // attention_16.h: per-thread scratch, not the arena); flash attention's log-sum-exp form (the
@@ -78,28 +78,35 @@ int64_t block_staging_elems(const BlockStaging& k) {
     call(fwd(st(a, N * Cl) + w(Cl * C), N, Cl, C, a, f32));  // partial = atty @ w
     call(rows(Nl, w(C), 0));                               // its bias, after the reduction
     if (sp) {
-      call(rows(Nl * C, 0, h(a)));             // res2 = res + y
+      call(rows(Nl * C, 0, h(a) + h(r)));      // res2 = x + y
       call(rows(Nl, w(2 * C), h(a) * C));      // its LayerNorm's rows (f32 out, for the wire)
     } else {
-      call(rows(N * C, 0, h(a)));              // residual_layernorm_forward: res2 = res + y
+      call(rows(N * C, 0, h(a) + h(r)));       // residual_layernorm_forward: res2 = x + y
       call(rows(N, w(2 * C), (h(a) + h(ln)) * C));  // ln2 = LayerNorm(res2)
     }
   }
   call(fwd(st(a, N * F) + st(ln, N * C) + w(C * F + F), N, C, F, ln, a));  // pre = ln2 @ w + b
   call(rows(N * F, 0, 2 * h(a)));                                          // gelu
-  // res3: at tp 1 add_bias(res3, res2, b) then the product of fch_gelu; at tp > 1 the product into
+  // res3: at tp 1 add_bias(res3, res2, b) then the product of fch_gelu, or (a 16-bit res3) res2
+  // converted into res3 and the product with its bias accumulated there; at tp > 1 the product into
   // the partial sums, its bias, then add(res3, res2, y).
-  call(fwd(st(a, N * F) + w(F * C), N, F, C, a, f32));
-  call(tp1 ? rows(N, w(C), h(a) * C) : std::max(rows(Nl, w(C), 0), rows(Nl * C, 0, h(a))));
+  if (tp1 && h(r)) {
+    call(fwd(st(r, N * C) + st(a, N * F) + w(F * C + C), N, F, C, a, r));
+  } else {
+    call(fwd(st(a, N * F) + w(F * C), N, F, C, a, f32));
+    call(tp1 ? rows(N, w(C), h(a) * C) : std::max(rows(Nl, w(C), 0), rows(Nl * C, 0, h(a) + h(r))));
+  }
   if (!k.training) return m;
   // --- backward ---
-  // matmul_gelu_backward: the product (dout is dres, f32), then gelu_backward in place.
-  call(bwd(st(dF, N * F) + st(a, N * F) + w(F * C), N, F, C, f32, a, dF));
+  // matmul_gelu_backward: the product (dout is dres, or under sequence parallelism its f32
+  // gather), then gelu_backward in place.
+  const DType dout = sp ? f32 : r;
+  call(bwd(st(dF, N * F) + st(a, N * F) + st(dout, N * C) + w(F * C), N, F, C, dout, a, dF));
   call(rows(N * F, 0, 2 * h(dF) + h(a)));
   call(bwd(st(dC, N * C) + st(dF, N * F) + st(ln, N * C) + w(C * F), N, C, F, dF, ln, dC));  // fc -> dC
   // ln2's and ln1's layernorm_backward read 16-bit operands in place on the cpu backends
   // (backend/cpu/layernorm_16.h): nothing staged.
-  call(bwd(st(dC, N * Cl) + st(a, N * Cl) + w(Cl * C), N, Cl, C, f32, a, dC));  // attn proj -> dC
+  call(bwd(st(dC, N * Cl) + st(a, N * Cl) + st(dout, N * C) + w(Cl * C), N, Cl, C, dout, a, dC));  // attn proj -> dC
   if (k.attention_lse) {
     call(st(d3C, N * 3 * Cl) + st(a, N * 3 * Cl) + st(dC, N * Cl) + st(a, N * Cl));  // its backward
   }

@@ -35,20 +35,22 @@ struct TypedElems {
 
 // The storage dtype of each kind of tensor a layer keeps (issue 32's storage policy). A tensor
 // an op writes once, in one call, and no collective carries is stored in the run's precision
-// (`act`): 16-bit storage that the op rounds as it writes (backend.h's typed ops). What stays
-// fp32: the statistics (LayerNorm mean/rstd, attention's log-sum-exp), the layer's output (the
-// residual stream: the next layer's residual input, a pipeline message, written in two steps by
-// a row-parallel layer at tp 1), and under sequence parallelism the LayerNorm outputs (gathered
-// over the tp ranks, whose collectives move fp32); those are rounded where they are written
-// (TensorParallel::round), as the emulated 16-bit storage did, so a run is bitwise the same
-// whichever tensors are 16-bit.
+// (`act`): 16-bit storage that the op rounds as it writes (backend.h's typed ops). The residual
+// stream (`res`: a layer's output, the stage's input, a pipeline message, and their gradient
+// dres) is in the run's precision too where the family keeps it so (GPT; a row-parallel layer's
+// typed ops write it rounded once, the tp group widens it for its f32 collectives); ClimaX's
+// stays f32. What stays fp32: the statistics (LayerNorm mean/rstd, attention's log-sum-exp),
+// and under sequence parallelism the LayerNorm outputs (gathered over the tp ranks, whose
+// collectives move fp32); those are rounded where they are written (TensorParallel::round), as
+// the emulated 16-bit storage did, so a run is bitwise the same whichever tensors are 16-bit.
 struct LayerDtypes {
   DType act = DType::kF32;  // qkv, the attention probabilities, atty, res2, fch, fch_gelu
   DType ln = DType::kF32;   // ln1, ln2: act, or f32 under sequence parallelism
   DType att = DType::kF32;  // the probabilities: act; the log-sum-exp (flash attention): f32
-  static LayerDtypes of(Precision p, bool sequence_parallel, bool attention_lse) {
+  DType res = DType::kF32;  // res3 (the residual stream) and its gradient: act, or f32
+  static LayerDtypes of(Precision p, bool sequence_parallel, bool attention_lse, bool residual_16 = false) {
     const DType a = dtype_of(p);
-    return {a, sequence_parallel ? DType::kF32 : a, attention_lse ? DType::kF32 : a};
+    return {a, sequence_parallel ? DType::kF32 : a, attention_lse ? DType::kF32 : a, residual_16 ? a : DType::kF32};
   }
 };
 
@@ -66,7 +68,7 @@ struct LayerActs {
   float *ln2_mean, *ln2_rstd;          // (Nl), (Nl)
   View fch;                            // (N,F) fc output (pre-GELU)
   View fch_gelu;                       // (N,F)
-  View res3;                           // (Nl,C) residual after the MLP = next layer's input (f32)
+  View res3;                           // (Nl,C) residual after the MLP = next layer's input (res)
 };
 
 // Points a layer's tensors at consecutive pieces taken by `take(n, dtype)` (a View; the
@@ -88,7 +90,7 @@ void carve_layer(LayerActs& a, Take& take, int64_t N, int64_t Nl, int64_t C, int
   a.ln2_rstd = f32(Nl);
   a.fch = take(N * F, dt.act);
   a.fch_gelu = take(N * F, dt.act);
-  a.res3 = output ? take(Nl * C, DType::kF32) : View();
+  a.res3 = output ? take(Nl * C, dt.res) : View();
 }
 
 // Elements carve_layer takes, by storage (the probabilities att_elems only if `with_att`; the
@@ -104,6 +106,7 @@ struct BlockStaging {
   bool sequence_parallel = false, attention_lse = false, training = false;
   LayerDtypes dt;          // the stash's
   DType dC = DType::kF32, d3C = DType::kF32, dF = DType::kF32;  // the gradient scratch's (BlockScratch)
+  // dres's dtype is dt.res (the layer's input x and output res3 have it too)
   DType w = DType::kF32;   // the parameters' (the store's working parameters)
   int64_t chunk = kStagingChunk;  // the backend's staging_chunk (row-chunked ops)
   bool native_products = false;   // the backend's products read 16-bit operands in place (RunSpec)
@@ -167,7 +170,7 @@ void carve_typed(Backend& be, DeviceBuffer& act, DeviceBuffer& f32, DType act_dt
 
 // The gradient scratch of one micro-batch that the block's backward works in.
 struct BlockScratch {
-  View dres;  // (Nl,C) gradient of the residual stream: d(res3) in, d(x) out (f32)
+  View dres;  // (Nl,C) gradient of the residual stream: d(res3) in, d(x) out (LayerDtypes::res)
   View dC;    // (N,C): act at tp 1; f32 at tp > 1 (a partial sum the group all-reduces)
   View d3C;   // (N,3Cl)
   View dF;    // (N,F)

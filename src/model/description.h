@@ -136,6 +136,7 @@ class ModelDescription {
   // ops): one per backend, so a rank holds the largest of its chunks'. Default: 0.
   virtual int64_t staging_bytes() const { return 0; }
   virtual int64_t residual_elems() const = 0;   // a pipeline message (0: no pipeline stages)
+  virtual DType residual_dtype() const { return DType::kF32; }  // its dtype (the residual stream's)
   // --- the blocks' traffic (the planner's communication model) ---
   virtual int64_t tokens() const = 0;             // positions of a micro-batch in the blocks (B T)
   virtual int64_t part_layers() const = 0;        // the part's blocks

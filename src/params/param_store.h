@@ -42,7 +42,7 @@ class ParamStore {
   // exchange the few (token, gradient row) pairs instead of reducing the whole (dense) wte
   // gradient at the very end of the backward. Otherwise the model adds it to grads(0).
   // tokens (B,T), dres (B,T,C); vocabulary rows [v0, v0 + vrows) are this rank's.
-  virtual bool embedding_backward(const int32_t* tokens, const float* dres, int64_t B, int64_t T, int64_t v0,
+  virtual bool embedding_backward(const int32_t* tokens, CView dres, int64_t B, int64_t T, int64_t v0,
                                   int64_t vrows) {
     return false;
   }

@@ -57,6 +57,7 @@ struct Job {
   int64_t m;           // micro-batches per step on one dp rank (the engine's accumulation)
   int64_t N, C;        // tokens of a micro-batch (B*T), channels
   bool sp;             // sequence parallelism in effect (tp > 1)
+  int64_t res_bytes;   // an element of the residual stream (a pipeline message) as stored
   std::vector<ChunkInfo> chunks;
 
   explicit Job(const EngineConfig& e)
@@ -67,6 +68,7 @@ struct Job {
     N = e.layout.micro_batch * e.seq;
     C = e.model.n_embd;
     sp = e.layout.sp();
+    res_bytes = static_cast<int64_t>(dtype_bytes(residual_stream_dtype(e.model.capabilities(), e.precision), 1));
     const double head_cost = pipeline_head_cost(e.model);
     const std::vector<StageRange> parts = partition_layers(e.model.n_layer, pp, v, {}, head_cost);
     for (int s = 0; s < pp; ++s) {
@@ -195,7 +197,8 @@ void add_tensor_parallel(CallSet& cs, const Job& j) {
 // output to the next stage and the backward of g > 0 sends its input gradient back, each
 // received by the neighbour: 2 (K - 1) transfers per micro-batch and pipeline (Narayanan et
 // al. 2021 sec. 2.2: 2 (p - 1) without interleaving, v times as many chunk boundaries with
-// it). A message is the micro-batch's N x C activation (sp: this rank's N/tp rows). Without
+// it). A message is the micro-batch's N x C activation (sp: this rank's N/tp rows), in the
+// residual stream's storage (16-bit in a GPT 16-bit run). Without
 // sp and tp > 1 the scatter-gather optimisation (Narayanan et al. 2021 sec. 4.1) sends 1/tp
 // of it and the receiving stage all-gathers it over tp: one all-gather per transfer and tp group.
 void add_pipeline(CallSet& cs, const Job& j) {
@@ -211,10 +214,10 @@ void add_pipeline(CallSet& cs, const Job& j) {
         if (to < 0 || to >= j.K) continue;
         const int r = chunk_stage(to, j.pp);
         for (int t = 0; t < j.tp; ++t) {
-          cs.add("send", "pp", part * kF32, {j.rank(t, s, d), j.rank(t, r, d)}, j.m);
-          cs.add("recv", "pp", part * kF32, {j.rank(t, r, d), j.rank(t, s, d)}, j.m);
+          cs.add("send", "pp", part * j.res_bytes, {j.rank(t, s, d), j.rank(t, r, d)}, j.m);
+          cs.add("recv", "pp", part * j.res_bytes, {j.rank(t, r, d), j.rank(t, s, d)}, j.m);
         }
-        if (scatter) cs.add("all_gather", "tp", message * kF32, j.group(Axis::kTp, 0, r, d), j.m);
+        if (scatter) cs.add("all_gather", "tp", message * j.res_bytes, j.group(Axis::kTp, 0, r, d), j.m);
       }
     }
   }
@@ -529,7 +532,9 @@ void add_data_parallel(CallSet& cs, const Job& j, const CommStepContext& ctx) {
           j.ec.model.capabilities().sparse_embedding_grads) {
         const std::vector<int> g = j.group(Axis::kDp, t, ch.stage, 0);
         cs.add("all_gather", "dp", j.dp * j.N * kI32, g, 1);
-        cs.add("all_gather", "dp", j.dp * j.N * j.C * kF32, g, 1);
+        // The rows as stored, or widened to fp32 for a [compression] dp codec.
+        const int64_t rb = j.ec.layout.compression.dp.off() ? j.res_bytes : kF32;
+        cs.add("all_gather", "dp", j.dp * j.N * j.C * rb, g, 1);
       }
     }
   }

@@ -98,8 +98,14 @@ void add_states(Elems& e, const WeftRunShape& r, const StoreGroups& sp, const St
   if (dp > 1 && l.compression.error_feedback && !l.compression.dp.off()) e.grads += n;
   // The embedding gradient's (token, row) exchange: every rank's rows and their int32 tokens,
   // gathered (transient; 4 bytes per token like a float).
+  // The rows are in the residual stream's storage (16-bit in a GPT 16-bit run), widened to fp32
+  // first (one more rank's rows) for a [compression] dp codec (DataParallel::embedding_backward).
   if (dp > 1 && l.zero <= 1 && sp.exchange_tokens > 0) {
-    e.comm += static_cast<double>(sp.exchange_tokens) * (r.model.n_embd + 1) * dp;
+    const DType rd = residual_stream_dtype(r.model.capabilities(), r.precision);
+    const bool widen = rd != DType::kF32 && !l.compression.dp.off();
+    const double row = widen ? 1.0 : static_cast<double>(dtype_bytes(rd, 1)) / 4.0;  // fp32 elements a value
+    const double C = static_cast<double>(r.model.n_embd), n = static_cast<double>(sp.exchange_tokens);
+    e.comm += n * (C * row + 1) * dp + (widen ? n * C : 0.0);
   }
 }
 
@@ -115,6 +121,7 @@ Elems rank_elems(const WeftRunShape& r, int stage, int dp_rank) {
 
   Elems e;  // fp32 elements (bytes / 4)
   int64_t message = 0;  // one micro-batch's residual stream rows on this rank (Nl C)
+  DType message_dtype = DType::kF32;  // their storage (sent as stored)
   int64_t staging = 0;  // bytes
   for (int c = 0; c < v; ++c) {
     const StageSpec part = chunk_part(r, parts, stage, c);
@@ -129,6 +136,7 @@ Elems rank_elems(const WeftRunShape& r, int stage, int dp_rank) {
     e.workspace += static_cast<double>(d->workspace_bytes()) / 4;
     staging = std::max(staging, d->staging_bytes());
     message = d->residual_elems();
+    message_dtype = d->residual_dtype();
   }
   e.workspace += static_cast<double>(staging) / 4;  // the backend's one staging arena
   // Pipeline: the receive buffers (kPipeRecvAhead posted ahead + the one in use), and (at
@@ -136,7 +144,8 @@ Elems rank_elems(const WeftRunShape& r, int stage, int dp_rank) {
   const bool sp = l.sequence_parallel && t > 1;
   if (p > 1) {
     const int64_t send = t > 1 && !sp ? message / t : message;
-    e.comm += (kPipeRecvAhead + 1.0) * static_cast<double>(message) + static_cast<double>(send);
+    const double eb = static_cast<double>(dtype_bytes(message_dtype, 1)) / 4.0;  // fp32 elements an element
+    e.comm += eb * ((kPipeRecvAhead + 1.0) * static_cast<double>(message) + static_cast<double>(send));
     // A coded pipeline ([compression] pp, or a 16-bit run's storage wires): the compressed
     // communicator holds each transfer's wire beside its buffer (comm/compressed_comm.cc).
     if (!l.compression.pp.off()) {

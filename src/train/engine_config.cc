@@ -39,7 +39,24 @@ namespace {
 void storage_wires(const RunConfig& cfg, const GridSpec& grid, CompressionPolicy& p,
                    const std::function<void(std::string)>& note) {
   const Precision prec = parse_precision(cfg.precision);
-  if (cfg.wires != "storage" || prec == Precision::kFp32) return;
+  if (prec == Precision::kFp32 || grid.pp <= 1) return;
+  const ModelConfig mc = cfg.model_config();
+  if (residual_stream_dtype(mc.capabilities(), prec) != DType::kF32) {
+    // The messages are the residual stream, stored in 16 bits and sent as stored (PipelineRuntime).
+    if (!p.pp.off()) {
+      throw_input("compression.pp = \"{}\" with precision {}: the pipeline messages are {}'s residual stream, stored in "
+                  "{} and sent as stored (half the fp32 bytes); a codec on them is not supported (the codecs read "
+                  "fp32); set compression.pp = \"off\" or precision = \"fp32\"",
+                  p.pp.name(), cfg.precision, mc.capabilities().family, cfg.precision);
+    }
+    if (cfg.wires == "fp32") {
+      note(fmt::format("[precision] wires = \"fp32\" has no effect on the pipeline sends: {}'s residual stream is stored "
+                       "in {} and sent as stored",
+                       mc.capabilities().family, precision_name(prec)));
+    }
+    return;
+  }
+  if (cfg.wires != "storage") return;
   const CodecSpec wire = parse_codec(precision_name(prec), "precision.wires");
   if (p.pp.off() && grid.pp > 1) {
     p.pp = wire;

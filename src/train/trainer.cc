@@ -455,10 +455,10 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
     log_info("ZeRO++: {} (nodes: {})", ec.data_parallel.zeropp.describe(ec.layout.dp_shard()), nodes.source);
     for (const std::string& n : ec.data_parallel.zeropp.notes) log_info("ZeRO++: {}", n);
   }
-  if (ec.layout.compression.any()) {
+  {  // the codecs in effect, and what the settings do not do (a note even where no codec is on)
     std::vector<std::string> notes;
     ec.layout.compression = run_compression(cfg, ec.layout.grid(), ec.data_parallel.zeropp, &notes);
-    log_info("compression: {}", ec.layout.compression.describe());
+    if (ec.layout.compression.any()) log_info("compression: {}", ec.layout.compression.describe());
     for (const std::string& n : notes) log_warn("compression: {}", n);
   }
   // One run per folder: held from before the folder is read for a resume or cleared for

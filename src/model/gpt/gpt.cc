@@ -140,7 +140,7 @@ void GPT::build_workspace(const GptDescription& d) {
     ws_.losses = head ? f32(N) : nullptr;
     ws_.logits = head ? take(head_chunk * Vp, dtypes_.act) : View();
     ws_.stats = head ? f32(3 * head_chunk) : nullptr;
-    ws_.dres = training ? f32(Nl * C) : nullptr;
+    ws_.dres = training ? take(Nl * C, dtypes_.res) : View();
     ws_.dC = training ? take(N * C, d.dC_dtype()) : View();
     ws_.d3C = training ? take(N * 3 * Cl, dtypes_.act) : View();
     ws_.dF = training ? take(N * F, dtypes_.act) : View();
@@ -174,13 +174,13 @@ void GPT::build_stash(Activations& A) {
   carve_typed(backend_, A.storage, A.storage32, act_dtype_, slot_, MemCategory::kActivations, "activation",
               [&](TypedCarver& take) {
     const auto f32 = [&take](int64_t n) { return static_cast<float*>(take(n, DType::kF32).data); };
-    A.encoded = f32(Nl * C);
+    A.encoded = take(Nl * C, dtypes_.res);
     A.layers.resize(static_cast<size_t>(nl));
     for (int i = 0; i < nl; ++i) {
       LayerActs& a = A.layers[static_cast<size_t>(i)];
       if (acts_training_ && full_recompute(i)) {
         a = ws_.layer;  // everything but the output lives in the workspace
-        a.res3 = take(Nl * C, DType::kF32);
+        a.res3 = take(Nl * C, dtypes_.res);
         continue;
       }
       carve_layer(a, take, N, Nl, C, Cl, F, selective ? ws_.att : take(att_stats, dtypes_.att), true, dtypes_);
@@ -307,8 +307,9 @@ double GPT::backward_part(CView dy, int64_t B, int64_t T, float loss_scale) {
   }
   if (!last) {
     // a pipeline stage before the last: the gradient of its output came from the next stage
-    WEFT_CHECK(dy.dtype == DType::kF32, "stage_backward: a {} output gradient for a f32 residual stream", dtype_name(dy.dtype));
-    backend_.copy_device(ws_.dres, 0, dy.data, 0, static_cast<size_t>(Nl * C) * sizeof(float));
+    WEFT_CHECK(dy.dtype == ws_.dres.dtype, "stage_backward: a {} output gradient for a {} residual stream",
+               dtype_name(dy.dtype), dtype_name(ws_.dres.dtype));
+    backend_.copy_device(ws_.dres.data, 0, dy.data, 0, dtype_bytes(dy.dtype, Nl * C));
   } else {
     loss_sum = head(N, wte, dwte, loss_scale);
     st.head_done();
@@ -318,7 +319,7 @@ double GPT::backward_part(CView dy, int64_t B, int64_t T, float loss_scale) {
     final_ptrs(layout_, st.acquire(L + 1), &lnfw, &lnfb);
     st.release(L + 1);
     final_ptrs(layout_, st.grads(L + 1), &dlnfw, &dlnfb);
-    backend_.fill(ws_.dres, DType::kF32, 0, Nl * C, 0.0f);
+    backend_.fill(ws_.dres.data, ws_.dres.dtype, 0, Nl * C, 0.0f);
     const View dlnf = head_.input_grad(ws_.dC, N, C);
     ln_.backward(ws_.dres, dlnfw, dlnfb, dlnf, x_last, lnfw, cur_->lnf_mean, cur_->lnf_rstd, N, C);
     rnd(ws_.dres, Nl * C);
@@ -334,7 +335,7 @@ double GPT::backward_part(CView dy, int64_t B, int64_t T, float loss_scale) {
     st.ready(l + 1);
   }
   if (first) {
-    const float* demb = embedding_.output_grad(ws_.dres, N, C).as_f32();  // every row's gradient
+    const CView demb = embedding_.output_grad(ws_.dres, N, C);  // every row's gradient
     if (!st.embedding_backward(ws_.inputs, demb, B, T, embedding_.v0(), embedding_.vocab_rows())) {
       embedding_.backward(dwte, dwpe, demb, ws_.inputs, B, T, C);
     }
@@ -372,8 +373,9 @@ void GPT::stage_forward(int slot, const int32_t* inputs, CView x_in, int64_t B, 
   use_slot(slot);
   if (!layout_.stage().embedding) {
     const int64_t rows = tp_.local_rows(B * T);
-    WEFT_CHECK(x_in.dtype == DType::kF32, "stage_forward: a {} input for a f32 residual stream", dtype_name(x_in.dtype));
-    backend_.copy_device(cur_->encoded, 0, x_in.data, 0, static_cast<size_t>(rows * config().n_embd) * sizeof(float));
+    WEFT_CHECK(x_in.dtype == cur_->encoded.dtype, "stage_forward: a {} input for a {} residual stream",
+               dtype_name(x_in.dtype), dtype_name(cur_->encoded.dtype));
+    backend_.copy_device(cur_->encoded.data, 0, x_in.data, 0, dtype_bytes(x_in.dtype, rows * config().n_embd));
   }
   forward_blocks(B, T);
   if (!for_backward) {  // drop the holds that the backward would release

@@ -42,7 +42,7 @@ namespace weft {
 // Dtypes: model/block.h's LayerDtypes (what the layers' ops write once in the storage precision,
 // the rest f32).
 struct Activations {
-  float* encoded = nullptr;  // (Nl,C) the stage's input: embeddings, or the previous stage's output
+  View encoded;  // (Nl,C) the stage's input: embeddings, or the previous stage's output (LayerDtypes::res)
   std::vector<LayerActs> layers;
   View lnf;  // last stage: (N,C), the LayerNorm outputs' storage
   float *lnf_mean = nullptr, *lnf_rstd = nullptr;  // last stage: (Nl), (Nl)
@@ -62,7 +62,7 @@ struct Workspace {
   float* losses = nullptr;   // (N) per-token losses (last stage)
   View logits;               // (head_chunk, Vp/tp) (last stage), the storage precision
   float* stats = nullptr;    // (3, head_chunk) row max, sum of exp, target logit (last stage)
-  float* dres = nullptr;     // (Nl,C) gradient of the residual stream (training)
+  View dres;                 // (Nl,C) gradient of the residual stream (training; LayerDtypes::res)
   View dC;                   // (N,C): the storage precision at tp 1, f32 at tp > 1
   View d3C;                  // (N,3Cl)
   View dF;                   // (N,F)

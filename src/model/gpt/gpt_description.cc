@@ -115,19 +115,25 @@ TypedElems GptDescription::layer_elems() const { return layer_elems(true, true);
 
 TypedElems GptDescription::layer_stash(int64_t i) const {
   WEFT_CHECK(i >= 0 && i < nl_, "layer {} of a part of {} layers", i, nl_);
-  if (i < rf_) return {0, residual_elems()};  // full: the layer's output only (f32)
+  TypedElems e;
+  if (i < rf_) {  // full: the layer's output only (the residual stream's storage)
+    (residual_dtype() == DType::kF32 ? e.f32 : e.act) += residual_elems();
+    return e;
+  }
   return layer_elems(!selective_, true);     // selective: no probabilities
 }
 
 TypedElems GptDescription::stash() const {
-  // The part's input (Nl,C; f32); on the last stage ln_f's output (N,C; the LayerNorm
-  // outputs' storage) and its statistics (Nl each).
-  TypedElems e{0, residual_elems()};
+  // The part's input (Nl,C; the residual stream's storage); on the last stage ln_f's output
+  // (N,C; the LayerNorm outputs' storage) and its statistics (Nl each).
+  TypedElems e;
+  const auto add = [&e](int64_t n, DType d) { (d == DType::kF32 ? e.f32 : e.act) += n; };
+  add(residual_elems(), residual_dtype());
   if (s_.stage.head) {
     (layer_dtypes().ln == DType::kF32 ? e.f32 : e.act) += N_ * C_;
     e.f32 += 2 * Nl_;
   }
-  e.f32 += rf_ * residual_elems();
+  add(rf_ * residual_elems(), residual_dtype());  // the fully recomputed layers' outputs
   e += layer_elems(!selective_, true) * (nl_ - rf_);
   return e;
 }
@@ -143,7 +149,7 @@ TypedElems GptDescription::workspace_tensors() const {
     add(head_chunk_ * Vl_, dt.act);  // logits
   }
   if (s_.training) {
-    e.f32 += Nl * C;                  // dres
+    add(Nl * C, dt.res);              // dres
     add(N * C, dC_dtype());           // dC
     add(N * 3 * Cl + N * F, dt.act);  // d3C, dF
   }
@@ -209,7 +215,8 @@ int64_t GptDescription::head_staging_elems() const {
     return s_.native_products ? native_product_staging(M, Nn, K, a32, b32, c16, s_.staging_chunk) : staged16;
   };
   const bool ln32 = ln == DType::kF32, w32 = s_.param_dtype == DType::kF32, L32 = L == DType::kF32;
-  int64_t m = staged_rows_elems(Nl, w(2 * C), sp_ || ln32 ? 0 : C, s_.staging_chunk);  // ln_f
+  const int64_t x16 = residual_dtype() == DType::kF32 ? 0 : C;  // ln_f's input row, 16-bit
+  int64_t m = staged_rows_elems(Nl, w(2 * C), x16 + (sp_ || ln32 ? 0 : C), s_.staging_chunk);  // ln_f
   m = std::max(m, prod(st(ln, h * C) + w(V * C) + st(L, h * V), h, V, C, ln32, w32, !L32));  // logits = lnf @ wte^T
   m = std::max(m, staged_rows_elems(h, 0, L32 ? 0 : V, s_.staging_chunk));  // the cross-entropy's rows
   if (s_.training) {
@@ -221,9 +228,18 @@ int64_t GptDescription::head_staging_elems() const {
 }
 
 int64_t GptDescription::embedding_staging_elems() const {
-  // The lookup widens a 16-bit table a row at a time into its f32 output and (tp rank 0, the
-  // largest) stages the T rows of wpe; its backward is f32.
-  return staged_elems(s_.param_dtype, s_.T * C_);
+  // The lookup widens a 16-bit table a row at a time into its output rows, with (tp rank 0,
+  // the largest) their positions' rows of wpe; at tp 1 a 16-bit output is computed in fp32 a
+  // chunk of rows at a time (at tp > 1 the f32 partial sums are converted, nothing staged). Its
+  // backward stages a 16-bit gradient of the output a chunk of rows at a time (under sequence
+  // parallelism it reads the f32 gather).
+  const int64_t out16 = s_.tp == 1 ? staged_elems(residual_dtype(), C_) : 0;
+  // An f32 table: chunks of whole samples (embedding_forward's staged rows); a 16-bit one: chunks
+  // of rows, with their positions' rows widened (embedding_forward_16).
+  int64_t m = s_.param_dtype == DType::kF32 ? staged_rows_elems(s_.B, 0, out16 * s_.T, s_.staging_chunk)
+                                            : staged_rows_elems(N_, 0, out16 + C_, s_.staging_chunk);
+  if (s_.training && !sp_) m = std::max(m, staged_rows_elems(N_, 0, staged_elems(residual_dtype(), C_), s_.staging_chunk));
+  return m;
 }
 
 

@@ -79,7 +79,11 @@ class GptDescription {
   int64_t head_chunk() const { return head_chunk_; }  // rows of logits at once
   int64_t recomputed_layers() const { return rf_; }    // layers of the part fully recomputed
   // The storage of what the layers keep (model/block.h's policy) and of the head's input.
-  LayerDtypes layer_dtypes() const { return LayerDtypes::of(s_.precision, sp_, s_.attention_lse); }
+  LayerDtypes layer_dtypes() const {
+    return LayerDtypes::of(s_.precision, sp_, s_.attention_lse, s_.model.capabilities().residual_stream_16);
+  }
+  // The residual stream's (a part's input and output, their gradient, a pipeline message).
+  DType residual_dtype() const { return layer_dtypes().res; }
   DType act_dtype() const { return dtype_of(s_.precision); }
   // The activation-gradient scratch dC: act at tp 1, f32 at tp > 1 (a partial sum all-reduced
   // over the group).

@@ -174,6 +174,7 @@ class GptModelDescription final : public ModelDescription {
   int64_t workspace_bytes() const override { return d_.workspace_bytes(); }
   int64_t staging_bytes() const override { return d_.staging_bytes(); }
   int64_t residual_elems() const override { return d_.residual_elems(); }
+  DType residual_dtype() const override { return d_.residual_dtype(); }
   int64_t tokens() const override { return d_.tokens(); }
   int64_t part_layers() const override { return d_.part_layers(); }
   int64_t recomputed_layers() const override { return d_.recomputed_layers(); }

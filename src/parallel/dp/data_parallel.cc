@@ -408,17 +408,26 @@ void DataParallel::head_done() {
   embedding_posted_ = true;
 }
 
-bool DataParallel::embedding_backward(const int32_t* tokens, const float* dres, int64_t B, int64_t T, int64_t v0,
+bool DataParallel::embedding_backward(const int32_t* tokens, CView dres, int64_t B, int64_t T, int64_t v0,
                                       int64_t vrows) {
   if (!split_embedding_ || !last_micro_ || !embedding_posted_) return false;
   const int P = dp_.size();
   const int64_t C = layout_.sparse_rows_tensor()->full_shape.back(), N = B * T;
   DeviceBuffer all_tokens(backend_, DType::kI32, N * P, MemCategory::kComm);
-  DeviceBuffer all_dres(backend_, DType::kF32, N * C * P, MemCategory::kComm);
+  // The rows in their storage dtype (a 16-bit residual stream's gradient travels in 16 bits),
+  // or widened to fp32 (exact) for a compressing communicator ([compression] dp: its codecs read
+  // fp32).
+  DeviceBuffer wide;
+  if (grad_comm_ != nullptr && !dres.f32()) {
+    wide = DeviceBuffer(backend_, DType::kF32, N * C, MemCategory::kComm);
+    backend_.convert(View(wide.raw(), DType::kF32), dres, N * C);
+    dres = CView(wide.raw(), DType::kF32);
+  }
+  DeviceBuffer all_dres(backend_, dres.dtype, N * C * P, MemCategory::kComm);
   const double t0 = Tracer::now();
   // Every dp rank's rows (HSDP too: the rows are not reduced, each rank applies all of them).
   dp_.all_gather(tokens, all_tokens.raw(), N, CommDType::kI32);
-  rows_comm().all_gather(dres, all_dres.raw(), N * C, CommDType::kF32);
+  rows_comm().all_gather(dres.data, all_dres.raw(), N * C, comm_dtype_of(dres.dtype));
   while (!inflight_.empty()) complete_oldest();  // the head part's reduction included
   exposed_s_ += Tracer::now() - t0;
   const auto [e0, e1] = layout_.group_range(0);
@@ -427,7 +436,7 @@ bool DataParallel::embedding_backward(const int32_t* tokens, const float* dres, 
     float *dwte, *dwpe;
     layout_.embedding_ptrs(base + e0, &dwte, &dwpe);
     for (int r = 0; r < P; ++r) {
-      backend_.embedding_backward(dwte, dwpe, all_dres.data<float>() + r * N * C, all_tokens.data<int32_t>() + r * N,
+      backend_.embedding_backward(dwte, dwpe, CView(all_dres.raw(), dres.dtype).at(r * N * C), all_tokens.data<int32_t>() + r * N,
                                   B, T, C, v0, vrows);
     }
   };

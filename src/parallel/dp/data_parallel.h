@@ -201,7 +201,7 @@ class DataParallel final : public ParamStore {
   // rank instead of Vp*C) and every rank applies all of them in rank order (zero 1: to its
   // shard). tokens (B,T) int32 and dres (B,T,C) are DEVICE pointers.
   void head_done() override;
-  bool embedding_backward(const int32_t* tokens, const float* dres, int64_t B, int64_t T, int64_t v0,
+  bool embedding_backward(const int32_t* tokens, CView dres, int64_t B, int64_t T, int64_t v0,
                           int64_t vrows) override;
 
  private:

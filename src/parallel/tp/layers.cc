@@ -54,10 +54,20 @@ void RowParallelLinear::forward(View out, CView res, CView inp, CView w, CView b
   Backend& be = tp_.backend();
   const int64_t Nl = tp_.local_rows(N);
   if (tp_.size() == 1) {
-    out.as_f32("the output of a row-parallel layer at tp 1 (written in two steps)");
     // out = res + inp @ w + b: the residual add and the bias ride on the product.
-    be.add_bias(out, res, b, N, OUT);
-    be.matmul_forward(out, inp, w, nullptr, N, INl, OUT, true);
+    if (out.f32()) {
+      be.add_bias(out, res, b, N, OUT);
+      be.matmul_forward(out, inp, w, nullptr, N, INl, OUT, true);
+    } else {
+      // A 16-bit output: res into it (a copy, or exact when res is 16-bit too), then the bias and
+      // the product accumulated in fp32 and rounded once: res + b, then + inp @ w, the f32 form's
+      // sums and order (matmul_forward adds an accumulating call's bias first).
+      WEFT_CHECK(res.dtype == out.dtype,
+                 "a row-parallel layer at tp 1: a {} residual into a {} output would round twice", dtype_name(res.dtype),
+                 dtype_name(out.dtype));
+      be.convert(out, res, N * OUT);
+      be.matmul_forward(out, inp, w, b, N, INl, OUT, true);
+    }
   } else {
     // The partial products summed over the ranks, then the bias once and the residual.
     be.matmul_forward(tp_.partial(), inp, w, nullptr, N, INl, OUT, false);
@@ -104,12 +114,23 @@ void RowParallelLinear::backward_gelu(View dinp, float* dw, float* db, CView dou
 void VocabParallelEmbedding::forward(View out, const int32_t* tokens, CView wte, CView wpe, int64_t B,
                                      int64_t T, int64_t C) {
   const int64_t N = B * T;
-  // The lookup's partial sums: in place, or (sequence parallel) in scratch, scattered to out.
-  float* o = tp_.size() > 1 ? out.as_f32("the embedding's partial sums") : static_cast<float*>(out.data);
-  const View partial = tp_.sequence_parallel() ? View(tp_.partial()) : out;
-  tp_.backend().embedding_forward(partial, tokens, wte, tp_.rank() == 0 ? wpe : CView(), B, T, C, v0_, rows_);
-  if (tp_.size() > 1) tp_.row_output_forward(static_cast<float*>(partial.data), o, N, C);
-  tp_.round(out, tp_.local_rows(N) * C);
+  Backend& be = tp_.backend();
+  const CView pos = tp_.rank() == 0 ? wpe : CView();
+  if (tp_.size() == 1) {  // the lookup itself (a 16-bit out rounds as the op writes it)
+    be.embedding_forward(out, tokens, wte, pos, B, T, C, v0_, rows_);
+    tp_.round(out, N * C);
+    return;
+  }
+  // The lookup's partial sums (fp32: the group reduces them): in place in an f32 out, else in the
+  // group's scratch; summed over the ranks (reduce-scattered under sequence parallelism), then
+  // rounded once into out.
+  const bool direct = out.f32() && !tp_.sequence_parallel();
+  float* partial = direct ? static_cast<float*>(out.data) : tp_.partial();
+  be.embedding_forward(partial, tokens, wte, pos, B, T, C, v0_, rows_);
+  float* y = tp_.row_output_forward(partial, out.f32() ? static_cast<float*>(out.data) : tp_.rows(), N, C);
+  const int64_t Nl = tp_.local_rows(N);
+  if (y != out.data) be.convert(out, y, Nl * C);  // a copy, or rounded to 16 bits once
+  tp_.round(out, Nl * C);
 }
 
 void VocabParallelEmbedding::backward(float* dwte, float* dwpe, CView dy, const int32_t* tokens, int64_t B, int64_t T,

@@ -97,7 +97,14 @@ float* TensorParallel::row_output_forward(float* partial, float* local, int64_t 
 
 CView TensorParallel::row_output_backward(CView d, int64_t N, int64_t C) {
   if (!sp_) return d;  // reduce_from_region's backward
-  all_gather(d.as_f32("a sequence-parallel gradient"), partial_, N, C);  // reduce_scatter_to_sequence_region's backward
+  // reduce_scatter_to_sequence_region's backward: the rows held here, widened to fp32 (exact) in
+  // the group's row scratch when 16-bit, gathered over the ranks (the collectives move fp32).
+  const float* local = static_cast<const float*>(d.data);
+  if (!d.f32()) {
+    be_.convert(rows_, d, local_rows(N) * C);
+    local = rows_;
+  }
+  all_gather(local, partial_, N, C);
   return partial_;
 }
 
