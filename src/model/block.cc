@@ -55,7 +55,7 @@ int64_t block_staging_elems(const BlockStaging& k) {
   int64_t m = 0;
   const auto call = [&m](int64_t n) { m = std::max(m, n); };
   // --- forward ---
-  call(rows(Nl, w(2 * C), (h(r) + (sp ? 0 : h(ln))) * C));  // layernorm_forward(x) -> ln1 (sp: f32 rows for the wire)
+  call(rows(Nl, w(2 * C), (h(r) + h(ln)) * C));  // layernorm_forward(x) -> ln1 (sp: its rows, gathered as stored)
   call(fwd(st(a, N * 3 * Cl) + st(ln, N * C) + w(C * 3 * Cl + 3 * Cl), N, C, 3 * Cl, ln, a));  // qkv = ln1 @ w + b
   // The cpu backends' self-attention reads its 16-bit operands in place (backend/cpu/
   // attention_16.h: per-thread scratch, not the arena); flash attention's log-sum-exp form (the
@@ -79,7 +79,7 @@ int64_t block_staging_elems(const BlockStaging& k) {
     call(rows(Nl, w(C), 0));                               // its bias, after the reduction
     if (sp) {
       call(rows(Nl * C, 0, h(a) + h(r)));      // res2 = x + y
-      call(rows(Nl, w(2 * C), h(a) * C));      // its LayerNorm's rows (f32 out, for the wire)
+      call(rows(Nl, w(2 * C), (h(a) + h(ln)) * C));  // its LayerNorm's rows (gathered as stored)
     } else {
       call(rows(N * C, 0, h(a) + h(r)));       // residual_layernorm_forward: res2 = x + y
       call(rows(N, w(2 * C), (h(a) + h(ln)) * C));  // ln2 = LayerNorm(res2)
@@ -98,9 +98,9 @@ int64_t block_staging_elems(const BlockStaging& k) {
   }
   if (!k.training) return m;
   // --- backward ---
-  // matmul_gelu_backward: the product (dout is dres, or under sequence parallelism its f32
-  // gather), then gelu_backward in place.
-  const DType dout = sp ? f32 : r;
+  // matmul_gelu_backward: the product (dout is dres, or under sequence parallelism its gather,
+  // as stored), then gelu_backward in place.
+  const DType dout = r;
   call(bwd(st(dF, N * F) + st(a, N * F) + st(dout, N * C) + w(F * C), N, F, C, dout, a, dF));
   call(rows(N * F, 0, 2 * h(dF) + h(a)));
   call(bwd(st(dC, N * C) + st(dF, N * F) + st(ln, N * C) + w(C * F), N, C, F, dF, ln, dC));  // fc -> dC

@@ -39,18 +39,20 @@ struct TypedElems {
 // stream (`res`: a layer's output, the stage's input, a pipeline message, and their gradient
 // dres) is in the run's precision too where the family keeps it so (GPT; a row-parallel layer's
 // typed ops write it rounded once, the tp group widens it for its f32 collectives); ClimaX's
-// stays f32. What stays fp32: the statistics (LayerNorm mean/rstd, attention's log-sum-exp),
-// and under sequence parallelism the LayerNorm outputs (gathered over the tp ranks, whose
-// collectives move fp32); those are rounded where they are written (TensorParallel::round), as
-// the emulated 16-bit storage did, so a run is bitwise the same whichever tensors are 16-bit.
+// stays f32. The LayerNorm outputs are 16-bit under sequence parallelism too (the tp group
+// all-gathers them as stored). What stays fp32: the statistics (LayerNorm mean/rstd,
+// attention's log-sum-exp) and the tp group's partial sums; the f32 tensors of a 16-bit run are
+// rounded where they are written (TensorParallel::round), as the emulated 16-bit storage did,
+// so a run is bitwise the same whichever tensors are 16-bit.
 struct LayerDtypes {
   DType act = DType::kF32;  // qkv, the attention probabilities, atty, res2, fch, fch_gelu
-  DType ln = DType::kF32;   // ln1, ln2: act, or f32 under sequence parallelism
+  DType ln = DType::kF32;   // ln1, ln2: act (gathered as stored under sequence parallelism)
   DType att = DType::kF32;  // the probabilities: act; the log-sum-exp (flash attention): f32
   DType res = DType::kF32;  // res3 (the residual stream) and its gradient: act, or f32
   static LayerDtypes of(Precision p, bool sequence_parallel, bool attention_lse, bool residual_16 = false) {
     const DType a = dtype_of(p);
-    return {a, sequence_parallel ? DType::kF32 : a, attention_lse ? DType::kF32 : a, residual_16 ? a : DType::kF32};
+    static_cast<void>(sequence_parallel);  // the LayerNorm outputs are gathered as stored
+    return {a, a, attention_lse ? DType::kF32 : a, residual_16 ? a : DType::kF32};
   }
 };
 

@@ -54,6 +54,7 @@ struct StoreGroups {
 struct TpCall {
   const char* op;  // "all_reduce", "all_gather", "reduce_scatter"
   int64_t elems;
+  int64_t elem_bytes = 4;  // as moved: a 16-bit activation all-gathered as stored is 2
 };
 
 // --- the planner's accelerator model (plan/predict.cc, plan/memory.cc: GPU systems, 16-bit

@@ -58,6 +58,7 @@ struct Job {
   int64_t N, C;        // tokens of a micro-batch (B*T), channels
   bool sp;             // sequence parallelism in effect (tp > 1)
   int64_t res_bytes;   // an element of the residual stream (a pipeline message) as stored
+  int64_t act_bytes;   // an element of the blocks' 16-bit activations (the LayerNorm rows) as stored
   std::vector<ChunkInfo> chunks;
 
   explicit Job(const EngineConfig& e)
@@ -69,6 +70,7 @@ struct Job {
     C = e.model.n_embd;
     sp = e.layout.sp();
     res_bytes = static_cast<int64_t>(dtype_bytes(residual_stream_dtype(e.model.capabilities(), e.precision), 1));
+    act_bytes = static_cast<int64_t>(dtype_bytes(dtype_of(e.precision), 1));
     const double head_cost = pipeline_head_cost(e.model);
     const std::vector<StageRange> parts = partition_layers(e.model.n_layer, pp, v, {}, head_cost);
     for (int s = 0; s < pp; ++s) {
@@ -156,9 +158,12 @@ TpLayerComm megatron_tp_layer_comm(bool sequence_parallel) {
 
 namespace {
 
-void add_layer_calls(CallSet& cs, const TpLayerCalls& k, int64_t NC, int64_t C, const std::vector<int>& g, int64_t n) {
+// gather_bytes: an element of the phase's all-gathers as moved (the LayerNorm rows forward and
+// recomputed, the residual stream's gradient backward: as stored).
+void add_layer_calls(CallSet& cs, const TpLayerCalls& k, int64_t NC, int64_t C, const std::vector<int>& g, int64_t n,
+                     int64_t gather_bytes) {
   cs.add("all_reduce", "tp", NC * kF32, g, n * k.all_reduce);
-  cs.add("all_gather", "tp", NC * kF32, g, n * k.all_gather);
+  cs.add("all_gather", "tp", NC * gather_bytes, g, n * k.all_gather);
   cs.add("reduce_scatter", "tp", NC * kF32, g, n * k.reduce_scatter);
   cs.add("all_reduce", "tp", 2 * C * kF32, g, n * k.small_all_reduce);
 }
@@ -183,10 +188,10 @@ void add_tensor_parallel(CallSet& cs, const Job& j) {
     const int64_t nl = d->part_layers(), rf = d->recomputed_layers(), NC = d->tokens() * j.C;
     for (int dd = 0; dd < j.dp; ++dd) {
       const std::vector<int> g = j.group(Axis::kTp, 0, ch.stage, dd);
-      add_layer_calls(cs, lc.forward, NC, j.C, g, j.m * nl);
-      add_layer_calls(cs, lc.backward, NC, j.C, g, j.m * nl);
-      add_layer_calls(cs, lc.recompute, NC, j.C, g, j.m * rf);
-      for (const TpCall& c : d->tp_calls()) cs.add(c.op, "tp", c.elems * kF32, g, j.m);  // front and back
+      add_layer_calls(cs, lc.forward, NC, j.C, g, j.m * nl, j.act_bytes);
+      add_layer_calls(cs, lc.backward, NC, j.C, g, j.m * nl, j.res_bytes);
+      add_layer_calls(cs, lc.recompute, NC, j.C, g, j.m * rf, j.act_bytes);
+      for (const TpCall& c : d->tp_calls()) cs.add(c.op, "tp", c.elems * c.elem_bytes, g, j.m);  // front and back
     }
   }
 }

@@ -94,8 +94,9 @@ struct Context {
   double e = 2;
   // Bytes per element of the tensor-parallel activation collectives: the storage precision's,
   // as Megatron-LM sends them ([defaults] tp_comm = "megatron"), or 4 where weft's own calls
-  // are priced (tp_comm = "weft"): weft's tp collectives move fp32 (partial sums, the residual
-  // stream and its gradient; its sequence-parallel LayerNorm rows are fp32 too).
+  // are priced (tp_comm = "weft"): weft's tp reductions move fp32 (partial sums); its
+  // all-gathers (sequence-parallel LayerNorm rows and gradient rows, the pipeline's
+  // scatter-gather) move the tensors as stored (e).
   double tp_e = 2;
   LayerCost layer{};
   // The front's and the back's seconds of one micro-batch (forward, backward), their FLOPs
@@ -200,7 +201,11 @@ LayerCost layer_cost(Context& c) {
     const CodecSpec& codec = l.compression.tp;
     const TpLayerComm k = c.o.tp_comm == "weft" ? tp_layer_comm(l.sequence_parallel) : megatron_tp_layer_comm(l.sequence_parallel);
     const PricedCall ar = price_call(c.sys, codec, Collective::kAllReduce, l.tp, stride, S, te);
-    const PricedCall ag = price_call(c.sys, codec, Collective::kAllGather, l.tp, stride, S, te);
+    // weft's all-gathers (sp: the LayerNorm rows, the residual stream's gradient) move their
+    // tensors as stored, 16-bit in a 16-bit run, past any tp codec (the codecs read fp32).
+    const bool weft16 = c.o.tp_comm == "weft" && c.e < 4;
+    const PricedCall ag = weft16 ? price_call(c.sys, CodecSpec{}, Collective::kAllGather, l.tp, stride, N * h * c.e, c.e)
+                                 : price_call(c.sys, codec, Collective::kAllGather, l.tp, stride, S, te);
     const PricedCall rs = price_call(c.sys, codec, Collective::kReduceScatter, l.tp, stride, S, te);
     const PricedCall small = price_call(c.sys, CodecSpec{}, Collective::kAllReduce, l.tp, stride, 2 * h * te, te);
     auto time_of = [&](const TpLayerCalls& n) {
@@ -530,8 +535,9 @@ void p2p_cost(Context& c) {
   double p2p = send.seconds();
   c.p2p_send.add(send, 1);
   if (scatter) {
+    // The message as stored (weft's GPT sends its 16-bit residual stream as stored, as Megatron-LM).
     const PricedCall gather = price_call(c.sys, l.compression.tp, Collective::kAllGather, l.tp,
-                                         axis_stride(l, "tp"), NHe / c.e * c.tp_e, c.tp_e);
+                                         axis_stride(l, "tp"), NHe, c.e);
     p2p += gather.seconds();
     c.p2p_gather.add(gather, 1);
   }

@@ -57,14 +57,15 @@ void check(const std::string& backend, const StagingRun& r) {
   for (auto& x : in) x = tok(rng);
   for (auto& x : tg) x = tok(rng);
   const StageSpec& s = g.layout().stage();
-  // A later stage's input from a previous one (any values).
-  DeviceBuffer x(*be, DType::kF32, B * T * cfg.n_embd);
+  // A later stage's input from a previous one (any values), in the residual stream's dtype.
+  const DType res = d.residual_dtype();
+  DeviceBuffer x(*be, res, B * T * cfg.n_embd);
   x.fill(0.25f);
-  g.stage_forward(0, in.data(), s.embedding ? nullptr : x.data<float>(), B, T, r.training);
+  g.stage_forward(0, in.data(), s.embedding ? CView() : CView(x.raw(), res), B, T, r.training);
   if (r.training) {
-    DeviceBuffer dy(*be, DType::kF32, B * T * cfg.n_embd);
+    DeviceBuffer dy(*be, res, B * T * cfg.n_embd);
     dy.fill(0.01f);
-    g.stage_backward(0, in.data(), tg.data(), s.head ? nullptr : dy.data<float>(), B, T, 1.0f);
+    g.stage_backward(0, in.data(), tg.data(), s.head ? CView() : CView(dy.raw(), res), B, T, 1.0f);
   } else if (s.head) {
     g.stage_loss(0, tg.data(), B, T);  // an evaluation's loss: the head's logits
   }

@@ -216,7 +216,7 @@ int64_t GptDescription::head_staging_elems() const {
   };
   const bool ln32 = ln == DType::kF32, w32 = s_.param_dtype == DType::kF32, L32 = L == DType::kF32;
   const int64_t x16 = residual_dtype() == DType::kF32 ? 0 : C;  // ln_f's input row, 16-bit
-  int64_t m = staged_rows_elems(Nl, w(2 * C), x16 + (sp_ || ln32 ? 0 : C), s_.staging_chunk);  // ln_f
+  int64_t m = staged_rows_elems(Nl, w(2 * C), x16 + (ln32 ? 0 : C), s_.staging_chunk);  // ln_f
   m = std::max(m, prod(st(ln, h * C) + w(V * C) + st(L, h * V), h, V, C, ln32, w32, !L32));  // logits = lnf @ wte^T
   m = std::max(m, staged_rows_elems(h, 0, L32 ? 0 : V, s_.staging_chunk));  // the cross-entropy's rows
   if (s_.training) {
@@ -231,14 +231,14 @@ int64_t GptDescription::embedding_staging_elems() const {
   // The lookup widens a 16-bit table a row at a time into its output rows, with (tp rank 0,
   // the largest) their positions' rows of wpe; at tp 1 a 16-bit output is computed in fp32 a
   // chunk of rows at a time (at tp > 1 the f32 partial sums are converted, nothing staged). Its
-  // backward stages a 16-bit gradient of the output a chunk of rows at a time (under sequence
-  // parallelism it reads the f32 gather).
+  // backward stages a 16-bit gradient of the output (under sequence parallelism its gather, as
+  // stored) a chunk of rows at a time.
   const int64_t out16 = s_.tp == 1 ? staged_elems(residual_dtype(), C_) : 0;
   // An f32 table: chunks of whole samples (embedding_forward's staged rows); a 16-bit one: chunks
   // of rows, with their positions' rows widened (embedding_forward_16).
   int64_t m = s_.param_dtype == DType::kF32 ? staged_rows_elems(s_.B, 0, out16 * s_.T, s_.staging_chunk)
                                             : staged_rows_elems(N_, 0, out16 + C_, s_.staging_chunk);
-  if (s_.training && !sp_) m = std::max(m, staged_rows_elems(N_, 0, staged_elems(residual_dtype(), C_), s_.staging_chunk));
+  if (s_.training) m = std::max(m, staged_rows_elems(N_, 0, staged_elems(residual_dtype(), C_), s_.staging_chunk));
   return m;
 }
 

@@ -185,14 +185,16 @@ class GptModelDescription final : public ModelDescription {
     const RunSpec& s = d_.spec();
     const bool sp = s.sequence_parallel && s.tp > 1;
     const int64_t N = d_.tokens(), C = s.model.n_embd, NC = N * C;
+    // The gathers move their tensors as stored: the residual stream's gradient, the LayerNorm rows.
+    const auto bytes = [](DType t) { return static_cast<int64_t>(dtype_bytes(t, 1)); };
     std::vector<TpCall> out;
     if (s.stage.embedding) {
       out.push_back({sp ? "reduce_scatter" : "all_reduce", NC});
-      if (sp) out.push_back({"all_gather", NC});
+      if (sp) out.push_back({"all_gather", NC, bytes(d_.residual_dtype())});
     }
     if (!s.stage.head) return out;
     if (sp) {
-      out.push_back({"all_gather", NC});      // final LayerNorm's rows, forward
+      out.push_back({"all_gather", NC, bytes(d_.layer_dtypes().ln)});  // final LayerNorm's rows, forward
       out.push_back({"reduce_scatter", NC});  // head's input gradient
       out.push_back({"all_reduce", 2 * C});   // final LayerNorm's weights
     }

@@ -8,7 +8,9 @@ namespace weft {
 void SequenceParallelLayerNorm::forward(View out, float* mean, float* rstd, CView x, CView w, CView b,
                                         int64_t N, int64_t C) {
   const int64_t Nl = tp_.local_rows(N);
-  const View y = tp_.sequence_parallel() ? View(tp_.rows()) : out;  // this rank's rows
+  // This rank's rows: out itself, or under sequence parallelism the group's row scratch (viewed
+  // in out's dtype), all-gathered into out as stored.
+  const View y = tp_.sequence_parallel() ? View(tp_.rows(), out.dtype) : out;
   tp_.backend().layernorm_forward(y, mean, rstd, x, w, b, Nl, C, eps_);
   tp_.round(y, Nl * C);
   tp_.column_input_forward(y, out, N, C);

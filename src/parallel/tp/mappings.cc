@@ -60,7 +60,7 @@ void TensorParallel::all_reduce_exact(float* x, int64_t n) {
   if (size_ > 1) ops_->all_reduce_sum_exact(x, n);
 }
 
-void TensorParallel::all_gather(const float* local, float* whole, int64_t N, int64_t C) {
+void TensorParallel::all_gather(CView local, View whole, int64_t N, int64_t C) {
   if (size_ > 1) ops_->all_gather(local, whole, N / size_ * C);
 }
 
@@ -70,7 +70,7 @@ void TensorParallel::reduce_scatter(const float* whole, float* local, int64_t N,
 
 void TensorParallel::column_input_forward(CView local, View whole, int64_t N, int64_t C) {
   // gather_from_sequence_region; else copy_to_region
-  if (sp_) all_gather(local.as_f32("a gathered sequence-parallel region"), whole.as_f32("a gathered region"), N, C);
+  if (sp_) all_gather(local, whole, N, C);  // as stored (16-bit LayerNorm rows move in 16 bits)
 }
 
 void TensorParallel::column_input_backward_rows(View d, int64_t rows, int64_t C) {
@@ -97,15 +97,11 @@ float* TensorParallel::row_output_forward(float* partial, float* local, int64_t 
 
 CView TensorParallel::row_output_backward(CView d, int64_t N, int64_t C) {
   if (!sp_) return d;  // reduce_from_region's backward
-  // reduce_scatter_to_sequence_region's backward: the rows held here, widened to fp32 (exact) in
-  // the group's row scratch when 16-bit, gathered over the ranks (the collectives move fp32).
-  const float* local = static_cast<const float*>(d.data);
-  if (!d.f32()) {
-    be_.convert(rows_, d, local_rows(N) * C);
-    local = rows_;
-  }
-  all_gather(local, partial_, N, C);
-  return partial_;
+  // reduce_scatter_to_sequence_region's backward: every rank's rows, as stored (a 16-bit
+  // gradient in 16 bits, into the first half of the partial-sum scratch).
+  const View whole(partial_, d.dtype);
+  all_gather(d, whole, N, C);
+  return whole;
 }
 
 }  // namespace weft

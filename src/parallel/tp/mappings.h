@@ -83,7 +83,7 @@ class TensorParallel {
   void all_reduce_exact(float* x, int64_t n);
   // gather_from_sequence_region forward = reduce_scatter_to_sequence_region backward:
   // local (Nl,C) -> whole (N,C).
-  void all_gather(const float* local, float* whole, int64_t N, int64_t C);
+  void all_gather(CView local, View whole, int64_t N, int64_t C);
   // gather_from_sequence_region backward = reduce_scatter_to_sequence_region forward:
   // partial sums whole (N,C) -> this rank's rows of the sum, local (Nl,C).
   void reduce_scatter(const float* whole, float* local, int64_t N, int64_t C);
@@ -107,7 +107,8 @@ class TensorParallel {
   // `local` (returns local).
   float* row_output_forward(float* partial, float* local, int64_t N, int64_t C);
   // Backward: the gradient of the rows held here d (Nl,C) -> of all N rows: d itself, or
-  // under sequence parallelism its all-gather into scratch.
+  // under sequence parallelism its all-gather into scratch (in d's dtype: a 16-bit gradient
+  // moves as stored, the scratch then holds 16-bit rows).
   CView row_output_backward(CView d, int64_t N, int64_t C);
 
  private:

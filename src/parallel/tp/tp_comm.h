@@ -3,6 +3,7 @@
 // (the same group uncompressed; by default `tp` itself).
 #pragma once
 #include "comm/communicator.h"
+#include "core/error.h"
 #include "parallel/tp/tp_ops.h"
 
 namespace weft {
@@ -18,8 +19,10 @@ class CommTensorParallel final : public TensorParallelOps {
   void all_reduce_sum_exact(float* x, int64_t n) override {
     exact_.all_reduce(x, n, CommDType::kF32, ReduceOp::kSum);
   }
-  void all_gather(const float* local, float* whole, int64_t n) override {
-    tp_.all_gather(local, whole, n, CommDType::kF32);
+  void all_gather(CView local, View whole, int64_t n) override {
+    WEFT_CHECK(local.dtype == whole.dtype, "tp all_gather: a {} input into a {} output", dtype_name(local.dtype),
+               dtype_name(whole.dtype));
+    tp_.all_gather(local.data, whole.data, n, comm_dtype_of(local.dtype));
   }
   void reduce_scatter(const float* whole, float* local, int64_t n) override {
     tp_.reduce_scatter(whole, local, n, CommDType::kF32, ReduceOp::kSum);

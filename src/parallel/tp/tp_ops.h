@@ -5,6 +5,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/view.h"
+
 namespace weft {
 
 class TensorParallelOps {
@@ -19,9 +21,10 @@ class TensorParallelOps {
   // Default: all_reduce_sum.
   virtual void all_reduce_sum_exact(float* x, int64_t n) { all_reduce_sum(x, n); }
   // Sequence parallelism (Korthikanti et al. 2022): rank r holds rows [r*n, (r+1)*n) of a
-  // row-sharded activation. all_gather: local (n) -> whole (size()*n); reduce_scatter:
-  // whole partial sums (size()*n) -> this rank's rows of the sum (n).
-  virtual void all_gather(const float* local, float* whole, int64_t n) = 0;
+  // row-sharded activation. all_gather: local (n) -> whole (size()*n), in the views' dtype (a
+  // 16-bit activation moves as stored); reduce_scatter: whole partial sums (size()*n, fp32) ->
+  // this rank's rows of the sum (n).
+  virtual void all_gather(CView local, View whole, int64_t n) = 0;
   virtual void reduce_scatter(const float* whole, float* local, int64_t n) = 0;
 };
 
