@@ -377,6 +377,14 @@ TEST_F(PrecisionRuns, BadSettingsAreRefused) {
             std::string::npos)
       << r.err;
   EXPECT_FALSE(std::filesystem::exists((*tmp / "x7") + "/metrics.jsonl"));
+  // GPT's pipeline messages are its 16-bit residual stream, sent as stored; a codec reads fp32.
+  r = train(2, "--precision bf16 --pp 2 --compression.pp int8 --out " + *tmp / "x8");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("compression.pp = \"int8\" with precision bf16: the pipeline messages are GPT's residual "
+                       "stream, stored in bf16 and sent as stored"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists((*tmp / "x8") + "/metrics.jsonl"));
 }
 
 }  // namespace
