@@ -99,14 +99,13 @@ int64_t block_staging_elems(const BlockStaging& k) {
   if (!k.training) return m;
   // --- backward ---
   // matmul_gelu_backward: the product (dout is dres, or under sequence parallelism its gather,
-  // as stored), then gelu_backward in place.
-  const DType dout = r;
-  call(bwd(st(dF, N * F) + st(a, N * F) + st(dout, N * C) + w(F * C), N, F, C, dout, a, dF));
+  // as stored: both dtype r), then gelu_backward in place.
+  call(bwd(st(dF, N * F) + st(a, N * F) + st(r, N * C) + w(F * C), N, F, C, r, a, dF));
   call(rows(N * F, 0, 2 * h(dF) + h(a)));
   call(bwd(st(dC, N * C) + st(dF, N * F) + st(ln, N * C) + w(C * F), N, C, F, dF, ln, dC));  // fc -> dC
   // ln2's and ln1's layernorm_backward read 16-bit operands in place on the cpu backends
   // (backend/cpu/layernorm_16.h): nothing staged.
-  call(bwd(st(dC, N * Cl) + st(a, N * Cl) + st(dout, N * C) + w(Cl * C), N, Cl, C, dout, a, dC));  // attn proj -> dC
+  call(bwd(st(dC, N * Cl) + st(a, N * Cl) + st(r, N * C) + w(Cl * C), N, Cl, C, r, a, dC));  // attn proj -> dC
   if (k.attention_lse) {
     call(st(d3C, N * 3 * Cl) + st(a, N * 3 * Cl) + st(dC, N * Cl) + st(a, N * Cl));  // its backward
   }

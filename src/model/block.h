@@ -38,7 +38,7 @@ struct TypedElems {
 // (`act`): 16-bit storage that the op rounds as it writes (backend.h's typed ops). The residual
 // stream (`res`: a layer's output, the stage's input, a pipeline message, and their gradient
 // dres) is in the run's precision too where the family keeps it so (GPT; a row-parallel layer's
-// typed ops write it rounded once, the tp group widens it for its f32 collectives); ClimaX's
+// typed ops write it rounded once, the tp group all-gathers its gradient as stored); ClimaX's
 // stays f32. The LayerNorm outputs are 16-bit under sequence parallelism too (the tp group
 // all-gathers them as stored). What stays fp32: the statistics (LayerNorm mean/rstd,
 // attention's log-sum-exp) and the tp group's partial sums; the f32 tensors of a 16-bit run are
@@ -49,9 +49,8 @@ struct LayerDtypes {
   DType ln = DType::kF32;   // ln1, ln2: act (gathered as stored under sequence parallelism)
   DType att = DType::kF32;  // the probabilities: act; the log-sum-exp (flash attention): f32
   DType res = DType::kF32;  // res3 (the residual stream) and its gradient: act, or f32
-  static LayerDtypes of(Precision p, bool sequence_parallel, bool attention_lse, bool residual_16 = false) {
+  static LayerDtypes of(Precision p, bool attention_lse, bool residual_16) {
     const DType a = dtype_of(p);
-    static_cast<void>(sequence_parallel);  // the LayerNorm outputs are gathered as stored
     return {a, a, attention_lse ? DType::kF32 : a, residual_16 ? a : DType::kF32};
   }
 };

@@ -58,7 +58,7 @@ void storage_wires(const RunConfig& cfg, const GridSpec& grid, CompressionPolicy
   }
   if (cfg.wires != "storage") return;
   const CodecSpec wire = parse_codec(precision_name(prec), "precision.wires");
-  if (p.pp.off() && grid.pp > 1) {
+  if (p.pp.off()) {
     p.pp = wire;
     note(fmt::format("pipeline sends carry {} (their payload is stored in {}: lossless; [precision] wires = \"fp32\" "
                      "sends fp32)",

@@ -58,7 +58,7 @@ class ClimaxDescription {
   // The blocks' tensors follow model/block.h's storage policy (LayerDtypes: the storage
   // precision for what their ops write once); ClimaX's own tensors (front, back) and the
   // gradient scratch are f32 (rounded where written in a 16-bit run).
-  LayerDtypes layer_dtypes() const { return LayerDtypes::of(s_.precision, false, false); }
+  LayerDtypes layer_dtypes() const { return LayerDtypes::of(s_.precision, false, s_.model.capabilities().residual_stream_16); }
   DType act_dtype() const { return dtype_of(s_.precision); }
   int64_t front_stash_elems() const;
   // The typed ops' staging of the front's and the back's calls (their 16-bit weights).

@@ -80,7 +80,7 @@ class GptDescription {
   int64_t recomputed_layers() const { return rf_; }    // layers of the part fully recomputed
   // The storage of what the layers keep (model/block.h's policy) and of the head's input.
   LayerDtypes layer_dtypes() const {
-    return LayerDtypes::of(s_.precision, sp_, s_.attention_lse, s_.model.capabilities().residual_stream_16);
+    return LayerDtypes::of(s_.precision, s_.attention_lse, s_.model.capabilities().residual_stream_16);
   }
   // The residual stream's (a part's input and output, their gradient, a pipeline message).
   DType residual_dtype() const { return layer_dtypes().res; }
