@@ -45,6 +45,10 @@ std::vector<int64_t> even_split(int64_t count, int n) {
 
 char* at(const DeviceBuffer& b, int64_t off) { return static_cast<char*>(b.raw()) + off; }
 
+bool is_16bit(CommDType t) { return t == CommDType::kBF16 || t == CommDType::kF16; }
+DType tensor_dtype(CommDType t) { return t == CommDType::kBF16 ? DType::kBF16 : t == CommDType::kF16 ? DType::kF16 : DType::kF32; }
+int64_t elem_bytes(CommDType t) { return static_cast<int64_t>(comm_dtype_size(t)); }
+
 }  // namespace
 
 // One compressed call: its buffers, the transport's handle, what remains to do once the
@@ -90,6 +94,7 @@ class CompressedComm::Op {
       if (inner_) inner_->wait();
       inner_.reset();
       if (finish_) finish_();
+      if (narrow_) narrow_();
     }
     done_ = true;
     record();
@@ -133,11 +138,13 @@ class CompressedComm::Op {
   double codec_s_ = 0.0, err2_ = 0.0, ref2_ = 0.0;
   int64_t wire_bytes_ = 0;
   DeviceBuffer wsend_, wrecv_, own_, chunk_, measure_buf_;
+  DeviceBuffer wide_in_, wide_out_;  // a 16-bit payload's fp32 copies (the codecs read fp32)
   std::vector<int64_t> matrix_, sizes_;
   int64_t size_msg_ = 0;  // zstd point-to-point: the payload's bytes
   CommHandle inner_;
   std::unique_ptr<Op> sub_;  // an all-reduce's reduce-scatter
   std::function<void()> finish_;
+  std::function<void()> narrow_;  // a 16-bit payload: the fp32 result rounded into the caller's buffer
 
  private:
   // ||x - decode(wire)||^2 and ||x||^2 (DEVICE scratch, backend ops).
@@ -189,11 +196,11 @@ CompressedComm::~CompressedComm() = default;
 
 std::unique_ptr<CompressedComm::Op> CompressedComm::start_reduce_scatter(const float* send, float* recv,
                                                                           const std::vector<int64_t>& counts,
-                                                                          const char* kind, bool async) {
+                                                                          const char* kind, bool async, int64_t elem) {
   const int P = size(), r = rank();
   auto op = std::make_unique<Op>(*this, tracing());
   const int64_t total = detail::checked_total(counts, P, "compressed reduce_scatter_v");
-  if (kind) op->begin_trace(kind, total * 4, detail::group_label(world_ranks()), async);
+  if (kind) op->begin_trace(kind, total * elem, detail::group_label(world_ranks()), async);
   float* residual = next_residual_;
   next_residual_ = nullptr;
   const std::vector<int64_t> off = prefix(counts);
@@ -215,7 +222,7 @@ std::unique_ptr<CompressedComm::Op> CompressedComm::start_reduce_scatter(const f
     row[qs] = b;
     woff += b;
     sent += b;
-    sent_raw += counts[qs] * 4;
+    sent_raw += counts[qs] * elem;
   }
   // The whole matrix of wire sizes: computed where the codec's sizes are fixed, else gathered.
   op->matrix_.assign(static_cast<size_t>(P) * P, 0);
@@ -232,7 +239,7 @@ std::unique_ptr<CompressedComm::Op> CompressedComm::start_reduce_scatter(const f
   op->buffer(op->wrecv_, DType::kI8, in);
   // Wire bytes in the reduce-scatter convention (the whole input as this rank compressed it):
   // what it sent, plus its own block at the ratio it reached.
-  op->wire_bytes_ = sent + (sent_raw > 0 ? static_cast<int64_t>(static_cast<double>(sent) / sent_raw * mine * 4) : mine * 4);
+  op->wire_bytes_ = sent + (sent_raw > 0 ? static_cast<int64_t>(static_cast<double>(sent) / sent_raw * mine * elem) : mine * elem);
   {
     TraceOff off_trace(tracer());
     op->inner_ = inner_.iall_to_all_v(op->wsend_.raw(), op->wrecv_.raw(), op->matrix_, CommDType::kU8);
@@ -263,11 +270,11 @@ std::unique_ptr<CompressedComm::Op> CompressedComm::start_reduce_scatter(const f
 
 std::unique_ptr<CompressedComm::Op> CompressedComm::start_all_gather(const float* send, float* recv,
                                                                       const std::vector<int64_t>& counts,
-                                                                      const char* kind, bool async) {
+                                                                      const char* kind, bool async, int64_t elem) {
   const int P = size(), r = rank();
   auto op = std::make_unique<Op>(*this, tracing());
   const int64_t total = detail::checked_total(counts, P, "compressed all_gather_v");
-  if (kind) op->begin_trace(kind, total * 4, detail::group_label(world_ranks()), async);
+  if (kind) op->begin_trace(kind, total * elem, detail::group_label(world_ranks()), async);
   const int64_t mine = counts[static_cast<size_t>(r)];
   op->buffer(op->wsend_, DType::kI8, codec_->max_wire_bytes(mine));
   const int64_t b = op->encode(op->wsend_.raw(), send, mine, nullptr);
@@ -296,20 +303,21 @@ std::unique_ptr<CompressedComm::Op> CompressedComm::start_all_gather(const float
   return op;
 }
 
-std::unique_ptr<CompressedComm::Op> CompressedComm::start_all_reduce(float* buf, int64_t count, bool async) {
+std::unique_ptr<CompressedComm::Op> CompressedComm::start_all_reduce(float* buf, int64_t count, bool async,
+                                                                      int64_t elem) {
   const int P = size(), r = rank();
   auto op = std::make_unique<Op>(*this, tracing());
-  op->begin_trace("all_reduce", count * 4, detail::group_label(world_ranks()), async);
+  op->begin_trace("all_reduce", count * elem, detail::group_label(world_ranks()), async);
   const std::vector<int64_t> counts = even_split(count, P);
   const std::vector<int64_t> off = prefix(counts);
   const int64_t mine = counts[static_cast<size_t>(r)];
   op->buffer(op->chunk_, DType::kF32, mine);
-  op->sub_ = start_reduce_scatter(buf, op->chunk_.data<float>(), counts, nullptr, async);
+  op->sub_ = start_reduce_scatter(buf, op->chunk_.data<float>(), counts, nullptr, async, elem);
   op->two_phase_ = true;
   Op* o = op.get();
   op->finish_ = [this, o, buf, counts]() {
     o->sub_->complete();
-    std::unique_ptr<Op> gather = start_all_gather(o->chunk_.data<float>(), buf, counts, nullptr, false);
+    std::unique_ptr<Op> gather = start_all_gather(o->chunk_.data<float>(), buf, counts, nullptr, false, 4);
     gather->complete();
     o->absorb(*o->sub_);
     o->absorb(*gather);
@@ -319,60 +327,114 @@ std::unique_ptr<CompressedComm::Op> CompressedComm::start_all_reduce(float* buf,
 }
 
 // --- Communicator ---
+//
+// A 16-bit payload (bf16, f16: the storage of a 16-bit run's activations, working parameters and
+// pipeline messages) is widened exactly into fp32 comm buffers for the codec (which reads and
+// writes fp32), and what the call delivers is rounded once into the caller's 16-bit buffer; the
+// trace counts its raw bytes at 2 an element (what an uncompressed call would move).
+
+DeviceBuffer CompressedComm::widen(const void* src, int64_t n, CommDType t, bool copy) {
+  DeviceBuffer w(backend(), DType::kF32, std::max<int64_t>(n, 1), MemCategory::kComm);
+  if (copy && n > 0) backend().convert(View(w.raw(), DType::kF32), CView(src, tensor_dtype(t)), n);
+  return w;
+}
+
+void CompressedComm::narrow_into(Op& op, DeviceBuffer in, DeviceBuffer out, void* dst, int64_t n, CommDType t) {
+  op.wide_in_ = std::move(in);
+  op.wide_out_ = std::move(out);
+  if (dst == nullptr) return;
+  Op* o = &op;
+  Backend& be = backend();
+  op.narrow_ = [o, &be, dst, n, t]() {
+    if (n > 0) be.convert(View(dst, tensor_dtype(t)), CView(o->wide_out_.raw(), DType::kF32), n);
+  };
+}
+
+std::unique_ptr<CompressedComm::Op> CompressedComm::post_all_reduce(void* buf, int64_t count, CommDType t, bool async) {
+  if (!is_16bit(t)) return start_all_reduce(static_cast<float*>(buf), count, async, 4);
+  DeviceBuffer w = widen(buf, count, t, true);
+  std::unique_ptr<Op> op = start_all_reduce(w.data<float>(), count, async, elem_bytes(t));
+  narrow_into(*op, DeviceBuffer(), std::move(w), buf, count, t);
+  return op;
+}
+
+std::unique_ptr<CompressedComm::Op> CompressedComm::post_reduce_scatter(const void* send, void* recv,
+                                                                         const std::vector<int64_t>& counts,
+                                                                         CommDType t, bool async) {
+  if (!is_16bit(t)) {
+    return start_reduce_scatter(static_cast<const float*>(send), static_cast<float*>(recv), counts, "reduce_scatter",
+                                async, 4);
+  }
+  const int64_t total = detail::checked_total(counts, size(), "compressed reduce_scatter_v");
+  DeviceBuffer in = widen(send, total, t, true);
+  DeviceBuffer out = widen(nullptr, counts.at(static_cast<size_t>(rank())), t, false);
+  std::unique_ptr<Op> op =
+      start_reduce_scatter(in.data<float>(), out.data<float>(), counts, "reduce_scatter", async, elem_bytes(t));
+  narrow_into(*op, std::move(in), std::move(out), recv, counts.at(static_cast<size_t>(rank())), t);
+  return op;
+}
+
+std::unique_ptr<CompressedComm::Op> CompressedComm::post_all_gather(const void* send, void* recv,
+                                                                     const std::vector<int64_t>& counts, CommDType t,
+                                                                     bool async) {
+  if (!is_16bit(t)) {
+    return start_all_gather(static_cast<const float*>(send), static_cast<float*>(recv), counts, "all_gather", async,
+                            4);
+  }
+  const int64_t total = detail::checked_total(counts, size(), "compressed all_gather_v");
+  DeviceBuffer in = widen(send, counts.at(static_cast<size_t>(rank())), t, true);
+  DeviceBuffer out = widen(nullptr, total, t, false);
+  std::unique_ptr<Op> op =
+      start_all_gather(in.data<float>(), out.data<float>(), counts, "all_gather", async, elem_bytes(t));
+  narrow_into(*op, std::move(in), std::move(out), recv, total, t);
+  return op;
+}
 
 void CompressedComm::all_reduce(void* buf, int64_t count, CommDType t, ReduceOp op) {
   if (!compresses_sum(t, op)) return inner_.all_reduce(buf, count, t, op);
   detail::check_count(count, "all_reduce");
-  start_all_reduce(static_cast<float*>(buf), count, false)->complete();
+  post_all_reduce(buf, count, t, false)->complete();
 }
 
 void CompressedComm::reduce_scatter(const void* send, void* recv, int64_t count, CommDType t, ReduceOp op) {
   if (!compresses_sum(t, op)) return inner_.reduce_scatter(send, recv, count, t, op);
   detail::check_count(count, "reduce_scatter");
-  const std::vector<int64_t> counts(static_cast<size_t>(size()), count);
-  start_reduce_scatter(static_cast<const float*>(send), static_cast<float*>(recv), counts, "reduce_scatter", false)
-      ->complete();
+  post_reduce_scatter(send, recv, std::vector<int64_t>(static_cast<size_t>(size()), count), t, false)->complete();
 }
 
 void CompressedComm::reduce_scatter_v(const void* send, void* recv, const std::vector<int64_t>& counts, CommDType t,
                                       ReduceOp op) {
   if (!compresses_sum(t, op)) return inner_.reduce_scatter_v(send, recv, counts, t, op);
-  start_reduce_scatter(static_cast<const float*>(send), static_cast<float*>(recv), counts, "reduce_scatter", false)
-      ->complete();
+  post_reduce_scatter(send, recv, counts, t, false)->complete();
 }
 
 void CompressedComm::all_gather(const void* send, void* recv, int64_t count, CommDType t) {
   if (!compresses(t)) return inner_.all_gather(send, recv, count, t);
   detail::check_count(count, "all_gather");
-  const std::vector<int64_t> counts(static_cast<size_t>(size()), count);
-  start_all_gather(static_cast<const float*>(send), static_cast<float*>(recv), counts, "all_gather", false)
-      ->complete();
+  post_all_gather(send, recv, std::vector<int64_t>(static_cast<size_t>(size()), count), t, false)->complete();
 }
 
 void CompressedComm::all_gather_v(const void* send, void* recv, const std::vector<int64_t>& counts, CommDType t) {
   if (!compresses(t)) return inner_.all_gather_v(send, recv, counts, t);
-  start_all_gather(static_cast<const float*>(send), static_cast<float*>(recv), counts, "all_gather", false)
-      ->complete();
+  post_all_gather(send, recv, counts, t, false)->complete();
 }
 
 CommHandle CompressedComm::iall_reduce(void* buf, int64_t count, CommDType t, ReduceOp op) {
   if (!compresses_sum(t, op)) return inner_.iall_reduce(buf, count, t, op);
   detail::check_count(count, "iall_reduce");
-  return std::make_unique<CompressedRequest>(start_all_reduce(static_cast<float*>(buf), count, true));
+  return std::make_unique<CompressedRequest>(post_all_reduce(buf, count, t, true));
 }
 
 CommHandle CompressedComm::ireduce_scatter_v(const void* send, void* recv, const std::vector<int64_t>& counts,
                                              CommDType t, ReduceOp op) {
   if (!compresses_sum(t, op)) return inner_.ireduce_scatter_v(send, recv, counts, t, op);
-  return std::make_unique<CompressedRequest>(start_reduce_scatter(
-      static_cast<const float*>(send), static_cast<float*>(recv), counts, "reduce_scatter", true));
+  return std::make_unique<CompressedRequest>(post_reduce_scatter(send, recv, counts, t, true));
 }
 
 CommHandle CompressedComm::iall_gather_v(const void* send, void* recv, const std::vector<int64_t>& counts,
                                          CommDType t) {
   if (!compresses(t)) return inner_.iall_gather_v(send, recv, counts, t);
-  return std::make_unique<CompressedRequest>(
-      start_all_gather(static_cast<const float*>(send), static_cast<float*>(recv), counts, "all_gather", true));
+  return std::make_unique<CompressedRequest>(post_all_gather(send, recv, counts, t, true));
 }
 
 // --- point to point ---
@@ -391,9 +453,15 @@ CommHandle CompressedComm::isend(const void* buf, int64_t count, CommDType t, in
   if (!compresses(t)) return inner_.isend(buf, count, t, peer, tag);
   detail::check_count(count, "isend");
   auto op = std::make_unique<Op>(*this, tracing());
-  op->begin_trace("send", count * 4, "peer " + std::to_string(world_ranks().at(static_cast<size_t>(peer))), true);
+  op->begin_trace("send", count * elem_bytes(t),
+                  "peer " + std::to_string(world_ranks().at(static_cast<size_t>(peer))), true);
+  const float* x = static_cast<const float*>(buf);
+  if (is_16bit(t)) {
+    op->wide_in_ = widen(buf, count, t, true);
+    x = op->wide_in_.data<float>();
+  }
   op->buffer(op->wsend_, DType::kI8, codec_->max_wire_bytes(count));
-  op->size_msg_ = op->encode(op->wsend_.raw(), static_cast<const float*>(buf), count, nullptr);
+  op->size_msg_ = op->encode(op->wsend_.raw(), x, count, nullptr);
   op->wire_bytes_ = op->size_msg_;
   TraceOff off_trace(tracer());
   if (!codec_->spec().fixed_size()) host().send(&op->size_msg_, 1, CommDType::kI64, peer, tag);
@@ -405,10 +473,15 @@ CommHandle CompressedComm::irecv(void* buf, int64_t count, CommDType t, int peer
   if (!compresses(t)) return inner_.irecv(buf, count, t, peer, tag);
   detail::check_count(count, "irecv");
   auto op = std::make_unique<Op>(*this, tracing());
-  op->begin_trace("recv", count * 4, "peer " + std::to_string(world_ranks().at(static_cast<size_t>(peer))), true);
+  op->begin_trace("recv", count * elem_bytes(t),
+                  "peer " + std::to_string(world_ranks().at(static_cast<size_t>(peer))), true);
   op->buffer(op->wrecv_, DType::kI8, codec_->max_wire_bytes(count));
   Op* o = op.get();
   float* out = static_cast<float*>(buf);
+  if (is_16bit(t)) {
+    narrow_into(*op, DeviceBuffer(), widen(nullptr, count, t, false), buf, count, t);
+    out = op->wide_out_.data<float>();
+  }
   TraceOff off_trace(tracer());
   if (codec_->spec().fixed_size()) {
     o->size_msg_ = codec_->max_wire_bytes(count);

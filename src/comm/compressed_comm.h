@@ -2,7 +2,8 @@
 // DeviceComm that moves the bytes: what [compression] puts between a parallel axis's traffic
 // and its transport (docs/compression.md). What it compresses: fp32 sums (all_reduce,
 // reduce_scatter(_v)), fp32 gathers (all_gather(_v)) and fp32 point-to-point (send/recv), on
-// groups of more than one rank. Everything else (max/min reductions, other dtypes, broadcast,
+// groups of more than one rank, and the same calls on 16-bit payloads (bf16, f16: widened to
+// fp32 for the codec, the result rounded back once). Everything else (max/min reductions, other dtypes, broadcast,
 // all_to_all_v, barrier, a group of one) passes through unchanged, as does every call while
 // the codec is off.
 //
@@ -104,13 +105,26 @@ class CompressedComm final : public DeviceComm {
 
  private:
   bool tracing() const { return tracer() != nullptr && tracer()->enabled(); }
-  bool compresses(CommDType t) const { return codec_ != nullptr && t == CommDType::kF32 && size() > 1; }
+  bool compresses(CommDType t) const {
+    return codec_ != nullptr && (t == CommDType::kF32 || t == CommDType::kBF16 || t == CommDType::kF16) && size() > 1;
+  }
   bool compresses_sum(CommDType t, ReduceOp op) const { return compresses(t) && op == ReduceOp::kSum; }
+  // The fp32 collectives; elem: the caller's bytes per element (the trace's raw bytes).
   std::unique_ptr<Op> start_reduce_scatter(const float* send, float* recv, const std::vector<int64_t>& counts,
-                                           const char* kind, bool async);
+                                           const char* kind, bool async, int64_t elem);
   std::unique_ptr<Op> start_all_gather(const float* send, float* recv, const std::vector<int64_t>& counts,
-                                       const char* kind, bool async);
-  std::unique_ptr<Op> start_all_reduce(float* buf, int64_t count, bool async);
+                                       const char* kind, bool async, int64_t elem);
+  std::unique_ptr<Op> start_all_reduce(float* buf, int64_t count, bool async, int64_t elem);
+  // The same for a payload of type t: fp32 directly, a 16-bit one through fp32 copies.
+  std::unique_ptr<Op> post_all_reduce(void* buf, int64_t count, CommDType t, bool async);
+  std::unique_ptr<Op> post_reduce_scatter(const void* send, void* recv, const std::vector<int64_t>& counts,
+                                          CommDType t, bool async);
+  std::unique_ptr<Op> post_all_gather(const void* send, void* recv, const std::vector<int64_t>& counts, CommDType t,
+                                      bool async);
+  // A 16-bit payload's fp32 comm buffer of n values (its values widened from src when copy).
+  DeviceBuffer widen(const void* src, int64_t n, CommDType t, bool copy);
+  // Keeps in and out alive in op until it completes; then out's n values rounded into dst (type t).
+  void narrow_into(Op& op, DeviceBuffer in, DeviceBuffer out, void* dst, int64_t n, CommDType t);
 
   std::unique_ptr<DeviceComm> owned_;
   DeviceComm& inner_;

@@ -26,7 +26,7 @@ TypedElems layer_elems(int64_t N, int64_t Nl, int64_t C, int64_t Cl, int64_t F, 
 int64_t block_staging_elems(const BlockStaging& k) {
   // Every call of forward() and backward() below (through parallel/tp/layers.cc) with its
   // 16-bit operands: activations, scratch, and the weights and biases it reads (w).
-  const DType a = k.dt.act, ln = k.dt.ln, r = k.dt.res, dC = k.dC, d3C = k.d3C, dF = k.dF;
+  const DType a = k.dt.act, ln = k.dt.ln, r = k.dt.res, dC = k.dC, d3C = k.d3C, dF = k.dF, s = k.sum;
   const int64_t N = k.N, Nl = k.Nl, C = k.C, Cl = k.Cl, F = k.F;
   const bool tp1 = k.tp == 1, sp = k.sequence_parallel;
   const auto st = staged_elems;
@@ -75,13 +75,19 @@ int64_t block_staging_elems(const BlockStaging& k) {
       call(rows(N, w(2 * C), h(ln) * C));            // ln_2
     }
   } else {
-    call(fwd(st(a, N * Cl) + w(Cl * C), N, Cl, C, a, f32));  // partial = atty @ w
-    call(rows(Nl, w(C), 0));                               // its bias, after the reduction
+    // The partial product: fp32 sums, then its bias after the reduction; 16-bit sums (s), the
+    // product rounded to 16 bits with the bias (rank 0's: every rank reserves it).
+    if (h(s)) {
+      call(fwd(st(s, N * C) + st(a, N * Cl) + w(Cl * C + C), N, Cl, C, a, s));
+    } else {
+      call(fwd(st(a, N * Cl) + w(Cl * C), N, Cl, C, a, f32));  // partial = atty @ w
+      call(rows(Nl, w(C), 0));                               // its bias, after the reduction
+    }
     if (sp) {
-      call(rows(Nl * C, 0, h(a) + h(r)));      // res2 = x + y
+      call(rows(Nl * C, 0, h(a) + h(r) + h(s)));      // res2 = x + y
       call(rows(Nl, w(2 * C), (h(a) + h(ln)) * C));  // its LayerNorm's rows (gathered as stored)
     } else {
-      call(rows(N * C, 0, h(a) + h(r)));       // residual_layernorm_forward: res2 = x + y
+      call(rows(N * C, 0, h(a) + h(r) + h(s)));       // residual_layernorm_forward: res2 = x + y
       call(rows(N, w(2 * C), (h(a) + h(ln)) * C));  // ln2 = LayerNorm(res2)
     }
   }
@@ -92,6 +98,9 @@ int64_t block_staging_elems(const BlockStaging& k) {
   // the partial sums, its bias, then add(res3, res2, y).
   if (tp1 && h(r)) {
     call(fwd(st(r, N * C) + st(a, N * F) + w(F * C + C), N, F, C, a, r));
+  } else if (!tp1 && h(s)) {  // 16-bit sums: the product with rank 0's bias, then add(res3, res2, y)
+    call(fwd(st(s, N * C) + st(a, N * F) + w(F * C + C), N, F, C, a, s));
+    call(rows(Nl * C, 0, h(a) + h(r) + h(s)));
   } else {
     call(fwd(st(a, N * F) + w(F * C), N, F, C, a, f32));
     call(tp1 ? rows(N, w(C), h(a) * C) : std::max(rows(Nl, w(C), 0), rows(Nl * C, 0, h(a) + h(r))));

@@ -41,7 +41,8 @@ struct TypedElems {
 // typed ops write it rounded once, the tp group all-gathers its gradient as stored); ClimaX's
 // stays f32. The LayerNorm outputs are 16-bit under sequence parallelism too (the tp group
 // all-gathers them as stored). What stays fp32: the statistics (LayerNorm mean/rstd,
-// attention's log-sum-exp) and the tp group's partial sums; the f32 tensors of a 16-bit run are
+// attention's log-sum-exp) and, where the residual stream is fp32, the tp group's partial sums
+// (they are of the residual stream's dtype: parallel/tp/mappings.h); the f32 tensors of a 16-bit run are
 // rounded where they are written (TensorParallel::round), as the emulated 16-bit storage did,
 // so a run is bitwise the same whichever tensors are 16-bit.
 struct LayerDtypes {
@@ -108,6 +109,7 @@ struct BlockStaging {
   LayerDtypes dt;          // the stash's
   DType dC = DType::kF32, d3C = DType::kF32, dF = DType::kF32;  // the gradient scratch's (BlockScratch)
   // dres's dtype is dt.res (the layer's input x and output res3 have it too)
+  DType sum = DType::kF32;  // the tp group's partial sums (tp > 1; parallel/tp/mappings.h)
   DType w = DType::kF32;   // the parameters' (the store's working parameters)
   int64_t chunk = kStagingChunk;  // the backend's staging_chunk (row-chunked ops)
   bool native_products = false;   // the backend's products read 16-bit operands in place (RunSpec)
@@ -172,7 +174,7 @@ void carve_typed(Backend& be, DeviceBuffer& act, DeviceBuffer& f32, DType act_dt
 // The gradient scratch of one micro-batch that the block's backward works in.
 struct BlockScratch {
   View dres;  // (Nl,C) gradient of the residual stream: d(res3) in, d(x) out (LayerDtypes::res)
-  View dC;    // (N,C): act at tp 1; f32 at tp > 1 (a partial sum the group all-reduces)
+  View dC;    // (N,C): act at tp 1; the tp group's sum dtype at tp > 1 (a partial sum it all-reduces)
   View d3C;   // (N,3Cl)
   View dF;    // (N,F)
   View att;   // selective recompute: the recomputed probabilities (B,NH,T,T)

@@ -50,7 +50,7 @@ struct StoreGroups {
   int64_t n = 0, g0 = 1, max_other = 1, exchange_tokens = 0;
 };
 
-// A tensor-parallel collective of one micro-batch outside the blocks, in fp32 elements.
+// A tensor-parallel collective of one micro-batch outside the blocks: elements, and bytes each.
 struct TpCall {
   const char* op;  // "all_reduce", "all_gather", "reduce_scatter"
   int64_t elems;

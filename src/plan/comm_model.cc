@@ -159,12 +159,13 @@ TpLayerComm megatron_tp_layer_comm(bool sequence_parallel) {
 namespace {
 
 // gather_bytes: an element of the phase's all-gathers as moved (the LayerNorm rows forward and
-// recomputed, the residual stream's gradient backward: as stored).
+// recomputed, the residual stream's gradient backward: as stored); sum_bytes: of its sums (the
+// tp group's sum dtype, that of the residual stream: parallel/tp/mappings.h).
 void add_layer_calls(CallSet& cs, const TpLayerCalls& k, int64_t NC, int64_t C, const std::vector<int>& g, int64_t n,
-                     int64_t gather_bytes) {
-  cs.add("all_reduce", "tp", NC * kF32, g, n * k.all_reduce);
+                     int64_t gather_bytes, int64_t sum_bytes) {
+  cs.add("all_reduce", "tp", NC * sum_bytes, g, n * k.all_reduce);
   cs.add("all_gather", "tp", NC * gather_bytes, g, n * k.all_gather);
-  cs.add("reduce_scatter", "tp", NC * kF32, g, n * k.reduce_scatter);
+  cs.add("reduce_scatter", "tp", NC * sum_bytes, g, n * k.reduce_scatter);
   cs.add("all_reduce", "tp", 2 * C * kF32, g, n * k.small_all_reduce);
 }
 
@@ -188,9 +189,9 @@ void add_tensor_parallel(CallSet& cs, const Job& j) {
     const int64_t nl = d->part_layers(), rf = d->recomputed_layers(), NC = d->tokens() * j.C;
     for (int dd = 0; dd < j.dp; ++dd) {
       const std::vector<int> g = j.group(Axis::kTp, 0, ch.stage, dd);
-      add_layer_calls(cs, lc.forward, NC, j.C, g, j.m * nl, j.act_bytes);
-      add_layer_calls(cs, lc.backward, NC, j.C, g, j.m * nl, j.res_bytes);
-      add_layer_calls(cs, lc.recompute, NC, j.C, g, j.m * rf, j.act_bytes);
+      add_layer_calls(cs, lc.forward, NC, j.C, g, j.m * nl, j.act_bytes, j.res_bytes);
+      add_layer_calls(cs, lc.backward, NC, j.C, g, j.m * nl, j.res_bytes, j.res_bytes);
+      add_layer_calls(cs, lc.recompute, NC, j.C, g, j.m * rf, j.act_bytes, j.res_bytes);
       for (const TpCall& c : d->tp_calls()) cs.add(c.op, "tp", c.elems * c.elem_bytes, g, j.m);  // front and back
     }
   }

@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/model_capabilities.h"
+#include "model/family.h"
 #include "plan/comm_model.h"
 #include "plan/compression.h"
 #include "plan/kernel_model.h"
@@ -92,11 +94,12 @@ struct Context {
   const Layout& l;
   const Options& o;
   double e = 2;
-  // Bytes per element of the tensor-parallel activation collectives: the storage precision's,
-  // as Megatron-LM sends them ([defaults] tp_comm = "megatron"), or 4 where weft's own calls
-  // are priced (tp_comm = "weft"): weft's tp reductions move fp32 (partial sums); its
-  // all-gathers (sequence-parallel LayerNorm rows and gradient rows, the pipeline's
-  // scatter-gather) move the tensors as stored (e).
+  // Bytes per element of the tensor-parallel sums (all-reduces, reduce-scatters): the storage
+  // precision's, as Megatron-LM sends them ([defaults] tp_comm = "megatron"), or where weft's own
+  // calls are priced (tp_comm = "weft") the residual stream's (weft's sums are of its dtype,
+  // parallel/tp/mappings.h: 16-bit for GPT, fp32 for ClimaX). The all-gathers (sequence-parallel
+  // LayerNorm rows and gradient rows, the pipeline's scatter-gather) move the tensors as
+  // stored (e).
   double tp_e = 2;
   LayerCost layer{};
   // The front's and the back's seconds of one micro-batch (forward, backward), their FLOPs
@@ -190,10 +193,11 @@ LayerCost layer_cost(Context& c) {
   // et al. 2022 sec. 4.2.2): forward 2 all-reduces of N h elements (sp: 2 all-gathers + 2
   // reduce-scatters of the same bytes), backward 2 more (sp: and the LayerNorm weights' 2
   // small all-reduces of 2h), a fully recomputed layer 1 more (sp: 2 all-gathers + 1
-  // reduce-scatter). Priced at c.tp_e bytes per element: the storage precision's, as
-  // Megatron-LM sends them, or weft's fp32 wires with tp_comm = "weft". The activation
-  // collectives carry the policy's tp codec (plan/compression.h); the LayerNorm weights' small
-  // all-reduces are gradients of weights, not activations, and stay uncompressed.
+  // reduce-scatter). The sums priced at c.tp_e bytes per element, the gathers at the storage
+  // precision's (c.e). The activation collectives carry the policy's tp codec
+  // (plan/compression.h; weft's codecs read 16-bit payloads widened); the LayerNorm weights'
+  // small all-reduces are gradients of weights, not activations, and stay uncompressed (fp32 in
+  // weft, c.tp_e as Megatron-LM's).
   if (l.tp > 1) {
     const int64_t stride = axis_stride(l, "tp");
     const double te = c.tp_e;
@@ -201,13 +205,10 @@ LayerCost layer_cost(Context& c) {
     const CodecSpec& codec = l.compression.tp;
     const TpLayerComm k = c.o.tp_comm == "weft" ? tp_layer_comm(l.sequence_parallel) : megatron_tp_layer_comm(l.sequence_parallel);
     const PricedCall ar = price_call(c.sys, codec, Collective::kAllReduce, l.tp, stride, S, te);
-    // weft's all-gathers (sp: the LayerNorm rows, the residual stream's gradient) move their
-    // tensors as stored, 16-bit in a 16-bit run, past any tp codec (the codecs read fp32).
-    const bool weft16 = c.o.tp_comm == "weft" && c.e < 4;
-    const PricedCall ag = weft16 ? price_call(c.sys, CodecSpec{}, Collective::kAllGather, l.tp, stride, N * h * c.e, c.e)
-                                 : price_call(c.sys, codec, Collective::kAllGather, l.tp, stride, S, te);
+    const PricedCall ag = price_call(c.sys, codec, Collective::kAllGather, l.tp, stride, N * h * c.e, c.e);
     const PricedCall rs = price_call(c.sys, codec, Collective::kReduceScatter, l.tp, stride, S, te);
-    const PricedCall small = price_call(c.sys, CodecSpec{}, Collective::kAllReduce, l.tp, stride, 2 * h * te, te);
+    const double se = c.o.tp_comm == "weft" ? 4.0 : te;  // weft sums the LayerNorm weights' gradients in fp32
+    const PricedCall small = price_call(c.sys, CodecSpec{}, Collective::kAllReduce, l.tp, stride, 2 * h * se, se);
     auto time_of = [&](const TpLayerCalls& n) {
       return n.all_reduce * ar.seconds() + n.all_gather * ag.seconds() + n.reduce_scatter * rs.seconds() +
              n.small_all_reduce * small.seconds();
@@ -826,7 +827,8 @@ TrafficReport traffic_report(const Context& c, const StageCost& slow, const DpCo
 Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layout& l, const Options& o) {
   Context c{.m = m, .sys = sys, .l = l, .o = o};
   c.e = elem_bytes(o.precision);
-  c.tp_e = o.tp_comm == "weft" ? 4.0 : c.e;
+  c.tp_e = o.tp_comm == "weft" ? static_cast<double>(dtype_bytes(residual_stream_dtype(m.family->capabilities(), o.precision), 1))
+                                : c.e;
   const Device& d = sys.device;
   const double t = l.tp, s = static_cast<double>(m.seq);
   c.layer = layer_cost(c);

@@ -150,6 +150,8 @@ Elems rank_elems(const WeftRunShape& r, int stage, int dp_rank) {
     // communicator holds each transfer's wire beside its buffer (comm/compressed_comm.cc).
     if (!l.compression.pp.off()) {
       e.comm += (kPipeRecvAhead + 1.0) * wire_elems(l.compression.pp, message) + wire_elems(l.compression.pp, send);
+      // 16-bit messages: the codec reads and writes fp32, so each transfer holds an fp32 copy too.
+      if (message_dtype != DType::kF32) e.comm += (kPipeRecvAhead + 1.0) * static_cast<double>(message) + send;
     }
   }
   return e;

@@ -34,21 +34,18 @@ namespace {
 
 // [precision] wires = "storage": the traffic whose payload is stored in 16 bits and that no
 // [compression] codec handles carries the storage type (the bf16/fp16 codec, whose rounding
-// leaves a 16-bit value unchanged): pipeline sends with pp > 1. The ZeRO 1-3 parameter
-// all-gathers need no codec: the working parameters are 16-bit buffers, gathered as stored.
+// leaves a 16-bit value unchanged): pipeline sends with pp > 1 of a family whose residual stream
+// is fp32 (ClimaX). GPT's messages are 16-bit tensors, sent as stored or through a [compression]
+// pp codec. The ZeRO 1-3 parameter all-gathers need no codec: the working parameters are 16-bit
+// buffers, gathered as stored.
 void storage_wires(const RunConfig& cfg, const GridSpec& grid, CompressionPolicy& p,
                    const std::function<void(std::string)>& note) {
   const Precision prec = parse_precision(cfg.precision);
   if (prec == Precision::kFp32 || grid.pp <= 1) return;
   const ModelConfig mc = cfg.model_config();
   if (residual_stream_dtype(mc.capabilities(), prec) != DType::kF32) {
-    // The messages are the residual stream, stored in 16 bits and sent as stored (PipelineRuntime).
-    if (!p.pp.off()) {
-      throw_input("compression.pp = \"{}\" with precision {}: the pipeline messages are {}'s residual stream, stored in "
-                  "{} and sent as stored (half the fp32 bytes); a codec on them is not supported (the codecs read "
-                  "fp32); set compression.pp = \"off\" or precision = \"fp32\"",
-                  p.pp.name(), cfg.precision, mc.capabilities().family, cfg.precision);
-    }
+    // The messages are the residual stream, stored in 16 bits and sent as stored (PipelineRuntime),
+    // or through a [compression] pp codec, which reads them widened to fp32 (CompressedComm).
     if (cfg.wires == "fp32") {
       note(fmt::format("[precision] wires = \"fp32\" has no effect on the pipeline sends: {}'s residual stream is stored "
                        "in {} and sent as stored",
@@ -137,12 +134,13 @@ CompressionPolicy run_compression(const RunConfig& cfg, const GridSpec& grid, co
                   key, codec->name(), grid.dp_replicate, grid.dp_shard(), grid.dp_replicate, key);
     }
   }
-  // A 16-bit run's working parameters are 16-bit buffers, all-gathered as stored: no codec
-  // reads them (the codecs take fp32 values).
+  // A 16-bit run's working parameters are 16-bit buffers, all-gathered as stored; ZeRO++'s qwZ
+  // (zero.quantized_weights) quantizes them on the way (Zero3Gather), a compression.params codec
+  // does not (its comm buffers are not in the memory model).
   if (!p.params.off() && parse_precision(cfg.precision) != Precision::kFp32) {
     throw_input("compression.params = \"{}\" with precision {}: the working parameters are stored in {} and "
-                "all-gathered as stored (half the fp32 bytes); a codec on them is not supported; set "
-                "compression.params = \"off\" or precision = \"fp32\"",
+                "all-gathered as stored (half the fp32 bytes); to quantize them use ZeRO++'s zero.quantized_weights "
+                "(qwZ) with zero 3; set compression.params = \"off\" or precision = \"fp32\"",
                 p.params.name(), cfg.precision, cfg.precision);
   }
   storage_wires(cfg, grid, p, note);

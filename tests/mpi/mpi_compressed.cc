@@ -167,6 +167,93 @@ TEST(MpiCompressed, PointToPointAroundTheRing) {
   }
 }
 
+// A 16-bit payload (a 16-bit run's activations, working parameters, pipeline messages) goes
+// through the codec widened to fp32, and what arrives is rounded once into the 16-bit buffer:
+// bit for bit the fp32 call on the widened values, rounded. Every collective kind, sync and
+// async, and point to point; the trace counts the raw bytes at 2 an element.
+TEST(MpiCompressed, SixteenBitPayloadsAreTheWidenedCallRounded) {
+  Ranks s;
+  const int P = s.dev.size(), me = s.dev.rank();
+  const int next = (me + 1) % P, prev = (me + P - 1) % P;
+  Backend& be = *s.be;
+  std::vector<int64_t> counts(static_cast<size_t>(P));
+  for (int q = 0; q < P; ++q) counts[static_cast<size_t>(q)] = q == 1 ? 0 : 29 * (q + 1);
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  const int64_t mine = counts[static_cast<size_t>(me)], n = 1001;
+  for (const DType dt : {DType::kBF16, DType::kF16}) {
+    const CommDType ct = comm_dtype_of(dt);
+    // x16: this rank's values rounded to dt; wide(x16) exactly; round(f) of an fp32 result.
+    const auto narrow = [&](const std::vector<float>& f) {
+      std::vector<uint16_t> h(f.size());
+      be.convert(View(h.data(), dt), CView(f.data(), DType::kF32), static_cast<int64_t>(f.size()));
+      return h;
+    };
+    const auto wide = [&](const std::vector<uint16_t>& h) {
+      std::vector<float> f(h.size());
+      be.convert(View(f.data(), DType::kF32), CView(h.data(), dt), static_cast<int64_t>(h.size()));
+      return f;
+    };
+    for (const char* name : {"int8", "zstd", "bf16"}) {
+      const std::string what = fmt::format("{} payload, codec {}", dtype_name(dt), name);
+      const CodecSpec spec = parse_codec(name, "test", 64);
+      CompressedComm c(s.dev, make_codec(spec, be, "test"));
+      // all_reduce, sync and async
+      const std::vector<uint16_t> x16 = narrow(local(me, n));
+      std::vector<float> ref = wide(x16);
+      c.all_reduce(ref.data(), n, CommDType::kF32, ReduceOp::kSum);
+      for (bool async : {false, true}) {
+        std::vector<uint16_t> y = x16;
+        if (async) {
+          c.iall_reduce(y.data(), n, ct, ReduceOp::kSum)->wait();
+        } else {
+          c.all_reduce(y.data(), n, ct, ReduceOp::kSum);
+        }
+        EXPECT_EQ(y, narrow(ref)) << what << " all_reduce async " << async;
+      }
+      // reduce_scatter_v with uneven and empty blocks
+      const std::vector<uint16_t> xs = narrow(local(me, total));
+      std::vector<float> rs_ref(static_cast<size_t>(std::max<int64_t>(mine, 1)));
+      c.reduce_scatter_v(wide(xs).data(), rs_ref.data(), counts, CommDType::kF32, ReduceOp::kSum);
+      std::vector<uint16_t> rs(rs_ref.size());
+      c.ireduce_scatter_v(xs.data(), rs.data(), counts, ct, ReduceOp::kSum)->wait();
+      rs_ref.resize(static_cast<size_t>(mine));
+      rs.resize(static_cast<size_t>(mine));
+      EXPECT_EQ(rs, narrow(rs_ref)) << what << " reduce_scatter_v";
+      // all_gather_v
+      const std::vector<uint16_t> xg = narrow(local(me, mine));
+      std::vector<float> ag_ref(static_cast<size_t>(total));
+      c.all_gather_v(wide(xg).data(), ag_ref.data(), counts, CommDType::kF32);
+      std::vector<uint16_t> ag(static_cast<size_t>(total));
+      c.all_gather_v(xg.data(), ag.data(), counts, ct);
+      EXPECT_EQ(ag, narrow(ag_ref)) << what << " all_gather_v";
+      // around the ring: what arrives is the sender's values through the codec, rounded
+      std::vector<uint16_t> got(static_cast<size_t>(n));
+      std::vector<float> got32(static_cast<size_t>(n));
+      CommHandle r = c.irecv(got.data(), n, ct, prev, 9);
+      CommHandle w = c.isend(x16.data(), n, ct, next, 9);
+      r->wait();
+      w->wait();
+      const std::vector<float> x32 = wide(x16);
+      r = c.irecv(got32.data(), n, CommDType::kF32, prev, 10);
+      w = c.isend(x32.data(), n, CommDType::kF32, next, 10);
+      r->wait();
+      w->wait();
+      EXPECT_EQ(got, narrow(got32)) << what << " send/recv";
+      if (spec.lossless()) EXPECT_EQ(wide(got), wide(narrow(local(prev, n)))) << what;
+    }
+    // The trace: one event, raw bytes at the payload's 2 an element.
+    Tracer t;
+    t.set_enabled(true);
+    CompressedComm c(s.dev, make_codec(parse_codec("int8", "test", 64), be, "test"));
+    s.dev.set_tracer(&t);
+    std::vector<uint16_t> y = narrow(local(me, n));
+    c.all_reduce(y.data(), n, ct, ReduceOp::kSum);
+    s.dev.set_tracer(nullptr);
+    ASSERT_EQ(t.events().size(), 1u);
+    EXPECT_EQ(t.events()[0].bytes, 2 * n);
+  }
+}
+
 TEST(MpiCompressed, OffPassesThroughBitForBit) {
   Ranks s;
   const int me = s.dev.rank();

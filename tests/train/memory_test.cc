@@ -93,6 +93,8 @@ TEST_F(MemoryRuns, SixteenBitStorageMatchesTheModel) {
       {0, "--precision fp16 --recompute full", 0.0, true},
       {2, "--tp 2 --precision bf16 --recompute selective", 0.0, true},
       {2, "--pp 2 --precision bf16", 0.25, false},
+      // A pp codec on the 16-bit messages: its wires and the fp32 copies it reads and writes.
+      {2, "--pp 2 --precision bf16 --compression.pp int8", 0.25, false},
       {2, "--dp 2 --zero 1 --precision bf16", 0.0, true},
       {2, "--dp 2 --zero 2 --precision bf16", 0.0, true},
       {2, "--dp 2 --zero 3 --precision bf16", 0.15, true},

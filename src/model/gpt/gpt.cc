@@ -149,10 +149,9 @@ void GPT::build_workspace(const GptDescription& d) {
     if (any_full) carve_layer(ws_.layer, take, N, Nl, C, Cl, F, ws_.att, false, dtypes_);
   });
   ws_.tokens = DeviceBuffer(backend_, DType::kI32, d.token_elems(), MemCategory::kWorkspace);
-  tp_.reserve(N, C);
-  WEFT_CHECK(tp_.scratch_bytes() == d.tp_scratch_elems() * static_cast<int64_t>(sizeof(float)),
-             "tensor-parallel scratch {} bytes, the description says {} elements", tp_.scratch_bytes(),
-             d.tp_scratch_elems());
+  tp_.reserve(N, C, d.tp_sum_dtype());
+  WEFT_CHECK(tp_.scratch_bytes() == d.tp_scratch_bytes(), "tensor-parallel scratch {} bytes, the description says {}",
+             tp_.scratch_bytes(), d.tp_scratch_bytes());
   int32_t* tok = ws_.tokens.data<int32_t>();
   ws_.inputs = layout_.stage().embedding ? std::exchange(tok, tok + N) : nullptr;
   ws_.targets = head ? std::exchange(tok, tok + N) : nullptr;

@@ -170,12 +170,16 @@ int64_t GptDescription::tp_scratch_elems() const {
   return TensorParallel::scratch_elems(s_.tp, sp_, N_, C_);
 }
 
+int64_t GptDescription::tp_scratch_bytes() const {
+  return TensorParallel::scratch_bytes(s_.tp, sp_, N_, C_, tp_sum_dtype());
+}
+
 int64_t GptDescription::workspace_elems() const {
   return workspace_tensor_elems() + token_elems() + tp_scratch_elems();
 }
 
 int64_t GptDescription::workspace_bytes() const {
-  return workspace_tensors().bytes(act_dtype()) + 4 * (token_elems() + tp_scratch_elems());
+  return workspace_tensors().bytes(act_dtype()) + 4 * token_elems() + tp_scratch_bytes();
 }
 
 int64_t GptDescription::staging_elems() const {
@@ -194,6 +198,7 @@ int64_t GptDescription::block_staging_elems() const {
   k.dt = layer_dtypes();
   k.dC = dC_dtype();
   k.d3C = k.dF = act_dtype();
+  k.sum = tp_sum_dtype();
   k.w = s_.param_dtype;
   k.chunk = s_.staging_chunk;
   k.native_products = s_.native_products;
@@ -229,11 +234,11 @@ int64_t GptDescription::head_staging_elems() const {
 
 int64_t GptDescription::embedding_staging_elems() const {
   // The lookup widens a 16-bit table a row at a time into its output rows, with (tp rank 0,
-  // the largest) their positions' rows of wpe; at tp 1 a 16-bit output is computed in fp32 a
-  // chunk of rows at a time (at tp > 1 the f32 partial sums are converted, nothing staged). Its
-  // backward stages a 16-bit gradient of the output (under sequence parallelism its gather, as
-  // stored) a chunk of rows at a time.
-  const int64_t out16 = s_.tp == 1 ? staged_elems(residual_dtype(), C_) : 0;
+  // the largest) their positions' rows of wpe; a 16-bit output (at tp > 1 the partial sums, of
+  // the residual stream's dtype) is computed in fp32 a chunk of rows at a time (a reduced sum's
+  // copy into out stages nothing). Its backward stages a 16-bit gradient of the output (under
+  // sequence parallelism its gather, as stored) a chunk of rows at a time.
+  const int64_t out16 = staged_elems(tp_sum_dtype(), C_);
   // An f32 table: chunks of whole samples (embedding_forward's staged rows); a 16-bit one: chunks
   // of rows, with their positions' rows widened (embedding_forward_16).
   int64_t m = s_.param_dtype == DType::kF32 ? staged_rows_elems(s_.B, 0, out16 * s_.T, s_.staging_chunk)

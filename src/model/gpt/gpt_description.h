@@ -85,9 +85,11 @@ class GptDescription {
   // The residual stream's (a part's input and output, their gradient, a pipeline message).
   DType residual_dtype() const { return layer_dtypes().res; }
   DType act_dtype() const { return dtype_of(s_.precision); }
-  // The activation-gradient scratch dC: act at tp 1, f32 at tp > 1 (a partial sum all-reduced
-  // over the group).
-  DType dC_dtype() const { return s_.tp > 1 ? DType::kF32 : act_dtype(); }
+  // The tensor-parallel group's sums (parallel/tp/mappings.h): the residual stream's dtype.
+  DType tp_sum_dtype() const { return residual_dtype(); }
+  // The activation-gradient scratch dC: act at tp 1, the sum dtype at tp > 1 (a partial sum
+  // all-reduced over the group).
+  DType dC_dtype() const { return s_.tp > 1 ? tp_sum_dtype() : act_dtype(); }
   // What local layer i (0 .. part_layers()-1) stashes for its backward pass (elements, all
   // storages; layer_stash(i) by storage).
   int64_t layer_stash_elems(int64_t i) const { return layer_stash(i).total(); }
@@ -99,6 +101,7 @@ class GptDescription {
   int64_t workspace_tensor_elems() const { return workspace_tensors().total(); }
   int64_t token_elems() const;             // the micro-batch's token ids (int32)
   int64_t tp_scratch_elems() const;        // the tensor-parallel layers' scratch
+  int64_t tp_scratch_bytes() const;        // its bytes (2C f32, the rest in tp_sum_dtype())
   // The typed ops' staging arena (backend.h): the largest sum of one call's 16-bit operands
   // over the part's forward and backward (fp32 elements; 0 in an fp32 run). GPT::reserve
   // reserves it on the backend, so that the arena does not grow during a step. It is the

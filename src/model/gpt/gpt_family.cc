@@ -185,17 +185,19 @@ class GptModelDescription final : public ModelDescription {
     const RunSpec& s = d_.spec();
     const bool sp = s.sequence_parallel && s.tp > 1;
     const int64_t N = d_.tokens(), C = s.model.n_embd, NC = N * C;
-    // The gathers move their tensors as stored: the residual stream's gradient, the LayerNorm rows.
+    // The gathers move their tensors as stored: the residual stream's gradient, the LayerNorm rows;
+    // the sums are of the tp group's sum dtype (the embedding's lookups, the head's input gradient).
     const auto bytes = [](DType t) { return static_cast<int64_t>(dtype_bytes(t, 1)); };
+    const int64_t sum = bytes(d_.tp_sum_dtype());
     std::vector<TpCall> out;
     if (s.stage.embedding) {
-      out.push_back({sp ? "reduce_scatter" : "all_reduce", NC});
+      out.push_back({sp ? "reduce_scatter" : "all_reduce", NC, sum});
       if (sp) out.push_back({"all_gather", NC, bytes(d_.residual_dtype())});
     }
     if (!s.stage.head) return out;
     if (sp) {
       out.push_back({"all_gather", NC, bytes(d_.layer_dtypes().ln)});  // final LayerNorm's rows, forward
-      out.push_back({"reduce_scatter", NC});  // head's input gradient
+      out.push_back({"reduce_scatter", NC, sum});  // head's input gradient
       out.push_back({"all_reduce", 2 * C});   // final LayerNorm's weights
     }
     const int64_t chunk = d_.head_chunk();
@@ -203,7 +205,7 @@ class GptModelDescription final : public ModelDescription {
       const int64_t rows = std::min(chunk, N - r0);
       out.push_back({"all_reduce", rows});              // row max
       out.push_back({"all_reduce", 2 * rows});          // sum of exp and target logit
-      if (!sp) out.push_back({"all_reduce", rows * C});  // input gradient rows
+      if (!sp) out.push_back({"all_reduce", rows * C, sum});  // input gradient rows
     }
     return out;
   }

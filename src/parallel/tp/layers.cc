@@ -10,7 +10,9 @@ void SequenceParallelLayerNorm::forward(View out, float* mean, float* rstd, CVie
   const int64_t Nl = tp_.local_rows(N);
   // This rank's rows: out itself, or under sequence parallelism the group's row scratch (viewed
   // in out's dtype), all-gathered into out as stored.
-  const View y = tp_.sequence_parallel() ? View(tp_.rows(), out.dtype) : out;
+  WEFT_CHECK(!tp_.sequence_parallel() || out.dtype == tp_.sum_dtype(), "{} LayerNorm rows in the {} row scratch",
+             dtype_name(out.dtype), dtype_name(tp_.sum_dtype()));
+  const View y = tp_.sequence_parallel() ? tp_.rows() : out;
   tp_.backend().layernorm_forward(y, mean, rstd, x, w, b, Nl, C, eps_);
   tp_.round(y, Nl * C);
   tp_.column_input_forward(y, out, N, C);
@@ -71,13 +73,24 @@ void RowParallelLinear::forward(View out, CView res, CView inp, CView w, CView b
       be.matmul_forward(out, inp, w, b, N, INl, OUT, true);
     }
   } else {
-    // The partial products summed over the ranks, then the bias once and the residual.
-    be.matmul_forward(tp_.partial(), inp, w, nullptr, N, INl, OUT, false);
-    float* y = tp_.row_output_forward(tp_.partial(), tp_.rows(), N, OUT);
-    be.add_bias(y, y, b, Nl, OUT);
-    be.add(out, res, y, Nl * OUT);
+    be.add(out, res, reduced_product(inp, w, b, N, INl, OUT), Nl * OUT);  // the product's sum + the residual
   }
   tp_.round(out, Nl * OUT);
+}
+
+CView RowParallelLinear::reduced_product(CView inp, CView w, CView b, int64_t N, int64_t INl, int64_t OUT) {
+  Backend& be = tp_.backend();
+  const View part = tp_.partial();
+  if (part.f32()) {  // fp32 sums: the partial products summed over the ranks, then the bias once
+    be.matmul_forward(part, inp, w, nullptr, N, INl, OUT, false);
+    const View y = tp_.row_output_forward(part, tp_.rows(), N, OUT);
+    be.add_bias(y, y, b, tp_.local_rows(N), OUT);
+    return y;
+  }
+  // 16-bit sums: each rank's product rounded to 16 bits, rank 0's with the bias (so that it is
+  // added once, before the sum's rounding), then summed over the ranks in 16 bits.
+  be.matmul_forward(part, inp, w, tp_.rank() == 0 ? b : CView(), N, INl, OUT, false);
+  return tp_.row_output_forward(part, tp_.rows(), N, OUT);
 }
 
 void RowParallelLinear::forward_norm(SequenceParallelLayerNorm& norm, View out, View ln_out, float* mean, float* rstd,
@@ -94,9 +107,7 @@ void RowParallelLinear::forward_norm(SequenceParallelLayerNorm& norm, View out, 
     norm.forward(ln_out, mean, rstd, out, ln_w, ln_b, N, OUT);
     return;
   }
-  be.matmul_forward(tp_.partial(), inp, w, nullptr, N, INl, OUT, false);
-  float* y = tp_.row_output_forward(tp_.partial(), tp_.rows(), N, OUT);  // all-reduced in place
-  be.add_bias(y, y, b, N, OUT);
+  const CView y = reduced_product(inp, w, b, N, INl, OUT);  // all-reduced in place, with the bias
   be.residual_layernorm_forward(out, ln_out, mean, rstd, res, y, ln_w, ln_b, N, OUT, norm.eps(), tp_.precision());
 }
 
@@ -123,15 +134,17 @@ void VocabParallelEmbedding::forward(View out, const int32_t* tokens, CView wte,
     tp_.round(out, N * C);
     return;
   }
-  // The lookup's partial sums (fp32: the group reduces them): in place in an f32 out, else in the
-  // group's scratch; summed over the ranks (reduce-scattered under sequence parallelism), then
-  // rounded once into out.
-  const bool direct = out.f32() && !tp_.sequence_parallel();
-  float* partial = direct ? static_cast<float*>(out.data) : tp_.partial();
+  // The lookup's partial sums, of the group's sum dtype: in place in an out of that dtype, else in
+  // the group's scratch; summed over the ranks (reduce-scattered under sequence parallelism), then
+  // rounded once into out. 16-bit sums are exact here: for each element one rank holds the token's
+  // row (rank 0 adds its position, rounding once, as one rank does) and the others add zeros.
+  const View part = tp_.partial();
+  const bool same = out.dtype == part.dtype;
+  const View partial = same && !tp_.sequence_parallel() ? out : part;
   be.embedding_forward(partial, tokens, wte, pos, B, T, C, v0_, rows_);
-  float* y = tp_.row_output_forward(partial, out.f32() ? static_cast<float*>(out.data) : tp_.rows(), N, C);
+  const View y = tp_.row_output_forward(partial, same ? out : tp_.rows(), N, C);
   const int64_t Nl = tp_.local_rows(N);
-  if (y != out.data) be.convert(out, y, Nl * C);  // a copy, or rounded to 16 bits once
+  if (y.data != out.data) be.convert(out, y, Nl * C);  // a copy, or rounded to 16 bits once
   tp_.round(out, Nl * C);
 }
 

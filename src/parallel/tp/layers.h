@@ -67,8 +67,9 @@ class ColumnParallelLinear {
 // Linear layer with its input rows split over the ranks (RowParallelLinear,
 // input_is_parallel = true), followed by the residual add: out (Nl,OUT) = res (Nl,OUT) +
 // inp (N,INl) @ w (INl,OUT) + b (OUT). The partial products are summed over the ranks before
-// the bias and the residual (all-reduce; reduce-scatter to the rows held here under sequence
-// parallelism); with tp = 1 the residual and the bias ride on the product.
+// the residual (all-reduce; reduce-scatter to the rows held here under sequence parallelism):
+// fp32 sums, then the bias; 16-bit sums (mappings.h) with the bias in rank 0's partial. With
+// tp = 1 the residual and the bias ride on the product.
 class RowParallelLinear {
  public:
   explicit RowParallelLinear(TensorParallel& tp) : tp_(tp) {}
@@ -93,6 +94,9 @@ class RowParallelLinear {
                      int64_t INl, int64_t OUT);
 
  private:
+  // tp > 1: inp @ w + b summed over the ranks, the rows held here (Nl,OUT), in the group's sum
+  // dtype (its partial-sum or row scratch).
+  CView reduced_product(CView inp, CView w, CView b, int64_t N, int64_t INl, int64_t OUT);
   TensorParallel& tp_;
 };
 

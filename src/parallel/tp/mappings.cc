@@ -32,23 +32,32 @@ int64_t TensorParallel::scratch_elems(int size, bool sequence_parallel, int64_t 
   return 2 * C + (size > 1 ? N * C : 0) + (sp ? N / size * C : 0);
 }
 
-void TensorParallel::reserve(int64_t N, int64_t C) {
-  const int64_t total = scratch_elems(size_, sp_, N, C);
-  scratch_ = DeviceBuffer();
-  scratch_ = DeviceBuffer(be_, DType::kF32, total, MemCategory::kWorkspace);
-  float* p = scratch_.data<float>();
-  auto take = [&p](int64_t n) { return std::exchange(p, p + n); };
-  ln_grads_ = take(2 * C);
-  partial_ = size_ > 1 ? take(N * C) : nullptr;
-  rows_ = sp_ ? take(local_rows(N) * C) : nullptr;
+int64_t TensorParallel::scratch_bytes(int size, bool sequence_parallel, int64_t N, int64_t C, DType sum) {
+  const int64_t typed = scratch_elems(size, sequence_parallel, N, C) - 2 * C;
+  return 4 * 2 * C + static_cast<int64_t>(dtype_bytes(sum, typed));
+}
+
+void TensorParallel::reserve(int64_t N, int64_t C, DType sum) {
+  release();
+  sum_ = sum;
+  scratch32_ = DeviceBuffer(be_, DType::kF32, 2 * C, MemCategory::kWorkspace);
+  ln_grads_ = scratch32_.data<float>();
+  const int64_t part = size_ > 1 ? N * C : 0, rows = sp_ ? local_rows(N) * C : 0;
+  if (part + rows == 0) return;
+  scratch_ = DeviceBuffer(be_, sum, part + rows, MemCategory::kWorkspace);
+  char* p = static_cast<char*>(scratch_.raw());
+  partial_ = part > 0 ? p : nullptr;
+  rows_ = rows > 0 ? p + dtype_bytes(sum, part) : nullptr;
 }
 
 void TensorParallel::release() {
   scratch_ = DeviceBuffer();
-  partial_ = rows_ = ln_grads_ = nullptr;
+  scratch32_ = DeviceBuffer();
+  partial_ = rows_ = nullptr;
+  ln_grads_ = nullptr;
 }
 
-void TensorParallel::all_reduce(float* x, int64_t n) {
+void TensorParallel::all_reduce(View x, int64_t n) {
   if (size_ > 1) ops_->all_reduce_sum(x, n);
 }
 
@@ -64,7 +73,7 @@ void TensorParallel::all_gather(CView local, View whole, int64_t N, int64_t C) {
   if (size_ > 1) ops_->all_gather(local, whole, N / size_ * C);
 }
 
-void TensorParallel::reduce_scatter(const float* whole, float* local, int64_t N, int64_t C) {
+void TensorParallel::reduce_scatter(CView whole, View local, int64_t N, int64_t C) {
   if (size_ > 1) ops_->reduce_scatter(whole, local, N / size_ * C);
 }
 
@@ -75,18 +84,18 @@ void TensorParallel::column_input_forward(CView local, View whole, int64_t N, in
 
 void TensorParallel::column_input_backward_rows(View d, int64_t rows, int64_t C) {
   if (sp_) return;  // the reduce-scatter waits for every row
-  if (size_ > 1) all_reduce(d.as_f32("a partial input gradient"), rows * C);  // copy_to_region's backward
+  if (size_ > 1) all_reduce(d, rows * C);  // copy_to_region's backward
   round(d, rows * C);
 }
 
 View TensorParallel::column_input_backward_scatter(View d, int64_t N, int64_t C) {
   if (!sp_) return d;
-  reduce_scatter(d.as_f32("a partial input gradient"), rows_, N, C);  // gather_from_sequence_region's backward
-  round(rows_, local_rows(N) * C);
-  return rows_;
+  reduce_scatter(d, rows(), N, C);  // gather_from_sequence_region's backward
+  round(rows(), local_rows(N) * C);
+  return rows();
 }
 
-float* TensorParallel::row_output_forward(float* partial, float* local, int64_t N, int64_t C) {
+View TensorParallel::row_output_forward(View partial, View local, int64_t N, int64_t C) {
   if (!sp_) {
     all_reduce(partial, N * C);  // reduce_from_region
     return partial;
@@ -98,7 +107,9 @@ float* TensorParallel::row_output_forward(float* partial, float* local, int64_t 
 CView TensorParallel::row_output_backward(CView d, int64_t N, int64_t C) {
   if (!sp_) return d;  // reduce_from_region's backward
   // reduce_scatter_to_sequence_region's backward: every rank's rows, as stored (a 16-bit
-  // gradient in 16 bits, into the first half of the partial-sum scratch).
+  // gradient in 16 bits), into the partial-sum scratch.
+  WEFT_CHECK(dtype_bytes(d.dtype, 1) <= dtype_bytes(sum_, 1), "a {} gradient gathered into {} partial sums",
+             dtype_name(d.dtype), dtype_name(sum_));
   const View whole(partial_, d.dtype);
   all_gather(d, whole, N, C);
   return whole;

@@ -16,12 +16,18 @@
 //   the output of a row-parallel layer     reduce_from_region, or reduce_scatter_to_sequence_region
 // With tp = 1 every mapping is the identity and no collective is called.
 //
-// The group also holds what its layers share: the storage precision of the run, and the
-// scratch of one micro-batch (counted as workspace, see reserve()). The layers' tensors are
-// typed views (core/view.h): a 16-bit tensor holds its rounding itself (every op rounds what it
-// writes there); an f32 tensor of a 16-bit run is rounded where the layers write it (round()),
-// which emulates 16-bit storage for the tensors the run still keeps in fp32 (what crosses the
-// group's collectives: partial sums, sequence-parallel rows, gathered inputs).
+// The group also holds what its layers share: the storage precision of the run, the dtype of its
+// sums, and the scratch of one micro-batch (counted as workspace, see reserve()). The layers'
+// tensors are typed views (core/view.h): a 16-bit tensor holds its rounding itself (every op
+// rounds what it writes there); an f32 tensor of a 16-bit run is rounded where the layers write
+// it (round()), which emulates 16-bit storage for the tensors the run still keeps in fp32.
+//
+// The sums (the partial products of a row-parallel layer and of the vocabulary-parallel lookup,
+// the partial input gradients of a column-parallel layer) are tensors of the sum dtype, reduced
+// as stored: fp32, or where the family keeps its residual stream in 16 bits (GPT) the 16-bit
+// storage dtype, as Megatron-LM reduces its bf16 activations (each rank's partial rounded to 16
+// bits, the collective summing in 16 bits: NCCL's bf16 sum, weft's MPI bf16 op).
+
 #pragma once
 #include <cstdint>
 
@@ -63,20 +69,25 @@ class TensorParallel {
   // Scratch of one micro-batch of up to N rows of C channels, shared by the layers: the
   // partial sums of a row-parallel product (N,C; tp > 1), this rank's rows of a region
   // (Nl,C; sequence parallel), and a LayerNorm's weight gradient (2C). release() frees it
-  // (so that a caller re-sizing several buffers frees them all before allocating any).
-  void reserve(int64_t N, int64_t C);
-  // The scratch's elements for a group of `size` ranks (sequence parallel or not): what
+  // (so that a caller re-sizing several buffers frees them all before allocating any). The
+  // partial sums and the rows are in `sum` (the group's sum dtype, above); the LayerNorm's
+  // weight gradient in f32.
+  void reserve(int64_t N, int64_t C, DType sum = DType::kF32);
+  // The scratch's elements and bytes for a group of `size` ranks (sequence parallel or not): what
   // reserve() allocates, and what the model's description counts.
   static int64_t scratch_elems(int size, bool sequence_parallel, int64_t N, int64_t C);
+  static int64_t scratch_bytes(int size, bool sequence_parallel, int64_t N, int64_t C, DType sum);
   void release();
-  int64_t scratch_bytes() const { return static_cast<int64_t>(scratch_.bytes()); }
-  float* partial() const { return partial_; }
-  float* rows() const { return rows_; }
+  int64_t scratch_bytes() const { return static_cast<int64_t>(scratch_.bytes() + scratch32_.bytes()); }
+  DType sum_dtype() const { return sum_; }
+  View partial() const { return {partial_, sum_}; }
+  View rows() const { return {rows_, sum_}; }
   float* ln_grads() const { return ln_grads_; }
 
   // --- the mappings (each call is the identity when tp = 1) ---
-  // copy_to_region backward = reduce_from_region forward: x (n) summed over the ranks.
-  void all_reduce(float* x, int64_t n);
+  // copy_to_region backward = reduce_from_region forward: x (n) summed over the ranks, in x's
+  // dtype (the sum dtype).
+  void all_reduce(View x, int64_t n);
   // Row maxima of a vocabulary-parallel cross-entropy: x (n) max over the ranks.
   void all_reduce_max(float* x, int64_t n);
   // A sum kept exact under tp compression (TensorParallelOps::all_reduce_sum_exact).
@@ -85,8 +96,8 @@ class TensorParallel {
   // local (Nl,C) -> whole (N,C).
   void all_gather(CView local, View whole, int64_t N, int64_t C);
   // gather_from_sequence_region backward = reduce_scatter_to_sequence_region forward:
-  // partial sums whole (N,C) -> this rank's rows of the sum, local (Nl,C).
-  void reduce_scatter(const float* whole, float* local, int64_t N, int64_t C);
+  // partial sums whole (N,C) -> this rank's rows of the sum, local (Nl,C), both of one dtype.
+  void reduce_scatter(CView whole, View local, int64_t N, int64_t C);
 
   // --- the input region of a column-parallel layer: every rank needs all N rows ---
   // Forward: local (Nl,C) -> whole (N,C); local == whole without sequence parallelism.
@@ -98,14 +109,14 @@ class TensorParallel {
   void column_input_backward_rows(View d, int64_t rows, int64_t C);
   // The scatter phase, after the rows phase covered all N rows: returns this rank's rows
   // (Nl,C) of the input gradient; under sequence parallelism the reduce-scatter of d (N,C)
-  // into scratch, rounded; otherwise d itself.
+  // into scratch, rounded; otherwise d itself. At tp > 1 d is of the sum dtype.
   View column_input_backward_scatter(View d, int64_t N, int64_t C);
 
   // --- the output region of a row-parallel layer (and of the vocabulary-parallel lookup) ---
   // Forward: the partial sums (N,C) of every rank -> the rows held here (Nl,C) of their sum:
   // all-reduce in place (returns partial), or under sequence parallelism reduce-scatter into
-  // `local` (returns local).
-  float* row_output_forward(float* partial, float* local, int64_t N, int64_t C);
+  // `local` (returns local); both of one dtype.
+  View row_output_forward(View partial, View local, int64_t N, int64_t C);
   // Backward: the gradient of the rows held here d (Nl,C) -> of all N rows: d itself, or
   // under sequence parallelism its all-gather into scratch (in d's dtype: a 16-bit gradient
   // moves as stored, the scratch then holds 16-bit rows).
@@ -117,8 +128,10 @@ class TensorParallel {
   int size_ = 1, rank_ = 0;
   bool sp_ = false;
   Precision prec_ = Precision::kFp32;
-  DeviceBuffer scratch_;  // device memory of be_, under kWorkspace
-  float *partial_ = nullptr, *rows_ = nullptr, *ln_grads_ = nullptr;
+  DType sum_ = DType::kF32;
+  DeviceBuffer scratch_, scratch32_;  // device memory of be_, under kWorkspace: sum_ and f32 pieces
+  void *partial_ = nullptr, *rows_ = nullptr;
+  float* ln_grads_ = nullptr;
 };
 
 }  // namespace weft

@@ -14,7 +14,7 @@ class CommTensorParallel final : public TensorParallelOps {
   CommTensorParallel(Communicator& tp, Communicator& exact) : tp_(tp), exact_(exact) {}
   int size() const override { return tp_.size(); }
   int rank() const override { return tp_.rank(); }
-  void all_reduce_sum(float* x, int64_t n) override { tp_.all_reduce(x, n, CommDType::kF32, ReduceOp::kSum); }
+  void all_reduce_sum(View x, int64_t n) override { tp_.all_reduce(x.data, n, comm_dtype_of(x.dtype), ReduceOp::kSum); }
   void all_reduce_max(float* x, int64_t n) override { tp_.all_reduce(x, n, CommDType::kF32, ReduceOp::kMax); }
   void all_reduce_sum_exact(float* x, int64_t n) override {
     exact_.all_reduce(x, n, CommDType::kF32, ReduceOp::kSum);
@@ -24,8 +24,10 @@ class CommTensorParallel final : public TensorParallelOps {
                dtype_name(whole.dtype));
     tp_.all_gather(local.data, whole.data, n, comm_dtype_of(local.dtype));
   }
-  void reduce_scatter(const float* whole, float* local, int64_t n) override {
-    tp_.reduce_scatter(whole, local, n, CommDType::kF32, ReduceOp::kSum);
+  void reduce_scatter(CView whole, View local, int64_t n) override {
+    WEFT_CHECK(whole.dtype == local.dtype, "tp reduce_scatter: a {} input into a {} output", dtype_name(whole.dtype),
+               dtype_name(local.dtype));
+    tp_.reduce_scatter(whole.data, local.data, n, comm_dtype_of(whole.dtype), ReduceOp::kSum);
   }
 
  private:
