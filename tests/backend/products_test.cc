@@ -13,6 +13,7 @@
 #include "backend/cpu/onednn_gemm.h"
 #include "backend/device_buffer.h"
 #include "backend_test_util.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/precision.h"
 
@@ -116,6 +117,63 @@ TEST(Products, OnednnFp32MatchesOpenblas) {
   be->set_products({Precision::kFp32, MatmulMode::kExact, "onednn"});
   run_layer(*be, kShapes[0], Precision::kFp32);
   EXPECT_NE(be->product_kernel().find("onednn fp32 matmul"), std::string::npos) << be->product_kernel();
+}
+
+// Attention's own products (the scores, the weighted sums, their gradients) follow the fp32
+// kernel too (backend/cpu/attention_products.h): oneDNN's within float tolerance of OpenBLAS's,
+// causal and bidirectional, fp32 and 16-bit (bf16: widened into the per-thread scratch) tensors;
+// the default is OpenBLAS's bits.
+TEST(Products, AttentionFollowsTheFp32Kernel) {
+  const int64_t B = 2, T = 70, C = 48, NH = 3;  // T: two blocks, the second partial
+  struct Out {
+    Vec out, att, dqkv;
+  };
+  const auto run = [&](const std::string& kernel, DType dt, bool causal) {
+    auto be = make_cpu_backend();
+    if (!kernel.empty()) be->set_products({dt == DType::kF32 ? Precision::kFp32 : Precision::kBf16, MatmulMode::kExact, kernel});
+    const Vec qkv = rounded(randn(B * T * 3 * C, 11), Precision::kBf16), dout = rounded(randn(B * T * C, 12), Precision::kBf16);
+    // The inputs in dt (the bf16-rounded values: exact in both), the outputs widened back.
+    const auto up = [&](const Vec& v) {
+      if (dt == DType::kF32) return to_device(*be, v, dt);
+      std::vector<bf16> h(v.size());
+      for (size_t i = 0; i < v.size(); ++i) h[i] = float_to_bf16(v[i]);
+      return to_device(*be, h, dt);
+    };
+    const auto down = [&](const DeviceBuffer& d) {
+      if (dt == DType::kF32) return d.download<float>();
+      const std::vector<bf16> h = d.download<bf16>();
+      Vec f(h.size());
+      for (size_t i = 0; i < h.size(); ++i) f[i] = bf16_to_float(h[i]);
+      return f;
+    };
+    DeviceBuffer Q = up(qkv), D = up(dout);
+    DeviceBuffer out(*be, dt, B * T * C), att(*be, dt, B * NH * T * T), dqkv(*be, dt, B * T * 3 * C);
+    if (causal) {
+      be->attention_forward(View(out.raw(), dt), View(att.raw(), dt), CView(Q.raw(), dt), B, T, C, NH);
+      be->attention_backward(View(dqkv.raw(), dt), CView(D.raw(), dt), CView(Q.raw(), dt), CView(att.raw(), dt), B, T, C, NH);
+    } else {
+      be->bidir_attention_forward(View(out.raw(), dt), View(att.raw(), dt), CView(Q.raw(), dt), B, T, C, NH);
+      be->bidir_attention_backward(View(dqkv.raw(), dt), CView(D.raw(), dt), CView(Q.raw(), dt), CView(att.raw(), dt), B, T, C,
+                                   NH);
+    }
+    be->synchronize();
+    return Out{down(out), down(att), down(dqkv)};
+  };
+  double worst = 0;
+  for (const DType dt : {DType::kF32, DType::kBF16}) {
+    for (const bool causal : {true, false}) {
+      const Out ref = run("", dt, causal), named = run("openblas", dt, causal), d = run("onednn", dt, causal);
+      EXPECT_EQ(named.out, ref.out);
+      EXPECT_EQ(named.dqkv, ref.dqkv);
+      for (const auto& [x, r] : {std::pair{&d.out, &ref.out}, {&d.att, &ref.att}, {&d.dqkv, &ref.dqkv}}) {
+        worst = std::max(worst, rel_l2(x->data(), r->data(), static_cast<int64_t>(r->size())));
+      }
+    }
+  }
+  // bf16 outputs: one rounding of a value that differs in its last fp32 bits, at most 2^-8.
+  EXPECT_LT(worst, 5e-3);
+  EXPECT_GT(worst, 0.0);  // another summation order: oneDNN computed them
+  std::printf("attention on oneDNN fp32 vs OpenBLAS sgemm: worst normalised error %.3g\n", worst);
 }
 
 TEST(Products, FastBf16IsTheNativeProductWithinFloatTolerance) {

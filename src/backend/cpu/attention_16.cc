@@ -1,11 +1,11 @@
 #include "backend/cpu/attention_16.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cpu/attention_products.h"
 #include "backend/cpu/cpu_math.h"
 #include "backend/cpu/rows_16.h"
 
@@ -43,9 +43,9 @@ void Attention16::forward(View out, View att, CView qkv, int64_t B, int64_t T, i
     for (int64_t i0 = 0; i0 < T; i0 += Bk) {
       const int64_t i1 = std::min(T, i0 + Bk), rows = i1 - i0, cols = causal ? i1 : T;
       // S[rows, 0:cols] = q[i0:i1] k[0:cols]^T * scale, its rows' softmax, out = S v[0:cols]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, scale, q + i0 * hs, hs, k, hs, 0.0f, S, T);
+      attention_sgemm(gemm_, false, true, rows, cols, hs, scale, q + i0 * hs, hs, k, hs, 0.0f, S, T);
       for (int64_t i = i0; i < i1; ++i) softmax_row(S + (i - i0) * T, causal ? i + 1 : T, T);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, cols, 1.0f, S, T, v, hs, 0.0f, O, hs);
+      attention_sgemm(gemm_, false, false, rows, hs, cols, 1.0f, S, T, v, hs, 0.0f, O, hs);
       for (int64_t i = i0; i < i1; ++i) narrow(att.data, att.dtype, (bh * T + i) * T, S + (i - i0) * T, T);
       unpack_head(out, (b * T + i0) * C + h * hs, C, O, rows, hs);
     }
@@ -79,8 +79,8 @@ void Attention16::backward(View dqkv, CView dout, CView qkv, CView att, int64_t 
       const int64_t i1 = std::min(T, i0 + Bk), rows = i1 - i0, cols = causal ? i1 : T;
       for (int64_t i = i0; i < i1; ++i) widen(A + (i - i0) * T, att.data, att.dtype, (bh * T + i) * T, cols);
       // dv[0:cols] += A^T dO[i0:i1]; D = dO[i0:i1] v[0:cols]^T, the softmax backward of its rows
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, rows, 1.0f, A, T, dO + i0 * hs, hs, 1.0f, dv, hs);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, 1.0f, dO + i0 * hs, hs, v, hs, 0.0f, D, T);
+      attention_sgemm(gemm_, true, false, cols, hs, rows, 1.0f, A, T, dO + i0 * hs, hs, 1.0f, dv, hs);
+      attention_sgemm(gemm_, false, true, rows, cols, hs, 1.0f, dO + i0 * hs, hs, v, hs, 0.0f, D, T);
       for (int64_t i = i0; i < i1; ++i) {
         if (causal) {
           softmax_backward_causal_row(A + (i - i0) * T, D + (i - i0) * T, i, cols, scale);
@@ -89,8 +89,8 @@ void Attention16::backward(View dqkv, CView dout, CView qkv, CView att, int64_t 
         }
       }
       // dq[i0:i1] = D k[0:cols]; dk[0:cols] += D^T q[i0:i1]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, cols, 1.0f, D, T, k, hs, 0.0f, dq, hs);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, rows, 1.0f, D, T, q + i0 * hs, hs, 1.0f, dk, hs);
+      attention_sgemm(gemm_, false, false, rows, hs, cols, 1.0f, D, T, k, hs, 0.0f, dq, hs);
+      attention_sgemm(gemm_, true, false, cols, hs, rows, 1.0f, D, T, q + i0 * hs, hs, 1.0f, dk, hs);
       unpack_head(dqkv, row0 + i0 * C3, C3, dq, rows, hs);
     }
     unpack_head(dqkv, row0 + C, C3, dk, T, hs);

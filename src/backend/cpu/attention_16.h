@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 
+#include "backend/cpu/attention_products.h"
 #include "backend/cpu/rows_16.h"
 #include "core/view.h"
 
@@ -22,9 +23,12 @@ class Attention16 {
   // As Backend::attention_backward / bidir_attention_backward: dqkv (B,T,3C) written.
   void backward(View dqkv, CView dout, CView qkv, CView att, int64_t B, int64_t T, int64_t C, int64_t NH,
                 bool causal);
+  // The library of its fp32 products (attention_products.h).
+  void set_gemm(AttentionGemm g) { gemm_ = g; }
 
  private:
   ThreadScratch scratch_;
+  AttentionGemm gemm_ = AttentionGemm::kOpenblas;
 };
 
 }  // namespace weft::cpu

@@ -18,6 +18,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/attention_16.h"
+#include "backend/cpu/attention_products.h"
 #include "backend/cpu/blas_kernels.h"
 #include "backend/cpu/cpu_math.h"
 #include "backend/cpu/indexed_ops.h"
@@ -60,6 +61,8 @@ class CpuBackend final : public Backend {
     products_ = s;
     const bool bf16 = s.mode == MatmulMode::kFast && s.storage == Precision::kBf16 && OnednnGemm::native_bf16();
     product_ = bf16 ? Product::kOnednnBf16 : s.fp32_kernel == "onednn" ? Product::kOnednnF32 : Product::kOpenblas;
+    att_gemm_ = s.fp32_kernel == "onednn" ? cpu::AttentionGemm::kOnednn : cpu::AttentionGemm::kOpenblas;
+    att16_.set_gemm(att_gemm_);
     if (product_ != Product::kOpenblas && !onednn_) onednn_ = std::make_unique<OnednnGemm>();
     native_.reset();
     if (product_ == Product::kOnednnBf16) native_ = std::make_unique<NativeProducts>(*this, *onednn_);
@@ -315,11 +318,11 @@ class CpuBackend final : public Backend {
       for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
         const int64_t i1 = std::min(T, i0 + kBlock), rows = i1 - i0;
         // scores[i0:i1, 0:i1] = q[i0:i1] k[0:i1]^T * scale
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, i1, hs, scale, q + i0 * C3, C3,
+        att_sgemm(false, true, rows, i1, hs, scale, q + i0 * C3, C3,
                     k, C3, 0.0f, a + i0 * T, T);
         for (int64_t i = i0; i < i1; ++i) cpu::softmax_row(a + i * T, i + 1, T);
         // out[i0:i1] = att[i0:i1, 0:i1] v[0:i1]
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, i1, 1.0f, a + i0 * T, T, v,
+        att_sgemm(false, false, rows, hs, i1, 1.0f, a + i0 * T, T, v,
                     C3, 0.0f, o + i0 * C, C);
       }
     }
@@ -350,17 +353,17 @@ class CpuBackend final : public Backend {
       for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
         const int64_t i1 = std::min(T, i0 + kBlock), rows = i1 - i0;
         // dv[0:i1] += att[i0:i1, 0:i1]^T dO[i0:i1]
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1, hs, rows, 1.0f, a + i0 * T, T,
+        att_sgemm(true, false, i1, hs, rows, 1.0f, a + i0 * T, T,
                     dO + i0 * C, C, 1.0f, dv, C3);
         // datt[rows, 0:i1] = dO[i0:i1] v[0:i1]^T
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, i1, hs, 1.0f, dO + i0 * C, C, v,
+        att_sgemm(false, true, rows, i1, hs, 1.0f, dO + i0 * C, C, v,
                     C3, 0.0f, datt, T);
         // softmax backward: dscore = att * (datt - sum_j att*datt), times the 1/sqrt(hs) scale
         for (int64_t i = i0; i < i1; ++i) cpu::softmax_backward_causal_row(a + i * T, datt + (i - i0) * T, i, i1, scale);
         // dq[i0:i1] = dscore k[0:i1];  dk[0:i1] += dscore^T q[i0:i1]
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, i1, 1.0f, datt, T, k, C3,
+        att_sgemm(false, false, rows, hs, i1, 1.0f, datt, T, k, C3,
                     0.0f, dq + i0 * C3, C3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1, hs, rows, 1.0f, datt, T,
+        att_sgemm(true, false, i1, hs, rows, 1.0f, datt, T,
                     q + i0 * C3, C3, 1.0f, dk, C3);
       }
     }
@@ -383,11 +386,11 @@ class CpuBackend final : public Backend {
       for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
         const int64_t i1 = std::min(T, i0 + kBlock), rows = i1 - i0;
         // scores[i0:i1, 0:T] = q[i0:i1] k^T * scale
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, T, hs, scale, q + i0 * C3, C3, k, C3, 0.0f,
+        att_sgemm(false, true, rows, T, hs, scale, q + i0 * C3, C3, k, C3, 0.0f,
                     a + i0 * T, T);
         for (int64_t i = i0; i < i1; ++i) cpu::softmax_row(a + i * T, T, T);
         // out[i0:i1] = att[i0:i1, 0:T] v
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, T, 1.0f, a + i0 * T, T, v, C3, 0.0f,
+        att_sgemm(false, false, rows, hs, T, 1.0f, a + i0 * T, T, v, C3, 0.0f,
                     o + i0 * C, C);
       }
     }
@@ -418,19 +421,19 @@ class CpuBackend final : public Backend {
       for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
         const int64_t i1 = std::min(T, i0 + kBlock), rows = i1 - i0;
         // dv += att[i0:i1, 0:T]^T dO[i0:i1]
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, rows, 1.0f, a + i0 * T, T, dO + i0 * C, C,
+        att_sgemm(true, false, T, hs, rows, 1.0f, a + i0 * T, T, dO + i0 * C, C,
                     1.0f, dv, C3);
         // datt[rows, 0:T] = dO[i0:i1] v^T
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, T, hs, 1.0f, dO + i0 * C, C, v, C3, 0.0f, datt,
+        att_sgemm(false, true, rows, T, hs, 1.0f, dO + i0 * C, C, v, C3, 0.0f, datt,
                     T);
         // softmax backward: dscore = att * (datt - sum_j att*datt), times the 1/sqrt(hs) scale
         for (int64_t i = i0; i < i1; ++i) {
           cpu::softmax_backward_row(a + i * T, datt + (i - i0) * T, T, T, scale);
         }
         // dq[i0:i1] = dscore k;  dk += dscore^T q[i0:i1]
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, T, 1.0f, datt, T, k, C3, 0.0f,
+        att_sgemm(false, false, rows, hs, T, 1.0f, datt, T, k, C3, 0.0f,
                     dq + i0 * C3, C3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, rows, 1.0f, datt, T, q + i0 * C3, C3, 1.0f, dk,
+        att_sgemm(true, false, T, hs, rows, 1.0f, datt, T, q + i0 * C3, C3, 1.0f, dk,
                     C3);
       }
     }
@@ -603,9 +606,7 @@ class CpuBackend final : public Backend {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; ++i) {
       float* r = logits + i * Vp;
-      float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-      for (int64_t j = 0; j < V; ++j) mx = std::max(mx, r[j]);
+      const float mx = cpu::row_max(r, V);
       const float target_logit = r[targets[i]];
       float s = 0.0f;
       if (dloss != 0.0f) {
@@ -630,11 +631,7 @@ class CpuBackend final : public Backend {
   void ce_row_max_f32(const float* logits, int64_t N, int64_t ld, int64_t cols, float* max) override {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; ++i) {
-      const float* r = logits + i * ld;
-      float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-      for (int64_t j = 0; j < cols; ++j) mx = std::max(mx, r[j]);
-      max[i] = mx;
+      max[i] = cpu::row_max(logits + i * ld, cols);
     }
   }
 
@@ -751,7 +748,14 @@ class CpuBackend final : public Backend {
     onednn_->gemm(product_ == Product::kOnednnBf16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
 
+  // The fp32 products inside attention (attention_products.h): the run's fp32 kernel.
+  void att_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) const {
+    cpu::attention_sgemm(att_gemm_, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+
   Product product_ = Product::kOpenblas;
+  cpu::AttentionGemm att_gemm_ = cpu::AttentionGemm::kOpenblas;
   std::unique_ptr<OnednnGemm> onednn_;  // made when a product needs it
   std::unique_ptr<NativeProducts> native_;  // the typed products with native bf16 (product_ kOnednnBf16)
   std::vector<float> scratch_;
