@@ -466,6 +466,7 @@ int bench_with_peer(const BenchOptions& o, Communicator& world) {
   s.steps = o.steps;
   s.warmup = o.warmup;
   s.head_chunk = o.head_chunk;
+  s.fp32_kernel = o.fp32_kernel;
   s.format = o.format;
   return run_bench_peer(o.peer, s);
 }

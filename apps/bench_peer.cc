@@ -177,6 +177,8 @@ json run_weft_side(const PeerShapes& s, int64_t threads, bool bf16) {
                                    "--steps", std::to_string(s.steps), "--warmup", std::to_string(s.warmup),
                                    "--head-chunk", std::to_string(s.head_chunk), "--no-peak", "--format", "json"};
   if (bf16) argv.insert(argv.end(), {"--precision", "bf16", "--matmul", "fast"});
+  // The fp32 products of both sides (a bf16 fast run's attention and f32 operands use it too).
+  if (!s.fp32_kernel.empty()) argv.insert(argv.end(), {"--fp32-kernel", s.fp32_kernel});
   const Child c = run_child(argv);
   const std::vector<json> lines = result_lines(c.out);
   if (c.code != 0 || lines.empty()) {
@@ -235,7 +237,8 @@ json summarize(const PeerRuns& runs, const PeerShapes& s, int64_t threads, const
               {"rounds", o.rounds}, {"peer_max_seconds", o.max_seconds}, {"omp_wait_policy", "PASSIVE"}};
   out["weft"] = {{"tokens_per_s", w.median}, {"tokens_per_s_min", w.min}, {"tokens_per_s_max", w.max},
                  {"ms_per_step", stats_of(runs.weft, "ms_per_step").median}, {"runs", runs.weft.size()},
-                 {"precision", "fp32"}, {"blas_core", w0.value("blas_core", "?")},
+                 {"precision", "fp32"}, {"product_kernel", w0.value("product_kernel", "?")},
+                 {"blas_core", w0.value("blas_core", "?")},
                  {"blas_config", w0.value("blas_config", "?")},
                  {"openblas_coretype_env", coretype ? json(coretype) : json(nullptr)}};
   const bool have_bf16 = !runs.weft_bf16.empty();
@@ -324,7 +327,8 @@ void print_table(const json& j, const std::vector<std::string>& modes) {
                j["weft_bf16_fast"]["ratio_over_weft_fp32"].get<double>());
   }
   const json& w = j["weft"];
-  fmt::print("kernels:\n  weft: OpenBLAS core {} (OPENBLAS_CORETYPE {}); {}\n", w["blas_core"].get<std::string>(),
+  fmt::print("kernels:\n  weft fp32: {}; OpenBLAS core {} (OPENBLAS_CORETYPE {}); {}\n", w.value("product_kernel", "?"),
+             w["blas_core"].get<std::string>(),
              w["openblas_coretype_env"].is_string() ? w["openblas_coretype_env"].get<std::string>() : "unset",
              w["blas_config"].get<std::string>());
   const json& k = j["torch"]["kernels"];

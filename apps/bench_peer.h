@@ -24,6 +24,7 @@ void add_peer_options(CLI::App& app, PeerOptions& o);
 struct PeerShapes {
   std::string model;
   int64_t batch = 8, seq = 256, threads = 2, steps = 10, warmup = 2, head_chunk = 0;
+  std::string fp32_kernel;  // weft's fp32 products (--fp32-kernel; "" the default)
   std::string format = "text";
 };
 
