@@ -17,6 +17,9 @@ namespace {
 // Elements one rank holds, by category (4 bytes each: weft's CPU buffers are fp32).
 struct Elems {
   double params = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0, comm = 0;
+  // The largest comm buffers one call holds while it runs (calls that never overlap: the
+  // embedding's row exchange, a compressed tensor-parallel collective); added to comm once.
+  double transient = 0;
 };
 
 // The family's description (model/description.h) of local chunk c of pipeline stage `stage`:
@@ -105,8 +108,35 @@ void add_states(Elems& e, const WeftRunShape& r, const StoreGroups& sp, const St
     const bool widen = rd != DType::kF32 && !l.compression.dp.off();
     const double row = widen ? 1.0 : static_cast<double>(dtype_bytes(rd, 1)) / 4.0;  // fp32 elements a value
     const double C = static_cast<double>(r.model.n_embd), n = static_cast<double>(sp.exchange_tokens);
-    e.comm += n * (C * row + 1) * dp + (widen ? n * C : 0.0);
+    e.transient = std::max(e.transient, n * (C * row + 1) * dp + (widen ? n * C : 0.0));
   }
+}
+
+// The comm buffers (fp32 elements) of the largest compressed tensor-parallel collective of one
+// micro-batch (CompressedComm's, comm/compressed_comm.cc), all held until the call returns. Its
+// sums and gathers all move N C values (tokens x hidden), `e` bytes an element as stored (a
+// 16-bit payload adds its fp32 copies): an all-reduce is a reduce-scatter into this rank's
+// chunk (its wires out and in, its own block) and an all-gather of the chunks (its wires);
+// sequence parallelism's reduce-scatter and all-gather move N C / tp a rank. Exact for the
+// fixed-size codecs; zstd's receive wires are counted at their most (an upper bound).
+double tp_codec_elems(const CodecSpec& c, int64_t NC, int P, bool sp, int64_t e) {
+  const auto wire = [&c](int64_t n) { return static_cast<double>(codec_wire_bytes(c, std::max<int64_t>(n, 0))); };
+  const auto at_least_1 = [](double bytes) { return std::max(bytes, 1.0); };  // DeviceBuffer(max(n, 1))
+  const double wide = e < 4 ? 4.0 : 0.0;  // bytes an element of a 16-bit payload's fp32 copy
+  double bytes = 0;
+  if (!sp) {
+    const int64_t mine = (NC + P - 1) / P;  // rank 0's chunk (the first NC % P one element more)
+    const double rs = at_least_1((P - 1) * wire(mine)) + 4.0 * std::max<int64_t>(mine, 1) +
+                      at_least_1((P - 1) * wire(mine));                      // wires out, own block, wires in
+    const double ag = at_least_1(wire(mine)) + at_least_1(P * wire(mine));  // the chunks' wires out and in
+    bytes = wide * static_cast<double>(NC) + 4.0 * static_cast<double>(mine) + rs + ag;
+  } else {
+    const int64_t n = NC / P;
+    const double rs = wide * static_cast<double>(NC + n) + 2 * at_least_1((P - 1) * wire(n)) + 4.0 * static_cast<double>(n);
+    const double ag = wide * static_cast<double>(n + NC) + at_least_1(wire(n)) + at_least_1(P * wire(n));
+    bytes = std::max(rs, ag);
+  }
+  return bytes / 4.0;
 }
 
 // One rank of any family: each local chunk's store over its groups, its stash once per
@@ -129,6 +159,11 @@ Elems rank_elems(const WeftRunShape& r, int stage, int dp_rank) {
     spec.native_products = r.native_products;
     const std::unique_ptr<ModelDescription> d = mc.family->describe(spec);
     add_states(e, r, d->store_groups(), part, dp_rank);
+    if (t > 1 && !l.compression.tp.off()) {
+      const DType sum = residual_stream_dtype(mc.capabilities(), r.precision);
+      e.transient = std::max(e.transient, tp_codec_elems(l.compression.tp, d->tokens() * mc.n_embd, t,
+                                                         l.sequence_parallel, static_cast<int64_t>(dtype_bytes(sum, 1))));
+    }
     // Stashed activations: one set per micro-batch in flight on this chunk (the schedule's
     // own count); the workspace of each chunk's model.
     const int in_flight = p > 1 ? std::max(1, max_in_flight(actions, c)) : 1;
@@ -154,6 +189,7 @@ Elems rank_elems(const WeftRunShape& r, int stage, int dp_rank) {
       if (message_dtype != DType::kF32) e.comm += (kPipeRecvAhead + 1.0) * static_cast<double>(message) + send;
     }
   }
+  e.comm += e.transient;
   return e;
 }
 

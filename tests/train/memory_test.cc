@@ -77,7 +77,8 @@ TEST_F(MemoryRuns, TinyLayoutsMatchTheModel) {
 }
 
 // 16-bit storage (issue 32): the activations' 16-bit buffers and the staging arena in the
-// workspace, byte for byte on one rank, tp 2, pp 2, ZeRO-2/3; the 16-bit wires' buffers in comm
+// workspace, byte for byte on one rank, tp 2, pp 2, ZeRO-2/3; a tp codec's buffers in comm
+// byte for byte; the 16-bit wires' buffers in comm
 // exactly under ZeRO-2, over-predicted by up to 15% under ZeRO-3 (its prefetched groups' wires
 // are counted as if in flight with group 0's; never under), and within 25% on pp 2, whose send
 // pool grows with the sends in flight at once (timing: the model counts one, as for fp32 wires).
@@ -95,6 +96,11 @@ TEST_F(MemoryRuns, SixteenBitStorageMatchesTheModel) {
       {2, "--pp 2 --precision bf16", 0.25, false},
       // A pp codec on the 16-bit messages: its wires and the fp32 copies it reads and writes.
       {2, "--pp 2 --precision bf16 --compression.pp int8", 0.25, false},
+      // A tp codec on the 16-bit sums and gathers: its largest call's wires and fp32 copies,
+      // exactly (and an fp32 run's, without the copies).
+      {2, "--tp 2 --precision bf16 --compression.tp int8", 0.0, true},
+      {2, "--tp 2 --sequence_parallel true --precision bf16 --compression.tp int4", 0.0, true},
+      {2, "--tp 2 --compression.tp int8", 0.0, true},
       {2, "--dp 2 --zero 1 --precision bf16", 0.0, true},
       {2, "--dp 2 --zero 2 --precision bf16", 0.0, true},
       {2, "--dp 2 --zero 3 --precision bf16", 0.15, true},
