@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace weft {
 
@@ -24,6 +25,11 @@ class HostBatch {
   virtual int64_t samples() const = 0;
   // The positions the loss of its samples averages over.
   virtual int64_t weight() const = 0;
+  // A loss of several terms, each averaged over its own count (a graph network's forces over
+  // atoms, its energy over graphs): the counts of its samples, one per term, the first weight().
+  // The engine sums them over the global batch and gives the totals to the model
+  // (Model::set_term_totals). Default: one term.
+  virtual std::vector<int64_t> term_weights() const { return {weight()}; }
   // The weight of every sample when the kind fixes it (tokens: the sequence length), else 0:
   // the engine then reads each micro-batch's weight before the step's first backward.
   virtual int64_t fixed_weight() const { return 0; }

@@ -246,15 +246,34 @@ int64_t Engine::global_weight(const BatchFn& batch) {
   const int64_t fixed = batch_->fixed_weight();
   if (fixed > 0) return cfg_.global_batch * fixed;
   // Samples of varying weight: this rank's micro-batches are read once more before the step
-  // (every stage reads them alike), and the integer sums add exactly over dp.
-  double w = 0.0;
+  // (every stage reads them alike), and the integer sums add exactly over dp. A loss of several
+  // terms: each term's count likewise, the totals to the models.
+  std::vector<double> w;
   for (int64_t m = 0; m < accum_; ++m) {
     fill_batch(batch, dp_rank_ * per_rank_ + m * cfg_.layout.micro_batch, cfg_.layout.micro_batch);
-    w += static_cast<double>(batch_->weight());
+    const std::vector<int64_t> t = batch_->term_weights();
+    w.resize(std::max(w.size(), t.size()), 0.0);
+    for (size_t i = 0; i < t.size(); ++i) w[i] += static_cast<double>(t[i]);
   }
-  if (cfg_.layout.dp > 1) comm(Axis::kDp).all_reduce_sum(&w, 1);
-  if (w <= 0.0) throw_input("the global batch of {} samples holds no positions to average the loss over", cfg_.global_batch);
-  return static_cast<int64_t>(w);
+  if (w.empty()) w.push_back(0.0);
+  if (cfg_.layout.dp > 1) comm(Axis::kDp).all_reduce_sum(w.data(), static_cast<int64_t>(w.size()));
+  if (w[0] <= 0.0) throw_input("the global batch of {} samples holds no positions to average the loss over", cfg_.global_batch);
+  const int64_t W = static_cast<int64_t>(w[0]);
+  give_term_totals(std::move(w), "the global batch");
+  return W;
+}
+
+void Engine::give_term_totals(std::vector<double> totals, const char* what) {
+  if (totals.size() <= 1) return;
+  std::vector<int64_t> t;
+  for (size_t i = 0; i < totals.size(); ++i) {
+    if (totals[i] <= 0.0) {
+      throw_input("{} holds no positions for its loss term {} (of {}): the term cannot be averaged", what, i,
+                  totals.size());
+    }
+    t.push_back(static_cast<int64_t>(totals[i]));
+  }
+  for (auto& ch : chunks_) ch->model->set_term_totals(t);
 }
 
 Model& Engine::model(int c) { return *chunks_.at(static_cast<size_t>(c))->model; }
@@ -403,6 +422,22 @@ double Engine::evaluate_rows(const BatchFn& batch, int64_t count) {
   const int64_t most = (count + dp - 1) / dp;
   const int64_t passes = (most + B - 1) / B;
   double sums[2] = {0.0, 0.0};  // loss sum, positions
+  if (batch_->fixed_weight() == 0) {
+    // Samples of varying weight: a loss of several terms needs each term's count over all the
+    // rows before the first forward pass (a pass over the rows to count them).
+    std::vector<double> terms;
+    for (int64_t p = 0; p < passes; ++p) {
+      const int64_t nb = std::clamp<int64_t>(static_cast<int64_t>(mine.size()) - p * B, 0, B);
+      fill_rows(batch, mine, p * B, nb);
+      const std::vector<int64_t> t = batch_->term_weights();
+      terms.resize(std::max(terms.size(), t.size()), 0.0);
+      for (size_t i = 0; i < t.size() && nb > 0; ++i) terms[i] += static_cast<double>(t[i]);
+    }
+    if (terms.size() > 1) {
+      comm(Axis::kDp).all_reduce_sum(terms.data(), static_cast<int64_t>(terms.size()));
+      give_term_totals(std::move(terms), "the evaluation rows");
+    }
+  }
   for (int64_t p = 0; p < passes; ++p) {
     const int64_t i0 = p * B;
     const int64_t nb = std::clamp<int64_t>(static_cast<int64_t>(mine.size()) - i0, 0, B);

@@ -143,6 +143,9 @@ class Engine {
   void fill_batch(const BatchFn& batch, int64_t first, int64_t count);
   // The sum of the weights of the step's global batch (over every dp rank's micro-batches).
   int64_t global_weight(const BatchFn& batch);
+  // Term totals (HostBatch::term_weights, summed here and over dp) to every chunk's model when
+  // the loss has more than one term; InputError when a term's total is not positive.
+  void give_term_totals(std::vector<double> totals, const char* what);
   Model& generator(int c);         // generation: the model of chunk c (InputError for a family without)
   // Whole-model buffer (tp = 1 layout) <-> one chunk's part on this rank, through tp.
   void to_local(const Chunk& ch, const float* whole, float* local) const;

@@ -52,6 +52,13 @@ class Model {
   virtual void set_latitudes(const std::vector<float>& lat_deg);
   virtual int64_t workspace_bytes() const = 0;
 
+  // A loss of several terms (HostBatch::term_weights): before each step's micro-batches, and
+  // before an evaluation's, the engine gives the terms' counts summed over the whole global batch
+  // (every dp rank), term 0's first. The model scales term t's sums, and their gradients, by
+  // totals[0] / totals[t], so that the engine's division by totals[0] averages each term over its
+  // own count, whatever the layout. The default (one term) ignores them.
+  virtual void set_term_totals(const std::vector<int64_t>& totals) { (void)totals; }
+
   // --- the whole model (no pipeline) ---
   // Forward and backward of one micro-batch: returns the sum of its position losses (over its
   // weight() positions) and accumulates d(loss_scale * that sum)/d(params) into the store's

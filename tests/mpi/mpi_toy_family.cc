@@ -1,5 +1,7 @@
 // A third model family registered from the test tree alone (issue 31): a few parameters, a
-// closed-form loss and samples whose number of positions varies. It trains through the engine
+// closed-form loss and samples whose number of positions varies. Its "toy-two-terms" preset adds
+// a second loss term averaged over samples instead of positions (HostBatch::term_weights, the
+// shape of a graph network's energy and forces terms). It trains through the engine
 // (the registry's make_model and make_batch, the engine's shape-free batch, DataParallel's
 // stores) on dp = world ranks and must reproduce the one-rank losses, gradient norms and
 // parameters (1e-5 relative), at ZeRO 0 and ZeRO 3. Because the ranks' shares of a global batch
@@ -32,10 +34,15 @@ constexpr int kFeatures = 4;
 // Samples of 1..5 positions, each a feature vector and a target.
 class ToyBatch final : public HostBatch {
  public:
+  explicit ToyBatch(bool two_terms = false) : two_terms_(two_terms) {}
   const char* kind() const override { return "toy positions"; }
-  void clear() override { x_.clear(), y_.clear(), n_ = 0; }
+  void clear() override { x_.clear(), y_.clear(), c_.clear(), n_ = 0; }
   int64_t samples() const override { return n_; }
   int64_t weight() const override { return static_cast<int64_t>(y_.size()); }
+  // Two terms: the positions' and the samples'.
+  std::vector<int64_t> term_weights() const override {
+    return two_terms_ ? std::vector<int64_t>{weight(), n_} : std::vector<int64_t>{weight()};
+  }
   // Sample `index` of the data: its positions' features and targets, a closed form of it.
   void append_sample(int64_t index) {
     const int64_t positions = 1 + (index * 7 + 3) % 5;
@@ -43,20 +50,30 @@ class ToyBatch final : public HostBatch {
       for (int k = 0; k < kFeatures; ++k) x_.push_back(std::sin(0.3f * static_cast<float>((index + 1) * (k + 1)) + 0.7f * static_cast<float>(p)));
       y_.push_back(0.5f * std::cos(0.5f * static_cast<float>(index) + static_cast<float>(p)));
     }
+    c_.push_back(0.3f * std::cos(static_cast<float>(index)));
     ++n_;
   }
   const std::vector<float>& x() const { return x_; }
   const std::vector<float>& y() const { return y_; }
+  const std::vector<float>& c() const { return c_; }  // a sample's target of the second term
 
  private:
-  std::vector<float> x_, y_;
+  bool two_terms_;
+  std::vector<float> x_, y_, c_;
   int64_t n_ = 0;
 };
 
 // pred = s tanh(w.x + b), a position's loss (pred - y)^2: group 0 holds w and b, group 1 s.
+// toy-two-terms: plus a sample's loss (b - c)^2, averaged over the samples.
 class ToyModel final : public Model {
  public:
-  ToyModel(const ModelConfig& cfg, const StageSpec& stage) : cfg_(cfg), layout_(param_layout(cfg, 1, 0, stage)) {}
+  ToyModel(const ModelConfig& cfg, const StageSpec& stage)
+      : cfg_(cfg), layout_(param_layout(cfg, 1, 0, stage)), two_terms_(cfg.name == "toy-two-terms") {}
+  void set_term_totals(const std::vector<int64_t>& totals) override {
+    EXPECT_TRUE(two_terms_);
+    EXPECT_EQ(totals.size(), 2u);
+    ratio_ = static_cast<double>(totals.at(0)) / static_cast<double>(totals.at(1));
+  }
   const ModelConfig& config() const override { return cfg_; }
   const ParamLayout& layout() const override { return layout_; }
   void set_tp(TensorParallelOps*, bool) override {}
@@ -118,6 +135,15 @@ class ToyModel final : public Model {
       gb += dz;
       gs += 2.0f * r * h * loss_scale;
     }
+    if (two_terms_) {  // the second term, scaled by positions / samples of the global batch
+      EXPECT_GT(ratio_, 0.0) << "no term totals";
+      const float k = static_cast<float>(ratio_);
+      for (float c : mb.c()) {
+        const float r = b - c;
+        sum += ratio_ * static_cast<double>(r) * r;
+        gb += 2.0f * r * k * loss_scale;
+      }
+    }
     if (training) {
       store_->grads(1)[0] += gs;
       store_->ready(1);
@@ -133,6 +159,8 @@ class ToyModel final : public Model {
 
   ModelConfig cfg_;
   ParamLayout layout_;
+  bool two_terms_;
+  double ratio_ = 0.0;
   ParamStore* store_ = nullptr;
 };
 
@@ -146,9 +174,9 @@ class ToyFamily final : public Family {
                                         .data_source = "toy positions", .generation_note = "it regresses"};
     return caps;
   }
-  std::vector<std::string> preset_names() const override { return {"toy-regression"}; }
+  std::vector<std::string> preset_names() const override { return {"toy-regression", "toy-two-terms"}; }
   std::optional<ModelConfig> preset(const std::string& name) const override {
-    if (name != "toy-regression") return std::nullopt;
+    if (name != "toy-regression" && name != "toy-two-terms") return std::nullopt;
     ModelConfig c;
     c.name = name;
     c.family = this;
@@ -185,8 +213,8 @@ class ToyFamily final : public Family {
                                     const StageSpec& stage) const override {
     return std::make_unique<ToyModel>(cfg, stage);
   }
-  std::unique_ptr<HostBatch> make_batch(const ModelConfig&, int64_t, int64_t) const override {
-    return std::make_unique<ToyBatch>();
+  std::unique_ptr<HostBatch> make_batch(const ModelConfig& cfg, int64_t, int64_t) const override {
+    return std::make_unique<ToyBatch>(cfg.name == "toy-two-terms");
   }
   std::unique_ptr<ModelDescription> describe(const RunSpec&) const override { return std::make_unique<Counts>(); }
   double train_flops_per_position(const ModelConfig&, int64_t) const override { return 6.0 * (kFeatures + 2); }
@@ -227,7 +255,7 @@ const ToyFamily& toy_family() {
 
 struct Run {
   std::vector<StepResult> steps;
-  std::vector<float> params;
+  std::vector<float> init, params;  // the parameters after init_params and after the steps
   double val = 0.0;
 };
 
@@ -235,10 +263,11 @@ constexpr int64_t kGlobalBatch = 24;
 
 // Five AdamW steps of global batches of 24 samples on `world` as dp, then the mean loss over 7
 // evaluation rows.
-Run train(Communicator& world, int zero_stage, int64_t micro_batch, Precision precision = Precision::kFp32) {
+Run train(Communicator& world, int zero_stage, int64_t micro_batch, Precision precision = Precision::kFp32,
+          const char* preset = "toy-regression") {
   EngineConfig cfg;
   cfg.precision = precision;
-  cfg.model = model_preset("toy-regression");
+  cfg.model = model_preset(preset);
   cfg.seq = 0;
   cfg.layout.micro_batch = micro_batch;
   cfg.global_batch = kGlobalBatch;
@@ -249,13 +278,15 @@ Run train(Communicator& world, int zero_stage, int64_t micro_batch, Precision pr
   Engine engine(cfg, world, *be);
   engine.init_params(99);
   Run out;
+  const auto n = static_cast<size_t>(engine.whole_layout().total());
+  std::vector<float> m(n), v(n);
+  out.init.resize(n);
+  engine.gather_state(out.init.data(), m.data(), v.data());
   for (int64_t step = 0; step < 5; ++step) {
     out.steps.push_back(engine.step(0.05f, [&](int64_t first, int64_t count, HostBatch& hb) {
       for (int64_t i = 0; i < count; ++i) dynamic_cast<ToyBatch&>(hb).append_sample(step * kGlobalBatch + first + i);
     }));
   }
-  const auto n = static_cast<size_t>(engine.whole_layout().total());
-  std::vector<float> m(n), v(n);
   out.params.resize(n);
   engine.gather_state(out.params.data(), m.data(), v.data());
   out.val = engine.evaluate_rows(
@@ -266,13 +297,13 @@ Run train(Communicator& world, int zero_stage, int64_t micro_batch, Precision pr
   return out;
 }
 
-void expect_one_rank_curve(int zero_stage) {
+void expect_one_rank_curve(int zero_stage, const char* preset = "toy-regression") {
   toy_family();
   std::unique_ptr<Communicator> world = test::fresh_world();
   // Micro-batches of 2 where they divide the ranks' shares, else of 1; one rank takes 3.
-  const Run many = train(*world, zero_stage, kGlobalBatch % (2 * world->size()) == 0 ? 2 : 1);
+  const Run many = train(*world, zero_stage, kGlobalBatch % (2 * world->size()) == 0 ? 2 : 1, Precision::kFp32, preset);
   std::unique_ptr<Communicator> self = make_self_communicator();
-  const Run one = train(*self, zero_stage, 3);
+  const Run one = train(*self, zero_stage, 3, Precision::kFp32, preset);
   ASSERT_EQ(many.steps.size(), one.steps.size());
   for (size_t s = 0; s < one.steps.size(); ++s) {
     EXPECT_NEAR(many.steps[s].loss, one.steps[s].loss, 1e-5 * std::abs(one.steps[s].loss)) << "step " << s;
@@ -292,6 +323,31 @@ void expect_one_rank_curve(int zero_stage) {
 
 TEST(ToyFamily, TrainsThroughTheEngineOnDpAsOnOneRank) { expect_one_rank_curve(0); }
 TEST(ToyFamily, TrainsThroughTheEngineOnDpAsOnOneRankAtZero3) { expect_one_rank_curve(3); }
+
+// Two loss terms, each averaged over its own count of the global batch (positions, samples):
+// the one-rank curve on dp ranks at ZeRO 0 and 3, and the first step's loss is the formula's,
+// sum (pred - y)^2 / positions + sum (b - c)^2 / samples from the initial parameters.
+TEST(ToyFamily, TwoLossTermsAverageOverTheirOwnCountsOnAnyLayout) {
+  expect_one_rank_curve(0, "toy-two-terms");
+  expect_one_rank_curve(3, "toy-two-terms");
+  std::unique_ptr<Communicator> world = test::fresh_world();
+  const weft::Run r = train(*world, 0, 1, Precision::kFp32, "toy-two-terms");
+  ToyBatch step0(true);
+  for (int64_t i = 0; i < kGlobalBatch; ++i) step0.append_sample(i);
+  const float* w = r.init.data();  // w (kFeatures), b, s
+  const double b = w[kFeatures], s = w[kFeatures + 1];
+  double pos = 0.0, smp = 0.0;
+  for (size_t p = 0; p < step0.y().size(); ++p) {
+    double z = b;
+    for (int k = 0; k < kFeatures; ++k) z += static_cast<double>(w[k]) * step0.x()[p * kFeatures + k];
+    const double e = s * std::tanh(z) - step0.y()[p];
+    pos += e * e;
+  }
+  for (float c : step0.c()) smp += (b - c) * (b - c);
+  const double expect = pos / static_cast<double>(step0.weight()) + smp / static_cast<double>(step0.samples());
+  EXPECT_NEAR(r.steps.front().loss, expect, 1e-5 * expect);
+  EXPECT_EQ(step0.term_weights(), (std::vector<int64_t>{step0.weight(), kGlobalBatch}));
+}
 
 // bf16: the family receives its parameters as 16-bit views (its host code widens them) and
 // follows the one-rank bf16 curve within the 16-bit parity tolerance (1%) at ZeRO 1 and 3. Its
