@@ -28,7 +28,7 @@ class HostBatch {
   // A loss of several terms, each averaged over its own count (a graph network's forces over
   // atoms, its energy over graphs): the counts of its samples, one per term, the first weight().
   // The engine sums them over the global batch and gives the totals to the model
-  // (Model::set_term_totals). Default: one term.
+  // (Model::set_term_totals). Default: one term; a kind with a fixed_weight() has one term.
   virtual std::vector<int64_t> term_weights() const { return {weight()}; }
   // The weight of every sample when the kind fixes it (tokens: the sequence length), else 0:
   // the engine then reads each micro-batch's weight before the step's first backward.
