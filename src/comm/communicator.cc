@@ -40,4 +40,14 @@ CommDType comm_dtype_of(DType t) {
   throw_input("no wire type for a {} tensor (f32, bf16 and f16 only)", dtype_name(t));
 }
 
+DType float_dtype_of(CommDType t) {
+  switch (t) {
+    case CommDType::kF32: return DType::kF32;
+    case CommDType::kBF16: return DType::kBF16;
+    case CommDType::kF16: return DType::kF16;
+    default: break;
+  }
+  throw_input("no float tensor dtype for a {} wire type (f32, bf16 and f16 only)", comm_dtype_name(t));
+}
+
 }  // namespace weft

@@ -33,6 +33,8 @@ const char* comm_dtype_name(CommDType t);  // "f32", "f64", "i32", "i64", "u8", 
 
 // The wire type of a float tensor's dtype (f32, bf16, f16; InputError for any other).
 CommDType comm_dtype_of(DType t);
+// Its inverse: the float tensor dtype of a wire type (InputError for a non-float one).
+DType float_dtype_of(CommDType t);
 
 enum class ReduceOp { kSum, kMax, kMin };
 

@@ -46,7 +46,6 @@ std::vector<int64_t> even_split(int64_t count, int n) {
 char* at(const DeviceBuffer& b, int64_t off) { return static_cast<char*>(b.raw()) + off; }
 
 bool is_16bit(CommDType t) { return t == CommDType::kBF16 || t == CommDType::kF16; }
-DType tensor_dtype(CommDType t) { return t == CommDType::kBF16 ? DType::kBF16 : t == CommDType::kF16 ? DType::kF16 : DType::kF32; }
 int64_t elem_bytes(CommDType t) { return static_cast<int64_t>(comm_dtype_size(t)); }
 
 }  // namespace
@@ -335,7 +334,7 @@ std::unique_ptr<CompressedComm::Op> CompressedComm::start_all_reduce(float* buf,
 
 DeviceBuffer CompressedComm::widen(const void* src, int64_t n, CommDType t, bool copy) {
   DeviceBuffer w(backend(), DType::kF32, std::max<int64_t>(n, 1), MemCategory::kComm);
-  if (copy && n > 0) backend().convert(View(w.raw(), DType::kF32), CView(src, tensor_dtype(t)), n);
+  if (copy && n > 0) backend().convert(View(w.raw(), DType::kF32), CView(src, float_dtype_of(t)), n);
   return w;
 }
 
@@ -346,7 +345,7 @@ void CompressedComm::narrow_into(Op& op, DeviceBuffer in, DeviceBuffer out, void
   Op* o = &op;
   Backend& be = backend();
   op.narrow_ = [o, &be, dst, n, t]() {
-    if (n > 0) be.convert(View(dst, tensor_dtype(t)), CView(o->wide_out_.raw(), DType::kF32), n);
+    if (n > 0) be.convert(View(dst, float_dtype_of(t)), CView(o->wide_out_.raw(), DType::kF32), n);
   };
 }
 

@@ -422,9 +422,14 @@ double Engine::evaluate_rows(const BatchFn& batch, int64_t count) {
   const int64_t most = (count + dp - 1) / dp;
   const int64_t passes = (most + B - 1) / B;
   double sums[2] = {0.0, 0.0};  // loss sum, positions
-  if (batch_->fixed_weight() == 0) {
-    // Samples of varying weight: a loss of several terms needs each term's count over all the
-    // rows before the first forward pass (a pass over the rows to count them).
+  // Samples of varying weight: a loss of several terms needs each term's count over all the rows
+  // before the first forward pass (a pass over the rows to count them; the kind's first batch
+  // says how many terms it has, and a one-term loss skips the pass).
+  const auto several_terms = [&] {
+    fill_rows(batch, mine, 0, std::min<int64_t>(static_cast<int64_t>(mine.size()), B));
+    return batch_->term_weights().size() > 1;
+  };
+  if (batch_->fixed_weight() == 0 && several_terms()) {
     std::vector<double> terms;
     for (int64_t p = 0; p < passes; ++p) {
       const int64_t nb = std::clamp<int64_t>(static_cast<int64_t>(mine.size()) - p * B, 0, B);
@@ -433,10 +438,8 @@ double Engine::evaluate_rows(const BatchFn& batch, int64_t count) {
       terms.resize(std::max(terms.size(), t.size()), 0.0);
       for (size_t i = 0; i < t.size() && nb > 0; ++i) terms[i] += static_cast<double>(t[i]);
     }
-    if (terms.size() > 1) {
-      comm(Axis::kDp).all_reduce_sum(terms.data(), static_cast<int64_t>(terms.size()));
-      give_term_totals(std::move(terms), "the evaluation rows");
-    }
+    comm(Axis::kDp).all_reduce_sum(terms.data(), static_cast<int64_t>(terms.size()));
+    give_term_totals(std::move(terms), "the evaluation rows");
   }
   for (int64_t p = 0; p < passes; ++p) {
     const int64_t i0 = p * B;
