@@ -54,6 +54,8 @@ namespace weft {
 // Backend::offers and messages.
 // The reductions of Backend::segment_reduce_f32.
 enum class SegmentOp { kSum, kMean, kMax, kMin };
+// The graph networks' activations (activation_forward_f32).
+enum class Activation { kRelu, kSilu, kShiftedSoftplus };
 // Rows per chunk of batch normalisation's column sums (a fixed order, whatever the threads).
 inline constexpr int64_t kBatchNormChunk = 64;
 
@@ -360,6 +362,18 @@ class Backend {
   // dx (N,C), dw, db (C) accumulate; dout (N,C); mean, rstd the forward's.
   virtual void batchnorm_backward_f32(float* dx, float* dw, float* db, const float* dout, const float* x,
                                       const float* w, const float* mean, const float* rstd, int64_t N, int64_t C) = 0;
+
+  // --- pointwise ops of the graph networks (issue 33) ---
+  // out (n) = act(inp): ReLU, SiLU x sigmoid(x), or shifted softplus log(1 + e^x) - log 2
+  // (SchNet's). writes; out may alias inp.
+  virtual void activation_forward_f32(float* out, const float* inp, int64_t n, Activation a) = 0;
+  // dinp (n) = act'(inp) dout, writes (dinp may alias dout); accumulate: +=.
+  virtual void activation_backward_f32(float* dinp, const float* inp, const float* dout, int64_t n, Activation a,
+                                       bool accumulate) = 0;
+  // out (n) = a * b elementwise, writes (may alias a or b); accumulate: +=.
+  virtual void mul_f32(float* out, const float* a, const float* b, int64_t n, bool accumulate) = 0;
+  // out (N,C) = x (N,C) with row r times s[r], writes (may alias x); accumulate: +=.
+  virtual void scale_rows_f32(float* out, const float* x, const float* s, int64_t N, int64_t C, bool accumulate) = 0;
 
   // --- weighted squared error (the latitude-weighted MSE) ---
   // pred, target (R,K), w (K): row_loss[r] = sum_k w[k] (pred[r,k] - target[r,k])^2 (writes R values,

@@ -4,13 +4,14 @@
 #include "model/climax/climax_config.h"
 #include "core/error.h"
 #include "model/family.h"
+#include "model/gnn/gnn_config.h"
 #include "model/gpt/gpt_config.h"
 
 namespace weft {
 
 namespace {
 std::vector<const Family*>& registry() {
-  static std::vector<const Family*> families = {&gpt_family(), &climax_family()};
+  static std::vector<const Family*> families = {&gpt_family(), &climax_family(), &gnn_family()};
   return families;
 }
 }  // namespace

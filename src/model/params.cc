@@ -44,16 +44,16 @@ ParamTable model_param_table(const ModelConfig& cfg) {
              cfg.name, table.layers.size(), cfg.n_layer);
   // GPT-2 scales the residual projections by 1/sqrt(2L); ClimaX (timm) does not.
   const float proj_std = cfg.init_std / std::sqrt(2.0f * static_cast<float>(cfg.n_layer));
+  // A normal tensor whose family set its std (a graph network's fan-in scaling) keeps it.
   auto resolve = [&](std::vector<ParamSpec>& specs) {
     for (ParamSpec& p : specs) {
-      if (p.init == ParamInit::kNormal) p.std = cfg.init_std;
+      if (p.init == ParamInit::kNormal && p.std == 0.0f) p.std = cfg.init_std;
       if (p.init == ParamInit::kNormalResidual) p.std = proj_std;
     }
   };
   resolve(table.front);
-  for (size_t l = 0; l < table.layers.size(); ++l) {
-    WEFT_CHECK(table.layers[l].size() == kParamsPerLayer, "{}: layer {} has {} tensors, a block has {}", cfg.name, l,
-               table.layers[l].size(), kParamsPerLayer);
+  for (size_t l = 0; l < table.layers.size(); ++l) {  // a layer of the shared block: layer_set checks its tensors
+    WEFT_CHECK(!table.layers[l].empty(), "{}: layer {} has no tensors", cfg.name, l);
     resolve(table.layers[l]);
   }
   resolve(table.back);

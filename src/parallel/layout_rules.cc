@@ -109,6 +109,9 @@ std::string recompute_error(const LayoutCandidate& c) {
 
 std::string family_error(const LayoutCandidate& c) {
   const ModelCapabilities& caps = c.model.caps;
+  if (c.tp != 1 && !caps.tensor_parallel) {
+    return fmt::format("{} models run without tensor parallelism: tp must be 1, got {}", caps.family, c.tp);
+  }
   if (c.pp != 1 && !caps.pipeline_stages) {
     return fmt::format("{} models run without pipeline stages: pp must be 1, got {}", caps.family, c.pp);
   }

@@ -243,6 +243,63 @@ TEST_P(IndexedOps, ResultsDoNotDependOnTheThreadCount) {
   EXPECT_EQ(runs[0], runs[1]);
 }
 
+// The pointwise ops: each activation against its float64 formula, its derivative against central
+// differences of the float64 formula; products and row scaling exactly, writing and accumulating.
+TEST_P(IndexedOps, PointwiseOpsMatchTheirFormulas) {
+  const int64_t n = 301;
+  Vec x = randn(static_cast<size_t>(n), 31);
+  for (size_t k = 0; k < 8; ++k) x[k] = static_cast<float>(k) * 4.0f - 14.0f;  // tails, both signs
+  x[8] = 0.0f;
+  const Vec dout = randn(static_cast<size_t>(n), 32), base = randn(static_cast<size_t>(n), 33);
+  auto value = [](double v, Activation a) {
+    switch (a) {
+      case Activation::kRelu: return v > 0 ? v : 0.0;
+      case Activation::kSilu: return v / (1.0 + std::exp(-v));
+      case Activation::kShiftedSoftplus: return std::log1p(std::exp(v)) - std::log(2.0);
+    }
+    return v;
+  };
+  for (Activation a : {Activation::kRelu, Activation::kSilu, Activation::kShiftedSoftplus}) {
+    DeviceBuffer dx = f(x), out(*be_, DType::kF32, n), dd = f(dout), g = f(base);
+    be_->activation_forward_f32(out.data<float>(), dx.data<float>(), n, a);
+    be_->activation_backward_f32(g.data<float>(), dx.data<float>(), dd.data<float>(), n, a, true);
+    const Vec y = out.download<float>(), grad = g.download<float>();
+    for (int64_t k = 0; k < n; ++k) {
+      const auto i = static_cast<size_t>(k);
+      const double v = x[i], want = value(v, a);
+      ASSERT_NEAR(y[i], want, 2e-7 * std::max(1.0, std::abs(want))) << static_cast<int>(a) << " at " << v;
+      if (a == Activation::kRelu && v == 0.0) continue;  // not differentiable there
+      const double h = 1e-4, deriv = (value(v + h, a) - value(v - h, a)) / (2 * h);
+      ASSERT_NEAR(grad[i] - base[i], deriv * dout[i], 1e-5 * std::max(1.0, std::abs(deriv * dout[i])))
+          << static_cast<int>(a) << " at " << v;
+    }
+    be_->activation_backward_f32(g.data<float>(), dx.data<float>(), dd.data<float>(), n, a, false);  // writes
+    const Vec written = g.download<float>();
+    for (size_t i = 0; i < written.size(); ++i) {  // the accumulation may fuse (one rounding)
+      ASSERT_NEAR(written[i] + base[i], grad[i], 1e-6f * std::max(1.0f, std::abs(grad[i])));
+    }
+  }
+  const int64_t N = 7, C = 43;  // n = N C
+  DeviceBuffer da = f(x), db = f(dout), out = f(base), rows = f(Vec(x.begin(), x.begin() + N));
+  be_->mul_f32(out.data<float>(), da.data<float>(), db.data<float>(), n, true);
+  Vec got = out.download<float>();
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], base[i] + x[i] * dout[i], 1e-6f * std::max(1.0f, std::abs(got[i])));
+  be_->mul_f32(out.data<float>(), da.data<float>(), db.data<float>(), n, false);
+  got = out.download<float>();
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], x[i] * dout[i]);
+  be_->scale_rows_f32(out.data<float>(), db.data<float>(), rows.data<float>(), N, C, false);
+  got = out.download<float>();
+  for (int64_t r = 0; r < N; ++r) {
+    for (int64_t c = 0; c < C; ++c) {
+      const auto i = static_cast<size_t>(r * C + c);
+      ASSERT_EQ(got[i], dout[i] * x[static_cast<size_t>(r)]);
+    }
+  }
+  be_->scale_rows_f32(out.data<float>(), db.data<float>(), rows.data<float>(), N, C, true);
+  const Vec twice = out.download<float>();
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(twice[i], got[i] + got[i], 1e-6f * std::max(1.0f, std::abs(twice[i])));
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, IndexedOps, ::testing::Values("cpu", "cpu-guarded"),
                          [](const auto& info) { return test::param_name(info.param); });
 

@@ -106,6 +106,19 @@ class LseBackend final : public Backend {
                               const float* mean, const float* rstd, int64_t N, int64_t C) override {
     cpu_->batchnorm_backward_f32(dx, dw, db, dout, x, w, mean, rstd, N, C);
   }
+  void activation_forward_f32(float* out, const float* inp, int64_t n, Activation a) override {
+    cpu_->activation_forward_f32(out, inp, n, a);
+  }
+  void activation_backward_f32(float* dinp, const float* inp, const float* dout, int64_t n, Activation a,
+                               bool accumulate) override {
+    cpu_->activation_backward_f32(dinp, inp, dout, n, a, accumulate);
+  }
+  void mul_f32(float* out, const float* a, const float* b, int64_t n, bool accumulate) override {
+    cpu_->mul_f32(out, a, b, n, accumulate);
+  }
+  void scale_rows_f32(float* out, const float* x, const float* s, int64_t N, int64_t C, bool accumulate) override {
+    cpu_->scale_rows_f32(out, x, s, N, C, accumulate);
+  }
   void add_bias_f32(float* out, const float* inp, const float* bias, int64_t N, int64_t C) override {
     cpu_->add_bias(out, inp, bias, N, C);
   }

@@ -126,7 +126,7 @@ TEST(FamilyRegistry, RegisteredFamilyIsReachedByPresetsOverridesAndConfigJson) {
   EXPECT_EQ(find_family("toy"), &family);
   EXPECT_EQ(find_family("gpt"), &gpt_family());
   EXPECT_EQ(find_family("nope"), nullptr);
-  EXPECT_NE(family_names().find("gpt, climax, toy"), std::string::npos) << family_names();
+  EXPECT_NE(family_names().find("gpt, climax, gnn, toy"), std::string::npos) << family_names();
   // Presets of every family, the toy's among them.
   const ModelConfig small = model_preset("toy-small");
   EXPECT_EQ(small.family, &family);
@@ -150,7 +150,7 @@ TEST(FamilyRegistry, RegisteredFamilyIsReachedByPresetsOverridesAndConfigJson) {
   EXPECT_EQ(back.n_embd, 32);
   // A model_type no family reads names the families.
   const std::string other = input_error([] { model_config_from_json({{"model_type", "bert"}}, "c.json"); });
-  EXPECT_EQ(other, "c.json: model_type is \"bert\"; weft reads the model types of its families (gpt, climax, toy)");
+  EXPECT_EQ(other, "c.json: model_type is \"bert\"; weft reads the model types of its families (gpt, climax, gnn, toy)");
   // A second family under a registered name is refused; the same one again is a no-op.
   EXPECT_EQ(input_error([] { register_family(ToyFamily{}); }), "a model family named 'toy' is registered already");
   EXPECT_EQ(input_error([&] { register_family(family); }), "");

@@ -22,6 +22,7 @@
 #include "backend/cpu/blas_kernels.h"
 #include "backend/cpu/cpu_math.h"
 #include "backend/cpu/indexed_ops.h"
+#include "backend/cpu/pointwise_ops.h"
 #include "backend/cpu/layernorm_16.h"
 #include "backend/cpu/rows_16.h"
 #include "backend/cpu/native_products.h"
@@ -486,6 +487,21 @@ class CpuBackend final : public Backend {
   void batchnorm_backward_f32(float* dx, float* dw, float* db, const float* dout, const float* x, const float* w,
                               const float* mean, const float* rstd, int64_t N, int64_t C) override {
     cpu::batchnorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C);
+  }
+
+  // Pointwise ops of the graph networks: backend/cpu/pointwise_ops.h.
+  void activation_forward_f32(float* out, const float* inp, int64_t n, Activation a) override {
+    cpu::activation_forward(out, inp, n, a);
+  }
+  void activation_backward_f32(float* dinp, const float* inp, const float* dout, int64_t n, Activation a,
+                               bool accumulate) override {
+    cpu::activation_backward(dinp, inp, dout, n, a, accumulate);
+  }
+  void mul_f32(float* out, const float* a, const float* b, int64_t n, bool accumulate) override {
+    cpu::mul(out, a, b, n, accumulate);
+  }
+  void scale_rows_f32(float* out, const float* x, const float* s, int64_t N, int64_t C, bool accumulate) override {
+    cpu::scale_rows(out, x, s, N, C, accumulate);
   }
 
   // Query attention: one (n, h) row of S scores at a time, in the att row itself (no scratch).

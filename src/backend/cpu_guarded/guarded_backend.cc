@@ -179,6 +179,19 @@ class GuardedBackend final : public Backend {
   void segment_arg_backward_f32(float* dx, const float* dout, const int32_t* arg, int64_t S, int64_t C) override {
     run<&Backend::segment_arg_backward_f32>("segment_arg_backward", dx, dout, arg, S, C);
   }
+  void activation_forward_f32(float* out, const float* inp, int64_t n, Activation a) override {
+    run<&Backend::activation_forward_f32>("activation_forward", out, inp, n, a);
+  }
+  void activation_backward_f32(float* dinp, const float* inp, const float* dout, int64_t n, Activation a,
+                               bool accumulate) override {
+    run<&Backend::activation_backward_f32>("activation_backward", dinp, inp, dout, n, a, accumulate);
+  }
+  void mul_f32(float* out, const float* a, const float* b, int64_t n, bool accumulate) override {
+    run<&Backend::mul_f32>("mul", out, a, b, n, accumulate);
+  }
+  void scale_rows_f32(float* out, const float* x, const float* s, int64_t N, int64_t C, bool accumulate) override {
+    run<&Backend::scale_rows_f32>("scale_rows", out, x, s, N, C, accumulate);
+  }
   void batchnorm_forward_f32(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b,
                              int64_t N, int64_t C, float eps) override {
     run<&Backend::batchnorm_forward_f32>("batchnorm_forward", out, mean, rstd, x, w, b, N, C, eps);

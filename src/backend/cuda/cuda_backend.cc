@@ -266,6 +266,23 @@ void CudaBackend::segment_arg_backward_f32(float* dx, const float* dout, const i
   kern::segment_arg_backward(dx, dout, arg, S, C, st_->stream);
 }
 
+void CudaBackend::activation_forward_f32(float* out, const float* inp, int64_t n, Activation a) {
+  kern::activation_forward(out, inp, n, static_cast<int>(a), st_->stream);
+}
+
+void CudaBackend::activation_backward_f32(float* dinp, const float* inp, const float* dout, int64_t n, Activation a,
+                                          bool accumulate) {
+  kern::activation_backward(dinp, inp, dout, n, static_cast<int>(a), accumulate, st_->stream);
+}
+
+void CudaBackend::mul_f32(float* out, const float* a, const float* b, int64_t n, bool accumulate) {
+  kern::mul(out, a, b, n, accumulate, st_->stream);
+}
+
+void CudaBackend::scale_rows_f32(float* out, const float* x, const float* s, int64_t N, int64_t C, bool accumulate) {
+  kern::scale_rows(out, x, s, N, C, accumulate, st_->stream);
+}
+
 void CudaBackend::batchnorm_forward_f32(float* out, float* mean, float* rstd, const float* x, const float* w,
                                         const float* b, int64_t N, int64_t C, float eps) {
   double* scratch = st_->scratch_of<double>(kern::batchnorm_scratch(N, C));

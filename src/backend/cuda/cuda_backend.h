@@ -158,6 +158,11 @@ class CudaBackend final : public Backend {
                              int64_t N, int64_t C, float eps) override;
   void batchnorm_backward_f32(float* dx, float* dw, float* db, const float* dout, const float* x, const float* w,
                               const float* mean, const float* rstd, int64_t N, int64_t C) override;
+  void activation_forward_f32(float* out, const float* inp, int64_t n, Activation a) override;
+  void activation_backward_f32(float* dinp, const float* inp, const float* dout, int64_t n, Activation a,
+                               bool accumulate) override;
+  void mul_f32(float* out, const float* a, const float* b, int64_t n, bool accumulate) override;
+  void scale_rows_f32(float* out, const float* x, const float* s, int64_t N, int64_t C, bool accumulate) override;
   void add_bias_f32(float* out, const float* inp, const float* bias, int64_t N, int64_t C) override;
   void add_f32(float* out, const float* a, const float* b, int64_t n) override;
   void gelu_forward_f32(float* out, const float* inp, int64_t n) override;

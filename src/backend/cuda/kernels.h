@@ -113,6 +113,14 @@ void batchnorm_backward(float* dx, float* dw, float* db, const float* dout, cons
                         const float* mean, const float* rstd, int64_t N, int64_t C, double* scratch, Stream s);
 int64_t batchnorm_scratch(int64_t N, int64_t C);
 
+// --- pointwise ops of the graph networks (pointwise.cu), fp32 ---
+// act: 0 ReLU, 1 SiLU, 2 shifted softplus (backend.h Activation's order).
+void activation_forward(float* out, const float* inp, int64_t n, int act, Stream s);
+void activation_backward(float* dinp, const float* inp, const float* dout, int64_t n, int act, bool accumulate,
+                         Stream s);
+void mul(float* out, const float* a, const float* b, int64_t n, bool accumulate, Stream s);
+void scale_rows(float* out, const float* x, const float* sc, int64_t N, int64_t C, bool accumulate, Stream s);
+
 // The .cu files use no fmt (nvcc rejects its consteval format checks): argument checks
 // that need a message live in cuda_backend.cc.
 

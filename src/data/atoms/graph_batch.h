@@ -36,6 +36,8 @@ class GraphBatch final : public HostBatch {
   void clear() override;
   int64_t samples() const override { return graphs(); }
   int64_t weight() const override { return nodes(); }
+  // Two loss terms: the forces' (over atoms) and the energy's (over graphs).
+  std::vector<int64_t> term_weights() const override { return {nodes(), graphs()}; }
 
   // Appends one structure with its graph. InputError (naming the counts and the budget) when it
   // would pass the budget, when its labels differ from the graphs already held (energies,

@@ -1,0 +1,95 @@
+#include "model/gnn/gnn_graph.h"
+
+#include <cmath>
+#include <numbers>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace weft {
+namespace {
+
+// CSR offsets of `keys` (each in [0, n)): offsets[k] = the count of keys below k.
+std::vector<int32_t> offsets_of(const std::vector<int32_t>& keys, int64_t n) {
+  std::vector<int32_t> off(static_cast<size_t>(n + 1), 0);
+  for (int32_t k : keys) ++off[static_cast<size_t>(k) + 1];
+  for (int64_t i = 0; i < n; ++i) off[static_cast<size_t>(i + 1)] += off[static_cast<size_t>(i)];
+  return off;
+}
+
+// The positions 0..keys-1 ordered by key, stable (a counting sort).
+std::vector<int32_t> stable_order(const std::vector<int32_t>& keys, const std::vector<int32_t>& offsets) {
+  std::vector<int32_t> next(offsets.begin(), offsets.end() - 1), perm(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) perm[static_cast<size_t>(next[static_cast<size_t>(keys[i])]++)] = static_cast<int32_t>(i);
+  return perm;
+}
+
+}  // namespace
+
+std::vector<double> edge_distances(const GraphBatch& b) {
+  std::vector<double> d(static_cast<size_t>(b.edges()));
+  const auto& pos = b.pos();
+  for (int64_t e = 0; e < b.edges(); ++e) {
+    const auto s = static_cast<size_t>(b.source()[static_cast<size_t>(e)]), r = static_cast<size_t>(b.receiver()[static_cast<size_t>(e)]);
+    double sq = 0.0;
+    for (size_t k = 0; k < 3; ++k) {
+      const double v = static_cast<double>(pos[3 * s + k]) + b.shift_vec()[3 * static_cast<size_t>(e) + k] - pos[3 * r + k];
+      sq += v * v;
+    }
+    d[static_cast<size_t>(e)] = std::sqrt(sq);
+  }
+  return d;
+}
+
+void schnet_features(double d, const GnnFields& f, float* rbf_row, float* cutoff) {
+  const int G = f.num_gaussians;
+  const double step = f.cutoff / (G - 1), coeff = -0.5 / (step * step);
+  for (int k = 0; k < G; ++k) {
+    const double x = d - step * k;
+    rbf_row[k] = static_cast<float>(std::exp(coeff * x * x));
+  }
+  *cutoff = d < f.cutoff ? static_cast<float>(0.5 * (std::cos(std::numbers::pi * d / f.cutoff) + 1.0)) : 0.0f;
+}
+
+GnnHostGraph build_host_graph(const GraphBatch& b, const GnnFields& f) {
+  GnnHostGraph g;
+  g.N = b.nodes(), g.E = b.edges(), g.G = b.graphs();
+  g.species = b.species();
+  g.source = b.source();
+  g.receiver = b.receiver();
+  g.recv_offsets = offsets_of(g.receiver, g.N);
+  g.src_offsets = offsets_of(g.source, g.N);
+  g.src_perm = stable_order(g.source, g.src_offsets);
+  for (int32_t z : g.species) {
+    if (z < 1 || z >= kGnnSpecies) throw_input("graph batch: atomic number {} is outside 1-{}", z, kGnnSpecies - 1);
+  }
+  g.species_offsets = offsets_of(g.species, kGnnSpecies);
+  g.species_perm = stable_order(g.species, g.species_offsets);
+  for (int64_t o : b.node_offsets()) g.graph_offsets.push_back(static_cast<int32_t>(o));
+  for (int64_t k = 0; k < g.G; ++k) g.atoms.push_back(static_cast<float>(b.node_offsets()[static_cast<size_t>(k + 1)] - b.node_offsets()[static_cast<size_t>(k)]));
+
+  const std::vector<double> d = edge_distances(b);
+  if (f.layer == GnnLayer::kSchnet) {
+    g.rbf.resize(static_cast<size_t>(g.E * f.num_gaussians));
+    g.cutoff.resize(static_cast<size_t>(g.E));
+    for (int64_t e = 0; e < g.E; ++e) {
+      schnet_features(d[static_cast<size_t>(e)], f, g.rbf.data() + e * f.num_gaussians, g.cutoff.data() + e);
+    }
+  } else {
+    for (double v : d) g.dist2.push_back(static_cast<float>(v * v));
+  }
+
+  g.has_energy = b.has_energy(), g.has_forces = b.has_forces();
+  if (g.has_energy) {
+    for (int64_t k = 0; k < g.G; ++k) {
+      const double per_atom = b.energy()[static_cast<size_t>(k)] / g.atoms[static_cast<size_t>(k)];
+      g.energy.push_back(static_cast<float>((per_atom - f.energy_mean) / f.energy_std));
+    }
+  }
+  if (g.has_forces) {
+    for (float v : b.forces()) g.forces.push_back(static_cast<float>(v / f.force_scale));
+  }
+  return g;
+}
+
+}  // namespace weft

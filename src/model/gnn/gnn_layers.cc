@@ -1,0 +1,169 @@
+#include "model/gnn/gnn_layers.h"
+
+#include "core/error.h"
+
+namespace weft {
+namespace {
+
+std::vector<const float*> weights_f32(const std::vector<CView>& w, size_t expect) {
+  WEFT_CHECK(w.size() == expect, "a graph layer of {} tensors received {}", expect, w.size());
+  std::vector<const float*> out;
+  for (const CView& v : w) out.push_back(v.as_f32("a graph network's parameter"));
+  return out;
+}
+
+// SchNet's continuous-filter convolution (Schuett et al. 2017; PyG's CFConv, as HydraGNN's
+// SCFStack uses it), followed by the family's activation:
+//   W_e  = (ssp(rbf(d_e) W0 + b1) W2 + b3) * cutoff(d_e)           (E, C)
+//   m_e  = (h W4)[source_e] * W_e                                   (E, C)
+//   h'_i = act(sum_{e: receiver_e = i} m_e W5 + b6)                 (N, C)
+// Tensors: filter.0.weight (G, C), filter.0.bias, filter.2.weight (C, C), filter.2.bias,
+// lin1.weight (C, C) (no bias, as PyG), lin2.weight (C, C), lin2.bias.
+class SchnetConv final : public GnnConv {
+ public:
+  SchnetConv(const GnnFields& f, int64_t C, Backend& be) : C_(C), G_(f.num_gaussians), act_(f.activation), be_(be) {}
+  void reserve(int64_t N, int64_t E) override {
+    for (DeviceBuffer* b : {&f1_, &a_, &wc_, &xs_}) *b = DeviceBuffer(be_, DType::kF32, E * C_, MemCategory::kActivations);
+    for (DeviceBuffer* b : {&agg_, &o_}) *b = DeviceBuffer(be_, DType::kF32, N * C_, MemCategory::kActivations);
+  }
+  int64_t stash_bytes() const override {
+    return static_cast<int64_t>(f1_.bytes() + a_.bytes() + wc_.bytes() + xs_.bytes() + agg_.bytes() + o_.bytes());
+  }
+
+  void forward(const GnnGraph& g, const float* h, float* out, const std::vector<CView>& wv, GnnScratch& s) override {
+    const auto w = weights_f32(wv, 7);
+    const int64_t N = g.N, E = g.E, C = C_;
+    float *f1 = f1_.data<float>(), *a = a_.data<float>(), *wc = wc_.data<float>(), *xs = xs_.data<float>();
+    be_.matmul_forward_f32(f1, g.rbf, w[0], w[1], E, G_, C, false);
+    be_.activation_forward_f32(a, f1, E * C, Activation::kShiftedSoftplus);
+    be_.matmul_forward_f32(wc, a, w[2], w[3], E, C, C, false);
+    be_.scale_rows_f32(wc, wc, g.cutoff, E, C, false);
+    be_.matmul_forward_f32(s.n[0], h, w[4], nullptr, N, C, C, false);
+    be_.gather_rows_f32(xs, s.n[0], g.source, E, C);
+    be_.mul_f32(s.e[0], xs, wc, E * C, false);
+    be_.segment_reduce_f32(agg_.data<float>(), nullptr, s.e[0], nullptr, g.recv_offsets, N, C, SegmentOp::kSum, false);
+    be_.matmul_forward_f32(o_.data<float>(), agg_.data<float>(), w[5], w[6], N, C, C, false);
+    be_.activation_forward_f32(out, o_.data<float>(), N * C, act_);
+  }
+
+  void backward(const GnnGraph& g, const float* h, float* dout, float* dh, const std::vector<CView>& wv,
+                const std::vector<float*>& gr, GnnScratch& s) override {
+    const auto w = weights_f32(wv, 7);
+    const int64_t N = g.N, E = g.E, C = C_;
+    be_.activation_backward_f32(dout, o_.data<float>(), dout, N * C, act_, false);  // d(o)
+    be_.matmul_backward_f32(s.n[0], gr[5], gr[6], dout, agg_.data<float>(), w[5], N, C, C);  // d(agg)
+    be_.segment_broadcast_f32(s.e[0], s.n[0], nullptr, g.recv_offsets, N, C, false, false);  // d(m)
+    be_.mul_f32(s.e[1], s.e[0], wc_.data<float>(), E * C, false);                          // d(xs)
+    be_.mul_f32(s.e[2], s.e[0], xs_.data<float>(), E * C, false);                          // d(W_e)
+    be_.segment_reduce_f32(s.n[1], nullptr, s.e[1], g.src_perm, g.src_offsets, N, C, SegmentOp::kSum, false);
+    be_.matmul_backward_f32(dh, gr[4], nullptr, s.n[1], h, w[4], N, C, C);
+    be_.scale_rows_f32(s.e[2], s.e[2], g.cutoff, E, C, false);
+    be_.matmul_backward_f32(s.e[0], gr[2], gr[3], s.e[2], a_.data<float>(), w[2], E, C, C);  // d(a)
+    be_.activation_backward_f32(s.e[0], f1_.data<float>(), s.e[0], E * C, Activation::kShiftedSoftplus, false);
+    be_.matmul_backward_f32(nullptr, gr[0], gr[1], s.e[0], g.rbf, w[0], E, G_, C);
+  }
+
+ private:
+  int64_t C_, G_;
+  Activation act_;
+  Backend& be_;
+  DeviceBuffer f1_, a_, wc_, xs_, agg_, o_;
+};
+
+// EGNN's equivariant graph convolutional layer (Satorras et al. 2021; HydraGNN's E_GCL, without
+// the coordinate update, with its residual), followed by the family's activation:
+//   m_e  = act(act([h_r, h_s, d_e^2] W_e + b) W_m + b_m)   r = receiver_e, s = source_e  (E, C)
+//   a_i  = sum_{e: receiver_e = i} m_e                                                   (N, C)
+//   h'_i = act(h_i + act([h_i, a_i] W_n + b_n) W_o + b_o)                                (N, C)
+// The concatenated inputs' weights are held as their row blocks. Tensors:
+// edge_mlp.0.weight_receiver (C, C), edge_mlp.0.weight_source (C, C), edge_mlp.0.weight_radial
+// (1, C), edge_mlp.0.bias, edge_mlp.2.weight (C, C), edge_mlp.2.bias, node_mlp.0.weight_node
+// (C, C), node_mlp.0.weight_message (C, C), node_mlp.0.bias, node_mlp.2.weight (C, C),
+// node_mlp.2.bias.
+class EgnnConv final : public GnnConv {
+ public:
+  EgnnConv(const GnnFields& f, int64_t C, Backend& be) : C_(C), act_(f.activation), be_(be) {}
+  void reserve(int64_t N, int64_t E) override {
+    for (DeviceBuffer* b : {&pre_, &a1_, &m1_, &m_}) *b = DeviceBuffer(be_, DType::kF32, E * C_, MemCategory::kActivations);
+    for (DeviceBuffer* b : {&agg_, &u_, &ua_, &r_}) *b = DeviceBuffer(be_, DType::kF32, N * C_, MemCategory::kActivations);
+  }
+  int64_t stash_bytes() const override {
+    return static_cast<int64_t>(pre_.bytes() + a1_.bytes() + m1_.bytes() + m_.bytes() + agg_.bytes() + u_.bytes() +
+                                ua_.bytes() + r_.bytes());
+  }
+
+  void forward(const GnnGraph& g, const float* h, float* out, const std::vector<CView>& wv, GnnScratch& s) override {
+    const auto w = weights_f32(wv, 11);
+    const int64_t N = g.N, E = g.E, C = C_;
+    float *pre = pre_.data<float>(), *a1 = a1_.data<float>(), *m1 = m1_.data<float>(), *m = m_.data<float>();
+    float *agg = agg_.data<float>(), *u = u_.data<float>(), *ua = ua_.data<float>(), *r = r_.data<float>();
+    be_.matmul_forward_f32(s.n[0], h, w[0], nullptr, N, C, C, false);  // receiver part
+    be_.matmul_forward_f32(s.n[1], h, w[1], nullptr, N, C, C, false);  // source part
+    be_.matmul_forward_f32(pre, g.dist2, w[2], w[3], E, 1, C, false);
+    be_.gather_rows_f32(s.e[0], s.n[0], g.receiver, E, C);
+    be_.add_f32(pre, pre, s.e[0], E * C);
+    be_.gather_rows_f32(s.e[0], s.n[1], g.source, E, C);
+    be_.add_f32(pre, pre, s.e[0], E * C);
+    be_.activation_forward_f32(a1, pre, E * C, act_);
+    be_.matmul_forward_f32(m1, a1, w[4], w[5], E, C, C, false);
+    be_.activation_forward_f32(m, m1, E * C, act_);
+    be_.segment_reduce_f32(agg, nullptr, m, nullptr, g.recv_offsets, N, C, SegmentOp::kSum, false);
+    be_.matmul_forward_f32(u, h, w[6], w[8], N, C, C, false);
+    be_.matmul_forward_f32(u, agg, w[7], nullptr, N, C, C, true);
+    be_.activation_forward_f32(ua, u, N * C, act_);
+    be_.matmul_forward_f32(s.n[0], ua, w[9], w[10], N, C, C, false);
+    be_.add_f32(r, h, s.n[0], N * C);
+    be_.activation_forward_f32(out, r, N * C, act_);
+  }
+
+  void backward(const GnnGraph& g, const float* h, float* dout, float* dh, const std::vector<CView>& wv,
+                const std::vector<float*>& gr, GnnScratch& s) override {
+    const auto w = weights_f32(wv, 11);
+    const int64_t N = g.N, E = g.E, C = C_;
+    be_.activation_backward_f32(dout, r_.data<float>(), dout, N * C, act_, false);  // d(r): residual and update
+    be_.matmul_backward_f32(s.n[0], gr[9], gr[10], dout, ua_.data<float>(), w[9], N, C, C);
+    be_.activation_backward_f32(s.n[0], u_.data<float>(), s.n[0], N * C, act_, false);  // d(u)
+    be_.matmul_backward_f32(dh, gr[6], gr[8], s.n[0], h, w[6], N, C, C);
+    be_.add_f32(dh, dh, dout, N * C);
+    be_.matmul_backward_f32(s.n[1], gr[7], nullptr, s.n[0], agg_.data<float>(), w[7], N, C, C);  // d(agg)
+    be_.segment_broadcast_f32(s.e[0], s.n[1], nullptr, g.recv_offsets, N, C, false, false);  // d(m)
+    be_.activation_backward_f32(s.e[0], m1_.data<float>(), s.e[0], E * C, act_, false);
+    be_.matmul_backward_f32(s.e[1], gr[4], gr[5], s.e[0], a1_.data<float>(), w[4], E, C, C);
+    be_.activation_backward_f32(s.e[1], pre_.data<float>(), s.e[1], E * C, act_, false);  // d(pre)
+    be_.matmul_backward_f32(nullptr, gr[2], gr[3], s.e[1], g.dist2, w[2], E, 1, C);
+    be_.segment_reduce_f32(s.n[0], nullptr, s.e[1], nullptr, g.recv_offsets, N, C, SegmentOp::kSum, false);
+    be_.segment_reduce_f32(s.n[1], nullptr, s.e[1], g.src_perm, g.src_offsets, N, C, SegmentOp::kSum, false);
+    be_.matmul_backward_f32(s.n[2], gr[0], nullptr, s.n[0], h, w[0], N, C, C);
+    be_.add_f32(dh, dh, s.n[2], N * C);
+    be_.matmul_backward_f32(s.n[2], gr[1], nullptr, s.n[1], h, w[1], N, C, C);
+    be_.add_f32(dh, dh, s.n[2], N * C);
+  }
+
+ private:
+  int64_t C_;
+  Activation act_;
+  Backend& be_;
+  DeviceBuffer pre_, a1_, m1_, m_, agg_, u_, ua_, r_;
+};
+
+}  // namespace
+
+std::unique_ptr<GnnConv> make_gnn_conv(const GnnFields& f, int64_t C, Backend& be) {
+  switch (f.layer) {
+    case GnnLayer::kSchnet: return std::make_unique<SchnetConv>(f, C, be);
+    case GnnLayer::kEgnn: return std::make_unique<EgnnConv>(f, C, be);
+    case GnnLayer::kPna: break;
+  }
+  throw_input("graph layer '{}' is not available yet", gnn_layer_name(f.layer));
+}
+
+GnnStashElems gnn_conv_stash(const GnnFields& f, int64_t C) {
+  switch (f.layer) {
+    case GnnLayer::kSchnet: return {2 * C, 4 * C};
+    case GnnLayer::kEgnn: return {4 * C, 4 * C};
+    case GnnLayer::kPna: break;
+  }
+  return {};
+}
+
+}  // namespace weft

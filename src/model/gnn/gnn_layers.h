@@ -1,0 +1,69 @@
+// The graph network's message-passing layers (docs/model-gnn.md), written once against the
+// Backend's indexed and pointwise ops: every sum over a node's in-edges is a segment sum over
+// the receivers (the edges are ordered by receiver), every sum over a node's out-edges (a
+// gather's backward) a segment sum over the edges permuted by source; no atomics, so a run is
+// bitwise reproducible on any backend.
+//
+// A layer maps node states h (N, C) to h' (N, C) and keeps what its backward needs (its stash,
+// sized for the micro-batch's capacity). Parameters come as the group's tensors in the family's
+// table order (gnn_family.cc), matrices (in, out): y = x W + b.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/device_buffer.h"
+#include "core/view.h"
+#include "model/gnn/gnn_config.h"
+
+namespace weft {
+
+// One micro-batch's graph on the device: N nodes, E edges (ordered by receiver), G graphs.
+struct GnnGraph {
+  int64_t N = 0, E = 0, G = 0;
+  const int32_t* source = nullptr;     // E
+  const int32_t* receiver = nullptr;   // E
+  const int32_t* recv_offsets = nullptr;  // N + 1: node i's in-edges [o[i], o[i+1])
+  const int32_t* src_perm = nullptr;   // E: the edges ordered by source (stable)
+  const int32_t* src_offsets = nullptr;   // N + 1: node i's out-edges src_perm[o[i] .. o[i+1])
+  const int32_t* graph_offsets = nullptr; // G + 1: graph g's nodes
+  // Edge features computed from the geometry when the batch is uploaded (no gradient flows into
+  // the positions: forces are a head's output, HydraGNN's direct force heads).
+  const float* rbf = nullptr;     // (E, num_gaussians): SchNet's Gaussians of the distance
+  const float* cutoff = nullptr;  // (E): 0.5 (cos(pi d / r_c) + 1)
+  const float* dist2 = nullptr;   // (E): EGNN's squared distance
+  const float* log_degree = nullptr;  // (N): PNA's log(d_i + 1)
+};
+
+// Scratch shared by the layers of a model (sized for the capacity): three (E, C) and three (N, C).
+struct GnnScratch {
+  float* e[3] = {nullptr, nullptr, nullptr};
+  float* n[3] = {nullptr, nullptr, nullptr};
+};
+
+class GnnConv {
+ public:
+  virtual ~GnnConv() = default;
+  // Stash for up to N nodes and E edges.
+  virtual void reserve(int64_t N, int64_t E) = 0;
+  virtual int64_t stash_bytes() const = 0;
+  // out (N, C) = the layer's output for node states h (N, C); keeps its stash.
+  virtual void forward(const GnnGraph& g, const float* h, float* out, const std::vector<CView>& w,
+                       GnnScratch& s) = 0;
+  // From dout (N, C) (read; may be overwritten): dh (N, C) written, the parameters' gradients
+  // accumulated into grads. h is the forward's input.
+  virtual void backward(const GnnGraph& g, const float* h, float* dout, float* dh, const std::vector<CView>& w,
+                        const std::vector<float*>& grads, GnnScratch& s) = 0;
+};
+
+// The layer of the family's type for width C.
+std::unique_ptr<GnnConv> make_gnn_conv(const GnnFields& f, int64_t C, Backend& be);
+
+// Elements of the stash one layer keeps per node and per edge (the memory model's counts).
+struct GnnStashElems {
+  int64_t per_node = 0, per_edge = 0;
+};
+GnnStashElems gnn_conv_stash(const GnnFields& f, int64_t C);
+
+}  // namespace weft

@@ -1,0 +1,183 @@
+#!/usr/bin/python3
+"""Float64 PyTorch oracle for weft's graph networks (issue 33; docs/model-gnn.md).
+
+Usage:
+  /usr/bin/python3 tests/reference/gnn_reference.py --params FILE --batch FILE --settings FILE --out FILE \
+      [--steps 5 --lr 1e-3 --beta1 0.9 --beta2 0.95 --eps 1e-8 --weight-decay 0.1]
+
+Written on plain torch tensors (index_add_, scatter of index lists), independently of weft's
+layout of the computation: the geometry is recomputed here from the positions and image shifts,
+EGNN's concatenated inputs use one concatenated weight (weft keeps its row blocks), the
+segment sums are index_add_ over the edge lists.
+
+Inputs
+  --params    safetensors: weft's tensors under weft's names, matrices (in, out).
+  --batch     safetensors: S batches b = 0..S-1, each with
+                b.species [N] int32, b.pos [N, 3], b.node_graph [N] int32, b.source [E] int32,
+                b.receiver [E] int32, b.shift_vec [E, 3] (Cartesian image offset), b.energy [G]
+                (f64), b.forces [N, 3].
+  --settings  JSON: layer ("schnet" | "egnn"), activation ("relu" | "silu" | "ssp"), cutoff,
+              num_gaussians, pooling ("mean" | "add"), energy_weight, forces_weight, energy_mean,
+              energy_std, force_scale, layers.
+
+Model (per structure graph; edges j -> i, j the source, i the receiver):
+  h0 = embedding[species]
+  SchNet:  W_e = (ssp(rbf(d) W0 + b0) W2 + b2) * 0.5 (cos(pi d / r_c) + 1)  (0 from r_c on),
+           rbf_k(d) = exp(-0.5 (d - mu_k)^2 / delta^2), mu_k = k r_c / (G - 1), delta = r_c / (G - 1)
+           h' = act(sum_e (h W_lin1)[j] * W_e  W_lin2 + b_lin2)
+  EGNN:    m_e = act(act([h_i, h_j, d^2] W_e0 + b_e0) W_e2 + b_e2);  a_i = sum_e m_e
+           h' = act(h + act([h, a] W_n0 + b_n0) W_n2 + b_n2)
+  energy head: pool (mean | add) over a graph's nodes -> Linear, act, Linear(1)
+  force head:  per node Linear, act, Linear(3)
+  loss = w_F mean_atoms(mean_c (f - F / s_F)^2) + w_E mean_graphs((e - (E / n - mu) / sigma)^2),
+         (w_E, w_F) normalised to sum to 1.
+
+Output (--out, safetensors, F64): loss [1] (batch 0, initial weights), grad.<name>, losses [steps]
+(loss before step k on batch k % S), param.<name> after the steps, final_loss [1] (batch steps % S).
+AdamW: torch.optim.AdamW, decay on every matrix and the embedding, none on biases.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt2_torch import load_safetensors, save_safetensors  # noqa: E402
+
+torch.set_default_dtype(torch.float64)
+
+
+def act_fn(name):
+    if name == "relu":
+        return torch.relu
+    if name == "silu":
+        return lambda x: x * torch.sigmoid(x)
+    if name == "ssp":
+        return lambda x: torch.nn.functional.softplus(x) - math.log(2.0)
+    raise ValueError("unknown activation " + name)
+
+
+def ssp(x):
+    return torch.nn.functional.softplus(x) - math.log(2.0)
+
+
+def segment_sum(values, index, n):
+    out = torch.zeros((n,) + tuple(values.shape[1:]), dtype=values.dtype)
+    return out.index_add_(0, index, values)
+
+
+def forward(P, b, s):
+    act = act_fn(s["activation"])
+    species = b["species"].long()
+    src = b["source"].long()
+    rcv = b["receiver"].long()
+    ng = b["node_graph"].long()
+    N = species.shape[0]
+    G = b["energy"].shape[0]
+    vec = b["pos"][src] + b["shift_vec"] - b["pos"][rcv]
+    d = torch.sqrt((vec * vec).sum(dim=1))
+    h = P["embedding.weight"][species]
+    for l in range(s["layers"]):
+        p = "convs.%d." % l
+        if s["layer"] == "schnet":
+            G_ = s["num_gaussians"]
+            rc = s["cutoff"]
+            mu = torch.arange(G_, dtype=torch.float64) * (rc / (G_ - 1))
+            delta = rc / (G_ - 1)
+            rbf = torch.exp(-0.5 * (d[:, None] - mu[None, :]) ** 2 / delta ** 2)
+            cut = torch.where(d < rc, 0.5 * (torch.cos(math.pi * d / rc) + 1.0), torch.zeros_like(d))
+            W = ssp(rbf @ P[p + "filter.0.weight"] + P[p + "filter.0.bias"]) @ P[p + "filter.2.weight"] \
+                + P[p + "filter.2.bias"]
+            W = W * cut[:, None]
+            x = h @ P[p + "lin1.weight"]
+            agg = segment_sum(x[src] * W, rcv, N)
+            h = act(agg @ P[p + "lin2.weight"] + P[p + "lin2.bias"])
+        else:
+            We0 = torch.cat([P[p + "edge_mlp.0.weight_receiver"], P[p + "edge_mlp.0.weight_source"],
+                             P[p + "edge_mlp.0.weight_radial"]], dim=0)  # (2C + 1, C)
+            inp = torch.cat([h[rcv], h[src], (d * d)[:, None]], dim=1)
+            m = act(act(inp @ We0 + P[p + "edge_mlp.0.bias"]) @ P[p + "edge_mlp.2.weight"] + P[p + "edge_mlp.2.bias"])
+            a = segment_sum(m, rcv, N)
+            Wn0 = torch.cat([P[p + "node_mlp.0.weight_node"], P[p + "node_mlp.0.weight_message"]], dim=0)
+            upd = act(torch.cat([h, a], dim=1) @ Wn0 + P[p + "node_mlp.0.bias"]) @ P[p + "node_mlp.2.weight"] \
+                + P[p + "node_mlp.2.bias"]
+            h = act(h + upd)
+    pooled = segment_sum(h, ng, G)
+    atoms = segment_sum(torch.ones(N), ng, G)
+    if s["pooling"] == "mean":
+        pooled = pooled / atoms[:, None]
+    e = (act(pooled @ P["heads.energy.0.weight"] + P["heads.energy.0.bias"]) @ P["heads.energy.2.weight"]
+         + P["heads.energy.2.bias"])[:, 0]
+    f = act(h @ P["heads.forces.0.weight"] + P["heads.forces.0.bias"]) @ P["heads.forces.2.weight"] \
+        + P["heads.forces.2.bias"]
+    wsum = s["energy_weight"] + s["forces_weight"]
+    wE, wF = s["energy_weight"] / wsum, s["forces_weight"] / wsum
+    y_e = (b["energy"] / atoms - s["energy_mean"]) / s["energy_std"]
+    y_f = b["forces"] / s["force_scale"]
+    return wF * ((f - y_f) ** 2).mean(dim=1).mean() + wE * ((e - y_e) ** 2).mean()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--params", required=True)
+    ap.add_argument("--batch", required=True)
+    ap.add_argument("--settings", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--beta1", type=float, default=0.9)
+    ap.add_argument("--beta2", type=float, default=0.95)
+    ap.add_argument("--eps", type=float, default=1e-8)
+    ap.add_argument("--weight-decay", type=float, default=0.1)
+    a = ap.parse_args()
+    with open(a.settings) as fh:
+        s = json.load(fh)
+    raw = load_safetensors(a.params)
+    names = list(raw.keys())
+    P = {n: torch.tensor(np.asarray(raw[n], dtype=np.float64), requires_grad=True) for n in names}
+    braw = load_safetensors(a.batch)
+    batches = []
+    k = 0
+    while ("%d.species" % k) in braw:
+        b = {}
+        for key in ("species", "node_graph", "source", "receiver"):
+            b[key] = torch.tensor(np.asarray(braw["%d.%s" % (k, key)], dtype=np.int64))
+        for key in ("pos", "shift_vec", "energy", "forces"):
+            b[key] = torch.tensor(np.asarray(braw["%d.%s" % (k, key)], dtype=np.float64))
+        batches.append(b)
+        k += 1
+    if not batches:
+        raise SystemExit("gnn_reference: no batch 0 in " + a.batch)
+    out = {}
+    loss = forward(P, batches[0], s)
+    grads = torch.autograd.grad(loss, [P[n] for n in names])
+    out["loss"] = np.array([loss.item()])
+    for n, g in zip(names, grads):
+        out["grad." + n] = g.detach().numpy()
+    decay = [P[n] for n in names if n.endswith("weight") or "weight_" in n]
+    no_decay = [P[n] for n in names if not (n.endswith("weight") or "weight_" in n)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps)
+    losses = []
+    for step in range(a.steps):
+        opt.zero_grad()
+        l = forward(P, batches[step % len(batches)], s)
+        losses.append(l.item())
+        l.backward()
+        opt.step()
+    out["losses"] = np.array(losses)
+    with torch.no_grad():
+        out["final_loss"] = np.array([forward(P, batches[a.steps % len(batches)], s).item()])
+    for n in names:
+        out["param." + n] = P[n].detach().numpy()
+    save_safetensors(a.out, out, {"decay": ",".join(n for n in names if n.endswith("weight") or "weight_" in n)})
+
+
+if __name__ == "__main__":
+    main()
