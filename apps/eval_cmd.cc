@@ -12,6 +12,7 @@
 
 #include "cli_util.h"
 #include "commands.h"
+#include "eval_graphs.h"
 #include "eval_weather.h"
 #include "core/error.h"
 #include "data/loader.h"
@@ -75,7 +76,7 @@ int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
   add_checkpoint_option(app, ckpt);
   app.add_option("--data", data,
                  "GPT: token shard (.bin), or a folder/glob (its *val* shards); ClimaX: a weather folder (train.nc, "
-                 "val.nc, test.nc, stats.json)")
+                 "val.nc, test.nc, stats.json); graph networks: a prepared graph dataset (manifest.json)")
       ->required();
   app.add_option("--windows", windows, "GPT: number of windows (0: all)");
   app.add_option("--logits", logits_out,
@@ -96,6 +97,8 @@ int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
   app.add_option("--variables", wx.variables,
                  "ClimaX: comma-separated fields in model order (default: the training run's, else the file's)");
   app.add_option("--out", wx.out_json, "ClimaX: also write the scores to this JSON file");
+  std::string parity_png;
+  app.add_option("--parity", parity_png, "graph networks: draw predicted against true energies and forces into this PNG");
   app.add_option("--map", wx.map_png, "ClimaX: draw one forecast beside its truth into this PNG");
   app.add_option("--map-var", wx.map_var, "ClimaX: the map's variable (default: the first)");
   app.add_option("--map-sample", wx.map_sample, "ClimaX: the map's start time, an index into those scored");
@@ -106,7 +109,29 @@ int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
   set_threads(threads);
   const std::string dir = checkpoint_dir_arg(ckpt);
   const ModelConfig mc = load_checkpoint_config(dir);
-  // Scored by what the model reads: weather fields (forecast scores), or token shards (loss).
+  // Scored by what the model reads: graphs (energy and force errors), weather fields (forecast
+  // scores), or token shards (loss).
+  if (std::string_view(mc.capabilities().data_source) == "graphs") {
+    const std::string other = given(app, {"--windows", "--logits", "--lead-hours", "--stride", "--stats", "--variables",
+                                          "--map", "--map-var", "--map-sample", "--map-lead"});
+    if (!other.empty()) {
+      throw_input("{}: not options of a graph network; {} is model '{}' (scored on a graph dataset)", other, dir,
+                  mc.name);
+    }
+    GraphEvalOptions go;
+    go.data = data;
+    if (app.count("--split") > 0) go.split = wx.split;
+    go.samples = wx.samples;
+    go.batch = batch;
+    go.out_json = wx.out_json;
+    go.parity_png = parity_png;
+    go.backend = backend;
+    go.comm = comm;
+    go.layout = layout;
+    go.format = format;
+    return eval_graph_checkpoint(dir, mc, go, world);
+  }
+  if (!parity_png.empty()) throw_input("--parity: an option of graph-network checkpoints; {} is model '{}'", dir, mc.name);
   if (std::string_view(mc.capabilities().data_source) == "fields") {
     const std::string gpt_only = given(app, {"--windows", "--logits"});
     if (!gpt_only.empty()) {

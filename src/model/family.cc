@@ -1,6 +1,9 @@
 #include "model/family.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include "core/error.h"
 
@@ -34,6 +37,18 @@ float Family::init_value(const ModelConfig& cfg, const ParamTensor& t, int64_t i
   throw_input("model '{}' ({}): tensor {} asks for the family's initial values, which the family does not give "
               "(element {})",
               cfg.name, name(), t.name, index);
+}
+
+ModelConfig Family::with_settings(const ModelConfig& base, const std::map<std::string, std::string>& settings) const {
+  if (settings.empty()) return base;
+  const std::vector<std::string> known = setting_names();
+  for (const auto& [key, value] : settings) {
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      throw_input("[model] key '{}' ({}) is not a setting of model '{}' ({} models take {})", key, value, base.name,
+                  capabilities().family, known.empty() ? std::string("none beyond the shape keys") : fmt::format("{}", fmt::join(known, ", ")));
+    }
+  }
+  throw_input("model '{}' ({}): the family lists settings it does not apply", base.name, name());
 }
 
 std::unique_ptr<Model> make_model(const ModelConfig& cfg, Backend& backend, bool local_store, int tp_size, int tp_rank,

@@ -11,6 +11,7 @@
 // partition.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -55,6 +56,12 @@ class Family {
   // `base` with the non-zero keys of `o` applied (a new width gives an MLP of 4C unless o.ffn
   // says otherwise); InputError naming a key that does not apply to the family.
   virtual ModelConfig with_overrides(const ModelConfig& base, const ShapeOverrides& o) const = 0;
+  // The family's own settings: [model] keys beyond the shared shape keys (a graph network's
+  // `layer = "egnn"`), by name, with their values as written ("egnn", "0.5", "true"). `base` with
+  // them applied; InputError naming a key the family does not have (listing its settings), or a
+  // value it cannot take. The default has none and refuses any.
+  virtual std::vector<std::string> setting_names() const { return {}; }
+  virtual ModelConfig with_settings(const ModelConfig& base, const std::map<std::string, std::string>& settings) const;
   // The positions of one sample when the model fixes them (ClimaX: its patches), else 0 (the
   // run's seq_len decides).
   virtual int64_t fixed_positions(const ModelConfig&) const { return 0; }

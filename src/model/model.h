@@ -82,7 +82,10 @@ class Model {
   // Floats of one sample's output (0: the family has none to give).
   virtual int64_t output_elems() const { return 0; }
   // Forward only: the outputs of the samples of `mb` into host `out` (samples * output_elems()).
+  // A family whose samples differ in size (output_elems() 0) writes outputs_of(mb) floats in
+  // its own order (a graph network: each graph's energy, then each atom's force components).
   virtual void forward_outputs(const HostBatch& mb, float* out);
+  virtual int64_t outputs_of(const HostBatch& mb) const { return mb.samples() * output_elems(); }
 
   // --- token logits, for a family that generates (ModelCapabilities::generation; the defaults
   // refuse with the family's name) ---

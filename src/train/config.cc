@@ -167,6 +167,15 @@ std::string node_type_name(const toml::node& n) {
   return fmt::format("{} {}", os.str(), text);
 }
 
+// A family setting's value as written: a string as is, a number or boolean as its TOML text.
+std::string setting_text(const toml::node& node, const std::string& where, const std::string& name) {
+  if (auto s = node.value_exact<std::string>()) return *s;
+  if (auto b = node.value_exact<bool>()) return *b ? "true" : "false";
+  if (auto i = node.value_exact<int64_t>()) return std::to_string(*i);
+  if (auto d = node.value_exact<double>()) return fmt::format("{}", *d);
+  throw_input("{}: [model] setting '{}' must be a string, number or boolean, got {}", where, name, node_type_name(node));
+}
+
 void set_from_toml(RunConfig& cfg, const Key& k, const toml::node& node, const std::string& where) {
   const std::string full = fmt::format("{}.{}", k.section, k.name);
   std::visit(
@@ -470,6 +479,10 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::pair<s
       for (auto&& [name_key, node] : *sec) {
         const std::string name(name_key.str());
         const Key* k = find_key(section + "." + name);
+        if (!k && section == "model") {  // the family's own setting: model_config checks it
+          cfg.model_settings[name] = setting_text(node, path, name);
+          continue;
+        }
         if (!k) {
           throw_input("{}: unknown key '{}.{}' (known keys: {})", path, section, name, known_keys_text());
         }
@@ -484,20 +497,31 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::pair<s
 
 void set_run_config_key(RunConfig& cfg, const std::string& name, const std::string& value) {
   const Key* k = find_key(name);
+  if (!k && name.rfind("model.", 0) == 0 && name.size() > 6) {  // a family setting (model_config checks it)
+    cfg.model_settings[name.substr(6)] = value;
+    return;
+  }
   if (!k) throw_input("unknown option --{} (config keys: {})", name, known_keys_text());
   set_from_string(cfg, *k, value);
 }
 
 ModelConfig RunConfig::model_config() const {
-  if (!init_from.empty()) return init_from_model_config(*this);
+  if (!init_from.empty()) {
+    if (!model_settings.empty()) {
+      throw_input("init_from {} fixes the model; [model] setting '{}' cannot change it", init_from,
+                  model_settings.begin()->first);
+    }
+    return init_from_model_config(*this);
+  }
   ModelConfig base = model_preset(model);
   check_int_keys(*this);  // the overrides below are stored as int
   if (n_layer < 0 || n_head < 0 || n_embd < 0 || n_ctx < 0 || vocab_size < 0) {
     throw_input("model shape overrides must be >= 0 (0 keeps the preset): n_layer {}, n_head {}, n_embd {}, n_ctx {}, vocab_size {}",
                 n_layer, n_head, n_embd, n_ctx, vocab_size);
   }
-  return base.family->with_overrides(base, {.n_layer = n_layer, .n_head = n_head, .n_embd = n_embd, .n_ctx = n_ctx,
-                                             .vocab_size = vocab_size});
+  const ModelConfig shaped = base.family->with_overrides(
+      base, {.n_layer = n_layer, .n_head = n_head, .n_embd = n_embd, .n_ctx = n_ctx, .vocab_size = vocab_size});
+  return shaped.family->with_settings(shaped, model_settings);
 }
 
 int64_t RunConfig::seq() const { return seq(model_config()); }
@@ -598,6 +622,9 @@ std::string RunConfig::to_toml() const {
         },
         k.field);
     os << "\n";
+    if (std::string_view(k.name) == "init_from") {
+      for (const auto& [name, value] : model_settings) os << name << " = " << toml::value<std::string>(value) << "\n";
+    }
   }
   return os.str();
 }

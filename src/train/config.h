@@ -3,6 +3,7 @@
 // the key, the value and the file.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,10 @@ struct RunConfig {
   // the run (fine-tuning): the model's shape is read from its config.json (the `model` preset
   // is not used; shape keys above must agree with it), the optimizer starts fresh at step 0.
   std::string init_from = "";
+  // The family's own settings ([model] keys beyond the shape keys, e.g. a graph network's
+  // `layer = "egnn"`; Family::setting_names), with their values as written; the family applies
+  // and checks them (model_config). On the command line: --model.NAME VALUE.
+  std::map<std::string, std::string> model_settings;
   // [data]
   std::string data = "data/fortunes";  // folder (or glob) holding *train*.bin shards
   std::string val_data = "";           // folder (or glob) of *val*.bin shards; empty: same as data

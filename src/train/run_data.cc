@@ -11,6 +11,7 @@
 #include "data/token_batch.h"
 #include "data/text_util.h"
 #include "data/weather.h"
+#include "train/graph_run_data.h"
 
 namespace fs = std::filesystem;
 
@@ -131,6 +132,9 @@ std::map<std::string, RunDataFactory>& run_data_sources() {
        }},
       {"fields", [](const RunConfig& cfg, const ModelConfig& mc, int64_t) -> std::unique_ptr<RunData> {
          return std::make_unique<WeatherRunData>(cfg, mc);
+       }},
+      {"graphs", [](const RunConfig& cfg, const ModelConfig& mc, int64_t) -> std::unique_ptr<RunData> {
+         return open_graph_run_data(cfg, mc);
        }},
   };
   return sources;

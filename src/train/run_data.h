@@ -4,6 +4,7 @@
 // missing or unusable split fails the run with the path and the values.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -25,6 +26,9 @@ class RunData {
   virtual int64_t val_rows(int64_t requested) const = 0;
   // The mean validation loss over val_rows(requested) rows (collective).
   virtual double evaluate(Engine& engine, int64_t requested) const = 0;
+  // Settings the data gives the model before it is made (Family::with_settings: a graph
+  // dataset's radius and normalisation statistics); none by default.
+  virtual std::map<std::string, std::string> model_settings() const { return {}; }
   // Anything the model needs from the data before training (ClimaX: the latitudes).
   virtual void configure(Engine& engine) const {}
   // "1234 train tokens (56 windows of 64)" for the log.

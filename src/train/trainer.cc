@@ -430,6 +430,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   // written.
   const std::unique_ptr<RunData> data_ptr = open_run_data(cfg, ec.model, ec.seq);
   RunData& data = *data_ptr;
+  ec.model = ec.model.family->with_settings(ec.model, data.model_settings());
   // The link levels of the communication report (collective over world for the real map).
   // ZeRO++ reads its levels from the same map.
   NodeMap nodes;

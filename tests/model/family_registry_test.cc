@@ -205,7 +205,7 @@ TEST(FamilyRegistry, RunConfigAppliesTheFamilysRules) {
   // Its data source is looked up by kind: not registered, so the run names it.
   cfg.seq_len = 0;
   EXPECT_EQ(input_error([&] { open_run_data(cfg, mc, 3); }),
-            "model 'toy-small' (toy) reads data source 'toy-data', which is not registered (known: fields, tokens)");
+            "model 'toy-small' (toy) reads data source 'toy-data', which is not registered (known: fields, graphs, tokens)");
 }
 
 // A family's own settings travel in ModelConfig::own (ClimaX: patch size and decoder depth): its

@@ -203,6 +203,57 @@ TEST(GnnModel, GuardedBackendGivesTheCpuResultsBitwise) {
   }
 }
 
+// Rotating a structure (positions and cell) leaves the predicted energy unchanged and rotates
+// the predicted forces with it, for both layer types: the layers read distances only and the force
+// head sums scalars times the edges' unit vectors. Also translation: the same predictions.
+TEST(GnnModel, PredictionsAreInvariantAndForcesEquivariantUnderRotation) {
+  const double c = std::cos(0.7), s = std::sin(0.7), c2 = std::cos(-1.1), s2 = std::sin(-1.1);
+  // R = Rz(0.7) Rx(-1.1)
+  const double R[9] = {c, -s * c2, s * s2, s, c * c2, -c * s2, 0.0, s2, c2};
+  auto rotate = [&](const double* v, double* out) {
+    for (int i = 0; i < 3; ++i) out[i] = R[3 * i] * v[0] + R[3 * i + 1] * v[1] + R[3 * i + 2] * v[2];
+  };
+  for (GnnLayer layer : {GnnLayer::kSchnet, GnnLayer::kEgnn}) {
+    const ModelConfig cfg = test_config(layer, Activation::kSilu, GnnPooling::kMean);
+    LjSetOptions o;
+    o.structures = 10, o.min_cells = 2, o.max_cells = 3, o.species = 2, o.seed = 8;
+    const AtomStructure a = lj_structure(o, 4);
+    AtomStructure b = a;
+    for (int64_t i = 0; i < a.atoms(); ++i) rotate(a.pos.data() + 3 * i, b.pos.data() + 3 * i);
+    for (int k = 0; k < 3; ++k) rotate(a.cell.lattice.data() + 3 * k, b.cell.lattice.data() + 3 * k);
+    AtomStructure t = a;
+    for (size_t i = 0; i < t.pos.size(); ++i) t.pos[i] += 0.37 * static_cast<double>(i % 3 + 1);
+    auto be = make_cpu_backend();
+    GnnModel model(cfg, *be);
+    model.init(4);
+    std::vector<std::vector<double>> energy(3);
+    std::vector<std::vector<float>> forces(3);
+    int k = 0;
+    for (const AtomStructure* st : {&a, static_cast<const AtomStructure*>(&b), static_cast<const AtomStructure*>(&t)}) {
+      GraphBatch batch(GraphBudget{cfg.n_ctx, int64_t{cfg.n_ctx} * 40, 1});
+      batch.append(make_graph_sample(*st, RadiusGraphOptions{5.0, 0}));
+      if (k == 0) model.reserve(batch, false, 0, 1);
+      model.predict(batch, &energy[static_cast<size_t>(k)], &forces[static_cast<size_t>(k)]);
+      ++k;
+    }
+    EXPECT_NEAR(energy[1][0], energy[0][0], 1e-5 * std::abs(energy[0][0])) << gnn_layer_name(layer);
+    EXPECT_NEAR(energy[2][0], energy[0][0], 1e-5 * std::abs(energy[0][0])) << gnn_layer_name(layer);
+    double scale = 0.0, worst = 0.0;
+    for (int64_t i = 0; i < a.atoms(); ++i) {
+      const double f0[3] = {forces[0][3 * i], forces[0][3 * i + 1], forces[0][3 * i + 2]};
+      double want[3];
+      rotate(f0, want);
+      for (int j = 0; j < 3; ++j) {
+        scale = std::max(scale, std::abs(want[j]));
+        worst = std::max(worst, std::abs(forces[1][static_cast<size_t>(3 * i + j)] - want[j]));
+        worst = std::max(worst, std::abs(forces[2][static_cast<size_t>(3 * i + j)] - f0[j]));
+      }
+    }
+    EXPECT_GT(scale, 1e-3) << gnn_layer_name(layer) << ": the forces are not trivially zero";
+    EXPECT_LT(worst, 1e-4 * scale) << gnn_layer_name(layer);
+  }
+}
+
 TEST(GnnFamily, RegisteredWithItsPresetsAndConfigJsonRoundTrip) {
   ASSERT_NE(find_family("gnn"), nullptr);
   const ModelConfig cfg = test_config(GnnLayer::kEgnn, Activation::kRelu, GnnPooling::kAdd);

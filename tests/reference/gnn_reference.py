@@ -28,7 +28,8 @@ Model (per structure graph; edges j -> i, j the source, i the receiver):
   EGNN:    m_e = act(act([h_i, h_j, d^2] W_e0 + b_e0) W_e2 + b_e2);  a_i = sum_e m_e
            h' = act(h + act([h, a] W_n0 + b_n0) W_n2 + b_n2)
   energy head: pool (mean | add) over a graph's nodes -> Linear, act, Linear(1)
-  force head:  per node Linear, act, Linear(3)
+  force head:  per edge s_e = act([h_i, h_j, d_e] W_f0 + b_f0) W_f2 + b_f2,
+               f_i = sum_e s_e (x_j + shift - x_i) / d_e
   loss = w_F mean_atoms(mean_c (f - F / s_F)^2) + w_E mean_graphs((e - (E / n - mu) / sigma)^2),
          (w_E, w_F) normalised to sum to 1.
 
@@ -113,8 +114,11 @@ def forward(P, b, s):
         pooled = pooled / atoms[:, None]
     e = (act(pooled @ P["heads.energy.0.weight"] + P["heads.energy.0.bias"]) @ P["heads.energy.2.weight"]
          + P["heads.energy.2.bias"])[:, 0]
-    f = act(h @ P["heads.forces.0.weight"] + P["heads.forces.0.bias"]) @ P["heads.forces.2.weight"] \
-        + P["heads.forces.2.bias"]
+    Wf0 = torch.cat([P["heads.forces.0.weight_receiver"], P["heads.forces.0.weight_source"],
+                     P["heads.forces.0.weight_distance"]], dim=0)  # (2C + 1, H)
+    s_e = act(torch.cat([h[rcv], h[src], d[:, None]], dim=1) @ Wf0 + P["heads.forces.0.bias"]) \
+        @ P["heads.forces.2.weight"] + P["heads.forces.2.bias"]  # (E, 1)
+    f = segment_sum(s_e * (vec / d[:, None]), rcv, N)
     wsum = s["energy_weight"] + s["forces_weight"]
     wE, wF = s["energy_weight"] / wsum, s["forces_weight"] / wsum
     y_e = (b["energy"] / atoms - s["energy_mean"]) / s["energy_std"]

@@ -13,11 +13,13 @@ namespace weft {
 struct GnnModel::Buffers {
   int64_t N = 0, E = 0, G = 0, C = 0, H = 0;
   DeviceBuffer species, source, receiver, recv_off, src_perm, src_off, species_perm, species_off, graph_off;
-  DeviceBuffer rbf, cutoff, dist2, y_energy, y_forces;
+  DeviceBuffer rbf, cutoff, dist2, dist, unit, y_energy, y_forces, ones3;
   std::vector<DeviceBuffer> h;  // L + 1 node states (N, C)
-  DeviceBuffer pool, ez, ea, e, fz, fa, f;  // (G,C) (G,H) (G,H) (G) (N,H) (N,H) (N,3)
+  DeviceBuffer pool, ez, ea, e;   // the energy head: (G,C) (G,H) (G,H) (G)
+  DeviceBuffer fpre, fa, fs, ft, f;  // the force head: (E,H) (E,H) (E) (E,3) (N,3)
   DeviceBuffer row_f, row_e, w_f, w_e, de, df;
-  DeviceBuffer scratch_e, scratch_n, d0, d1, dgh, dgc, dnh;  // backward
+  DeviceBuffer scratch_e, scratch_n, d0, d1, dgh, dgc;  // backward
+  DeviceBuffer hn, he, e3, es;  // the force head: (2,N,H) node products / gradients, (E,H), (E,3), (E)
   GnnScratch scratch() {
     GnnScratch s;
     for (int k = 0; k < 3; ++k) s.e[k] = scratch_e.data<float>() + k * E * C, s.n[k] = scratch_n.data<float>() + k * N * C;
@@ -26,8 +28,9 @@ struct GnnModel::Buffers {
 };
 
 namespace {
+// A buffer of n floats (none for n = 0: a layer type's unused input).
 DeviceBuffer f32(Backend& be, int64_t n, MemCategory c = MemCategory::kActivations) {
-  return DeviceBuffer(be, DType::kF32, std::max<int64_t>(n, 1), c);
+  return n > 0 ? DeviceBuffer(be, DType::kF32, n, c) : DeviceBuffer();
 }
 DeviceBuffer i32(Backend& be, int64_t n) { return DeviceBuffer(be, DType::kI32, std::max<int64_t>(n, 1), MemCategory::kOther); }
 template <class T>
@@ -88,18 +91,23 @@ void GnnModel::reserve(const HostBatch& capacity, bool training, int64_t, int) {
   for (DeviceBuffer* d : {&b->source, &b->receiver, &b->src_perm}) *d = i32(be, E);
   b->species_off = i32(be, kGnnSpecies + 1);
   b->graph_off = i32(be, G + 1);
-  b->rbf = f32(be, f_.layer == GnnLayer::kSchnet ? E * f_.num_gaussians : 0);
-  b->cutoff = f32(be, E), b->dist2 = f32(be, E);
+  const bool schnet = f_.layer == GnnLayer::kSchnet;
+  b->rbf = f32(be, schnet ? E * f_.num_gaussians : 0);
+  b->cutoff = f32(be, schnet ? E : 0), b->dist2 = f32(be, schnet ? 0 : E);
+  b->dist = f32(be, E), b->unit = f32(be, 3 * E);
   b->y_energy = f32(be, G), b->y_forces = f32(be, 3 * N);
   for (int l = 0; l <= cfg_.n_layer; ++l) b->h.push_back(f32(be, N * C));
   b->pool = f32(be, G * C), b->ez = f32(be, G * H), b->ea = f32(be, G * H), b->e = f32(be, G);
-  b->fz = f32(be, N * H), b->fa = f32(be, N * H), b->f = f32(be, 3 * N);
-  b->row_f = f32(be, N), b->row_e = f32(be, G), b->w_f = f32(be, 3), b->w_e = f32(be, 1);
-  b->de = f32(be, G), b->df = f32(be, 3 * N);
+  b->fpre = f32(be, E * H), b->fa = f32(be, E * H), b->fs = f32(be, E), b->ft = f32(be, 3 * E), b->f = f32(be, 3 * N);
+  const MemCategory ws = MemCategory::kWorkspace;
+  b->row_f = f32(be, N, ws), b->row_e = f32(be, G, ws), b->w_f = f32(be, 3, ws), b->w_e = f32(be, 1, ws);
+  b->de = f32(be, G, ws), b->df = f32(be, 3 * N, ws);
   b->scratch_e = f32(be, 3 * E * C, MemCategory::kWorkspace), b->scratch_n = f32(be, 3 * N * C, MemCategory::kWorkspace);
   b->d0 = f32(be, N * C, MemCategory::kWorkspace), b->d1 = f32(be, N * C, MemCategory::kWorkspace);
   b->dgh = f32(be, G * H, MemCategory::kWorkspace), b->dgc = f32(be, G * C, MemCategory::kWorkspace);
-  b->dnh = f32(be, N * H, MemCategory::kWorkspace);
+  b->hn = f32(be, 2 * N * H, ws), b->he = f32(be, E * H, ws), b->e3 = f32(be, 3 * E, ws), b->es = f32(be, E, ws);
+  b->ones3 = f32(be, 3, ws);
+  put(be, b->ones3, std::vector<float>{1.0f, 1.0f, 1.0f});
   for (auto& conv : convs_) conv->reserve(N, E);
   buf_ = std::move(b);
 }
@@ -109,7 +117,9 @@ int64_t GnnModel::activation_bytes() const {
   int64_t n = 0;
   for (const auto& conv : convs_) n += conv->stash_bytes();
   for (const DeviceBuffer& d : buf_->h) n += static_cast<int64_t>(d.bytes());
-  for (const DeviceBuffer* d : {&buf_->pool, &buf_->ez, &buf_->ea, &buf_->e, &buf_->fz, &buf_->fa, &buf_->f}) {
+  for (const DeviceBuffer* d : {&buf_->pool, &buf_->ez, &buf_->ea, &buf_->e, &buf_->fpre, &buf_->fa, &buf_->fs,
+                                &buf_->ft, &buf_->f, &buf_->rbf, &buf_->cutoff, &buf_->dist2, &buf_->dist, &buf_->unit,
+                                &buf_->y_energy, &buf_->y_forces}) {
     n += static_cast<int64_t>(d->bytes());
   }
   return n;
@@ -119,7 +129,8 @@ int64_t GnnModel::workspace_bytes() const {
   if (!buf_) return 0;
   int64_t n = 0;
   for (const DeviceBuffer* d : {&buf_->scratch_e, &buf_->scratch_n, &buf_->d0, &buf_->d1, &buf_->dgh, &buf_->dgc,
-                                &buf_->dnh, &buf_->de, &buf_->df, &buf_->row_f, &buf_->row_e}) {
+                                &buf_->hn, &buf_->he, &buf_->e3, &buf_->es, &buf_->ones3, &buf_->de, &buf_->df,
+                                &buf_->row_f, &buf_->row_e, &buf_->w_f, &buf_->w_e}) {
     n += static_cast<int64_t>(d->bytes());
   }
   return n;
@@ -139,6 +150,7 @@ void GnnModel::upload(const GraphBatch& b) {
   put(be, d.species_perm, host_.species_perm), put(be, d.species_off, host_.species_offsets);
   put(be, d.graph_off, host_.graph_offsets);
   put(be, d.rbf, host_.rbf), put(be, d.cutoff, host_.cutoff), put(be, d.dist2, host_.dist2);
+  put(be, d.dist, host_.dist), put(be, d.unit, host_.unit);
   put(be, d.y_energy, host_.energy), put(be, d.y_forces, host_.forces);
   graph_ = GnnGraph{.N = host_.N, .E = host_.E, .G = host_.G,
                     .source = d.source.data<int32_t>(), .receiver = d.receiver.data<int32_t>(),
@@ -167,9 +179,50 @@ void GnnModel::forward(const std::vector<CView>& front, const std::vector<CView>
   backend_.matmul_forward_f32(d.ez.data<float>(), d.pool.data<float>(), wb[0], wb[1], G, C, H, false);
   backend_.activation_forward_f32(d.ea.data<float>(), d.ez.data<float>(), G * H, f_.activation);
   backend_.matmul_forward_f32(d.e.data<float>(), d.ea.data<float>(), wb[2], wb[3], G, H, 1, false);
-  backend_.matmul_forward_f32(d.fz.data<float>(), hl, wb[4], wb[5], N, C, H, false);
-  backend_.activation_forward_f32(d.fa.data<float>(), d.fz.data<float>(), N * H, f_.activation);
-  backend_.matmul_forward_f32(d.f.data<float>(), d.fa.data<float>(), wb[6], wb[7], N, H, 3, false);
+  force_head_forward(wb);
+}
+
+// The force head (equivariant): per edge e: j -> i a scalar s_e = act((h W_r)[i] + (h W_s)[j] +
+// d_e w_d + b_0) W_2 + b_2, and f_i = sum_{e: j -> i} s_e u_e, u_e the unit vector from i to j.
+void GnnModel::force_head_forward(const std::vector<const float*>& wb) {
+  Buffers& d = *buf_;
+  const int64_t N = graph_.N, E = graph_.E, C = d.C, H = d.H;
+  const float* hl = d.h[static_cast<size_t>(cfg_.n_layer)].data<float>();
+  float *hr = d.hn.data<float>(), *hs = hr + N * H, *pre = d.fpre.data<float>(), *tmp = d.he.data<float>();
+  backend_.matmul_forward_f32(hr, hl, wb[4], nullptr, N, C, H, false);
+  backend_.matmul_forward_f32(hs, hl, wb[5], nullptr, N, C, H, false);
+  backend_.matmul_forward_f32(pre, d.dist.data<float>(), wb[6], wb[7], E, 1, H, false);
+  backend_.gather_rows_f32(tmp, hr, d.receiver.data<int32_t>(), E, H);
+  backend_.add_f32(pre, pre, tmp, E * H);
+  backend_.gather_rows_f32(tmp, hs, d.source.data<int32_t>(), E, H);
+  backend_.add_f32(pre, pre, tmp, E * H);
+  backend_.activation_forward_f32(d.fa.data<float>(), pre, E * H, f_.activation);
+  backend_.matmul_forward_f32(d.fs.data<float>(), d.fa.data<float>(), wb[8], wb[9], E, H, 1, false);
+  backend_.scale_rows_f32(d.ft.data<float>(), d.unit.data<float>(), d.fs.data<float>(), E, 3, false);
+  backend_.segment_reduce_f32(d.f.data<float>(), nullptr, d.ft.data<float>(), nullptr, d.recv_off.data<int32_t>(), N, 3,
+                              SegmentOp::kSum, false);
+}
+
+// Its backward from d.df: the head's gradients, and d0 (the last node states' gradient) written.
+void GnnModel::force_head_backward(const std::vector<const float*>& wb, const std::vector<float*>& g) {
+  Buffers& d = *buf_;
+  const int64_t N = graph_.N, E = graph_.E, C = d.C, H = d.H;
+  const float* hl = d.h[static_cast<size_t>(cfg_.n_layer)].data<float>();
+  float *e3 = d.e3.data<float>(), *es = d.es.data<float>(), *he = d.he.data<float>();
+  float *dhr = d.hn.data<float>(), *dhs = dhr + N * H, *dh = d.d0.data<float>(), *tmp = d.d1.data<float>();
+  const int32_t* recv = d.recv_off.data<int32_t>();
+  backend_.segment_broadcast_f32(e3, d.df.data<float>(), nullptr, recv, N, 3, false, false);  // d(t_e)
+  backend_.mul_f32(e3, e3, d.unit.data<float>(), 3 * E, false);
+  backend_.matmul_forward_f32(es, e3, d.ones3.data<float>(), nullptr, E, 3, 1, false);  // d(s_e) = d(t_e) . u_e
+  backend_.matmul_backward_f32(he, g[8], g[9], es, d.fa.data<float>(), wb[8], E, H, 1);
+  backend_.activation_backward_f32(he, d.fpre.data<float>(), he, E * H, f_.activation, false);  // d(pre)
+  backend_.matmul_backward_f32(nullptr, g[6], g[7], he, d.dist.data<float>(), wb[6], E, 1, H);
+  backend_.segment_reduce_f32(dhr, nullptr, he, nullptr, recv, N, H, SegmentOp::kSum, false);
+  backend_.segment_reduce_f32(dhs, nullptr, he, d.src_perm.data<int32_t>(), d.src_off.data<int32_t>(), N, H,
+                              SegmentOp::kSum, false);
+  backend_.matmul_backward_f32(dh, g[4], nullptr, dhr, hl, wb[4], N, C, H);
+  backend_.matmul_backward_f32(tmp, g[5], nullptr, dhs, hl, wb[5], N, C, H);
+  backend_.add_f32(dh, dh, tmp, N * C);
 }
 
 double GnnModel::loss(float dloss) {
@@ -210,13 +263,10 @@ double GnnModel::loss(float dloss) {
 // The heads' backward into d0 (the last node states' gradient, written) and the back group's grads.
 void GnnModel::heads_backward(const std::vector<CView>& back, const std::vector<float*>& g) {
   Buffers& d = *buf_;
-  const int64_t N = graph_.N, G = graph_.G, C = d.C, H = d.H;
+  const int64_t G = graph_.G, C = d.C, H = d.H;
   const auto wb = f32_views(back);
-  const float* hl = d.h[static_cast<size_t>(cfg_.n_layer)].data<float>();
-  float *dnh = d.dnh.data<float>(), *dgh = d.dgh.data<float>(), *dgc = d.dgc.data<float>(), *dh = d.d0.data<float>();
-  backend_.matmul_backward_f32(dnh, g[6], g[7], d.df.data<float>(), d.fa.data<float>(), wb[6], N, H, 3);
-  backend_.activation_backward_f32(dnh, d.fz.data<float>(), dnh, N * H, f_.activation, false);
-  backend_.matmul_backward_f32(dh, g[4], g[5], dnh, hl, wb[4], N, C, H);
+  float *dgh = d.dgh.data<float>(), *dgc = d.dgc.data<float>(), *dh = d.d0.data<float>();
+  force_head_backward(wb, g);
   backend_.matmul_backward_f32(dgh, g[2], g[3], d.de.data<float>(), d.ea.data<float>(), wb[2], G, H, 1);
   backend_.activation_backward_f32(dgh, d.ez.data<float>(), dgh, G * H, f_.activation, false);
   backend_.matmul_backward_f32(dgc, g[0], g[1], dgh, d.pool.data<float>(), wb[0], G, C, H);
@@ -313,6 +363,19 @@ void GnnModel::predict(const GraphBatch& b, std::vector<double>* energy, std::ve
   }
   forces->resize(f.size());
   for (size_t i = 0; i < f.size(); ++i) (*forces)[i] = static_cast<float>(f[i] * f_.force_scale);
+}
+
+int64_t GnnModel::outputs_of(const HostBatch& mb) const {
+  const auto& b = batch_as<GraphBatch>(mb, "graphs");
+  return b.graphs() + 3 * b.nodes();
+}
+
+void GnnModel::forward_outputs(const HostBatch& mb, float* out) {
+  std::vector<double> energy;
+  std::vector<float> forces;
+  predict(batch_as<GraphBatch>(mb, "graphs"), &energy, &forces);
+  for (size_t g = 0; g < energy.size(); ++g) out[g] = static_cast<float>(energy[g]);
+  std::copy(forces.begin(), forces.end(), out + energy.size());
 }
 
 }  // namespace weft

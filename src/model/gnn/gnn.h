@@ -4,7 +4,10 @@
 //   L message-passing layers (SchNet or EGNN: model/gnn/gnn_layers.h)
 //   energy head (graph level): pool (mean or add) over each graph's nodes, Linear(C, H), act,
 //     Linear(H, 1): the graph's normalised energy per atom
-//   force head (node level): Linear(C, H), act, Linear(H, 3) for each node: its normalised force
+//   force head (node level, equivariant): a scalar per edge from both ends' states and the
+//     distance, f_i = sum over i's in-edges of scalar x the unit vector towards the source: its
+//     normalised force (the direct-force form of OCP's models; HydraGNN's node MLP on invariant
+//     states cannot give a force a direction)
 //   loss: w_F sum over atoms of the mean squared force-component error + w_E (atoms / graphs of
 //     the global batch) sum over graphs of the squared energy error: after the engine divides by
 //     the global batch's atoms, w_F MSE(forces) + w_E MSE(energy per atom), the task weights
@@ -59,6 +62,11 @@ class GnnModel final : public Model {
   CView stage_output(int) override;
   CView stage_input_grad() const override;
 
+  // The outputs of a GraphBatch (physical units): its graphs' energies, then its atoms' forces
+  // (3 each).
+  int64_t outputs_of(const HostBatch& mb) const override;
+  void forward_outputs(const HostBatch& mb, float* out) override;
+
   // --- the single-process conveniences (reference tests, eval) ---
   float* params();  // the local store's buffers (null without one): device memory
   float* grads();
@@ -74,6 +82,8 @@ class GnnModel final : public Model {
   void forward(const std::vector<CView>& front, const std::vector<CView>& back);
   double loss(float dloss);  // the loss sum of the uploaded batch; dloss != 0: the heads' output gradients
   void heads_backward(const std::vector<CView>& back, const std::vector<float*>& g);
+  void force_head_forward(const std::vector<const float*>& wb);
+  void force_head_backward(const std::vector<const float*>& wb, const std::vector<float*>& g);
   double run(const HostBatch& mb, float loss_scale, bool training);
 
   ModelConfig cfg_;

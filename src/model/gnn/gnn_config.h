@@ -38,6 +38,9 @@ struct GnnFields final : FamilyFields {
   // A micro-batch's capacity per graph: atoms, and receivers' in-edges (the graph's max_neighbours).
   int max_atoms = 64;
   int max_neighbours = 32;
+  // The data's mean in-degree (edges per atom) and atoms per structure, for the FLOPs per atom
+  // (0: the capacity's max_neighbours and max_atoms). The data source sets them.
+  double mean_in_degree = 0.0, mean_atoms = 0.0;
   // PNA's degree scalers: delta = mean of log(d + 1), delta_lin = mean of d over the training
   // split's in-degrees (Corso et al. 2020; PyG's PNAConv).
   double pna_delta = 1.0, pna_delta_lin = 1.0;

@@ -24,7 +24,8 @@ GnnFlops gnn_forward_flops(const ModelConfig& cfg) {
       break;
     case GnnLayer::kPna: break;
   }
-  out.per_node += 2.0 * (C * H + H * 3);  // the force head
+  out.per_node += 2.0 * (2 * C * H);       // the force head: both ends' products
+  out.per_edge += 2.0 * (2 * H);           // its distance term and scalar
   out.per_graph = 2.0 * (C * H + H);      // the energy head
   return out;
 }
@@ -58,11 +59,15 @@ class GnnDescription final : public ModelDescription {
   int64_t stash_elems() const override {
     const GnnStashElems s = gnn_conv_stash(gnn_fields(cfg_), cfg_.n_embd);
     const int64_t C = cfg_.n_embd, H = cfg_.ffn, L = cfg_.n_layer, N = cap_.N, E = cap_.E, G = cap_.G;
-    return L * (s.per_node * N + s.per_edge * E) + (L + 1) * N * C + G * C + 2 * G * H + G + 2 * N * H + 3 * N;
+    const GnnFields& f = gnn_fields(cfg_);
+    const int64_t inputs = (f.layer == GnnLayer::kSchnet ? E * (f.num_gaussians + 1) : E) + 4 * E + G + 3 * N;
+    const int64_t energy_head = G * C + 2 * G * H + G, force_head = 2 * E * H + E + 3 * E + 3 * N;
+    return L * (s.per_node * N + s.per_edge * E) + (L + 1) * N * C + energy_head + force_head + inputs;
   }
   int64_t workspace_elems() const override {
     const int64_t C = cfg_.n_embd, H = cfg_.ffn, N = cap_.N, E = cap_.E, G = cap_.G;
-    return 3 * E * C + 3 * N * C + 2 * N * C + G * H + G * C + N * H + G + 3 * N + N + G;
+    const int64_t force_head = 2 * N * H + E * H + 3 * E + E + 3;
+    return 3 * E * C + 3 * N * C + 2 * N * C + G * H + G * C + force_head + G + 3 * N + N + G + 4;
   }
   int64_t residual_elems() const override { return 0; }
   int64_t tokens() const override { return cap_.N; }
@@ -71,8 +76,10 @@ class GnnDescription final : public ModelDescription {
   std::vector<TpCall> tp_calls() const override { return {}; }
   double train_flops_per_position() const override {
     const GnnFlops f = gnn_forward_flops(cfg_);
-    return 3.0 * (f.per_node + gnn_fields(cfg_).max_neighbours * f.per_edge +
-                  f.per_graph / std::max(1, gnn_fields(cfg_).max_atoms));
+    const GnnFields& g = gnn_fields(cfg_);
+    const double degree = g.mean_in_degree > 0.0 ? g.mean_in_degree : g.max_neighbours;
+    const double atoms = g.mean_atoms > 0.0 ? g.mean_atoms : g.max_atoms;
+    return 3.0 * (f.per_node + degree * f.per_edge + f.per_graph / atoms);
   }
   // The accelerator model does not price graph networks yet (issue 33 item 8): no kernels.
   EndsWork ends_work() const override { return {}; }

@@ -1,7 +1,9 @@
 // The graph-network family (issue 33): presets, validation, config.json, the parameter table and
 // the registry's Family object. docs/model-gnn.md.
 #include <cmath>
+#include <map>
 #include <optional>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -94,8 +96,10 @@ ParamTable gnn_param_table(const ModelConfig& cfg) {
   for (int l = 0; l < cfg.n_layer; ++l) t.layers.push_back(layer_specs(cfg, l));
   t.back = {matrix("heads.energy.0.weight", C, H), bias("heads.energy.0.bias", H),
             matrix("heads.energy.2.weight", H, 1), bias("heads.energy.2.bias", 1),
-            matrix("heads.forces.0.weight", C, H), bias("heads.forces.0.bias", H),
-            matrix("heads.forces.2.weight", H, 3), bias("heads.forces.2.bias", 3)};
+            matrix("heads.forces.0.weight_receiver", C, H, 2 * C + 1),
+            matrix("heads.forces.0.weight_source", C, H, 2 * C + 1),
+            matrix("heads.forces.0.weight_distance", 1, H, 2 * C + 1), bias("heads.forces.0.bias", H),
+            matrix("heads.forces.2.weight", H, 1), bias("heads.forces.2.bias", 1)};
   return t;
 }
 
@@ -116,6 +120,7 @@ nlohmann::ordered_json gnn_config_json(const ModelConfig& cfg) {
                         {"force_scale", f.force_scale}};
   j["max_atoms"] = f.max_atoms;
   j["max_neighbours"] = f.max_neighbours;
+  j["data_means"] = {{"in_degree", f.mean_in_degree}, {"atoms", f.mean_atoms}};
   j["pna_delta"] = {f.pna_delta, f.pna_delta_lin};
   j["initializer_range"] = float_for_json(cfg.init_std);
   j["torch_dtype"] = "float32";
@@ -166,6 +171,11 @@ ModelConfig gnn_from_config_json(const nlohmann::json& j, const std::string& sou
     f.force_scale = json_number(n, "force_scale", source + ": normalisation");
     f.max_atoms = json_int(j, "max_atoms", source, kMaxJsonContext);
     f.max_neighbours = json_int(j, "max_neighbours", source, kMaxJsonContext);
+    if (j.contains("data_means")) {
+      const auto& d = json_object(j, "data_means", source);
+      f.mean_in_degree = json_number(d, "in_degree", source + ": data_means");
+      f.mean_atoms = json_number(d, "atoms", source + ": data_means");
+    }
     if (j.contains("pna_delta")) {
       const auto& d = j.at("pna_delta");
       if (!d.is_array() || d.size() != 2 || !d[0].is_number() || !d[1].is_number()) {
@@ -185,6 +195,24 @@ ModelConfig gnn_from_config_json(const nlohmann::json& j, const std::string& sou
     if (what.rfind(source, 0) == 0) throw;
     throw_input("{}: {}", source, what);
   }
+}
+
+// A setting's number: the whole text, finite; an integer within [1, max].
+double setting_number(const std::string& key, const std::string& v) {
+  size_t used = 0;
+  double d = 0.0;
+  try {
+    d = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty() || !std::isfinite(d)) throw_input("[model] {} must be a number, got '{}'", key, v);
+  return d;
+}
+int setting_int(const std::string& key, const std::string& v, int max) {
+  const double d = setting_number(key, v);
+  if (d != std::floor(d) || d < 1 || d > max) throw_input("[model] {} must be an integer in 1-{}, got '{}'", key, max, v);
+  return static_cast<int>(d);
 }
 
 class GnnFamily final : public Family {
@@ -257,6 +285,38 @@ class GnnFamily final : public Family {
     c.n_layer = ShapeOverrides::pick(o.n_layer, base.n_layer);
     c.n_embd = ShapeOverrides::pick(o.n_embd, base.n_embd);
     c.ffn = o.ffn > 0 ? static_cast<int>(o.ffn) : o.n_embd > 0 ? c.n_embd : base.ffn;
+    return c;
+  }
+
+  std::vector<std::string> setting_names() const override {
+    return {"layer", "activation", "pooling", "num_gaussians", "head_hidden", "energy_weight", "forces_weight",
+            "max_atoms", "max_neighbours", "radius", "energy_mean", "energy_std", "force_scale", "mean_in_degree", "mean_atoms"};
+  }
+  ModelConfig with_settings(const ModelConfig& base, const std::map<std::string, std::string>& settings) const override {
+    if (settings.empty()) return base;
+    ModelConfig c = base;
+    GnnFields f = gnn_fields(base);
+    for (const auto& [key, v] : settings) {
+      if (key == "layer") f.layer = parse_gnn_layer(v);
+      else if (key == "activation") f.activation = parse_activation(v);
+      else if (key == "pooling") f.pooling = parse_gnn_pooling(v);
+      else if (key == "num_gaussians") f.num_gaussians = setting_int(key, v, kMaxJsonWidth);
+      else if (key == "head_hidden") c.ffn = setting_int(key, v, kMaxJsonWidth);
+      else if (key == "energy_weight") f.energy_weight = setting_number(key, v);
+      else if (key == "forces_weight") f.forces_weight = setting_number(key, v);
+      else if (key == "max_atoms") f.max_atoms = setting_int(key, v, kMaxJsonContext);
+      else if (key == "max_neighbours") f.max_neighbours = setting_int(key, v, kMaxJsonContext);
+      else if (key == "radius") f.cutoff = setting_number(key, v);
+      else if (key == "energy_mean") f.energy_mean = setting_number(key, v);
+      else if (key == "energy_std") f.energy_std = setting_number(key, v);
+      else if (key == "force_scale") f.force_scale = setting_number(key, v);
+      else if (key == "mean_in_degree") f.mean_in_degree = setting_number(key, v);
+      else if (key == "mean_atoms") f.mean_atoms = setting_number(key, v);
+      else return Family::with_settings(base, {{key, v}});  // names the key and the settings
+    }
+    c.n_ctx = f.max_atoms;
+    c = with_gnn_fields(c, f);
+    c.validate();
     return c;
   }
 

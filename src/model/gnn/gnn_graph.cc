@@ -26,19 +26,17 @@ std::vector<int32_t> stable_order(const std::vector<int32_t>& keys, const std::v
 
 }  // namespace
 
-std::vector<double> edge_distances(const GraphBatch& b) {
-  std::vector<double> d(static_cast<size_t>(b.edges()));
+std::vector<double> edge_vectors(const GraphBatch& b) {
+  std::vector<double> v(static_cast<size_t>(3 * b.edges()));
   const auto& pos = b.pos();
   for (int64_t e = 0; e < b.edges(); ++e) {
     const auto s = static_cast<size_t>(b.source()[static_cast<size_t>(e)]), r = static_cast<size_t>(b.receiver()[static_cast<size_t>(e)]);
-    double sq = 0.0;
     for (size_t k = 0; k < 3; ++k) {
-      const double v = static_cast<double>(pos[3 * s + k]) + b.shift_vec()[3 * static_cast<size_t>(e) + k] - pos[3 * r + k];
-      sq += v * v;
+      v[3 * static_cast<size_t>(e) + k] =
+          static_cast<double>(pos[3 * s + k]) + b.shift_vec()[3 * static_cast<size_t>(e) + k] - pos[3 * r + k];
     }
-    d[static_cast<size_t>(e)] = std::sqrt(sq);
   }
-  return d;
+  return v;
 }
 
 void schnet_features(double d, const GnnFields& f, float* rbf_row, float* cutoff) {
@@ -68,7 +66,18 @@ GnnHostGraph build_host_graph(const GraphBatch& b, const GnnFields& f) {
   for (int64_t o : b.node_offsets()) g.graph_offsets.push_back(static_cast<int32_t>(o));
   for (int64_t k = 0; k < g.G; ++k) g.atoms.push_back(static_cast<float>(b.node_offsets()[static_cast<size_t>(k + 1)] - b.node_offsets()[static_cast<size_t>(k)]));
 
-  const std::vector<double> d = edge_distances(b);
+  const std::vector<double> vec = edge_vectors(b);
+  std::vector<double> d(static_cast<size_t>(g.E));
+  for (int64_t e = 0; e < g.E; ++e) {
+    const double* v = vec.data() + 3 * e;
+    d[static_cast<size_t>(e)] = std::sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]);
+    if (!(d[static_cast<size_t>(e)] > 0.0)) {
+      throw_input("graph batch: edge {} joins atoms {} and {} at distance 0 (overlapping atoms)", e,
+                  g.source[static_cast<size_t>(e)], g.receiver[static_cast<size_t>(e)]);
+    }
+    g.dist.push_back(static_cast<float>(d[static_cast<size_t>(e)]));
+    for (int k = 0; k < 3; ++k) g.unit.push_back(static_cast<float>(v[k] / d[static_cast<size_t>(e)]));
+  }
   if (f.layer == GnnLayer::kSchnet) {
     g.rbf.resize(static_cast<size_t>(g.E * f.num_gaussians));
     g.cutoff.resize(static_cast<size_t>(g.E));

@@ -18,13 +18,14 @@ struct GnnHostGraph {
   std::vector<int32_t> species_perm, species_offsets;    // N, kGnnSpecies + 1
   std::vector<int32_t> graph_offsets;                     // G + 1
   std::vector<float> rbf, cutoff, dist2;                  // E x num_gaussians (SchNet), E, E (EGNN)
+  std::vector<float> dist, unit;                          // E, 3E: the force head's distance and direction
   std::vector<float> energy, forces;                      // G, 3N normalised targets (when labelled)
   std::vector<float> atoms;                               // G: atoms per graph
   bool has_energy = false, has_forces = false;
 };
 
-// The edge distances |pos[source] + shift - pos[receiver]| of a batch (Angstrom).
-std::vector<double> edge_distances(const GraphBatch& b);
+// The edge vectors pos[source] + shift - pos[receiver] of a batch (3 per edge, Angstrom).
+std::vector<double> edge_vectors(const GraphBatch& b);
 
 // SchNet's Gaussian basis (PyG's GaussianSmearing: G centres evenly on [0, r_c], width the
 // spacing) and the cosine cutoff 0.5 (cos(pi d / r_c) + 1) (0 from r_c on), at distance d.

@@ -1,0 +1,113 @@
+#include "train/graph_run_data.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <random>
+
+#include "core/error.h"
+#include "data/atoms/graph_batch.h"
+#include "data/atoms/graph_dataset.h"
+#include "model/family.h"
+
+namespace weft {
+namespace {
+
+class GraphRunData final : public RunData {
+ public:
+  GraphRunData(const RunConfig& cfg, const ModelConfig& mc)
+      : seed_(static_cast<uint64_t>(cfg.seed)), train_(GraphDataset::open(cfg.data, "train")) {
+    if (train_.samples.empty()) throw_input("{}: the training split holds no structure", cfg.data);
+    if (cfg.val_batches > 0) {
+      const std::string src = cfg.val_data.empty() ? cfg.data : cfg.val_data;
+      val_ = std::make_unique<GraphDataset>(GraphDataset::open(src, "val"));
+      if (val_->samples.empty()) throw_input("{}: the validation split holds no structure (set eval.val_batches = 0)", src);
+      if (val_->cutoff != train_.cutoff) {
+        throw_input("{}: graphs of radius {} A; the training split's ({}) have {}", src, val_->cutoff, cfg.data,
+                    train_.cutoff);
+      }
+    }
+    check_capacity(train_, mc);
+    if (val_) check_capacity(*val_, mc);
+  }
+
+  // The radius of the graphs and the training split's statistics.
+  std::map<std::string, std::string> model_settings() const override {
+    const GraphSplitStats& s = train_.stats;
+    return {{"radius", fmt::format("{}", train_.cutoff)},
+            {"energy_mean", fmt::format("{}", s.energy_per_atom_mean)},
+            {"energy_std", fmt::format("{}", s.energy_per_atom_std > 0.0 ? s.energy_per_atom_std : 1.0)},
+            {"force_scale", fmt::format("{}", s.force_rms > 0.0 ? s.force_rms : 1.0)},
+            {"mean_in_degree", fmt::format("{}", static_cast<double>(s.edges) / static_cast<double>(s.atoms))},
+            {"mean_atoms", fmt::format("{}", static_cast<double>(s.atoms) / static_cast<double>(s.structures))}};
+  }
+
+  void fill(int64_t step, int64_t global_batch, int64_t first, int64_t count, HostBatch& out) const override {
+    auto& b = batch_as<GraphBatch>(out, "graphs");
+    const int64_t n = static_cast<int64_t>(train_.samples.size());
+    for (int64_t i = first; i < first + count; ++i) {
+      const int64_t p = step * global_batch + i;  // position in the run's stream of structures
+      b.append(train_.samples[static_cast<size_t>(order(p / n)[static_cast<size_t>(p % n)])]);
+    }
+  }
+  bool has_val() const override { return val_ != nullptr; }
+  int64_t val_rows(int64_t requested) const override {
+    return std::min<int64_t>(static_cast<int64_t>(val_->samples.size()), requested);
+  }
+  double evaluate(Engine& engine, int64_t requested) const override {
+    return engine.evaluate_rows(
+        [&](int64_t first, int64_t count, HostBatch& out) {
+          auto& b = batch_as<GraphBatch>(out, "graphs");
+          for (int64_t i = first; i < first + count; ++i) b.append(val_->samples[static_cast<size_t>(i)]);
+        },
+        val_rows(requested));
+  }
+  std::string describe(int64_t) const override {
+    return fmt::format("{} train structures ({} atoms, {} edges, radius {} A; largest {} atoms)",
+                       train_.samples.size(), train_.stats.atoms, train_.stats.edges, train_.cutoff,
+                       train_.stats.max_atoms);
+  }
+
+ private:
+  // A structure that passes the model's capacity for one graph (its atoms, its edges) would fail
+  // in the middle of the run: refused now, naming the settings.
+  static void check_capacity(const GraphDataset& d, const ModelConfig& mc) {
+    const auto one = mc.family->make_batch(mc, 1, 0);
+    const GraphBudget& b = batch_as<GraphBatch>(*one, "graphs").budget();
+    if (d.stats.max_atoms > b.max_nodes || d.stats.max_edges > b.max_edges) {
+      throw_input("{}: its largest structures have {} atoms and {} edges; model '{}' holds at most {} atoms and {} "
+                  "edges a structure (raise [model] max_atoms or max_neighbours)",
+                  d.dir, d.stats.max_atoms, d.stats.max_edges, mc.name, b.max_nodes, b.max_edges);
+    }
+  }
+  // The shuffled order of epoch e (a permutation of the training structures).
+  const std::vector<int64_t>& order(int64_t e) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (e != epoch_) {
+      order_.resize(train_.samples.size());
+      std::iota(order_.begin(), order_.end(), 0);
+      std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(e));
+      for (size_t i = order_.size(); i > 1; --i) std::swap(order_[i - 1], order_[static_cast<size_t>(rng() % i)]);
+      epoch_ = e;
+    }
+    return order_;
+  }
+
+  uint64_t seed_;
+  GraphDataset train_;
+  std::unique_ptr<GraphDataset> val_;
+  mutable std::mutex mu_;
+  mutable int64_t epoch_ = -1;
+  mutable std::vector<int64_t> order_;
+};
+
+}  // namespace
+
+std::unique_ptr<RunData> open_graph_run_data(const RunConfig& cfg, const ModelConfig& mc) {
+  return std::make_unique<GraphRunData>(cfg, mc);
+}
+
+}  // namespace weft
