@@ -1,0 +1,148 @@
+// The graph-network family through weft train and weft eval (issue 33, item 6): a prepared LJ
+// dataset trains with the family's settings ([model] keys), the model takes the data's radius and
+// normalisation (written into the checkpoint's config.json), a run resumed from a checkpoint
+// follows the uninterrupted one bit for bit, weft eval scores the checkpoint beside its
+// baselines, and bad settings are refused naming the key.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "data/atoms/graph_prepare.h"
+#include "test_util.h"
+#include "train/trainer.h"
+
+namespace weft {
+namespace {
+
+using test::TempDir;
+namespace fs = std::filesystem;
+
+void prepare_lj(const std::string& dir) {
+  GraphPrepareOptions o;
+  o.out_dir = dir;
+  o.synthetic_lj = true;
+  o.lj.structures = 60;
+  o.lj.max_cells = 3;
+  o.lj.species = 2;
+  prepare_graphs(o);
+}
+
+RunConfig gnn_run(const std::string& data, const std::string& out) {
+  RunConfig c;
+  c.model = "gnn-tiny";
+  c.model_settings = {{"layer", "egnn"}, {"activation", "silu"}, {"forces_weight", "2"}};
+  c.data = data;
+  c.global_batch = 4;
+  c.micro_batch = 2;
+  c.steps = 8;
+  c.lr = 3e-3;
+  c.warmup_steps = 2;
+  c.val_every = 4;
+  c.val_batches = 5;
+  c.ckpt_every = 4;
+  c.keep_last = 0;
+  c.out = out;
+  c.log_every = 100;
+  c.threads = 2;
+  return c;
+}
+
+std::vector<nlohmann::json> read_metrics(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+TEST(GnnTrain, TrainsResumesBitForBitAndEvaluates) {
+  TempDir tmp("gnn_train");
+  prepare_lj(tmp / "lj");
+  const RunConfig full = gnn_run(tmp / "lj", tmp / "full");
+  TrainResult a = train(full, {});
+  ASSERT_EQ(a.steps_done, 8);
+  // The checkpoint's config.json: the settings and the data's statistics.
+  const auto cj = nlohmann::json::parse(test::read_text(tmp / "full/step-000008/config.json"));
+  EXPECT_EQ(cj.at("model_type"), "gnn");
+  EXPECT_EQ(cj.at("mpnn_type"), "egnn");
+  EXPECT_EQ(cj.at("task_weights").at("forces").get<double>(), 2.0);
+  EXPECT_EQ(cj.at("radius").get<double>(), 5.0);
+  EXPECT_LT(cj.at("normalisation").at("energy_per_atom_mean").get<double>(), -1.0);  // LJ: about -3.8 eps
+  EXPECT_GT(cj.at("normalisation").at("force_scale").get<double>(), 0.1);
+
+  const std::string part = tmp / "part";
+  fs::create_directories(part);
+  fs::copy(tmp / "full/step-000004", part + "/step-000004", fs::copy_options::recursive);
+  {
+    std::ofstream out(part + "/metrics.jsonl");
+    for (const auto& j : read_metrics(tmp / "full/metrics.jsonl")) {
+      if (j["step"].get<int64_t>() <= 4) out << j.dump() << "\n";
+    }
+  }
+  TrainOptions opt;
+  opt.resume = true;
+  TrainResult b = train(gnn_run(tmp / "lj", part), opt);
+  EXPECT_EQ(b.first_step, 4);
+  const auto ma = read_metrics(tmp / "full/metrics.jsonl"), mb = read_metrics(part + "/metrics.jsonl");
+  ASSERT_EQ(ma.size(), mb.size());
+  int losses = 0;
+  for (size_t i = 0; i < ma.size(); ++i) {
+    for (const char* k : {"loss", "grad_norm", "val_loss"}) {
+      if (!ma[i].contains(k)) continue;
+      ASSERT_TRUE(mb[i].contains(k)) << k;
+      EXPECT_EQ(ma[i][k].get<double>(), mb[i][k].get<double>()) << k << " at step " << ma[i]["step"];
+      ++losses;
+    }
+  }
+  EXPECT_GT(losses, 8);
+  EXPECT_EQ(test::read_text(tmp / "full/step-000008/model.safetensors"),
+            test::read_text(part + "/step-000008/model.safetensors"));
+
+  // weft eval on the test split: the table's rows, the JSON, the parity plot.
+  const std::string json = tmp / "eval.json", png = tmp / "parity.png";
+  const auto r = test::run_weft(fmt::format("eval --checkpoint {} --data {} --out {} --parity {}",
+                                            tmp / "full", tmp / "lj", json, png),
+                                tmp / "eval_scratch");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("energy per atom: per-species fit"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("force component: zero forces"), std::string::npos) << r.out;
+  const auto ej = nlohmann::json::parse(test::read_text(json));
+  EXPECT_GT(ej.at("structures").get<int64_t>(), 0);
+  EXPECT_GT(ej.at("baselines").at("zero_forces").at("force_mae").get<double>(), 0.0);
+  EXPECT_TRUE(ej.at("model").contains("force_mae"));
+  EXPECT_TRUE(fs::exists(png));
+}
+
+TEST(GnnTrain, SettingsAreCheckedByTheFamily) {
+  TempDir tmp("gnn_settings");
+  RunConfig c = gnn_run(tmp / "none", tmp / "out");
+  c.model_settings["layers"] = "3";  // a typo of n_layer
+  EXPECT_NE(test::input_error_message([&] { (void)c.model_config(); })
+                .find("[model] key 'layers' (3) is not a setting of model 'gnn-tiny' (graph network models take layer, "
+                      "activation, pooling"),
+            std::string::npos);
+  c.model_settings = {{"layer", "gat"}};
+  EXPECT_NE(test::input_error_message([&] { (void)c.model_config(); }).find("unknown graph layer 'gat'"),
+            std::string::npos);
+  c.model_settings = {{"energy_weight", "abc"}};
+  EXPECT_NE(test::input_error_message([&] { (void)c.model_config(); }).find("[model] energy_weight must be a number"),
+            std::string::npos);
+  RunConfig g;
+  g.model = "tiny";
+  g.model_settings = {{"layer", "egnn"}};
+  EXPECT_NE(test::input_error_message([&] { (void)g.model_config(); })
+                .find("is not a setting of model 'tiny' (GPT models take none beyond the shape keys)"),
+            std::string::npos);
+  // The settings survive the resolved config (config.toml of a run) and the command line.
+  RunConfig t = gnn_run("d", "o");
+  set_run_config_key(t, "model.pooling", "add");
+  const std::string toml = t.to_toml();
+  EXPECT_NE(toml.find("pooling = 'add'"), std::string::npos) << toml;
+  EXPECT_NE(toml.find("layer = 'egnn'"), std::string::npos) << toml;
+}
+
+}  // namespace
+}  // namespace weft
