@@ -33,6 +33,10 @@ class HostBatch {
   // The weight of every sample when the kind fixes it (tokens: the sequence length), else 0:
   // the engine then reads each micro-batch's weight before the step's first backward.
   virtual int64_t fixed_weight() const { return 0; }
+  // Whether a data source may put any number of samples into a fill of rows [first, first +
+  // count): one that deals its samples to ranks itself (graphs balanced by cost, whose shares
+  // differ in count); otherwise the engine checks that the fill holds `count` samples.
+  virtual bool variable_samples() const { return false; }
 };
 
 // `b` as the kind K (a family's or a data source's own batch); InputError naming both kinds when

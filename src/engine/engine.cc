@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <numeric>
 
 #include "comm/compressed_comm.h"
 #include "comm/device_comm_registry.h"
@@ -238,8 +240,8 @@ double Engine::grad_norm_sq() {
 void Engine::fill_batch(const BatchFn& batch, int64_t first, int64_t count) {
   batch_->clear();
   batch(first, count, *batch_);
-  WEFT_CHECK(batch_->samples() == count, "the data source gave {} samples for rows [{}, {})", batch_->samples(), first,
-             first + count);
+  WEFT_CHECK(batch_->samples() == count || batch_->variable_samples(), "the data source gave {} samples for rows [{}, {})",
+             batch_->samples(), first, first + count);
 }
 
 int64_t Engine::global_weight(const BatchFn& batch) {
@@ -298,11 +300,25 @@ StepResult Engine::step(float lr, const BatchFn& batch) {
   const double step_scale = scaler_.scale();
   const float loss_scale = static_cast<float>(step_scale) * token_scale;  // scale: a power of two (or the user's)
   StepResult r;
+  r.positions = W;
+  const auto t0 = std::chrono::steady_clock::now();
   double loss_sum = run_micro_batches(batch, loss_scale, r.pipeline);
+  for (auto& ch : chunks_) r.dp_exposed_s += ch->store->take_exposed_seconds();
+  r.busy_s = std::max(0.0, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - r.dp_exposed_s);
   const double norm_sq = grad_norm_sq();
   if (l.pp > 1) comm(Axis::kPp).all_reduce_sum(&loss_sum, 1);  // the loss lives on the last stage
   r.grad_norm = std::sqrt(norm_sq) / step_scale;  // of the unscaled gradients
-  if (l.dp > 1) comm(Axis::kDp).all_reduce_sum(&loss_sum, 1);
+  r.busy_max_s = r.busy_mean_s = r.busy_s;
+  if (l.dp > 1) {  // the loss sum and each dp rank's busy time, in one call
+    std::vector<double> v(static_cast<size_t>(1 + l.dp), 0.0);
+    v[0] = loss_sum;
+    v[static_cast<size_t>(1 + dp_rank_)] = r.busy_s;
+    comm(Axis::kDp).all_reduce_sum(v.data(), static_cast<int64_t>(v.size()));
+    loss_sum = v[0];
+    r.busy_max_s = *std::max_element(v.begin() + 1, v.end());
+    r.busy_mean_s = std::accumulate(v.begin() + 1, v.end(), 0.0) / static_cast<double>(l.dp);
+  }
+  r.imbalance = r.busy_mean_s > 0.0 ? r.busy_max_s / r.busy_mean_s : 1.0;
   r.loss = loss_sum / static_cast<double>(W);
   r.loss_scale = step_scale;
   const LossScaler::Verdict verdict = scaler_.check(r.loss, r.grad_norm);

@@ -45,6 +45,11 @@ struct StepResult {
   bool non_finite = false;     // loss or norm not finite (and nothing to adjust): stop the run
   bool vetoed = false;         // the update veto (Engine::set_update_veto) refused the update
   double dp_exposed_s = 0.0;   // data-parallel communication not hidden by computation
+  int64_t positions = 0;       // the global batch's positions (its weight: tokens, patches, atoms)
+  // Load balance: this rank's busy time in the step's micro-batches (their wall time less the
+  // data-parallel waits exposed in them), its data-parallel group's largest and mean, and
+  // imbalance = largest / mean (1 with dp 1: every rank waits for the busiest).
+  double busy_s = 0.0, busy_max_s = 0.0, busy_mean_s = 0.0, imbalance = 1.0;
   PipeStepStats pipeline;      // pp > 1
 };
 

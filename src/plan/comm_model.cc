@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <memory>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -562,9 +563,15 @@ void add_tied_embedding(CallSet& cs, const Job& j) {
 }
 
 // The step's scalars (Engine::step, Engine::grad_norm_sq): the squared gradient norm summed
-// over tp (tp > 1) and pp (pp > 1), the loss over pp and dp (each > 1), one f64 each. fp16's
+// over tp (tp > 1) and pp (pp > 1), the loss over pp and dp (each > 1), one f64 each (over dp
+// with each dp rank's busy time: 1 + dp f64, StepResult::imbalance), and for samples of varying
+// weight the loss terms' counts over dp. fp16's
 // overflow check needs no call of its own: the norm is non-finite when a gradient is.
 void add_scalars(CallSet& cs, const Job& j) {
+  // A family whose samples differ in weight (data/batch.h: no fixed_weight) has the step's
+  // per-term counts summed over dp first (Engine::global_weight): one f64 a loss term.
+  const std::unique_ptr<HostBatch> kind = j.ec.model.family->make_batch(j.ec.model, 1, j.ec.seq);
+  const int64_t terms = kind->fixed_weight() > 0 ? 0 : static_cast<int64_t>(kind->term_weights().size());
   for (int s = 0; s < j.pp; ++s) {
     for (int d = 0; d < j.dp; ++d) {
       if (j.tp > 1) cs.add("all_reduce", "tp", kF64, j.group(Axis::kTp, 0, s, d), 1);
@@ -575,7 +582,8 @@ void add_scalars(CallSet& cs, const Job& j) {
       if (j.pp > 1) cs.add("all_reduce", "pp", kF64, j.group(Axis::kPp, t, 0, d), 2);
     }
     for (int s = 0; s < j.pp; ++s) {
-      if (j.dp > 1) cs.add("all_reduce", "dp", kF64, j.group(Axis::kDp, t, s, 0), 1);
+      if (j.dp > 1 && terms > 0) cs.add("all_reduce", "dp", kF64 * terms, j.group(Axis::kDp, t, s, 0), 1);
+      if (j.dp > 1) cs.add("all_reduce", "dp", kF64 * (1 + j.dp), j.group(Axis::kDp, t, s, 0), 1);
     }
   }
 }

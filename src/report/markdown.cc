@@ -120,6 +120,20 @@ std::string throughput_section(const std::vector<const Run*>& runs, const std::v
            : "-");
     rows[4].push_back(st ? "`" + st->system + "`" : "-");
   }
+  // Load balance over the data-parallel ranks (StepPoint::imbalance), where recorded.
+  bool any_imbalance = false;
+  std::vector<std::string> imb{"data-parallel imbalance: busiest rank / mean busy time (mean, worst step)"};
+  for (const Run* r : runs) {
+    double sum = 0.0, worst = 0.0;
+    int64_t n_steps = 0;
+    for (size_t k = r->steps.size() > 1 ? 1 : 0; k < r->steps.size(); ++k) {
+      if (r->steps[k].imbalance <= 0.0) continue;
+      sum += r->steps[k].imbalance, worst = std::max(worst, r->steps[k].imbalance), ++n_steps;
+    }
+    any_imbalance |= n_steps > 0;
+    imb.push_back(n_steps > 0 ? fmt::format("{:.3f}, {:.3f}", sum / static_cast<double>(n_steps), worst) : "-");
+  }
+  if (any_imbalance) rows.push_back(imb);
   s += table(run_header(runs, ""), rows);
   s += "Means leave out the first step (it holds one-time costs: page faults, BLAS buffers) when there is more than "
        "one.\n\n";

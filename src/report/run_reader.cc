@@ -151,6 +151,10 @@ void read_metrics_line(const json& j, const std::string& where, Run& run, Metric
   } else if (j.contains("loss")) {
     StepPoint p{step, integer(j, "tokens", where), number(j, "loss", where), number(j, "tokens_per_s", where),
                 number(j, "ms", where)};
+    if (j.contains("imbalance")) {
+      p.imbalance = number(j, "imbalance", where);
+      if (!(p.imbalance >= 1.0)) throw_input("{}: imbalance {} is below 1 (the busiest rank over the mean)", where, p.imbalance);
+    }
     if (!run.steps.empty() && step <= run.steps.back().step) {
       throw_input("{}: step {} follows step {} (steps must increase)", where, step, run.steps.back().step);
     }

@@ -18,6 +18,7 @@ struct StepPoint {
   int64_t step = 0;
   int64_t tokens = 0;  // tokens trained after this step (cumulative)
   double loss = 0, tokens_per_s = 0, ms = 0;
+  double imbalance = 0;  // busiest data-parallel rank's busy time over the mean (0: not recorded, dp 1)
 };
 
 // One validation line.

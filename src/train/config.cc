@@ -52,6 +52,7 @@ const std::vector<Key>& keys() {
       {"data", "data", &RunConfig::data},
       {"data", "val_data", &RunConfig::val_data},
       {"data", "variables", &RunConfig::variables},
+      {"data", "balance", &RunConfig::balance},
       {"data", "lead_hours", &RunConfig::lead_hours},
       {"train", "seq_len", &RunConfig::seq_len},
       {"train", "global_batch", &RunConfig::global_batch},
@@ -541,6 +542,11 @@ void RunConfig::validate() const {
   check_number_ranges(*this);
   ModelConfig mc = model_config();
   if (seq_len < 0) throw_input("seq_len must be >= 0 (0: the model context), got {}", seq_len);
+  if (balance != "count" && balance != "cost") throw_input("data.balance must be 'count' or 'cost', got '{}'", balance);
+  if (balance != "count" && std::string_view(mc.capabilities().data_source) != "graphs") {
+    throw_input("data.balance '{}' deals graphs to ranks by their cost; model '{}' ({}) reads {} of equal size: remove it",
+                balance, mc.name, mc.capabilities().family, mc.capabilities().data_source);
+  }
   if (const int64_t fixed = fixed_positions(mc); fixed > 0 && seq_len != 0 && seq_len != fixed) {
     throw_input("seq_len {} does not apply to the {} model '{}': its samples have {} positions (leave seq_len 0)",
                 seq_len, mc.capabilities().family, mc.name, fixed);

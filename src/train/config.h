@@ -28,6 +28,7 @@ struct RunConfig {
   std::string val_data = "";           // folder (or glob) of *val*.bin shards; empty: same as data
   // ClimaX models: `data` is a folder of NetCDF splits (train.nc, val.nc, stats.json;
   // docs/formats-weather.md); val_data a folder or a .nc file.
+  std::string balance = "count";      // graphs: "count" (equal numbers per rank) or "cost" (by nodes + edges)
   std::string variables = "";          // comma-separated field names in model order; "": every field
   std::vector<int64_t> lead_hours{6};  // forecast lead times drawn per sample (hours)
   // [train]

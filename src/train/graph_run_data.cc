@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "data/atoms/graph_batch.h"
+#include "data/atoms/graph_batching.h"
 #include "data/atoms/graph_dataset.h"
 #include "model/family.h"
 
@@ -19,7 +20,8 @@ namespace {
 class GraphRunData final : public RunData {
  public:
   GraphRunData(const RunConfig& cfg, const ModelConfig& mc)
-      : seed_(static_cast<uint64_t>(cfg.seed)), train_(GraphDataset::open(cfg.data, "train")) {
+      : seed_(static_cast<uint64_t>(cfg.seed)), by_cost_(cfg.balance == "cost"),
+        train_(GraphDataset::open(cfg.data, "train")) {
     if (train_.samples.empty()) throw_input("{}: the training split holds no structure", cfg.data);
     if (cfg.val_batches > 0) {
       const std::string src = cfg.val_data.empty() ? cfg.data : cfg.val_data;
@@ -45,13 +47,22 @@ class GraphRunData final : public RunData {
             {"mean_atoms", fmt::format("{}", static_cast<double>(s.atoms) / static_cast<double>(s.structures))}};
   }
 
+  // The layout: with balance = "cost", the step's structures are dealt to its dp x accumulation
+  // micro-batch slots by cost (nodes + edges), largest first to the least loaded slot with room
+  // (data/atoms/graph_batching.h); a rank's slots are consecutive, so its busy time is balanced
+  // too. The same plan on every rank (no communication).
+  void configure(Engine& engine) const override {
+    slots_ = static_cast<int>(engine.config().layout.dp * engine.accumulation());
+    micro_batch_ = engine.config().layout.micro_batch;
+    model_ = engine.config().model;
+  }
   void fill(int64_t step, int64_t global_batch, int64_t first, int64_t count, HostBatch& out) const override {
     auto& b = batch_as<GraphBatch>(out, "graphs");
-    const int64_t n = static_cast<int64_t>(train_.samples.size());
-    for (int64_t i = first; i < first + count; ++i) {
-      const int64_t p = step * global_batch + i;  // position in the run's stream of structures
-      b.append(train_.samples[static_cast<size_t>(order(p / n)[static_cast<size_t>(p % n)])]);
+    if (by_cost_ && slots_ > 0) {
+      for (int64_t id : slot_graphs(step, global_batch, first / micro_batch_)) b.append(train_.samples[static_cast<size_t>(id)]);
+      return;
     }
+    for (int64_t i = first; i < first + count; ++i) b.append(train_.samples[static_cast<size_t>(structure_at(step * global_batch + i))]);
   }
   bool has_val() const override { return val_ != nullptr; }
   int64_t val_rows(int64_t requested) const override {
@@ -83,6 +94,27 @@ class GraphRunData final : public RunData {
                   d.dir, d.stats.max_atoms, d.stats.max_edges, mc.name, b.max_nodes, b.max_edges);
     }
   }
+  // The structure at position p of the run's stream: epoch p / n's shuffled order.
+  int64_t structure_at(int64_t p) const {
+    const int64_t n = static_cast<int64_t>(train_.samples.size());
+    return order(p / n)[static_cast<size_t>(p % n)];
+  }
+  // The structures of slot `slot` of step `step` (its plan made once).
+  std::vector<int64_t> slot_graphs(int64_t step, int64_t global_batch, int64_t slot) const {
+    std::lock_guard<std::mutex> lock(plan_mu_);
+    if (step != plan_step_) {
+      std::vector<int64_t> ids;
+      for (int64_t i = 0; i < global_batch; ++i) ids.push_back(structure_at(step * global_batch + i));
+      if (sizes_.empty()) {
+        for (const GraphSample& g : train_.samples) sizes_.push_back({g.s.atoms(), g.edges()});
+      }
+      const auto one = model_.family->make_batch(model_, micro_batch_, 0);
+      const GraphBudget budget = batch_as<GraphBatch>(*one, "graphs").budget();
+      plan_ = plan_graph_step(sizes_, ids, slots_, GraphBalance::kCost, budget, GraphCostModel{}, step);
+      plan_step_ = step;
+    }
+    return plan_.rank_graphs.at(static_cast<size_t>(slot));
+  }
   // The shuffled order of epoch e (a permutation of the training structures).
   const std::vector<int64_t>& order(int64_t e) const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -97,7 +129,15 @@ class GraphRunData final : public RunData {
   }
 
   uint64_t seed_;
+  bool by_cost_;
   GraphDataset train_;
+  mutable int slots_ = 0;
+  mutable int64_t micro_batch_ = 1;
+  mutable ModelConfig model_;
+  mutable std::mutex plan_mu_;
+  mutable int64_t plan_step_ = -1;
+  mutable GraphStep plan_;
+  mutable std::vector<GraphSize> sizes_;
   std::unique_ptr<GraphDataset> val_;
   mutable std::mutex mu_;
   mutable int64_t epoch_ = -1;

@@ -136,6 +136,8 @@ class TrainLoop {
   // The checkpoint a resumed run started from: the newest there is until the run writes one
   // (what a stop's message names).
   void resumed_from(const std::string& dir) { res_.last_checkpoint = dir; }
+  // The positions trained up to the checkpoint resumed from (its trainer.json "tokens").
+  void resumed_positions(int64_t n) { positions_done_ = n; }
 
  private:
   double validate(int64_t step);
@@ -157,8 +159,9 @@ class TrainLoop {
   TrainResult res_;
   DivergenceWatch diverging_;  // a climb the spike detector does not flag (train/divergence.h)
   RunFiles files_{cfg_.out, res_.steps_done};  // every write to the run folder, checked
-  double time_sum_ = 0.0;
+  double time_sum_ = 0.0, positions_sum_ = 0.0;  // over the timed steps
   int64_t timed_steps_ = 0;
+  int64_t positions_done_ = -1;  // positions trained so far (-1: from the start step's fixed count)
   // With trace: the node map and what preceded each step (for the communication model).
   NodeMap nodes_;
   CommStepContext next_ctx_;
@@ -243,7 +246,7 @@ void TrainLoop::save(int64_t step) {
     d.feedback = std::move(feedback.refs);
     d.feedback_meta = std::move(feedback.meta);
     d.trainer = {{"step", step}, {"seed", cfg_.seed}, {"global_batch", G}, {"seq_len", T},
-                 {"tokens", step * G * T}, {"data", cfg_.data}, {"model", ec.model.name},
+                 {"tokens", positions_done_ >= 0 ? positions_done_ : step * G * T}, {"data", cfg_.data}, {"model", ec.model.name},
                  {"optimizer_steps", engine_.optimizer_steps()}, {"precision", precision_name(ec.precision)},
                  {"loss_scale", ls.scale()}, {"loss_scale_good_steps", ls.good_steps()},
                  {"layout",
@@ -261,12 +264,19 @@ void TrainLoop::save(int64_t step) {
 // The metrics line of a step (the pipeline's and the trace's parts are collective).
 nlohmann::json TrainLoop::step_line(int64_t done, float lr, const StepResult& r, double dt) {
   const EngineConfig& ec = engine_.config();
-  const int64_t tokens = ec.global_batch * ec.seq;
+  // Positions (tokens, patches, atoms) of the step: a family whose samples differ in size has
+  // its own count each step.
+  const int64_t tokens = r.positions > 0 ? r.positions : ec.global_batch * ec.seq;
   const double tps = static_cast<double>(tokens) / dt;
+  positions_done_ += tokens;
   nlohmann::json line = {{"step", done}, {"loss", r.loss}, {"lr", lr}, {"grad_norm", r.grad_norm},
-                         {"tokens_per_s", tps}, {"ms", dt * 1e3}, {"tokens", done * tokens},
+                         {"tokens_per_s", tps}, {"ms", dt * 1e3}, {"tokens", positions_done_},
                          {"model_flops_per_s", train_flops_per_position(ec.model, ec.seq) * tps},
                          {"memory", memory_json(engine_.store_memory())}, {"dp_exposed_ms", r.dp_exposed_s * 1e3}};
+  if (ec.layout.dp > 1) {  // the data-parallel ranks' busy times (Engine::step)
+    line["imbalance"] = r.imbalance;
+    line["busy_ms"] = {{"max", r.busy_max_s * 1e3}, {"mean", r.busy_mean_s * 1e3}};
+  }
   if (ec.precision != Precision::kFp32 || cfg_.loss_scale > 0) {
     line["precision"] = precision_name(ec.precision);
     if (engine_.loss_scaler().active()) line["loss_scale"] = r.loss_scale;
@@ -283,7 +293,8 @@ nlohmann::json TrainLoop::step_line(int64_t done, float lr, const StepResult& r,
 
 void TrainLoop::log_step(int64_t done, float lr, const StepResult& r, double dt) {
   if (done % cfg_.log_every != 0 && done != cfg_.steps) return;
-  const double tps = static_cast<double>(engine_.config().global_batch * engine_.config().seq) / dt;
+  const int64_t tokens = r.positions > 0 ? r.positions : engine_.config().global_batch * engine_.config().seq;
+  const double tps = static_cast<double>(tokens) / dt;
   const double mean_dt = timed_steps_ > 0 ? time_sum_ / timed_steps_ : dt;
   log_info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | {:.1f} ms{} | ETA {}", done,
            cfg_.steps, r.loss, lr, r.grad_norm, tps, dt * 1e3,
@@ -324,6 +335,7 @@ TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const 
   trace_path_ = (fs::path(cfg_.out) / fmt::format("trace-rank{}.jsonl", world_.rank())).string();
   if (cfg_.trace && start_step == 0) fs::remove(trace_path_);
   res_.first_step = res_.steps_done = start_step;
+  if (positions_done_ < 0) positions_done_ = start_step * engine_.config().global_batch * engine_.config().seq;
   const EngineConfig& ec = engine_.config();
   const int64_t decay_steps = cfg_.lr_decay_steps > 0 ? cfg_.lr_decay_steps : cfg_.steps;
   MemorySnapshot step_snapshot;  // after the last step, before its checkpoint
@@ -357,7 +369,10 @@ TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const 
     if (spike) line["spike"] = spike_json(*spike, spikes_.policy());
     step_snapshot = memory_tracker().snapshot();
     // The first step of a process includes one-time costs (page faults, BLAS buffers).
-    if (done > start_step + 1 || cfg_.steps - start_step == 1) time_sum_ += dt, ++timed_steps_;
+    if (done > start_step + 1 || cfg_.steps - start_step == 1) {
+      time_sum_ += dt, ++timed_steps_;
+      positions_sum_ += static_cast<double>(r.positions > 0 ? r.positions : ec.global_batch * ec.seq);
+    }
     res_.last_loss = r.loss;
     res_.steps_done = done;
     if (rank0_) files_.append_metrics(line);
@@ -373,8 +388,7 @@ TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const 
     }
     if (stop_on_signal(done, saved)) return res_;  // skips the final report and sample
   }
-  const int64_t tokens = ec.global_batch * ec.seq;
-  res_.tokens_per_s = timed_steps_ > 0 ? static_cast<double>(tokens) * timed_steps_ / time_sum_ : 0.0;
+  res_.tokens_per_s = timed_steps_ > 0 ? positions_sum_ / time_sum_ : 0.0;
   tracer_.set_phase("report");
   if (res_.steps_done > start_step) {
     const nlohmann::json line = final_report(engine_, world_, step_snapshot, pred, time_sum_, timed_steps_, res_.steps_done);
@@ -495,6 +509,10 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   if (!folder.resume_dir.empty()) {
     loop.spikes().restore(folder.resume_state.raw, folder.resume_dir + "/trainer.json");
     loop.resumed_from(folder.resume_dir);
+    const nlohmann::json& tj = folder.resume_state.raw;
+    if (tj.is_object() && tj.contains("tokens") && tj.at("tokens").is_number_integer()) {
+      loop.resumed_positions(tj.at("tokens").get<int64_t>());
+    }
   }
   return loop.run(start_step, pred, opt);
 }

@@ -160,17 +160,17 @@ TEST_F(DataParallelRuns, TraceVolumesMatchTheFormulas) {
   }
   const int64_t grad_bytes = 4 * n_params;
   // zero 0: gradients all-reduced once per step (accumulation over micro-batches is local),
-  // plus the step's loss (one f64).
-  EXPECT_EQ(bytes[0]["all_reduce"], grad_bytes + 8);
+  // plus the step's loss and each of the 2 ranks' busy time (3 f64, StepResult::imbalance).
+  EXPECT_EQ(bytes[0]["all_reduce"], grad_bytes + 24);
   EXPECT_EQ(bytes[0].count("reduce_scatter"), 0u);
   // ... and the embedding lookup's gradient exchanged as (token, row) pairs in the last
   // micro-batch: dp x B*T tokens (int32) and dp x B*T*C floats.
   const int64_t B = 2, T = 64, C = 256;
   EXPECT_EQ(bytes[0]["all_gather"], 2 * B * T * 4 + 2 * B * T * C * 4);
-  // zero 1: gradients reduce-scattered once, parameters all-gathered once, norm and loss.
+  // zero 1: gradients reduce-scattered once, parameters all-gathered once, norm, loss and busy times.
   EXPECT_EQ(bytes[1]["reduce_scatter"], grad_bytes);
   EXPECT_EQ(bytes[1]["all_gather"], grad_bytes + 2 * B * T * 4 + 2 * B * T * C * 4);
-  EXPECT_EQ(bytes[1]["all_reduce"], 16);
+  EXPECT_EQ(bytes[1]["all_reduce"], 8 + 24);
   // zero 3: each of the 2 micro-batches per rank (8 / dp 2 / micro 2) reduce-scatters every
   // gradient. Every group is gathered at least once per step; gathered groups stay valid until
   // the optimizer changes the shards, so later uses reuse them while their buffer is not

@@ -38,6 +38,8 @@ class GraphBatch final : public HostBatch {
   int64_t weight() const override { return nodes(); }
   // Two loss terms: the forces' (over atoms) and the energy's (over graphs).
   std::vector<int64_t> term_weights() const override { return {nodes(), graphs()}; }
+  // A balanced sampler gives ranks different numbers of graphs (graph_batching.h).
+  bool variable_samples() const override { return true; }
 
   // Appends one structure with its graph. InputError (naming the counts and the budget) when it
   // would pass the budget, when its labels differ from the graphs already held (energies,

@@ -73,6 +73,24 @@ void deal_by_cost(GraphStep& s, const std::vector<int64_t>& ids, const std::vect
 
 }  // namespace
 
+GraphStep plan_graph_step(const std::vector<GraphSize>& graphs, const std::vector<int64_t>& ids, int bins,
+                          GraphBalance mode, const GraphBudget& budget, const GraphCostModel& cost, int64_t step) {
+  GraphStep s;
+  s.rank_graphs.resize(static_cast<size_t>(bins));
+  const auto n = static_cast<int64_t>(ids.size());
+  if (mode == GraphBalance::kEqualCounts) {
+    for (int r = 0; r < bins; ++r) {
+      const int64_t b = n * r / bins, e = n * (r + 1) / bins;
+      s.rank_graphs[static_cast<size_t>(r)].assign(ids.begin() + b, ids.begin() + e);
+    }
+  } else {
+    deal_by_cost(s, ids, graphs, budget, cost, step);
+  }
+  GraphSize unused;
+  finish(s, graphs, cost, unused);
+  return s;
+}
+
 GraphEpochPlan plan_graph_epoch(const std::vector<GraphSize>& graphs, int ranks, int64_t graphs_per_step,
                                 GraphBalance mode, const GraphBudget& budget, const GraphCostModel& cost,
                                 uint64_t seed, int64_t epoch) {
@@ -94,17 +112,12 @@ GraphEpochPlan plan_graph_epoch(const std::vector<GraphSize>& graphs, int ranks,
   double sum = 0.0;
   for (int64_t k = 0; k < steps; ++k) {
     const std::vector<int64_t> ids(order.begin() + k * graphs_per_step, order.begin() + (k + 1) * graphs_per_step);
-    GraphStep s;
-    s.rank_graphs.resize(static_cast<size_t>(ranks));
-    if (mode == GraphBalance::kEqualCounts) {
-      for (int r = 0; r < ranks; ++r) {
-        const int64_t b = graphs_per_step * r / ranks, e = graphs_per_step * (r + 1) / ranks;
-        s.rank_graphs[static_cast<size_t>(r)].assign(ids.begin() + b, ids.begin() + e);
-      }
-    } else {
-      deal_by_cost(s, ids, graphs, budget, cost, k);
+    GraphStep s = plan_graph_step(graphs, ids, ranks, mode, budget, cost, k);
+    for (const auto& r : s.rank_graphs) {
+      GraphSize used;
+      for (int64_t g : r) used.nodes += graphs[static_cast<size_t>(g)].nodes, used.edges += graphs[static_cast<size_t>(g)].edges;
+      plan.peak.nodes = std::max(plan.peak.nodes, used.nodes), plan.peak.edges = std::max(plan.peak.edges, used.edges);
     }
-    finish(s, graphs, cost, plan.peak);
     sum += s.imbalance;
     plan.max_imbalance = k == 0 ? s.imbalance : std::max(plan.max_imbalance, s.imbalance);
     plan.steps.push_back(std::move(s));

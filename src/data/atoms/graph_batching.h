@@ -46,6 +46,12 @@ struct GraphEpochPlan {
   GraphSize peak;  // the largest micro-batch (nodes, edges) any rank received: the capacity it needs
 };
 
+// One step's graphs `ids` (indices into `graphs`) dealt to `bins` ranks (or micro-batch slots),
+// each within `budget`: kEqualCounts consecutive equal shares, kCost largest first to the least
+// loaded bin with room. InputError naming the numbers when a graph fits no bin.
+GraphStep plan_graph_step(const std::vector<GraphSize>& graphs, const std::vector<int64_t>& ids, int bins,
+                          GraphBalance mode, const GraphBudget& budget, const GraphCostModel& cost, int64_t step);
+
 // The plan of one epoch: floor(graphs / graphs_per_step) steps (the rest of the shuffled order
 // waits for the next epoch, as a dropped last batch). InputError, naming the numbers, for
 // ranks < 1, graphs_per_step < ranks, a graph larger than the budget, or (kCost) a step whose

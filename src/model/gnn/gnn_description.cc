@@ -32,8 +32,10 @@ GnnFlops gnn_forward_flops(const ModelConfig& cfg) {
 
 GnnCapacity gnn_capacity(const ModelConfig& cfg, int64_t graphs) {
   const GnnFields& f = gnn_fields(cfg);
+  // Graphs bounded by the nodes only: a cost-balanced sampler may give a micro-batch more than
+  // `graphs` small ones.
   const int64_t N = graphs * f.max_atoms;
-  return {N, N * f.max_neighbours, graphs};
+  return {N, N * f.max_neighbours, N};
 }
 
 namespace {

@@ -15,7 +15,7 @@ struct GnnFlops {
 };
 GnnFlops gnn_forward_flops(const ModelConfig& cfg);
 
-// The micro-batch capacity of B graphs: nodes, edges, graphs.
+// The micro-batch capacity of B graphs: nodes, edges, and graphs (up to one per node).
 struct GnnCapacity {
   int64_t N = 0, E = 0, G = 0;
 };
