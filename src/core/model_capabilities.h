@@ -9,6 +9,9 @@ namespace weft {
 struct ModelCapabilities {
   const char* family = "GPT";       // the family's display name, used in messages ("ClimaX models ...")
   bool tensor_parallel = true;      // its layers split between tp ranks (tp > 1)
+  // Its layers are the shared transformer block, whose costs the planner's formulas price
+  // (plan/): a family of other layers (graph networks) is not priced by `weft plan` yet.
+  bool transformer_blocks = true;
   bool pipeline_stages = true;      // its layers cut into pipeline stages (pp > 1)
   bool sequence_parallel = true;    // activations split along the sequence between tp ranks
   bool selective_recompute = true;  // attention recomputed from stashed q, k, v

@@ -39,6 +39,10 @@ float Family::init_value(const ModelConfig& cfg, const ParamTensor& t, int64_t i
               cfg.name, name(), t.name, index);
 }
 
+std::string Family::describe_shape(const ModelConfig& c) const {
+  return fmt::format("{} layers, {} heads, hidden {}, context {}", c.n_layer, c.n_head, c.n_embd, c.n_ctx);
+}
+
 ModelConfig Family::with_settings(const ModelConfig& base, const std::map<std::string, std::string>& settings) const {
   if (settings.empty()) return base;
   const std::vector<std::string> known = setting_names();

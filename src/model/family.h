@@ -62,6 +62,8 @@ class Family {
   // value it cannot take. The default has none and refuses any.
   virtual std::vector<std::string> setting_names() const { return {}; }
   virtual ModelConfig with_settings(const ModelConfig& base, const std::map<std::string, std::string>& settings) const;
+  // Its shape in words for the run's log ("4 layers, 4 heads, hidden 256, context 256").
+  virtual std::string describe_shape(const ModelConfig& cfg) const;
   // The positions of one sample when the model fixes them (ClimaX: its patches), else 0 (the
   // run's seq_len decides).
   virtual int64_t fixed_positions(const ModelConfig&) const { return 0; }

@@ -59,8 +59,8 @@ void log_run_setup(const RunSetup& s, const RunPrediction& pred) {
   } else if (pred.system_path.empty()) {
     log_info("planner: no system file (run `weft calibrate --out systems/local.toml` or pass --system) - step time not predicted");
   }
-  log_info("weft train: model {} ({} layers, {} heads, hidden {}, context {}), {:.2f}M parameters on this rank ({:.2f}M without padding)",
-           mc.name, mc.n_layer, mc.n_head, mc.n_embd, mc.n_ctx, e.num_params() / 1e6, e.num_unpadded() / 1e6);
+  log_info("weft train: model {} ({}), {:.2f}M parameters on this rank ({:.2f}M without padding)", mc.name,
+           mc.family->describe_shape(mc), e.num_params() / 1e6, e.num_unpadded() / 1e6);
   if (ec.layout.recompute != Recompute::kNone) {
     log_info("activation recompute: {}{}", recompute_name(ec.layout.recompute),
              cfg.recompute_layers > 0 ? fmt::format(" ({} layers per stage)", cfg.recompute_layers) : std::string());

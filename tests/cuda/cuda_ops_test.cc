@@ -349,6 +349,36 @@ TEST_F(CudaOps, IndexedRows) {
   EXPECT_LT(rel_err(down(gdb), rdb), kTolF32);
 }
 
+// The graph networks' pointwise ops (activations and their derivatives, products, row scaling;
+// writing and accumulating) against the CPU reference.
+TEST_F(CudaOps, GraphPointwiseOps) {
+  const int64_t N = 41, C = 29, n = N * C;
+  const Vec x = randn(n, 60, 3.0f), d = randn(n, 61), base = randn(n, 62), rows = randn(N, 63);
+  auto dx = up(x), dd = up(d), drows = up(rows);
+  for (Activation act : {Activation::kRelu, Activation::kSilu, Activation::kShiftedSoftplus}) {
+    Vec ref(n);
+    cpu_->activation_forward_f32(ref.data(), x.data(), n, act);
+    DeviceBuffer o = dev_f32(n);
+    gpu_->activation_forward_f32(o.data<float>(), dx.data<float>(), n, act);
+    EXPECT_LT(rel_err(down(o), ref), kTolElem) << static_cast<int>(act);
+    Vec rg = base;
+    cpu_->activation_backward_f32(rg.data(), x.data(), d.data(), n, act, true);
+    auto gg = up(base);
+    gpu_->activation_backward_f32(gg.data<float>(), dx.data<float>(), dd.data<float>(), n, act, true);
+    EXPECT_LT(rel_err(down(gg), rg), kTolElem) << static_cast<int>(act);
+  }
+  Vec rm = base;
+  cpu_->mul_f32(rm.data(), x.data(), d.data(), n, true);
+  auto gm = up(base);
+  gpu_->mul_f32(gm.data<float>(), dx.data<float>(), dd.data<float>(), n, true);
+  EXPECT_LT(rel_err(down(gm), rm), kTolElem);
+  Vec rs(n);
+  cpu_->scale_rows_f32(rs.data(), x.data(), rows.data(), N, C, false);
+  DeviceBuffer gs = dev_f32(n);
+  gpu_->scale_rows_f32(gs.data<float>(), dx.data<float>(), drows.data<float>(), N, C, false);
+  EXPECT_EQ(down(gs), rs);
+}
+
 TEST_F(CudaOps, Elementwise) {
   const int64_t N = 33, C = 65, n = N * C;
   Vec a = randn(n, 27, 2.0f), b = randn(n, 28), bias = randn(C, 29), g = randn(n, 30);

@@ -88,7 +88,7 @@ def forward(P, b, s):
         if s["layer"] == "schnet":
             G_ = s["num_gaussians"]
             rc = s["cutoff"]
-            mu = torch.arange(G_, dtype=torch.float64) * (rc / (G_ - 1))
+            mu = torch.arange(G_, dtype=d.dtype) * (rc / (G_ - 1))
             delta = rc / (G_ - 1)
             rbf = torch.exp(-0.5 * (d[:, None] - mu[None, :]) ** 2 / delta ** 2)
             cut = torch.where(d < rc, 0.5 * (torch.cos(math.pi * d / rc) + 1.0), torch.zeros_like(d))

@@ -107,6 +107,8 @@ const std::vector<BadValue>& bad_values() {
       {"compression.block_size", "0", "compression.block_size must lie in [1, 16777216]"},
       {"compression.error_feedback", "true", "compression.error_feedback needs a lossy compression.dp codec"},
       // [data] (ClimaX runs)
+      {"balance", "random", "data.balance must be 'count' or 'cost', got 'random'"},
+      {"balance", "cost", "data.balance 'cost' deals graphs to ranks by their cost; model 'tiny' (GPT) reads tokens"},
       {"lead_hours", "0", "lead_hours must be positive, got 0"}, {"lead_hours", "6;12", "must be a list of integers"},
       // [eval]
       {"val_every", "-1", "val_every -1"}, {"val_batches", "-1", "val_batches -1"},

@@ -224,6 +224,7 @@ class GnnFamily final : public Family {
     static const ModelCapabilities caps{
         .family = "graph network",
         .tensor_parallel = false,
+        .transformer_blocks = false,
         .pipeline_stages = false,
         .sequence_parallel = false,
         .selective_recompute = false,
@@ -320,6 +321,12 @@ class GnnFamily final : public Family {
     return c;
   }
 
+  std::string describe_shape(const ModelConfig& c) const override {
+    const GnnFields& f = gnn_fields(c);
+    return fmt::format("{} x {} {} layers, heads of {}, {}, radius {} A, up to {} atoms and {} neighbours a structure",
+                       c.n_layer, c.n_embd, gnn_layer_name(f.layer), c.ffn, activation_name(f.activation), f.cutoff,
+                       f.max_atoms, f.max_neighbours);
+  }
   bool reads_config_json(const nlohmann::json& j) const override {
     return j.contains("model_type") && j.at("model_type") == "gnn";
   }

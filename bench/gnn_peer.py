@@ -1,0 +1,151 @@
+#!/usr/bin/python3
+"""PyTorch peer of weft's graph-network training step (issue 33): the same model as
+tests/reference/gnn_reference.py (SchNet or EGNN, energy and equivariant force heads, the
+normalised two-term loss), in float32 eager PyTorch, trained with AdamW on the same prepared
+graph dataset (weft prepare --synthetic-lj DIR), batches of consecutive training structures.
+Prints one JSON line: atoms/s and ms per step over the timed steps (the first two left out).
+
+  /usr/bin/python3 bench/gnn_peer.py DATA_DIR [--layer schnet] [--hidden 64] [--layers 3]
+      [--head-hidden 64] [--gaussians 32] [--batch 16] [--steps 40] [--threads 2]
+
+Compare with `weft train configs/gnn-lj.toml --data DATA_DIR --threads 2` (its tokens/s are
+atoms/s); bench/gnn_peer.sh runs both.
+"""
+
+import argparse
+import json
+import math
+import os
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
+import gnn_reference as ref  # noqa: E402
+
+
+def pad8(n):
+    return (n + 7) // 8 * 8
+
+
+def read_shard(path):
+    """docs/formats-graphs.md: the structures of one .wgs shard."""
+    raw = open(path, "rb").read()
+    magic, version, S, A, E, flags, _, _ = struct.unpack("<8q", raw[:64])
+    off = 64
+
+    def take(dtype, count):
+        nonlocal off
+        a = np.frombuffer(raw, dtype=dtype, count=count, offset=off)
+        off += pad8(a.nbytes)
+        return a
+
+    aoff = take("<i8", S + 1)
+    eoff = take("<i8", S + 1)
+    energy = take("<f8", S)
+    lattice = take("<f8", 9 * S).reshape(S, 3, 3)
+    take("u1", 8 * S)
+    species = take("<i4", A)
+    pos = take("<f8", 3 * A).reshape(A, 3)
+    forces = take("<f8", 3 * A).reshape(A, 3) if flags & 2 else np.zeros((A, 3))
+    src = take("<i4", E)
+    dst = take("<i4", E)
+    shift = take("<i4", 3 * E).reshape(E, 3)
+    out = []
+    for k in range(S):
+        a0, a1, e0, e1 = aoff[k], aoff[k + 1], eoff[k], eoff[k + 1]
+        out.append({"species": species[a0:a1], "pos": pos[a0:a1], "forces": forces[a0:a1], "energy": energy[k],
+                    "source": src[e0:e1], "receiver": dst[e0:e1],
+                    "shift_vec": shift[e0:e1].astype(np.float64) @ lattice[k]})
+    return out
+
+
+def batch_of(structs):
+    b = {k: [] for k in ("species", "node_graph", "source", "receiver", "pos", "shift_vec", "energy", "forces")}
+    n = 0
+    for g, s in enumerate(structs):
+        b["species"].append(s["species"])
+        b["node_graph"].append(np.full(len(s["species"]), g))
+        b["source"].append(s["source"] + n)
+        b["receiver"].append(s["receiver"] + n)
+        b["pos"].append(s["pos"])
+        b["shift_vec"].append(s["shift_vec"])
+        b["energy"].append([s["energy"]])
+        b["forces"].append(s["forces"])
+        n += len(s["species"])
+    out = {}
+    for k, v in b.items():
+        a = np.concatenate(v)
+        out[k] = torch.tensor(a, dtype=torch.long) if k in ("species", "node_graph", "source", "receiver") \
+            else torch.tensor(a, dtype=torch.float32)
+    return out, n
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("data")
+    ap.add_argument("--layer", default="schnet")
+    ap.add_argument("--activation", default="silu")
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=3)
+    ap.add_argument("--head-hidden", type=int, default=64)
+    ap.add_argument("--gaussians", type=int, default=32)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.set_default_dtype(torch.float32)
+    man = json.load(open(os.path.join(a.data, "manifest.json")))
+    structs = []
+    for f in man["splits"]["train"]["files"]:
+        structs += read_shard(os.path.join(a.data, f["file"]))
+    st = man["splits"]["train"]["stats"]
+    s = {"layer": a.layer, "activation": a.activation, "pooling": "mean", "cutoff": man["graph"]["cutoff"],
+         "num_gaussians": a.gaussians, "layers": a.layers, "energy_weight": 1.0, "forces_weight": 1.0,
+         "energy_mean": st["energy_per_atom"]["mean"], "energy_std": st["energy_per_atom"]["std"],
+         "force_scale": st["force_rms"]}
+    C, H, G = a.hidden, a.head_hidden, a.gaussians
+    P = {"embedding.weight": torch.randn(119, C)}
+    for l in range(a.layers):
+        p = "convs.%d." % l
+        if a.layer == "schnet":
+            shapes = {"filter.0.weight": (G, C), "filter.0.bias": (C,), "filter.2.weight": (C, C),
+                      "filter.2.bias": (C,), "lin1.weight": (C, C), "lin2.weight": (C, C), "lin2.bias": (C,)}
+        else:
+            shapes = {"edge_mlp.0.weight_receiver": (C, C), "edge_mlp.0.weight_source": (C, C),
+                      "edge_mlp.0.weight_radial": (1, C), "edge_mlp.0.bias": (C,), "edge_mlp.2.weight": (C, C),
+                      "edge_mlp.2.bias": (C,), "node_mlp.0.weight_node": (C, C), "node_mlp.0.weight_message": (C, C),
+                      "node_mlp.0.bias": (C,), "node_mlp.2.weight": (C, C), "node_mlp.2.bias": (C,)}
+        for k, sh in shapes.items():
+            P[p + k] = torch.randn(*sh) / math.sqrt(sh[0]) if len(sh) == 2 else torch.zeros(sh)
+    for k, sh in {"heads.energy.0.weight": (C, H), "heads.energy.0.bias": (H,), "heads.energy.2.weight": (H, 1),
+                  "heads.energy.2.bias": (1,), "heads.forces.0.weight_receiver": (C, H),
+                  "heads.forces.0.weight_source": (C, H), "heads.forces.0.weight_distance": (1, H),
+                  "heads.forces.0.bias": (H,), "heads.forces.2.weight": (H, 1), "heads.forces.2.bias": (1,)}.items():
+        P[k] = torch.randn(*sh) / math.sqrt(sh[0]) if len(sh) == 2 else torch.zeros(sh)
+    for t in P.values():
+        t.requires_grad_(True)
+    opt = torch.optim.AdamW(list(P.values()), lr=1e-3, weight_decay=0.0)
+    times, atoms = [], []
+    for step in range(a.steps):
+        first = (step * a.batch) % max(1, len(structs) - a.batch)
+        b, n = batch_of(structs[first:first + a.batch])
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss = ref.forward(P, b, s)
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+        atoms.append(n)
+    t = sum(times[2:])
+    print(json.dumps({"peer": "pytorch %s eager fp32" % torch.__version__, "threads": a.threads, "layer": a.layer,
+                      "steps": a.steps - 2, "atoms_per_s": sum(atoms[2:]) / t, "ms_per_step": 1e3 * t / (a.steps - 2),
+                      "final_loss": loss.item()}))
+
+
+if __name__ == "__main__":
+    main()
