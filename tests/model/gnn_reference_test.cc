@@ -250,6 +250,11 @@ TEST(GnnModel, PredictionsAreInvariantAndForcesEquivariantUnderRotation) {
       }
     }
     EXPECT_GT(scale, 1e-3) << gnn_layer_name(layer) << ": the forces are not trivially zero";
+    for (int j = 0; j < 3; ++j) {  // Newton's third law: each edge's pair force acts on both ends
+      double total = 0.0;
+      for (int64_t i = 0; i < a.atoms(); ++i) total += forces[0][static_cast<size_t>(3 * i + j)];
+      EXPECT_LT(std::abs(total), 1e-4 * scale * static_cast<double>(a.atoms())) << gnn_layer_name(layer);
+    }
     EXPECT_LT(worst, 1e-4 * scale) << gnn_layer_name(layer);
   }
 }

@@ -29,7 +29,7 @@ Model (per structure graph; edges j -> i, j the source, i the receiver):
            h' = act(h + act([h, a] W_n0 + b_n0) W_n2 + b_n2)
   energy head: pool (mean | add) over a graph's nodes -> Linear, act, Linear(1)
   force head:  per edge s_e = act([h_i, h_j, d_e] W_f0 + b_f0) W_f2 + b_f2,
-               f_i = sum_e s_e (x_j + shift - x_i) / d_e
+               t_e = s_e (x_j + shift - x_i) / d_e, f_i = sum_{e into i} t_e - sum_{e out of i} t_e
   loss = w_F mean_atoms(mean_c (f - F / s_F)^2) + w_E mean_graphs((e - (E / n - mu) / sigma)^2),
          (w_E, w_F) normalised to sum to 1.
 
@@ -118,7 +118,8 @@ def forward(P, b, s):
                      P["heads.forces.0.weight_distance"]], dim=0)  # (2C + 1, H)
     s_e = act(torch.cat([h[rcv], h[src], d[:, None]], dim=1) @ Wf0 + P["heads.forces.0.bias"]) \
         @ P["heads.forces.2.weight"] + P["heads.forces.2.bias"]  # (E, 1)
-    f = segment_sum(s_e * (vec / d[:, None]), rcv, N)
+    t = s_e * (vec / d[:, None])  # each edge's pair force: on its receiver, and minus it on its source
+    f = segment_sum(t, rcv, N) - segment_sum(t, src, N)
     wsum = s["energy_weight"] + s["forces_weight"]
     wE, wF = s["energy_weight"] / wsum, s["forces_weight"] / wsum
     y_e = (b["energy"] / atoms - s["energy_mean"]) / s["energy_std"]

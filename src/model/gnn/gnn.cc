@@ -16,7 +16,7 @@ struct GnnModel::Buffers {
   DeviceBuffer rbf, cutoff, dist2, dist, unit, y_energy, y_forces, ones3;
   std::vector<DeviceBuffer> h;  // L + 1 node states (N, C)
   DeviceBuffer pool, ez, ea, e;   // the energy head: (G,C) (G,H) (G,H) (G)
-  DeviceBuffer fpre, fa, fs, ft, f;  // the force head: (E,H) (E,H) (E) (E,3) (N,3)
+  DeviceBuffer fpre, fa, fs, ft, f, fsrc;  // the force head: (E,H) (E,H) (E) (E,3) (N,3) (N,3)
   DeviceBuffer row_f, row_e, w_f, w_e, de, df;
   DeviceBuffer scratch_e, scratch_n, d0, d1, dgh, dgc;  // backward
   DeviceBuffer hn, he, e3, es;  // the force head: (2,N,H) node products / gradients, (E,H), (E,3), (E)
@@ -99,6 +99,7 @@ void GnnModel::reserve(const HostBatch& capacity, bool training, int64_t, int) {
   for (int l = 0; l <= cfg_.n_layer; ++l) b->h.push_back(f32(be, N * C));
   b->pool = f32(be, G * C), b->ez = f32(be, G * H), b->ea = f32(be, G * H), b->e = f32(be, G);
   b->fpre = f32(be, E * H), b->fa = f32(be, E * H), b->fs = f32(be, E), b->ft = f32(be, 3 * E), b->f = f32(be, 3 * N);
+  b->fsrc = f32(be, 3 * N, MemCategory::kWorkspace);
   const MemCategory ws = MemCategory::kWorkspace;
   b->row_f = f32(be, N, ws), b->row_e = f32(be, G, ws), b->w_f = f32(be, 3, ws), b->w_e = f32(be, 1, ws);
   b->de = f32(be, G, ws), b->df = f32(be, 3 * N, ws);
@@ -129,7 +130,7 @@ int64_t GnnModel::workspace_bytes() const {
   if (!buf_) return 0;
   int64_t n = 0;
   for (const DeviceBuffer* d : {&buf_->scratch_e, &buf_->scratch_n, &buf_->d0, &buf_->d1, &buf_->dgh, &buf_->dgc,
-                                &buf_->hn, &buf_->he, &buf_->e3, &buf_->es, &buf_->ones3, &buf_->de, &buf_->df,
+                                &buf_->hn, &buf_->he, &buf_->e3, &buf_->es, &buf_->ones3, &buf_->de, &buf_->df, &buf_->fsrc,
                                 &buf_->row_f, &buf_->row_e, &buf_->w_f, &buf_->w_e}) {
     n += static_cast<int64_t>(d->bytes());
   }
@@ -182,8 +183,9 @@ void GnnModel::forward(const std::vector<CView>& front, const std::vector<CView>
   force_head_forward(wb);
 }
 
-// The force head (equivariant): per edge e: j -> i a scalar s_e = act((h W_r)[i] + (h W_s)[j] +
-// d_e w_d + b_0) W_2 + b_2, and f_i = sum_{e: j -> i} s_e u_e, u_e the unit vector from i to j.
+// The force head (equivariant, Newton's third law): per edge e: j -> i a scalar s_e = act((h W_r)[i]
+// + (h W_s)[j] + d_e w_d + b_0) W_2 + b_2 and its pair force s_e u_e (u_e the unit vector from i to
+// j), added to i and subtracted from j: f_i = sum_{e: j -> i} s_e u_e - sum_{e: i -> k} s_e u_e.
 void GnnModel::force_head_forward(const std::vector<const float*>& wb) {
   Buffers& d = *buf_;
   const int64_t N = graph_.N, E = graph_.E, C = d.C, H = d.H;
@@ -199,8 +201,13 @@ void GnnModel::force_head_forward(const std::vector<const float*>& wb) {
   backend_.activation_forward_f32(d.fa.data<float>(), pre, E * H, f_.activation);
   backend_.matmul_forward_f32(d.fs.data<float>(), d.fa.data<float>(), wb[8], wb[9], E, H, 1, false);
   backend_.scale_rows_f32(d.ft.data<float>(), d.unit.data<float>(), d.fs.data<float>(), E, 3, false);
-  backend_.segment_reduce_f32(d.f.data<float>(), nullptr, d.ft.data<float>(), nullptr, d.recv_off.data<int32_t>(), N, 3,
-                              SegmentOp::kSum, false);
+  float* f = d.f.data<float>();
+  backend_.segment_reduce_f32(f, nullptr, d.ft.data<float>(), nullptr, d.recv_off.data<int32_t>(), N, 3, SegmentOp::kSum,
+                              false);
+  backend_.segment_reduce_f32(d.fsrc.data<float>(), nullptr, d.ft.data<float>(), d.src_perm.data<int32_t>(),
+                              d.src_off.data<int32_t>(), N, 3, SegmentOp::kSum, false);
+  backend_.scale(d.fsrc.data<float>(), -1.0f, 3 * N);
+  backend_.add_f32(f, f, d.fsrc.data<float>(), 3 * N);
 }
 
 // Its backward from d.df: the head's gradients, and d0 (the last node states' gradient) written.
@@ -211,7 +218,10 @@ void GnnModel::force_head_backward(const std::vector<const float*>& wb, const st
   float *e3 = d.e3.data<float>(), *es = d.es.data<float>(), *he = d.he.data<float>();
   float *dhr = d.hn.data<float>(), *dhs = dhr + N * H, *dh = d.d0.data<float>(), *tmp = d.d1.data<float>();
   const int32_t* recv = d.recv_off.data<int32_t>();
-  backend_.segment_broadcast_f32(e3, d.df.data<float>(), nullptr, recv, N, 3, false, false);  // d(t_e)
+  backend_.segment_broadcast_f32(e3, d.df.data<float>(), nullptr, recv, N, 3, false, false);  // d(t_e) = df_i - df_j
+  backend_.gather_rows_f32(d.ft.data<float>(), d.df.data<float>(), d.source.data<int32_t>(), E, 3);  // (forward's t_e done)
+  backend_.scale(d.ft.data<float>(), -1.0f, 3 * E);
+  backend_.add_f32(e3, e3, d.ft.data<float>(), 3 * E);
   backend_.mul_f32(e3, e3, d.unit.data<float>(), 3 * E, false);
   backend_.matmul_forward_f32(es, e3, d.ones3.data<float>(), nullptr, E, 3, 1, false);  // d(s_e) = d(t_e) . u_e
   backend_.matmul_backward_f32(he, g[8], g[9], es, d.fa.data<float>(), wb[8], E, H, 1);

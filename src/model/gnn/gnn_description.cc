@@ -68,7 +68,7 @@ class GnnDescription final : public ModelDescription {
   }
   int64_t workspace_elems() const override {
     const int64_t C = cfg_.n_embd, H = cfg_.ffn, N = cap_.N, E = cap_.E, G = cap_.G;
-    const int64_t force_head = 2 * N * H + E * H + 3 * E + E + 3;
+    const int64_t force_head = 2 * N * H + E * H + 3 * E + E + 3 + 3 * N;
     return 3 * E * C + 3 * N * C + 2 * N * C + G * H + G * C + force_head + G + 3 * N + N + G + 4;
   }
   int64_t residual_elems() const override { return 0; }
