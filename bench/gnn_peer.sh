@@ -4,6 +4,8 @@
 #
 #   bench/gnn_peer.sh [LAYER] [STEPS] [THREADS]     e.g. bench/gnn_peer.sh egnn 60 2
 #
+# WEFT_FP32_KERNEL=onednn runs weft's fp32 products on oneDNN (docs/precision.md); the default is
+# the system file's choice, else OpenBLAS.
 # Prints each side's atoms/s and ms per step (weft: mean over its steps after the first; the peer:
 # over its steps after the second, batch assembly outside its timing) and weft / peer.
 set -euo pipefail
@@ -17,9 +19,10 @@ OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 echo "OpenBLAS kernels: ${OPENBLAS_CORETYPE:-default}; $(lscpu | sed -n 's/^Model name: *//p')"
 build/weft train configs/gnn-lj.toml --data "$DATA" --out "$OUT/run" --model.layer "$LAYER" --steps "$STEPS" \
-  --val-every 0 --ckpt-every 0 --log-every "$STEPS" --threads "$THREADS" --warmup-steps 0 > "$OUT/weft.log" 2>&1
+  --val-every 0 --ckpt-every 0 --log-every "$STEPS" --threads "$THREADS" --warmup-steps 0 \
+  ${WEFT_FP32_KERNEL:+--fp32-kernel "$WEFT_FP32_KERNEL"} > "$OUT/weft.log" 2>&1
 W=$(sed -n 's/^done: .* steps, \([0-9.]*\) tokens\/s.*/\1/p' "$OUT/weft.log")
 P=$(/usr/bin/python3 bench/gnn_peer.py "$DATA" --layer "$LAYER" --steps "$STEPS" --threads "$THREADS")
-echo "weft:  $W atoms/s ($LAYER, gnn-lj, batch 16, $THREADS threads)"
+echo "weft:  $W atoms/s ($LAYER, gnn-lj, batch 16, $THREADS threads; $(grep -o 'products: [^(]*' "$OUT/weft.log" || echo 'products: openblas'))"
 echo "peer:  $P"
 python3 -c "import json,sys; p=json.loads(sys.argv[2]); print('weft / peer: %.2fx' % (float(sys.argv[1]) / p['atoms_per_s']))" "$W" "$P"
