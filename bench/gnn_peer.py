@@ -96,6 +96,7 @@ def main():
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--pyg", action="store_true", help="SchNet's convolutions from PyTorch Geometric (.venv-peers)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.set_default_dtype(torch.float32)
@@ -129,20 +130,43 @@ def main():
         P[k] = torch.randn(*sh) / math.sqrt(sh[0]) if len(sh) == 2 else torch.zeros(sh)
     for t in P.values():
         t.requires_grad_(True)
-    opt = torch.optim.AdamW(list(P.values()), lr=1e-3, weight_decay=0.0)
+    params = list(P.values())
+    forward = ref.forward
+    if a.pyg:  # SchNet's layers as PyTorch Geometric's CFConv (HydraGNN's SCFStack builds them so)
+        from torch_geometric.nn.models.schnet import CFConv, GaussianSmearing, ShiftedSoftplus
+        if a.layer != "schnet":
+            raise SystemExit("gnn_peer.py --pyg: PyTorch Geometric has CFConv (SchNet), not EGNN")
+        convs = torch.nn.ModuleList([CFConv(C, C, C, torch.nn.Sequential(torch.nn.Linear(G, C), ShiftedSoftplus(),
+                                                                         torch.nn.Linear(C, C)), s["cutoff"])
+                                     for _ in range(a.layers)])
+        smearing = GaussianSmearing(0.0, s["cutoff"], G)
+        params += list(convs.parameters())
+        act = ref.act_fn(a.activation)
+
+        def forward(P, b, s):
+            src, rcv = b["source"], b["receiver"]
+            vec = b["pos"][src] + b["shift_vec"] - b["pos"][rcv]
+            d = torch.sqrt((vec * vec).sum(dim=1))
+            rbf = smearing(d)
+            edge_index = torch.stack([src, rcv])
+            h = P["embedding.weight"][b["species"]]
+            for conv in convs:
+                h = act(conv(h, edge_index, d, rbf))
+            return ref.heads_loss(P, b, s, h, vec, d)
+    opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.0)
     times, atoms = [], []
     for step in range(a.steps):
         first = (step * a.batch) % max(1, len(structs) - a.batch)
         b, n = batch_of(structs[first:first + a.batch])
         t0 = time.perf_counter()
         opt.zero_grad()
-        loss = ref.forward(P, b, s)
+        loss = forward(P, b, s)
         loss.backward()
         opt.step()
         times.append(time.perf_counter() - t0)
         atoms.append(n)
     t = sum(times[2:])
-    print(json.dumps({"peer": "pytorch %s eager fp32" % torch.__version__, "threads": a.threads, "layer": a.layer,
+    print(json.dumps({"peer": "pytorch %s eager fp32%s" % (torch.__version__, " + PyG CFConv" if a.pyg else ""), "threads": a.threads, "layer": a.layer,
                       "steps": a.steps - 2, "atoms_per_s": sum(atoms[2:]) / t, "ms_per_step": 1e3 * t / (a.steps - 2),
                       "final_loss": loss.item()}))
 

@@ -58,7 +58,8 @@ class GraphRunData final : public RunData {
   }
   void fill(int64_t step, int64_t global_batch, int64_t first, int64_t count, HostBatch& out) const override {
     auto& b = batch_as<GraphBatch>(out, "graphs");
-    if (by_cost_ && slots_ > 0) {
+    if (by_cost_) {
+      WEFT_CHECK(slots_ > 0, "the graph data source deals structures by cost only once configure() knows the layout");
       for (int64_t id : slot_graphs(step, global_batch, first / micro_batch_)) b.append(train_.samples[static_cast<size_t>(id)]);
       return;
     }

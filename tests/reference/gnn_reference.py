@@ -77,9 +77,7 @@ def forward(P, b, s):
     species = b["species"].long()
     src = b["source"].long()
     rcv = b["receiver"].long()
-    ng = b["node_graph"].long()
     N = species.shape[0]
-    G = b["energy"].shape[0]
     vec = b["pos"][src] + b["shift_vec"] - b["pos"][rcv]
     d = torch.sqrt((vec * vec).sum(dim=1))
     h = P["embedding.weight"][species]
@@ -108,6 +106,17 @@ def forward(P, b, s):
             upd = act(torch.cat([h, a], dim=1) @ Wn0 + P[p + "node_mlp.0.bias"]) @ P[p + "node_mlp.2.weight"] \
                 + P[p + "node_mlp.2.bias"]
             h = act(h + upd)
+    return heads_loss(P, b, s, h, vec, d)
+
+
+def heads_loss(P, b, s, h, vec, d):
+    """The energy and force heads and the normalised two-term loss on the last node states h."""
+    act = act_fn(s["activation"])
+    src = b["source"].long()
+    rcv = b["receiver"].long()
+    ng = b["node_graph"].long()
+    N = h.shape[0]
+    G = b["energy"].shape[0]
     pooled = segment_sum(h, ng, G)
     atoms = segment_sum(torch.ones(N), ng, G)
     if s["pooling"] == "mean":
