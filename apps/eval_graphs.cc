@@ -45,7 +45,7 @@ Scores score(Engine& engine, const ModelConfig& mc, const GraphDataset& ds, cons
   Model& model = engine.model(0);
   const std::unique_ptr<HostBatch> hb = mc.family->make_batch(mc, o.batch, 0);
   auto& b = batch_as<GraphBatch>(*hb, "graphs");
-  std::vector<float> out;
+  std::vector<float> out, zeros;  // zeros: the zero-force baseline's forces
   for (int64_t first = 0; first < n; first += o.batch) {
     b.clear();
     const int64_t count = std::min(o.batch, n - first);
@@ -58,7 +58,8 @@ Scores score(Engine& engine, const ModelConfig& mc, const GraphDataset& ds, cons
       const double e = out[static_cast<size_t>(k)];
       if (!std::isfinite(e)) throw_runtime("model '{}' predicts a non-finite energy for structure {}", mc.name, first + k);
       r.model.add(s, e, forces);
-      r.baseline.add(s, fit.predict(s), nullptr);
+      zeros.assign(s.forces.size(), 0.0f);
+      r.baseline.add(s, fit.predict(s), zeros.data());
       if (s.has_energy) {
         r.energy.truth.push_back(s.energy / static_cast<double>(s.atoms()));
         r.energy.pred.push_back(e / static_cast<double>(s.atoms()));
@@ -67,9 +68,7 @@ Scores score(Engine& engine, const ModelConfig& mc, const GraphDataset& ds, cons
         for (size_t c = 0; c < s.forces.size(); ++c) {
           r.forces.truth.push_back(s.forces[c]);
           r.forces.pred.push_back(forces[c]);
-          r.baseline.force_abs += std::abs(s.forces[c]), r.baseline.force_sq += s.forces[c] * s.forces[c];
         }
-        r.baseline.components += static_cast<int64_t>(s.forces.size());
       }
       forces += 3 * s.atoms();
     }

@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
-#include <numeric>
-#include <random>
 
 #include "core/error.h"
 #include "data/atoms/graph_batch.h"
@@ -54,7 +52,10 @@ class GraphRunData final : public RunData {
   void configure(Engine& engine) const override {
     slots_ = static_cast<int>(engine.config().layout.dp * engine.accumulation());
     micro_batch_ = engine.config().layout.micro_batch;
-    model_ = engine.config().model;
+    const ModelConfig& mc = engine.config().model;
+    budget_ = batch_as<GraphBatch>(*mc.family->make_batch(mc, micro_batch_, 0), "graphs").budget();
+    sizes_.clear();
+    for (const GraphSample& g : train_.samples) sizes_.push_back({g.s.atoms(), g.edges()});
   }
   void fill(int64_t step, int64_t global_batch, int64_t first, int64_t count, HostBatch& out) const override {
     auto& b = batch_as<GraphBatch>(out, "graphs");
@@ -106,12 +107,7 @@ class GraphRunData final : public RunData {
     if (step != plan_step_) {
       std::vector<int64_t> ids;
       for (int64_t i = 0; i < global_batch; ++i) ids.push_back(structure_at(step * global_batch + i));
-      if (sizes_.empty()) {
-        for (const GraphSample& g : train_.samples) sizes_.push_back({g.s.atoms(), g.edges()});
-      }
-      const auto one = model_.family->make_batch(model_, micro_batch_, 0);
-      const GraphBudget budget = batch_as<GraphBatch>(*one, "graphs").budget();
-      plan_ = plan_graph_step(sizes_, ids, slots_, GraphBalance::kCost, budget, GraphCostModel{}, step);
+      plan_ = plan_graph_step(sizes_, ids, slots_, GraphBalance::kCost, budget_, GraphCostModel{}, step);
       plan_step_ = step;
     }
     return plan_.rank_graphs.at(static_cast<size_t>(slot));
@@ -120,10 +116,7 @@ class GraphRunData final : public RunData {
   const std::vector<int64_t>& order(int64_t e) const {
     std::lock_guard<std::mutex> lock(mu_);
     if (e != epoch_) {
-      order_.resize(train_.samples.size());
-      std::iota(order_.begin(), order_.end(), 0);
-      std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(e));
-      for (size_t i = order_.size(); i > 1; --i) std::swap(order_[i - 1], order_[static_cast<size_t>(rng() % i)]);
+      order_ = graph_epoch_order(static_cast<int64_t>(train_.samples.size()), seed_, e);
       epoch_ = e;
     }
     return order_;
@@ -134,7 +127,7 @@ class GraphRunData final : public RunData {
   GraphDataset train_;
   mutable int slots_ = 0;
   mutable int64_t micro_batch_ = 1;
-  mutable ModelConfig model_;
+  mutable GraphBudget budget_;  // a micro-batch's (configure)
   mutable std::mutex plan_mu_;
   mutable int64_t plan_step_ = -1;
   mutable GraphStep plan_;

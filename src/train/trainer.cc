@@ -161,7 +161,7 @@ class TrainLoop {
   RunFiles files_{cfg_.out, res_.steps_done};  // every write to the run folder, checked
   double time_sum_ = 0.0, positions_sum_ = 0.0;  // over the timed steps
   int64_t timed_steps_ = 0;
-  int64_t positions_done_ = -1;  // positions trained so far (-1: from the start step's fixed count)
+  int64_t positions_done_ = -1;  // positions trained so far (-1 until run(): the start step's fixed count)
   // With trace: the node map and what preceded each step (for the communication model).
   NodeMap nodes_;
   CommStepContext next_ctx_;
@@ -246,7 +246,7 @@ void TrainLoop::save(int64_t step) {
     d.feedback = std::move(feedback.refs);
     d.feedback_meta = std::move(feedback.meta);
     d.trainer = {{"step", step}, {"seed", cfg_.seed}, {"global_batch", G}, {"seq_len", T},
-                 {"tokens", positions_done_ >= 0 ? positions_done_ : step * G * T}, {"data", cfg_.data}, {"model", ec.model.name},
+                 {"tokens", positions_done_}, {"data", cfg_.data}, {"model", ec.model.name},
                  {"optimizer_steps", engine_.optimizer_steps()}, {"precision", precision_name(ec.precision)},
                  {"loss_scale", ls.scale()}, {"loss_scale_good_steps", ls.good_steps()},
                  {"layout",
@@ -266,7 +266,7 @@ nlohmann::json TrainLoop::step_line(int64_t done, float lr, const StepResult& r,
   const EngineConfig& ec = engine_.config();
   // Positions (tokens, patches, atoms) of the step: a family whose samples differ in size has
   // its own count each step.
-  const int64_t tokens = r.positions > 0 ? r.positions : ec.global_batch * ec.seq;
+  const int64_t tokens = r.positions;
   const double tps = static_cast<double>(tokens) / dt;
   positions_done_ += tokens;
   nlohmann::json line = {{"step", done}, {"loss", r.loss}, {"lr", lr}, {"grad_norm", r.grad_norm},
@@ -293,8 +293,7 @@ nlohmann::json TrainLoop::step_line(int64_t done, float lr, const StepResult& r,
 
 void TrainLoop::log_step(int64_t done, float lr, const StepResult& r, double dt) {
   if (done % cfg_.log_every != 0 && done != cfg_.steps) return;
-  const int64_t tokens = r.positions > 0 ? r.positions : engine_.config().global_batch * engine_.config().seq;
-  const double tps = static_cast<double>(tokens) / dt;
+  const double tps = static_cast<double>(r.positions) / dt;
   const double mean_dt = timed_steps_ > 0 ? time_sum_ / timed_steps_ : dt;
   log_info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | {:.1f} ms{} | ETA {}", done,
            cfg_.steps, r.loss, lr, r.grad_norm, tps, dt * 1e3,
@@ -371,7 +370,7 @@ TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const 
     // The first step of a process includes one-time costs (page faults, BLAS buffers).
     if (done > start_step + 1 || cfg_.steps - start_step == 1) {
       time_sum_ += dt, ++timed_steps_;
-      positions_sum_ += static_cast<double>(r.positions > 0 ? r.positions : ec.global_batch * ec.seq);
+      positions_sum_ += static_cast<double>(r.positions);
     }
     res_.last_loss = r.loss;
     res_.steps_done = done;

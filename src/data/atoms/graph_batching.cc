@@ -9,8 +9,9 @@
 namespace weft {
 namespace {
 
-// The epoch's order: a Fisher-Yates shuffle drawn from (seed, epoch).
-std::vector<int64_t> shuffled(int64_t n, uint64_t seed, int64_t epoch) {
+}  // namespace
+
+std::vector<int64_t> graph_epoch_order(int64_t n, uint64_t seed, int64_t epoch) {
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
   for (int64_t i = n - 1; i > 0; --i) {
@@ -20,6 +21,8 @@ std::vector<int64_t> shuffled(int64_t n, uint64_t seed, int64_t epoch) {
   }
   return order;
 }
+
+namespace {
 
 bool fits(const GraphSize& used, int64_t graphs, const GraphSize& g, const GraphBudget& b) {
   return (b.max_nodes <= 0 || used.nodes + g.nodes <= b.max_nodes) &&
@@ -106,7 +109,7 @@ GraphEpochPlan plan_graph_epoch(const std::vector<GraphSize>& graphs, int ranks,
                   "edges {})", g, z.nodes, z.edges, budget.max_nodes, budget.max_edges);
     }
   }
-  const std::vector<int64_t> order = shuffled(static_cast<int64_t>(graphs.size()), seed, epoch);
+  const std::vector<int64_t> order = graph_epoch_order(static_cast<int64_t>(graphs.size()), seed, epoch);
   GraphEpochPlan plan;
   const int64_t steps = static_cast<int64_t>(graphs.size()) / graphs_per_step;
   double sum = 0.0;

@@ -52,6 +52,10 @@ struct GraphEpochPlan {
 GraphStep plan_graph_step(const std::vector<GraphSize>& graphs, const std::vector<int64_t>& ids, int bins,
                           GraphBalance mode, const GraphBudget& budget, const GraphCostModel& cost, int64_t step);
 
+// The shuffled order of `n` graphs in epoch `epoch` (a Philox Fisher-Yates shuffle of (seed, epoch)):
+// what plan_graph_epoch and the training data source walk through.
+std::vector<int64_t> graph_epoch_order(int64_t n, uint64_t seed, int64_t epoch);
+
 // The plan of one epoch: floor(graphs / graphs_per_step) steps (the rest of the shuffled order
 // waits for the next epoch, as a dropped last batch). InputError, naming the numbers, for
 // ranks < 1, graphs_per_step < ranks, a graph larger than the budget, or (kCost) a step whose

@@ -109,6 +109,8 @@ void GnnModel::reserve(const HostBatch& capacity, bool training, int64_t, int) {
   b->hn = f32(be, 2 * N * H, ws), b->he = f32(be, E * H, ws), b->e3 = f32(be, 3 * E, ws), b->es = f32(be, E, ws);
   b->ones3 = f32(be, 3, ws);
   put(be, b->ones3, std::vector<float>{1.0f, 1.0f, 1.0f});
+  const float w3 = static_cast<float>(gnn_task_weights(f_).second / 3.0);  // the forces' per-component weight
+  put(be, b->w_f, std::vector<float>{w3, w3, w3});
   for (auto& conv : convs_) conv->reserve(N, E);
   buf_ = std::move(b);
 }
@@ -239,7 +241,7 @@ double GnnModel::loss(float dloss) {
   Buffers& d = *buf_;
   const int64_t N = graph_.N, G = graph_.G;
   if (N == 0) return 0.0;
-  const auto [we, wf] = gnn_task_weights(f_);
+  const double we = gnn_task_weights(f_).first;
   double sum = 0.0;
   auto rows = [&](DeviceBuffer& row, int64_t n) {
     std::vector<float> host(static_cast<size_t>(n));
@@ -251,9 +253,6 @@ double GnnModel::loss(float dloss) {
   backend_.fill(d.df.raw(), DType::kF32, 0, 3 * N, 0.0f);
   backend_.fill(d.de.raw(), DType::kF32, 0, G, 0.0f);
   if (host_.has_forces) {
-    const float w3 = static_cast<float>(wf / 3.0);
-    const std::vector<float> w{w3, w3, w3};
-    put(backend_, d.w_f, w);
     backend_.weighted_mse_f32(d.row_f.data<float>(), dloss != 0.0f ? d.df.data<float>() : nullptr, d.f.data<float>(),
                               d.y_forces.data<float>(), d.w_f.data<float>(), N, 3, dloss);
     sum += rows(d.row_f, N);
