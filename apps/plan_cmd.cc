@@ -129,7 +129,10 @@ std::vector<int64_t> parse_counts(const std::string& s, const char* option = "--
 // The options of `weft plan`, with the options whose presence pins a choice or overrides the
 // system's defaults.
 struct PlanArgs {
-  std::string model = "", system_path, precision = "bf16", format = "text", recompute, schedule, order = "tp-dp-pp";
+  // The family's settings (--model.NAME VALUE: a graph network's layer, data statistics, ...).
+  std::map<std::string, std::string> settings;
+  // "" : bf16, or fp32 for a family that trains in fp32 only.
+  std::string model = "", system_path, precision = "", format = "text", recompute, schedule, order = "tp-dp-pp";
   std::string matmul = "fast";  // how 16-bit products are priced (plan::Options::matmul)
   double time_limit = 20;       // seconds a search walks (plan::Options::search_seconds; 0: none)
   int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, ffn = 0, gpus = 0, global_batch = 0, top = 5;
@@ -149,7 +152,10 @@ struct PlanArgs {
 };
 
 void add_plan_options(CLI::App& app, PlanArgs& a) {
-  app.add_option("--model", a.model, "model preset (gpt2-124m, gpt-22b, gpt-175b, gpt-1t, ..., climax-tiny, orbit-113b, ...)");
+  app.add_option("--model", a.model,
+                 "model preset (gpt2-124m, gpt-22b, gpt-175b, gpt-1t, ..., climax-tiny, orbit-113b, ..., gnn-lj, "
+                 "hydragnn-gfm-egnn); --model.NAME VALUE sets a family setting as weft train does (a graph network's "
+                 "layer, mean_atoms, mean_in_degree: docs/model-gnn.md)");
   app.add_option("--layers", a.layers, "layers (with --hidden --heads: a custom model, or override the preset)");
   app.add_option("--hidden", a.hidden, "hidden size");
   app.add_option("--heads", a.heads, "attention heads");
@@ -160,7 +166,7 @@ void add_plan_options(CLI::App& app, PlanArgs& a) {
       ->required();
   a.o_gpus = app.add_option("--gpus", a.gpus, "devices (default: tp x pp x dp when all three are pinned)");
   app.add_option("--global-batch", a.global_batch, "sequences per optimizer step")->required();
-  app.add_option("--precision", a.precision, "bf16, fp16 or fp32");
+  app.add_option("--precision", a.precision, "bf16, fp16 or fp32 (default bf16; fp32 for a family that trains in fp32 only)");
   app.add_option("--matmul", a.matmul,
                  "16-bit products priced at the 16-bit rate (fast: native products, as the published stacks and "
                  "weft's --matmul fast run them) or the fp32 rate (exact: weft's default, 16-bit operands widened)")
@@ -245,6 +251,7 @@ ModelShape plan_model(const PlanArgs& a) {
   }
   mc = mc.family->with_overrides(mc, {.n_layer = a.layers, .n_head = a.heads, .n_embd = a.hidden,
                                       .n_ctx = a.seq > mc.n_ctx ? a.seq : 0, .vocab_size = a.vocab, .ffn = a.ffn});
+  if (!a.settings.empty()) mc = mc.family->with_settings(mc, a.settings);
   const ModelShape shape = ModelShape::from_config(mc, a.seq);
   shape.validate();
   return shape;
@@ -336,7 +343,8 @@ PlanQuery make_query(const PlanArgs& a) {
   PlanQuery q;
   q.shape = plan_model(a);
   q.sys = load_system(a.system_path);
-  q.prec = parse_precision(a.precision);
+  q.prec = !a.precision.empty() ? parse_precision(a.precision)
+                                : q.shape.family->capabilities().mixed_precision ? Precision::kBf16 : Precision::kFp32;
   if (a.global_batch <= 0) throw_input("--global-batch must be positive, got {}", a.global_batch);
   if (a.global_batch > std::numeric_limits<int32_t>::max()) {
     throw_input("--global-batch {} is more than the {} sequences a step can hold (weft train's limit)", a.global_batch,
@@ -495,8 +503,12 @@ std::vector<Prediction> shown_layouts(const SearchResult& r, const PlanQuery& q)
 
 void print_ranking(const PlanQuery& q, const PlanArgs& a, const SearchResult& r, const std::vector<Prediction>& shown) {
   const System& sys = q.sys;
-  fmt::print("{} ({:.4g}B parameters, seq {}) on {} x {} ({}), global batch {}, {}\n", q.shape.name,
-             q.shape.total_params() / 1e9, q.shape.seq, q.gpus, sys.device.name, sys.name, a.global_batch,
+  const bool blocks = q.shape.family->capabilities().transformer_blocks;
+  const double params = q.shape.total_params();
+  fmt::print("{} ({}) on {} x {} ({}), global batch {}, {}\n", q.shape.name,
+             blocks ? fmt::format("{:.4g}B parameters, seq {}", params / 1e9, q.shape.seq)
+                    : fmt::format("{:.4g}M parameters; {}", params / 1e6, q.shape.family->describe_shape(q.shape.config())),
+             q.gpus, sys.device.name, sys.name, a.global_batch,
              precision_name(q.prec));
   fmt::print("searched {} valid layouts in {:.3f} s; {} fit in {} GB per device\n\n", r.evaluated, r.seconds, r.fitting,
              gb(sys.device.memory_bytes));
@@ -542,12 +554,36 @@ int run_search(const PlanQuery& q, const PlanArgs& a) {
   return 0;
 }
 
+// The family settings `--model.NAME VALUE` (or `--model.NAME=VALUE`, as weft train takes them)
+// taken out of the arguments; the rest are CLI11's.
+std::vector<char*> take_model_settings(int argc, char** argv, std::map<std::string, std::string>& settings) {
+  std::vector<char*> rest;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--model.", 0) != 0 || arg.size() <= 8) {
+      rest.push_back(argv[i]);
+      continue;
+    }
+    const size_t eq = arg.find('=');
+    if (eq != std::string::npos) {
+      settings[arg.substr(8, eq - 8)] = arg.substr(eq + 1);
+    } else {
+      if (i + 1 >= argc) throw_input("{} needs a value", arg);
+      settings[arg.substr(8)] = argv[++i];
+    }
+  }
+  return rest;
+}
+
 }  // namespace
 
 int cmd_plan(CLI::App& app, int argc, char** argv, Communicator&) {
   PlanArgs a;
   add_plan_options(app, a);
-  app.parse(argc - 1, argv + 1);
+  std::vector<char*> rest = take_model_settings(argc, argv, a.settings);
+  std::vector<char*> args{argv[0]};
+  args.insert(args.end(), rest.begin(), rest.end());
+  app.parse(static_cast<int>(args.size()) - 1, args.data() + 1);
   const PlanQuery q = make_query(a);
   if (a.o_scaling->count()) {
     if (a.explain) throw_input("--explain takes one layout apart; it does not combine with --scaling {}", a.scaling);

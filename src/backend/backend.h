@@ -56,6 +56,18 @@ namespace weft {
 enum class SegmentOp { kSum, kMean, kMax, kMin };
 // The graph networks' activations (activation_forward_f32).
 enum class Activation { kRelu, kSilu, kShiftedSoftplus };
+inline constexpr Activation kActivationsAll[] = {Activation::kRelu, Activation::kSilu, Activation::kShiftedSoftplus};
+// Its name in configs and system files ("relu", "silu", "ssp").
+inline const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::kRelu: return "relu";
+    case Activation::kSilu: return "silu";
+    case Activation::kShiftedSoftplus: return "ssp";
+  }
+  return "?";
+}
+// The name of its backward's rate in a system file ("silu_backward").
+inline std::string activation_backward_name(Activation a) { return std::string(activation_name(a)) + "_backward"; }
 // Rows per chunk of batch normalisation's column sums (a fixed order, whatever the threads).
 inline constexpr int64_t kBatchNormChunk = 64;
 

@@ -14,7 +14,9 @@ struct ModelCapabilities {
   bool transformer_blocks = true;
   bool pipeline_stages = true;      // its layers cut into pipeline stages (pp > 1)
   bool sequence_parallel = true;    // activations split along the sequence between tp ranks
+  bool full_recompute = true;       // a layer's forward run again in its backward (recompute 'full')
   bool selective_recompute = true;  // attention recomputed from stashed q, k, v
+  bool mixed_precision = true;      // trains in bf16/fp16 with fp32 master weights (else fp32 only)
   bool causal_attention = true;     // causal (flash-style) attention, else bidirectional
   // Its first stage's embedding gradient is rows of the tokens used, exchanged between dp ranks
   // as (token, row) pairs at ZeRO 0/1 instead of reducing the whole table.

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/staging.h"
@@ -64,12 +65,18 @@ struct TpCall {
 // One kernel of a micro-batch outside the shared blocks: a matrix product (m x k) @ (k x n),
 // `batch` of them, when k > 0; else a memory-bound kernel moving `elems` elements (read +
 // written) of the compute precision's bytes, or of 4 bytes when `fp32`, whose arithmetic
-// (`flops`, counted as hardware FLOPs) does not set its time. `times` identical kernels.
+// (`flops`, counted as hardware FLOPs) does not set its time, unless it evaluates the named
+// elementwise `function` (an activation, "ssp" or "ssp_backward": backend.h's names) on
+// `functions` elements, which a device with a measured rate for it (plan/system.h's
+// Device::function_rates: a CPU's libm) prices when they take longer than its bytes. `times`
+// identical kernels.
 struct Kernel {
   double m = 0, n = 0, k = 0, batch = 1;
   double elems = 0;
   bool fp32 = false;
   double flops = 0;
+  std::string function;
+  double functions = 0;
   double times = 1;
   static Kernel product(double m, double n, double k, double batch = 1, double times = 1) {
     return {.m = m, .n = n, .k = k, .batch = batch, .times = times};
@@ -140,6 +147,9 @@ class ModelDescription {
   virtual DType residual_dtype() const { return DType::kF32; }  // its dtype (the residual stream's)
   // --- the blocks' traffic (the planner's communication model) ---
   virtual int64_t tokens() const = 0;             // positions of a micro-batch in the blocks (B T)
+  // Positions a micro-batch trains on average (the planner's positions per second): tokens(),
+  // or for a family of variable-size samples (graphs) the data's mean.
+  virtual double mean_positions() const { return static_cast<double>(tokens()); }
   virtual int64_t part_layers() const = 0;        // the part's blocks
   virtual int64_t recomputed_layers() const = 0;  // of them, fully recomputed
   // Its front's and back's tensor-parallel calls of one micro-batch on a rank of tp > 1 (the

@@ -12,6 +12,7 @@ namespace {
 // Heads, MLP size and padded vocabulary split over tp; at least one layer per stage.
 std::string model_axes_error(const LayoutCandidate& c) {
   const LayoutModel& m = c.model;
+  if (c.tp > 1 && !m.caps.tensor_parallel) return {};  // not split at all: the family rule says so
   if (m.heads % c.tp != 0) return fmt::format("{} attention heads are not divisible by tp {}", m.heads, c.tp);
   if (m.ffn % c.tp != 0) return fmt::format("MLP size {} is not divisible by tp {}", m.ffn, c.tp);
   if (m.vocab % c.tp != 0) return fmt::format("padded vocabulary {} is not divisible by tp {}", m.vocab, c.tp);
@@ -118,8 +119,16 @@ std::string family_error(const LayoutCandidate& c) {
   if (c.sequence_parallel && !caps.sequence_parallel) {
     return fmt::format("sequence parallelism is not available for {} models", caps.family);
   }
+  if (c.recompute != Recompute::kNone && !caps.full_recompute) {
+    return fmt::format("{} models have no activation recompute: recompute must be 'none', got '{}'", caps.family,
+                       recompute_name(c.recompute));
+  }
   if (c.recompute == Recompute::kSelective && !caps.selective_recompute) {
     return fmt::format("selective recompute is not available for {} models (use 'full' or 'none')", caps.family);
+  }
+  if (c.precision != Precision::kFp32 && !caps.mixed_precision) {
+    return fmt::format("{} models train in fp32: precision '{}' is not available for them", caps.family,
+                       precision_name(c.precision));
   }
   return {};
 }

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "backend/cpu/onednn_gemm.h"
+#include "backend/cpu/pointwise_ops.h"
 #include "backend/device_buffer.h"
 #include "backend/registry.h"
 #include "comm/codec.h"
@@ -117,6 +118,31 @@ double triad_bandwidth(int64_t n, int reps, Communicator& world) {
   volatile float sink = a[n / 2];
   (void)sink;
   return 12.0 * static_cast<double>(n) / best;
+}
+
+// Elements per second of the cpu backend's activation `a` (forward, or backward), over n
+// elements, best of `reps`.
+double activation_rate(Activation a, bool backward, int64_t n, int reps, Communicator& world) {
+  Buffer<float> x(n), y(n), g(n);
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = static_cast<float>((i % 2001) - 1000) * 0.004f;
+    g[i] = 1.0f;
+  }
+  double best = 1e30;
+  for (int r = 0; r < reps + 1; ++r) {
+    world.barrier();
+    const auto t0 = Clock::now();
+    if (backward) {
+      cpu::activation_backward(y.data(), x.data(), g.data(), n, a, false);
+    } else {
+      cpu::activation_forward(y.data(), x.data(), n, a);
+    }
+    const double dt = seconds_since(t0);
+    if (r > 0) best = std::min(best, dt);
+  }
+  volatile float sink = y[n / 2];
+  (void)sink;
+  return static_cast<double>(n) / best;
 }
 
 double fork_join_latency() {
@@ -276,6 +302,18 @@ Calibration calibrate(const CalibrationOptions& o, Communicator& world) {
   cal.notes.push_back(fmt::format("memory: MemTotal {:.2f} GB / {} rank(s)", mem_total_bytes() / 1e9, ranks));
   d.kernel_latency = min_over_ranks(world, fork_join_latency());
   cal.notes.push_back(fmt::format("OpenMP fork/join (kernel latency): {:.2f} us", d.kernel_latency * 1e6));
+  // The activations' rates: libm's exp and log1p, not the memory, set their time on a CPU.
+  std::string rates;
+  for (const Activation a : kActivationsAll) {
+    for (const bool backward : {false, true}) {
+      const std::string name = backward ? activation_backward_name(a) : std::string(activation_name(a));
+      const double rate = min_over_ranks(
+          world, activation_rate(a, backward, o.quick ? (int64_t{1} << 18) : (int64_t{1} << 21), o.quick ? 2 : 5, world));
+      d.function_rates[name] = rate;
+      rates += fmt::format("{}{} {:.3g}", rates.empty() ? "" : ", ", name, rate / 1e9);
+    }
+  }
+  cal.notes.push_back(fmt::format("elementwise functions (the cpu backend's activations), G elements/s per rank: {}", rates));
 
   // Links between ranks.
   LinkLevel link;

@@ -71,6 +71,13 @@ double memory_time(const Device& d, double bytes) {
   return bytes / d.memory_bandwidth + d.kernel_latency;
 }
 
+double elementwise_time(const Device& d, double bytes, const std::string& function, double elements) {
+  const double t = memory_time(d, bytes);
+  const auto it = function.empty() ? d.function_rates.end() : d.function_rates.find(function);
+  if (elements <= 0 || it == d.function_rates.end()) return t;
+  return std::max(t, elements / it->second + d.kernel_latency);
+}
+
 double flash_attention_time(const Device& d, Precision p, double noncausal_flops, bool backward, bool causal) {
   const double factor = backward ? 2.5 : 1.0;
   if (d.attention_efficiency <= 0) {

@@ -56,6 +56,9 @@ double gemm_time(const Device& d, Precision p, const GemmShape& g, double e);
 
 // Seconds of a memory-bound kernel moving `bytes` (read + written).
 double memory_time(const Device& d, double bytes);
+// An elementwise kernel of `bytes` that evaluates the named `function` on `elements`: the longer
+// of its bytes and its elements at the device's rate for the function (none measured: its bytes).
+double elementwise_time(const Device& d, double bytes, const std::string& function, double elements);
 
 // Seconds of a fused causal attention kernel of `noncausal_flops` (4 b a s^2 d_head, the
 // FLOPs Megatron's formula counts for the forward); backward = the 2.5x-FLOPs backward.

@@ -108,7 +108,8 @@ struct Context {
   double head_fwd = 0, head_bwd = 0, head_flops = 0, head_tp = 0, head_tp_b = 0;
   Flow emb_flow{}, head_flow{};
   double p2p = 0;
-  Flow p2p_send{}, p2p_gather{};  // one transfer: the send (pp codec); with scatter-gather the tp all-gather
+  Flow p2p_send{}, p2p_gather{};
+  double positions_per_sample = 0;  // ModelDescription::mean_positions of a micro-batch / its samples  // one transfer: the send (pp codec); with scatter-gather the tp all-gather
 };
 
 // A product's forward, and its backward as the two products of the same FLOPs with their own
@@ -482,7 +483,7 @@ PassCost pass_cost(const Context& c, const EndPass& pass, Flow& flow) {
       r.seconds += k.times * gemm_time(d, c.o.product_precision(), g, c.e);
       r.flops += k.times * g.flops();
     } else {
-      r.seconds += k.times * memory_time(d, k.elems * (k.fp32 ? 4.0 : c.e));
+      r.seconds += k.times * elementwise_time(d, k.elems * (k.fp32 ? 4.0 : c.e), k.function, k.functions);
       r.flops += k.times * k.flops;
     }
   }
@@ -504,6 +505,7 @@ void ends_cost(Context& c) {
   const std::unique_ptr<ModelDescription> desc =
       c.m.family->describe(part_spec(c.m.config(), c.m.seq, c.l, StageSpec{}));
   const EndsWork w = desc->ends_work();
+  c.positions_per_sample = desc->mean_positions() / static_cast<double>(c.l.micro_batch);
   const PassCost ff = pass_cost(c, w.front_forward, c.emb_flow), fb = pass_cost(c, w.front_backward, c.emb_flow);
   const PassCost bf = pass_cost(c, w.back_forward, c.head_flow), bb = pass_cost(c, w.back_backward, c.head_flow);
   c.emb_fwd = ff.seconds;
@@ -831,7 +833,9 @@ Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layou
                                 : c.e;
   const Device& d = sys.device;
   const double t = l.tp, s = static_cast<double>(m.seq);
-  c.layer = layer_cost(c);
+  // A family whose layers are not the shared transformer block (graph networks) lists all of
+  // its work as its front and back (ModelDescription::ends_work): no block is priced.
+  if (m.family->capabilities().transformer_blocks) c.layer = layer_cost(c);
   ends_cost(c);
   p2p_cost(c);
 
@@ -892,7 +896,8 @@ Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layou
                  p.time.stragglers + p.time.overhead;
   p.step_time_s = p.time.total;
 
-  const double tokens = static_cast<double>(o.global_batch) * s;
+  // Positions trained per step: a micro-batch's mean (graphs: the data's mean atoms) per sample.
+  const double tokens = static_cast<double>(o.global_batch) * c.positions_per_sample;
   p.tokens_per_s = tokens / p.step_time_s;
   p.model_flops = m.model_flops_per_token() * tokens;
   p.hardware_flops = hw_flops * md * static_cast<double>(l.dp) * t;

@@ -27,12 +27,11 @@ ModelShape ModelShape::from_config(const ModelConfig& c, int64_t seq) {
 
 void ModelShape::validate() const {
   const ModelConfig c = config();
-  if (!c.capabilities().transformer_blocks) {
-    throw_input("model '{}': weft plan prices models built of transformer blocks; {} models are not priced yet (their "
-                "memory and FLOPs are in the run's own report: weft train prints them beside the measurement)",
-                name, c.capabilities().family);
-  }
   const int64_t fixed = fixed_positions(c);
+  if (!c.capabilities().transformer_blocks) {  // sizes of its own (graph networks): its rules
+    c.validate();
+    return;
+  }
   if (fixed > 0) {
     c.validate();  // the family's rules
     if (seq != fixed) {

@@ -96,6 +96,12 @@ void System::validate() const {
     throw_input("system '{}': device matmul_efficiency must be in (0, 1], got {}", name, d.matmul_efficiency);
   }
   if (!(d.kernel_latency >= 0)) throw_input("system '{}': kernel_latency must be >= 0, got {}", name, d.kernel_latency);
+  for (const auto& [fn, rate] : d.function_rates) {
+    if (!(rate > 0) || !std::isfinite(rate)) {
+      throw_input("system '{}': function_rates.{} must be a positive number of elements per second, got {}", name, fn,
+                  rate);
+    }
+  }
   validate_shape_model(name, d);
   validate_scale_model(name, defaults);
   validate_codecs(name, codecs);
@@ -315,6 +321,15 @@ System load_system(const std::string& path) {
     d.memory_bandwidth = r.number("memory_bandwidth", 0, true);
     d.matmul_efficiency = r.number("matmul_efficiency", 1.0, false);
     d.kernel_latency = r.number("kernel_latency", 0, false);
+    if (const toml::node* fr = r.get("function_rates")) {
+      const toml::table* t = fr->as_table();
+      if (!t) throw_input("{}: [device] function_rates must be a table of function = elements per second", path);
+      for (const auto& [key, value] : *t) {
+        const std::optional<double> v = value.value<double>();
+        if (!v) throw_input("{}: [device] function_rates.{} must be a number", path, key.str());
+        d.function_rates[std::string(key.str())] = *v;
+      }
+    }
     d.fp32_kernel = r.string("fp32_kernel", "");
     d.native_bf16 = r.boolean("native_bf16", false);
     if (!cpu_fp32_kernel_known(d.fp32_kernel)) {
@@ -406,6 +421,15 @@ std::string system_to_toml(const System& s, const std::vector<std::string>& note
     }
     out += fmt::format("]\ngemm_k_overhead = {:.6g}\ngemm_align = {}\ngemm_misaligned_fraction = {:.4g}\n",
                        d.gemm_k_overhead, d.gemm_align, d.gemm_misaligned_fraction);
+  }
+  if (!d.function_rates.empty()) {
+    out += "function_rates = {";
+    bool first = true;
+    for (const auto& [fn, rate] : d.function_rates) {
+      out += fmt::format("{} {} = {:.6g}", first ? "" : ",", fn, rate);
+      first = false;
+    }
+    out += " }\n";
   }
   if (!d.fp32_kernel.empty()) out += fmt::format("fp32_kernel = \"{}\"\n", d.fp32_kernel);
   if (d.native_bf16) out += "native_bf16 = true\n";

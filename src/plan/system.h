@@ -52,6 +52,11 @@ struct Device {
   double memory_bandwidth = 0;     // bytes/s
   double matmul_efficiency = 1.0;  // fraction of peak a large matrix product sustains
   double kernel_latency = 0;       // s added to every kernel (launch, sync)
+  // Elements per second of each named elementwise function (model/description.h's
+  // Kernel::function: the activations forward and backward, "ssp", "ssp_backward") as the
+  // device's kernels evaluate them (`weft calibrate`: the cpu backend's, on all its threads).
+  // One not listed hides behind its kernel's bytes (a GPU's).
+  std::map<std::string, double> function_rates;
   // Measured fraction of peak by FLOPs per call (sorted by FLOPs); empty: roofline only.
   std::vector<std::pair<double, double>> matmul_curve;
   // Per-shape product model (plan/kernel_model.h); compute_units 0: the curve above instead.

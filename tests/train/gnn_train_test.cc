@@ -117,6 +117,35 @@ TEST(GnnTrain, TrainsResumesBitForBitAndEvaluates) {
   EXPECT_TRUE(fs::exists(png));
 }
 
+// The planner beside the run (issue 33, item 8): a graph run prints its predicted step time (the
+// family's kernels at the data's mean graph, plan/predict.h) and its memory, predicted to the byte.
+TEST(GnnTrain, RunsPrintThePredictedStepTimeAndExactMemory) {
+  TempDir tmp("gnn_predicted");
+  prepare_lj(tmp / "lj");
+  for (const char* layer : {"schnet", "egnn"}) {
+    RunConfig c = gnn_run(tmp / "lj", tmp / layer);
+    c.model_settings["layer"] = layer;
+    c.steps = 3;
+    c.val_every = 0;
+    c.ckpt_every = 0;
+    c.system = std::string(WEFT_SOURCE_DIR) + "/systems/dgx-h100.toml";
+    ASSERT_EQ(train(c, {}).steps_done, 3);
+    nlohmann::json time, memory;
+    for (const auto& j : read_metrics(tmp / (std::string(layer) + "/metrics.jsonl"))) {
+      if (j.contains("step_time_report")) time = j["step_time_report"];
+      if (j.contains("memory_report")) memory = j["memory_report"];
+    }
+    ASSERT_FALSE(time.is_null()) << layer;
+    EXPECT_GT(time["predicted_s"].get<double>(), 0) << layer;
+    EXPECT_GT(time["measured_s"].get<double>(), 0) << layer;
+    EXPECT_GT(time["predicted"]["compute"].get<double>(), 0) << layer;
+    ASSERT_EQ(memory.size(), 1u) << layer;
+    for (const char* k : {"params", "grads", "optimizer", "activations", "workspace", "comm"}) {
+      EXPECT_EQ(memory[0]["predicted"][k].get<int64_t>(), memory[0]["measured"][k].get<int64_t>()) << layer << ": " << k;
+    }
+  }
+}
+
 // Load balance (issue 33, item 5): on 2 ranks, dealing each step's structures to the micro-batch
 // slots by cost (data.balance = "cost") instead of equal counts trains on the same global batch
 // (the losses agree within 1e-5: only the summation order differs), records the ranks' busy-time

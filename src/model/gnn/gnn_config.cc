@@ -39,7 +39,6 @@ const char* gnn_layer_name(GnnLayer l) { return name_of(l, kLayers); }
 GnnLayer parse_gnn_layer(const std::string& s) { return parse_name(s, kLayers, "graph layer"); }
 const char* gnn_pooling_name(GnnPooling p) { return name_of(p, kPoolings); }
 GnnPooling parse_gnn_pooling(const std::string& s) { return parse_name(s, kPoolings, "graph pooling"); }
-const char* activation_name(Activation a) { return name_of(a, kActivations); }
 Activation parse_activation(const std::string& s) { return parse_name(s, kActivations, "activation"); }
 
 std::pair<double, double> gnn_task_weights(const GnnFields& f) {

@@ -56,7 +56,6 @@ const char* gnn_layer_name(GnnLayer l);
 GnnLayer parse_gnn_layer(const std::string& s);
 const char* gnn_pooling_name(GnnPooling p);
 GnnPooling parse_gnn_pooling(const std::string& s);
-const char* activation_name(Activation a);
 Activation parse_activation(const std::string& s);
 
 // The task weights normalised to sum to 1: {energy, forces}.

@@ -40,10 +40,78 @@ GnnCapacity gnn_capacity(const ModelConfig& cfg, int64_t graphs) {
 
 namespace {
 
+// A micro-batch of B graphs as the data makes them on average: its atoms and edges from the
+// data's statistics (the family's mean_atoms and mean_in_degree, which the data source sets),
+// or the capacity's max_atoms and max_neighbours when they are unknown.
+struct MeanGraph {
+  double N = 0, E = 0, G = 0;
+};
+MeanGraph mean_graph(const ModelConfig& cfg, int64_t B) {
+  const GnnFields& f = gnn_fields(cfg);
+  const double atoms = f.mean_atoms > 0.0 ? f.mean_atoms : f.max_atoms;
+  const double degree = f.mean_in_degree > 0.0 ? f.mean_in_degree : f.max_neighbours;
+  const double G = static_cast<double>(B);
+  return {G * atoms, G * atoms * degree, G};
+}
+
+// The heads' kernels (GnnModel::forward's pooling and energy head, force_head_forward, the loss;
+// heads_backward), in their order.
+void heads_work(const ModelConfig& cfg, const MeanGraph& g, EndsWork& w) {
+  using namespace gnn_kernels;
+  const GnnFields& f = gnn_fields(cfg);
+  const double C = cfg.n_embd, H = cfg.ffn, N = g.N, E = g.E, G = g.G;
+  const Activation act = f.activation;
+  w.back_forward.kernels = {segment_sum(N, G, C), product_forward(G, C, H), activation_forward(act, G * H),
+                            product_forward(G, H, 1), product_forward(N, C, H), product_forward(N, C, H),
+                            product_forward(E, 1, H), gather(E, H), elementwise(E * H, 2), gather(E, H),
+                            elementwise(E * H, 2), activation_forward(act, E * H), product_forward(E, H, 1),
+                            elementwise(3 * E, 2), segment_sum(E, N, 3), segment_sum(E, N, 3),
+                            elementwise(3 * N, 1), elementwise(3 * N, 2),
+                            Kernel::memory(5 * 3 * N), Kernel::memory(5 * G)};  // the two weighted MSEs
+  std::vector<Kernel>& B = w.back_backward.kernels;
+  B = {segment_sum(N, E, 3), gather(E, 3), elementwise(3 * E, 1), elementwise(3 * E, 2), elementwise(3 * E, 2),
+       product_forward(E, 3, 1)};
+  product_backward(B, E, H, 1, true, true);
+  B.push_back(activation_backward(act, E * H));
+  product_backward(B, E, 1, H, false, true);
+  B.push_back(segment_sum(E, N, H));
+  B.push_back(segment_sum(E, N, H));
+  product_backward(B, N, C, H, true, false);
+  product_backward(B, N, C, H, true, false);
+  B.push_back(elementwise(N * C, 2));
+  product_backward(B, G, H, 1, true, true);
+  B.push_back(activation_backward(act, G * H));
+  product_backward(B, G, C, H, true, true);
+  B.push_back(segment_sum(G, N, C));
+}
+
+// The front: the edge features the batch's upload computes on the host (SchNet's Gaussians and
+// cosine cutoff; EGNN's squared distance; both the unit vectors) and copies, the species
+// embedding, then every layer; its backward the layers' from the last and the embedding's
+// gradient (a segment sum over the atoms by species).
+void front_work(const ModelConfig& cfg, const MeanGraph& g, EndsWork& w) {
+  using namespace gnn_kernels;
+  const GnnFields& f = gnn_fields(cfg);
+  const double C = cfg.n_embd, N = g.N, E = g.E;
+  const bool schnet = f.layer == GnnLayer::kSchnet;
+  const Kernel features = Kernel::memory(E * ((schnet ? f.num_gaussians + 1.0 : 1.0) + 5.0) + 4.0 * N);
+  w.front_forward.kernels = {features, Kernel::memory(features.elems), gather(N, C)};
+  const GnnLayerWork layer = gnn_conv_work(f, C, N, E);
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    w.front_forward.kernels.insert(w.front_forward.kernels.end(), layer.forward.begin(), layer.forward.end());
+    w.front_backward.kernels.insert(w.front_backward.kernels.end(), layer.backward.begin(), layer.backward.end());
+  }
+  w.front_backward.kernels.push_back(segment_sum(N, kGnnSpecies, C));
+}
+
 class GnnDescription final : public ModelDescription {
  public:
   explicit GnnDescription(const RunSpec& spec)
-      : cfg_(spec.model), layout_(param_layout(spec.model)), cap_(gnn_capacity(spec.model, spec.B)), training_(spec.training) {}
+      : cfg_(spec.model),
+        layout_(param_layout(spec.model)),
+        cap_(gnn_capacity(spec.model, spec.B)),
+        B_(spec.B),
+        training_(spec.training) {}
   int64_t rank_params() const override { return layout_.total(); }
   int64_t total_params() const override { return layout_.total(); }
   int64_t layer_params() const override {
@@ -83,8 +151,16 @@ class GnnDescription final : public ModelDescription {
     const double atoms = g.mean_atoms > 0.0 ? g.mean_atoms : g.max_atoms;
     return 3.0 * (f.per_node + degree * f.per_edge + f.per_graph / atoms);
   }
-  // The accelerator model does not price graph networks yet (issue 33 item 8): no kernels.
-  EndsWork ends_work() const override { return {}; }
+  // The whole model is its front (embedding and layers) and back (heads and loss): it has no
+  // transformer blocks for the planner's block formulas. Priced at the data's mean graph.
+  EndsWork ends_work() const override {
+    EndsWork w;
+    const MeanGraph g = mean_graph(cfg_, B_);
+    front_work(cfg_, g, w);
+    heads_work(cfg_, g, w);
+    return w;
+  }
+  double mean_positions() const override { return mean_graph(cfg_, B_).N; }
   AcceleratorMemory accelerator_memory(const AcceleratorOptions& o) const override {
     AcceleratorMemory m;
     m.per_micro_batch = o.e * static_cast<double>(stash_elems());
@@ -97,6 +173,7 @@ class GnnDescription final : public ModelDescription {
   ModelConfig cfg_;
   ParamLayout layout_;
   GnnCapacity cap_;
+  int64_t B_;
   bool training_;
 };
 

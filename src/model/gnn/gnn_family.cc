@@ -227,7 +227,9 @@ class GnnFamily final : public Family {
         .transformer_blocks = false,
         .pipeline_stages = false,
         .sequence_parallel = false,
+        .full_recompute = false,
         .selective_recompute = false,
+        .mixed_precision = false,
         .causal_attention = false,
         .sparse_embedding_grads = false,
         .tied_head = false,
@@ -236,7 +238,7 @@ class GnnFamily final : public Family {
         .data_source = "graphs",
         .generation_note = "it predicts energies and forces of atomic structures; weft eval reports their errors "
                            "(docs/model-gnn.md)",
-        .front_ops = "species embedding",
+        .front_ops = "species embedding and message-passing layers",
         .back_ops = "energy and force heads",
         .plan_legend = "times in seconds per step; positions are atoms; memory in GB per device"};
     return caps;

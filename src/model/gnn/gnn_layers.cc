@@ -157,6 +157,91 @@ std::unique_ptr<GnnConv> make_gnn_conv(const GnnFields& f, int64_t C, Backend& b
   throw_input("graph layer '{}' is not available yet", gnn_layer_name(f.layer));
 }
 
+namespace gnn_kernels {
+
+Kernel product_forward(double m, double k, double n) { return Kernel::product(m, n, k); }
+
+void product_backward(std::vector<Kernel>& out, double m, double k, double n, bool dx, bool db) {
+  if (dx) out.push_back(Kernel::product(m, k, n));  // dX = dY W^T
+  out.push_back(Kernel::product(k, n, m));          // dW = X^T dY
+  if (db) out.push_back(Kernel::memory(m * n + n));  // the bias: column sums of dY
+}
+
+Kernel activation_forward(Activation a, double elems) {
+  Kernel k = Kernel::memory(2 * elems);
+  k.function = activation_name(a);
+  k.functions = elems;
+  return k;
+}
+Kernel activation_backward(Activation a, double elems) {
+  Kernel k = Kernel::memory(3 * elems);
+  k.function = activation_backward_name(a);
+  k.functions = elems;
+  return k;
+}
+Kernel gather(double rows, double cols) { return Kernel::memory(2 * rows * cols + rows); }
+Kernel segment_sum(double in_rows, double out_rows, double cols) {
+  return Kernel::memory((in_rows + out_rows) * cols + in_rows);
+}
+Kernel elementwise(double elems, int operands) { return Kernel::memory((operands + 1) * elems); }
+
+}  // namespace gnn_kernels
+
+GnnLayerWork gnn_conv_work(const GnnFields& f, double C, double n, double e) {
+  using namespace gnn_kernels;
+  GnnLayerWork w;
+  std::vector<Kernel>& F = w.forward;
+  std::vector<Kernel>& B = w.backward;
+  const Activation act = f.activation;
+  switch (f.layer) {
+    case GnnLayer::kSchnet: {
+      const double G = f.num_gaussians;
+      F = {product_forward(e, G, C), activation_forward(Activation::kShiftedSoftplus, e * C), product_forward(e, C, C),
+           elementwise(e * C, 1), product_forward(n, C, C), gather(e, C), elementwise(e * C, 2),
+           segment_sum(e, n, C), product_forward(n, C, C), activation_forward(act, n * C)};
+      B.push_back(activation_backward(act, n * C));
+      product_backward(B, n, C, C, true, true);  // lin2
+      B.push_back(segment_sum(n, e, C));         // the receivers' gradient broadcast to their edges
+      B.push_back(elementwise(e * C, 2));
+      B.push_back(elementwise(e * C, 2));
+      B.push_back(segment_sum(e, n, C));         // over the edges by source
+      product_backward(B, n, C, C, true, false);  // lin1
+      B.push_back(elementwise(e * C, 1));         // the cutoff
+      product_backward(B, e, C, C, true, true);   // filter.2
+      B.push_back(activation_backward(Activation::kShiftedSoftplus, e * C));
+      product_backward(B, e, G, C, false, true);  // filter.0
+      return w;
+    }
+    case GnnLayer::kEgnn: {
+      F = {product_forward(n, C, C), product_forward(n, C, C), product_forward(e, 1, C), gather(e, C),
+           elementwise(e * C, 2), gather(e, C), elementwise(e * C, 2), activation_forward(act, e * C),
+           product_forward(e, C, C), activation_forward(act, e * C), segment_sum(e, n, C), product_forward(n, C, C),
+           product_forward(n, C, C), activation_forward(act, n * C), product_forward(n, C, C),
+           elementwise(n * C, 2), activation_forward(act, n * C)};
+      B.push_back(activation_backward(act, n * C));
+      product_backward(B, n, C, C, true, true);  // node_mlp.2
+      B.push_back(activation_backward(act, n * C));
+      product_backward(B, n, C, C, true, true);  // node_mlp.0 (node rows)
+      B.push_back(elementwise(n * C, 2));
+      product_backward(B, n, C, C, true, false);  // node_mlp.0 (message rows)
+      B.push_back(segment_sum(n, e, C));
+      B.push_back(activation_backward(act, e * C));
+      product_backward(B, e, C, C, true, true);  // edge_mlp.2
+      B.push_back(activation_backward(act, e * C));
+      product_backward(B, e, 1, C, false, true);  // the radial row
+      B.push_back(segment_sum(e, n, C));
+      B.push_back(segment_sum(e, n, C));
+      for (int i = 0; i < 2; ++i) {  // the receiver and source rows
+        product_backward(B, n, C, C, true, false);
+        B.push_back(elementwise(n * C, 2));
+      }
+      return w;
+    }
+    case GnnLayer::kPna: break;
+  }
+  throw_input("graph layer '{}' is not available yet", gnn_layer_name(f.layer));
+}
+
 GnnStashElems gnn_conv_stash(const GnnFields& f, int64_t C) {
   switch (f.layer) {
     case GnnLayer::kSchnet: return {2 * C, 4 * C};

@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "backend/device_buffer.h"
 #include "core/view.h"
+#include "model/description.h"
 #include "model/gnn/gnn_config.h"
 
 namespace weft {
@@ -65,5 +66,29 @@ struct GnnStashElems {
   int64_t per_node = 0, per_edge = 0;
 };
 GnnStashElems gnn_conv_stash(const GnnFields& f, int64_t C);
+
+// The kernels one layer runs for n nodes and e edges (model/description.h's Kernel, in the
+// order of the layer's forward and backward above): the planner prices them. A product
+// y = x W (m x k @ k x n) is Kernel::product(m, n, k); its backward lists dX = dY W^T and
+// dW = X^T dY; a memory-bound op the elements it reads and writes, an activation also its
+// function (Kernel::function) and elements. Their products' FLOPs equal the layer's
+// part of gnn_forward_flops (tested).
+struct GnnLayerWork {
+  std::vector<Kernel> forward, backward;
+};
+GnnLayerWork gnn_conv_work(const GnnFields& f, double C, double n, double e);
+
+// Kernel helpers shared with the heads' lists (gnn_description.cc): a product's forward
+// (m x k) @ (k x n); its backward (with dX when `dx`, the bias sum when `db`); an activation's
+// forward and backward over `elems`; segment sums, gathers and elementwise products.
+namespace gnn_kernels {
+Kernel product_forward(double m, double k, double n);
+void product_backward(std::vector<Kernel>& out, double m, double k, double n, bool dx, bool db);
+Kernel activation_forward(Activation a, double elems);
+Kernel activation_backward(Activation a, double elems);
+Kernel gather(double rows, double cols);            // rows gathered from a table
+Kernel segment_sum(double in_rows, double out_rows, double cols);
+Kernel elementwise(double elems, int operands);     // operands read, one written
+}  // namespace gnn_kernels
 
 }  // namespace weft
