@@ -24,5 +24,6 @@ int cmd_calibrate(CLI::App& app, int argc, char** argv, Communicator& world);  /
 int cmd_report(CLI::App& app, int argc, char** argv, Communicator& world);     // report_cmd.cc
 int cmd_tune(CLI::App& app, int argc, char** argv, Communicator& world);       // tune_cmd.cc
 int cmd_export(CLI::App& app, int argc, char** argv, Communicator& world);     // export_cmd.cc
+int cmd_ensemble(CLI::App& app, int argc, char** argv, Communicator& world);   // ensemble_cmd.cc
 
 }  // namespace weft

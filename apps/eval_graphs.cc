@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -39,7 +40,7 @@ void check_options(const GraphEvalOptions& o, const GraphDataset& ds, const Mode
 }
 
 Scores score(Engine& engine, const ModelConfig& mc, const GraphDataset& ds, const SpeciesEnergyFit& fit,
-             const GraphEvalOptions& o) {
+             const GraphEvalOptions& o, GraphPredictions* keep = nullptr) {
   Scores r;
   const int64_t n = o.samples > 0 ? o.samples : static_cast<int64_t>(ds.samples.size());
   Model& model = engine.model(0);
@@ -58,6 +59,10 @@ Scores score(Engine& engine, const ModelConfig& mc, const GraphDataset& ds, cons
       const double e = out[static_cast<size_t>(k)];
       if (!std::isfinite(e)) throw_runtime("model '{}' predicts a non-finite energy for structure {}", mc.name, first + k);
       r.model.add(s, e, forces);
+      if (keep) {
+        keep->energy.push_back(e);
+        keep->forces.insert(keep->forces.end(), forces, forces + 3 * s.atoms());
+      }
       zeros.assign(s.forces.size(), 0.0f);
       r.baseline.add(s, fit.predict(s), zeros.data());
       if (s.has_energy) {
@@ -75,7 +80,22 @@ Scores score(Engine& engine, const ModelConfig& mc, const GraphDataset& ds, cons
   }
   r.energy.mae = r.model.energy_mae();
   r.forces.mae = r.model.force_mae();
+  if (keep) keep->errors = r.model;
   return r;
+}
+
+// An evaluation engine of the checkpoint on the ranks of `comm`.
+std::unique_ptr<EngineRun> eval_engine(const std::string& ckpt_dir, const ModelConfig& mc, const GraphEvalOptions& o,
+                                       Communicator& comm) {
+  EngineRequest req;
+  req.model = mc;
+  req.seq = 0;
+  req.batch = o.batch;
+  req.per_replica = true;
+  req.training = false;
+  auto run = std::make_unique<EngineRun>(layout_engine_config(o.layout, req, comm.size()), comm, o.backend, o.comm);
+  load_checkpoint_into(*run->engine, ckpt_dir);
+  return run;
 }
 
 nlohmann::ordered_json scores_json(const Scores& r, const std::string& dir, const GraphEvalOptions& o) {
@@ -108,6 +128,42 @@ void print_scores(const Scores& r, const std::string& dir, const GraphEvalOption
 
 }  // namespace
 
+GraphPredictions predict_graph_split(const std::string& ckpt_dir, const ModelConfig& mc, const GraphEvalOptions& o,
+                                     Communicator& comm) {
+  const GraphDataset ds = GraphDataset::open(o.data, o.split);
+  check_options(o, ds, mc);
+  const SpeciesEnergyFit fit =
+      SpeciesEnergyFit::fit(o.split == "train" ? ds.samples : GraphDataset::open(o.data, "train").samples);
+  const std::unique_ptr<EngineRun> run = eval_engine(ckpt_dir, mc, o, comm);
+  GraphPredictions p;
+  (void)score(*run->engine, mc, ds, fit, o, &p);
+  return p;
+}
+
+std::map<std::string, double> graph_validation_metrics(const std::string& ckpt_dir, const ModelConfig& mc,
+                                                       const std::string& data, Communicator& comm) {
+  GraphEvalOptions o;
+  o.data = data;
+  o.split = "val";
+  const GraphPredictions p = predict_graph_split(ckpt_dir, mc, o, comm);
+  const GraphSplitStats train = GraphDataset::split_stats(data, "train");
+  std::map<std::string, double> m;
+  double sum = 0.0;
+  int terms = 0;
+  if (p.errors.structures > 0) {
+    m["val_energy_mae"] = p.errors.energy_mae();
+    sum += p.errors.energy_mae() / std::max(train.energy_per_atom_std, 1e-12);
+    ++terms;
+  }
+  if (p.errors.components > 0) {
+    m["val_force_mae"] = p.errors.force_mae();
+    sum += p.errors.force_mae() / std::max(train.force_rms, 1e-12);
+    ++terms;
+  }
+  if (terms > 0) m["val_mae"] = sum / terms;
+  return m;
+}
+
 int eval_graph_checkpoint(const std::string& ckpt_dir, const ModelConfig& mc, const GraphEvalOptions& o,
                           Communicator& world) {
   if (!o.parity_png.empty() && fs::path(o.parity_png).extension() != ".png") {
@@ -119,15 +175,8 @@ int eval_graph_checkpoint(const std::string& ckpt_dir, const ModelConfig& mc, co
       SpeciesEnergyFit::fit(o.split == "train" ? ds.samples : GraphDataset::open(o.data, "train").samples);
   report::Gnuplot gp;
   if (!o.parity_png.empty()) gp = report::find_gnuplot();  // a missing gnuplot fails before the work
-  EngineRequest req;
-  req.model = mc;
-  req.seq = 0;
-  req.batch = o.batch;
-  req.per_replica = true;
-  req.training = false;
-  EngineRun run(layout_engine_config(o.layout, req, world.size()), world, o.backend, o.comm);
-  load_checkpoint_into(*run.engine, ckpt_dir);
-  Scores r = score(*run.engine, mc, ds, fit, o);
+  const std::unique_ptr<EngineRun> run = eval_engine(ckpt_dir, mc, o, world);
+  Scores r = score(*run->engine, mc, ds, fit, o);
   if (world.rank() != 0) return 0;
   const nlohmann::ordered_json j = scores_json(r, ckpt_dir, o);
   if (o.format == "json") {

@@ -16,7 +16,10 @@
 #include "core/log.h"
 #include "train/config.h"
 #include "train/trainer.h"  // set_threads
+#include "tune/model_search.h"
 #include "tune/tuner.h"
+#include "ckpt/checkpoint.h"
+#include "eval_graphs.h"
 
 namespace weft {
 
@@ -58,6 +61,58 @@ void check_tune_outputs(const tune::TuneOptions& o, bool overwrite) {
   }
 }
 
+// `weft tune CONFIG --space ...`: the model search (tune/model_search.h), its trials scored on
+// the validation split (graph runs: energy and force MAE; others: the trainer's validation loss).
+int model_search_cmd(const std::string& config, const std::vector<std::string>& sets,
+                     const std::vector<std::string>& space, const std::string& objective, const tune::TuneOptions& t,
+                     int64_t seed, bool overwrite, Communicator& world) {
+  if (seed < 0) throw_input("--seed must be >= 0, got {}", seed);
+  if (!std::filesystem::exists(config)) throw_input("config file {} does not exist", config);
+  if (t.resume || !t.oracle.empty() || !t.recalibrate.empty()) {
+    throw_input("--resume, --oracle and --recalibrate apply to a layout search, not to a model search (--space)");
+  }
+  std::vector<std::pair<std::string, std::string>> overrides;
+  for (const std::string& s : sets) overrides.push_back(parse_set(s));
+  const RunConfig cfg = load_run_config(config, overrides);
+  tune::ModelSearchOptions o;
+  for (const std::string& s : space) o.space.push_back(tune::parse_search_dim(s));
+  o.trials = t.trials;
+  o.n_initial = t.n_initial;
+  o.kappa = t.kappa;
+  o.seed = static_cast<uint64_t>(seed);
+  o.objective = objective;
+  o.out = t.out;
+  std::error_code ec;
+  if (std::filesystem::exists(o.out + "/models.json", ec) && !overwrite) {
+    throw_input("--out {} already holds a model search ({}/models.json); pass --overwrite to replace it, or give another "
+                "--out", o.out, o.out);
+  }
+  set_threads(cfg.threads);
+  set_log_rank(world.rank());
+  const bool graphs = std::string_view(cfg.model_config().capabilities().data_source) == "graphs";
+  const tune::TrialScorer score = [&](const RunConfig& c, const TrainResult& r, Communicator& w) {
+    std::map<std::string, double> m;
+    if (r.last_val_loss >= 0) m["val_loss"] = r.last_val_loss;
+    if (graphs) {
+      // The checkpoint's config.json holds the model the run trained (with the data's statistics).
+      const ModelConfig trained = load_checkpoint_config(r.last_checkpoint);
+      for (const auto& [k, v] : graph_validation_metrics(r.last_checkpoint, trained, c.data, w)) m[k] = v;
+    }
+    return m;
+  };
+  const tune::ModelSearchResult res = tune::model_search(cfg, o, world, score);
+  if (world.rank() == 0) {
+    fmt::print("wrote {}/models.json{}\n", o.out, res.best >= 0 ? " and best.toml" : "");
+    if (res.best >= 0) {
+      const tune::ModelTrial& b = res.trials[static_cast<size_t>(res.best)];
+      std::string vals;
+      for (const auto& [k, v] : b.values) vals += fmt::format(" {}={}", k, v);
+      fmt::print("best:{} ({} {:.6g})\n", vals, res.objective, b.objective);
+    }
+  }
+  return res.best >= 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int cmd_tune(CLI::App& app, int argc, char** argv, Communicator& world) {
@@ -84,7 +139,16 @@ int cmd_tune(CLI::App& app, int argc, char** argv, Communicator& world) {
   app.add_flag("--overwrite", overwrite, "replace the tune that --out already holds (refused otherwise)");
   app.add_flag("--resume", o.resume, "continue the tune that --out holds: the trials its tune.csv records are not run again");
   app.add_option("--set", sets, "config override KEY=VALUE (repeatable), e.g. --set seq_len=64");
+  std::vector<std::string> space;
+  std::string objective;
+  app.add_option("--space", space,
+                 "model search instead of layouts: a key and its values KEY=V1,V2,... (repeatable), e.g. --space "
+                 "model.layer=schnet,egnn --space n_embd=32,64 --space lr=1e-3,3e-3 (docs/tune.md, \"Model search\")");
+  app.add_option("--objective", objective,
+                 "model search: the validation metric minimised (default val_mae for graph runs, else val_loss)");
   app.parse(argc - 1, argv + 1);
+  if (!space.empty()) return model_search_cmd(config, sets, space, objective, o, seed, overwrite, world);
+  if (!objective.empty()) throw_input("--objective {} applies to a model search (--space)", objective);
   if (seed < 0) throw_input("--seed must be >= 0, got {}", seed);
   o.seed = static_cast<uint64_t>(seed);
   if (!std::filesystem::exists(config)) throw_input("config file {} does not exist", config);

@@ -60,6 +60,11 @@ const char* kUsage =
     "                      Markdown summary and PNG plots of a traced run, or of two runs compared\n"
     "  tune CONFIG [--trials K] [--steps S] [--budget SECONDS] [--seed S] [--out runs/tune]\n"
     "                      Bayesian trials of the run's layouts on these ranks, seeded by the planner; SHAP of the knobs\n"
+    "  tune CONFIG --space KEY=V1,V2,... [--space ...] [--trials K] [--objective val_mae] [--out DIR]\n"
+    "                      model search: trials of the run's own keys scored on the validation split\n"
+    "  ensemble CONFIG --from TUNE_DIR [--top K] [--groups cost|equal] [--evaluate] [--out runs/ensemble]\n"
+    "                      a model search's top K trained concurrently as sub-communicators sized by cost; their mean,\n"
+    "                      spread and its calibration on the test split (graph networks)\n"
     "  export --checkpoint DIR --out HF_DIR [--dtype bf16|fp16|fp32] [--overwrite]\n"
     "                      a checkpoint's weights as a Hugging Face folder in that dtype (fp32 master weights rounded)\n"
     "\n"
@@ -74,7 +79,7 @@ struct Command {
 constexpr Command kCommands[] = {{"train", cmd_train},     {"prepare", cmd_prepare}, {"eval", cmd_eval},
                                  {"generate", cmd_generate}, {"bench", cmd_bench},     {"plan", cmd_plan},
                                  {"calibrate", cmd_calibrate}, {"report", cmd_report}, {"tune", cmd_tune},
-                                 {"export", cmd_export}};
+                                 {"export", cmd_export},     {"ensemble", cmd_ensemble}};
 
 // Runs the subcommand that argv[1] names; the usage for none or --help, exit 2 for an unknown one.
 int run_command(CLI::App& app, int argc, char** argv, Communicator& world) {

@@ -5,8 +5,7 @@
 // node's links, e.g. NVLink; every level above is reached by leaving the node), so a byte
 // attributed here is priced there at the level it crossed.
 //
-// The mapping is real (make_node_map in comm/world.h: MPI's shared-memory split, one node
-// per shared-memory domain) or emulated (emulated_node_map: nodes of `ranks_per_node`
+// The mapping is real (make_node_map in comm/world.h: one node per host) or emulated (emulated_node_map: nodes of `ranks_per_node`
 // consecutive world ranks, so a 2-core machine can stand for several nodes).
 //
 // LinkLevels generalise the two levels to nested link domains (e.g. Frontier: pairs of GCDs
@@ -24,7 +23,7 @@ const char* link_level_name(LinkLevel l);  // "intra-node", "inter-node"
 
 struct NodeMap {
   std::vector<int> node_of_rank;  // world rank -> node index (0-based, in order of first rank)
-  std::string source;             // "emulated", "mpi-shared-memory", "single-process"
+  std::string source;             // "emulated", "mpi-hostname", "single-process"
   int world() const { return static_cast<int>(node_of_rank.size()); }
   int nodes() const;
   // Ranks per node when every node holds the same number, else 0.

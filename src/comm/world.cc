@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include "comm/self_comm.h"
@@ -118,26 +119,34 @@ std::unique_ptr<Communicator> make_world_communicator(int* argc, char*** argv) {
 
 bool mpi_active() { return MpiRuntime::active(); }
 
+// The node of each rank of `world`: its host (the rank's hostname, gathered over `world` itself,
+// so a sub-communicator's run, weft ensemble's members, never waits on the rest of the world).
+// Ranks on one host share its memory, as MPI_COMM_TYPE_SHARED would group them.
 NodeMap make_node_map(Communicator& world) {
   if (!MpiRuntime::active() || world.size() <= 1) {
     return node_map_from_keys(std::vector<int>(static_cast<size_t>(world.size()), 0), "single-process");
   }
-  int world_rank = 0, world_size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  MPI_Comm shared = MPI_COMM_NULL;
-  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &shared) != MPI_SUCCESS) {
-    throw_runtime("weft: rank {}: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) failed", world_rank);
+  constexpr int kHostChars = 256;
+  std::vector<char> host(kHostChars, '\0');
+  if (gethostname(host.data(), kHostChars - 1) != 0) throw_runtime("weft: gethostname failed");
+  std::vector<char> all(static_cast<size_t>(kHostChars) * static_cast<size_t>(world.size()));
+  Tracer* const tracer = world.tracer();  // set-up, not the run's traffic: not traced
+  world.set_tracer(nullptr);
+  world.all_gather(host.data(), all.data(), kHostChars, CommDType::kU8);
+  world.set_tracer(tracer);
+  // A node's key: its first rank in `world`'s order.
+  std::vector<int> keys(static_cast<size_t>(world.size()));
+  for (int r = 0; r < world.size(); ++r) {
+    const std::string name(all.data() + static_cast<size_t>(r) * kHostChars);
+    keys[static_cast<size_t>(r)] = r;
+    for (int q = 0; q < r; ++q) {
+      if (name == std::string(all.data() + static_cast<size_t>(q) * kHostChars)) {
+        keys[static_cast<size_t>(r)] = keys[static_cast<size_t>(q)];
+        break;
+      }
+    }
   }
-  int leader = world_rank;  // the node's key: its lowest world rank
-  MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, shared);
-  MPI_Comm_free(&shared);
-  std::vector<int> keys(static_cast<size_t>(world_size));
-  MPI_Allgather(&leader, 1, MPI_INT, keys.data(), 1, MPI_INT, MPI_COMM_WORLD);
-  // world's ranks in its own order (a duplicate of MPI_COMM_WORLD: the same order).
-  std::vector<int> mine;
-  for (int r : world.world_ranks()) mine.push_back(keys.at(static_cast<size_t>(r)));
-  return node_map_from_keys(mine, "mpi-shared-memory");
+  return node_map_from_keys(keys, "mpi-hostname");
 }
 
 [[noreturn]] void abort_job(const std::string& msg, int code) {

@@ -19,9 +19,9 @@ namespace weft {
 std::unique_ptr<Communicator> make_world_communicator(int* argc, char*** argv);
 
 // The real rank-to-node map of `world` (the communicator make_world_communicator returned;
-// every rank calls it: collective): with MPI active and more than one rank, one node per
-// shared-memory domain (MPI_Comm_split_type MPI_COMM_TYPE_SHARED), exchanged over
-// MPI_COMM_WORLD directly (not traced); otherwise every rank on node 0 ("single-process").
+// every rank calls it: collective): with MPI active and more than one rank, one node per host
+// (the ranks' hostnames, all-gathered over `world` itself, not traced: a sub-communicator's run
+// never waits on the rest of MPI_COMM_WORLD); otherwise every rank on node 0 ("single-process").
 NodeMap make_node_map(Communicator& world);
 
 // True once make_world_communicator() has initialised MPI (and MPI is not finalised).

@@ -79,9 +79,15 @@ struct Kernel {
   double functions = 0;
   double times = 1;
   static Kernel product(double m, double n, double k, double batch = 1, double times = 1) {
-    return {.m = m, .n = n, .k = k, .batch = batch, .times = times};
+    Kernel r;
+    r.m = m, r.n = n, r.k = k, r.batch = batch, r.times = times;
+    return r;
   }
-  static Kernel memory(double elems, double times = 1) { return {.elems = elems, .times = times}; }
+  static Kernel memory(double elems, double times = 1) {
+    Kernel r;
+    r.elems = elems, r.times = times;
+    return r;
+  }
 };
 
 // A tensor-parallel collective of such a pass: `elems` elements at the compute precision (4

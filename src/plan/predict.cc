@@ -832,7 +832,7 @@ Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layou
   c.tp_e = o.tp_comm == "weft" ? static_cast<double>(dtype_bytes(residual_stream_dtype(m.family->capabilities(), o.precision), 1))
                                 : c.e;
   const Device& d = sys.device;
-  const double t = l.tp, s = static_cast<double>(m.seq);
+  const double t = l.tp;
   // A family whose layers are not the shared transformer block (graph networks) lists all of
   // its work as its front and back (ModelDescription::ends_work): no block is priced.
   if (m.family->capabilities().transformer_blocks) c.layer = layer_cost(c);

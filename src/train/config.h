@@ -132,7 +132,7 @@ struct RunConfig {
   int64_t log_every = 1;
   bool trace = false;
   // With trace: ranks per node for the communication report's link levels (comm/topology.h);
-  // 0: the real nodes (MPI's shared-memory split). > 0 emulates nodes of this many
+  // 0: the real nodes (one per host). > 0 emulates nodes of this many
   // consecutive ranks (a 2-core machine standing for several nodes).
   int64_t ranks_per_node = 0;
   // The backend every rank computes on (backend/registry.h): cpu; cpu-guarded (the CPU

@@ -202,7 +202,7 @@ TEST_F(GoldenLayouts, EmulatedNodesAttributeEveryByteToItsLevel) {
   // The same run on one real node (mpirun on this machine): everything intra-node.
   const nlohmann::json one = check({4, "--tp 2 --dp 2 --zero 1 --micro_batch 1"});
   ASSERT_FALSE(one.is_null());
-  EXPECT_EQ(one["node_source"], "mpi-shared-memory");
+  EXPECT_EQ(one["node_source"], "mpi-hostname");
   for (const auto& a : one["by_axis_level"]) EXPECT_EQ(a["level"], "intra-node") << a.dump();
 }
 
