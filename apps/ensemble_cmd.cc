@@ -10,12 +10,13 @@
 // are its data-parallel group (its global batch must divide over them). Ranks no member can use
 // wait. `--evaluate` skips the training: the members are the search's own trained trials.
 //
-// The ensemble's prediction of a structure is the members' mean, its uncertainty their standard
-// deviation (sample, K - 1); printed and written to OUT/ensemble.json: each member's ranks,
-// predicted cost, finish time and test MAE, the finish times' spread ((max - min) / mean), the
-// ensemble's MAE, and the calibration of its uncertainty (the fraction of test errors within 2
-// standard deviations: about 0.95 for a calibrated Gaussian). Graph runs only (the data source
-// "graphs"). docs/tune.md, "Ensembles".
+// Member k trains with the config's seed + k (its own initial weights and batch order) unless the
+// search chose the seed. The ensemble's prediction of a structure is the members' mean, its
+// uncertainty their standard deviation (sample, K - 1); printed and written to
+// OUT/ensemble.json: each member's ranks, predicted cost, finish time and test MAE, the finish
+// times' spread ((max - min) / mean), the ensemble's MAE, and the calibration of its uncertainty
+// (the fraction of test errors within 2 standard deviations: about 0.95 for a calibrated
+// Gaussian). Graph runs only (the data source "graphs"). docs/tune.md, "Ensembles".
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -152,6 +153,9 @@ std::vector<Member> read_members(const EnsembleArgs& a, const RunConfig& base, i
     m.trial = trials[static_cast<size_t>(k)];
     m.cfg = tune::trial_run_config(base, m.trial.values);
     m.cfg.out = fmt::format("{}/member-{}", a.out, k);
+    // Each member starts from its own random weights and batch order (a deep ensemble's
+    // diversity, Lakshminarayanan et al. 2017), unless the search chose the seed.
+    if (!m.trial.values.count("seed")) m.cfg.seed = base.seed + k;
     if (m.cfg.data != base.data) {
       throw_input("member {} reads {}, not {}: an ensemble's members are scored on the same structures", k, m.cfg.data,
                   base.data);
@@ -174,7 +178,9 @@ GraphPredictions run_member(const EnsembleArgs& a, Member& m, Communicator& grou
     RunConfig cfg = m.cfg;
     cfg.dp = group.size();
     cfg.dp_shard = 0;
-    ckpt = train(cfg, {}, group).last_checkpoint;
+    TrainOptions opt;
+    opt.overwrite = a.overwrite;
+    ckpt = train(cfg, opt, group).last_checkpoint;
   }
   *finish = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   GraphEvalOptions o;

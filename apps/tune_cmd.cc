@@ -82,6 +82,7 @@ int model_search_cmd(const std::string& config, const std::vector<std::string>& 
   o.seed = static_cast<uint64_t>(seed);
   o.objective = objective;
   o.out = t.out;
+  o.overwrite = overwrite;
   std::error_code ec;
   if (std::filesystem::exists(o.out + "/models.json", ec) && !overwrite) {
     throw_input("--out {} already holds a model search ({}/models.json); pass --overwrite to replace it, or give another "

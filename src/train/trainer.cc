@@ -437,6 +437,13 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   }
   EngineConfig ec = engine_config(cfg, world.size());
   Tracer tracer(cfg.trace);
+  // The run's tracer lives in this call: `world` outlives it (weft tune's and weft ensemble's
+  // runs), so it is detached again however the run ends.
+  struct TracerScope {
+    Communicator& c;
+    Tracer* previous;
+    ~TracerScope() { c.set_tracer(previous); }
+  } tracer_scope{world, world.tracer()};
   world.set_tracer(&tracer);
   world.set_timeout(std::chrono::milliseconds(static_cast<int64_t>(cfg.comm_timeout * 1000.0)));
   // Data and the run folder first: a missing corpus or a bad resume fails before anything is

@@ -129,7 +129,9 @@ ModelTrial run_point(const RunConfig& base, const ModelSearchOptions& o, int64_t
   try {
     RunConfig cfg = trial_run_config(base, t.values);
     cfg.out = t.out;
-    const TrainResult r = train(cfg, {}, world);
+    TrainOptions opt;
+    opt.overwrite = o.overwrite;
+    const TrainResult r = train(cfg, opt, world);
     t.metrics = score(cfg, r, world);
   } catch (const std::exception& e) {
     failed = 1;

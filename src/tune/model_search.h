@@ -38,6 +38,7 @@ struct ModelSearchOptions {
   uint64_t seed = 0;
   std::string objective; // a metric of the scorer's; "": val_mae when reported, else val_loss
   std::string out = "runs/tune";
+  bool overwrite = false;  // the trials' run folders start afresh (weft tune --overwrite)
 };
 
 // A trained trial's metrics (name -> value, lower is better); collective over `world`.

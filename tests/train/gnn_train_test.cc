@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "comm/self_comm.h"
 #include "core/error.h"
 #include "data/atoms/graph_prepare.h"
 #include "test_util.h"
@@ -129,7 +130,11 @@ TEST(GnnTrain, RunsPrintThePredictedStepTimeAndExactMemory) {
     c.val_every = 0;
     c.ckpt_every = 0;
     c.system = std::string(WEFT_SOURCE_DIR) + "/systems/dgx-h100.toml";
-    ASSERT_EQ(train(c, {}).steps_done, 3);
+    // On a communicator that outlives the run (weft tune's and weft ensemble's): the run's tracer
+    // is detached when it ends.
+    const std::unique_ptr<Communicator> world = make_self_communicator("world");
+    ASSERT_EQ(train(c, {}, *world).steps_done, 3);
+    EXPECT_EQ(world->tracer(), nullptr);
     nlohmann::json time, memory;
     for (const auto& j : read_metrics(tmp / (std::string(layer) + "/metrics.jsonl"))) {
       if (j.contains("step_time_report")) time = j["step_time_report"];
