@@ -23,6 +23,7 @@ PKGS=(
   libgtest-dev libgmock-dev libpcre2-dev libxxhash-dev
   libdnnl-dev              # oneDNN: the CPU backend's bf16 and fp32 matrix products (backend/cpu/onednn_gemm.h)
   libzfp-dev libzstd-dev   # compressed collectives (comm/codec.h, docs/compression.md)
+  libsleef-dev             # vector exp/log1p of the cpu backend's activations (backend/cpu/activation_simd.h)
   libnetcdf-dev            # gridded weather fields (data/weather.h, docs/formats-weather.md)
   libhdf5-dev              # under netCDF-4 (its dependency): weft turns off HDF5's exit handler (data/weather.cc)
   python3 python3-torch python3-numpy

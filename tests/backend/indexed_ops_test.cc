@@ -300,6 +300,38 @@ TEST_P(IndexedOps, PointwiseOpsMatchTheirFormulas) {
   for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(twice[i], got[i] + got[i], 1e-6f * std::max(1.0f, std::abs(twice[i])));
 }
 
+// The activations run on SIMD blocks (cpu/activation_simd.h): an element's value does not depend
+// on where it lies in the array (a whole block or the padded last one) nor on the thread count.
+TEST_P(IndexedOps, ActivationsAreBitwiseWhateverTheirPlaceAndThreads) {
+  const int64_t n = 40000, shift = 7;  // threaded (> 16384); the shifted copy moves every block edge
+  Vec x = randn(static_cast<size_t>(n), 41);
+  for (float& v : x) v *= 6.0f;
+  const Vec dout = randn(static_cast<size_t>(n), 42);
+  const int before = omp_get_max_threads();
+  for (Activation a : {Activation::kSilu, Activation::kShiftedSoftplus}) {
+    std::vector<Vec> fwd, bwd;
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      for (int64_t off : {int64_t{0}, shift}) {
+        const Vec xs(x.begin() + off, x.end()), ds(dout.begin() + off, dout.end());
+        const int64_t m = n - off;
+        DeviceBuffer dx = f(xs), dd = f(ds), out(*be_, DType::kF32, m), g(*be_, DType::kF32, m);
+        be_->activation_forward_f32(out.data<float>(), dx.data<float>(), m, a);
+        be_->activation_backward_f32(g.data<float>(), dx.data<float>(), dd.data<float>(), m, a, false);
+        Vec y = out.download<float>(), gr = g.download<float>();
+        if (off == 0) y.erase(y.begin(), y.begin() + shift), gr.erase(gr.begin(), gr.begin() + shift);
+        fwd.push_back(y);
+        bwd.push_back(gr);
+      }
+    }
+    for (size_t r = 1; r < fwd.size(); ++r) {
+      EXPECT_EQ(fwd[r], fwd[0]) << static_cast<int>(a) << " run " << r;
+      EXPECT_EQ(bwd[r], bwd[0]) << static_cast<int>(a) << " run " << r;
+    }
+  }
+  omp_set_num_threads(before);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, IndexedOps, ::testing::Values("cpu", "cpu-guarded"),
                          [](const auto& info) { return test::param_name(info.param); });
 

@@ -1,6 +1,9 @@
 #include "backend/cpu/pointwise_ops.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "backend/cpu/activation_simd.h"
 
 namespace weft::cpu {
 
@@ -32,17 +35,85 @@ float activation_derivative(float x, Activation a) {
   return 1.0f;
 }
 
-void activation_forward(float* out, const float* inp, int64_t n, Activation a) {
+namespace {
+
+// The widest SIMD activations this CPU runs (activation_simd.h), or none.
+enum class Simd { kNone, kAvx2, kAvx512 };
+Simd simd() {
+#if defined(__x86_64__)
+  static const Simd s = __builtin_cpu_supports("avx512f") ? Simd::kAvx512
+                        : (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? Simd::kAvx2
+                                                                                              : Simd::kNone;
+  return s;
+#else
+  return Simd::kNone;
+#endif
+}
+
+// f over n elements in blocks of kActivationBlock (threads take whole blocks); the last,
+// partial block through a padded copy, so every element takes the same path whatever n and
+// the thread count. f(out, in..., count) gets a multiple of 16 elements.
+template <typename F>
+void by_blocks(int64_t n, F&& f) {
+  const int64_t blocks = (n + kActivationBlock - 1) / kActivationBlock;
 #pragma omp parallel for schedule(static) if (n > 16384)
-  for (int64_t i = 0; i < n; ++i) out[i] = activation_value(inp[i], a);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t first = b * kActivationBlock, count = std::min(kActivationBlock, n - first);
+    f(first, count);
+  }
+}
+
+bool vectorised(Activation a) { return a != Activation::kRelu && simd() != Simd::kNone; }
+
+}  // namespace
+
+void activation_forward(float* out, const float* inp, int64_t n, Activation a) {
+  if (!vectorised(a)) {
+#pragma omp parallel for schedule(static) if (n > 16384)
+    for (int64_t i = 0; i < n; ++i) out[i] = activation_value(inp[i], a);
+    return;
+  }
+  by_blocks(n, [&](int64_t first, int64_t count) {
+    auto run = [&](float* o, const float* x, int64_t m) {
+      if (simd() == Simd::kAvx512) {
+        activation_forward_avx512(o, x, m, a);
+      } else {
+        activation_forward_avx2(o, x, m, a);
+      }
+    };
+    if (count % 16 == 0) return run(out + first, inp + first, count);
+    alignas(64) float x[kActivationBlock] = {}, y[kActivationBlock];
+    std::copy(inp + first, inp + first + count, x);
+    run(y, x, (count + 15) / 16 * 16);
+    std::copy(y, y + count, out + first);
+  });
 }
 
 void activation_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation a, bool accumulate) {
+  if (!vectorised(a)) {
 #pragma omp parallel for schedule(static) if (n > 16384)
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = activation_derivative(inp[i], a) * dout[i];
-    dinp[i] = accumulate ? dinp[i] + g : g;
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = activation_derivative(inp[i], a) * dout[i];
+      dinp[i] = accumulate ? dinp[i] + g : g;
+    }
+    return;
   }
+  by_blocks(n, [&](int64_t first, int64_t count) {
+    auto run = [&](float* di, const float* x, const float* d, int64_t m) {
+      if (simd() == Simd::kAvx512) {
+        activation_backward_avx512(di, x, d, m, a, accumulate);
+      } else {
+        activation_backward_avx2(di, x, d, m, a, accumulate);
+      }
+    };
+    if (count % 16 == 0) return run(dinp + first, inp + first, dout + first, count);
+    alignas(64) float x[kActivationBlock] = {}, d[kActivationBlock] = {}, g[kActivationBlock] = {};
+    std::copy(inp + first, inp + first + count, x);
+    std::copy(dout + first, dout + first + count, d);
+    if (accumulate) std::copy(dinp + first, dinp + first + count, g);
+    run(g, x, d, (count + 15) / 16 * 16);
+    std::copy(g, g + count, dinp + first);
+  });
 }
 
 void mul(float* out, const float* a, const float* b, int64_t n, bool accumulate) {
