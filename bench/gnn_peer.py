@@ -84,6 +84,32 @@ def batch_of(structs):
     return out, n
 
 
+def pyg_egnn_layers(C, layers, activation):
+    """EGNN's layer (Satorras et al. 2021; HydraGNN's E_GCL without the coordinate update) on PyG's
+    MessagePassing: m_e = act(act([h_r, h_s, d^2] W_e) W_m), a_i = sum of m_e over i's in-edges,
+    h + act([h, a] W_n) W_o (the caller applies the activation after the residual, as weft)."""
+    from torch_geometric.nn import MessagePassing
+
+    def act_module():
+        return {"silu": torch.nn.SiLU, "relu": torch.nn.ReLU}.get(activation, torch.nn.Softplus)()
+
+    class EGCL(MessagePassing):
+        def __init__(self):
+            super().__init__(aggr="add")
+            self.edge_mlp = torch.nn.Sequential(torch.nn.Linear(2 * C + 1, C), act_module(), torch.nn.Linear(C, C),
+                                                act_module())
+            self.node_mlp = torch.nn.Sequential(torch.nn.Linear(2 * C, C), act_module(), torch.nn.Linear(C, C))
+
+        def forward(self, h, edge_index, d2):
+            agg = self.propagate(edge_index, h=h, d2=d2)
+            return h + self.node_mlp(torch.cat([h, agg], dim=1))
+
+        def message(self, h_i, h_j, d2):
+            return self.edge_mlp(torch.cat([h_i, h_j, d2[:, None]], dim=1))
+
+    return torch.nn.ModuleList([EGCL() for _ in range(layers)])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("data")
@@ -96,7 +122,8 @@ def main():
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--pyg", action="store_true", help="SchNet's convolutions from PyTorch Geometric (.venv-peers)")
+    ap.add_argument("--pyg", action="store_true",
+                    help="the layers from PyTorch Geometric (.venv-peers): SchNet's CFConv, EGNN on its MessagePassing")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.set_default_dtype(torch.float32)
@@ -132,10 +159,22 @@ def main():
         t.requires_grad_(True)
     params = list(P.values())
     forward = ref.forward
-    if a.pyg:  # SchNet's layers as PyTorch Geometric's CFConv (HydraGNN's SCFStack builds them so)
+    if a.pyg and a.layer == "egnn":  # EGNN's layer written on PyG's MessagePassing (HydraGNN's E_GCL)
+        convs = pyg_egnn_layers(C, a.layers, a.activation)
+        params += list(convs.parameters())
+        act = ref.act_fn(a.activation)
+
+        def forward(P, b, s):
+            src, rcv = b["source"], b["receiver"]
+            vec = b["pos"][src] + b["shift_vec"] - b["pos"][rcv]
+            d = torch.sqrt((vec * vec).sum(dim=1))
+            edge_index = torch.stack([src, rcv])  # messages flow source -> receiver
+            h = P["embedding.weight"][b["species"]]
+            for conv in convs:
+                h = act(conv(h, edge_index, d * d))
+            return ref.heads_loss(P, b, s, h, vec, d)
+    elif a.pyg:  # SchNet's layers as PyTorch Geometric's CFConv (HydraGNN's SCFStack builds them so)
         from torch_geometric.nn.models.schnet import CFConv, GaussianSmearing, ShiftedSoftplus
-        if a.layer != "schnet":
-            raise SystemExit("gnn_peer.py --pyg: PyTorch Geometric has CFConv (SchNet), not EGNN")
         convs = torch.nn.ModuleList([CFConv(C, C, C, torch.nn.Sequential(torch.nn.Linear(G, C), ShiftedSoftplus(),
                                                                          torch.nn.Linear(C, C)), s["cutoff"])
                                      for _ in range(a.layers)])
@@ -166,7 +205,7 @@ def main():
         times.append(time.perf_counter() - t0)
         atoms.append(n)
     t = sum(times[2:])
-    print(json.dumps({"peer": "pytorch %s eager fp32%s" % (torch.__version__, " + PyG CFConv" if a.pyg else ""), "threads": a.threads, "layer": a.layer,
+    print(json.dumps({"peer": "pytorch %s eager fp32%s" % (torch.__version__, (" + PyG CFConv" if a.layer == "schnet" else " + PyG MessagePassing EGNN") if a.pyg else ""), "threads": a.threads, "layer": a.layer,
                       "steps": a.steps - 2, "atoms_per_s": sum(atoms[2:]) / t, "ms_per_step": 1e3 * t / (a.steps - 2),
                       "final_loss": loss.item()}))
 

@@ -6,9 +6,10 @@
 #
 # WEFT_FP32_KERNEL=onednn runs weft's fp32 products on oneDNN (docs/precision.md); the default is
 # the system file's choice, else OpenBLAS.
-# With the peers environment (scripts/setup-peers.sh), SchNet also runs with PyTorch Geometric's
-# CFConv layers (torch 2.11). Prints each side's atoms/s and ms per step (weft: mean over its steps after the first; the peer:
-# over its steps after the second, batch assembly outside its timing) and weft / peer.
+# With the peers environment (scripts/setup-peers.sh), the model also runs with PyTorch Geometric's
+# layers (torch 2.11): CFConv for SchNet, EGNN on MessagePassing. Prints each side's atoms/s and ms
+# per step (weft: mean over its steps after the first; the peer: over its steps after the second,
+# batch assembly outside its timing) and weft / peer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LAYER="${1:-schnet}"
@@ -27,9 +28,10 @@ P=$(/usr/bin/python3 bench/gnn_peer.py "$DATA" --layer "$LAYER" --steps "$STEPS"
 echo "weft:  $W atoms/s ($LAYER, gnn-lj, batch 16, $THREADS threads; $(grep -o 'products: [^(]*' "$OUT/weft.log" || echo 'products: openblas'))"
 echo "peer:  $P"
 python3 -c "import json,sys; p=json.loads(sys.argv[2]); print('weft / peer: %.2fx' % (float(sys.argv[1]) / p['atoms_per_s']))" "$W" "$P"
-# PyTorch Geometric's CFConv (HydraGNN's SchNet layer), from the peers environment when there is one.
-if [ "$LAYER" = schnet ] && [ -x .venv-peers/bin/python ]; then
-  Q=$(.venv-peers/bin/python bench/gnn_peer.py "$DATA" --layer schnet --pyg --steps "$STEPS" --threads "$THREADS")
+# PyTorch Geometric (the peers environment, when there is one): SchNet's CFConv (HydraGNN's SchNet
+# layer), EGNN written on its MessagePassing (HydraGNN's E_GCL).
+if [ -x .venv-peers/bin/python ]; then
+  Q=$(.venv-peers/bin/python bench/gnn_peer.py "$DATA" --layer "$LAYER" --pyg --steps "$STEPS" --threads "$THREADS")
   echo "peer:  $Q"
   python3 -c "import json,sys; p=json.loads(sys.argv[2]); print('weft / PyG peer: %.2fx' % (float(sys.argv[1]) / p['atoms_per_s']))" "$W" "$Q"
 fi

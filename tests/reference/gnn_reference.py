@@ -111,6 +111,17 @@ def forward(P, b, s):
 
 def heads_loss(P, b, s, h, vec, d):
     """The energy and force heads and the normalised two-term loss on the last node states h."""
+    e, f, atoms = heads_outputs(P, b, s, h, vec, d)
+    wsum = s["energy_weight"] + s["forces_weight"]
+    wE, wF = s["energy_weight"] / wsum, s["forces_weight"] / wsum
+    y_e = (b["energy"] / atoms - s["energy_mean"]) / s["energy_std"]
+    y_f = b["forces"] / s["force_scale"]
+    return wF * ((f - y_f) ** 2).mean(dim=1).mean() + wE * ((e - y_e) ** 2).mean()
+
+
+def heads_outputs(P, b, s, h, vec, d):
+    """The heads on the last node states h: the normalised energy per atom of each graph (G), the
+    normalised forces (N, 3) and the graphs' atom counts (G)."""
     act = act_fn(s["activation"])
     src = b["source"].long()
     rcv = b["receiver"].long()
@@ -129,11 +140,7 @@ def heads_loss(P, b, s, h, vec, d):
         @ P["heads.forces.2.weight"] + P["heads.forces.2.bias"]  # (E, 1)
     t = s_e * (vec / d[:, None])  # each edge's pair force: on its receiver, and minus it on its source
     f = segment_sum(t, rcv, N) - segment_sum(t, src, N)
-    wsum = s["energy_weight"] + s["forces_weight"]
-    wE, wF = s["energy_weight"] / wsum, s["forces_weight"] / wsum
-    y_e = (b["energy"] / atoms - s["energy_mean"]) / s["energy_std"]
-    y_f = b["forces"] / s["force_scale"]
-    return wF * ((f - y_f) ** 2).mean(dim=1).mean() + wE * ((e - y_e) ** 2).mean()
+    return e, f, atoms
 
 
 def main():
