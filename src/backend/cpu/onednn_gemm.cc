@@ -55,6 +55,11 @@ dnnl::primitive_attr scale_and_sum(float alpha, float beta) {
 
 }  // namespace
 
+// Primitives kept per shape at most: a graph network's products change their row count with every
+// micro-batch, so an unbounded cache would grow by one JIT-compiled kernel per batch; past the
+// bound it starts afresh (a shape's primitive is made again the same way: the same results).
+constexpr size_t kMaxCachedPrimitives = 512;
+
 struct OnednnGemm::Impl {
   using Key = std::tuple<bool, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;
   struct Entry {
@@ -93,6 +98,7 @@ struct OnednnGemm::Impl {
       throw_runtime("oneDNN has no {} matmul for {}x{} @ {}x{} (trans {} {}): {}", bf16 ? "bf16" : "fp32", M, K, K,
                     N, ta, tb, err.what());
     }
+    if (cache.size() >= kMaxCachedPrimitives) cache.clear();
     return cache.emplace(k, std::move(e)).first->second;
   }
 };
@@ -126,6 +132,7 @@ void OnednnGemm::gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int
       throw_runtime("oneDNN has no bf16 matmul for {}x{} @ {}x{} (trans {} {}, {} output): {}", M, K, K, N, trans_a,
                     trans_b, c_bf16 ? "bf16" : "fp32", err.what());
     }
+    if (s.native.size() >= kMaxCachedPrimitives) s.native.clear();
     it = s.native.emplace(key, std::move(e)).first;
   }
   Impl::NativeEntry& e = it->second;
