@@ -161,4 +161,31 @@ void load_checkpoint_into(Engine& engine, const std::string& dir) {
   engine.load_state(params.data(), nullptr, nullptr);
 }
 
+std::pair<std::string, std::string> parse_override(const std::vector<std::string>& args, size_t& i) {
+  std::string key = args[i].substr(2), value;
+  auto eq = key.find('=');
+  if (eq != std::string::npos) {
+    value = key.substr(eq + 1);
+    key = key.substr(0, eq);
+  }
+  std::replace(key.begin(), key.end(), '-', '_');  // --sequence-parallel = --sequence_parallel
+  if (eq == std::string::npos) {
+    if (run_config_key_is_bool(key) && (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0)) {
+      value = "true";  // a bare flag
+    } else {
+      if (i + 1 >= args.size()) throw_input("option --{} needs a value", key);
+      value = args[++i];
+    }
+  }
+  return {key, value};
+}
+
+std::pair<std::string, std::string> parse_set(const std::string& kv) {
+  const auto eq = kv.find('=');
+  if (eq == std::string::npos || eq == 0) throw_input("--set {}: expected KEY=VALUE (e.g. --set seq_len=64)", kv);
+  std::string key = kv.substr(0, eq);
+  std::replace(key.begin(), key.end(), '-', '_');
+  return {key, kv.substr(eq + 1)};
+}
+
 }  // namespace weft

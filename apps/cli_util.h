@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/backend.h"
 #include "model/config.h"
@@ -34,6 +36,13 @@ void add_comm_option(CLI::App& app, std::string& comm);
 // there (root passes access() on read-only mounts). Checked before the work whose result it
 // will hold.
 void check_output_file(const std::string& path, const std::string& option);
+
+// A config override on the command line, as `weft train` takes them: args[i] is `--key value`,
+// `--key=value` or a bare boolean `--key` (moves i onto its value when that is the next
+// argument); dashes in the key become underscores. InputError for a key without its value.
+std::pair<std::string, std::string> parse_override(const std::vector<std::string>& args, size_t& i);
+// "--set key=value" (weft tune, weft ensemble): the same override in one argument.
+std::pair<std::string, std::string> parse_set(const std::string& kv);
 // Writes `text` to `path` whole or not at all: its folder made if missing, a temporary file
 // beside it, then a rename (an existing file is never left half-written). RuntimeError naming
 // the path and the reason.

@@ -228,11 +228,7 @@ void report(const EnsembleArgs& a, const std::vector<Member>& ms, const Ensemble
 
 int run_ensemble(const EnsembleArgs& a, Communicator& world) {
   std::vector<std::pair<std::string, std::string>> overrides;
-  for (const std::string& s : a.sets) {
-    const size_t eq = s.find('=');
-    if (eq == std::string::npos || eq == 0) throw_input("--set {}: expected KEY=VALUE", s);
-    overrides.emplace_back(s.substr(0, eq), s.substr(eq + 1));
-  }
+  for (const std::string& s : a.sets) overrides.push_back(parse_set(s));
   const RunConfig base = load_run_config(a.config, overrides);
   if (std::string_view(base.model_config().capabilities().data_source) != "graphs") {
     throw_input("weft ensemble scores graph networks (model '{}' is a {} model)", base.model,
@@ -244,7 +240,9 @@ int run_ensemble(const EnsembleArgs& a, Communicator& world) {
     throw_input("--out {} already holds an ensemble; pass --overwrite to replace it, or give another --out", a.out);
   }
   bool priced = false;
-  std::vector<Member> ms = read_members(a, base, world.size(), &priced);
+  EnsembleArgs args = a;
+  if (args.system.empty()) args.system = !base.system.empty() ? base.system : plan::implicit_system_path();
+  std::vector<Member> ms = read_members(args, base, world.size(), &priced);
   const int idle = size_groups(ms, world.size(), a.groups);
   int color = static_cast<int>(ms.size()), first = 0;
   for (size_t k = 0; k < ms.size(); ++k) {
@@ -260,12 +258,10 @@ int run_ensemble(const EnsembleArgs& a, Communicator& world) {
   if (color < static_cast<int>(K)) mine = run_member(a, ms[static_cast<size_t>(color)], *group, &finish[static_cast<size_t>(color)]);
   world.all_reduce(finish.data(), static_cast<int64_t>(K), CommDType::kF64, ReduceOp::kMax);
   for (size_t k = 0; k < K; ++k) ms[k].finish_s = finish[k];
-  // The members' predictions to world rank 0 (the rank 0 of member 0's group).
-  const GraphDataset ds = GraphDataset::open(base.data, a.split);
-  int64_t nf = 0;
-  for (const GraphSample& g : ds.samples) nf += 3 * g.s.atoms();
-  std::vector<std::vector<double>> energy(K, std::vector<double>(ds.samples.size()));
-  std::vector<std::vector<float>> forces(K, std::vector<float>(static_cast<size_t>(nf)));
+  // The members' predictions to world rank 0 (the rank 0 of member 0's group): every member
+  // predicted the same structures, so rank 0's own predictions give the sizes.
+  std::vector<std::vector<double>> energy(K);
+  std::vector<std::vector<float>> forces(K);
   for (size_t k = 0; k < K; ++k) {
     const int src = ms[k].first_rank;
     if (world.rank() == src && src == 0) {
@@ -274,11 +270,14 @@ int run_ensemble(const EnsembleArgs& a, Communicator& world) {
       world.send(mine.energy.data(), static_cast<int64_t>(mine.energy.size()), CommDType::kF64, 0, 100);
       world.send(mine.forces.data(), static_cast<int64_t>(mine.forces.size()), CommDType::kF32, 0, 101);
     } else if (world.rank() == 0) {
+      energy[k].resize(mine.energy.size());
+      forces[k].resize(mine.forces.size());
       world.recv(energy[k].data(), static_cast<int64_t>(energy[k].size()), CommDType::kF64, src, 100);
-      world.recv(forces[k].data(), nf, CommDType::kF32, src, 101);
+      world.recv(forces[k].data(), static_cast<int64_t>(forces[k].size()), CommDType::kF32, src, 101);
     }
   }
   if (world.rank() != 0) return 0;
+  const GraphDataset ds = GraphDataset::open(base.data, a.split);
   for (size_t k = 0; k < K; ++k) {
     const float* f = forces[k].data();
     for (size_t i = 0; i < ds.samples.size(); ++i) {
@@ -306,7 +305,6 @@ int cmd_ensemble(CLI::App& app, int argc, char** argv, Communicator& world) {
   app.add_option("--set", a.sets, "config override KEY=VALUE (repeatable)");
   app.parse(argc - 1, argv + 1);
   if (!std::filesystem::exists(a.config)) throw_input("config file {} does not exist", a.config);
-  if (a.system.empty()) a.system = plan::implicit_system_path();
   set_log_rank(world.rank());
   return run_ensemble(a, world);
 }

@@ -39,7 +39,8 @@ void check_options(const GraphEvalOptions& o, const GraphDataset& ds, const Mode
   }
 }
 
-Scores score(Engine& engine, const ModelConfig& mc, const GraphDataset& ds, const SpeciesEnergyFit& fit,
+// The model's errors and, with a fit, the baselines' (none: the predictions only).
+Scores score(Engine& engine, const ModelConfig& mc, const GraphDataset& ds, const SpeciesEnergyFit* fit,
              const GraphEvalOptions& o, GraphPredictions* keep = nullptr) {
   Scores r;
   const int64_t n = o.samples > 0 ? o.samples : static_cast<int64_t>(ds.samples.size());
@@ -63,8 +64,10 @@ Scores score(Engine& engine, const ModelConfig& mc, const GraphDataset& ds, cons
         keep->energy.push_back(e);
         keep->forces.insert(keep->forces.end(), forces, forces + 3 * s.atoms());
       }
-      zeros.assign(s.forces.size(), 0.0f);
-      r.baseline.add(s, fit.predict(s), zeros.data());
+      if (fit) {
+        zeros.assign(s.forces.size(), 0.0f);
+        r.baseline.add(s, fit->predict(s), zeros.data());
+      }
       if (s.has_energy) {
         r.energy.truth.push_back(s.energy / static_cast<double>(s.atoms()));
         r.energy.pred.push_back(e / static_cast<double>(s.atoms()));
@@ -132,11 +135,9 @@ GraphPredictions predict_graph_split(const std::string& ckpt_dir, const ModelCon
                                      Communicator& comm) {
   const GraphDataset ds = GraphDataset::open(o.data, o.split);
   check_options(o, ds, mc);
-  const SpeciesEnergyFit fit =
-      SpeciesEnergyFit::fit(o.split == "train" ? ds.samples : GraphDataset::open(o.data, "train").samples);
   const std::unique_ptr<EngineRun> run = eval_engine(ckpt_dir, mc, o, comm);
   GraphPredictions p;
-  (void)score(*run->engine, mc, ds, fit, o, &p);
+  (void)score(*run->engine, mc, ds, nullptr, o, &p);
   return p;
 }
 
@@ -176,7 +177,7 @@ int eval_graph_checkpoint(const std::string& ckpt_dir, const ModelConfig& mc, co
   report::Gnuplot gp;
   if (!o.parity_png.empty()) gp = report::find_gnuplot();  // a missing gnuplot fails before the work
   const std::unique_ptr<EngineRun> run = eval_engine(ckpt_dir, mc, o, world);
-  Scores r = score(*run->engine, mc, ds, fit, o);
+  Scores r = score(*run->engine, mc, ds, &fit, o);
   if (world.rank() != 0) return 0;
   const nlohmann::ordered_json j = scores_json(r, ckpt_dir, o);
   if (o.format == "json") {

@@ -557,20 +557,15 @@ int run_search(const PlanQuery& q, const PlanArgs& a) {
 // The family settings `--model.NAME VALUE` (or `--model.NAME=VALUE`, as weft train takes them)
 // taken out of the arguments; the rest are CLI11's.
 std::vector<char*> take_model_settings(int argc, char** argv, std::map<std::string, std::string>& settings) {
+  const std::vector<std::string> args(argv, argv + argc);
   std::vector<char*> rest;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg.rfind("--model.", 0) != 0 || arg.size() <= 8) {
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i].rfind("--model.", 0) != 0 || args[i].size() <= 8) {
       rest.push_back(argv[i]);
       continue;
     }
-    const size_t eq = arg.find('=');
-    if (eq != std::string::npos) {
-      settings[arg.substr(8, eq - 8)] = arg.substr(eq + 1);
-    } else {
-      if (i + 1 >= argc) throw_input("{} needs a value", arg);
-      settings[arg.substr(8)] = argv[++i];
-    }
+    const auto [key, value] = parse_override(args, i);  // model.NAME
+    settings[key.substr(6)] = value;
   }
   return rest;
 }

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli_util.h"
 #include "commands.h"
 #include "core/error.h"
 #include "train/config.h"
@@ -33,27 +34,6 @@ void print_train_help() {
              "  --resume CHECKPOINT    continue from that checkpoint folder (verified)\n\n"
              "config keys (each also a --option):\n");
   for (const auto& k : run_config_keys()) fmt::print("  {}\n", k);
-}
-
-// The config override args[i] starts (--key value, --key=value or a bare boolean --key);
-// moves i onto its value when that is the next argument.
-std::pair<std::string, std::string> parse_override(const std::vector<std::string>& args, size_t& i) {
-  std::string key = args[i].substr(2), value;
-  auto eq = key.find('=');
-  if (eq != std::string::npos) {
-    value = key.substr(eq + 1);
-    key = key.substr(0, eq);
-  }
-  std::replace(key.begin(), key.end(), '-', '_');  // --sequence-parallel = --sequence_parallel
-  if (eq == std::string::npos) {
-    if (run_config_key_is_bool(key) && (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0)) {
-      value = "true";  // a bare flag
-    } else {
-      if (i + 1 >= args.size()) throw_input("option --{} needs a value", key);
-      value = args[++i];
-    }
-  }
-  return {key, value};
 }
 
 TrainArgs parse_train_args(const std::vector<std::string>& args) {

@@ -25,15 +25,6 @@ namespace weft {
 
 namespace {
 
-// "--set key=value": a config override, as `weft train --key value` takes it.
-std::pair<std::string, std::string> parse_set(const std::string& kv) {
-  const auto eq = kv.find('=');
-  if (eq == std::string::npos || eq == 0) throw_input("--set {}: expected KEY=VALUE (e.g. --set seq_len=64)", kv);
-  std::string key = kv.substr(0, eq);
-  std::replace(key.begin(), key.end(), '-', '_');
-  return {key, kv.substr(eq + 1)};
-}
-
 // A tune's results are never replaced silently: --out that holds one needs --overwrite (or
 // --resume, which continues it), and --oracle never names the tune.csv this run writes (its
 // replay would overwrite its source).

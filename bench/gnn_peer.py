@@ -84,6 +84,14 @@ def batch_of(structs):
     return out, n
 
 
+def edge_geometry(b):
+    """A batch's edge vectors (source image minus receiver), distances and PyG edge_index (messages
+    flow source -> receiver)."""
+    src, rcv = b["source"], b["receiver"]
+    vec = b["pos"][src] + b["shift_vec"] - b["pos"][rcv]
+    return vec, torch.sqrt((vec * vec).sum(dim=1)), torch.stack([src, rcv])
+
+
 def pyg_egnn_layers(C, layers, activation):
     """EGNN's layer (Satorras et al. 2021; HydraGNN's E_GCL without the coordinate update) on PyG's
     MessagePassing: m_e = act(act([h_r, h_s, d^2] W_e) W_m), a_i = sum of m_e over i's in-edges,
@@ -165,10 +173,7 @@ def main():
         act = ref.act_fn(a.activation)
 
         def forward(P, b, s):
-            src, rcv = b["source"], b["receiver"]
-            vec = b["pos"][src] + b["shift_vec"] - b["pos"][rcv]
-            d = torch.sqrt((vec * vec).sum(dim=1))
-            edge_index = torch.stack([src, rcv])  # messages flow source -> receiver
+            vec, d, edge_index = edge_geometry(b)
             h = P["embedding.weight"][b["species"]]
             for conv in convs:
                 h = act(conv(h, edge_index, d * d))
@@ -183,11 +188,8 @@ def main():
         act = ref.act_fn(a.activation)
 
         def forward(P, b, s):
-            src, rcv = b["source"], b["receiver"]
-            vec = b["pos"][src] + b["shift_vec"] - b["pos"][rcv]
-            d = torch.sqrt((vec * vec).sum(dim=1))
+            vec, d, edge_index = edge_geometry(b)
             rbf = smearing(d)
-            edge_index = torch.stack([src, rcv])
             h = P["embedding.weight"][b["species"]]
             for conv in convs:
                 h = act(conv(h, edge_index, d, rbf))

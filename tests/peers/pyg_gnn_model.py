@@ -86,10 +86,7 @@ def pyg_predictions(data, ckpt, layer):
         for st in structs:
             b, n = gnn_peer.batch_of([st])
             b = {k: (v.double() if v.is_floating_point() else v) for k, v in b.items()}
-            src, rcv = b["source"], b["receiver"]
-            vec = b["pos"][src] + b["shift_vec"] - b["pos"][rcv]
-            d = torch.sqrt((vec * vec).sum(dim=1))
-            edge_index = torch.stack([src, rcv])
+            vec, d, edge_index = gnn_peer.edge_geometry(b)
             h = W["embedding.weight"][b["species"]]
             for conv in convs:
                 h = act(conv(h, edge_index, d, smearing(d))) if layer == "schnet" else act(conv(h, edge_index, d * d))
