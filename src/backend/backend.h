@@ -366,6 +366,17 @@ class Backend {
   // The backward of kMax and kMin: dx[arg[s,c], c] += dout[s,c] (arg -1: nothing). A row belongs
   // to one segment, so no element receives twice.
   virtual void segment_arg_backward_f32(float* dx, const float* dout, const int32_t* arg, int64_t S, int64_t C) = 0;
+  // out (S,C) = per segment and column the standard deviation of its rows (biased, the mean
+  // given: mean (S,C) is segment_reduce kMean's), set to 0 where the variance is not above
+  // var_floor (PNA's std aggregator, PyG's StdAggregation: sqrt(clamp(var, 1e-5)), then 0 where
+  // that is sqrt(1e-5); its gradient 0 there). An empty segment gives 0. writes.
+  virtual void segment_std_f32(float* out, const float* x, const float* mean, const int32_t* perm,
+                               const int32_t* offsets, int64_t S, int64_t C, float var_floor) = 0;
+  // The backward: rows perm[k] (k in segment s) of dx += dout[s] (x[row] - mean[s]) / (n_s std[s])
+  // where std[s] > 0 (the forward's mean and std). Rows outside every segment are untouched.
+  virtual void segment_std_backward_f32(float* dx, const float* dout, const float* x, const float* mean,
+                                        const float* std, const int32_t* perm, const int32_t* offsets, int64_t S,
+                                        int64_t C) = 0;
   // Batch normalisation over the N rows of x, per column, with the batch's statistics (biased
   // variance, as BatchNorm in training): out = (x - mean) rstd w + b, mean and rstd (C) written.
   // The column sums run over chunks of kBatchNormChunk rows, the chunks' sums added in order.
@@ -374,6 +385,10 @@ class Backend {
   // dx (N,C), dw, db (C) accumulate; dout (N,C); mean, rstd the forward's.
   virtual void batchnorm_backward_f32(float* dx, float* dw, float* db, const float* dout, const float* x,
                                       const float* w, const float* mean, const float* rstd, int64_t N, int64_t C) = 0;
+  // Batch normalisation with given statistics (evaluation, BatchNorm's running mean and variance):
+  // out (N,C) = (x - mean) / sqrt(var + eps) w + b per column. writes; out may alias x.
+  virtual void batchnorm_inference_f32(float* out, const float* x, const float* mean, const float* var,
+                                       const float* w, const float* b, int64_t N, int64_t C, float eps) = 0;
 
   // --- pointwise ops of the graph networks (issue 33) ---
   // out (n) = act(inp): ReLU, SiLU x sigmoid(x), or shifted softplus log(1 + e^x) - log 2

@@ -145,11 +145,14 @@ void Engine::build_chunks() {
 }
 
 // Replicated tensors have identical gradients on every tp rank, and the tied embedding is on
-// the first and the last chunk: count each once in the gradient norm.
+// the first and the last chunk: count each once in the gradient norm. Running statistics'
+// slots hold no gradient: not counted.
 void Engine::set_norm_skip(Chunk& ch) {
   std::vector<std::pair<int64_t, int64_t>> skip;
   for (const ParamTensor& t : ch.model->layout().tensors()) {
-    if (cfg_.layout.tp > 1 && tp_rank_ != 0 && t.split == TpSplit::kReplicated) {
+    if (t.statistic_momentum > 0.0f) {  // running statistics: not gradients
+      skip.emplace_back(t.offset, t.offset + t.numel);
+    } else if (cfg_.layout.tp > 1 && tp_rank_ != 0 && t.split == TpSplit::kReplicated) {
       skip.emplace_back(t.offset, t.offset + t.numel);
     } else if (ch.global != 0 && t.group == 0) {  // the front group held again with a tied head
       skip.emplace_back(t.offset, t.offset + t.numel);
@@ -330,7 +333,8 @@ StepResult Engine::step(float lr, const BatchFn& batch) {
     // Clipping and unscaling in one factor on the fly.
     const float grad_scale = static_cast<float>(clip_coefficient(r.grad_norm, cfg_.grad_clip) / step_scale);
     for (auto& ch : chunks_) {
-      ch->optim->step(ch->store->opt_params(), ch->store->opt_grads(), lr, opt_steps_, grad_scale);
+      ch->optim->step(ch->store->opt_params(), ch->store->opt_grads(), lr, opt_steps_, grad_scale,
+                      static_cast<float>(1.0 / step_scale));
       ch->store->after_optimizer_step();
     }
     scaler_.updated();

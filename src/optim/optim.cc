@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace weft {
 
@@ -15,17 +16,23 @@ AdamW::AdamW(const ParamLayout& layout, AdamWConfig cfg, Backend& backend, int64
   for (const ParamTensor& t : layout.tensors()) {
     const int64_t b = std::max(t.offset, begin_), e = std::min(t.offset + t.numel, end_);
     if (b >= e) continue;
-    if (!ranges_.empty() && ranges_.back().decay == t.weight_decay && ranges_.back().end == b - begin_) {
+    const bool decay = t.weight_decay && t.statistic_momentum <= 0.0f;
+    if (!ranges_.empty() && ranges_.back().decay == decay && ranges_.back().momentum == t.statistic_momentum &&
+        ranges_.back().end == b - begin_) {
       ranges_.back().end = e - begin_;
     } else {
-      ranges_.push_back({b - begin_, e - begin_, t.weight_decay});
+      ranges_.push_back({b - begin_, e - begin_, decay, t.statistic_momentum});
     }
   }
 }
 
-void AdamW::step(View params, const float* grads, float lr, int64_t t, float grad_scale) {
+void AdamW::step(View params, const float* grads, float lr, int64_t t, float grad_scale, float stat_scale) {
   for (const Range& r : ranges_) {
     const int64_t n = r.end - r.begin;
+    if (r.momentum > 0.0f) {
+      blend_statistics(params, grads, r, stat_scale);
+      continue;
+    }
     const float wd = r.decay ? cfg_.weight_decay : 0.0f;
     if (master()) {
       // The fp32 master weights updated, and the model's 16-bit copy of them written (one pass
@@ -37,6 +44,19 @@ void AdamW::step(View params, const float* grads, float lr, int64_t t, float gra
                 cfg_.beta2, cfg_.eps, wd, t, grad_scale);
     }
   }
+}
+
+void AdamW::blend_statistics(View params, const float* grads, const Range& r, float stat_scale) {
+  const int64_t n = r.end - r.begin;
+  const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+  std::vector<float> p(static_cast<size_t>(n)), g(static_cast<size_t>(n));
+  float* target = master() ? master() + r.begin : params.at(r.begin).as_f32("the running statistics of an fp32 model");
+  be_.copy_to_host(p.data(), target, 0, bytes);
+  be_.copy_to_host(g.data(), grads + r.begin, 0, bytes);
+  const float m = r.momentum;
+  for (size_t i = 0; i < p.size(); ++i) p[i] = (1.0f - m) * p[i] + m * (stat_scale * g[i]);
+  be_.copy_to_device(target, 0, p.data(), bytes);
+  if (master()) be_.convert(params.at(r.begin), CView(target), n);  // the working copy, rounded
 }
 
 void AdamW::use_master_weights(Precision prec, const float* fp32, bool from_host) {

@@ -22,7 +22,9 @@ class AdamW {
   // gradients are used multiplied by grad_scale (the clipping coefficient). params and grads
   // point at the first element of the range (device memory). With master weights params is
   // the model's working copy (f32, or the 16-bit storage of a bf16/fp16 run); without, f32.
-  void step(View params, const float* grads, float lr, int64_t t, float grad_scale = 1.0f);
+  // Running statistics (ParamTensor::statistic_momentum) are blended in instead, their slots
+  // multiplied by stat_scale (the loss scale's inverse: no clipping).
+  void step(View params, const float* grads, float lr, int64_t t, float grad_scale = 1.0f, float stat_scale = 1.0f);
   // Mixed precision (Micikevicius et al. 2018): keep fp32 master weights of the range, copied
   // from `fp32` (the range's values, first element first; host memory when from_host, else
   // device memory). From then on step() updates the master weights and writes them, rounded
@@ -48,8 +50,12 @@ class AdamW {
   struct Range {
     int64_t begin, end;
     bool decay;
+    float momentum;  // > 0: running statistics
   };
-  std::vector<Range> ranges_;  // consecutive tensors with the same decay setting, merged, relative to begin_
+  // consecutive tensors with the same decay setting and momentum, merged, relative to begin_
+  std::vector<Range> ranges_;
+  // p = (1 - m) p + m s g over the range's elements (host arithmetic: a few per norm layer).
+  void blend_statistics(View params, const float* grads, const Range& r, float stat_scale);
   int64_t begin_ = 0, end_ = 0;
   AdamWConfig cfg_;
   Backend& be_;

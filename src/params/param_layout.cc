@@ -69,6 +69,7 @@ void ParamLayout::add(const ParamSpec& spec, int layer, int group) {
   t.live = spec.live;
   t.sparse_rows = spec.sparse_rows;
   t.tied_head = spec.tied_head;
+  t.statistic_momentum = spec.statistic_momentum;
   total_ += t.numel;
   tensors_.push_back(std::move(t));
 }

@@ -50,6 +50,11 @@ struct ParamSpec {
   // (index, row) pairs instead of reducing the dense matrix), rows of full.back() elements.
   bool sparse_rows = false;
   bool tied_head = false;          // it is also the output head (weight tying: checkpoints may hold both names)
+  // > 0: a running statistic (BatchNorm's running mean or variance), not trained. The model adds
+  // the step's batch statistic to its gradient slot (scaled as the gradients are, so the slots
+  // of all micro-batches and ranks sum to it), and the optimizer blends it in:
+  // p = (1 - m) p + m g, g unscaled. No weight decay, outside the gradient norm and clipping.
+  float statistic_momentum = 0.0f;
 };
 
 // How another program's files name a family's tensors (a Hugging Face export of the model), for
@@ -102,6 +107,7 @@ struct ParamTensor {
   int64_t live = -1;             // elements of the whole tensor drawn (-1: all), the rest zero (padded rows)
   bool sparse_rows = false;      // ParamSpec::sparse_rows
   bool tied_head = false;        // ParamSpec::tied_head
+  float statistic_momentum = 0.0f;  // ParamSpec::statistic_momentum (> 0: a running statistic)
 };
 
 // The part of the model a pipeline stage holds: layers [first_layer, first_layer + num_layers)

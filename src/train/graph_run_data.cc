@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <mutex>
 
@@ -34,10 +35,20 @@ class GraphRunData final : public RunData {
     if (val_) check_capacity(*val_, mc);
   }
 
-  // The radius of the graphs and the training split's statistics.
+  // The radius of the graphs and the training split's statistics (PNA's degree scalers: the mean
+  // of log(d + 1) and of d over its receivers' in-degrees, as PyG's PNAConv takes them from the
+  // histogram).
   std::map<std::string, std::string> model_settings() const override {
     const GraphSplitStats& s = train_.stats;
+    double nodes = 0.0, log_sum = 0.0, lin_sum = 0.0;
+    for (size_t d = 0; d < s.in_degree_histogram.size(); ++d) {
+      const double n = static_cast<double>(s.in_degree_histogram[d]);
+      nodes += n, log_sum += n * std::log(static_cast<double>(d) + 1.0), lin_sum += n * static_cast<double>(d);
+    }
+    const bool degrees = nodes > 0.0 && log_sum > 0.0 && lin_sum > 0.0;
     return {{"radius", fmt::format("{}", train_.cutoff)},
+            {"pna_delta", fmt::format("{}", degrees ? log_sum / nodes : 1.0)},
+            {"pna_delta_lin", fmt::format("{}", degrees ? lin_sum / nodes : 1.0)},
             {"energy_mean", fmt::format("{}", s.energy_per_atom_mean)},
             {"energy_std", fmt::format("{}", s.energy_per_atom_std > 0.0 ? s.energy_per_atom_std : 1.0)},
             {"force_scale", fmt::format("{}", s.force_rms > 0.0 ? s.force_rms : 1.0)},

@@ -221,6 +221,85 @@ TEST_P(IndexedOps, BatchNormForwardAndBackward) {
   }
 }
 
+// PNA's std aggregator: the biased standard deviation per segment and column against float64
+// (0 for an empty segment and where the variance is not above the floor: a one-row segment,
+// constant columns); its backward by central differences of L = sum dout * std in float64.
+TEST_P(IndexedOps, SegmentStdAndItsBackward) {
+  const int64_t S = 12, rows = 70, C = 4;
+  const Segments g = make_segments(S, rows, 41);
+  Vec x = randn(static_cast<size_t>(rows * C), 42);
+  for (int64_t r = 0; r < rows; ++r) x[static_cast<size_t>(r * C + 3)] = 0.25f;  // a constant column
+  const Vec dout = randn(static_cast<size_t>(S * C), 43);
+  const float floor = 1e-5f;
+  const Vec mean = reduce(x, g, C, SegmentOp::kMean, true, nullptr);
+  DeviceBuffer dx = f(x), dm = f(mean), off = i(g.offsets), perm = i(g.perm), out(*be_, DType::kF32, S * C);
+  be_->segment_std_f32(out.data<float>(), dx.data<float>(), dm.data<float>(), perm.data<int32_t>(), off.data<int32_t>(),
+                       S, C, floor);
+  const Vec sd = out.download<float>();
+  auto std64 = [&](const std::vector<double>& xs, int64_t s, int64_t c) {
+    const int64_t k0 = g.offsets[static_cast<size_t>(s)], k1 = g.offsets[static_cast<size_t>(s + 1)];
+    if (k1 == k0) return 0.0;
+    double m = 0.0, v = 0.0;
+    for (int64_t k = k0; k < k1; ++k) m += xs[static_cast<size_t>(g.perm[static_cast<size_t>(k)] * C + c)];
+    m /= static_cast<double>(k1 - k0);
+    for (int64_t k = k0; k < k1; ++k) {
+      const double d = xs[static_cast<size_t>(g.perm[static_cast<size_t>(k)] * C + c)] - m;
+      v += d * d;
+    }
+    v /= static_cast<double>(k1 - k0);
+    return v > floor ? std::sqrt(v) : 0.0;
+  };
+  std::vector<double> x64(x.begin(), x.end());
+  int nonzero = 0, zero = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    for (int64_t c = 0; c < C; ++c) {
+      const double want = std64(x64, s, c);
+      ASSERT_NEAR(sd[static_cast<size_t>(s * C + c)], want, 1e-5 * (want + 1.0)) << s << " " << c;
+      (want > 0.0 ? nonzero : zero) += 1;
+    }
+  }
+  EXPECT_GT(nonzero, 0);
+  EXPECT_GT(zero, S - 1);  // the constant column, and any empty or one-row segment
+  DeviceBuffer gx = f(Vec(static_cast<size_t>(rows * C), 0.5f)), dd = f(dout);
+  be_->segment_std_backward_f32(gx.data<float>(), dd.data<float>(), dx.data<float>(), dm.data<float>(),
+                                out.data<float>(), perm.data<int32_t>(), off.data<int32_t>(), S, C);
+  const Vec ggx = gx.download<float>();
+  auto loss = [&](const std::vector<double>& xs) {
+    double l = 0.0;
+    for (int64_t s = 0; s < S; ++s) {
+      for (int64_t c = 0; c < C; ++c) l += dout[static_cast<size_t>(s * C + c)] * std64(xs, s, c);
+    }
+    return l;
+  };
+  for (int64_t k = 0; k < rows * C; ++k) {
+    std::vector<double> p = x64, m = x64;
+    const double h = 1e-6;
+    p[static_cast<size_t>(k)] += h, m[static_cast<size_t>(k)] -= h;
+    const double fd = (k % C == 3) ? 0.0 : (loss(p) - loss(m)) / (2 * h);
+    ASSERT_NEAR(ggx[static_cast<size_t>(k)] - 0.5f, fd, 1e-3 * (std::fabs(fd) + 0.1)) << k;  // accumulated onto 0.5
+  }
+}
+
+// Batch normalisation with given (running) statistics against its float64 formula, in place.
+TEST_P(IndexedOps, BatchNormInferenceUsesTheGivenStatistics) {
+  const int64_t N = 37, C = 6;
+  const Vec x = randn(static_cast<size_t>(N * C), 51, 3.0f), mean = randn(static_cast<size_t>(C), 52),
+            w = randn(static_cast<size_t>(C), 54), b = randn(static_cast<size_t>(C), 55);
+  Vec var = randn(static_cast<size_t>(C), 53);
+  for (float& v : var) v = v * v + 0.1f;
+  DeviceBuffer dx = f(x), dm = f(mean), dv = f(var), dw = f(w), db = f(b);
+  be_->batchnorm_inference_f32(dx.data<float>(), dx.data<float>(), dm.data<float>(), dv.data<float>(), dw.data<float>(),
+                               db.data<float>(), N, C, 1e-5f);
+  const Vec y = dx.download<float>();
+  for (int64_t r = 0; r < N; ++r) {
+    for (int64_t c = 0; c < C; ++c) {
+      const double want = (static_cast<double>(x[static_cast<size_t>(r * C + c)]) - mean[c]) /
+                              std::sqrt(static_cast<double>(var[c]) + 1e-5) * w[c] + b[c];
+      ASSERT_NEAR(y[static_cast<size_t>(r * C + c)], want, 2e-6 * (std::fabs(want) + 1.0));
+    }
+  }
+}
+
 TEST_P(IndexedOps, ResultsDoNotDependOnTheThreadCount) {
   const int64_t S = 40, rows = 500, C = 8;
   const Segments g = make_segments(S, rows, 21);

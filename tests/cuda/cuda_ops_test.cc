@@ -347,6 +347,31 @@ TEST_F(CudaOps, IndexedRows) {
   EXPECT_LT(rel_err(down(gdx), rdx), kTolF32);
   EXPECT_LT(rel_err(down(gdw), rdw), kTolF32);
   EXPECT_LT(rel_err(down(gdb), rdb), kTolF32);
+  // PNA's std aggregator and its backward; batch normalisation with running statistics.
+  Vec rmean(S * C), rsd(S * C);
+  cpu_->segment_reduce_f32(rmean.data(), nullptr, x.data(), perm.data(), offsets.data(), S, C, SegmentOp::kMean, false);
+  cpu_->segment_std_f32(rsd.data(), x.data(), rmean.data(), perm.data(), offsets.data(), S, C, 1e-5f);
+  auto gmean = up(rmean);
+  DeviceBuffer gsd = dev_f32(S * C);
+  gpu_->segment_std_f32(gsd.data<float>(), dx.data<float>(), gmean.data<float>(), dp.data<int32_t>(), doff.data<int32_t>(),
+                        S, C, 1e-5f);
+  EXPECT_LT(rel_err(down(gsd), rsd), kTolF32);
+  Vec rsx(rows * C, 0.5f);
+  cpu_->segment_std_backward_f32(rsx.data(), dout.data(), x.data(), rmean.data(), rsd.data(), perm.data(), offsets.data(),
+                                 S, C);
+  auto gsx = up(Vec(rows * C, 0.5f)), gsd_ref = up(rsd);
+  gpu_->segment_std_backward_f32(gsx.data<float>(), dd.data<float>(), dx.data<float>(), gmean.data<float>(),
+                                 gsd_ref.data<float>(), dp.data<int32_t>(), doff.data<int32_t>(), S, C);
+  EXPECT_LT(rel_err(down(gsx), rsx), kTolF32);
+  Vec var(C);
+  for (int64_t c = 0; c < C; ++c) var[static_cast<size_t>(c)] = 0.5f + 0.01f * static_cast<float>(c);
+  Vec rbi(rows * C);
+  cpu_->batchnorm_inference_f32(rbi.data(), x.data(), w.data(), var.data(), w.data(), b.data(), rows, C, 1e-5f);
+  auto gvar = up(var);
+  DeviceBuffer gbi = dev_f32(rows * C);
+  gpu_->batchnorm_inference_f32(gbi.data<float>(), dx.data<float>(), dw.data<float>(), gvar.data<float>(),
+                                dw.data<float>(), db.data<float>(), rows, C, 1e-5f);
+  EXPECT_LT(rel_err(down(gbi), rbi), kTolF32);
 }
 
 // The graph networks' pointwise ops (activations and their derivatives, products, row scaling;

@@ -98,6 +98,18 @@ class LseBackend final : public Backend {
   void segment_arg_backward_f32(float* dx, const float* dout, const int32_t* arg, int64_t S, int64_t C) override {
     cpu_->segment_arg_backward_f32(dx, dout, arg, S, C);
   }
+  void segment_std_f32(float* out, const float* x, const float* mean, const int32_t* perm, const int32_t* offsets,
+                       int64_t S, int64_t C, float var_floor) override {
+    cpu_->segment_std_f32(out, x, mean, perm, offsets, S, C, var_floor);
+  }
+  void segment_std_backward_f32(float* dx, const float* dout, const float* x, const float* mean, const float* std,
+                                const int32_t* perm, const int32_t* offsets, int64_t S, int64_t C) override {
+    cpu_->segment_std_backward_f32(dx, dout, x, mean, std, perm, offsets, S, C);
+  }
+  void batchnorm_inference_f32(float* out, const float* x, const float* mean, const float* var, const float* w,
+                               const float* b, int64_t N, int64_t C, float eps) override {
+    cpu_->batchnorm_inference_f32(out, x, mean, var, w, b, N, C, eps);
+  }
   void batchnorm_forward_f32(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b,
                              int64_t N, int64_t C, float eps) override {
     cpu_->batchnorm_forward_f32(out, mean, rstd, x, w, b, N, C, eps);

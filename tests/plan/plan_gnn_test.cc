@@ -43,7 +43,7 @@ Sums sums(const std::vector<Kernel>& ks) {
 }
 
 TEST(PlanGnn, ForwardProductsAreTheFamilysFlopsAtTheMeanGraph) {
-  for (const char* layer : {"schnet", "egnn"}) {
+  for (const char* layer : {"schnet", "egnn", "pna"}) {
     const ModelConfig mc = gnn("gnn-lj", layer, 30.0, 12.0);
     const int64_t B = 4;
     const auto d = mc.family->describe({.model = mc, .B = B, .T = 0});

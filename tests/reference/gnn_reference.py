@@ -16,9 +16,9 @@ Inputs
                 b.species [N] int32, b.pos [N, 3], b.node_graph [N] int32, b.source [E] int32,
                 b.receiver [E] int32, b.shift_vec [E, 3] (Cartesian image offset), b.energy [G]
                 (f64), b.forces [N, 3].
-  --settings  JSON: layer ("schnet" | "egnn"), activation ("relu" | "silu" | "ssp"), cutoff,
+  --settings  JSON: layer ("schnet" | "egnn" | "pna"), activation ("relu" | "silu" | "ssp"), cutoff,
               num_gaussians, pooling ("mean" | "add"), energy_weight, forces_weight, energy_mean,
-              energy_std, force_scale, layers.
+              energy_std, force_scale, layers, pna_delta, pna_delta_lin.
 
 Model (per structure graph; edges j -> i, j the source, i the receiver):
   h0 = embedding[species]
@@ -27,15 +27,25 @@ Model (per structure graph; edges j -> i, j the source, i the receiver):
            h' = act(sum_e (h W_lin1)[j] * W_e  W_lin2 + b_lin2)
   EGNN:    m_e = act(act([h_i, h_j, d^2] W_e0 + b_e0) W_e2 + b_e2);  a_i = sum_e m_e
            h' = act(h + act([h, a] W_n0 + b_n0) W_n2 + b_n2)
+  PNA:     e_e = rbf(d) W_enc + b_enc;  m_e = [h_i, h_j, e_e] W_pre + b_pre
+           A_i = [mean, min, max, std] of m over i's in-edges (torch.scatter_reduce; std =
+           sqrt(var) where var > 1e-5, else 0), d_i = max(in-degree, 1),
+           a_i = [A, A log(d+1)/delta, A delta/log(d+1), A d/delta_lin]
+           y = [h, a] W_post W_lin (no biases ahead of the norm);  h' = act(BatchNorm(y))
+           BatchNorm: training with the batch's mean and biased variance; evaluation with the
+           running statistics, which each step blends with momentum 0.1 toward the batch's mean and
+           unbiased variance (torch.nn.BatchNorm1d); their grad.<name> is that batch statistic.
   energy head: pool (mean | add) over a graph's nodes -> Linear, act, Linear(1)
   force head:  per edge s_e = act([h_i, h_j, d_e] W_f0 + b_f0) W_f2 + b_f2,
                t_e = s_e (x_j + shift - x_i) / d_e, f_i = sum_{e into i} t_e - sum_{e out of i} t_e
   loss = w_F mean_atoms(mean_c (f - F / s_F)^2) + w_E mean_graphs((e - (E / n - mu) / sigma)^2),
          (w_E, w_F) normalised to sum to 1.
 
-Output (--out, safetensors, F64): loss [1] (batch 0, initial weights), grad.<name>, losses [steps]
+Output (--out, safetensors, F64): loss [1] (batch 0, initial weights), eval_loss [1] (the same in
+evaluation mode), grad.<name>, losses [steps]
 (loss before step k on batch k % S), param.<name> after the steps, final_loss [1] (batch steps % S).
-AdamW: torch.optim.AdamW, decay on every matrix and the embedding, none on biases.
+AdamW: torch.optim.AdamW, decay on every matrix and the embedding, none on biases and norms; the
+running statistics are not optimised.
 """
 
 import argparse
@@ -72,7 +82,49 @@ def segment_sum(values, index, n):
     return out.index_add_(0, index, values)
 
 
-def forward(P, b, s):
+def gaussians(d, s):
+    G_ = s["num_gaussians"]
+    rc = s["cutoff"]
+    mu = torch.arange(G_, dtype=d.dtype) * (rc / (G_ - 1))
+    delta = rc / (G_ - 1)
+    return torch.exp(-0.5 * (d[:, None] - mu[None, :]) ** 2 / delta ** 2)
+
+
+def segment_extreme(values, index, n, reduce):
+    out = torch.zeros((n,) + tuple(values.shape[1:]), dtype=values.dtype)
+    idx = index[:, None].expand_as(values)
+    return out.scatter_reduce(0, idx, values, reduce=reduce, include_self=False)
+
+
+def pna_layer(P, p, h, rcv, src, rbf, s, training, stats):
+    """One PNA layer with BatchNorm and the activation; appends (mean, unbiased var) of the
+    normalised input to stats in training."""
+    N = h.shape[0]
+    enc = rbf @ P[p + "edge_encoder.weight"] + P[p + "edge_encoder.bias"]
+    m = torch.cat([h[rcv], h[src], enc], dim=1) @ P[p + "pre_nns.0.0.weight"] + P[p + "pre_nns.0.0.bias"]
+    deg = segment_sum(torch.ones(rcv.shape[0]), rcv, N)
+    mean = segment_sum(m, rcv, N) / deg.clamp(min=1)[:, None]
+    mn = segment_extreme(m, rcv, N, "amin")
+    mx = segment_extreme(m, rcv, N, "amax")
+    var = segment_sum((m - mean[rcv]) ** 2, rcv, N) / deg.clamp(min=1)[:, None]
+    std = torch.where(var > 1e-5, torch.sqrt(var.clamp(min=1e-5)), torch.zeros_like(var))
+    A = torch.cat([mean, mn, mx, std], dim=1)
+    dc = deg.clamp(min=1)[:, None]
+    a = torch.cat([A, A * (torch.log(dc + 1) / s["pna_delta"]), A * (s["pna_delta"] / torch.log(dc + 1)),
+                   A * (dc / s["pna_delta_lin"])], dim=1)
+    y = (torch.cat([h, a], dim=1) @ P[p + "post_nns.0.0.weight"]) @ P[p + "lin.weight"]
+    if training:
+        mu = y.mean(dim=0)
+        vb = ((y - mu) ** 2).mean(dim=0)
+        z = (y - mu) / torch.sqrt(vb + 1e-5)
+        n = y.shape[0]
+        stats.append((p, mu.detach(), (vb * (n / (n - 1) if n > 1 else 1.0)).detach()))
+    else:
+        z = (y - P[p + "norm.running_mean"]) / torch.sqrt(P[p + "norm.running_var"] + 1e-5)
+    return act_fn(s["activation"])(z * P[p + "norm.weight"] + P[p + "norm.bias"])
+
+
+def forward(P, b, s, training=True, stats=None):
     act = act_fn(s["activation"])
     species = b["species"].long()
     src = b["source"].long()
@@ -83,12 +135,11 @@ def forward(P, b, s):
     h = P["embedding.weight"][species]
     for l in range(s["layers"]):
         p = "convs.%d." % l
-        if s["layer"] == "schnet":
-            G_ = s["num_gaussians"]
+        if s["layer"] == "pna":
+            h = pna_layer(P, p, h, rcv, src, gaussians(d, s), s, training, stats if stats is not None else [])
+        elif s["layer"] == "schnet":
             rc = s["cutoff"]
-            mu = torch.arange(G_, dtype=d.dtype) * (rc / (G_ - 1))
-            delta = rc / (G_ - 1)
-            rbf = torch.exp(-0.5 * (d[:, None] - mu[None, :]) ** 2 / delta ** 2)
+            rbf = gaussians(d, s)
             cut = torch.where(d < rc, 0.5 * (torch.cos(math.pi * d / rc) + 1.0), torch.zeros_like(d))
             W = ssp(rbf @ P[p + "filter.0.weight"] + P[p + "filter.0.bias"]) @ P[p + "filter.2.weight"] \
                 + P[p + "filter.2.bias"]
@@ -175,29 +226,45 @@ def main():
     if not batches:
         raise SystemExit("gnn_reference: no batch 0 in " + a.batch)
     out = {}
-    loss = forward(P, batches[0], s)
-    grads = torch.autograd.grad(loss, [P[n] for n in names])
+    running = [n for n in names if ".running_" in n]
+    trained = [n for n in names if n not in running]
+    stats = []
+    loss = forward(P, batches[0], s, True, stats)
+    grads = torch.autograd.grad(loss, [P[n] for n in trained], allow_unused=True)
     out["loss"] = np.array([loss.item()])
-    for n, g in zip(names, grads):
-        out["grad." + n] = g.detach().numpy()
-    decay = [P[n] for n in names if n.endswith("weight") or "weight_" in n]
-    no_decay = [P[n] for n in names if not (n.endswith("weight") or "weight_" in n)]
+    for n, g in zip(trained, grads):
+        out["grad." + n] = (g if g is not None else torch.zeros_like(P[n])).detach().numpy()
+    for p, mu, var in stats:  # a running statistic's slot holds the batch's
+        out["grad." + p + "norm.running_mean"] = mu.numpy()
+        out["grad." + p + "norm.running_var"] = var.numpy()
+    with torch.no_grad():
+        out["eval_loss"] = np.array([forward(P, batches[0], s, False).item()])
+
+    def decays(n):
+        return (n.endswith("weight") or "weight_" in n) and ".norm." not in n
+    decay = [P[n] for n in trained if decays(n)]
+    no_decay = [P[n] for n in trained if not decays(n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps)
     losses = []
     for step in range(a.steps):
         opt.zero_grad()
-        l = forward(P, batches[step % len(batches)], s)
+        stats = []
+        l = forward(P, batches[step % len(batches)], s, True, stats)
         losses.append(l.item())
         l.backward()
         opt.step()
+        with torch.no_grad():
+            for p, mu, var in stats:
+                P[p + "norm.running_mean"].mul_(0.9).add_(0.1 * mu)
+                P[p + "norm.running_var"].mul_(0.9).add_(0.1 * var)
     out["losses"] = np.array(losses)
     with torch.no_grad():
-        out["final_loss"] = np.array([forward(P, batches[a.steps % len(batches)], s).item()])
+        out["final_loss"] = np.array([forward(P, batches[a.steps % len(batches)], s, False).item()])
     for n in names:
         out["param." + n] = P[n].detach().numpy()
-    save_safetensors(a.out, out, {"decay": ",".join(n for n in names if n.endswith("weight") or "weight_" in n)})
+    save_safetensors(a.out, out, {"decay": ",".join(n for n in trained if decays(n))})
 
 
 if __name__ == "__main__":

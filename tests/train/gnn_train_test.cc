@@ -5,11 +5,14 @@
 // baselines, and bad settings are refused naming the key.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "ckpt/safetensors.h"
 #include "comm/self_comm.h"
 #include "core/error.h"
 #include "data/atoms/graph_prepare.h"
@@ -60,21 +63,9 @@ std::vector<nlohmann::json> read_metrics(const std::string& path) {
   return out;
 }
 
-TEST(GnnTrain, TrainsResumesBitForBitAndEvaluates) {
-  TempDir tmp("gnn_train");
-  prepare_lj(tmp / "lj");
-  const RunConfig full = gnn_run(tmp / "lj", tmp / "full");
-  TrainResult a = train(full, {});
-  ASSERT_EQ(a.steps_done, 8);
-  // The checkpoint's config.json: the settings and the data's statistics.
-  const auto cj = nlohmann::json::parse(test::read_text(tmp / "full/step-000008/config.json"));
-  EXPECT_EQ(cj.at("model_type"), "gnn");
-  EXPECT_EQ(cj.at("mpnn_type"), "egnn");
-  EXPECT_EQ(cj.at("task_weights").at("forces").get<double>(), 2.0);
-  EXPECT_EQ(cj.at("radius").get<double>(), 5.0);
-  EXPECT_LT(cj.at("normalisation").at("energy_per_atom_mean").get<double>(), -1.0);  // LJ: about -3.8 eps
-  EXPECT_GT(cj.at("normalisation").at("force_scale").get<double>(), 0.1);
-
+// A copy of `full`'s run (trained to its 8 steps in tmp / "full") resumed from its step-4
+// checkpoint: the same metrics and the same final weights, bit for bit.
+void expect_resume_bit_for_bit(const TempDir& tmp, const RunConfig& full) {
   const std::string part = tmp / "part";
   fs::create_directories(part);
   fs::copy(tmp / "full/step-000004", part + "/step-000004", fs::copy_options::recursive);
@@ -86,7 +77,9 @@ TEST(GnnTrain, TrainsResumesBitForBitAndEvaluates) {
   }
   TrainOptions opt;
   opt.resume = true;
-  TrainResult b = train(gnn_run(tmp / "lj", part), opt);
+  RunConfig resumed = full;
+  resumed.out = part;
+  TrainResult b = train(resumed, opt);
   EXPECT_EQ(b.first_step, 4);
   const auto ma = read_metrics(tmp / "full/metrics.jsonl"), mb = read_metrics(part + "/metrics.jsonl");
   ASSERT_EQ(ma.size(), mb.size());
@@ -103,6 +96,25 @@ TEST(GnnTrain, TrainsResumesBitForBitAndEvaluates) {
   EXPECT_EQ(test::read_text(tmp / "full/step-000008/model.safetensors"),
             test::read_text(part + "/step-000008/model.safetensors"));
 
+}
+
+TEST(GnnTrain, TrainsResumesBitForBitAndEvaluates) {
+  TempDir tmp("gnn_train");
+  prepare_lj(tmp / "lj");
+  const RunConfig full = gnn_run(tmp / "lj", tmp / "full");
+  TrainResult a = train(full, {});
+  ASSERT_EQ(a.steps_done, 8);
+  // The checkpoint's config.json: the settings and the data's statistics.
+  const auto cj = nlohmann::json::parse(test::read_text(tmp / "full/step-000008/config.json"));
+  EXPECT_EQ(cj.at("model_type"), "gnn");
+  EXPECT_EQ(cj.at("mpnn_type"), "egnn");
+  EXPECT_EQ(cj.at("task_weights").at("forces").get<double>(), 2.0);
+  EXPECT_EQ(cj.at("radius").get<double>(), 5.0);
+  EXPECT_LT(cj.at("normalisation").at("energy_per_atom_mean").get<double>(), -1.0);  // LJ: about -3.8 eps
+  EXPECT_GT(cj.at("normalisation").at("force_scale").get<double>(), 0.1);
+
+  expect_resume_bit_for_bit(tmp, full);
+
   // weft eval on the test split: the table's rows, the JSON, the parity plot.
   const std::string json = tmp / "eval.json", png = tmp / "parity.png";
   const auto r = test::run_weft(fmt::format("eval --checkpoint {} --data {} --out {} --parity {}",
@@ -118,12 +130,36 @@ TEST(GnnTrain, TrainsResumesBitForBitAndEvaluates) {
   EXPECT_TRUE(fs::exists(png));
 }
 
+// PNA: its degree scalers' means come from the training split's in-degree histogram into
+// config.json; BatchNorm's running statistics move with the steps, are checkpointed as
+// parameters and resume bit for bit (the validation losses, which use them, included).
+TEST(GnnTrain, PnaTakesItsDegreeMeansFromTheDataAndResumesItsRunningStatistics) {
+  TempDir tmp("gnn_pna_train");
+  prepare_lj(tmp / "lj");
+  RunConfig full = gnn_run(tmp / "lj", tmp / "full");
+  full.model_settings["layer"] = "pna";
+  ASSERT_EQ(train(full, {}).steps_done, 8);
+  const auto cj = nlohmann::json::parse(test::read_text(tmp / "full/step-000008/config.json"));
+  EXPECT_EQ(cj.at("mpnn_type"), "pna");
+  const double delta = cj.at("pna_delta")[0].get<double>(), delta_lin = cj.at("pna_delta")[1].get<double>();
+  EXPECT_GT(delta, 1.5);  // log(d + 1) of tens of neighbours within 5 A
+  EXPECT_NEAR(delta_lin, cj.at("data_means").at("in_degree").get<double>(), 1e-9 * delta_lin);
+  SafetensorsFile st(tmp / "full/step-000008/model.safetensors");
+  const auto& info = st.info("convs.0.norm.running_var");
+  ASSERT_EQ(info.shape, std::vector<int64_t>{16});
+  const float* var = static_cast<const float*>(st.data("convs.0.norm.running_var"));
+  double moved = 0.0;
+  for (int c = 0; c < 16; ++c) moved = std::max(moved, std::abs(var[c] - 1.0));
+  EXPECT_GT(moved, 1e-3) << "the running variance never moved from its initial 1";
+  expect_resume_bit_for_bit(tmp, full);
+}
+
 // The planner beside the run (issue 33, item 8): a graph run prints its predicted step time (the
 // family's kernels at the data's mean graph, plan/predict.h) and its memory, predicted to the byte.
 TEST(GnnTrain, RunsPrintThePredictedStepTimeAndExactMemory) {
   TempDir tmp("gnn_predicted");
   prepare_lj(tmp / "lj");
-  for (const char* layer : {"schnet", "egnn"}) {
+  for (const char* layer : {"schnet", "egnn", "pna"}) {
     RunConfig c = gnn_run(tmp / "lj", tmp / layer);
     c.model_settings["layer"] = layer;
     c.steps = 3;

@@ -103,6 +103,56 @@ void segment_arg_backward(float* dx, const float* dout, const int32_t* arg, int6
   }
 }
 
+void segment_std(float* out, const float* x, const float* mean, const int32_t* perm, const int32_t* offsets, int64_t S,
+                 int64_t C, float var_floor) {
+#pragma omp parallel for schedule(dynamic, 16)
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t k0 = offsets[s], k1 = offsets[s + 1];
+    const float inv = k1 > k0 ? 1.0f / static_cast<float>(k1 - k0) : 0.0f;
+    for (int64_t c = 0; c < C; ++c) {
+      const float m = mean[s * C + c];
+      float v = 0.0f;
+      for (int64_t k = k0; k < k1; ++k) {
+        const float d = x[row_of(perm, k) * C + c] - m;
+        v += d * d;
+      }
+      v *= inv;
+      out[s * C + c] = v > var_floor ? std::sqrt(v) : 0.0f;
+    }
+  }
+}
+
+void segment_std_backward(float* dx, const float* dout, const float* x, const float* mean, const float* std,
+                          const int32_t* perm, const int32_t* offsets, int64_t S, int64_t C) {
+#pragma omp parallel for schedule(dynamic, 16)
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t k0 = offsets[s], k1 = offsets[s + 1];
+    for (int64_t c = 0; c < C; ++c) {
+      const float sd = std[s * C + c];
+      if (!(sd > 0.0f)) continue;
+      const float g = dout[s * C + c] / (static_cast<float>(k1 - k0) * sd), m = mean[s * C + c];
+      for (int64_t k = k0; k < k1; ++k) {
+        const int64_t r = row_of(perm, k) * C + c;
+        dx[r] += g * (x[r] - m);
+      }
+    }
+  }
+}
+
+void batchnorm_inference(float* out, const float* x, const float* mean, const float* var, const float* w,
+                         const float* b, int64_t N, int64_t C, float eps) {
+  std::vector<float> scale(static_cast<size_t>(C)), shift(static_cast<size_t>(C));
+  for (int64_t c = 0; c < C; ++c) {
+    const float r = static_cast<float>(1.0 / std::sqrt(static_cast<double>(var[c]) + static_cast<double>(eps)));
+    scale[static_cast<size_t>(c)] = r * w[c];
+    shift[static_cast<size_t>(c)] = b[c] - mean[c] * r * w[c];
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    for (int64_t c = 0; c < C; ++c) out[i * C + c] = x[i * C + c] * scale[static_cast<size_t>(c)] + shift[static_cast<size_t>(c)];
+  }
+}
+
 void batchnorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b, int64_t N,
                        int64_t C, float eps) {
   std::vector<double> sum(static_cast<size_t>(C)), sq(static_cast<size_t>(C));

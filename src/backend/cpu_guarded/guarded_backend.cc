@@ -192,6 +192,18 @@ class GuardedBackend final : public Backend {
   void scale_rows_f32(float* out, const float* x, const float* s, int64_t N, int64_t C, bool accumulate) override {
     run<&Backend::scale_rows_f32>("scale_rows", out, x, s, N, C, accumulate);
   }
+  void segment_std_f32(float* out, const float* x, const float* mean, const int32_t* perm, const int32_t* offsets,
+                       int64_t S, int64_t C, float var_floor) override {
+    run<&Backend::segment_std_f32>("segment_std", out, x, mean, perm, offsets, S, C, var_floor);
+  }
+  void segment_std_backward_f32(float* dx, const float* dout, const float* x, const float* mean, const float* std,
+                                const int32_t* perm, const int32_t* offsets, int64_t S, int64_t C) override {
+    run<&Backend::segment_std_backward_f32>("segment_std_backward", dx, dout, x, mean, std, perm, offsets, S, C);
+  }
+  void batchnorm_inference_f32(float* out, const float* x, const float* mean, const float* var, const float* w,
+                               const float* b, int64_t N, int64_t C, float eps) override {
+    run<&Backend::batchnorm_inference_f32>("batchnorm_inference", out, x, mean, var, w, b, N, C, eps);
+  }
   void batchnorm_forward_f32(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b,
                              int64_t N, int64_t C, float eps) override {
     run<&Backend::batchnorm_forward_f32>("batchnorm_forward", out, mean, rstd, x, w, b, N, C, eps);

@@ -283,6 +283,22 @@ void CudaBackend::scale_rows_f32(float* out, const float* x, const float* s, int
   kern::scale_rows(out, x, s, N, C, accumulate, st_->stream);
 }
 
+void CudaBackend::segment_std_f32(float* out, const float* x, const float* mean, const int32_t* perm,
+                                  const int32_t* offsets, int64_t S, int64_t C, float var_floor) {
+  kern::segment_std(out, x, mean, perm, offsets, S, C, var_floor, st_->stream);
+}
+
+void CudaBackend::segment_std_backward_f32(float* dx, const float* dout, const float* x, const float* mean,
+                                           const float* std, const int32_t* perm, const int32_t* offsets, int64_t S,
+                                           int64_t C) {
+  kern::segment_std_backward(dx, dout, x, mean, std, perm, offsets, S, C, st_->stream);
+}
+
+void CudaBackend::batchnorm_inference_f32(float* out, const float* x, const float* mean, const float* var,
+                                          const float* w, const float* b, int64_t N, int64_t C, float eps) {
+  kern::batchnorm_inference(out, x, mean, var, w, b, N, C, eps, st_->stream);
+}
+
 void CudaBackend::batchnorm_forward_f32(float* out, float* mean, float* rstd, const float* x, const float* w,
                                         const float* b, int64_t N, int64_t C, float eps) {
   double* scratch = st_->scratch_of<double>(kern::batchnorm_scratch(N, C));

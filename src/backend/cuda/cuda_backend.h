@@ -154,6 +154,12 @@ class CudaBackend final : public Backend {
   void segment_broadcast_f32(float* dx, const float* dout, const int32_t* perm, const int32_t* offsets, int64_t S,
                              int64_t C, bool mean, bool accumulate) override;
   void segment_arg_backward_f32(float* dx, const float* dout, const int32_t* arg, int64_t S, int64_t C) override;
+  void segment_std_f32(float* out, const float* x, const float* mean, const int32_t* perm, const int32_t* offsets,
+                       int64_t S, int64_t C, float var_floor) override;
+  void segment_std_backward_f32(float* dx, const float* dout, const float* x, const float* mean, const float* std,
+                                const int32_t* perm, const int32_t* offsets, int64_t S, int64_t C) override;
+  void batchnorm_inference_f32(float* out, const float* x, const float* mean, const float* var, const float* w,
+                               const float* b, int64_t N, int64_t C, float eps) override;
   void batchnorm_forward_f32(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b,
                              int64_t N, int64_t C, float eps) override;
   void batchnorm_backward_f32(float* dx, float* dw, float* db, const float* dout, const float* x, const float* w,

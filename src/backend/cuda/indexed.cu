@@ -68,6 +68,51 @@ __global__ void segment_arg_backward_kernel(float* dx, const float* dout, const 
   }
 }
 
+// One thread per (segment, column), as the CPU reference: the biased variance about the given
+// mean in row order; 0 where it is not above var_floor.
+__global__ void segment_std_kernel(float* out, const float* x, const float* mean, const int32_t* perm,
+                                   const int32_t* offsets, int64_t S, int64_t C, float var_floor) {
+  const int64_t n = S * C;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t s = i / C, c = i % C, k0 = offsets[s], k1 = offsets[s + 1];
+    const float inv = k1 > k0 ? 1.0f / float(k1 - k0) : 0.0f, m = mean[i];
+    float v = 0.0f;
+    for (int64_t k = k0; k < k1; ++k) {
+      const float d = x[row_of(perm, k) * C + c] - m;
+      v += d * d;
+    }
+    v *= inv;
+    out[i] = v > var_floor ? sqrtf(v) : 0.0f;
+  }
+}
+
+// A row belongs to one segment: (segment, column) threads write disjoint elements.
+__global__ void segment_std_backward_kernel(float* dx, const float* dout, const float* x, const float* mean,
+                                            const float* std, const int32_t* perm, const int32_t* offsets, int64_t S,
+                                            int64_t C) {
+  const int64_t n = S * C;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t s = i / C, c = i % C, k0 = offsets[s], k1 = offsets[s + 1];
+    const float sd = std[i];
+    if (!(sd > 0.0f)) continue;
+    const float g = dout[i] / (float(k1 - k0) * sd), m = mean[i];
+    for (int64_t k = k0; k < k1; ++k) {
+      const int64_t r = row_of(perm, k) * C + c;
+      dx[r] += g * (x[r] - m);
+    }
+  }
+}
+
+__global__ void batchnorm_inference_kernel(float* out, const float* x, const float* mean, const float* var,
+                                           const float* w, const float* b, int64_t N, int64_t C, float eps) {
+  const int64_t n = N * C;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t c = i % C;
+    const float r = float(1.0 / sqrt(double(var[c]) + double(eps)));
+    out[i] = x[i] * (r * w[c]) + (b[c] - mean[c] * r * w[c]);
+  }
+}
+
 // part (chunks, C): per chunk of kChunk rows and column, the sum of f(x, dout, mean, rstd) in
 // row order. which: 0 x, 1 (x - mean)^2, 2 dout, 3 dout * xhat.
 __global__ void chunk_sums_kernel(double* part, const float* x, const float* dout, const float* mean,
@@ -173,6 +218,28 @@ void segment_broadcast(float* dx, const float* dout, const int32_t* perm, const 
 
 void segment_arg_backward(float* dx, const float* dout, const int32_t* arg, int64_t S, int64_t C, Stream s) {
   if (S * C > 0) segment_arg_backward_kernel<<<grid_for(S * C, kThreads), kThreads, 0, s>>>(dx, dout, arg, S, C);
+}
+
+void segment_std(float* out, const float* x, const float* mean, const int32_t* perm, const int32_t* offsets, int64_t S,
+                 int64_t C, float var_floor, Stream s) {
+  if (S * C > 0) {
+    segment_std_kernel<<<grid_for(S * C, kThreads), kThreads, 0, s>>>(out, x, mean, perm, offsets, S, C, var_floor);
+  }
+}
+
+void segment_std_backward(float* dx, const float* dout, const float* x, const float* mean, const float* std,
+                          const int32_t* perm, const int32_t* offsets, int64_t S, int64_t C, Stream s) {
+  if (S * C > 0) {
+    segment_std_backward_kernel<<<grid_for(S * C, kThreads), kThreads, 0, s>>>(dx, dout, x, mean, std, perm, offsets,
+                                                                               S, C);
+  }
+}
+
+void batchnorm_inference(float* out, const float* x, const float* mean, const float* var, const float* w,
+                         const float* b, int64_t N, int64_t C, float eps, Stream s) {
+  if (N * C > 0) {
+    batchnorm_inference_kernel<<<grid_for(N * C, kThreads), kThreads, 0, s>>>(out, x, mean, var, w, b, N, C, eps);
+  }
 }
 
 int64_t batchnorm_scratch(int64_t N, int64_t C) { return ((N + kChunk - 1) / kChunk) * C + 2 * C + 2 * C; }

@@ -106,6 +106,12 @@ void segment_reduce(float* out, int32_t* arg, const float* x, const int32_t* per
 void segment_broadcast(float* dx, const float* dout, const int32_t* perm, const int32_t* offsets, int64_t S, int64_t C,
                        bool mean, bool accumulate, Stream s);
 void segment_arg_backward(float* dx, const float* dout, const int32_t* arg, int64_t S, int64_t C, Stream s);
+void segment_std(float* out, const float* x, const float* mean, const int32_t* perm, const int32_t* offsets, int64_t S,
+                 int64_t C, float var_floor, Stream s);
+void segment_std_backward(float* dx, const float* dout, const float* x, const float* mean, const float* std,
+                          const int32_t* perm, const int32_t* offsets, int64_t S, int64_t C, Stream s);
+void batchnorm_inference(float* out, const float* x, const float* mean, const float* var, const float* w,
+                         const float* b, int64_t N, int64_t C, float eps, Stream s);
 // scratch: batchnorm_scratch(N, C) doubles.
 void batchnorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b, int64_t N,
                        int64_t C, float eps, double* scratch, Stream s);

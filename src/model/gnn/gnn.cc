@@ -13,7 +13,7 @@ namespace weft {
 struct GnnModel::Buffers {
   int64_t N = 0, E = 0, G = 0, C = 0, H = 0;
   DeviceBuffer species, source, receiver, recv_off, src_perm, src_off, species_perm, species_off, graph_off;
-  DeviceBuffer rbf, cutoff, dist2, dist, unit, y_energy, y_forces, ones3;
+  DeviceBuffer rbf, cutoff, dist2, scalers, dist, unit, y_energy, y_forces, ones3;
   std::vector<DeviceBuffer> h;  // L + 1 node states (N, C)
   DeviceBuffer pool, ez, ea, e;   // the energy head: (G,C) (G,H) (G,H) (G)
   DeviceBuffer fpre, fa, fs, ft, f, fsrc;  // the force head: (E,H) (E,H) (E) (E,3) (N,3) (N,3)
@@ -91,9 +91,10 @@ void GnnModel::reserve(const HostBatch& capacity, bool training, int64_t, int) {
   for (DeviceBuffer* d : {&b->source, &b->receiver, &b->src_perm}) *d = i32(be, E);
   b->species_off = i32(be, kGnnSpecies + 1);
   b->graph_off = i32(be, G + 1);
-  const bool schnet = f_.layer == GnnLayer::kSchnet;
-  b->rbf = f32(be, schnet ? E * f_.num_gaussians : 0);
-  b->cutoff = f32(be, schnet ? E : 0), b->dist2 = f32(be, schnet ? 0 : E);
+  const bool gaussians = f_.layer == GnnLayer::kSchnet || f_.layer == GnnLayer::kPna, pna = f_.layer == GnnLayer::kPna;
+  b->rbf = f32(be, gaussians ? E * f_.num_gaussians : 0);
+  b->cutoff = f32(be, gaussians ? E : 0), b->dist2 = f32(be, f_.layer == GnnLayer::kEgnn ? E : 0);
+  b->scalers = f32(be, pna ? 3 * N : 0);
   b->dist = f32(be, E), b->unit = f32(be, 3 * E);
   b->y_energy = f32(be, G), b->y_forces = f32(be, 3 * N);
   for (int l = 0; l <= cfg_.n_layer; ++l) b->h.push_back(f32(be, N * C));
@@ -121,7 +122,7 @@ int64_t GnnModel::activation_bytes() const {
   for (const auto& conv : convs_) n += conv->stash_bytes();
   for (const DeviceBuffer& d : buf_->h) n += static_cast<int64_t>(d.bytes());
   for (const DeviceBuffer* d : {&buf_->pool, &buf_->ez, &buf_->ea, &buf_->e, &buf_->fpre, &buf_->fa, &buf_->fs,
-                                &buf_->ft, &buf_->f, &buf_->rbf, &buf_->cutoff, &buf_->dist2, &buf_->dist, &buf_->unit,
+                                &buf_->ft, &buf_->f, &buf_->rbf, &buf_->cutoff, &buf_->dist2, &buf_->scalers, &buf_->dist, &buf_->unit,
                                 &buf_->y_energy, &buf_->y_forces}) {
     n += static_cast<int64_t>(d->bytes());
   }
@@ -153,17 +154,19 @@ void GnnModel::upload(const GraphBatch& b) {
   put(be, d.species_perm, host_.species_perm), put(be, d.species_off, host_.species_offsets);
   put(be, d.graph_off, host_.graph_offsets);
   put(be, d.rbf, host_.rbf), put(be, d.cutoff, host_.cutoff), put(be, d.dist2, host_.dist2);
+  put(be, d.scalers, host_.degree_scalers);
   put(be, d.dist, host_.dist), put(be, d.unit, host_.unit);
   put(be, d.y_energy, host_.energy), put(be, d.y_forces, host_.forces);
   graph_ = GnnGraph{.N = host_.N, .E = host_.E, .G = host_.G,
                     .source = d.source.data<int32_t>(), .receiver = d.receiver.data<int32_t>(),
                     .recv_offsets = d.recv_off.data<int32_t>(), .src_perm = d.src_perm.data<int32_t>(),
                     .src_offsets = d.src_off.data<int32_t>(), .graph_offsets = d.graph_off.data<int32_t>(),
-                    .rbf = d.rbf.data<float>(), .cutoff = d.cutoff.data<float>(), .dist2 = d.dist2.data<float>()};
+                    .rbf = d.rbf.data<float>(), .cutoff = d.cutoff.data<float>(), .dist2 = d.dist2.data<float>(),
+                    .degree_scalers = d.scalers.data<float>()};
 }
 
 // The embedding, the layers (their groups acquired and released one at a time) and both heads.
-void GnnModel::forward(const std::vector<CView>& front, const std::vector<CView>& back) {
+void GnnModel::forward(const std::vector<CView>& front, const std::vector<CView>& back, bool training) {
   Buffers& d = *buf_;
   const int64_t N = graph_.N, G = graph_.G, C = d.C, H = d.H;
   GnnScratch s = d.scratch();
@@ -171,7 +174,7 @@ void GnnModel::forward(const std::vector<CView>& front, const std::vector<CView>
   if (work) backend_.gather_rows_f32(d.h[0].data<float>(), front[0].as_f32(), d.species.data<int32_t>(), N, C);
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const std::vector<CView> w = layout_.group_ptrs(l + 1, store_->acquire(l + 1));
-    if (work) convs_[static_cast<size_t>(l)]->forward(graph_, d.h[l].data<float>(), d.h[l + 1].data<float>(), w, s);
+    if (work) convs_[static_cast<size_t>(l)]->forward(graph_, d.h[l].data<float>(), d.h[l + 1].data<float>(), w, s, training);
     store_->release(l + 1);
   }
   if (!work) return;
@@ -294,10 +297,11 @@ double GnnModel::run(const HostBatch& hb, float loss_scale, bool training) {
   const int L = cfg_.n_layer;
   const std::vector<CView> front = layout_.group_ptrs(0, store_->acquire(0));
   const std::vector<CView> back_w = layout_.group_ptrs(L + 1, store_->acquire(L + 1));
-  forward(front, back_w);
+  forward(front, back_w, training);
   const double sum = loss(training ? loss_scale : 0.0f);
   if (training) {
     Buffers& d = *buf_;
+    graph_.statistics_weight = static_cast<double>(loss_scale) * static_cast<double>(graph_.N);
     const bool work = graph_.N > 0;
     const std::vector<float*> gb = layout_.group_ptrs(L + 1, store_->grads(L + 1));
     if (work) heads_backward(back_w, gb);
@@ -357,7 +361,7 @@ void GnnModel::predict(const GraphBatch& b, std::vector<double>* energy, std::ve
   const int L = cfg_.n_layer;
   const std::vector<CView> front = layout_.group_ptrs(0, store_->acquire(0));
   const std::vector<CView> back_w = layout_.group_ptrs(L + 1, store_->acquire(L + 1));
-  forward(front, back_w);
+  forward(front, back_w, false);
   store_->release(L + 1);
   store_->release(0);
   std::vector<float> e(static_cast<size_t>(graph_.G)), f(static_cast<size_t>(3 * graph_.N));

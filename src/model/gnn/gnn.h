@@ -79,7 +79,7 @@ class GnnModel final : public Model {
  private:
   struct Buffers;
   void upload(const GraphBatch& b);
-  void forward(const std::vector<CView>& front, const std::vector<CView>& back);
+  void forward(const std::vector<CView>& front, const std::vector<CView>& back, bool training);
   double loss(float dloss);  // the loss sum of the uploaded batch; dloss != 0: the heads' output gradients
   void heads_backward(const std::vector<CView>& back, const std::vector<float*>& g);
   void force_head_forward(const std::vector<const float*>& wb);

@@ -22,7 +22,10 @@ GnnFlops gnn_forward_flops(const ModelConfig& cfg) {
       out.per_edge = L * 2.0 * (C + C * C);
       out.per_node = L * 2.0 * (5 * C * C);
       break;
-    case GnnLayer::kPna: break;
+    case GnnLayer::kPna:  // edge encoder and pre's edge rows per edge; pre's node rows, post (17 blocks), lin per node
+      out.per_edge = L * 2.0 * (f.num_gaussians * C + C * C);
+      out.per_node = L * 2.0 * (20 * C * C);
+      break;
   }
   out.per_node += 2.0 * (2 * C * H);       // the force head: both ends' products
   out.per_edge += 2.0 * (2 * H);           // its distance term and scalar
@@ -130,9 +133,12 @@ class GnnDescription final : public ModelDescription {
     const GnnStashElems s = gnn_conv_stash(gnn_fields(cfg_), cfg_.n_embd);
     const int64_t C = cfg_.n_embd, H = cfg_.ffn, L = cfg_.n_layer, N = cap_.N, E = cap_.E, G = cap_.G;
     const GnnFields& f = gnn_fields(cfg_);
-    const int64_t inputs = (f.layer == GnnLayer::kSchnet ? E * (f.num_gaussians + 1) : E) + 4 * E + G + 3 * N;
+    const int64_t layer_inputs = f.layer == GnnLayer::kSchnet ? E * (f.num_gaussians + 1)
+                                 : f.layer == GnnLayer::kPna ? E * (f.num_gaussians + 1) + 3 * N
+                                                             : E;
+    const int64_t inputs = layer_inputs + 4 * E + G + 3 * N;
     const int64_t energy_head = G * C + 2 * G * H + G, force_head = 2 * E * H + E + 3 * E + 3 * N;
-    return L * (s.per_node * N + s.per_edge * E) + (L + 1) * N * C + energy_head + force_head + inputs;
+    return L * (s.per_node * N + s.per_edge * E + s.fixed) + (L + 1) * N * C + energy_head + force_head + inputs;
   }
   int64_t workspace_elems() const override {
     const int64_t C = cfg_.n_embd, H = cfg_.ffn, N = cap_.N, E = cap_.E, G = cap_.G;

@@ -26,7 +26,7 @@ struct GnnPreset {
   int max_atoms, max_neighbours;
 };
 
-// gnn-tiny: the tests' size. gnn-lj / gnn-egnn-lj: configs/gnn-lj.toml's model on the Lennard-Jones
+// gnn-tiny, gnn-egnn-tiny, gnn-pna-tiny: the tests' size. gnn-lj / gnn-egnn-lj: configs/gnn-lj.toml's model on the Lennard-Jones
 // set (8-216 atoms, r_c 5). hydragnn-gfm-egnn: HydraGNN's GFM baseline (EGNN 4 x 866, r_c 5, at
 // most 20 neighbours; examples/multibranch/baseline_GFM260.json).
 constexpr GnnPreset kPresets[] = {
@@ -34,6 +34,8 @@ constexpr GnnPreset kPresets[] = {
     {"gnn-egnn-tiny", GnnLayer::kEgnn, 2, 16, 16, 5.0, 32, 16},
     {"gnn-lj", GnnLayer::kSchnet, 3, 64, 64, 5.0, 216, 32},
     {"gnn-egnn-lj", GnnLayer::kEgnn, 3, 64, 64, 5.0, 216, 32},
+    {"gnn-pna-tiny", GnnLayer::kPna, 2, 16, 16, 5.0, 32, 16},
+    {"gnn-pna-lj", GnnLayer::kPna, 3, 64, 64, 5.0, 216, 32},
     {"hydragnn-gfm-egnn", GnnLayer::kEgnn, 4, 866, 866, 5.0, 256, 20},
 };
 
@@ -84,9 +86,19 @@ std::vector<ParamSpec> layer_specs(const ModelConfig& cfg, int l) {
               bias(p + "node_mlp.0.bias", C),
               matrix(p + "node_mlp.2.weight", C, C),
               bias(p + "node_mlp.2.bias", C)};
-    case GnnLayer::kPna: break;
+    case GnnLayer::kPna: {
+      const int64_t G = f.num_gaussians;
+      ParamSpec norm_w(p + "norm.weight", 0, {C}, TpSplit::kReplicated, false, ParamInit::kOnes);
+      ParamSpec mean(p + "norm.running_mean", 0, {C}, TpSplit::kReplicated, false, ParamInit::kZeros);
+      ParamSpec var(p + "norm.running_var", 0, {C}, TpSplit::kReplicated, false, ParamInit::kOnes);
+      mean.statistic_momentum = var.statistic_momentum = 0.1f;  // torch.nn.BatchNorm1d's momentum
+      return {matrix(p + "edge_encoder.weight", G, C), bias(p + "edge_encoder.bias", C),
+              matrix(p + "pre_nns.0.0.weight", 3 * C, C), bias(p + "pre_nns.0.0.bias", C),
+              matrix(p + "post_nns.0.0.weight", 17 * C, C), matrix(p + "lin.weight", C, C),
+              norm_w, bias(p + "norm.bias", C), mean, var};
+    }
   }
-  throw_input("model '{}': graph layer '{}' is not available yet", cfg.name, gnn_layer_name(f.layer));
+  throw_input("model '{}': graph layer '{}' is not available", cfg.name, gnn_layer_name(f.layer));
 }
 
 ParamTable gnn_param_table(const ModelConfig& cfg) {
@@ -262,10 +274,14 @@ class GnnFamily final : public Family {
                   "neighbours {})",
                   c.name, c.n_layer, c.n_embd, c.ffn, f.max_atoms, f.max_neighbours);
     }
-    if (f.layer == GnnLayer::kPna) throw_input("model '{}': graph layer 'pna' is not available yet", c.name);
-    if (!(f.cutoff > 0.0) || (f.layer == GnnLayer::kSchnet && f.num_gaussians < 2)) {
-      throw_input("model '{}': the radius must be positive and SchNet needs at least 2 Gaussians (radius {}, {})",
+    if (!(f.cutoff > 0.0) || (f.layer != GnnLayer::kEgnn && f.num_gaussians < 2)) {
+      throw_input("model '{}': the radius must be positive and SchNet and PNA need at least 2 Gaussians (radius {}, {})",
                   c.name, f.cutoff, f.num_gaussians);
+    }
+    if (f.layer == GnnLayer::kPna && !(f.pna_delta > 0.0 && f.pna_delta_lin > 0.0 && std::isfinite(f.pna_delta) &&
+                                       std::isfinite(f.pna_delta_lin))) {
+      throw_input("model '{}': PNA's degree scalers need positive mean in-degrees (pna_delta {}, pna_delta_lin {})",
+                  c.name, f.pna_delta, f.pna_delta_lin);
     }
     if (!(f.energy_weight >= 0.0) || !(f.forces_weight >= 0.0) || !(f.energy_weight + f.forces_weight > 0.0)) {
       throw_input("model '{}': task weights must be non-negative with a positive sum (energy {}, forces {})", c.name,
@@ -293,7 +309,8 @@ class GnnFamily final : public Family {
 
   std::vector<std::string> setting_names() const override {
     return {"layer", "activation", "pooling", "num_gaussians", "head_hidden", "energy_weight", "forces_weight",
-            "max_atoms", "max_neighbours", "radius", "energy_mean", "energy_std", "force_scale", "mean_in_degree", "mean_atoms"};
+            "max_atoms", "max_neighbours", "radius", "energy_mean", "energy_std", "force_scale", "mean_in_degree", "mean_atoms",
+            "pna_delta", "pna_delta_lin"};
   }
   ModelConfig with_settings(const ModelConfig& base, const std::map<std::string, std::string>& settings) const override {
     if (settings.empty()) return base;
@@ -315,6 +332,8 @@ class GnnFamily final : public Family {
       else if (key == "force_scale") f.force_scale = setting_number(key, v);
       else if (key == "mean_in_degree") f.mean_in_degree = setting_number(key, v);
       else if (key == "mean_atoms") f.mean_atoms = setting_number(key, v);
+      else if (key == "pna_delta") f.pna_delta = setting_number(key, v);
+      else if (key == "pna_delta_lin") f.pna_delta_lin = setting_number(key, v);
       else return Family::with_settings(base, {{key, v}});  // names the key and the settings
     }
     c.n_ctx = f.max_atoms;

@@ -1,5 +1,6 @@
 #include "model/gnn/gnn_graph.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numbers>
@@ -54,6 +55,18 @@ void schnet_features(double d, const GnnFields& f, float* rbf_row, float* cutoff
   *cutoff = d < f.cutoff ? static_cast<float>(0.5 * (std::cos(std::numbers::pi * d / f.cutoff) + 1.0)) : 0.0f;
 }
 
+std::vector<float> pna_degree_scalers(const std::vector<int32_t>& recv_offsets, const GnnFields& f) {
+  const size_t N = recv_offsets.empty() ? 0 : recv_offsets.size() - 1;
+  std::vector<float> out(3 * N);
+  for (size_t i = 0; i < N; ++i) {
+    const double d = std::max(1, recv_offsets[i + 1] - recv_offsets[i]), lg = std::log(d + 1.0);
+    out[i] = static_cast<float>(lg / f.pna_delta);
+    out[N + i] = static_cast<float>(f.pna_delta / lg);
+    out[2 * N + i] = static_cast<float>(d / f.pna_delta_lin);
+  }
+  return out;
+}
+
 GnnHostGraph build_host_graph(const GraphBatch& b, const GnnFields& f) {
   GnnHostGraph g;
   g.N = b.nodes(), g.E = b.edges(), g.G = b.graphs();
@@ -83,7 +96,7 @@ GnnHostGraph build_host_graph(const GraphBatch& b, const GnnFields& f) {
     g.dist.push_back(static_cast<float>(d[static_cast<size_t>(e)]));
     for (int k = 0; k < 3; ++k) g.unit.push_back(static_cast<float>(v[k] / d[static_cast<size_t>(e)]));
   }
-  if (f.layer == GnnLayer::kSchnet) {
+  if (f.layer == GnnLayer::kSchnet || f.layer == GnnLayer::kPna) {  // PNA's edge features: the Gaussians
     g.rbf.resize(static_cast<size_t>(g.E * f.num_gaussians));
     g.cutoff.resize(static_cast<size_t>(g.E));
     // Independent per edge: threaded as the backend's pointwise ops are (the same bits).
@@ -94,6 +107,8 @@ GnnHostGraph build_host_graph(const GraphBatch& b, const GnnFields& f) {
   } else {
     for (double v : d) g.dist2.push_back(static_cast<float>(v * v));
   }
+
+  if (f.layer == GnnLayer::kPna) g.degree_scalers = pna_degree_scalers(g.recv_offsets, f);
 
   g.has_energy = b.has_energy(), g.has_forces = b.has_forces();
   if (g.has_energy) {

@@ -17,7 +17,8 @@ struct GnnHostGraph {
   std::vector<int32_t> recv_offsets, src_perm, src_offsets;  // N + 1, E, N + 1
   std::vector<int32_t> species_perm, species_offsets;    // N, kGnnSpecies + 1
   std::vector<int32_t> graph_offsets;                     // G + 1
-  std::vector<float> rbf, cutoff, dist2;                  // E x num_gaussians (SchNet), E, E (EGNN)
+  std::vector<float> rbf, cutoff, dist2;                  // E x num_gaussians (SchNet, PNA), E, E (EGNN)
+  std::vector<float> degree_scalers;                      // 3 x N (PNA): amplification, attenuation, linear
   std::vector<float> dist, unit;                          // E, 3E: the force head's distance and direction
   std::vector<float> energy, forces;                      // G, 3N normalised targets (when labelled)
   std::vector<float> atoms;                               // G: atoms per graph
@@ -30,6 +31,11 @@ std::vector<double> edge_vectors(const GraphBatch& b);
 // SchNet's Gaussian basis (PyG's GaussianSmearing: G centres evenly on [0, r_c], width the
 // spacing) and the cosine cutoff 0.5 (cos(pi d / r_c) + 1) (0 from r_c on), at distance d.
 void schnet_features(double d, const GnnFields& f, float* rbf_row, float* cutoff);
+
+// PNA's degree scalers (Corso et al. 2020; PyG's DegreeScalerAggregation) of each node from its
+// in-degree d (at least 1, as PyG clamps it): log(d + 1) / delta, delta / log(d + 1), d / delta_lin,
+// as three rows of N.
+std::vector<float> pna_degree_scalers(const std::vector<int32_t>& recv_offsets, const GnnFields& f);
 
 GnnHostGraph build_host_graph(const GraphBatch& b, const GnnFields& f);
 

@@ -30,7 +30,8 @@ class SchnetConv final : public GnnConv {
     return static_cast<int64_t>(f1_.bytes() + a_.bytes() + wc_.bytes() + xs_.bytes() + agg_.bytes() + o_.bytes());
   }
 
-  void forward(const GnnGraph& g, const float* h, float* out, const std::vector<CView>& wv, GnnScratch& s) override {
+  void forward(const GnnGraph& g, const float* h, float* out, const std::vector<CView>& wv, GnnScratch& s,
+               bool) override {
     const auto w = weights_f32(wv, 7);
     const int64_t N = g.N, E = g.E, C = C_;
     float *f1 = f1_.data<float>(), *a = a_.data<float>(), *wc = wc_.data<float>(), *xs = xs_.data<float>();
@@ -92,7 +93,8 @@ class EgnnConv final : public GnnConv {
                                 ua_.bytes() + r_.bytes());
   }
 
-  void forward(const GnnGraph& g, const float* h, float* out, const std::vector<CView>& wv, GnnScratch& s) override {
+  void forward(const GnnGraph& g, const float* h, float* out, const std::vector<CView>& wv, GnnScratch& s,
+               bool) override {
     const auto w = weights_f32(wv, 11);
     const int64_t N = g.N, E = g.E, C = C_;
     float *pre = pre_.data<float>(), *a1 = a1_.data<float>(), *m1 = m1_.data<float>(), *m = m_.data<float>();
@@ -152,9 +154,9 @@ std::unique_ptr<GnnConv> make_gnn_conv(const GnnFields& f, int64_t C, Backend& b
   switch (f.layer) {
     case GnnLayer::kSchnet: return std::make_unique<SchnetConv>(f, C, be);
     case GnnLayer::kEgnn: return std::make_unique<EgnnConv>(f, C, be);
-    case GnnLayer::kPna: break;
+    case GnnLayer::kPna: return make_pna_conv(f, C, be);
   }
-  throw_input("graph layer '{}' is not available yet", gnn_layer_name(f.layer));
+  throw_input("graph layer '{}' is not available", gnn_layer_name(f.layer));
 }
 
 namespace gnn_kernels {
@@ -237,16 +239,18 @@ GnnLayerWork gnn_conv_work(const GnnFields& f, double C, double n, double e) {
       }
       return w;
     }
-    case GnnLayer::kPna: break;
+    case GnnLayer::kPna: return pna_conv_work(f, C, n, e);
   }
-  throw_input("graph layer '{}' is not available yet", gnn_layer_name(f.layer));
+  throw_input("graph layer '{}' is not available", gnn_layer_name(f.layer));
 }
 
 GnnStashElems gnn_conv_stash(const GnnFields& f, int64_t C) {
   switch (f.layer) {
     case GnnLayer::kSchnet: return {2 * C, 4 * C};
     case GnnLayer::kEgnn: return {4 * C, 4 * C};
-    case GnnLayer::kPna: break;
+    // four aggregators, their min/max rows (int32), post's and lin's outputs, the norm's; the
+    // edge features and messages; the batch's mean and 1/std
+    case GnnLayer::kPna: return {9 * C, 2 * C, 2 * C};
   }
   return {};
 }

@@ -34,7 +34,11 @@ struct GnnGraph {
   const float* rbf = nullptr;     // (E, num_gaussians): SchNet's Gaussians of the distance
   const float* cutoff = nullptr;  // (E): 0.5 (cos(pi d / r_c) + 1)
   const float* dist2 = nullptr;   // (E): EGNN's squared distance
-  const float* log_degree = nullptr;  // (N): PNA's log(d_i + 1)
+  const float* degree_scalers = nullptr;  // (3, N): PNA's amplification, attenuation, linear scalers
+  // Training: the weight of this micro-batch's batch statistics (BatchNorm's) in the step's, as
+  // its gradients are scaled: the loss scale times its nodes (the engine's loss scale holds 1 /
+  // the global batch's atoms, so the slots of all micro-batches sum to the node-weighted mean).
+  double statistics_weight = 0.0;
 };
 
 // Scratch shared by the layers of a model (sized for the capacity): three (E, C) and three (N, C).
@@ -49,9 +53,10 @@ class GnnConv {
   // Stash for up to N nodes and E edges.
   virtual void reserve(int64_t N, int64_t E) = 0;
   virtual int64_t stash_bytes() const = 0;
-  // out (N, C) = the layer's output for node states h (N, C); keeps its stash.
-  virtual void forward(const GnnGraph& g, const float* h, float* out, const std::vector<CView>& w,
-                       GnnScratch& s) = 0;
+  // out (N, C) = the layer's output for node states h (N, C); keeps its stash. Evaluation
+  // (!training) normalises with the running statistics instead of the batch's.
+  virtual void forward(const GnnGraph& g, const float* h, float* out, const std::vector<CView>& w, GnnScratch& s,
+                       bool training) = 0;
   // From dout (N, C) (read; may be overwritten): dh (N, C) written, the parameters' gradients
   // accumulated into grads. h is the forward's input.
   virtual void backward(const GnnGraph& g, const float* h, float* dout, float* dh, const std::vector<CView>& w,
@@ -60,10 +65,12 @@ class GnnConv {
 
 // The layer of the family's type for width C.
 std::unique_ptr<GnnConv> make_gnn_conv(const GnnFields& f, int64_t C, Backend& be);
+// PNA's layer (gnn_pna.cc), which make_gnn_conv returns for "pna".
+std::unique_ptr<GnnConv> make_pna_conv(const GnnFields& f, int64_t C, Backend& be);
 
 // Elements of the stash one layer keeps per node and per edge (the memory model's counts).
 struct GnnStashElems {
-  int64_t per_node = 0, per_edge = 0;
+  int64_t per_node = 0, per_edge = 0, fixed = 0;  // fixed: whatever the graph (a norm's statistics)
 };
 GnnStashElems gnn_conv_stash(const GnnFields& f, int64_t C);
 
@@ -77,6 +84,7 @@ struct GnnLayerWork {
   std::vector<Kernel> forward, backward;
 };
 GnnLayerWork gnn_conv_work(const GnnFields& f, double C, double n, double e);
+GnnLayerWork pna_conv_work(const GnnFields& f, double C, double n, double e);  // gnn_conv_work's for "pna"
 
 // Kernel helpers shared with the heads' lists (gnn_description.cc): a product's forward
 // (m x k) @ (k x n); its backward (with dX when `dx`, the bias sum when `db`); an activation's
