@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """PyTorch peer of weft's graph-network training step (issue 33): the same model as
-tests/reference/gnn_reference.py (SchNet or EGNN, energy and equivariant force heads, the
+tests/reference/gnn_reference.py (SchNet, EGNN or PNA, energy and equivariant force heads, the
 normalised two-term loss), in float32 eager PyTorch, trained with AdamW on the same prepared
 graph dataset (weft prepare --synthetic-lj DIR), batches of consecutive training structures.
 Prints one JSON line: atoms/s and ms per step over the timed steps (the first two left out).
@@ -118,6 +118,27 @@ def pyg_egnn_layers(C, layers, activation):
     return torch.nn.ModuleList([EGCL() for _ in range(layers)])
 
 
+def pna_deltas(histogram):
+    """PNA's delta and delta_lin: the means of log(d + 1) and of d over an in-degree histogram."""
+    n = float(sum(histogram))
+    return (sum(c * math.log(d + 1.0) for d, c in enumerate(histogram)) / n,
+            sum(c * d for d, c in enumerate(histogram)) / n)
+
+
+def pyg_pna_layers(C, layers, G, histogram):
+    """HydraGNN's PNAStack layer: PyG's PNAConv (aggregators mean, min, max, std; scalers identity,
+    amplification, attenuation, linear; the Gaussians as edge features; towers 1, one pre and one
+    post layer) and PyG's BatchNorm after it (the caller applies the activation)."""
+    from torch_geometric.nn import BatchNorm, PNAConv
+    deg = torch.tensor(histogram, dtype=torch.long)
+    convs = torch.nn.ModuleList([PNAConv(C, C, aggregators=["mean", "min", "max", "std"],
+                                         scalers=["identity", "amplification", "attenuation", "linear"], deg=deg,
+                                         edge_dim=G, towers=1, pre_layers=1, post_layers=1, divide_input=False)
+                                 for _ in range(layers)])
+    norms = torch.nn.ModuleList([BatchNorm(C) for _ in range(layers)])
+    return convs, norms
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("data")
@@ -131,7 +152,8 @@ def main():
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--pyg", action="store_true",
-                    help="the layers from PyTorch Geometric (.venv-peers): SchNet's CFConv, EGNN on its MessagePassing")
+                    help="the layers from PyTorch Geometric (.venv-peers): SchNet's CFConv, EGNN on its MessagePassing, "
+                         "PNAConv with BatchNorm")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.set_default_dtype(torch.float32)
@@ -140,15 +162,20 @@ def main():
     for f in man["splits"]["train"]["files"]:
         structs += read_shard(os.path.join(a.data, f["file"]))
     st = man["splits"]["train"]["stats"]
+    delta, delta_lin = pna_deltas(st["in_degree_histogram"])
     s = {"layer": a.layer, "activation": a.activation, "pooling": "mean", "cutoff": man["graph"]["cutoff"],
          "num_gaussians": a.gaussians, "layers": a.layers, "energy_weight": 1.0, "forces_weight": 1.0,
          "energy_mean": st["energy_per_atom"]["mean"], "energy_std": st["energy_per_atom"]["std"],
-         "force_scale": st["force_rms"]}
+         "force_scale": st["force_rms"], "pna_delta": delta, "pna_delta_lin": delta_lin}
     C, H, G = a.hidden, a.head_hidden, a.gaussians
     P = {"embedding.weight": torch.randn(119, C)}
     for l in range(a.layers):
         p = "convs.%d." % l
-        if a.layer == "schnet":
+        if a.layer == "pna":
+            shapes = {"edge_encoder.weight": (G, C), "edge_encoder.bias": (C,), "pre_nns.0.0.weight": (3 * C, C),
+                      "pre_nns.0.0.bias": (C,), "post_nns.0.0.weight": (17 * C, C), "lin.weight": (C, C),
+                      "norm.bias": (C,), "norm.running_mean": (C,)}
+        elif a.layer == "schnet":
             shapes = {"filter.0.weight": (G, C), "filter.0.bias": (C,), "filter.2.weight": (C, C),
                       "filter.2.bias": (C,), "lin1.weight": (C, C), "lin2.weight": (C, C), "lin2.bias": (C,)}
         else:
@@ -158,16 +185,33 @@ def main():
                       "node_mlp.0.bias": (C,), "node_mlp.2.weight": (C, C), "node_mlp.2.bias": (C,)}
         for k, sh in shapes.items():
             P[p + k] = torch.randn(*sh) / math.sqrt(sh[0]) if len(sh) == 2 else torch.zeros(sh)
+        if a.layer == "pna":
+            P[p + "norm.weight"], P[p + "norm.running_var"] = torch.ones(C), torch.ones(C)
     for k, sh in {"heads.energy.0.weight": (C, H), "heads.energy.0.bias": (H,), "heads.energy.2.weight": (H, 1),
                   "heads.energy.2.bias": (1,), "heads.forces.0.weight_receiver": (C, H),
                   "heads.forces.0.weight_source": (C, H), "heads.forces.0.weight_distance": (1, H),
                   "heads.forces.0.bias": (H,), "heads.forces.2.weight": (H, 1), "heads.forces.2.bias": (1,)}.items():
         P[k] = torch.randn(*sh) / math.sqrt(sh[0]) if len(sh) == 2 else torch.zeros(sh)
-    for t in P.values():
-        t.requires_grad_(True)
-    params = list(P.values())
+    for k, t in P.items():
+        if ".running_" not in k:
+            t.requires_grad_(True)
+    params = [t for t in P.values() if t.requires_grad]
     forward = ref.forward
-    if a.pyg and a.layer == "egnn":  # EGNN's layer written on PyG's MessagePassing (HydraGNN's E_GCL)
+    if a.pyg and a.layer == "pna":  # HydraGNN's PNAStack: PyG's PNAConv, then BatchNorm
+        from torch_geometric.nn.models.schnet import GaussianSmearing
+        convs, norms = pyg_pna_layers(C, a.layers, G, st["in_degree_histogram"])
+        smearing = GaussianSmearing(0.0, s["cutoff"], G)
+        params += list(convs.parameters()) + list(norms.parameters())
+        act = ref.act_fn(a.activation)
+
+        def forward(P, b, s):
+            vec, d, edge_index = edge_geometry(b)
+            rbf = smearing(d)
+            h = P["embedding.weight"][b["species"]]
+            for conv, norm in zip(convs, norms):
+                h = act(norm(conv(h, edge_index, rbf)))
+            return ref.heads_loss(P, b, s, h, vec, d)
+    elif a.pyg and a.layer == "egnn":  # EGNN's layer written on PyG's MessagePassing (HydraGNN's E_GCL)
         convs = pyg_egnn_layers(C, a.layers, a.activation)
         params += list(convs.parameters())
         act = ref.act_fn(a.activation)
@@ -207,7 +251,9 @@ def main():
         times.append(time.perf_counter() - t0)
         atoms.append(n)
     t = sum(times[2:])
-    print(json.dumps({"peer": "pytorch %s eager fp32%s" % (torch.__version__, (" + PyG CFConv" if a.layer == "schnet" else " + PyG MessagePassing EGNN") if a.pyg else ""), "threads": a.threads, "layer": a.layer,
+    pyg = {"schnet": " + PyG CFConv", "egnn": " + PyG MessagePassing EGNN", "pna": " + PyG PNAConv, BatchNorm"}
+    print(json.dumps({"peer": "pytorch %s eager fp32%s" % (torch.__version__, pyg[a.layer] if a.pyg else ""),
+                      "threads": a.threads, "layer": a.layer,
                       "steps": a.steps - 2, "atoms_per_s": sum(atoms[2:]) / t, "ms_per_step": 1e3 * t / (a.steps - 2),
                       "final_loss": loss.item()}))
 

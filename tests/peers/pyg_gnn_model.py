@@ -1,8 +1,10 @@
 """PyTorch Geometric in the peers' environment (CTest label `peers`): a weft graph-network
-checkpoint against the same model built from PyG's layers (issue 33). weft trains gnn-lj (SchNet
-or EGNN) for one step at lr 1e-30 on a prepared LJ set, so its checkpoint holds the initial
-weights; those weights go into PyG's CFConv (SchNet, HydraGNN's SCFStack layer) or an EGNN layer
-written on PyG's MessagePassing (HydraGNN's E_GCL), with the reference's heads
+checkpoint against the same model built from PyG's layers (issue 33). weft trains gnn-lj (SchNet,
+EGNN or PNA) for one step at lr 1e-30 on a prepared LJ set, so its checkpoint holds the initial
+weights (and, for PNA, BatchNorm's running statistics after one step); those go into PyG's CFConv
+(SchNet, HydraGNN's SCFStack layer), an EGNN layer written on PyG's MessagePassing (HydraGNN's
+E_GCL) or PyG's PNAConv and BatchNorm in evaluation mode (HydraGNN's PNAStack; PNAConv's post and
+lin biases, which weft leaves out, at 0), with the reference's heads
 (tests/reference/gnn_reference.py), in float64. Both predict the test split's energies and
 forces; `weft eval`'s energy MAE per atom and force MAE equal the peer's within 1e-5 relative.
 """
@@ -65,7 +67,7 @@ def pyg_predictions(data, ckpt, layer):
                 conv.lin2.weight.copy_(W[p + "lin2.weight"].T), conv.lin2.bias.copy_(W[p + "lin2.bias"])
             convs.append(conv)
         smearing = GaussianSmearing(0.0, cutoff, G)
-    else:
+    elif layer == "egnn":
         convs = list(gnn_peer.pyg_egnn_layers(C, L, s["activation"]).double())
         for l, conv in enumerate(convs):
             p = "convs.%d." % l
@@ -78,6 +80,25 @@ def pyg_predictions(data, ckpt, layer):
                 conv.node_mlp[0].bias.copy_(W[p + "node_mlp.0.bias"])
                 conv.node_mlp[2].weight.copy_(W[p + "node_mlp.2.weight"].T), conv.node_mlp[2].bias.copy_(W[p + "node_mlp.2.bias"])
     man = json.load(open(os.path.join(data, "manifest.json")))
+    if layer == "pna":
+        G = cj["num_gaussians"]
+        convs, norms = gnn_peer.pyg_pna_layers(C, L, G, man["splits"]["train"]["stats"]["in_degree_histogram"])
+        convs, norms = convs.double(), norms.double().eval()
+        for l in range(L):
+            p, conv, bn = "convs.%d." % l, convs[l], norms[l].module
+            with torch.no_grad():
+                conv.edge_encoder.weight.copy_(W[p + "edge_encoder.weight"].T)
+                conv.edge_encoder.bias.copy_(W[p + "edge_encoder.bias"])
+                conv.pre_nns[0][0].weight.copy_(W[p + "pre_nns.0.0.weight"].T)
+                conv.pre_nns[0][0].bias.copy_(W[p + "pre_nns.0.0.bias"])
+                conv.post_nns[0][0].weight.copy_(W[p + "post_nns.0.0.weight"].T), conv.post_nns[0][0].bias.zero_()
+                conv.lin.weight.copy_(W[p + "lin.weight"].T), conv.lin.bias.zero_()
+                bn.weight.copy_(W[p + "norm.weight"]), bn.bias.copy_(W[p + "norm.bias"])
+                bn.running_mean.copy_(W[p + "norm.running_mean"]), bn.running_var.copy_(W[p + "norm.running_var"])
+            assert abs(float(conv.aggr_module.avg_deg_lin) - cj["pna_delta"][1]) < 1e-6 * cj["pna_delta"][1]
+            assert abs(float(conv.aggr_module.avg_deg_log) - cj["pna_delta"][0]) < 1e-6 * cj["pna_delta"][0]
+        smearing = GaussianSmearing(0.0, cutoff, G)
+        convs = list(zip(convs, norms))
     structs = []
     for f in man["splits"]["test"]["files"]:
         structs += gnn_peer.read_shard(os.path.join(data, f["file"]))
@@ -89,7 +110,12 @@ def pyg_predictions(data, ckpt, layer):
             vec, d, edge_index = gnn_peer.edge_geometry(b)
             h = W["embedding.weight"][b["species"]]
             for conv in convs:
-                h = act(conv(h, edge_index, d, smearing(d))) if layer == "schnet" else act(conv(h, edge_index, d * d))
+                if layer == "pna":
+                    h = act(conv[1](conv[0](h, edge_index, smearing(d))))
+                elif layer == "schnet":
+                    h = act(conv(h, edge_index, d, smearing(d)))
+                else:
+                    h = act(conv(h, edge_index, d * d))
             e, f, atoms = ref.heads_outputs(W, b, s, h, vec, d)
             e_atom = e[0].item() * norm["energy_per_atom_std"] + norm["energy_per_atom_mean"]
             e_err.append(abs(e_atom - st["energy"] / n))
@@ -115,5 +141,10 @@ def egnn_checkpoint():
     check("egnn")
 
 
+def pna_checkpoint():
+    check("pna")
+
+
 if __name__ == "__main__":
-    sys.exit(pu.main({"schnet_checkpoint": schnet_checkpoint, "egnn_checkpoint": egnn_checkpoint}))
+    sys.exit(pu.main({"schnet_checkpoint": schnet_checkpoint, "egnn_checkpoint": egnn_checkpoint,
+                      "pna_checkpoint": pna_checkpoint}))

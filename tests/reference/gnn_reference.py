@@ -29,8 +29,8 @@ Model (per structure graph; edges j -> i, j the source, i the receiver):
            h' = act(h + act([h, a] W_n0 + b_n0) W_n2 + b_n2)
   PNA:     e_e = rbf(d) W_enc + b_enc;  m_e = [h_i, h_j, e_e] W_pre + b_pre
            A_i = [mean, min, max, std] of m over i's in-edges (torch.scatter_reduce; std =
-           sqrt(var) where var > 1e-5, else 0), d_i = max(in-degree, 1),
-           a_i = [A, A log(d+1)/delta, A delta/log(d+1), A d/delta_lin]
+           sqrt(var) where var > 1e-5, else 0), d_i the in-degree,
+           a_i = [A, A log(d+1)/delta, A delta/log(max(d,1)+1), A d/delta_lin]
            y = [h, a] W_post W_lin (no biases ahead of the norm);  h' = act(BatchNorm(y))
            BatchNorm: training with the batch's mean and biased variance; evaluation with the
            running statistics, which each step blends with momentum 0.1 toward the batch's mean and
@@ -109,9 +109,9 @@ def pna_layer(P, p, h, rcv, src, rbf, s, training, stats):
     var = segment_sum((m - mean[rcv]) ** 2, rcv, N) / deg.clamp(min=1)[:, None]
     std = torch.where(var > 1e-5, torch.sqrt(var.clamp(min=1e-5)), torch.zeros_like(var))
     A = torch.cat([mean, mn, mx, std], dim=1)
-    dc = deg.clamp(min=1)[:, None]
-    a = torch.cat([A, A * (torch.log(dc + 1) / s["pna_delta"]), A * (s["pna_delta"] / torch.log(dc + 1)),
-                   A * (dc / s["pna_delta_lin"])], dim=1)
+    dg = deg[:, None]
+    a = torch.cat([A, A * (torch.log(dg + 1) / s["pna_delta"]), A * (s["pna_delta"] / torch.log(dg.clamp(min=1) + 1)),
+                   A * (dg / s["pna_delta_lin"])], dim=1)
     y = (torch.cat([h, a], dim=1) @ P[p + "post_nns.0.0.weight"]) @ P[p + "lin.weight"]
     if training:
         mu = y.mean(dim=0)

@@ -59,9 +59,9 @@ std::vector<float> pna_degree_scalers(const std::vector<int32_t>& recv_offsets, 
   const size_t N = recv_offsets.empty() ? 0 : recv_offsets.size() - 1;
   std::vector<float> out(3 * N);
   for (size_t i = 0; i < N; ++i) {
-    const double d = std::max(1, recv_offsets[i + 1] - recv_offsets[i]), lg = std::log(d + 1.0);
-    out[i] = static_cast<float>(lg / f.pna_delta);
-    out[N + i] = static_cast<float>(f.pna_delta / lg);
+    const double d = recv_offsets[i + 1] - recv_offsets[i];
+    out[i] = static_cast<float>(std::log(d + 1.0) / f.pna_delta);
+    out[N + i] = static_cast<float>(f.pna_delta / std::log(std::max(d, 1.0) + 1.0));
     out[2 * N + i] = static_cast<float>(d / f.pna_delta_lin);
   }
   return out;

@@ -33,8 +33,8 @@ std::vector<double> edge_vectors(const GraphBatch& b);
 void schnet_features(double d, const GnnFields& f, float* rbf_row, float* cutoff);
 
 // PNA's degree scalers (Corso et al. 2020; PyG's DegreeScalerAggregation) of each node from its
-// in-degree d (at least 1, as PyG clamps it): log(d + 1) / delta, delta / log(d + 1), d / delta_lin,
-// as three rows of N.
+// in-degree d: log(d + 1) / delta, delta / log(max(d, 1) + 1), d / delta_lin (PyG clamps only the
+// attenuation's; a node without in-edges aggregates zeros anyway), as three rows of N.
 std::vector<float> pna_degree_scalers(const std::vector<int32_t>& recv_offsets, const GnnFields& f);
 
 GnnHostGraph build_host_graph(const GraphBatch& b, const GnnFields& f);
