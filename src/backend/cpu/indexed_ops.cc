@@ -45,32 +45,44 @@ void segment_reduce(float* out, int32_t* arg, const float* x, const int32_t* per
   if (accumulate && (op == SegmentOp::kMax || op == SegmentOp::kMin)) {
     throw_input("segment_reduce: accumulate is for sum and mean, not max or min");
   }
-#pragma omp parallel for schedule(dynamic, 16)
-  for (int64_t s = 0; s < S; ++s) {
-    const int64_t k0 = offsets[s], k1 = offsets[s + 1];
-    float* o = out + s * C;
-    int32_t* a = arg ? arg + s * C : nullptr;
-    if (op == SegmentOp::kSum || op == SegmentOp::kMean) {
-      const float inv = op == SegmentOp::kMean && k1 > k0 ? 1.0f / static_cast<float>(k1 - k0) : 1.0f;
-      for (int64_t c = 0; c < C; ++c) {
-        float v = 0.0f;
-        for (int64_t k = k0; k < k1; ++k) v += x[row_of(perm, k) * C + c];
-        v *= inv;
-        o[c] = accumulate ? o[c] + v : v;
+  // Per column the segment's rows in order, as one running value each: the rows are read whole
+  // (contiguous, vectorised over the columns), the additions and comparisons per column in the
+  // same order as a column-by-column walk.
+#pragma omp parallel
+  {
+    std::vector<float> acc(static_cast<size_t>(C));
+    std::vector<int32_t> at(static_cast<size_t>(C));
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t k0 = offsets[s], k1 = offsets[s + 1];
+      float* o = out + s * C;
+      float* a = acc.data();
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      if (op == SegmentOp::kSum || op == SegmentOp::kMean) {
+        for (int64_t k = k0; k < k1; ++k) {
+          const float* r = x + row_of(perm, k) * C;
+          for (int64_t c = 0; c < C; ++c) a[c] += r[c];
+        }
+        const float inv = op == SegmentOp::kMean && k1 > k0 ? 1.0f / static_cast<float>(k1 - k0) : 1.0f;
+        for (int64_t c = 0; c < C; ++c) {
+          const float v = a[c] * inv;
+          o[c] = accumulate ? o[c] + v : v;
+        }
+        continue;
       }
-      continue;
-    }
-    const bool max = op == SegmentOp::kMax;
-    for (int64_t c = 0; c < C; ++c) {
-      float best = 0.0f;
-      int32_t at = -1;
+      const bool max = op == SegmentOp::kMax;
+      int32_t* t = at.data();
+      std::fill(at.begin(), at.end(), -1);
       for (int64_t k = k0; k < k1; ++k) {
-        const int64_t r = row_of(perm, k);
-        const float v = x[r * C + c];
-        if (at < 0 || (max ? v > best : v < best)) best = v, at = static_cast<int32_t>(r);
+        const int64_t row = row_of(perm, k);
+        const float* r = x + row * C;
+        for (int64_t c = 0; c < C; ++c) {
+          const float v = r[c];
+          if (t[c] < 0 || (max ? v > a[c] : v < a[c])) a[c] = v, t[c] = static_cast<int32_t>(row);
+        }
       }
-      o[c] = best;
-      if (a) a[c] = at;
+      std::copy(a, a + C, o);
+      if (arg) std::copy(t, t + C, arg + s * C);
     }
   }
 }
@@ -105,35 +117,47 @@ void segment_arg_backward(float* dx, const float* dout, const int32_t* arg, int6
 
 void segment_std(float* out, const float* x, const float* mean, const int32_t* perm, const int32_t* offsets, int64_t S,
                  int64_t C, float var_floor) {
-#pragma omp parallel for schedule(dynamic, 16)
-  for (int64_t s = 0; s < S; ++s) {
-    const int64_t k0 = offsets[s], k1 = offsets[s + 1];
-    const float inv = k1 > k0 ? 1.0f / static_cast<float>(k1 - k0) : 0.0f;
-    for (int64_t c = 0; c < C; ++c) {
-      const float m = mean[s * C + c];
-      float v = 0.0f;
-      for (int64_t k = k0; k < k1; ++k) {
-        const float d = x[row_of(perm, k) * C + c] - m;
-        v += d * d;
+#pragma omp parallel
+  {
+    std::vector<float> acc(static_cast<size_t>(C));
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t k0 = offsets[s], k1 = offsets[s + 1];
+      const float inv = k1 > k0 ? 1.0f / static_cast<float>(k1 - k0) : 0.0f;
+      const float* m = mean + s * C;
+      float* v = acc.data();
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t k = k0; k < k1; ++k) {  // per column the rows in order
+        const float* r = x + row_of(perm, k) * C;
+        for (int64_t c = 0; c < C; ++c) {
+          const float d = r[c] - m[c];
+          v[c] += d * d;
+        }
       }
-      v *= inv;
-      out[s * C + c] = v > var_floor ? std::sqrt(v) : 0.0f;
+      for (int64_t c = 0; c < C; ++c) {
+        const float var = v[c] * inv;
+        out[s * C + c] = var > var_floor ? std::sqrt(var) : 0.0f;
+      }
     }
   }
 }
 
 void segment_std_backward(float* dx, const float* dout, const float* x, const float* mean, const float* std,
                           const int32_t* perm, const int32_t* offsets, int64_t S, int64_t C) {
-#pragma omp parallel for schedule(dynamic, 16)
-  for (int64_t s = 0; s < S; ++s) {
-    const int64_t k0 = offsets[s], k1 = offsets[s + 1];
-    for (int64_t c = 0; c < C; ++c) {
-      const float sd = std[s * C + c];
-      if (!(sd > 0.0f)) continue;
-      const float g = dout[s * C + c] / (static_cast<float>(k1 - k0) * sd), m = mean[s * C + c];
+#pragma omp parallel
+  {
+    std::vector<float> g(static_cast<size_t>(C));
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t k0 = offsets[s], k1 = offsets[s + 1];
+      const float* m = mean + s * C;
+      for (int64_t c = 0; c < C; ++c) {  // 0 where the std is 0: no gradient
+        const float sd = std[s * C + c];
+        g[static_cast<size_t>(c)] = sd > 0.0f ? dout[s * C + c] / (static_cast<float>(k1 - k0) * sd) : 0.0f;
+      }
       for (int64_t k = k0; k < k1; ++k) {
-        const int64_t r = row_of(perm, k) * C + c;
-        dx[r] += g * (x[r] - m);
+        const int64_t r = row_of(perm, k) * C;
+        for (int64_t c = 0; c < C; ++c) dx[r + c] += g[static_cast<size_t>(c)] * (x[r + c] - m[c]);
       }
     }
   }
