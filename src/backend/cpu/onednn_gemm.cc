@@ -55,20 +55,30 @@ dnnl::primitive_attr scale_and_sum(float alpha, float beta) {
 
 }  // namespace
 
-// Primitives kept per shape at most: a graph network's products change their row count with every
-// micro-batch, so an unbounded cache would grow by one JIT-compiled kernel per batch; past the
-// bound it starts afresh (a shape's primitive is made again the same way: the same results).
+// Primitives kept per shape at most (the bf16 products, which a model calls with its own fixed
+// shapes); past the bound the cache starts afresh (a primitive is made again the same way: the
+// same results).
 constexpr size_t kMaxCachedPrimitives = 512;
 
+// The fp32 products use one primitive per transposition, alpha and beta, with every dimension and
+// stride given at run time (DNNL_RUNTIME_DIM_VAL): a graph network's products change their row
+// count with every micro-batch, and a primitive made per shape cost a JIT compilation (0.1-0.3
+// ms) each time. Such a primitive computes the same bits for the same shape on every call,
+// whatever the thread count and the operands' alignment (measured for oneDNN 2.6's gemm:jit;
+// products_test.cc checks the guarded backend's buffers against the cpu backend's). The bf16
+// products keep a primitive per shape: oneDNN's run-time bf16 kernel gave other bits for other
+// buffers.
 struct OnednnGemm::Impl {
-  using Key = std::tuple<bool, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;
+  using RuntimeKey = std::tuple<bool, bool, float, float>;  // trans a, trans b, alpha, beta
+  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;
   struct Entry {
     dnnl::matmul prim;
     dnnl::memory::desc a, b, c;
   };
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
   dnnl::stream strm{eng};
-  std::map<Key, Entry> cache;
+  std::map<RuntimeKey, dnnl::matmul> runtime;
+  std::map<Key, Entry> cache;  // bf16, per shape
   // The native products: (trans a, trans b, M, N, K, lda, ldb, ldc, alpha, beta, C bf16, bias: 0 none, 1 f32, 2 bf16).
   using NativeKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float, bool, int>;
   struct NativeEntry {
@@ -79,24 +89,39 @@ struct OnednnGemm::Impl {
   std::string last_kernel[2];
   std::vector<uint16_t> a16, b16;
 
+  dnnl::matmul& runtime_entry(const RuntimeKey& k) {
+    auto it = runtime.find(k);
+    if (it != runtime.end()) return it->second;
+    const auto [ta, tb, alpha, beta] = k;
+    const int64_t R = DNNL_RUNTIME_DIM_VAL;
+    const dnnl::memory::desc a({R, R}, dt::f32, ta ? dnnl::memory::dims{1, R} : dnnl::memory::dims{R, 1});
+    const dnnl::memory::desc b({R, R}, dt::f32, tb ? dnnl::memory::dims{1, R} : dnnl::memory::dims{R, 1});
+    const dnnl::memory::desc c({R, R}, dt::f32, dnnl::memory::dims{R, 1});
+    try {
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), scale_and_sum(alpha, beta), eng);
+      last_kernel[0] = pd.impl_info_str();
+      return runtime.emplace(k, dnnl::matmul(pd)).first->second;
+    } catch (const dnnl::error& err) {
+      throw_runtime("oneDNN has no fp32 matmul with run-time shapes (trans {} {}): {}", ta, tb, err.what());
+    }
+  }
+
+  // A bf16 product's primitive: its operands are converted into dense scratch, so their row
+  // strides are their widths.
   Entry& entry(const Key& k) {
     auto it = cache.find(k);
     if (it != cache.end()) return it->second;
-    const auto [bf16, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta] = k;
-    const dt in = bf16 ? dt::bf16 : dt::f32;
-    // bf16 operands are converted into dense scratch: their row strides are their widths.
+    const auto [ta, tb, M, N, K, lda, ldb, ldc, alpha, beta] = k;
     Entry e;
-    e.a = operand(M, K, ta, bf16 ? (ta ? M : K) : lda, in);
-    e.b = operand(K, N, tb, bf16 ? (tb ? K : N) : ldb, in);
+    e.a = operand(M, K, ta, ta ? M : K, dt::bf16);
+    e.b = operand(K, N, tb, tb ? K : N, dt::bf16);
     e.c = dnnl::memory::desc({M, N}, dt::f32, dnnl::memory::dims{ldc, 1});
-    const dnnl::primitive_attr attr = scale_and_sum(alpha, beta);
     try {
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.a, e.b, e.c), attr, eng);
-      last_kernel[bf16] = pd.impl_info_str();
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.a, e.b, e.c), scale_and_sum(alpha, beta), eng);
+      last_kernel[1] = pd.impl_info_str();
       e.prim = dnnl::matmul(pd);
     } catch (const dnnl::error& err) {
-      throw_runtime("oneDNN has no {} matmul for {}x{} @ {}x{} (trans {} {}): {}", bf16 ? "bf16" : "fp32", M, K, K,
-                    N, ta, tb, err.what());
+      throw_runtime("oneDNN has no bf16 matmul for {}x{} @ {}x{} (trans {} {}): {}", M, K, K, N, ta, tb, err.what());
     }
     if (cache.size() >= kMaxCachedPrimitives) cache.clear();
     return cache.emplace(k, std::move(e)).first->second;
@@ -149,20 +174,30 @@ OnednnGemm::~OnednnGemm() = default;
 
 void OnednnGemm::gemm(bool bf16, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                       const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  Impl& s = *impl_;
-  Impl::Entry& e = s.entry({bf16, trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta});
-  void* a = const_cast<float*>(A);
-  void* b = const_cast<float*>(B);
-  if (bf16) {
-    s.a16.resize(static_cast<size_t>(M * K));
-    s.b16.resize(static_cast<size_t>(K * N));
-    // Stored shapes: A is M x K (K x M when transposed), B is K x N (N x K).
-    convert_rows(s.a16.data(), A, trans_a ? K : M, trans_a ? M : K, lda);
-    convert_rows(s.b16.data(), B, trans_b ? N : K, trans_b ? K : N, ldb);
-    a = s.a16.data();
-    b = s.b16.data();
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {  // an empty sum: C = beta C
+    for (int64_t i = 0; i < M; ++i) {
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+    }
+    return;
   }
-  dnnl::memory am(e.a, s.eng, a), bm(e.b, s.eng, b), cm(e.c, s.eng, C);
+  Impl& s = *impl_;
+  if (!bf16) {
+    dnnl::matmul& prim = s.runtime_entry({trans_a, trans_b, alpha, beta});
+    dnnl::memory am(operand(M, K, trans_a, lda, dt::f32), s.eng, const_cast<float*>(A)),
+        bm(operand(K, N, trans_b, ldb, dt::f32), s.eng, const_cast<float*>(B)),
+        cm(dnnl::memory::desc({M, N}, dt::f32, dnnl::memory::dims{ldc, 1}), s.eng, C);
+    prim.execute(s.strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    s.strm.wait();
+    return;
+  }
+  Impl::Entry& e = s.entry({trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta});
+  s.a16.resize(static_cast<size_t>(M * K));
+  s.b16.resize(static_cast<size_t>(K * N));
+  // Stored shapes: A is M x K (K x M when transposed), B is K x N (N x K).
+  convert_rows(s.a16.data(), A, trans_a ? K : M, trans_a ? M : K, lda);
+  convert_rows(s.b16.data(), B, trans_b ? N : K, trans_b ? K : N, ldb);
+  dnnl::memory am(e.a, s.eng, s.a16.data()), bm(e.b, s.eng, s.b16.data()), cm(e.c, s.eng, C);
   e.prim.execute(s.strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
   s.strm.wait();
 }
