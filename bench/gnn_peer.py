@@ -239,7 +239,7 @@ def main():
                 h = act(conv(h, edge_index, d, rbf))
             return ref.heads_loss(P, b, s, h, vec, d)
     opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.0)
-    times, atoms = [], []
+    times, atoms, edges = [], [], []
     for step in range(a.steps):
         first = (step * a.batch) % max(1, len(structs) - a.batch)
         b, n = batch_of(structs[first:first + a.batch])
@@ -250,11 +250,13 @@ def main():
         opt.step()
         times.append(time.perf_counter() - t0)
         atoms.append(n)
+        edges.append(int(b["source"].shape[0]))
     t = sum(times[2:])
     pyg = {"schnet": " + PyG CFConv", "egnn": " + PyG MessagePassing EGNN", "pna": " + PyG PNAConv, BatchNorm"}
     print(json.dumps({"peer": "pytorch %s eager fp32%s" % (torch.__version__, pyg[a.layer] if a.pyg else ""),
                       "threads": a.threads, "layer": a.layer,
-                      "steps": a.steps - 2, "atoms_per_s": sum(atoms[2:]) / t, "ms_per_step": 1e3 * t / (a.steps - 2),
+                      "steps": a.steps - 2, "atoms_per_s": sum(atoms[2:]) / t,
+                      "graphs_per_s": a.batch * (a.steps - 2) / t, "edges_per_s": sum(edges[2:]) / t, "ms_per_step": 1e3 * t / (a.steps - 2),
                       "final_loss": loss.item()}))
 
 
