@@ -35,6 +35,29 @@ int calibrate_from_sweep(const std::string& sweep_path, const std::string& base_
   return 0;
 }
 
+// --check FILE: a few figures measured again beside the file's; exit 1 when they no longer hold.
+int check_system_file(const std::string& path, int threads, Communicator& world) {
+  const plan::System sys = plan::load_system(path);
+  const plan::CalibrationCheck c = plan::check_calibration(sys, threads, world);
+  if (world.rank() != 0) return c.holds() ? 0 : 1;
+  fmt::print("weft calibrate --check {}:\n", path);
+  fmt::print("{:<48} {:>12} {:>12} {:>8}\n", "figure", "file", "now", "now/file");
+  for (const plan::CheckRow& r : c.rows) {
+    fmt::print("{:<48} {:>12.4g} {:>12.4g} {:>7.2f}{}\n", r.name, r.file, r.now, r.file > 0 ? r.now / r.file : 0.0,
+               r.ok ? "" : "  <- off");
+  }
+  for (const std::string& d : c.differences) fmt::print("machine differs: {}\n", d);
+  if (sys.machine.empty()) fmt::print("the file has no [machine]: not written by weft calibrate on a machine\n");
+  fmt::print("other processes kept {:.2f} hardware threads busy while checking\n", c.other_load);
+  if (c.holds()) {
+    fmt::print("{} holds on this machine (products and functions within 25%, triad 35%, latency 2x)\n", path);
+    return 0;
+  }
+  fmt::print("{} does not hold here: run `weft calibrate --out {}` again{}\n", path, path,
+             c.other_load > 0.25 ? " on a quiet machine (it is busy now)" : "");
+  return 1;
+}
+
 }  // namespace
 
 int cmd_calibrate(CLI::App& app, int argc, char** argv, Communicator& world) {
@@ -47,7 +70,14 @@ int cmd_calibrate(CLI::App& app, int argc, char** argv, Communicator& world) {
   app.add_flag("--quick", quick, "fewer sizes and repetitions (seconds instead of a minute)");
   app.add_option("--gemm-sweep", sweep, "fit a GPU system's per-shape product model to this measured sweep (weft bench --gemm-sweep) instead of measuring");
   app.add_option("--system", base, "--gemm-sweep: the system file whose device the sweep measured");
+  std::string check;
+  app.add_option("--check", check, "measure a few figures of this system file again (seconds) and say whether it holds "
+                 "(exit 0) or not (exit 1)");
   app.parse(argc - 1, argv + 1);
+  if (!check.empty()) {
+    check_threads_option(threads);
+    return check_system_file(check, static_cast<int>(threads), world);
+  }
   if (!sweep.empty()) {
     check_output_file(out, "--out");
     if (world.rank() != 0) return 0;
@@ -61,6 +91,7 @@ int cmd_calibrate(CLI::App& app, int argc, char** argv, Communicator& world) {
   o.quick = quick;
   o.name = name;
   const plan::Calibration c = plan::calibrate(o, world);
+  if (world.rank() == 0 && !c.warning.empty()) fmt::print(stderr, "weft calibrate: warning: {}\n", c.warning);
   if (world.rank() == 0) {
     write_output_file(out, plan::system_to_toml(c.system, c.notes));
     for (const auto& n : c.notes) fmt::print("{}\n", n);

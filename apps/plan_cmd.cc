@@ -343,6 +343,11 @@ PlanQuery make_query(const PlanArgs& a) {
   PlanQuery q;
   q.shape = plan_model(a);
   q.sys = load_system(a.system_path);
+  // A file weft calibrate measured on another machine or with other libraries: said, with what
+  // differs (the ranks and threads are the layout's to choose).
+  for (const std::string& d : fingerprint_differences(q.sys.machine, this_machine(1, 1), false)) {
+    fmt::print(stderr, "weft plan: note: {} was calibrated on another machine: {}\n", a.system_path, d);
+  }
   q.prec = !a.precision.empty() ? parse_precision(a.precision)
                                 : q.shape.family->capabilities().mixed_precision ? Precision::kBf16 : Precision::kFp32;
   if (a.global_batch <= 0) throw_input("--global-batch must be positive, got {}", a.global_batch);

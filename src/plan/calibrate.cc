@@ -8,8 +8,10 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <unistd.h>
 
 #include "backend/cpu/onednn_gemm.h"
 #include "backend/cpu/pointwise_ops.h"
@@ -21,6 +23,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/precision.h"
+#include "plan/kernel_model.h"
 
 namespace weft::plan {
 
@@ -28,6 +31,79 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Repeated samples of one measurement: the best (the machine undisturbed) and the median, whose
+// ratio to the best tells how much the samples were disturbed (another process taking a core,
+// a descheduled OpenMP thread).
+struct Samples {
+  double best = 1e30, median = 1e30;
+  double spread() const { return best > 0 && best < 1e30 ? median / best - 1.0 : 0.0; }
+};
+
+// Times `once` reps + 1 times (the first warms up: caches, page faults, oneDNN's primitive) after
+// a barrier each, on every rank at once.
+template <typename F>
+Samples sample_seconds(int reps, Communicator& world, F&& once) {
+  std::vector<double> t;
+  for (int r = 0; r < reps + 1; ++r) {
+    world.barrier();
+    const auto t0 = Clock::now();
+    once();
+    const double dt = seconds_since(t0);
+    if (r > 0) t.push_back(dt);
+  }
+  std::sort(t.begin(), t.end());
+  return {t.front(), t[t.size() / 2]};
+}
+
+// CPU seconds the whole machine spent busy (/proc/stat's cpu line: user, nice, system, irq,
+// softirq; not steal, a hypervisor's neighbours) and this process (/proc/self/stat: utime +
+// stime of all its threads), and the wall clock.
+struct CpuTimes {
+  double machine_busy = 0, own = 0, steal = 0;
+  Clock::time_point wall = Clock::now();
+};
+CpuTimes cpu_times() {
+  CpuTimes t;
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  std::ifstream st("/proc/stat");
+  std::string cpu;
+  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  if (st >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq && cpu == "cpu") {
+    t.machine_busy = (user + nice + system + irq + softirq) / tick;
+    if (st >> steal) t.steal = steal / tick;
+  }
+  std::ifstream self("/proc/self/stat");
+  std::string text((std::istreambuf_iterator<char>(self)), std::istreambuf_iterator<char>());
+  const size_t close = text.rfind(')');  // the command name may hold spaces
+  if (close != std::string::npos) {
+    std::istringstream rest(text.substr(close + 2));
+    std::string field;
+    double utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && rest >> field; ++i) {
+      if (i == 14) utime = std::atof(field.c_str());
+      if (i == 15) stime = std::atof(field.c_str());
+    }
+    t.own = (utime + stime) / tick;
+  }
+  return t;
+}
+
+// Cores that other processes kept busy between a and b: the machine's busy CPU time less every
+// rank's own (the ranks of one calibration share a machine), over the wall time.
+double other_load(const CpuTimes& a, const CpuTimes& b, Communicator& world) {
+  double own = b.own - a.own;
+  world.all_reduce(&own, 1, CommDType::kF64, ReduceOp::kSum);
+  const double wall = std::chrono::duration<double>(b.wall - a.wall).count();
+  return wall > 0 ? std::max(0.0, (b.machine_busy - a.machine_busy - own) / wall) : 0.0;
+}
+
+double load_average() {
+  std::ifstream f("/proc/loadavg");
+  double one = 0;
+  f >> one;
+  return one;
+}
 
 double mem_total_bytes() {
   std::ifstream f("/proc/meminfo");
@@ -42,27 +118,40 @@ double mem_total_bytes() {
 
 double min_over_ranks(Communicator& world, double v);
 
-// Best-of-`reps` seconds of one product (n x n) @ (n x n) through the backend's gemm (the cpu
-// backend with its products set); every rank runs at once.
-double time_product(Backend& be, int n, int reps, Communicator& world) {
+// Seconds of one product (n x n) @ (n x n) through the backend's gemm (the cpu backend with its
+// products set), best and median of `reps` short timings (every rank runs at once): short
+// timings let the best of them find moments when no other process holds a core. Small products
+// are repeated within one timing (about 2e7 FLOPs, 0.1-0.3 ms); a product of more than 4e8
+// FLOPs (n >= 1024) is timed as its blocks of rows (256, 128 or 64 rows: at most about 6e8
+// FLOPs), (rows x n) @ (n x n) each, and its time is the sum of each block's best (the same
+// work, in pieces short enough to find a quiet moment).
+Samples time_product(Backend& be, int n, int reps, Communicator& world) {
   std::vector<float> host(static_cast<size_t>(n) * n);
   for (size_t i = 0; i < host.size(); ++i) host[i] = round_bf16(0.001f * static_cast<float>(i % 997));
   DeviceBuffer a = to_device(be, host, DType::kF32), b = to_device(be, host, DType::kF32);
   DeviceBuffer c(be, DType::kF32, static_cast<int64_t>(n) * n);
-  // Small products are repeated within one timing so that the clock resolution does not matter.
   const double flops = 2.0 * n * n * static_cast<double>(n);
-  const int inner = std::max(1, static_cast<int>(2e8 / flops));
-  double best = 1e30;
-  for (int r = 0; r < reps + 1; ++r) {
-    world.barrier();
-    const auto t0 = Clock::now();
+  int rows = 256;  // a block's rows: at most about 6e8 FLOPs (1-2 ms), at least 64 rows
+  while (rows > 64 && 2.0 * rows * n * static_cast<double>(n) > 6e8) rows /= 2;
+  if (flops > 4e8 && n % rows == 0) {
+    Samples total{0.0, 0.0};
+    for (int r0 = 0; r0 < n; r0 += rows) {
+      const Samples t = sample_seconds(reps, world, [&] {
+        be.gemm(false, false, rows, n, n, 1.0f, a.data<float>() + static_cast<int64_t>(r0) * n, n, b.data<float>(), n,
+                0.0f, c.data<float>() + static_cast<int64_t>(r0) * n, n);
+      });
+      total.best += t.best, total.median += t.median;
+    }
+    return total;
+  }
+  const int inner = std::max(1, static_cast<int>(2e7 / flops));
+  Samples t = sample_seconds(reps, world, [&] {
     for (int i = 0; i < inner; ++i) {
       be.gemm(false, false, n, n, n, 1.0f, a.data<float>(), n, b.data<float>(), n, 0.0f, c.data<float>(), n);
     }
-    const double dt = seconds_since(t0) / inner;
-    if (r > 0) best = std::min(best, dt);  // the first run warms up (and makes oneDNN's primitive)
-  }
-  return best;
+  });
+  t.best /= inner, t.median /= inner;
+  return t;
 }
 
 // One product library's rates over the calibration sizes: (FLOPs per call, FLOP/s per rank,
@@ -74,6 +163,7 @@ struct ProductRates {
   // Seconds of one call of each size of at least 256^3 (the model's products): what the
   // choice between libraries compares.
   double large_seconds = 0;
+  double spread = 0;  // the worst of its sizes' (Samples::spread)
 };
 
 ProductRates measure_products(const std::string& name, const ProductSettings& ps, const std::vector<int>& sizes,
@@ -84,18 +174,29 @@ ProductRates measure_products(const std::string& name, const ProductSettings& ps
   be->set_products(ps);
   for (int n : sizes) {
     const double flops = 2.0 * n * n * static_cast<double>(n);
-    const double rate = min_over_ranks(world, flops / time_product(*be, n, reps, world));
+    Samples t = time_product(*be, n, reps, world);
+    if (t.spread() > 0.25) {  // disturbed: once more, the better kept
+      const Samples again = time_product(*be, n, reps, world);
+      if (again.best < t.best) t.best = again.best;
+      t.median = std::min(t.median, again.median);
+    }
+    const double rate = min_over_ranks(world, flops / t.best);
     p.rates.emplace_back(flops, rate);
     p.peak = std::max(p.peak, rate);
+    p.spread = std::max(p.spread, t.spread());
     if (n >= 256) p.large_seconds += flops / rate;
-    notes.push_back(fmt::format("{} {}^3: {:.2f} GFLOP/s per rank", name, n, rate / 1e9));
+    notes.push_back(fmt::format("{} {}^3: {:.2f} GFLOP/s per rank (median sample {:+.0f}%)", name, n, rate / 1e9,
+                                100 * t.spread()));
   }
   return p;
 }
 
 // STREAM triad (McCalpin 1995): a[i] = b[i] + s c[i], 3 x 4 bytes per element (2 reads, 1
 // write; write-allocate traffic not counted, as STREAM reports it).
-double triad_bandwidth(int64_t n, int reps, Communicator& world) {
+// The triad over the whole arrays, each pass timed in 16 consecutive chunks (each still far
+// larger than the caches' share it can reuse: every pass streams all three arrays): the time is
+// the sum of each chunk's best over the passes, so a pass disturbed in one chunk loses only it.
+Samples triad_seconds(int64_t n, int reps, Communicator& world) {
   Buffer<float> a(n), b(n), c(n);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
@@ -103,58 +204,66 @@ double triad_bandwidth(int64_t n, int reps, Communicator& world) {
     b[i] = 1.0f;
     c[i] = 2.0f;
   }
-  double best = 1e30;
+  float* pa = a.data();
+  const float* pb = b.data();
+  const float* pc = c.data();
+  constexpr int kChunks = 16;
+  const int64_t chunk = (n + kChunks - 1) / kChunks;
+  std::vector<std::vector<double>> t(kChunks);
   for (int r = 0; r < reps + 1; ++r) {
-    world.barrier();
-    const auto t0 = Clock::now();
-    float* pa = a.data();
-    const float* pb = b.data();
-    const float* pc = c.data();
+    for (int k = 0; k < kChunks; ++k) {
+      const int64_t i0 = k * chunk, i1 = std::min(n, i0 + chunk);
+      world.barrier();
+      const auto t0 = Clock::now();
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) pa[i] = pb[i] + 0.5f * pc[i];
-    const double dt = seconds_since(t0);
-    if (r > 0) best = std::min(best, dt);
+      for (int64_t i = i0; i < i1; ++i) pa[i] = pb[i] + 0.5f * pc[i];
+      if (r > 0) t[static_cast<size_t>(k)].push_back(seconds_since(t0));
+    }
   }
   volatile float sink = a[n / 2];
   (void)sink;
-  return 12.0 * static_cast<double>(n) / best;
+  Samples total{0.0, 0.0};
+  for (auto& v : t) {
+    std::sort(v.begin(), v.end());
+    total.best += v.front(), total.median += v[v.size() / 2];
+  }
+  return total;
 }
 
 // Elements per second of the cpu backend's activation `a` (forward, or backward), over n
 // elements, best of `reps`.
-double activation_rate(Activation a, bool backward, int64_t n, int reps, Communicator& world) {
+Samples activation_seconds(Activation a, bool backward, int64_t n, int reps, Communicator& world) {
   Buffer<float> x(n), y(n), g(n);
   for (int64_t i = 0; i < n; ++i) {
     x[i] = static_cast<float>((i % 2001) - 1000) * 0.004f;
     g[i] = 1.0f;
   }
-  double best = 1e30;
-  for (int r = 0; r < reps + 1; ++r) {
-    world.barrier();
-    const auto t0 = Clock::now();
+  const Samples t = sample_seconds(reps, world, [&] {
     if (backward) {
       cpu::activation_backward(y.data(), x.data(), g.data(), n, a, false);
     } else {
       cpu::activation_forward(y.data(), x.data(), n, a);
     }
-    const double dt = seconds_since(t0);
-    if (r > 0) best = std::min(best, dt);
-  }
+  });
   volatile float sink = y[n / 2];
   (void)sink;
-  return static_cast<double>(n) / best;
+  return t;
 }
 
-double fork_join_latency() {
+// An OpenMP parallel loop over a few elements (fork and join): 400 samples in groups of 10, a
+// pause of 0.2 ms between groups, so that the best finds a moment with every thread on a core.
+Samples fork_join_seconds() {
   float x[64] = {};
-  double best = 1e30;
-  for (int r = 0; r < 50; ++r) {
+  std::vector<double> t;
+  for (int r = 0; r < 400; ++r) {
+    if (r % 10 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
     const auto t0 = Clock::now();
 #pragma omp parallel for
     for (int i = 0; i < 64; ++i) x[i] += 1.0f;
-    best = std::min(best, seconds_since(t0));
+    t.push_back(seconds_since(t0));
   }
-  return best;
+  std::sort(t.begin(), t.end());
+  return {t.front(), t[t.size() / 2]};
 }
 
 // Half round trip between ranks 0 and 1 (others idle) of `bytes`, best of `reps`.
@@ -242,7 +351,7 @@ void measure_codecs(Calibration& cal, bool quick, Communicator& world) {
 void measure_matmul(Calibration& cal, bool quick, Communicator& world) {
   const std::vector<int> sizes = quick ? std::vector<int>{32, 64, 128, 256, 512}
                                        : std::vector<int>{32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048};
-  const int reps = quick ? 2 : 4;
+  const int reps = quick ? 6 : 15;
   const ProductSettings fp32{Precision::kFp32, MatmulMode::kExact, "openblas"};
   ProductRates blas = measure_products("openblas sgemm", fp32, sizes, reps, world, cal.notes);
   ProductRates dnnl = measure_products("onednn fp32", {Precision::kFp32, MatmulMode::kExact, "onednn"}, sizes, reps,
@@ -255,6 +364,7 @@ void measure_matmul(Calibration& cal, bool quick, Communicator& world) {
                                   1e3 * best.large_seconds, 1e3 * (pick_dnnl ? blas : dnnl).large_seconds));
   d.peak_flops_32 = best.peak;
   d.matmul_efficiency = 1.0;
+  cal.spread = std::max(cal.spread, best.spread);
   for (const auto& r : best.rates) d.matmul_curve.emplace_back(r.first, r.second / best.peak);
   // Every rank reads the same CPU; the slowest rank's answer would be the same.
   if (OnednnGemm::native_bf16()) {
@@ -269,6 +379,46 @@ void measure_matmul(Calibration& cal, bool quick, Communicator& world) {
     cal.notes.push_back(fmt::format("no native bf16 product on this CPU (oneDNN sees {}): 16-bit runs compute fp32 "
                                     "products, peak_flops_16 = peak_flops_32", OnednnGemm::cpu_isa()));
   }
+}
+
+// Memory bandwidth (STREAM triad), the memory size and the kernel latency (OpenMP fork/join).
+void measure_memory_and_latency(Calibration& cal, bool quick, Communicator& world) {
+  Device& d = cal.system.device;
+  const int ranks = world.size();
+  const int64_t n = quick ? (int64_t{1} << 22) : (int64_t{1} << 25);  // 16 or 128 MiB per array
+  const Samples triad = triad_seconds(n, quick ? 4 : 10, world);
+  d.memory_bandwidth = min_over_ranks(world, 12.0 * static_cast<double>(n) / triad.best);
+  cal.spread = std::max(cal.spread, triad.spread());
+  cal.notes.push_back(fmt::format("STREAM triad over 3 x {} MiB: {:.2f} GB/s per rank (median sample {:+.0f}%)",
+                                  n * 4 >> 20, d.memory_bandwidth / 1e9, 100 * triad.spread()));
+  d.memory_bytes = mem_total_bytes() / ranks;
+  cal.notes.push_back(fmt::format("memory: MemTotal {:.2f} GB / {} rank(s)", mem_total_bytes() / 1e9, ranks));
+  const Samples fj = fork_join_seconds();
+  d.kernel_latency = min_over_ranks(world, fj.best);
+  cal.notes.push_back(fmt::format("OpenMP fork/join (kernel latency): {:.2f} us (median sample {:.2f} us)",
+                                  d.kernel_latency * 1e6, fj.median * 1e6));
+}
+
+// The activations' rates: their exp and log1p, not the memory, set their time on a CPU.
+void measure_functions(Calibration& cal, bool quick, Communicator& world) {
+  Device& d = cal.system.device;
+  std::string rates;
+  double spread = 0;
+  const int64_t n = quick ? (int64_t{1} << 18) : (int64_t{1} << 21);
+  for (const Activation a : kActivationsAll) {
+    for (const bool backward : {false, true}) {
+      const std::string name = backward ? activation_backward_name(a) : std::string(activation_name(a));
+      const Samples t = activation_seconds(a, backward, n, quick ? 4 : 10, world);
+      const double rate = min_over_ranks(world, static_cast<double>(n) / t.best);
+      spread = std::max(spread, t.spread());
+      d.function_rates[name] = rate;
+      rates += fmt::format("{}{} {:.3g}", rates.empty() ? "" : ", ", name, rate / 1e9);
+    }
+  }
+  cal.spread = std::max(cal.spread, spread);
+  cal.notes.push_back(fmt::format("elementwise functions (the cpu backend's activations), G elements/s per rank: {} "
+                                  "(median samples up to {:+.0f}%)",
+                                  rates, 100 * spread));
 }
 
 }  // namespace
@@ -290,30 +440,12 @@ Calibration calibrate(const CalibrationOptions& o, Communicator& world) {
   cal.notes.push_back(fmt::format("Written by `weft calibrate` ({} rank(s) x {} thread(s) on {} hardware threads).",
                                   ranks, threads, hw));
   cal.notes.push_back("A device is one MPI rank with its threads; every rank measured at the same time.");
+  const double load_at_start = load_average();
+  const CpuTimes start = cpu_times();
 
   measure_matmul(cal, o.quick, world);
-
-  // Memory.
-  const int64_t n = o.quick ? (int64_t{1} << 22) : (int64_t{1} << 25);  // 16 or 128 MiB per array
-  d.memory_bandwidth = min_over_ranks(world, triad_bandwidth(n, o.quick ? 2 : 5, world));
-  cal.notes.push_back(fmt::format("STREAM triad over 3 x {} MiB: {:.2f} GB/s per rank", n * 4 >> 20,
-                                  d.memory_bandwidth / 1e9));
-  d.memory_bytes = mem_total_bytes() / ranks;
-  cal.notes.push_back(fmt::format("memory: MemTotal {:.2f} GB / {} rank(s)", mem_total_bytes() / 1e9, ranks));
-  d.kernel_latency = min_over_ranks(world, fork_join_latency());
-  cal.notes.push_back(fmt::format("OpenMP fork/join (kernel latency): {:.2f} us", d.kernel_latency * 1e6));
-  // The activations' rates: libm's exp and log1p, not the memory, set their time on a CPU.
-  std::string rates;
-  for (const Activation a : kActivationsAll) {
-    for (const bool backward : {false, true}) {
-      const std::string name = backward ? activation_backward_name(a) : std::string(activation_name(a));
-      const double rate = min_over_ranks(
-          world, activation_rate(a, backward, o.quick ? (int64_t{1} << 18) : (int64_t{1} << 21), o.quick ? 2 : 5, world));
-      d.function_rates[name] = rate;
-      rates += fmt::format("{}{} {:.3g}", rates.empty() ? "" : ", ", name, rate / 1e9);
-    }
-  }
-  cal.notes.push_back(fmt::format("elementwise functions (the cpu backend's activations), G elements/s per rank: {}", rates));
+  measure_memory_and_latency(cal, o.quick, world);
+  measure_functions(cal, o.quick, world);
 
   // Links between ranks.
   LinkLevel link;
@@ -338,6 +470,28 @@ Calibration calibrate(const CalibrationOptions& o, Communicator& world) {
   }
   s.levels.push_back(link);
   measure_codecs(cal, o.quick, world);
+
+  // How busy the machine was: other processes' cores while measuring, and the samples' spread.
+  const CpuTimes end = cpu_times();
+  cal.other_load = other_load(start, end, world);
+  const double wall = std::chrono::duration<double>(end.wall - start.wall).count();
+  const double steal = wall > 0 ? (end.steal - start.steal) / wall : 0.0;  // a virtual machine's host took them
+  cal.notes.push_back(fmt::format("load: other processes kept {:.2f} of {} hardware threads busy while measuring (load "
+                                  "average {:.2f} at the start; the hypervisor took {:.2f}); the samples' median was "
+                                  "at most {:+.0f}% over their best",
+                                  cal.other_load, hw, load_at_start, steal, 100 * cal.spread));
+  if (cal.other_load > 0.25 || steal > 0.25 || cal.spread > 1.0) {
+    cal.warning = fmt::format(
+        "the machine was busy while calibrating: other processes kept {:.2f} of {} hardware threads busy (the "
+        "hypervisor {:.2f}) and the median samples were up to {:+.0f}% over the best; the figures are the best of "
+        "many short samples (each disturbed product size measured twice). Check them on a quiet machine with `weft "
+        "calibrate --check FILE`",
+        cal.other_load, hw, steal, 100 * cal.spread);
+    cal.notes.push_back("WARNING: " + cal.warning);
+  }
+  s.machine = this_machine(ranks, threads);
+  s.machine.other_load = cal.other_load;
+  s.machine.spread = cal.spread;
   s.defaults.flash_attention = false;  // weft's CPU attention materialises the scores
   s.defaults.attention_16 = false;     // and computes them with fp32 products in every mode
   s.defaults.dropout = false;
@@ -347,6 +501,50 @@ Calibration calibrate(const CalibrationOptions& o, Communicator& world) {
   s.defaults.tp_comm = "weft";       // weft's own tensor-parallel calls (plan/comm_model.h)
   s.validate();
   return cal;
+}
+
+}  // namespace weft::plan
+
+namespace weft::plan {
+
+bool CalibrationCheck::holds() const {
+  return std::all_of(rows.begin(), rows.end(), [](const CheckRow& r) { return r.ok; });
+}
+
+CalibrationCheck check_calibration(const System& sys, int threads, Communicator& world) {
+  const int use = threads > 0 ? threads : sys.machine.threads > 0 ? sys.machine.threads : omp_get_max_threads();
+  omp_set_num_threads(use);
+  openblas_set_num_threads(use);
+  CalibrationCheck c;
+  c.differences = fingerprint_differences(sys.machine, this_machine(world.size(), use));
+  const CpuTimes start = cpu_times();
+  const Device& d = sys.device;
+  const auto within = [](double now, double file, double f) { return file > 0 && now <= file * f && now >= file / f; };
+  std::unique_ptr<Backend> be = make_backend("cpu");
+  be->set_products({Precision::kFp32, MatmulMode::kExact, d.fp32_kernel.empty() ? "openblas" : d.fp32_kernel});
+  for (int n : {256, 512}) {
+    const double flops = 2.0 * n * n * static_cast<double>(n);
+    const double now = min_over_ranks(world, flops / time_product(*be, n, 10, world).best);
+    const double file = d.peak_flops_32 * matmul_curve_fraction(d, flops);
+    c.rows.push_back({fmt::format("fp32 product {}^3 ({}), FLOP/s", n, d.fp32_kernel.empty() ? "openblas" : d.fp32_kernel),
+                      file, now, within(now, file, 1.25)});
+  }
+  const int64_t n = int64_t{1} << 25;
+  const double bw = min_over_ranks(world, 12.0 * static_cast<double>(n) / triad_seconds(n, 10, world).best);
+  // A virtual machine's memory bandwidth wanders more than its products (here 32-42 GB/s between
+  // idle calibrations of one hour): 35% for it.
+  c.rows.push_back({"memory bandwidth (STREAM triad), B/s", d.memory_bandwidth, bw, within(bw, d.memory_bandwidth, 1.35)});
+  const double lat = min_over_ranks(world, fork_join_seconds().best);
+  c.rows.push_back({"kernel latency (OpenMP fork/join), s", d.kernel_latency, lat,
+                    d.kernel_latency <= 0 || within(lat, d.kernel_latency, 2.0)});
+  const auto silu = d.function_rates.find("silu");
+  if (silu != d.function_rates.end()) {
+    const int64_t m = int64_t{1} << 21;
+    const double rate = min_over_ranks(world, static_cast<double>(m) / activation_seconds(Activation::kSilu, false, m, 6, world).best);
+    c.rows.push_back({"silu, elements/s", silu->second, rate, within(rate, silu->second, 1.25)});
+  }
+  c.other_load = other_load(start, cpu_times(), world);
+  return c;
 }
 
 }  // namespace weft::plan

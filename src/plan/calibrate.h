@@ -39,7 +39,32 @@ struct Calibration {
   System system;
   std::vector<std::string> notes;  // one line per measurement, written as comments
   bool link_measured = false;
+  // Load detection: the mean cores other processes kept busy while it measured (/proc/stat less
+  // the ranks' own CPU time), the worst spread of a measurement's repeated samples (median over
+  // best, minus 1), and a warning naming both when the machine was busy (other load or the
+  // hypervisor's steal > 0.25 cores, or a spread > 100%; "" otherwise). Each measurement is the best of many short samples, and a
+  // product size whose samples spread more than 25% is measured again, so that a competing
+  // process that holds a core part of the time leaves the figures close to an idle machine's.
+  double other_load = 0.0, spread = 0.0;
+  std::string warning;
 };
+
+// `weft calibrate --check`: a few of a system file's figures measured again (the fp32 products
+// at 256^3 and 512^3 through its fp32_kernel, the STREAM triad, the fork/join latency, SiLU's
+// rate), each beside the file's with their ratio, and whether the file still holds (every
+// ratio within [1/1.25, 1.25], the bandwidth within 1.35, the latency within a factor 2), with the machine's differences.
+struct CheckRow {
+  std::string name;
+  double file = 0, now = 0;
+  bool ok = true;
+};
+struct CalibrationCheck {
+  std::vector<CheckRow> rows;
+  std::vector<std::string> differences;  // plan/fingerprint.h
+  double other_load = 0.0;
+  bool holds() const;
+};
+CalibrationCheck check_calibration(const System& sys, int threads, Communicator& world);
 
 // Runs the measurements on every rank of `world` (collective: every rank must call it).
 Calibration calibrate(const CalibrationOptions& o, Communicator& world);

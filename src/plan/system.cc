@@ -299,8 +299,10 @@ System load_system(const std::string& path) {
   s.name = std::filesystem::path(path).stem().string();
   for (auto&& [k, v] : tbl) {
     const std::string key(k.str());
-    if (key != "system" && key != "device" && key != "level" && key != "defaults" && key != "codecs") {
-      throw_input("{}: unknown section '{}' (known: [system], [device], [[level]], [defaults], [codecs])", path, key);
+    if (key != "system" && key != "device" && key != "level" && key != "defaults" && key != "codecs" &&
+        key != "machine") {
+      throw_input("{}: unknown section '{}' (known: [system], [device], [[level]], [defaults], [codecs], [machine])",
+                  path, key);
     }
   }
   if (const toml::table* t = tbl["system"].as_table()) {
@@ -389,6 +391,22 @@ System load_system(const std::string& path) {
     r.finish();
   }
   if (const toml::table* t = tbl["codecs"].as_table()) s.codecs = read_codecs(path, *t);
+  if (const toml::table* t = tbl["machine"].as_table()) {
+    Reader r{path, t, "machine", {}};
+    MachineFingerprint& m = s.machine;
+    m.cpu = r.string("cpu", "");
+    m.hardware_threads = whole(path, "machine", "hardware_threads", r.number("hardware_threads", 0, false));
+    m.ranks = whole(path, "machine", "ranks", r.number("ranks", 0, false));
+    m.threads = whole(path, "machine", "threads", r.number("threads", 0, false));
+    m.blas = r.string("blas", "");
+    m.onednn = r.string("onednn", "");
+    m.other_load = r.number("other_load", 0, false);
+    m.spread = r.number("spread", 0, false);
+    if (m.other_load < 0 || m.spread < 0) {
+      throw_input("{}: [machine] other_load and spread must be >= 0, got {} and {}", path, m.other_load, m.spread);
+    }
+    r.finish();
+  }
   try {
     s.validate();
   } catch (const InputError& e) {
@@ -449,6 +467,21 @@ std::string system_to_toml(const System& s, const std::vector<std::string>& note
                      s.defaults.pp_p2p_overlap, s.defaults.attention_16);
   out += fmt::format("step_overhead = {:.6g}\njitter = {:.6g}\nworld_allreduces = {}\nbubble_factor = {:.6g}\n",
                      s.defaults.step_overhead, s.defaults.jitter, s.defaults.world_allreduces, s.defaults.bubble_factor);
+  if (!s.machine.empty()) {
+    const MachineFingerprint& m = s.machine;
+    const auto esc = [](std::string v) {  // a TOML basic string
+      std::string o;
+      for (char c : v) {
+        if (c == '"' || c == '\\') o += '\\';
+        if (static_cast<unsigned char>(c) >= 0x20) o += c;
+      }
+      return o;
+    };
+    out += fmt::format(
+        "\n[machine]\ncpu = \"{}\"\nhardware_threads = {}\nranks = {}\nthreads = {}\nblas = \"{}\"\nonednn = \"{}\"\n"
+        "other_load = {:.3g}\nspread = {:.3g}\n",
+        esc(m.cpu), m.hardware_threads, m.ranks, m.threads, esc(m.blas), esc(m.onednn), m.other_load, m.spread);
+  }
   if (!s.codecs.empty()) {
     out += fmt::format("\n[codecs]\ncores = {:.6g}\n", s.codecs.cores);
     if (s.codecs.zstd_ratio > 0) out += fmt::format("zstd_ratio = {:.6g}\n", s.codecs.zstd_ratio);

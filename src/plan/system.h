@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "plan/fingerprint.h"
 #include "plan/shape.h"
 
 namespace weft::plan {
@@ -151,6 +152,7 @@ struct System {
   std::vector<LinkLevel> levels;  // innermost first
   SoftwareDefaults defaults;
   CodecRates codecs;
+  MachineFingerprint machine;  // [machine]: where weft calibrate measured it (empty: a published system)
 
   // Devices in one unit of level i (the top level: unbounded).
   int64_t unit_devices(size_t i) const;

@@ -22,6 +22,7 @@ RunPrediction predict_run(const RunConfig& cfg, const EngineConfig& ec) {
     plan::Options po = plan::Options::from_system(sys, ec.precision, ec.global_batch);
     po.matmul = ec.matmul;
     r.fp32_kernel = sys.device.fp32_kernel;
+    r.calibrated = sys.machine;
     try {
       r.step = plan::predict(plan::ModelShape::from_config(ec.model, ec.seq), sys, pl, po);
     } catch (const InputError& e) {
@@ -58,6 +59,23 @@ void log_run_setup(const RunSetup& s, const RunPrediction& pred) {
              t.dp_exposed * 1e3, t.optimizer * 1e3);
   } else if (pred.system_path.empty()) {
     log_info("planner: no system file (run `weft calibrate --out systems/local.toml` or pass --system) - step time not predicted");
+  }
+  if (!pred.system_path.empty()) {
+    // A system file measured on another machine, or with other threads or libraries, describes
+    // another device: said before the run, with what differs.
+    const std::vector<std::string> diff = plan::fingerprint_differences(
+        pred.calibrated, plan::this_machine(ec.layout.tp * ec.layout.pp * ec.layout.dp, s.threads));
+    if (!diff.empty()) {
+      std::string what;
+      for (const std::string& d : diff) what += (what.empty() ? "" : "; ") + d;
+      log_warn("planner: {} was calibrated on another setup ({}): its step time may not hold here (check it: weft "
+               "calibrate --check {}, or calibrate again)",
+               pred.system_path, what, pred.system_path);
+    }
+    if (pred.calibrated.other_load > 0.25) {
+      log_warn("planner: {} was calibrated while other processes kept {:.2f} hardware threads busy", pred.system_path,
+               pred.calibrated.other_load);
+    }
   }
   log_info("weft train: model {} ({}), {:.2f}M parameters on this rank ({:.2f}M without padding)", mc.name,
            mc.family->describe_shape(mc), e.num_params() / 1e6, e.num_unpadded() / 1e6);

@@ -23,6 +23,7 @@ struct RunPrediction {
   std::optional<plan::Prediction> step;    // null if the planner cannot price the layout
   plan::MemoryBreakdown memory;            // this rank (stage, dp rank)
   std::string fp32_kernel;                 // the system file's [device] fp32_kernel ("": none)
+  plan::MachineFingerprint calibrated;     // the system file's [machine] (empty: none)
 };
 // Prices the layout on cfg.system (or plan::implicit_system_path(): WEFT_SYSTEM, else
 // systems/local.toml when it exists). InputError for a bad

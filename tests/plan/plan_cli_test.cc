@@ -31,6 +31,37 @@ class PlanCli : public ::testing::Test {
   int n = 0;
 };
 
+// weft calibrate --check measures a few figures of a system file again beside the file's (exit 0
+// when they hold, 1 when not: either may happen on a shared machine; the table is what is
+// checked), names a thread count other than the file's, and refuses a missing file (exit 2).
+// weft plan notes a file calibrated on another machine; a published file draws no note.
+TEST_F(PlanCli, CalibrateCheckMeasuresTheFileAgainAndPlanNotesAnotherMachine) {
+  const std::string file = *tmp / "local.toml";
+  const RunResult c = weft("calibrate --quick --threads 2 --out " + file);
+  ASSERT_EQ(c.code, 0) << c.err;
+  RunResult r = weft("calibrate --check " + file);
+  ASSERT_TRUE(r.code == 0 || r.code == 1) << r.err;
+  for (const char* row : {"fp32 product 256^3", "fp32 product 512^3", "memory bandwidth (STREAM triad)",
+                          "kernel latency (OpenMP fork/join)", "silu, elements/s", "other processes kept"}) {
+    EXPECT_NE(r.out.find(row), std::string::npos) << row << " in: " << r.out;
+  }
+  EXPECT_EQ(r.out.find("machine differs"), std::string::npos) << r.out;
+  r = weft("calibrate --check " + file + " --threads 1");
+  EXPECT_NE(r.out.find("machine differs: threads per rank 2 -> 1"), std::string::npos) << r.out;
+  expect_bad_input(weft("calibrate --check " + *tmp / "missing.toml"), {"missing.toml", "does not exist"});
+  // Another machine's file: its CPU and libraries named by weft plan.
+  std::string text = test::read_text(file);
+  const size_t at = text.find("cpu = \"");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, text.find('\n', at) - at, "cpu = \"Some Other CPU 9000\"");
+  std::ofstream(*tmp / "other.toml") << text;
+  r = weft("plan --model tiny --seq 32 --gpus 1 --global-batch 8 --precision fp32 --system " + *tmp / "other.toml");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("was calibrated on another machine: CPU 'Some Other CPU 9000' -> '"), std::string::npos) << r.err;
+  r = weft("plan --model tiny --seq 32 --gpus 1 --global-batch 8 --precision fp32 --system " + file);
+  EXPECT_EQ(r.err.find("another machine"), std::string::npos) << r.err;
+}
+
 TEST_F(PlanCli, JsonOfAPinnedLayoutIsOneElement) {
   const RunResult r = weft(
       "plan --model gpt-175b --system systems/frontier.toml --global-batch 640 --precision fp16 --tp 4 --pp 16 --dp 2 "
@@ -281,6 +312,56 @@ TEST(PlanSystem, QuickCalibration) {
   EXPECT_NEAR(back.codecs.per_core.at("zfp:8").decode, c.system.codecs.per_core.at("zfp:8").decode,
               1e-5 * c.system.codecs.per_core.at("zfp:8").decode);
   EXPECT_NEAR(back.codecs.zstd_ratio, c.system.codecs.zstd_ratio, 1e-5);
+  // The machine it measured ([machine]) and how busy it was, read back; the same machine and
+  // threads differ in nothing, another thread count is named.
+  EXPECT_FALSE(back.machine.empty());
+  EXPECT_EQ(back.machine.cpu, c.system.machine.cpu);
+  EXPECT_EQ(back.machine.threads, 1);
+  EXPECT_EQ(back.machine.ranks, 1);
+  EXPECT_NE(back.machine.blas.find("OpenBLAS"), std::string::npos) << back.machine.blas;
+  EXPECT_NE(back.machine.onednn.find("oneDNN"), std::string::npos) << back.machine.onednn;
+  EXPECT_GE(back.machine.other_load, 0.0);
+  EXPECT_TRUE(plan::fingerprint_differences(back.machine, plan::this_machine(1, 1)).empty());
+  const auto diff = plan::fingerprint_differences(back.machine, plan::this_machine(1, 2));
+  ASSERT_EQ(diff.size(), 1u);
+  EXPECT_EQ(diff[0], "threads per rank 1 -> 2");
+  EXPECT_TRUE(plan::fingerprint_differences(back.machine, plan::this_machine(4, 2), false).empty());
+  bool load_note = false;
+  for (const auto& n : c.notes) load_note = load_note || n.rfind("load: other processes kept", 0) == 0;
+  EXPECT_TRUE(load_note);
+}
+
+// A system file's [machine] against another machine: each difference named; a published file
+// (no [machine]) differs in nothing; a bad [machine] key is refused naming it.
+TEST(PlanSystem, MachineFingerprintsNameWhatDiffers) {
+  plan::MachineFingerprint a;
+  a.cpu = "Intel(R) Xeon(R) Processor", a.hardware_threads = 2, a.ranks = 1, a.threads = 2;
+  a.blas = "OpenBLAS 0.3.21 Haswell", a.onednn = "oneDNN 2.7.3 avx512_core_amx";
+  plan::MachineFingerprint b = a;
+  b.cpu = "AMD EPYC 7763", b.hardware_threads = 128, b.blas = "OpenBLAS 0.3.21 Zen";
+  const auto d = plan::fingerprint_differences(a, b);
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(d[0], "CPU 'Intel(R) Xeon(R) Processor' -> 'AMD EPYC 7763'");
+  EXPECT_EQ(d[1], "hardware threads 2 -> 128");
+  EXPECT_EQ(d[2], "OpenBLAS 0.3.21 Haswell -> OpenBLAS 0.3.21 Zen");
+  EXPECT_TRUE(plan::fingerprint_differences(plan::MachineFingerprint{}, b).empty());
+  TempDir tmp("plan_machine");
+  plan::System s = plan::load_system(std::string(WEFT_SOURCE_DIR) + "/systems/dgx-h100.toml");
+  EXPECT_TRUE(s.machine.empty());
+  s.machine = a;
+  s.machine.other_load = 0.8;
+  std::ofstream(tmp / "m.toml") << plan::system_to_toml(s);
+  const plan::System back = plan::load_system(tmp / "m.toml");
+  EXPECT_EQ(back.machine.cpu, a.cpu);
+  EXPECT_EQ(back.machine.onednn, a.onednn);
+  EXPECT_DOUBLE_EQ(back.machine.other_load, 0.8);
+  std::ofstream(tmp / "bad.toml") << plan::system_to_toml(s) << "gpu = \"none\"\n";
+  try {
+    plan::load_system(tmp / "bad.toml");
+    FAIL() << "an unknown [machine] key was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown key 'gpu' in [machine]"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "backend/cpu/onednn_gemm.h"
 
+#include <fmt/format.h>
+
 #include <bit>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <map>
@@ -207,6 +209,11 @@ std::string OnednnGemm::kernel(bool bf16) const { return impl_->last_kernel[bf16
 bool OnednnGemm::native_bf16() {
   const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
   return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+}
+
+std::string OnednnGemm::version() {
+  const dnnl_version_t* v = dnnl_version();
+  return fmt::format("{}.{}.{}", v->major, v->minor, v->patch);
 }
 
 std::string OnednnGemm::cpu_isa() {

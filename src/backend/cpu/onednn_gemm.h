@@ -45,6 +45,8 @@ class OnednnGemm {
   // Whether this CPU has a native bf16 product in oneDNN (AVX512-BF16 or AMX): without one,
   // oneDNN emulates bf16 through fp32 and is slower than sgemm.
   static bool native_bf16();
+  // oneDNN's version, "major.minor.patch".
+  static std::string version();
   // oneDNN's name of this CPU's instruction set as it uses it ("avx512_core_bf16", ...).
   static std::string cpu_isa();
 

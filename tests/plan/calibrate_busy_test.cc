@@ -1,0 +1,53 @@
+// weft calibrate on a busy machine (issue 35, item 1): a competing process that keeps a core busy
+// while it measures is detected (the other processes' CPU time, the samples' spread) and named in
+// a warning, and the figures, the best of many short samples, stay close to a quiet machine's.
+// Registered apart from the other tests (tests/CMakeLists.txt: RUN_SERIAL, calibrate_busy), since
+// the "quiet" calibration needs no other test beside it.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <string>
+
+#include "comm/self_comm.h"
+#include "plan/calibrate.h"
+
+namespace weft {
+namespace {
+
+TEST(CalibrateBusy, ACompetingProcessIsDetectedAndTheFiguresHold) {
+  auto self = make_self_communicator();
+  plan::CalibrationOptions o;
+  o.quick = true;
+  o.threads = 2;
+  plan::calibrate(o, *self);  // warms the libraries (oneDNN's JIT kernels, pages) and the CPU's clock
+  const plan::Calibration quiet = plan::calibrate(o, *self);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // the competitor: one core kept busy until killed
+    volatile uint64_t x = 0;
+    for (;;) x = x + 1;
+  }
+  const plan::Calibration busy = plan::calibrate(o, *self);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  std::printf("quiet: other load %.2f, spread %.2f, %.2f GFLOP/s, %.2f GB/s, fork/join %.2f us\n", quiet.other_load,
+              quiet.spread, quiet.system.device.peak_flops_32 / 1e9, quiet.system.device.memory_bandwidth / 1e9,
+              quiet.system.device.kernel_latency * 1e6);
+  std::printf("busy:  other load %.2f, spread %.2f, %.2f GFLOP/s, %.2f GB/s, fork/join %.2f us\n", busy.other_load,
+              busy.spread, busy.system.device.peak_flops_32 / 1e9, busy.system.device.memory_bandwidth / 1e9,
+              busy.system.device.kernel_latency * 1e6);
+  EXPECT_GT(busy.other_load, 0.5) << "a process spinning on one core was not seen";
+  EXPECT_GT(busy.other_load, quiet.other_load);
+  EXPECT_NE(busy.warning.find("the machine was busy while calibrating"), std::string::npos) << busy.warning;
+  EXPECT_GT(busy.system.machine.other_load, 0.5);
+  const plan::Device &q = quiet.system.device, &b = busy.system.device;
+  EXPECT_NEAR(b.peak_flops_32, q.peak_flops_32, 0.3 * q.peak_flops_32);
+  EXPECT_NEAR(b.memory_bandwidth, q.memory_bandwidth, 0.3 * q.memory_bandwidth);
+  EXPECT_LT(b.kernel_latency, 3.0 * q.kernel_latency + 2e-6);
+}
+
+}  // namespace
+}  // namespace weft
