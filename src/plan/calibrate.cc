@@ -386,7 +386,7 @@ void measure_memory_and_latency(Calibration& cal, bool quick, Communicator& worl
   Device& d = cal.system.device;
   const int ranks = world.size();
   const int64_t n = quick ? (int64_t{1} << 22) : (int64_t{1} << 25);  // 16 or 128 MiB per array
-  const Samples triad = triad_seconds(n, quick ? 4 : 10, world);
+  const Samples triad = triad_seconds(n, quick ? 4 : 30, world);
   d.memory_bandwidth = min_over_ranks(world, 12.0 * static_cast<double>(n) / triad.best);
   cal.spread = std::max(cal.spread, triad.spread());
   cal.notes.push_back(fmt::format("STREAM triad over 3 x {} MiB: {:.2f} GB/s per rank (median sample {:+.0f}%)",
