@@ -196,7 +196,7 @@ void add_plan_options(CLI::App& app, PlanArgs& a) {
   a.o_block = app.add_option("--quant-block", a.quant_block, "ZeRO++ quantization block (elements per fp32 scale, 2048)");
   a.o_compression = app.add_option(
       "--compression", a.compression,
-      "pin compressed collectives: none, hybrid (dp int4, params int8, tp bf16), hybrid-zfp (dp zfp:8; CPU systems), "
+      "pin compressed collectives: none, hybrid (dp int4, params bf16, tp bf16), hybrid-zfp (dp zfp:8; CPU systems), "
       "uniform-CODEC (e.g. uniform-int8), or dp=..,params=..,tp=..,pp=..,ef=on|off; any: let the search try lossy "
       "presets too (unpinned it tries none and lossless ones only)");
   app.add_flag("--allow-lossy", a.allow_lossy,

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <map>
 
+#include "plan/compression.h"
+
 namespace weft {
 
 using plan::ExplainTerm;
@@ -64,6 +66,11 @@ void print_explain(const Prediction& p) {
                  t->codec_s);
     }
   }
+  const std::vector<std::string> costs = plan::measured_loss_costs(p.layout.compression);
+  if (!costs.empty()) {
+    fmt::print("  what the lossy codecs cost the loss (measured: docs/compression.md, tiny GPT, 300 steps):\n");
+    for (const std::string& c : costs) fmt::print("    {}\n", c);
+  }
   fmt::print("  totals:");
   for (const auto& [g, s] : group_totals(p)) fmt::print(" {} {:.4g} s ({})", g, s, share(s, total));
   fmt::print("\n");
@@ -85,6 +92,7 @@ nlohmann::json explain_json(const Prediction& p) {
   nlohmann::json groups = nlohmann::json::object();
   for (const auto& [g, s] : group_totals(p)) groups[g] = s;
   nlohmann::json j = {{"terms", terms}, {"groups", groups}};
+  if (const auto costs = plan::measured_loss_costs(p.layout.compression); !costs.empty()) j["loss_costs"] = costs;
   // Bytes each device sends per step over each level's links for the dp / ZeRO / ZeRO++ calls.
   nlohmann::json levels = nlohmann::json::object();
   for (const auto& [name, bytes] : p.dp_level_bytes) levels[name] = bytes;

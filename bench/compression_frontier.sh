@@ -12,7 +12,8 @@
 #   (b) GPT-175B on Frontier (systems/frontier.toml) with Dash et al. 2023's layout (tp 4, pp 16,
 #       micro-batch 1, ZeRO-1, full recompute, 1F1B): 128 GCDs at batch 640 (their Table VI) and
 #       1,024 GCDs at batch 8000 (the end of their strong scaling).
-# Policies (weft plan --compression): none, hybrid (dp int4, params int8, tp bf16, pp off),
+# Policies (weft plan --compression): none, hybrid (dp int4, params bf16, tp bf16, pp off: bf16
+# parameters since the loss study measured int8 ones to cost 2-3% of loss, docs/compression.md),
 # hybrid-int8tp (dp int4, params int8, tp int8: hybrid's milder-on-activations idea on 16-bit
 # wires, where bf16 saves nothing), uniform-int8, uniform-int4. zfp is CPU-only in weft, so
 # the paper's ZFP codecs are not available on these GPU systems.

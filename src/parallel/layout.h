@@ -73,7 +73,7 @@ struct Layout {
   int chunks() const { return pp > 1 ? virtual_stages : 1; }
   // "tp 4 pp 16 dp 2 mb 1 zero 1 full sp 1f1b"; HSDP: "tp 2 pp 1 dp 4 (dp_shard 2 x dp_replicate 2) mb 1 ...";
   // ZeRO++: "... zero++(qwz hpz 8 qgz 8)";
-  // compression: "... hybrid(dp=int4 params=int8 tp=bf16)". The rank order is not named.
+  // compression: "... hybrid(dp=int4 params=bf16 tp=bf16)". The rank order is not named.
   std::string describe() const;
 };
 

@@ -91,14 +91,21 @@ bool same_policy(const CompressionPolicy& a, const CompressionPolicy& b);
 // Reads `weft plan --compression`: a preset, or a custom policy "dp=int4,params=int8,tp=bf16,
 // pp=off,ef=on" (axes not named are off; ef: error feedback on the dp codec, on|off):
 //   none         every axis off
-//   hybrid       dp int4, params int8, tp bf16, pp off (Xu et al. 2024's idea with weft's
-//                codecs: aggressive on gradients, milder on parameters and activations)
+//   hybrid       dp int4, params bf16, tp bf16, pp off (Xu et al. 2024's idea with weft's
+//                codecs: aggressive on gradients, milder on parameters and activations; bf16
+//                parameters as the loss study measured: int8 ones cost 2-3% of loss)
 //   hybrid-zfp   dp zfp:8 (the paper's ZFP on data-parallel traffic; CPU systems only),
-//                params int8, tp bf16, pp off
+//                params bf16, tp bf16, pp off
 //   uniform-C    codec C (any codec name: bf16, int8, zfp:8, zstd, ...) on every axis
 // InputError naming the text and the forms for anything else. ("any" is not a policy: the
 // caller reads it as "allow lossy presets in the search".)
 NamedPolicy parse_compression(const std::string& text);
+
+// What the loss study (docs/compression.md: the tiny GPT, 300 steps, tp 2 x pp 2 x dp 2 with
+// ZeRO-1) measured each lossy codec of the policy to cost, one line per axis it compresses
+// ("params int8: ... 2-3% ..."; "not measured" where the study has no run); empty for a
+// lossless policy. `weft plan --explain` prints them.
+std::vector<std::string> measured_loss_costs(const CompressionPolicy& p);
 
 // The presets the search tries on `sys`: none and the lossless ones it can run (uniform-zstd on
 // CPU systems), and with allow_lossy the lossy ones too (hybrid, uniform-bf16, -fp16, -int8,
