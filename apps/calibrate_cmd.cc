@@ -36,7 +36,7 @@ int calibrate_from_sweep(const std::string& sweep_path, const std::string& base_
 }
 
 // --check FILE: a few figures measured again beside the file's; exit 1 when they no longer hold.
-int check_system_file(const std::string& path, int threads, Communicator& world) {
+int check_calibrated_file(const std::string& path, int threads, Communicator& world) {
   const plan::System sys = plan::load_system(path);
   const plan::CalibrationCheck c = plan::check_calibration(sys, threads, world);
   if (world.rank() != 0) return c.holds() ? 0 : 1;
@@ -76,7 +76,7 @@ int cmd_calibrate(CLI::App& app, int argc, char** argv, Communicator& world) {
   app.parse(argc - 1, argv + 1);
   if (!check.empty()) {
     check_threads_option(threads);
-    return check_system_file(check, static_cast<int>(threads), world);
+    return check_calibrated_file(check, static_cast<int>(threads), world);
   }
   if (!sweep.empty()) {
     check_output_file(out, "--out");

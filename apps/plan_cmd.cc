@@ -345,8 +345,10 @@ PlanQuery make_query(const PlanArgs& a) {
   q.sys = load_system(a.system_path);
   // A file weft calibrate measured on another machine or with other libraries: said, with what
   // differs (the ranks and threads are the layout's to choose).
-  for (const std::string& d : fingerprint_differences(q.sys.machine, this_machine(1, 1), false)) {
-    fmt::print(stderr, "weft plan: note: {} was calibrated on another machine: {}\n", a.system_path, d);
+  if (!q.sys.machine.empty()) {
+    for (const std::string& d : fingerprint_differences(q.sys.machine, this_machine(1, 1), false)) {
+      fmt::print(stderr, "weft plan: note: {} was calibrated on another machine: {}\n", a.system_path, d);
+    }
   }
   q.prec = !a.precision.empty() ? parse_precision(a.precision)
                                 : q.shape.family->capabilities().mixed_precision ? Precision::kBf16 : Precision::kFp32;

@@ -297,15 +297,7 @@ double min_over_ranks(Communicator& world, double v) {
 // Best-of-`reps` bytes of fp32 input per second of `pass` over n values (one thread).
 template <typename F>
 double codec_rate(int64_t n, int reps, Communicator& world, F&& pass) {
-  double best = 1e30;
-  for (int r = 0; r < reps + 1; ++r) {
-    world.barrier();
-    const auto t0 = Clock::now();
-    pass();
-    const double dt = seconds_since(t0);
-    if (r > 0) best = std::min(best, dt);  // the first run warms up
-  }
-  return min_over_ranks(world, 4.0 * static_cast<double>(n) / best);
+  return min_over_ranks(world, 4.0 * static_cast<double>(n) / sample_seconds(reps, world, pass).best);
 }
 
 // One core's codec speeds for the compressed collectives (plan/compression.h), each codec as

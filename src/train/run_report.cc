@@ -60,7 +60,7 @@ void log_run_setup(const RunSetup& s, const RunPrediction& pred) {
   } else if (pred.system_path.empty()) {
     log_info("planner: no system file (run `weft calibrate --out systems/local.toml` or pass --system) - step time not predicted");
   }
-  if (!pred.system_path.empty()) {
+  if (!pred.calibrated.empty()) {
     // A system file measured on another machine, or with other threads or libraries, describes
     // another device: said before the run, with what differs.
     const std::vector<std::string> diff = plan::fingerprint_differences(

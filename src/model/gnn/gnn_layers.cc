@@ -3,7 +3,8 @@
 #include "core/error.h"
 
 namespace weft {
-namespace {
+
+namespace gnn_ops {
 
 std::vector<const float*> weights_f32(const std::vector<CView>& w, size_t expect) {
   WEFT_CHECK(w.size() == expect, "a graph layer of {} tensors received {}", expect, w.size());
@@ -11,6 +12,34 @@ std::vector<const float*> weights_f32(const std::vector<CView>& w, size_t expect
   for (const CView& v : w) out.push_back(v.as_f32("a graph network's parameter"));
   return out;
 }
+
+void add_endpoint_terms(Backend& be, const GnnGraph& g, const float* h, const float* wr, const float* ws, float* m,
+                        int64_t C, GnnScratch& s) {
+  const int64_t N = g.N, E = g.E;
+  be.matmul_forward_f32(s.n[0], h, wr, nullptr, N, C, C, false);  // receiver part
+  be.matmul_forward_f32(s.n[1], h, ws, nullptr, N, C, C, false);  // source part
+  be.gather_rows_f32(s.e[0], s.n[0], g.receiver, E, C);
+  be.add_f32(m, m, s.e[0], E * C);
+  be.gather_rows_f32(s.e[0], s.n[1], g.source, E, C);
+  be.add_f32(m, m, s.e[0], E * C);
+}
+
+void endpoint_terms_backward(Backend& be, const GnnGraph& g, const float* h, const float* dm, const float* wr,
+                             const float* ws, float* dwr, float* dws, float* dh, int64_t C, GnnScratch& s) {
+  const int64_t N = g.N;
+  be.segment_reduce_f32(s.n[0], nullptr, dm, nullptr, g.recv_offsets, N, C, SegmentOp::kSum, false);
+  be.segment_reduce_f32(s.n[1], nullptr, dm, g.src_perm, g.src_offsets, N, C, SegmentOp::kSum, false);
+  be.matmul_backward_f32(s.n[2], dwr, nullptr, s.n[0], h, wr, N, C, C);
+  be.add_f32(dh, dh, s.n[2], N * C);
+  be.matmul_backward_f32(s.n[2], dws, nullptr, s.n[1], h, ws, N, C, C);
+  be.add_f32(dh, dh, s.n[2], N * C);
+}
+
+}  // namespace gnn_ops
+
+namespace {
+
+using gnn_ops::weights_f32;
 
 // SchNet's continuous-filter convolution (Schuett et al. 2017; PyG's CFConv, as HydraGNN's
 // SCFStack uses it), followed by the family's activation:
@@ -99,13 +128,8 @@ class EgnnConv final : public GnnConv {
     const int64_t N = g.N, E = g.E, C = C_;
     float *pre = pre_.data<float>(), *a1 = a1_.data<float>(), *m1 = m1_.data<float>(), *m = m_.data<float>();
     float *agg = agg_.data<float>(), *u = u_.data<float>(), *ua = ua_.data<float>(), *r = r_.data<float>();
-    be_.matmul_forward_f32(s.n[0], h, w[0], nullptr, N, C, C, false);  // receiver part
-    be_.matmul_forward_f32(s.n[1], h, w[1], nullptr, N, C, C, false);  // source part
     be_.matmul_forward_f32(pre, g.dist2, w[2], w[3], E, 1, C, false);
-    be_.gather_rows_f32(s.e[0], s.n[0], g.receiver, E, C);
-    be_.add_f32(pre, pre, s.e[0], E * C);
-    be_.gather_rows_f32(s.e[0], s.n[1], g.source, E, C);
-    be_.add_f32(pre, pre, s.e[0], E * C);
+    gnn_ops::add_endpoint_terms(be_, g, h, w[0], w[1], pre, C, s);
     be_.activation_forward_f32(a1, pre, E * C, act_);
     be_.matmul_forward_f32(m1, a1, w[4], w[5], E, C, C, false);
     be_.activation_forward_f32(m, m1, E * C, act_);
@@ -133,12 +157,7 @@ class EgnnConv final : public GnnConv {
     be_.matmul_backward_f32(s.e[1], gr[4], gr[5], s.e[0], a1_.data<float>(), w[4], E, C, C);
     be_.activation_backward_f32(s.e[1], pre_.data<float>(), s.e[1], E * C, act_, false);  // d(pre)
     be_.matmul_backward_f32(nullptr, gr[2], gr[3], s.e[1], g.dist2, w[2], E, 1, C);
-    be_.segment_reduce_f32(s.n[0], nullptr, s.e[1], nullptr, g.recv_offsets, N, C, SegmentOp::kSum, false);
-    be_.segment_reduce_f32(s.n[1], nullptr, s.e[1], g.src_perm, g.src_offsets, N, C, SegmentOp::kSum, false);
-    be_.matmul_backward_f32(s.n[2], gr[0], nullptr, s.n[0], h, w[0], N, C, C);
-    be_.add_f32(dh, dh, s.n[2], N * C);
-    be_.matmul_backward_f32(s.n[2], gr[1], nullptr, s.n[1], h, w[1], N, C, C);
-    be_.add_f32(dh, dh, s.n[2], N * C);
+    gnn_ops::endpoint_terms_backward(be_, g, h, s.e[1], w[0], w[1], gr[0], gr[1], dh, C, s);
   }
 
  private:
@@ -187,6 +206,24 @@ Kernel segment_sum(double in_rows, double out_rows, double cols) {
 }
 Kernel elementwise(double elems, int operands) { return Kernel::memory((operands + 1) * elems); }
 
+void endpoint_terms_forward(std::vector<Kernel>& out, double n, double e, double C) {
+  out.push_back(product_forward(n, C, C));
+  out.push_back(product_forward(n, C, C));
+  for (int i = 0; i < 2; ++i) {
+    out.push_back(gather(e, C));
+    out.push_back(elementwise(e * C, 2));
+  }
+}
+
+void endpoint_terms_backward(std::vector<Kernel>& out, double n, double e, double C) {
+  out.push_back(segment_sum(e, n, C));
+  out.push_back(segment_sum(e, n, C));
+  for (int i = 0; i < 2; ++i) {  // the receiver and source rows
+    product_backward(out, n, C, C, true, false);
+    out.push_back(elementwise(n * C, 2));
+  }
+}
+
 }  // namespace gnn_kernels
 
 GnnLayerWork gnn_conv_work(const GnnFields& f, double C, double n, double e) {
@@ -215,11 +252,12 @@ GnnLayerWork gnn_conv_work(const GnnFields& f, double C, double n, double e) {
       return w;
     }
     case GnnLayer::kEgnn: {
-      F = {product_forward(n, C, C), product_forward(n, C, C), product_forward(e, 1, C), gather(e, C),
-           elementwise(e * C, 2), gather(e, C), elementwise(e * C, 2), activation_forward(act, e * C),
-           product_forward(e, C, C), activation_forward(act, e * C), segment_sum(e, n, C), product_forward(n, C, C),
-           product_forward(n, C, C), activation_forward(act, n * C), product_forward(n, C, C),
-           elementwise(n * C, 2), activation_forward(act, n * C)};
+      F = {product_forward(e, 1, C)};
+      endpoint_terms_forward(F, n, e, C);
+      F.insert(F.end(), {activation_forward(act, e * C), product_forward(e, C, C), activation_forward(act, e * C),
+                         segment_sum(e, n, C), product_forward(n, C, C), product_forward(n, C, C),
+                         activation_forward(act, n * C), product_forward(n, C, C), elementwise(n * C, 2),
+                         activation_forward(act, n * C)});
       B.push_back(activation_backward(act, n * C));
       product_backward(B, n, C, C, true, true);  // node_mlp.2
       B.push_back(activation_backward(act, n * C));
@@ -231,12 +269,7 @@ GnnLayerWork gnn_conv_work(const GnnFields& f, double C, double n, double e) {
       product_backward(B, e, C, C, true, true);  // edge_mlp.2
       B.push_back(activation_backward(act, e * C));
       product_backward(B, e, 1, C, false, true);  // the radial row
-      B.push_back(segment_sum(e, n, C));
-      B.push_back(segment_sum(e, n, C));
-      for (int i = 0; i < 2; ++i) {  // the receiver and source rows
-        product_backward(B, n, C, C, true, false);
-        B.push_back(elementwise(n * C, 2));
-      }
+      endpoint_terms_backward(B, n, e, C);
       return w;
     }
     case GnnLayer::kPna: return pna_conv_work(f, C, n, e);

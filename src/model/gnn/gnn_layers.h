@@ -68,6 +68,22 @@ std::unique_ptr<GnnConv> make_gnn_conv(const GnnFields& f, int64_t C, Backend& b
 // PNA's layer (gnn_pna.cc), which make_gnn_conv returns for "pna".
 std::unique_ptr<GnnConv> make_pna_conv(const GnnFields& f, int64_t C, Backend& be);
 
+// Helpers the layers share (gnn_layers.cc).
+namespace gnn_ops {
+// The f32 pointers of a layer's `expect` tensors (a check that the group holds that many).
+std::vector<const float*> weights_f32(const std::vector<CView>& w, size_t expect);
+// The endpoint terms of an edge MLP's first product, [h_r, h_s] W = (h W_r)[r] + (h W_s)[s]
+// (W_r, W_s the receiver's and source's row blocks, C x C): the nodes are multiplied before
+// their rows are gathered, and both terms are added to the edge rows m (E, C), receiver first.
+// Uses s.n[0], s.n[1], s.e[0].
+void add_endpoint_terms(Backend& be, const GnnGraph& g, const float* h, const float* wr, const float* ws, float* m,
+                        int64_t C, GnnScratch& s);
+// Its backward from dm (E, C): dW_r, dW_s accumulated, the nodes' share added to dh (N, C).
+// Uses s.n[0], s.n[1], s.n[2].
+void endpoint_terms_backward(Backend& be, const GnnGraph& g, const float* h, const float* dm, const float* wr,
+                             const float* ws, float* dwr, float* dws, float* dh, int64_t C, GnnScratch& s);
+}  // namespace gnn_ops
+
 // Elements of the stash one layer keeps per node and per edge (the memory model's counts).
 struct GnnStashElems {
   int64_t per_node = 0, per_edge = 0, fixed = 0;  // fixed: whatever the graph (a norm's statistics)
@@ -97,6 +113,9 @@ Kernel activation_backward(Activation a, double elems);
 Kernel gather(double rows, double cols);            // rows gathered from a table
 Kernel segment_sum(double in_rows, double out_rows, double cols);
 Kernel elementwise(double elems, int operands);     // operands read, one written
+// gnn_ops::add_endpoint_terms's kernels and endpoint_terms_backward's, appended to `out`.
+void endpoint_terms_forward(std::vector<Kernel>& out, double n, double e, double C);
+void endpoint_terms_backward(std::vector<Kernel>& out, double n, double e, double C);
 }  // namespace gnn_kernels
 
 }  // namespace weft

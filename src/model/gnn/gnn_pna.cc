@@ -48,17 +48,12 @@ class PnaConv final : public GnnConv {
 
   void forward(const GnnGraph& g, const float* h, float* out, const std::vector<CView>& wv, GnnScratch& s,
                bool training) override {
-    const auto w = weights(wv);
+    const auto w = gnn_ops::weights_f32(wv, 10);
     const int64_t N = g.N, E = g.E, C = C_, CC = C * C;
     float *enc = enc_.data<float>(), *m = m_.data<float>(), *t = t_.data<float>(), *y = y_.data<float>();
     be_.matmul_forward_f32(enc, g.rbf, w[0], w[1], E, G_, C, false);
-    be_.matmul_forward_f32(s.n[0], h, w[2], nullptr, N, C, C, false);       // receiver rows
-    be_.matmul_forward_f32(s.n[1], h, w[2] + CC, nullptr, N, C, C, false);  // source rows
-    be_.matmul_forward_f32(m, enc, w[2] + 2 * CC, w[3], E, C, C, false);    // edge rows
-    be_.gather_rows_f32(s.e[0], s.n[0], g.receiver, E, C);
-    be_.add_f32(m, m, s.e[0], E * C);
-    be_.gather_rows_f32(s.e[0], s.n[1], g.source, E, C);
-    be_.add_f32(m, m, s.e[0], E * C);
+    be_.matmul_forward_f32(m, enc, w[2] + 2 * CC, w[3], E, C, C, false);  // pre's edge rows
+    gnn_ops::add_endpoint_terms(be_, g, h, w[2], w[2] + CC, m, C, s);      // its receiver and source rows
     be_.segment_reduce_f32(agg(0), nullptr, m, nullptr, g.recv_offsets, N, C, SegmentOp::kMean, false);
     be_.segment_reduce_f32(agg(1), arg(0), m, nullptr, g.recv_offsets, N, C, SegmentOp::kMin, false);
     be_.segment_reduce_f32(agg(2), arg(1), m, nullptr, g.recv_offsets, N, C, SegmentOp::kMax, false);
@@ -80,7 +75,7 @@ class PnaConv final : public GnnConv {
 
   void backward(const GnnGraph& g, const float* h, float* dout, float* dh, const std::vector<CView>& wv,
                 const std::vector<float*>& gr, GnnScratch& s) override {
-    const auto w = weights(wv);
+    const auto w = gnn_ops::weights_f32(wv, 10);
     WEFT_CHECK(gr.size() == 10, "a PNA layer of 10 tensors received {} gradients", gr.size());
     const int64_t N = g.N, E = g.E, C = C_, CC = C * C;
     be_.activation_backward_f32(dout, z_.data<float>(), dout, N * C, act_, false);  // d(z)
@@ -112,21 +107,10 @@ class PnaConv final : public GnnConv {
     const float* dm = s.e[0];
     be_.matmul_backward_f32(s.e[1], gr[2] + 2 * CC, gr[3], dm, enc_.data<float>(), w[2] + 2 * CC, E, C, C);  // d(e)
     be_.matmul_backward_f32(nullptr, gr[0], gr[1], s.e[1], g.rbf, w[0], E, G_, C);
-    be_.segment_reduce_f32(s.n[0], nullptr, dm, nullptr, g.recv_offsets, N, C, SegmentOp::kSum, false);
-    be_.segment_reduce_f32(s.n[1], nullptr, dm, g.src_perm, g.src_offsets, N, C, SegmentOp::kSum, false);
-    be_.matmul_backward_f32(s.n[2], gr[2], nullptr, s.n[0], h, w[2], N, C, C);
-    be_.add_f32(dh, dh, s.n[2], N * C);
-    be_.matmul_backward_f32(s.n[2], gr[2] + CC, nullptr, s.n[1], h, w[2] + CC, N, C, C);
-    be_.add_f32(dh, dh, s.n[2], N * C);
+    gnn_ops::endpoint_terms_backward(be_, g, h, dm, w[2], w[2] + CC, gr[2], gr[2] + CC, dh, C, s);
   }
 
  private:
-  std::vector<const float*> weights(const std::vector<CView>& wv) const {
-    WEFT_CHECK(wv.size() == 10, "a PNA layer of 10 tensors received {}", wv.size());
-    std::vector<const float*> out;
-    for (const CView& v : wv) out.push_back(v.as_f32("a graph network's parameter"));
-    return out;
-  }
   float* agg(int k) { return agg_.data<float>() + k * Ncap_ * C_; }
   int32_t* arg(int k) { return arg_.data<int32_t>() + k * Ncap_ * C_; }
   // The row block of post_nns.0.0.weight (or its gradient) for scaler sc and aggregator k.
@@ -175,8 +159,8 @@ GnnLayerWork pna_conv_work(const GnnFields& f, double C, double n, double e) {
   GnnLayerWork w;
   std::vector<Kernel>& F = w.forward;
   std::vector<Kernel>& B = w.backward;
-  F = {product_forward(e, G, C), product_forward(n, C, C), product_forward(n, C, C), product_forward(e, C, C),
-       gather(e, C), elementwise(e * C, 2), gather(e, C), elementwise(e * C, 2)};
+  F = {product_forward(e, G, C), product_forward(e, C, C)};
+  endpoint_terms_forward(F, n, e, C);
   for (int k = 0; k < kAggregators; ++k) F.push_back(segment_sum(e, n, C));  // mean, min, max; std reads the mean
   F.push_back(product_forward(n, C, C));
   for (int k = 0; k < kScalers * kAggregators; ++k) F.push_back(product_forward(n, C, C));
@@ -200,12 +184,7 @@ GnnLayerWork pna_conv_work(const GnnFields& f, double C, double n, double e) {
   }
   product_backward(B, e, C, C, true, true);   // the edge rows of pre
   product_backward(B, e, G, C, false, true);  // the edge encoder
-  B.push_back(segment_sum(e, n, C));
-  B.push_back(segment_sum(e, n, C));
-  for (int i = 0; i < 2; ++i) {  // the receiver and source rows
-    product_backward(B, n, C, C, true, false);
-    B.push_back(elementwise(n * C, 2));
-  }
+  endpoint_terms_backward(B, n, e, C);
   return w;
 }
 
