@@ -13,6 +13,7 @@
 #include <string>
 #include <system_error>
 
+#include "core/memory.h"
 #include "backend/registry.h"
 #include "comm/world.h"
 #include "commands.h"
@@ -135,6 +136,7 @@ bool path_is_input(const std::error_code& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  keep_large_buffers_mapped();  // before anything allocates (core/memory.h)
   CLI::App app{"weft"};
   register_extra_backends();
   // Under mpirun/srun every rank runs this; otherwise a single process that never touches MPI.

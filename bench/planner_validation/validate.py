@@ -33,7 +33,10 @@ def plan_args(r):
             "--dp", r["dp"], "--micro-batch", r["micro_batch"], "--zero", r["zero"], "--recompute", r["recompute"],
             "--sequence-parallel" if bools(r["sequence_parallel"]) else "--no-sequence-parallel",
             "--flash-attention" if bools(r["flash_attention"]) else "--no-flash-attention",
-            "--dropout" if bools(r["dropout"]) else "--no-dropout", "--format", "json"]
+            "--dropout" if bools(r["dropout"]) else "--no-dropout", "--format", "json",
+            # The published runs used neither ZeRO++ nor compressed collectives: pinned off, so
+            # that the search cannot price a ZeRO-3 row with a ZeRO++ variant it prefers.
+            "--zeropp", "none", "--compression", "none"]
     if int(r["pp"]) > 1:
         args += ["--schedule", r["schedule"], "--virtual-stages", r["virtual_stages"]]
     return args
@@ -87,15 +90,28 @@ def evaluate(weft, rows):
     return out
 
 
-def summary(results):
+def source_of(row_id):
+    """A row's source: its id's first part (k22: Korthikanti et al. 2022, dash: Dash et al. 2023,
+    llmf: LLM Foundry's MPT tables, n21t2: Narayanan et al. 2021 Table 2)."""
+    return row_id.split("-")[0]
+
+
+def summary(results, per_source=False):
+    if per_source:
+        out = {}
+        for src in sorted({source_of(r["id"]) for r in results}):
+            for k, v in summary([r for r in results if source_of(r["id"]) == src]).items():
+                out[f"{src}/{k}"] = v
+        return out
     s = {}
     for split in ("fit", "heldout"):
         for group, kinds in (("step_time", ("step_time_s",)), ("fraction", ("hfu", "mfu", "strong_scaling", "weak_scaling"))):
-            e = [abs(r["error"]) for r in results if r["split"] == split and r["kind"] in kinds and r["error"] is not None]
+            signed = [r["error"] for r in results if r["split"] == split and r["kind"] in kinds and r["error"] is not None]
+            e = [abs(x) for x in signed]
             refused = sum(1 for r in results if r["split"] == split and r["kind"] in kinds and r["error"] is None)
             if e or refused:
                 s[f"{split}/{group}"] = {"count": len(e), "refused": refused, "mean": sum(e) / len(e) if e else None,
-                                         "worst": max(e) if e else None}
+                                         "signed": sum(signed) / len(e) if e else None, "worst": max(e) if e else None}
     return s
 
 
@@ -116,8 +132,9 @@ def main():
     if a.split != "all":
         results = [r for r in results if r["split"] == a.split]
     s = summary(results)
+    by_source = summary(results, per_source=True)
     if a.json:
-        print(json.dumps({"rows": results, "summary": s}, indent=1))
+        print(json.dumps({"rows": results, "summary": s, "by_source": by_source}, indent=1))
     else:
         print(f"{'row':24} {'split':8} {'kind':15} {'published':>10} {'predicted':>10} {'error':>9}")
         for r in results:
@@ -127,13 +144,15 @@ def main():
             else:
                 print(f"{r['id']:24} {r['split']:8} {r['kind']:15} {r['published']:>10.4g} {r['predicted']:>10.4g} "
                       f"{r['error']:>+8.2f}{unit}")
-        for k, v in s.items():
-            unit = "%" if k.endswith("step_time") else " points"
-            if v["count"]:
-                print(f"{k:22} {v['count']} rows: mean |error| {v['mean']:.2f}{unit}, worst {v['worst']:.2f}{unit}"
-                      + (f"; {v['refused']} refused" if v["refused"] else ""))
-            else:
-                print(f"{k:22} {v['refused']} refused")
+        for table in (by_source, s):
+            print()
+            for k, v in table.items():
+                unit = "%" if k.endswith("step_time") else " points"
+                if v["count"]:
+                    print(f"{k:28} {v['count']:3} rows: mean |error| {v['mean']:.2f}{unit} (signed {v['signed']:+.2f}), "
+                          f"worst {v['worst']:.2f}{unit}" + (f"; {v['refused']} refused" if v["refused"] else ""))
+                else:
+                    print(f"{k:28} {v['refused']} refused")
     held = s.get("heldout/step_time")
     if held and (a.max_mean is not None or a.max_worst is not None):
         if held["refused"] or held["count"] == 0:

@@ -1,5 +1,9 @@
 #include "core/memory.h"
 
+#include <malloc.h>
+
+#include <cstdlib>
+
 namespace weft {
 
 const char* mem_category_name(MemCategory c) {
@@ -53,6 +57,13 @@ void MemoryTracker::reset_peaks() {
 MemoryTracker& memory_tracker() {
   static MemoryTracker t;
   return t;
+}
+
+void keep_large_buffers_mapped() {
+  const char* v = std::getenv("WEFT_MALLOC_DEFAULTS");
+  if (v != nullptr && *v != '\0' && *v != '0') return;
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
 }  // namespace weft

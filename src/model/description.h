@@ -72,15 +72,16 @@ struct TpCall {
 // identical kernels.
 struct Kernel {
   double m = 0, n = 0, k = 0, batch = 1;
+  int trans = 0;  // a product's operand layout: 0 C = A B, 1 C = A B^T, 2 C = A^T B (plan/gemm_table.h)
   double elems = 0;
   bool fp32 = false;
   double flops = 0;
   std::string function;
   double functions = 0;
   double times = 1;
-  static Kernel product(double m, double n, double k, double batch = 1, double times = 1) {
+  static Kernel product(double m, double n, double k, double batch = 1, double times = 1, int trans = 0) {
     Kernel r;
-    r.m = m, r.n = n, r.k = k, r.batch = batch, r.times = times;
+    r.m = m, r.n = n, r.k = k, r.batch = batch, r.times = times, r.trans = trans;
     return r;
   }
   static Kernel memory(double elems, double times = 1) {

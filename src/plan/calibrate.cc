@@ -24,6 +24,7 @@
 #include "core/error.h"
 #include "core/precision.h"
 #include "plan/kernel_model.h"
+#include "plan/predict.h"
 
 namespace weft::plan {
 
@@ -41,11 +42,26 @@ struct Samples {
 };
 
 // Times `once` reps + 1 times (the first warms up: caches, page faults, oneDNN's primitive) after
-// a barrier each, on every rank at once.
+// a barrier each, on every rank at once. Each sample starts after a pause of 1 ms: the rank's
+// threads (OpenMP's workers stop spinning and sleep) wake with the scheduler's credit for the
+// time they slept, so a process that keeps a core busy yields it to them at the sample's start
+// instead of holding it through a timeslice while the others wait at the join (measured: with
+// a process spinning on one of 2 cores, 2-thread products at 80-87 GFLOP/s against 475 idle
+// without the pause).
+// A pause of 1 ms, then every OpenMP thread woken (an empty parallel region) before the timing.
+void pause_and_wake() {
+  std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  volatile int touched = 0;
+#pragma omp parallel
+  { touched = 1; }
+  (void)touched;
+}
+
 template <typename F>
 Samples sample_seconds(int reps, Communicator& world, F&& once) {
   std::vector<double> t;
   for (int r = 0; r < reps + 1; ++r) {
+    pause_and_wake();
     world.barrier();
     const auto t0 = Clock::now();
     once();
@@ -117,6 +133,7 @@ double mem_total_bytes() {
 }
 
 double min_over_ranks(Communicator& world, double v);
+double max_over_ranks(Communicator& world, double v);
 
 // Seconds of one product (n x n) @ (n x n) through the backend's gemm (the cpu backend with its
 // products set), best and median of `reps` short timings (every rank runs at once): short
@@ -175,7 +192,9 @@ ProductRates measure_products(const std::string& name, const ProductSettings& ps
   for (int n : sizes) {
     const double flops = 2.0 * n * n * static_cast<double>(n);
     Samples t = time_product(*be, n, reps, world);
-    if (t.spread() > 0.25) {  // disturbed: once more, the better kept
+    // Disturbed on any rank: all of them measure once more (the decision is collective: a rank
+    // that measured again alone would meet the others' next barrier with its own), the better kept.
+    if (max_over_ranks(world, t.spread()) > 0.25) {
       const Samples again = time_product(*be, n, reps, world);
       if (again.best < t.best) t.best = again.best;
       t.median = std::min(t.median, again.median);
@@ -213,6 +232,7 @@ Samples triad_seconds(int64_t n, int reps, Communicator& world) {
   for (int r = 0; r < reps + 1; ++r) {
     for (int k = 0; k < kChunks; ++k) {
       const int64_t i0 = k * chunk, i1 = std::min(n, i0 + chunk);
+      pause_and_wake();  // as sample_seconds
       world.barrier();
       const auto t0 = Clock::now();
 #pragma omp parallel for schedule(static)
@@ -291,6 +311,11 @@ double ping_pong(Communicator& world, int64_t bytes, int reps) {
 // The smallest value over the ranks (each rank's share: the slowest one bounds a step).
 double min_over_ranks(Communicator& world, double v) {
   world.all_reduce(&v, 1, CommDType::kF64, ReduceOp::kMin);
+  return v;
+}
+
+double max_over_ranks(Communicator& world, double v) {
+  world.all_reduce(&v, 1, CommDType::kF64, ReduceOp::kMax);
   return v;
 }
 
@@ -373,12 +398,76 @@ void measure_matmul(Calibration& cal, bool quick, Communicator& world) {
   }
 }
 
+// The product rates by shape (Device::gemm_table): every m x n x k of a grid, in each operand
+// layout weft's linear layers use (forward A B, input gradient A B^T, weight gradient A^T B),
+// through the backend's gemm with the chosen fp32 library, the best of short samples (small
+// products repeated within a sample). A product above `cap` FLOPs is timed on its first rows
+// only (at least `cap` FLOPs of them: the rate has settled by then). The square curve prices
+// a product by its FLOPs alone; a layer's products are narrow (the head's k = C against n = V,
+// the weight gradients' inner dimension the micro-batch's rows), and their rates differ.
+void measure_gemm_table(Calibration& cal, bool quick, Communicator& world) {
+  Device& d = cal.system.device;
+  GemmTable& t = d.gemm_table;
+  // m up to 65536: a weight gradient's output is the weight (m = the vocabulary for the head's),
+  // and an output larger than the caches runs below the rate of the same FLOPs on few rows.
+  t.m = quick ? std::vector<double>{16, 256, 4096, 65536} : std::vector<double>{16, 64, 256, 1024, 4096, 16384, 65536};
+  t.n = quick ? std::vector<double>{64, 512, 4096, 32768} : std::vector<double>{64, 256, 1024, 4096, 16384, 65536};
+  t.k = t.n;
+  const double cap = quick ? 1e9 : 4e9;      // FLOPs of one timed product
+  const int64_t most = int64_t{1} << 26;     // elements of an operand (256 MiB)
+  const int reps = quick ? 1 : 2;
+  std::unique_ptr<Backend> be = make_backend("cpu");
+  be->set_products({Precision::kFp32, MatmulMode::kExact, d.fp32_kernel});
+  std::vector<float> host(static_cast<size_t>(most));
+  for (size_t i = 0; i < host.size(); ++i) host[i] = 1e-3f * static_cast<float>(i % 997);
+  DeviceBuffer a = to_device(*be, host, DType::kF32), b = to_device(*be, host, DType::kF32);
+  host = {};
+  DeviceBuffer c(*be, DType::kF32, most);
+  std::string slowest;
+  double worst = 1e30, best = 0;
+  for (size_t tr = 0; tr < t.rates.size(); ++tr) {
+    const bool ta = tr == static_cast<size_t>(GemmTrans::kTN), tb = tr == static_cast<size_t>(GemmTrans::kNT);
+    std::vector<double>& rates = t.rates[tr];
+    for (double m : t.m) {
+      for (double n : t.n) {
+        for (double k : t.k) {
+          if (k * n > static_cast<double>(most)) {  // a weight larger than 256 MiB: the rate of the widest one measured
+            rates.push_back(rates.back());
+            continue;
+          }
+          // Rows: the grid's m, or as many as the FLOPs cap and the operands' size allow (at least 64).
+          const double rows = std::min({m, std::max(64.0, std::ceil(cap / (2 * n * k))),
+                                        std::floor(static_cast<double>(most) / std::max(n, k))});
+          const int64_t M = static_cast<int64_t>(rows), N = static_cast<int64_t>(n), K = static_cast<int64_t>(k);
+          const double flops = 2.0 * rows * n * k;
+          const int inner = std::max(1, static_cast<int>(4e7 / flops));
+          // Row-major operands as weft stores them: A is M x K (K x M transposed), B K x N (N x K).
+          const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+          const float beta = ta ? 1.0f : 0.0f;  // weight gradients accumulate into the gradient (C read too)
+          const Samples sm = sample_seconds(reps, world, [&] {
+            for (int i = 0; i < inner; ++i) {
+              be->gemm(ta, tb, M, N, K, 1.0f, a.data<float>(), lda, b.data<float>(), ldb, beta, c.data<float>(), N);
+            }
+          });
+          const double rate = min_over_ranks(world, flops * inner / sm.best);
+          rates.push_back(rate);
+          best = std::max(best, rate);
+          if (rate < worst) worst = rate, slowest = fmt::format("{} {}x{}x{}", kGemmTransNames[tr], m, n, k);
+        }
+      }
+    }
+  }
+  cal.notes.push_back(fmt::format("products by shape (m x n x k, {} points in each of nn, nt, tn): {:.1f} to {:.1f} GFLOP/s "
+                                  "per rank (slowest {})",
+                                  t.m.size() * t.n.size() * t.k.size(), worst / 1e9, best / 1e9, slowest));
+}
+
 // Memory bandwidth (STREAM triad), the memory size and the kernel latency (OpenMP fork/join).
 void measure_memory_and_latency(Calibration& cal, bool quick, Communicator& world) {
   Device& d = cal.system.device;
   const int ranks = world.size();
   const int64_t n = quick ? (int64_t{1} << 22) : (int64_t{1} << 25);  // 16 or 128 MiB per array
-  const Samples triad = triad_seconds(n, quick ? 4 : 30, world);
+  const Samples triad = triad_seconds(n, quick ? 10 : 30, world);
   d.memory_bandwidth = min_over_ranks(world, 12.0 * static_cast<double>(n) / triad.best);
   cal.spread = std::max(cal.spread, triad.spread());
   cal.notes.push_back(fmt::format("STREAM triad over 3 x {} MiB: {:.2f} GB/s per rank (median sample {:+.0f}%)",
@@ -389,6 +478,139 @@ void measure_memory_and_latency(Calibration& cal, bool quick, Communicator& worl
   d.kernel_latency = min_over_ranks(world, fj.best);
   cal.notes.push_back(fmt::format("OpenMP fork/join (kernel latency): {:.2f} us (median sample {:.2f} us)",
                                   d.kernel_latency * 1e6, fj.median * 1e6));
+}
+
+// The memory-bound kernels' bandwidth by their size (Device::memory_curve): the triad over
+// arrays from a few hundred KB (inside a core's L2) to the full calibration size, bytes moved
+// (12 per element) over the best pass. On a CPU the layer norms and activations of a small
+// micro-batch run from the caches at several times the memory's rate.
+void measure_memory_curve(Calibration& cal, bool quick, Communicator& world) {
+  Device& d = cal.system.device;
+  std::string text;
+  const int top = quick ? 22 : 25;
+  for (int lg = 13; lg <= top; lg += 2) {  // 32 KiB .. 128 MiB per array
+    const int64_t n = int64_t{1} << lg;
+    Buffer<float> a(n), b(n), c(n);
+    for (int64_t i = 0; i < n; ++i) a[i] = 0, b[i] = 1.0f, c[i] = 2.0f;
+    const int inner = static_cast<int>(std::max<int64_t>(1, (int64_t{1} << 22) / n));  // >= 4M elements a sample
+    float* pa = a.data();
+    const float* pb = b.data();
+    const float* pc = c.data();
+    const Samples t = sample_seconds(quick ? 4 : 12, world, [&] {
+      for (int r = 0; r < inner; ++r) {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; ++i) pa[i] = pb[i] + 0.5f * pc[i];
+      }
+    });
+    volatile float sink = a[n / 2];
+    (void)sink;
+    const double bytes = 12.0 * static_cast<double>(n);
+    const double bw = min_over_ranks(world, bytes * inner / t.best);
+    d.memory_curve.emplace_back(bytes, bw);
+    text += fmt::format("{}{:.3g} MB {:.1f}", text.empty() ? "" : ", ", bytes / 1e6, bw / 1e9);
+  }
+  cal.notes.push_back(fmt::format("memory-bound kernels by bytes moved (triad), GB/s per rank: {}", text));
+}
+
+// The optimizer step as the cpu backend runs it: AdamW over shards from cache-sized to
+// memory-sized (its 4 fp32 arrays stream from the caches or from memory: seconds per parameter
+// by shard size, Device::adamw_curve) and the gradient norm's sum of squares (a double
+// accumulation in order, bound by the additions' latency, not the size: one figure).
+void measure_optimizer(Calibration& cal, bool quick, Communicator& world) {
+  Device& d = cal.system.device;
+  const int top = quick ? 22 : 25;
+  std::unique_ptr<Backend> be = make_backend("cpu");
+  const int64_t most = int64_t{1} << top;
+  Buffer<float> p(most), g(most), m(most), v(most);
+  for (int64_t i = 0; i < most; ++i) p[i] = 0.01f, g[i] = 1e-3f * static_cast<float>(i % 17), m[i] = 0, v[i] = 0;
+  int64_t t = 0;
+  std::string text;
+  for (int lg = 16; lg <= top; lg += 3) {
+    const int64_t n = int64_t{1} << lg;
+    const int inner = static_cast<int>(std::max<int64_t>(1, (int64_t{1} << 22) / n));
+    const Samples ad = sample_seconds(quick ? 3 : 6, world, [&] {
+      for (int r = 0; r < inner; ++r) be->adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, ++t, 1.0f);
+    });
+    const double per = 1.0 / min_over_ranks(world, static_cast<double>(n) * inner / ad.best);
+    d.adamw_curve.emplace_back(static_cast<double>(n), per);
+    text += fmt::format("{}{} M {:.3g} ns", text.empty() ? "" : ", ", static_cast<double>(n) / (1 << 20), 1e9 * per);
+  }
+  double sink = 0;
+  const int64_t n = int64_t{1} << 22;
+  const Samples nm = sample_seconds(quick ? 3 : 6, world, [&] { sink += be->sum_squares(g.data(), n); });
+  d.norm_param_seconds = 1.0 / min_over_ranks(world, static_cast<double>(n) / nm.best);
+  cal.notes.push_back(fmt::format("optimizer: AdamW per parameter by shard size: {}; gradient norm {:.3g} ns per "
+                                  "parameter (sum {:.3g})",
+                                  text, 1e9 * d.norm_param_seconds, sink));
+}
+
+// The collectives as weft's data parallelism issues them (asynchronous all-reduce, reduce-scatter
+// and all-gather of 32 MiB, waited for), each against the ring formula on the ping-pong's
+// latency and bandwidth: their share of it becomes the level's collective_efficiency. Then how
+// much of an all-reduce compute hides (SoftwareDefaults::comm_overlap): products timed alone,
+// the all-reduce alone, and both, the products calling progress() between them as the engine
+// does between its ops; hidden = (alone + alone - both) / all-reduce.
+void measure_collectives(Calibration& cal, LinkLevel& link, bool quick, Communicator& world) {
+  const int n = world.size();
+  const int64_t count = quick ? (int64_t{1} << 21) : (int64_t{1} << 23);  // floats
+  const double bytes = 4.0 * static_cast<double>(count);
+  std::vector<float> a(static_cast<size_t>(count), 1e-3f), b(static_cast<size_t>(count));
+  const std::vector<int64_t> parts(static_cast<size_t>(n), count / n);
+  System one = cal.system;
+  one.levels = {link};
+  one.levels[0].collective_efficiency.clear();
+  const int reps = quick ? 2 : 5;
+  auto time_of = [&](Collective c) {
+    return sample_seconds(reps, world, [&] {
+      CommHandle h = c == Collective::kAllReduce   ? world.iall_reduce(a.data(), count, CommDType::kF32, ReduceOp::kSum)
+                     : c == Collective::kAllGather ? world.iall_gather_v(a.data(), b.data(), parts, CommDType::kF32)
+                                                   : world.ireduce_scatter_v(a.data(), b.data(), parts, CommDType::kF32,
+                                                                             ReduceOp::kSum);
+      h->wait();
+    });
+  };
+  std::string text;
+  for (const auto& [c, key] : {std::pair{Collective::kAllReduce, "all_reduce"}, std::pair{Collective::kAllGather, "all_gather"},
+                               std::pair{Collective::kReduceScatter, "reduce_scatter"}}) {
+    // An all-gather's buffer is the gathered whole (as the planner prices it): each rank sends 1/n.
+    const double measured = std::max(1e-9, max_over_ranks(world, time_of(c).best));
+    const double formula = collective_cost(one, c, n, 1, bytes).seconds;
+    const double share = std::clamp(formula / measured, 0.01, 2.0);
+    link.collective_efficiency[key] = share;
+    text += fmt::format("{}{} {:.3g} ms ({:.2f} of the ring formula's {:.3g} ms)", text.empty() ? "" : ", ", key,
+                        1e3 * measured, share, 1e3 * formula);
+  }
+  cal.notes.push_back(fmt::format("collectives of {} MiB over {} ranks, asynchronous as weft's data parallelism issues "
+                                  "them: {}",
+                                  count >> 18, n, text));
+  // Overlap: 256 x 1024 x 1024 products (about 0.5 GFLOP each) for about 1.5x the all-reduce.
+  std::unique_ptr<Backend> be = make_backend("cpu");
+  be->set_products({Precision::kFp32, MatmulMode::kExact, cal.system.device.fp32_kernel});
+  const int64_t M = 256, K = 1024, N = 1024;
+  DeviceBuffer x = to_device(*be, std::vector<float>(static_cast<size_t>(M * K), 0.01f), DType::kF32);
+  DeviceBuffer w = to_device(*be, std::vector<float>(static_cast<size_t>(K * N), 0.01f), DType::kF32);
+  DeviceBuffer y(*be, DType::kF32, M * N);
+  auto product = [&] { be->gemm(false, false, M, N, K, 1.0f, x.data<float>(), K, w.data<float>(), N, 0.0f, y.data<float>(), N); };
+  const double one_product = max_over_ranks(world, sample_seconds(reps, world, product).best);  // one count everywhere
+  const double t_ar = max_over_ranks(world, time_of(Collective::kAllReduce).best);
+
+  const int products = std::max(4, static_cast<int>(std::ceil(1.5 * t_ar / std::max(1e-6, one_product))));
+  const double t_c = max_over_ranks(world, sample_seconds(reps, world, [&] {
+                                             for (int i = 0; i < products; ++i) product();
+                                           }).best);
+  const double t_both = max_over_ranks(world, sample_seconds(reps, world, [&] {
+                                                CommHandle h = world.iall_reduce(a.data(), count, CommDType::kF32, ReduceOp::kSum);
+                                                for (int i = 0; i < products; ++i) {
+                                                  product();
+                                                  world.progress();
+                                                }
+                                                h->wait();
+                                              }).best);
+  const double hidden = std::clamp((t_c + t_ar - t_both) / t_ar, 0.0, 1.0);
+  cal.system.defaults.comm_overlap = hidden;
+  cal.notes.push_back(fmt::format("overlap: {} products {:.3g} ms, the all-reduce {:.3g} ms, both {:.3g} ms: compute hides "
+                                  "{:.0f}% of the all-reduce (comm_overlap)",
+                                  products, 1e3 * t_c, 1e3 * t_ar, 1e3 * t_both, 100 * hidden));
 }
 
 // The activations' rates: their exp and log1p, not the memory, set their time on a CPU.
@@ -434,9 +656,11 @@ Calibration calibrate(const CalibrationOptions& o, Communicator& world) {
   cal.notes.push_back("A device is one MPI rank with its threads; every rank measured at the same time.");
   const double load_at_start = load_average();
   const CpuTimes start = cpu_times();
-
   measure_matmul(cal, o.quick, world);
+  measure_gemm_table(cal, o.quick, world);
   measure_memory_and_latency(cal, o.quick, world);
+  measure_memory_curve(cal, o.quick, world);
+  measure_optimizer(cal, o.quick, world);
   measure_functions(cal, o.quick, world);
 
   // Links between ranks.
@@ -452,6 +676,7 @@ Calibration calibrate(const CalibrationOptions& o, Communicator& world) {
     cal.link_measured = true;
     cal.notes.push_back(fmt::format("MPI ping-pong ranks 0-1: latency {:.2f} us (8 B), bandwidth {:.2f} GB/s ({} MiB)",
                                     lat * 1e6, link.bandwidth / 1e9, big >> 20));
+    measure_collectives(cal, link, o.quick, world);
   } else {
     // Not measured: a copy through shared memory reads and writes each byte once.
     link.latency = 1e-6;

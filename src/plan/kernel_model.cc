@@ -5,19 +5,18 @@
 
 namespace weft::plan {
 
+double interpolate_curve(const std::vector<std::pair<double, double>>& c, double x, bool log_y) {
+  if (x <= c.front().first) return c.front().second;
+  if (x >= c.back().first) return c.back().second;
+  size_t i = 1;
+  while (x > c[i].first) ++i;
+  const double w = (std::log(x) - std::log(c[i - 1].first)) / (std::log(c[i].first) - std::log(c[i - 1].first));
+  if (!log_y) return c[i - 1].second + w * (c[i].second - c[i - 1].second);
+  return std::exp(std::log(c[i - 1].second) + w * (std::log(c[i].second) - std::log(c[i - 1].second)));
+}
+
 double matmul_curve_fraction(const Device& d, double flops) {
-  const auto& c = d.matmul_curve;
-  if (c.empty()) return d.matmul_efficiency;
-  if (flops <= c.front().first) return c.front().second;
-  if (flops >= c.back().first) return c.back().second;
-  for (size_t i = 1; i < c.size(); ++i) {
-    if (flops <= c[i].first) {
-      const double x0 = std::log(c[i - 1].first), x1 = std::log(c[i].first), x = std::log(flops);
-      const double w = (x - x0) / (x1 - x0);
-      return c[i - 1].second + w * (c[i].second - c[i - 1].second);
-    }
-  }
-  return c.back().second;
+  return d.matmul_curve.empty() ? d.matmul_efficiency : interpolate_curve(d.matmul_curve, flops, false);
 }
 
 namespace {
@@ -49,6 +48,7 @@ double wave_fraction(double tiles, int64_t units) {
 }
 
 double gemm_fraction(const Device& d, const GemmShape& g) {
+  if (!d.gemm_table.empty()) return d.gemm_table.rate(g.trans, g.m, g.n, g.k) / d.peak_flops_32;
   if (d.compute_units <= 0 || d.gemm_tiles.empty()) return matmul_curve_fraction(d, g.flops());
   double best = 0;
   for (const GemmTile& t : d.gemm_tiles) best = std::max(best, tile_fraction(d, t, g));
@@ -66,9 +66,13 @@ double gemm_time(const Device& d, Precision p, const GemmShape& g, double e) {
   return roofline_time(d, p, g.flops(), g.bytes(e), gemm_fraction(d, g));
 }
 
+double memory_bandwidth_at(const Device& d, double bytes) {
+  return d.memory_curve.empty() ? d.memory_bandwidth : interpolate_curve(d.memory_curve, bytes, true);
+}
+
 double memory_time(const Device& d, double bytes) {
   if (bytes <= 0) return 0;
-  return bytes / d.memory_bandwidth + d.kernel_latency;
+  return bytes / memory_bandwidth_at(d, bytes) + d.kernel_latency;
 }
 
 double elementwise_time(const Device& d, double bytes, const std::string& function, double elements) {

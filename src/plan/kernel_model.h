@@ -25,12 +25,14 @@
 #pragma once
 #include <cstdint>
 
+#include "plan/gemm_table.h"
 #include "plan/system.h"
 
 namespace weft::plan {
 
 struct GemmShape {
   double m = 0, n = 0, k = 0, batch = 1;
+  GemmTrans trans = GemmTrans::kNN;  // the operand layout, for a measured GemmTable
   double flops() const { return 2 * m * n * k * batch; }
   double bytes(double e) const { return e * batch * (m * k + k * n + m * n); }
 };
@@ -53,6 +55,15 @@ double roofline_time(const Device& d, Precision p, double flops, double bytes, d
 
 // Seconds of one product (all `batch` of it) in elements of `e` bytes.
 double gemm_time(const Device& d, Precision p, const GemmShape& g, double e);
+
+// A measured curve of (x, y) points, x increasing, at x: interpolated in log x (y linearly, or in
+// log y with log_y), clamped at its ends. c must not be empty.
+double interpolate_curve(const std::vector<std::pair<double, double>>& c, double x, bool log_y);
+
+// The bandwidth a memory-bound kernel moving `bytes` reaches: the measured memory_curve
+// (log-log interpolation, clamped at its ends: arrays that stay in a CPU's caches stream
+// faster than the triad over memory), or memory_bandwidth without one.
+double memory_bandwidth_at(const Device& d, double bytes);
 
 // Seconds of a memory-bound kernel moving `bytes` (read + written).
 double memory_time(const Device& d, double bytes);

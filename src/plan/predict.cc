@@ -121,7 +121,8 @@ GemmCost gemm_cost(const Context& c, GemmShape g, Precision p) {
   const Device& d = c.sys.device;
   GemmCost r;
   r.fwd = gemm_time(d, p, g, c.e);
-  r.bwd = gemm_time(d, p, GemmShape{g.m, g.k, g.n, g.batch}, c.e) + gemm_time(d, p, GemmShape{g.k, g.n, g.m, g.batch}, c.e);
+  r.bwd = gemm_time(d, p, GemmShape{g.m, g.k, g.n, g.batch, GemmTrans::kNT}, c.e) +
+          gemm_time(d, p, GemmShape{g.k, g.n, g.m, g.batch, GemmTrans::kTN}, c.e);
   r.flops = g.flops();
   return r;
 }
@@ -317,6 +318,22 @@ int64_t axis_stride(const Layout& l, const std::string& axis) {
   throw_input("unknown axis '{}' (known: tp, dp, pp)", axis);
 }
 
+// Seconds per parameter of AdamW over a shard of `n` parameters: Device::adamw_curve, log-log
+// interpolation clamped at its ends.
+double adamw_param_seconds(const Device& d, double n) { return interpolate_curve(d.adamw_curve, n, true); }
+
+// The measured share of a level's bandwidth a kind of collective reaches (LinkLevel::
+// collective_efficiency; 1 where not measured).
+double collective_efficiency(const LinkLevel& level, Collective c) {
+  const char* key = c == Collective::kAllReduce       ? "all_reduce"
+                    : c == Collective::kAllGather     ? "all_gather"
+                    : c == Collective::kReduceScatter ? "reduce_scatter"
+                                                      : nullptr;
+  if (key == nullptr) return 1.0;
+  const auto it = level.collective_efficiency.find(key);
+  return it == level.collective_efficiency.end() ? 1.0 : it->second;
+}
+
 CollectiveCost collective_cost(const System& sys, Collective c, int64_t n, int64_t stride, double bytes) {
   CollectiveCost r;
   if (n <= 1 || bytes <= 0) return r;
@@ -347,7 +364,8 @@ CollectiveCost collective_cost(const System& sys, Collective c, int64_t n, int64
     const bool top = i + 1 == sys.levels.size();
     const int64_t k_here = top ? n : k;
     if (k_here > k_prev) {
-      double bw = sys.levels[i].bandwidth * (c == Collective::kSendRecv ? 1.0 : static_cast<double>(k_prev));
+      double bw = sys.levels[i].bandwidth * (c == Collective::kSendRecv ? 1.0 : static_cast<double>(k_prev)) *
+                  collective_efficiency(sys.levels[i], c);
       double level_traffic = traffic;
       if (c == Collective::kAllToAll) {
         // An all-to-all sends bytes/n to each peer: what leaves a rank's unit of the level
@@ -479,7 +497,7 @@ PassCost pass_cost(const Context& c, const EndPass& pass, Flow& flow) {
   PassCost r;
   for (const Kernel& k : pass.kernels) {
     if (k.k > 0) {
-      const GemmShape g{k.m, k.n, k.k, k.batch};
+      const GemmShape g{k.m, k.n, k.k, k.batch, static_cast<GemmTrans>(k.trans)};
       r.seconds += k.times * gemm_time(d, c.o.product_precision(), g, c.e);
       r.flops += k.times * g.flops();
     } else {
@@ -575,16 +593,52 @@ std::string level_text(const System& sys, const std::vector<double>& per_call, d
   return s.empty() ? "no link" : s;
 }
 
+// ZeRO 2 and 3 keep a whole gradient buffer per micro-batch beside the shard's accumulator, on
+// any dp (1 included): each micro-batch zeroes it (write g bytes a parameter), reduce-scatters
+// it (read and write: 2 g; a copy on one rank) and adds its share into the accumulator (read 2,
+// write 1: 3 g); ZeRO 3 also copies every gathered parameter into its buffer (read and write
+// e, `gathers` times a micro-batch). Memory-bound on the device, not hidden by the links.
+// weft buckets them by parameter group (a layer, the embedding, the final norm): each group's
+// traffic is one memory-bound pass over that group's buffers (on a CPU, within its caches when
+// the group is small).
+double zero_buffer_time(const Context& c, double psi, double md, double g, double gathers) {
+  if (c.l.zero < 2) return 0.0;
+  const Device& d = c.sys.device;
+  const double groups = static_cast<double>(c.m.layers) + 2, per = psi / groups;
+  double t = md * groups * memory_time(d, 6 * g * per);
+  if (c.l.zero == 3) t += md * gathers * memory_time(d, 2 * c.e * psi);
+  return t;
+}
+
 DpCost dp_cost(const Context& c, double psi, double md, const StageCost& slow) {
   const Layout& l = c.l;
   const Options& o = c.o;
   DpCost r;
+  if (l.zero >= 2) {
+    const double g = (o.precision == Precision::kFp32 || o.fp32_grad_accumulation) ? 4 : 2;
+    const double gathers = l.zero == 3 ? dp_step_comm(3, static_cast<int>(c.m.layers) + 2, DataParallelConfig{}.prefetch,
+                                                      c.m.family->capabilities().tied_head)
+                                             .all_gather
+                                       : 0.0;
+    const double buffers = zero_buffer_time(c, psi, md, g, gathers);
+    r.exposed += buffers;
+    if (o.explain && buffers > 0) {
+      r.terms.push_back({"dp", fmt::format("ZeRO-{} gradient and parameter buffers (local copies)", l.zero), "", buffers,
+                         fmt::format("{:g} micro-batches: zero, reduce-scatter, accumulate a {:.3g} GB gradient{}",
+                                     md, psi * g / 1e9, l.zero == 3 ? ", copy the gathered parameters" : "")});
+    }
+  }
   if (l.dp <= 1) return r;
   if (o.explain) r.level_bytes.assign(c.sys.levels.size(), 0.0);
   const int64_t dp_stride = axis_stride(l, "dp");
   const int64_t ds = l.dp_shard(), dr = l.dp_replicate;  // HSDP: ZeRO's group and its replicas
   const double g = (o.precision == Precision::kFp32 || o.fp32_grad_accumulation) ? 4 : 2;
   const double window = o.overlap_dp ? slow.t_b() : 0.0;  // the last micro-batch's backward
+  // What of `comm` seconds compute can hide behind `hide` seconds: all of it up to the window
+  // on a GPU; on a CPU rank ([defaults] comm_overlap < 1) MPI's copies and sums take the
+  // rank's own cores, so at least (1 - comm_overlap) of it stays on the step.
+  const double keep = 1.0 - c.sys.defaults.comm_overlap;
+  auto exposed = [keep](double comm, double hide) { return std::max({0.0, comm - hide, keep * comm}); };
   // One kind of collective of the step: its cost, and under explain its bytes per level and
   // its line (`calls` per step, `exposed` seconds of the step).
   // A compressed one (plan/compression.h) has its link cost on the wire bytes and its codec
@@ -629,8 +683,8 @@ DpCost dp_cost(const Context& c, double psi, double md, const StageCost& slow) {
                                            l.zero == 0 ? std::string("all") : fmt::format("1/{}", ds));
   if (l.zero == 0) {
     const Call ar = call(Collective::kAllReduce, ds, dp_stride, psi * g, grads_codec, g);
-    const double link = std::max(0.0, ar.cost.seconds + rep.cost.seconds - window);
-    r.exposed = link + ar.codec_s;
+    const double link = exposed(ar.cost.seconds + rep.cost.seconds, window);
+    r.exposed += link + ar.codec_s;
     const double share = link > 0 ? link / (ar.cost.seconds + rep.cost.seconds) : 0;
     term(dr > 1 ? "gradient all-reduce inside dp_shard" : "gradient all-reduce", ar, 1, share * ar.cost.seconds);
     flow(r.grads, ar, 1);
@@ -644,9 +698,9 @@ DpCost dp_cost(const Context& c, double psi, double md, const StageCost& slow) {
     // ZeRO 2: every micro-batch's reduce-scatter against its own backward; the last one's
     // followed by the replicas' all-reduce.
     const double reductions = l.zero == 2 ? md : 1.0;
-    const double last = std::max(0.0, rs.cost.seconds + rep.cost.seconds - window);
-    const double rs_exposed = (reductions - 1) * std::max(0.0, rs.cost.seconds - window) + last;
-    r.exposed = rs_exposed + ag.cost.seconds + (reductions * rs.codec_s + ag.codec_s);
+    const double last = exposed(rs.cost.seconds + rep.cost.seconds, window);
+    const double rs_exposed = (reductions - 1) * exposed(rs.cost.seconds, window) + last;
+    r.exposed += rs_exposed + ag.cost.seconds + (reductions * rs.codec_s + ag.codec_s);
     const double last_share = last > 0 ? last / (rs.cost.seconds + rep.cost.seconds) : 0;
     term("gradient reduce-scatter", rs, reductions, rs_exposed - last_share * rep.cost.seconds);
     if (dr > 1) term(rep_name, rep, 1, last_share * rep.cost.seconds);
@@ -664,8 +718,8 @@ DpCost dp_cost(const Context& c, double psi, double md, const StageCost& slow) {
     const Call rs = call(Collective::kReduceScatter, ds, dp_stride, psi * g, grads_codec, g);
     const double per_mb = k.all_gather * ag.cost.seconds + k.reduce_scatter * rs.cost.seconds;
     const double hide = o.overlap_dp ? slow.t_f() + slow.t_b() : 0.0;
-    const double link = (md - 1) * std::max(0.0, per_mb - hide) + std::max(0.0, per_mb + rep.cost.seconds - hide);
-    r.exposed = link + md * (k.all_gather * ag.codec_s + k.reduce_scatter * rs.codec_s);
+    const double link = (md - 1) * exposed(per_mb, hide) + exposed(per_mb + rep.cost.seconds, hide);
+    r.exposed += link + md * (k.all_gather * ag.codec_s + k.reduce_scatter * rs.codec_s);
     const double busy = md * per_mb + rep.cost.seconds;
     const double share = busy > 0 ? link / busy : 0;
     term("parameter all-gathers (ZeRO-3)", ag, md * k.all_gather, share * md * k.all_gather * ag.cost.seconds);
@@ -721,11 +775,10 @@ DpCost dp_cost(const Context& c, double psi, double md, const StageCost& slow) {
     const double hide = o.overlap_dp ? slow.t_f() + slow.t_b() : 0.0;
     const double R = rep.cost.seconds;  // HSDP: after the last micro-batch's reductions
     const double comm = first + (md - 1) * later + R;
-    const double comm_exposed = md <= 1 ? std::max(0.0, first + R - hide)
-                                        : std::max(0.0, first - hide) + (md - 2) * std::max(0.0, later - hide) +
-                                              std::max(0.0, later + R - hide);
+    const double comm_exposed = md <= 1 ? exposed(first + R, hide)
+                                        : exposed(first, hide) + (md - 2) * exposed(later, hide) + exposed(later + R, hide);
     const double quant = z.primary_gathers * quant_w + md * quant_g;
-    r.exposed = comm_exposed + quant;
+    r.exposed += comm_exposed + quant;
     if (o.explain) {
       const double share = comm > 0 ? comm_exposed / comm : 0;
       std::string levels;
@@ -885,7 +938,14 @@ Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layou
   // gradient, master weight, m, v (16 bytes) and writes master, m, v and the 16-bit copy (14);
   // fp32 reads 16 and writes 12.
   const double shard = psi / (l.zero >= 1 ? static_cast<double>(l.dp_shard()) : 1.0);  // HSDP: ZeRO's group
-  p.time.optimizer = shard * (o.precision == Precision::kFp32 ? 28.0 : 30.0) / d.memory_bandwidth;
+  // A calibrated device's measured AdamW and gradient-norm seconds per parameter replace the
+  // traffic estimate (on a CPU the norm's double sum is a chain of dependent additions, slower
+  // than the bandwidth; weft sums each rank's own range of the reduced gradient).
+  // It also zeroes the rank's gradient accumulators once a step (a memset, memory-bound).
+  p.time.optimizer = d.adamw_curve.empty()
+                         ? shard * (o.precision == Precision::kFp32 ? 28.0 : 30.0) / d.memory_bandwidth
+                         : shard * adamw_param_seconds(d, shard) + psi / static_cast<double>(l.dp_shard()) * d.norm_param_seconds +
+                               memory_time(d, psi * (o.precision == Precision::kFp32 || o.fp32_grad_accumulation ? 4.0 : 2.0));
   // Scale effects (plan/scale_model.h): the slowest of the world's devices, and the per-step
   // work no parallelism shrinks.
   const int64_t world = l.world();

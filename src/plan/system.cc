@@ -116,6 +116,30 @@ void System::validate() const {
                   d.matmul_curve[i - 1].first);
     }
   }
+  for (size_t i = 0; i < d.memory_curve.size(); ++i) {
+    const auto& [b, bw] = d.memory_curve[i];
+    if (!(b > 0) || !(bw > 0) || !std::isfinite(bw)) {
+      throw_input("system '{}': memory_curve point {} is [{}, {}]: bytes and bytes per second must be > 0", name, i, b, bw);
+    }
+    if (i > 0 && !(b > d.memory_curve[i - 1].first)) {
+      throw_input("system '{}': memory_curve bytes must increase, point {} has {} after {}", name, i, b,
+                  d.memory_curve[i - 1].first);
+    }
+  }
+  d.gemm_table.validate(fmt::format("system '{}'", name));
+  for (size_t i = 0; i < d.adamw_curve.size(); ++i) {
+    const auto& [n, sec] = d.adamw_curve[i];
+    if (!(n > 0) || !(sec > 0) || (i > 0 && !(n > d.adamw_curve[i - 1].first))) {
+      throw_input("system '{}': adamw_curve point {} is [{}, {}]: parameters must increase and seconds be > 0", name, i,
+                  n, sec);
+    }
+  }
+  if (!(d.norm_param_seconds >= 0)) {
+    throw_input("system '{}': norm_param_seconds must be >= 0, got {}", name, d.norm_param_seconds);
+  }
+  if (!(defaults.comm_overlap >= 0 && defaults.comm_overlap <= 1)) {
+    throw_input("system '{}': [defaults] comm_overlap must be in [0, 1], got {}", name, defaults.comm_overlap);
+  }
   if (levels.empty()) throw_input("system '{}': needs at least one [[level]] of links", name);
   int64_t prev = 1;
   for (size_t i = 0; i < levels.size(); ++i) {
@@ -123,6 +147,16 @@ void System::validate() const {
     if (!(l.bandwidth > 0) || !(l.latency >= 0)) {
       throw_input("system '{}': level '{}' needs bandwidth > 0 (got {}) and latency >= 0 (got {})", name, l.name,
                   l.bandwidth, l.latency);
+    }
+    for (const auto& [kind, share] : l.collective_efficiency) {
+      if (kind != "all_reduce" && kind != "all_gather" && kind != "reduce_scatter") {
+        throw_input("system '{}': level '{}': collective_efficiency.{} is not a collective (all_reduce, all_gather, "
+                    "reduce_scatter)", name, l.name, kind);
+      }
+      if (!(share > 0 && share <= 2)) {
+        throw_input("system '{}': level '{}': collective_efficiency.{} must be in (0, 2], got {}", name, l.name, kind,
+                    share);
+      }
     }
     const bool top = i + 1 == levels.size();
     if (!top && l.devices <= 0) {
@@ -214,6 +248,51 @@ int64_t level_devices(const std::string& path, double v) {
 int whole(const std::string& path, const char* section, const char* key, double v) {
   if (v < 0 || v > 1e6 || v != std::floor(v)) throw_input("{}: [{}] {} must be a whole number in [0, 1e6], got {}", path, section, key, v);
   return static_cast<int>(v);
+}
+
+// [device] KEY: an array of [x, y] pairs of numbers (what: their names, for the message).
+std::vector<std::pair<double, double>> read_pairs(const std::string& path, Reader& r, const char* key, const char* what) {
+  std::vector<std::pair<double, double>> out;
+  const toml::node* c = r.get(key);
+  if (!c) return out;
+  const toml::array* arr = c->as_array();
+  if (!arr) throw_input("{}: [device] {} must be an array of {} pairs", path, key, what);
+  for (const auto& p : *arr) {
+    const toml::array* pair = p.as_array();
+    if (!pair || pair->size() != 2 || !pair->get(0)->value<double>() || !pair->get(1)->value<double>()) {
+      throw_input("{}: [device] {} entries must be {} pairs of numbers", path, key, what);
+    }
+    out.emplace_back(*pair->get(0)->value<double>(), *pair->get(1)->value<double>());
+  }
+  return out;
+}
+
+// [device] gemm_grid_m/n/k and gemm_rates_nn/nt/tn: arrays of numbers (plan/gemm_table.h).
+std::vector<double> read_numbers(const std::string& path, Reader& r, const std::string& key) {
+  std::vector<double> out;
+  const toml::node* c = r.get(key);
+  if (!c) return out;
+  const toml::array* arr = c->as_array();
+  if (!arr) throw_input("{}: [device] {} must be an array of numbers", path, key);
+  for (const auto& v : *arr) {
+    const std::optional<double> x = v.value<double>();
+    if (!x) throw_input("{}: [device] {} must be an array of numbers", path, key);
+    out.push_back(*x);
+  }
+  return out;
+}
+
+GemmTable read_gemm_table(const std::string& path, Reader& r) {
+  GemmTable t;
+  t.m = read_numbers(path, r, "gemm_grid_m");
+  t.n = read_numbers(path, r, "gemm_grid_n");
+  t.k = read_numbers(path, r, "gemm_grid_k");
+  for (size_t i = 0; i < t.rates.size(); ++i) t.rates[i] = read_numbers(path, r, fmt::format("gemm_rates_{}", kGemmTransNames[i]));
+  if (t.empty() && (!t.m.empty() || !t.rates[1].empty() || !t.rates[2].empty())) {
+    throw_input("{}: [device] gemm_grid_m/n/k need gemm_rates_nn (and gemm_rates_nn needs the grid)", path);
+  }
+  t.validate(path + ": [device]");
+  return t;
 }
 
 void read_shape_model(const std::string& path, Reader& r, Device& d) {
@@ -337,17 +416,11 @@ System load_system(const std::string& path) {
     if (!cpu_fp32_kernel_known(d.fp32_kernel)) {
       throw_input("{}: [device] fp32_kernel = '{}': expected one of: {}", path, d.fp32_kernel, kCpuFp32Kernels);
     }
-    if (const toml::node* c = r.get("matmul_curve")) {
-      const toml::array* arr = c->as_array();
-      if (!arr) throw_input("{}: [device] matmul_curve must be an array of [FLOPs, fraction] pairs", path);
-      for (const auto& p : *arr) {
-        const toml::array* pair = p.as_array();
-        if (!pair || pair->size() != 2 || !pair->get(0)->value<double>() || !pair->get(1)->value<double>()) {
-          throw_input("{}: [device] matmul_curve entries must be [FLOPs, fraction] pairs of numbers", path);
-        }
-        d.matmul_curve.emplace_back(*pair->get(0)->value<double>(), *pair->get(1)->value<double>());
-      }
-    }
+    d.matmul_curve = read_pairs(path, r, "matmul_curve", "[FLOPs, fraction]");
+    d.memory_curve = read_pairs(path, r, "memory_curve", "[bytes, bytes per second]");
+    d.gemm_table = read_gemm_table(path, r);
+    d.adamw_curve = read_pairs(path, r, "adamw_curve", "[parameters, seconds per parameter]");
+    d.norm_param_seconds = r.number("norm_param_seconds", 0, false);
     read_shape_model(path, r, d);
     r.finish();
   }
@@ -362,6 +435,15 @@ System load_system(const std::string& path) {
     l.devices = level_devices(path, r.number("devices", 0, false));
     l.bandwidth = r.number("bandwidth", 0, true);
     l.latency = r.number("latency", 0, true);
+    if (const toml::node* ce = r.get("collective_efficiency")) {
+      const toml::table* t = ce->as_table();
+      if (!t) throw_input("{}: [[level]] '{}': collective_efficiency must be a table of collective = share", path, l.name);
+      for (const auto& [key, value] : *t) {
+        const std::optional<double> v = value.value<double>();
+        if (!v) throw_input("{}: [[level]] '{}': collective_efficiency.{} must be a number", path, l.name, key.str());
+        l.collective_efficiency[std::string(key.str())] = *v;
+      }
+    }
     r.finish();
     s.levels.push_back(l);
   }
@@ -372,6 +454,7 @@ System load_system(const std::string& path) {
     s.defaults.attention_16 = r.boolean("attention_16", true);
     s.defaults.fp32_grad_accumulation = r.boolean("fp32_grad_accumulation", true);
     s.defaults.overlap_dp = r.boolean("overlap_dp", true);
+    s.defaults.comm_overlap = r.number("comm_overlap", 1.0, false);
     s.defaults.pp_scatter_gather = r.boolean("pp_scatter_gather", true);
     s.defaults.memory_model = r.string("memory_model", "megatron");
     s.defaults.step_overhead = r.number("step_overhead", 0, false);
@@ -415,6 +498,28 @@ System load_system(const std::string& path) {
   return s;
 }
 
+namespace {
+
+// `key = { a = 1, b = 2 }` with each value formatted by `fmt_value`.
+std::string inline_table(const char* key, const std::map<std::string, double>& values, const char* fmt_value) {
+  std::string out = fmt::format("{} = {{", key);
+  bool first = true;
+  for (const auto& [name, v] : values) {
+    out += fmt::format("{} {} = ", first ? "" : ",", name) + fmt::format(fmt::runtime(fmt_value), v);
+    first = false;
+  }
+  return out + " }\n";
+}
+
+// `key = [[x, y], ...]`.
+std::string pairs_array(const char* key, const std::vector<std::pair<double, double>>& pairs) {
+  std::string out = fmt::format("{} = [", key);
+  for (size_t i = 0; i < pairs.size(); ++i) out += fmt::format("{}[{:.6g}, {:.6g}]", i ? ", " : "", pairs[i].first, pairs[i].second);
+  return out + "]\n";
+}
+
+}  // namespace
+
 std::string system_to_toml(const System& s, const std::vector<std::string>& notes) {
   std::string out;
   for (const auto& n : notes) out += "# " + n + "\n";
@@ -432,6 +537,21 @@ std::string system_to_toml(const System& s, const std::vector<std::string>& note
     }
     out += "]\n";
   }
+  if (!d.memory_curve.empty()) out += pairs_array("memory_curve", d.memory_curve);
+  if (!d.gemm_table.empty()) {
+    const GemmTable& t = d.gemm_table;
+    auto list = [](const std::vector<double>& v) {
+      std::string s;
+      for (size_t i = 0; i < v.size(); ++i) s += fmt::format("{}{:.6g}", i ? ", " : "", v[i]);
+      return s;
+    };
+    out += fmt::format("gemm_grid_m = [{}]\ngemm_grid_n = [{}]\ngemm_grid_k = [{}]\n", list(t.m), list(t.n), list(t.k));
+    for (size_t i = 0; i < t.rates.size(); ++i) {
+      if (!t.rates[i].empty()) out += fmt::format("gemm_rates_{} = [{}]\n", kGemmTransNames[i], list(t.rates[i]));
+    }
+  }
+  if (!d.adamw_curve.empty()) out += pairs_array("adamw_curve", d.adamw_curve);
+  if (d.norm_param_seconds > 0) out += fmt::format("norm_param_seconds = {:.6g}\n", d.norm_param_seconds);
   if (d.compute_units > 0) {
     out += fmt::format("compute_units = {}\ngemm_tiles = [", d.compute_units);
     for (size_t i = 0; i < d.gemm_tiles.size(); ++i) {
@@ -440,15 +560,7 @@ std::string system_to_toml(const System& s, const std::vector<std::string>& note
     out += fmt::format("]\ngemm_k_overhead = {:.6g}\ngemm_align = {}\ngemm_misaligned_fraction = {:.4g}\n",
                        d.gemm_k_overhead, d.gemm_align, d.gemm_misaligned_fraction);
   }
-  if (!d.function_rates.empty()) {
-    out += "function_rates = {";
-    bool first = true;
-    for (const auto& [fn, rate] : d.function_rates) {
-      out += fmt::format("{} {} = {:.6g}", first ? "" : ",", fn, rate);
-      first = false;
-    }
-    out += " }\n";
-  }
+  if (!d.function_rates.empty()) out += inline_table("function_rates", d.function_rates, "{:.6g}");
   if (!d.fp32_kernel.empty()) out += fmt::format("fp32_kernel = \"{}\"\n", d.fp32_kernel);
   if (d.native_bf16) out += "native_bf16 = true\n";
   if (d.attention_efficiency > 0) {
@@ -458,6 +570,7 @@ std::string system_to_toml(const System& s, const std::vector<std::string>& note
   for (const auto& l : s.levels) {
     out += fmt::format("\n[[level]]\nname = \"{}\"\ndevices = {}\nbandwidth = {:.6g}\nlatency = {:.6g}\n", l.name,
                        l.devices, l.bandwidth, l.latency);
+    if (!l.collective_efficiency.empty()) out += inline_table("collective_efficiency", l.collective_efficiency, "{:.4g}");
   }
   out += fmt::format(
       "\n[defaults]\nflash_attention = {}\ndropout = {}\nfp32_grad_accumulation = {}\noverlap_dp = {}\npp_scatter_gather = {}\nmemory_model = \"{}\"\n",
@@ -465,6 +578,7 @@ std::string system_to_toml(const System& s, const std::vector<std::string>& note
       s.defaults.pp_scatter_gather, s.defaults.memory_model);
   out += fmt::format("tp_comm = \"{}\"\npp_p2p_overlap = {}\nattention_16 = {}\n", s.defaults.tp_comm,
                      s.defaults.pp_p2p_overlap, s.defaults.attention_16);
+  if (s.defaults.comm_overlap != 1.0) out += fmt::format("comm_overlap = {:.4g}\n", s.defaults.comm_overlap);
   out += fmt::format("step_overhead = {:.6g}\njitter = {:.6g}\nworld_allreduces = {}\nbubble_factor = {:.6g}\n",
                      s.defaults.step_overhead, s.defaults.jitter, s.defaults.world_allreduces, s.defaults.bubble_factor);
   if (!s.machine.empty()) {

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "plan/fingerprint.h"
+#include "plan/gemm_table.h"
 #include "plan/shape.h"
 
 namespace weft::plan {
@@ -60,6 +61,19 @@ struct Device {
   std::map<std::string, double> function_rates;
   // Measured fraction of peak by FLOPs per call (sorted by FLOPs); empty: roofline only.
   std::vector<std::pair<double, double>> matmul_curve;
+  // Measured bandwidth (bytes/s) of a memory-bound kernel by the bytes it moves (sorted by
+  // bytes; `weft calibrate`: the triad from cache-sized to memory-sized arrays); empty:
+  // memory_bandwidth at every size.
+  std::vector<std::pair<double, double>> memory_curve;
+  // The optimizer step as the device runs it (`weft calibrate`: the cpu backend's AdamW over
+  // shards of several sizes, [parameters, seconds per parameter], sorted; and the gradient
+  // norm's sum of squares, seconds per parameter, on the rank's threads); empty / 0: the update
+  // priced as memory traffic at memory_bandwidth, the norm not at all.
+  std::vector<std::pair<double, double>> adamw_curve;
+  double norm_param_seconds = 0;
+  // Measured product rates by shape and layout (`weft calibrate`; plan/gemm_table.h): when
+  // present, a product's rate is the table's, not the curve's or the tile model's.
+  GemmTable gemm_table;
   // Per-shape product model (plan/kernel_model.h); compute_units 0: the curve above instead.
   int64_t compute_units = 0;          // streaming multiprocessors / compute units
   std::vector<GemmTile> gemm_tiles;   // candidate tiles (default one 128 x 128 at 1.0)
@@ -82,6 +96,10 @@ struct LinkLevel {
   int64_t devices = 0;     // devices in one unit of this level; 0: the whole machine
   double bandwidth = 0;    // bytes/s per device per direction
   double latency = 0;      // s per message
+  // Measured share of `bandwidth` each kind of collective reaches on this level ("all_reduce",
+  // "all_gather", "reduce_scatter": `weft calibrate` times them as weft issues them, against
+  // the ring formula with the ping-pong's figures); a kind not listed: 1.
+  std::map<std::string, double> collective_efficiency;
 };
 
 struct SoftwareDefaults {
@@ -93,6 +111,10 @@ struct SoftwareDefaults {
   bool attention_16 = true;
   bool fp32_grad_accumulation = true;
   bool overlap_dp = true;
+  // Share of a data-parallel collective's time that compute on the same device can hide (with
+  // overlap_dp): 1 on a GPU (its own engines move the data); on a CPU rank the reductions and
+  // copies of MPI's progress run on the rank's own cores (`weft calibrate` measures it).
+  double comm_overlap = 1.0;
   // Pipeline sends carry 1/t of the activations, all-gathered over tp by the receiver
   // (Narayanan et al. 2021 sec. 4.1; Megatron-LM's default and weft's); false: every tp rank
   // sends the whole activations (DeepSpeed's pipeline engine without partitioned activations).

@@ -489,7 +489,14 @@ TuneResult tune(const RunConfig& cfg, const TuneOptions& o, Communicator& world)
            world.size(), cfg.global_batch, cfg.seq(),
            res.system_path.empty() ? std::string("no system file (no seeds, no predicted-time feature)") : res.system_path);
   if (world.rank() == 0) fs::create_directories(o.out);  // tune.csv grows there trial by trial
-  run_search(res, cfg, o, *data, world);
+  // The trials run the fp32 product `weft calibrate` measured fastest, as `weft train` does
+  // with the same system file (train/trainer.cc), unless the config names one: a sweep timed on
+  // another library than the runs and the planner's prices would measure the library.
+  RunConfig trial_cfg = cfg;
+  if (sys && trial_cfg.fp32_kernel.empty() && trial_cfg.backend.rfind("cpu", 0) == 0) {
+    trial_cfg.fp32_kernel = sys->device.fp32_kernel;
+  }
+  run_search(res, trial_cfg, o, *data, world);
   analyse(res);
   if (!o.recalibrate.empty()) {
     res.recalibration = recalibrate_from(res, *sys, plan::ModelShape::from_config(mc, cfg.seq()), po);

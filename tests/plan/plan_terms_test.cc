@@ -137,7 +137,7 @@ TEST(PlanTerms, RingAndTreeLatency) {
 // (a dragonfly's global links): a group that spans units of the lower level runs at the taper.
 TEST(PlanTerms, GlobalTaper) {
   System s = one_level(10e9, 5e-6);
-  s.levels = {LinkLevel{"group", 64, 10e9, 5e-6}, LinkLevel{"global", 0, 2.5e9, 5e-6}};
+  s.levels = {LinkLevel{"group", 64, 10e9, 5e-6, {}}, LinkLevel{"global", 0, 2.5e9, 5e-6, {}}};
   s.validate();
   // 8 ranks 8 apart inside one group of 64: the group's 10 GB/s.
   EXPECT_EQ(collective_cost(s, Collective::kAllGather, 8, 8, 1e9).level_name(), "group");

@@ -13,7 +13,7 @@ inline System one_level(double bw, double lat) {
   s.device.peak_flops_16 = s.device.peak_flops_32 = 1e12;
   s.device.memory_bytes = 1e10;
   s.device.memory_bandwidth = 1e11;
-  s.levels.push_back(LinkLevel{"net", 0, bw, lat});
+  s.levels.push_back(LinkLevel{"net", 0, bw, lat, {}});
   s.validate();
   return s;
 }

@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """CTest: bench/planner_validation/validate.py over the whole validation set.
 
-Checks that every row gets a prediction (or a stated refusal: none is expected), that the
-JSON is sane, and holds the planner to issue 16's targets on the held-out published step
-times (mean |error| <= 3%, worst <= 6%) and the fitted Frontier fractions (<= 2 points), so
-that a change to the model or a system file that loses accuracy fails here.
+Checks that every row gets a prediction (or one of the known memory refusals), that the JSON is
+sane, holds the planner to issue 16's targets on the held-out Megatron-LM step times
+(Korthikanti et al. 2022: mean |error| <= 3%, worst <= 6%) and the fitted Frontier fractions
+(<= 2 points), and holds the sources issue 35 added (LLM Foundry, Narayanan et al. 2021 Table 2,
+where the planner is still optimistic) at this model's figures, so that a change to the model or
+a system file that loses accuracy fails here.
   planner_validation_check.py WEFT_BINARY
 """
 import json
@@ -22,18 +24,34 @@ def main():
     p = subprocess.run([sys.executable, SCRIPT, "--weft", weft, "--json"], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
-    rows, s = out["rows"], out["summary"]
-    assert len(rows) >= 12, len(rows)
+    rows, s, src = out["rows"], out["summary"], out["by_source"]
+    assert len(rows) >= 140, len(rows)
+    # Rows weft refuses as not fitting in memory although they ran (its memory model is
+    # pessimistic there: docs/planner.md); every other row is priced.
+    known_refusals = {"llmf-a100-30b-s8192-g8-b168", "llmf-h100-30b-s8192-g8-b168", "n21t2-zero3-530b-g640"}
     for r in rows:
-        assert r["error"] is not None, f"{r['id']} refused: {r['refused']}"
-        assert math.isfinite(r["predicted"]) and r["predicted"] > 0, r
+        if r["id"] not in known_refusals:
+            assert r["error"] is not None, f"{r['id']} refused: {r['refused']}"
+            assert math.isfinite(r["predicted"]) and r["predicted"] > 0, r
         assert r["split"] in ("fit", "heldout"), r
         assert r["source"], r
-    held = s["heldout/step_time"]
+    for k, v in src.items():
+        if v["count"]:
+            print(f"{k}: {v['count']} rows, mean |error| {v['mean']:.2f} (signed {v['signed']:+.2f}), worst {v['worst']:.2f}")
+    # Issue 16's targets hold on the Megatron-LM rows the model was built on (Korthikanti et al.
+    # 2022): mean |error| <= 3%, worst <= 6%.
+    held = src["k22/heldout/step_time"]
     assert held["count"] >= 5 and held["refused"] == 0, held
-    print(f"held-out step times: {held['count']} rows, mean {held['mean']:.2f}%, worst {held['worst']:.2f}%")
     assert held["mean"] <= 3.0, held
     assert held["worst"] <= 6.0, held
+    # The sources added by issue 35 (LLM Foundry's FSDP tables, Narayanan et al. 2021 Table 2's
+    # ZeRO-3 rows) are far from those targets: the planner is optimistic there (docs/planner.md,
+    # "Validation set"). Held here at what this commit's model reaches, so that a change that
+    # loses accuracy on them fails; a change that gains tightens these bounds.
+    llmf = src["llmf/heldout/step_time"]
+    assert llmf["count"] >= 80 and llmf["mean"] <= 31.0 and llmf["worst"] <= 47.0, llmf
+    zero3 = src["n21t2/heldout/step_time"]
+    assert zero3["count"] >= 4 and zero3["mean"] <= 55.0, zero3
     fr = s["fit/fraction"]
     print(f"fitted fractions: {fr['count']} rows, worst {fr['worst']:.2f} points")
     assert fr["worst"] <= 2.0, fr

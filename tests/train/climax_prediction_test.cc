@@ -125,7 +125,7 @@ TEST_F(ClimaxPrediction, CommunicationModelEqualsTheTrace) {
   sys.device.peak_flops_16 = sys.device.peak_flops_32 = 1e12;
   sys.device.memory_bytes = 1e10;
   sys.device.memory_bandwidth = 1e11;
-  sys.levels.push_back(plan::LinkLevel{"net", 0, 1e10, 1e-6});
+  sys.levels.push_back(plan::LinkLevel{"net", 0, 1e10, 1e-6, {}});
   sys.defaults.tp_comm = "weft";
   sys.defaults.memory_model = "weft";
   sys.validate();

@@ -16,6 +16,7 @@
 #include "comm/comm_detail.h"
 #include "core/dtype.h"
 #include "core/log.h"
+#include "core/memory.h"
 
 namespace weft {
 
@@ -565,6 +566,7 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
     if (mpi_finalized()) throw_runtime("weft: MPI was finalised already and cannot be initialised again");
     return;
   }
+  keep_large_buffers_mapped();  // core/memory.h: MPI's per-call temporaries reuse their pages
   int provided = 0;
   const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
   if (rc != MPI_SUCCESS) throw_runtime("weft: MPI_Init_thread failed: {}", mpi_error_string(rc));

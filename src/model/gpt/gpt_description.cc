@@ -260,9 +260,13 @@ EndsWork GptDescription::ends_work() const {
   // Head: final LayerNorm (read x, write y), the logits, the cross-entropy (read the logits in
   // the storage precision, computing in fp32, write the gradients in place); backward the
   // LayerNorm's gradient (reads 4), the head's two products and the cross-entropy again.
-  const Kernel ce = Kernel::memory(3 * N * V);
-  w.back_forward.kernels = {Kernel::memory(2 * N * h / rep), Kernel::product(N, V, h), ce};
-  w.back_backward.kernels = {Kernel::memory(4 * N * h / rep), Kernel::product(N, h, V), Kernel::product(h, V, N), ce};
+  // Three passes over the logits (their working set N V: a CPU's caches may hold it).
+  const Kernel ce = Kernel::memory(N * V, 3);
+  // The products as the vocab-parallel head runs them (parallel/tp/layers.cc): logits = x wte^T,
+  // dwte += dlogits^T x, dx = dlogits wte.
+  w.back_forward.kernels = {Kernel::memory(2 * N * h / rep), Kernel::product(N, V, h, 1, 1, 1), ce};
+  w.back_backward.kernels = {Kernel::memory(4 * N * h / rep), Kernel::product(N, h, V), Kernel::product(V, h, N, 1, 1, 2),
+                             ce};
   // The loss's per-token sums and maxima stay exact and fp32; the input gradient is an
   // activation gradient.
   w.back_backward.tp = {{"all_reduce", 3 * N, true, true}, {"all_reduce", N * h}};
