@@ -72,6 +72,23 @@ Samples sample_seconds(int reps, Communicator& world, F&& once) {
   return {t.front(), t[t.size() / 2]};
 }
 
+double max_over_ranks(Communicator& world, double v);
+
+// sample_seconds, measured again (up to 3 more rounds of twice the samples, the best kept) while
+// any rank's samples spread more than 25% (median over best): a figure taken while another
+// process held a core part of the time gets more chances at a quiet moment. The decision is
+// collective: every rank measures the same rounds.
+template <typename F>
+Samples steady_seconds(int reps, Communicator& world, F&& once) {
+  Samples t = sample_seconds(reps, world, once);
+  for (int round = 0; round < 3 && max_over_ranks(world, t.spread()) > 0.25; ++round) {
+    const Samples again = sample_seconds(2 * reps, world, once);
+    t.best = std::min(t.best, again.best);
+    t.median = std::min(t.median, again.median);
+  }
+  return t;
+}
+
 // CPU seconds the whole machine spent busy (/proc/stat's cpu line: user, nice, system, irq,
 // softirq; not steal, a hypervisor's neighbours) and this process (/proc/self/stat: utime +
 // stime of all its threads), and the wall clock.
@@ -133,7 +150,6 @@ double mem_total_bytes() {
 }
 
 double min_over_ranks(Communicator& world, double v);
-double max_over_ranks(Communicator& world, double v);
 
 // Seconds of one product (n x n) @ (n x n) through the backend's gemm (the cpu backend with its
 // products set), best and median of `reps` short timings (every rank runs at once): short
@@ -199,13 +215,25 @@ ProductRates measure_products(const std::string& name, const ProductSettings& ps
       if (again.best < t.best) t.best = again.best;
       t.median = std::min(t.median, again.median);
     }
-    const double rate = min_over_ranks(world, flops / t.best);
-    p.rates.emplace_back(flops, rate);
-    p.peak = std::max(p.peak, rate);
+    p.rates.emplace_back(flops, min_over_ranks(world, flops / t.best));
     p.spread = std::max(p.spread, t.spread());
-    if (n >= 256) p.large_seconds += flops / rate;
-    notes.push_back(fmt::format("{} {}^3: {:.2f} GFLOP/s per rank (median sample {:+.0f}%)", name, n, rate / 1e9,
-                                100 * t.spread()));
+  }
+  // A size far below both neighbours was measured while another process shared its core the
+  // whole time (every sample slow alike, so the spread did not show it): measured again, up to
+  // twice, the better kept. The rates are the same on every rank (min over ranks): one decision.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const double left = i > 0 ? p.rates[i - 1].second : 0, right = i + 1 < sizes.size() ? p.rates[i + 1].second : 0;
+      if (!(p.rates[i].second < 0.7 * std::max(left, right))) continue;
+      const double again = min_over_ranks(world, p.rates[i].first / time_product(*be, sizes[i], reps, world).best);
+      p.rates[i].second = std::max(p.rates[i].second, again);
+    }
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const double flops = p.rates[i].first, rate = p.rates[i].second;
+    p.peak = std::max(p.peak, rate);
+    if (sizes[i] >= 256) p.large_seconds += flops / rate;
+    notes.push_back(fmt::format("{} {}^3: {:.2f} GFLOP/s per rank", name, sizes[i], rate / 1e9));
   }
   return p;
 }
@@ -258,7 +286,7 @@ Samples activation_seconds(Activation a, bool backward, int64_t n, int reps, Com
     x[i] = static_cast<float>((i % 2001) - 1000) * 0.004f;
     g[i] = 1.0f;
   }
-  const Samples t = sample_seconds(reps, world, [&] {
+  const Samples t = steady_seconds(reps, world, [&] {
     if (backward) {
       cpu::activation_backward(y.data(), x.data(), g.data(), n, a, false);
     } else {
@@ -415,7 +443,7 @@ void measure_gemm_table(Calibration& cal, bool quick, Communicator& world) {
   t.k = t.n;
   const double cap = quick ? 1e9 : 4e9;      // FLOPs of one timed product
   const int64_t most = int64_t{1} << 26;     // elements of an operand (256 MiB)
-  const int reps = quick ? 1 : 2;
+  const int reps = quick ? 2 : 3;
   std::unique_ptr<Backend> be = make_backend("cpu");
   be->set_products({Precision::kFp32, MatmulMode::kExact, d.fp32_kernel});
   std::vector<float> host(static_cast<size_t>(most));
@@ -444,7 +472,7 @@ void measure_gemm_table(Calibration& cal, bool quick, Communicator& world) {
           // Row-major operands as weft stores them: A is M x K (K x M transposed), B K x N (N x K).
           const int64_t lda = ta ? M : K, ldb = tb ? K : N;
           const float beta = ta ? 1.0f : 0.0f;  // weight gradients accumulate into the gradient (C read too)
-          const Samples sm = sample_seconds(reps, world, [&] {
+          const Samples sm = steady_seconds(reps, world, [&] {
             for (int i = 0; i < inner; ++i) {
               be->gemm(ta, tb, M, N, K, 1.0f, a.data<float>(), lda, b.data<float>(), ldb, beta, c.data<float>(), N);
             }
@@ -496,7 +524,7 @@ void measure_memory_curve(Calibration& cal, bool quick, Communicator& world) {
     float* pa = a.data();
     const float* pb = b.data();
     const float* pc = c.data();
-    const Samples t = sample_seconds(quick ? 4 : 12, world, [&] {
+    const Samples t = steady_seconds(quick ? 4 : 12, world, [&] {
       for (int r = 0; r < inner; ++r) {
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; ++i) pa[i] = pb[i] + 0.5f * pc[i];
@@ -528,7 +556,7 @@ void measure_optimizer(Calibration& cal, bool quick, Communicator& world) {
   for (int lg = 16; lg <= top; lg += 3) {
     const int64_t n = int64_t{1} << lg;
     const int inner = static_cast<int>(std::max<int64_t>(1, (int64_t{1} << 22) / n));
-    const Samples ad = sample_seconds(quick ? 3 : 6, world, [&] {
+    const Samples ad = steady_seconds(quick ? 3 : 6, world, [&] {
       for (int r = 0; r < inner; ++r) be->adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, ++t, 1.0f);
     });
     const double per = 1.0 / min_over_ranks(world, static_cast<double>(n) * inner / ad.best);
@@ -537,7 +565,7 @@ void measure_optimizer(Calibration& cal, bool quick, Communicator& world) {
   }
   double sink = 0;
   const int64_t n = int64_t{1} << 22;
-  const Samples nm = sample_seconds(quick ? 3 : 6, world, [&] { sink += be->sum_squares(g.data(), n); });
+  const Samples nm = steady_seconds(quick ? 3 : 6, world, [&] { sink += be->sum_squares(g.data(), n); });
   d.norm_param_seconds = 1.0 / min_over_ranks(world, static_cast<double>(n) / nm.best);
   cal.notes.push_back(fmt::format("optimizer: AdamW per parameter by shard size: {}; gradient norm {:.3g} ns per "
                                   "parameter (sum {:.3g})",
@@ -697,6 +725,18 @@ Calibration calibrate(const CalibrationOptions& o, Communicator& world) {
                                   "average {:.2f} at the start; the hypervisor took {:.2f}); the samples' median was "
                                   "at most {:+.0f}% over their best",
                                   cal.other_load, hw, load_at_start, steal, 100 * cal.spread));
+  if (cal.other_load > 0.25 || steal > 0.25) {
+    // Another process held a core: the per-shape products and the optimizer's curve, a few
+    // samples each, were slowed point by point (here: a busy table priced the default job at
+    // +79%, the square curve at +14%). They are dropped: the planner prices the products from
+    // the square curve (the best of 15 samples a size, measured again when disturbed) and the
+    // optimizer as memory traffic, as before they were measured.
+    cal.system.device.gemm_table = GemmTable{};
+    cal.system.device.adamw_curve.clear();
+    cal.system.device.norm_param_seconds = 0;
+    cal.notes.push_back("NOT KEPT (the machine was busy): the products by shape and the optimizer's curve; calibrate "
+                        "again on a quiet machine to measure them");
+  }
   if (cal.other_load > 0.25 || steal > 0.25 || cal.spread > 1.0) {
     cal.warning = fmt::format(
         "the machine was busy while calibrating: other processes kept {:.2f} of {} hardware threads busy (the "

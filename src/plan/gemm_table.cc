@@ -42,6 +42,14 @@ double GemmTable::rate(GemmTrans t, double mm, double nn, double kk) const {
   return std::exp(v);
 }
 
+double GemmTable::best() const {
+  double b = 0;
+  for (const auto& r : rates) {
+    for (double v : r) b = std::max(b, v);
+  }
+  return b;
+}
+
 void GemmTable::validate(const std::string& where) const {
   if (empty()) return;
   for (const auto* axis : {&m, &n, &k}) {

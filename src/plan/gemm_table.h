@@ -22,6 +22,8 @@ struct GemmTable {
   std::array<std::vector<double>, 3> rates;
 
   bool empty() const { return rates[0].empty(); }
+  // The fastest rate of the table (0 when empty).
+  double best() const;
   // FLOP/s of one (m x k) @ (k x n) product in layout t (nn's where t was not measured).
   double rate(GemmTrans t, double m, double n, double k) const;
   // Throws (naming `where`) unless the grid is increasing and positive and every measured

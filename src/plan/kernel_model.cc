@@ -48,7 +48,10 @@ double wave_fraction(double tiles, int64_t units) {
 }
 
 double gemm_fraction(const Device& d, const GemmShape& g) {
-  if (!d.gemm_table.empty()) return d.gemm_table.rate(g.trans, g.m, g.n, g.k) / d.peak_flops_32;
+  // The table gives the shape: its rates relative to its own best, against the peak the square
+  // products measured (the best of many samples, measured again when disturbed). A table taken
+  // while another process held a core is slowed throughout; its shape holds better than its level.
+  if (!d.gemm_table.empty()) return d.gemm_table.rate(g.trans, g.m, g.n, g.k) / d.gemm_table.best();
   if (d.compute_units <= 0 || d.gemm_tiles.empty()) return matmul_curve_fraction(d, g.flops());
   double best = 0;
   for (const GemmTile& t : d.gemm_tiles) best = std::max(best, tile_fraction(d, t, g));

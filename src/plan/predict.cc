@@ -610,24 +610,29 @@ double zero_buffer_time(const Context& c, double psi, double md, double g, doubl
   return t;
 }
 
+// ZeRO 2/3's local buffers (zero_buffer_time) into r: on the step, and its line under explain.
+void add_zero_buffers(const Context& c, double psi, double md, DpCost& r) {
+  const Layout& l = c.l;
+  if (l.zero < 2) return;
+  const double g = (c.o.precision == Precision::kFp32 || c.o.fp32_grad_accumulation) ? 4 : 2;
+  const double gathers = l.zero == 3 ? dp_step_comm(3, static_cast<int>(c.m.layers) + 2, DataParallelConfig{}.prefetch,
+                                                    c.m.family->capabilities().tied_head)
+                                           .all_gather
+                                     : 0.0;
+  const double buffers = zero_buffer_time(c, psi, md, g, gathers);
+  r.exposed += buffers;
+  if (c.o.explain && buffers > 0) {
+    r.terms.push_back({"dp", fmt::format("ZeRO-{} gradient and parameter buffers (local copies)", l.zero), "", buffers,
+                       fmt::format("{:g} micro-batches: zero, reduce-scatter, accumulate a {:.3g} GB gradient{}", md,
+                                   psi * g / 1e9, l.zero == 3 ? ", copy the gathered parameters" : "")});
+  }
+}
+
 DpCost dp_cost(const Context& c, double psi, double md, const StageCost& slow) {
   const Layout& l = c.l;
   const Options& o = c.o;
   DpCost r;
-  if (l.zero >= 2) {
-    const double g = (o.precision == Precision::kFp32 || o.fp32_grad_accumulation) ? 4 : 2;
-    const double gathers = l.zero == 3 ? dp_step_comm(3, static_cast<int>(c.m.layers) + 2, DataParallelConfig{}.prefetch,
-                                                      c.m.family->capabilities().tied_head)
-                                             .all_gather
-                                       : 0.0;
-    const double buffers = zero_buffer_time(c, psi, md, g, gathers);
-    r.exposed += buffers;
-    if (o.explain && buffers > 0) {
-      r.terms.push_back({"dp", fmt::format("ZeRO-{} gradient and parameter buffers (local copies)", l.zero), "", buffers,
-                         fmt::format("{:g} micro-batches: zero, reduce-scatter, accumulate a {:.3g} GB gradient{}",
-                                     md, psi * g / 1e9, l.zero == 3 ? ", copy the gathered parameters" : "")});
-    }
-  }
+  add_zero_buffers(c, psi, md, r);
   if (l.dp <= 1) return r;
   if (o.explain) r.level_bytes.assign(c.sys.levels.size(), 0.0);
   const int64_t dp_stride = axis_stride(l, "dp");

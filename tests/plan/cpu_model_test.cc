@@ -67,15 +67,22 @@ TEST(CpuModel, GemmTableRejectsBadGrids) {
   EXPECT_THROW(t.validate("here"), InputError);
 }
 
-// A device with a table prices a product from it (the layout's rates), not from its peak.
+// A device with a table prices a product by its shape and layout: the table's rate over the
+// table's best, times the peak the square products measured (the table gives the shape, the
+// square curve the level).
 TEST(CpuModel, ProductsArePricedFromTheTableByLayout) {
   System s = one_level(1e10, 1e-6);
   s.device.gemm_table = two_by_two();
   s.device.kernel_latency = 0;
   s.device.memory_bandwidth = 1e15;  // compute-bound here
+  const double best = s.device.gemm_table.best();
+  EXPECT_DOUBLE_EQ(best, 3 * 256e9);
   const GemmShape nn{16, 64, 64, 1, GemmTrans::kNN}, nt{16, 64, 64, 1, GemmTrans::kNT};
+  EXPECT_NEAR(gemm_time(s.device, Precision::kFp32, nn, 4), nn.flops() / (1e12 * 16e9 / best), 1e-12);
+  EXPECT_NEAR(gemm_time(s.device, Precision::kFp32, nt, 4), nt.flops() / (1e12 * 32e9 / best), 1e-12);
+  // When the table's best equals the peak, the table's own rates price the products.
+  s.device.peak_flops_32 = best;
   EXPECT_NEAR(gemm_time(s.device, Precision::kFp32, nn, 4), nn.flops() / 16e9, 1e-12);
-  EXPECT_NEAR(gemm_time(s.device, Precision::kFp32, nt, 4), nt.flops() / 32e9, 1e-12);
 }
 
 TEST(CpuModel, MemoryCurveSetsTheBandwidthBySize) {

@@ -296,15 +296,21 @@ TEST(PlanSystem, QuickCalibration) {
   EXPECT_EQ(c.system.device.matmul_curve.size(), 5u);
   // What the CPU model is priced from (docs/planner.md "Calibration"): products by shape in
   // each layout (quick: a 4 x 4 x 4 grid), memory-bound kernels by size, the optimizer's curve.
+  // (Beside other tests, ctest -j2, the machine may count as busy: then the table and the
+  // optimizer's curve are dropped, and a note says so.)
   const plan::GemmTable& gt = c.system.device.gemm_table;
-  for (const auto& r : gt.rates) EXPECT_EQ(r.size(), 64u);
-  EXPECT_GT(gt.rate(plan::GemmTrans::kNT, 256, 512, 512), 1e8);
+  const bool busy = c.other_load > 0.25;
+  bool dropped_note = false;
+  for (const auto& n : c.notes) dropped_note = dropped_note || n.rfind("NOT KEPT (the machine was busy)", 0) == 0;
+  EXPECT_EQ(dropped_note, busy);
+  for (const auto& r : gt.rates) EXPECT_EQ(r.size(), busy ? 0u : 64u);
+  if (!busy) EXPECT_GT(gt.rate(plan::GemmTrans::kNT, 256, 512, 512), 1e8);
   ASSERT_GE(c.system.device.memory_curve.size(), 4u);
   for (size_t i = 1; i < c.system.device.memory_curve.size(); ++i) {
     EXPECT_GT(c.system.device.memory_curve[i].first, c.system.device.memory_curve[i - 1].first);
   }
-  ASSERT_GE(c.system.device.adamw_curve.size(), 2u);
-  EXPECT_GT(c.system.device.norm_param_seconds, 0.0);
+  EXPECT_EQ(c.system.device.adamw_curve.size(), busy ? 0u : 3u);
+  EXPECT_EQ(c.system.device.norm_param_seconds > 0.0, !busy);
   EXPECT_DOUBLE_EQ(c.system.defaults.comm_overlap, 1.0);  // one rank: nothing measured, nothing kept
   // The codecs of the compressed collectives, one core each, as the runtime runs them (zfp is
   // the slow one: ~0.1-0.3 GB/s per core here).
@@ -324,8 +330,10 @@ TEST(PlanSystem, QuickCalibration) {
   EXPECT_NEAR(back.codecs.per_core.at("zfp:8").decode, c.system.codecs.per_core.at("zfp:8").decode,
               1e-5 * c.system.codecs.per_core.at("zfp:8").decode);
   EXPECT_NEAR(back.codecs.zstd_ratio, c.system.codecs.zstd_ratio, 1e-5);
-  EXPECT_NEAR(back.device.gemm_table.rate(plan::GemmTrans::kTN, 100, 100, 100),
-              gt.rate(plan::GemmTrans::kTN, 100, 100, 100), 1e-5 * gt.rate(plan::GemmTrans::kTN, 100, 100, 100));
+  if (!busy) {
+    EXPECT_NEAR(back.device.gemm_table.rate(plan::GemmTrans::kTN, 100, 100, 100),
+                gt.rate(plan::GemmTrans::kTN, 100, 100, 100), 1e-5 * gt.rate(plan::GemmTrans::kTN, 100, 100, 100));
+  }
   // The machine it measured ([machine]) and how busy it was, read back; the same machine and
   // threads differ in nothing, another thread count is named.
   EXPECT_FALSE(back.machine.empty());
