@@ -598,10 +598,12 @@ void measure_collectives(Calibration& cal, LinkLevel& link, bool quick, Communic
     });
   };
   std::string text;
+  double t_ar = 0;  // the all-reduce's seconds, the overlap's reference below
   for (const auto& [c, key] : {std::pair{Collective::kAllReduce, "all_reduce"}, std::pair{Collective::kAllGather, "all_gather"},
                                std::pair{Collective::kReduceScatter, "reduce_scatter"}}) {
     // An all-gather's buffer is the gathered whole (as the planner prices it): each rank sends 1/n.
     const double measured = std::max(1e-9, max_over_ranks(world, time_of(c).best));
+    if (c == Collective::kAllReduce) t_ar = measured;
     const double formula = collective_cost(one, c, n, 1, bytes).seconds;
     const double share = std::clamp(formula / measured, 0.01, 2.0);
     link.collective_efficiency[key] = share;
@@ -620,7 +622,6 @@ void measure_collectives(Calibration& cal, LinkLevel& link, bool quick, Communic
   DeviceBuffer y(*be, DType::kF32, M * N);
   auto product = [&] { be->gemm(false, false, M, N, K, 1.0f, x.data<float>(), K, w.data<float>(), N, 0.0f, y.data<float>(), N); };
   const double one_product = max_over_ranks(world, sample_seconds(reps, world, product).best);  // one count everywhere
-  const double t_ar = max_over_ranks(world, time_of(Collective::kAllReduce).best);
 
   const int products = std::max(4, static_cast<int>(std::ceil(1.5 * t_ar / std::max(1e-6, one_product))));
   const double t_c = max_over_ranks(world, sample_seconds(reps, world, [&] {
