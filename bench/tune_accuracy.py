@@ -40,6 +40,12 @@ def summary(rows):
          "best_rank_by_planner": 1 + by_pred.index(best),
          "planner_pick_measured_ms": by_pred[0]["measured"],
          "within_10pct": sum(1 for x in e if abs(x) <= 10.0)}
+    # The error's shape without its scale: every prediction divided by the median predicted /
+    # measured ratio (a machine that changed speed between calibration and trials moves the
+    # scale, not the layouts' order or their ratios).
+    scale = statistics.median(r["predicted"] / r["measured"] for r in rows)
+    s["scale"] = scale
+    s["mean_abs_rescaled"] = statistics.mean(abs(100.0 * (r["predicted"] / r["measured"] / scale - 1.0)) for r in rows)
     axes = {}
     for key in ("p:tp", "p:pp", "p:dp", "p:micro_batch", "p:zero", "p:recompute", "p:schedule"):
         groups = {}
@@ -68,6 +74,8 @@ def main():
     else:
         print(f"{s['layouts']} layouts: mean |error| {s['mean_abs']:.1f}% (signed {s['signed']:+.1f}%), worst "
               f"{s['worst_abs']:.1f}%, {s['within_10pct']} within 10%")
+        print(f"median predicted/measured {s['scale']:.3f}; mean |error| after dividing by it "
+              f"{s['mean_abs_rescaled']:.1f}%")
         print(f"measured fastest: {s['best_measured_ms']:.1f} ms, ranked {s['best_rank_by_planner']} by the planner "
               f"(its first pick measured {s['planner_pick_measured_ms']:.1f} ms)")
         for axis, groups in s["by_axis"].items():

@@ -7,7 +7,11 @@
 measured step with the planner's prediction on the calibrated file. Held to bounds this
 machine's noise allows (3-step trials of one layout differ by up to ~20% on a shared 2-core
 VM; docs/planner.md "Local truth" has the full 198-layout sweep's figures): mean |error| <= 25%,
-the measured fastest layout among the planner's 4 first.
+the measured fastest layout among the planner's 4 first. When `weft calibrate --check` after the
+trials says the calibrated file no longer holds (the machine changed speed), the attempt is
+repeated with a new calibration; after two such attempts the bounds that do not depend on the
+machine's speed hold instead: the rank, and the mean |error| after dividing every prediction by
+the median predicted/measured ratio.
   tune_accuracy_check.py WEFT_BINARY WORK_DIR MPIRUN...
 """
 import json
@@ -26,6 +30,31 @@ def run(cmd, **kw):
     return p
 
 
+def attempt(weft, work, mpi, data):
+    """One calibration, the sweep, and `weft calibrate --check` after it: (summary, None) when the
+    file still held after the trials, else (summary or None, the reason)."""
+    system = os.path.join(work, "local.toml")
+    cal = run(mpi + [weft, "calibrate", "--quick", "--threads", "1", "--out", system])
+    if "WARNING" in cal.stdout:
+        return None, "the calibration saw a busy machine:\n" + cal.stdout[-1500:]
+    sweep = os.path.join(work, "sweep")
+    shutil.rmtree(sweep, ignore_errors=True)
+    run(mpi + [weft, "tune", os.path.join(ROOT, "configs", "tiny.toml"), "--set", f"data={data}", "--set", "seq_len=64",
+               "--set", "global_batch=8", "--set", "threads=1", "--system", system, "--trials", "20", "--initial", "20",
+               "--planner-seeds", "0", "--steps", "3", "--warmup", "1", "--seed", "7", "--out", sweep])
+    p = run([sys.executable, os.path.join(ROOT, "bench", "tune_accuracy.py"), os.path.join(sweep, "tune.csv"), "--json"])
+    s = json.loads(p.stdout)
+    print(f"{s['layouts']} layouts: mean |error| {s['mean_abs']:.1f}% (signed {s['signed']:+.1f}%), worst "
+          f"{s['worst_abs']:.1f}%, {s['within_10pct']} within 10%; measured fastest ranked "
+          f"{s['best_rank_by_planner']}; median predicted/measured {s['scale']:.3f}, mean |error| after dividing "
+          f"by it {s['mean_abs_rescaled']:.1f}%")
+    check = subprocess.run(mpi + [weft, "calibrate", "--check", system], capture_output=True, text=True,
+                           stdin=subprocess.DEVNULL)
+    if check.returncode != 0:
+        return s, "the calibrated file no longer held after the trials:\n" + check.stdout[-1500:]
+    return s, None
+
+
 def main():
     weft, work, mpirun = sys.argv[1], sys.argv[2], sys.argv[3:]
     shutil.rmtree(work, ignore_errors=True)
@@ -33,20 +62,29 @@ def main():
     data = os.path.join(work, "fortunes")
     run([weft, "prepare", "--input", "/usr/share/games/fortunes", "--out", data])
     mpi = mpirun + ["-np", "2", "-x", "OMP_NUM_THREADS=1"]
-    system = os.path.join(work, "local.toml")
-    run(mpi + [weft, "calibrate", "--quick", "--threads", "1", "--out", system])
-    sweep = os.path.join(work, "sweep")
-    run(mpi + [weft, "tune", os.path.join(ROOT, "configs", "tiny.toml"), "--set", f"data={data}", "--set", "seq_len=64",
-               "--set", "global_batch=8", "--set", "threads=1", "--system", system, "--trials", "20", "--initial", "20",
-               "--planner-seeds", "0", "--steps", "3", "--warmup", "1", "--seed", "7", "--out", sweep])
-    p = run([sys.executable, os.path.join(ROOT, "bench", "tune_accuracy.py"), os.path.join(sweep, "tune.csv"), "--json"])
-    s = json.loads(p.stdout)
-    print(f"{s['layouts']} layouts: mean |error| {s['mean_abs']:.1f}% (signed {s['signed']:+.1f}%), worst "
-          f"{s['worst_abs']:.1f}%, {s['within_10pct']} within 10%; measured fastest ranked {s['best_rank_by_planner']}")
-    assert s["layouts"] == 20, s
-    assert s["mean_abs"] <= 25.0, s
-    assert s["best_rank_by_planner"] <= 4, s
-
+    # A shared VM changes speed without a visible load (here: products 95 GFLOP/s at the
+    # calibration, 205 at the check a minute later, no other process; a CI run: every layout
+    # +97%, the fastest still ranked 2nd). The absolute error then measures the machine, not the
+    # planner. `weft calibrate --check` after the trials tells: when it holds, the absolute
+    # bound; when it did not hold in 2 attempts, the bounds that do not depend on the machine's
+    # speed (the rank, and the error after dividing by the median predicted/measured ratio).
+    last, reasons = None, []
+    for _ in range(2):
+        s, why = attempt(weft, work, mpi, data)
+        if why is None:
+            assert s["layouts"] == 20, s
+            assert s["mean_abs"] <= 25.0, s
+            assert s["best_rank_by_planner"] <= 4, s
+            return
+        print(why)
+        reasons.append(why)
+        last = s if s is not None else last
+    assert last is not None, "every calibration saw a busy machine:\n" + "\n".join(reasons)
+    print("the machine changed speed between the calibration and the trials in both attempts: the bounds that do not "
+          "depend on its speed")
+    assert last["layouts"] == 20, last
+    assert last["mean_abs_rescaled"] <= 25.0, last
+    assert last["best_rank_by_planner"] <= 4, last
 
 if __name__ == "__main__":
     main()
