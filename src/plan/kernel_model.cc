@@ -75,7 +75,7 @@ double memory_bandwidth_at(const Device& d, double bytes) {
 
 double memory_time(const Device& d, double bytes) {
   if (bytes <= 0) return 0;
-  return bytes / memory_bandwidth_at(d, bytes) + d.kernel_latency;
+  return bytes / (memory_bandwidth_at(d, bytes) * d.memory_efficiency) + d.kernel_latency;
 }
 
 double elementwise_time(const Device& d, double bytes, const std::string& function, double elements) {

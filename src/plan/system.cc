@@ -92,6 +92,9 @@ void System::validate() const {
     throw_input("system '{}': device memory_bytes ({}) and memory_bandwidth ({}) must be positive", name, d.memory_bytes,
                 d.memory_bandwidth);
   }
+  if (!(d.memory_efficiency > 0 && d.memory_efficiency <= 1)) {
+    throw_input("system '{}': device memory_efficiency must be in (0, 1], got {}", name, d.memory_efficiency);
+  }
   if (!(d.matmul_efficiency > 0 && d.matmul_efficiency <= 1)) {
     throw_input("system '{}': device matmul_efficiency must be in (0, 1], got {}", name, d.matmul_efficiency);
   }
@@ -364,15 +367,72 @@ std::string implicit_system_path() {
   return std::filesystem::is_regular_file("systems/local.toml", ec) ? "systems/local.toml" : "";
 }
 
-System load_system(const std::string& path) {
+namespace {
+
+toml::table parse_system_file(const std::string& path) {
   check_system_file(path);
-  toml::table tbl;
   try {
-    tbl = toml::parse_file(path);
+    return toml::parse_file(path);
   } catch (const toml::parse_error& e) {
     const auto& src = e.source();
     throw_input("{}:{}:{}: invalid TOML: {}", path, src.begin.line, src.begin.column, e.description());
   }
+}
+
+// `over`'s keys replace `into`'s; tables present in both merge key by key; arrays (the [[level]]
+// entries among them) are replaced whole.
+void merge_over(toml::table& into, const toml::table& over) {
+  for (const auto& [k, v] : over) {
+    toml::table* mine = into[k].as_table();
+    if (mine != nullptr && v.is_table()) {
+      merge_over(*mine, *v.as_table());
+    } else {
+      into.insert_or_assign(k, v);
+    }
+  }
+}
+
+constexpr int kMaxBaseDepth = 8;
+
+// A system file's table with its `[system] base = "FILE"` (relative to the file's folder) read
+// first and this file's keys merged over it: a software stack on the same hardware, or a
+// cluster that differs in a few figures, names its base instead of copying it. The base's own
+// name is not inherited (the file's stem, or its own `name`).
+toml::table read_system_table(const std::string& path, int depth) {
+  toml::table tbl = parse_system_file(path);
+  toml::table* sys = tbl["system"].as_table();
+  const toml::node* base = sys != nullptr ? sys->get("base") : nullptr;
+  if (base == nullptr) return tbl;
+  const std::optional<std::string> b = base->value<std::string>();
+  if (!b || b->empty()) throw_input("{}: [system] base must be the path of a system file (relative to this file's folder)", path);
+  if (depth >= kMaxBaseDepth) {
+    throw_input("{}: [system] base = '{}': more than {} files deep (does a base name a file that names it?)", path, *b,
+                kMaxBaseDepth);
+  }
+  const std::filesystem::path bp = std::filesystem::path(*b).is_absolute()
+                                       ? std::filesystem::path(*b)
+                                       : std::filesystem::path(path).parent_path() / *b;
+  std::error_code ec;
+  if (std::filesystem::exists(bp, ec) && !std::filesystem::is_regular_file(bp, ec)) {
+    // A device or a pipe (/dev/zero) would be read without end.
+    throw_input("{}: [system] base = '{}' is not a regular file", path, *b);
+  }
+  toml::table merged;
+  try {
+    merged = read_system_table(bp.string(), depth + 1);
+  } catch (const InputError& e) {
+    throw_input("{}: [system] base = '{}': {}", path, *b, e.what());
+  }
+  if (toml::table* bs = merged["system"].as_table()) bs->erase("name");
+  sys->erase("base");
+  merge_over(merged, tbl);
+  return merged;
+}
+
+}  // namespace
+
+System load_system(const std::string& path) {
+  const toml::table tbl = read_system_table(path, 0);
   System s;
   s.path = path;
   s.name = std::filesystem::path(path).stem().string();
@@ -401,6 +461,7 @@ System load_system(const std::string& path) {
     d.memory_bytes = r.number("memory_bytes", 0, true);
     d.memory_bandwidth = r.number("memory_bandwidth", 0, true);
     d.matmul_efficiency = r.number("matmul_efficiency", 1.0, false);
+    d.memory_efficiency = r.number("memory_efficiency", 1.0, false);
     d.kernel_latency = r.number("kernel_latency", 0, false);
     if (const toml::node* fr = r.get("function_rates")) {
       const toml::table* t = fr->as_table();
@@ -530,6 +591,7 @@ std::string system_to_toml(const System& s, const std::vector<std::string>& note
       "memory_bandwidth = {:.6g}\nmatmul_efficiency = {:.4g}\nkernel_latency = {:.4g}\n",
       d.name, d.peak_flops_16, d.peak_flops_32, d.memory_bytes, d.memory_bandwidth, d.matmul_efficiency,
       d.kernel_latency);
+  if (d.memory_efficiency != 1.0) out += fmt::format("memory_efficiency = {:.4g}\n", d.memory_efficiency);
   if (!d.matmul_curve.empty()) {
     out += "matmul_curve = [";
     for (size_t i = 0; i < d.matmul_curve.size(); ++i) {

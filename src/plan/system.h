@@ -53,6 +53,11 @@ struct Device {
   double memory_bytes = 0;
   double memory_bandwidth = 0;     // bytes/s
   double matmul_efficiency = 1.0;  // fraction of peak a large matrix product sustains
+  // Fraction of the memory bandwidth (or of the memory curve's) the software's memory-bound
+  // kernels reach, as a whole: 1 for kernels that move the bytes the description counts once
+  // (Megatron-LM's fused ones, weft's measured ones); below 1 for a stack that runs them as
+  // more, unfused passes (PyTorch eager's elementwise ops: systems/*-fsdp.toml, fitted).
+  double memory_efficiency = 1.0;
   double kernel_latency = 0;       // s added to every kernel (launch, sync)
   // Elements per second of each named elementwise function (model/description.h's
   // Kernel::function: the activations forward and backward, "ssp", "ssp_backward") as the

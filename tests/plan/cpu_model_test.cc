@@ -95,6 +95,27 @@ TEST(CpuModel, MemoryCurveSetsTheBandwidthBySize) {
   EXPECT_NEAR(memory_bandwidth_at(d, 1e6), std::sqrt(100e9 * 40e9), 1e-6 * 63e9);
   d.kernel_latency = 0;
   EXPECT_NEAR(memory_time(d, 1e7), 1e7 / 40e9, 1e-15);
+  // memory_efficiency: the share of that bandwidth a stack's memory-bound kernels reach.
+  d.memory_efficiency = 0.5;
+  EXPECT_NEAR(memory_time(d, 1e7), 2 * 1e7 / 40e9, 1e-15);
+}
+
+// memory_efficiency round-trips, defaults to 1 (not written then) and is refused outside (0, 1].
+TEST(CpuModel, MemoryEfficiencyIsASystemKey) {
+  System s = one_level(1e10, 1e-6);
+  EXPECT_EQ(system_to_toml(s).find("memory_efficiency"), std::string::npos);
+  s.device.memory_efficiency = 0.34;
+  s.validate();
+  TempDir tmp("plan");
+  std::ofstream(tmp / "m.toml") << system_to_toml(s);
+  EXPECT_NEAR(load_system(tmp / "m.toml").device.memory_efficiency, 0.34, 1e-6);
+  s.device.memory_efficiency = 1.5;
+  try {
+    s.validate();
+    FAIL() << "memory_efficiency 1.5 was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("memory_efficiency must be in (0, 1], got 1.5"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CpuModel, CollectiveEfficiencyScalesTheBandwidthTerm) {

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "comm/self_comm.h"
@@ -281,6 +283,65 @@ TEST(PlanSystem, FilesLoadAndRoundTrip) {
   EXPECT_DOUBLE_EQ(f.device.peak_flops_16, 191.5e12);
   EXPECT_EQ(f.levels[0].devices, 2);
   EXPECT_EQ(f.levels[1].devices, 8);
+}
+
+// `[system] base = FILE`: the base is read first (relative to the file's folder), the file's
+// keys replace its keys table by table, an array ([[level]]) replaces the base's whole, the
+// base's name is not inherited; a missing base, a non-string one and a cycle are refused naming
+// the files.
+TEST(PlanSystem, BaseFileIsMergedUnderTheFile) {
+  TempDir tmp("plan");
+  const std::string hw = std::string(WEFT_SOURCE_DIR) + "/systems/dgx-h100.toml";
+  const plan::System h = plan::load_system(hw);
+  std::filesystem::create_directories(tmp / "stacks");
+  const std::string over = tmp / "stacks/h100-stack.toml";
+  std::ofstream(tmp / "h100.toml") << std::ifstream(hw).rdbuf();
+  std::ofstream(over) << "[system]\nbase = \"../h100.toml\"\n[device]\nmatmul_efficiency = 0.6\n"
+                         "[defaults]\noverlap_dp = false\n";
+  const plan::System s = plan::load_system(over);
+  EXPECT_EQ(s.name, "h100-stack");
+  EXPECT_DOUBLE_EQ(s.device.matmul_efficiency, 0.6);
+  EXPECT_DOUBLE_EQ(s.device.peak_flops_16, h.device.peak_flops_16);
+  EXPECT_DOUBLE_EQ(s.device.attention_efficiency, h.device.attention_efficiency);
+  EXPECT_FALSE(s.defaults.overlap_dp);
+  EXPECT_EQ(s.defaults.flash_attention, h.defaults.flash_attention);
+  ASSERT_EQ(s.levels.size(), h.levels.size());
+  EXPECT_DOUBLE_EQ(s.levels.back().bandwidth, h.levels.back().bandwidth);
+  // The published stack files load through their base.
+  const plan::System f = plan::load_system(std::string(WEFT_SOURCE_DIR) + "/systems/dgx-h100-fsdp.toml");
+  EXPECT_EQ(f.name, "dgx-h100-fsdp");
+  EXPECT_DOUBLE_EQ(f.device.peak_flops_16, h.device.peak_flops_16);
+  EXPECT_LT(f.device.memory_efficiency, 1.0);
+  EXPECT_TRUE(f.defaults.overlap_dp);
+  EXPECT_EQ(plan::load_system(std::string(WEFT_SOURCE_DIR) + "/systems/dgx-a100-80gb-fsdp.toml").name,
+            "dgx-a100-80gb-fsdp");
+  // [[level]] in the file replaces the base's levels.
+  std::ofstream(over) << "[system]\nname = \"one-level\"\nbase = \"../h100.toml\"\n[[level]]\nname = \"node\"\n"
+                         "devices = 0\nbandwidth = 1e11\nlatency = 1e-6\n";
+  const plan::System o = plan::load_system(over);
+  EXPECT_EQ(o.name, "one-level");
+  ASSERT_EQ(o.levels.size(), 1u);
+  EXPECT_DOUBLE_EQ(o.levels[0].bandwidth, 1e11);
+  const auto refused = [](const std::string& path, const std::vector<std::string>& parts) {
+    try {
+      plan::load_system(path);
+      ADD_FAILURE() << path << " loaded";
+    } catch (const InputError& e) {
+      for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+    }
+  };
+  std::ofstream(over) << "[system]\nbase = \"missing.toml\"\n";
+  refused(over, {"h100-stack.toml", "base = 'missing.toml'", "does not exist"});
+  std::ofstream(over) << "[system]\nbase = \"/dev/zero\"\n";
+  refused(over, {"is not a regular file"});
+  std::ofstream(over) << "[system]\nbase = 3\n";
+  refused(over, {"base must be the path of a system file"});
+  std::ofstream(tmp / "a.toml") << "[system]\nbase = \"b.toml\"\n";
+  std::ofstream(tmp / "b.toml") << "[system]\nbase = \"a.toml\"\n";
+  refused(tmp / "a.toml", {"more than 8 files deep"});
+  // A key the base does not know is still refused, naming it.
+  std::ofstream(over) << "[system]\nbase = \"../h100.toml\"\n[device]\nmatmul_eficiency = 0.6\n";
+  refused(over, {"matmul_eficiency"});
 }
 
 // A quick calibration in one process writes a loadable system whose figures are positive.

@@ -44,12 +44,15 @@ def main():
     assert held["count"] >= 5 and held["refused"] == 0, held
     assert held["mean"] <= 3.0, held
     assert held["worst"] <= 6.0, held
-    # The sources added by issue 35 (LLM Foundry's FSDP tables, Narayanan et al. 2021 Table 2's
-    # ZeRO-3 rows) are far from those targets: the planner is optimistic there (docs/planner.md,
-    # "Validation set"). Held here at what this commit's model reaches, so that a change that
-    # loses accuracy on them fails; a change that gains tightens these bounds.
+    # The sources added by issue 35: LLM Foundry's FSDP tables, priced on the FSDP stack files
+    # (systems/*-fsdp.toml, fitted on the `fit` rows only by fit_stack.py: held-out 3.6% mean,
+    # 18.2% worst at stop 55, 25.7% / 39.0% on the Megatron-LM files before), and Narayanan et
+    # al. 2021 Table 2's DeepSpeed ZeRO-3 rows, where the planner is still optimistic
+    # (docs/planner.md, "Validation set"). Held at what this commit's model reaches, so that a
+    # change that loses accuracy on them fails; a change that gains tightens these bounds.
     llmf = src["llmf/heldout/step_time"]
-    assert llmf["count"] >= 80 and llmf["mean"] <= 31.0 and llmf["worst"] <= 47.0, llmf
+    assert llmf["count"] >= 80 and llmf["mean"] <= 4.5 and llmf["worst"] <= 20.0, llmf
+    assert abs(llmf["signed"]) <= 2.0, llmf
     zero3 = src["n21t2/heldout/step_time"]
     assert zero3["count"] >= 4 and zero3["mean"] <= 55.0, zero3
     fr = s["fit/fraction"]
