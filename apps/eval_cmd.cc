@@ -1,4 +1,5 @@
-// `weft eval`: the mean loss of a GPT checkpoint over consecutive windows of a token shard, or the
+// `weft eval`: the mean loss of a GPT checkpoint over consecutive windows of a token shard, its
+// in-context-learning accuracy on task files (--tasks, train/icl_eval.h), or the
 // forecast scores of a ClimaX checkpoint on a weather folder (eval_weather.h), as the
 // checkpoint's config.json says.
 #include <fmt/format.h>
@@ -17,6 +18,9 @@
 #include "core/error.h"
 #include "data/loader.h"
 #include "data/token_batch.h"
+#include "data/icl_tasks.h"
+#include "data/tokenizer.h"
+#include "train/icl_eval.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/safetensors.h"
 #include "train/trainer.h"
@@ -63,6 +67,77 @@ void write_window_logits(Engine& engine, const TokenDataset& ds, int64_t windows
                     {{"format", "pt"}, {"checkpoint", ckpt}, {"producer", "weft eval --logits"}});
 }
 
+// weft eval --tasks: in-context-learning tasks (train/icl_eval.h) on a GPT checkpoint, in the
+// layout given (the requests dealt over the dp replicas, one sequence a forward pass).
+int eval_icl_tasks(const std::string& dir, const ModelConfig& mc, const std::vector<std::string>& files,
+                   const IclOptions& o, const std::string& tokenizer, const std::string& out_json, const RunConfig& layout,
+                   const std::string& backend, const std::string& comm, const std::string& format, Communicator& world) {
+  if (!mc.capabilities().generation) {
+    throw_input("--tasks: {} holds the {} model '{}', which gives no token logits to score continuations with", dir,
+                mc.capabilities().family, mc.name);
+  }
+  if (o.fewshot < 0) throw_input("--fewshot {}: must be >= 0", o.fewshot);
+  std::vector<IclTask> tasks;
+  for (const std::string& f : files) tasks.push_back(load_icl_task(f));  // every file read before any work
+  const Tokenizer tok = Tokenizer::load_gpt2(tokenizer);
+  if (tok.vocab_size() > mc.vocab_size) {
+    throw_input("--tasks: the tokenizer ({}) has {} tokens, more than model '{}' of {} reads ({})", tok.source(),
+                tok.vocab_size(), mc.name, dir, mc.vocab_size);
+  }
+  const IclEncoder enc{[&tok](std::string_view t) { return tok.encode(t); }, tok.eot_token()};
+  EngineRequest req;
+  req.model = mc;
+  req.seq = mc.n_ctx;
+  req.batch = 1;
+  req.per_replica = true;
+  req.training = false;
+  EngineRun run(layout_engine_config(layout, req, world.size()), world, backend, comm);
+  load_checkpoint_into(*run.engine, dir);
+  nlohmann::json results = nlohmann::json::array();
+  for (const IclTask& t : tasks) {
+    const IclTaskResult r = evaluate_icl_task(*run.engine, t, enc, o);
+    nlohmann::json j{{"task", r.name},         {"path", t.path},   {"format", r.format},
+                     {"items", r.items},       {"requests", r.requests}, {"fewshot", r.fewshot},
+                     {"acc", r.acc},           {"acc_stderr", r.acc_stderr}, {"seconds", r.seconds}};
+    if (r.has_norm) {
+      j["acc_norm"] = r.acc_norm;
+      j["acc_norm_stderr"] = r.acc_norm_stderr;
+    }
+    if (!out_json.empty()) {
+      // Every item's log-likelihoods (lm-evaluation-harness's --log_samples), option by option.
+      nlohmann::json samples = nlohmann::json::array();
+      size_t at = 0;
+      for (int64_t i = 0; i < r.items; ++i) {
+        const IclItem& it = t.items[static_cast<size_t>(i)];
+        const size_t options = t.kind == IclKind::kLanguageModeling ? 1 : std::max(it.contexts.size(), it.continuations.size());
+        nlohmann::json ll = nlohmann::json::array(), greedy = nlohmann::json::array();
+        for (size_t o = 0; o < options; ++o, ++at) {
+          ll.push_back(r.scores[at].loglikelihood);
+          greedy.push_back(r.scores[at].greedy);
+        }
+        samples.push_back({{"item", i}, {"gold", it.gold}, {"loglikelihoods", ll}, {"greedy", greedy}});
+      }
+      j["samples"] = samples;
+    }
+    results.push_back(j);
+    if (world.rank() == 0 && format != "json") {
+      fmt::print("{:<24} {:>6} items {:>2}-shot  acc {:.4f} +- {:.4f}{}  ({} requests, {:.1f} s)\n", r.name, r.items,
+                 r.fewshot, r.acc, r.acc_stderr,
+                 r.has_norm ? fmt::format("  acc_norm {:.4f} +- {:.4f}", r.acc_norm, r.acc_norm_stderr) : "",
+                 r.requests, r.seconds);
+    }
+  }
+  if (world.rank() != 0) return 0;
+  const nlohmann::json doc{{"checkpoint", dir}, {"seed", o.seed}, {"tasks", results}};
+  if (format == "json") {
+    nlohmann::json brief = doc;
+    for (auto& t : brief["tasks"]) t.erase("samples");
+    fmt::print("{}\n", brief.dump());
+  }
+  if (!out_json.empty()) write_output_file(out_json, doc.dump(1) + "\n");
+  return 0;
+}
+
 }  // namespace
 
 // GPT: runs in any layout (mpirun -np tp*pp*dp weft eval --tp .. --pp ..): the windows are dealt
@@ -73,11 +148,26 @@ int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
   int64_t windows = 0, batch = 8, threads = 0;
   RunConfig layout = layout_defaults();
   WeatherEvalOptions wx;
+  std::vector<std::string> task_files;
+  IclOptions icl;
+  std::string tokenizer;
   add_checkpoint_option(app, ckpt);
-  app.add_option("--data", data,
+  auto* data_opt = app.add_option("--data", data,
                  "GPT: token shard (.bin), or a folder/glob (its *val* shards); ClimaX: a weather folder (train.nc, "
-                 "val.nc, test.nc, stats.json); graph networks: a prepared graph dataset (manifest.json)")
-      ->required();
+                 "val.nc, test.nc, stats.json); graph networks: a prepared graph dataset (manifest.json)");
+  auto* tasks_opt = app.add_option("--tasks", task_files,
+                                   "GPT: in-context-learning task files (JSONL: HellaSwag, LLM Foundry multiple_choice, "
+                                   "schema, language_modeling) scored by continuation log-likelihood (acc, acc_norm) "
+                                   "instead of --data");
+  data_opt->excludes(tasks_opt);
+  app.add_option("--fewshot", icl.fewshot, "--tasks: examples before each item (other items of its file)");
+  app.add_option("--seed", icl.seed, "--tasks: the seed of the few-shot draw");
+  app.add_option("--limit", icl.limit, "--tasks: score the first N items of each file (0: all)");
+  app.add_option("--delimiter", icl.target_delimiter,
+                 "--tasks: text between a context and its continuation (default one space, as lm-evaluation-harness "
+                 "and LLM Foundry; \"\" for data whose continuations carry their own)");
+  app.add_option("--fewshot-delimiter", icl.fewshot_delimiter, "--tasks: text after each few-shot example (default a blank line)");
+  app.add_option("--tokenizer", tokenizer, "--tasks: folder with GPT-2's tokenizer files (default: the vendored ones)");
   app.add_option("--windows", windows, "GPT: number of windows (0: all)");
   app.add_option("--logits", logits_out,
                  "GPT: also write the logits of every position of the windows scored (F32 windows x T x V) and their "
@@ -96,7 +186,7 @@ int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
   app.add_option("--stats", wx.stats, "ClimaX: normalisation stats.json (default: DATA/stats.json)");
   app.add_option("--variables", wx.variables,
                  "ClimaX: comma-separated fields in model order (default: the training run's, else the file's)");
-  app.add_option("--out", wx.out_json, "ClimaX: also write the scores to this JSON file");
+  app.add_option("--out", wx.out_json, "ClimaX and --tasks: also write the scores to this JSON file");
   std::string parity_png;
   app.add_option("--parity", parity_png, "graph networks: draw predicted against true energies and forces into this PNG");
   app.add_option("--map", wx.map_png, "ClimaX: draw one forecast beside its truth into this PNG");
@@ -109,6 +199,16 @@ int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
   set_threads(threads);
   const std::string dir = checkpoint_dir_arg(ckpt);
   const ModelConfig mc = load_checkpoint_config(dir);
+  const std::string icl_only = given(app, {"--fewshot", "--seed", "--limit", "--tokenizer", "--delimiter", "--fewshot-delimiter"});
+  if (!task_files.empty()) {
+    const std::string other = given(app, {"--windows", "--logits", "--split", "--lead-hours", "--samples", "--stride",
+                                          "--stats", "--variables", "--map", "--map-var", "--map-sample", "--map-lead",
+                                          "--parity"});
+    if (!other.empty()) throw_input("{}: not options of --tasks (in-context-learning evaluation)", other);
+    return eval_icl_tasks(dir, mc, task_files, icl, tokenizer, wx.out_json, layout, backend, comm, format, world);
+  }
+  if (!icl_only.empty()) throw_input("{}: options of --tasks (in-context-learning evaluation), which was not given", icl_only);
+  if (data.empty()) throw_input("weft eval needs --data (a token shard, weather folder or graph dataset) or --tasks FILE.jsonl...");
   // Scored by what the model reads: graphs (energy and force errors), weather fields (forecast
   // scores), or token shards (loss).
   if (std::string_view(mc.capabilities().data_source) == "graphs") {

@@ -123,5 +123,75 @@ def test_arc_easy_local():
               max_loglik_diff=worst, lm_eval=lm_eval.__version__ if hasattr(lm_eval, "__version__") else None)
 
 
+# HellaSwag items in hellaswag_val.jsonl's schema (hand-written: no task data ships), with what
+# lm-evaluation-harness's preprocess changes: " [title]", a bracketed span, a double space, and
+# a ctx_b whose capitalisation capitalize() rewrites.
+HELLASWAG = [
+    {"activity_label": "Roof shingle removal", "ctx_a": "A man is sitting on a roof.", "ctx_b": "he",
+     "endings": ["is using wrap to wrap a pair of skis.", "is ripping level tiles off.",
+                 "is holding a rubik's cube.", "starts pulling up roofing on a roof."], "label": 3},
+    {"activity_label": "Making a cake", "ctx_a": "[header] How to bake a cake [title] Preheat the oven.",
+     "ctx_b": "THEN mix the flour", "endings": ["and  the sugar in a bowl.", "[step] with a hammer.",
+                                                "into the river.", "on the roof of a car."], "label": "0"},
+    {"activity_label": "Walking the dog", "ctx_a": "A woman holds a leash.", "ctx_b": "The dog",
+     "endings": ["runs ahead of her down the path.", "sings a song about taxes.", "melts into the pavement.",
+                 "files a tax return."], "label": 0},
+]
+
+
+def write_hellaswag_task(d):
+    import lm_eval
+    data = os.path.join(d, "hellaswag_local.jsonl")
+    with open(data, "w") as f:
+        for i, doc in enumerate(HELLASWAG):
+            f.write(json.dumps(dict(doc, ind=i, ctx=doc["ctx_a"] + " " + doc["ctx_b"], split="val")) + "\n")
+    hs = os.path.join(os.path.dirname(lm_eval.__file__), "tasks", "hellaswag", "hellaswag.yaml")
+    tasks = os.path.join(d, "tasks")
+    os.makedirs(tasks, exist_ok=True)
+    with open(os.path.join(tasks, "weft_hellaswag_local.yaml"), "w") as f:
+        f.write("include: %s\ntask: weft_hellaswag_local\ntag: []\ndataset_path: json\ndataset_name: null\n" % hs)
+        f.write("dataset_kwargs:\n  data_files:\n    train: %s\n    validation: %s\n" % (data, data))
+    return data
+
+
+def test_weft_matches_lm_eval():
+    """weft eval --tasks on the same model folder and items as lm-evaluation-harness: the same
+    per-choice log-likelihoods (1e-4) and the same acc and acc_norm, ARC-Easy (as LLM Foundry's
+    multiple_choice JSONL for weft) and HellaSwag (its own JSONL for both)."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+    d = pu.scratch("lm-eval-weft")
+    tasks = write_task(d)
+    hs_data = write_hellaswag_task(d)
+    model_dir, _ = make_model(d)
+    arc_mc = os.path.join(d, "arc_easy_local.jsonl")
+    with open(arc_mc, "w") as f:
+        for q, choices, gold in QUESTIONS:
+            f.write(json.dumps({"query": "Question: %s\nAnswer:" % q, "choices": choices, "gold": gold}) + "\n")
+    res = lm_eval.simple_evaluate(model="hf", model_args="pretrained=%s,dtype=float32" % model_dir,
+                                  tasks=[TASK, "weft_hellaswag_local"], task_manager=TaskManager(include_path=tasks),
+                                  num_fewshot=0, batch_size=4, device="cpu", log_samples=True)
+    out = os.path.join(d, "weft_icl.json")
+    pu.weft("eval", "--checkpoint", model_dir, "--tasks", arc_mc, hs_data, "--out", out)
+    mine = {t["path"]: t for t in json.load(open(out))["tasks"]}
+    figs = {}
+    for name, path, n in ((TASK, arc_mc, len(QUESTIONS)), ("weft_hellaswag_local", hs_data, len(HELLASWAG))):
+        r = res["results"][name]
+        w = mine[path]
+        assert w["items"] == n, w
+        theirs = sorted(res["samples"][name], key=lambda s: s["doc_id"])
+        worst = 0.0
+        for s, ws in zip(theirs, w["samples"]):
+            assert int(s["target"]) == ws["gold"], (s["target"], ws)
+            tll = [float(resp[0][0]) for resp in s["resps"]]
+            assert len(tll) == len(ws["loglikelihoods"]), (tll, ws)
+            worst = max(worst, max(abs(a - b) for a, b in zip(tll, ws["loglikelihoods"])))
+        assert worst < 1e-4, "%s: weft's log-likelihoods differ from the harness' by %g" % (name, worst)
+        assert abs(w["acc"] - r["acc,none"]) < 1e-12, (name, w["acc"], r)
+        assert abs(w["acc_norm"] - r["acc_norm,none"]) < 1e-12, (name, w["acc_norm"], r)
+        figs[name] = {"items": n, "acc": w["acc"], "acc_norm": w["acc_norm"], "max_loglik_diff": worst}
+    pu.report("weft_icl_vs_lm_eval", **figs)
+
+
 if __name__ == "__main__":
-    sys.exit(pu.main({"arc_easy_local": test_arc_easy_local}))
+    sys.exit(pu.main({"arc_easy_local": test_arc_easy_local, "weft_icl_vs_lm_eval": test_weft_matches_lm_eval}))
