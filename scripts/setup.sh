@@ -21,6 +21,7 @@ PKGS=(
   libopenmpi-dev openmpi-bin
   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libpcre2-dev libxxhash-dev
+  libicu-dev               # NFC normalisation of Hugging Face tokenizers (data/tokenizer.cc)
   libdnnl-dev              # oneDNN: the CPU backend's bf16 and fp32 matrix products (backend/cpu/onednn_gemm.h)
   libzfp-dev libzstd-dev   # compressed collectives (comm/codec.h, docs/compression.md)
   libsleef-dev             # vector exp/log1p of the cpu backend's activations (backend/cpu/activation_simd.h)

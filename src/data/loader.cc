@@ -110,6 +110,17 @@ nlohmann::json read_meta(const std::string& path) {
   }
 }
 
+// A corpus prepared with another tokenizer than the model's: its vocabulary (meta.json's
+// vocab_size) differs from the model's.
+void check_meta_vocabulary(const nlohmann::json& meta, const std::string& meta_path, int vocab_size) {
+  if (!meta.is_object() || !meta.contains("vocab_size") || !meta["vocab_size"].is_number_integer()) return;
+  const int64_t v = meta["vocab_size"].get<int64_t>();
+  if (v == vocab_size) return;
+  throw_input("{}: the corpus was tokenized by {} ({} tokens), but the model reads a vocabulary of {}: prepare it "
+              "with the model's tokenizer (weft prepare --tokenizer), or set the model's vocab_size",
+              meta_path, meta.value("tokenizer_source", meta.value("tokenizer", std::string("?"))), v, vocab_size);
+}
+
 }  // namespace
 
 TokenDataset::TokenDataset(const std::vector<std::string>& shard_paths, int vocab_size)
@@ -126,7 +137,10 @@ TokenDataset::TokenDataset(const std::vector<std::string>& shard_paths, int voca
     const auto t0 = std::chrono::steady_clock::now();
     shards_.emplace_back(p, vocab_size);
     const std::string meta = (std::filesystem::path(p).parent_path() / "meta.json").string();
-    if (!metas.count(meta)) metas[meta] = read_meta(meta);
+    if (!metas.count(meta)) {
+      metas[meta] = read_meta(meta);
+      check_meta_vocabulary(metas[meta], meta, vocab_size);
+    }
     check_shard_record(shards_.back(), metas[meta], meta);
     if (!shards_.back().has_record()) {
       scanned_tokens_ += shards_.back().size();

@@ -357,8 +357,9 @@ nlohmann::json meta_json(const PrepareOptions& opt, const std::string& name, con
   return {
       {"format", "llm.c token shards"},
       {"name", name},
-      {"tokenizer", "gpt2"},
+      {"tokenizer", opt.tokenizer_dir.empty() ? std::string("gpt2") : opt.tokenizer_dir},
       {"tokenizer_source", tok.source()},
+      {"separator", tok.separator_name()},
       {"vocab_size", tok.vocab_size()},
       {"eot_token", eot},
       {"token_dtype", shard_token_bytes(tok.vocab_size()) == 2 ? "uint16" : "uint32"},
@@ -402,7 +403,7 @@ PrepareResult prepare_corpus(const PrepareOptions& opt) {
   check_options(opt);
   const std::string name = checked_shard_name(opt);
   // The tokenizer first: missing files should fail before the corpus is read.
-  const Tokenizer tok = Tokenizer::load_gpt2(opt.tokenizer_dir);
+  const Tokenizer tok = Tokenizer::load(opt.tokenizer_dir);
   int64_t duplicates = 0;
   std::vector<InputFile> files = collect_inputs(opt.inputs, &duplicates);
   // Output folder (before any heavy work).

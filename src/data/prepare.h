@@ -16,7 +16,8 @@ struct PrepareOptions {
   std::vector<std::string> inputs;   // text / .jsonl files and folders of them
   std::string out_dir;               // created if missing; its basename names the shards
   std::string name;                  // shard name prefix; empty = basename of out_dir
-  std::string tokenizer_dir;         // GPT-2 files; empty = default_tokenizer_dir()
+  std::string tokenizer_dir;         // Tokenizer::load's argument: a tokenizer.json, a folder of GPT-2's files or
+                                     // with a tokenizer.json; empty = GPT-2's vendored files
   double val_fraction = 0.02;        // share of documents in val (at least 1 document)
   int64_t shard_tokens = 100'000'000;  // tokens per shard file (the last one holds the rest)
   uint64_t seed = 1337;              // picks the validation documents

