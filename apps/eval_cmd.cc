@@ -68,6 +68,33 @@ void write_window_logits(Engine& engine, const TokenDataset& ds, int64_t windows
                     {{"format", "pt"}, {"checkpoint", ckpt}, {"producer", "weft eval --logits"}});
 }
 
+// One task's scores as JSON; with `samples`, every item's log-likelihoods option by option
+// (lm-evaluation-harness's --log_samples).
+nlohmann::json icl_result_json(const IclTask& t, const IclTaskResult& r, bool samples) {
+  nlohmann::json j{{"task", r.name},   {"path", t.path},       {"format", r.format},  {"items", r.items},
+                   {"requests", r.requests}, {"fewshot", r.fewshot}, {"acc", r.acc}, {"acc_stderr", r.acc_stderr},
+                   {"seconds", r.seconds}};
+  if (r.has_norm) {
+    j["acc_norm"] = r.acc_norm;
+    j["acc_norm_stderr"] = r.acc_norm_stderr;
+  }
+  if (!samples) return j;
+  nlohmann::json all = nlohmann::json::array();
+  size_t at = 0;
+  for (int64_t i = 0; i < r.items; ++i) {
+    const IclItem& it = t.items[static_cast<size_t>(i)];
+    const size_t options = t.kind == IclKind::kLanguageModeling ? 1 : std::max(it.contexts.size(), it.continuations.size());
+    nlohmann::json ll = nlohmann::json::array(), greedy = nlohmann::json::array();
+    for (size_t o = 0; o < options; ++o, ++at) {
+      ll.push_back(r.scores[at].loglikelihood);
+      greedy.push_back(r.scores[at].greedy);
+    }
+    all.push_back({{"item", i}, {"gold", it.gold}, {"loglikelihoods", ll}, {"greedy", greedy}});
+  }
+  j["samples"] = all;
+  return j;
+}
+
 // weft eval --tasks: in-context-learning tasks (train/icl_eval.h) on a GPT checkpoint, in the
 // layout given (the requests dealt over the dp replicas, one sequence a forward pass).
 int eval_icl_tasks(const std::string& dir, const ModelConfig& mc, const std::vector<std::string>& files,
@@ -79,6 +106,7 @@ int eval_icl_tasks(const std::string& dir, const ModelConfig& mc, const std::vec
                 mc.capabilities().family, mc.name);
   }
   if (o.fewshot < 0) throw_input("--fewshot {}: must be >= 0", o.fewshot);
+  if (!out_json.empty()) check_output_file(out_json, "--out");  // before the scoring, not after
   std::vector<IclTask> tasks;
   for (const std::string& f : files) tasks.push_back(load_icl_task(f));  // every file read before any work
   const Tokenizer tok = Tokenizer::load(tokenizer);
@@ -104,30 +132,7 @@ int eval_icl_tasks(const std::string& dir, const ModelConfig& mc, const std::vec
   nlohmann::json results = nlohmann::json::array();
   for (const IclTask& t : tasks) {
     const IclTaskResult r = evaluate_icl_task(*run.engine, t, enc, o);
-    nlohmann::json j{{"task", r.name},         {"path", t.path},   {"format", r.format},
-                     {"items", r.items},       {"requests", r.requests}, {"fewshot", r.fewshot},
-                     {"acc", r.acc},           {"acc_stderr", r.acc_stderr}, {"seconds", r.seconds}};
-    if (r.has_norm) {
-      j["acc_norm"] = r.acc_norm;
-      j["acc_norm_stderr"] = r.acc_norm_stderr;
-    }
-    if (!out_json.empty()) {
-      // Every item's log-likelihoods (lm-evaluation-harness's --log_samples), option by option.
-      nlohmann::json samples = nlohmann::json::array();
-      size_t at = 0;
-      for (int64_t i = 0; i < r.items; ++i) {
-        const IclItem& it = t.items[static_cast<size_t>(i)];
-        const size_t options = t.kind == IclKind::kLanguageModeling ? 1 : std::max(it.contexts.size(), it.continuations.size());
-        nlohmann::json ll = nlohmann::json::array(), greedy = nlohmann::json::array();
-        for (size_t o = 0; o < options; ++o, ++at) {
-          ll.push_back(r.scores[at].loglikelihood);
-          greedy.push_back(r.scores[at].greedy);
-        }
-        samples.push_back({{"item", i}, {"gold", it.gold}, {"loglikelihoods", ll}, {"greedy", greedy}});
-      }
-      j["samples"] = samples;
-    }
-    results.push_back(j);
+    results.push_back(icl_result_json(t, r, !out_json.empty()));
     if (world.rank() == 0 && format != "json") {
       fmt::print("{:<24} {:>6} items {:>2}-shot  acc {:.4f} +- {:.4f}{}  ({} requests, {:.1f} s)\n", r.name, r.items,
                  r.fewshot, r.acc, r.acc_stderr,
