@@ -123,10 +123,7 @@ int eval_icl_tasks(const std::string& dir, const ModelConfig& mc, const std::vec
   req.training = false;
   // The fp32 products weft train would run here: the option, else the system file's
   // (systems/local.toml or $WEFT_SYSTEM, as `weft calibrate` measured them), else OpenBLAS.
-  req.fp32_kernel = fp32_kernel;
-  if (req.fp32_kernel.empty()) {
-    if (const std::string sys = plan::implicit_system_path(); !sys.empty()) req.fp32_kernel = plan::load_system(sys).device.fp32_kernel;
-  }
+  req.fp32_kernel = fp32_kernel.empty() ? plan::implicit_fp32_kernel() : fp32_kernel;
   EngineRun run(layout_engine_config(layout, req, world.size()), world, backend, comm);
   load_checkpoint_into(*run.engine, dir);
   nlohmann::json results = nlohmann::json::array();

@@ -106,20 +106,17 @@ void read_added(const std::string& path, const json& j, Spec& s) {
   }
 }
 
-// The ByteLevel pre-tokenizer's settings; use_regex: whether it splits with its own regex.
-void byte_level(const std::string& path, const json& p, Spec& s, bool& use_regex) {
+// The ByteLevel pre-tokenizer's add_prefix_space into s; whether it splits with its own regex.
+bool byte_level(const json& p, Spec& s) {
   s.add_prefix_space = p.value("add_prefix_space", false);
-  use_regex = p.value("use_regex", true);
-  (void)path;
+  return p.value("use_regex", true);
 }
 
 void read_pre_tokenizer(const std::string& path, const json& j, Spec& s) {
   const json& p = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : json();
   const std::string kinds = "ByteLevel, or a Sequence of Split (Regex, Isolated) and ByteLevel (use_regex false)";
   if (p.is_object() && p.value("type", "") == "ByteLevel") {
-    bool use_regex = true;
-    byte_level(path, p, s, use_regex);
-    if (!use_regex) bad(path, "pre_tokenizer ByteLevel with use_regex = false alone: nothing splits the words (" + kinds + ")");
+    if (!byte_level(p, s)) bad(path, "pre_tokenizer ByteLevel with use_regex = false alone: nothing splits the words (" + kinds + ")");
     s.pattern = kByteLevelPattern;
     return;
   }
@@ -136,9 +133,7 @@ void read_pre_tokenizer(const std::string& path, const json& j, Spec& s) {
         bad(path, fmt::format("pre_tokenizer Split: behavior '{}', invert {}: weft reads Isolated, not inverted",
                               sp.value("behavior", ""), sp.value("invert", false)));
       }
-      bool use_regex = false;
-      byte_level(path, bl, s, use_regex);
-      if (use_regex) bad(path, "pre_tokenizer Split then ByteLevel with use_regex = true: two regexes are not supported");
+      if (byte_level(bl, s)) bad(path, "pre_tokenizer Split then ByteLevel with use_regex = true: two regexes are not supported");
       s.pattern = sp["pattern"]["Regex"].get<std::string>();
       return;
     }

@@ -431,6 +431,11 @@ toml::table read_system_table(const std::string& path, int depth) {
 
 }  // namespace
 
+std::string implicit_fp32_kernel() {
+  const std::string path = implicit_system_path();
+  return path.empty() ? std::string() : load_system(path).device.fp32_kernel;
+}
+
 System load_system(const std::string& path) {
   const toml::table tbl = read_system_table(path, 0);
   System s;

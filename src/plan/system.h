@@ -195,6 +195,9 @@ System load_system(const std::string& path);
 // working folder when it exists (what `weft calibrate --out systems/local.toml` writes); ""
 // for none.
 std::string implicit_system_path();
+// The implicit system file's [device] fp32_kernel (what `weft calibrate` measured faster), "" when
+// there is no such file or it names none: the products weft train runs when a config names none.
+std::string implicit_fp32_kernel();
 // The TOML text of a system (comments carry `notes`, one per line, at the top).
 std::string system_to_toml(const System& s, const std::vector<std::string>& notes = {});
 

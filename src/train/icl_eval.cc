@@ -125,7 +125,7 @@ IclTaskResult icl_accuracy(const IclTask& task, int64_t items, const std::vector
   r.format = task.format;
   r.items = items;
   r.requests = static_cast<int64_t>(scores.size());
-  r.has_norm = task.format == "hellaswag" || task.kind == IclKind::kMultipleChoice;
+  r.has_norm = task.kind == IclKind::kMultipleChoice;  // HellaSwag's items are multiple choice
   int64_t right = 0, right_norm = 0;
   size_t at = 0;
   for (int64_t i = 0; i < items; ++i) {
