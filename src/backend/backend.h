@@ -402,6 +402,34 @@ class Backend {
   // out (N,C) = x (N,C) with row r times s[r], writes (may alias x); accumulate: +=.
   virtual void scale_rows_f32(float* out, const float* x, const float* s, int64_t N, int64_t C, bool accumulate) = 0;
 
+  // --- the decoder variants' ops (Llama / GPT-NeoX blocks: model/block.h's BlockOptions) ---
+  // RMSNorm over the last dim (Zhang & Sennrich 2019, as Llama's): rstd[i] = 1/sqrt(mean_c x[i,c]^2
+  // + eps), out (N,C) = x rstd w. writes out and rstd (N).
+  virtual void rmsnorm_forward_f32(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C,
+                                   float eps) = 0;
+  // Its backward from the forward's rstd: dinp (N,C) and dw (C) accumulate.
+  virtual void rmsnorm_backward_f32(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                                    const float* rstd, int64_t N, int64_t C) = 0;
+  // Rotary position embedding in place (Su et al. 2021; the "rotate half" layout of GPT-NeoX and
+  // Hugging Face's Llama): row r of x (N rows, row stride ld) is position t = r % T; in each of
+  // `heads` heads of hd columns (from column 0) the first rot (even, <= hd) columns turn pairwise,
+  // (a, b) = (v[i], v[i + rot/2]) -> (a cos - b sin, b cos + a sin) with cos, sin (T, rot/2) at
+  // [t, i]; inverse: the opposite turn (sin negated), the backward of the forward.
+  virtual void rope_f32(float* x, const float* cos, const float* sin, int64_t N, int64_t T, int64_t ld, int64_t heads,
+                        int64_t hd, int64_t rot, bool inverse) = 0;
+  // SwiGLU (Shazeer 2020, Llama's MLP): pre (N,2F) holds the gate then the up projection per row;
+  // out (N,F) = silu(gate) * up. writes.
+  virtual void swiglu_forward_f32(float* out, const float* pre, int64_t N, int64_t F) = 0;
+  // dpre (N,2F) from dout (N,F) and the forward's pre. writes.
+  virtual void swiglu_backward_f32(float* dpre, const float* pre, const float* dout, int64_t N, int64_t F) = 0;
+  // Grouped-query attention's key/value heads (Ainslie et al. 2023): qkvc (N, (heads + 2 kv_heads) hd)
+  // holds q, k, v with kv_heads heads of k and v; qkv (N, 3 heads hd) receives q and every k and v head
+  // repeated for its heads / kv_heads query heads (query head h reads kv head h / (heads / kv_heads),
+  // Hugging Face's repeat_kv). writes.
+  virtual void expand_kv_f32(float* qkv, const float* qkvc, int64_t N, int64_t heads, int64_t kv_heads, int64_t hd) = 0;
+  // Its backward: dqkvc (N, (heads + 2 kv_heads) hd) = dq and each kv head's copies summed in order. writes.
+  virtual void reduce_kv_f32(float* dqkvc, const float* dqkv, int64_t N, int64_t heads, int64_t kv_heads, int64_t hd) = 0;
+
   // --- weighted squared error (the latitude-weighted MSE) ---
   // pred, target (R,K), w (K): row_loss[r] = sum_k w[k] (pred[r,k] - target[r,k])^2 (writes R values,
   // accumulated in double, stored as float); if grad != nullptr, grad (R,K) = 2 dloss w[k] (pred - target)

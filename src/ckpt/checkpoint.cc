@@ -254,22 +254,79 @@ ModelConfig load_checkpoint_config(const std::string& dir) {
 
 namespace {
 
-// The parameters in model_dtype when it is BF16 or F16 (each tensor's hf_shape elements rounded
-// to nearest even); empty for F32. InputError naming the tensor and the value when an fp16
-// export would overflow (|x| > 65504) or a dtype is none of the three.
-std::vector<std::vector<uint16_t>> narrowed_params(const ParamLayout& layout, const CheckpointData& data) {
-  std::vector<std::vector<uint16_t>> out;
-  if (data.model_dtype == StDType::kF32) return out;
-  if (data.model_dtype != StDType::kBF16 && data.model_dtype != StDType::kF16) {
-    throw_input("model.safetensors in {}: F32, BF16 or F16 only", dtype_name(data.model_dtype));
+// One tensor as model.safetensors holds it: a weft tensor (its hf_shape elements, in place), or
+// with the family's foreign pieces (ForeignNames::pieces) one piece of one, copied out.
+struct FileTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  const float* data = nullptr;
+  std::vector<float> owned;  // a piece's values (data points here)
+};
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// Visits each piece of weft tensor t (hf_shape: (R, W) or (W)): fn(piece, k, r) maps element k
+// of the piece to element r of the tensor (columns of the tensor in the pieces' order; a
+// transposed piece's rows are the tensor's columns). InternalError when the widths do not add up.
+template <class Fn>
+void for_each_piece_element(const ParamTensor& t, const std::vector<ForeignPiece>& pieces, Fn&& fn) {
+  const bool vec = t.hf_shape.size() == 1;
+  const int64_t R = vec ? 1 : t.hf_shape[0], W = t.hf_shape.back();
+  int64_t j0 = 0;
+  for (size_t p = 0; p < pieces.size(); ++p) {
+    const ForeignPiece& fp = pieces[p];
+    const int64_t n = numel_of(fp.shape), w = n / R;
+    WEFT_CHECK(n == w * R && (vec || fp.shape.size() == 2), "{}: piece {} of shape {} for {} rows", t.name, fp.name,
+               format_shape(fp.shape), R);
+    for (int64_t r = 0; r < R; ++r) {
+      for (int64_t c = 0; c < w; ++c) fn(p, fp.transpose ? c * R + r : r * w + c, r * W + j0 + c);
+    }
+    j0 += w;
   }
+  WEFT_CHECK(j0 == W, "{}: pieces of {} columns for {}", t.name, j0, W);
+}
+
+std::vector<FileTensor> file_tensors(const ParamLayout& layout, const float* params) {
+  std::vector<FileTensor> out;
+  const ForeignNames& foreign = layout.foreign();
   for (const ParamTensor& t : layout.tensors()) {
-    int64_t n = 1;
-    for (int64_t d : t.hf_shape) n *= d;
+    if (foreign.pieces.empty()) {
+      out.push_back({t.name, t.hf_shape, params + t.offset, {}});
+      continue;
+    }
+    const auto it = foreign.pieces.find(t.name);
+    WEFT_CHECK(it != foreign.pieces.end(), "{} has no name in the family's foreign files", t.name);
+    const size_t first = out.size();
+    for (const ForeignPiece& fp : it->second) {
+      FileTensor& f = out.emplace_back(FileTensor{fp.name, fp.shape, nullptr, {}});
+      f.owned.resize(static_cast<size_t>(numel_of(fp.shape)));
+    }
+    const float* src = params + t.offset;
+    for_each_piece_element(t, it->second, [&](size_t p, int64_t k, int64_t r) { out[first + p].owned[static_cast<size_t>(k)] = src[r]; });
+    for (size_t p = first; p < out.size(); ++p) out[p].data = out[p].owned.data();
+  }
+  return out;
+}
+
+// The file's tensors in model_dtype when it is BF16 or F16 (rounded to nearest even); empty for
+// F32. InputError naming the tensor and the value when an fp16 export would overflow
+// (|x| > 65504) or a dtype is none of the three.
+std::vector<std::vector<uint16_t>> narrowed(const std::vector<FileTensor>& tensors, StDType dtype) {
+  std::vector<std::vector<uint16_t>> out;
+  if (dtype == StDType::kF32) return out;
+  if (dtype != StDType::kBF16 && dtype != StDType::kF16) {
+    throw_input("model.safetensors in {}: F32, BF16 or F16 only", dtype_name(dtype));
+  }
+  for (const FileTensor& t : tensors) {
+    const int64_t n = numel_of(t.shape);
     std::vector<uint16_t>& v = out.emplace_back(static_cast<size_t>(n));
-    const float* p = data.params + t.offset;
+    const float* p = t.data;
     for (int64_t i = 0; i < n; ++i) {
-      if (data.model_dtype == StDType::kBF16) {
+      if (dtype == StDType::kBF16) {
         v[static_cast<size_t>(i)] = f32_to_bf16(p[i]);
       } else {
         if (std::fabs(p[i]) > 65504.0f) {
@@ -309,11 +366,11 @@ void save_checkpoint(const std::string& dir, const CheckpointData& data) {
   try {
     ManifestWriter manifest;
     std::vector<TensorRef> refs;
-    const std::vector<std::vector<uint16_t>> narrow = narrowed_params(layout, data);
-    for (size_t i = 0; i < layout.tensors().size(); ++i) {
-      const ParamTensor& t = layout.tensors()[i];
-      refs.push_back({t.name, data.model_dtype, t.hf_shape,
-                      narrow.empty() ? static_cast<const void*>(data.params + t.offset) : narrow[i].data()});
+    const std::vector<FileTensor> tensors = file_tensors(layout, data.params);
+    const std::vector<std::vector<uint16_t>> narrow = narrowed(tensors, data.model_dtype);
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      refs.push_back({tensors[i].name, data.model_dtype, tensors[i].shape,
+                      narrow.empty() ? static_cast<const void*>(tensors[i].data) : narrow[i].data()});
     }
     manifest.add_safetensors(kCheckpointModelFile,
                              write_safetensors((tmp / kCheckpointModelFile).string(), refs, {{"format", "pt"}}));
@@ -442,11 +499,50 @@ void verify_resume_checkpoint(const std::string& dir) {
   }
 }
 
+namespace {
+// A file in the family's foreign pieces (ForeignNames::pieces: Hugging Face's Llama names), each
+// weft tensor assembled from its pieces.
+void load_pieces(const SafetensorsFile& f, const ParamLayout& layout, float* params) {
+  const ForeignNames& foreign = layout.foreign();
+  std::vector<std::pair<std::string, std::vector<int64_t>>> expected;
+  for (const ParamTensor& t : layout.tensors()) {
+    const auto it = foreign.pieces.find(t.name);
+    WEFT_CHECK(it != foreign.pieces.end(), "{} has no name in the family's foreign files", t.name);
+    for (const ForeignPiece& fp : it->second) expected.emplace_back(fp.name, fp.shape);
+  }
+  check_tensor_set(f, expected, [&](const std::string& n) {
+    if (!foreign.tied_head.empty() && n == foreign.tied_head) return true;
+    for (const std::string& s : foreign.ignored_suffixes) {
+      if (n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0) return true;
+    }
+    return false;
+  });
+  for (const ParamTensor& t : layout.tensors()) {
+    const std::vector<ForeignPiece>& pieces = foreign.pieces.at(t.name);
+    std::vector<std::vector<float>> values;
+    for (const ForeignPiece& fp : pieces) {
+      values.emplace_back(static_cast<size_t>(numel_of(fp.shape)));
+      f.read_f32(fp.name, fp.shape, values.back().data());
+    }
+    float* dst = params + t.offset;
+    for_each_piece_element(t, pieces, [&](size_t p, int64_t k, int64_t r) { dst[r] = values[p][static_cast<size_t>(k)]; });
+    zero_padded_vocab(t, params);
+    if (t.tied_head && !foreign.tied_head.empty() && f.has(foreign.tied_head)) {
+      check_tied_head(f, foreign.tied_head, pieces.front().name, t, dst);
+    }
+  }
+}
+}  // namespace
+
 void load_checkpoint_params(const std::string& dir, const ParamLayout& layout, float* params, CheckpointVerify verify) {
   const std::string resolved = resolve_checkpoint_dir(dir);
   if (verify == CheckpointVerify::kVerify) verify_manifest(resolved, {kCheckpointModelFile});
   const SafetensorsFile f(join_path(resolved, kCheckpointModelFile));
   const ForeignNames& foreign = layout.foreign();
+  if (!foreign.pieces.empty() && !f.has(layout.tensors().front().name)) {
+    load_pieces(f, layout, params);
+    return;
+  }
   const std::string prefix = file_prefix(f, layout);
   auto file_name = [&](const ParamTensor& t) { return prefix + foreign.strip(t.name); };
   std::vector<std::pair<std::string, std::vector<int64_t>>> expected;

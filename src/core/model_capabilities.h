@@ -31,6 +31,9 @@ struct ModelCapabilities {
   // Its residual stream (a block's output, a pipeline stage's input and message, and their
   // gradient) is stored in the run's 16-bit precision (GPT); otherwise fp32 (ClimaX).
   bool residual_stream_16 = true;
+  // Its blocks take the decoder variants of model/config.h's BlockOptions (rotary positions,
+  // RMSNorm, no biases, SwiGLU, grouped-query attention, an untied head); otherwise GPT-2's block only.
+  bool block_variants = true;
   // The data source its runs read (train/run_data.h): "tokens" (token shards), "fields" (NetCDF
   // weather fields).
   const char* data_source = "tokens";

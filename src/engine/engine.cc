@@ -62,8 +62,9 @@ Engine::Engine(const EngineConfig& cfg, Communicator& world, Backend& backend)
   dp_rank_ = grid_->coord(Axis::kDp);
   per_rank_ = cfg.global_batch / spec.dp;
   accum_ = per_rank_ / cfg.layout.micro_batch;
-  // The first and the last stage share the tied embedding: one group per (tp, dp) position.
-  const bool holds_embedding = spec.pp > 1 && (stage_ == 0 || stage_ == spec.pp - 1);
+  // The first and the last stage share a tied embedding: one group per (tp, dp) position (an
+  // untied head lives in the last stage's back group: nothing shared).
+  const bool holds_embedding = cfg.model.tied_head() && spec.pp > 1 && (stage_ == 0 || stage_ == spec.pp - 1);
   tied_ = world.split(holds_embedding ? 1 + tp_rank_ + spec.tp * dp_rank_ : 0, stage_, "pp-embedding");
   // The other ranks' group (color 0) never carries device buffers: no communicator for it.
   if (holds_embedding) tied_device_ = make_device_comm(cfg.comm, *tied_, backend);
@@ -131,7 +132,9 @@ void Engine::build_chunks() {
     ch->store = std::make_unique<DataParallel>(ch->model->layout(), *dp_device_, cfg_.store_config(), backend_);
     ch->store->set_traffic(dp_grad_traffic_.get(), dp_param_traffic_.get(), cfg_.layout.compression.error_feedback);
     ch->model->set_store(ch->store.get());
-    if (l.pp > 1 && (ch->spec.embedding || ch->spec.head)) ch->store->set_tied_embedding(tied_device_.get());
+    if (l.pp > 1 && cfg_.model.tied_head() && (ch->spec.embedding || ch->spec.head)) {
+      ch->store->set_tied_embedding(tied_device_.get());
+    }
     ch->model->set_recompute(cfg_.layout.recompute, cfg_.layout.recompute_layers);
     ch->model->set_precision(cfg_.precision);
     ch->model->reserve(*batch_, cfg_.training, cfg_.head_chunk, runtime_ ? runtime_->slots(c) : 1);

@@ -7,18 +7,20 @@
 namespace weft {
 
 TypedElems layer_elems(int64_t N, int64_t Nl, int64_t C, int64_t Cl, int64_t F, int64_t att_elems, bool with_att,
-                       bool output, const LayerDtypes& dt) {
+                       bool output, const LayerDtypes& dt, int64_t FC, bool rms) {
   // carve_layer's pieces, each counted under its storage.
   TypedElems e;
   const auto add = [&e](int64_t n, DType d) { (d == DType::kF32 ? e.f32 : e.act) += n; };
+  if (FC < 0) FC = F;
+  const int64_t stats = rms ? Nl : 2 * Nl;  // RMSNorm: rstd; LayerNorm: mean, rstd
   add(N * C, dt.ln);                 // ln1
-  add(2 * Nl, DType::kF32);          // its mean, rstd
+  add(stats, DType::kF32);           // its statistics
   add(N * 3 * Cl, dt.act);           // qkv
   if (with_att) add(att_elems, dt.att);
   add(N * Cl + Nl * C, dt.act);      // atty, res2
   add(N * C, dt.ln);                 // ln2
-  add(2 * Nl, DType::kF32);          // its mean, rstd
-  add(2 * N * F, dt.act);            // fch, fch_gelu
+  add(stats, DType::kF32);           // its statistics
+  add(N * FC + N * F, dt.act);       // fch, fch_gelu
   if (output) add(Nl * C, dt.res);   // res3
   return e;
 }
@@ -122,6 +124,13 @@ int64_t block_staging_elems(const BlockStaging& k) {
   return m;
 }
 
+namespace {
+float* f32p(View v) {
+  WEFT_CHECK(v.f32(), "the decoder variants run on fp32 tensors, got {}", dtype_name(v.dtype));
+  return static_cast<float*>(v.data);
+}
+}  // namespace
+
 TransformerBlock::TransformerBlock(const ModelConfig& cfg, Backend& backend, TensorParallel& tp,
                                    SequenceParallelLayerNorm& ln, ColumnParallelLinear& column, RowParallelLinear& row,
                                    bool causal)
@@ -129,12 +138,22 @@ TransformerBlock::TransformerBlock(const ModelConfig& cfg, Backend& backend, Ten
       F_(tp.part(cfg.ffn)),
       NH_(tp.part(cfg.n_head)),
       Cl_(tp.part(cfg.n_embd)),
+      QKVl_(tp.part(cfg.qkv_width())),
+      FCl_(tp.part(cfg.fc_width())),
+      KVHl_(tp.part(cfg.kv_heads())),
+      hd_(cfg.head_dim()),
+      rot_(cfg.block.position == PositionKind::kRope ? static_cast<int64_t>(cfg.head_dim() * static_cast<double>(cfg.block.rope.fraction)) : 0),
+      swiglu_(cfg.block.mlp == MlpKind::kSwiglu),
+      gqa_(cfg.kv_heads() != cfg.n_head),
+      fused_norm_(cfg.block.norm == NormKind::kLayerNorm),
       be_(backend),
       tp_(tp),
       ln_(ln),
       column_(column),
       row_(row),
-      causal_(causal) {}
+      causal_(causal) {
+  WEFT_CHECK(ln.rms() == !fused_norm_, "the block's norm ({}) and its norm layer's differ", norm_name(cfg.block.norm));
+}
 
 void TransformerBlock::set_attention_lse(bool on) {
   WEFT_CHECK(!on || causal_, "flash attention (log-sum-exp) is only available for causal attention");
@@ -149,10 +168,30 @@ void TransformerBlock::attention_forward(View out, View att, CView qkv, int64_t 
   }
 }
 
+void TransformerBlock::qkv_forward(const LayerWeights& lw, LayerActs& a, int64_t N, int64_t T) {
+  if (gqa_) {  // the product's kv_heads heads of k and v, each repeated for its query heads
+    column_.forward(vw_.qkvc, a.ln1, lw.qkvw, lw.qkvb, N, C_, QKVl_);
+    be_.expand_kv_f32(f32p(a.qkv), f32p(vw_.qkvc), N, NH_, KVHl_, hd_);
+  } else {
+    column_.forward(a.qkv, a.ln1, lw.qkvw, lw.qkvb, N, C_, 3 * Cl_);
+  }
+  // q and k side by side: 2 NH heads of hd from column 0.
+  if (rot_ > 0) be_.rope_f32(f32p(a.qkv), vw_.rope_cos, vw_.rope_sin, N, T, 3 * Cl_, 2 * NH_, hd_, rot_, false);
+}
+
+void TransformerBlock::mlp_forward(const LayerWeights& lw, LayerActs& a, int64_t N) {
+  if (swiglu_) {
+    column_.forward(a.fch, a.ln2, lw.fcw, lw.fcb, N, C_, FCl_);
+    be_.swiglu_forward_f32(f32p(a.fch_gelu), f32p(a.fch), N, F_);
+  } else {
+    column_.forward_gelu(a.fch_gelu, a.fch, a.ln2, lw.fcw, lw.fcb, N, C_, F_);
+  }
+}
+
 void TransformerBlock::forward(const LayerWeights& lw, CView x, LayerActs& a, int64_t B, int64_t T, bool to_gelu) {
   const int64_t N = B * T, C = C_, F = F_, NH = NH_, Cl = Cl_;
   ln_.forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, lw.ln1w, lw.ln1b, N, C);
-  column_.forward(a.qkv, a.ln1, lw.qkvw, lw.qkvb, N, C, 3 * Cl);
+  qkv_forward(lw, a, N, T);
   if (lse_) {
     be_.attention_forward_lse(a.atty, a.att /* lse (B,NH,T) */, a.qkv, B, T, Cl, NH);  // statistics stay fp32
   } else {
@@ -160,11 +199,25 @@ void TransformerBlock::forward(const LayerWeights& lw, CView x, LayerActs& a, in
     tp_.round(a.att, B * NH * T * T);
   }
   tp_.round(a.atty, N * Cl);
-  row_.forward_norm(ln_, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, a.atty, lw.attprojw, lw.attprojb, lw.ln2w,
-                    lw.ln2b, N, Cl, C);
-  column_.forward_gelu(a.fch_gelu, a.fch, a.ln2, lw.fcw, lw.fcb, N, C, F);
+  if (fused_norm_) {
+    row_.forward_norm(ln_, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, a.atty, lw.attprojw, lw.attprojb, lw.ln2w,
+                      lw.ln2b, N, Cl, C);
+  } else {  // RMSNorm: the residual, then the norm
+    row_.forward(a.res2, x, a.atty, lw.attprojw, lw.attprojb, N, Cl, C);
+    ln_.forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, lw.ln2w, lw.ln2b, N, C);
+  }
+  mlp_forward(lw, a, N);
   if (to_gelu) return;
   row_.forward(a.res3, a.res2, a.fch_gelu, lw.fcprojw, lw.fcprojb, N, F, C);
+}
+
+View TransformerBlock::qkv_backward(const LayerWeights& lw, const LayerPtrs& lg, LayerActs& a, int64_t N, int64_t T,
+                                    const BlockScratch& s) {
+  // The rotation's backward is the opposite turn; the repeated kv heads' gradients sum.
+  if (rot_ > 0) be_.rope_f32(f32p(s.d3C), vw_.rope_cos, vw_.rope_sin, N, T, 3 * Cl_, 2 * NH_, hd_, rot_, true);
+  if (!gqa_) return column_.backward(s.dC, lg.qkvw, lg.qkvb, s.d3C, a.ln1, lw.qkvw, N, C_, 3 * Cl_);
+  be_.reduce_kv_f32(f32p(vw_.qkvc), f32p(s.d3C), N, NH_, KVHl_, hd_);
+  return column_.backward(s.dC, lg.qkvw, lg.qkvb, vw_.qkvc, a.ln1, lw.qkvw, N, C_, QKVl_);
 }
 
 // The forward's steps in reverse.
@@ -174,8 +227,15 @@ void TransformerBlock::backward(const LayerWeights& lw, const LayerPtrs& lg, CVi
   const int64_t Nl = tp_.local_rows(N);  // rows of the residual stream held here
   if (full) forward(lw, x, a, B, T, true);  // rematerialise the layer in the workspace
   // The residual passes d(res3) on unchanged to res2.
-  row_.backward_gelu(s.dF, lg.fcprojw, lg.fcprojb, s.dres, a.fch_gelu, lw.fcprojw, a.fch, N, F, C);
-  const View dln2 = column_.backward(s.dC, lg.fcw, lg.fcb, s.dF, a.ln2, lw.fcw, N, C, F);
+  View dln2;
+  if (swiglu_) {  // d(silu(gate) up) from the product, then d(gate, up)
+    row_.backward(s.dF, lg.fcprojw, lg.fcprojb, s.dres, a.fch_gelu, lw.fcprojw, N, F, C);
+    be_.swiglu_backward_f32(f32p(s.dFC), f32p(a.fch), f32p(s.dF), N, F);
+    dln2 = column_.backward(s.dC, lg.fcw, lg.fcb, s.dFC, a.ln2, lw.fcw, N, C, FCl_);
+  } else {
+    row_.backward_gelu(s.dF, lg.fcprojw, lg.fcprojb, s.dres, a.fch_gelu, lw.fcprojw, a.fch, N, F, C);
+    dln2 = column_.backward(s.dC, lg.fcw, lg.fcb, s.dF, a.ln2, lw.fcw, N, C, F);
+  }
   ln_.backward(s.dres, lg.ln2w, lg.ln2b, dln2, a.res2, lw.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
   tp_.round(s.dres, Nl * C);
   // dres now holds d(res2); the residual passes it on unchanged to x.
@@ -194,7 +254,7 @@ void TransformerBlock::backward(const LayerWeights& lw, const LayerPtrs& lg, CVi
     be_.bidir_attention_backward(s.d3C, s.dC, a.qkv, a.att, B, T, Cl, NH);
   }
   tp_.round(s.d3C, N * 3 * Cl);
-  const View dln1 = column_.backward(s.dC, lg.qkvw, lg.qkvb, s.d3C, a.ln1, lw.qkvw, N, C, 3 * Cl);
+  const View dln1 = qkv_backward(lw, lg, a, N, T, s);
   ln_.backward(s.dres, lg.ln1w, lg.ln1b, dln1, x, lw.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
   tp_.round(s.dres, Nl * C);
 }

@@ -60,7 +60,7 @@ struct LayerDtypes {
 // stash or, for what the layer recomputes, into the shared workspace (dtypes: LayerDtypes).
 struct LayerActs {
   View ln1;                            // (N,C) normalised input (gathered under SP)
-  float *ln1_mean, *ln1_rstd;          // (Nl), (Nl)
+  float *ln1_mean, *ln1_rstd;          // (Nl), (Nl); RMSNorm keeps no mean (null)
   View qkv;                            // (N,3Cl)
   View att;                            // (B,NH,T,T) softmax probabilities, or with flash
                                        // attention the log-sum-exp (B,NH,T)
@@ -68,29 +68,31 @@ struct LayerActs {
   View res2;                           // (Nl,C) residual after attention
   View ln2;                            // (N,C)
   float *ln2_mean, *ln2_rstd;          // (Nl), (Nl)
-  View fch;                            // (N,F) fc output (pre-GELU)
-  View fch_gelu;                       // (N,F)
+  View fch;                            // (N,FC) fc output (pre-GELU; SwiGLU: gate and up, FC = 2F)
+  View fch_gelu;                       // (N,F) the activation's output (GELU, or silu(gate) up)
   View res3;                           // (Nl,C) residual after the MLP = next layer's input (res)
 };
 
 // Points a layer's tensors at consecutive pieces taken by `take(n, dtype)` (a View; the
 // probabilities at `att`; the output res3 only if `output`). ln1 and ln2 hold all N rows
-// (gathered under sequence parallelism); the residuals and statistics the rank's Nl rows.
+// (gathered under sequence parallelism); the residuals and statistics the rank's Nl rows. FC: the
+// fc output's columns (F, or SwiGLU's 2F; < 0: F); rms: RMSNorm, whose statistics are rstd alone.
 template <class Take>
 void carve_layer(LayerActs& a, Take& take, int64_t N, int64_t Nl, int64_t C, int64_t Cl, int64_t F, View att,
-                 bool output, const LayerDtypes& dt) {
+                 bool output, const LayerDtypes& dt, int64_t FC = -1, bool rms = false) {
   const auto f32 = [&take](int64_t n) { return static_cast<float*>(take(n, DType::kF32).data); };
+  if (FC < 0) FC = F;
   a.ln1 = take(N * C, dt.ln);
-  a.ln1_mean = f32(Nl);
+  a.ln1_mean = rms ? nullptr : f32(Nl);
   a.ln1_rstd = f32(Nl);
   a.qkv = take(N * 3 * Cl, dt.act);
   a.att = att;
   a.atty = take(N * Cl, dt.act);
   a.res2 = take(Nl * C, dt.act);
   a.ln2 = take(N * C, dt.ln);
-  a.ln2_mean = f32(Nl);
+  a.ln2_mean = rms ? nullptr : f32(Nl);
   a.ln2_rstd = f32(Nl);
-  a.fch = take(N * F, dt.act);
+  a.fch = take(N * FC, dt.act);
   a.fch_gelu = take(N * F, dt.act);
   a.res3 = output ? take(Nl * C, dt.res) : View();
 }
@@ -98,7 +100,7 @@ void carve_layer(LayerActs& a, Take& take, int64_t N, int64_t Nl, int64_t C, int
 // Elements carve_layer takes, by storage (the probabilities att_elems only if `with_att`; the
 // output only if `output`).
 TypedElems layer_elems(int64_t N, int64_t Nl, int64_t C, int64_t Cl, int64_t F, int64_t att_elems, bool with_att,
-                       bool output, const LayerDtypes& dt);
+                       bool output, const LayerDtypes& dt, int64_t FC = -1, bool rms = false);
 
 // What the block's typed calls stage (backend.h's typed ops widen every 16-bit operand into the
 // backend's fp32 staging arena): the shape of one rank's layer and the dtypes of its tensors.
@@ -178,6 +180,17 @@ struct BlockScratch {
   View d3C;   // (N,3Cl)
   View dF;    // (N,F)
   View att;   // selective recompute: the recomputed probabilities (B,NH,T,T)
+  View dFC;   // SwiGLU: the gradient of the fc output, gate and up (N,2F); else unused
+};
+
+// The workspace of the block's variants (model/config.h's BlockOptions), set by the model with
+// its workspace: grouped-query attention's compact q, k, v (N, (C + 2 KV)/tp: the product's
+// output, expanded into the layer's qkv; in the backward their gradient), and the rotary
+// positions' cos and sin tables (T, rot/2), fp32, positions 0..T-1 of the reserved T.
+struct VariantWorkspace {
+  View qkvc;
+  const float* rope_cos = nullptr;
+  const float* rope_sin = nullptr;
 };
 
 class TransformerBlock {
@@ -190,6 +203,8 @@ class TransformerBlock {
   // Flash attention (the log-sum-exp instead of the probabilities; causal blocks only).
   void set_attention_lse(bool on);
   bool attention_lse() const { return lse_; }
+  // The variants' workspace (before the first forward of a reserved shape).
+  void set_variant_workspace(const VariantWorkspace& w) { vw_ = w; }
 
   // Forward from x (Nl,C) into a; with `to_gelu` stop after the MLP's GELU (what the backward
   // needs: the full-recompute rematerialisation).
@@ -202,7 +217,20 @@ class TransformerBlock {
 
  private:
   void attention_forward(View out, View att, CView qkv, int64_t B, int64_t T);
+  // q, k, v of the layer into a.qkv (N,3Cl): the product, the kv heads expanded (grouped-query
+  // attention), the rotary positions applied to q and k.
+  void qkv_forward(const LayerWeights& lw, LayerActs& a, int64_t N, int64_t T);
+  // The MLP's first product and its activation: a.fch, a.fch_gelu.
+  void mlp_forward(const LayerWeights& lw, LayerActs& a, int64_t N);
+  // From d(qkv) in s.d3C (N,3Cl) to the gradient of ln1 (the returned view) and the qkv weights'.
+  View qkv_backward(const LayerWeights& lw, const LayerPtrs& lg, LayerActs& a, int64_t N, int64_t T,
+                    const BlockScratch& s);
   int64_t C_, F_, NH_, Cl_;  // F_, NH_, Cl_: this rank's parts
+  // The variant: this rank's fused q, k, v and fc columns, its kv heads, the head size and the
+  // rotary dimensions of a head (0: learned positions).
+  int64_t QKVl_, FCl_, KVHl_, hd_, rot_;
+  bool swiglu_, gqa_, fused_norm_;  // fused_norm_: LayerNorm (the fused residual + norm ops apply)
+  VariantWorkspace vw_;
   Backend& be_;
   TensorParallel& tp_;
   SequenceParallelLayerNorm& ln_;

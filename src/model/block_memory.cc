@@ -15,8 +15,10 @@ double block_stash_bytes(const BlockShape& k, double e, bool keep_scores, bool d
   // minus the two dropout masks.
   double bytes = 4 * sbh * e / rep;
   // Split over tp: Q and K (2 sbh), V (sbh), the attention-projection input (sbh), the GeLU
-  // input and output (2 sbf; Korthikanti's 16 sbh at f = 4h): their 24 sbh bytes.
-  bytes += (4 * sbh + 2 * sbf) * e / t;
+  // input and output (2 sbf; Korthikanti's 16 sbh at f = 4h): their 24 sbh bytes. Grouped-query
+  // attention keeps K and V at the kv width; SwiGLU keeps gate, up and their product (3 sbf).
+  const double kv = k.kv < 0 ? k.h : k.kv;
+  bytes += (2 * sbh + 2 * sb * kv + (k.gated ? 3 : 2) * sbf) * e / t;
   if (dropout) {
     // Dropout masks (1 byte): after the attention projection and after the MLP (replicated
     // unless sp), on the attention probabilities (split).

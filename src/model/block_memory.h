@@ -20,6 +20,8 @@ struct BlockShape {
   double a = 0;  // attention heads
   double t = 1;  // tensor-parallel size
   bool sequence_parallel = false;
+  double kv = -1;      // key/value width (grouped-query attention: kv heads x head size); < 0: h
+  bool gated = false;  // SwiGLU: the first MLP product's output is gate and up (2 s b f)
 };
 
 // Bytes a block stashes at `e` bytes per element: LayerNorm inputs and the inputs of the QKV and

@@ -8,13 +8,36 @@
 
 namespace weft {
 
+const char* position_name(PositionKind p) {
+  switch (p) {
+    case PositionKind::kLearned: return "learned";
+    case PositionKind::kRope: return "rope";
+    case PositionKind::kAlibi: return "alibi";
+  }
+  return "?";
+}
+
+const char* norm_name(NormKind n) { return n == NormKind::kRmsNorm ? "rmsnorm" : "layernorm"; }
+
+const char* mlp_name(MlpKind m) { return m == MlpKind::kSwiglu ? "swiglu" : "gelu"; }
+
 int64_t round_up(int64_t v, int64_t multiple) { return (v + multiple - 1) / multiple * multiple; }
 
 const ModelCapabilities& ModelConfig::capabilities() const { return family->capabilities(); }
 
 const char* ModelConfig::family_name() const { return family->name(); }
 
-void ModelConfig::validate() const { family->validate(*this); }
+void ModelConfig::validate() const {
+  if (!block.is_default() && !capabilities().block_variants) {
+    throw_input("model '{}': {} models have GPT-2's block; the decoder variants (position {}, norm {}, bias {}, mlp {}, "
+                "n_kv_head {}, tie_embeddings {}) apply to GPT models", name, capabilities().family,
+                position_name(block.position), norm_name(block.norm), block.bias, mlp_name(block.mlp), block.n_kv_head,
+                block.tie_embeddings);
+  }
+  family->validate(*this);
+}
+
+bool ModelConfig::tied_head() const { return capabilities().tied_head && block.tie_embeddings; }
 
 void throw_own_fields(const ModelConfig& cfg, const char* want) {
   const FamilyFields* own = cfg.own.get();

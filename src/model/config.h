@@ -25,6 +25,42 @@ struct FamilyFields {
   virtual ~FamilyFields() = default;
 };
 
+// The variants of the shared transformer block (model/block.h) and of a decoder's ends, as the
+// models users train today differ from GPT-2 (issue 36): the defaults are GPT-2's (learned
+// positions, LayerNorm with biases, GELU MLP, multi-head attention, a tied head). Llama: rope,
+// rmsnorm, no biases, swiglu, grouped-query attention, untied head.
+enum class PositionKind { kLearned, kRope, kAlibi };
+enum class NormKind { kLayerNorm, kRmsNorm };
+enum class MlpKind { kGelu, kSwiglu };
+const char* position_name(PositionKind p);  // "learned", "rope", "alibi"
+const char* norm_name(NormKind n);          // "layernorm", "rmsnorm"
+const char* mlp_name(MlpKind m);            // "gelu", "swiglu"
+
+// Rotary positions (Su et al. 2021) and their scaling: "none"; "linear" (positions divided by
+// factor); "llama3" (Llama 3.1's: wavelengths beyond original_context / low_freq_factor slowed
+// by factor, those below original_context / high_freq_factor kept, a smooth blend between).
+struct RopeOptions {
+  float base = 10000.0f;     // theta: inverse frequencies base^(-2i/rot)
+  float fraction = 1.0f;     // the share of each head's dimensions that turn (GPT-NeoX's rotary_pct)
+  std::string scaling = "none";
+  float factor = 1.0f, low_freq_factor = 1.0f, high_freq_factor = 4.0f;
+  int original_context = 8192;
+  bool operator==(const RopeOptions&) const = default;
+};
+
+struct BlockOptions {
+  PositionKind position = PositionKind::kLearned;
+  NormKind norm = NormKind::kLayerNorm;
+  bool bias = true;            // the linear layers' and the norms' biases
+  MlpKind mlp = MlpKind::kGelu;
+  int n_kv_head = 0;           // key/value heads (grouped-query attention; 1 = multi-query); 0: n_head
+  bool tie_embeddings = true;  // the output head reads the token embedding
+  RopeOptions rope;
+  // Whether it is GPT-2's block and ends (every family's default).
+  bool is_default() const { return *this == BlockOptions{}; }
+  bool operator==(const BlockOptions&) const = default;
+};
+
 struct ModelConfig {
   std::string name = "tiny";
   const Family* family = &default_family();  // model/family.h
@@ -37,6 +73,9 @@ struct ModelConfig {
   int ffn = 1024;           // MLP hidden size, 4C for GPT-2
   float ln_eps = 1e-5f;
   float init_std = 0.02f;   // N(0, init_std); c_proj weights use init_std / sqrt(2L)
+  // The block's variant (BlockOptions above; GPT-2's by default). ln_eps is the norm's epsilon,
+  // RMSNorm's too.
+  BlockOptions block;
 
   // Gridded-field input (the "fields" data source checks its files against them): `vars`
   // variables on an img_h x img_w latitude-longitude grid (0: a token model). A field model's
@@ -55,6 +94,14 @@ struct ModelConfig {
   // The family's name ("gpt"), for messages.
   const char* family_name() const;
   int head_dim() const { return n_embd / n_head; }
+  // Whether the output head reads the token embedding (the family ties it and the block options
+  // keep it tied): the order of parameter accesses ZeRO-3's gathers follow (plan/comm_model.h).
+  bool tied_head() const;
+  int kv_heads() const { return block.n_kv_head > 0 ? block.n_kv_head : n_head; }
+  // Columns of the fused q, k, v projection: C + 2 kv_heads head_dim.
+  int64_t qkv_width() const { return int64_t{n_embd} + 2 * int64_t{kv_heads()} * head_dim(); }
+  // Columns of the MLP's first projection: F, or 2F for SwiGLU's gate and up.
+  int64_t fc_width() const { return (block.mlp == MlpKind::kSwiglu ? 2 : 1) * int64_t{ffn}; }
   // Checks that the shapes are consistent (the family's rules); throws InputError naming the values.
   void validate() const;
 };

@@ -1,5 +1,8 @@
 #include "model/family.h"
 
+#include <cmath>
+#include <stdexcept>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -41,6 +44,30 @@ float Family::init_value(const ModelConfig& cfg, const ParamTensor& t, int64_t i
 
 std::string Family::describe_shape(const ModelConfig& c) const {
   return fmt::format("{} layers, {} heads, hidden {}, context {}", c.n_layer, c.n_head, c.n_embd, c.n_ctx);
+}
+
+double setting_number(const std::string& key, const std::string& v) {
+  size_t used = 0;
+  double d = 0.0;
+  try {
+    d = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty() || !std::isfinite(d)) throw_input("[model] {} must be a number, got '{}'", key, v);
+  return d;
+}
+
+int setting_int(const std::string& key, const std::string& v, int max) {
+  const double d = setting_number(key, v);
+  if (d != std::floor(d) || d < 1 || d > max) throw_input("[model] {} must be an integer in 1-{}, got '{}'", key, max, v);
+  return static_cast<int>(d);
+}
+
+bool setting_bool(const std::string& key, const std::string& v) {
+  if (v == "true") return true;
+  if (v == "false") return false;
+  throw_input("[model] {} must be true or false, got '{}'", key, v);
 }
 
 ModelConfig Family::with_settings(const ModelConfig& base, const std::map<std::string, std::string>& settings) const {

@@ -40,6 +40,12 @@ struct ShapeOverrides {
   int mlp(const ModelConfig& base, int C) const { return ffn > 0 ? static_cast<int>(ffn) : n_embd > 0 ? 4 * C : base.ffn; }
 };
 
+// A [model] setting's value (its text as written): a finite number (the whole text), an integer
+// within [1, max], a boolean ("true" / "false"); InputError naming the key and the text otherwise.
+double setting_number(const std::string& key, const std::string& v);
+int setting_int(const std::string& key, const std::string& v, int max);
+bool setting_bool(const std::string& key, const std::string& v);
+
 class Family {
  public:
   virtual ~Family() = default;

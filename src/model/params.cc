@@ -14,6 +14,10 @@ void check_tp_split(const ModelConfig& cfg, int tp_size) {
   if (tp_size < 1) throw_input("tensor-parallel size {} must be at least 1", tp_size);
   if (cfg.n_head % tp_size != 0) throw_input("{} attention heads are not divisible by tp {}", cfg.n_head, tp_size);
   if (cfg.ffn % tp_size != 0) throw_input("MLP size {} is not divisible by tp {}", cfg.ffn, tp_size);
+  if (cfg.kv_heads() % tp_size != 0) {
+    throw_input("{} key/value heads (n_kv_head) are not divisible by tp {}: each rank holds whole key/value heads "
+                "(Megatron-LM's rule for grouped-query attention)", cfg.kv_heads(), tp_size);
+  }
   if (cfg.padded_vocab % tp_size != 0) throw_input("padded vocabulary {} is not divisible by tp {}", cfg.padded_vocab, tp_size);
 }
 
@@ -21,21 +25,36 @@ std::vector<ParamSpec> block_param_specs(const ModelConfig& cfg, const std::stri
                                          const char* const names[kParamsPerLayer], bool residual_scaled) {
   using S = TpSplit;
   using I = ParamInit;
-  const int64_t C = cfg.n_embd, F = cfg.ffn;
+  const BlockOptions& o = cfg.block;
+  const int64_t C = cfg.n_embd, F = cfg.ffn, KV = int64_t{cfg.kv_heads()} * cfg.head_dim();
+  const int64_t QKV = cfg.qkv_width(), FC = cfg.fc_width();
   const I proj = residual_scaled ? I::kNormalResidual : I::kNormal;
+  // Every tensor carries its place in LayerSet (tag = index + 1): a block without biases (or
+  // RMSNorm's, which has none) leaves those places empty.
   auto n = [&](int i) { return prefix + names[i]; };
-  return {{n(0), 0, {C}, S::kReplicated, false, I::kOnes},
-          {n(1), 0, {C}, S::kReplicated, false, I::kZeros},
-          {n(2), 0, {C, 3 * C}, S::kQkvCols, true, I::kNormal},
-          {n(3), 0, {3 * C}, S::kQkvCols, false, I::kZeros},
-          {n(4), 0, {C, C}, S::kRows, true, proj},
-          {n(5), 0, {C}, S::kReplicated, false, I::kZeros},
-          {n(6), 0, {C}, S::kReplicated, false, I::kOnes},
-          {n(7), 0, {C}, S::kReplicated, false, I::kZeros},
-          {n(8), 0, {C, F}, S::kCols, true, I::kNormal},
-          {n(9), 0, {F}, S::kCols, false, I::kZeros},
-          {n(10), 0, {F, C}, S::kRows, true, proj},
-          {n(11), 0, {C}, S::kReplicated, false, I::kZeros}};
+  std::vector<ParamSpec> p = {{n(0), 1, {C}, S::kReplicated, false, I::kOnes},
+                              {n(1), 2, {C}, S::kReplicated, false, I::kZeros},
+                              {n(2), 3, {C, QKV}, S::kQkvCols, true, I::kNormal},
+                              {n(3), 4, {QKV}, S::kQkvCols, false, I::kZeros},
+                              {n(4), 5, {C, C}, S::kRows, true, proj},
+                              {n(5), 6, {C}, S::kReplicated, false, I::kZeros},
+                              {n(6), 7, {C}, S::kReplicated, false, I::kOnes},
+                              {n(7), 8, {C}, S::kReplicated, false, I::kZeros},
+                              {n(8), 9, {C, FC}, FC == F ? S::kCols : S::kQkvCols, true, I::kNormal},
+                              {n(9), 10, {FC}, FC == F ? S::kCols : S::kQkvCols, false, I::kZeros},
+                              {n(10), 11, {F, C}, S::kRows, true, proj},
+                              {n(11), 12, {C}, S::kReplicated, false, I::kZeros}};
+  if (QKV != 3 * C) p[2].col_blocks = p[3].col_blocks = {C, KV, KV};  // grouped-query attention
+  if (FC != F) p[8].col_blocks = p[9].col_blocks = {F, F};            // SwiGLU: gate, up
+  std::vector<ParamSpec> out;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const bool norm_bias = i == 1 || i == 7;
+    const bool linear_bias = i == 3 || i == 5 || i == 9 || i == 11;
+    if (norm_bias && (o.norm == NormKind::kRmsNorm || !o.bias)) continue;
+    if (linear_bias && !o.bias) continue;
+    out.push_back(std::move(p[i]));
+  }
+  return out;
 }
 
 ParamTable model_param_table(const ModelConfig& cfg) {
@@ -75,9 +94,18 @@ LayerSet<P> layer_set(const ParamLayout& layout, int l, P base, Offset offset) {
   WEFT_CHECK(l >= 0 && l < layout.model_layers() && layout.has_group(l + 1), "layer {} is not in this part of the model", l);
   // Per layer and micro-batch (forward, backward, recompute): offsets only, nothing allocated.
   const std::span<const ParamTensor> t = layout.group_tensors(l + 1);
-  WEFT_CHECK(t.size() == kParamsPerLayer, "layer {} has {} tensors, a block has {}", l, t.size(), kParamsPerLayer);
-  auto at = [&](int i) { return offset(base, t[static_cast<size_t>(i)].offset - t[0].offset); };
-  return LayerSet<P>{at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7), at(8), at(9), at(10), at(11)};
+  WEFT_CHECK(!t.empty() && t.size() <= kParamsPerLayer, "layer {} has {} tensors, a block has at most {}", l, t.size(),
+             kParamsPerLayer);
+  // A tensor's place is its tag (block_param_specs); tag 0: the places in order. Absent places
+  // (a block without biases) stay null.
+  P at[kParamsPerLayer] = {};
+  for (size_t k = 0; k < t.size(); ++k) {
+    const int place = t[k].tag > 0 ? t[k].tag - 1 : static_cast<int>(k);
+    WEFT_CHECK(place < kParamsPerLayer && (t[k].tag > 0 || t.size() == kParamsPerLayer), "layer {}: tensor {} has tag {}", l,
+               t[k].name, t[k].tag);
+    at[place] = offset(base, t[k].offset - t[0].offset);
+  }
+  return LayerSet<P>{at[0], at[1], at[2], at[3], at[4], at[5], at[6], at[7], at[8], at[9], at[10], at[11]};
 }
 }  // namespace
 
@@ -89,20 +117,32 @@ LayerWeights layer_weights(const ParamLayout& layout, int l, CView base) {
   return layer_set(layout, l, base, [](CView b, int64_t i) { return b.at(i); });
 }
 
-void final_ptrs(const ParamLayout& layout, CView base, CView* lnfw, CView* lnfb) {
+namespace {
+// The back group's tensors by place (tag: 1 the final norm's weight, 2 its bias, 3 an untied head;
+// tag 0: the places in order); absent ones null.
+template <class P, class Offset>
+void back_set(const ParamLayout& layout, P base, Offset offset, P* lnfw, P* lnfb, P* head) {
   const int g = layout.model_layers() + 1;
-  WEFT_CHECK(layout.has_group(g), "the final LayerNorm is not in this part of the model");
+  WEFT_CHECK(layout.has_group(g), "the final norm is not in this part of the model");
   const std::span<const ParamTensor> t = layout.group_tensors(g);
-  *lnfw = base;
-  *lnfb = base.at(t[1].offset - t[0].offset);
+  P at[3] = {};
+  for (size_t k = 0; k < t.size() && k < 3; ++k) {
+    const int place = t[k].tag > 0 ? t[k].tag - 1 : static_cast<int>(k);
+    WEFT_CHECK(place >= 0 && place < 3, "back tensor {} has tag {}", t[k].name, t[k].tag);
+    at[place] = offset(base, t[k].offset - t[0].offset);
+  }
+  *lnfw = at[0];
+  *lnfb = at[1];
+  if (head != nullptr) *head = at[2];
+}
+}  // namespace
+
+void final_ptrs(const ParamLayout& layout, CView base, CView* lnfw, CView* lnfb, CView* head) {
+  back_set(layout, base, [](CView b, int64_t i) { return b.at(i); }, lnfw, lnfb, head);
 }
 
-void final_ptrs(const ParamLayout& layout, float* base, float** lnfw, float** lnfb) {
-  const int g = layout.model_layers() + 1;
-  WEFT_CHECK(layout.has_group(g), "the final LayerNorm is not in this part of the model");
-  const std::span<const ParamTensor> t = layout.group_tensors(g);
-  *lnfw = base;
-  *lnfb = base + (t[1].offset - t[0].offset);
+void final_ptrs(const ParamLayout& layout, float* base, float** lnfw, float** lnfb, float** head) {
+  back_set(layout, base, [](float* b, int64_t i) { return b + i; }, lnfw, lnfb, head);
 }
 
 }  // namespace weft

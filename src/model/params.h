@@ -6,7 +6,10 @@
 // The block's kParamsPerLayer tensors, in this order:
 // [ln_1.w, ln_1.b, c_attn.w, c_attn.b, attn.c_proj.w, attn.c_proj.b, ln_2.w, ln_2.b,
 //  c_fc.w, c_fc.b, mlp.c_proj.w, mlp.c_proj.b]. Matrices use Hugging Face's GPT-2 Conv1D layout
-// (in, out): y = x @ W + b.
+// (in, out): y = x @ W + b. The block's variants (model/config.h's BlockOptions) leave places
+// empty (no biases; RMSNorm has no bias) and widen c_attn to C + 2 KV columns [q | k | v]
+// (grouped-query attention: KV = n_kv_head head_dim) and c_fc to 2F [gate | up] (SwiGLU); each
+// tensor's tag is its place + 1.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -51,8 +54,9 @@ inline StageSpec resolve_stage(const ModelConfig& cfg, StageSpec stage) { return
 // The block's tensors of layer l for a group whose first element is at `base`.
 LayerPtrs layer_ptrs(const ParamLayout& layout, int l, float* base);
 LayerWeights layer_weights(const ParamLayout& layout, int l, CView base);
-// The back group's first two tensors (the final LayerNorm).
-void final_ptrs(const ParamLayout& layout, float* base, float** lnfw, float** lnfb);
-void final_ptrs(const ParamLayout& layout, CView base, CView* lnfw, CView* lnfb);
+// The back group's tensors: the final norm's weight and bias (null without one: RMSNorm) and,
+// when `head` is given, the untied output head (null when the head is tied to the embedding).
+void final_ptrs(const ParamLayout& layout, float* base, float** lnfw, float** lnfb, float** head = nullptr);
+void final_ptrs(const ParamLayout& layout, CView base, CView* lnfw, CView* lnfb, CView* head = nullptr);
 
 }  // namespace weft

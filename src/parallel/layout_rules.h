@@ -69,6 +69,7 @@ struct LayoutModel {
   int64_t vocab = 0;   // Vp: the padded vocabulary (rows of the embedding)
   int64_t seq = 0;     // T: training sequence length (ClimaX: its patches)
   ModelCapabilities caps;  // what its family supports (the family rule above)
+  int64_t kv_heads = 0;    // key/value heads (grouped-query attention); 0: heads
 };
 
 // One layout (parallel/layout.h) of one model on `world` ranks: the layout with what it is

@@ -70,6 +70,15 @@ void ParamLayout::add(const ParamSpec& spec, int layer, int group) {
   t.sparse_rows = spec.sparse_rows;
   t.tied_head = spec.tied_head;
   t.statistic_momentum = spec.statistic_momentum;
+  t.col_blocks = spec.col_blocks;
+  if (!t.col_blocks.empty()) {
+    int64_t w = 0;
+    for (int64_t b : t.col_blocks) {
+      WEFT_CHECK(b % P == 0, "{}: a column block of {} is not divisible by tp {}", t.name, b, P);
+      w += b;
+    }
+    WEFT_CHECK(w == spec.full.back(), "{}: column blocks of {} columns for {}", t.name, w, spec.full.back());
+  }
   total_ += t.numel;
   tensors_.push_back(std::move(t));
 }
@@ -90,6 +99,17 @@ int64_t ParamLayout::global_index(const ParamTensor& t, int64_t local) const {
     }
     case TpSplit::kQkvCols:
     case TpSplit::kKvCols: {
+      if (!t.col_blocks.empty()) {  // blocks of their own widths, each split by tp
+        const int64_t lc = t.shape.back(), fc = lc * P;
+        const int64_t i = local / lc;
+        int64_t j = local % lc, start = 0;
+        for (int64_t b : t.col_blocks) {
+          if (j < b / P) return i * fc + start + r * (b / P) + j;
+          j -= b / P;
+          start += b;
+        }
+        WEFT_CHECK(false, "{}: column {} outside its blocks", t.name, local % lc);
+      }
       // Columns [q | k | v] (or [k | v]), each of C; rank r holds heads [r*NH/P, (r+1)*NH/P) of each.
       const int64_t blocks = t.split == TpSplit::kQkvCols ? 3 : 2;
       const int64_t lc = t.shape.back(), fc = lc * P, part = lc / blocks;  // part = C/P
@@ -181,11 +201,13 @@ void ParamLayout::embedding_ptrs(float* base, float** wte, float** wpe) const {
 }
 
 void ParamLayout::embedding_ptrs(CView base, CView* wte, CView* wpe) const {
-  WEFT_CHECK(has_group(0) && group_tensors_[0].second - group_tensors_[0].first >= 2,
+  WEFT_CHECK(has_group(0) && group_tensors_[0].second - group_tensors_[0].first >= 1,
              "the embedding is not in this part of the model");
   const int e = group_tensors_[0].first;
   *wte = base;
-  *wpe = base.at(tensors_[static_cast<size_t>(e + 1)].offset - tensors_[static_cast<size_t>(e)].offset);
+  // The positions' table, when the group has one (a model with rotary positions has none): null.
+  const bool pos = group_tensors_[0].second - group_tensors_[0].first >= 2;
+  *wpe = pos ? base.at(tensors_[static_cast<size_t>(e + 1)].offset - tensors_[static_cast<size_t>(e)].offset) : CView();
 }
 
 const ParamTensor* ParamLayout::sparse_rows_tensor() const {

@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <span>
 #include <string>
 #include <utility>
@@ -21,6 +22,8 @@ namespace weft {
 // matrices split their output columns (c_attn: the columns of each of q, k, v, i.e. whole
 // heads), row-parallel matrices their input rows, the embedding its vocabulary rows.
 // kKvCols: the columns of each of k and v (ClimaX's variable aggregation).
+// Both may name their blocks' widths (ParamSpec::col_blocks: grouped-query attention's q, k, v of
+// C, KV, KV columns; SwiGLU's gate and up): each block's columns split by tp.
 enum class TpSplit { kReplicated, kRows, kCols, kQkvCols, kKvCols };
 
 // How a tensor's first values are drawn (init_params).
@@ -55,6 +58,9 @@ struct ParamSpec {
   // of all micro-batches and ranks sum to it), and the optimizer blends it in:
   // p = (1 - m) p + m g, g unscaled. No weight decay, outside the gradient norm and clipping.
   float statistic_momentum = 0.0f;
+  // kQkvCols / kKvCols: the whole widths of its column blocks, each split by tp in order (empty:
+  // 3 or 2 equal blocks).
+  std::vector<int64_t> col_blocks;
 };
 
 // How another program's files name a family's tensors (a Hugging Face export of the model), for
@@ -62,12 +68,29 @@ struct ParamSpec {
 // names that such files may leave out, the name under which they hold the output head weft ties
 // to the tied_head tensor (checked equal to it on load), and the per-layer buffers they carry
 // besides the parameters (ignored on load). All empty: a family with no foreign files.
+// One tensor of another program's file that holds (part of) a weft tensor (ForeignNames::pieces).
+struct ForeignPiece {
+  std::string name;            // its name in the file
+  std::vector<int64_t> shape;  // its shape in the file
+  bool transpose = false;      // the file holds it (out, in), weft's (in, out): its rows are weft's columns
+};
+
 struct ForeignNames {
   std::string optional_prefix;  // GPT-2: "transformer." (the Hub's GPT2Model files hold "h.0...")
   std::string tied_head;        // GPT-2: "lm_head.weight"; "": none
   // A buffer's name: [file prefix] layer_prefix <layer digits> one of layer_buffers.
   std::string layer_prefix;                // GPT-2: "h."
   std::vector<std::string> layer_buffers;  // GPT-2: ".attn.bias", ".attn.masked_bias" (causal masks)
+
+  // Tensors the family's files hold under other names or in pieces (Hugging Face's Llama:
+  // q_proj, k_proj, v_proj (out, in) for weft's fused c_attn (in, out)): weft name -> the pieces
+  // whose columns (a transposed piece's rows) make its columns, in order; a 1-D tensor's pieces
+  // are concatenated. When set, every tensor has an entry and checkpoints are written in these
+  // names (ckpt/checkpoint.cc); a file in weft's own names still loads.
+  std::map<std::string, std::vector<ForeignPiece>> pieces;
+  // Names a file may hold besides the tensors and that are ignored (Hugging Face Llama's older
+  // "rotary_emb.inv_freq" buffers): suffixes.
+  std::vector<std::string> ignored_suffixes;
 
   // `name` without optional_prefix (unchanged when it does not start with it).
   std::string strip(const std::string& name) const;
@@ -108,6 +131,7 @@ struct ParamTensor {
   bool sparse_rows = false;      // ParamSpec::sparse_rows
   bool tied_head = false;        // ParamSpec::tied_head
   float statistic_momentum = 0.0f;  // ParamSpec::statistic_momentum (> 0: a running statistic)
+  std::vector<int64_t> col_blocks;  // ParamSpec::col_blocks (whole widths; empty: equal blocks)
 };
 
 // The part of the model a pipeline stage holds: layers [first_layer, first_layer + num_layers)

@@ -162,12 +162,14 @@ namespace {
 // gather_bytes: an element of the phase's all-gathers as moved (the LayerNorm rows forward and
 // recomputed, the residual stream's gradient backward: as stored); sum_bytes: of its sums (the
 // tp group's sum dtype, that of the residual stream: parallel/tp/mappings.h).
-void add_layer_calls(CallSet& cs, const TpLayerCalls& k, int64_t NC, int64_t C, const std::vector<int>& g, int64_t n,
-                     int64_t gather_bytes, int64_t sum_bytes) {
+// norm_weights: a norm's weights and bias (2C; RMSNorm's weight alone: C), whose gradient the
+// group sums under sequence parallelism.
+void add_layer_calls(CallSet& cs, const TpLayerCalls& k, int64_t NC, int64_t norm_weights, const std::vector<int>& g,
+                     int64_t n, int64_t gather_bytes, int64_t sum_bytes) {
   cs.add("all_reduce", "tp", NC * sum_bytes, g, n * k.all_reduce);
   cs.add("all_gather", "tp", NC * gather_bytes, g, n * k.all_gather);
   cs.add("reduce_scatter", "tp", NC * sum_bytes, g, n * k.reduce_scatter);
-  cs.add("all_reduce", "tp", 2 * C * kF32, g, n * k.small_all_reduce);
+  cs.add("all_reduce", "tp", norm_weights * kF32, g, n * k.small_all_reduce);
 }
 
 // Tensor parallelism of one micro-batch (tp > 1): each chunk's blocks (the shared block's
@@ -190,9 +192,10 @@ void add_tensor_parallel(CallSet& cs, const Job& j) {
     const int64_t nl = d->part_layers(), rf = d->recomputed_layers(), NC = d->tokens() * j.C;
     for (int dd = 0; dd < j.dp; ++dd) {
       const std::vector<int> g = j.group(Axis::kTp, 0, ch.stage, dd);
-      add_layer_calls(cs, lc.forward, NC, j.C, g, j.m * nl, j.act_bytes, j.res_bytes);
-      add_layer_calls(cs, lc.backward, NC, j.C, g, j.m * nl, j.res_bytes, j.res_bytes);
-      add_layer_calls(cs, lc.recompute, NC, j.C, g, j.m * rf, j.act_bytes, j.res_bytes);
+      const int64_t nw = (j.ec.model.block.norm == NormKind::kRmsNorm ? 1 : 2) * j.C;
+      add_layer_calls(cs, lc.forward, NC, nw, g, j.m * nl, j.act_bytes, j.res_bytes);
+      add_layer_calls(cs, lc.backward, NC, nw, g, j.m * nl, j.res_bytes, j.res_bytes);
+      add_layer_calls(cs, lc.recompute, NC, nw, g, j.m * rf, j.act_bytes, j.res_bytes);
       for (const TpCall& c : d->tp_calls()) cs.add(c.op, "tp", c.elems * c.elem_bytes, g, j.m);  // front and back
     }
   }
@@ -457,7 +460,7 @@ void add_store(CallSet& cs, const Job& j, const ChunkInfo& ch, int t, const std:
   // The working parameters are gathered in their storage dtype (16-bit in a bf16/fp16 run).
   const int64_t kP = static_cast<int64_t>(dtype_bytes(dtype_of(j.ec.precision), 1));
   if (zero == 3) {
-    const bool tied = j.ec.model.capabilities().tied_head;
+    const bool tied = j.ec.model.tied_head();
     const std::vector<int64_t> gathers =
         zero3_step_gathers(j.ec.model.n_layer, j.ec.data_parallel.prefetch, j.m, ctx, tied);
     const std::vector<int64_t> eval_gathers =
@@ -552,7 +555,7 @@ void add_data_parallel(CallSet& cs, const Job& j, const CommStepContext& ctx) {
 // (DataParallel::finish_step_gradients), the whole embedding group (Vp/tp x C + n_ctx x C:
 // weft ties wpe along, Megatron-LM reduces wte only), before its dp reduction.
 void add_tied_embedding(CallSet& cs, const Job& j) {
-  if (j.pp <= 1) return;
+  if (j.pp <= 1 || !j.ec.model.tied_head()) return;  // an untied head shares nothing between stages
   const ParamLayout first = param_layout(j.ec.model, j.tp, 0, j.chunks.front().spec);
   auto [b, e] = first.group_range(0);
   for (int t = 0; t < j.tp; ++t) {

@@ -60,8 +60,13 @@ double comm_buffers(MemoryBreakdown& r, double n_params, double front, double sl
 namespace {
 
 BlockShape block_shape(const ModelShape& m, const Layout& l) {
-  return {static_cast<double>(m.seq), static_cast<double>(l.micro_batch), static_cast<double>(m.hidden),
-          static_cast<double>(m.ffn), static_cast<double>(m.heads), static_cast<double>(l.tp), l.sequence_parallel};
+  BlockShape k{static_cast<double>(m.seq), static_cast<double>(l.micro_batch), static_cast<double>(m.hidden),
+               static_cast<double>(m.ffn), static_cast<double>(m.heads), static_cast<double>(l.tp), l.sequence_parallel};
+  // The decoder variants (model/config.h's BlockOptions): k and v at the kv width, SwiGLU's gate and up.
+  const ModelConfig c = m.config();
+  k.kv = static_cast<double>(c.kv_heads()) * c.head_dim();
+  k.gated = c.block.mlp == MlpKind::kSwiglu;
+  return k;
 }
 
 }  // namespace

@@ -99,6 +99,7 @@ LayoutCandidate layout_candidate(const ModelShape& m, const Layout& l, int64_t g
   c.global_batch = global_batch;
   c.precision = p;
   c.model = {m.layers, m.heads, m.hidden, m.ffn, m.vocab, m.seq, m.family->capabilities()};
+  c.model.kv_heads = m.base.block.n_kv_head;
   return c;
 }
 

@@ -110,6 +110,7 @@ LayoutCandidate run_layout_candidate(const RunConfig& cfg, const ModelConfig& mc
   c.global_batch = cfg.global_batch;
   c.precision = parse_precision(cfg.precision);
   c.model = {mc.n_layer, mc.n_head, mc.n_embd, mc.ffn, mc.padded_vocab, cfg.seq(mc), mc.capabilities()};
+  c.model.kv_heads = mc.kv_heads();
   return c;
 }
 

@@ -233,11 +233,36 @@ std::vector<OpCase> optimizer_precision_cases() {
   };
 }
 
+std::vector<OpCase> decoder_cases() {
+  // RMSNorm, rotary positions (partial, inverse), SwiGLU, grouped-query attention's kv heads.
+  const int N = 6, C = 8, T = 3, NH = 4, KVH = 2, hs = 4, Fh = 5;
+  const int QKV = NH * hs + 2 * KVH * hs;
+  return {
+      {"rmsnorm_forward", {zeros(N * C), zeros(N), F(randn(N * C, 60)), F(randn(C, 61))},
+       [=](Backend& be, Bufs& d) { be.rmsnorm_forward_f32(d.f(0), d.f(1), d.f(2), d.f(3), N, C, 1e-5f); }},
+      {"rmsnorm_backward", {F(randn(N * C, 62)), F(randn(C, 63)), F(randn(N * C, 64)), F(randn(N * C, 65)),
+                            F(randn(C, 66)), positive(N, 67)},
+       [=](Backend& be, Bufs& d) { be.rmsnorm_backward_f32(d.f(0), d.f(1), d.f(2), d.f(3), d.f(4), d.f(5), N, C); }},
+      {"rope", {F(randn(N * 3 * NH * hs, 68)), F(randn(T * 2, 69)), F(randn(T * 2, 70))},
+       [=](Backend& be, Bufs& d) { be.rope_f32(d.f(0), d.f(1), d.f(2), N, T, 3 * NH * hs, 2 * NH, hs, 4, false); }},
+      {"rope_inverse_partial", {F(randn(N * 3 * NH * hs, 71)), F(randn(T, 72)), F(randn(T, 73))},
+       [=](Backend& be, Bufs& d) { be.rope_f32(d.f(0), d.f(1), d.f(2), N, T, 3 * NH * hs, 2 * NH, hs, 2, true); }},
+      {"swiglu_forward", {zeros(N * Fh), F(randn(N * 2 * Fh, 74))},
+       [=](Backend& be, Bufs& d) { be.swiglu_forward_f32(d.f(0), d.f(1), N, Fh); }},
+      {"swiglu_backward", {zeros(N * 2 * Fh), F(randn(N * 2 * Fh, 75)), F(randn(N * Fh, 76))},
+       [=](Backend& be, Bufs& d) { be.swiglu_backward_f32(d.f(0), d.f(1), d.f(2), N, Fh); }},
+      {"expand_kv", {zeros(N * 3 * NH * hs), F(randn(N * QKV, 77))},
+       [=](Backend& be, Bufs& d) { be.expand_kv_f32(d.f(0), d.f(1), N, NH, KVH, hs); }},
+      {"reduce_kv", {zeros(N * QKV), F(randn(N * 3 * NH * hs, 78))},
+       [=](Backend& be, Bufs& d) { be.reduce_kv_f32(d.f(0), d.f(1), N, NH, KVH, hs); }},
+  };
+}
+
 const std::vector<OpCase>& op_table() {
   static const std::vector<OpCase> table = [] {
     std::vector<OpCase> t;
     for (auto part : {matmul_cases, embedding_layernorm_cases, elementwise_cases, attention_cases, vit_cases,
-                      cross_entropy_cases, optimizer_precision_cases}) {
+                      cross_entropy_cases, optimizer_precision_cases, decoder_cases}) {
       for (OpCase& c : part()) t.push_back(std::move(c));
     }
     return t;
@@ -283,7 +308,8 @@ TEST(GuardedOpsTable, CoversEveryOp) {
                          "gelu_backward", "attention_forward", "attention_forward_backward",
                          "bidir_attention_forward", "bidir_attention_forward_backward",
                          "query_attention_forward_backward", "weighted_mse", "softmax_cross_entropy", "ce_phases",
-                         "adamw", "sum_squares", "scale", "round_to"}) {
+                         "adamw", "sum_squares", "scale", "round_to", "rmsnorm_forward", "rmsnorm_backward", "rope",
+                         "swiglu_forward", "swiglu_backward", "expand_kv", "reduce_kv"}) {
     EXPECT_NE(names.find(op), std::string::npos) << op;
   }
 }

@@ -76,6 +76,30 @@ class LseBackend final : public Backend {
                           int64_t C, int64_t v0, int64_t vrows) override {
     cpu_->embedding_backward(dwte, dwpe, dout, tokens, B, T, C, v0, vrows);
   }
+  void rmsnorm_forward_f32(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C,
+                           float eps) override {
+    cpu_->rmsnorm_forward_f32(out, rstd, inp, w, N, C, eps);
+  }
+  void rmsnorm_backward_f32(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                            const float* rstd, int64_t N, int64_t C) override {
+    cpu_->rmsnorm_backward_f32(dinp, dw, dout, inp, w, rstd, N, C);
+  }
+  void rope_f32(float* x, const float* cos, const float* sin, int64_t N, int64_t T, int64_t ld, int64_t heads,
+                int64_t hd, int64_t rot, bool inverse) override {
+    cpu_->rope_f32(x, cos, sin, N, T, ld, heads, hd, rot, inverse);
+  }
+  void swiglu_forward_f32(float* out, const float* pre, int64_t N, int64_t F) override {
+    cpu_->swiglu_forward_f32(out, pre, N, F);
+  }
+  void swiglu_backward_f32(float* dpre, const float* pre, const float* dout, int64_t N, int64_t F) override {
+    cpu_->swiglu_backward_f32(dpre, pre, dout, N, F);
+  }
+  void expand_kv_f32(float* qkv, const float* qkvc, int64_t N, int64_t heads, int64_t kv_heads, int64_t hd) override {
+    cpu_->expand_kv_f32(qkv, qkvc, N, heads, kv_heads, hd);
+  }
+  void reduce_kv_f32(float* dqkvc, const float* dqkv, int64_t N, int64_t heads, int64_t kv_heads, int64_t hd) override {
+    cpu_->reduce_kv_f32(dqkvc, dqkv, N, heads, kv_heads, hd);
+  }
   void layernorm_forward_f32(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                          int64_t N, int64_t C, float eps) override {
     cpu_->layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps);

@@ -37,9 +37,11 @@ def shard_windows(path, windows, T):
     return torch.from_numpy(x), torch.from_numpy(y)
 
 
-def compare_logits(name, ckpt, data_dir, d):
-    """weft eval --logits against GPT2LMHeadModel on the same windows; returns the figures."""
+def compare_logits(name, ckpt, data_dir, d, model_class=None):
+    """weft eval --logits against GPT2LMHeadModel (or model_class: LlamaForCausalLM) on the same
+    windows; returns the model and the figures."""
     from transformers import GPT2LMHeadModel
+    model_class = model_class or GPT2LMHeadModel
     val = pu.val_shard(data_dir)
     out = os.path.join(d, "logits-%s.safetensors" % name)
     ev = json.loads(pu.weft("eval", "--checkpoint", ckpt, "--data", val, "--windows", WINDOWS,
@@ -49,7 +51,7 @@ def compare_logits(name, ckpt, data_dir, d):
     T = wl.shape[1]
     x, y = shard_windows(val, WINDOWS, T)
     assert np.array_equal(ids.astype(np.int64), x.numpy()), "weft's input ids are not the shard's windows"
-    model = GPT2LMHeadModel.from_pretrained(ckpt, torch_dtype=torch.float32).eval()
+    model = model_class.from_pretrained(ckpt, torch_dtype=torch.float32).eval()
     with torch.no_grad():
         hl = model(x).logits
         hf_loss = torch.nn.functional.cross_entropy(hl.reshape(-1, hl.shape[-1]), y.reshape(-1)).item()

@@ -248,6 +248,16 @@ TEST_F(CommModelRuns, PipelineSuiteTraceEqualsTheModel) {
   }
 }
 
+// The decoder variants (llama-tiny, its head untied): RMSNorm's weights summed under sequence
+// parallelism, ZeRO-3's order of an untied head, no embedding shared between pipeline stages.
+TEST_F(CommModelRuns, DecoderVariantTraceEqualsTheModel) {
+  prepare("llama", "", "seq_len = 32\nglobal_batch = 4\nmicro_batch = 2\nseed = 5\n");
+  for (const Layout& l : std::vector<Layout>{{2, "--tp 2 --sequence_parallel true"}, {2, "--dp 2 --zero 3 --micro_batch 1"},
+                                             {2, "--pp 2"}, {2, "--dp 2 --zero 1 --micro_batch 1"}}) {
+    check(l, " --model llama-tiny --model.tie_embeddings false");
+  }
+}
+
 // --- the report's conventions, without runs ---
 
 TEST(CommReport, BusFactorsFollowNcclTests) {

@@ -235,7 +235,8 @@ TEST(GnnTrain, SettingsAreCheckedByTheFamily) {
   g.model = "tiny";
   g.model_settings = {{"layer", "egnn"}};
   EXPECT_NE(test::input_error_message([&] { (void)g.model_config(); })
-                .find("is not a setting of model 'tiny' (GPT models take none beyond the shape keys)"),
+                .find("[model] key 'layer' (egnn) is not a setting of model 'tiny' (GPT models take position, norm, bias, "
+                      "mlp, ffn, n_kv_head"),
             std::string::npos);
   // The settings survive the resolved config (config.toml of a run) and the command line.
   RunConfig t = gnn_run("d", "o");

@@ -156,6 +156,18 @@ TEST_F(MemoryRuns, SmallPresetMatchesTheModel) {
   }
 }
 
+// The decoder variants (llama-tiny: RMSNorm, SwiGLU, grouped-query attention, rotary tables; its
+// head untied) through the same model.
+TEST_F(MemoryRuns, DecoderVariantMatchesTheModel) {
+  for (const auto& [np, args] : std::vector<std::pair<int, std::string>>{
+           {0, "--recompute full"}, {2, "--tp 2 --sequence_parallel true"}, {2, "--pp 2"}, {2, "--dp 2 --zero 3 --micro_batch 1"}}) {
+    const std::string out = *tmp / fmt::format("llama{}", n);
+    RunResult r = train(np, args + " --model llama-tiny --model.tie_embeddings false --steps 1 --val_batches 0 --out " + out);
+    ASSERT_EQ(r.code, 0) << args << ": " << r.err;
+    check(out, "llama-tiny " + args);
+  }
+}
+
 TEST_F(MemoryRuns, RunsPrintThePlannersStepTime) {
   // With a system file the run's last metrics line holds the planner's step time for its own
   // layout beside the measured mean; a missing system file is refused before anything runs.

@@ -25,6 +25,7 @@
 #include "backend/cpu/blas_kernels.h"
 #include "backend/cpu/cpu_math.h"
 #include "backend/cpu/indexed_ops.h"
+#include "backend/cpu/decoder_ops.h"
 #include "backend/cpu/pointwise_ops.h"
 #include "backend/cpu/layernorm_16.h"
 #include "backend/cpu/rows_16.h"
@@ -538,6 +539,32 @@ class CpuBackend final : public Backend {
   }
   void scale_rows_f32(float* out, const float* x, const float* s, int64_t N, int64_t C, bool accumulate) override {
     cpu::scale_rows(out, x, s, N, C, accumulate);
+  }
+
+  // The decoder variants' ops: backend/cpu/decoder_ops.h.
+  void rmsnorm_forward_f32(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C,
+                           float eps) override {
+    cpu::rmsnorm_forward(out, rstd, inp, w, N, C, eps);
+  }
+  void rmsnorm_backward_f32(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                            const float* rstd, int64_t N, int64_t C) override {
+    cpu::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
+  }
+  void rope_f32(float* x, const float* cos, const float* sin, int64_t N, int64_t T, int64_t ld, int64_t heads,
+                int64_t hd, int64_t rot, bool inverse) override {
+    cpu::rope(x, cos, sin, N, T, ld, heads, hd, rot, inverse);
+  }
+  void swiglu_forward_f32(float* out, const float* pre, int64_t N, int64_t F) override {
+    cpu::swiglu_forward(out, pre, N, F);
+  }
+  void swiglu_backward_f32(float* dpre, const float* pre, const float* dout, int64_t N, int64_t F) override {
+    cpu::swiglu_backward(dpre, pre, dout, N, F);
+  }
+  void expand_kv_f32(float* qkv, const float* qkvc, int64_t N, int64_t heads, int64_t kv_heads, int64_t hd) override {
+    cpu::expand_kv(qkv, qkvc, N, heads, kv_heads, hd);
+  }
+  void reduce_kv_f32(float* dqkvc, const float* dqkv, int64_t N, int64_t heads, int64_t kv_heads, int64_t hd) override {
+    cpu::reduce_kv(dqkvc, dqkv, N, heads, kv_heads, hd);
   }
 
   // Query attention: one (n, h) row of S scores at a time, in the att row itself (no scratch).

@@ -192,6 +192,30 @@ class GuardedBackend final : public Backend {
   void scale_rows_f32(float* out, const float* x, const float* s, int64_t N, int64_t C, bool accumulate) override {
     run<&Backend::scale_rows_f32>("scale_rows", out, x, s, N, C, accumulate);
   }
+  void rmsnorm_forward_f32(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C,
+                           float eps) override {
+    run<&Backend::rmsnorm_forward_f32>("rmsnorm_forward", out, rstd, inp, w, N, C, eps);
+  }
+  void rmsnorm_backward_f32(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                            const float* rstd, int64_t N, int64_t C) override {
+    run<&Backend::rmsnorm_backward_f32>("rmsnorm_backward", dinp, dw, dout, inp, w, rstd, N, C);
+  }
+  void rope_f32(float* x, const float* cos, const float* sin, int64_t N, int64_t T, int64_t ld, int64_t heads,
+                int64_t hd, int64_t rot, bool inverse) override {
+    run<&Backend::rope_f32>("rope", x, cos, sin, N, T, ld, heads, hd, rot, inverse);
+  }
+  void swiglu_forward_f32(float* out, const float* pre, int64_t N, int64_t F) override {
+    run<&Backend::swiglu_forward_f32>("swiglu_forward", out, pre, N, F);
+  }
+  void swiglu_backward_f32(float* dpre, const float* pre, const float* dout, int64_t N, int64_t F) override {
+    run<&Backend::swiglu_backward_f32>("swiglu_backward", dpre, pre, dout, N, F);
+  }
+  void expand_kv_f32(float* qkv, const float* qkvc, int64_t N, int64_t heads, int64_t kv_heads, int64_t hd) override {
+    run<&Backend::expand_kv_f32>("expand_kv", qkv, qkvc, N, heads, kv_heads, hd);
+  }
+  void reduce_kv_f32(float* dqkvc, const float* dqkv, int64_t N, int64_t heads, int64_t kv_heads, int64_t hd) override {
+    run<&Backend::reduce_kv_f32>("reduce_kv", dqkvc, dqkv, N, heads, kv_heads, hd);
+  }
   void segment_std_f32(float* out, const float* x, const float* mean, const int32_t* perm, const int32_t* offsets,
                        int64_t S, int64_t C, float var_floor) override {
     run<&Backend::segment_std_f32>("segment_std", out, x, mean, perm, offsets, S, C, var_floor);

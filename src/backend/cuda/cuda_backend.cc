@@ -283,6 +283,39 @@ void CudaBackend::scale_rows_f32(float* out, const float* x, const float* s, int
   kern::scale_rows(out, x, s, N, C, accumulate, st_->stream);
 }
 
+void CudaBackend::rmsnorm_forward_f32(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C,
+                                      float eps) {
+  kern::rmsnorm_forward(out, rstd, inp, w, N, C, eps, st_->stream);
+}
+
+void CudaBackend::rmsnorm_backward_f32(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                                       const float* rstd, int64_t N, int64_t C) {
+  kern::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C, st_->stream);
+}
+
+void CudaBackend::rope_f32(float* x, const float* cos, const float* sin, int64_t N, int64_t T, int64_t ld,
+                           int64_t heads, int64_t hd, int64_t rot, bool inverse) {
+  kern::rope(x, cos, sin, N, T, ld, heads, hd, rot, inverse, st_->stream);
+}
+
+void CudaBackend::swiglu_forward_f32(float* out, const float* pre, int64_t N, int64_t F) {
+  kern::swiglu_forward(out, pre, N, F, st_->stream);
+}
+
+void CudaBackend::swiglu_backward_f32(float* dpre, const float* pre, const float* dout, int64_t N, int64_t F) {
+  kern::swiglu_backward(dpre, pre, dout, N, F, st_->stream);
+}
+
+void CudaBackend::expand_kv_f32(float* qkv, const float* qkvc, int64_t N, int64_t heads, int64_t kv_heads,
+                                int64_t hd) {
+  kern::expand_kv(qkv, qkvc, N, heads, kv_heads, hd, st_->stream);
+}
+
+void CudaBackend::reduce_kv_f32(float* dqkvc, const float* dqkv, int64_t N, int64_t heads, int64_t kv_heads,
+                                int64_t hd) {
+  kern::reduce_kv(dqkvc, dqkv, N, heads, kv_heads, hd, st_->stream);
+}
+
 void CudaBackend::segment_std_f32(float* out, const float* x, const float* mean, const int32_t* perm,
                                   const int32_t* offsets, int64_t S, int64_t C, float var_floor) {
   kern::segment_std(out, x, mean, perm, offsets, S, C, var_floor, st_->stream);

@@ -169,6 +169,16 @@ class CudaBackend final : public Backend {
                                bool accumulate) override;
   void mul_f32(float* out, const float* a, const float* b, int64_t n, bool accumulate) override;
   void scale_rows_f32(float* out, const float* x, const float* s, int64_t N, int64_t C, bool accumulate) override;
+  void rmsnorm_forward_f32(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C,
+                           float eps) override;
+  void rmsnorm_backward_f32(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                            const float* rstd, int64_t N, int64_t C) override;
+  void rope_f32(float* x, const float* cos, const float* sin, int64_t N, int64_t T, int64_t ld, int64_t heads,
+                int64_t hd, int64_t rot, bool inverse) override;
+  void swiglu_forward_f32(float* out, const float* pre, int64_t N, int64_t F) override;
+  void swiglu_backward_f32(float* dpre, const float* pre, const float* dout, int64_t N, int64_t F) override;
+  void expand_kv_f32(float* qkv, const float* qkvc, int64_t N, int64_t heads, int64_t kv_heads, int64_t hd) override;
+  void reduce_kv_f32(float* dqkvc, const float* dqkv, int64_t N, int64_t heads, int64_t kv_heads, int64_t hd) override;
   void add_bias_f32(float* out, const float* inp, const float* bias, int64_t N, int64_t C) override;
   void add_f32(float* out, const float* a, const float* b, int64_t n) override;
   void gelu_forward_f32(float* out, const float* inp, int64_t n) override;

@@ -127,6 +127,18 @@ void activation_backward(float* dinp, const float* inp, const float* dout, int64
 void mul(float* out, const float* a, const float* b, int64_t n, bool accumulate, Stream s);
 void scale_rows(float* out, const float* x, const float* sc, int64_t N, int64_t C, bool accumulate, Stream s);
 
+// --- the decoder variants' ops (decoder_ops.cu), fp32 ---
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C, float eps,
+                     Stream s);
+void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
+                      int64_t N, int64_t C, Stream s);
+void rope(float* x, const float* cos, const float* sin, int64_t N, int64_t T, int64_t ld, int64_t heads, int64_t hd,
+          int64_t rot, bool inverse, Stream s);
+void swiglu_forward(float* out, const float* pre, int64_t N, int64_t F, Stream s);
+void swiglu_backward(float* dpre, const float* pre, const float* dout, int64_t N, int64_t F, Stream s);
+void expand_kv(float* qkv, const float* qkvc, int64_t N, int64_t heads, int64_t kv_heads, int64_t hd, Stream s);
+void reduce_kv(float* dqkvc, const float* dqkv, int64_t N, int64_t heads, int64_t kv_heads, int64_t hd, Stream s);
+
 // The .cu files use no fmt (nvcc rejects its consteval format checks): argument checks
 // that need a message live in cuda_backend.cc.
 

@@ -213,6 +213,7 @@ class ClimaxFamily final : public Family {
         .tied_head = false,
         .generation = false,
         .residual_stream_16 = false,  // its residual stream stays fp32 (climax.cc)
+        .block_variants = false,
         .data_source = "fields",
         .generation_note = "it forecasts weather; weft eval --checkpoint with --data WEATHER_DIR --map OUT.png draws "
                            "a forecast beside the truth (docs/climax.md)",

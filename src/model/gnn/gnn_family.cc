@@ -209,24 +209,6 @@ ModelConfig gnn_from_config_json(const nlohmann::json& j, const std::string& sou
   }
 }
 
-// A setting's number: the whole text, finite; an integer within [1, max].
-double setting_number(const std::string& key, const std::string& v) {
-  size_t used = 0;
-  double d = 0.0;
-  try {
-    d = std::stod(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size() || v.empty() || !std::isfinite(d)) throw_input("[model] {} must be a number, got '{}'", key, v);
-  return d;
-}
-int setting_int(const std::string& key, const std::string& v, int max) {
-  const double d = setting_number(key, v);
-  if (d != std::floor(d) || d < 1 || d > max) throw_input("[model] {} must be an integer in 1-{}, got '{}'", key, max, v);
-  return static_cast<int>(d);
-}
-
 class GnnFamily final : public Family {
  public:
   const char* name() const override { return "gnn"; }
@@ -247,6 +229,7 @@ class GnnFamily final : public Family {
         .tied_head = false,
         .generation = false,
         .residual_stream_16 = false,
+        .block_variants = false,
         .data_source = "graphs",
         .generation_note = "it predicts energies and forces of atomic structures; weft eval reports their errors "
                            "(docs/model-gnn.md)",

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "model/gpt/gpt_config.h"
 #include "model/gpt/gpt_description.h"
+#include "model/gpt/gpt_variants.h"
 
 namespace weft {
 
@@ -14,7 +15,7 @@ GPT::GPT(const ModelConfig& cfg, Backend& backend, bool local_store, int tp_size
     : cfg_(cfg), layout_(param_layout(cfg, tp_size, tp_rank, stage)),
       backend_(backend),
       tp_(backend, tp_size, tp_rank),
-      ln_(tp_, cfg.ln_eps),
+      ln_(tp_, cfg.ln_eps, cfg.block.norm == NormKind::kRmsNorm),
       column_(tp_),
       row_(tp_),
       embedding_(tp_, cfg.padded_vocab),
@@ -122,7 +123,8 @@ void GPT::build_workspace(const GptDescription& d) {
   const ModelConfig& c = config();
   const int64_t B = ws_.B, T = ws_.T, N = B * T, C = c.n_embd, F = tp_.part(c.ffn), NH = tp_.part(c.n_head);
   const int64_t Cl = tp_.part(C), Nl = acts_rows_, Vp = head_.vocab_rows(), head_chunk = ws_.head_chunk;
-  const bool training = acts_training_, head = layout_.stage().head;
+  const int64_t FC = tp_.part(c.fc_width());
+  const bool training = acts_training_, head = layout_.stage().head, rms = c.block.norm == NormKind::kRmsNorm;
   bool any_full = false, any_recompute = false;
   const bool selective = recompute_ == Recompute::kSelective && !attn_lse_;  // lse: nothing to recompute
   for (int i = 0; i < layout_.num_layers() && training; ++i) {
@@ -146,8 +148,14 @@ void GPT::build_workspace(const GptDescription& d) {
     ws_.dF = training ? take(N * F, dtypes_.act) : View();
     ws_.att = any_recompute ? take(att_stats, dtypes_.att) : View();
     ws_.layer = {};
-    if (any_full) carve_layer(ws_.layer, take, N, Nl, C, Cl, F, ws_.att, false, dtypes_);
+    if (any_full) carve_layer(ws_.layer, take, N, Nl, C, Cl, F, ws_.att, false, dtypes_, FC, rms);
+    ws_.qkvc = d.qkvc_elems() > 0 ? take(d.qkvc_elems(), dtypes_.act) : View();
+    ws_.dfc = d.dfc_elems() > 0 ? take(d.dfc_elems(), dtypes_.act) : View();
+    ws_.rope_cos = d.rope_table_elems() > 0 ? f32(d.rope_table_elems()) : nullptr;
+    ws_.rope_sin = d.rope_table_elems() > 0 ? f32(d.rope_table_elems()) : nullptr;
   });
+  if (ws_.rope_cos != nullptr) upload_rope_tables(T);
+  block_.set_variant_workspace({ws_.qkvc, ws_.rope_cos, ws_.rope_sin});
   ws_.tokens = DeviceBuffer(backend_, DType::kI32, d.token_elems(), MemCategory::kWorkspace);
   tp_.reserve(N, C, d.tp_sum_dtype());
   WEFT_CHECK(tp_.scratch_bytes() == d.tp_scratch_bytes(), "tensor-parallel scratch {} bytes, the description says {}",
@@ -165,7 +173,8 @@ void GPT::build_workspace(const GptDescription& d) {
 void GPT::build_stash(Activations& A) {
   const ModelConfig& c = config();
   const int64_t B = ws_.B, T = ws_.T, N = B * T, C = c.n_embd, F = tp_.part(c.ffn), NH = tp_.part(c.n_head);
-  const int64_t Cl = tp_.part(C), Nl = acts_rows_;
+  const int64_t Cl = tp_.part(C), Nl = acts_rows_, FC = tp_.part(c.fc_width());
+  const bool rms = c.block.norm == NormKind::kRmsNorm;
   const int nl = layout_.num_layers();
   const int64_t att_stats = attn_lse_ ? B * NH * T : B * NH * T * T;  // lse or probabilities
   const bool selective = acts_training_ && recompute_ == Recompute::kSelective && !attn_lse_;
@@ -182,14 +191,30 @@ void GPT::build_stash(Activations& A) {
         a.res3 = take(Nl * C, dtypes_.res);
         continue;
       }
-      carve_layer(a, take, N, Nl, C, Cl, F, selective ? ws_.att : take(att_stats, dtypes_.att), true, dtypes_);
+      carve_layer(a, take, N, Nl, C, Cl, F, selective ? ws_.att : take(att_stats, dtypes_.att), true, dtypes_, FC, rms);
     }
     if (layout_.stage().head) {
       A.lnf = take(N * C, dtypes_.ln);
-      A.lnf_mean = f32(Nl);
+      A.lnf_mean = rms ? nullptr : f32(Nl);  // RMSNorm keeps rstd alone
       A.lnf_rstd = f32(Nl);
     }
   });
+}
+
+CView GPT::acquire_head() {
+  if (tied()) return store_->acquire(0);
+  CView lnfw, lnfb, hw;
+  final_ptrs(layout_, store_->acquire(config().n_layer + 1), &lnfw, &lnfb, &hw);
+  return hw;
+}
+
+void GPT::release_head() { store_->release(tied() ? 0 : config().n_layer + 1); }
+
+void GPT::upload_rope_tables(int64_t T) {
+  std::vector<float> cos, sin;
+  rope_tables(config(), T, cos, sin);
+  backend_.copy_to_device(ws_.rope_cos, 0, cos.data(), cos.size() * sizeof(float));
+  backend_.copy_to_device(ws_.rope_sin, 0, sin.data(), sin.size() * sizeof(float));
 }
 
 void GPT::check_tokens(const int32_t* tokens, int64_t n, const char* what) const {
@@ -242,7 +267,7 @@ void GPT::forward_blocks(int64_t B, int64_t T) {
   }
   if (!last) return;
   CView lnfw, lnfb;
-  final_ptrs(layout_, st.acquire(L + 1), &lnfw, &lnfb);  // held to the end
+  final_ptrs(layout_, st.acquire(L + 1), &lnfw, &lnfb, &head_w_);  // held to the end (an untied head with it)
   ln_.forward(cur_->lnf, cur_->lnf_mean, cur_->lnf_rstd, x, lnfw, lnfb, N, C);  // every row, for the head
 }
 
@@ -271,9 +296,14 @@ float GPT::forward_loss(const int32_t* inputs, const int32_t* targets, int64_t B
   upload_tokens(inputs, targets, B * T);
   forward_blocks(B, T);
   const int64_t N = B * T;
-  const CView wte = store_->acquire(0);  // still held from forward_blocks
-  const double s = head(N, wte, nullptr, 0.0f);
-  store_->release(0);  // the extra acquire above
+  double s = 0.0;
+  if (tied()) {
+    const CView wte = store_->acquire(0);  // still held from forward_blocks
+    s = head(N, wte, nullptr, 0.0f);
+    store_->release(0);  // the extra acquire above
+  } else {
+    s = head(N, head_w_, nullptr, 0.0f);  // the back group, held from forward_blocks
+  }
   store_->release(config().n_layer + 1);
   store_->release(0);
   return static_cast<float>(s / static_cast<double>(N));
@@ -299,25 +329,29 @@ double GPT::backward_part(CView dy, int64_t B, int64_t T, float loss_scale) {
   CView wte, wpe;
   float *dwte = nullptr, *dwpe = nullptr;
   double loss_sum = 0.0;
-  if (layout_.has_group(0)) {
+  // The embedding group's weights and gradients: first when the head reads it (tied), else after
+  // the layers (the order of parameter accesses ZeRO-3's gathers follow: plan/comm_model.cc).
+  const auto take_front = [&] {
+    if (!layout_.has_group(0)) return;
     layout_.embedding_ptrs(st.acquire(0), &wte, &wpe);
     st.release(0);  // balance the acquire just above; forward_blocks' acquire is still held
     layout_.embedding_ptrs(st.grads(0), &dwte, &dwpe);
-  }
+  };
+  if (tied()) take_front();
   if (!last) {
     // a pipeline stage before the last: the gradient of its output came from the next stage
     WEFT_CHECK(dy.dtype == ws_.dres.dtype, "stage_backward: a {} output gradient for a {} residual stream",
                dtype_name(dy.dtype), dtype_name(ws_.dres.dtype));
     backend_.copy_device(ws_.dres.data, 0, dy.data, 0, dtype_bytes(dy.dtype, Nl * C));
   } else {
-    loss_sum = head(N, wte, dwte, loss_scale);
-    st.head_done();
     const CView x_last = nl > 0 ? CView(cur_->layers.back().res3) : CView(cur_->encoded);
-    CView lnfw, lnfb;
-    float *dlnfw, *dlnfb;
-    final_ptrs(layout_, st.acquire(L + 1), &lnfw, &lnfb);
+    CView lnfw, lnfb, hw;
+    float *dlnfw, *dlnfb, *dhw;
+    final_ptrs(layout_, st.acquire(L + 1), &lnfw, &lnfb, &hw);
     st.release(L + 1);
-    final_ptrs(layout_, st.grads(L + 1), &dlnfw, &dlnfb);
+    final_ptrs(layout_, st.grads(L + 1), &dlnfw, &dlnfb, &dhw);
+    loss_sum = tied() ? head(N, wte, dwte, loss_scale) : head(N, hw, dhw, loss_scale);
+    st.head_done();
     backend_.fill(ws_.dres.data, ws_.dres.dtype, 0, Nl * C, 0.0f);
     const View dlnf = head_.input_grad(ws_.dC, N, C);
     ln_.backward(ws_.dres, dlnfw, dlnfb, dlnf, x_last, lnfw, cur_->lnf_mean, cur_->lnf_rstd, N, C);
@@ -329,10 +363,11 @@ double GPT::backward_part(CView dy, int64_t B, int64_t T, float loss_scale) {
     const LayerPtrs lg = layer_ptrs(layout_, l, st.grads(l + 1));
     const CView x = l == l0 ? CView(cur_->encoded) : CView(cur_->layers[static_cast<size_t>(l - l0 - 1)].res3);
     block_.backward(lw, lg, x, cur_->layers[static_cast<size_t>(l - l0)], B, T, full_recompute(l - l0),
-                    {ws_.dres, ws_.dC, ws_.d3C, ws_.dF, ws_.att});
+                    {ws_.dres, ws_.dC, ws_.d3C, ws_.dF, ws_.att, ws_.dfc});
     st.release(l + 1);
     st.ready(l + 1);
   }
+  if (!tied()) take_front();
   if (first) {
     const CView demb = embedding_.output_grad(ws_.dres, N, C);  // every row's gradient
     if (!st.embedding_backward(ws_.inputs, demb, B, T, embedding_.v0(), embedding_.vocab_rows())) {
@@ -396,8 +431,8 @@ double GPT::stage_loss(int slot, const int32_t* targets, int64_t B, int64_t T) {
   upload_tokens(nullptr, targets, B * T);
   SlotScope scope(&cur_, &stash_[0]);
   use_slot(slot);
-  const double s = head(B * T, store_->acquire(0), nullptr, 0.0f);
-  store_->release(0);
+  const double s = head(B * T, acquire_head(), nullptr, 0.0f);
+  release_head();
   return s;
 }
 
@@ -412,8 +447,8 @@ void GPT::row_logits(CView lnf_row, float* logits_out) {
   const ModelConfig& c = config();
   // Allocated at the first generated token and kept: one per GPT, not one per token.
   if (!row_logits_) row_logits_ = DeviceBuffer(backend_, DType::kF32, c.padded_vocab, MemCategory::kWorkspace);
-  head_.row_logits(row_logits_.data<float>(), lnf_row, store_->acquire(0), c.n_embd);
-  store_->release(0);
+  head_.row_logits(row_logits_.data<float>(), lnf_row, acquire_head(), c.n_embd);
+  release_head();
   backend_.copy_to_host(logits_out, row_logits_.raw(), 0, static_cast<size_t>(c.vocab_size) * sizeof(float));
 }
 

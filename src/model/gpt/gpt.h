@@ -69,6 +69,11 @@ struct Workspace {
   View att;                  // recomputed attention statistics: (B,NH,T,T) probabilities (selective
                              // or full recompute), or the (B,NH,T) log-sum-exp (full, flash attention)
   LayerActs layer{};         // the rematerialised layer (full recompute)
+  // The block's variants (model/block.h's VariantWorkspace): grouped-query attention's compact
+  // q, k, v (N, QKVl), SwiGLU's fc gradient (N, FCl, training), the rotary cos and sin tables
+  // (T, rot/2 each, f32, filled at reserve).
+  View qkvc, dfc;
+  float *rope_cos = nullptr, *rope_sin = nullptr;
   int32_t* inputs = nullptr;   // (N) the micro-batch's input token ids (a stage with the embedding)
   int32_t* targets = nullptr;  // (N) its target token ids (a stage with the head)
   DeviceBuffer storage, storage32;  // the float tensors above by storage (as Activations), under kWorkspace
@@ -228,6 +233,13 @@ class GPT final : public Model {
   // The output head and loss over rows [0, N) of lnf, chunk by chunk; with dloss != 0 also
   // dwte and dlnf (into ws_.dC, summed over tp as far as head_.input_grad() leaves it).
   double head(int64_t N, CView wte, float* dwte, float dloss);
+  // The output head's weights (Vp/tp rows of C): the token embedding (group 0) when tied, else the
+  // back group's lm_head; acquired (release_head() balances it).
+  CView acquire_head();
+  void release_head();
+  bool tied() const { return cfg_.block.tie_embeddings; }
+  // The rotary tables for positions 0..T-1 into the workspace (reserve).
+  void upload_rope_tables(int64_t T);
   void row_logits(CView lnf_row, float* logits_out);
   void check_tokens(const int32_t* tokens, int64_t n, const char* what) const;  // host tokens
   void check_shape(int64_t B, int64_t T, bool training) const;
@@ -246,6 +258,7 @@ class GPT final : public Model {
   VocabParallelEmbedding embedding_;
   VocabParallelHead head_;
   TransformerBlock block_;  // causal
+  CView head_w_;            // an untied head's weights, acquired with the back group (forward_blocks)
   void build_stash(Activations& A);
   // Allocates and carves the workspace (and the tensor-parallel layers' scratch) that the
   // description sizes for the reserved shape.

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "model/block_memory.h"
+#include "model/gpt/gpt_variants.h"
 #include "parallel/tp/mappings.h"
 
 namespace weft {
@@ -11,15 +12,18 @@ namespace weft {
 namespace {
 
 // One layer's parameters on one of t ranks, tensor by tensor as params.cc lays them out
-// (Shoeybi et al. 2019, sec. 3): c_attn's columns split by whole heads, attn.c_proj's and
-// mlp.c_proj's rows split, c_fc's columns split; the LayerNorms and the two row-parallel
-// biases (added once, after the all-reduce) replicated.
-int64_t layer_params(int64_t C, int64_t F, int64_t t) {
-  const int64_t ln = 2 * C;                              // ln_1 / ln_2: weight, bias (C each)
-  const int64_t qkv = C * (3 * C / t) + 3 * C / t;       // c_attn (C, 3C/t) + (3C/t)
-  const int64_t attn_proj = (C / t) * C + C;             // attn.c_proj (C/t, C) + (C)
-  const int64_t fc = C * (F / t) + F / t;                // c_fc (C, F/t) + (F/t)
-  const int64_t fc_proj = (F / t) * C + C;               // mlp.c_proj (F/t, C) + (C)
+// (Shoeybi et al. 2019, sec. 3): c_attn's columns split by whole heads (q, k and v each), attn.c_proj's
+// and mlp.c_proj's rows split, c_fc's columns split (gate and up each); the norms and the two
+// row-parallel biases (added once, after the all-reduce) replicated. The variant decides the
+// widths (QKV = C + 2 KV, FC = F or 2F) and which biases exist.
+int64_t layer_params(const ModelConfig& m, int64_t t) {
+  const int64_t C = m.n_embd, F = m.ffn, QKV = m.qkv_width(), FC = m.fc_width();
+  const bool bias = m.block.bias, norm_bias = bias && m.block.norm == NormKind::kLayerNorm;
+  const int64_t ln = C + (norm_bias ? C : 0);                   // ln_1 / ln_2: weight (C), bias (C)
+  const int64_t qkv = C * (QKV / t) + (bias ? QKV / t : 0);     // c_attn (C, QKV/t) + (QKV/t)
+  const int64_t attn_proj = (C / t) * C + (bias ? C : 0);       // attn.c_proj (C/t, C) + (C)
+  const int64_t fc = C * (FC / t) + (bias ? FC / t : 0);        // c_fc (C, FC/t) + (FC/t)
+  const int64_t fc_proj = (F / t) * C + (bias ? C : 0);         // mlp.c_proj (F/t, C) + (C)
   return 2 * ln + qkv + attn_proj + fc + fc_proj;
 }
 
@@ -27,11 +31,13 @@ int64_t layer_params(int64_t C, int64_t F, int64_t t) {
 GptParamCounts param_counts(const ModelConfig& m, int64_t t, int64_t layers, const StageSpec& st) {
   GptParamCounts p;
   const int64_t C = m.n_embd;
-  p.layer = layer_params(C, m.ffn, t);
-  p.embedding = m.padded_vocab / t * C + int64_t{m.n_ctx} * C;  // wte (Vp/t rows), wpe (replicated)
-  p.final_norm = 2 * C;
-  // The tied output head reads wte: a part with the head holds the embedding group too.
-  p.part = layers * p.layer + (st.embedding || st.head ? p.embedding : 0) + (st.head ? p.final_norm : 0);
+  const bool learned = m.block.position == PositionKind::kLearned, tied = m.block.tie_embeddings;
+  p.layer = layer_params(m, t);
+  p.embedding = m.padded_vocab / t * C + (learned ? int64_t{m.n_ctx} * C : 0);  // wte (Vp/t rows), wpe (replicated)
+  p.final_norm = m.block.norm == NormKind::kRmsNorm ? C : 2 * C;
+  p.head = tied ? 0 : m.padded_vocab / t * C;  // lm_head (Vp/t rows)
+  // A tied output head reads wte: a part with the head holds the embedding group too.
+  p.part = layers * p.layer + (st.embedding || (st.head && tied) ? p.embedding : 0) + (st.head ? p.back() : 0);
   return p;
 }
 
@@ -61,6 +67,11 @@ GptDescription::GptDescription(const GptRunSpec& spec) : s_(spec) {
   }
   Nl_ = sp_ ? N_ / t : N_;
   C_ = m.n_embd, Cl_ = C_ / t, Fl_ = m.ffn / t, NHl_ = m.n_head / t, Vl_ = m.padded_vocab / t;
+  QKVl_ = m.qkv_width() / t, FCl_ = m.fc_width() / t, KVHl_ = m.kv_heads() / t;
+  rms_ = m.block.norm == NormKind::kRmsNorm;
+  gqa_ = m.kv_heads() != m.n_head;
+  swiglu_ = m.block.mlp == MlpKind::kSwiglu;
+  rot_ = m.block.position == PositionKind::kRope ? weft::rope_dims(m) : 0;
   head_chunk_ = resolve_head_chunk(s_.head_chunk, Vl_, N_);
   // GPT::set_recompute: kFull recomputes the part's first recompute_layers layers (Megatron's
   // "block" method), the others keep everything; recomputing happens in training only.
@@ -78,8 +89,9 @@ int64_t GptDescription::total_params() const {
 }
 
 double GptDescription::train_flops_per_token(const ModelConfig& c, int64_t T) {
-  const double C = c.n_embd, F = c.ffn, L = c.n_layer;
-  const double matmul_params = L * (C * 3 * C + C * C + 2 * C * F) + static_cast<double>(c.padded_vocab) * C;
+  const double C = c.n_embd, F = c.ffn, L = c.n_layer, QKV = static_cast<double>(c.qkv_width());
+  const double FC = static_cast<double>(c.fc_width());
+  const double matmul_params = L * (C * QKV + C * C + C * FC + F * C) + static_cast<double>(c.padded_vocab) * C;
   return 6.0 * matmul_params + 12.0 * L * C * static_cast<double>(T);
 }
 
@@ -89,8 +101,9 @@ double GptDescription::attention_core_forward_flops_per_token() const {
 }
 
 double GptDescription::layer_forward_flops_per_token() const {
-  const double C = static_cast<double>(C_), F = s_.model.ffn;
-  return 2.0 * (C * 3 * C + C * C + 2 * C * F) + attention_core_forward_flops_per_token();
+  const double C = static_cast<double>(C_), F = s_.model.ffn, QKV = static_cast<double>(s_.model.qkv_width());
+  const double FC = static_cast<double>(s_.model.fc_width());
+  return 2.0 * (C * QKV + C * C + C * FC + F * C) + attention_core_forward_flops_per_token();
 }
 
 double GptDescription::recompute_flops_per_token() const {
@@ -108,7 +121,8 @@ TypedElems GptDescription::layer_elems(bool with_att, bool output) const {
   // its mean and rstd (Nl each), qkv (N,3Cl), the attention statistics (the probabilities
   // (B,NHl,T,T), or the log-sum-exp (B,NHl,T) with attention_lse), atty (N,Cl),
   // res2 (Nl,C), ln2 (N,C) + mean, rstd, fch and its GELU (N,Fl each), res3 (Nl,C).
-  return weft::layer_elems(N_, Nl_, C_, Cl_, Fl_, att_stats_elems(), with_att, output, layer_dtypes());
+  // The variants: RMSNorm keeps rstd alone, SwiGLU's fc output is (N, 2Fl).
+  return weft::layer_elems(N_, Nl_, C_, Cl_, Fl_, att_stats_elems(), with_att, output, layer_dtypes(), FCl_, rms_);
 }
 
 TypedElems GptDescription::layer_elems() const { return layer_elems(true, true); }
@@ -131,7 +145,7 @@ TypedElems GptDescription::stash() const {
   add(residual_elems(), residual_dtype());
   if (s_.stage.head) {
     (layer_dtypes().ln == DType::kF32 ? e.f32 : e.act) += N_ * C_;
-    e.f32 += 2 * Nl_;
+    e.f32 += (rms_ ? 1 : 2) * Nl_;  // its statistics (RMSNorm: rstd)
   }
   add(rf_ * residual_elems(), residual_dtype());  // the fully recomputed layers' outputs
   e += layer_elems(!selective_, true) * (nl_ - rf_);
@@ -157,6 +171,9 @@ TypedElems GptDescription::workspace_tensors() const {
   // rematerialised layer (full: the probabilities, or the log-sum-exp with attention_lse).
   if (rf_ > 0 || (selective_ && nl_ > 0)) add(att_stats_elems(), dt.att);
   if (rf_ > 0) e += layer_elems(false, false);  // the rest of that layer
+  add(qkvc_elems(), dt.act);  // grouped-query attention's compact q, k, v (and their gradient)
+  add(dfc_elems(), dt.act);   // SwiGLU's fc gradient
+  e.f32 += 2 * rope_table_elems();  // the rotary cos and sin tables
   return e;
 }
 
@@ -184,6 +201,11 @@ int64_t GptDescription::workspace_bytes() const {
 
 int64_t GptDescription::staging_elems() const {
   if (s_.precision == Precision::kFp32) return 0;
+  if (!s_.model.block.is_default()) {
+    throw_input("model '{}': the decoder variants ({}) run with fp32 storage only for now, not {}", s_.model.name,
+                "rotary positions, RMSNorm, no biases, SwiGLU, grouped-query attention, an untied head",
+                precision_name(s_.precision));
+  }
   return std::max({nl_ > 0 ? block_staging_elems() : 0, s_.stage.head ? head_staging_elems() : 0,
                    s_.stage.embedding ? embedding_staging_elems() : 0});
 }
@@ -276,8 +298,10 @@ EndsWork GptDescription::ends_work() const {
 AcceleratorMemory GptDescription::accelerator_memory(const AcceleratorOptions& o) const {
   const ModelConfig& m = s_.model;
   const double e = o.e, t = s_.tp, layers = static_cast<double>(nl_);
-  const BlockShape k{static_cast<double>(s_.T), static_cast<double>(s_.B), static_cast<double>(C_),
-                     static_cast<double>(m.ffn), static_cast<double>(m.n_head), t, s_.sequence_parallel};
+  BlockShape k{static_cast<double>(s_.T), static_cast<double>(s_.B), static_cast<double>(C_),
+               static_cast<double>(m.ffn), static_cast<double>(m.n_head), t, s_.sequence_parallel};
+  k.kv = static_cast<double>(m.kv_heads()) * m.head_dim();
+  k.gated = swiglu_;
   AcceleratorMemory r;
   // A block's stash; under full recompute the recomputed blocks keep their input, the others
   // everything.
@@ -288,7 +312,7 @@ AcceleratorMemory GptDescription::accelerator_memory(const AcceleratorOptions& o
     r.layer = (rec * block_checkpoint_bytes(k, e) + (layers - rec) * kept) / std::max(1.0, layers);
   }
   const double sb = k.s * k.b;
-  const double sbh = sb * k.h, sbf = sb * k.f;
+  const double sbh = sb * k.h;
   const double as2b = k.a * k.s * sb;
   const double rep = s_.sequence_parallel ? t : 1.0;
   // The final LayerNorm input and output, kept for the head's backward (Korthikanti et al. 2022
@@ -298,7 +322,9 @@ AcceleratorMemory GptDescription::accelerator_memory(const AcceleratorOptions& o
   // Workspace: gradients of one layer's activations (residual stream, attention output, QKV,
   // MLP hidden: 3 sbh + 3 sbh/t + sbf/t elements, weft's Activations scratch), the
   // attention-score gradient when scores are materialised, the all-gathered input under sp.
-  double ws = (3 * sbh / rep + 3 * sbh / t + sbf / t) * e;
+  // (Grouped-query attention: the compact q, k, v gradient; SwiGLU: gate and up.)
+  const double qkv_w = static_cast<double>(m.qkv_width()), fc_w = static_cast<double>(m.fc_width());
+  double ws = (3 * sbh / rep + sb * qkv_w / t + sb * fc_w / t) * e;
   if (!o.flash_attention) ws += as2b * e / t;
   if (s_.sequence_parallel) ws += sbh * e;
   if (s_.recompute == Recompute::kFull) {

@@ -33,11 +33,13 @@ using GptRunSpec = RunSpec;
 // Parameter elements, as ParamLayout lays them out.
 struct GptParamCounts {
   int64_t layer = 0;       // one block: ln_1, c_attn, attn.c_proj, ln_2, c_fc, mlp.c_proj
-  int64_t embedding = 0;   // the embedding group: wte (Vp rows) + wpe (n_ctx rows)
-  int64_t final_norm = 0;  // ln_f (the output head is tied to wte: nothing of its own)
-  // The part: its layers, the embedding group if it holds the embedding or the head, ln_f
-  // if it holds the head (StageSpec).
+  int64_t embedding = 0;   // the embedding group: wte (Vp rows) + wpe (n_ctx rows; none with rotary positions)
+  int64_t final_norm = 0;  // ln_f (weight and bias; RMSNorm: the weight)
+  int64_t head = 0;        // an untied output head (Vp rows; a tied one reads wte: 0)
+  // The part: its layers, the embedding group if it holds the embedding or a tied head, ln_f
+  // and an untied head if it holds the head (StageSpec).
   int64_t part = 0;
+  int64_t back() const { return final_norm + head; }  // the back group
 };
 
 class GptDescription {
@@ -61,11 +63,12 @@ class GptDescription {
 
   // --- FLOPs per token, whole tensors (summed over the tp ranks) ---
   // Model FLOPs of a training step at sequence length T: 6 N_mm + 12 L C T with N_mm =
-  // L (3C^2 + C^2 + 2CF) + Vp C the parameters in matrix products (PaLM, Chowdhery et al.
-  // 2022, appendix B; attention scores and weighted sums without discounting the mask).
+  // L (C QKV + C^2 + C FC + F C) + Vp C the parameters in matrix products (PaLM, Chowdhery et al.
+  // 2022, appendix B; attention scores and weighted sums without discounting the mask); GPT-2:
+  // QKV = 3C, FC = F; grouped-query attention QKV = C + 2 KV, SwiGLU FC = 2F.
   static double train_flops_per_token(const ModelConfig& m, int64_t T);
   double train_flops_per_token() const { return train_flops_per_token(s_.model, s_.T); }
-  // One layer's forward: 2 (4C^2 + 2CF) for its products + 4 C T for Q K^T and P V.
+  // One layer's forward: 2 (C QKV + C^2 + C FC + F C) for its products + 4 C T for Q K^T and P V.
   double layer_forward_flops_per_token() const;
   double attention_core_forward_flops_per_token() const;  // 4 C T
   // What the part's recompute adds to the backward pass (Korthikanti et al. 2022): full, a
@@ -98,6 +101,14 @@ class GptDescription {
   TypedElems workspace_tensors() const;  // the model's scratch tensors (gpt.h's Workspace)
   int64_t stash_elems() const { return stash().total(); }
   int64_t workspace_elems() const;  // shared by every micro-batch in flight: the three below
+  // The variants' pieces of the workspace (after the GPT-2 ones, in GPT::build_workspace's order):
+  // grouped-query attention's compact q, k, v (N, QKVl) and, training, SwiGLU's fc gradient
+  // (N, FCl), both in the activations' dtype; rotary positions' cos and sin tables (T, rot/2) f32.
+  int64_t qkvc_elems() const { return gqa_ ? N_ * QKVl_ : 0; }
+  int64_t dfc_elems() const { return swiglu_ && s_.training ? N_ * FCl_ : 0; }
+  int64_t rope_table_elems() const { return rot_ > 0 ? s_.T * (rot_ / 2) : 0; }
+  int64_t kv_heads_local() const { return KVHl_; }
+  int64_t rope_dims() const { return rot_; }
   int64_t workspace_tensor_elems() const { return workspace_tensors().total(); }
   int64_t token_elems() const;             // the micro-batch's token ids (int32)
   int64_t tp_scratch_elems() const;        // the tensor-parallel layers' scratch
@@ -142,6 +153,10 @@ class GptDescription {
   GptParamCounts rank_, full_;
   int64_t nl_ = 0, rf_ = 0;  // the part's layers, those fully recomputed
   int64_t N_ = 0, Nl_ = 0, C_ = 0, Cl_ = 0, Fl_ = 0, NHl_ = 0, Vl_ = 0, head_chunk_ = 0;
+  // The variant's (model/config.h's BlockOptions): this rank's fused q, k, v columns (C + 2 KV)/t,
+  // its fc columns (F or 2F)/t, its key/value heads, the rotary dimensions of a head (0: none).
+  int64_t QKVl_ = 0, FCl_ = 0, KVHl_ = 0, rot_ = 0;
+  bool rms_ = false, gqa_ = false, swiglu_ = false;
   bool sp_ = false, selective_ = false;  // sequence parallel; selective recompute in effect (not with lse)
 };
 

@@ -12,6 +12,8 @@
 #include "model/gpt/gpt.h"
 #include "model/gpt/gpt_config.h"
 #include "model/gpt/gpt_description.h"
+#include "model/gpt/gpt_hf_llama.h"
+#include "model/gpt/gpt_variants.h"
 #include "parallel/pp/partition.h"
 
 namespace weft {
@@ -41,10 +43,16 @@ constexpr Preset kPresets[] = {
 };
 
 // GPT2LMHeadModel's config.json (Hugging Face transformers' GPT2Config).
+// A decoder variant (model/config.h's BlockOptions) is not a GPT2LMHeadModel: its file says so
+// (weft's own model_type) and records the options under "weft": {"block": ...}.
+constexpr const char* kVariantModelType = "weft-gpt";
+
 nlohmann::ordered_json gpt_config_json(const ModelConfig& cfg) {
+  if (hf_llama_compatible(cfg)) return llama_config_json(cfg);  // Llama's block: LlamaForCausalLM's file
   nlohmann::ordered_json j;
-  j["architectures"] = {"GPT2LMHeadModel"};
-  j["model_type"] = "gpt2";
+  const bool gpt2 = cfg.block.is_default();
+  j["architectures"] = {gpt2 ? "GPT2LMHeadModel" : "WeftGPT"};
+  j["model_type"] = gpt2 ? "gpt2" : kVariantModelType;
   j["vocab_size"] = cfg.vocab_size;
   j["n_positions"] = cfg.n_ctx;
   j["n_ctx"] = cfg.n_ctx;
@@ -52,31 +60,34 @@ nlohmann::ordered_json gpt_config_json(const ModelConfig& cfg) {
   j["n_layer"] = cfg.n_layer;
   j["n_head"] = cfg.n_head;
   j["n_inner"] = cfg.ffn == 4 * cfg.n_embd ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(cfg.ffn);
-  j["activation_function"] = "gelu_new";
+  j["activation_function"] = cfg.block.mlp == MlpKind::kSwiglu ? "silu" : "gelu_new";
   j["resid_pdrop"] = 0.0;
   j["embd_pdrop"] = 0.0;
   j["attn_pdrop"] = 0.0;
   j["layer_norm_epsilon"] = float_for_json(cfg.ln_eps);
   j["initializer_range"] = float_for_json(cfg.init_std);
-  j["tie_word_embeddings"] = true;
+  j["tie_word_embeddings"] = cfg.block.tie_embeddings;
   // <|endoftext|> only exists in the GPT-2 vocabulary (a smaller test vocabulary has none).
   const bool gpt2_vocab = cfg.vocab_size > kGpt2EndOfText;
   j["bos_token_id"] = gpt2_vocab ? nlohmann::ordered_json(kGpt2EndOfText) : nlohmann::ordered_json(nullptr);
   j["eos_token_id"] = gpt2_vocab ? nlohmann::ordered_json(kGpt2EndOfText) : nlohmann::ordered_json(nullptr);
   j["torch_dtype"] = "float32";
   j["weft"] = {{"name", cfg.name}, {"padded_vocab", cfg.padded_vocab}};
+  if (!gpt2) j["weft"]["block"] = block_options_json(cfg.block);
   return j;
 }
 
-// The checks that are the GPT's own: GELU tanh, tied head.
+// The checks that are the GPT's own: GELU tanh, tied head (GPT-2's block; a variant's file records
+// its block under weft.block).
 void check_gpt_config_json(const nlohmann::json& j, const std::string& source) {
-  if (j.contains("activation_function")) {
+  const bool variant = j.contains("weft") && j.at("weft").is_object() && j.at("weft").contains("block");
+  if (!variant && j.contains("activation_function")) {
     const auto& a = j.at("activation_function");
     if (a != "gelu_new" && a != "gelu_pytorch_tanh") {
       throw_input("{}: activation_function is {}, weft implements the tanh GELU (\"gelu_new\")", source, a.dump());
     }
   }
-  if (j.contains("tie_word_embeddings") && j.at("tie_word_embeddings") != true) {
+  if (!variant && j.contains("tie_word_embeddings") && j.at("tie_word_embeddings") != true) {
     throw_input("{}: tie_word_embeddings is {}, weft ties the output head to the token embedding", source,
                 j.at("tie_word_embeddings").dump());
   }
@@ -93,6 +104,7 @@ ModelConfig gpt_from_config_json(const nlohmann::json& j, const std::string& sou
       j.contains("n_inner") && !j.at("n_inner").is_null() ? json_int(j, "n_inner", source, kMaxJsonWidth) : 0;
   std::string name = "gpt2";
   int padded_vocab = 0;
+  BlockOptions block;
   if (j.contains("weft")) {
     const auto& w = j.at("weft");
     if (!w.is_object()) throw_input("{}: key 'weft' is {}, expected an object", source, w.dump());
@@ -101,11 +113,13 @@ ModelConfig gpt_from_config_json(const nlohmann::json& j, const std::string& sou
       name = w.at("name").get<std::string>();
     }
     if (w.contains("padded_vocab")) padded_vocab = json_int(w, "padded_vocab", source + ": weft", kMaxJsonVocab + 128);
+    if (w.contains("block")) block = block_options_from_json(w.at("block"), source);
   }
   ModelConfig cfg;
   try {
     cfg = make_model_config(name, n_layer, n_head, n_embd, n_ctx, vocab, ffn);
     if (padded_vocab != 0) cfg.padded_vocab = padded_vocab;
+    cfg.block = block;
     auto read_positive = [&](const char* key, float* out) {
       if (!j.contains(key)) return;
       const auto& v = j.at(key);
@@ -128,17 +142,23 @@ ModelConfig gpt_from_config_json(const nlohmann::json& j, const std::string& sou
 ParamTable gpt_param_table(const ModelConfig& cfg) {
   using S = TpSplit;
   using I = ParamInit;
+  const BlockOptions& b = cfg.block;
   const int64_t C = cfg.n_embd, Vp = cfg.padded_vocab, V = cfg.vocab_size;
+  const bool tied = b.tie_embeddings;
   ParamTable t;
-  t.front_with_head = true;
-  t.front = {{"transformer.wte.weight", 0, {Vp, C}, S::kRows, true, I::kNormal, {V, C}, V * C},
-             {"transformer.wpe.weight", 0, {cfg.n_ctx, C}, S::kReplicated, true, I::kNormal}};
-  // The lookup's gradient arrives as token rows; the head reads the same matrix.
+  t.front_with_head = tied;
+  t.front = {{"transformer.wte.weight", 0, {Vp, C}, S::kRows, true, I::kNormal, {V, C}, V * C}};
+  if (b.position == PositionKind::kLearned) {
+    t.front.push_back({"transformer.wpe.weight", 0, {cfg.n_ctx, C}, S::kReplicated, true, I::kNormal});
+  }
+  // The lookup's gradient arrives as token rows; a tied head reads the same matrix.
   t.front[0].sparse_rows = true;
-  t.front[0].tied_head = true;
+  t.front[0].tied_head = tied;
   // Hugging Face's files: with or without "transformer.", the head as "lm_head.weight" (tied to
   // wte), the attention's causal-mask buffers per block (not parameters).
-  t.foreign = {"transformer.", "lm_head.weight", "h.", {".attn.bias", ".attn.masked_bias"}};
+  t.foreign = {"transformer.", tied ? "lm_head.weight" : "", "h.", {".attn.bias", ".attn.masked_bias"}};
+  // Llama's block is written and read in Hugging Face's LlamaForCausalLM names (gpt_hf_llama.h).
+  if (hf_llama_compatible(cfg)) t.foreign = llama_foreign_names(cfg);
   static const char* const kNames[kParamsPerLayer] = {
       "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
       "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
@@ -146,8 +166,10 @@ ParamTable gpt_param_table(const ModelConfig& cfg) {
   for (int l = 0; l < cfg.n_layer; ++l) {
     t.layers.push_back(block_param_specs(cfg, fmt::format("transformer.h.{}.", l), kNames, /*residual_scaled=*/true));
   }
-  t.back = {{"transformer.ln_f.weight", 0, {C}, S::kReplicated, false, I::kOnes},
-            {"transformer.ln_f.bias", 0, {C}, S::kReplicated, false, I::kZeros}};
+  // The back group by place (params.h's final_ptrs): the final norm's weight and bias, an untied head.
+  t.back = {{"transformer.ln_f.weight", 1, {C}, S::kReplicated, false, I::kOnes}};
+  if (b.norm == NormKind::kLayerNorm) t.back.push_back({"transformer.ln_f.bias", 2, {C}, S::kReplicated, false, I::kZeros});
+  if (!tied) t.back.push_back({"lm_head.weight", 3, {Vp, C}, S::kRows, true, I::kNormal, {V, C}, V * C});
   return t;
 }
 
@@ -164,8 +186,9 @@ class GptModelDescription final : public ModelDescription {
   StoreGroups store_groups() const override {
     const GptParamCounts& pc = d_.rank_params();
     const StageSpec& st = d_.spec().stage;
-    return {pc.part, (st.embedding || st.head) ? pc.embedding : 1,
-            std::max<int64_t>({1, d_.part_layers() > 0 ? pc.layer : 0, st.head ? pc.final_norm : 0}),
+    const bool tied = d_.spec().model.block.tie_embeddings;
+    return {pc.part, (st.embedding || (st.head && tied)) ? pc.embedding : 1,
+            std::max<int64_t>({1, d_.part_layers() > 0 ? pc.layer : 0, st.head ? pc.back() : 0}),
             st.embedding ? d_.tokens() : 0};
   }
   int64_t stash_elems() const override { return d_.stash_elems(); }
@@ -198,7 +221,7 @@ class GptModelDescription final : public ModelDescription {
     if (sp) {
       out.push_back({"all_gather", NC, bytes(d_.layer_dtypes().ln)});  // final LayerNorm's rows, forward
       out.push_back({"reduce_scatter", NC, sum});  // head's input gradient
-      out.push_back({"all_reduce", 2 * C});   // final LayerNorm's weights
+      out.push_back({"all_reduce", d_.rank_params().final_norm});   // final norm's weights
     }
     const int64_t chunk = d_.head_chunk();
     for (int64_t r0 = 0; r0 < N; r0 += chunk) {
@@ -228,13 +251,14 @@ class GptFamily final : public Family {
   std::vector<std::string> preset_names() const override {
     std::vector<std::string> names;
     for (const auto& p : kPresets) names.emplace_back(p.name);
+    for (std::string& n : gpt_variant_preset_names()) names.push_back(std::move(n));
     return names;
   }
   std::optional<ModelConfig> preset(const std::string& name) const override {
     for (const auto& p : kPresets) {
       if (name == p.name) return make_model_config(p.name, p.layers, p.heads, p.hidden, p.ctx, p.vocab);
     }
-    return std::nullopt;
+    return gpt_variant_preset(name);
   }
   void validate(const ModelConfig& c) const override {
     if (c.n_layer <= 0 || c.n_head <= 0 || c.n_embd <= 0 || c.n_ctx <= 0 || c.vocab_size <= 0 || c.ffn <= 0) {
@@ -248,20 +272,42 @@ class GptFamily final : public Family {
       throw_input("model '{}': padded vocabulary {} is smaller than the vocabulary {}", c.name, c.padded_vocab,
                   c.vocab_size);
     }
+    try {
+      validate_block_options(c);
+    } catch (const InputError& e) {
+      throw_input("model '{}': {}", c.name, e.what());
+    }
+  }
+  std::vector<std::string> setting_names() const override { return gpt_setting_names(); }
+  ModelConfig with_settings(const ModelConfig& base, const std::map<std::string, std::string>& s) const override {
+    return gpt_with_settings(base, s);
+  }
+  std::string describe_shape(const ModelConfig& c) const override {
+    const std::string block = describe_block(c);
+    return Family::describe_shape(c) + (block.empty() ? "" : "; " + block);
   }
   ModelConfig with_overrides(const ModelConfig& base, const ShapeOverrides& o) const override {
     if (!o.any()) return base;
     const auto pick = ShapeOverrides::pick;
     const int C = pick(o.n_embd, base.n_embd);
-    return make_model_config(base.name, pick(o.n_layer, base.n_layer), pick(o.n_head, base.n_head), C,
-                             pick(o.n_ctx, base.n_ctx), pick(o.vocab_size, base.vocab_size), o.mlp(base, C));
+    // A new width gives GPT-2's 4C MLP, or Llama's 8C/3 (rounded up to 256) for SwiGLU.
+    const bool swiglu = base.block.mlp == MlpKind::kSwiglu;
+    const int ffn = o.ffn > 0 || o.n_embd == 0 || !swiglu ? o.mlp(base, C) : swiglu_ffn(C);
+    ModelConfig c = make_model_config(base.name, pick(o.n_layer, base.n_layer), pick(o.n_head, base.n_head), C,
+                                      pick(o.n_ctx, base.n_ctx), pick(o.vocab_size, base.vocab_size), ffn);
+    c.block = base.block;
+    c.ln_eps = base.ln_eps;
+    c.validate();
+    return c;
   }
 
   bool reads_config_json(const nlohmann::json& j) const override {
     // Hugging Face's GPT-2 folders, also the original ones without a model_type.
-    return !j.contains("model_type") || j.at("model_type") == "gpt2";
+    return !j.contains("model_type") || j.at("model_type") == "gpt2" || j.at("model_type") == kVariantModelType ||
+           j.at("model_type") == "llama";
   }
   ModelConfig from_config_json(const nlohmann::json& j, const std::string& source) const override {
+    if (j.contains("model_type") && j.at("model_type") == "llama") return llama_from_config_json(j, source);
     return gpt_from_config_json(j, source);
   }
   nlohmann::ordered_json to_config_json(const ModelConfig& cfg) const override { return gpt_config_json(cfg); }
@@ -282,9 +328,10 @@ class GptFamily final : public Family {
     return GptDescription::train_flops_per_token(cfg, T);
   }
   double pipeline_head_cost(const ModelConfig& cfg) const override {
-    // A layer's products cost 24 C^2 FLOPs per token (forward, 2 x 12 C^2 parameters), the
-    // head's 2 C Vp: the head counts as Vp / (12 C) layers.
-    return static_cast<double>(cfg.padded_vocab) / (12.0 * static_cast<double>(cfg.n_embd));
+    // A layer's products cost 2 C (QKV + C + FC + F) FLOPs per token (forward; GPT-2: 2 x 12 C^2),
+    // the head's 2 C Vp: the head counts as Vp / (QKV + C + FC + F) layers (GPT-2: Vp / 12C).
+    const double per_layer = static_cast<double>(cfg.qkv_width() + cfg.n_embd + cfg.fc_width() + cfg.ffn);
+    return static_cast<double>(cfg.padded_vocab) / per_layer;
   }
 };
 

@@ -13,7 +13,13 @@ void SequenceParallelLayerNorm::forward(View out, float* mean, float* rstd, CVie
   WEFT_CHECK(!tp_.sequence_parallel() || out.dtype == tp_.sum_dtype(), "{} LayerNorm rows in the {} row scratch",
              dtype_name(out.dtype), dtype_name(tp_.sum_dtype()));
   const View y = tp_.sequence_parallel() ? tp_.rows() : out;
-  tp_.backend().layernorm_forward(y, mean, rstd, x, w, b, Nl, C, eps_);
+  if (rms_) {
+    WEFT_CHECK(y.f32() && x.f32() && w.f32(), "RMSNorm runs on fp32 tensors");
+    tp_.backend().rmsnorm_forward_f32(static_cast<float*>(y.data), rstd, static_cast<const float*>(x.data),
+                                      static_cast<const float*>(w.data), Nl, C, eps_);
+  } else {
+    tp_.backend().layernorm_forward(y, mean, rstd, x, w, b, Nl, C, eps_);
+  }
   tp_.round(y, Nl * C);
   tp_.column_input_forward(y, out, N, C);
 }
@@ -22,6 +28,21 @@ void SequenceParallelLayerNorm::backward(View dx, float* dw, float* db, CView do
                                          const float* mean, const float* rstd, int64_t N, int64_t C) {
   Backend& be = tp_.backend();
   const int64_t Nl = tp_.local_rows(N);
+  if (rms_) {
+    WEFT_CHECK(dx.f32() && dout.f32() && x.f32() && w.f32(), "RMSNorm runs on fp32 tensors");
+    const auto f = [](CView v) { return static_cast<const float*>(v.data); };
+    float* dxf = static_cast<float*>(dx.data);
+    if (!tp_.sequence_parallel()) {
+      be.rmsnorm_backward_f32(dxf, dw, f(dout), f(x), f(w), rstd, Nl, C);
+      return;
+    }
+    float* g = tp_.ln_grads();  // this rank's rows' part of dw, summed over the ranks
+    be.fill(g, DType::kF32, 0, C, 0.0f);
+    be.rmsnorm_backward_f32(dxf, g, f(dout), f(x), f(w), rstd, Nl, C);
+    tp_.all_reduce_exact(g, C);
+    be.add(dw, dw, g, C);
+    return;
+  }
   if (!tp_.sequence_parallel()) {
     be.layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, Nl, C);
     return;

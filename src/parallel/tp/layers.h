@@ -27,8 +27,10 @@ namespace weft {
 // only this rank's rows, so their gradient is summed over the ranks right away.
 class SequenceParallelLayerNorm {
  public:
-  SequenceParallelLayerNorm(TensorParallel& tp, float eps) : tp_(tp), eps_(eps) {}
+  // rms: RMSNorm (no mean, no bias: mean and b null, fp32 tensors; Zhang & Sennrich 2019).
+  SequenceParallelLayerNorm(TensorParallel& tp, float eps, bool rms = false) : tp_(tp), eps_(eps), rms_(rms) {}
   float eps() const { return eps_; }
+  bool rms() const { return rms_; }
   // out (N,C) all rows normalised; mean, rstd (Nl) of the rows held here; x (Nl,C). writes.
   void forward(View out, float* mean, float* rstd, CView x, CView w, CView b, int64_t N, int64_t C);
   // dx (Nl,C), dw, db (C) accumulate; dout (Nl,C): the gradient of this rank's rows of out,
@@ -39,6 +41,7 @@ class SequenceParallelLayerNorm {
  private:
   TensorParallel& tp_;
   float eps_;
+  bool rms_;
 };
 
 // Linear layer with its output columns split over the ranks (ColumnParallelLinear,

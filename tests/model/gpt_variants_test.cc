@@ -1,0 +1,162 @@
+// The GPT family's decoder variants as settings (model/gpt/gpt_variants.h): what each [model] key
+// sets, the refusals with their numbers, the presets, and config.json's round trip.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+
+#include "backend/backend.h"
+#include "ckpt/checkpoint.h"
+#include "ckpt/safetensors.h"
+#include "model/gpt/gpt.h"
+#include "core/error.h"
+#include "model/family.h"
+#include "model/gpt/gpt_config.h"
+#include "model/gpt/gpt_variants.h"
+#include "test_util.h"
+
+namespace weft {
+namespace {
+
+std::string refusal(const ModelConfig& base, const std::map<std::string, std::string>& s) {
+  try {
+    base.family->with_settings(base, s);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST(GptVariants, SettingsSetTheBlock) {
+  const ModelConfig tiny = model_preset("tiny");
+  const ModelConfig c = tiny.family->with_settings(
+      tiny, {{"position", "rope"}, {"norm", "rmsnorm"}, {"bias", "false"}, {"mlp", "swiglu"}, {"ffn", "640"},
+             {"n_kv_head", "2"}, {"tie_embeddings", "false"}, {"norm_eps", "1e-6"}, {"rope_base", "500000"},
+             {"rope_scaling", "llama3"}, {"rope_factor", "8"}, {"rope_original_context", "128"}});
+  EXPECT_EQ(c.block.position, PositionKind::kRope);
+  EXPECT_EQ(c.block.norm, NormKind::kRmsNorm);
+  EXPECT_FALSE(c.block.bias);
+  EXPECT_EQ(c.block.mlp, MlpKind::kSwiglu);
+  EXPECT_EQ(c.ffn, 640);
+  EXPECT_EQ(c.kv_heads(), 2);
+  EXPECT_FALSE(c.tied_head());
+  EXPECT_FLOAT_EQ(c.ln_eps, 1e-6f);
+  EXPECT_EQ(c.qkv_width(), 256 + 2 * 2 * 64);
+  EXPECT_EQ(c.fc_width(), 2 * 640);
+  EXPECT_EQ(c.block.rope.original_context, 128);
+  // n_kv_head equal to the heads is multi-head attention, written one way.
+  EXPECT_EQ(tiny.family->with_settings(tiny, {{"n_kv_head", "4"}}).block.n_kv_head, 0);
+  EXPECT_TRUE(tiny.block.is_default());
+  // A new width keeps the block; SwiGLU's MLP follows Llama's 8C/3 rule, rounded up to 256.
+  const ModelConfig l = model_preset("llama-tiny");
+  const ModelConfig wide = l.family->with_overrides(l, {.n_embd = 512});
+  EXPECT_EQ(wide.block, l.block);
+  EXPECT_EQ(wide.ffn, 1536);
+  EXPECT_EQ(swiglu_ffn(4096), 11008);  // Llama 1/2 7B
+}
+
+TEST(GptVariants, RefusalsNameTheValues) {
+  const ModelConfig tiny = model_preset("tiny");
+  EXPECT_NE(refusal(tiny, {{"position", "alibi"}}).find("ALiBi) is not implemented yet"), std::string::npos);
+  EXPECT_NE(refusal(tiny, {{"bias", "false"}}).find("bias = false with norm = \"layernorm\""), std::string::npos);
+  EXPECT_NE(refusal(tiny, {{"n_kv_head", "3"}}).find("n_kv_head 3 must divide the 4 attention heads"), std::string::npos);
+  EXPECT_NE(refusal(tiny, {{"position", "rope"}, {"rope_fraction", "0.01"}}).find("64 x rope_fraction 0.01 = 0 dimensions"),
+            std::string::npos);
+  EXPECT_NE(refusal(tiny, {{"rope_base", "500"}}).find("the rope_* settings apply to position = \"rope\""), std::string::npos);
+  EXPECT_NE(refusal(tiny, {{"position", "rope"}, {"rope_scaling", "yarn"}}).find("rope_scaling must be"), std::string::npos);
+  EXPECT_NE(refusal(tiny, {{"mlp", "relu"}}).find("mlp must be \"gelu\" or \"swiglu\", got 'relu'"), std::string::npos);
+  EXPECT_NE(refusal(tiny, {{"bias", "no"}}).find("bias must be true or false, got 'no'"), std::string::npos);
+  EXPECT_NE(refusal(tiny, {{"layers", "3"}}).find("key 'layers' (3) is not a setting of model 'tiny'"), std::string::npos);
+  // ClimaX keeps GPT-2's block.
+  const ModelConfig climax = model_preset("climax-tiny");
+  ModelConfig bad = climax;
+  bad.block.norm = NormKind::kRmsNorm;
+  EXPECT_THROW(bad.validate(), InputError);
+  EXPECT_NE(refusal(climax, {{"norm", "rmsnorm"}}), "(accepted)");
+}
+
+TEST(GptVariants, ConfigJsonRoundTrips) {
+  // Llama's block is written as Hugging Face's LlamaForCausalLM; another variant in weft's own keys.
+  ModelConfig other = model_preset("small");
+  other = other.family->with_settings(other, {{"position", "rope"}, {"rope_fraction", "0.25"}, {"n_kv_head", "3"},
+                                              {"tie_embeddings", "false"}});
+  for (const ModelConfig& c : {model_preset("llama-tiny"), model_preset("llama3-8b"), model_preset("llama3-405b"), other}) {
+    const std::string name = c.name;
+    const nlohmann::ordered_json j = c.family->to_config_json(c);
+    EXPECT_EQ(j["model_type"], name == "small" ? "weft-gpt" : "llama") << name;
+    const ModelConfig back = model_config_from_json(nlohmann::json::parse(j.dump()), name);
+    EXPECT_EQ(back.block, c.block) << name;
+    EXPECT_EQ(back.n_embd, c.n_embd);
+    EXPECT_EQ(back.ffn, c.ffn);
+    EXPECT_EQ(back.vocab_size, c.vocab_size);
+    EXPECT_FLOAT_EQ(back.ln_eps, c.ln_eps);
+  }
+  // GPT-2's own file is unchanged.
+  const ModelConfig g = model_preset("gpt2-124m");
+  const nlohmann::ordered_json j = g.family->to_config_json(g);
+  EXPECT_EQ(j["architectures"][0], "GPT2LMHeadModel");
+  EXPECT_FALSE(j["weft"].contains("block"));
+}
+
+// A Llama-block checkpoint is a LlamaForCausalLM folder: Hugging Face's names and (out, in)
+// layout (q_proj, k_proj and v_proj the columns of weft's c_attn, transposed; gate and up those of
+// c_fc), and it loads back bit for bit; a config.json weft cannot honour is refused by key.
+TEST(GptVariants, LlamaCheckpointsUseHuggingFaceNamesAndRoundTrip) {
+  ModelConfig c = model_preset("llama-tiny");
+  c = c.family->with_overrides(c, {.n_layer = 2, .n_embd = 64, .vocab_size = 300});
+  c = c.family->with_settings(c, {{"bias", "true"}, {"tie_embeddings", "false"}});
+  auto be = make_cpu_backend();
+  GPT model(c, *be);
+  model.init(3);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 0.1f);
+  for (int64_t i = 0; i < model.layout().total(); ++i) model.params()[i] += nd(rng);
+  for (const ParamTensor& t : model.layout().tensors()) {  // the padded vocabulary rows stay zero
+    for (int64_t i = t.live >= 0 ? t.live : t.numel; i < t.numel; ++i) model.params()[t.offset + i] = 0.0f;
+  }
+  const std::filesystem::path dir = std::filesystem::path(WEFT_TEST_TMP) / "llama_hf_roundtrip";
+  std::filesystem::remove_all(dir);
+  CheckpointData cd;
+  cd.model = &model.config();
+  cd.layout = &model.layout();
+  cd.params = model.params();
+  save_checkpoint(dir.string(), cd);
+  const SafetensorsFile f((dir / "model.safetensors").string());
+  const int64_t C = 64, KV = 32, F = c.ffn;
+  EXPECT_EQ(f.info("model.layers.0.self_attn.q_proj.weight").shape, (std::vector<int64_t>{C, C}));
+  EXPECT_EQ(f.info("model.layers.1.self_attn.k_proj.weight").shape, (std::vector<int64_t>{KV, C}));
+  EXPECT_EQ(f.info("model.layers.1.self_attn.v_proj.bias").shape, (std::vector<int64_t>{KV}));
+  EXPECT_EQ(f.info("model.layers.0.mlp.down_proj.weight").shape, (std::vector<int64_t>{C, F}));
+  EXPECT_EQ(f.info("lm_head.weight").shape, (std::vector<int64_t>{300, C}));
+  EXPECT_FALSE(f.has("transformer.h.0.attn.c_attn.weight"));
+  // k_proj row r, column i is c_attn's element (i, C + r).
+  const ParamTensor* qkv = model.layout().find("transformer.h.1.attn.c_attn.weight");
+  std::vector<float> k(static_cast<size_t>(KV * C));
+  f.read_f32("model.layers.1.self_attn.k_proj.weight", {KV, C}, k.data());
+  const int64_t W = C + 2 * KV;
+  EXPECT_EQ(k[3 * C + 5], model.params()[qkv->offset + 5 * W + C + 3]);
+  const nlohmann::json j = nlohmann::json::parse(test::read_text((dir / "config.json").string()));
+  EXPECT_EQ(j["architectures"][0], "LlamaForCausalLM");
+  EXPECT_EQ(j["num_key_value_heads"], 2);
+  EXPECT_EQ(j["attention_bias"], true);
+  const ModelConfig back = load_checkpoint_config(dir.string());
+  EXPECT_EQ(back.block, c.block);
+  std::vector<float> loaded(static_cast<size_t>(model.layout().total()), -1.0f);
+  load_checkpoint_params(dir.string(), param_layout(back), loaded.data());
+  EXPECT_EQ(std::memcmp(loaded.data(), model.params(), loaded.size() * sizeof(float)), 0);
+  // What weft does not implement is refused by key.
+  nlohmann::json bad = j;
+  bad["hidden_act"] = "gelu";
+  EXPECT_THROW(model_config_from_json(bad, "bad"), InputError);
+  bad = j;
+  bad["mlp_bias"] = false;
+  EXPECT_THROW(model_config_from_json(bad, "bad"), InputError);
+  bad = j;
+  bad["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  EXPECT_THROW(model_config_from_json(bad, "bad"), InputError);
+}
+
+}  // namespace
+}  // namespace weft
