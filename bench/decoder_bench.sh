@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The decoder variants' CPU throughput (issue 36): llama-tiny (rotary positions, RMSNorm, no
-# biases, SwiGLU 768, 2 kv heads of 4, tied head: 13.3M parameters) against the GPT tiny preset
-# (13.6M) in the same run, alternating, same data, batch and threads, fp32; with the planner's
+# biases, SwiGLU 768, 2 kv heads of 4, tied head: 16.03M parameters) against the GPT tiny preset
+# (16.1M: the same FLOPs per token) in the same run, alternating, same data, batch and threads, fp32; with the planner's
 # step-time prediction for each (a calibrated system file: systems/local.toml, written by
 # `weft calibrate` when missing).   bash bench/decoder_bench.sh [rounds=3]
 set -euo pipefail

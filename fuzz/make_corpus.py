@@ -156,6 +156,20 @@ def model_config_seeds():
     hf = {"model_type": "gpt2", "n_layer": 12, "n_head": 12, "n_embd": 768, "n_ctx": 1024, "vocab_size": 50257,
           "activation_function": "gelu_new", "n_inner": 3072}
     put(t, "hf_gpt2.json", json.dumps(hf))
+    llama = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 300, "hidden_size": 16,
+             "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "head_dim": 4, "max_position_embeddings": 32, "hidden_act": "silu", "rms_norm_eps": 1e-5,
+             "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 16},
+             "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False}
+    put(t, "hf_llama.json", json.dumps(llama, indent=2))
+    variant = dict(weft_cfg, architectures=["WeftGPT"], model_type="weft-gpt", tie_word_embeddings=False)
+    variant["weft"] = {"name": "v", "padded_vocab": 50304,
+                       "block": {"position": "rope", "norm": "rmsnorm", "bias": True, "mlp": "gelu", "n_kv_head": 1,
+                                 "tie_embeddings": False, "rope": {"base": 10000.0, "fraction": 0.5, "scaling": "none",
+                                                                   "factor": 1.0, "low_freq_factor": 1.0,
+                                                                   "high_freq_factor": 4.0, "original_context": 8192}}}
+    put(t, "weft_variant.json", json.dumps(variant, indent=2))
 
 
 def main():

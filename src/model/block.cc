@@ -142,7 +142,7 @@ TransformerBlock::TransformerBlock(const ModelConfig& cfg, Backend& backend, Ten
       FCl_(tp.part(cfg.fc_width())),
       KVHl_(tp.part(cfg.kv_heads())),
       hd_(cfg.head_dim()),
-      rot_(cfg.block.position == PositionKind::kRope ? static_cast<int64_t>(cfg.head_dim() * static_cast<double>(cfg.block.rope.fraction)) : 0),
+      rot_(cfg.rope_dims()),
       swiglu_(cfg.block.mlp == MlpKind::kSwiglu),
       gqa_(cfg.kv_heads() != cfg.n_head),
       fused_norm_(cfg.block.norm == NormKind::kLayerNorm),

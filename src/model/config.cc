@@ -37,6 +37,11 @@ void ModelConfig::validate() const {
   family->validate(*this);
 }
 
+int64_t ModelConfig::rope_dims() const {
+  if (block.position != PositionKind::kRope) return 0;
+  return static_cast<int64_t>(static_cast<double>(head_dim()) * static_cast<double>(block.rope.fraction));
+}
+
 bool ModelConfig::tied_head() const { return capabilities().tied_head && block.tie_embeddings; }
 
 void throw_own_fields(const ModelConfig& cfg, const char* want) {

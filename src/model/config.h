@@ -100,6 +100,8 @@ struct ModelConfig {
   int kv_heads() const { return block.n_kv_head > 0 ? block.n_kv_head : n_head; }
   // Columns of the fused q, k, v projection: C + 2 kv_heads head_dim.
   int64_t qkv_width() const { return int64_t{n_embd} + 2 * int64_t{kv_heads()} * head_dim(); }
+  // The rotary dimensions of a head: head_dim x rope.fraction with rotary positions, else 0.
+  int64_t rope_dims() const;
   // Columns of the MLP's first projection: F, or 2F for SwiGLU's gate and up.
   int64_t fc_width() const { return (block.mlp == MlpKind::kSwiglu ? 2 : 1) * int64_t{ffn}; }
   // Checks that the shapes are consistent (the family's rules); throws InputError naming the values.

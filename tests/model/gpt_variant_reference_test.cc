@@ -141,7 +141,7 @@ TEST_P(GptVariantReference, LossGradientsAndAdamWMatchPyTorch) {
   // gpt_reference_test.cc), so both implementations step on rounding noise. They must stay within
   // the steps Adam can take; every other element within 1e-4 (relative L2, by tensor).
   const int64_t C = cfg.n_embd, hd = cfg.head_dim(), KVH = cfg.kv_heads();
-  const int64_t rot = cfg.block.position == PositionKind::kRope ? static_cast<int64_t>(hd * cfg.block.rope.fraction) : hd;
+  const int64_t rot = cfg.block.position == PositionKind::kRope ? cfg.rope_dims() : hd;
   const auto key_bias = [&](const std::string& name, std::vector<float>& mine, std::vector<double>& theirs) {
     if (!name.ends_with("attn.c_attn.bias") || rot == hd) return;
     for (int64_t j = 0; j < KVH; ++j) {

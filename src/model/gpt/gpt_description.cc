@@ -4,7 +4,6 @@
 
 #include "core/error.h"
 #include "model/block_memory.h"
-#include "model/gpt/gpt_variants.h"
 #include "parallel/tp/mappings.h"
 
 namespace weft {
@@ -71,7 +70,7 @@ GptDescription::GptDescription(const GptRunSpec& spec) : s_(spec) {
   rms_ = m.block.norm == NormKind::kRmsNorm;
   gqa_ = m.kv_heads() != m.n_head;
   swiglu_ = m.block.mlp == MlpKind::kSwiglu;
-  rot_ = m.block.position == PositionKind::kRope ? weft::rope_dims(m) : 0;
+  rot_ = m.rope_dims();
   head_chunk_ = resolve_head_chunk(s_.head_chunk, Vl_, N_);
   // GPT::set_recompute: kFull recomputes the part's first recompute_layers layers (Megatron's
   // "block" method), the others keep everything; recomputing happens in training only.

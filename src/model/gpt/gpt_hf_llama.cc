@@ -82,9 +82,11 @@ void read_rope(const nlohmann::json& j, RopeOptions& r, const std::string& sourc
   if (s != nullptr && !s->is_object()) throw_input("{}: key 'rope_scaling' is {}, expected an object", source, s->dump());
   r.base = json_positive(j, "rope_theta", s != nullptr ? json_positive(*s, "rope_theta", r.base, source) : r.base, source);
   if (s == nullptr) return;
-  const std::string type = s->contains("rope_type") ? s->at("rope_type").get<std::string>()
-                           : s->contains("type")    ? s->at("type").get<std::string>()
-                                                    : "default";
+  const char* key = s->contains("rope_type") ? "rope_type" : s->contains("type") ? "type" : nullptr;
+  if (key != nullptr && !s->at(key).is_string()) {
+    throw_input("{}: key 'rope_scaling.{}' is {}, expected a string", source, key, s->at(key).dump());
+  }
+  const std::string type = key != nullptr ? s->at(key).get<std::string>() : "default";
   if (type == "default") return;
   if (type != "linear" && type != "llama3") {
     throw_input("{}: rope_type '{}' is not implemented (weft: default, linear, llama3)", source, type);

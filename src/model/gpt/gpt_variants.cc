@@ -130,7 +130,7 @@ void validate_block_options(const ModelConfig& c) {
     return;
   }
   if (!(r.fraction > 0.0f && r.fraction <= 1.0f)) throw_input("rope_fraction {} must lie in (0, 1]", r.fraction);
-  const int64_t rot = rope_dims(c);
+  const int64_t rot = c.rope_dims();
   if (rot < 2 || rot % 2 != 0) {
     throw_input("rotary positions turn pairs of dimensions: head size {} x rope_fraction {} = {} dimensions, not an even "
                 "number of at least 2", c.head_dim(), r.fraction, rot);
@@ -245,13 +245,9 @@ BlockOptions block_options_from_json(const nlohmann::json& j, const std::string&
   return parsed.block;
 }
 
-int64_t rope_dims(const ModelConfig& c) {
-  return static_cast<int64_t>(static_cast<double>(c.head_dim()) * static_cast<double>(c.block.rope.fraction));
-}
-
 void rope_tables(const ModelConfig& c, int64_t T, std::vector<float>& cos, std::vector<float>& sin) {
   const RopeOptions& r = c.block.rope;
-  const int64_t rot = rope_dims(c), half = rot / 2;
+  const int64_t rot = c.rope_dims(), half = rot / 2;
   // Hugging Face's _compute_default_rope_parameters: 1 / base^(arange(0, rot, 2) / rot), in fp32.
   std::vector<float> inv(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i) {

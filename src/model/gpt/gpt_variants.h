@@ -37,10 +37,9 @@ std::string describe_block(const ModelConfig& c);
 nlohmann::ordered_json block_options_json(const BlockOptions& b);
 BlockOptions block_options_from_json(const nlohmann::json& j, const std::string& source);
 
-// Rotary positions: the turning dimensions of a head (head_dim x fraction), and the cos and sin
-// tables (T rows of rot/2) for positions 0..T-1, as Hugging Face computes them (inverse frequencies
-// in fp32, scaled as rope.scaling says, the angle t * inv_freq in fp32, its cos and sin in fp32).
-int64_t rope_dims(const ModelConfig& c);
+// Rotary positions' cos and sin tables (T rows of rot/2, rot = ModelConfig::rope_dims) for
+// positions 0..T-1, as Hugging Face computes them (inverse frequencies in fp32, scaled as
+// rope.scaling says, the angle t * inv_freq in fp32, its cos and sin in fp32).
 void rope_tables(const ModelConfig& c, int64_t T, std::vector<float>& cos, std::vector<float>& sin);
 
 }  // namespace weft
