@@ -7,13 +7,15 @@
 measured step with the planner's prediction on the calibrated file. Held to bounds this
 machine's noise allows (3-step trials of one layout differ by up to ~20% on a shared 2-core
 VM; docs/planner.md "Local truth" has the full 198-layout sweep's figures): mean |error| <= 25%,
-the measured fastest layout among the planner's 4 first. When `weft calibrate --check` after the
+the measured fastest layout among the planner's 4 first, or else the planner's first pick at most
+10% slower than the sweep's fastest when the two are re-timed back to back. When `weft calibrate --check` after the
 trials says the calibrated file no longer holds (the machine changed speed), the attempt is
 repeated with a new calibration; after two such attempts the bounds that do not depend on the
 machine's speed hold instead: the rank, and the mean |error| after dividing every prediction by
 the median predicted/measured ratio.
   tune_accuracy_check.py WEFT_BINARY WORK_DIR MPIRUN...
 """
+import csv
 import json
 import os
 import shutil
@@ -44,15 +46,59 @@ def attempt(weft, work, mpi, data):
                "--planner-seeds", "0", "--steps", "3", "--warmup", "1", "--seed", "7", "--out", sweep])
     p = run([sys.executable, os.path.join(ROOT, "bench", "tune_accuracy.py"), os.path.join(sweep, "tune.csv"), "--json"])
     s = json.loads(p.stdout)
+    s["csv"] = os.path.join(sweep, "tune.csv")
     print(f"{s['layouts']} layouts: mean |error| {s['mean_abs']:.1f}% (signed {s['signed']:+.1f}%), worst "
           f"{s['worst_abs']:.1f}%, {s['within_10pct']} within 10%; measured fastest ranked "
-          f"{s['best_rank_by_planner']}; median predicted/measured {s['scale']:.3f}, mean |error| after dividing "
+          f"{s['best_rank_by_planner']} (the pick measured {s['planner_pick_measured_ms']:.1f} ms, the fastest "
+          f"{s['best_measured_ms']:.1f} ms); median predicted/measured {s['scale']:.3f}, mean |error| after dividing "
           f"by it {s['mean_abs_rescaled']:.1f}%")
     check = subprocess.run(mpi + [weft, "calibrate", "--check", system], capture_output=True, text=True,
                            stdin=subprocess.DEVNULL)
     if check.returncode != 0:
         return s, "the calibrated file no longer held after the trials:\n" + check.stdout[-1500:]
     return s, None
+
+
+def layout_args(row):
+    """weft train's layout options for a tune.csv row (its p: columns)."""
+    keys = ["tp", "pp", "dp", "micro_batch", "zero", "recompute", "sequence_parallel", "schedule", "virtual_stages"]
+    out = []
+    for k in keys:
+        out += ["--" + k, row["p:" + k]]
+    return out
+
+
+def retimed_ms(weft, mpi, data, work, row, name):
+    """The median step (ms, the slowest rank's, the first step left out) of 5 steps of a tune row's
+    layout with the sweep's settings."""
+    out = os.path.join(work, "retime-" + name)
+    run(mpi + [weft, "train", os.path.join(ROOT, "configs", "tiny.toml"), "--data", data, "--seq_len", "64",
+               "--global_batch", "8", "--threads", "1", "--steps", "5", "--val_batches", "0", "--sample_tokens", "0",
+               "--ckpt_every", "0", "--log_every", "1000", "--overwrite", "--out", out] + layout_args(row))
+    rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
+    ms = sorted([r["ms"] for r in rows if "loss" in r and "ms" in r][1:])
+    return ms[len(ms) // 2]
+
+
+def picks_the_best(s, weft, mpi, data, work):
+    """The planner's first pick is the measured fastest layout or as fast: ranked at most 4th, or,
+    re-timed back to back with the fastest (alternately, twice each), at most 10% slower. 20
+    layouts of 3 steps on a shared VM hold trials of near-equal layouts that differ by 20-30%
+    (2026-12-07, AMD EPYC: the fastest ranked 7th while the pick measured 467.1 ms against 466.9;
+    another sweep measured tp 2 mb 8 without recompute at 527 ms and with full recompute at 440)."""
+    if s["best_rank_by_planner"] <= 4:
+        return True
+    with open(s["csv"]) as f:
+        trials = [r for r in csv.DictReader(f) if r["m:step_ms"] and r["m:predicted_ms"]]
+    pick = min(trials, key=lambda r: float(r["m:predicted_ms"]))
+    best = min(trials, key=lambda r: float(r["m:step_ms"]))
+    times = {"pick": [], "best": []}
+    for _ in range(2):
+        for name, row in (("pick", pick), ("best", best)):
+            times[name].append(retimed_ms(weft, mpi, data, work, row, name))
+    p, b = min(times["pick"]), min(times["best"])
+    print(f"re-timed back to back: the planner's pick {p:.1f} ms, the sweep's fastest {b:.1f} ms ({times})")
+    return p <= 1.10 * b
 
 
 def main():
@@ -74,7 +120,7 @@ def main():
         if why is None:
             assert s["layouts"] == 20, s
             assert s["mean_abs"] <= 25.0, s
-            assert s["best_rank_by_planner"] <= 4, s
+            assert picks_the_best(s, weft, mpi, data, work), s
             return
         print(why)
         reasons.append(why)
@@ -84,7 +130,7 @@ def main():
           "depend on its speed")
     assert last["layouts"] == 20, last
     assert last["mean_abs_rescaled"] <= 25.0, last
-    assert last["best_rank_by_planner"] <= 4, last
+    assert picks_the_best(last, weft, mpi, data, work), last
 
 if __name__ == "__main__":
     main()
