@@ -350,8 +350,11 @@ PlanQuery make_query(const PlanArgs& a) {
       fmt::print(stderr, "weft plan: note: {} was calibrated on another machine: {}\n", a.system_path, d);
     }
   }
-  q.prec = !a.precision.empty() ? parse_precision(a.precision)
-                                : q.shape.family->capabilities().mixed_precision ? Precision::kBf16 : Precision::kFp32;
+  // The default: bf16 where the family trains in it; fp32 for weft's own CPU runs of the decoder
+  // variants (model/config.h's BlockOptions), which have fp32 storage only so far.
+  const bool fp32_only = !q.shape.family->capabilities().mixed_precision ||
+                         (q.sys.defaults.memory_model == "weft" && !q.shape.base.block.is_default());
+  q.prec = !a.precision.empty() ? parse_precision(a.precision) : fp32_only ? Precision::kFp32 : Precision::kBf16;
   if (a.global_batch <= 0) throw_input("--global-batch must be positive, got {}", a.global_batch);
   if (a.global_batch > std::numeric_limits<int32_t>::max()) {
     throw_input("--global-batch {} is more than the {} sequences a step can hold (weft train's limit)", a.global_batch,

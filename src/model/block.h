@@ -3,6 +3,10 @@
 //   x (Nl,C) -> LayerNorm -> qkv (column-parallel: this rank's heads) -> attention -> proj
 //   (row-parallel) + x = res2 -> LayerNorm -> fc (column-parallel) -> GELU -> fc_proj
 //   (row-parallel) + res2 = res3.
+// Its variants (model/config.h's BlockOptions; docs/model-decoders.md): RMSNorm for LayerNorm,
+// no biases, grouped-query attention (the product's kv heads expanded into the layer's q, k, v
+// by expand_kv), rotary positions (q and k turned in place after the product), SwiGLU for GELU
+// (fc's output is gate and up).
 // Tensor parallelism comes in through the layers of parallel/tp (the block never sees a rank
 // or a collective); the family decides only whether attention is causal. Letters: N = B*T rows,
 // Nl = N/tp under sequence parallelism (else N), C hidden, Cl = C/tp, F = ffn/tp, NH = heads/tp.

@@ -64,6 +64,27 @@ TEST_F(PlanCli, CalibrateCheckMeasuresTheFileAgainAndPlanNotesAnotherMachine) {
   EXPECT_EQ(r.err.find("another machine"), std::string::npos) << r.err;
 }
 
+// The decoder variants have fp32 storage only in weft's own runs: on a system whose memory model
+// is weft's (what `weft calibrate` writes), `weft plan` defaults to fp32 for them and refuses an
+// asked-for bf16 by name; on a published system it plans them in bf16, as Megatron-LM runs them.
+TEST_F(PlanCli, DecoderVariantsDefaultToFp32OnWeftsOwnRuns) {
+  std::string sys = test::read_text(std::string(WEFT_SOURCE_DIR) + "/systems/dgx-h100.toml") + "\n";
+  const size_t d = sys.find("[defaults]");
+  ASSERT_NE(d, std::string::npos);
+  sys.insert(sys.find('\n', d) + 1, "memory_model = \"weft\"\n");
+  std::ofstream(*tmp / "weft-sys.toml") << sys;
+  const std::string common = "plan --model llama-tiny --seq 64 --global-batch 8 --gpus 2 --system ";
+  RunResult r = weft(common + *tmp / "weft-sys.toml");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("global batch 8, fp32"), std::string::npos) << r.out.substr(0, 400);
+  r = weft(common + *tmp / "weft-sys.toml --precision bf16");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("run with fp32 storage only for now, not bf16"), std::string::npos) << r.err;
+  r = weft(common + std::string(WEFT_SOURCE_DIR) + "/systems/dgx-h100.toml");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("global batch 8, bf16"), std::string::npos) << r.out.substr(0, 400);
+}
+
 TEST_F(PlanCli, JsonOfAPinnedLayoutIsOneElement) {
   const RunResult r = weft(
       "plan --model gpt-175b --system systems/frontier.toml --global-batch 640 --precision fp16 --tp 4 --pp 16 --dp 2 "
