@@ -104,6 +104,8 @@ struct Context {
   // Columns of the fused q, k, v product and of the MLP's first (model/config.h: 3h and f for
   // GPT-2's block; h + 2 kv with grouped-query attention, 2f with SwiGLU).
   int64_t qkv_width = 0, fc_width = 0;
+  double norm_weights = 2;  // a norm's weights and bias per hidden element (RMSNorm: 1, no bias)
+  bool tied_head = true;    // ModelConfig::tied_head: the order of ZeRO-3's gathers
   LayerCost layer{};
   // The front's and the back's seconds of one micro-batch (forward, backward), their FLOPs
   // (both passes), their tp collectives' seconds (forward, backward) and traffic.
@@ -216,8 +218,8 @@ LayerCost layer_cost(Context& c) {
     const PricedCall ag = price_call(c.sys, codec, Collective::kAllGather, l.tp, stride, N * h * c.e, c.e);
     const PricedCall rs = price_call(c.sys, codec, Collective::kReduceScatter, l.tp, stride, S, te);
     const double se = c.o.tp_comm == "weft" ? 4.0 : te;  // weft sums the LayerNorm weights' gradients in fp32
-    const double norm_w = (c.m.config().block.norm == NormKind::kRmsNorm ? 1.0 : 2.0) * h;  // RMSNorm: no bias
-    const PricedCall small = price_call(c.sys, CodecSpec{}, Collective::kAllReduce, l.tp, stride, norm_w * se, se);
+    const PricedCall small =
+        price_call(c.sys, CodecSpec{}, Collective::kAllReduce, l.tp, stride, c.norm_weights * h * se, se);
     auto time_of = [&](const TpLayerCalls& n) {
       return n.all_reduce * ar.seconds() + n.all_gather * ag.seconds() + n.reduce_scatter * rs.seconds() +
              n.small_all_reduce * small.seconds();
@@ -623,7 +625,7 @@ void add_zero_buffers(const Context& c, double psi, double md, DpCost& r) {
   if (l.zero < 2) return;
   const double g = (c.o.precision == Precision::kFp32 || c.o.fp32_grad_accumulation) ? 4 : 2;
   const double gathers = l.zero == 3 ? dp_step_comm(3, static_cast<int>(c.m.layers) + 2, DataParallelConfig{}.prefetch,
-                                                    c.m.config().tied_head())
+                                                    c.tied_head)
                                            .all_gather
                                      : 0.0;
   const double buffers = zero_buffer_time(c, psi, md, g, gathers);
@@ -725,7 +727,7 @@ DpCost dp_cost(const Context& c, double psi, double md, const StageCost& slow) {
     // buffers no longer hold) and reduce-scatters its gradients; prefetching hides them
     // behind that micro-batch (the last one's with the replicas' all-reduce).
     const DpStepComm k = dp_step_comm(3, static_cast<int>(c.m.layers) + 2, DataParallelConfig{}.prefetch,
-                                      c.m.config().tied_head());
+                                      c.tied_head);
     const Call ag = call(Collective::kAllGather, ds, dp_stride, psi * c.e, params_codec, c.e);
     const Call rs = call(Collective::kReduceScatter, ds, dp_stride, psi * g, grads_codec, g);
     const double per_mb = k.all_gather * ag.cost.seconds + k.reduce_scatter * rs.cost.seconds;
@@ -759,7 +761,7 @@ DpCost dp_cost(const Context& c, double psi, double md, const StageCost& slow) {
     // HSDP: all of it inside the dp_shard group, the replicas' all-reduce in the last micro-batch.
     const ZeroPPStepComm z = zeropp_step_comm(static_cast<int>(c.m.layers) + 2, DataParallelConfig{}.prefetch,
                                               static_cast<int64_t>(md), ds, {l.qwz, l.hpz, l.qgz, l.hierarchy},
-                                              c.m.config().tied_head());
+                                              c.tied_head);
     const double G = l.quant_block;
     const double per_mb = (z.primary_gathers + z.secondary_gathers) / md;
     const Call ag_p = call(Collective::kAllGather, ds, dp_stride, z.quantized ? psi * (1 + 4 / G) : psi * c.e);
@@ -893,12 +895,16 @@ TrafficReport traffic_report(const Context& c, const StageCost& slow, const DpCo
 
 Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layout& l, const Options& o) {
   Context c{.m = m, .sys = sys, .l = l, .o = o};
+  // The model's variant, read once for the whole prediction (model/config.h's BlockOptions).
   c.qkv_width = 3 * m.hidden;
   c.fc_width = m.ffn;
+  c.tied_head = m.family->capabilities().tied_head;
   if (m.family->capabilities().transformer_blocks && m.heads > 0 && m.hidden % m.heads == 0) {
     const ModelConfig mc = m.config();
     c.qkv_width = mc.qkv_width();
     c.fc_width = mc.fc_width();
+    c.norm_weights = mc.block.norm == NormKind::kRmsNorm ? 1 : 2;
+    c.tied_head = mc.tied_head();
   }
   c.e = elem_bytes(o.precision);
   c.tp_e = o.tp_comm == "weft" ? static_cast<double>(dtype_bytes(residual_stream_dtype(m.family->capabilities(), o.precision), 1))

@@ -159,8 +159,15 @@ def test_to_weft():
     hf_dir = make_hf_model(d)
     model, figs = compare_logits("to_weft", hf_dir, data, d)
     figs.update(compare_greedy("to_weft", model, hf_dir))
-    # weft train --init-from: validation before the first step is over windows [0, 4) of the
-    # val split, the windows weft eval scored above.
+    from transformers import GPT2LMHeadModel
+    figs.update(check_init_from(hf_dir, data, d, figs["hf_loss"], GPT2LMHeadModel))
+    pu.report("hf_to_weft", **figs)
+
+
+def check_init_from(hf_dir, data, d, hf_loss, model_class):
+    """weft train --init-from a Hugging Face folder: its validation before the first step (over
+    windows [0, 4) of the val split, the windows weft eval scored) is transformers' loss, and the
+    fine-tuned checkpoint loads back with model_class. Returns the figures."""
     run = os.path.join(d, "ft")
     pu.weft("train", os.path.join(pu.SOURCE_DIR, "configs", "tiny.toml"), "--init-from", hf_dir,
             "--seq_len", CTX, "--global_batch", WINDOWS, "--micro_batch", WINDOWS, "--steps", 2,
@@ -169,13 +176,10 @@ def test_to_weft():
     lines = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
     v0 = [l["val_loss"] for l in lines if l.get("step") == 0 and "val_loss" in l]
     assert v0, "no validation at step 0 in %s" % lines
-    rel = abs(v0[0] - figs["hf_loss"]) / figs["hf_loss"]
-    assert rel <= LOSS_TOL, "init-from val loss %r vs HF %r (rel %g)" % (v0[0], figs["hf_loss"], rel)
-    figs.update(init_from_val_loss=v0[0], init_from_rel_diff=rel)
-    # And the fine-tuned checkpoint loads back in transformers.
-    from transformers import GPT2LMHeadModel
-    GPT2LMHeadModel.from_pretrained(os.path.join(run, "step-000002"))
-    pu.report("hf_to_weft", **figs)
+    rel = abs(v0[0] - hf_loss) / hf_loss
+    assert rel <= LOSS_TOL, "init-from val loss %r vs HF %r (rel %g)" % (v0[0], hf_loss, rel)
+    model_class.from_pretrained(os.path.join(run, "step-000002"))
+    return dict(init_from_val_loss=v0[0], init_from_rel_diff=rel)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peers_util as pu  # noqa: E402
 import hf_gpt2  # noqa: E402
 
-WINDOWS = 4
 CTX = 64
 
 
@@ -78,19 +77,8 @@ def test_to_weft():
     hf_dir = make_hf_model(d)
     model, figs = compare_logits("to_weft", hf_dir, data, d)
     figs.update(compare_greedy("to_weft", model, hf_dir))
-    run = os.path.join(d, "ft")
-    pu.weft("train", os.path.join(pu.SOURCE_DIR, "configs", "tiny.toml"), "--init-from", hf_dir,
-            "--seq_len", CTX, "--global_batch", WINDOWS, "--micro_batch", WINDOWS, "--steps", 2,
-            "--val_every", 1, "--val_batches", 1, "--data", data, "--out", run, "--ckpt_every", 2,
-            "--sample_tokens", 0, "--log_every", 1, "--threads", 2)
-    lines = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
-    v0 = [l["val_loss"] for l in lines if l.get("step") == 0 and "val_loss" in l]
-    assert v0, "no validation at step 0 in %s" % lines
-    rel = abs(v0[0] - figs["hf_loss"]) / figs["hf_loss"]
-    assert rel <= hf_gpt2.LOSS_TOL, "init-from val loss %r vs HF %r (rel %g)" % (v0[0], figs["hf_loss"], rel)
-    figs.update(init_from_val_loss=v0[0], init_from_rel_diff=rel)
     from transformers import LlamaForCausalLM
-    LlamaForCausalLM.from_pretrained(os.path.join(run, "step-000002"))
+    figs.update(hf_gpt2.check_init_from(hf_dir, data, d, figs["hf_loss"], LlamaForCausalLM))
     pu.report("hf_llama_to_weft", **figs)
 
 

@@ -66,7 +66,7 @@ GptDescription::GptDescription(const GptRunSpec& spec) : s_(spec) {
   }
   Nl_ = sp_ ? N_ / t : N_;
   C_ = m.n_embd, Cl_ = C_ / t, Fl_ = m.ffn / t, NHl_ = m.n_head / t, Vl_ = m.padded_vocab / t;
-  QKVl_ = m.qkv_width() / t, FCl_ = m.fc_width() / t, KVHl_ = m.kv_heads() / t;
+  QKVl_ = m.qkv_width() / t, FCl_ = m.fc_width() / t;
   rms_ = m.block.norm == NormKind::kRmsNorm;
   gqa_ = m.kv_heads() != m.n_head;
   swiglu_ = m.block.mlp == MlpKind::kSwiglu;

@@ -107,8 +107,6 @@ class GptDescription {
   int64_t qkvc_elems() const { return gqa_ ? N_ * QKVl_ : 0; }
   int64_t dfc_elems() const { return swiglu_ && s_.training ? N_ * FCl_ : 0; }
   int64_t rope_table_elems() const { return rot_ > 0 ? s_.T * (rot_ / 2) : 0; }
-  int64_t kv_heads_local() const { return KVHl_; }
-  int64_t rope_dims() const { return rot_; }
   int64_t workspace_tensor_elems() const { return workspace_tensors().total(); }
   int64_t token_elems() const;             // the micro-batch's token ids (int32)
   int64_t tp_scratch_elems() const;        // the tensor-parallel layers' scratch
@@ -154,8 +152,8 @@ class GptDescription {
   int64_t nl_ = 0, rf_ = 0;  // the part's layers, those fully recomputed
   int64_t N_ = 0, Nl_ = 0, C_ = 0, Cl_ = 0, Fl_ = 0, NHl_ = 0, Vl_ = 0, head_chunk_ = 0;
   // The variant's (model/config.h's BlockOptions): this rank's fused q, k, v columns (C + 2 KV)/t,
-  // its fc columns (F or 2F)/t, its key/value heads, the rotary dimensions of a head (0: none).
-  int64_t QKVl_ = 0, FCl_ = 0, KVHl_ = 0, rot_ = 0;
+  // its fc columns (F or 2F)/t, the rotary dimensions of a head (0: none).
+  int64_t QKVl_ = 0, FCl_ = 0, rot_ = 0;
   bool rms_ = false, gqa_ = false, swiglu_ = false;
   bool sp_ = false, selective_ = false;  // sequence parallel; selective recompute in effect (not with lse)
 };

@@ -28,32 +28,29 @@ void SequenceParallelLayerNorm::backward(View dx, float* dw, float* db, CView do
                                          const float* mean, const float* rstd, int64_t N, int64_t C) {
   Backend& be = tp_.backend();
   const int64_t Nl = tp_.local_rows(N);
-  if (rms_) {
-    WEFT_CHECK(dx.f32() && dout.f32() && x.f32() && w.f32(), "RMSNorm runs on fp32 tensors");
-    const auto f = [](CView v) { return static_cast<const float*>(v.data); };
-    float* dxf = static_cast<float*>(dx.data);
-    if (!tp_.sequence_parallel()) {
-      be.rmsnorm_backward_f32(dxf, dw, f(dout), f(x), f(w), rstd, Nl, C);
+  // The norm's backward of this rank's rows into the weight (and bias) gradients gw, gb.
+  const auto rows_backward = [&](float* gw, float* gb) {
+    if (!rms_) {
+      be.layernorm_backward(dx, gw, gb, dout, x, w, mean, rstd, Nl, C);
       return;
     }
-    float* g = tp_.ln_grads();  // this rank's rows' part of dw, summed over the ranks
-    be.fill(g, DType::kF32, 0, C, 0.0f);
-    be.rmsnorm_backward_f32(dxf, g, f(dout), f(x), f(w), rstd, Nl, C);
-    tp_.all_reduce_exact(g, C);
-    be.add(dw, dw, g, C);
-    return;
-  }
+    WEFT_CHECK(dx.f32() && dout.f32() && x.f32() && w.f32(), "RMSNorm runs on fp32 tensors");
+    const auto f = [](CView v) { return static_cast<const float*>(v.data); };
+    be.rmsnorm_backward_f32(static_cast<float*>(dx.data), gw, f(dout), f(x), f(w), rstd, Nl, C);
+  };
   if (!tp_.sequence_parallel()) {
-    be.layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, Nl, C);
+    rows_backward(dw, db);
     return;
   }
-  // This rank's rows' part of the weight gradient, summed over the ranks, then accumulated.
+  // This rank's rows' part of the weight gradient (RMSNorm: no bias), summed over the ranks,
+  // then accumulated.
+  const int64_t n = rms_ ? C : 2 * C;
   float* g = tp_.ln_grads();
-  be.fill(g, DType::kF32, 0, 2 * C, 0.0f);
-  be.layernorm_backward(dx, g, g + C, dout, x, w, mean, rstd, Nl, C);
-  tp_.all_reduce_exact(g, 2 * C);
+  be.fill(g, DType::kF32, 0, n, 0.0f);
+  rows_backward(g, g + C);
+  tp_.all_reduce_exact(g, n);
   be.add(dw, dw, g, C);
-  be.add(db, db, g + C, C);
+  if (!rms_) be.add(db, db, g + C, C);
 }
 
 void ColumnParallelLinear::forward(View out, CView inp, CView w, CView b, int64_t N, int64_t IN,
