@@ -17,6 +17,7 @@ if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
 
 PKGS=(
   build-essential cmake ninja-build pkg-config git
+  ccache                   # compiles once per source and flags (CMakeLists.txt, WEFT_CCACHE)
   libopenblas-openmp-dev libopenblas-dev
   libopenmpi-dev openmpi-bin
   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev

@@ -489,6 +489,14 @@ void Engine::begin_generation() {
   }
 }
 
+void Engine::end_generation() {
+  for (int c = 0; c < num_chunks(); ++c) {
+    Chunk& ch = *chunks_[static_cast<size_t>(c)];
+    ch.model->set_tp(tp_ops_.get(), cfg_.layout.sequence_parallel);
+    ch.model->reserve(*batch_, cfg_.training, cfg_.head_chunk, runtime_ ? runtime_->slots(c) : 1);
+  }
+}
+
 void Engine::last_logits(const int32_t* tokens, int64_t T, float* logits_out) {
   logits(tokens, T, T - 1, logits_out);
 }

@@ -125,6 +125,9 @@ class Engine {
   // Generation: sizes the activations for one sequence of up to n_ctx tokens (the training
   // buffers are released), without sequence parallelism; any layout.
   void begin_generation();
+  // Back to training after a generation or scoring (weft train's [eval] tasks): the training
+  // engine's activations and sequence parallelism again.
+  void end_generation();
   // Logits (V real entries) after the last position of one sequence of T tokens, after
   // begin_generation(), on every rank; collective over the grid (pipeline, tp, ZeRO-3 gathers).
   void last_logits(const int32_t* tokens, int64_t T, float* logits);

@@ -101,6 +101,40 @@ std::string loss_section(const std::vector<const Run*>& runs, const std::vector<
   return s;
 }
 
+// [eval] tasks: the plot, and per task the first and last scores of each run.
+std::string tasks_section(const std::vector<const Run*>& runs, const PlotFiles& plots) {
+  if (plots.tasks.empty()) return "";
+  std::string s = "## In-context-learning tasks\n\n" + image(plots.tasks, "task accuracy against tokens trained");
+  s += "From the tasks lines of `metrics.jsonl` (`[eval] tasks`): multiple-choice accuracy by the log-likelihood of "
+       "each continuation (acc) and per character (acc_norm), as lm-evaluation-harness scores them.\n\n";
+  Rows rows;
+  for (const Run* r : runs) {
+    std::vector<std::string> names;
+    for (const TaskPoint& p : r->tasks) {
+      if (std::find(names.begin(), names.end(), p.task) == names.end()) names.push_back(p.task);
+    }
+    for (const std::string& name : names) {
+      const TaskPoint *first = nullptr, *last = nullptr;
+      for (const TaskPoint& p : r->tasks) {
+        if (p.task != name) continue;
+        if (!first) first = &p;
+        last = &p;
+      }
+      const auto score = [](const TaskPoint& p) {
+        return p.acc_norm ? fmt::format("{:.4f} / {:.4f}", p.acc, *p.acc_norm) : fmt::format("{:.4f}", p.acc);
+      };
+      std::vector<std::string> row;
+      if (runs.size() > 1) row.push_back(r->label);
+      row.insert(row.end(), {name, fmt::format("{} ({}-shot)", last->items, last->fewshot),
+                             fmt::format("{}: {}", first->step, score(*first)), fmt::format("{}: {}", last->step, score(*last))});
+      rows.push_back(row);
+    }
+  }
+  std::vector<std::string> header = {"task", "items", "first (step: acc / acc_norm)", "last (step: acc / acc_norm)"};
+  if (runs.size() > 1) header.insert(header.begin(), "run");
+  return s + table(header, rows);
+}
+
 std::string throughput_section(const std::vector<const Run*>& runs, const std::vector<RunNumbers>& n,
                                const PlotFiles& plots) {
   std::string s = "## Throughput\n\n" + image(plots.throughput, "tokens/s and step time against the planner");
@@ -393,7 +427,7 @@ std::string report_markdown(const std::vector<const Run*>& runs, const PlotFiles
   std::string s = runs.size() == 1
                       ? fmt::format("# weft run report: {}\n\n", runs[0]->label)
                       : fmt::format("# weft run comparison: {} (A) against {} (B)\n\n", runs[0]->label, runs[1]->label);
-  s += runs_section(runs) + loss_section(runs, n, plots) + throughput_section(runs, n, plots) +
+  s += runs_section(runs) + loss_section(runs, n, plots) + tasks_section(runs, plots) + throughput_section(runs, n, plots) +
        memory_section(runs, plots) + pipeline_section(runs, plots) + comm_section(runs, plots);
   return s;
 }

@@ -324,10 +324,48 @@ std::string comm_script(const Gnuplot& gp, const std::vector<const Run*>& runs) 
   return s + plot_command(parts);
 }
 
+std::string tasks_script(const Gnuplot& gp, const std::vector<const Run*>& runs) {
+  std::string s = script_header(gp, "tasks", 960, 540);
+  s += "set title 'In-context-learning accuracy during training'\nset xlabel 'tokens trained'\n"
+       "set ylabel 'accuracy'\nset format x '%.1s%c'\nset yrange [0:1.05]\nset key outside right top\n";
+  std::vector<std::string> parts;
+  int block = 0;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    // Task names in the order they first appear; acc solid, acc_norm dashed in the same colour.
+    std::vector<std::string> names;
+    for (const TaskPoint& p : runs[r]->tasks) {
+      if (std::find(names.begin(), names.end(), p.task) == names.end()) names.push_back(p.task);
+    }
+    for (size_t t = 0; t < names.size(); ++t) {
+      std::vector<std::string> acc, norm;
+      for (const TaskPoint& p : runs[r]->tasks) {
+        if (p.task != names[t]) continue;
+        acc.push_back(fmt::format("{} {:.9g}", p.tokens, p.acc));
+        if (p.acc_norm) norm.push_back(fmt::format("{} {:.9g}", p.tokens, *p.acc_norm));
+      }
+      const std::string colour = series_colour(static_cast<int>(r), static_cast<int>(t));
+      s += datablock(fmt::format("acc{}", block), acc);
+      parts.push_back(fmt::format("$acc{} using 1:2 with linespoints pt 7 ps 1.0 lw 2 lc rgb '{}' title {}", block,
+                                  colour, quoted(series_title(runs, r, names[t] + " acc"))));
+      if (!norm.empty()) {
+        s += datablock(fmt::format("norm{}", block), norm);
+        parts.push_back(fmt::format("$norm{} using 1:2 with linespoints pt 6 ps 1.2 lw 1.5 dt 2 lc rgb '{}' title {}",
+                                    block, colour, quoted(series_title(runs, r, names[t] + " acc_norm"))));
+      }
+      ++block;
+    }
+  }
+  return s + plot_command(parts);
+}
+
 PlotFiles draw_plots(const Gnuplot& gp, const std::string& dir, const std::vector<const Run*>& runs) {
   PlotFiles f;
   run_script(gp, dir, "loss", loss_script(gp, runs));
   f.loss = "loss.png";
+  if (std::any_of(runs.begin(), runs.end(), [](const Run* r) { return !r->tasks.empty(); })) {
+    run_script(gp, dir, "tasks", tasks_script(gp, runs));
+    f.tasks = "tasks.png";
+  }
   run_script(gp, dir, "throughput", throughput_script(gp, runs));
   f.throughput = "throughput.png";
   run_script(gp, dir, "memory", memory_script(gp, runs));

@@ -12,6 +12,7 @@ namespace weft::report {
 
 // The scripts (data inline); each draws NAME.png, NAME being the function's plot name.
 std::string loss_script(const Gnuplot& gp, const std::vector<const Run*>& runs);        // "loss"
+std::string tasks_script(const Gnuplot& gp, const std::vector<const Run*>& runs);       // "tasks" ([eval] tasks)
 std::string throughput_script(const Gnuplot& gp, const std::vector<const Run*>& runs);  // "throughput"
 std::string memory_script(const Gnuplot& gp, const std::vector<const Run*>& runs);      // "memory"
 std::string pipeline_script(const Gnuplot& gp, const std::vector<const Run*>& runs);    // "pipeline"
@@ -20,7 +21,7 @@ std::string comm_script(const Gnuplot& gp, const std::vector<const Run*>& runs);
 // The PNG files drawn (names relative to the report folder); pipeline is empty when no run
 // has more than one stage, comm when no run communicated.
 struct PlotFiles {
-  std::string loss, throughput, memory, pipeline, comm;
+  std::string loss, tasks, throughput, memory, pipeline, comm;  // "": not drawn
 };
 // Draws every plot into `dir` (RuntimeError from gnuplot, see run_script).
 PlotFiles draw_plots(const Gnuplot& gp, const std::string& dir, const std::vector<const Run*>& runs);

@@ -39,7 +39,8 @@ void label_runs(std::vector<Run>& runs) {
 // the new run has pp = 1) are removed from the output folder, so that none is left stale.
 constexpr const char* kReportFiles[] = {"report.md",     "loss.png",          "loss.gp",         "throughput.png",
                                         "throughput.gp", "memory.png",        "memory.gp",       "pipeline.png",
-                                        "pipeline.gp",   "communication.png", "communication.gp"};
+                                        "pipeline.gp",   "communication.png", "communication.gp",
+                                        "tasks.png",     "tasks.gp"};
 
 std::string default_out(const std::vector<std::string>& run_dirs) {
   if (run_dirs.size() == 1) return (fs::path(run_dirs[0]) / "report").string();

@@ -139,6 +139,27 @@ struct MetricsState {
   std::vector<PipelineStep> pipe_steps;
 };
 
+// A tasks line: {"step", "tokens", "tasks": [{"task", "items", "fewshot", "acc"[, "acc_norm"]}, ...]};
+// accuracies lie in [0, 1].
+void read_tasks_line(const json& j, int64_t step, const std::string& where, Run& run) {
+  const json& list = j["tasks"];
+  if (!list.is_array() || list.empty()) throw_input("{}: 'tasks' must be a non-empty array of task scores", where);
+  const int64_t tokens = integer(j, "tokens", where);
+  for (const json& t : list) {
+    if (!t.is_object() || !t.contains("task") || !t["task"].is_string()) {
+      throw_input("{}: each entry of 'tasks' must be an object with a 'task' name", where);
+    }
+    TaskPoint p{step, tokens, t["task"].get<std::string>(), integer(t, "items", where),
+                static_cast<int>(integer(t, "fewshot", where)), number(t, "acc", where), std::nullopt};
+    if (t.contains("acc_norm")) p.acc_norm = number(t, "acc_norm", where);
+    for (double a : {p.acc, p.acc_norm.value_or(0.0)}) {
+      if (!(a >= 0.0 && a <= 1.0)) throw_input("{}: task '{}' has accuracy {} outside [0, 1]", where, p.task, a);
+    }
+    if (p.items < 1) throw_input("{}: task '{}' scored {} items", where, p.task, p.items);
+    run.tasks.push_back(std::move(p));
+  }
+}
+
 void read_metrics_line(const json& j, const std::string& where, Run& run, MetricsState& st) {
   if (!j.is_object()) throw_input("{}: not a JSON object", where);
   const int64_t step = integer(j, "step", where);
@@ -146,6 +167,8 @@ void read_metrics_line(const json& j, const std::string& where, Run& run, Metric
     run.memory = parse_memory_report(j["memory_report"], where);
     run.step_time = parse_step_time(j, where);
     st.final_seen = true;
+  } else if (j.contains("tasks")) {
+    read_tasks_line(j, step, where, run);
   } else if (j.contains("val_loss")) {
     run.vals.push_back({step, step * run.tokens_per_step(), number(j, "val_loss", where)});
   } else if (j.contains("loss")) {
@@ -161,8 +184,8 @@ void read_metrics_line(const json& j, const std::string& where, Run& run, Metric
     run.steps.push_back(p);
     if (j.contains("pipeline")) st.pipe_steps.push_back(parse_pipeline(j["pipeline"], where, st.pipe_shape));
   } else {
-    throw_input("{}: neither a step line (loss), a validation line (val_loss) nor the final report (memory_report)",
-                where);
+    throw_input("{}: neither a step line (loss), a validation line (val_loss), a tasks line (tasks) nor the final report "
+                "(memory_report)", where);
   }
 }
 

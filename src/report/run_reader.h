@@ -28,6 +28,17 @@ struct ValPoint {
   double val_loss = 0;
 };
 
+// One task's scores in a tasks line ([eval] tasks, train/train_tasks.h).
+struct TaskPoint {
+  int64_t step = 0;
+  int64_t tokens = 0;  // tokens trained when it was scored
+  std::string task;
+  int64_t items = 0;
+  int fewshot = 0;
+  double acc = 0;
+  std::optional<double> acc_norm;  // multiple choice only
+};
+
 // The memory categories of the final report, in its order; kMemTotal is their sum's peak.
 constexpr std::array<const char*, 7> kMemCategories = {"params",    "grads", "optimizer", "activations",
                                                        "workspace", "comm",  "total"};
@@ -113,6 +124,7 @@ struct Run {
   RunConfig config;
   std::vector<StepPoint> steps;
   std::vector<ValPoint> vals;
+  std::vector<TaskPoint> tasks;             // in-context-learning scores, in the order written
   std::vector<RankMemory> memory;           // the final report, one entry per rank
   std::optional<StepTimeReport> step_time;  // null without a system file
   std::optional<PipelineSummary> pipeline;  // null when pp = 1

@@ -32,8 +32,9 @@ constexpr double kMaxBucketMb = 1048576.0;   // 1 TiB
 constexpr double kMaxCommTimeout = 1e7;      // about 116 days, in seconds
 
 using IntList = std::vector<int64_t>;
+using StrList = std::vector<std::string>;
 using Field = std::variant<int64_t RunConfig::*, double RunConfig::*, std::string RunConfig::*, bool RunConfig::*,
-                           IntList RunConfig::*>;
+                           IntList RunConfig::*, StrList RunConfig::*>;
 struct Key {
   const char* section;
   const char* name;
@@ -114,6 +115,12 @@ const std::vector<Key>& keys() {
       {"compression", "block_size", &RunConfig::compression_block_size},
       {"eval", "val_every", &RunConfig::val_every},
       {"eval", "val_batches", &RunConfig::val_batches},
+      {"eval", "tasks", &RunConfig::tasks},
+      {"eval", "tasks_every", &RunConfig::tasks_every},
+      {"eval", "fewshot", &RunConfig::fewshot},
+      {"eval", "tasks_limit", &RunConfig::tasks_limit},
+      {"eval", "tasks_seed", &RunConfig::tasks_seed},
+      {"eval", "tokenizer", &RunConfig::tokenizer},
       {"checkpoint", "ckpt_every", &RunConfig::ckpt_every},
       {"checkpoint", "keep_last", &RunConfig::keep_last},
       {"checkpoint", "on_signal", &RunConfig::on_signal},
@@ -137,9 +144,12 @@ const Key* find_key(const std::string& name) {
   // "section.key", "section_key" (--zero-quantized-weights) or a bare key: the first key of that
   // name (tp is parallel.tp; [compression]'s keys, which share names with others, need their
   // section: compression.tp).
+  const std::string_view n = name;
   for (const Key& k : keys()) {
-    if (name == k.name || name == fmt::format("{}.{}", k.section, k.name) ||
-        name == fmt::format("{}_{}", k.section, k.name)) {
+    const std::string_view section = k.section, key = k.name;
+    if (n == key) return &k;
+    if (n.size() == section.size() + 1 + key.size() && n.starts_with(section) && n.ends_with(key) &&
+        (n[section.size()] == '.' || n[section.size()] == '_')) {
       return &k;
     }
   }
@@ -153,6 +163,7 @@ const char* type_name(const Field& f) {
   if (std::holds_alternative<double RunConfig::*>(f)) return "a number";
   if (std::holds_alternative<bool RunConfig::*>(f)) return "true or false";
   if (std::holds_alternative<IntList RunConfig::*>(f)) return "a list of integers";
+  if (std::holds_alternative<StrList RunConfig::*>(f)) return "a list of strings";
   return "a string";
 }
 
@@ -196,6 +207,16 @@ void set_from_toml(RunConfig& cfg, const Key& k, const toml::node& node, const s
           IntList out;
           for (const toml::node& e : *arr) {
             auto v = e.value_exact<int64_t>();
+            if (!v) throw_input("{}: key '{}' must be {}, got an element {}", where, full, type_name(k.field), node_type_name(e));
+            out.push_back(*v);
+          }
+          cfg.*member = out;
+        } else if constexpr (std::is_same_v<T, StrList>) {
+          const toml::array* arr = node.as_array();
+          if (!arr) throw_input("{}: key '{}' must be {}, got {}", where, full, type_name(k.field), node_type_name(node));
+          StrList out;
+          for (const toml::node& e : *arr) {
+            auto v = e.value_exact<std::string>();
             if (!v) throw_input("{}: key '{}' must be {}, got an element {}", where, full, type_name(k.field), node_type_name(e));
             out.push_back(*v);
           }
@@ -251,6 +272,17 @@ void set_from_string(RunConfig& cfg, const Key& k, const std::string& text) {
               throw_input("option {} must be a list of integers like 2,8, got '{}'", full, text);
             }
             out.push_back(v);
+          }
+          cfg.*member = out;
+        } else if constexpr (std::is_same_v<T, StrList>) {
+          // "a.jsonl,b.jsonl" or "" (empty list); each UTF-8 (config.toml reloads it)
+          StrList out;
+          std::stringstream ss(text);
+          std::string item;
+          while (std::getline(ss, item, ',')) {
+            if (item.empty()) throw_input("option {} must be a comma-separated list like a.jsonl,b.jsonl, got '{}'", full, text);
+            if (!is_valid_utf8(item)) throw_input("option {} must be UTF-8 text, got '{}'", full, item);
+            out.push_back(item);
           }
           cfg.*member = out;
         } else if constexpr (std::is_same_v<T, double>) {
@@ -322,10 +354,16 @@ void check_finite_numbers(const RunConfig& cfg) {
 // a value above INT_MAX would be truncated silently.
 void check_int_keys(const RunConfig& cfg) {
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
-  for (const char* name : {"n_layer", "n_head", "n_embd", "n_ctx", "vocab_size", "seq_len", "tp", "pp", "dp",
-                           "dp_shard", "dp_replicate", "virtual_stages", "prefetch", "ranks_per_node",
-                           "recompute_layers", "zero", "top_k", "sample_tokens", "micro_batch", "global_batch"}) {
-    const Key* k = find_key(name);
+  static const std::vector<const Key*> int_keys = [] {
+    std::vector<const Key*> out;
+    for (const char* name : {"n_layer", "n_head", "n_embd", "n_ctx", "vocab_size", "seq_len", "tp", "pp", "dp",
+                             "dp_shard", "dp_replicate", "virtual_stages", "prefetch", "ranks_per_node",
+                             "recompute_layers", "zero", "top_k", "sample_tokens", "micro_batch", "global_batch"}) {
+      out.push_back(find_key(name));
+    }
+    return out;
+  }();
+  for (const Key* k : int_keys) {
     const int64_t v = cfg.*std::get<int64_t RunConfig::*>(k->field);
     if (v > kIntMax) throw_input("{}.{} = {} is too large (at most {})", k->section, k->name, v, kIntMax);
   }
@@ -439,6 +477,23 @@ void validate_compression_keys(const RunConfig& cfg) {
   }
 }
 
+// [eval] tasks: in-context-learning tasks need a model that gives token logits.
+void validate_task_keys(const RunConfig& cfg, const ModelConfig& mc) {
+  if (cfg.tasks_every < 0 || cfg.fewshot < 0 || cfg.tasks_limit < 0 || cfg.tasks_seed < 0) {
+    throw_input("tasks_every {}, fewshot {}, tasks_limit {} and tasks_seed {} must be >= 0", cfg.tasks_every,
+                cfg.fewshot, cfg.tasks_limit, cfg.tasks_seed);
+  }
+  if (cfg.fewshot > std::numeric_limits<int>::max()) throw_input("fewshot {} is too large", cfg.fewshot);
+  if (cfg.tasks.empty()) return;
+  if (!mc.capabilities().generation) {
+    throw_input("eval.tasks: model '{}' is a {} model, which gives no token logits to score continuations with: remove "
+                "the tasks", mc.name, mc.capabilities().family);
+  }
+  for (const std::string& t : cfg.tasks) {
+    if (t.empty()) throw_input("eval.tasks: a task file name is empty");
+  }
+}
+
 }  // namespace
 
 void check_thread_count(int64_t threads, const std::string& name) {
@@ -541,6 +596,7 @@ void RunConfig::validate() const {
   check_int_keys(*this);
   check_number_ranges(*this);
   ModelConfig mc = model_config();
+  validate_task_keys(*this, mc);
   if (seq_len < 0) throw_input("seq_len must be >= 0 (0: the model context), got {}", seq_len);
   if (balance != "count" && balance != "cost") throw_input("data.balance must be 'count' or 'cost', got '{}'", balance);
   if (balance != "count" && std::string_view(mc.capabilities().data_source) != "graphs") {
@@ -619,6 +675,10 @@ std::string RunConfig::to_toml() const {
             os << (this->*member ? "true" : "false");
           } else if constexpr (std::is_same_v<T, IntList>) {
             os << "[" << fmt::format("{}", fmt::join(this->*member, ", ")) << "]";
+          } else if constexpr (std::is_same_v<T, StrList>) {
+            os << "[";
+            for (size_t i = 0; i < (this->*member).size(); ++i) os << (i ? ", " : "") << toml::value<std::string>((this->*member)[i]);
+            os << "]";
           } else if constexpr (std::is_same_v<T, double>) {
             os << fmt::format("{}", this->*member);
             if (fmt::format("{}", this->*member).find_first_of(".eEn") == std::string::npos) os << ".0";

@@ -123,6 +123,14 @@ struct RunConfig {
   // [eval]
   int64_t val_every = 0;   // 0: only at the end
   int64_t val_batches = 8; // validation uses val_batches * global_batch windows
+  // In-context-learning tasks scored during training (train/train_tasks.h; the files weft eval
+  // --tasks reads): at step 0, every tasks_every steps (0: every val_every) and after the last.
+  std::vector<std::string> tasks;
+  int64_t tasks_every = 0;
+  int64_t fewshot = 0;          // examples before each item
+  int64_t tasks_limit = 0;      // the first N items of each file (0: all)
+  int64_t tasks_seed = 1234;    // the draw of the few-shot examples
+  std::string tokenizer = "";   // the tasks' tokenizer (weft prepare --tokenizer's forms); "": the data's meta.json, else GPT-2's
   // [checkpoint]
   int64_t ckpt_every = 0;  // 0: only at the end
   int64_t keep_last = 2;   // checkpoints kept in the run folder (0: all)

@@ -38,6 +38,7 @@
 #include "train/run_lock.h"
 #include "train/run_report.h"
 #include "train/sample.h"
+#include "train/train_tasks.h"
 
 namespace fs = std::filesystem;
 
@@ -127,9 +128,10 @@ int64_t restore_or_init(Engine& engine, const RunConfig& cfg, const RunFolder& f
 // One run of the training loop: the engine, the run folder's files and the cadences.
 class TrainLoop {
  public:
-  TrainLoop(const RunConfig& cfg, Engine& engine, Communicator& world, Tracer& tracer, RunData& data, NodeMap nodes)
-      : cfg_(cfg), engine_(engine), world_(world), tracer_(tracer), data_(data), rank0_(world.rank() == 0),
-        nodes_(std::move(nodes)) {}
+  TrainLoop(const RunConfig& cfg, Engine& engine, Communicator& world, Tracer& tracer, RunData& data, TrainTasks& tasks,
+            NodeMap nodes)
+      : cfg_(cfg), engine_(engine), world_(world), tracer_(tracer), data_(data), tasks_(tasks),
+        rank0_(world.rank() == 0), nodes_(std::move(nodes)) {}
 
   TrainResult run(int64_t start_step, const RunPrediction& pred, const TrainOptions& opt);
   SpikeDetector& spikes() { return spikes_; }
@@ -141,6 +143,7 @@ class TrainLoop {
 
  private:
   double validate(int64_t step);
+  void score_tasks(int64_t step);
   void save(int64_t step);
   bool stop_on_signal(int64_t done, bool saved);
   nlohmann::json step_line(int64_t done, float lr, const StepResult& r, double dt);
@@ -154,6 +157,7 @@ class TrainLoop {
   Communicator& world_;
   Tracer& tracer_;
   RunData& data_;
+  TrainTasks& tasks_;
   bool rank0_;
   std::string trace_path_;
   TrainResult res_;
@@ -220,6 +224,17 @@ double TrainLoop::validate(int64_t step) {
   if (rank0_) files_.append_metrics({{"step", step}, {"val_loss", vl}});
   log_info("step {:>5} | val loss {:.4f}", step, vl);
   return vl;
+}
+
+// [eval] tasks (train/train_tasks.h): scored on the training engine; their forward passes precede
+// the next step's gathers (the communication model replays them), and their generation-size
+// buffers are not a step's (the peaks restart after them, as after a checkpoint).
+void TrainLoop::score_tasks(int64_t step) {
+  tracer_.set_phase("tasks");
+  const nlohmann::json line = tasks_.evaluate(engine_, step, positions_done_);
+  next_ctx_.eval_passes_before += tasks_.last_forward_passes();
+  memory_tracker().reset_peaks();
+  if (rank0_) files_.append_metrics(line);
 }
 
 // Gathered: every rank contributes its shards (dp, then tp); rank 0 writes one layout-free
@@ -340,6 +355,7 @@ TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const 
   MemorySnapshot step_snapshot;  // after the last step, before its checkpoint
   if (stop_on_signal(start_step, true)) return res_;  // a signal during setup: no step ran
   if (data_.has_val() && start_step == 0 && cfg_.steps > 0) validate(0);
+  if (start_step == 0 && tasks_.due(0, false)) score_tasks(0);
   engine_.set_update_veto([this](double loss, double grad_norm) { return spikes_.judge(loss, grad_norm); });
   for (int64_t step = start_step; step < cfg_.steps; ++step) {
     if (opt.before_step) opt.before_step(step);
@@ -380,6 +396,7 @@ TrainResult TrainLoop::run(int64_t start_step, const RunPrediction& pred, const 
     if (const std::optional<std::string> w = diverging_.observe(done, r.loss); w && rank0_) log_warn("{}", *w);
     const bool last = done == cfg_.steps;
     if (data_.has_val() && ((cfg_.val_every > 0 && done % cfg_.val_every == 0) || last)) validate(done);
+    if (tasks_.due(done, last)) score_tasks(done);
     const bool saved = (cfg_.ckpt_every > 0 && done % cfg_.ckpt_every == 0) || last;
     if (saved) {
       save(done);
@@ -451,6 +468,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   const std::unique_ptr<RunData> data_ptr = open_run_data(cfg, ec.model, ec.seq);
   RunData& data = *data_ptr;
   ec.model = ec.model.family->with_settings(ec.model, data.model_settings());
+  TrainTasks tasks(cfg, ec.model);  // the task files and their tokenizer, read now
   // The link levels of the communication report (collective over world for the real map).
   // ZeRO++ reads its levels from the same map.
   NodeMap nodes;
@@ -511,7 +529,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& opt, Communicator& w
   memory_tracker().reset_peaks();
   data.configure(engine);
   log_run_setup({&cfg, &engine, data.describe(ec.seq), threads}, pred);
-  TrainLoop loop(cfg, engine, world, tracer, data, std::move(nodes));
+  TrainLoop loop(cfg, engine, world, tracer, data, tasks, std::move(nodes));
   if (!folder.resume_dir.empty()) {
     loop.spikes().restore(folder.resume_state.raw, folder.resume_dir + "/trainer.json");
     loop.resumed_from(folder.resume_dir);

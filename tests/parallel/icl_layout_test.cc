@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "icl_items.h"
 #include "test_util.h"
 
 namespace weft {
@@ -17,37 +18,26 @@ namespace {
 using test::RunResult;
 using test::TempDir;
 
-const std::vector<std::pair<std::string, std::string>> kPairs = {
-    {"Alice", "apples"}, {"Bob", "bananas"}, {"Carol", "cherries"}, {"Dave", "dates"}, {"Erin", "figs"}, {"Frank", "grapes"}};
-
-// The memorised line up to the i-th person's "NAME likes".
-std::string prefix(size_t i) {
-  std::string s;
-  for (size_t k = 0; k < i; ++k) s += kPairs[k].first + " likes " + kPairs[k].second + ". ";
-  return s + kPairs[i].first + " likes";
-}
-
 void write_tasks(const TempDir& tmp) {
   std::ofstream mc(tmp / "likes_mc.jsonl"), sc(tmp / "likes_schema.jsonl"), lm(tmp / "likes_lm.jsonl");
-  for (size_t i = 0; i < kPairs.size(); ++i) {
-    std::vector<std::string> choices = {kPairs[i].second + ".", kPairs[(i + 1) % 6].second + ".",
-                                        kPairs[(i + 3) % 6].second + "."};
+  for (size_t i = 0; i < test::kLikes.size(); ++i) {
+    std::vector<std::string> choices = {test::kLikes[i].second + ".", test::kLikes[(i + 1) % 6].second + ".",
+                                        test::kLikes[(i + 3) % 6].second + "."};
     const size_t gold = i % 3;
     std::swap(choices[0], choices[gold]);
-    mc << nlohmann::json{{"query", prefix(i)}, {"choices", choices}, {"gold", gold}}.dump() << "\n";
-    sc << nlohmann::json{{"context_options", {prefix(i), prefix((i + 1) % 6)}},
-                         {"continuation", kPairs[i].second + "."},
+    mc << nlohmann::json{{"query", test::likes_prefix(i)}, {"choices", choices}, {"gold", gold}}.dump() << "\n";
+    sc << nlohmann::json{{"context_options", {test::likes_prefix(i), test::likes_prefix((i + 1) % 6)}},
+                         {"continuation", test::kLikes[i].second + "."},
                          {"gold", 0}}.dump()
        << "\n";
-    lm << nlohmann::json{{"context", prefix(i)}, {"continuation", kPairs[i].second + "."}}.dump() << "\n";
+    lm << nlohmann::json{{"context", test::likes_prefix(i)}, {"continuation", test::kLikes[i].second + "."}}.dump() << "\n";
   }
 }
 
 TEST(IclLayouts, MemorisedItemsAreRightAndEveryLayoutScoresAlike) {
   TempDir tmp("icl-layouts");
   std::filesystem::create_directories(tmp / "corpus");
-  std::string line;
-  for (size_t k = 0; k < kPairs.size(); ++k) line += (k ? " " : "") + kPairs[k].first + " likes " + kPairs[k].second + ".";
+  const std::string line = test::likes_line();
   for (int d = 0; d < 4; ++d) {
     std::ofstream f(tmp / fmt::format("corpus/doc{}.txt", d));
     for (int l = 0; l < 60; ++l) f << line << "\n";

@@ -113,6 +113,9 @@ const std::vector<BadValue>& bad_values() {
       // [eval]
       {"val_every", "-1", "val_every -1"}, {"val_batches", "-1", "val_batches -1"},
       {"val_batches", kInt64Huge, "validation tokens = val_batches 4611686018427387904"},
+      {"tasks", "a.jsonl,,b.jsonl", "option --tasks must be a comma-separated list like a.jsonl,b.jsonl"},
+      {"tasks_every", "-1", "tasks_every -1"}, {"fewshot", "-1", "fewshot -1"}, {"tasks_limit", "-1", "tasks_limit -1"},
+      {"tasks_seed", "-1", "tasks_seed -1"}, {"fewshot", kHuge, "fewshot 99999999999 is too large"},
       // [checkpoint]
       {"ckpt_every", "-1", "ckpt_every -1"}, {"keep_last", "-1", "keep_last -1"},
       // [run]
@@ -146,6 +149,7 @@ const std::set<std::string> kFreeKeys = {
     "on_signal",          // a bool
     "system",             // a path, loaded before the engine (cli_validation_test)
     "sample_prompt",      // any text
+    "tokenizer",          // a path, loaded with the tasks before the run (train_tasks_test)
 };
 
 TEST(ConfigValidation, EveryKeyHasItsChecksWrittenDown) {
