@@ -25,10 +25,9 @@ NICE="${WEFT_FUZZ_NICE:-10}"
 
 # The build: its own folder, clang, only the fuzz targets and the parser library they link.
 if [ ! -f "$BUILD/build.ninja" ]; then
-  LAUNCHER=""
-  command -v ccache >/dev/null && LAUNCHER="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"
+  # (ccache, when installed, through CMakeLists.txt's WEFT_CCACHE)
   cmake -S . -B "$BUILD" -G Ninja -DWEFT_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_BUILD_TESTS=OFF -DWEFT_WITH_MPI=OFF -DWEFT_NATIVE=OFF $LAUNCHER \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_BUILD_TESTS=OFF -DWEFT_WITH_MPI=OFF -DWEFT_NATIVE=OFF \
     >"$BUILD.configure.log" 2>&1 || { cat "$BUILD.configure.log" >&2; echo "bench/fuzz.sh: configure failed" >&2; exit 2; }
 fi
 cmake --build "$BUILD" -j"$(nproc)" --target weft_fuzz >&2 || { echo "bench/fuzz.sh: build failed" >&2; exit 2; }

@@ -146,6 +146,7 @@ TransformerBlock::TransformerBlock(const ModelConfig& cfg, Backend& backend, Ten
       swiglu_(cfg.block.mlp == MlpKind::kSwiglu),
       gqa_(cfg.kv_heads() != cfg.n_head),
       fused_norm_(cfg.block.norm == NormKind::kLayerNorm),
+      parallel_(cfg.block.parallel_residual),
       be_(backend),
       tp_(tp),
       ln_(ln),
@@ -199,12 +200,12 @@ void TransformerBlock::forward(const LayerWeights& lw, CView x, LayerActs& a, in
     tp_.round(a.att, B * NH * T * T);
   }
   tp_.round(a.atty, N * Cl);
-  if (fused_norm_) {
+  if (fused_norm_ && !parallel_) {
     row_.forward_norm(ln_, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, a.atty, lw.attprojw, lw.attprojb, lw.ln2w,
                       lw.ln2b, N, Cl, C);
-  } else {  // RMSNorm: the residual, then the norm
+  } else {  // RMSNorm, or a parallel residual (the second norm reads x): the residual, then the norm
     row_.forward(a.res2, x, a.atty, lw.attprojw, lw.attprojb, N, Cl, C);
-    ln_.forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, lw.ln2w, lw.ln2b, N, C);
+    ln_.forward(a.ln2, a.ln2_mean, a.ln2_rstd, parallel_ ? x : CView(a.res2), lw.ln2w, lw.ln2b, N, C);
   }
   mlp_forward(lw, a, N);
   if (to_gelu) return;
@@ -226,7 +227,9 @@ void TransformerBlock::backward(const LayerWeights& lw, const LayerPtrs& lg, CVi
   const int64_t N = B * T, C = C_, F = F_, NH = NH_, Cl = Cl_;
   const int64_t Nl = tp_.local_rows(N);  // rows of the residual stream held here
   if (full) forward(lw, x, a, B, T, true);  // rematerialise the layer in the workspace
-  // The residual passes d(res3) on unchanged to res2.
+  // The residual passes d(res3) on unchanged to res2; a parallel residual's attention branch
+  // reads d(res3) itself, kept in dpar while the MLP branch's norm adds its part to dres.
+  if (parallel_) be_.copy_device(s.dpar.data, 0, s.dres.data, 0, dtype_bytes(s.dres.dtype, Nl * C));
   View dln2;
   if (swiglu_) {  // d(silu(gate) up) from the product, then d(gate, up)
     row_.backward(s.dF, lg.fcprojw, lg.fcprojb, s.dres, a.fch_gelu, lw.fcprojw, N, F, C);
@@ -236,16 +239,17 @@ void TransformerBlock::backward(const LayerWeights& lw, const LayerPtrs& lg, CVi
     row_.backward_gelu(s.dF, lg.fcprojw, lg.fcprojb, s.dres, a.fch_gelu, lw.fcprojw, a.fch, N, F, C);
     dln2 = column_.backward(s.dC, lg.fcw, lg.fcb, s.dF, a.ln2, lw.fcw, N, C, F);
   }
-  ln_.backward(s.dres, lg.ln2w, lg.ln2b, dln2, a.res2, lw.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
+  ln_.backward(s.dres, lg.ln2w, lg.ln2b, dln2, parallel_ ? x : CView(a.res2), lw.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
   tp_.round(s.dres, Nl * C);
-  // dres now holds d(res2); the residual passes it on unchanged to x.
+  // dres now holds d(res2) (parallel: d(res3) + the MLP branch's part of d(x)); the residual
+  // passes it on unchanged to x.
   if (!full && !lse_ && a.att.data == s.att.data) {
     // Selective recompute: the attention probabilities again, from the stashed q, k, v (the
     // recomputed output goes to d3C, free until the attention backward writes it).
     attention_forward(s.d3C, s.att, a.qkv, B, T);
     tp_.round(s.att, B * NH * T * T);  // as the forward stored them
   }
-  row_.backward(s.dC, lg.attprojw, lg.attprojb, s.dres, a.atty, lw.attprojw, N, Cl, C);
+  row_.backward(s.dC, lg.attprojw, lg.attprojb, parallel_ ? CView(s.dpar) : CView(s.dres), a.atty, lw.attprojw, N, Cl, C);
   if (lse_) {
     be_.attention_backward_lse(s.d3C, s.dC, a.qkv, a.atty, a.att /* lse */, B, T, Cl, NH);
   } else if (causal_) {

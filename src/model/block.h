@@ -185,6 +185,7 @@ struct BlockScratch {
   View dF;    // (N,F)
   View att;   // selective recompute: the recomputed probabilities (B,NH,T,T)
   View dFC;   // SwiGLU: the gradient of the fc output, gate and up (N,2F); else unused
+  View dpar;  // parallel residual: d(res3) kept for the attention branch (Nl,C, dres's dtype); else unused
 };
 
 // The workspace of the block's variants (model/config.h's BlockOptions), set by the model with
@@ -233,7 +234,7 @@ class TransformerBlock {
   // The variant: this rank's fused q, k, v and fc columns, its kv heads, the head size and the
   // rotary dimensions of a head (0: learned positions).
   int64_t QKVl_, FCl_, KVHl_, hd_, rot_;
-  bool swiglu_, gqa_, fused_norm_;  // fused_norm_: LayerNorm (the fused residual + norm ops apply)
+  bool swiglu_, gqa_, fused_norm_, parallel_;  // fused_norm_: LayerNorm (the fused residual + norm ops apply)
   VariantWorkspace vw_;
   Backend& be_;
   TensorParallel& tp_;

@@ -55,6 +55,9 @@ struct BlockOptions {
   MlpKind mlp = MlpKind::kGelu;
   int n_kv_head = 0;           // key/value heads (grouped-query attention; 1 = multi-query); 0: n_head
   bool tie_embeddings = true;  // the output head reads the token embedding
+  // GPT-NeoX's (and GPT-J's) parallel residual: x + attn(ln_1(x)) + mlp(ln_2(x)), the second norm
+  // reading the block's input instead of x + attn(ln_1(x)).
+  bool parallel_residual = false;
   RopeOptions rope;
   // Whether it is GPT-2's block and ends (every family's default).
   bool is_default() const { return *this == BlockOptions{}; }

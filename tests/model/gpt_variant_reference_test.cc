@@ -40,6 +40,10 @@ const Variant kVariants[] = {
     {"mqa_partial_llama3", {{"position", "rope"}, {"rope_fraction", "0.5"}, {"rope_scaling", "llama3"},
                             {"rope_factor", "4"}, {"rope_original_context", "16"}, {"rope_base", "500"},
                             {"norm", "rmsnorm"}, {"n_kv_head", "1"}}},
+    // GPT-NeoX's block: a quarter of each head turning, LayerNorm with biases, GELU, the parallel
+    // residual, an untied head.
+    {"neox_parallel", {{"position", "rope"}, {"rope_fraction", "0.25"}, {"parallel_residual", "true"},
+                       {"tie_embeddings", "false"}}},
     // Learned positions with RMSNorm, SwiGLU, no biases, an untied head.
     {"learned_swiglu_untied", {{"norm", "rmsnorm"}, {"bias", "false"}, {"mlp", "swiglu"}, {"ffn", "40"},
                                {"tie_embeddings", "false"}}},

@@ -82,10 +82,11 @@ TEST(GptVariants, ConfigJsonRoundTrips) {
   ModelConfig other = model_preset("small");
   other = other.family->with_settings(other, {{"position", "rope"}, {"rope_fraction", "0.25"}, {"n_kv_head", "3"},
                                               {"tie_embeddings", "false"}});
-  for (const ModelConfig& c : {model_preset("llama-tiny"), model_preset("llama3-8b"), model_preset("llama3-405b"), other}) {
+  for (const ModelConfig& c : {model_preset("llama-tiny"), model_preset("llama3-8b"), model_preset("llama3-405b"), other,
+                               model_preset("neox-20b")}) {
     const std::string name = c.name;
     const nlohmann::ordered_json j = c.family->to_config_json(c);
-    EXPECT_EQ(j["model_type"], name == "small" ? "weft-gpt" : "llama") << name;
+    EXPECT_EQ(j["model_type"], name == "small" || name == "neox-20b" ? "weft-gpt" : "llama") << name;
     const ModelConfig back = model_config_from_json(nlohmann::json::parse(j.dump()), name);
     EXPECT_EQ(back.block, c.block) << name;
     EXPECT_EQ(back.n_embd, c.n_embd);

@@ -65,6 +65,17 @@ TEST_F(LlamaRuns, UntiedHeadInEveryLayoutMatchesOneProcess) {
                  {4, "--dp-shard 2 --dp-replicate 2 --zero 3 --micro_batch 1"}});
 }
 
+// GPT-NeoX's block (neox-20b's at llama-tiny's size): a quarter of each head turning, LayerNorm
+// with biases, GELU, the parallel residual, an untied head.
+TEST_F(LlamaRuns, NeoxParallelResidualInEveryLayoutMatchesOneProcess) {
+  expect_parity(config("position = \"rope\"\nrope_fraction = 0.25\nnorm = \"layernorm\"\nbias = true\nmlp = \"gelu\"\n"
+                       "ffn = 1024\nn_kv_head = 4\nparallel_residual = true\ntie_embeddings = false\n"),
+                {{2, "--tp 2 --sequence_parallel true --recompute selective"},
+                 {2, "--pp 2 --recompute full"},
+                 {2, "--dp 2 --zero 3 --micro_batch 1"},
+                 {4, "--tp 2 --pp 2"}});
+}
+
 TEST_F(LlamaRuns, TiedHeadAcrossStagesAndMultiQueryRefusals) {
   expect_parity(config(""), {{2, "--pp 2 --recompute full"}, {4, "--tp 2 --dp 2 --zero 1 --micro_batch 1"}});
   // One kv head cannot be split between two tensor-parallel ranks: refused by name, nothing run.

@@ -14,10 +14,12 @@ namespace weft::plan {
 namespace {
 
 // Dubey et al. 2024 ("The Llama 3 Herd of Models") and the released checkpoints: 8.03B, 70.55B,
-// 405.85B parameters, embeddings and an untied head included.
+// 405.85B parameters, embeddings and an untied head included; GPT-NeoX-20B (Black et al. 2022):
+// 20,554,567,680.
 TEST(PlanDecoders, LlamaPresetsHaveTheirPublishedParameterCounts) {
   const std::pair<const char*, int64_t> cases[] = {
-      {"llama3-8b", 8'030'261'248}, {"llama3-70b", 70'553'706'496}, {"llama3-405b", 405'853'388'800}};
+      {"llama3-8b", 8'030'261'248}, {"llama3-70b", 70'553'706'496}, {"llama3-405b", 405'853'388'800},
+      {"neox-20b", 20'554'567'680}};
   for (const auto& [name, count] : cases) {
     const ModelConfig c = model_preset(name);
     EXPECT_EQ(param_layout(c).total_full(), count) << name;

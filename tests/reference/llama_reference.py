@@ -62,7 +62,7 @@ def read_config(folder):
         "rope_base": rope.get("base", 10000.0), "rope_fraction": rope.get("fraction", 1.0),
         "rope_scaling": rope.get("scaling", "none"), "rope_factor": rope.get("factor", 1.0),
         "low": rope.get("low_freq_factor", 1.0), "high": rope.get("high_freq_factor", 4.0),
-        "orig": rope.get("original_context", 8192),
+        "orig": rope.get("original_context", 8192), "parallel": b.get("parallel_residual", False),
     }
 
 
@@ -159,14 +159,20 @@ def forward(P, cfg, idx, targets):
         v = v.repeat_interleave(NH // KVH, dim=1)
         att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
         att = att.masked_fill(~mask, float("-inf")).softmax(-1)
-        x = x + linear((att @ v).transpose(1, 2).reshape(B, T, C), w["wo"], w["bo"])
+        attn_out = linear((att @ v).transpose(1, 2).reshape(B, T, C), w["wo"], w["bo"])
+        # GPT-NeoX's use_parallel_residual: both branches read the block's input.
         h = norm(x, w["ln2w"], w["ln2b"], cfg)
+        if not cfg.get("parallel", False):
+            x = x + attn_out
+            h = norm(x, w["ln2w"], w["ln2b"], cfg)
         u = linear(h, w["wg"], w["bg"])
         if cfg["mlp"] == "swiglu":
             a = F.silu(u) * linear(h, w["wu"], w["bu"])
         else:
             a = 0.5 * u * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (u + 0.044715 * u.pow(3))))
         x = x + linear(a, w["wd"], w["bd"])
+        if cfg.get("parallel", False):
+            x = x + attn_out
     if hf:
         x = norm(x, P["model.norm.weight"], None, cfg)
         head = P["model.embed_tokens.weight"] if cfg["tied"] else P["lm_head.weight"]

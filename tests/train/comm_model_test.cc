@@ -256,6 +256,8 @@ TEST_F(CommModelRuns, DecoderVariantTraceEqualsTheModel) {
                                              {2, "--pp 2"}, {2, "--dp 2 --zero 1 --micro_batch 1"}}) {
     check(l, " --model llama-tiny --model.tie_embeddings false");
   }
+  // GPT-NeoX's parallel residual: the same collectives as the sequential block.
+  check({2, "--tp 2 --sequence_parallel true"}, " --model.position rope --model.parallel_residual true");
 }
 
 // --- the report's conventions, without runs ---

@@ -166,6 +166,15 @@ TEST_F(MemoryRuns, DecoderVariantMatchesTheModel) {
     ASSERT_EQ(r.code, 0) << args << ": " << r.err;
     check(out, "llama-tiny " + args);
   }
+  // GPT-NeoX's parallel residual: the backward keeps d(res3) for the attention branch (workspace).
+  for (const auto& [np, args] : std::vector<std::pair<int, std::string>>{
+           {0, ""}, {2, "--tp 2 --sequence_parallel true --recompute selective"}}) {
+    const std::string out = *tmp / fmt::format("neox{}", n++);
+    RunResult r = train(np, args + " --model.position rope --model.rope_fraction 0.25 --model.parallel_residual true "
+                                   "--model.tie_embeddings false --steps 1 --val_batches 0 --out " + out);
+    ASSERT_EQ(r.code, 0) << args << ": " << r.err;
+    check(out, "parallel residual " + args);
+  }
 }
 
 TEST_F(MemoryRuns, RunsPrintThePlannersStepTime) {

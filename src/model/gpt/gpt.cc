@@ -151,6 +151,7 @@ void GPT::build_workspace(const GptDescription& d) {
     if (any_full) carve_layer(ws_.layer, take, N, Nl, C, Cl, F, ws_.att, false, dtypes_, FC, rms);
     ws_.qkvc = d.qkvc_elems() > 0 ? take(d.qkvc_elems(), dtypes_.act) : View();
     ws_.dfc = d.dfc_elems() > 0 ? take(d.dfc_elems(), dtypes_.act) : View();
+    ws_.dpar = d.dpar_elems() > 0 ? take(d.dpar_elems(), dtypes_.res) : View();
     ws_.rope_cos = d.rope_table_elems() > 0 ? f32(d.rope_table_elems()) : nullptr;
     ws_.rope_sin = d.rope_table_elems() > 0 ? f32(d.rope_table_elems()) : nullptr;
   });
@@ -363,7 +364,7 @@ double GPT::backward_part(CView dy, int64_t B, int64_t T, float loss_scale) {
     const LayerPtrs lg = layer_ptrs(layout_, l, st.grads(l + 1));
     const CView x = l == l0 ? CView(cur_->encoded) : CView(cur_->layers[static_cast<size_t>(l - l0 - 1)].res3);
     block_.backward(lw, lg, x, cur_->layers[static_cast<size_t>(l - l0)], B, T, full_recompute(l - l0),
-                    {ws_.dres, ws_.dC, ws_.d3C, ws_.dF, ws_.att, ws_.dfc});
+                    {ws_.dres, ws_.dC, ws_.d3C, ws_.dF, ws_.att, ws_.dfc, ws_.dpar});
     st.release(l + 1);
     st.ready(l + 1);
   }

@@ -72,7 +72,7 @@ struct Workspace {
   // The block's variants (model/block.h's VariantWorkspace): grouped-query attention's compact
   // q, k, v (N, QKVl), SwiGLU's fc gradient (N, FCl, training), the rotary cos and sin tables
   // (T, rot/2 each, f32, filled at reserve).
-  View qkvc, dfc;
+  View qkvc, dfc, dpar;  // dpar: a parallel residual's d(res3) (Nl, C, training)
   float *rope_cos = nullptr, *rope_sin = nullptr;
   int32_t* inputs = nullptr;   // (N) the micro-batch's input token ids (a stage with the embedding)
   int32_t* targets = nullptr;  // (N) its target token ids (a stage with the head)

@@ -70,6 +70,7 @@ GptDescription::GptDescription(const GptRunSpec& spec) : s_(spec) {
   rms_ = m.block.norm == NormKind::kRmsNorm;
   gqa_ = m.kv_heads() != m.n_head;
   swiglu_ = m.block.mlp == MlpKind::kSwiglu;
+  parallel_ = m.block.parallel_residual;
   rot_ = m.rope_dims();
   head_chunk_ = resolve_head_chunk(s_.head_chunk, Vl_, N_);
   // GPT::set_recompute: kFull recomputes the part's first recompute_layers layers (Megatron's
@@ -172,6 +173,7 @@ TypedElems GptDescription::workspace_tensors() const {
   if (rf_ > 0) e += layer_elems(false, false);  // the rest of that layer
   add(qkvc_elems(), dt.act);  // grouped-query attention's compact q, k, v (and their gradient)
   add(dfc_elems(), dt.act);   // SwiGLU's fc gradient
+  add(dpar_elems(), dt.res);  // a parallel residual's d(res3)
   e.f32 += 2 * rope_table_elems();  // the rotary cos and sin tables
   return e;
 }

@@ -106,6 +106,9 @@ class GptDescription {
   // (N, FCl), both in the activations' dtype; rotary positions' cos and sin tables (T, rot/2) f32.
   int64_t qkvc_elems() const { return gqa_ ? N_ * QKVl_ : 0; }
   int64_t dfc_elems() const { return swiglu_ && s_.training ? N_ * FCl_ : 0; }
+  // Training with a parallel residual: d(res3) kept for the attention branch (Nl, C) in the
+  // residual stream's dtype.
+  int64_t dpar_elems() const { return parallel_ && s_.training ? Nl_ * C_ : 0; }
   int64_t rope_table_elems() const { return rot_ > 0 ? s_.T * (rot_ / 2) : 0; }
   int64_t workspace_tensor_elems() const { return workspace_tensors().total(); }
   int64_t token_elems() const;             // the micro-batch's token ids (int32)
@@ -154,7 +157,7 @@ class GptDescription {
   // The variant's (model/config.h's BlockOptions): this rank's fused q, k, v columns (C + 2 KV)/t,
   // its fc columns (F or 2F)/t, the rotary dimensions of a head (0: none).
   int64_t QKVl_ = 0, FCl_ = 0, rot_ = 0;
-  bool rms_ = false, gqa_ = false, swiglu_ = false;
+  bool rms_ = false, gqa_ = false, swiglu_ = false, parallel_ = false;
   bool sp_ = false, selective_ = false;  // sequence parallel; selective recompute in effect (not with lse)
 };
 

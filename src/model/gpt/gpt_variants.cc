@@ -66,6 +66,7 @@ int swiglu_ffn(int C) { return static_cast<int>(round_up((8 * int64_t{C} + 2) / 
 
 std::vector<std::string> gpt_setting_names() {
   return {"position",  "norm",      "bias",       "mlp",          "ffn",         "n_kv_head",          "tie_embeddings",
+          "parallel_residual",
           "norm_eps", "rope_base", "rope_fraction", "rope_scaling", "rope_factor", "rope_low_freq_factor",
           "rope_high_freq_factor", "rope_original_context"};
 }
@@ -81,6 +82,7 @@ bool apply_setting(ModelConfig& c, const std::string& key, const std::string& v)
   else if (key == "ffn") c.ffn = setting_int(key, v, kMaxJsonWidth);
   else if (key == "n_kv_head") b.n_kv_head = setting_int(key, v, kMaxJsonHeads);
   else if (key == "tie_embeddings") b.tie_embeddings = setting_bool(key, v);
+  else if (key == "parallel_residual") b.parallel_residual = setting_bool(key, v);
   else if (key == "norm_eps") c.ln_eps = positive(key, v);
   else if (key == "rope_base") b.rope.base = positive(key, v);
   else if (key == "rope_fraction") b.rope.fraction = positive(key, v);
@@ -145,13 +147,35 @@ void validate_block_options(const ModelConfig& c) {
   }
 }
 
+namespace {
+
+// GPT-NeoX-20B (Black et al. 2022, Table 1 and the released config.json): 44 x 6144, 64 heads,
+// MLP 24576, rotary positions on a quarter of each head (theta 10000), LayerNorm with biases,
+// GELU (its gelu_fast: the tanh form), parallel residual, untied head, context 2048, vocabulary
+// 50432 (the tokenizer's 50277 padded). 20,554,567,680 parameters.
+ModelConfig neox_20b() {
+  ModelConfig c = make_model_config("neox-20b", 44, 64, 6144, 2048, 50432, 24576);
+  BlockOptions& b = c.block;
+  b.position = PositionKind::kRope;
+  b.rope.fraction = 0.25f;
+  b.tie_embeddings = false;
+  b.parallel_residual = true;
+  c.ln_eps = 1e-5f;
+  c.validate();
+  return c;
+}
+
+}  // namespace
+
 std::vector<std::string> gpt_variant_preset_names() {
   std::vector<std::string> names;
   for (const auto& p : kVariantPresets) names.emplace_back(p.name);
+  names.emplace_back("neox-20b");
   return names;
 }
 
 std::optional<ModelConfig> gpt_variant_preset(const std::string& name) {
+  if (name == "neox-20b") return neox_20b();
   for (const auto& p : kVariantPresets) {
     if (name != p.name) continue;
     ModelConfig c = make_model_config(p.name, p.layers, p.heads, p.hidden, p.ctx, p.vocab, p.ffn);
@@ -187,8 +211,9 @@ std::string describe_block(const ModelConfig& c) {
     if (b.rope.scaling != "none") pos += fmt::format(", {} x{}", b.rope.scaling, b.rope.factor);
     pos += ")";
   }
-  return fmt::format("{}, {}, {}, {} {}, {} kv heads, {}", pos, norm_name(b.norm), b.bias ? "biases" : "no bias",
-                     mlp_name(b.mlp), c.ffn, c.kv_heads(), b.tie_embeddings ? "tied head" : "untied head");
+  return fmt::format("{}, {}, {}, {} {}, {} kv heads, {}{}", pos, norm_name(b.norm), b.bias ? "biases" : "no bias",
+                     mlp_name(b.mlp), c.ffn, c.kv_heads(), b.tie_embeddings ? "tied head" : "untied head",
+                     b.parallel_residual ? ", parallel residual" : "");
 }
 
 nlohmann::ordered_json block_options_json(const BlockOptions& b) {
@@ -199,6 +224,7 @@ nlohmann::ordered_json block_options_json(const BlockOptions& b) {
   j["mlp"] = mlp_name(b.mlp);
   j["n_kv_head"] = b.n_kv_head;
   j["tie_embeddings"] = b.tie_embeddings;
+  j["parallel_residual"] = b.parallel_residual;
   if (b.position == PositionKind::kRope) {
     j["rope"] = {{"base", float_for_json(b.rope.base)},
                  {"fraction", float_for_json(b.rope.fraction)},
