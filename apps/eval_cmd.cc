@@ -183,8 +183,8 @@ int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
   app.add_option("--tokenizer", tokenizer, "--tasks: a tokenizer.json, or a folder with GPT-2's files or a tokenizer.json (default: GPT-2's vendored files)");
   std::string fp32_kernel;
   app.add_option("--fp32-kernel", fp32_kernel,
-                 "--tasks: the cpu backends' fp32 products, openblas or onednn (default: the system file's, as weft "
-                 "train; else openblas)");
+                 "--tasks and GPT --data: the cpu backends' fp32 products, openblas or onednn (default: the system "
+                 "file's, as weft train; else openblas)");
   app.add_option("--windows", windows, "GPT: number of windows (0: all)");
   app.add_option("--logits", logits_out,
                  "GPT: also write the logits of every position of the windows scored (F32 windows x T x V) and their "
@@ -217,7 +217,7 @@ int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
   const std::string dir = checkpoint_dir_arg(ckpt);
   const ModelConfig mc = load_checkpoint_config(dir);
   const std::string icl_only = given(app, {"--fewshot", "--seed", "--limit", "--tokenizer", "--delimiter",
-                                           "--fewshot-delimiter", "--fp32-kernel"});
+                                           "--fewshot-delimiter"});
   if (!task_files.empty()) {
     const std::string other = given(app, {"--windows", "--logits", "--split", "--lead-hours", "--samples", "--stride",
                                           "--stats", "--variables", "--map", "--map-var", "--map-sample", "--map-lead",
@@ -232,7 +232,7 @@ int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
   // scores), or token shards (loss).
   if (std::string_view(mc.capabilities().data_source) == "graphs") {
     const std::string other = given(app, {"--windows", "--logits", "--lead-hours", "--stride", "--stats", "--variables",
-                                          "--map", "--map-var", "--map-sample", "--map-lead"});
+                                          "--map", "--map-var", "--map-sample", "--map-lead", "--fp32-kernel"});
     if (!other.empty()) {
       throw_input("{}: not options of a graph network; {} is model '{}' (scored on a graph dataset)", other, dir,
                   mc.name);
@@ -252,7 +252,7 @@ int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
   }
   if (!parity_png.empty()) throw_input("--parity: an option of graph-network checkpoints; {} is model '{}'", dir, mc.name);
   if (std::string_view(mc.capabilities().data_source) == "fields") {
-    const std::string gpt_only = given(app, {"--windows", "--logits"});
+    const std::string gpt_only = given(app, {"--windows", "--logits", "--fp32-kernel"});
     if (!gpt_only.empty()) {
       throw_input("{}: options of a GPT checkpoint; {} is a ClimaX model '{}' (scored on weather fields)", gpt_only,
                   dir, mc.name);
@@ -288,6 +288,8 @@ int cmd_eval(CLI::App& app, int argc, char** argv, Communicator& world) {
   EngineRequest req;
   req.model = mc;
   req.seq = T;
+  // The fp32 products weft train would run (the option, else the system file's, else OpenBLAS).
+  req.fp32_kernel = fp32_kernel.empty() ? plan::implicit_fp32_kernel() : fp32_kernel;
   req.batch = batch;
   req.per_replica = true;
   req.training = false;

@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
+#include "plan/system.h"
 #include "train/sample.h"
 #include "ckpt/checkpoint.h"
 #include "train/trainer.h"
@@ -75,6 +76,10 @@ int cmd_generate(CLI::App& app, int argc, char** argv, Communicator& world) {
   add_comm_option(app, comm);
   app.add_option("--tokenizer", tokenizer, "a tokenizer.json, or a folder with GPT-2's tokenizer files or a tokenizer.json (default: GPT-2's vendored files)");
   add_layout_options(app, layout);
+  std::string fp32_kernel;
+  app.add_option("--fp32-kernel", fp32_kernel,
+                 "the cpu backends' fp32 products, openblas or onednn (default: the system file's, as weft train; else "
+                 "openblas)");
   app.parse(argc - 1, argv + 1);
   if (tokens < 0) throw_input("--tokens must be >= 0, got {}", tokens);
   if (!(temperature > 0)) throw_input("--temperature must be positive, got {}", temperature);
@@ -96,6 +101,7 @@ int cmd_generate(CLI::App& app, int argc, char** argv, Communicator& world) {
   req.batch = 1;
   req.per_replica = true;
   req.training = false;
+  req.fp32_kernel = fp32_kernel.empty() ? plan::implicit_fp32_kernel() : fp32_kernel;
   EngineRun run(layout_engine_config(layout, req, world.size()), world, backend, comm);
   load_checkpoint_into(*run.engine, dir);
   const bool rank0 = world.rank() == 0;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <charconv>
 #include <cerrno>
 #include <climits>
@@ -272,6 +273,8 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
 // Visits each piece of weft tensor t (hf_shape: (R, W) or (W)): fn(piece, k, r) maps element k
 // of the piece to element r of the tensor (columns of the tensor in the pieces' order; a
 // transposed piece's rows are the tensor's columns). InternalError when the widths do not add up.
+// A sliced piece (ForeignPiece::count >= 0) maps its c-th row (element) of the file tensor,
+// first + c, to column j0 + c.
 template <class Fn>
 void for_each_piece_element(const ParamTensor& t, const std::vector<ForeignPiece>& pieces, Fn&& fn) {
   const bool vec = t.hf_shape.size() == 1;
@@ -279,6 +282,17 @@ void for_each_piece_element(const ParamTensor& t, const std::vector<ForeignPiece
   int64_t j0 = 0;
   for (size_t p = 0; p < pieces.size(); ++p) {
     const ForeignPiece& fp = pieces[p];
+    if (fp.count >= 0) {
+      WEFT_CHECK((vec ? fp.shape.size() == 1 : fp.transpose && fp.shape.size() == 2 && fp.shape[1] == R) &&
+                     fp.first >= 0 && fp.first + fp.count <= fp.shape[0],
+                 "{}: slice [{}, {}) of piece {} of shape {} for {} rows", t.name, fp.first, fp.first + fp.count, fp.name,
+                 format_shape(fp.shape), R);
+      for (int64_t r = 0; r < R; ++r) {
+        for (int64_t c = 0; c < fp.count; ++c) fn(p, (fp.first + c) * R + r, r * W + j0 + c);
+      }
+      j0 += fp.count;
+      continue;
+    }
     const int64_t n = numel_of(fp.shape), w = n / R;
     WEFT_CHECK(n == w * R && (vec || fp.shape.size() == 2), "{}: piece {} of shape {} for {} rows", t.name, fp.name,
                format_shape(fp.shape), R);
@@ -300,13 +314,20 @@ std::vector<FileTensor> file_tensors(const ParamLayout& layout, const float* par
     }
     const auto it = foreign.pieces.find(t.name);
     WEFT_CHECK(it != foreign.pieces.end(), "{} has no name in the family's foreign files", t.name);
+    // One file tensor per name (sliced pieces share theirs), in the pieces' order.
     const size_t first = out.size();
+    std::vector<size_t> at;  // piece -> its file tensor
     for (const ForeignPiece& fp : it->second) {
-      FileTensor& f = out.emplace_back(FileTensor{fp.name, fp.shape, nullptr, {}});
-      f.owned.resize(static_cast<size_t>(numel_of(fp.shape)));
+      size_t k = first;
+      while (k < out.size() && out[k].name != fp.name) ++k;
+      if (k == out.size()) {
+        FileTensor& f = out.emplace_back(FileTensor{fp.name, fp.shape, nullptr, {}});
+        f.owned.resize(static_cast<size_t>(numel_of(fp.shape)));
+      }
+      at.push_back(k);
     }
     const float* src = params + t.offset;
-    for_each_piece_element(t, it->second, [&](size_t p, int64_t k, int64_t r) { out[first + p].owned[static_cast<size_t>(k)] = src[r]; });
+    for_each_piece_element(t, it->second, [&](size_t p, int64_t k, int64_t r) { out[at[p]].owned[static_cast<size_t>(k)] = src[r]; });
     for (size_t p = first; p < out.size(); ++p) out[p].data = out[p].owned.data();
   }
   return out;
@@ -508,7 +529,11 @@ void load_pieces(const SafetensorsFile& f, const ParamLayout& layout, float* par
   for (const ParamTensor& t : layout.tensors()) {
     const auto it = foreign.pieces.find(t.name);
     WEFT_CHECK(it != foreign.pieces.end(), "{} has no name in the family's foreign files", t.name);
-    for (const ForeignPiece& fp : it->second) expected.emplace_back(fp.name, fp.shape);
+    for (const ForeignPiece& fp : it->second) {
+      if (std::none_of(expected.begin(), expected.end(), [&](const auto& e) { return e.first == fp.name; })) {
+        expected.emplace_back(fp.name, fp.shape);
+      }
+    }
   }
   check_tensor_set(f, expected, [&](const std::string& n) {
     if (!foreign.tied_head.empty() && n == foreign.tied_head) return true;
@@ -519,13 +544,18 @@ void load_pieces(const SafetensorsFile& f, const ParamLayout& layout, float* par
   });
   for (const ParamTensor& t : layout.tensors()) {
     const std::vector<ForeignPiece>& pieces = foreign.pieces.at(t.name);
-    std::vector<std::vector<float>> values;
+    std::map<std::string, std::vector<float>> values;  // each file tensor read once (sliced pieces share it)
+    std::vector<const std::vector<float>*> of;          // piece -> its file tensor's values
     for (const ForeignPiece& fp : pieces) {
-      values.emplace_back(static_cast<size_t>(numel_of(fp.shape)));
-      f.read_f32(fp.name, fp.shape, values.back().data());
+      auto [v, fresh] = values.try_emplace(fp.name);
+      if (fresh) {
+        v->second.resize(static_cast<size_t>(numel_of(fp.shape)));
+        f.read_f32(fp.name, fp.shape, v->second.data());
+      }
+      of.push_back(&v->second);
     }
     float* dst = params + t.offset;
-    for_each_piece_element(t, pieces, [&](size_t p, int64_t k, int64_t r) { dst[r] = values[p][static_cast<size_t>(k)]; });
+    for_each_piece_element(t, pieces, [&](size_t p, int64_t k, int64_t r) { dst[r] = (*of[p])[static_cast<size_t>(k)]; });
     zero_padded_vocab(t, params);
     if (t.tied_head && !foreign.tied_head.empty() && f.has(foreign.tied_head)) {
       check_tied_head(f, foreign.tied_head, pieces.front().name, t, dst);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cmath>
 #include <climits>
 #include <cstdint>
 
@@ -31,6 +32,21 @@ double float_for_json(float v) {
   double d = static_cast<double>(v);
   std::from_chars(s.data(), s.data() + s.size(), d);  // locale-independent, unlike strtod
   return d;
+}
+
+bool json_bool(const nlohmann::json& j, const char* key, bool fallback, const std::string& source) {
+  if (!j.contains(key) || j.at(key).is_null()) return fallback;
+  if (!j.at(key).is_boolean()) throw_input("{}: key '{}' is {}, expected true or false", source, key, j.at(key).dump());
+  return j.at(key).get<bool>();
+}
+
+float json_positive(const nlohmann::json& j, const char* key, float fallback, const std::string& source) {
+  if (!j.contains(key) || j.at(key).is_null()) return fallback;
+  const auto& v = j.at(key);
+  if (!v.is_number() || !(v.get<double>() > 0.0) || !std::isfinite(static_cast<float>(v.get<double>()))) {
+    throw_input("{}: key '{}' is {}, expected a positive number", source, key, v.dump());
+  }
+  return static_cast<float>(v.get<double>());
 }
 
 }  // namespace weft

@@ -18,6 +18,11 @@ inline constexpr int kMaxJsonVocab = 1 << 26;    // vocab_size, padded_vocab
 // InputError prefixed by `source`.
 int json_int(const nlohmann::json& j, const char* key, const std::string& source, int max);
 
+// A boolean key (absent or null: fallback); another type is an InputError prefixed by `source`.
+bool json_bool(const nlohmann::json& j, const char* key, bool fallback, const std::string& source);
+// A positive finite number (absent or null: fallback); anything else is an InputError.
+float json_positive(const nlohmann::json& j, const char* key, float fallback, const std::string& source);
+
 // A float as the shortest decimal that reads back to the same float (1e-05, not 9.99e-06).
 double float_for_json(float v);
 

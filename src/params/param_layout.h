@@ -73,6 +73,11 @@ struct ForeignPiece {
   std::string name;            // its name in the file
   std::vector<int64_t> shape;  // its shape in the file
   bool transpose = false;      // the file holds it (out, in), weft's (in, out): its rows are weft's columns
+  // A slice of that file tensor (count >= 0): rows [first, first + count) of a transposed 2-D one,
+  // elements of a 1-D one. Several pieces may slice one file tensor (Hugging Face GPT-NeoX's
+  // query_key_value: q, k and v interleaved per head); together they cover it. count -1: all.
+  int64_t first = 0;
+  int64_t count = -1;
 };
 
 struct ForeignNames {

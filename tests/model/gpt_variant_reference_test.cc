@@ -1,5 +1,5 @@
 // The decoder variants (model/config.h's BlockOptions) against an independent float64 PyTorch
-// implementation written from Hugging Face's LlamaForCausalLM and GPT-2 (tests/reference/
+// implementation written from Hugging Face's LlamaForCausalLM, GPTNeoXForCausalLM and GPT-2 (tests/reference/
 // llama_reference.py): same weights, same tokens; the loss (relative 1e-6), every gradient
 // tensor (relative L2 1e-4) and five AdamW steps (losses and final weights).
 #include <fmt/format.h>
@@ -146,10 +146,13 @@ TEST_P(GptVariantReference, LossGradientsAndAdamWMatchPyTorch) {
   // the steps Adam can take; every other element within 1e-4 (relative L2, by tensor).
   const int64_t C = cfg.n_embd, hd = cfg.head_dim(), KVH = cfg.kv_heads();
   const int64_t rot = cfg.block.position == PositionKind::kRope ? cfg.rope_dims() : hd;
+  // (GPT-NeoX's file: key head j at rows (3 j + 1) hd of query_key_value.)
   const auto key_bias = [&](const std::string& name, std::vector<float>& mine, std::vector<double>& theirs) {
-    if (!name.ends_with("attn.c_attn.bias") || rot == hd) return;
+    const bool neox = name.ends_with("attention.query_key_value.bias");
+    if (!(neox || name.ends_with("attn.c_attn.bias")) || rot == hd) return;
     for (int64_t j = 0; j < KVH; ++j) {
-      for (int64_t i = C + j * hd + rot; i < C + (j + 1) * hd; ++i) {
+      const int64_t k0 = neox ? (3 * j + 1) * hd : C + j * hd;
+      for (int64_t i = k0 + rot; i < k0 + hd; ++i) {
         EXPECT_LT(std::fabs(mine[i] - theirs[i]), 2.0 * lr * steps) << name << " " << i;
         mine[i] = static_cast<float>(theirs[i]);  // left out of the comparison below
       }

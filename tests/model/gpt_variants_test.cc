@@ -86,7 +86,7 @@ TEST(GptVariants, ConfigJsonRoundTrips) {
                                model_preset("neox-20b")}) {
     const std::string name = c.name;
     const nlohmann::ordered_json j = c.family->to_config_json(c);
-    EXPECT_EQ(j["model_type"], name == "small" || name == "neox-20b" ? "weft-gpt" : "llama") << name;
+    EXPECT_EQ(j["model_type"], name == "small" ? "weft-gpt" : name == "neox-20b" ? "gpt_neox" : "llama") << name;
     const ModelConfig back = model_config_from_json(nlohmann::json::parse(j.dump()), name);
     EXPECT_EQ(back.block, c.block) << name;
     EXPECT_EQ(back.n_embd, c.n_embd);
@@ -104,12 +104,17 @@ TEST(GptVariants, ConfigJsonRoundTrips) {
 // A Llama-block checkpoint is a LlamaForCausalLM folder: Hugging Face's names and (out, in)
 // layout (q_proj, k_proj and v_proj the columns of weft's c_attn, transposed; gate and up those of
 // c_fc), and it loads back bit for bit; a config.json weft cannot honour is refused by key.
-TEST(GptVariants, LlamaCheckpointsUseHuggingFaceNamesAndRoundTrip) {
-  ModelConfig c = model_preset("llama-tiny");
-  c = c.family->with_overrides(c, {.n_layer = 2, .n_embd = 64, .vocab_size = 300});
-  c = c.family->with_settings(c, {{"bias", "true"}, {"tie_embeddings", "false"}});
-  auto be = make_cpu_backend();
-  GPT model(c, *be);
+// A GPT of config c with random weights (the padded vocabulary rows zero), saved in `name` under
+// the test folder.
+struct SavedModel {
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  std::unique_ptr<GPT> model;
+  std::filesystem::path dir;
+};
+SavedModel save_noisy(const ModelConfig& c, const std::string& name) {
+  SavedModel s;
+  s.model = std::make_unique<GPT>(c, *s.be);
+  GPT& model = *s.model;
   model.init(3);
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 0.1f);
@@ -117,13 +122,23 @@ TEST(GptVariants, LlamaCheckpointsUseHuggingFaceNamesAndRoundTrip) {
   for (const ParamTensor& t : model.layout().tensors()) {  // the padded vocabulary rows stay zero
     for (int64_t i = t.live >= 0 ? t.live : t.numel; i < t.numel; ++i) model.params()[t.offset + i] = 0.0f;
   }
-  const std::filesystem::path dir = std::filesystem::path(WEFT_TEST_TMP) / "llama_hf_roundtrip";
-  std::filesystem::remove_all(dir);
+  s.dir = std::filesystem::path(WEFT_TEST_TMP) / name;
+  std::filesystem::remove_all(s.dir);
   CheckpointData cd;
   cd.model = &model.config();
   cd.layout = &model.layout();
   cd.params = model.params();
-  save_checkpoint(dir.string(), cd);
+  save_checkpoint(s.dir.string(), cd);
+  return s;
+}
+
+TEST(GptVariants, LlamaCheckpointsUseHuggingFaceNamesAndRoundTrip) {
+  ModelConfig c = model_preset("llama-tiny");
+  c = c.family->with_overrides(c, {.n_layer = 2, .n_embd = 64, .vocab_size = 300});
+  c = c.family->with_settings(c, {{"bias", "true"}, {"tie_embeddings", "false"}});
+  const SavedModel saved = save_noisy(c, "llama_hf_roundtrip");
+  GPT& model = *saved.model;
+  const std::filesystem::path& dir = saved.dir;
   const SafetensorsFile f((dir / "model.safetensors").string());
   const int64_t C = 64, KV = 32, F = c.ffn;
   EXPECT_EQ(f.info("model.layers.0.self_attn.q_proj.weight").shape, (std::vector<int64_t>{C, C}));
@@ -157,6 +172,68 @@ TEST(GptVariants, LlamaCheckpointsUseHuggingFaceNamesAndRoundTrip) {
   bad = j;
   bad["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
   EXPECT_THROW(model_config_from_json(bad, "bad"), InputError);
+}
+
+// GPT-NeoX's block is written as GPTNeoXForCausalLM: q, k and v interleaved per head in one
+// query_key_value (3C, C), rows (head * 3 + part) * head size; read back bit for bit.
+TEST(GptVariants, NeoxCheckpointsUseHuggingFaceNamesAndRoundTrip) {
+  ModelConfig c = make_model_config("neox-test", 2, 4, 64, 32, 300);
+  for (const bool tied : {false, true}) {
+    c = c.family->with_settings(c, {{"position", "rope"}, {"rope_fraction", "0.25"}, {"parallel_residual", "true"},
+                                    {"tie_embeddings", tied ? "true" : "false"}});
+    const SavedModel saved = save_noisy(c, fmt::format("neox_hf_roundtrip{}", tied));
+    GPT& model = *saved.model;
+    const SafetensorsFile f((saved.dir / "model.safetensors").string());
+    const int64_t C = 64, hd = 16, W = 3 * C;
+    EXPECT_EQ(f.info("gpt_neox.layers.1.attention.query_key_value.weight").shape, (std::vector<int64_t>{3 * C, C}));
+    EXPECT_EQ(f.info("gpt_neox.layers.0.attention.query_key_value.bias").shape, (std::vector<int64_t>{3 * C}));
+    EXPECT_EQ(f.info("gpt_neox.layers.0.mlp.dense_h_to_4h.weight").shape, (std::vector<int64_t>{c.ffn, C}));
+    EXPECT_EQ(f.info("gpt_neox.final_layer_norm.bias").shape, (std::vector<int64_t>{C}));
+    EXPECT_EQ(f.has("embed_out.weight"), !tied);
+    EXPECT_FALSE(f.has("transformer.h.0.attn.c_attn.weight"));
+    // Head 2's k, its dimension 5, input i: query_key_value row (2 * 3 + 1) * hd + 5, column i; in
+    // weft's c_attn (i, C + 2 * hd + 5). Its bias likewise.
+    const ParamTensor* qkv = model.layout().find("transformer.h.1.attn.c_attn.weight");
+    const ParamTensor* qkvb = model.layout().find("transformer.h.1.attn.c_attn.bias");
+    std::vector<float> w(static_cast<size_t>(3 * C * C)), b(static_cast<size_t>(3 * C));
+    f.read_f32("gpt_neox.layers.1.attention.query_key_value.weight", {3 * C, C}, w.data());
+    f.read_f32("gpt_neox.layers.1.attention.query_key_value.bias", {3 * C}, b.data());
+    const int64_t row = (2 * 3 + 1) * hd + 5, col = C + 2 * hd + 5;
+    EXPECT_EQ(w[row * C + 7], model.params()[qkv->offset + 7 * W + col]);
+    EXPECT_EQ(b[row], model.params()[qkvb->offset + col]);
+    const nlohmann::json j = nlohmann::json::parse(test::read_text((saved.dir / "config.json").string()));
+    EXPECT_EQ(j["architectures"][0], "GPTNeoXForCausalLM");
+    EXPECT_EQ(j["model_type"], "gpt_neox");
+    EXPECT_EQ(j["use_parallel_residual"], true);
+    EXPECT_EQ(j["rope_parameters"]["partial_rotary_factor"], 0.25);
+    const ModelConfig back = load_checkpoint_config(saved.dir.string());
+    EXPECT_EQ(back.block, c.block);
+    std::vector<float> loaded(static_cast<size_t>(model.layout().total()), -1.0f);
+    load_checkpoint_params(saved.dir.string(), param_layout(back), loaded.data());
+    EXPECT_EQ(std::memcmp(loaded.data(), model.params(), loaded.size() * sizeof(float)), 0);
+    // A transformers 4 file (rotary_pct, rotary_emb_base; no rope_parameters) reads the same.
+    nlohmann::json v4 = j;
+    v4.erase("rope_parameters");
+    EXPECT_EQ(model_config_from_json(v4, "v4").block, c.block);
+    // What weft does not implement is refused by key and value.
+    nlohmann::json bad = j;
+    bad["hidden_act"] = "gelu";
+    try {
+      model_config_from_json(bad, "bad");
+      ADD_FAILURE() << "exact GELU accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("hidden_act is \"gelu\""), std::string::npos) << e.what();
+    }
+    bad = j;
+    bad["attention_bias"] = false;
+    EXPECT_THROW(model_config_from_json(bad, "bad"), InputError);
+    bad = j;
+    bad["rope_parameters"]["rope_type"] = "dynamic";
+    EXPECT_THROW(model_config_from_json(bad, "bad"), InputError);
+  }
+  // Not NeoX's block (RMSNorm): weft's own names.
+  ModelConfig other = c.family->with_settings(c, {{"norm", "rmsnorm"}});
+  EXPECT_EQ(other.family->to_config_json(other)["model_type"], "weft-gpt");
 }
 
 }  // namespace

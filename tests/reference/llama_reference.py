@@ -5,9 +5,12 @@ Written from the definitions of Hugging Face's LlamaForCausalLM (RMSNorm, rotary
 positions with rotate_half and the llama3 frequency scaling, repeat_kv for
 grouped-query attention, the SwiGLU MLP, an untied lm_head) and GPT-2 (LayerNorm,
 learned positions, the tanh GELU), on plain torch tensors; it does not read or mirror
-weft's code. It reads a checkpoint folder in either of two formats: Hugging Face's
+weft's code. It reads a checkpoint folder in one of three formats: Hugging Face's
 LlamaForCausalLM (config.json with "model_type": "llama", tensors model.layers.N.
-self_attn.q_proj.weight ... in (out, in) layout), or weft's own (GPT-2 keys plus
+self_attn.q_proj.weight ... in (out, in) layout), Hugging Face's GPTNeoXForCausalLM
+("model_type": "gpt_neox", gpt_neox.layers.N.attention.query_key_value.weight (3C, C) with
+q, k, v interleaved per head as GPTNeoXAttention views it, rotary_pct of each head turning,
+use_parallel_residual), or weft's own (GPT-2 keys plus
 weft.block, the variant; its fused tensors split by their published layout:
 c_attn.weight (C, C + 2 KV) holds q | k | v columns (in, out: y = x @ W), c_fc.weight
 (C, 2F) holds gate | up). Gradients and final weights are written under the file's names.
@@ -48,6 +51,18 @@ def read_config(folder):
             "rope_fraction": 1.0, "rope_scaling": rs.get("rope_type", "none"), "rope_factor": rs.get("factor", 1.0),
             "low": rs.get("low_freq_factor", 1.0), "high": rs.get("high_freq_factor", 4.0),
             "orig": rs.get("original_max_position_embeddings", 8192),
+        }
+    if j.get("model_type") == "gpt_neox":
+        C, NH = j["hidden_size"], j["num_attention_heads"]
+        rp = j.get("rope_parameters") or {}
+        return {
+            "hf": "neox", "L": j["num_hidden_layers"], "NH": NH, "C": C, "hs": C // NH, "V": j["vocab_size"],
+            "F": j["intermediate_size"], "eps": j["layer_norm_eps"], "position": "rope", "norm": "layernorm",
+            "bias": True, "mlp": "gelu", "KVH": NH, "tied": j.get("tie_word_embeddings", False),
+            "rope_base": rp.get("rope_theta", j.get("rotary_emb_base", 10000.0)),
+            "rope_fraction": rp.get("partial_rotary_factor", j.get("rotary_pct", 0.25)),
+            "rope_scaling": "none", "rope_factor": 1.0, "low": 1.0, "high": 4.0, "orig": 8192,
+            "parallel": j.get("use_parallel_residual", True),
         }
     b = j.get("weft", {}).get("block", {})
     rope = b.get("rope", {})
@@ -105,6 +120,21 @@ def layer_weights(P, cfg, l):
     """Layer l's tensors in (in, out) layout: Hugging Face's (out, in) ones transposed, weft's
     fused ones split by columns."""
     C, F_, KV = cfg["C"], cfg["F"], cfg["KVH"] * cfg["hs"]
+    if cfg["hf"] == "neox":
+        g = lambda n: P["gpt_neox.layers.%d.%s" % (l, n)]  # noqa: E731
+        NH, hs = cfg["NH"], cfg["hs"]
+        # GPTNeoXAttention: query_key_value(x).view(..., NH, 3 hs).chunk(3): head h's rows
+        # [3 h hs, 3 h hs + hs) are its q, the next hs its k, then its v.
+        wqkv = g("attention.query_key_value.weight").view(NH, 3, hs, C)
+        bqkv = g("attention.query_key_value.bias").view(NH, 3, hs)
+        part = lambda x, i: x[:, i].reshape(NH * hs, *x.shape[3:])  # noqa: E731
+        return {"ln1w": g("input_layernorm.weight"), "ln1b": g("input_layernorm.bias"),
+                "ln2w": g("post_attention_layernorm.weight"), "ln2b": g("post_attention_layernorm.bias"),
+                "wq": part(wqkv, 0).t(), "wk": part(wqkv, 1).t(), "wv": part(wqkv, 2).t(),
+                "bq": part(bqkv, 0), "bk": part(bqkv, 1), "bv": part(bqkv, 2),
+                "wo": g("attention.dense.weight").t(), "bo": g("attention.dense.bias"),
+                "wg": g("mlp.dense_h_to_4h.weight").t(), "wu": None, "bg": g("mlp.dense_h_to_4h.bias"), "bu": None,
+                "wd": g("mlp.dense_4h_to_h.weight").t(), "bd": g("mlp.dense_4h_to_h.bias")}
     if cfg["hf"]:
         g = lambda n: P.get("model.layers.%d.%s" % (l, n))  # noqa: E731
         t = lambda x: None if x is None else x.t()  # noqa: E731
@@ -137,7 +167,8 @@ def forward(P, cfg, idx, targets):
     C, NH, KVH, hs, Fh = cfg["C"], cfg["NH"], cfg["KVH"], cfg["hs"], cfg["F"]
     KV = KVH * hs
     hf = cfg["hf"]
-    x = P["model.embed_tokens.weight" if hf else "transformer.wte.weight"][idx]
+    wte = {"neox": "gpt_neox.embed_in.weight", True: "model.embed_tokens.weight", False: "transformer.wte.weight"}[hf]
+    x = P[wte][idx]
     if cfg["position"] == "learned":
         x = x + P["transformer.wpe.weight"][torch.arange(T)]
     rot = int(hs * cfg["rope_fraction"]) if cfg["position"] == "rope" else 0
@@ -173,7 +204,10 @@ def forward(P, cfg, idx, targets):
         x = x + linear(a, w["wd"], w["bd"])
         if cfg.get("parallel", False):
             x = x + attn_out
-    if hf:
+    if hf == "neox":
+        x = norm(x, P["gpt_neox.final_layer_norm.weight"], P["gpt_neox.final_layer_norm.bias"], cfg)
+        head = P[wte] if cfg["tied"] else P["embed_out.weight"]
+    elif hf:
         x = norm(x, P["model.norm.weight"], None, cfg)
         head = P["model.embed_tokens.weight"] if cfg["tied"] else P["lm_head.weight"]
     else:

@@ -13,6 +13,7 @@
 #include "model/gpt/gpt_config.h"
 #include "model/gpt/gpt_description.h"
 #include "model/gpt/gpt_hf_llama.h"
+#include "model/gpt/gpt_hf_neox.h"
 #include "model/gpt/gpt_variants.h"
 #include "parallel/pp/partition.h"
 
@@ -49,6 +50,7 @@ constexpr const char* kVariantModelType = "weft-gpt";
 
 nlohmann::ordered_json gpt_config_json(const ModelConfig& cfg) {
   if (hf_llama_compatible(cfg)) return llama_config_json(cfg);  // Llama's block: LlamaForCausalLM's file
+  if (hf_neox_compatible(cfg)) return neox_config_json(cfg);    // NeoX's block: GPTNeoXForCausalLM's file
   nlohmann::ordered_json j;
   const bool gpt2 = cfg.block.is_default();
   j["architectures"] = {gpt2 ? "GPT2LMHeadModel" : "WeftGPT"};
@@ -159,6 +161,7 @@ ParamTable gpt_param_table(const ModelConfig& cfg) {
   t.foreign = {"transformer.", tied ? "lm_head.weight" : "", "h.", {".attn.bias", ".attn.masked_bias"}};
   // Llama's block is written and read in Hugging Face's LlamaForCausalLM names (gpt_hf_llama.h).
   if (hf_llama_compatible(cfg)) t.foreign = llama_foreign_names(cfg);
+  if (hf_neox_compatible(cfg)) t.foreign = neox_foreign_names(cfg);  // GPTNeoXForCausalLM's (gpt_hf_neox.h)
   static const char* const kNames[kParamsPerLayer] = {
       "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
       "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
@@ -304,10 +307,11 @@ class GptFamily final : public Family {
   bool reads_config_json(const nlohmann::json& j) const override {
     // Hugging Face's GPT-2 folders, also the original ones without a model_type.
     return !j.contains("model_type") || j.at("model_type") == "gpt2" || j.at("model_type") == kVariantModelType ||
-           j.at("model_type") == "llama";
+           j.at("model_type") == "llama" || j.at("model_type") == "gpt_neox";
   }
   ModelConfig from_config_json(const nlohmann::json& j, const std::string& source) const override {
     if (j.contains("model_type") && j.at("model_type") == "llama") return llama_from_config_json(j, source);
+    if (j.contains("model_type") && j.at("model_type") == "gpt_neox") return neox_from_config_json(j, source);
     return gpt_from_config_json(j, source);
   }
   nlohmann::ordered_json to_config_json(const ModelConfig& cfg) const override { return gpt_config_json(cfg); }

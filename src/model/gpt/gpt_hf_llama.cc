@@ -47,32 +47,12 @@ nlohmann::ordered_json llama_config_json(const ModelConfig& c) {
   j["attention_bias"] = c.block.bias;
   j["mlp_bias"] = c.block.bias;
   j["attention_dropout"] = 0.0;
-  j["tie_word_embeddings"] = c.block.tie_embeddings;
-  j["initializer_range"] = float_for_json(c.init_std);
   j["pretraining_tp"] = 1;
-  j["bos_token_id"] = nullptr;
-  j["eos_token_id"] = nullptr;
-  j["torch_dtype"] = "float32";
-  j["weft"] = {{"name", c.name}, {"padded_vocab", c.padded_vocab}, {"block", block_options_json(c.block)}};
+  add_hf_decoder_keys(j, c);
   return j;
 }
 
 namespace {
-
-bool json_bool(const nlohmann::json& j, const char* key, bool fallback, const std::string& source) {
-  if (!j.contains(key) || j.at(key).is_null()) return fallback;
-  if (!j.at(key).is_boolean()) throw_input("{}: key '{}' is {}, expected true or false", source, key, j.at(key).dump());
-  return j.at(key).get<bool>();
-}
-
-float json_positive(const nlohmann::json& j, const char* key, float fallback, const std::string& source) {
-  if (!j.contains(key) || j.at(key).is_null()) return fallback;
-  const auto& v = j.at(key);
-  if (!v.is_number() || !(v.get<double>() > 0.0) || !std::isfinite(static_cast<float>(v.get<double>()))) {
-    throw_input("{}: key '{}' is {}, expected a positive number", source, key, v.dump());
-  }
-  return static_cast<float>(v.get<double>());
-}
 
 // rope_scaling (or transformers 5's rope_parameters): none, linear or llama3.
 void read_rope(const nlohmann::json& j, RopeOptions& r, const std::string& source) {
@@ -129,17 +109,7 @@ ModelConfig llama_from_config_json(const nlohmann::json& j, const std::string& s
   if (j.contains("pretraining_tp") && !j.at("pretraining_tp").is_null() && j.at("pretraining_tp") != 1) {
     throw_input("{}: pretraining_tp is {}, weft computes the products whole (1)", source, j.at("pretraining_tp").dump());
   }
-  std::string name = "llama";
-  int padded = 0;
-  if (j.contains("weft") && j.at("weft").is_object()) {
-    const auto& w = j.at("weft");
-    if (w.contains("name") && w.at("name").is_string()) name = w.at("name").get<std::string>();
-    if (w.contains("padded_vocab")) padded = json_int(w, "padded_vocab", source + ": weft", kMaxJsonVocab + 128);
-  }
-  ModelConfig c;
-  try {
-    c = make_model_config(name, n_layer, n_head, C, ctx, vocab, ffn);
-    if (padded != 0) c.padded_vocab = padded;
+  return hf_decoder_config(j, source, "llama", {n_layer, n_head, C, ctx, vocab, ffn}, [&](ModelConfig& c) {
     BlockOptions& b = c.block;
     b.position = PositionKind::kRope;
     b.norm = NormKind::kRmsNorm;
@@ -149,6 +119,32 @@ ModelConfig llama_from_config_json(const nlohmann::json& j, const std::string& s
     b.tie_embeddings = json_bool(j, "tie_word_embeddings", true, source);
     read_rope(j, b.rope, source);
     c.ln_eps = json_positive(j, "rms_norm_eps", 1e-6f, source);
+  });
+}
+
+void add_hf_decoder_keys(nlohmann::ordered_json& j, const ModelConfig& c) {
+  j["tie_word_embeddings"] = c.block.tie_embeddings;
+  j["initializer_range"] = float_for_json(c.init_std);
+  j["bos_token_id"] = nullptr;
+  j["eos_token_id"] = nullptr;
+  j["torch_dtype"] = "float32";
+  j["weft"] = {{"name", c.name}, {"padded_vocab", c.padded_vocab}, {"block", block_options_json(c.block)}};
+}
+
+ModelConfig hf_decoder_config(const nlohmann::json& j, const std::string& source, const char* default_name,
+                              const HfShape& s, const std::function<void(ModelConfig&)>& fill) {
+  std::string name = default_name;
+  int padded = 0;
+  if (j.contains("weft") && j.at("weft").is_object()) {
+    const auto& w = j.at("weft");
+    if (w.contains("name") && w.at("name").is_string()) name = w.at("name").get<std::string>();
+    if (w.contains("padded_vocab")) padded = json_int(w, "padded_vocab", source + ": weft", kMaxJsonVocab + 128);
+  }
+  ModelConfig c;
+  try {
+    c = make_model_config(name, s.n_layer, s.n_head, s.C, s.ctx, s.vocab, s.ffn);
+    if (padded != 0) c.padded_vocab = padded;
+    fill(c);
     c.init_std = json_positive(j, "initializer_range", c.init_std, source);
     c.validate();
   } catch (const InputError& e) {
