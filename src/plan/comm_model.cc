@@ -402,7 +402,8 @@ void add_qgz(CallSet& cs, const ZeroPPConfig& z, const ParamLayout& layout, cons
   const size_t H = grad_hops(0, P, z.levels).size();
   for (int gr = 0; gr < layout.num_groups(); ++gr) {
     if (!layout.has_group(gr)) continue;
-    auto [b, e] = layout.group_range(gr);
+    const auto range = layout.group_range(gr);
+    const int64_t b = range.first, e = range.second;  // captured below (clang < 16 captures no structured binding)
     auto len = [&](int q) {
       return std::max<int64_t>(0, std::clamp(std::min(n, (q + 1) * shard), b, e) - std::clamp(std::min(n, q * shard), b, e));
     };

@@ -251,7 +251,7 @@ std::vector<CommSeries> comm_series(const std::vector<const Run*>& runs, const s
   for (size_t k = 0; k < keys.size(); ++k) {
     const auto& [r, level] = keys[k];
     const int shade =
-        static_cast<int>(std::count_if(keys.begin(), keys.begin() + k, [&](const auto& o) { return o.first == r; }));
+        static_cast<int>(std::count_if(keys.begin(), keys.begin() + k, [&](const auto& o) { return o.first == keys[k].first; }));
     CommSeries s{series_title(runs, r, level), static_cast<int>(r), shade, {}, {}};
     for (size_t a = 0; a < axes.size(); ++a) {
       for (const CommAxisLevel& e : runs[r]->comm.by_axis_level) {

@@ -430,7 +430,8 @@ bool DataParallel::embedding_backward(const int32_t* tokens, CView dres, int64_t
   rows_comm().all_gather(dres.data, all_dres.raw(), N * C, comm_dtype_of(dres.dtype));
   while (!inflight_.empty()) complete_oldest();  // the head part's reduction included
   exposed_s_ += Tracer::now() - t0;
-  const auto [e0, e1] = layout_.group_range(0);
+  // (not a structured binding: the lambda below captures e0, which clang < 16 refuses)
+  const int64_t e0 = layout_.group_range(0).first, e1 = layout_.group_range(0).second;
   // The rows of every rank, in rank order (the same order on every rank: identical gradients).
   auto apply_all = [&](float* base) {
     float *dwte, *dwpe;
