@@ -70,14 +70,9 @@ void write_window_logits(Engine& engine, const TokenDataset& ds, int64_t windows
 
 // One task's scores as JSON; with `samples`, every item's log-likelihoods option by option
 // (lm-evaluation-harness's --log_samples).
-nlohmann::json icl_result_json(const IclTask& t, const IclTaskResult& r, bool samples) {
-  nlohmann::json j{{"task", r.name},   {"path", t.path},       {"format", r.format},  {"items", r.items},
-                   {"requests", r.requests}, {"fewshot", r.fewshot}, {"acc", r.acc}, {"acc_stderr", r.acc_stderr},
-                   {"seconds", r.seconds}};
-  if (r.has_norm) {
-    j["acc_norm"] = r.acc_norm;
-    j["acc_norm_stderr"] = r.acc_norm_stderr;
-  }
+nlohmann::json icl_task_json(const IclTask& t, const IclTaskResult& r, bool samples) {
+  nlohmann::json j = icl_result_json(r);
+  j["path"] = t.path;
   if (!samples) return j;
   nlohmann::json all = nlohmann::json::array();
   size_t at = 0;
@@ -129,7 +124,7 @@ int eval_icl_tasks(const std::string& dir, const ModelConfig& mc, const std::vec
   nlohmann::json results = nlohmann::json::array();
   for (const IclTask& t : tasks) {
     const IclTaskResult r = evaluate_icl_task(*run.engine, t, enc, o);
-    results.push_back(icl_result_json(t, r, !out_json.empty()));
+    results.push_back(icl_task_json(t, r, !out_json.empty()));
     if (world.rank() == 0 && format != "json") {
       fmt::print("{:<24} {:>6} items {:>2}-shot  acc {:.4f} +- {:.4f}{}  ({} requests, {:.1f} s)\n", r.name, r.items,
                  r.fewshot, r.acc, r.acc_stderr,

@@ -137,7 +137,7 @@ void Engine::build_chunks() {
     }
     ch->model->set_recompute(cfg_.layout.recompute, cfg_.layout.recompute_layers);
     ch->model->set_precision(cfg_.precision);
-    ch->model->reserve(*batch_, cfg_.training, cfg_.head_chunk, runtime_ ? runtime_->slots(c) : 1);
+    reserve_training(*ch, c);
     if (cfg_.training) {
       ch->optim = std::make_unique<AdamW>(ch->model->layout(), cfg_.adamw, backend_, ch->store->opt_begin(),
                                           ch->store->opt_end());
@@ -493,8 +493,12 @@ void Engine::end_generation() {
   for (int c = 0; c < num_chunks(); ++c) {
     Chunk& ch = *chunks_[static_cast<size_t>(c)];
     ch.model->set_tp(tp_ops_.get(), cfg_.layout.sequence_parallel);
-    ch.model->reserve(*batch_, cfg_.training, cfg_.head_chunk, runtime_ ? runtime_->slots(c) : 1);
+    reserve_training(ch, c);
   }
+}
+
+void Engine::reserve_training(Chunk& ch, int c) {
+  ch.model->reserve(*batch_, cfg_.training, cfg_.head_chunk, runtime_ ? runtime_->slots(c) : 1);
 }
 
 void Engine::last_logits(const int32_t* tokens, int64_t T, float* logits_out) {

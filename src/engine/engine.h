@@ -141,6 +141,9 @@ class Engine {
   class PipeAdapter;
   void build_chunks();
   void set_norm_skip(Chunk& ch);
+  // Chunk c's activations and workspace for the engine's micro-batch (at construction, and after
+  // a generation: end_generation).
+  void reserve_training(Chunk& ch, int c);
   double forward_loss(const HostBatch& mb);
   // Floats of a pipeline message (a stage's activations, or their gradient) for `rows` samples on
   // this rank: rows x T x C, over tp with sequence parallelism.

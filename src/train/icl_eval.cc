@@ -160,17 +160,35 @@ IclTaskResult icl_accuracy(const IclTask& task, int64_t items, const std::vector
   return r;
 }
 
-IclTaskResult evaluate_icl_task(Engine& engine, const IclTask& task, const IclEncoder& enc, const IclOptions& o) {
-  const auto t0 = std::chrono::steady_clock::now();
+IclRequests icl_requests(const IclTask& task, const IclEncoder& enc, const IclOptions& o, int64_t n_ctx) {
   const int64_t n_items = static_cast<int64_t>(task.items.size());
   if (o.limit < 0) throw_input("--limit {}: must be >= 0", o.limit);
-  const int64_t items = o.limit > 0 ? std::min(o.limit, n_items) : n_items;
-  const int64_t n_ctx = engine.config().model.n_ctx;
-  const int64_t V = engine.config().model.vocab_size;
-  std::vector<IclRequest> reqs;
-  for (int64_t i = 0; i < items; ++i) {
-    for (const auto& [c, x] : icl_item_texts(task, i, o)) reqs.push_back(icl_request(c, x, enc, n_ctx));
+  IclRequests out;
+  out.items = o.limit > 0 ? std::min(o.limit, n_items) : n_items;
+  for (int64_t i = 0; i < out.items; ++i) {
+    for (const auto& [c, x] : icl_item_texts(task, i, o)) {
+      try {
+        out.requests.push_back(icl_request(c, x, enc, n_ctx));
+      } catch (const InputError& e) {
+        throw_input("{} item {}: {}", task.path, i, e.what());
+      }
+    }
   }
+  return out;
+}
+
+IclTaskResult evaluate_icl_task(Engine& engine, const IclTask& task, const IclEncoder& enc, const IclOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const IclRequests reqs = icl_requests(task, enc, o, engine.config().model.n_ctx);
+  IclTaskResult r = score_icl_requests(engine, task, reqs, o);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();  // the encoding included
+  return r;
+}
+
+IclTaskResult score_icl_requests(Engine& engine, const IclTask& task, const IclRequests& prepared, const IclOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t V = engine.config().model.vocab_size;
+  const std::vector<IclRequest>& reqs = prepared.requests;
   // Dealt round-robin over the dp replicas; every replica makes the same number of forward
   // passes (a ZeRO-3 pass gathers over dp), the last ones repeating request 0 when R does not
   // divide.
@@ -193,10 +211,21 @@ IclTaskResult evaluate_icl_task(Engine& engine, const IclTask& task, const IclEn
   dp.all_reduce_sum(greedy.data(), R);
   std::vector<IclScore> scores(static_cast<size_t>(R));
   for (int64_t k = 0; k < R; ++k) scores[static_cast<size_t>(k)] = {ll[static_cast<size_t>(k)], greedy[static_cast<size_t>(k)] > 0.5};
-  IclTaskResult r = icl_accuracy(task, items, scores);
+  IclTaskResult r = icl_accuracy(task, prepared.items, scores);
   r.fewshot = o.fewshot;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
+}
+
+nlohmann::json icl_result_json(const IclTaskResult& r) {
+  nlohmann::json j{{"task", r.name},         {"format", r.format},         {"items", r.items},
+                   {"requests", r.requests}, {"fewshot", r.fewshot},       {"acc", r.acc},
+                   {"acc_stderr", r.acc_stderr}, {"seconds", r.seconds}};
+  if (r.has_norm) {
+    j["acc_norm"] = r.acc_norm;
+    j["acc_norm_stderr"] = r.acc_norm_stderr;
+  }
+  return j;
 }
 
 }  // namespace weft

@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "data/icl_tasks.h"
 
 namespace weft {
@@ -79,8 +81,23 @@ IclScore icl_score(const float* logits, int64_t V, const int32_t* targets, int64
 // order.
 IclTaskResult icl_accuracy(const IclTask& task, int64_t items, const std::vector<IclScore>& scores);
 
+// Every request of a task's first `items` items (o.limit), encoded: InputError naming the file and
+// the item whose continuation does not fit n_ctx.
+struct IclRequests {
+  int64_t items = 0;
+  std::vector<IclRequest> requests;  // in item and option order
+};
+IclRequests icl_requests(const IclTask& task, const IclEncoder& enc, const IclOptions& o, int64_t n_ctx);
+
 // Scores a task on an engine built for generation-size sequences (any layout; collective over
 // the grid). Every rank returns the same result.
 IclTaskResult evaluate_icl_task(Engine& engine, const IclTask& task, const IclEncoder& enc, const IclOptions& o);
+// The same for requests encoded before (icl_requests with the same options): weft train's tasks,
+// encoded once and scored many times.
+IclTaskResult score_icl_requests(Engine& engine, const IclTask& task, const IclRequests& prepared, const IclOptions& o);
+
+// One task's scores as JSON: task, format, items, requests, fewshot, acc, acc_stderr, acc_norm and
+// acc_norm_stderr (multiple choice), seconds.
+nlohmann::json icl_result_json(const IclTaskResult& r);
 
 }  // namespace weft

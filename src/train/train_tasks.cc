@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "data/text_util.h"
+#include "data/tokenizer.h"
 #include "engine/engine.h"
 
 namespace weft {
@@ -42,16 +43,6 @@ Tokenizer load_task_tokenizer(const RunConfig& cfg) {
   }
 }
 
-nlohmann::json task_json(const IclTaskResult& r) {
-  nlohmann::json j{{"task", r.name},         {"format", r.format}, {"items", r.items}, {"fewshot", r.fewshot},
-                   {"acc", r.acc},           {"acc_stderr", r.acc_stderr}, {"seconds", r.seconds}};
-  if (r.has_norm) {
-    j["acc_norm"] = r.acc_norm;
-    j["acc_norm_stderr"] = r.acc_norm_stderr;
-  }
-  return j;
-}
-
 }  // namespace
 
 TrainTasks::TrainTasks(const RunConfig& cfg, const ModelConfig& mc) {
@@ -61,25 +52,19 @@ TrainTasks::TrainTasks(const RunConfig& cfg, const ModelConfig& mc) {
   opt_.limit = cfg.tasks_limit;
   if (cfg.tasks.empty()) return;
   for (const std::string& f : cfg.tasks) tasks_.push_back(load_icl_task(f));  // every file read before any work
-  tok_.emplace(load_task_tokenizer(cfg));
-  if (tok_->vocab_size() > mc.vocab_size) {
+  const Tokenizer tok = load_task_tokenizer(cfg);
+  if (tok.vocab_size() > mc.vocab_size) {
     throw_input("eval.tasks: the tokenizer ({}) has {} tokens, more than model '{}' reads ({}): set eval.tokenizer to "
-                "the model's", tok_->source(), tok_->vocab_size(), mc.name, mc.vocab_size);
+                "the model's", tok.source(), tok.vocab_size(), mc.name, mc.vocab_size);
   }
-  // Every request is encoded once now: an item that does not fit the context fails the run
-  // before its first step, not at its first scoring.
-  const IclEncoder enc{[this](std::string_view t) { return tok_->encode(t); }, tok_->eot_token()};
+  // Every request is encoded once, now: an item that does not fit the context fails the run
+  // before its first step (naming the file and item), and each scoring reuses them.
+  const IclEncoder enc{[&tok](std::string_view t) { return tok.encode(t); }, tok.eot_token()};
   for (const IclTask& t : tasks_) {
-    const int64_t n = static_cast<int64_t>(t.items.size());
-    const int64_t items = opt_.limit > 0 ? std::min(opt_.limit, n) : n;
-    for (int64_t i = 0; i < items; ++i) {
-      for (const auto& [c, x] : icl_item_texts(t, i, opt_)) {
-        try {
-          icl_request(c, x, enc, mc.n_ctx);
-        } catch (const InputError& e) {
-          throw_input("eval.tasks: {} item {}: {}", t.path, i, e.what());
-        }
-      }
+    try {
+      requests_.push_back(icl_requests(t, enc, opt_, mc.n_ctx));
+    } catch (const InputError& e) {
+      throw_input("eval.tasks: {}", e.what());
     }
   }
 }
@@ -90,14 +75,13 @@ bool TrainTasks::due(int64_t done, bool last) const {
 }
 
 nlohmann::json TrainTasks::evaluate(Engine& engine, int64_t done, int64_t tokens) {
-  const IclEncoder enc{[this](std::string_view t) { return tok_->encode(t); }, tok_->eot_token()};
   const int64_t D = engine.comm(Axis::kDp).size();
   nlohmann::json results = nlohmann::json::array();
   last_passes_ = 0;
-  for (const IclTask& t : tasks_) {
-    const IclTaskResult r = evaluate_icl_task(engine, t, enc, opt_);  // begins generation
+  for (size_t k = 0; k < tasks_.size(); ++k) {
+    const IclTaskResult r = score_icl_requests(engine, tasks_[k], requests_[k], opt_);  // begins generation
     last_passes_ += (r.requests + D - 1) / D;
-    results.push_back(task_json(r));
+    results.push_back(icl_result_json(r));
     log_info("step {:>5} | {} {}-shot: acc {:.4f}{} ({} items, {:.1f} s)", done, r.name, r.fewshot, r.acc,
              r.has_norm ? fmt::format(", acc_norm {:.4f}", r.acc_norm) : std::string(), r.items, r.seconds);
   }

@@ -8,14 +8,12 @@
 // bit for bit the one of a run without tasks.
 #pragma once
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "data/icl_tasks.h"
-#include "data/tokenizer.h"
 #include "model/config.h"
 #include "train/config.h"
 #include "train/icl_eval.h"
@@ -46,7 +44,7 @@ class TrainTasks {
 
  private:
   std::vector<IclTask> tasks_;
-  std::optional<Tokenizer> tok_;
+  std::vector<IclRequests> requests_;  // each task's, encoded once (the tokenizer is needed no more)
   IclOptions opt_;
   int64_t every_ = 0;
   int64_t last_passes_ = 0;

@@ -52,7 +52,8 @@ void read_neox_rope(const nlohmann::json& j, RopeOptions& r, const std::string& 
   const nlohmann::json& p = j.at("rope_parameters");
   if (!p.is_object()) throw_input("{}: key 'rope_parameters' is {}, expected an object", source, p.dump());
   if (p.contains("rope_type") && p.at("rope_type") != "default") {
-    throw_input("{}: rope_type {} is not implemented for GPT-NeoX (weft: default)", source, p.at("rope_type").dump());
+    throw_input("{}: rope_type {}: weft reads GPT-NeoX files with the default rotary frequencies only", source,
+                p.at("rope_type").dump());
   }
   r.fraction = json_positive(p, "partial_rotary_factor", r.fraction, source);
   r.base = json_positive(p, "rope_theta", r.base, source);
@@ -70,7 +71,8 @@ ModelConfig neox_from_config_json(const nlohmann::json& j, const std::string& so
   const std::string act = j.contains("hidden_act") && j.at("hidden_act").is_string() ? j.at("hidden_act").get<std::string>() : "gelu";
   if (act != "gelu_new" && act != "gelu_fast" && act != "gelu_pytorch_tanh") {
     throw_input("{}: hidden_act is \"{}\"; weft's GELU is the tanh form (\"gelu_new\", \"gelu_fast\", "
-                "\"gelu_pytorch_tanh\"): the exact erf GELU is not implemented", source, act);
+                "\"gelu_pytorch_tanh\"), which differs from the exact erf GELU: refused rather than run as another model",
+                source, act);
   }
   if (!json_bool(j, "attention_bias", true, source)) {
     throw_input("{}: attention_bias is false; weft's bias setting covers the attention and the MLP (GPT-NeoX's MLP "
