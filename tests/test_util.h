@@ -107,13 +107,13 @@ inline std::map<int64_t, double> metric_series(const std::string& run, const cha
   return out;
 }
 
-// Every step of `a` is in `ref` and within 1e-5 relative (layout parity, fp32).
+// Every step of `a` is in `ref` and within `rel` relative (layout parity, fp32: 1e-5).
 inline void expect_same_series(const std::map<int64_t, double>& a, const std::map<int64_t, double>& ref,
-                               const std::string& what) {
+                               const std::string& what, double rel = 1e-5) {
   ASSERT_FALSE(a.empty()) << what;
   for (const auto& [step, v] : a) {
     ASSERT_TRUE(ref.count(step)) << what << " step " << step;
-    EXPECT_NEAR(v, ref.at(step), 1e-5 * ref.at(step)) << what << ", step " << step;
+    EXPECT_NEAR(v, ref.at(step), rel * ref.at(step)) << what << ", step " << step;
   }
 }
 

@@ -67,6 +67,11 @@ void Backend::copy_device(void* dst, size_t dst_offset, const void* src, size_t 
   if (bytes) std::memcpy(static_cast<char*>(dst) + dst_offset, static_cast<const char*>(src) + src_offset, bytes);
 }
 
+void Backend::copy_device_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                             size_t rows) {
+  for (size_t i = 0; i < rows; ++i) copy_device(dst, i * dst_pitch, src, i * src_pitch, width);
+}
+
 void Backend::fill(void* dst, DType dt, int64_t first, int64_t count, float value) {
   WEFT_CHECK(first >= 0 && count >= 0, "{}: fill of [{}, {} + {})", name(), first, first, count);
   WEFT_CHECK(dt != DType::kI4 || (first % 2 == 0 && count % 2 == 0),

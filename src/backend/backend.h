@@ -110,6 +110,10 @@ class Backend {
   virtual void copy_to_host(void* dst, const void* src, size_t src_offset, size_t bytes);
   // Device -> device, both of this backend; the ranges must not overlap.
   virtual void copy_device(void* dst, size_t dst_offset, const void* src, size_t src_offset, size_t bytes);
+  // OPTIONAL. Device -> device, `rows` rows of `width` bytes: row i from src + i * src_pitch to
+  // dst + i * dst_pitch (columns of a row-major matrix). Default: copy_device row by row.
+  virtual void copy_device_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                              size_t rows);
 
   // --- fill ---
   // OPTIONAL. Elements [first, first + count) of dst (dtype dt) = value (encode_element in
@@ -417,6 +421,17 @@ class Backend {
   // [t, i]; inverse: the opposite turn (sin negated), the backward of the forward.
   virtual void rope_f32(float* x, const float* cos, const float* sin, int64_t N, int64_t T, int64_t ld, int64_t heads,
                         int64_t hd, int64_t rot, bool inverse) = 0;
+  // Causal self-attention with ALiBi (Press et al. 2022; MPT's positions): attention_forward with
+  // slopes[h] * (j - i) added to the scaled score of query i and key j <= i of head h before the
+  // softmax. slopes (NH) fp32, DEVICE. att keeps the probabilities: the backward is
+  // attention_backward's (the bias is a constant). writes out and att.
+  virtual void attention_forward_alibi_f32(float* out, float* att, const float* qkv, const float* slopes, int64_t B,
+                                           int64_t T, int64_t C, int64_t NH) = 0;
+  // The exact GELU, x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) (MPT's and Pythia's MLP; GPT-2's is
+  // gelu_forward's tanh form): out (n) from inp (n), writes.
+  virtual void gelu_erf_forward_f32(float* out, const float* inp, int64_t n) = 0;
+  // dinp (n) = dout * (Phi(x) + x phi(x)); writes (may alias dout).
+  virtual void gelu_erf_backward_f32(float* dinp, const float* inp, const float* dout, int64_t n) = 0;
   // SwiGLU (Shazeer 2020, Llama's MLP): pre (N,2F) holds the gate then the up projection per row;
   // out (N,F) = silu(gate) * up. writes.
   virtual void swiglu_forward_f32(float* out, const float* pre, int64_t N, int64_t F) = 0;

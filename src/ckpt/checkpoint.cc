@@ -521,6 +521,17 @@ void verify_resume_checkpoint(const std::string& dir) {
 }
 
 namespace {
+// The weft name of the first tensor the family's foreign files name otherwise (MPT's files keep
+// "transformer.wte.weight"): a file holding it is in weft's names.
+std::string first_renamed(const ParamLayout& layout) {
+  const ForeignNames& foreign = layout.foreign();
+  for (const ParamTensor& t : layout.tensors()) {
+    const auto it = foreign.pieces.find(t.name);
+    if (it == foreign.pieces.end() || it->second.size() != 1 || it->second.front().name != t.name) return t.name;
+  }
+  return layout.tensors().front().name;
+}
+
 // A file in the family's foreign pieces (ForeignNames::pieces: Hugging Face's Llama names), each
 // weft tensor assembled from its pieces.
 void load_pieces(const SafetensorsFile& f, const ParamLayout& layout, float* params) {
@@ -569,7 +580,7 @@ void load_checkpoint_params(const std::string& dir, const ParamLayout& layout, f
   if (verify == CheckpointVerify::kVerify) verify_manifest(resolved, {kCheckpointModelFile});
   const SafetensorsFile f(join_path(resolved, kCheckpointModelFile));
   const ForeignNames& foreign = layout.foreign();
-  if (!foreign.pieces.empty() && !f.has(layout.tensors().front().name)) {
+  if (!foreign.pieces.empty() && !f.has(first_renamed(layout))) {
     load_pieces(f, layout, params);
     return;
   }

@@ -161,6 +161,9 @@ void Engine::set_norm_skip(Chunk& ch) {
       skip.emplace_back(t.offset, t.offset + t.numel);
     }
   }
+  // Columns replicated over tp ranks (grouped-query attention's kv heads with fewer heads than
+  // ranks) hold the same summed gradient on each replica: counted on the first.
+  for (const auto& r : ch.model->layout().replica_copies()) skip.push_back(r);
   ch.store->set_norm_skip(std::move(skip));
 }
 

@@ -138,14 +138,17 @@ TransformerBlock::TransformerBlock(const ModelConfig& cfg, Backend& backend, Ten
       F_(tp.part(cfg.ffn)),
       NH_(tp.part(cfg.n_head)),
       Cl_(tp.part(cfg.n_embd)),
-      QKVl_(tp.part(cfg.qkv_width())),
+      QKVl_(cfg.qkv_width_local(tp.size())),
       FCl_(tp.part(cfg.fc_width())),
-      KVHl_(tp.part(cfg.kv_heads())),
+      KVHl_(cfg.kv_heads_local(tp.size())),
       hd_(cfg.head_dim()),
       rot_(cfg.rope_dims()),
+      kv_rep_(cfg.kv_replicas(tp.size())),
+      alibi_(cfg.block.position == PositionKind::kAlibi),
+      gelu_exact_(cfg.block.mlp == MlpKind::kGeluExact),
       swiglu_(cfg.block.mlp == MlpKind::kSwiglu),
       gqa_(cfg.kv_heads() != cfg.n_head),
-      fused_norm_(cfg.block.norm == NormKind::kLayerNorm),
+      fused_norm_(cfg.block.norm == NormKind::kLayerNorm && cfg.block.bias),
       parallel_(cfg.block.parallel_residual),
       be_(backend),
       tp_(tp),
@@ -153,16 +156,22 @@ TransformerBlock::TransformerBlock(const ModelConfig& cfg, Backend& backend, Ten
       column_(column),
       row_(row),
       causal_(causal) {
-  WEFT_CHECK(ln.rms() == !fused_norm_, "the block's norm ({}) and its norm layer's differ", norm_name(cfg.block.norm));
+  WEFT_CHECK(ln.rms() == (cfg.block.norm == NormKind::kRmsNorm), "the block's norm ({}) and its norm layer's differ",
+             norm_name(cfg.block.norm));
+  WEFT_CHECK(!alibi_ || causal, "ALiBi positions need causal attention");
 }
 
 void TransformerBlock::set_attention_lse(bool on) {
   WEFT_CHECK(!on || causal_, "flash attention (log-sum-exp) is only available for causal attention");
+  WEFT_CHECK(!on || !alibi_, "flash attention (log-sum-exp) does not take ALiBi's bias");
   lse_ = on;
 }
 
 void TransformerBlock::attention_forward(View out, View att, CView qkv, int64_t B, int64_t T) {
-  if (causal_) {
+  if (alibi_) {
+    WEFT_CHECK(vw_.alibi != nullptr, "ALiBi positions without their slopes");
+    be_.attention_forward_alibi_f32(f32p(out), f32p(att), static_cast<const float*>(qkv.data), vw_.alibi, B, T, Cl_, NH_);
+  } else if (causal_) {
     be_.attention_forward(out, att, qkv, B, T, Cl_, NH_);
   } else {
     be_.bidir_attention_forward(out, att, qkv, B, T, Cl_, NH_);
@@ -184,6 +193,9 @@ void TransformerBlock::mlp_forward(const LayerWeights& lw, LayerActs& a, int64_t
   if (swiglu_) {
     column_.forward(a.fch, a.ln2, lw.fcw, lw.fcb, N, C_, FCl_);
     be_.swiglu_forward_f32(f32p(a.fch_gelu), f32p(a.fch), N, F_);
+  } else if (gelu_exact_) {  // the product, then erf's GELU
+    column_.forward(a.fch, a.ln2, lw.fcw, lw.fcb, N, C_, F_);
+    be_.gelu_erf_forward_f32(f32p(a.fch_gelu), f32p(a.fch), N * F_);
   } else {
     column_.forward_gelu(a.fch_gelu, a.fch, a.ln2, lw.fcw, lw.fcb, N, C_, F_);
   }
@@ -203,7 +215,7 @@ void TransformerBlock::forward(const LayerWeights& lw, CView x, LayerActs& a, in
   if (fused_norm_ && !parallel_) {
     row_.forward_norm(ln_, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, a.atty, lw.attprojw, lw.attprojb, lw.ln2w,
                       lw.ln2b, N, Cl, C);
-  } else {  // RMSNorm, or a parallel residual (the second norm reads x): the residual, then the norm
+  } else {  // RMSNorm, no biases, or a parallel residual (the second norm reads x): the residual, then the norm
     row_.forward(a.res2, x, a.atty, lw.attprojw, lw.attprojb, N, Cl, C);
     ln_.forward(a.ln2, a.ln2_mean, a.ln2_rstd, parallel_ ? x : CView(a.res2), lw.ln2w, lw.ln2b, N, C);
   }
@@ -218,7 +230,14 @@ View TransformerBlock::qkv_backward(const LayerWeights& lw, const LayerPtrs& lg,
   if (rot_ > 0) be_.rope_f32(f32p(s.d3C), vw_.rope_cos, vw_.rope_sin, N, T, 3 * Cl_, 2 * NH_, hd_, rot_, true);
   if (!gqa_) return column_.backward(s.dC, lg.qkvw, lg.qkvb, s.d3C, a.ln1, lw.qkvw, N, C_, 3 * Cl_);
   be_.reduce_kv_f32(f32p(vw_.qkvc), f32p(s.d3C), N, NH_, KVHl_, hd_);
-  return column_.backward(s.dC, lg.qkvw, lg.qkvb, vw_.qkvc, a.ln1, lw.qkvw, N, C_, QKVl_);
+  if (kv_rep_ == 1) return column_.backward(s.dC, lg.qkvw, lg.qkvb, vw_.qkvc, a.ln1, lw.qkvw, N, C_, QKVl_);
+  // The kv head held here is also held by kv_rep_ - 1 other ranks, each with its own query heads:
+  // its weight gradient is the sum of theirs (the input gradient's all-reduce already sums them).
+  const TensorParallel::ReplicaCols kv{lg.qkvw, lg.qkvb, C_, QKVl_, Cl_, 2 * KVHl_ * hd_, kv_rep_};
+  tp_.begin_replica_grads(kv, vw_.kv_sum);
+  const View d = column_.backward(s.dC, lg.qkvw, lg.qkvb, vw_.qkvc, a.ln1, lw.qkvw, N, C_, QKVl_);
+  tp_.end_replica_grads(kv, vw_.kv_sum);
+  return d;
 }
 
 // The forward's steps in reverse.
@@ -235,6 +254,10 @@ void TransformerBlock::backward(const LayerWeights& lw, const LayerPtrs& lg, CVi
     row_.backward(s.dF, lg.fcprojw, lg.fcprojb, s.dres, a.fch_gelu, lw.fcprojw, N, F, C);
     be_.swiglu_backward_f32(f32p(s.dFC), f32p(a.fch), f32p(s.dF), N, F);
     dln2 = column_.backward(s.dC, lg.fcw, lg.fcb, s.dFC, a.ln2, lw.fcw, N, C, FCl_);
+  } else if (gelu_exact_) {  // d(gelu(pre)) from the product, then d(pre) in place
+    row_.backward(s.dF, lg.fcprojw, lg.fcprojb, s.dres, a.fch_gelu, lw.fcprojw, N, F, C);
+    be_.gelu_erf_backward_f32(f32p(s.dF), f32p(a.fch), f32p(s.dF), N * F);
+    dln2 = column_.backward(s.dC, lg.fcw, lg.fcb, s.dF, a.ln2, lw.fcw, N, C, F);
   } else {
     row_.backward_gelu(s.dF, lg.fcprojw, lg.fcprojb, s.dres, a.fch_gelu, lw.fcprojw, a.fch, N, F, C);
     dln2 = column_.backward(s.dC, lg.fcw, lg.fcb, s.dF, a.ln2, lw.fcw, N, C, F);

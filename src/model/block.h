@@ -196,6 +196,11 @@ struct VariantWorkspace {
   View qkvc;
   const float* rope_cos = nullptr;
   const float* rope_sin = nullptr;
+  // Training with fewer kv heads than tp ranks: the scratch in which their replicated gradient
+  // columns are summed (TensorParallel::replica_scratch_elems; null otherwise).
+  float* kv_sum = nullptr;
+  // ALiBi positions: the slopes of this rank's heads (NH/tp), fp32 (null otherwise).
+  const float* alibi = nullptr;
 };
 
 class TransformerBlock {
@@ -234,7 +239,10 @@ class TransformerBlock {
   // The variant: this rank's fused q, k, v and fc columns, its kv heads, the head size and the
   // rotary dimensions of a head (0: learned positions).
   int64_t QKVl_, FCl_, KVHl_, hd_, rot_;
-  bool swiglu_, gqa_, fused_norm_, parallel_;  // fused_norm_: LayerNorm (the fused residual + norm ops apply)
+  int kv_rep_;  // ranks holding each kv head (ModelConfig::kv_replicas)
+  bool alibi_;  // ALiBi positions (the attention's bias)
+  bool gelu_exact_;  // the MLP's GELU is the exact (erf) one
+  bool swiglu_, gqa_, fused_norm_, parallel_;  // fused_norm_: LayerNorm with biases (the fused residual + norm ops apply)
   VariantWorkspace vw_;
   Backend& be_;
   TensorParallel& tp_;

@@ -19,7 +19,14 @@ const char* position_name(PositionKind p) {
 
 const char* norm_name(NormKind n) { return n == NormKind::kRmsNorm ? "rmsnorm" : "layernorm"; }
 
-const char* mlp_name(MlpKind m) { return m == MlpKind::kSwiglu ? "swiglu" : "gelu"; }
+const char* mlp_name(MlpKind m) {
+  switch (m) {
+    case MlpKind::kGelu: return "gelu";
+    case MlpKind::kSwiglu: return "swiglu";
+    case MlpKind::kGeluExact: return "gelu_exact";
+  }
+  return "?";
+}
 
 int64_t round_up(int64_t v, int64_t multiple) { return (v + multiple - 1) / multiple * multiple; }
 

@@ -31,7 +31,7 @@ struct FamilyFields {
 // rmsnorm, no biases, swiglu, grouped-query attention, untied head.
 enum class PositionKind { kLearned, kRope, kAlibi };
 enum class NormKind { kLayerNorm, kRmsNorm };
-enum class MlpKind { kGelu, kSwiglu };
+enum class MlpKind { kGelu, kSwiglu, kGeluExact };  // GELU: the tanh form (GPT-2's); exact: erf (MPT's, Pythia's)
 const char* position_name(PositionKind p);  // "learned", "rope", "alibi"
 const char* norm_name(NormKind n);          // "layernorm", "rmsnorm"
 const char* mlp_name(MlpKind m);            // "gelu", "swiglu"
@@ -103,6 +103,16 @@ struct ModelConfig {
   int kv_heads() const { return block.n_kv_head > 0 ? block.n_kv_head : n_head; }
   // Columns of the fused q, k, v projection: C + 2 kv_heads head_dim.
   int64_t qkv_width() const { return int64_t{n_embd} + 2 * int64_t{kv_heads()} * head_dim(); }
+  // Tensor parallelism over tp ranks splits the kv heads when tp divides them, else (tp a multiple
+  // of them, Megatron-LM's replication for grouped-query attention) gives each rank one kv head,
+  // the same on tp / kv_heads consecutive ranks (check_tp_split refuses the other cases).
+  int kv_heads_local(int tp) const { return kv_heads() % tp == 0 ? kv_heads() / tp : 1; }
+  // The ranks holding each kv head (1: split).
+  int kv_replicas(int tp) const { return kv_heads() % tp == 0 ? 1 : tp / kv_heads(); }
+  // This rank's columns of the fused projection: C / tp + 2 kv_heads_local head_dim.
+  int64_t qkv_width_local(int tp) const {
+    return int64_t{n_embd} / tp + 2 * int64_t{kv_heads_local(tp)} * head_dim();
+  }
   // The rotary dimensions of a head: head_dim x rope.fraction with rotary positions, else 0.
   int64_t rope_dims() const;
   // Columns of the MLP's first projection: F, or 2F for SwiGLU's gate and up.

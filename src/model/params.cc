@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "model/family.h"
+#include "parallel/tp/mappings.h"
 
 namespace weft {
 
@@ -14,11 +15,17 @@ void check_tp_split(const ModelConfig& cfg, int tp_size) {
   if (tp_size < 1) throw_input("tensor-parallel size {} must be at least 1", tp_size);
   if (cfg.n_head % tp_size != 0) throw_input("{} attention heads are not divisible by tp {}", cfg.n_head, tp_size);
   if (cfg.ffn % tp_size != 0) throw_input("MLP size {} is not divisible by tp {}", cfg.ffn, tp_size);
-  if (cfg.kv_heads() % tp_size != 0) {
-    throw_input("{} key/value heads (n_kv_head) are not divisible by tp {}: each rank holds whole key/value heads "
+  if (cfg.kv_heads() % tp_size != 0 && tp_size % cfg.kv_heads() != 0) {
+    throw_input("{} key/value heads (n_kv_head) neither divide among tp {} ranks nor divide tp: each rank holds whole "
+                "key/value heads, split or (fewer heads than ranks) replicated on tp / n_kv_head ranks each "
                 "(Megatron-LM's rule for grouped-query attention)", cfg.kv_heads(), tp_size);
   }
   if (cfg.padded_vocab % tp_size != 0) throw_input("padded vocabulary {} is not divisible by tp {}", cfg.padded_vocab, tp_size);
+}
+
+int64_t kv_replica_sum_elems(const ModelConfig& cfg, int tp_size) {
+  return TensorParallel::replica_sum_elems(tp_size, cfg.kv_replicas(tp_size), cfg.n_embd, cfg.block.bias,
+                                           2 * int64_t{cfg.kv_heads_local(tp_size)} * cfg.head_dim());
 }
 
 std::vector<ParamSpec> block_param_specs(const ModelConfig& cfg, const std::string& prefix,
@@ -44,7 +51,11 @@ std::vector<ParamSpec> block_param_specs(const ModelConfig& cfg, const std::stri
                               {n(9), 10, {FC}, FC == F ? S::kCols : S::kQkvCols, false, I::kZeros},
                               {n(10), 11, {F, C}, S::kRows, true, proj},
                               {n(11), 12, {C}, S::kReplicated, false, I::kZeros}};
-  if (QKV != 3 * C) p[2].col_blocks = p[3].col_blocks = {C, KV, KV};  // grouped-query attention
+  if (QKV != 3 * C) {  // grouped-query attention: whole heads, k and v replicated with fewer kv heads than ranks
+    const int64_t hd = cfg.head_dim();
+    p[2].col_blocks = p[3].col_blocks = {C, KV, KV};
+    p[2].col_units = p[3].col_units = {hd, hd, hd};
+  }
   if (FC != F) p[8].col_blocks = p[9].col_blocks = {F, F};            // SwiGLU: gate, up
   std::vector<ParamSpec> out;
   for (size_t i = 0; i < p.size(); ++i) {

@@ -40,6 +40,10 @@ std::vector<ParamSpec> block_param_specs(const ModelConfig& cfg, const std::stri
 // InputError naming the values unless tp divides the heads (whole heads per rank), the MLP size
 // and the padded vocabulary (the column-, row- and vocabulary-parallel splits).
 void check_tp_split(const ModelConfig& cfg, int tp_size);
+// Training over tp ranks with fewer kv heads than ranks: the elements of the all-reduce each
+// layer's backward makes of the replicated kv columns' gradients (c_attn's C rows and its bias
+// row, 2 head_dim columns, a slot per kv head: TensorParallel::replica_sum_elems); 0 otherwise.
+int64_t kv_replica_sum_elems(const ModelConfig& cfg, int tp_size);
 
 // The family's table (Family::param_table) with the standard deviations of its normal tensors
 // (init_std; kNormalResidual: init_std / sqrt(2 n_layer), GPT-2's residual projections) and its

@@ -14,9 +14,10 @@ std::string model_axes_error(const LayoutCandidate& c) {
   const LayoutModel& m = c.model;
   if (c.tp > 1 && !m.caps.tensor_parallel) return {};  // not split at all: the family rule says so
   if (m.heads % c.tp != 0) return fmt::format("{} attention heads are not divisible by tp {}", m.heads, c.tp);
-  if (m.kv_heads > 0 && m.kv_heads % c.tp != 0) {
-    return fmt::format("{} key/value heads (n_kv_head) are not divisible by tp {}: each rank holds whole key/value heads "
-                       "(Megatron-LM's rule for grouped-query attention)", m.kv_heads, c.tp);
+  if (m.kv_heads > 0 && m.kv_heads % c.tp != 0 && c.tp % m.kv_heads != 0) {
+    return fmt::format("{} key/value heads (n_kv_head) neither divide among tp {} ranks nor divide tp: each rank holds "
+                       "whole key/value heads, split or (fewer heads than ranks) replicated on tp / n_kv_head ranks "
+                       "each (Megatron-LM's rule for grouped-query attention)", m.kv_heads, c.tp);
   }
   if (m.ffn % c.tp != 0) return fmt::format("MLP size {} is not divisible by tp {}", m.ffn, c.tp);
   if (m.vocab % c.tp != 0) return fmt::format("padded vocabulary {} is not divisible by tp {}", m.vocab, c.tp);

@@ -73,11 +73,16 @@ void ParamLayout::add(const ParamSpec& spec, int layer, int group) {
   t.col_blocks = spec.col_blocks;
   if (!t.col_blocks.empty()) {
     int64_t w = 0;
-    for (int64_t b : t.col_blocks) {
-      WEFT_CHECK(b % P == 0, "{}: a column block of {} is not divisible by tp {}", t.name, b, P);
-      w += b;
-    }
+    for (int64_t b : t.col_blocks) w += b;
     WEFT_CHECK(w == spec.full.back(), "{}: column blocks of {} columns for {}", t.name, w, spec.full.back());
+    t.col_parts = col_block_parts(t.name, t.col_blocks, spec.col_units, P, tp_rank_);
+    if (t.split != TpSplit::kReplicated) {
+      int64_t lc = 0;
+      for (const ColBlockPart& b : t.col_parts) lc += b.local;
+      t.shape.back() = lc;
+      t.numel = 1;
+      for (int64_t d : t.shape) t.numel *= d;
+    }
   }
   total_ += t.numel;
   tensors_.push_back(std::move(t));
@@ -99,14 +104,13 @@ int64_t ParamLayout::global_index(const ParamTensor& t, int64_t local) const {
     }
     case TpSplit::kQkvCols:
     case TpSplit::kKvCols: {
-      if (!t.col_blocks.empty()) {  // blocks of their own widths, each split by tp
-        const int64_t lc = t.shape.back(), fc = lc * P;
+      if (!t.col_parts.empty()) {  // blocks of their own widths, each split by tp (or replicated)
+        const int64_t lc = t.shape.back(), fc = t.full_shape.back();
         const int64_t i = local / lc;
-        int64_t j = local % lc, start = 0;
-        for (int64_t b : t.col_blocks) {
-          if (j < b / P) return i * fc + start + r * (b / P) + j;
-          j -= b / P;
-          start += b;
+        int64_t j = local % lc;
+        for (const ColBlockPart& b : t.col_parts) {
+          if (j < b.local) return i * fc + b.first + j;
+          j -= b.local;
         }
         WEFT_CHECK(false, "{}: column {} outside its blocks", t.name, local % lc);
       }
@@ -119,6 +123,62 @@ int64_t ParamLayout::global_index(const ParamTensor& t, int64_t local) const {
     }
   }
   return local;
+}
+
+std::vector<ColBlockPart> col_block_parts(const std::string& name, const std::vector<int64_t>& blocks,
+                                          const std::vector<int64_t>& units, int64_t P, int64_t r) {
+  WEFT_CHECK(units.empty() || units.size() == blocks.size(), "{}: {} column units for {} blocks", name, units.size(),
+             blocks.size());
+  std::vector<ColBlockPart> parts;
+  int64_t start = 0;
+  for (size_t k = 0; k < blocks.size(); ++k) {
+    ColBlockPart b;
+    b.whole = blocks[k];
+    b.start = start;
+    const int64_t u = units.empty() ? 0 : units[k];
+    const int64_t n_units = u > 0 ? b.whole / u : 0;
+    WEFT_CHECK(u == 0 || b.whole % u == 0, "{}: a column block of {} is not whole units of {}", name, b.whole, u);
+    if (u > 0 && n_units % P != 0 && P % n_units == 0) {  // replicated: one unit a rank
+      b.replicas = static_cast<int>(P / n_units);
+      b.replica = static_cast<int>(r % b.replicas);
+      b.local = u;
+      b.first = start + (r / b.replicas) * u;
+    } else {
+      if (b.whole % P != 0 || (u > 0 && n_units % P != 0)) {
+        throw_input("{}: a column block of {} columns ({} units of {}) splits neither into whole units over tp {} "
+                    "nor replicates evenly over it", name, b.whole, n_units, u, P);
+      }
+      b.local = b.whole / P;
+      b.first = start + r * b.local;
+    }
+    parts.push_back(b);
+    start += b.whole;
+  }
+  return parts;
+}
+
+bool ParamTensor::has_replicated_cols() const {
+  if (split == TpSplit::kReplicated) return false;
+  for (const ColBlockPart& b : col_parts) {
+    if (b.replicas > 1) return true;
+  }
+  return false;
+}
+
+std::vector<std::pair<int64_t, int64_t>> ParamLayout::replica_copies() const {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const ParamTensor& t : tensors_) {
+    if (!t.has_replicated_cols()) continue;
+    const int64_t lc = t.shape.back(), rows = t.numel / lc;
+    int64_t at = 0;
+    for (const ColBlockPart& b : t.col_parts) {
+      if (b.replicas > 1 && b.replica != 0) {
+        for (int64_t i = 0; i < rows; ++i) out.emplace_back(t.offset + i * lc + at, t.offset + i * lc + at + b.local);
+      }
+      at += b.local;
+    }
+  }
+  return out;
 }
 
 int64_t ParamLayout::total_full() const {

@@ -23,7 +23,8 @@ namespace weft {
 // heads), row-parallel matrices their input rows, the embedding its vocabulary rows.
 // kKvCols: the columns of each of k and v (ClimaX's variable aggregation).
 // Both may name their blocks' widths (ParamSpec::col_blocks: grouped-query attention's q, k, v of
-// C, KV, KV columns; SwiGLU's gate and up): each block's columns split by tp.
+// C, KV, KV columns; SwiGLU's gate and up): each block's columns split by tp, or, for a block of
+// fewer whole units (ParamSpec::col_units: heads) than ranks, replicated (ColBlockPart).
 enum class TpSplit { kReplicated, kRows, kCols, kQkvCols, kKvCols };
 
 // How a tensor's first values are drawn (init_params).
@@ -61,7 +62,26 @@ struct ParamSpec {
   // kQkvCols / kKvCols: the whole widths of its column blocks, each split by tp in order (empty:
   // 3 or 2 equal blocks).
   std::vector<int64_t> col_blocks;
+  // With col_blocks: each block's indivisible unit in columns (a head's width; empty: none). A
+  // block of U units over P ranks where P does not divide U but U divides P is replicated: every
+  // rank holds one unit, the same on P / U consecutive ranks (Megatron-LM's grouped-query attention
+  // with fewer kv heads than ranks). The model sums such a block's gradient over its replicas.
+  std::vector<int64_t> col_units;
 };
+
+// One column block of a tensor with col_blocks on one tensor-parallel rank.
+struct ColBlockPart {
+  int64_t whole = 0;   // its columns in the whole tensor
+  int64_t start = 0;   // the whole tensor's column where it starts
+  int64_t local = 0;   // its columns on the rank
+  int64_t first = 0;   // the whole tensor's column of the rank's first
+  int replicas = 1;    // ranks holding the same columns (1: split over the ranks)
+  int replica = 0;     // this rank's place among them (0: the first)
+};
+// The parts of blocks `blocks` (units `units`, may be empty) on rank r of P; InputError naming the
+// tensor unless each block splits into whole units or its units divide P.
+std::vector<ColBlockPart> col_block_parts(const std::string& name, const std::vector<int64_t>& blocks,
+                                          const std::vector<int64_t>& units, int64_t P, int64_t r);
 
 // How another program's files name a family's tensors (a Hugging Face export of the model), for
 // the checkpoint loader (ckpt/checkpoint.cc), which knows no family: a prefix of the layout's
@@ -137,6 +157,9 @@ struct ParamTensor {
   bool tied_head = false;        // ParamSpec::tied_head
   float statistic_momentum = 0.0f;  // ParamSpec::statistic_momentum (> 0: a running statistic)
   std::vector<int64_t> col_blocks;  // ParamSpec::col_blocks (whole widths; empty: equal blocks)
+  std::vector<ColBlockPart> col_parts;  // with col_blocks: each block on this rank (col_block_parts)
+  // Whether a column block is replicated over tensor-parallel ranks (ColBlockPart::replicas > 1).
+  bool has_replicated_cols() const;
 };
 
 // The part of the model a pipeline stage holds: layers [first_layer, first_layer + num_layers)
@@ -168,6 +191,10 @@ class ParamLayout {
   int tp_rank() const { return tp_rank_; }
   // Index in the whole tensor (row-major, full_shape) of element `local` of this rank's part.
   int64_t global_index(const ParamTensor& t, int64_t local) const;
+  // Element ranges [begin, end) of the flat buffer that this rank holds as a copy of another
+  // rank's (replicated column blocks on a rank that is not their first replica): what the gradient
+  // norm counts on one rank only.
+  std::vector<std::pair<int64_t, int64_t>> replica_copies() const;
   // Elements of the whole model counted once (replicated tensors once, split ones whole).
   int64_t total_full() const;
   const std::vector<ParamTensor>& tensors() const { return tensors_; }

@@ -192,11 +192,16 @@ void add_tensor_parallel(CallSet& cs, const Job& j) {
     const int64_t nl = d->part_layers(), rf = d->recomputed_layers(), NC = d->tokens() * j.C;
     for (int dd = 0; dd < j.dp; ++dd) {
       const std::vector<int> g = j.group(Axis::kTp, 0, ch.stage, dd);
-      const int64_t nw = (j.ec.model.block.norm == NormKind::kRmsNorm ? 1 : 2) * j.C;
+      const BlockOptions& b = j.ec.model.block;  // the norms' weights, and their biases (RMSNorm and MPT's have none)
+      const int64_t nw = (b.norm == NormKind::kLayerNorm && b.bias ? 2 : 1) * j.C;
       add_layer_calls(cs, lc.forward, NC, nw, g, j.m * nl, j.act_bytes, j.res_bytes);
       add_layer_calls(cs, lc.backward, NC, nw, g, j.m * nl, j.res_bytes, j.res_bytes);
       add_layer_calls(cs, lc.recompute, NC, nw, g, j.m * rf, j.act_bytes, j.res_bytes);
       for (const TpCall& c : d->tp_calls()) cs.add(c.op, "tp", c.elems * c.elem_bytes, g, j.m);  // front and back
+      // Fewer kv heads than ranks: each layer's backward sums the replicated kv columns'
+      // gradients (TensorParallel::end_replica_grads), one exact fp32 all-reduce.
+      const int64_t kv_sum = kv_replica_sum_elems(j.ec.model, j.tp);
+      if (kv_sum > 0) cs.add("all_reduce", "tp", kv_sum * kF32, g, j.m * nl);
     }
   }
 }

@@ -64,7 +64,8 @@ BlockShape block_shape(const ModelShape& m, const Layout& l) {
                static_cast<double>(m.ffn), static_cast<double>(m.heads), static_cast<double>(l.tp), l.sequence_parallel};
   // The decoder variants (model/config.h's BlockOptions): k and v at the kv width, SwiGLU's gate and up.
   const ModelConfig c = m.config();
-  k.kv = static_cast<double>(c.kv_heads()) * c.head_dim();
+  // (block_stash_bytes divides it by t: with fewer kv heads than ranks each rank keeps one.)
+  k.kv = static_cast<double>(c.kv_heads_local(static_cast<int>(l.tp))) * c.head_dim() * static_cast<double>(l.tp);
   k.gated = c.block.mlp == MlpKind::kSwiglu;
   return k;
 }

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/model_capabilities.h"
 #include "model/family.h"
+#include "model/params.h"
 #include "plan/comm_model.h"
 #include "plan/compression.h"
 #include "plan/kernel_model.h"
@@ -104,6 +105,10 @@ struct Context {
   // Columns of the fused q, k, v product and of the MLP's first (model/config.h: 3h and f for
   // GPT-2's block; h + 2 kv with grouped-query attention, 2f with SwiGLU).
   int64_t qkv_width = 0, fc_width = 0;
+  // This rank's columns of that product (qkv_width / t, or with fewer kv heads than tp ranks
+  // h / t + 2 head sizes: ModelConfig::qkv_width_local), and the elements of the all-reduce of
+  // those replicated kv columns' gradients each layer's backward makes (0: none).
+  double qkv_local = 0, kv_sum = 0;
   double norm_weights = 2;  // a norm's weights and bias per hidden element (RMSNorm: 1, no bias)
   bool tied_head = true;    // ModelConfig::tied_head: the order of ZeRO-3's gathers
   LayerCost layer{};
@@ -182,7 +187,8 @@ LayerCost layer_cost(Context& c) {
   // The decoder variants widen the products (model/config.h's BlockOptions): QKV = h + 2 kv
   // (grouped-query attention), the MLP's first product 2f (SwiGLU's gate and up).
   const double qkv = static_cast<double>(c.qkv_width), fc = static_cast<double>(c.fc_width);
-  add(lc, gemm_cost(c, GemmShape{N, qkv / t, h}, c.o.product_precision()), lc.gemm_f, lc.gemm_b);
+  add(lc, gemm_cost(c, GemmShape{N, c.qkv_local > 0 ? c.qkv_local : qkv / t, h}, c.o.product_precision()), lc.gemm_f,
+      lc.gemm_b);
   add(lc, gemm_cost(c, GemmShape{N, h, h / t}, c.o.product_precision()), lc.gemm_f, lc.gemm_b);
   add(lc, gemm_cost(c, GemmShape{N, fc / t, h}, c.o.product_precision()), lc.gemm_f, lc.gemm_b);
   add(lc, gemm_cost(c, GemmShape{N, h, f / t}, c.o.product_precision()), lc.gemm_f, lc.gemm_b);
@@ -238,6 +244,11 @@ LayerCost layer_cost(Context& c) {
     lc.tp_flow_f = flow_of(k.forward);
     lc.tp_flow_b = flow_of(k.backward);
     lc.tp_flow_r = flow_of(k.recompute);
+    if (c.kv_sum > 0) {  // the replicated kv heads' gradient sum (fp32, uncompressed)
+      const PricedCall kv = price_call(c.sys, CodecSpec{}, Collective::kAllReduce, l.tp, stride, c.kv_sum * 4.0, 4.0);
+      lc.tp_bwd += kv.seconds();
+      lc.tp_flow_b.add(kv, 1);
+    }
   }
   return lc;
 }
@@ -902,8 +913,10 @@ Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layou
   if (m.family->capabilities().transformer_blocks && m.heads > 0 && m.hidden % m.heads == 0) {
     const ModelConfig mc = m.config();
     c.qkv_width = mc.qkv_width();
+    c.qkv_local = static_cast<double>(mc.qkv_width_local(static_cast<int>(l.tp)));
+    c.kv_sum = static_cast<double>(kv_replica_sum_elems(mc, static_cast<int>(l.tp)));
     c.fc_width = mc.fc_width();
-    c.norm_weights = mc.block.norm == NormKind::kRmsNorm ? 1 : 2;
+    c.norm_weights = mc.block.norm == NormKind::kLayerNorm && mc.block.bias ? 2 : 1;
     c.tied_head = mc.tied_head();
   }
   c.e = elem_bytes(o.precision);

@@ -2,9 +2,10 @@
 // attention's kv heads) on the CPU backend against their definitions in double: the forwards
 // element by element, the backwards against central differences of a random linear loss, the
 // kv expansion and reduction as each other's adjoint, the rotation as orthogonal with its
-// inverse undoing it.
+// inverse undoing it, ALiBi's biased attention against a double softmax.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -136,6 +137,75 @@ TEST(DecoderOps, KvExpansionAndReductionAreAdjoint) {
       EXPECT_EQ(e[h * hd + i], c[h * hd + i]);                             // q
     }
   }
+}
+
+// The exact GELU against x Phi(x) in double; its backward against central differences.
+TEST(DecoderOps, ExactGeluForwardAndBackward) {
+  auto be = make_cpu_backend();
+  const int64_t n = 200;
+  const std::vector<float> x = randn(n, 85, 2.0f), d = randn(n, 86);
+  std::vector<float> y(n), dx(n), dx_alias = d;
+  be->gelu_erf_forward_f32(y.data(), x.data(), n);
+  be->gelu_erf_backward_f32(dx.data(), x.data(), d.data(), n);
+  be->gelu_erf_backward_f32(dx_alias.data(), x.data(), dx_alias.data(), n);  // in place over the gradient
+  EXPECT_EQ(dx_alias, dx);
+  for (int64_t i = 0; i < n; ++i) {
+    const double xi = x[i];
+    const auto f = [](double v) { return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))); };
+    EXPECT_NEAR(y[i], f(xi), 1e-6 * (1.0 + std::fabs(f(xi))));
+    const double h = 1e-4, num = (f(xi + h) - f(xi - h)) / (2 * h) * d[i];
+    EXPECT_NEAR(dx[i], num, 1e-5 * (1.0 + std::fabs(num)));
+  }
+  // It is not the tanh form: they part by about 1e-3 near |x| = 2.
+  std::vector<float> t(n);
+  be->gelu_forward_f32(t.data(), x.data(), n);
+  double most = 0.0;
+  for (int64_t i = 0; i < n; ++i) most = std::max(most, std::fabs(static_cast<double>(t[i]) - y[i]));
+  EXPECT_GT(most, 1e-4);
+}
+
+// ALiBi: every probability row equals a double softmax of q.k / sqrt(hs) + slope (j - i) over
+// keys j <= i (zeros above the diagonal), and the output its weighted sum of v; slopes of 0 give
+// attention_forward's values.
+TEST(DecoderOps, AlibiAttentionAddsTheSlopedBias) {
+  auto be = make_cpu_backend();
+  const int64_t B = 2, T = 7, NH = 3, hs = 4, C = NH * hs;
+  const std::vector<float> qkv = randn(B * T * 3 * C, 81);
+  const std::vector<float> slopes = {0.5f, 0.125f, 1.0f / 32};
+  std::vector<float> out(B * T * C), att(B * NH * T * T);
+  be->attention_forward_alibi_f32(out.data(), att.data(), qkv.data(), slopes.data(), B, T, C, NH);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < NH; ++h) {
+      for (int64_t i = 0; i < T; ++i) {
+        std::vector<double> p(static_cast<size_t>(i + 1));
+        double mx = -1e300, sum = 0.0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double s = 0.0;
+          for (int64_t d = 0; d < hs; ++d) {
+            s += static_cast<double>(qkv[(b * T + i) * 3 * C + h * hs + d]) * qkv[(b * T + j) * 3 * C + C + h * hs + d];
+          }
+          p[j] = s / std::sqrt(static_cast<double>(hs)) + slopes[h] * static_cast<double>(j - i);
+          mx = std::max(mx, p[j]);
+        }
+        for (double& x : p) sum += (x = std::exp(x - mx));
+        for (int64_t j = 0; j < T; ++j) {
+          const double want = j <= i ? p[j] / sum : 0.0;
+          EXPECT_NEAR(att[((b * NH + h) * T + i) * T + j], want, 1e-6) << b << " " << h << " " << i << " " << j;
+        }
+        for (int64_t d = 0; d < hs; ++d) {
+          double o = 0.0;
+          for (int64_t j = 0; j <= i; ++j) o += p[j] / sum * qkv[(b * T + j) * 3 * C + 2 * C + h * hs + d];
+          EXPECT_NEAR(out[(b * T + i) * C + h * hs + d], o, 1e-5);
+        }
+      }
+    }
+  }
+  const std::vector<float> zero(NH, 0.0f);
+  std::vector<float> out0(out.size()), att0(att.size()), out1(out.size()), att1(att.size());
+  be->attention_forward_alibi_f32(out0.data(), att0.data(), qkv.data(), zero.data(), B, T, C, NH);
+  be->attention_forward_f32(out1.data(), att1.data(), qkv.data(), B, T, C, NH);
+  EXPECT_EQ(att0, att1);
+  EXPECT_EQ(out0, out1);
 }
 
 }  // namespace

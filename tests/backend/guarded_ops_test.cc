@@ -234,7 +234,7 @@ std::vector<OpCase> optimizer_precision_cases() {
 }
 
 std::vector<OpCase> decoder_cases() {
-  // RMSNorm, rotary positions (partial, inverse), SwiGLU, grouped-query attention's kv heads.
+  // RMSNorm, rotary positions (partial, inverse), SwiGLU, grouped-query attention's kv heads, ALiBi.
   const int N = 6, C = 8, T = 3, NH = 4, KVH = 2, hs = 4, Fh = 5;
   const int QKV = NH * hs + 2 * KVH * hs;
   return {
@@ -255,6 +255,15 @@ std::vector<OpCase> decoder_cases() {
        [=](Backend& be, Bufs& d) { be.expand_kv_f32(d.f(0), d.f(1), N, NH, KVH, hs); }},
       {"reduce_kv", {zeros(N * QKV), F(randn(N * 3 * NH * hs, 78))},
        [=](Backend& be, Bufs& d) { be.reduce_kv_f32(d.f(0), d.f(1), N, NH, KVH, hs); }},
+      // 2 samples of T = 3 (N = 6 rows), 4 heads of 4.
+      {"attention_forward_alibi", {zeros(N * NH * hs), zeros(2 * NH * T * T), F(randn(N * 3 * NH * hs, 79)), positive(NH, 80)},
+       [=](Backend& be, Bufs& d) { be.attention_forward_alibi_f32(d.f(0), d.f(1), d.f(2), d.f(3), 2, T, NH * hs, NH); }},
+      {"gelu_erf_forward", {zeros(N * Fh), F(randn(N * Fh, 81))},
+       [=](Backend& be, Bufs& d) { be.gelu_erf_forward_f32(d.f(0), d.f(1), N * Fh); }},
+      {"gelu_erf_backward", {zeros(N * Fh), F(randn(N * Fh, 82)), F(randn(N * Fh, 83))},
+       [=](Backend& be, Bufs& d) { be.gelu_erf_backward_f32(d.f(0), d.f(1), d.f(2), N * Fh); }},
+      {"copy_device_2d", {zeros(N * 3), F(randn(N * C, 84))},
+       [=](Backend& be, Bufs& d) { be.copy_device_2d(d.f(0), 3 * 4, d.f(1) + 2, C * 4, 3 * 4, N); }},
   };
 }
 
@@ -309,7 +318,8 @@ TEST(GuardedOpsTable, CoversEveryOp) {
                          "bidir_attention_forward", "bidir_attention_forward_backward",
                          "query_attention_forward_backward", "weighted_mse", "softmax_cross_entropy", "ce_phases",
                          "adamw", "sum_squares", "scale", "round_to", "rmsnorm_forward", "rmsnorm_backward", "rope",
-                         "swiglu_forward", "swiglu_backward", "expand_kv", "reduce_kv"}) {
+                         "swiglu_forward", "swiglu_backward", "expand_kv", "reduce_kv", "attention_forward_alibi",
+                         "gelu_erf_forward", "gelu_erf_backward", "copy_device_2d"}) {
     EXPECT_NE(names.find(op), std::string::npos) << op;
   }
 }

@@ -447,6 +447,92 @@ TEST_F(CudaOps, AttentionFp32) {
   EXPECT_LT(rel_err(down(d), rd), kTolF32);
 }
 
+// The decoder variants' ops (backend.h) against the cpu's: RMSNorm, rotary positions, SwiGLU,
+// the kv heads' expansion and reduction, ALiBi's attention, the exact GELU; and the pitched copy
+// the replicated kv heads' gradient sums use.
+TEST_F(CudaOps, DecoderVariantOps) {
+  const int64_t N = 40, C = 48, T = 10, NH = 4, KVH = 2, hd = 12, F = 37;
+  Vec x = randn(N * C, 91), w = randn(C, 92), g = randn(N * C, 93);
+  Vec ro(N * C), rr(N), rdx(N * C), rdw(C, 0.0f);
+  cpu_->rmsnorm_forward_f32(ro.data(), rr.data(), x.data(), w.data(), N, C, 1e-5f);
+  cpu_->rmsnorm_backward_f32(rdx.data(), rdw.data(), g.data(), x.data(), w.data(), rr.data(), N, C);
+  auto dx = up(x);
+  auto dw = up(w);
+  auto dg = up(g);
+  DeviceBuffer o = dev_f32(N * C), r = dev_f32(N), gdx = dev_f32(N * C, true), gdw = dev_f32(C, true);
+  gpu_->rmsnorm_forward_f32(o.data<float>(), r.data<float>(), dx.data<float>(), dw.data<float>(), N, C, 1e-5f);
+  gpu_->rmsnorm_backward_f32(gdx.data<float>(), gdw.data<float>(), dg.data<float>(), dx.data<float>(), dw.data<float>(),
+                             r.data<float>(), N, C);
+  EXPECT_LT(rel_err(down(o), ro), kTolF32);
+  EXPECT_LT(rel_err(down(gdx), rdx), kTolF32);
+  EXPECT_LT(rel_err(down(gdw), rdw), kTolF32);
+  // Rotary positions on q and k (2 NH heads of hd, 8 of them turning), then their inverse.
+  Vec qk = randn(N * 3 * C, 94), cs = randn(T * 4, 95), sn = randn(T * 4, 96);
+  Vec rq = qk;
+  cpu_->rope_f32(rq.data(), cs.data(), sn.data(), N, T, 3 * C, 2 * NH, hd, 8, false);
+  auto dqk = up(qk);
+  auto dcs = up(cs);
+  auto dsn = up(sn);
+  gpu_->rope_f32(dqk.data<float>(), dcs.data<float>(), dsn.data<float>(), N, T, 3 * C, 2 * NH, hd, 8, false);
+  EXPECT_LT(rel_err(down(dqk), rq), kTolElem);
+  // SwiGLU.
+  Vec pre = randn(N * 2 * F, 97), gf = randn(N * F, 98), rs(N * F), rdp(N * 2 * F);
+  cpu_->swiglu_forward_f32(rs.data(), pre.data(), N, F);
+  cpu_->swiglu_backward_f32(rdp.data(), pre.data(), gf.data(), N, F);
+  auto dpre = up(pre);
+  auto dgf = up(gf);
+  DeviceBuffer so = dev_f32(N * F), sd = dev_f32(N * 2 * F);
+  gpu_->swiglu_forward_f32(so.data<float>(), dpre.data<float>(), N, F);
+  gpu_->swiglu_backward_f32(sd.data<float>(), dpre.data<float>(), dgf.data<float>(), N, F);
+  EXPECT_LT(rel_err(down(so), rs), kTolElem);
+  EXPECT_LT(rel_err(down(sd), rdp), kTolElem);
+  // The kv heads: expanded (copies: bitwise) and reduced.
+  const int64_t W = C + 2 * KVH * hd;
+  Vec c = randn(N * W, 99), y = randn(N * 3 * C, 100), re(N * 3 * C), rk(N * W);
+  cpu_->expand_kv_f32(re.data(), c.data(), N, NH, KVH, hd);
+  cpu_->reduce_kv_f32(rk.data(), y.data(), N, NH, KVH, hd);
+  auto dc = up(c);
+  auto dy = up(y);
+  DeviceBuffer ge = dev_f32(N * 3 * C), gk = dev_f32(N * W);
+  gpu_->expand_kv_f32(ge.data<float>(), dc.data<float>(), N, NH, KVH, hd);
+  gpu_->reduce_kv_f32(gk.data<float>(), dy.data<float>(), N, NH, KVH, hd);
+  EXPECT_EQ(down(ge), re);
+  EXPECT_LT(rel_err(down(gk), rk), kTolElem);
+  // ALiBi's attention (4 samples of T = 10), its probabilities and output.
+  const Vec slopes = {0.25f, 1.0f / 16, 1.0f / 64, 1.0f / 256};
+  const int64_t B = N / T;
+  Vec qkv = randn(N * 3 * C, 101), ao(N * C), aatt(B * NH * T * T);
+  cpu_->attention_forward_alibi_f32(ao.data(), aatt.data(), qkv.data(), slopes.data(), B, T, C, NH);
+  auto dqkv = up(qkv);
+  auto dsl = up(slopes);
+  DeviceBuffer go = dev_f32(N * C), gatt = dev_f32(B * NH * T * T);
+  gpu_->attention_forward_alibi_f32(go.data<float>(), gatt.data<float>(), dqkv.data<float>(), dsl.data<float>(), B, T, C,
+                                    NH);
+  EXPECT_LT(rel_err(down(go), ao), kTolF32);
+  EXPECT_LT(rel_err(down(gatt), aatt), kTolF32);
+  // The exact GELU and its backward (in place over the gradient).
+  Vec ge_ref(N * C), gb_ref = g;
+  cpu_->gelu_erf_forward_f32(ge_ref.data(), x.data(), N * C);
+  cpu_->gelu_erf_backward_f32(gb_ref.data(), x.data(), gb_ref.data(), N * C);
+  DeviceBuffer gef = dev_f32(N * C);
+  gpu_->gelu_erf_forward_f32(gef.data<float>(), dx.data<float>(), N * C);
+  gpu_->gelu_erf_backward_f32(dg.data<float>(), dx.data<float>(), dg.data<float>(), N * C);
+  EXPECT_LT(rel_err(down(gef), ge_ref), kTolElem);
+  EXPECT_LT(rel_err(down(dg), gb_ref), kTolElem);
+  // Columns [5, 12) of an (N, C) matrix into a packed (N, 7) one and back into another matrix.
+  DeviceBuffer packed = dev_f32(N * 7), back = dev_f32(N * C, true);
+  gpu_->copy_device_2d(packed.data<float>(), 7 * 4, dx.data<float>() + 5, C * 4, 7 * 4, N);
+  gpu_->copy_device_2d(back.data<float>() + 5, C * 4, packed.data<float>(), 7 * 4, 7 * 4, N);
+  const Vec pk = down(packed), bk = down(back);
+  for (int64_t i = 0; i < N; ++i) {
+    for (int64_t j = 0; j < C; ++j) {
+      const bool in = j >= 5 && j < 12;
+      EXPECT_EQ(bk[i * C + j], in ? x[i * C + j] : 0.0f);
+      if (in) EXPECT_EQ(pk[i * 7 + j - 5], x[i * C + j]);
+    }
+  }
+}
+
 TEST_F(CudaOps, BidirAttentionFp32) {
   const int64_t B = 2, T = 70, C = 48, NH = 3;
   Vec qkv = randn(B * T * 3 * C, 131), g = randn(B * T * C, 132);

@@ -84,6 +84,14 @@ class LseBackend final : public Backend {
                             const float* rstd, int64_t N, int64_t C) override {
     cpu_->rmsnorm_backward_f32(dinp, dw, dout, inp, w, rstd, N, C);
   }
+  void attention_forward_alibi_f32(float* out, float* att, const float* qkv, const float* slopes, int64_t B, int64_t T,
+                                   int64_t C, int64_t NH) override {
+    cpu_->attention_forward_alibi_f32(out, att, qkv, slopes, B, T, C, NH);
+  }
+  void gelu_erf_forward_f32(float* out, const float* inp, int64_t n) override { cpu_->gelu_erf_forward_f32(out, inp, n); }
+  void gelu_erf_backward_f32(float* dinp, const float* inp, const float* dout, int64_t n) override {
+    cpu_->gelu_erf_backward_f32(dinp, inp, dout, n);
+  }
   void rope_f32(float* x, const float* cos, const float* sin, int64_t N, int64_t T, int64_t ld, int64_t heads,
                 int64_t hd, int64_t rot, bool inverse) override {
     cpu_->rope_f32(x, cos, sin, N, T, ld, heads, hd, rot, inverse);

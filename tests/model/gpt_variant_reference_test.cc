@@ -44,6 +44,11 @@ const Variant kVariants[] = {
     // residual, an untied head.
     {"neox_parallel", {{"position", "rope"}, {"rope_fraction", "0.25"}, {"parallel_residual", "true"},
                        {"tie_embeddings", "false"}}},
+    // ALiBi (MPT's positions, Press et al. 2022; the reference adds MPT's bias, slopes x (key
+    // position - (T - 1))), LayerNorm with biases, GELU, an untied head.
+    {"alibi", {{"position", "alibi"}, {"tie_embeddings", "false"}}},
+    // MPT's block: ALiBi, no biases (a LayerNorm without bias), the exact GELU, tied head.
+    {"mpt", {{"position", "alibi"}, {"bias", "false"}, {"mlp", "gelu_exact"}}},
     // Learned positions with RMSNorm, SwiGLU, no biases, an untied head.
     {"learned_swiglu_untied", {{"norm", "rmsnorm"}, {"bias", "false"}, {"mlp", "swiglu"}, {"ffn", "40"},
                                {"tie_embeddings", "false"}}},

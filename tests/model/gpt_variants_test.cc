@@ -2,6 +2,7 @@
 // sets, the refusals with their numbers, the presets, and config.json's round trip.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -57,16 +58,28 @@ TEST(GptVariants, SettingsSetTheBlock) {
   EXPECT_EQ(swiglu_ffn(4096), 11008);  // Llama 1/2 7B
 }
 
+// MPT's gen_slopes (alibi_bias_max 8): 1 / 2^(8k/n) for n heads a power of two; for 6 heads those
+// of 8 heads, the odd-indexed then the even-indexed, the first 6.
+TEST(GptVariants, AlibiSlopesAreMpts) {
+  EXPECT_EQ(alibi_slopes(4), (std::vector<float>{0.25f, 1.0f / 16, 1.0f / 64, 1.0f / 256}));
+  EXPECT_EQ(alibi_slopes(6), (std::vector<float>{0.25f, 1.0f / 16, 1.0f / 64, 1.0f / 256, 0.5f, 0.125f}));
+  const std::vector<float> s16 = alibi_slopes(16);
+  EXPECT_FLOAT_EQ(s16[0], 1.0f / std::sqrt(2.0f));
+  EXPECT_FLOAT_EQ(s16[15], 1.0f / 256);
+}
+
 TEST(GptVariants, RefusalsNameTheValues) {
   const ModelConfig tiny = model_preset("tiny");
-  EXPECT_NE(refusal(tiny, {{"position", "alibi"}}).find("ALiBi) is not implemented yet"), std::string::npos);
-  EXPECT_NE(refusal(tiny, {{"bias", "false"}}).find("bias = false with norm = \"layernorm\""), std::string::npos);
+  // ALiBi takes no rope settings.
+  EXPECT_NE(refusal(tiny, {{"position", "alibi"}, {"rope_base", "500"}}).find("apply to position = \"rope\", not \"alibi\""),
+            std::string::npos);
   EXPECT_NE(refusal(tiny, {{"n_kv_head", "3"}}).find("n_kv_head 3 must divide the 4 attention heads"), std::string::npos);
   EXPECT_NE(refusal(tiny, {{"position", "rope"}, {"rope_fraction", "0.01"}}).find("64 x rope_fraction 0.01 = 0 dimensions"),
             std::string::npos);
   EXPECT_NE(refusal(tiny, {{"rope_base", "500"}}).find("the rope_* settings apply to position = \"rope\""), std::string::npos);
   EXPECT_NE(refusal(tiny, {{"position", "rope"}, {"rope_scaling", "yarn"}}).find("rope_scaling must be"), std::string::npos);
-  EXPECT_NE(refusal(tiny, {{"mlp", "relu"}}).find("mlp must be \"gelu\" or \"swiglu\", got 'relu'"), std::string::npos);
+  EXPECT_NE(refusal(tiny, {{"mlp", "relu"}}).find("mlp must be \"gelu\" (the tanh form), \"gelu_exact\" (erf) or \"swiglu\", got 'relu'"),
+            std::string::npos);
   EXPECT_NE(refusal(tiny, {{"bias", "no"}}).find("bias must be true or false, got 'no'"), std::string::npos);
   EXPECT_NE(refusal(tiny, {{"layers", "3"}}).find("key 'layers' (3) is not a setting of model 'tiny'"), std::string::npos);
   // ClimaX keeps GPT-2's block.
@@ -174,6 +187,57 @@ TEST(GptVariants, LlamaCheckpointsUseHuggingFaceNamesAndRoundTrip) {
   EXPECT_THROW(model_config_from_json(bad, "bad"), InputError);
 }
 
+// MPT's block is written as MptForCausalLM: Wqkv (3C, C) the transpose of c_attn, no biases (the
+// LayerNorms' included), the head tied; read back bit for bit; what weft does not compute refused.
+TEST(GptVariants, MptCheckpointsUseHuggingFaceNamesAndRoundTrip) {
+  ModelConfig c = make_model_config("mpt-test", 2, 4, 64, 32, 300);
+  c = c.family->with_settings(c, {{"position", "alibi"}, {"bias", "false"}, {"mlp", "gelu_exact"}});
+  const SavedModel saved = save_noisy(c, "mpt_hf_roundtrip");
+  GPT& model = *saved.model;
+  const SafetensorsFile f((saved.dir / "model.safetensors").string());
+  const int64_t C = 64, W = 3 * C;
+  EXPECT_EQ(f.info("transformer.blocks.1.attn.Wqkv.weight").shape, (std::vector<int64_t>{3 * C, C}));
+  EXPECT_EQ(f.info("transformer.blocks.0.ffn.up_proj.weight").shape, (std::vector<int64_t>{4 * C, C}));
+  EXPECT_EQ(f.info("transformer.norm_f.weight").shape, (std::vector<int64_t>{C}));
+  EXPECT_FALSE(f.has("transformer.norm_f.bias"));
+  EXPECT_FALSE(f.has("transformer.blocks.0.norm_1.bias"));
+  EXPECT_FALSE(f.has("transformer.wpe.weight"));
+  // Wqkv row r, column i is c_attn (i, r).
+  const ParamTensor* qkv = model.layout().find("transformer.h.1.attn.c_attn.weight");
+  std::vector<float> w(static_cast<size_t>(3 * C * C));
+  f.read_f32("transformer.blocks.1.attn.Wqkv.weight", {3 * C, C}, w.data());
+  EXPECT_EQ(w[(C + 37) * C + 7], model.params()[qkv->offset + 7 * W + C + 37]);
+  const nlohmann::json j = nlohmann::json::parse(test::read_text((saved.dir / "config.json").string()));
+  EXPECT_EQ(j["architectures"][0], "MptForCausalLM");
+  EXPECT_EQ(j["model_type"], "mpt");
+  EXPECT_EQ(j["attn_config"]["alibi"], true);
+  EXPECT_EQ(j["no_bias"], true);
+  const ModelConfig back = load_checkpoint_config(saved.dir.string());
+  EXPECT_EQ(back.block, c.block);
+  std::vector<float> loaded(static_cast<size_t>(model.layout().total()), -1.0f);
+  load_checkpoint_params(saved.dir.string(), param_layout(back), loaded.data());
+  EXPECT_EQ(std::memcmp(loaded.data(), model.params(), loaded.size() * sizeof(float)), 0);
+  // The presets are MPT's block.
+  EXPECT_EQ(model_preset("mpt-7b").family->to_config_json(model_preset("mpt-7b"))["model_type"], "mpt");
+  for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"qk_ln", true}, {"clip_qkv", 6.0}, {"alibi", false}, {"alibi_bias_max", 16}, {"softmax_scale", 0.1}}) {
+    nlohmann::json bad = j;
+    bad["attn_config"][key] = value;
+    try {
+      model_config_from_json(bad, "bad");
+      ADD_FAILURE() << key << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
+  nlohmann::json bad = j;
+  bad["expansion_ratio"] = 8;
+  EXPECT_THROW(model_config_from_json(bad, "bad"), InputError);
+  bad = j;
+  bad["no_bias"] = false;
+  EXPECT_THROW(model_config_from_json(bad, "bad"), InputError);
+}
+
 // GPT-NeoX's block is written as GPTNeoXForCausalLM: q, k and v interleaved per head in one
 // query_key_value (3C, C), rows (head * 3 + part) * head size; read back bit for bit.
 TEST(GptVariants, NeoxCheckpointsUseHuggingFaceNamesAndRoundTrip) {
@@ -215,14 +279,20 @@ TEST(GptVariants, NeoxCheckpointsUseHuggingFaceNamesAndRoundTrip) {
     nlohmann::json v4 = j;
     v4.erase("rope_parameters");
     EXPECT_EQ(model_config_from_json(v4, "v4").block, c.block);
+    // Pythia's exact GELU ("gelu") reads as mlp = "gelu_exact" and is written back so.
+    nlohmann::json pythia = j;
+    pythia["hidden_act"] = "gelu";
+    const ModelConfig exact = model_config_from_json(pythia, "pythia");
+    EXPECT_EQ(exact.block.mlp, MlpKind::kGeluExact);
+    EXPECT_EQ(exact.family->to_config_json(exact)["hidden_act"], "gelu");
     // What weft does not implement is refused by key and value.
     nlohmann::json bad = j;
-    bad["hidden_act"] = "gelu";
+    bad["hidden_act"] = "relu";
     try {
       model_config_from_json(bad, "bad");
-      ADD_FAILURE() << "exact GELU accepted";
+      ADD_FAILURE() << "relu accepted";
     } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find("hidden_act is \"gelu\""), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("hidden_act is \"relu\""), std::string::npos) << e.what();
     }
     bad = j;
     bad["attention_bias"] = false;

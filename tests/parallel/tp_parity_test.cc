@@ -170,6 +170,72 @@ TEST(TensorParallelLayout, SplitMatricesAreOneOverTp) {
   }
 }
 
+// Fewer kv heads than ranks (Megatron-LM's replication): each rank holds its query heads and
+// kv head r / (tp / kv); every q column once over the ranks, every k and v column on tp / kv
+// ranks; the initial values are the whole model's; the parts written back rebuild the whole
+// buffer; the copies the gradient norm leaves out are exactly the non-first replicas' kv columns.
+TEST(TensorParallelLayout, KvHeadsFewerThanRanksAreReplicated) {
+  for (const auto& [kv, tp] : std::vector<std::pair<int, int>>{{1, 2}, {1, 4}, {2, 4}}) {
+    ModelConfig cfg = model_preset("llama-tiny");
+    cfg.block.n_kv_head = kv;
+    const int64_t C = cfg.n_embd, hd = cfg.head_dim(), W = cfg.qkv_width(), rep = tp / kv;
+    EXPECT_EQ(cfg.kv_replicas(tp), rep);
+    EXPECT_EQ(cfg.qkv_width_local(tp), C / tp + 2 * hd);
+    const ParamLayout whole = param_layout(cfg);
+    std::vector<float> all(whole.total()), rebuilt(whole.total(), 0.0f);
+    init_params(whole, 5, all.data());
+    std::vector<int> hits(whole.total(), 0);
+    for (int r = 0; r < tp; ++r) {
+      const ParamLayout p = param_layout(cfg, tp, r);
+      std::vector<float> mine(p.total()), expect(p.total());
+      init_params(p, 5, mine.data());
+      extract_tp_part(p, whole, all.data(), expect.data());
+      EXPECT_EQ(mine, expect) << "kv " << kv << " tp " << tp << " rank " << r;
+      insert_tp_part(p, whole, mine.data(), rebuilt.data());
+      int64_t copies = 0;
+      for (const auto& [b, e] : p.replica_copies()) copies += e - b;
+      for (size_t k = 0; k < p.tensors().size(); ++k) {
+        const ParamTensor& t = p.tensors()[k];
+        if (t.split == TpSplit::kReplicated) continue;
+        for (int64_t i = 0; i < t.numel; ++i) ++hits[whole.tensors()[k].offset + p.global_index(t, i)];
+        if (!t.name.ends_with("c_attn.weight")) continue;
+        ASSERT_EQ(t.shape, (std::vector<int64_t>{C, C / tp + 2 * hd})) << t.name;
+        // Local column C/tp (its k) is whole column C + (r / rep) hd; C/tp + hd (its v) is C + KV + ...
+        EXPECT_EQ(p.global_index(t, C / tp), C + (r / rep) * hd) << t.name << " rank " << r;
+        EXPECT_EQ(p.global_index(t, C / tp + hd), C + kv * hd + (r / rep) * hd) << t.name << " rank " << r;
+      }
+      // A non-first replica leaves out its k and v columns (C rows of 2 hd a layer; no biases).
+      EXPECT_EQ(copies, r % rep == 0 ? 0 : cfg.n_layer * C * 2 * hd) << "kv " << kv << " tp " << tp << " rank " << r;
+    }
+    EXPECT_EQ(rebuilt, all);
+    for (const ParamTensor& t : whole.tensors()) {
+      if (!t.name.ends_with("c_attn.weight")) continue;
+      for (int64_t i = 0; i < t.numel; ++i) {
+        ASSERT_EQ(hits[t.offset + i], i % W < C ? 1 : rep) << t.name << " element " << i;
+      }
+    }
+  }
+}
+
+// Heads the ranks split but kv heads that neither split among them nor divide them: refused,
+// naming the values, by the model and by the layout rules.
+TEST(TensorParallelLayout, KvHeadsNeitherSplitNorReplicatedAreRefused) {
+  ModelConfig cfg = model_preset("llama-tiny");
+  cfg.n_embd = 384;
+  cfg.n_head = 6;
+  cfg.block.n_kv_head = 3;
+  try {
+    check_tp_split(cfg, 2);
+    FAIL() << "3 kv heads over tp 2 accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("3 key/value heads (n_kv_head) neither divide among tp 2 ranks nor divide tp"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(check_tp_split(cfg, 3));  // 1 kv head a rank
+  EXPECT_NO_THROW(check_tp_split(cfg, 6));  // each on 2 ranks
+}
+
 }  // namespace
 }  // namespace weft
 

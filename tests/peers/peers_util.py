@@ -33,7 +33,9 @@ def weft(*args, check=True):
     """Runs build/weft with args; returns stdout. Fails the test with weft's output otherwise."""
     cmd = [WEFT] + [str(a) for a in args]
     env = dict(os.environ, OMP_NUM_THREADS="2", OMP_WAIT_POLICY="PASSIVE")
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    # Generated text may end a token inside a multibyte character: decoded as transformers'
+    # tokenizers decode bytes (invalid sequences replaced).
+    p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=env)
     if check and p.returncode != 0:
         raise AssertionError("%s exited %d\nstdout:\n%s\nstderr:\n%s"
                              % (" ".join(cmd), p.returncode, p.stdout[-4000:], p.stderr[-4000:]))

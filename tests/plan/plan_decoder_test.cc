@@ -15,11 +15,12 @@ namespace {
 
 // Dubey et al. 2024 ("The Llama 3 Herd of Models") and the released checkpoints: 8.03B, 70.55B,
 // 405.85B parameters, embeddings and an untied head included; GPT-NeoX-20B (Black et al. 2022):
-// 20,554,567,680.
+// 20,554,567,680; MPT-1B (mpt-1b-redpajama-200b without its QK LayerNorm: 1.3B) and MPT-7B (6.7B,
+// mosaicml/mpt-7b's 6,649,286,656), no biases, tied heads.
 TEST(PlanDecoders, LlamaPresetsHaveTheirPublishedParameterCounts) {
   const std::pair<const char*, int64_t> cases[] = {
       {"llama3-8b", 8'030'261'248}, {"llama3-70b", 70'553'706'496}, {"llama3-405b", 405'853'388'800},
-      {"neox-20b", 20'554'567'680}};
+      {"neox-20b", 20'554'567'680}, {"mpt-1b", 1'311'344'640}, {"mpt-7b", 6'649'286'656}};
   for (const auto& [name, count] : cases) {
     const ModelConfig c = model_preset(name);
     EXPECT_EQ(param_layout(c).total_full(), count) << name;
@@ -61,9 +62,17 @@ TEST(PlanDecoders, GroupedQueryAttentionPricesSmallerProducts) {
   EXPECT_LT(pg.time.compute, pm.time.compute);
   EXPECT_LT(pg.memory.activations, pm.memory.activations);  // k and v stashed at the kv width
   EXPECT_LT(pg.memory.params, pm.memory.params);
-  // 8 kv heads split over tp 16 would leave a rank half a head: not a layout.
+  // 8 kv heads over tp 16 (Megatron-LM's replication): each on 2 ranks, a rank's parameters
+  // ParamLayout's (one kv head each); a system of 8 GPUs a node prices it across nodes.
   l.tp = 16;
-  EXPECT_THROW(predict(mg, sys, l, o), InputError);
+  EXPECT_DOUBLE_EQ(stage_params_per_rank(mg, l, 0), static_cast<double>(param_layout(gqa, 16, 0).total()));
+  const Prediction p16 = predict(mg, sys, l, o);
+  EXPECT_GT(p16.step_time_s, 0.0);
+  EXPECT_GT(p16.time.tp_comm, 0.0);
+  // Every layer's backward sums the replicated kv columns' gradients: c_attn's 4096 rows of
+  // 2 x 128 columns, a slot for each of the 8 heads.
+  EXPECT_EQ(kv_replica_sum_elems(gqa, 16), 8 * 4096 * 256);
+  EXPECT_EQ(kv_replica_sum_elems(gqa, 8), 0);
 }
 
 }  // namespace

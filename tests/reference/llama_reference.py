@@ -3,8 +3,9 @@
 
 Written from the definitions of Hugging Face's LlamaForCausalLM (RMSNorm, rotary
 positions with rotate_half and the llama3 frequency scaling, repeat_kv for
-grouped-query attention, the SwiGLU MLP, an untied lm_head) and GPT-2 (LayerNorm,
-learned positions, the tanh GELU), on plain torch tensors; it does not read or mirror
+grouped-query attention, the SwiGLU MLP, an untied lm_head), GPT-2 (LayerNorm,
+learned positions, the tanh GELU) and MPT (ALiBi as LLM Foundry's build_alibi_bias and
+gen_slopes, a LayerNorm without bias, the exact GELU), on plain torch tensors; it does not read or mirror
 weft's code. It reads a checkpoint folder in one of three formats: Hugging Face's
 LlamaForCausalLM (config.json with "model_type": "llama", tensors model.layers.N.
 self_attn.q_proj.weight ... in (out, in) layout), Hugging Face's GPTNeoXForCausalLM
@@ -58,7 +59,8 @@ def read_config(folder):
         return {
             "hf": "neox", "L": j["num_hidden_layers"], "NH": NH, "C": C, "hs": C // NH, "V": j["vocab_size"],
             "F": j["intermediate_size"], "eps": j["layer_norm_eps"], "position": "rope", "norm": "layernorm",
-            "bias": True, "mlp": "gelu", "KVH": NH, "tied": j.get("tie_word_embeddings", False),
+            "bias": True, "mlp": "gelu_exact" if j.get("hidden_act", "gelu") == "gelu" else "gelu", "KVH": NH,
+            "tied": j.get("tie_word_embeddings", False),
             "rope_base": rp.get("rope_theta", j.get("rotary_emb_base", 10000.0)),
             "rope_fraction": rp.get("partial_rotary_factor", j.get("rotary_pct", 0.25)),
             "rope_scaling": "none", "rope_factor": 1.0, "low": 1.0, "high": 4.0, "orig": 8192,
@@ -96,6 +98,17 @@ def inv_frequencies(cfg, rot):
         medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
         inv = torch.where(medium, smoothed, scaled)
     return inv
+
+
+def mpt_alibi_slopes(n_heads, alibi_bias_max=8):
+    # LLM Foundry's gen_slopes: for the power of two n >= n_heads, 1 / 2^(k * max / n), k = 1..n;
+    # otherwise the odd-indexed ones, then the even-indexed, cut to n_heads.
+    n = 2 ** math.ceil(math.log2(n_heads))
+    m = torch.arange(1, n + 1, dtype=torch.float32) * (alibi_bias_max / n)
+    slopes = 1.0 / torch.pow(2, m)
+    if n != n_heads:
+        slopes = torch.cat([slopes[1::2], slopes[::2]])[:n_heads]
+    return slopes.to(torch.float64)
 
 
 def rotate_half(x):
@@ -189,6 +202,10 @@ def forward(P, cfg, idx, targets):
         k = k.repeat_interleave(NH // KVH, dim=1)
         v = v.repeat_interleave(NH // KVH, dim=1)
         att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+        if cfg["position"] == "alibi":
+            # MPT's build_alibi_bias (causal): slopes[h] * (key position - (T - 1)) added to the scores.
+            bias = torch.arange(1 - T, 1, dtype=torch.float64).view(1, 1, 1, T)
+            att = att + mpt_alibi_slopes(NH).view(1, NH, 1, 1) * bias
         att = att.masked_fill(~mask, float("-inf")).softmax(-1)
         attn_out = linear((att @ v).transpose(1, 2).reshape(B, T, C), w["wo"], w["bo"])
         # GPT-NeoX's use_parallel_residual: both branches read the block's input.
@@ -199,6 +216,8 @@ def forward(P, cfg, idx, targets):
         u = linear(h, w["wg"], w["bg"])
         if cfg["mlp"] == "swiglu":
             a = F.silu(u) * linear(h, w["wu"], w["bu"])
+        elif cfg["mlp"] == "gelu_exact":  # x Phi(x), MPT's nn.GELU(approximate="none"), Pythia's "gelu"
+            a = 0.5 * u * (1.0 + torch.erf(u / math.sqrt(2.0)))
         else:
             a = 0.5 * u * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (u + 0.044715 * u.pow(3))))
         x = x + linear(a, w["wd"], w["bd"])

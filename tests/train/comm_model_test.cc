@@ -249,13 +249,20 @@ TEST_F(CommModelRuns, PipelineSuiteTraceEqualsTheModel) {
 }
 
 // The decoder variants (llama-tiny, its head untied): RMSNorm's weights summed under sequence
-// parallelism, ZeRO-3's order of an untied head, no embedding shared between pipeline stages.
+// parallelism, ZeRO-3's order of an untied head, no embedding shared between pipeline stages,
+// the replicated kv heads' gradient sums (fewer kv heads than tp ranks).
 TEST_F(CommModelRuns, DecoderVariantTraceEqualsTheModel) {
   prepare("llama", "", "seq_len = 32\nglobal_batch = 4\nmicro_batch = 2\nseed = 5\n");
   for (const Layout& l : std::vector<Layout>{{2, "--tp 2 --sequence_parallel true"}, {2, "--dp 2 --zero 3 --micro_batch 1"},
-                                             {2, "--pp 2"}, {2, "--dp 2 --zero 1 --micro_batch 1"}}) {
+                                             {2, "--pp 2"}, {2, "--dp 2 --zero 1 --micro_batch 1"},
+                                             {4, "--tp 4 --micro_batch 1"}}) {  // tp 4: 2 kv heads, each on 2 ranks
     check(l, " --model llama-tiny --model.tie_embeddings false");
   }
+  // One kv head on both ranks of tp 2 (multi-query attention): each layer's backward sums its
+  // gradient columns, one fp32 all-reduce.
+  check({4, "--tp 2 --pp 2 --micro_batch 1"}, " --model llama-tiny --model.n_kv_head 1 --model.tie_embeddings false");
+  // MPT's block: a bias-free LayerNorm's weight gradient summed alone (C, not 2C) under sp.
+  check({2, "--tp 2 --sequence_parallel true"}, " --model.position alibi --model.bias false --model.mlp gelu_exact");
   // GPT-NeoX's parallel residual: the same collectives as the sequential block.
   check({2, "--tp 2 --sequence_parallel true"}, " --model.position rope --model.parallel_residual true");
 }

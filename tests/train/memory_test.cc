@@ -157,14 +157,24 @@ TEST_F(MemoryRuns, SmallPresetMatchesTheModel) {
 }
 
 // The decoder variants (llama-tiny: RMSNorm, SwiGLU, grouped-query attention, rotary tables; its
-// head untied) through the same model.
+// head untied; its 2 kv heads on 4 tp ranks) through the same model.
 TEST_F(MemoryRuns, DecoderVariantMatchesTheModel) {
   for (const auto& [np, args] : std::vector<std::pair<int, std::string>>{
-           {0, "--recompute full"}, {2, "--tp 2 --sequence_parallel true"}, {2, "--pp 2"}, {2, "--dp 2 --zero 3 --micro_batch 1"}}) {
+           {0, "--recompute full"}, {2, "--tp 2 --sequence_parallel true"}, {2, "--pp 2"}, {2, "--dp 2 --zero 3 --micro_batch 1"},
+           {4, "--tp 4 --micro_batch 1"}}) {  // tp 4: 2 kv heads replicated on 2 ranks each (their gradient sums)
     const std::string out = *tmp / fmt::format("llama{}", n);
     RunResult r = train(np, args + " --model llama-tiny --model.tie_embeddings false --steps 1 --val_batches 0 --out " + out);
     ASSERT_EQ(r.code, 0) << args << ": " << r.err;
     check(out, "llama-tiny " + args);
+  }
+  // MPT's block: ALiBi's slopes and a bias-free LayerNorm's zeros and gradient sink (workspace).
+  for (const auto& [np, args] : std::vector<std::pair<int, std::string>>{
+           {0, "--recompute selective"}, {2, "--tp 2 --sequence_parallel true"}}) {
+    const std::string out = *tmp / fmt::format("mpt{}", n++);
+    RunResult r = train(np, args + " --model.position alibi --model.bias false --model.mlp gelu_exact --steps 1 "
+                                   "--val_batches 0 --out " + out);
+    ASSERT_EQ(r.code, 0) << args << ": " << r.err;
+    check(out, "mpt block " + args);
   }
   // GPT-NeoX's parallel residual: the backward keeps d(res3) for the attention branch (workspace).
   for (const auto& [np, args] : std::vector<std::pair<int, std::string>>{

@@ -331,6 +331,15 @@ class CpuBackend final : public Backend {
 
   void attention_forward_f32(float* out, float* att, const float* qkv, int64_t B, int64_t T,
                          int64_t C, int64_t NH) override {
+    causal_attention_forward(out, att, qkv, nullptr, B, T, C, NH);
+  }
+  void attention_forward_alibi_f32(float* out, float* att, const float* qkv, const float* slopes, int64_t B, int64_t T,
+                                   int64_t C, int64_t NH) override {
+    causal_attention_forward(out, att, qkv, slopes, B, T, C, NH);
+  }
+  // slopes (NH, or null): ALiBi's bias slopes[h] (j - i) added to the scaled scores.
+  void causal_attention_forward(float* out, float* att, const float* qkv, const float* slopes, int64_t B, int64_t T,
+                                int64_t C, int64_t NH) {
     const int64_t hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 #pragma omp parallel for schedule(dynamic, 1)
@@ -346,7 +355,13 @@ class CpuBackend final : public Backend {
         // scores[i0:i1, 0:i1] = q[i0:i1] k[0:i1]^T * scale
         att_sgemm(false, true, rows, i1, hs, scale, q + i0 * C3, C3,
                     k, C3, 0.0f, a + i0 * T, T);
-        for (int64_t i = i0; i < i1; ++i) cpu::softmax_row(a + i * T, i + 1, T);
+        for (int64_t i = i0; i < i1; ++i) {
+          if (slopes != nullptr) {
+            float* r = a + i * T;
+            for (int64_t j = 0; j <= i; ++j) r[j] += slopes[h] * static_cast<float>(j - i);
+          }
+          cpu::softmax_row(a + i * T, i + 1, T);
+        }
         // out[i0:i1] = att[i0:i1, 0:i1] v[0:i1]
         att_sgemm(false, false, rows, hs, i1, 1.0f, a + i0 * T, T, v,
                     C3, 0.0f, o + i0 * C, C);
@@ -556,6 +571,10 @@ class CpuBackend final : public Backend {
   }
   void swiglu_forward_f32(float* out, const float* pre, int64_t N, int64_t F) override {
     cpu::swiglu_forward(out, pre, N, F);
+  }
+  void gelu_erf_forward_f32(float* out, const float* inp, int64_t n) override { cpu::gelu_erf_forward(out, inp, n); }
+  void gelu_erf_backward_f32(float* dinp, const float* inp, const float* dout, int64_t n) override {
+    cpu::gelu_erf_backward(dinp, inp, dout, n);
   }
   void swiglu_backward_f32(float* dpre, const float* pre, const float* dout, int64_t N, int64_t F) override {
     cpu::swiglu_backward(dpre, pre, dout, N, F);

@@ -90,6 +90,22 @@ void swiglu_forward(float* out, const float* pre, int64_t N, int64_t F) {
   }
 }
 
+void gelu_erf_forward(float* out, const float* inp, int64_t n) {
+  constexpr float kInvSqrt2 = 0.70710678118654752f;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = 0.5f * inp[i] * (1.0f + std::erf(inp[i] * kInvSqrt2));
+}
+
+void gelu_erf_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+  constexpr float kInvSqrt2 = 0.70710678118654752f, kInvSqrt2Pi = 0.39894228040143268f;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    const float cdf = 0.5f * (1.0f + std::erf(x * kInvSqrt2)), pdf = kInvSqrt2Pi * std::exp(-0.5f * x * x);
+    dinp[i] = dout[i] * (cdf + x * pdf);
+  }
+}
+
 void swiglu_backward(float* dpre, const float* pre, const float* dout, int64_t N, int64_t F) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {

@@ -13,6 +13,8 @@ void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* in
 void rope(float* x, const float* cos, const float* sin, int64_t N, int64_t T, int64_t ld, int64_t heads, int64_t hd,
           int64_t rot, bool inverse);
 void swiglu_forward(float* out, const float* pre, int64_t N, int64_t F);
+void gelu_erf_forward(float* out, const float* inp, int64_t n);
+void gelu_erf_backward(float* dinp, const float* inp, const float* dout, int64_t n);
 void swiglu_backward(float* dpre, const float* pre, const float* dout, int64_t N, int64_t F);
 void expand_kv(float* qkv, const float* qkvc, int64_t N, int64_t heads, int64_t kv_heads, int64_t hd);
 void reduce_kv(float* dqkvc, const float* dqkv, int64_t N, int64_t heads, int64_t kv_heads, int64_t hd);

@@ -32,6 +32,28 @@ __global__ void softmax_kernel(float* att, int64_t T, float scale) {
   for (int64_t j = threadIdx.x; j < T; j += blockDim.x) row[j] = j <= last ? row[j] * inv : 0.0f;
 }
 
+// Causal rows with ALiBi: row r = (bh, i), head h = bh % NH; score j <= i plus slopes[h] (j - i).
+__global__ void softmax_alibi_kernel(float* att, int64_t T, int64_t NH, const float* slopes) {
+  float* row = att + blockIdx.x * T;
+  const int64_t last = int64_t(blockIdx.x % T);
+  const float slope = slopes[(blockIdx.x / T) % NH];
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j <= last; j += blockDim.x) {
+    row[j] += slope * static_cast<float>(j - last);
+    m = fmaxf(m, row[j]);
+  }
+  m = block_reduce(m, MaxOp{}, -INFINITY);
+  float s = 0.0f;
+  for (int64_t j = threadIdx.x; j <= last; j += blockDim.x) {
+    const float e = expf(row[j] - m);
+    row[j] = e;
+    s += e;
+  }
+  s = block_reduce(s, SumOp{}, 0.0f);
+  const float inv = 1.0f / s;
+  for (int64_t j = threadIdx.x; j < T; j += blockDim.x) row[j] = j <= last ? row[j] * inv : 0.0f;
+}
+
 template <bool kCausal>
 __global__ void softmax_backward_kernel(float* datt, const float* att, int64_t T, float scale) {
   float* dr = datt + blockIdx.x * T;
@@ -137,6 +159,12 @@ void softmax_rows(float* att, int64_t BH, int64_t T, float scale, bool causal, S
     softmax_kernel<false><<<static_cast<unsigned>(BH * T), kThreads, 0, s>>>(att, T, scale);
   }
   WEFT_KERNEL_CHECK("softmax_kernel");
+}
+
+void softmax_rows_alibi(float* att, int64_t BH, int64_t T, int64_t NH, const float* slopes, Stream s) {
+  if (BH * T == 0) return;
+  softmax_alibi_kernel<<<static_cast<unsigned>(BH * T), kThreads, 0, s>>>(att, T, NH, slopes);
+  WEFT_KERNEL_CHECK("softmax_alibi_kernel");
 }
 
 void softmax_backward_rows(float* datt, const float* att, int64_t BH, int64_t T, float scale, bool causal, Stream s) {

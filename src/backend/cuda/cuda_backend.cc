@@ -142,6 +142,10 @@ void CudaBackend::copy_device(void* dst, size_t dst_offset, const void* src, siz
                         st_->stream);
   }
 }
+void CudaBackend::copy_device_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                                 size_t rows) {
+  gpu::copy_d2d_2d_async(dst, dst_pitch, src, src_pitch, width, rows, st_->stream);
+}
 bool CudaBackend::is_device_memory(const void* p) const { return gpu::is_device_pointer(p); }
 
 int64_t CudaBackend::device_memory_free() const {
@@ -298,6 +302,14 @@ void CudaBackend::rope_f32(float* x, const float* cos, const float* sin, int64_t
   kern::rope(x, cos, sin, N, T, ld, heads, hd, rot, inverse, st_->stream);
 }
 
+void CudaBackend::gelu_erf_forward_f32(float* out, const float* inp, int64_t n) {
+  kern::gelu_erf_forward(out, inp, n, st_->stream);
+}
+
+void CudaBackend::gelu_erf_backward_f32(float* dinp, const float* inp, const float* dout, int64_t n) {
+  kern::gelu_erf_backward(dinp, inp, dout, n, st_->stream);
+}
+
 void CudaBackend::swiglu_forward_f32(float* out, const float* pre, int64_t N, int64_t F) {
   kern::swiglu_forward(out, pre, N, F, st_->stream);
 }
@@ -370,6 +382,12 @@ void CudaBackend::attention_forward_f32(float* out, float* att, const float* qkv
   attention_forward_probs("attention_forward", true, out, att, qkv, B, T, C, NH);
 }
 
+void CudaBackend::attention_forward_alibi_f32(float* out, float* att, const float* qkv, const float* slopes, int64_t B,
+                                              int64_t T, int64_t C, int64_t NH) {
+  WEFT_CHECK(slopes != nullptr, "attention_forward_alibi: no slopes");
+  attention_forward_probs("attention_forward_alibi", true, out, att, qkv, B, T, C, NH, slopes);
+}
+
 void CudaBackend::attention_backward_f32(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B,
                                      int64_t T, int64_t C, int64_t NH) {
   attention_backward_probs("attention_backward", true, dqkv, dout, qkv, att, B, T, C, NH);
@@ -386,7 +404,7 @@ void CudaBackend::bidir_attention_backward_f32(float* dqkv, const float* dout, c
 }
 
 void CudaBackend::attention_forward_probs(const char* what, bool causal, float* out, float* att, const float* qkv,
-                                          int64_t B, int64_t T, int64_t C, int64_t NH) {
+                                          int64_t B, int64_t T, int64_t C, int64_t NH, const float* alibi_slopes) {
   WEFT_CHECK(NH > 0 && C % NH == 0, "{}: C = {} does not divide into NH = {} heads", what, C, NH);
   const int64_t hs = C / NH, C3 = 3 * C, TT = T * T;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -395,7 +413,11 @@ void CudaBackend::attention_forward_probs(const char* what, bool causal, float* 
     // att[b, h] (T,T) = scale * q_h k_h^T, batched over the heads (offset hs apart).
     st_->blas->sgemm(false, true, T, T, hs, scale, q, C3, hs, q + C, C3, hs, 0.0f, att + b * NH * TT, T, TT, NH);
   }
-  kern::softmax_rows(att, B * NH, T, 1.0f, causal, st_->stream);
+  if (alibi_slopes != nullptr) {
+    kern::softmax_rows_alibi(att, B * NH, T, NH, alibi_slopes, st_->stream);
+  } else {
+    kern::softmax_rows(att, B * NH, T, 1.0f, causal, st_->stream);
+  }
   for (int64_t b = 0; b < B; ++b) {
     const float* v = qkv + b * T * C3 + 2 * C;
     st_->blas->sgemm(false, false, T, hs, T, 1.0f, att + b * NH * TT, T, TT, v, C3, hs, 0.0f, out + b * T * C, C, hs,

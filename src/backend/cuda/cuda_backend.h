@@ -76,6 +76,8 @@ class CudaBackend final : public Backend {
   void copy_to_device(void* dst, size_t dst_offset, const void* src, size_t bytes) override;
   void copy_to_host(void* dst, const void* src, size_t src_offset, size_t bytes) override;
   void copy_device(void* dst, size_t dst_offset, const void* src, size_t src_offset, size_t bytes) override;
+  void copy_device_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                      size_t rows) override;
   bool is_device_memory(const void* p) const override;
   int64_t device_memory_free() const override;  // cudaMemGetInfo's free bytes on this device
   bool begin_host_access(void* p, size_t bytes) override { return false; }
@@ -173,6 +175,10 @@ class CudaBackend final : public Backend {
                            float eps) override;
   void rmsnorm_backward_f32(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                             const float* rstd, int64_t N, int64_t C) override;
+  void attention_forward_alibi_f32(float* out, float* att, const float* qkv, const float* slopes, int64_t B, int64_t T,
+                                   int64_t C, int64_t NH) override;
+  void gelu_erf_forward_f32(float* out, const float* inp, int64_t n) override;
+  void gelu_erf_backward_f32(float* dinp, const float* inp, const float* dout, int64_t n) override;
   void rope_f32(float* x, const float* cos, const float* sin, int64_t N, int64_t T, int64_t ld, int64_t heads,
                 int64_t hd, int64_t rot, bool inverse) override;
   void swiglu_forward_f32(float* out, const float* pre, int64_t N, int64_t F) override;
@@ -267,7 +273,7 @@ class CudaBackend final : public Backend {
   // attention_forward/backward and their bidirectional forms: cuBLAS strided-batched products
   // around the row kernels, causal or full rows; `what` names the op in messages.
   void attention_forward_probs(const char* what, bool causal, float* out, float* att, const float* qkv, int64_t B,
-                               int64_t T, int64_t C, int64_t NH);
+                               int64_t T, int64_t C, int64_t NH, const float* alibi_slopes = nullptr);
   void attention_backward_probs(const char* what, bool causal, float* dqkv, const float* dout, const float* qkv,
                                 const float* att, int64_t B, int64_t T, int64_t C, int64_t NH);
 

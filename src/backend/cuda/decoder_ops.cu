@@ -67,6 +67,20 @@ __global__ void swiglu_forward_kernel(float* out, const float* pre, int64_t N, i
   }
 }
 
+__global__ void gelu_erf_forward_kernel(float* out, const float* inp, int64_t n) {
+  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n; k += int64_t(gridDim.x) * blockDim.x) {
+    out[k] = 0.5f * inp[k] * (1.0f + erff(inp[k] * 0.70710678118654752f));
+  }
+}
+
+__global__ void gelu_erf_backward_kernel(float* dinp, const float* inp, const float* dout, int64_t n) {
+  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n; k += int64_t(gridDim.x) * blockDim.x) {
+    const float x = inp[k];
+    const float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f)), pdf = 0.39894228040143268f * expf(-0.5f * x * x);
+    dinp[k] = dout[k] * (cdf + x * pdf);
+  }
+}
+
 __global__ void swiglu_backward_kernel(float* dpre, const float* pre, const float* dout, int64_t N, int64_t F) {
   const int64_t n = N * F;
   for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n; k += int64_t(gridDim.x) * blockDim.x) {
@@ -133,6 +147,14 @@ void rope(float* x, const float* cos, const float* sin, int64_t N, int64_t T, in
 
 void swiglu_forward(float* out, const float* pre, int64_t N, int64_t F, Stream s) {
   if (N * F > 0) swiglu_forward_kernel<<<grid_for(N * F, kThreads), kThreads, 0, s>>>(out, pre, N, F);
+}
+
+void gelu_erf_forward(float* out, const float* inp, int64_t n, Stream s) {
+  if (n > 0) gelu_erf_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(out, inp, n);
+}
+
+void gelu_erf_backward(float* dinp, const float* inp, const float* dout, int64_t n, Stream s) {
+  if (n > 0) gelu_erf_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(dinp, inp, dout, n);
 }
 
 void swiglu_backward(float* dpre, const float* pre, const float* dout, int64_t N, int64_t F, Stream s) {

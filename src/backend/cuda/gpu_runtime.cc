@@ -145,6 +145,13 @@ void copy_d2d_async(void* dst, const void* src, size_t bytes, Stream s) {
   WEFT_CUDA_CHECK(WEFT_GPU_NAME(MemcpyAsync)(dst, src, bytes, WEFT_GPU_NAME(MemcpyDeviceToDevice), s));
 }
 
+void copy_d2d_2d_async(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows,
+                       Stream s) {
+  if (width == 0 || rows == 0) return;
+  WEFT_CUDA_CHECK(WEFT_GPU_NAME(Memcpy2DAsync)(dst, dst_pitch, src, src_pitch, width, rows,
+                                              WEFT_GPU_NAME(MemcpyDeviceToDevice), s));
+}
+
 void copy_h2d_async(void* dst, const void* src, size_t bytes, Stream s) {
   if (bytes == 0) return;
   WEFT_CUDA_CHECK(WEFT_GPU_NAME(MemcpyAsync)(dst, src, bytes, WEFT_GPU_NAME(MemcpyHostToDevice), s));

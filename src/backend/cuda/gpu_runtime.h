@@ -162,6 +162,9 @@ void device_free(void* p) noexcept;  // errors are logged, never thrown (called 
 void copy_h2d(void* dst, const void* src, size_t bytes, Stream s = nullptr);  // waits for completion
 void copy_d2h(void* dst, const void* src, size_t bytes, Stream s = nullptr);  // waits for completion
 void copy_d2d_async(void* dst, const void* src, size_t bytes, Stream s);
+// rows x width bytes between pitched device buffers (cudaMemcpy2DAsync).
+void copy_d2d_2d_async(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows,
+                       Stream s);
 void copy_h2d_async(void* dst, const void* src, size_t bytes, Stream s);  // src pinned for overlap
 void copy_d2h_async(void* dst, const void* src, size_t bytes, Stream s);
 void memset_async(void* dst, int value, size_t bytes, Stream s);

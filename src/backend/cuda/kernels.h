@@ -86,6 +86,9 @@ void weighted_mse(float* row_loss, float* grad, const float* pred, const float* 
 // att (BH, T, T) rows: softmax of scale * scores in place; causal: over columns [0, i] of
 // query row i, zeros above the diagonal; otherwise over all T columns (bidirectional).
 void softmax_rows(float* att, int64_t BH, int64_t T, float scale, bool causal, Stream s);
+// The causal form with ALiBi: slopes[h] * (j - i) added to score (i, j) of head h = (row / T) % NH
+// first (slopes: NH floats, device).
+void softmax_rows_alibi(float* att, int64_t BH, int64_t T, int64_t NH, const float* slopes, Stream s);
 // datt -> scale * att * (datt - sum_j att*datt) (causal: zeros above the diagonal).
 void softmax_backward_rows(float* datt, const float* att, int64_t BH, int64_t T, float scale, bool causal, Stream s);
 // Query attention (backend.h query_attention_forward/backward): q (C), kv (S,N,2C), out (N,C),
@@ -135,6 +138,9 @@ void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* in
 void rope(float* x, const float* cos, const float* sin, int64_t N, int64_t T, int64_t ld, int64_t heads, int64_t hd,
           int64_t rot, bool inverse, Stream s);
 void swiglu_forward(float* out, const float* pre, int64_t N, int64_t F, Stream s);
+// The exact (erf) GELU and its backward (dinp may alias dout).
+void gelu_erf_forward(float* out, const float* inp, int64_t n, Stream s);
+void gelu_erf_backward(float* dinp, const float* inp, const float* dout, int64_t n, Stream s);
 void swiglu_backward(float* dpre, const float* pre, const float* dout, int64_t N, int64_t F, Stream s);
 void expand_kv(float* qkv, const float* qkvc, int64_t N, int64_t heads, int64_t kv_heads, int64_t hd, Stream s);
 void reduce_kv(float* dqkvc, const float* dqkv, int64_t N, int64_t heads, int64_t kv_heads, int64_t hd, Stream s);

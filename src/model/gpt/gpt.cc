@@ -91,7 +91,8 @@ void GPT::reserve(int64_t B, int64_t T, bool training, int64_t head_chunk, int s
   spec.training = training;
   // Flash attention where the backend offers it for this rank's heads at the storage precision
   // (the backend, the tensor-parallel split and the precision are set before reserve).
-  attn_lse_ = backend_.offers(FusedOp::kAttentionLse) &&
+  // ALiBi's bias: the probabilities' path (the log-sum-exp kernels take no bias).
+  attn_lse_ = backend_.offers(FusedOp::kAttentionLse) && c.block.position != PositionKind::kAlibi &&
               backend_.attention_lse_supports(tp_.part(c.n_embd), tp_.part(c.n_head), prec_);
   spec.attention_lse = attn_lse_;
   spec.param_dtype = store_ != nullptr ? store_->param_dtype() : DType::kF32;
@@ -154,9 +155,17 @@ void GPT::build_workspace(const GptDescription& d) {
     ws_.dpar = d.dpar_elems() > 0 ? take(d.dpar_elems(), dtypes_.res) : View();
     ws_.rope_cos = d.rope_table_elems() > 0 ? f32(d.rope_table_elems()) : nullptr;
     ws_.rope_sin = d.rope_table_elems() > 0 ? f32(d.rope_table_elems()) : nullptr;
+    ws_.kv_sum = d.kv_sum_elems() > 0 ? f32(d.kv_sum_elems()) : nullptr;
+    ws_.alibi = d.alibi_elems() > 0 ? f32(d.alibi_elems()) : nullptr;
+    ws_.ln_zeros = d.ln_bias_elems() > 0 ? f32(d.ln_bias_elems()) : nullptr;
   });
+  if (ws_.ln_zeros != nullptr) {  // a LayerNorm without bias reads zeros, its gradient goes to a sink
+    backend_.fill(ws_.ln_zeros, DType::kF32, 0, d.ln_bias_elems(), 0.0f);
+    ln_.set_missing_bias(ws_.ln_zeros, ws_.ln_zeros + C);
+  }
   if (ws_.rope_cos != nullptr) upload_rope_tables(T);
-  block_.set_variant_workspace({ws_.qkvc, ws_.rope_cos, ws_.rope_sin});
+  if (ws_.alibi != nullptr) upload_alibi_slopes();
+  block_.set_variant_workspace({ws_.qkvc, ws_.rope_cos, ws_.rope_sin, ws_.kv_sum, ws_.alibi});
   ws_.tokens = DeviceBuffer(backend_, DType::kI32, d.token_elems(), MemCategory::kWorkspace);
   tp_.reserve(N, C, d.tp_sum_dtype());
   WEFT_CHECK(tp_.scratch_bytes() == d.tp_scratch_bytes(), "tensor-parallel scratch {} bytes, the description says {}",
@@ -216,6 +225,13 @@ void GPT::upload_rope_tables(int64_t T) {
   rope_tables(config(), T, cos, sin);
   backend_.copy_to_device(ws_.rope_cos, 0, cos.data(), cos.size() * sizeof(float));
   backend_.copy_to_device(ws_.rope_sin, 0, sin.data(), sin.size() * sizeof(float));
+}
+
+void GPT::upload_alibi_slopes() {
+  // This rank's heads [rank NH/tp, (rank + 1) NH/tp) of the model's.
+  const std::vector<float> all = alibi_slopes(config().n_head);
+  const int64_t NH = tp_.part(config().n_head);
+  backend_.copy_to_device(ws_.alibi, 0, all.data() + tp_.rank() * NH, static_cast<size_t>(NH) * sizeof(float));
 }
 
 void GPT::check_tokens(const int32_t* tokens, int64_t n, const char* what) const {

@@ -74,6 +74,9 @@ struct Workspace {
   // (T, rot/2 each, f32, filled at reserve).
   View qkvc, dfc, dpar;  // dpar: a parallel residual's d(res3) (Nl, C, training)
   float *rope_cos = nullptr, *rope_sin = nullptr;
+  float* kv_sum = nullptr;  // fewer kv heads than tp ranks, training: their gradient sums (f32)
+  float* alibi = nullptr;   // ALiBi positions: this rank's heads' slopes (f32)
+  float* ln_zeros = nullptr;  // a LayerNorm without bias: C zeros it reads, then C floats its gradient sinks into
   int32_t* inputs = nullptr;   // (N) the micro-batch's input token ids (a stage with the embedding)
   int32_t* targets = nullptr;  // (N) its target token ids (a stage with the head)
   DeviceBuffer storage, storage32;  // the float tensors above by storage (as Activations), under kWorkspace
@@ -240,6 +243,7 @@ class GPT final : public Model {
   bool tied() const { return cfg_.block.tie_embeddings; }
   // The rotary tables for positions 0..T-1 into the workspace (reserve).
   void upload_rope_tables(int64_t T);
+  void upload_alibi_slopes();
   void row_logits(CView lnf_row, float* logits_out);
   void check_tokens(const int32_t* tokens, int64_t n, const char* what) const;  // host tokens
   void check_shape(int64_t B, int64_t T, bool training) const;

@@ -16,10 +16,12 @@ namespace {
 // row-parallel biases (added once, after the all-reduce) replicated. The variant decides the
 // widths (QKV = C + 2 KV, FC = F or 2F) and which biases exist.
 int64_t layer_params(const ModelConfig& m, int64_t t) {
-  const int64_t C = m.n_embd, F = m.ffn, QKV = m.qkv_width(), FC = m.fc_width();
+  const int64_t C = m.n_embd, F = m.ffn, QKVl = m.qkv_width_local(static_cast<int>(t)), FC = m.fc_width();
   const bool bias = m.block.bias, norm_bias = bias && m.block.norm == NormKind::kLayerNorm;
   const int64_t ln = C + (norm_bias ? C : 0);                   // ln_1 / ln_2: weight (C), bias (C)
-  const int64_t qkv = C * (QKV / t) + (bias ? QKV / t : 0);     // c_attn (C, QKV/t) + (QKV/t)
+  // c_attn (C, QKVl) + (QKVl): QKV/t, or with fewer kv heads than ranks C/t + 2 head_dim (one
+  // replicated kv head a rank).
+  const int64_t qkv = C * QKVl + (bias ? QKVl : 0);
   const int64_t attn_proj = (C / t) * C + (bias ? C : 0);       // attn.c_proj (C/t, C) + (C)
   const int64_t fc = C * (FC / t) + (bias ? FC / t : 0);        // c_fc (C, FC/t) + (FC/t)
   const int64_t fc_proj = (F / t) * C + (bias ? C : 0);         // mlp.c_proj (F/t, C) + (C)
@@ -33,7 +35,7 @@ GptParamCounts param_counts(const ModelConfig& m, int64_t t, int64_t layers, con
   const bool learned = m.block.position == PositionKind::kLearned, tied = m.block.tie_embeddings;
   p.layer = layer_params(m, t);
   p.embedding = m.padded_vocab / t * C + (learned ? int64_t{m.n_ctx} * C : 0);  // wte (Vp/t rows), wpe (replicated)
-  p.final_norm = m.block.norm == NormKind::kRmsNorm ? C : 2 * C;
+  p.final_norm = m.block.norm == NormKind::kLayerNorm && m.block.bias ? 2 * C : C;  // a bias or not
   p.head = tied ? 0 : m.padded_vocab / t * C;  // lm_head (Vp/t rows)
   // A tied output head reads wte: a part with the head holds the embedding group too.
   p.part = layers * p.layer + (st.embedding || (st.head && tied) ? p.embedding : 0) + (st.head ? p.back() : 0);
@@ -66,7 +68,9 @@ GptDescription::GptDescription(const GptRunSpec& spec) : s_(spec) {
   }
   Nl_ = sp_ ? N_ / t : N_;
   C_ = m.n_embd, Cl_ = C_ / t, Fl_ = m.ffn / t, NHl_ = m.n_head / t, Vl_ = m.padded_vocab / t;
-  QKVl_ = m.qkv_width() / t, FCl_ = m.fc_width() / t;
+  QKVl_ = m.qkv_width_local(s_.tp), FCl_ = m.fc_width() / t;
+  kv_rep_ = m.kv_replicas(s_.tp);
+  alibi_ = m.block.position == PositionKind::kAlibi;
   rms_ = m.block.norm == NormKind::kRmsNorm;
   gqa_ = m.kv_heads() != m.n_head;
   swiglu_ = m.block.mlp == MlpKind::kSwiglu;
@@ -174,8 +178,18 @@ TypedElems GptDescription::workspace_tensors() const {
   add(qkvc_elems(), dt.act);  // grouped-query attention's compact q, k, v (and their gradient)
   add(dfc_elems(), dt.act);   // SwiGLU's fc gradient
   add(dpar_elems(), dt.res);  // a parallel residual's d(res3)
+  e.f32 += kv_sum_elems();    // the replicated kv heads' gradient sums
+  e.f32 += alibi_elems();     // ALiBi's slopes
+  e.f32 += ln_bias_elems();   // a bias-free LayerNorm's zeros and gradient sink
   e.f32 += 2 * rope_table_elems();  // the rotary cos and sin tables
   return e;
+}
+
+int64_t GptDescription::kv_sum_elems() const {
+  if (!s_.training) return 0;
+  const ModelConfig& m = s_.model;
+  return TensorParallel::replica_scratch_elems(s_.tp, kv_rep_, m.n_embd, m.block.bias,
+                                               2 * int64_t{m.kv_heads_local(s_.tp)} * m.head_dim());
 }
 
 int64_t GptDescription::token_elems() const {
@@ -301,7 +315,7 @@ AcceleratorMemory GptDescription::accelerator_memory(const AcceleratorOptions& o
   const double e = o.e, t = s_.tp, layers = static_cast<double>(nl_);
   BlockShape k{static_cast<double>(s_.T), static_cast<double>(s_.B), static_cast<double>(C_),
                static_cast<double>(m.ffn), static_cast<double>(m.n_head), t, s_.sequence_parallel};
-  k.kv = static_cast<double>(m.kv_heads()) * m.head_dim();
+  k.kv = static_cast<double>(m.kv_heads_local(s_.tp)) * m.head_dim() * t;  // / t: this rank's kv width
   k.gated = swiglu_;
   AcceleratorMemory r;
   // A block's stash; under full recompute the recomputed blocks keep their input, the others
@@ -324,8 +338,8 @@ AcceleratorMemory GptDescription::accelerator_memory(const AcceleratorOptions& o
   // MLP hidden: 3 sbh + 3 sbh/t + sbf/t elements, weft's Activations scratch), the
   // attention-score gradient when scores are materialised, the all-gathered input under sp.
   // (Grouped-query attention: the compact q, k, v gradient; SwiGLU: gate and up.)
-  const double qkv_w = static_cast<double>(m.qkv_width()), fc_w = static_cast<double>(m.fc_width());
-  double ws = (3 * sbh / rep + sb * qkv_w / t + sb * fc_w / t) * e;
+  const double qkv_l = static_cast<double>(QKVl_), fc_w = static_cast<double>(m.fc_width());
+  double ws = (3 * sbh / rep + sb * qkv_l + sb * fc_w / t) * e;
   if (!o.flash_attention) ws += as2b * e / t;
   if (s_.sequence_parallel) ws += sbh * e;
   if (s_.recompute == Recompute::kFull) {

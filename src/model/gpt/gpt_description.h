@@ -110,6 +110,14 @@ class GptDescription {
   // residual stream's dtype.
   int64_t dpar_elems() const { return parallel_ && s_.training ? Nl_ * C_ : 0; }
   int64_t rope_table_elems() const { return rot_ > 0 ? s_.T * (rot_ / 2) : 0; }
+  // Training with fewer kv heads than tp ranks: the scratch (f32) in which the replicated kv
+  // columns' gradients are summed (TensorParallel::replica_scratch_elems of c_attn's C rows).
+  int64_t kv_sum_elems() const;
+  // ALiBi positions: the slopes of this rank's heads (NH/tp, f32).
+  int64_t alibi_elems() const { return alibi_ ? NHl_ : 0; }
+  // A LayerNorm without bias (MPT's): C zeros its forward reads as the bias and C floats its
+  // backward's bias gradient goes to (f32).
+  int64_t ln_bias_elems() const { return !rms_ && !s_.model.block.bias ? 2 * C_ : 0; }
   int64_t workspace_tensor_elems() const { return workspace_tensors().total(); }
   int64_t token_elems() const;             // the micro-batch's token ids (int32)
   int64_t tp_scratch_elems() const;        // the tensor-parallel layers' scratch
@@ -157,6 +165,8 @@ class GptDescription {
   // The variant's (model/config.h's BlockOptions): this rank's fused q, k, v columns (C + 2 KV)/t,
   // its fc columns (F or 2F)/t, the rotary dimensions of a head (0: none).
   int64_t QKVl_ = 0, FCl_ = 0, rot_ = 0;
+  int kv_rep_ = 1;
+  bool alibi_ = false;
   bool rms_ = false, gqa_ = false, swiglu_ = false, parallel_ = false;
   bool sp_ = false, selective_ = false;  // sequence parallel; selective recompute in effect (not with lse)
 };

@@ -13,6 +13,7 @@
 #include "model/gpt/gpt_config.h"
 #include "model/gpt/gpt_description.h"
 #include "model/gpt/gpt_hf_llama.h"
+#include "model/gpt/gpt_hf_mpt.h"
 #include "model/gpt/gpt_hf_neox.h"
 #include "model/gpt/gpt_variants.h"
 #include "parallel/pp/partition.h"
@@ -51,6 +52,7 @@ constexpr const char* kVariantModelType = "weft-gpt";
 nlohmann::ordered_json gpt_config_json(const ModelConfig& cfg) {
   if (hf_llama_compatible(cfg)) return llama_config_json(cfg);  // Llama's block: LlamaForCausalLM's file
   if (hf_neox_compatible(cfg)) return neox_config_json(cfg);    // NeoX's block: GPTNeoXForCausalLM's file
+  if (hf_mpt_compatible(cfg)) return mpt_config_json(cfg);      // MPT's block: MptForCausalLM's file
   nlohmann::ordered_json j;
   const bool gpt2 = cfg.block.is_default();
   j["architectures"] = {gpt2 ? "GPT2LMHeadModel" : "WeftGPT"};
@@ -62,7 +64,7 @@ nlohmann::ordered_json gpt_config_json(const ModelConfig& cfg) {
   j["n_layer"] = cfg.n_layer;
   j["n_head"] = cfg.n_head;
   j["n_inner"] = cfg.ffn == 4 * cfg.n_embd ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(cfg.ffn);
-  j["activation_function"] = cfg.block.mlp == MlpKind::kSwiglu ? "silu" : "gelu_new";
+  j["activation_function"] = cfg.block.mlp == MlpKind::kSwiglu ? "silu" : cfg.block.mlp == MlpKind::kGeluExact ? "gelu" : "gelu_new";
   j["resid_pdrop"] = 0.0;
   j["embd_pdrop"] = 0.0;
   j["attn_pdrop"] = 0.0;
@@ -162,6 +164,7 @@ ParamTable gpt_param_table(const ModelConfig& cfg) {
   // Llama's block is written and read in Hugging Face's LlamaForCausalLM names (gpt_hf_llama.h).
   if (hf_llama_compatible(cfg)) t.foreign = llama_foreign_names(cfg);
   if (hf_neox_compatible(cfg)) t.foreign = neox_foreign_names(cfg);  // GPTNeoXForCausalLM's (gpt_hf_neox.h)
+  if (hf_mpt_compatible(cfg)) t.foreign = mpt_foreign_names(cfg);    // MptForCausalLM's (gpt_hf_mpt.h)
   static const char* const kNames[kParamsPerLayer] = {
       "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
       "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
@@ -171,7 +174,9 @@ ParamTable gpt_param_table(const ModelConfig& cfg) {
   }
   // The back group by place (params.h's final_ptrs): the final norm's weight and bias, an untied head.
   t.back = {{"transformer.ln_f.weight", 1, {C}, S::kReplicated, false, I::kOnes}};
-  if (b.norm == NormKind::kLayerNorm) t.back.push_back({"transformer.ln_f.bias", 2, {C}, S::kReplicated, false, I::kZeros});
+  if (b.norm == NormKind::kLayerNorm && b.bias) {  // RMSNorm and a bias-free LayerNorm (MPT's) have none
+    t.back.push_back({"transformer.ln_f.bias", 2, {C}, S::kReplicated, false, I::kZeros});
+  }
   if (!tied) t.back.push_back({"lm_head.weight", 3, {Vp, C}, S::kRows, true, I::kNormal, {V, C}, V * C});
   return t;
 }
@@ -307,11 +312,12 @@ class GptFamily final : public Family {
   bool reads_config_json(const nlohmann::json& j) const override {
     // Hugging Face's GPT-2 folders, also the original ones without a model_type.
     return !j.contains("model_type") || j.at("model_type") == "gpt2" || j.at("model_type") == kVariantModelType ||
-           j.at("model_type") == "llama" || j.at("model_type") == "gpt_neox";
+           j.at("model_type") == "llama" || j.at("model_type") == "gpt_neox" || j.at("model_type") == "mpt";
   }
   ModelConfig from_config_json(const nlohmann::json& j, const std::string& source) const override {
     if (j.contains("model_type") && j.at("model_type") == "llama") return llama_from_config_json(j, source);
     if (j.contains("model_type") && j.at("model_type") == "gpt_neox") return neox_from_config_json(j, source);
+    if (j.contains("model_type") && j.at("model_type") == "mpt") return mpt_from_config_json(j, source);
     return gpt_from_config_json(j, source);
   }
   nlohmann::ordered_json to_config_json(const ModelConfig& cfg) const override { return gpt_config_json(cfg); }

@@ -13,7 +13,7 @@ namespace weft {
 bool hf_neox_compatible(const ModelConfig& c) {
   const BlockOptions& b = c.block;
   return b.position == PositionKind::kRope && b.rope.scaling == "none" && b.norm == NormKind::kLayerNorm && b.bias &&
-         b.mlp == MlpKind::kGelu && c.kv_heads() == c.n_head;
+         (b.mlp == MlpKind::kGelu || b.mlp == MlpKind::kGeluExact) && c.kv_heads() == c.n_head;
 }
 
 nlohmann::ordered_json neox_config_json(const ModelConfig& c) {
@@ -26,7 +26,8 @@ nlohmann::ordered_json neox_config_json(const ModelConfig& c) {
   j["num_hidden_layers"] = c.n_layer;
   j["num_attention_heads"] = c.n_head;
   j["intermediate_size"] = c.ffn;
-  j["hidden_act"] = "gelu_new";  // weft's GELU: the tanh form (NeoX-20B's gelu_fast computes the same)
+  // GELU's tanh form (NeoX-20B's gelu_fast computes the same), or the exact one (Pythia's "gelu").
+  j["hidden_act"] = c.block.mlp == MlpKind::kGeluExact ? "gelu" : "gelu_new";
   j["max_position_embeddings"] = c.n_ctx;
   j["layer_norm_eps"] = float_for_json(c.ln_eps);
   j["use_parallel_residual"] = c.block.parallel_residual;
@@ -69,10 +70,10 @@ ModelConfig neox_from_config_json(const nlohmann::json& j, const std::string& so
   const int vocab = json_int(j, "vocab_size", source, kMaxJsonVocab);
   const int ctx = j.contains("max_position_embeddings") ? json_int(j, "max_position_embeddings", source, kMaxJsonContext) : 2048;
   const std::string act = j.contains("hidden_act") && j.at("hidden_act").is_string() ? j.at("hidden_act").get<std::string>() : "gelu";
-  if (act != "gelu_new" && act != "gelu_fast" && act != "gelu_pytorch_tanh") {
-    throw_input("{}: hidden_act is \"{}\"; weft's GELU is the tanh form (\"gelu_new\", \"gelu_fast\", "
-                "\"gelu_pytorch_tanh\"), which differs from the exact erf GELU: refused rather than run as another model",
-                source, act);
+  const bool exact = act == "gelu";  // Pythia's: the erf GELU
+  if (!exact && act != "gelu_new" && act != "gelu_fast" && act != "gelu_pytorch_tanh") {
+    throw_input("{}: hidden_act is \"{}\"; weft's GELUs are the exact one (\"gelu\") and the tanh form (\"gelu_new\", "
+                "\"gelu_fast\", \"gelu_pytorch_tanh\"): refused rather than run as another model", source, act);
   }
   if (!json_bool(j, "attention_bias", true, source)) {
     throw_input("{}: attention_bias is false; weft's bias setting covers the attention and the MLP (GPT-NeoX's MLP "
@@ -81,6 +82,7 @@ ModelConfig neox_from_config_json(const nlohmann::json& j, const std::string& so
   return hf_decoder_config(j, source, "gpt-neox", {n_layer, n_head, C, ctx, vocab, ffn}, [&](ModelConfig& c) {
     BlockOptions& b = c.block;
     b.position = PositionKind::kRope;
+    b.mlp = exact ? MlpKind::kGeluExact : MlpKind::kGelu;
     b.parallel_residual = json_bool(j, "use_parallel_residual", true, source);
     b.tie_embeddings = json_bool(j, "tie_word_embeddings", false, source);
     read_neox_rope(j, b.rope, source);

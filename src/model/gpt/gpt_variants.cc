@@ -32,7 +32,8 @@ NormKind parse_norm(const std::string& v) {
 MlpKind parse_mlp(const std::string& v) {
   if (v == "gelu") return MlpKind::kGelu;
   if (v == "swiglu") return MlpKind::kSwiglu;
-  throw_input("[model] mlp must be \"gelu\" or \"swiglu\", got '{}'", v);
+  if (v == "gelu_exact") return MlpKind::kGeluExact;
+  throw_input("[model] mlp must be \"gelu\" (the tanh form), \"gelu_exact\" (erf) or \"swiglu\", got '{}'", v);
 }
 
 float positive(const std::string& key, const std::string& v) {
@@ -116,13 +117,6 @@ ModelConfig gpt_with_settings(const ModelConfig& base, const std::map<std::strin
 
 void validate_block_options(const ModelConfig& c) {
   const BlockOptions& b = c.block;
-  if (b.position == PositionKind::kAlibi) {
-    throw_input("position = \"alibi\" (MPT's ALiBi) is not implemented yet: weft's positions are \"learned\" and \"rope\"");
-  }
-  if (!b.bias && b.norm == NormKind::kLayerNorm) {
-    throw_input("bias = false with norm = \"layernorm\" (a LayerNorm without bias, MPT's) is not implemented yet: use "
-                "norm = \"rmsnorm\" or keep the biases");
-  }
   if (b.n_kv_head < 0 || b.n_kv_head > c.n_head || (b.n_kv_head > 0 && c.n_head % b.n_kv_head != 0)) {
     throw_input("n_kv_head {} must divide the {} attention heads (1: multi-query attention)", b.n_kv_head, c.n_head);
   }
@@ -165,17 +159,42 @@ ModelConfig neox_20b() {
   return c;
 }
 
+// MPT (MosaicML's LLM Foundry; seed 001 trains MPT-1B/3B and MPT-7B on MI250): ALiBi instead of
+// position embeddings, no biases (its LayerNorms have none either), the exact GELU in a 4x MLP,
+// the head tied to the embedding, context 2048, vocabulary 50432 (GPT-NeoX-20B's tokenizer
+// padded). mpt-1b: mpt-1b-redpajama-200b's 24 x 2048, 16 heads (1,311,344,640 parameters; that
+// model's QK LayerNorm is not in weft); mpt-7b: 32 x 4096, 32 heads (6,649,286,656).
+ModelConfig mpt(const char* name, int layers, int heads, int C) {
+  ModelConfig c = make_model_config(name, layers, heads, C, 2048, 50432, 4 * C);
+  set_mpt_block(c.block);
+  c.ln_eps = 1e-5f;
+  c.validate();
+  return c;
+}
+
 }  // namespace
+
+void set_mpt_block(BlockOptions& b) {
+  b.position = PositionKind::kAlibi;
+  b.norm = NormKind::kLayerNorm;
+  b.bias = false;
+  b.mlp = MlpKind::kGeluExact;
+  b.tie_embeddings = true;
+}
 
 std::vector<std::string> gpt_variant_preset_names() {
   std::vector<std::string> names;
   for (const auto& p : kVariantPresets) names.emplace_back(p.name);
   names.emplace_back("neox-20b");
+  names.emplace_back("mpt-1b");
+  names.emplace_back("mpt-7b");
   return names;
 }
 
 std::optional<ModelConfig> gpt_variant_preset(const std::string& name) {
   if (name == "neox-20b") return neox_20b();
+  if (name == "mpt-1b") return mpt("mpt-1b", 24, 16, 2048);
+  if (name == "mpt-7b") return mpt("mpt-7b", 32, 32, 4096);
   for (const auto& p : kVariantPresets) {
     if (name != p.name) continue;
     ModelConfig c = make_model_config(p.name, p.layers, p.heads, p.hidden, p.ctx, p.vocab, p.ffn);
@@ -269,6 +288,22 @@ BlockOptions block_options_from_json(const nlohmann::json& j, const std::string&
     }
   }
   return parsed.block;
+}
+
+std::vector<float> alibi_slopes(int n_head) {
+  int n = 1;
+  while (n < n_head) n *= 2;
+  std::vector<float> all(static_cast<size_t>(n));
+  for (int k = 1; k <= n; ++k) {
+    const float m = static_cast<float>(k) * (8.0f / static_cast<float>(n));  // torch: arange * (8 / n), fp32
+    all[static_cast<size_t>(k - 1)] = 1.0f / std::pow(2.0f, m);
+  }
+  if (n == n_head) return all;
+  std::vector<float> out;
+  for (size_t i = 1; i < all.size(); i += 2) out.push_back(all[i]);
+  for (size_t i = 0; i < all.size(); i += 2) out.push_back(all[i]);
+  out.resize(static_cast<size_t>(n_head));
+  return out;
 }
 
 void rope_tables(const ModelConfig& c, int64_t T, std::vector<float>& cos, std::vector<float>& sin) {

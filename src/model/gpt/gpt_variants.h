@@ -42,4 +42,13 @@ BlockOptions block_options_from_json(const nlohmann::json& j, const std::string&
 // rope.scaling says, the angle t * inv_freq in fp32, its cos and sin in fp32).
 void rope_tables(const ModelConfig& c, int64_t T, std::vector<float>& cos, std::vector<float>& sin);
 
+// ALiBi's slopes of n_head heads (Press et al. 2022, as MPT's gen_slopes with alibi_bias_max 8):
+// for n = n_head rounded up to a power of two, 1 / 2^(8 k / n), k = 1..n; when n_head is not a
+// power of two the odd-indexed then the even-indexed ones, the first n_head of them.
+// MPT's block (MosaicML): ALiBi, LayerNorm without biases, no linear biases, the exact GELU,
+// the head tied to the embedding. The shape (heads, hidden, MLP width) is the caller's.
+void set_mpt_block(BlockOptions& b);
+
+std::vector<float> alibi_slopes(int n_head);
+
 }  // namespace weft

@@ -5,8 +5,15 @@
 
 namespace weft {
 
+CView SequenceParallelLayerNorm::bias(CView b) const {
+  if (rms_ || b.data != nullptr) return b;
+  WEFT_CHECK(zeros_ != nullptr, "a LayerNorm without bias and no zeros to read");
+  return CView(zeros_);
+}
+
 void SequenceParallelLayerNorm::forward(View out, float* mean, float* rstd, CView x, CView w, CView b,
                                         int64_t N, int64_t C) {
+  b = bias(b);
   const int64_t Nl = tp_.local_rows(N);
   // This rank's rows: out itself, or under sequence parallelism the group's row scratch (viewed
   // in out's dtype), all-gathered into out as stored.
@@ -27,6 +34,11 @@ void SequenceParallelLayerNorm::forward(View out, float* mean, float* rstd, CVie
 void SequenceParallelLayerNorm::backward(View dx, float* dw, float* db, CView dout, CView x, CView w,
                                          const float* mean, const float* rstd, int64_t N, int64_t C) {
   Backend& be = tp_.backend();
+  const bool has_bias = !rms_ && db != nullptr;
+  if (!rms_ && db == nullptr) {  // a LayerNorm without bias: its gradient goes nowhere
+    WEFT_CHECK(sink_ != nullptr, "a LayerNorm without bias and no sink for its gradient");
+    db = sink_;
+  }
   const int64_t Nl = tp_.local_rows(N);
   // The norm's backward of this rank's rows into the weight (and bias) gradients gw, gb.
   const auto rows_backward = [&](float* gw, float* gb) {
@@ -42,15 +54,15 @@ void SequenceParallelLayerNorm::backward(View dx, float* dw, float* db, CView do
     rows_backward(dw, db);
     return;
   }
-  // This rank's rows' part of the weight gradient (RMSNorm: no bias), summed over the ranks,
-  // then accumulated.
-  const int64_t n = rms_ ? C : 2 * C;
+  // This rank's rows' part of the weight gradient (and the bias's; RMSNorm and a bias-free
+  // LayerNorm have none to sum), summed over the ranks, then accumulated.
+  const int64_t n = has_bias ? 2 * C : C;
   float* g = tp_.ln_grads();
-  be.fill(g, DType::kF32, 0, n, 0.0f);
+  be.fill(g, DType::kF32, 0, 2 * C, 0.0f);
   rows_backward(g, g + C);
   tp_.all_reduce_exact(g, n);
   be.add(dw, dw, g, C);
-  if (!rms_) be.add(db, db, g + C, C);
+  if (has_bias) be.add(db, db, g + C, C);
 }
 
 void ColumnParallelLinear::forward(View out, CView inp, CView w, CView b, int64_t N, int64_t IN,
@@ -114,6 +126,7 @@ CView RowParallelLinear::reduced_product(CView inp, CView w, CView b, int64_t N,
 void RowParallelLinear::forward_norm(SequenceParallelLayerNorm& norm, View out, View ln_out, float* mean, float* rstd,
                                      CView res, CView inp, CView w, CView b, CView ln_w,
                                      CView ln_b, int64_t N, int64_t INl, int64_t OUT) {
+  ln_b = norm.bias(ln_b);
   Backend& be = tp_.backend();
   if (tp_.size() == 1) {
     be.matmul_residual_layernorm_forward(out, ln_out, mean, rstd, res, inp, w, b, ln_w, ln_b, N, INl, OUT, norm.eps(),

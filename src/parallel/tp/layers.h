@@ -31,6 +31,15 @@ class SequenceParallelLayerNorm {
   SequenceParallelLayerNorm(TensorParallel& tp, float eps, bool rms = false) : tp_(tp), eps_(eps), rms_(rms) {}
   float eps() const { return eps_; }
   bool rms() const { return rms_; }
+  // A LayerNorm without bias (MPT's; not RMSNorm): a null bias reads `zeros` (C floats kept 0)
+  // and a null bias gradient accumulates into `sink` (C floats never read), both DEVICE memory of
+  // the model's workspace. Without them a null bias is an error.
+  void set_missing_bias(const float* zeros, float* sink) {
+    zeros_ = zeros;
+    sink_ = sink;
+  }
+  // b, or the zeros when b is null (a LayerNorm's bias the model does not have).
+  CView bias(CView b) const;
   // out (N,C) all rows normalised; mean, rstd (Nl) of the rows held here; x (Nl,C). writes.
   void forward(View out, float* mean, float* rstd, CView x, CView w, CView b, int64_t N, int64_t C);
   // dx (Nl,C), dw, db (C) accumulate; dout (Nl,C): the gradient of this rank's rows of out,
@@ -42,6 +51,8 @@ class SequenceParallelLayerNorm {
   TensorParallel& tp_;
   float eps_;
   bool rms_;
+  const float* zeros_ = nullptr;
+  float* sink_ = nullptr;
 };
 
 // Linear layer with its output columns split over the ranks (ColumnParallelLinear,

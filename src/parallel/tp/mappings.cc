@@ -69,6 +69,50 @@ void TensorParallel::all_reduce_exact(float* x, int64_t n) {
   if (size_ > 1) ops_->all_reduce_sum_exact(x, n);
 }
 
+int64_t TensorParallel::replica_sum_elems(int size, int replicas, int64_t rows, bool bias, int64_t w) {
+  return replicas > 1 ? int64_t{size / replicas} * (rows + (bias ? 1 : 0)) * w : 0;
+}
+
+int64_t TensorParallel::replica_scratch_elems(int size, int replicas, int64_t rows, bool bias, int64_t w) {
+  return replicas > 1 ? (rows + (bias ? 1 : 0)) * w + replica_sum_elems(size, replicas, rows, bias, w) : 0;
+}
+
+namespace {
+// The columns [c0, c0 + w) of dw (and of db) <-> a packed (rows (+1), w) block at p.
+void pack_cols(Backend& be, float* p, const TensorParallel::ReplicaCols& r) {
+  const size_t f = sizeof(float);
+  be.copy_device_2d(p, r.w * f, r.dw + r.c0, r.ld * f, r.w * f, r.rows);
+  if (r.db != nullptr) be.copy_device(p, r.rows * r.w * f, r.db, r.c0 * f, r.w * f);
+}
+void unpack_cols(Backend& be, const TensorParallel::ReplicaCols& r, const float* p) {
+  const size_t f = sizeof(float);
+  be.copy_device_2d(r.dw + r.c0, r.ld * f, p, r.w * f, r.w * f, r.rows);
+  if (r.db != nullptr) be.copy_device(r.db, r.c0 * f, p, r.rows * r.w * f, r.w * f);
+}
+}  // namespace
+
+void TensorParallel::begin_replica_grads(const ReplicaCols& r, float* scratch) {
+  if (r.replicas <= 1) return;
+  WEFT_CHECK(size_ % r.replicas == 0 && scratch != nullptr, "replicated columns: {} replicas of {} ranks", r.replicas,
+             size_);
+  const int64_t n1 = (r.rows + (r.db != nullptr ? 1 : 0)) * r.w;
+  float* slots = scratch + n1;
+  pack_cols(be_, scratch, r);  // set aside
+  be_.fill(slots, DType::kF32, 0, int64_t{size_ / r.replicas} * n1, 0.0f);
+  unpack_cols(be_, r, slots);  // zeroed
+}
+
+void TensorParallel::end_replica_grads(const ReplicaCols& r, float* scratch) {
+  if (r.replicas <= 1) return;
+  const int64_t n1 = (r.rows + (r.db != nullptr ? 1 : 0)) * r.w;
+  float* slots = scratch + n1;
+  float* mine = slots + int64_t{rank_ / r.replicas} * n1;  // the other slots stay zero since begin
+  pack_cols(be_, mine, r);
+  all_reduce_exact(slots, int64_t{size_ / r.replicas} * n1);
+  be_.add_f32(mine, mine, scratch, n1);
+  unpack_cols(be_, r, mine);
+}
+
 void TensorParallel::all_gather(CView local, View whole, int64_t N, int64_t C) {
   if (size_ > 1) ops_->all_gather(local, whole, N / size_ * C);
 }

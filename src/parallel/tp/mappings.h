@@ -122,6 +122,28 @@ class TensorParallel {
   // moves as stored, the scratch then holds 16-bit rows).
   CView row_output_backward(CView d, int64_t N, int64_t C);
 
+  // --- gradients of columns replicated over the ranks ---
+  // Grouped-query attention with fewer kv heads than ranks (Megatron-LM's replication): columns
+  // [c0, c0 + w) of a column-parallel weight's gradient dw (rows x ld, row-major, f32) and of its
+  // bias's db (null: none) belong to a block held by `replicas` consecutive ranks, each of which
+  // computes only its own query heads' part. begin_replica_grads sets aside what they hold (the
+  // step's earlier micro-batches) and zeroes them; after the layer's backward has accumulated
+  // this micro-batch's part there, end_replica_grads sums that part over the replicas (one exact
+  // all-reduce over the group, each replica set in its own slot, the others' slots zero) and
+  // adds back what was set aside: every replica then holds the same whole gradient.
+  struct ReplicaCols {
+    float* dw = nullptr;
+    float* db = nullptr;
+    int64_t rows = 0, ld = 0, c0 = 0, w = 0;
+    int replicas = 1;
+  };
+  // The f32 DEVICE scratch both calls work in: what was set aside, and the all-reduce's slots.
+  static int64_t replica_scratch_elems(int size, int replicas, int64_t rows, bool bias, int64_t w);
+  // The elements of the all-reduce (each rank's slots), for the communication model.
+  static int64_t replica_sum_elems(int size, int replicas, int64_t rows, bool bias, int64_t w);
+  void begin_replica_grads(const ReplicaCols& r, float* scratch);
+  void end_replica_grads(const ReplicaCols& r, float* scratch);
+
  private:
   Backend& be_;
   TensorParallelOps* ops_ = nullptr;
