@@ -66,6 +66,15 @@ def read_config(folder):
             "rope_scaling": "none", "rope_factor": 1.0, "low": 1.0, "high": 4.0, "orig": 8192,
             "parallel": j.get("use_parallel_residual", True),
         }
+    if j.get("model_type") == "mpt":
+        C, NH = j["d_model"], j["n_heads"]
+        return {
+            "hf": "mpt", "L": j["n_layers"], "NH": NH, "C": C, "hs": C // NH, "V": j["vocab_size"],
+            "F": int(j.get("expansion_ratio", 4) * C), "eps": j.get("layer_norm_epsilon", 1e-5),
+            "position": "alibi", "norm": "layernorm", "bias": False, "mlp": "gelu_exact", "KVH": NH,
+            "tied": True, "rope_base": 10000.0, "rope_fraction": 1.0, "rope_scaling": "none",
+            "rope_factor": 1.0, "low": 1.0, "high": 4.0, "orig": 8192, "parallel": False,
+        }
     b = j.get("weft", {}).get("block", {})
     rope = b.get("rope", {})
     C, NH = j["n_embd"], j["n_head"]
@@ -148,6 +157,15 @@ def layer_weights(P, cfg, l):
                 "wo": g("attention.dense.weight").t(), "bo": g("attention.dense.bias"),
                 "wg": g("mlp.dense_h_to_4h.weight").t(), "wu": None, "bg": g("mlp.dense_h_to_4h.bias"), "bu": None,
                 "wd": g("mlp.dense_4h_to_h.weight").t(), "bd": g("mlp.dense_4h_to_h.bias")}
+    if cfg["hf"] == "mpt":
+        # MptForCausalLM: Wqkv (3C, C) rows q | k | v; no biases anywhere (LayerNorms included).
+        g = lambda n: P["transformer.blocks.%d.%s" % (l, n)]  # noqa: E731
+        wqkv = g("attn.Wqkv.weight")
+        return {"ln1w": g("norm_1.weight"), "ln1b": None, "ln2w": g("norm_2.weight"), "ln2b": None,
+                "wq": wqkv[:C].t(), "wk": wqkv[C:2 * C].t(), "wv": wqkv[2 * C:].t(),
+                "bq": None, "bk": None, "bv": None, "wo": g("attn.out_proj.weight").t(), "bo": None,
+                "wg": g("ffn.up_proj.weight").t(), "wu": None, "bg": None, "bu": None,
+                "wd": g("ffn.down_proj.weight").t(), "bd": None}
     if cfg["hf"]:
         g = lambda n: P.get("model.layers.%d.%s" % (l, n))  # noqa: E731
         t = lambda x: None if x is None else x.t()  # noqa: E731
@@ -180,7 +198,8 @@ def forward(P, cfg, idx, targets):
     C, NH, KVH, hs, Fh = cfg["C"], cfg["NH"], cfg["KVH"], cfg["hs"], cfg["F"]
     KV = KVH * hs
     hf = cfg["hf"]
-    wte = {"neox": "gpt_neox.embed_in.weight", True: "model.embed_tokens.weight", False: "transformer.wte.weight"}[hf]
+    wte = {"neox": "gpt_neox.embed_in.weight", "mpt": "transformer.wte.weight", True: "model.embed_tokens.weight",
+           False: "transformer.wte.weight"}[hf]
     x = P[wte][idx]
     if cfg["position"] == "learned":
         x = x + P["transformer.wpe.weight"][torch.arange(T)]
@@ -226,6 +245,9 @@ def forward(P, cfg, idx, targets):
     if hf == "neox":
         x = norm(x, P["gpt_neox.final_layer_norm.weight"], P["gpt_neox.final_layer_norm.bias"], cfg)
         head = P[wte] if cfg["tied"] else P["embed_out.weight"]
+    elif hf == "mpt":
+        x = norm(x, P["transformer.norm_f.weight"], None, cfg)
+        head = P[wte]
     elif hf:
         x = norm(x, P["model.norm.weight"], None, cfg)
         head = P["model.embed_tokens.weight"] if cfg["tied"] else P["lm_head.weight"]
