@@ -4,11 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <iterator>
+#include <limits>
 #include <functional>
 #include <random>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_math.h"
 #include "optim/optim.h"
 
 namespace weft {
@@ -186,6 +190,33 @@ TEST_F(CpuOps, GeluForwardBackward) {
     double h = 1e-5;
     double d = (ref_gelu(double(x[i]) + h) - ref_gelu(double(x[i]) - h)) / (2 * h) * dy[i];
     EXPECT_NEAR(dx[i], d, 1e-5 * std::max(1.0, std::fabs(d))) << "x=" << x[i];
+  }
+}
+
+// The vectorised tanh GELU (backend/cpu/gelu_ops.cc) computes each element as the scalar
+// formula of cpu_math.h does: the same bits, special values included, for any n (the loop's
+// vector body, its remainder, several threads).
+TEST_F(CpuOps, GeluIsBitwiseTheScalarFormula) {
+  const int n = 1037;
+  auto x = randn(n, 21, 4.0f), dy = randn(n, 22);
+  const float specials[] = {0.0f, -0.0f, 1e-40f, -1e-40f, 9.0f, -9.0f, 11.3f, -11.3f, 88.0f, -88.0f, 1e30f, -1e30f,
+                            std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN()};
+  for (size_t i = 0; i < std::size(specials); ++i) x[3 * i + 1] = specials[i];
+  std::vector<float> y(n), dx(n);
+  be->gelu_forward(y.data(), x.data(), n);
+  be->gelu_backward(dx.data(), x.data(), dy.data(), n);
+  const auto same = [](float a, float b) {
+    return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof a) == 0;
+  };
+  for (int i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float u = cpu::kGeluScale * (v + 0.044715f * v * v * v);
+    const float th = cpu::fast_tanh(u);
+    const float ref = 0.5f * v * (1.0f + th);
+    const float local = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * cpu::kGeluScale * (1.0f + 3.0f * 0.044715f * v * v);
+    EXPECT_TRUE(same(y[i], ref)) << "x=" << v << ": " << y[i] << " vs " << ref;
+    EXPECT_TRUE(same(dx[i], local * dy[i])) << "x=" << v << ": " << dx[i] << " vs " << local * dy[i];
   }
 }
 

@@ -26,6 +26,7 @@
 #include "backend/cpu/cpu_math.h"
 #include "backend/cpu/indexed_ops.h"
 #include "backend/cpu/decoder_ops.h"
+#include "backend/cpu/gelu_ops.h"
 #include "backend/cpu/pointwise_ops.h"
 #include "backend/cpu/layernorm_16.h"
 #include "backend/cpu/rows_16.h"
@@ -44,8 +45,6 @@ inline std::pair<int64_t, int64_t> chunk(int64_t n, int parts, int i) {
   return {b, b + base + (i < rem ? 1 : 0)};
 }
 
-using cpu::fast_tanh;
-using cpu::kGeluScale;
 using cpu::vexp;
 
 // Subnormal floats (below 1.2e-38) read and computed as zero on every thread of the OpenMP pool
@@ -304,25 +303,10 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
   }
 
-  void gelu_forward_f32(float* out, const float* inp, int64_t n) override {
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      float x = inp[i];
-      float u = kGeluScale * (x + 0.044715f * x * x * x);
-      out[i] = 0.5f * x * (1.0f + fast_tanh(u));
-    }
-  }
+  void gelu_forward_f32(float* out, const float* inp, int64_t n) override { cpu::gelu_tanh_forward(out, inp, n); }
 
   void gelu_backward_f32(float* dinp, const float* inp, const float* dout, int64_t n) override {
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      float x = inp[i];
-      float u = kGeluScale * (x + 0.044715f * x * x * x);
-      float th = fast_tanh(u);
-      float sech2 = 1.0f - th * th;
-      float local = 0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-      dinp[i] = local * dout[i];
-    }
+    cpu::gelu_tanh_backward(dinp, inp, dout, n);
   }
 
   // Causal attention per (b, h) with BLAS on row blocks of kBlock queries: block i only
