@@ -8,11 +8,14 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <unistd.h>
 
+#include "backend/cpu/decoder_ops.h"
+#include "backend/cpu/gelu_ops.h"
 #include "backend/cpu/onednn_gemm.h"
 #include "backend/cpu/pointwise_ops.h"
 #include "backend/device_buffer.h"
@@ -278,24 +281,49 @@ Samples triad_seconds(int64_t n, int reps, Communicator& world) {
   return total;
 }
 
-// Elements per second of the cpu backend's activation `a` (forward, or backward), over n
-// elements, best of `reps`.
-Samples activation_seconds(Activation a, bool backward, int64_t n, int reps, Communicator& world) {
+// Seconds of one elementwise kernel f(y, x, g) of the cpu backend over n elements (x in
+// [-4, 4], g the output gradient), best of `reps`.
+using PointwiseKernel = std::function<void(float* y, const float* x, const float* g, int64_t n)>;
+Samples pointwise_seconds(const PointwiseKernel& f, int64_t n, int reps, Communicator& world) {
   Buffer<float> x(n), y(n), g(n);
   for (int64_t i = 0; i < n; ++i) {
     x[i] = static_cast<float>((i % 2001) - 1000) * 0.004f;
     g[i] = 1.0f;
   }
-  const Samples t = steady_seconds(reps, world, [&] {
-    if (backward) {
-      cpu::activation_backward(y.data(), x.data(), g.data(), n, a, false);
-    } else {
-      cpu::activation_forward(y.data(), x.data(), n, a);
-    }
-  });
+  const Samples t = steady_seconds(reps, world, [&] { f(y.data(), x.data(), g.data(), n); });
   volatile float sink = y[n / 2];
   (void)sink;
   return t;
+}
+
+// The cpu backend's activation `a` (forward, or backward) as such a kernel.
+PointwiseKernel activation_kernel(Activation a, bool backward) {
+  if (backward) {
+    return [a](float* y, const float* x, const float* g, int64_t n) { cpu::activation_backward(y, x, g, n, a, false); };
+  }
+  return [a](float* y, const float* x, const float*, int64_t n) { cpu::activation_forward(y, x, n, a); };
+}
+
+Samples activation_seconds(Activation a, bool backward, int64_t n, int reps, Communicator& world) {
+  return pointwise_seconds(activation_kernel(a, backward), n, reps, world);
+}
+
+// Every elementwise function the planner prices by its rate (model/description.h's
+// Kernel::function; plan/predict.cc's block): the graph networks' activations, forward and
+// backward, and the transformer MLP's GELUs (GPT-2's tanh form, the exact erf form).
+std::vector<std::pair<std::string, PointwiseKernel>> pointwise_functions() {
+  std::vector<std::pair<std::string, PointwiseKernel>> r;
+  for (const Activation a : kActivationsAll) {
+    r.emplace_back(activation_name(a), activation_kernel(a, false));
+    r.emplace_back(activation_backward_name(a), activation_kernel(a, true));
+  }
+  r.emplace_back("gelu", [](float* y, const float* x, const float*, int64_t n) { cpu::gelu_tanh_forward(y, x, n); });
+  r.emplace_back("gelu_backward",
+                 [](float* y, const float* x, const float* g, int64_t n) { cpu::gelu_tanh_backward(y, x, g, n); });
+  r.emplace_back("gelu_exact", [](float* y, const float* x, const float*, int64_t n) { cpu::gelu_erf_forward(y, x, n); });
+  r.emplace_back("gelu_exact_backward",
+                 [](float* y, const float* x, const float* g, int64_t n) { cpu::gelu_erf_backward(y, x, g, n); });
+  return r;
 }
 
 // An OpenMP parallel loop over a few elements (fork and join): 400 samples in groups of 10, a
@@ -648,18 +676,15 @@ void measure_functions(Calibration& cal, bool quick, Communicator& world) {
   std::string rates;
   double spread = 0;
   const int64_t n = quick ? (int64_t{1} << 18) : (int64_t{1} << 21);
-  for (const Activation a : kActivationsAll) {
-    for (const bool backward : {false, true}) {
-      const std::string name = backward ? activation_backward_name(a) : std::string(activation_name(a));
-      const Samples t = activation_seconds(a, backward, n, quick ? 4 : 10, world);
-      const double rate = min_over_ranks(world, static_cast<double>(n) / t.best);
-      spread = std::max(spread, t.spread());
-      d.function_rates[name] = rate;
-      rates += fmt::format("{}{} {:.3g}", rates.empty() ? "" : ", ", name, rate / 1e9);
-    }
+  for (const auto& [name, kernel] : pointwise_functions()) {
+    const Samples t = pointwise_seconds(kernel, n, quick ? 4 : 10, world);
+    const double rate = min_over_ranks(world, static_cast<double>(n) / t.best);
+    spread = std::max(spread, t.spread());
+    d.function_rates[name] = rate;
+    rates += fmt::format("{}{} {:.3g}", rates.empty() ? "" : ", ", name, rate / 1e9);
   }
   cal.spread = std::max(cal.spread, spread);
-  cal.notes.push_back(fmt::format("elementwise functions (the cpu backend's activations), G elements/s per rank: {} "
+  cal.notes.push_back(fmt::format("elementwise functions (the cpu backend's activations and GELUs), G elements/s per rank: {} "
                                   "(median samples up to {:+.0f}%)",
                                   rates, 100 * spread));
 }

@@ -110,6 +110,10 @@ struct Context {
   // those replicated kv columns' gradients each layer's backward makes (0: none).
   double qkv_local = 0, kv_sum = 0;
   double norm_weights = 2;  // a norm's weights and bias per hidden element (RMSNorm: 1, no bias)
+  // The MLP's activation as the device's measured function rates name it (model/config.h's
+  // mlp_name: "gelu", "gelu_exact"; its backward + "_backward"); a name without a rate (a GPU's,
+  // SwiGLU's) is priced by its bytes.
+  std::string mlp_function = "gelu";
   bool tied_head = true;    // ModelConfig::tied_head: the order of ZeRO-3's gathers
   LayerCost layer{};
   // The front's and the back's seconds of one micro-batch (forward, backward), their FLOPs
@@ -196,10 +200,15 @@ LayerCost layer_cost(Context& c) {
   // Element-wise, memory-bound: two LayerNorms (read x, write y), GeLU (read, write), two
   // residual adds (read 2, write 1); with dropout, two dropouts (read, write, mask). Their
   // backward reads the output gradient and the saved input: about 2x the bytes.
-  lc.ew_f = 2 * memory_time(d, 2 * N * h * e / rep) + memory_time(d, 2 * N * f / t * e) +
-            2 * memory_time(d, 3 * N * h * e / rep);
-  if (c.o.dropout) lc.ew_f += 2 * memory_time(d, N * h * (2 * e + 1) / rep);
-  lc.ew_b = 2 * lc.ew_f;
+  // The GELU costs its function where the device has a rate for it (a CPU: weft calibrate
+  // measures the cpu backend's), else its bytes; its backward at least twice its bytes.
+  const double act_elems = N * f / t, act_bytes = 2 * act_elems * e, act_mem = memory_time(d, act_bytes);
+  const double act_f = elementwise_time(d, act_bytes, c.mlp_function, act_elems);
+  const double act_b = std::max(2 * act_mem, elementwise_time(d, act_bytes, c.mlp_function + "_backward", act_elems));
+  double rest = 2 * memory_time(d, 2 * N * h * e / rep) + 2 * memory_time(d, 3 * N * h * e / rep);
+  if (c.o.dropout) rest += 2 * memory_time(d, N * h * (2 * e + 1) / rep);
+  lc.ew_f = rest + act_f;
+  lc.ew_b = 2 * rest + act_b;
   // Backward FLOPs: each product twice (Narayanan et al. 2021 sec. 3.5); FlashAttention's
   // backward 2.5x its forward.
   lc.flops_bwd = 2 * (lc.flops_fwd - lc.flops_attn_core) + (c.o.flash_attention ? 2.5 : 2.0) * lc.flops_attn_core;
@@ -917,6 +926,7 @@ Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layou
     c.kv_sum = static_cast<double>(kv_replica_sum_elems(mc, static_cast<int>(l.tp)));
     c.fc_width = mc.fc_width();
     c.norm_weights = mc.block.norm == NormKind::kLayerNorm && mc.block.bias ? 2 : 1;
+    c.mlp_function = mlp_name(mc.block.mlp);
     c.tied_head = mc.tied_head();
   }
   c.e = elem_bytes(o.precision);

@@ -208,10 +208,14 @@ EndsWork ClimaxDescription::ends_work() const {
   w.front_backward.tp = {{"all_reduce", V * N * C}, {"all_reduce", C, false, true}};
   // Back, replicated: final LayerNorm, decoder_depth x (Linear(C, C) + GELU), Linear(C, K), the
   // weighted MSE (reads the predictions, targets and weights; writes the gradient).
-  w.back_forward.kernels = {Kernel::memory(2 * N * C), Kernel::product(N, C, C, 1, D), Kernel::memory(2 * N * C, D),
-                            Kernel::product(N, K, C), Kernel::memory(4 * N * K)};
-  w.back_backward.kernels = {Kernel::product(N, C, K),       Kernel::product(C, K, N),   Kernel::product(N, C, C, 1, D),
-                             Kernel::product(C, C, N, 1, D), Kernel::memory(3 * N * C, D), Kernel::memory(4 * N * C)};
+  // The decoder's GELUs (the tanh form) name their function (a CPU prices its rate).
+  Kernel gelu = Kernel::memory(2 * N * C, D), gelu_back = Kernel::memory(3 * N * C, D);
+  gelu.function = "gelu", gelu.functions = N * C;
+  gelu_back.function = "gelu_backward", gelu_back.functions = N * C;
+  w.back_forward.kernels = {Kernel::memory(2 * N * C), Kernel::product(N, C, C, 1, D), gelu, Kernel::product(N, K, C),
+                            Kernel::memory(4 * N * K)};
+  w.back_backward.kernels = {Kernel::product(N, C, K),       Kernel::product(C, K, N), Kernel::product(N, C, C, 1, D),
+                             Kernel::product(C, C, N, 1, D), gelu_back,                Kernel::memory(4 * N * C)};
   return w;
 }
 
