@@ -8,7 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "comm/self_comm.h"
@@ -33,6 +36,9 @@ TEST(CalibrateBusy, ACompetingProcessIsDetectedAndTheFiguresHold) {
   const plan::Calibration busy = plan::calibrate(o, *self);
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
+  // A quiet calibration after as well: this VM's own speed drifts by up to 30% within minutes
+  // (docs/planner.md), so the busy figures are compared with the quiet ones on either side.
+  const plan::Calibration after = plan::calibrate(o, *self);
   std::printf("quiet: other load %.2f, spread %.2f, %.2f GFLOP/s, %.2f GB/s, fork/join %.2f us\n", quiet.other_load,
               quiet.spread, quiet.system.device.peak_flops_32 / 1e9, quiet.system.device.memory_bandwidth / 1e9,
               quiet.system.device.kernel_latency * 1e6);
@@ -43,10 +49,18 @@ TEST(CalibrateBusy, ACompetingProcessIsDetectedAndTheFiguresHold) {
   EXPECT_GT(busy.other_load, quiet.other_load);
   EXPECT_NE(busy.warning.find("the machine was busy while calibrating"), std::string::npos) << busy.warning;
   EXPECT_GT(busy.system.machine.other_load, 0.5);
-  const plan::Device &q = quiet.system.device, &b = busy.system.device;
-  EXPECT_NEAR(b.peak_flops_32, q.peak_flops_32, 0.3 * q.peak_flops_32);
-  EXPECT_NEAR(b.memory_bandwidth, q.memory_bandwidth, 0.3 * q.memory_bandwidth);
-  EXPECT_LT(b.kernel_latency, 3.0 * q.kernel_latency + 2e-6);
+  const plan::Device &q = quiet.system.device, &q2 = after.system.device, &b = busy.system.device;
+  std::printf("after: other load %.2f, spread %.2f, %.2f GFLOP/s, %.2f GB/s, fork/join %.2f us\n", after.other_load,
+              after.spread, q2.peak_flops_32 / 1e9, q2.memory_bandwidth / 1e9, q2.kernel_latency * 1e6);
+  // Within 30% of the quiet calibration before or of the one after.
+  const auto near_either = [](double v, double a, double c) {
+    return std::abs(v - a) <= 0.3 * a || std::abs(v - c) <= 0.3 * c;
+  };
+  EXPECT_TRUE(near_either(b.peak_flops_32, q.peak_flops_32, q2.peak_flops_32))
+      << b.peak_flops_32 << " against " << q.peak_flops_32 << " and " << q2.peak_flops_32;
+  EXPECT_TRUE(near_either(b.memory_bandwidth, q.memory_bandwidth, q2.memory_bandwidth))
+      << b.memory_bandwidth << " against " << q.memory_bandwidth << " and " << q2.memory_bandwidth;
+  EXPECT_LT(b.kernel_latency, 3.0 * std::max(q.kernel_latency, q2.kernel_latency) + 2e-6);
   // What a few samples a point cannot measure on a busy machine is not kept: the products by
   // shape and the optimizer's curve (the planner falls back to the square curve and traffic).
   EXPECT_FALSE(q.gemm_table.empty());
