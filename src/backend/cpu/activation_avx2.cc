@@ -45,5 +45,26 @@ void activation_backward_avx2(float* dinp, const float* x, const float* dout, in
   }
 }
 
+void gelu_erf_forward_avx2(float* out, const float* x, int64_t n) {
+  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f), r2 = _mm256_set1_ps(0.70710678118654752f);
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 cdf = _mm256_mul_ps(half, _mm256_add_ps(one, Sleef_erff8_u10(_mm256_mul_ps(v, r2))));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(v, cdf));
+  }
+}
+
+void gelu_erf_backward_avx2(float* dinp, const float* x, const float* dout, int64_t n) {
+  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f), r2 = _mm256_set1_ps(0.70710678118654752f);
+  const __m256 r2pi = _mm256_set1_ps(0.39894228040143268f), mhalf = _mm256_set1_ps(-0.5f);
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 cdf = _mm256_mul_ps(half, _mm256_add_ps(one, Sleef_erff8_u10(_mm256_mul_ps(v, r2))));
+    const __m256 pdf = _mm256_mul_ps(r2pi, Sleef_expf8_u10(_mm256_mul_ps(_mm256_mul_ps(mhalf, v), v)));
+    const __m256 d = _mm256_add_ps(cdf, _mm256_mul_ps(v, pdf));
+    _mm256_storeu_ps(dinp + i, _mm256_mul_ps(_mm256_loadu_ps(dout + i), d));
+  }
+}
+
 }  // namespace weft::cpu
 #endif

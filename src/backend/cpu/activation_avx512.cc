@@ -45,5 +45,26 @@ void activation_backward_avx512(float* dinp, const float* x, const float* dout, 
   }
 }
 
+void gelu_erf_forward_avx512(float* out, const float* x, int64_t n) {
+  const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f), r2 = _mm512_set1_ps(0.70710678118654752f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    const __m512 cdf = _mm512_mul_ps(half, _mm512_add_ps(one, Sleef_erff16_u10(_mm512_mul_ps(v, r2))));
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(v, cdf));
+  }
+}
+
+void gelu_erf_backward_avx512(float* dinp, const float* x, const float* dout, int64_t n) {
+  const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f), r2 = _mm512_set1_ps(0.70710678118654752f);
+  const __m512 r2pi = _mm512_set1_ps(0.39894228040143268f), mhalf = _mm512_set1_ps(-0.5f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    const __m512 cdf = _mm512_mul_ps(half, _mm512_add_ps(one, Sleef_erff16_u10(_mm512_mul_ps(v, r2))));
+    const __m512 pdf = _mm512_mul_ps(r2pi, Sleef_expf16_u10(_mm512_mul_ps(_mm512_mul_ps(mhalf, v), v)));
+    const __m512 d = _mm512_add_ps(cdf, _mm512_mul_ps(v, pdf));
+    _mm512_storeu_ps(dinp + i, _mm512_mul_ps(_mm512_loadu_ps(dout + i), d));
+  }
+}
+
 }  // namespace weft::cpu
 #endif

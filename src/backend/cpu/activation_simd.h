@@ -20,4 +20,11 @@ void activation_forward_avx2(float* out, const float* x, int64_t n, Activation a
 void activation_backward_avx2(float* dinp, const float* x, const float* dout, int64_t n, Activation a,
                               bool accumulate);
 
+// The exact GELU x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) and its gradient (Phi(x) + x phi(x)) dout,
+// with SLEEF's erf and exp (1.0-ULP). n: as above.
+void gelu_erf_forward_avx512(float* out, const float* x, int64_t n);
+void gelu_erf_backward_avx512(float* dinp, const float* x, const float* dout, int64_t n);
+void gelu_erf_forward_avx2(float* out, const float* x, int64_t n);
+void gelu_erf_backward_avx2(float* dinp, const float* x, const float* dout, int64_t n);
+
 }  // namespace weft::cpu

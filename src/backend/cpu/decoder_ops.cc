@@ -1,5 +1,8 @@
 #include "backend/cpu/decoder_ops.h"
 
+#include "backend/cpu/activation_simd.h"
+#include "backend/cpu/pointwise_ops.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -90,13 +93,25 @@ void swiglu_forward(float* out, const float* pre, int64_t N, int64_t F) {
   }
 }
 
+// On SIMD registers where the CPU has them (SLEEF's erf and exp, pointwise_ops.h's blocks), else
+// libm's scalar erf and exp.
 void gelu_erf_forward(float* out, const float* inp, int64_t n) {
+  if (simd_blocks(n, [&](float* y, const float* x, const float*, int64_t m, bool avx512) {
+        avx512 ? gelu_erf_forward_avx512(y, x, m) : gelu_erf_forward_avx2(y, x, m);
+      }, out, inp, nullptr)) {
+    return;
+  }
   constexpr float kInvSqrt2 = 0.70710678118654752f;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) out[i] = 0.5f * inp[i] * (1.0f + std::erf(inp[i] * kInvSqrt2));
 }
 
 void gelu_erf_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+  if (simd_blocks(n, [&](float* g, const float* x, const float* d, int64_t m, bool avx512) {
+        avx512 ? gelu_erf_backward_avx512(g, x, d, m) : gelu_erf_backward_avx2(g, x, d, m);
+      }, dinp, inp, dout)) {
+    return;
+  }
   constexpr float kInvSqrt2 = 0.70710678118654752f, kInvSqrt2Pi = 0.39894228040143268f;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {

@@ -116,6 +116,20 @@ void activation_backward(float* dinp, const float* inp, const float* dout, int64
   });
 }
 
+bool simd_blocks(int64_t n, const SimdBlockFn& f, float* y, const float* x, const float* d) {
+  if (simd() == Simd::kNone) return false;
+  const bool avx512 = simd() == Simd::kAvx512;
+  by_blocks(n, [&](int64_t first, int64_t count) {
+    if (count % 16 == 0) return f(y + first, x + first, d ? d + first : nullptr, count, avx512);
+    alignas(64) float xb[kActivationBlock] = {}, db[kActivationBlock] = {}, yb[kActivationBlock];
+    std::copy(x + first, x + first + count, xb);
+    if (d) std::copy(d + first, d + first + count, db);
+    f(yb, xb, d ? db : nullptr, (count + 15) / 16 * 16, avx512);
+    std::copy(yb, yb + count, y + first);
+  });
+  return true;
+}
+
 void mul(float* out, const float* a, const float* b, int64_t n, bool accumulate) {
 #pragma omp parallel for schedule(static) if (n > 16384)
   for (int64_t i = 0; i < n; ++i) {
