@@ -73,20 +73,9 @@ void activation_forward(float* out, const float* inp, int64_t n, Activation a) {
     for (int64_t i = 0; i < n; ++i) out[i] = activation_value(inp[i], a);
     return;
   }
-  by_blocks(n, [&](int64_t first, int64_t count) {
-    auto run = [&](float* o, const float* x, int64_t m) {
-      if (simd() == Simd::kAvx512) {
-        activation_forward_avx512(o, x, m, a);
-      } else {
-        activation_forward_avx2(o, x, m, a);
-      }
-    };
-    if (count % 16 == 0) return run(out + first, inp + first, count);
-    alignas(64) float x[kActivationBlock] = {}, y[kActivationBlock];
-    std::copy(inp + first, inp + first + count, x);
-    run(y, x, (count + 15) / 16 * 16);
-    std::copy(y, y + count, out + first);
-  });
+  simd_blocks(n, [a](float* y, const float* x, const float*, int64_t m, bool avx512) {
+    avx512 ? activation_forward_avx512(y, x, m, a) : activation_forward_avx2(y, x, m, a);
+  }, out, inp, nullptr);
 }
 
 void activation_backward(float* dinp, const float* inp, const float* dout, int64_t n, Activation a, bool accumulate) {
