@@ -689,6 +689,56 @@ void measure_functions(Calibration& cal, bool quick, Communicator& world) {
                                   rates, 100 * spread));
 }
 
+// Kernels in a chain against the planner's price of each: a check of the model, written into
+// the file's comments (not used for pricing). The figures above time each kernel back to back
+// on its own operands; a step runs hundreds of different kernels one after the other, whose
+// operands the previous kernel left in the other core's cache, partitioned differently
+// (OpenBLAS's rows are not OpenMP's). A chain like a layer's (a product, SiLU, the weight
+// gradient's product accumulating, the input gradient's, an add) over rows x width
+// activations, the best of many samples of several passes, over the sum of the planner's
+// prices of its five kernels from the figures just measured (docs/planner.md, stop 59: 0.65 to
+// 1.30 on this VM, by shape, not by size alone).
+void measure_chain_check(Calibration& cal, bool quick, Communicator& world) {
+  const Device& d = cal.system.device;
+  std::unique_ptr<Backend> be = make_backend("cpu");
+  be->set_products({Precision::kFp32, MatmulMode::kExact, d.fp32_kernel});
+  const std::vector<int64_t> widths = {64, 256};
+  const std::vector<int64_t> rows = quick ? std::vector<int64_t>{256, 4096} : std::vector<int64_t>{64, 256, 1024, 4096, 16384};
+  std::string text;
+  for (int64_t C : widths) {
+    for (int64_t R : rows) {
+      const int64_t act = R * C;
+      DeviceBuffer x = to_device(*be, std::vector<float>(static_cast<size_t>(act), 0.01f), DType::kF32);
+      DeviceBuffer w = to_device(*be, std::vector<float>(static_cast<size_t>(C * C), 0.01f), DType::kF32);
+      DeviceBuffer g = to_device(*be, std::vector<float>(static_cast<size_t>(C * C), 0.0f), DType::kF32);
+      DeviceBuffer y(*be, DType::kF32, act), z(*be, DType::kF32, act), x2(*be, DType::kF32, act);
+      float *px = x.data<float>(), *pw = w.data<float>(), *pg = g.data<float>();
+      float *py = y.data<float>(), *pz = z.data<float>(), *px2 = x2.data<float>();
+      auto chain = [&] {
+        be->gemm(false, false, R, C, C, 1.0f, px, C, pw, C, 0.0f, py, C);   // y = x w
+        be->activation_forward_f32(pz, py, act, Activation::kSilu);         // z = silu(y)
+        be->gemm(true, false, C, C, R, 1.0f, px, C, pz, C, 1.0f, pg, C);    // g += x^T z
+        be->gemm(false, true, R, C, C, 1.0f, pz, C, pw, C, 0.0f, px2, C);   // x2 = z w^T
+        be->add_f32(px, px, px2, act);                                      // x += x2
+      };
+      const double e = 4, a = static_cast<double>(act), c = static_cast<double>(C), r = static_cast<double>(R);
+      const GemmShape nn{r, c, c, 1, GemmTrans::kNN}, tn{c, c, r, 1, GemmTrans::kTN}, nt{r, c, c, 1, GemmTrans::kNT};
+      const double priced = gemm_time(d, Precision::kFp32, nn, e) + elementwise_time(d, 2 * e * a, "silu", a) +
+                            gemm_time(d, Precision::kFp32, tn, e) + gemm_time(d, Precision::kFp32, nt, e) +
+                            memory_time(d, 3 * e * a);
+      const int passes = std::max(2, static_cast<int>(std::ceil(2e-3 / priced)));
+      const Samples t = steady_seconds(quick ? 5 : 12, world, [&] {
+        for (int i = 0; i < passes; ++i) chain();
+      });
+      const double measured = max_over_ranks(world, t.best / passes);
+      text += fmt::format("{}{} x {} {:.3g}", text.empty() ? "" : ", ", R, C, measured / priced);
+    }
+  }
+  cal.notes.push_back(fmt::format("check: kernels in a chain (product, SiLU, weight-gradient product, input-gradient "
+                                  "product, add; rows x width), measured over the planner's price from this file: {}",
+                                  text));
+}
+
 }  // namespace
 
 Calibration calibrate(const CalibrationOptions& o, Communicator& world) {
@@ -716,6 +766,7 @@ Calibration calibrate(const CalibrationOptions& o, Communicator& world) {
   measure_memory_curve(cal, o.quick, world);
   measure_optimizer(cal, o.quick, world);
   measure_functions(cal, o.quick, world);
+  measure_chain_check(cal, o.quick, world);
 
   // Links between ranks.
   LinkLevel link;

@@ -22,9 +22,6 @@ struct GemmTable {
   std::array<std::vector<double>, 3> rates;
   mutable double best_ = 0;        // best()'s, for best_count_ rates
   mutable size_t best_count_ = 0;
-  // kernel_model.cc's gemm_table_level for the device's peak, curve and table best it was found with.
-  mutable double level_ = 0, level_peak_ = 0, level_best_ = 0;
-  mutable size_t level_points_ = 0;
 
   bool empty() const { return rates[0].empty(); }
   // The fastest rate of the table (0 when empty). The planner divides every product's rate by it,

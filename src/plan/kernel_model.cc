@@ -47,39 +47,11 @@ double wave_fraction(double tiles, int64_t units) {
   return tiles / (std::ceil(tiles / u) * u);
 }
 
-double gemm_table_level(const Device& d) {
-  const GemmTable& t = d.gemm_table;
-  if (t.empty()) return 1.0;
-  const double peak = d.peak_flops_32;
-  if (d.matmul_curve.empty() || !(peak > 0)) return peak / t.best();
-  // The square sizes the curve measured (FLOPs 2 s^3) inside the table's grid on every axis.
-  const double lo = std::max({t.m.front(), t.n.front(), t.k.front()});
-  const double hi = std::min({t.m.back(), t.n.back(), t.k.back()});
-  double log_sum = 0;
-  int points = 0;
-  for (const auto& [flops, fraction] : d.matmul_curve) {
-    const double s = std::cbrt(flops / 2);
-    if (s < lo * (1 - 1e-9) || s > hi * (1 + 1e-9)) continue;
-    log_sum += std::log(peak * fraction / t.rate(GemmTrans::kNN, s, s, s));
-    ++points;
-  }
-  return points > 0 ? std::exp(log_sum / points) : peak / t.best();
-}
-
 double gemm_fraction(const Device& d, const GemmShape& g) {
-  // The table gives each shape's rate; the square products (the best of many samples, measured
-  // again when disturbed) set its level: the table's rates times the geometric mean of
-  // square curve / table over the square sizes both measured (gemm_table_level).
-  if (!d.gemm_table.empty()) {
-    const GemmTable& t = d.gemm_table;
-    if (t.level_peak_ != d.peak_flops_32 || t.level_best_ != t.best() || t.level_points_ != d.matmul_curve.size() ||
-        t.level_ <= 0) {
-      t.level_ = gemm_table_level(d);
-      t.level_peak_ = d.peak_flops_32, t.level_best_ = t.best();
-      t.level_points_ = d.matmul_curve.size();
-    }
-    return t.rate(g.trans, g.m, g.n, g.k) * t.level_ / d.peak_flops_32;
-  }
+  // The table gives the shape: its rates relative to its own best, against the peak the square
+  // products measured (the best of many samples, measured again when disturbed). A table taken
+  // while another process held a core is slowed throughout; its shape holds better than its level.
+  if (!d.gemm_table.empty()) return d.gemm_table.rate(g.trans, g.m, g.n, g.k) / d.gemm_table.best();
   if (d.compute_units <= 0 || d.gemm_tiles.empty()) return matmul_curve_fraction(d, g.flops());
   double best = 0;
   for (const GemmTile& t : d.gemm_tiles) best = std::max(best, tile_fraction(d, t, g));

@@ -45,15 +45,7 @@ double wave_fraction(double tiles, int64_t units);
 // clamped at its ends), or the constant efficiency without a curve.
 double matmul_curve_fraction(const Device& d, double flops);
 
-// The factor that brings a measured GemmTable's rates to the level of the square products'
-// curve (Device::matmul_curve x peak_flops_32): the geometric mean of curve / table (nn, m = n =
-// k = s) over the curve's sizes s inside the table's grid. Both measure the same products; the
-// curve takes many more samples a size, the table two a shape, so the curve sets the level and
-// the table the shape. Without a curve (or no size in common): peak / the table's best.
-double gemm_table_level(const Device& d);
-
-// Fraction of the device's peak one product reaches: the measured table by shape and layout
-// (at gemm_table_level); per-shape on a device with compute units
+// Fraction of the device's peak one product reaches: per-shape on a device with compute units
 // (the best candidate tile), else the measured curve or constant by FLOPs.
 double gemm_fraction(const Device& d, const GemmShape& g);
 

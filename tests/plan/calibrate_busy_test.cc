@@ -1,6 +1,7 @@
 // weft calibrate on a busy machine (issue 35, item 1): a competing process that keeps a core busy
 // while it measures is detected (the other processes' CPU time, the samples' spread) and named in
-// a warning, and the figures, the best of many short samples, stay close to a quiet machine's.
+// a warning, and the figures, the best of many short samples, stay close to a quiet machine's
+// (and the step time each file predicts for README's default job is printed).
 // Registered apart from the other tests (tests/CMakeLists.txt: RUN_SERIAL, calibrate_busy), since
 // the "quiet" calibration needs no other test beside it.
 #include <gtest/gtest.h>
@@ -15,7 +16,9 @@
 #include <string>
 
 #include "comm/self_comm.h"
+#include "model/config.h"
 #include "plan/calibrate.h"
+#include "plan/predict.h"
 
 namespace weft {
 namespace {
@@ -66,6 +69,22 @@ TEST(CalibrateBusy, ACompetingProcessIsDetectedAndTheFiguresHold) {
   EXPECT_FALSE(q.gemm_table.empty());
   EXPECT_TRUE(b.gemm_table.empty());
   EXPECT_TRUE(b.adamw_curve.empty());
+  // The step time the busy file predicts for README's default job (configs/tiny.toml: the tiny
+  // preset, sequence 256, one micro-batch of 8, fp32, one rank) beside what the quiet files
+  // predict: printed, not asserted. Issue 35 item 1 asks for 15%; the busy file drops the products
+  // by shape and prices from the square curve, 20-33% below what the quiet files' table prices
+  // at its level (its rates over its best) on this VM (docs/planner.md, "Stop 59"): not met yet.
+  const plan::ModelShape tiny = plan::ModelShape::from_config(model_preset("tiny"), 256);
+  plan::Layout l;
+  l.tp = l.pp = l.dp = 1;
+  l.micro_batch = 8;
+  const auto step = [&](const plan::System& s) {
+    return plan::predict(tiny, s, l, plan::Options::from_system(s, plan::Precision::kFp32, 8)).step_time_s;
+  };
+  const double tq = step(quiet.system), tb = step(busy.system), ta = step(after.system);
+  EXPECT_GT(tb, 0.0);
+  std::printf("README's default job predicted: quiet %.1f ms, busy %.1f ms (%+.1f%%), after %.1f ms (%+.1f%%)\n", tq * 1e3,
+              tb * 1e3, 100 * (tb / tq - 1), ta * 1e3, 100 * (tb / ta - 1));
 }
 
 }  // namespace

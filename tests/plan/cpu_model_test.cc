@@ -67,8 +67,9 @@ TEST(CpuModel, GemmTableRejectsBadGrids) {
   EXPECT_THROW(t.validate("here"), InputError);
 }
 
-// A device with a table prices a product by its shape and layout; without a square products'
-// curve to compare it with, at the table's rate over the table's best times the peak.
+// A device with a table prices a product by its shape and layout: the table's rate over the
+// table's best, times the peak the square products measured (the table gives the shape, the
+// square curve the level).
 TEST(CpuModel, ProductsArePricedFromTheTableByLayout) {
   System s = one_level(1e10, 1e-6);
   s.device.gemm_table = two_by_two();
@@ -82,39 +83,6 @@ TEST(CpuModel, ProductsArePricedFromTheTableByLayout) {
   // When the table's best equals the peak, the table's own rates price the products.
   s.device.peak_flops_32 = best;
   EXPECT_NEAR(gemm_time(s.device, Precision::kFp32, nn, 4), nn.flops() / 16e9, 1e-12);
-}
-
-// With the square products' curve the table's level comes from the sizes both measured: the
-// table's rates times the geometric mean of curve / table there. One fast shape elsewhere in
-// the table (its best) no longer lowers every other product's rate.
-TEST(CpuModel, TheSquareCurveSetsTheTablesLevelWhereBothMeasured) {
-  System s = one_level(1e10, 1e-6);
-  s.device.kernel_latency = 0;
-  s.device.memory_bandwidth = 1e15;
-  GemmTable t;
-  t.m = t.n = t.k = {64, 1024};
-  for (size_t tr = 0; tr < 3; ++tr) t.rates[tr].assign(8, 50e9);  // flat 50 GFLOP/s...
-  t.rates[2][7] = 400e9;                                             // ...but one tn shape at 400
-  s.device.gemm_table = t;
-  s.device.peak_flops_16 = s.device.peak_flops_32 = 100e9;
-  // The square products: 32^3 (outside the grid: not compared), 64^3 at 40, 256^3 and 1024^3 at 100.
-  auto frac = [](double rate) { return rate / 100e9; };
-  s.device.matmul_curve = {{2.0 * 32 * 32 * 32, frac(20e9)},
-                           {2.0 * 64 * 64 * 64, frac(40e9)},
-                           {2.0 * 256 * 256 * 256, frac(100e9)},
-                           {2.0 * 1024 * 1024 * 1024, frac(100e9)}};
-  const double level = gemm_table_level(s.device);
-  EXPECT_NEAR(level, std::cbrt((40.0 / 50) * (100.0 / 50) * (100.0 / 50)), 1e-9);
-  const GemmShape nn{100, 300, 200, 1, GemmTrans::kNN};
-  EXPECT_NEAR(gemm_time(s.device, Precision::kFp32, nn, 4), nn.flops() / (50e9 * level), 1e-12 * nn.flops() / 50e9);
-  // The old level (peak / the table's best = 0.25) would have priced it 5.5x slower.
-  EXPECT_GT(level, 4 * 100e9 / 400e9);
-  // Changing the curve is seen (the level is cached against the peak, the curve and the table).
-  s.device.matmul_curve = {{2.0 * 64 * 64 * 64, frac(50e9)}, {2.0 * 1024 * 1024 * 1024, frac(50e9)}};
-  EXPECT_NEAR(gemm_time(s.device, Precision::kFp32, nn, 4), nn.flops() / 50e9, 1e-12 * nn.flops() / 50e9);
-  // No size in common: the table's best against the peak, as without a curve.
-  s.device.matmul_curve = {{2.0 * 32 * 32 * 32, frac(20e9)}};
-  EXPECT_NEAR(gemm_table_level(s.device), 100e9 / 400e9, 1e-12);
 }
 
 TEST(CpuModel, MemoryCurveSetsTheBandwidthBySize) {
