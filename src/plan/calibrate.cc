@@ -696,16 +696,27 @@ void measure_functions(Calibration& cal, bool quick, Communicator& world) {
 // (OpenBLAS's rows are not OpenMP's). A chain like a layer's (a product, SiLU, the weight
 // gradient's product accumulating, the input gradient's, an add) over rows x width
 // activations, the best of many samples of several passes, over the sum of the planner's
-// prices of its five kernels from the figures just measured (docs/planner.md, stop 59: 0.65 to
+// prices of its five kernels from the figures the file keeps (docs/planner.md, stop 59: 0.65 to
 // 1.30 on this VM, by shape, not by size alone).
-void measure_chain_check(Calibration& cal, bool quick, Communicator& world) {
-  const Device& d = cal.system.device;
+struct ChainSample {
+  int64_t rows = 0, width = 0;
+  double seconds = 0;  // one pass of the chain, the best sample
+};
+
+// The chain's five kernels as the planner prices them on `d`.
+double chain_price(const Device& d, int64_t rows, int64_t width) {
+  const double e = 4, r = static_cast<double>(rows), c = static_cast<double>(width), a = r * c;
+  const GemmShape nn{r, c, c, 1, GemmTrans::kNN}, tn{c, c, r, 1, GemmTrans::kTN}, nt{r, c, c, 1, GemmTrans::kNT};
+  return gemm_time(d, Precision::kFp32, nn, e) + elementwise_time(d, 2 * e * a, "silu", a) +
+         gemm_time(d, Precision::kFp32, tn, e) + gemm_time(d, Precision::kFp32, nt, e) + memory_time(d, 3 * e * a);
+}
+
+std::vector<ChainSample> measure_chain(const Device& d, bool quick, Communicator& world) {
   std::unique_ptr<Backend> be = make_backend("cpu");
   be->set_products({Precision::kFp32, MatmulMode::kExact, d.fp32_kernel});
-  const std::vector<int64_t> widths = {64, 256};
   const std::vector<int64_t> rows = quick ? std::vector<int64_t>{256, 4096} : std::vector<int64_t>{64, 256, 1024, 4096, 16384};
-  std::string text;
-  for (int64_t C : widths) {
+  std::vector<ChainSample> out;
+  for (int64_t C : {int64_t{64}, int64_t{256}}) {
     for (int64_t R : rows) {
       const int64_t act = R * C;
       DeviceBuffer x = to_device(*be, std::vector<float>(static_cast<size_t>(act), 0.01f), DType::kF32);
@@ -721,22 +732,28 @@ void measure_chain_check(Calibration& cal, bool quick, Communicator& world) {
         be->gemm(false, true, R, C, C, 1.0f, pz, C, pw, C, 0.0f, px2, C);   // x2 = z w^T
         be->add_f32(px, px, px2, act);                                      // x += x2
       };
-      const double e = 4, a = static_cast<double>(act), c = static_cast<double>(C), r = static_cast<double>(R);
-      const GemmShape nn{r, c, c, 1, GemmTrans::kNN}, tn{c, c, r, 1, GemmTrans::kTN}, nt{r, c, c, 1, GemmTrans::kNT};
-      const double priced = gemm_time(d, Precision::kFp32, nn, e) + elementwise_time(d, 2 * e * a, "silu", a) +
-                            gemm_time(d, Precision::kFp32, tn, e) + gemm_time(d, Precision::kFp32, nt, e) +
-                            memory_time(d, 3 * e * a);
-      const int passes = std::max(2, static_cast<int>(std::ceil(2e-3 / priced)));
+      // Passes a sample: about 2 ms of the chain at the planner's price (the same on every rank).
+      const int passes = std::max(2, static_cast<int>(std::ceil(2e-3 / chain_price(d, R, C))));
       const Samples t = steady_seconds(quick ? 5 : 12, world, [&] {
         for (int i = 0; i < passes; ++i) chain();
       });
-      const double measured = max_over_ranks(world, t.best / passes);
-      text += fmt::format("{}{} x {} {:.3g}", text.empty() ? "" : ", ", R, C, measured / priced);
+      out.push_back({R, C, max_over_ranks(world, t.best / passes)});
     }
   }
-  cal.notes.push_back(fmt::format("check: kernels in a chain (product, SiLU, weight-gradient product, input-gradient "
-                                  "product, add; rows x width), measured over the planner's price from this file: {}",
-                                  text));
+  return out;
+}
+
+// The check's line, priced from the device as the file keeps it (after a busy machine's table
+// was dropped).
+std::string chain_check_note(const Device& d, const std::vector<ChainSample>& chain) {
+  std::string text;
+  for (const ChainSample& c : chain) {
+    text += fmt::format("{}{} x {} {:.3g}", text.empty() ? "" : ", ", c.rows, c.width,
+                        c.seconds / chain_price(d, c.rows, c.width));
+  }
+  return fmt::format("check: kernels in a chain (product, SiLU, weight-gradient product, input-gradient product, add; "
+                     "rows x width), measured over the planner's price from this file: {}",
+                     text);
 }
 
 }  // namespace
@@ -766,7 +783,7 @@ Calibration calibrate(const CalibrationOptions& o, Communicator& world) {
   measure_memory_curve(cal, o.quick, world);
   measure_optimizer(cal, o.quick, world);
   measure_functions(cal, o.quick, world);
-  measure_chain_check(cal, o.quick, world);
+  const std::vector<ChainSample> chain = measure_chain(d, o.quick, world);
 
   // Links between ranks.
   LinkLevel link;
@@ -823,6 +840,7 @@ Calibration calibrate(const CalibrationOptions& o, Communicator& world) {
         cal.other_load, hw, steal, 100 * cal.spread);
     cal.notes.push_back("WARNING: " + cal.warning);
   }
+  cal.notes.push_back(chain_check_note(d, chain));
   s.machine = this_machine(ranks, threads);
   s.machine.other_load = cal.other_load;
   s.machine.spread = cal.spread;
