@@ -9,6 +9,7 @@
 #include <cmath>
 #include <fstream>
 #include <functional>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -28,6 +29,7 @@
 #include "core/precision.h"
 #include "plan/kernel_model.h"
 #include "plan/predict.h"
+#include "plan/scale_model.h"
 
 namespace weft::plan {
 
@@ -670,6 +672,63 @@ void measure_collectives(Calibration& cal, LinkLevel& link, bool quick, Communic
                                   products, 1e3 * t_c, 1e3 * t_ar, 1e3 * t_both, 100 * hidden));
 }
 
+// How much the ranks' times for the same work differ between two synchronisations
+// (SoftwareDefaults::sync_jitter): every rank runs the same products (128^3, the backend's, on its
+// threads) for a segment of about s seconds, after a barrier; the slowest rank's time less the
+// ranks' mean, over the samples, is what one synchronisation after such a segment waits
+// (measured: 0.2 ms to 0.5 s segments on 2 vCPUs of a VM waited 3-12% of the segment). Divided
+// by E[max of the ranks' normal draws] it is the coefficient of variation the planner scales to
+// any group size (plan/scale_model.h's sync_wait), by the segment's mean measured length.
+void measure_sync_jitter(Calibration& cal, bool quick, Communicator& world) {
+  const int n = world.size();
+  std::unique_ptr<Backend> be = make_backend("cpu");
+  be->set_products({Precision::kFp32, MatmulMode::kExact, cal.system.device.fp32_kernel});
+  const int64_t M = 128;
+  DeviceBuffer x = to_device(*be, std::vector<float>(static_cast<size_t>(M * M), 0.01f), DType::kF32);
+  DeviceBuffer y(*be, DType::kF32, M * M);
+  auto product = [&] { be->gemm(false, false, M, M, M, 1.0f, x.data<float>(), M, x.data<float>(), M, 0.0f, y.data<float>(), M); };
+  // One product's time back to back, as the segments run them (after a warm-up loop).
+  double one = 0;
+  for (int round = 0; round < 2; ++round) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < 200; ++i) product();
+    one = seconds_since(t0) / 200;
+  }
+  one = max_over_ranks(world, one);
+  const std::vector<double> segments = quick ? std::vector<double>{1e-3, 1e-2, 1e-1}
+                                             : std::vector<double>{2e-4, 1e-3, 5e-3, 2.5e-2, 1.25e-1, 5e-1};
+  const double budget = quick ? 0.4 : 2.0;  // seconds a segment length
+  std::vector<std::pair<double, double>> curve;
+  std::string text;
+  std::vector<double> own(static_cast<size_t>(n));
+  for (double seg : segments) {
+    const int k = std::max(1, static_cast<int>(std::lround(seg / std::max(1e-9, one))));
+    const int reps = std::clamp(static_cast<int>(budget / seg), quick ? 6 : 8, 1000);
+    double excess = 0, mean = 0;
+    for (int r = 0; r < reps + 1; ++r) {
+      world.barrier();
+      const auto t0 = Clock::now();
+      for (int i = 0; i < k; ++i) product();
+      const double t = seconds_since(t0);
+      world.all_gather(&t, own.data(), 1, CommDType::kF64);
+      if (r == 0) continue;  // warm-up
+      const double m = std::accumulate(own.begin(), own.end(), 0.0) / n;
+      excess += *std::max_element(own.begin(), own.end()) - m;
+      mean += m;
+    }
+    excess /= reps;
+    mean /= reps;
+    const double cv = std::clamp(excess / (mean * expected_max_normal(n)), 0.0, 0.99);
+    if (curve.empty() || mean > curve.back().first) curve.emplace_back(mean, cv);
+    text += fmt::format("{}{:.3g} ms: {:.3g} ms ({:.1f}%, cv {:.3f})", text.empty() ? "" : ", ", 1e3 * mean, 1e3 * excess,
+                        100 * excess / mean, cv);
+  }
+  cal.system.defaults.sync_jitter = curve;
+  cal.notes.push_back(fmt::format("synchronisation of {} ranks after segments of products: the slowest rank over the mean "
+                                  "by segment, {} (sync_jitter: cv = wait / E[max of {}] {:.3f})",
+                                  n, text, n, expected_max_normal(n)));
+}
+
 // The activations' rates: their exp and log1p, not the memory, set their time on a CPU.
 void measure_functions(Calibration& cal, bool quick, Communicator& world) {
   Device& d = cal.system.device;
@@ -799,6 +858,7 @@ Calibration calibrate(const CalibrationOptions& o, Communicator& world) {
     cal.notes.push_back(fmt::format("MPI ping-pong ranks 0-1: latency {:.2f} us (8 B), bandwidth {:.2f} GB/s ({} MiB)",
                                     lat * 1e6, link.bandwidth / 1e9, big >> 20));
     measure_collectives(cal, link, o.quick, world);
+    measure_sync_jitter(cal, o.quick, world);
   } else {
     // Not measured: a copy through shared memory reads and writes each byte once.
     link.latency = 1e-6;

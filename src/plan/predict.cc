@@ -61,16 +61,19 @@ constexpr const char* kOpClassName[kOpClasses] = {
 // name, for the per-layer and per-stage sums).
 struct Flow {
   double raw = 0, wire = 0, codec_s = 0;
-  void add(double raw_bytes, double wire_bytes, double codec_seconds, double calls) {
-    raw += calls * raw_bytes;
-    wire += calls * wire_bytes;
-    codec_s += calls * codec_seconds;
+  double calls = 0;  // collectives (each a synchronisation of its group)
+  void add(double raw_bytes, double wire_bytes, double codec_seconds, double n) {
+    raw += n * raw_bytes;
+    wire += n * wire_bytes;
+    codec_s += n * codec_seconds;
+    calls += n;
   }
-  void add(const PricedCall& c, double calls) { add(c.raw_bytes, c.wire_bytes, c.codec_s, calls); }
+  void add(const PricedCall& c, double n) { add(c.raw_bytes, c.wire_bytes, c.codec_s, n); }
   void add(const Flow& f, double times) {
     raw += times * f.raw;
     wire += times * f.wire;
     codec_s += times * f.codec_s;
+    calls += times * f.calls;
   }
 };
 
@@ -887,6 +890,47 @@ void explain_compute_and_tp(const Context& c, Prediction& p, const StageCost& sl
   }
 }
 
+// Waiting for the slowest rank (plan/scale_model.h). With a measured sync_jitter curve: every
+// synchronisation of the slowest stage's chain after an equal share of its busy time: its
+// tensor-parallel collectives (their group: tp), its pipeline receives (a pair of ranks), and the
+// step's closing collectives over the world (the data-parallel reduction, the loss and the norm):
+// after the last segment where the chain's synchronisations link the whole world (dp 1), else
+// after the whole step (the replicas meet once a step). Without a curve: busy x jitter x
+// E[max of the world's devices].
+struct Stragglers {
+  double seconds = 0;
+  std::string detail;  // under explain
+};
+Stragglers stragglers(const Context& c, const StageCost& slow, double md, double busy) {
+  const Layout& l = c.l;
+  const SoftwareDefaults& s = c.sys.defaults;
+  const int64_t world = l.world();
+  Stragglers r;
+  if (s.sync_jitter.empty()) {
+    r.seconds = straggler_time(busy, s.jitter, world);
+    if (c.o.explain) {
+      r.detail = fmt::format("jitter {:g} x E[max of {} normal draws] = {:.3g} x busy {:.4g} s", s.jitter, world,
+                             expected_max_normal(world), busy);
+    }
+    return r;
+  }
+  const double k_tp = l.tp > 1 ? md * slow.tp.calls : 0.0;
+  const double k_pp = l.pp > 1 ? md * l.virtual_stages * (l.pp > 2 || l.virtual_stages > 1 ? 2.0 : 1.0) : 0.0;
+  const double segment = busy / (k_tp + k_pp + 1);
+  const double last = l.dp > 1 ? busy : segment;
+  const double w_tp = sync_wait(s.sync_jitter, segment, l.tp), w_pp = sync_wait(s.sync_jitter, segment, 2);
+  const double w_end = sync_wait(s.sync_jitter, last, world);
+  r.seconds = k_tp * w_tp + k_pp * w_pp + w_end;
+  if (c.o.explain) {
+    auto cv = [&](double seg) { return interpolate_curve(s.sync_jitter, seg, false); };
+    r.detail = fmt::format(
+        "measured sync_jitter: {:g} tp collectives x {:.3g} ms + {:g} pipeline receives x {:.3g} ms (segments of {:.3g} ms, "
+        "cv {:.3g}) + the step's close over {} ranks {:.3g} ms (after {:.4g} s, cv {:.3g})",
+        k_tp, 1e3 * w_tp, k_pp, 1e3 * w_pp, 1e3 * segment, cv(segment), world, 1e3 * w_end, last, cv(last));
+  }
+  return r;
+}
+
 // Per kind of traffic, bytes raw and on the wire and the codec's seconds on the critical path,
 // per device per step: tp for the slowest stage (its micro-batches, plus the scatter-gather
 // all-gathers of its transfers), pp the busiest stage's sends (2 per micro-batch and chunk in
@@ -997,7 +1041,8 @@ Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layou
   // Scale effects (plan/scale_model.h): the slowest of the world's devices, and the per-step
   // work no parallelism shrinks.
   const int64_t world = l.world();
-  p.time.stragglers = straggler_time(p.time.compute + p.time.tp_comm, sys.defaults.jitter, world);
+  const Stragglers wait = stragglers(c, slow, md, p.time.compute + p.time.tp_comm);
+  p.time.stragglers = wait.seconds;
   const double world_ar = collective_time(sys, Collective::kAllReduce, world, 1, 8.0);
   p.time.overhead = sys.defaults.step_overhead + sys.defaults.world_allreduces * world_ar;
   p.time.total = p.time.compute + p.time.tp_comm + p.time.pp_bubble + p.time.dp_exposed + p.time.optimizer +
@@ -1037,10 +1082,7 @@ Prediction predict_unchecked(const ModelShape& m, const System& sys, const Layou
     for (size_t i = 0; i < dp.level_bytes.size(); ++i) p.dp_level_bytes.emplace_back(sys.levels[i].name, dp.level_bytes[i]);
     p.explain.push_back({"optimizer", "AdamW update", "", p.time.optimizer,
                          fmt::format("{:.4g} M parameters per rank, memory-bound", shard / 1e6)});
-    p.explain.push_back({"stragglers", "waiting for the slowest device", "", p.time.stragglers,
-                         fmt::format("jitter {:g} x E[max of {} normal draws] = {:.3g} x busy {:.4g} s",
-                                     sys.defaults.jitter, world, expected_max_normal(world),
-                                     p.time.compute + p.time.tp_comm)});
+    p.explain.push_back({"stragglers", "waiting for the slowest device", "", p.time.stragglers, wait.detail});
     p.explain.push_back({"overhead", "fixed per step", "", sys.defaults.step_overhead, "[defaults] step_overhead"});
     p.explain.push_back({"overhead", "world all-reduces (loss, norm)", "", sys.defaults.world_allreduces * world_ar,
                          fmt::format("{} x {:.3g} ms over {} ranks", sys.defaults.world_allreduces, 1e3 * world_ar, world)});

@@ -4,6 +4,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "plan/kernel_model.h"
+
 namespace weft::plan {
 
 namespace {
@@ -43,6 +45,11 @@ double expected_max_normal(int64_t n) {
 double straggler_time(double busy, double jitter, int64_t devices) {
   if (jitter <= 0 || busy <= 0) return 0;
   return busy * jitter * expected_max_normal(devices);
+}
+
+double sync_wait(const std::vector<std::pair<double, double>>& curve, double segment, int64_t devices) {
+  if (curve.empty() || segment <= 0 || devices <= 1) return 0;
+  return interpolate_curve(curve, segment, false) * segment * expected_max_normal(devices);
 }
 
 }  // namespace weft::plan

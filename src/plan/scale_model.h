@@ -13,8 +13,18 @@
 // - Collectives over many nodes pay their algorithm's latency term (ring 2(N - 1) hops,
 //   tree 2 log2 N; predict.h's collective_time) and the machine's taper on global links
 //   (a level of the system file whose bandwidth per device is below the level under it).
+// - Synchronisations measured (SoftwareDefaults::sync_jitter, `weft calibrate` on >= 2 ranks):
+//   a step is a chain of segments of work, each ended by a collective or a transfer that waits
+//   for the slowest rank of its group. A rank's time for a segment of s seconds varies with a
+//   coefficient of variation cv(s) (measured by the segment's length: on a shared machine or a
+//   VM's vCPUs short segments vary more than long ones, and the variation does not average out
+//   as 1/sqrt(s)), so each synchronisation of N ranks adds cv(s) s E[max of N] seconds: a
+//   tensor-parallel layout, which synchronises tens of times a micro-batch, waits more than a
+//   data-parallel one, which synchronises once a step.
 #pragma once
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 namespace weft::plan {
 
@@ -24,5 +34,11 @@ double expected_max_normal(int64_t n);
 
 // Seconds the slowest of `devices` adds to a step whose busy time per device is `busy`.
 double straggler_time(double busy, double jitter, int64_t devices);
+
+// Seconds one synchronisation of `devices` ranks waits after `segment` seconds of work on each:
+// cv(segment) x segment x E[max of devices standard normal draws], cv interpolated in the
+// measured curve ([segment seconds, cv], log-linear, clamped at its ends). 0 when the curve is
+// empty, the segment is not positive or there is one device.
+double sync_wait(const std::vector<std::pair<double, double>>& curve, double segment, int64_t devices);
 
 }  // namespace weft::plan

@@ -57,6 +57,14 @@ void validate_scale_model(const std::string& name, const SoftwareDefaults& s) {
     throw_input("system '{}': [defaults] step_overhead must be in [0, 3600) seconds, got {}", name, s.step_overhead);
   }
   if (!(s.jitter >= 0 && s.jitter < 1)) throw_input("system '{}': [defaults] jitter must be in [0, 1), got {}", name, s.jitter);
+  for (size_t i = 0; i < s.sync_jitter.size(); ++i) {
+    const auto& [seg, cv] = s.sync_jitter[i];
+    if (!(seg > 0 && seg < 3600) || !(cv >= 0 && cv < 1) || (i > 0 && !(seg > s.sync_jitter[i - 1].first))) {
+      throw_input("system '{}': [defaults] sync_jitter point {} is [{}, {}]: segments must increase within (0, 3600) s "
+                  "and the coefficient of variation be in [0, 1)",
+                  name, i, seg, cv);
+    }
+  }
   if (s.world_allreduces < 0 || s.world_allreduces > 1000) {
     throw_input("system '{}': [defaults] world_allreduces must be in [0, 1000], got {}", name, s.world_allreduces);
   }
@@ -254,16 +262,17 @@ int whole(const std::string& path, const char* section, const char* key, double 
 }
 
 // [device] KEY: an array of [x, y] pairs of numbers (what: their names, for the message).
-std::vector<std::pair<double, double>> read_pairs(const std::string& path, Reader& r, const char* key, const char* what) {
+std::vector<std::pair<double, double>> read_pairs(const std::string& path, Reader& r, const char* key, const char* what,
+                                                  const char* section = "device") {
   std::vector<std::pair<double, double>> out;
   const toml::node* c = r.get(key);
   if (!c) return out;
   const toml::array* arr = c->as_array();
-  if (!arr) throw_input("{}: [device] {} must be an array of {} pairs", path, key, what);
+  if (!arr) throw_input("{}: [{}] {} must be an array of {} pairs", path, section, key, what);
   for (const auto& p : *arr) {
     const toml::array* pair = p.as_array();
     if (!pair || pair->size() != 2 || !pair->get(0)->value<double>() || !pair->get(1)->value<double>()) {
-      throw_input("{}: [device] {} entries must be {} pairs of numbers", path, key, what);
+      throw_input("{}: [{}] {} entries must be {} pairs of numbers", path, section, key, what);
     }
     out.emplace_back(*pair->get(0)->value<double>(), *pair->get(1)->value<double>());
   }
@@ -525,6 +534,7 @@ System load_system(const std::string& path) {
     s.defaults.memory_model = r.string("memory_model", "megatron");
     s.defaults.step_overhead = r.number("step_overhead", 0, false);
     s.defaults.jitter = r.number("jitter", 0, false);
+    s.defaults.sync_jitter = read_pairs(path, r, "sync_jitter", "[segment seconds, coefficient of variation]", "defaults");
     s.defaults.world_allreduces = whole(path, "defaults", "world_allreduces", r.number("world_allreduces", 0, false));
     s.defaults.bubble_factor = r.number("bubble_factor", 1.0, false);
     if (s.defaults.memory_model != "megatron" && s.defaults.memory_model != "weft") {
@@ -648,6 +658,7 @@ std::string system_to_toml(const System& s, const std::vector<std::string>& note
   if (s.defaults.comm_overlap != 1.0) out += fmt::format("comm_overlap = {:.4g}\n", s.defaults.comm_overlap);
   out += fmt::format("step_overhead = {:.6g}\njitter = {:.6g}\nworld_allreduces = {}\nbubble_factor = {:.6g}\n",
                      s.defaults.step_overhead, s.defaults.jitter, s.defaults.world_allreduces, s.defaults.bubble_factor);
+  if (!s.defaults.sync_jitter.empty()) out += pairs_array("sync_jitter", s.defaults.sync_jitter);
   if (!s.machine.empty()) {
     const MachineFingerprint& m = s.machine;
     const auto esc = [](std::string v) {  // a TOML basic string

@@ -146,6 +146,13 @@ struct SoftwareDefaults {
   // Coefficient of variation of one device's busy time over a step: a synchronous step waits
   // for the slowest of its devices (stragglers).
   double jitter = 0;
+  // Measured (`weft calibrate` on >= 2 ranks): [segment seconds, coefficient of variation] pairs,
+  // segments increasing. How much one rank's time for a segment of work between two
+  // synchronisations varies independently of the other ranks' (a shared machine's scheduler, a
+  // VM's vCPUs), by the segment's length. Non-empty: the planner prices each synchronisation of
+  // a step (tensor-parallel collectives, pipeline transfers, the step's closing collectives) from
+  // it (plan/scale_model.h's sync_wait) instead of `jitter`.
+  std::vector<std::pair<double, double>> sync_jitter;
   // Small all-reduces over every rank per step (loss, gradient norm, overflow check): latency.
   int world_allreduces = 0;
   // The pipeline's fill and drain as a multiple of the schedule's ideal (p - 1) stage times.

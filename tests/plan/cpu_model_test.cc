@@ -166,6 +166,7 @@ TEST(CpuModel, NewSystemKeysRoundTrip) {
   s.device.norm_param_seconds = 1e-9;
   s.levels[0].collective_efficiency = {{"all_reduce", 0.21}, {"reduce_scatter", 0.17}};
   s.defaults.comm_overlap = 0.35;
+  s.defaults.sync_jitter = {{4.4e-4, 0.146}, {5.06e-2, 0.099}};
   s.validate();
   TempDir tmp("plan");
   std::ofstream(tmp / "cpu.toml") << system_to_toml(s);
@@ -179,6 +180,9 @@ TEST(CpuModel, NewSystemKeysRoundTrip) {
   EXPECT_NEAR(b.device.norm_param_seconds, 1e-9, 1e-14);
   EXPECT_NEAR(b.levels[0].collective_efficiency.at("all_reduce"), 0.21, 1e-4);
   EXPECT_NEAR(b.defaults.comm_overlap, 0.35, 1e-4);
+  ASSERT_EQ(b.defaults.sync_jitter.size(), 2u);
+  EXPECT_NEAR(b.defaults.sync_jitter[1].first, 5.06e-2, 1e-8);
+  EXPECT_NEAR(b.defaults.sync_jitter[0].second, 0.146, 1e-8);
   // A grid without rates, or a rate list of the wrong length, is refused with the key's name.
   std::ofstream(tmp / "bad.toml") << system_to_toml(s) << "";
   std::string text = system_to_toml(s);

@@ -184,6 +184,64 @@ TEST(PlanTerms, ScaleTermsInAStep) {
   EXPECT_NEAR(b.time.pp_bubble - base.time.pp_bubble, 2 * fill / 3, 1e-9 * fill);
 }
 
+// A measured sync_jitter curve: one synchronisation of N ranks after a segment s waits
+// cv(s) s E[max of N] (cv interpolated in log s, clamped at the curve's ends).
+TEST(PlanTerms, SyncWaitFromTheMeasuredCurve) {
+  const std::vector<std::pair<double, double>> curve = {{1e-3, 0.10}, {1e-1, 0.02}};
+  EXPECT_NEAR(sync_wait(curve, 1e-2, 2), 0.06 * 1e-2 / std::sqrt(M_PI), 1e-15);  // the midpoint in log s
+  EXPECT_NEAR(sync_wait(curve, 1e-5, 3), 0.10 * 1e-5 * 1.5 / std::sqrt(M_PI), 1e-18);  // clamped: short end
+  EXPECT_NEAR(sync_wait(curve, 10.0, 5), 0.02 * 10.0 * expected_max_normal(5), 1e-12);  // clamped: long end
+  EXPECT_EQ(sync_wait(curve, 1e-2, 1), 0.0);
+  EXPECT_EQ(sync_wait(curve, 0.0, 4), 0.0);
+  EXPECT_EQ(sync_wait({}, 1e-2, 4), 0.0);
+}
+
+// With a measured curve the planner prices each synchronisation of the step: a constant cv
+// gives the one-sync formula whatever the layout synchronises (the segments add up to the
+// step); a cv that is larger for short segments makes a tensor-parallel layout, which
+// synchronises tens of times a micro-batch, wait more than a data-parallel one of the same
+// busy time; the pipeline's receives count as pairs.
+TEST(PlanTerms, StragglersFromMeasuredSynchronisations) {
+  System s = load_system(std::string(WEFT_SOURCE_DIR) + "/systems/dgx-a100-80gb.toml");
+  const ModelShape m = ModelShape::from_config(model_preset("gpt2-350m"));
+  Options o = Options::from_system(s, Precision::kBf16, 16);
+  s.defaults.jitter = 0;
+  s.defaults.sync_jitter = {{1e-4, 0.05}, {10.0, 0.05}};
+  for (const Layout& l : {grid(8, 1, 1), grid(1, 1, 8), grid(1, 8, 1)}) {
+    const Prediction p = predict(m, s, l, o);
+    const double busy = p.time.compute + p.time.tp_comm;
+    if (l.pp == 1) {
+      EXPECT_NEAR(p.time.stragglers, 0.05 * busy * expected_max_normal(8), 1e-9 * busy) << l.tp << " " << l.dp;
+    } else {
+      // A middle stage receives twice a micro-batch (activations, gradients): 16 x 2 pairs, then the close.
+      const double seg = busy / 33;
+      EXPECT_NEAR(p.time.stragglers, 32 * 0.05 * seg * expected_max_normal(2) + 0.05 * seg * expected_max_normal(8),
+                  1e-9 * busy);
+    }
+  }
+  s.defaults.sync_jitter = {{1e-4, 0.20}, {1e-1, 0.02}};
+  const Prediction tp = predict(m, s, grid(8, 1, 1), o), dp = predict(m, s, grid(1, 1, 8), o);
+  const double tp_busy = tp.time.compute + tp.time.tp_comm, dp_busy = dp.time.compute + dp.time.tp_comm;
+  EXPECT_GT(tp.time.stragglers / tp_busy, 2 * dp.time.stragglers / dp_busy);
+  EXPECT_NEAR(dp.time.stragglers, sync_wait(s.defaults.sync_jitter, dp_busy, 8), 1e-12);
+  o.explain = true;
+  bool named = false;
+  for (const ExplainTerm& t : predict(m, s, grid(8, 1, 1), o).explain) {
+    if (t.group == "stragglers") named = t.detail.find("measured sync_jitter") != std::string::npos;
+  }
+  EXPECT_TRUE(named);
+  // A curve that does not increase, or a cv out of [0, 1), is refused with the point named.
+  s.defaults.sync_jitter = {{1e-2, 0.05}, {1e-3, 0.05}};
+  EXPECT_THROW(s.validate(), InputError);
+  s.defaults.sync_jitter = {{1e-2, 1.5}};
+  try {
+    s.validate();
+    FAIL() << "a cv of 1.5 was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("sync_jitter point 0 is [0.01, 1.5]"), std::string::npos) << e.what();
+  }
+}
+
 // Interleaved transfers: hidden behind other chunks' work (weft, Megatron with
 // --overlap-p2p-communication), or, without overlap, a round trip per chunk and micro-batch in
 // the steady state: 2 v (m - 1) more transfers on the critical path.
