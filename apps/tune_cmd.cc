@@ -126,6 +126,9 @@ int cmd_tune(CLI::App& app, int argc, char** argv, Communicator& world) {
   app.add_option("--kappa", o.kappa, "UCB exploration weight (default 1.96)");
   app.add_option("--recalibrate", o.recalibrate, "write the system file corrected by the trials here (error before/after in the log and summary.json)");
   app.add_flag("--allow-lossy", o.allow_lossy, "also search ZeRO++ (zero 3) and lossy compressed collectives: they change the numbers the model trains on");
+  app.add_option("--confirm", o.confirm,
+                 "after the search, run the N fastest trials and the planner's pick twice more each, interleaved, "
+                 "and keep each one's median: the best is the fastest of them (default 0: off)");
   app.add_option("--oracle", o.oracle, "look the trials up in this tune.csv (an earlier sweep) instead of running them");
   bool overwrite = false;
   app.add_flag("--overwrite", overwrite, "replace the tune that --out already holds (refused otherwise)");

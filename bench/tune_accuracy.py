@@ -5,7 +5,9 @@ For every successful trial: predicted (m:predicted_ms, the planner on the run's 
 without --recalibrate) against measured (m:step_ms). Prints the mean and worst |error|, the
 signed mean, the errors by axis value (tp, pp, dp, micro-batch, ZeRO, recompute, schedule),
 and where the planner ranks the measured fastest layout (1 = its first pick among these
-trials). --json for a machine-readable line; --max-mean/--max-worst/--max-rank: exit 1 when
+trials). A tune run with --confirm re-ran its fastest trials (m:runs 3: the median of three
+runs); the measured fastest is then the fastest of those, as `weft tune` picks it, and the
+confirmed trials' own error is reported apart. --json for a machine-readable line; --max-mean/--max-worst/--max-rank: exit 1 when
 exceeded.
 
   bench/tune_accuracy.py runs/tune-study/sweep/tune.csv [--json] [--max-mean PCT] [--max-worst PCT] [--max-rank N]
@@ -34,12 +36,18 @@ def load(path):
 def summary(rows):
     e = [r["error"] for r in rows]
     by_pred = sorted(rows, key=lambda r: r["predicted"])
-    best = min(rows, key=lambda r: r["measured"])
+    confirmed = [r for r in rows if int(r.get("m:runs") or 1) > 1]
+    best = min(confirmed or rows, key=lambda r: r["measured"])
     s = {"layouts": len(rows), "mean_abs": statistics.mean(abs(x) for x in e), "worst_abs": max(abs(x) for x in e),
          "signed": statistics.mean(e), "best_measured_ms": best["measured"],
          "best_rank_by_planner": 1 + by_pred.index(best),
          "planner_pick_measured_ms": by_pred[0]["measured"],
-         "within_10pct": sum(1 for x in e if abs(x) <= 10.0)}
+         "planner_pick_over_best": by_pred[0]["measured"] / best["measured"],
+         "within_10pct": sum(1 for x in e if abs(x) <= 10.0), "confirmed": len(confirmed)}
+    if confirmed:
+        ce = [r["error"] for r in confirmed]
+        s["confirmed_mean_abs"] = statistics.mean(abs(x) for x in ce)
+        s["confirmed_worst_abs"] = max(abs(x) for x in ce)
     # The error's shape without its scale: every prediction divided by the median predicted /
     # measured ratio (a machine that changed speed between calibration and trials moves the
     # scale, not the layouts' order or their ratios).
@@ -77,7 +85,11 @@ def main():
         print(f"median predicted/measured {s['scale']:.3f}; mean |error| after dividing by it "
               f"{s['mean_abs_rescaled']:.1f}%")
         print(f"measured fastest: {s['best_measured_ms']:.1f} ms, ranked {s['best_rank_by_planner']} by the planner "
-              f"(its first pick measured {s['planner_pick_measured_ms']:.1f} ms)")
+              f"(its first pick measured {s['planner_pick_measured_ms']:.1f} ms, "
+              f"{s['planner_pick_over_best']:.3f}x the fastest)")
+        if s["confirmed"]:
+            print(f"confirmed trials (the median of their runs): {s['confirmed']}, mean |error| "
+                  f"{s['confirmed_mean_abs']:.1f}%, worst {s['confirmed_worst_abs']:.1f}%")
         for axis, groups in s["by_axis"].items():
             print(f"  {axis:13} " + ", ".join(f"{v}: {g['signed']:+.1f}% ({g['n']})" for v, g in groups.items()))
     bad = (a.max_mean is not None and s["mean_abs"] > a.max_mean) or \

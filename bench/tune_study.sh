@@ -23,7 +23,7 @@ MPI="mpirun --oversubscribe $ROOT -x OMP_NUM_THREADS=1"
 mkdir -p "$OUT"
 RUN="configs/tiny.toml --set seq_len=64 --set global_batch=8 --set threads=1 --system $OUT/local.toml"
 $MPI -np 2 $W calibrate --threads 1 --out "$OUT/local.toml" > "$OUT/calibrate.log" 2>&1
-$MPI -np 2 $W tune $RUN --trials 100000 --initial 100000 --planner-seeds 0 --steps 3 --warmup 1 \
+$MPI -np 2 $W tune $RUN --trials 100000 --initial 100000 --planner-seeds 0 --steps 3 --warmup 1 --confirm 5 \
   --recalibrate "$OUT/recalibrated.toml" --out "$OUT/sweep" > "$OUT/sweep.log" 2>&1
 for s in 1 2 3 4 5; do
   $MPI -np 2 $W tune $RUN --oracle "$OUT/sweep/tune.csv" --trials "$TRIALS" --seed $s --out "$OUT/cbo-$s" > /dev/null 2>&1

@@ -36,6 +36,7 @@ void validate(const TuneOptions& o) {
   if (o.batch < 1) throw_input("--batch must be >= 1, got {}", o.batch);
   if (!(o.kappa >= 0) || !std::isfinite(o.kappa)) throw_input("--kappa must be >= 0, got {}", o.kappa);
   if (o.out.empty()) throw_input("--out must name a folder");
+  if (o.confirm < 0 || o.confirm > 1000) throw_input("--confirm must be in [0, 1000] trials, got {}", o.confirm);
   if (!o.recalibrate.empty() && o.trials < 2) {
     throw_input("--recalibrate {} needs at least 2 trials (it fits the device speed, the link bandwidth and a step "
                 "overhead to their times); --trials {} measures at most {}",
@@ -245,8 +246,73 @@ void run_search(TuneResult& res, const RunConfig& cfg, const TuneOptions& o, con
              "rank count than the stopped tune's?); they are not in the new tune.csv",
              recorded.size() - reused, recorded.size(), csv);
   }
+}
+
+// --confirm (TuneOptions::confirm): the fastest successful trials and the planner's pick, run
+// twice more each, round by round (the second round in reverse order: a machine that drifts
+// during the confirmation weighs on every candidate alike); each one's step becomes the median
+// of its measurements. Returns the confirmed trials' indices (empty: nothing confirmed).
+std::vector<int> confirm_fastest(TuneResult& res, const RunConfig& cfg, const TuneOptions& o, const RunData& data,
+                                 Communicator& world) {
+  if (o.confirm <= 0) return {};
+  if (!o.oracle.empty()) {
+    log_info("tune: --confirm {} not done: the trials were looked up in {}, not run", o.confirm, o.oracle);
+    return {};
+  }
+  std::vector<int> ok;
+  for (const TrialRecord& t : res.trials) {
+    if (!t.result.failed) ok.push_back(t.index);
+  }
+  std::stable_sort(ok.begin(), ok.end(), [&](int a, int b) {
+    return res.trials[static_cast<size_t>(a)].result.step_s < res.trials[static_cast<size_t>(b)].result.step_s;
+  });
+  std::vector<int> cand(ok.begin(), ok.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(ok.size(), static_cast<size_t>(o.confirm))));
+  const int pick = res.planner_pick;
+  if (pick >= 0 && !res.trials[static_cast<size_t>(pick)].result.failed && std::find(cand.begin(), cand.end(), pick) == cand.end()) {
+    cand.push_back(pick);
+  }
+  if (cand.empty()) return {};
+  log_info("tune: confirming the {} fastest trials{}: two more runs each, interleaved", cand.size(),
+           pick >= 0 && cand.back() == pick && static_cast<int>(cand.size()) > o.confirm ? " and the planner's pick" : "");
+  std::map<int, std::vector<double>> steps;
+  for (int i : cand) steps[i] = {res.trials[static_cast<size_t>(i)].result.step_s};
+  for (int round = 0; round < 2; ++round) {
+    for (size_t k = 0; k < cand.size(); ++k) {
+      const int i = round == 0 ? cand[k] : cand[cand.size() - 1 - k];
+      TrialRecord& t = res.trials[static_cast<size_t>(i)];
+      const TrialResult r = run_trial(cfg, res.space.layouts[t.layout], data, world, o.trial);
+      if (r.failed) {
+        log_warn("tune: trial {} ({}) failed when run again: {}", i + 1, res.space.layouts[t.layout].describe(), r.reason);
+        continue;
+      }
+      steps[i].push_back(r.step_s);
+      t.result.peak_bytes = std::max(t.result.peak_bytes, r.peak_bytes);
+    }
+  }
+  for (int i : cand) {
+    std::vector<double> v = steps[i];
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    const double median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    TrialRecord& t = res.trials[static_cast<size_t>(i)];
+    std::string each;
+    for (double x : steps[i]) each += fmt::format("{}{:.1f}", each.empty() ? "" : ", ", x * 1e3);
+    log_info("tune: confirmed trial {:>3} {}: step {:.1f} ms, the median of {} runs ({} ms){}", i + 1,
+             res.space.layouts[t.layout].describe(), median * 1e3, n, each,
+             t.predicted_s > 0 ? fmt::format(" (planner {:.1f} ms)", t.predicted_s * 1e3) : "");
+    t.result.tokens_per_s *= t.result.step_s / median;
+    t.result.step_s = median;
+    t.runs = static_cast<int>(n);
+  }
+  return cand;
+}
+
+// The fastest successful trial (res.best): of the confirmed ones when there are.
+void pick_best(TuneResult& res, const std::vector<int>& confirmed) {
+  res.best = -1;
   for (const TrialRecord& t : res.trials) {
     if (t.result.failed) continue;
+    if (!confirmed.empty() && std::find(confirmed.begin(), confirmed.end(), t.index) == confirmed.end()) continue;
     if (res.best < 0 || t.result.tokens_per_s > res.trials[static_cast<size_t>(res.best)].result.tokens_per_s) res.best = t.index;
   }
 }
@@ -301,7 +367,7 @@ std::string csv_field(const std::string& s) {
 void write_csv(const TuneResult& res, const std::string& path) {
   std::string out = "job_id";
   for (const char* k : kKnobNames) out += fmt::format(",p:{}", k);
-  out += ",objective,m:step_ms,m:predicted_ms,m:peak_bytes,m:source,m:timestamp_submit,m:timestamp_gather,m:failure\n";
+  out += ",objective,m:step_ms,m:predicted_ms,m:peak_bytes,m:source,m:timestamp_submit,m:timestamp_gather,m:failure,m:runs\n";
   for (const TrialRecord& t : res.trials) {
     const std::vector<double>& k = res.space.knobs[t.layout];
     out += std::to_string(t.index);
@@ -314,8 +380,8 @@ void write_csv(const TuneResult& res, const std::string& path) {
     // in full (shortest round-trip form), so a replay (--oracle) sees the same numbers.
     out += r.failed ? std::string(",F,,") : fmt::format(",{},{},", r.tokens_per_s, r.step_s * 1e3);
     out += t.predicted_s > 0 ? fmt::format("{:.6g}", t.predicted_s * 1e3) : "";
-    out += fmt::format(",{},{},{:.3f},{:.3f},{}\n", r.failed ? 0 : r.peak_bytes, t.source, t.submitted_s, t.gathered_s,
-                       csv_field(r.reason));
+    out += fmt::format(",{},{},{:.3f},{:.3f},{},{}\n", r.failed ? 0 : r.peak_bytes, t.source, t.submitted_s, t.gathered_s,
+                       csv_field(r.reason), r.failed ? 0 : t.runs);
   }
   write_file_atomic(path, out);
 }
@@ -326,7 +392,7 @@ nlohmann::json summary_json(const TuneResult& res) {
     const TrialRecord& t = res.trials[static_cast<size_t>(i)];
     return {{"trial", t.index}, {"layout", res.space.layouts[t.layout].describe()},
             {"tokens_per_s", t.result.tokens_per_s}, {"step_ms", t.result.step_s * 1e3},
-            {"predicted_ms", t.predicted_s * 1e3}, {"peak_bytes", t.result.peak_bytes}};
+            {"predicted_ms", t.predicted_s * 1e3}, {"peak_bytes", t.result.peak_bytes}, {"runs", t.runs}};
   };
   nlohmann::json j = {{"space", res.space.size()}, {"trials", res.trials.size()}, {"best", trial_json(res.best)},
                       {"planner_pick", trial_json(res.planner_pick)}, {"system", res.system_path}};
@@ -444,8 +510,9 @@ void log_summary(const TuneResult& res) {
     return;
   }
   const TrialRecord& b = res.trials[static_cast<size_t>(res.best)];
-  log_info("tune: best of {} trials: {} at {:.0f} tokens/s (trial {})", res.trials.size(),
-           res.space.layouts[b.layout].describe(), b.result.tokens_per_s, b.index + 1);
+  log_info("tune: best of {} trials: {} at {:.0f} tokens/s (trial {}{})", res.trials.size(),
+           res.space.layouts[b.layout].describe(), b.result.tokens_per_s, b.index + 1,
+           b.runs > 1 ? fmt::format("; the median of {} runs", b.runs) : "");
   if (res.planner_pick >= 0) {
     const TrialRecord& p = res.trials[static_cast<size_t>(res.planner_pick)];
     log_info("tune: the planner's pick {}: {} ({:.2f}x the best)", res.space.layouts[p.layout].describe(),
@@ -497,6 +564,7 @@ TuneResult tune(const RunConfig& cfg, const TuneOptions& o, Communicator& world)
     trial_cfg.fp32_kernel = sys->device.fp32_kernel;
   }
   run_search(res, trial_cfg, o, *data, world);
+  pick_best(res, confirm_fastest(res, trial_cfg, o, *data, world));
   analyse(res);
   if (!o.recalibrate.empty()) {
     res.recalibration = recalibrate_from(res, *sys, plan::ModelShape::from_config(mc, cfg.seq()), po);

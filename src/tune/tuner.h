@@ -58,6 +58,12 @@ struct TuneOptions {
   // Let the search try the layouts that change the numbers the model trains on: ZeRO++ and
   // lossy compressed collectives (tune/space.h).
   bool allow_lossy = false;
+  // After the search: the `confirm` fastest successful trials and the planner's pick are run
+  // twice more each, round by round (the second round in reverse order), and each one's step
+  // becomes the median of its three measurements; the best is then the fastest of them. On a
+  // shared machine a trial of a few steps varies by tens of percent with the same work, so the
+  // fastest of many single trials is partly the luckiest one. 0: off. Not with --oracle.
+  int confirm = 0;
 };
 
 struct TrialRecord {
@@ -67,12 +73,13 @@ struct TrialRecord {
   TrialResult result;
   double predicted_s = 0;       // the planner's step time (0: no system)
   double submitted_s = 0, gathered_s = 0;  // since the search started
+  int runs = 1;                 // trials behind result.step_s (--confirm: their median)
 };
 
 struct TuneResult {
   LayoutSpace space;
   std::vector<TrialRecord> trials;
-  int best = -1;           // index into trials of the fastest successful trial (-1: none)
+  int best = -1;           // index into trials of the fastest successful trial (-1: none; --confirm: of the confirmed)
   int planner_pick = -1;   // index into trials of the planner's first choice (-1: no system)
   std::string system_path; // the system file used ("" none)
   // SHAP over the knobs (empty when fewer than 2 trials succeeded).

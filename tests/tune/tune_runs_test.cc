@@ -257,8 +257,47 @@ TEST_F(TuneRuns, KilledTuneKeepsItsTrialsAndResumes) {
   EXPECT_EQ(test::read_text(out + "/tune.csv"), text);
 }
 
+// --confirm 2: after the search the 2 fastest trials and the planner's pick (trial 1, the
+// planner's first seed) run twice more each; their step is the median of 3 runs (m:runs 3),
+// every other trial keeps its one run, and the best is the fastest confirmed trial. A replay
+// (--oracle) runs nothing, so it confirms nothing and says so.
+TEST_F(TuneRuns, ConfirmRunsTheFastestAgain) {
+  const std::string out = *tmp / "confirm";
+  RunResult r = tune(out, "--trials 5 --steps 1 --warmup 0 --initial 5 --seed 4 --confirm 2");
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("tune: confirming the "), std::string::npos) << r.out;
+  const auto rows = read_csv(out + "/tune.csv");
+  ASSERT_EQ(rows.size(), 6u);
+  const std::vector<std::string>& head = rows[0];
+  const auto col = [&](const std::string& name) {
+    const auto it = std::find(head.begin(), head.end(), name);
+    EXPECT_NE(it, head.end()) << name;
+    return static_cast<size_t>(it - head.begin());
+  };
+  std::vector<size_t> confirmed;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    ASSERT_NE(rows[i][col("objective")], "F") << i << ": " << rows[i][col("m:failure")];
+    const int runs = std::stoi(rows[i][col("m:runs")]);
+    EXPECT_TRUE(runs == 1 || runs == 3) << i << ": " << runs;
+    if (runs == 3) confirmed.push_back(i);
+  }
+  ASSERT_GE(confirmed.size(), 2u);
+  ASSERT_LE(confirmed.size(), 3u);
+  EXPECT_EQ(rows[1][col("m:runs")], "3") << "the planner's pick is confirmed";
+  double fastest = 1e30;
+  for (size_t i : confirmed) fastest = std::min(fastest, std::stod(rows[i][col("m:step_ms")]));
+  const nlohmann::json s = nlohmann::json::parse(test::read_text(out + "/summary.json"));
+  EXPECT_EQ(s["best"]["runs"].get<int>(), 3) << s.dump();
+  EXPECT_NEAR(s["best"]["step_ms"].get<double>(), fastest, 1e-6 * fastest) << s.dump();
+  EXPECT_NE(r.out.find("the median of 3 runs"), std::string::npos) << r.out;
+
+  RunResult replay = tune(*tmp / "confirm-replay", "--trials 5 --initial 5 --seed 4 --confirm 2 --oracle " + out + "/tune.csv");
+  ASSERT_EQ(replay.code, 0) << replay.err;
+  EXPECT_NE(replay.out.find("--confirm 2 not done: the trials were looked up in"), std::string::npos) << replay.out;
+}
+
 TEST_F(TuneRuns, BadOptionsAreRefused) {
-  for (const char* args : {"--trials 0", "--steps 0", "--kappa -1", "--batch 0", "--set nonsense"}) {
+  for (const char* args : {"--trials 0", "--steps 0", "--kappa -1", "--batch 0", "--confirm -1", "--set nonsense"}) {
     RunResult r = weft(fmt::format("tune {} --system {} --out {} {}", config, *tmp / "local.toml", *tmp / "bad", args));
     EXPECT_EQ(r.code, 2) << args << ": " << r.err;
     EXPECT_FALSE(r.err.empty()) << args;
