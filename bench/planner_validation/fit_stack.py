@@ -10,7 +10,13 @@ kernels' share of the bandwidth (`memory_efficiency`) that minimise the mean
 stack file. Held-out rows are never read. Prints the values, the fit rows' errors, and the
 TOML lines to put in the stack file (it does not edit the file).
 
-  bench/planner_validation/fit_stack.py systems/dgx-h100-fsdp.toml [--weft build/weft]
+--fit network instead fits one figure: the share of the ring formula the stack's collectives
+reach on the system's top link level (its last [[level]]'s `collective_efficiency`, one value
+for all-gather, reduce-scatter and all-reduce), the compute efficiencies kept as the stack file
+has them: a stack whose communication, not its kernels, sets its step (DeepSpeed's ZeRO-3 of
+2021 without model parallelism). Bisection in log space on the mean |log(predicted / published)|.
+
+  bench/planner_validation/fit_stack.py systems/dgx-h100-fsdp.toml [--weft build/weft] [--fit compute|network]
 """
 import argparse
 import csv
@@ -20,6 +26,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import tomllib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -42,11 +49,71 @@ def device_value(path, key):
     return device_value(os.path.join(os.path.dirname(path), b.group(1)), key)
 
 
+def top_level(path):
+    """The stack file's last [[level]] table (its own, else its base's, followed)."""
+    with open(path, "rb") as f:
+        t = tomllib.load(f)
+    if t.get("level"):
+        return t["level"]
+    b = t.get("system", {}).get("base")
+    if not b:
+        raise SystemExit(f"fit_stack.py: {path} has no [[level]] and no base")
+    return top_level(os.path.join(os.path.dirname(path), b))
+
+
+def level_toml(levels, eff):
+    """[[level]] tables as TOML, the last one's collective_efficiency set to `eff` on every collective."""
+    out = ""
+    for i, lv in enumerate(levels):
+        out += "[[level]]\n"
+        for k, v in lv.items():
+            if k == "collective_efficiency":
+                continue
+            out += f'{k} = "{v}"\n' if isinstance(v, str) else f"{k} = {v}\n"
+        if i == len(levels) - 1:
+            out += f"collective_efficiency = {{ all_gather = {eff:.4g}, reduce_scatter = {eff:.4g}, all_reduce = {eff:.4g} }}\n"
+    return out
+
+
+def fit_network(stack, base_path, rows, weft, tmp):
+    """--fit network: the top level's collective efficiency on the fit rows (see the docstring)."""
+    levels = top_level(base_path)
+
+    def errors(eff):
+        trial = os.path.join(tmp, "trial.toml")
+        with open(trial, "w") as f:
+            f.write(f'[system]\nbase = "{os.path.abspath(base_path)}"\n' + level_toml(levels, eff))
+        out = []
+        for r in rows:
+            j, err = validate.predict(weft, dict(r, system=trial))
+            if j is None or not j["fits"]:
+                continue  # a row the layout does not fit in is no evidence about the links
+            out.append(math.log(j["step_time_s"] / float(r["published"])))
+        if not out:
+            raise SystemExit(f"fit_stack.py: every fit row of {stack} is refused")
+        return out
+
+    # The step grows as the efficiency falls: the signed mean error crosses 0 once in (0.01, 1].
+    lo, hi = 0.01, 1.0
+    for _ in range(40):
+        mid = math.sqrt(lo * hi)
+        if sum(errors(mid)) > 0:
+            lo = mid
+        else:
+            hi = mid
+    e = [100 * (math.exp(x) - 1) for x in errors(mid)]
+    print(f"{stack}: {len(e)} fit rows used; top level collective_efficiency {mid:.4f}")
+    print(f"fit rows: mean |error| {sum(abs(x) for x in e) / len(e):.2f}%, worst {max(abs(x) for x in e):.2f}%")
+    print(level_toml(levels, mid), end="")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("stack")
     ap.add_argument("--weft", default=os.path.join(ROOT, "build", "weft"))
     ap.add_argument("--rows", default=os.path.join(HERE, "rows.csv"))
+    ap.add_argument("--fit", choices=["compute", "network"], default="compute")
     a = ap.parse_args()
     stack = os.path.relpath(os.path.abspath(a.stack), ROOT)
     with open(a.rows, newline="") as f:
@@ -54,6 +121,8 @@ def main():
     if not rows:
         raise SystemExit(f"fit_stack.py: no fit rows with system = {stack} in {a.rows}")
     base_path = os.path.join(ROOT, stack)
+    if a.fit == "network":
+        return fit_network(stack, base_path, rows, os.path.abspath(a.weft), tempfile.mkdtemp(prefix="fit-stack-"))
     bwd_ratio = device_value(base_path, "attention_bwd_efficiency") / device_value(base_path, "attention_efficiency")
     weft = os.path.abspath(a.weft)
     tmp = tempfile.mkdtemp(prefix="fit-stack-")

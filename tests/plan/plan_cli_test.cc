@@ -336,6 +336,17 @@ TEST(PlanSystem, BaseFileIsMergedUnderTheFile) {
   EXPECT_TRUE(f.defaults.overlap_dp);
   EXPECT_EQ(plan::load_system(std::string(WEFT_SOURCE_DIR) + "/systems/dgx-a100-80gb-fsdp.toml").name,
             "dgx-a100-80gb-fsdp");
+  // DeepSpeed's ZeRO-3 stack: the base's device, dp overlap on, both levels restated, the
+  // network's collectives at the fitted share.
+  const plan::System a = plan::load_system(std::string(WEFT_SOURCE_DIR) + "/systems/dgx-a100-80gb.toml");
+  const plan::System z = plan::load_system(std::string(WEFT_SOURCE_DIR) + "/systems/dgx-a100-80gb-ds-zero3.toml");
+  EXPECT_DOUBLE_EQ(z.device.matmul_efficiency, a.device.matmul_efficiency);
+  EXPECT_TRUE(z.defaults.overlap_dp);
+  EXPECT_FALSE(a.defaults.overlap_dp);
+  ASSERT_EQ(z.levels.size(), 2u);
+  EXPECT_DOUBLE_EQ(z.levels[0].bandwidth, a.levels[0].bandwidth);
+  EXPECT_TRUE(z.levels[0].collective_efficiency.empty());
+  EXPECT_DOUBLE_EQ(z.levels[1].collective_efficiency.at("all_gather"), 0.109);
   // [[level]] in the file replaces the base's levels.
   std::ofstream(over) << "[system]\nname = \"one-level\"\nbase = \"../h100.toml\"\n[[level]]\nname = \"node\"\n"
                          "devices = 0\nbandwidth = 1e11\nlatency = 1e-6\n";

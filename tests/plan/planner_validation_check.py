@@ -47,14 +47,16 @@ def main():
     # The sources added by issue 35: LLM Foundry's FSDP tables, priced on the FSDP stack files
     # (systems/*-fsdp.toml, fitted on the `fit` rows only by fit_stack.py: held-out 3.6% mean,
     # 18.2% worst at stop 55, 25.7% / 39.0% on the Megatron-LM files before), and Narayanan et
-    # al. 2021 Table 2's DeepSpeed ZeRO-3 rows, where the planner is still optimistic
-    # (docs/planner.md, "Validation set"). Held at what this commit's model reaches, so that a
+    # al. 2021 Table 2's DeepSpeed ZeRO-3 rows, priced on systems/dgx-a100-80gb-ds-zero3.toml
+    # (its network collective efficiency fitted on the one usable fit row by fit_stack.py --fit
+    # network: held-out 10.2% mean, 17.1% worst at stop 60, 45.1% / 63.9% on the base file;
+    # docs/planner.md, "Validation set"). Held at what this commit's model reaches, so that a
     # change that loses accuracy on them fails; a change that gains tightens these bounds.
     llmf = src["llmf/heldout/step_time"]
     assert llmf["count"] >= 80 and llmf["mean"] <= 4.5 and llmf["worst"] <= 20.0, llmf
     assert abs(llmf["signed"]) <= 2.0, llmf
     zero3 = src["n21t2/heldout/step_time"]
-    assert zero3["count"] >= 4 and zero3["mean"] <= 55.0, zero3
+    assert zero3["count"] >= 4 and zero3["mean"] <= 11.0 and zero3["worst"] <= 18.0, zero3
     fr = s["fit/fraction"]
     print(f"fitted fractions: {fr['count']} rows, worst {fr['worst']:.2f} points")
     assert fr["worst"] <= 2.0, fr
