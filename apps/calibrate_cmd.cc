@@ -63,11 +63,14 @@ int check_calibrated_file(const std::string& path, int threads, Communicator& wo
 int cmd_calibrate(CLI::App& app, int argc, char** argv, Communicator& world) {
   std::string out = "systems/local.toml", name = "local", sweep, base;
   int64_t threads = 0;
-  bool quick = false;
+  bool quick = false, sync_jitter = false;
   app.add_option("--out", out, "system file to write");
   app.add_option("--name", name, "system name");
   app.add_option("--threads", threads, "threads per rank (0: OMP_NUM_THREADS or all cores)");
   app.add_flag("--quick", quick, "fewer sizes and repetitions (seconds instead of a minute)");
+  app.add_flag("--sync-jitter", sync_jitter,
+               "with >= 2 ranks, price the ranks' waits at each synchronisation from the measured variation "
+               "([defaults] sync_jitter; measured and noted either way; docs/planner.md)");
   app.add_option("--gemm-sweep", sweep, "fit a GPU system's per-shape product model to this measured sweep (weft bench --gemm-sweep) instead of measuring");
   app.add_option("--system", base, "--gemm-sweep: the system file whose device the sweep measured");
   std::string check;
@@ -89,6 +92,7 @@ int cmd_calibrate(CLI::App& app, int argc, char** argv, Communicator& world) {
   plan::CalibrationOptions o;
   o.threads = static_cast<int>(threads);
   o.quick = quick;
+  o.sync_jitter = sync_jitter;
   o.name = name;
   const plan::Calibration c = plan::calibrate(o, world);
   if (world.rank() == 0 && !c.warning.empty()) fmt::print(stderr, "weft calibrate: warning: {}\n", c.warning);

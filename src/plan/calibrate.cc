@@ -676,10 +676,14 @@ void measure_collectives(Calibration& cal, LinkLevel& link, bool quick, Communic
 // (SoftwareDefaults::sync_jitter): every rank runs the same products (128^3, the backend's, on its
 // threads) for a segment of about s seconds, after a barrier; the slowest rank's time less the
 // ranks' mean, over the samples, is what one synchronisation after such a segment waits
-// (measured: 0.2 ms to 0.5 s segments on 2 vCPUs of a VM waited 3-12% of the segment). Divided
+// (measured: 0.2 ms to 0.5 s segments on 2 vCPUs of a VM waited 3-14% of the segment). Divided
 // by E[max of the ranks' normal draws] it is the coefficient of variation the planner scales to
-// any group size (plan/scale_model.h's sync_wait), by the segment's mean measured length.
-void measure_sync_jitter(Calibration& cal, bool quick, Communicator& world) {
+// any group size (plan/scale_model.h's sync_wait), by the segment's mean measured length. The
+// kept curve is the closest non-increasing one, weighted by each length's samples
+// (non_increasing_fit): a long segment has few samples (16 of 0.125 s), and one disturbed sample
+// moved a 0.5 s point to 14% while 0.14 s measured 4% (so segments stop at 0.125 s; longer
+// ones take its figure).
+void measure_sync_jitter(Calibration& cal, bool quick, bool keep, Communicator& world) {
   const int n = world.size();
   std::unique_ptr<Backend> be = make_backend("cpu");
   be->set_products({Precision::kFp32, MatmulMode::kExact, cal.system.device.fp32_kernel});
@@ -696,9 +700,10 @@ void measure_sync_jitter(Calibration& cal, bool quick, Communicator& world) {
   }
   one = max_over_ranks(world, one);
   const std::vector<double> segments = quick ? std::vector<double>{1e-3, 1e-2, 1e-1}
-                                             : std::vector<double>{2e-4, 1e-3, 5e-3, 2.5e-2, 1.25e-1, 5e-1};
+                                             : std::vector<double>{2e-4, 1e-3, 5e-3, 2.5e-2, 1.25e-1};
   const double budget = quick ? 0.4 : 2.0;  // seconds a segment length
   std::vector<std::pair<double, double>> curve;
+  std::vector<double> samples;
   std::string text;
   std::vector<double> own(static_cast<size_t>(n));
   for (double seg : segments) {
@@ -719,14 +724,22 @@ void measure_sync_jitter(Calibration& cal, bool quick, Communicator& world) {
     excess /= reps;
     mean /= reps;
     const double cv = std::clamp(excess / (mean * expected_max_normal(n)), 0.0, 0.99);
-    if (curve.empty() || mean > curve.back().first) curve.emplace_back(mean, cv);
+    if (curve.empty() || mean > curve.back().first) {
+      curve.emplace_back(mean, cv);
+      samples.push_back(reps);
+    }
     text += fmt::format("{}{:.3g} ms: {:.3g} ms ({:.1f}%, cv {:.3f})", text.empty() ? "" : ", ", 1e3 * mean, 1e3 * excess,
                         100 * excess / mean, cv);
   }
-  cal.system.defaults.sync_jitter = curve;
+  const std::vector<std::pair<double, double>> fitted = non_increasing_fit(curve, samples);
+  if (keep) cal.system.defaults.sync_jitter = fitted;
+  std::string kept;
+  for (const auto& [seg, cv] : fitted) kept += fmt::format("{}{:.3f}", kept.empty() ? "" : ", ", cv);
   cal.notes.push_back(fmt::format("synchronisation of {} ranks after segments of products: the slowest rank over the mean "
-                                  "by segment, {} (sync_jitter: cv = wait / E[max of {}] {:.3f})",
-                                  n, text, n, expected_max_normal(n)));
+                                  "by segment, {} (cv = wait / E[max of {}] {:.3f}; non-increasing, weighted by samples: "
+                                  "{}; {})",
+                                  n, text, n, expected_max_normal(n), kept,
+                                  keep ? "kept as sync_jitter" : "not priced: `weft calibrate --sync-jitter` keeps it"));
 }
 
 // The activations' rates: their exp and log1p, not the memory, set their time on a CPU.
@@ -858,7 +871,7 @@ Calibration calibrate(const CalibrationOptions& o, Communicator& world) {
     cal.notes.push_back(fmt::format("MPI ping-pong ranks 0-1: latency {:.2f} us (8 B), bandwidth {:.2f} GB/s ({} MiB)",
                                     lat * 1e6, link.bandwidth / 1e9, big >> 20));
     measure_collectives(cal, link, o.quick, world);
-    measure_sync_jitter(cal, o.quick, world);
+    measure_sync_jitter(cal, o.quick, o.sync_jitter, world);
   } else {
     // Not measured: a copy through shared memory reads and writes each byte once.
     link.latency = 1e-6;

@@ -32,6 +32,12 @@ namespace weft::plan {
 struct CalibrationOptions {
   int threads = 0;        // 0: as set (OMP_NUM_THREADS or all cores)
   bool quick = false;     // smaller sizes, fewer repetitions (tests)
+  // With >= 2 ranks the variation of the ranks' times between synchronisations is measured and
+  // noted; true: also kept as [defaults] sync_jitter, which the planner prices the waits from.
+  // Off by default: on the VM it was measured on, it priced a tensor-parallel layout's waits
+  // 1.2-2x what training's traces showed, and made 2 of 3 sweeps' absolute error worse
+  // (docs/planner.md, "Stop 60").
+  bool sync_jitter = false;
   std::string name = "local";
 };
 

@@ -52,4 +52,31 @@ double sync_wait(const std::vector<std::pair<double, double>>& curve, double seg
   return interpolate_curve(curve, segment, false) * segment * expected_max_normal(devices);
 }
 
+std::vector<std::pair<double, double>> non_increasing_fit(const std::vector<std::pair<double, double>>& points,
+                                                          const std::vector<double>& weights) {
+  struct Block {
+    double sum = 0, weight = 0;
+    size_t count = 0;
+    double value() const { return sum / weight; }
+  };
+  std::vector<Block> blocks;
+  for (size_t i = 0; i < points.size(); ++i) {
+    const double w = i < weights.size() && weights[i] > 0 ? weights[i] : 1.0;
+    blocks.push_back({points[i].second * w, w, 1});
+    while (blocks.size() > 1 && blocks[blocks.size() - 2].value() < blocks.back().value()) {
+      const Block b = blocks.back();
+      blocks.pop_back();
+      blocks.back().sum += b.sum;
+      blocks.back().weight += b.weight;
+      blocks.back().count += b.count;
+    }
+  }
+  std::vector<std::pair<double, double>> out;
+  size_t i = 0;
+  for (const Block& b : blocks) {
+    for (size_t k = 0; k < b.count; ++k, ++i) out.emplace_back(points[i].first, b.value());
+  }
+  return out;
+}
+
 }  // namespace weft::plan

@@ -41,4 +41,12 @@ double straggler_time(double busy, double jitter, int64_t devices);
 // empty, the segment is not positive or there is one device.
 double sync_wait(const std::vector<std::pair<double, double>>& curve, double segment, int64_t devices);
 
+// The closest non-increasing curve to measured (segment, cv) points, in weighted least squares
+// (pool-adjacent-violators; `weights`: the samples behind each point): a stationary rank's
+// relative variation cannot grow with the segment's length (the standard deviation of a sum of
+// two halves is at most the sum of theirs), so a long segment measured higher than a shorter one
+// is noise in its few samples, pooled with its neighbours in proportion to their samples.
+std::vector<std::pair<double, double>> non_increasing_fit(const std::vector<std::pair<double, double>>& points,
+                                                          const std::vector<double>& weights);
+
 }  // namespace weft::plan

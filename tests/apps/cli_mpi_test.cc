@@ -6,6 +6,7 @@
 
 #include <chrono>
 
+#include "plan/system.h"
 #include "test_util.h"
 
 namespace weft {
@@ -40,6 +41,28 @@ class CliMpi : public ::testing::Test {
   int n = 0;
   double seconds = 0;
 };
+
+// weft calibrate on 2 ranks measures how the ranks' times differ between synchronisations and
+// notes it; --sync-jitter keeps it as [defaults] sync_jitter (segments increasing, cv
+// non-increasing), which `weft plan --explain` then prices a tp 2 layout's waits from.
+TEST_F(CliMpi, CalibrateMeasuresTheWaitsAtSynchronisations) {
+  const std::string file = *tmp / "local.toml";
+  RunResult r = weft(2, "calibrate --quick --threads 1 --sync-jitter --out " + file);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("synchronisation of 2 ranks after segments of products"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("kept as sync_jitter"), std::string::npos) << r.out;
+  const plan::System s = plan::load_system(file);
+  ASSERT_EQ(s.defaults.sync_jitter.size(), 3u);
+  for (size_t i = 1; i < 3; ++i) {
+    EXPECT_GT(s.defaults.sync_jitter[i].first, s.defaults.sync_jitter[i - 1].first);
+    EXPECT_LE(s.defaults.sync_jitter[i].second, s.defaults.sync_jitter[i - 1].second);
+  }
+  r = test::run_weft("plan --model tiny --seq 64 --global-batch 8 --precision fp32 --gpus 2 --tp 2 --explain --system " +
+                         file,
+                     *tmp / "plan");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("measured sync_jitter: "), std::string::npos) << r.out;
+}
 
 TEST_F(CliMpi, BadConfigOnEveryRankEndsWithOneLineAndExit2) {
   const std::string bad = *tmp / "bad.toml";

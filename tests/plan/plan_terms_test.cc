@@ -196,6 +196,25 @@ TEST(PlanTerms, SyncWaitFromTheMeasuredCurve) {
   EXPECT_EQ(sync_wait({}, 1e-2, 4), 0.0);
 }
 
+// The kept curve is the closest non-increasing one in weighted least squares: a point above its
+// shorter neighbour is pooled with it in proportion to their samples; a non-increasing curve
+// is kept as measured.
+TEST(PlanTerms, SyncJitterCurveIsKeptNonIncreasing) {
+  const std::vector<std::pair<double, double>> down = {{1e-3, 0.2}, {1e-2, 0.1}, {1e-1, 0.05}};
+  EXPECT_EQ(non_increasing_fit(down, {100, 20, 8}), down);
+  const auto up = non_increasing_fit({{1e-3, 0.10}, {1e-2, 0.14}, {1e-1, 0.05}, {5e-1, 0.25}}, {300, 100, 15, 5});
+  ASSERT_EQ(up.size(), 4u);
+  EXPECT_NEAR(up[0].second, (0.10 * 300 + 0.14 * 100) / 400, 1e-12);
+  EXPECT_NEAR(up[1].second, up[0].second, 1e-12);
+  EXPECT_NEAR(up[2].second, (0.05 * 15 + 0.25 * 5) / 20, 1e-12);
+  EXPECT_NEAR(up[3].second, up[2].second, 1e-12);
+  EXPECT_EQ(up[3].first, 5e-1);
+  for (size_t i = 1; i < up.size(); ++i) EXPECT_LE(up[i].second, up[i - 1].second);
+  // A violation that reaches back: the pooled pair rises above the first point, so all three pool.
+  const auto all = non_increasing_fit({{1e-3, 0.10}, {1e-2, 0.08}, {1e-1, 0.20}}, {1, 1, 1});
+  for (const auto& p : all) EXPECT_NEAR(p.second, (0.10 + 0.08 + 0.20) / 3, 1e-12);
+}
+
 // With a measured curve the planner prices each synchronisation of the step: a constant cv
 // gives the one-sync formula whatever the layout synchronises (the segments add up to the
 // step); a cv that is larger for short segments makes a tensor-parallel layout, which
