@@ -14,7 +14,9 @@ TOML lines to put in the stack file (it does not edit the file).
 reach on the system's top link level (its last [[level]]'s `collective_efficiency`, one value
 for all-gather, reduce-scatter and all-reduce), the compute efficiencies kept as the stack file
 has them: a stack whose communication, not its kernels, sets its step (DeepSpeed's ZeRO-3 of
-2021 without model parallelism). Bisection in log space on the mean |log(predicted / published)|.
+2021 without model parallelism): the value, found by bisection in log space, at which the fit
+rows' mean log(predicted / published) is 0 (with one row, its error is 0). A fit row whose layout
+does not fit in memory is left out and the count of rows used printed.
 
   bench/planner_validation/fit_stack.py systems/dgx-h100-fsdp.toml [--weft build/weft] [--fit compute|network]
 """
@@ -61,17 +63,27 @@ def top_level(path):
     return top_level(os.path.join(os.path.dirname(path), b))
 
 
+def toml_value(v):
+    """A level's value as TOML: a string, a number, or an inline table of numbers."""
+    if isinstance(v, str):
+        return f'"{v}"'
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {x}" for k, x in v.items()) + " }"
+    return f"{v}"
+
+
 def level_toml(levels, eff):
-    """[[level]] tables as TOML, the last one's collective_efficiency set to `eff` on every collective."""
+    """[[level]] tables as TOML, the last one's collective_efficiency set to `eff` on every
+    collective (the other levels' kept as they are)."""
     out = ""
     for i, lv in enumerate(levels):
         out += "[[level]]\n"
+        last = i == len(levels) - 1
+        if last:
+            lv = dict(lv, collective_efficiency={"all_gather": f"{eff:.4g}", "reduce_scatter": f"{eff:.4g}",
+                                                 "all_reduce": f"{eff:.4g}"})
         for k, v in lv.items():
-            if k == "collective_efficiency":
-                continue
-            out += f'{k} = "{v}"\n' if isinstance(v, str) else f"{k} = {v}\n"
-        if i == len(levels) - 1:
-            out += f"collective_efficiency = {{ all_gather = {eff:.4g}, reduce_scatter = {eff:.4g}, all_reduce = {eff:.4g} }}\n"
+            out += f"{k} = {toml_value(v)}\n"
     return out
 
 

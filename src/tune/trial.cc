@@ -105,11 +105,16 @@ TrialResult run_trial(const RunConfig& base, const plan::Layout& l, const RunDat
       return r;
     }
   }
-  std::sort(times.begin(), times.end());
-  r.step_s = times.empty() ? 0.0 : times[times.size() / 2];
+  r.step_s = median_seconds(std::move(times));
   r.tokens_per_s = r.step_s > 0 ? static_cast<double>(G * T) / r.step_s : 0.0;
   r.peak_bytes = static_cast<int64_t>(max_over_ranks(world, static_cast<double>(memory_tracker().snapshot().total_peak)));
   return r;
+}
+
+double median_seconds(std::vector<double> seconds) {
+  if (seconds.empty()) return 0.0;
+  std::sort(seconds.begin(), seconds.end());
+  return seconds[seconds.size() / 2];
 }
 
 }  // namespace weft::tune

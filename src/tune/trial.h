@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "plan/shape.h"
@@ -32,6 +33,10 @@ struct TrialResult {
   double loss = 0;          // the last step's loss (a sanity figure: finite)
   double setup_s = 0;       // engine construction and initialisation
 };
+
+// The median of `seconds` (the upper one of an even count: the slower, as a trial's timed steps
+// are summarised); 0 when empty.
+double median_seconds(std::vector<double> seconds);
 
 // `base` with the layout's knobs (tp, pp, dp, micro-batch, ZeRO, recompute, sp, schedule, v).
 RunConfig trial_config(const RunConfig& base, const plan::Layout& l);

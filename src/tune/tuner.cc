@@ -268,12 +268,12 @@ std::vector<int> confirm_fastest(TuneResult& res, const RunConfig& cfg, const Tu
   });
   std::vector<int> cand(ok.begin(), ok.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(ok.size(), static_cast<size_t>(o.confirm))));
   const int pick = res.planner_pick;
-  if (pick >= 0 && !res.trials[static_cast<size_t>(pick)].result.failed && std::find(cand.begin(), cand.end(), pick) == cand.end()) {
-    cand.push_back(pick);
-  }
+  const bool add_pick = pick >= 0 && !res.trials[static_cast<size_t>(pick)].result.failed &&
+                        std::find(cand.begin(), cand.end(), pick) == cand.end();
   if (cand.empty()) return {};
   log_info("tune: confirming the {} fastest trials{}: two more runs each, interleaved", cand.size(),
-           pick >= 0 && cand.back() == pick && static_cast<int>(cand.size()) > o.confirm ? " and the planner's pick" : "");
+           add_pick ? " and the planner's pick" : "");
+  if (add_pick) cand.push_back(pick);
   std::map<int, std::vector<double>> steps;
   for (int i : cand) steps[i] = {res.trials[static_cast<size_t>(i)].result.step_s};
   for (int round = 0; round < 2; ++round) {
@@ -290,10 +290,8 @@ std::vector<int> confirm_fastest(TuneResult& res, const RunConfig& cfg, const Tu
     }
   }
   for (int i : cand) {
-    std::vector<double> v = steps[i];
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    const double median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    const size_t n = steps[i].size();
+    const double median = median_seconds(steps[i]);
     TrialRecord& t = res.trials[static_cast<size_t>(i)];
     std::string each;
     for (double x : steps[i]) each += fmt::format("{}{:.1f}", each.empty() ? "" : ", ", x * 1e3);
