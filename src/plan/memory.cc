@@ -15,6 +15,9 @@ double stage_params_per_rank(const ModelShape& m, const Layout& l, int stage) {
 
 BytesPerParam bytes_per_param(const MemoryOptions& o) {
   if (o.precision == Precision::kFp32) return {4, 4, 8};  // p, g, Adam m + v
+  // PyTorch FSDP's mixed precision (16-bit param_dtype): the sharded parameters are the fp32
+  // masters and their gradients fp32; the 16-bit copies exist only gathered (the comm buffers).
+  if (o.memory_model == "fsdp") return {4, 4, 8};
   // 16-bit parameters and gradients, fp32 master + m + v (Rajbhandari et al. 2020, K = 12),
   // + the fp32 gradient accumulation buffer (Megatron-LM main_grad; the seeds' 20 bytes).
   return {2, o.fp32_grad_accumulation ? 6.0 : 2.0, 12};
@@ -31,14 +34,14 @@ void add_zero_states(MemoryBreakdown& r, double n_params, const Layout& l, const
 double comm_buffers(MemoryBreakdown& r, double n_params, double front, double slot, double pipeline, const Layout& l,
                     const MemoryOptions& o) {
   const double dp = l.dp_shard();
-  const BytesPerParam bpp = bytes_per_param(o);
+  const double e = elem_bytes(o.precision);  // a gathered parameter: the compute precision's
   double comm = 0;
   if (l.dp > 1 && l.zero <= 2 && o.dp_bucket_elements > 0) {
     const double grad_elem = (o.precision == Precision::kFp32 || o.fp32_grad_accumulation) ? 4 : 2;
     comm += std::min(o.dp_bucket_elements, n_params) * grad_elem;
   }
   if (l.dp_shard() > 1 && l.zero == 3) {
-    comm += (front + 2 * slot) * bpp.params;
+    comm += (front + 2 * slot) * e;
     const double G = l.quant_block;
     if (l.qwz) comm += 2 * slot * (1 + 4 / G);  // their int8 wires
     if (l.qgz) {
@@ -46,7 +49,7 @@ double comm_buffers(MemoryBreakdown& r, double n_params, double front, double sl
       comm += slot * (2 * (0.5 + 4 / G) + 4 / n1);  // int4 send + receive, fp32 partial sum
     }
     if (l.hpz > 1) {
-      r.hpz_secondary = n_params * bpp.params / l.hpz;
+      r.hpz_secondary = n_params * e / l.hpz;
       r.params += r.hpz_secondary;
     }
   }

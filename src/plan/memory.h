@@ -65,7 +65,8 @@ struct MemoryOptions {
   bool flash_attention = false;  // the a s^2 b attention scores are never stored (Dao et al. 2022)
   // Data-parallel gradient bucket (Megatron DDP: 40M elements), in elements; 0: none.
   double dp_bucket_elements = 40e6;
-  // "megatron": the formulas below; "weft": weft's own buffers (plan/weft_memory.h), used for
+  // "megatron": the formulas below; "fsdp": the same with PyTorch FSDP's states in mixed
+  // precision (bytes_per_param); "weft": weft's own buffers (plan/weft_memory.h), used for
   // systems written by `weft calibrate`.
   std::string memory_model = "megatron";
   // "weft" only: the run's products read bf16 tensors in place (WeftRunShape::native_products).
@@ -88,6 +89,12 @@ struct MemoryBreakdown {
 double stage_params_per_rank(const ModelShape& m, const Layout& l, int stage);
 
 // Bytes per parameter of each category before ZeRO partitioning.
+// Bytes per parameter a rank stores before ZeRO shards them. fp32: 4 + 4 + 8 (Adam's m, v).
+// 16-bit, "megatron": 2 + 2 (+ 4: the fp32 gradient accumulation buffer) + 12 (fp32 master, m,
+// v; Rajbhandari et al. 2020 K = 12). 16-bit, "fsdp": 4 + 4 + 8 = 16 (PyTorch FSDP with
+// MixedPrecision(param_dtype = 16-bit), as Composer's DEFAULT and torchtitan run it: the sharded
+// flat parameters stay fp32 and are the optimizer's, their gradients are fp32, the 16-bit
+// parameters exist only gathered, for the unit being computed; Zhao et al. 2023 sec. 3.3-4).
 struct BytesPerParam {
   double params, grads, optimizer;
 };

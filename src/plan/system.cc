@@ -537,12 +537,13 @@ System load_system(const std::string& path) {
     s.defaults.sync_jitter = read_pairs(path, r, "sync_jitter", "[segment seconds, coefficient of variation]", "defaults");
     s.defaults.world_allreduces = whole(path, "defaults", "world_allreduces", r.number("world_allreduces", 0, false));
     s.defaults.bubble_factor = r.number("bubble_factor", 1.0, false);
-    if (s.defaults.memory_model != "megatron" && s.defaults.memory_model != "weft") {
-      throw_input("{}: [defaults] memory_model = '{}': expected 'megatron' or 'weft'", path, s.defaults.memory_model);
+    if (s.defaults.memory_model != "megatron" && s.defaults.memory_model != "fsdp" && s.defaults.memory_model != "weft") {
+      throw_input("{}: [defaults] memory_model = '{}': expected 'megatron', 'fsdp' or 'weft'", path,
+                  s.defaults.memory_model);
     }
     // Absent: the software the memory model describes (files `weft calibrate` wrote before
-    // this key existed say memory_model = "weft").
-    s.defaults.tp_comm = r.string("tp_comm", s.defaults.memory_model);
+    // this key existed say memory_model = "weft"; FSDP stacks run Megatron-style layers).
+    s.defaults.tp_comm = r.string("tp_comm", s.defaults.memory_model == "weft" ? "weft" : "megatron");
     s.defaults.pp_p2p_overlap = r.boolean("pp_p2p_overlap", true);
     if (s.defaults.tp_comm != "megatron" && s.defaults.tp_comm != "weft") {
       throw_input("{}: [defaults] tp_comm = '{}': expected 'megatron' or 'weft'", path, s.defaults.tp_comm);

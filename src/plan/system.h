@@ -125,8 +125,9 @@ struct SoftwareDefaults {
   // sends the whole activations (DeepSpeed's pipeline engine without partitioned activations).
   bool pp_scatter_gather = true;
   // Whose buffers the memory model counts: "megatron" (plan/memory.h: Megatron-LM/DeepSpeed
-  // mixed precision, the published systems) or "weft" (plan/weft_memory.h: weft's own
-  // buffers, exact for its CPU backend; what `weft calibrate` writes).
+  // mixed precision, the published systems), "fsdp" (the same formulas with PyTorch FSDP's
+  // fp32 sharded parameters and gradients: plan/memory.h bytes_per_param) or "weft"
+  // (plan/weft_memory.h: weft's own buffers, exact for its CPU backend; what `weft calibrate` writes).
   std::string memory_model = "megatron";
   // Whose tensor-parallel calls per layer the time model counts: "megatron" (Megatron-LM and
   // Megatron-DeepSpeed: a recomputed layer repeats the forward's collectives; under sequence

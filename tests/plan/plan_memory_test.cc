@@ -99,6 +99,40 @@ TEST(PlanMemory, ZeroPartitionsTheRightCategories) {
   EXPECT_NEAR((2 + 2 + 12) / nd * psi / 1e9, 1.9, 0.1);
 }
 
+// PyTorch FSDP in mixed precision (memory_model "fsdp"): the sharded fp32 parameters are the
+// optimizer's, their gradients fp32, Adam's m and v: 4 + 4 + 8 = 16 bytes per parameter, all
+// three sharded by FULL_SHARD (zero 3) and the last two by SHARD_GRAD_OP (zero 2); the gathered
+// units stay 16-bit (the comm buffers are Megatron's model's, byte for byte).
+TEST(PlanMemory, FsdpStatesAreFp32Shards) {
+  const ModelShape m = shape_of("gpt2-350m");
+  MemoryOptions o;
+  o.precision = Precision::kBf16;
+  o.global_batch = 8;
+  Layout l;
+  l.dp = 8;
+  l.zero = 3;
+  const MemoryBreakdown megatron = stage_memory(m, l, o, 0);
+  o.memory_model = "fsdp";
+  const MemoryBreakdown fsdp = stage_memory(m, l, o, 0);
+  const double n = m.total_params();
+  EXPECT_DOUBLE_EQ(fsdp.params, 4 * n / 8);
+  EXPECT_DOUBLE_EQ(fsdp.grads, 4 * n / 8);
+  EXPECT_DOUBLE_EQ(fsdp.optimizer, 8 * n / 8);
+  EXPECT_DOUBLE_EQ(fsdp.params + fsdp.grads + fsdp.optimizer, 16 * n / 8);
+  EXPECT_DOUBLE_EQ(megatron.params + megatron.grads + megatron.optimizer, 20 * n / 8);
+  EXPECT_DOUBLE_EQ(fsdp.comm, megatron.comm);
+  EXPECT_DOUBLE_EQ(fsdp.activations, megatron.activations);
+  l.zero = 2;
+  const MemoryBreakdown grad_op = stage_memory(m, l, o, 0);
+  EXPECT_DOUBLE_EQ(grad_op.params, 4 * n);
+  EXPECT_DOUBLE_EQ(grad_op.grads, 4 * n / 8);
+  // fp32 runs store the same under either model.
+  o.precision = Precision::kFp32;
+  const MemoryBreakdown f32 = stage_memory(m, l, o, 0);
+  o.memory_model = "megatron";
+  EXPECT_DOUBLE_EQ(stage_memory(m, l, o, 0).total, f32.total);
+}
+
 // Korthikanti et al. 2022, sec. 4: bytes per layer with 16-bit activations and dropout.
 TEST(PlanMemory, KorthikantiActivationsPerLayer) {
   ModelShape m = shape_of("gpt-175b");  // s 2048, h 12288, a 96

@@ -348,6 +348,19 @@ TEST(PlanTerms, SystemKeysRoundTripAndRefuseBadValues) {
   const std::string old_path = tmp / "old.toml";
   std::ofstream(old_path) << old;
   EXPECT_EQ(load_system(old_path).defaults.tp_comm, "weft");
+  // memory_model "fsdp" (the FSDP stack files) round-trips and keeps Megatron's tensor-parallel
+  // calls; an unknown model is refused with the three names.
+  std::string fsdp = system_to_toml(s);
+  fsdp.erase(fsdp.find("tp_comm = \"megatron\"\n"), std::string("tp_comm = \"megatron\"\n").size());
+  fsdp.replace(fsdp.find("memory_model = \"megatron\""), std::string("memory_model = \"megatron\"").size(),
+               "memory_model = \"fsdp\"");
+  const std::string fsdp_path = tmp / "fsdp.toml";
+  std::ofstream(fsdp_path) << fsdp;
+  const System f = load_system(fsdp_path);
+  EXPECT_EQ(f.defaults.memory_model, "fsdp");
+  EXPECT_EQ(f.defaults.tp_comm, "megatron");
+  EXPECT_NE(system_to_toml(f).find("memory_model = \"fsdp\""), std::string::npos);
+  refused("memory_model = \"megatron\"", "memory_model = \"deepspeed\"", "expected 'megatron', 'fsdp' or 'weft'");
 }
 
 }  // namespace

@@ -27,8 +27,10 @@ def main():
     rows, s, src = out["rows"], out["summary"], out["by_source"]
     assert len(rows) >= 140, len(rows)
     # Rows weft refuses as not fitting in memory although they ran (its memory model is
-    # pessimistic there: docs/planner.md); every other row is priced.
-    known_refusals = {"llmf-a100-30b-s8192-g8-b168", "llmf-h100-30b-s8192-g8-b168", "n21t2-zero3-530b-g640"}
+    # pessimistic there: docs/planner.md); every other row is priced. LLM Foundry's 30B rows at
+    # sequence 8192 were refused until the FSDP stack files counted FSDP's 16 bytes a parameter
+    # (memory_model = "fsdp", stop 61) instead of Megatron-LM's 20.
+    known_refusals = {"n21t2-zero3-530b-g640"}
     for r in rows:
         if r["id"] not in known_refusals:
             assert r["error"] is not None, f"{r['id']} refused: {r['refused']}"
@@ -46,14 +48,15 @@ def main():
     assert held["worst"] <= 6.0, held
     # The sources added by issue 35: LLM Foundry's FSDP tables, priced on the FSDP stack files
     # (systems/*-fsdp.toml, fitted on the `fit` rows only by fit_stack.py: held-out 3.6% mean,
-    # 18.2% worst at stop 55, 25.7% / 39.0% on the Megatron-LM files before), and Narayanan et
+    # 18.2% worst at stop 55, 25.7% / 39.0% on the Megatron-LM files before; 3.94% / 21.9% on 88
+    # rows since stop 61, the two 30B rows at sequence 8192 priced -15% and -22%), and Narayanan et
     # al. 2021 Table 2's DeepSpeed ZeRO-3 rows, priced on systems/dgx-a100-80gb-ds-zero3.toml
     # (its network collective efficiency fitted on the one usable fit row by fit_stack.py --fit
     # network: held-out 10.2% mean, 17.1% worst at stop 60, 45.1% / 63.9% on the base file;
     # docs/planner.md, "Validation set"). Held at what this commit's model reaches, so that a
     # change that loses accuracy on them fails; a change that gains tightens these bounds.
     llmf = src["llmf/heldout/step_time"]
-    assert llmf["count"] >= 80 and llmf["mean"] <= 4.5 and llmf["worst"] <= 20.0, llmf
+    assert llmf["count"] >= 88 and llmf["refused"] == 0 and llmf["mean"] <= 4.5 and llmf["worst"] <= 22.5, llmf
     assert abs(llmf["signed"]) <= 2.0, llmf
     zero3 = src["n21t2/heldout/step_time"]
     assert zero3["count"] >= 4 and zero3["mean"] <= 11.0 and zero3["worst"] <= 18.0, zero3
