@@ -220,6 +220,41 @@ TEST_F(CpuOps, GeluIsBitwiseTheScalarFormula) {
   }
 }
 
+// The softmaxes' exp passes (backend/cpu/exp_ops.h, vectorised under -fno-trapping-math) give
+// the bits of the scalar loops they replaced: each element vexp(x - shift) (times k), each sum
+// added in index order, for special values too and for lengths around the block of 512.
+TEST_F(CpuOps, ExpPassesAreBitwiseTheScalarLoops) {
+  const auto same = [](float a, float b) {
+    return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof a) == 0;
+  };
+  const float specials[] = {0.0f, -0.0f, 1e-40f, -1e-40f, 87.5f, -87.5f, 100.0f, -100.0f, 1e30f, -1e30f,
+                            std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN()};
+  for (const int n : {1, 7, 511, 512, 513, 1037, 50257}) {
+    auto x = randn(n, 31 + n, 6.0f);
+    if (n >= 64) {
+      for (size_t i = 0; i < std::size(specials); ++i) x[3 * i + 1] = specials[i];
+    }
+    const float shift = 1.25f, k = -0.375f;
+    std::vector<float> ref(n), scaled(n);
+    float ref_sum = 0.0f;
+    for (int j = 0; j < n; ++j) {  // the scalar loops as they were
+      ref[j] = cpu::vexp(x[j] - shift);
+      ref_sum += ref[j];
+      scaled[j] = cpu::vexp(x[j] - shift) * k;
+    }
+    std::vector<float> a = x, c = x;
+    const float sum = cpu::exp_shifted_sum(a.data(), n, shift);
+    EXPECT_TRUE(same(sum, ref_sum)) << n << ": " << sum << " vs " << ref_sum;
+    EXPECT_TRUE(same(cpu::sum_exp_shifted(x.data(), n, shift), ref_sum)) << n;
+    cpu::exp_shifted_scaled(c.data(), n, shift, k);
+    for (int j = 0; j < n; ++j) {
+      ASSERT_TRUE(same(a[j], ref[j])) << n << " x=" << x[j] << ": " << a[j] << " vs " << ref[j];
+      ASSERT_TRUE(same(c[j], scaled[j])) << n << " x=" << x[j] << ": " << c[j] << " vs " << scaled[j];
+    }
+  }
+}
+
 TEST_F(CpuOps, EmbeddingForwardBackward) {
   const int B = 2, T = 5, C = 6, V = 7;
   auto wte = randn(V * C, 13), wpe = randn(T * C, 14), dy = randn(B * T * C, 15);

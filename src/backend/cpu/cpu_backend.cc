@@ -590,11 +590,7 @@ class CpuBackend final : public Backend {
         a[s] = d * scale;
         mx = std::max(mx, a[s]);
       }
-      float sum = 0.0f;
-      for (int64_t s = 0; s < S; ++s) {
-        a[s] = vexp(a[s] - mx);
-        sum += a[s];
-      }
+      const float sum = cpu::exp_shifted_sum(a, S, mx);
       const float inv = 1.0f / sum;
       for (int64_t s = 0; s < S; ++s) a[s] *= inv;
       float* o = out + n * C + h * hs;
@@ -692,19 +688,14 @@ class CpuBackend final : public Backend {
       const float target_logit = r[targets[i]];
       float s = 0.0f;
       if (dloss != 0.0f) {
-#pragma omp simd reduction(+ : s)
-        for (int64_t j = 0; j < V; ++j) {
-          r[j] = vexp(r[j] - mx);
-          s += r[j];
-        }
+        s = cpu::exp_shifted_sum(r, V, mx);
         const float k = dloss / s;
 #pragma omp simd
         for (int64_t j = 0; j < V; ++j) r[j] *= k;
         r[targets[i]] -= dloss;
         for (int64_t j = V; j < Vp; ++j) r[j] = 0.0f;
       } else {
-#pragma omp simd reduction(+ : s)
-        for (int64_t j = 0; j < V; ++j) s += vexp(r[j] - mx);
+        s = cpu::sum_exp_shifted(r, V, mx);
       }
       losses[i] = std::log(s) + mx - target_logit;
     }
@@ -722,11 +713,7 @@ class CpuBackend final : public Backend {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; ++i) {
       const float* r = logits + i * ld;
-      const float mx = max[i];
-      float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-      for (int64_t j = 0; j < cols; ++j) s += vexp(r[j] - mx);
-      sum[i] = s;
+      sum[i] = cpu::sum_exp_shifted(r, cols, max[i]);
     }
   }
 
@@ -747,9 +734,7 @@ class CpuBackend final : public Backend {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; ++i) {
       float* r = logits + i * ld;
-      const float mx = max[i], k = dloss / sum[i];
-#pragma omp simd
-      for (int64_t j = 0; j < cols; ++j) r[j] = vexp(r[j] - mx) * k;
+      cpu::exp_shifted_scaled(r, cols, max[i], dloss / sum[i]);
       for (int64_t j = cols; j < ld; ++j) r[j] = 0.0f;
       const int64_t t = static_cast<int64_t>(targets[i]) - v0;
       if (t >= 0 && t < cols) r[t] -= dloss;

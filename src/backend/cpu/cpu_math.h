@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "backend/cpu/exp_ops.h"
+
 namespace weft::cpu {
 
 // exp(x) for the softmax and GELU hot loops, written so that the compiler vectorises it
@@ -65,12 +67,7 @@ inline float row_max(const float* r, int64_t n) {
 // Softmax in place over the scores r[0, n) (a causal row i: n = i + 1); then zeros r[n, len).
 inline void softmax_row(float* r, int64_t n, int64_t len) {
   const float mx = row_max(r, n);
-  float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-  for (int64_t j = 0; j < n; ++j) {
-    r[j] = vexp(r[j] - mx);
-    s += r[j];
-  }
+  const float s = exp_shifted_sum(r, n, mx);  // exp_ops.h: vectorised, summed in order
   const float inv = 1.0f / s;
 #pragma omp simd
   for (int64_t j = 0; j < n; ++j) r[j] *= inv;
