@@ -5,10 +5,12 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -460,7 +462,10 @@ void measure_matmul(Calibration& cal, bool quick, Communicator& world) {
 // layout weft's linear layers use (forward A B, input gradient A B^T, weight gradient A^T B),
 // through the backend's gemm with the chosen fp32 library, the best of short samples (small
 // products repeated within a sample). A product above `cap` FLOPs is timed on its first rows
-// only (at least `cap` FLOPs of them: the rate has settled by then). The square curve prices
+// only: at least `cap` FLOPs of them and at least kSettledRows rows, where the rate has settled
+// (OpenBLAS here: nt 64 x 32768 x 512 at 85 GFLOP/s, 1024 rows at 155; 120 x 65536 x 256 at
+// 96, 512-4096 rows at 127-137; the 64-120 rows the FLOPs cap alone left priced the GPT head's
+// products 30-45% slow). The grid's larger m that come to the same rows are measured once. The square curve prices
 // a product by its FLOPs alone; a layer's products are narrow (the head's k = C against n = V,
 // the weight gradients' inner dimension the micro-batch's rows), and their rates differ.
 void measure_gemm_table(Calibration& cal, bool quick, Communicator& world) {
@@ -472,6 +477,7 @@ void measure_gemm_table(Calibration& cal, bool quick, Communicator& world) {
   t.n = quick ? std::vector<double>{64, 512, 4096, 32768} : std::vector<double>{64, 256, 1024, 4096, 16384, 65536};
   t.k = t.n;
   const double cap = quick ? 1e9 : 4e9;      // FLOPs of one timed product
+  constexpr double kSettledRows = 512;       // rows of a product cut to its first rows, at least
   const int64_t most = int64_t{1} << 26;     // elements of an operand (256 MiB)
   const int reps = quick ? 2 : 3;
   std::unique_ptr<Backend> be = make_backend("cpu");
@@ -486,6 +492,7 @@ void measure_gemm_table(Calibration& cal, bool quick, Communicator& world) {
   for (size_t tr = 0; tr < t.rates.size(); ++tr) {
     const bool ta = tr == static_cast<size_t>(GemmTrans::kTN), tb = tr == static_cast<size_t>(GemmTrans::kNT);
     std::vector<double>& rates = t.rates[tr];
+    std::map<std::array<double, 3>, double> measured;  // rows, n, k -> rate
     for (double m : t.m) {
       for (double n : t.n) {
         for (double k : t.k) {
@@ -493,9 +500,14 @@ void measure_gemm_table(Calibration& cal, bool quick, Communicator& world) {
             rates.push_back(rates.back());
             continue;
           }
-          // Rows: the grid's m, or as many as the FLOPs cap and the operands' size allow (at least 64).
-          const double rows = std::min({m, std::max(64.0, std::ceil(cap / (2 * n * k))),
+          // Rows: the grid's m, or as many as the FLOPs cap and the operands' size allow (at least
+          // kSettledRows).
+          const double rows = std::min({m, std::max(kSettledRows, std::ceil(cap / (2 * n * k))),
                                         std::floor(static_cast<double>(most) / std::max(n, k))});
+          if (const auto it = measured.find({rows, n, k}); it != measured.end()) {
+            rates.push_back(it->second);
+            continue;
+          }
           const int64_t M = static_cast<int64_t>(rows), N = static_cast<int64_t>(n), K = static_cast<int64_t>(k);
           const double flops = 2.0 * rows * n * k;
           const int inner = std::max(1, static_cast<int>(4e7 / flops));
@@ -509,6 +521,7 @@ void measure_gemm_table(Calibration& cal, bool quick, Communicator& world) {
           });
           const double rate = min_over_ranks(world, flops * inner / sm.best);
           rates.push_back(rate);
+          measured[{rows, n, k}] = rate;
           best = std::max(best, rate);
           if (rate < worst) worst = rate, slowest = fmt::format("{} {}x{}x{}", kGemmTransNames[tr], m, n, k);
         }
