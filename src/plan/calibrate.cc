@@ -465,9 +465,10 @@ void measure_matmul(Calibration& cal, bool quick, Communicator& world) {
 // only: at least `cap` FLOPs of them and at least kSettledRows rows, where the rate has settled
 // (OpenBLAS here: nt 64 x 32768 x 512 at 85 GFLOP/s, 1024 rows at 155; 120 x 65536 x 256 at
 // 96, 512-4096 rows at 127-137; the 64-120 rows the FLOPs cap alone left priced the GPT head's
-// products 30-45% slow). The grid's larger m that come to the same rows are measured once. The square curve prices
-// a product by its FLOPs alone; a layer's products are narrow (the head's k = C against n = V,
-// the weight gradients' inner dimension the micro-batch's rows), and their rates differ.
+// products 30-45% slow). The grid's larger m that come to the same rows are measured once. The
+// square curve prices a product by its FLOPs alone; a layer's products are narrow (the head's
+// k = C against n = V, the weight gradients' inner dimension the micro-batch's rows), and their
+// rates differ.
 void measure_gemm_table(Calibration& cal, bool quick, Communicator& world) {
   Device& d = cal.system.device;
   GemmTable& t = d.gemm_table;

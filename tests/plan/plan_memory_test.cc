@@ -69,11 +69,17 @@ TEST(PlanMemory, ParamCountMatchesTheModelLayout) {
   }
 }
 
-TEST(PlanMemory, ZeroPartitionsTheRightCategories) {
-  const ModelShape m = shape_of("gpt2-350m");
+// Mixed precision (bf16) with a global batch of 8 sequences.
+MemoryOptions bf16_batch8() {
   MemoryOptions o;
   o.precision = Precision::kBf16;
   o.global_batch = 8;
+  return o;
+}
+
+TEST(PlanMemory, ZeroPartitionsTheRightCategories) {
+  const ModelShape m = shape_of("gpt2-350m");
+  MemoryOptions o = bf16_batch8();
   Layout l;
   l.dp = 8;
   const MemoryBreakdown z0 = stage_memory(m, l, o, 0);
@@ -105,9 +111,7 @@ TEST(PlanMemory, ZeroPartitionsTheRightCategories) {
 // units stay 16-bit (the comm buffers are Megatron's model's, byte for byte).
 TEST(PlanMemory, FsdpStatesAreFp32Shards) {
   const ModelShape m = shape_of("gpt2-350m");
-  MemoryOptions o;
-  o.precision = Precision::kBf16;
-  o.global_batch = 8;
+  MemoryOptions o = bf16_batch8();
   Layout l;
   l.dp = 8;
   l.zero = 3;

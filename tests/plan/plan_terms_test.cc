@@ -339,24 +339,22 @@ TEST(PlanTerms, SystemKeysRoundTripAndRefuseBadValues) {
   refused("world_allreduces = 0", "world_allreduces = -1", "world_allreduces");
   refused("tp_comm = \"megatron\"", "tp_comm = \"nccl\"", "tp_comm");
   refused("native_bf16 = true", "native_bf16 = 1", "native_bf16");
+  // A file without tp_comm under memory_model `model`, loaded.
+  const auto without_tp_comm = [&](const std::string& model) {
+    std::string text = system_to_toml(s);
+    text.erase(text.find("tp_comm = \"megatron\"\n"), std::string("tp_comm = \"megatron\"\n").size());
+    text.replace(text.find("memory_model = \"megatron\""), std::string("memory_model = \"megatron\"").size(),
+                 "memory_model = \"" + model + "\"");
+    const std::string path = tmp / (model + ".toml");
+    std::ofstream(path) << text;
+    return load_system(path);
+  };
   // A file `weft calibrate` wrote before tp_comm existed (memory_model "weft", no tp_comm)
   // keeps weft's own tensor-parallel calls.
-  std::string old = system_to_toml(s);
-  old.erase(old.find("tp_comm = \"megatron\"\n"), std::string("tp_comm = \"megatron\"\n").size());
-  old.replace(old.find("memory_model = \"megatron\""), std::string("memory_model = \"megatron\"").size(),
-              "memory_model = \"weft\"");
-  const std::string old_path = tmp / "old.toml";
-  std::ofstream(old_path) << old;
-  EXPECT_EQ(load_system(old_path).defaults.tp_comm, "weft");
+  EXPECT_EQ(without_tp_comm("weft").defaults.tp_comm, "weft");
   // memory_model "fsdp" (the FSDP stack files) round-trips and keeps Megatron's tensor-parallel
   // calls; an unknown model is refused with the three names.
-  std::string fsdp = system_to_toml(s);
-  fsdp.erase(fsdp.find("tp_comm = \"megatron\"\n"), std::string("tp_comm = \"megatron\"\n").size());
-  fsdp.replace(fsdp.find("memory_model = \"megatron\""), std::string("memory_model = \"megatron\"").size(),
-               "memory_model = \"fsdp\"");
-  const std::string fsdp_path = tmp / "fsdp.toml";
-  std::ofstream(fsdp_path) << fsdp;
-  const System f = load_system(fsdp_path);
+  const System f = without_tp_comm("fsdp");
   EXPECT_EQ(f.defaults.memory_model, "fsdp");
   EXPECT_EQ(f.defaults.tp_comm, "megatron");
   EXPECT_NE(system_to_toml(f).find("memory_model = \"fsdp\""), std::string::npos);
