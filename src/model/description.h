@@ -84,6 +84,14 @@ struct Kernel {
     r.m = m, r.n = n, r.k = k, r.batch = batch, r.times = times, r.trans = trans;
     return r;
   }
+  // A linear layer y = x W's two backward products as the backends run them: the input
+  // gradient dX = dY W^T (C = A B^T) and the weight gradient dW = X^T dY (C = A^T B).
+  static Kernel product_abt(double m, double n, double k, double batch = 1, double times = 1) {
+    return product(m, n, k, batch, times, 1);
+  }
+  static Kernel product_atb(double m, double n, double k, double batch = 1, double times = 1) {
+    return product(m, n, k, batch, times, 2);
+  }
   static Kernel memory(double elems, double times = 1) {
     Kernel r;
     r.elems = elems, r.times = times;

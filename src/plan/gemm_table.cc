@@ -42,19 +42,6 @@ double GemmTable::rate(GemmTrans t, double mm, double nn, double kk) const {
   return std::exp(v);
 }
 
-double GemmTable::best() const {
-  size_t count = 0;
-  for (const auto& r : rates) count += r.size();
-  if (count == best_count_) return best_;
-  double b = 0;
-  for (const auto& r : rates) {
-    for (double v : r) b = std::max(b, v);
-  }
-  best_ = b;
-  best_count_ = count;
-  return b;
-}
-
 void GemmTable::validate(const std::string& where) const {
   if (empty()) return;
   for (const auto* axis : {&m, &n, &k}) {

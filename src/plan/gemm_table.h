@@ -20,14 +20,8 @@ struct GemmTable {
   std::vector<double> m, n, k;  // grid sizes, each increasing
   // FLOP/s per layout, m-major (index (i n.size() + j) k.size() + l); empty: not measured.
   std::array<std::vector<double>, 3> rates;
-  mutable double best_ = 0;        // best()'s, for best_count_ rates
-  mutable size_t best_count_ = 0;
 
   bool empty() const { return rates[0].empty(); }
-  // The fastest rate of the table (0 when empty). The planner divides every product's rate by it,
-  // so it is found once and kept (again when the table's size changes: the rates are filled
-  // before the table is priced, not changed in place after).
-  double best() const;
   // FLOP/s of one (m x k) @ (k x n) product in layout t (nn's where t was not measured).
   double rate(GemmTrans t, double m, double n, double k) const;
   // Throws (naming `where`) unless the grid is increasing and positive and every measured

@@ -48,10 +48,10 @@ double wave_fraction(double tiles, int64_t units) {
 }
 
 double gemm_fraction(const Device& d, const GemmShape& g) {
-  // The table gives the shape: its rates relative to its own best, against the peak the square
-  // products measured (the best of many samples, measured again when disturbed). A table taken
-  // while another process held a core is slowed throughout; its shape holds better than its level.
-  if (!d.gemm_table.empty()) return d.gemm_table.rate(g.trans, g.m, g.n, g.k) / d.gemm_table.best();
+  // The table's own rate at this shape, as a fraction of the fp32 peak (a 16-bit product on a
+  // native bf16 CPU: the fp32 table's shape at the 16-bit peak). A table measured while another
+  // process held a core is not kept (`weft calibrate` drops it and the square curve prices).
+  if (!d.gemm_table.empty() && d.peak_flops_32 > 0) return d.gemm_table.rate(g.trans, g.m, g.n, g.k) / d.peak_flops_32;
   if (d.compute_units <= 0 || d.gemm_tiles.empty()) return matmul_curve_fraction(d, g.flops());
   double best = 0;
   for (const GemmTile& t : d.gemm_tiles) best = std::max(best, tile_fraction(d, t, g));

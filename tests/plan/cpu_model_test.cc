@@ -67,22 +67,30 @@ TEST(CpuModel, GemmTableRejectsBadGrids) {
   EXPECT_THROW(t.validate("here"), InputError);
 }
 
-// A device with a table prices a product by its shape and layout: the table's rate over the
-// table's best, times the peak the square products measured (the table gives the shape, the
-// square curve the level).
+// A device with a table prices a product by its shape and layout at the table's own rate (the
+// fp32 peak only turns the rate into a fraction: a 16-bit product on a native bf16 CPU takes the
+// fp32 table's shape at the 16-bit peak); without a table, by the square curve.
 TEST(CpuModel, ProductsArePricedFromTheTableByLayout) {
   System s = one_level(1e10, 1e-6);
   s.device.gemm_table = two_by_two();
   s.device.kernel_latency = 0;
   s.device.memory_bandwidth = 1e15;  // compute-bound here
-  const double best = s.device.gemm_table.best();
-  EXPECT_DOUBLE_EQ(best, 3 * 256e9);
   const GemmShape nn{16, 64, 64, 1, GemmTrans::kNN}, nt{16, 64, 64, 1, GemmTrans::kNT};
-  EXPECT_NEAR(gemm_time(s.device, Precision::kFp32, nn, 4), nn.flops() / (1e12 * 16e9 / best), 1e-12);
-  EXPECT_NEAR(gemm_time(s.device, Precision::kFp32, nt, 4), nt.flops() / (1e12 * 32e9 / best), 1e-12);
-  // When the table's best equals the peak, the table's own rates price the products.
-  s.device.peak_flops_32 = best;
+  const GemmShape tn{256, 1024, 1024, 1, GemmTrans::kTN};
   EXPECT_NEAR(gemm_time(s.device, Precision::kFp32, nn, 4), nn.flops() / 16e9, 1e-12);
+  EXPECT_NEAR(gemm_time(s.device, Precision::kFp32, nt, 4), nt.flops() / 32e9, 1e-12);
+  EXPECT_NEAR(gemm_time(s.device, Precision::kFp32, tn, 4), tn.flops() / (3 * 256e9), 1e-12);
+  // The square products' peak does not move a table's rates (a file whose table was measured
+  // keeps them, whatever the squares measured) ...
+  s.device.peak_flops_32 = 5e12;
+  EXPECT_NEAR(gemm_time(s.device, Precision::kFp32, nn, 4), nn.flops() / 16e9, 1e-12);
+  // ... and a 16-bit peak twice the fp32 one halves a product's time (the table's shape).
+  s.device.peak_flops_16 = 1e13;
+  EXPECT_NEAR(gemm_time(s.device, Precision::kBf16, nn, 2), nn.flops() / 32e9, 1e-12);
+  // Without the table: the square curve at the product's FLOPs.
+  s.device.gemm_table = {};
+  s.device.matmul_curve = {{1e3, 0.25}, {1e12, 0.25}};
+  EXPECT_NEAR(gemm_time(s.device, Precision::kFp32, nn, 4), nn.flops() / (5e12 * 0.25), 1e-12);
 }
 
 TEST(CpuModel, MemoryCurveSetsTheBandwidthBySize) {

@@ -65,6 +65,36 @@ TEST(PlanGnn, ForwardProductsAreTheFamilysFlopsAtTheMeanGraph) {
   }
 }
 
+// The products carry the operand layouts the cpu backend runs (matmul_forward: A B;
+// matmul_backward: dX = dY W^T, dW = X^T dY), which a CPU's table prices apart: every forward
+// product is A B, every backward one A B^T or A^T B, one weight gradient per forward product,
+// except the force head's d(s_e) = d(t_e) . u_e, which the backward runs as a forward product
+// (E x 3) @ (3 x 1).
+TEST(PlanGnn, BackwardProductsAreTheInputAndWeightGradientLayouts) {
+  for (const char* layer : {"schnet", "egnn", "pna"}) {
+    const ModelConfig mc = gnn("gnn-lj", layer, 30.0, 12.0);
+    const EndsWork w = mc.family->describe({.model = mc, .B = 4, .T = 0})->ends_work();
+    int forward = 0, dw = 0;
+    for (const auto* pass : {&w.front_forward, &w.back_forward}) {
+      for (const Kernel& k : pass->kernels) {
+        if (k.k <= 0) continue;
+        EXPECT_EQ(k.trans, 0) << layer;
+        forward += static_cast<int>(k.times);
+      }
+    }
+    for (const auto* pass : {&w.front_backward, &w.back_backward}) {
+      for (const Kernel& k : pass->kernels) {
+        if (k.k <= 0) continue;
+        const bool row_dot = k.n == 1 && k.k == 3;
+        EXPECT_EQ(k.trans == 0, row_dot) << layer << ": a backward product " << k.m << " x " << k.n << " x " << k.k;
+        if (k.trans == 2) dw += static_cast<int>(k.times);
+      }
+    }
+    EXPECT_GT(forward, 0) << layer;
+    EXPECT_EQ(dw, forward) << layer;
+  }
+}
+
 TEST(PlanGnn, WithoutDataStatisticsTheCapacityIsPriced) {
   const ModelConfig mc = model_preset("gnn-lj");
   const auto d = mc.family->describe({.model = mc, .B = 2, .T = 0});

@@ -142,6 +142,31 @@ TEST(PlanVit, TensorParallelCallsIncludeTheAggregationsVTimesAllReduce) {
   for (const CommCall& c : model_step_comm(ec)) EXPECT_NE(c.op, "send") << c.axis;  // no pipeline
 }
 
+// The ends' products carry the operand layouts the cpu backend runs (a CPU's table prices them
+// apart): forward A B, backward the input gradient A B^T and the weight gradient A^T B, one weight
+// gradient per forward product (the patch embeddings' per variable).
+TEST(PlanVit, BackwardProductsAreTheInputAndWeightGradientLayouts) {
+  const ModelConfig mc = model_preset("climax-tiny");
+  const EndsWork w = ClimaxDescription(ClimaxRunSpec{.model = mc, .B = 2, .tp = 1}).ends_work();
+  double forward = 0, dw = 0;
+  for (const auto* pass : {&w.front_forward, &w.back_forward}) {
+    for (const Kernel& k : pass->kernels) {
+      if (k.k <= 0) continue;
+      EXPECT_EQ(k.trans, 0);
+      forward += k.times * k.batch;
+    }
+  }
+  for (const auto* pass : {&w.front_backward, &w.back_backward}) {
+    for (const Kernel& k : pass->kernels) {
+      if (k.k <= 0) continue;
+      EXPECT_NE(k.trans, 0) << "a backward product " << k.m << " x " << k.n << " x " << k.k;
+      if (k.trans == 2) dw += k.times * k.batch;
+    }
+  }
+  EXPECT_GT(forward, 0);
+  EXPECT_EQ(dw, forward);
+}
+
 TEST(PlanVit, ComputeCountsTheModelsFlops) {
   // One device, no recompute, no FlashAttention: the hardware FLOPs of a step are the model's
   // (3x the forward) but for the patch embeddings' backward, which computes no input gradient.

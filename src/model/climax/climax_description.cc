@@ -201,10 +201,16 @@ EndsWork ClimaxDescription::ends_work() const {
   // Backward: out_proj's two products, the base's gradients (column sums), the attention's
   // backward, k|v's and the query's two products, the variable embedding's column sums and the
   // patch embeddings' dW.
-  w.front_backward.kernels = {Kernel::product(N, Cl, C),      Kernel::product(Cl, C, N),   Kernel::memory(2 * N * C),
-                              att_back,                       Kernel::product(V * N, C, 2 * Cl),
-                              Kernel::product(C, 2 * Cl, V * N), Kernel::product(1, C, Cl), Kernel::product(C, Cl, 1),
-                              Kernel::memory(V * N * C),      Kernel::product(P2, C, N, V)};
+  w.front_backward.kernels = {Kernel::product_abt(N, Cl, C),
+                              Kernel::product_atb(Cl, C, N),
+                              Kernel::memory(2 * N * C),
+                              att_back,
+                              Kernel::product_abt(V * N, C, 2 * Cl),
+                              Kernel::product_atb(C, 2 * Cl, V * N),
+                              Kernel::product_abt(1, C, Cl),
+                              Kernel::product_atb(C, Cl, 1),
+                              Kernel::memory(V * N * C),
+                              Kernel::product_atb(P2, C, N, V)};
   w.front_backward.tp = {{"all_reduce", V * N * C}, {"all_reduce", C, false, true}};
   // Back, replicated: final LayerNorm, decoder_depth x (Linear(C, C) + GELU), Linear(C, K), the
   // weighted MSE (reads the predictions, targets and weights; writes the gradient).
@@ -214,8 +220,9 @@ EndsWork ClimaxDescription::ends_work() const {
   gelu_back.function = "gelu_backward", gelu_back.functions = N * C;
   w.back_forward.kernels = {Kernel::memory(2 * N * C), Kernel::product(N, C, C, 1, D), gelu, Kernel::product(N, K, C),
                             Kernel::memory(4 * N * K)};
-  w.back_backward.kernels = {Kernel::product(N, C, K),       Kernel::product(C, K, N), Kernel::product(N, C, C, 1, D),
-                             Kernel::product(C, C, N, 1, D), gelu_back,                Kernel::memory(4 * N * C)};
+  w.back_backward.kernels = {Kernel::product_abt(N, C, K),       Kernel::product_atb(C, K, N),
+                             Kernel::product_abt(N, C, C, 1, D), Kernel::product_atb(C, C, N, 1, D),
+                             gelu_back,                          Kernel::memory(4 * N * C)};
   return w;
 }
 

@@ -183,8 +183,8 @@ namespace gnn_kernels {
 Kernel product_forward(double m, double k, double n) { return Kernel::product(m, n, k); }
 
 void product_backward(std::vector<Kernel>& out, double m, double k, double n, bool dx, bool db) {
-  if (dx) out.push_back(Kernel::product(m, k, n));  // dX = dY W^T
-  out.push_back(Kernel::product(k, n, m));          // dW = X^T dY
+  if (dx) out.push_back(Kernel::product_abt(m, k, n));  // dX = dY W^T
+  out.push_back(Kernel::product_atb(k, n, m));          // dW = X^T dY
   if (db) out.push_back(Kernel::memory(m * n + n));  // the bias: column sums of dY
 }
 
