@@ -84,8 +84,8 @@ struct Kernel {
     r.m = m, r.n = n, r.k = k, r.batch = batch, r.times = times, r.trans = trans;
     return r;
   }
-  // A linear layer y = x W's two backward products as the backends run them: the input
-  // gradient dX = dY W^T (C = A B^T) and the weight gradient dW = X^T dY (C = A^T B).
+  // C = A B^T (a linear layer y = x W's input gradient dX = dY W^T as the backends run it; the
+  // GPT head's logits x wte^T) and C = A^T B (a weight gradient dW = X^T dY).
   static Kernel product_abt(double m, double n, double k, double batch = 1, double times = 1) {
     return product(m, n, k, batch, times, 1);
   }

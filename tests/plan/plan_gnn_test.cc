@@ -73,25 +73,13 @@ TEST(PlanGnn, ForwardProductsAreTheFamilysFlopsAtTheMeanGraph) {
 TEST(PlanGnn, BackwardProductsAreTheInputAndWeightGradientLayouts) {
   for (const char* layer : {"schnet", "egnn", "pna"}) {
     const ModelConfig mc = gnn("gnn-lj", layer, 30.0, 12.0);
-    const EndsWork w = mc.family->describe({.model = mc, .B = 4, .T = 0})->ends_work();
-    int forward = 0, dw = 0;
-    for (const auto* pass : {&w.front_forward, &w.back_forward}) {
-      for (const Kernel& k : pass->kernels) {
-        if (k.k <= 0) continue;
-        EXPECT_EQ(k.trans, 0) << layer;
-        forward += static_cast<int>(k.times);
-      }
-    }
-    for (const auto* pass : {&w.front_backward, &w.back_backward}) {
-      for (const Kernel& k : pass->kernels) {
-        if (k.k <= 0) continue;
-        const bool row_dot = k.n == 1 && k.k == 3;
-        EXPECT_EQ(k.trans == 0, row_dot) << layer << ": a backward product " << k.m << " x " << k.n << " x " << k.k;
-        if (k.trans == 2) dw += static_cast<int>(k.times);
-      }
-    }
-    EXPECT_GT(forward, 0) << layer;
-    EXPECT_EQ(dw, forward) << layer;
+    const plan_test::EndLayouts e = plan_test::end_layouts(mc.family->describe({.model = mc, .B = 4, .T = 0})->ends_work());
+    EXPECT_GT(e.forward, 0) << layer;
+    EXPECT_EQ(e.forward_not_ab, 0) << layer;
+    EXPECT_EQ(e.weight_gradients, e.forward) << layer;
+    const double E = 4 * 30.0 * 12.0;  // the force head's row dot, (E x 3) @ (3 x 1)
+    const std::vector<std::string> row_dot = {std::to_string(E) + " x " + std::to_string(1.0) + " x " + std::to_string(3.0)};
+    EXPECT_EQ(e.backward_ab, row_dot) << layer;
   }
 }
 

@@ -1,5 +1,9 @@
 // Small fixtures shared by the planner's tests.
 #pragma once
+#include <string>
+#include <vector>
+
+#include "model/description.h"
 #include "plan/shape.h"
 #include "plan/system.h"
 
@@ -24,6 +28,32 @@ inline Layout grid(int tp, int pp, int dp) {
   l.pp = pp;
   l.dp = dp;
   return l;
+}
+
+// The operand layouts of a family's end products (Kernel::trans): the forward products (times x
+// batch), those of them not A B, the backward weight gradients (A^T B), and the backward
+// products in the forward layout A B ("m x n x k" each).
+struct EndLayouts {
+  double forward = 0, forward_not_ab = 0, weight_gradients = 0;
+  std::vector<std::string> backward_ab;
+};
+inline EndLayouts end_layouts(const EndsWork& w) {
+  EndLayouts r;
+  for (const EndPass* pass : {&w.front_forward, &w.back_forward}) {
+    for (const Kernel& k : pass->kernels) {
+      if (k.k <= 0) continue;
+      r.forward += k.times * k.batch;
+      if (k.trans != 0) r.forward_not_ab += k.times * k.batch;
+    }
+  }
+  for (const EndPass* pass : {&w.front_backward, &w.back_backward}) {
+    for (const Kernel& k : pass->kernels) {
+      if (k.k <= 0) continue;
+      if (k.trans == 2) r.weight_gradients += k.times * k.batch;
+      if (k.trans == 0) r.backward_ab.push_back(std::to_string(k.m) + " x " + std::to_string(k.n) + " x " + std::to_string(k.k));
+    }
+  }
+  return r;
 }
 
 }  // namespace weft::plan::plan_test

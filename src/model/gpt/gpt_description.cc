@@ -301,8 +301,8 @@ EndsWork GptDescription::ends_work() const {
   const Kernel ce = Kernel::memory(N * V, 3);
   // The products as the vocab-parallel head runs them (parallel/tp/layers.cc): logits = x wte^T,
   // dwte += dlogits^T x, dx = dlogits wte.
-  w.back_forward.kernels = {Kernel::memory(2 * N * h / rep), Kernel::product(N, V, h, 1, 1, 1), ce};
-  w.back_backward.kernels = {Kernel::memory(4 * N * h / rep), Kernel::product(N, h, V), Kernel::product(V, h, N, 1, 1, 2),
+  w.back_forward.kernels = {Kernel::memory(2 * N * h / rep), Kernel::product_abt(N, V, h), ce};
+  w.back_backward.kernels = {Kernel::memory(4 * N * h / rep), Kernel::product(N, h, V), Kernel::product_atb(V, h, N),
                              ce};
   // The loss's per-token sums and maxima stay exact and fp32; the input gradient is an
   // activation gradient.
